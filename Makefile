@@ -1,0 +1,61 @@
+# Thin wrapper around CMake and the guest image script. The two set-up commands are
+# `make run` and `make test`; everything they need is installed and built on the way.
+BUILD   ?= build
+IMAGES  ?= $(CURDIR)/var/images
+JOBS    ?= $(shell nproc)
+AGENT   := $(BUILD)/bin/pandastack-agent
+GUEST   := guest/build-image.sh
+
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test unit integration run bench clean distclean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: deps configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+guest-kernel: deps
+	$(GUEST) kernel $(IMAGES)/kernel
+
+guest-initramfs: build guest-kernel
+	$(GUEST) initramfs $(IMAGES)/initramfs $(IMAGES)/kernel $(AGENT)
+
+# What the tests need: the base template only.
+guest-base: guest-initramfs
+	$(GUEST) rootfs $(IMAGES)/base guest/templates/base.recipe
+
+# All shipped templates.
+guest: guest-base
+	$(GUEST) rootfs $(IMAGES)/agent guest/templates/agent.recipe
+	$(GUEST) rootfs $(IMAGES)/code-interpreter guest/templates/code-interpreter.recipe
+
+unit: build
+	cd $(BUILD) && ctest --output-on-failure -L unit
+
+integration: build guest-base
+	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure -L integration
+
+test: build guest-base
+	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure
+
+# The daemon (pandastackd) is not built yet: boot one VM from the base image, run a command in it.
+run: build guest-base
+	@$(BUILD)/bin/pandastack-vm --images $(IMAGES) --template base -- sh -c 'echo "hello from $$(uname -sr) in a PandaStack microVM"; python3 --version'
+	@echo "note: the daemon (pandastackd, REST API) is not built yet; this booted one VM through the driver."
+
+bench: build guest-base
+	$(BUILD)/bin/pandastack-bench driver boot --n 5 --images $(IMAGES) --json
+	$(BUILD)/bin/pandastack-bench driver exec --n 200 --images $(IMAGES) --json
+
+clean:
+	rm -rf $(BUILD)
+
+distclean: clean
+	rm -rf var

@@ -1,0 +1,510 @@
+#include "vmm-driver/agent_client.h"
+
+#include <capnp/rpc-twoparty.h>
+#include <capnp/rpc.h>
+#include <kj/async-io.h>
+#include <kj/debug.h>
+
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "vmm-driver/io_thread.h"
+#include "wire/agent.capnp.h"
+
+namespace pandastack::vmm {
+
+namespace w = pandastack::wire::agent;
+using namespace std::chrono;
+
+struct AgentClient::Conn {
+  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<capnp::TwoPartyVatNetwork> network;
+  kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
+  w::Agent::Client agent = nullptr;
+  kj::Maybe<kj::ForkedPromise<Health>> first_health;
+};
+
+namespace {
+
+kj::Duration kj_ms(milliseconds ms) { return ms.count() * kj::MILLISECONDS; }
+
+template <typename T>
+kj::Promise<Result<T>> with_deadline(IoThread& io, kj::Promise<Result<T>> p, milliseconds limit,
+                                     std::string what) {
+  return p.exclusiveJoin(io.timer().afterDelay(kj_ms(limit)).then([what = kj::mv(what), limit]() {
+    return Result<T>(make_error(ErrorCode::timeout,
+                                what + ": no answer from the guest agent within " +
+                                    std::to_string(limit.count()) + " ms"));
+  }));
+}
+
+// Runs `f` (which returns a Promise<Result<T>>) on the IoThread; KJ exceptions become agent_error.
+template <typename T, typename F>
+Result<T> on_io(IoThread& io, F&& f) {
+  try {
+    return io.run(std::forward<F>(f));
+  } catch (const kj::Exception& e) {
+    std::string msg = e.getDescription().cStr();
+    if (e.getType() == kj::Exception::Type::DISCONNECTED) msg = "agent disconnected: " + msg;
+    return make_error(ErrorCode::agent_error, msg);
+  }
+}
+
+Error guest_file_error(w::Error::Reader e) {
+  std::string code = e.getCode().cStr();
+  Error err{code == "not_found" ? ErrorCode::not_found
+            : (code == "invalid_argument" ? ErrorCode::invalid_argument : ErrorCode::guest_error),
+            e.getMessage().cStr(), code};
+  return err;
+}
+
+void fill_request(w::ExecRequest::Builder b, const ExecRequest& r) {
+  if (!r.argv.empty()) {
+    auto argv = b.initArgv(r.argv.size());
+    for (size_t i = 0; i < r.argv.size(); ++i) argv.set(i, r.argv[i]);
+  } else {
+    b.setShell(r.shell);
+  }
+  auto env = b.initEnv(r.env.size());
+  size_t i = 0;
+  for (auto& [k, v] : r.env) {
+    env[i].setName(k);
+    env[i].setValue(v);
+    ++i;
+  }
+  b.setCwd(r.cwd);
+  b.setStdin(kj::arrayPtr(reinterpret_cast<const kj::byte*>(r.stdin_data.data()), r.stdin_data.size()));
+  b.setTimeoutMs(r.timeout_ms);
+  b.setMaxOutputBytes(r.max_output_bytes);
+}
+
+std::string to_string(capnp::Data::Reader d) {
+  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
+}
+
+ExecResult read_result(w::ExecResult::Reader r) {
+  ExecResult out;
+  out.exit_code = r.getExitCode();
+  out.timed_out = r.getTimedOut();
+  out.stdout_data = to_string(r.getStdout());
+  out.stderr_data = to_string(r.getStderr());
+  out.stdout_truncated = r.getStdoutTruncated();
+  out.stderr_truncated = r.getStderrTruncated();
+  out.duration_us = r.getDurationUs();
+  out.error = r.getError().cStr();
+  return out;
+}
+
+FileStat read_stat(w::FileStat::Reader s) {
+  FileStat f;
+  f.name = s.getName().cStr();
+  switch (s.getType()) {
+    case w::FileType::REGULAR: f.type = FileStat::Type::regular; break;
+    case w::FileType::DIRECTORY: f.type = FileStat::Type::directory; break;
+    case w::FileType::SYMLINK: f.type = FileStat::Type::symlink; break;
+    default: f.type = FileStat::Type::other;
+  }
+  f.size = s.getSize();
+  f.mode = s.getMode();
+  f.mtime_ms = s.getMtimeMs();
+  return f;
+}
+
+class SinkImpl final : public w::OutputSink::Server {
+ public:
+  explicit SinkImpl(OutputCallback cb) : cb_(kj::mv(cb)) {}
+  kj::Promise<void> write(WriteContext ctx) override {
+    auto p = ctx.getParams();
+    auto d = p.getData();
+    cb_(p.getKind() == w::StreamKind::STDOUT ? StreamKind::out : StreamKind::err,
+        std::string_view(reinterpret_cast<const char*>(d.begin()), d.size()));
+    return kj::READY_NOW;
+  }
+
+ private:
+  OutputCallback cb_;
+};
+
+// Lets another thread cancel a call running on the IoThread (std::stop_token -> kj::Canceler).
+struct CancelSlot {
+  std::mutex mu;
+  kj::Canceler* canceler = nullptr;  // set and cleared on the IoThread
+};
+
+template <typename T, typename F>
+Result<T> cancellable(IoThread& io, std::stop_token stop, F&& make_promise) {
+  auto slot = std::make_shared<CancelSlot>();
+  std::stop_callback on_stop(stop, [&io, slot] {
+    auto cancel = [slot] {
+      std::lock_guard lock(slot->mu);
+      if (slot->canceler != nullptr) slot->canceler->cancel("cancelled by the host");
+    };
+    if (io.on_loop_thread()) cancel();
+    else io.run(cancel);
+  });
+  return on_io<T>(io, [&, slot]() -> kj::Promise<Result<T>> {
+    auto canceler = kj::heap<kj::Canceler>();
+    {
+      std::lock_guard lock(slot->mu);
+      slot->canceler = canceler.get();
+    }
+    if (stop.stop_requested()) canceler->cancel("cancelled by the host");
+    auto p = canceler->wrap(make_promise());
+    return p
+        .then([slot](Result<T> r) {
+                std::lock_guard lock(slot->mu);
+                slot->canceler = nullptr;
+                return r;
+              },
+              [slot](kj::Exception&& e) -> Result<T> {
+                {
+                  std::lock_guard lock(slot->mu);
+                  slot->canceler = nullptr;
+                }
+                if (std::string(e.getDescription().cStr()).find("cancelled by the host") != std::string::npos)
+                  return make_error(ErrorCode::agent_error, "cancelled");
+                kj::throwFatalException(kj::mv(e));
+              })
+        .attach(kj::mv(canceler));
+  });
+}
+
+void start_rpc(AgentClient::Conn& conn) {
+  capnp::ReaderOptions opts;
+  opts.traversalLimitInWords = 64u << 20;
+  conn.network = kj::heap<capnp::TwoPartyVatNetwork>(*conn.stream, capnp::rpc::twoparty::Side::CLIENT, opts);
+  conn.rpc = kj::heap(capnp::makeRpcClient(*conn.network));
+  capnp::MallocMessageBuilder vat;
+  auto id = vat.initRoot<capnp::rpc::twoparty::VatId>();
+  id.setSide(capnp::rpc::twoparty::Side::SERVER);
+  conn.agent = conn.rpc->bootstrap(id).castAs<w::Agent>();
+  // Ask once; the answer arrives when the guest's agent opens its port.
+  conn.first_health = conn.agent.healthRequest()
+                          .send()
+                          .then([](auto r) {
+                            return Health{r.getVersion().cStr(), r.getProtocolVersion(), r.getUptimeMs(),
+                                          r.getBootId().cStr()};
+                          })
+                          .fork();
+}
+
+void stop_rpc(AgentClient::Conn& conn) {
+  conn.first_health = nullptr;
+  conn.agent = nullptr;
+  conn.rpc = nullptr;
+  conn.network = nullptr;
+}
+
+// Writes the session preamble (wire/agent.capnp sessionMagic + nonce), then starts RPC.
+kj::Promise<void> start_session(AgentClient::Conn& conn) {
+  auto magic = w::SESSION_MAGIC.get();
+  auto preamble = kj::heapArray<kj::byte>(16);
+  memcpy(preamble.begin(), magic.begin(), 8);
+  std::random_device rd;
+  uint64_t nonce = (uint64_t(rd()) << 32) | rd();
+  for (int i = 0; i < 8; ++i) preamble[8 + i] = kj::byte(nonce >> (8 * i));
+  auto p = conn.stream->write(preamble.begin(), preamble.size());
+  return p.attach(kj::mv(preamble)).then([&conn]() { start_rpc(conn); });
+}
+
+}  // namespace
+
+Status AgentClient::end_session(milliseconds timeout) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto done = conn_->agent.endSessionRequest().send().then([this](auto) {
+      stop_rpc(*conn_);
+      return Result<Ok>(Ok{});
+    });
+    return with_deadline<Ok>(io_, kj::mv(done), timeout, "endSession");
+  });
+}
+
+Status AgentClient::reset_session(milliseconds timeout) {
+  auto ended = end_session(timeout);
+  if (!ended) return ended;
+  return on_io<Ok>(io_, [&]() { return start_session(*conn_).then([]() { return Result<Ok>(Ok{}); }); });
+}
+
+AgentClient::AgentClient(IoThread& io, std::unique_ptr<Conn> conn) : io_(io), conn_(std::move(conn)) {}
+
+AgentClient::~AgentClient() {
+  // Capabilities and the network must die on the thread that owns them.
+  try {
+    io_.run([this]() {
+      if (conn_) stop_rpc(*conn_);
+      conn_.reset();
+    });
+  } catch (...) {
+  }
+}
+
+Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const std::string& socket_path,
+                                                           milliseconds deadline) {
+  if (socket_path.size() >= 108)
+    return make_error(ErrorCode::invalid_argument, "agent socket path too long: " + socket_path);
+  auto until = steady_clock::now() + deadline;
+  for (;;) {
+    auto conn = std::make_unique<Conn>();
+    std::string err;
+    try {
+      io.run([&]() {
+        return io.provider()
+            .getNetwork()
+            .parseAddress(kj::str("unix:", socket_path.c_str()))
+            .then([](kj::Own<kj::NetworkAddress> addr) {
+              return addr->connect().attach(kj::mv(addr));
+            })
+            .then([&](kj::Own<kj::AsyncIoStream> stream) {
+              conn->stream = kj::mv(stream);
+              return start_session(*conn);
+            });
+      });
+      return std::unique_ptr<AgentClient>(new AgentClient(io, std::move(conn)));
+    } catch (const kj::Exception& e) {
+      err = e.getDescription().cStr();
+      io.run([&]() { conn.reset(); });
+    }
+    if (steady_clock::now() >= until)
+      return make_error(ErrorCode::timeout, "cannot connect to agent socket " + socket_path + ": " + err);
+    std::this_thread::sleep_for(microseconds(500));
+  }
+}
+
+Result<Health> AgentClient::health(milliseconds timeout) {
+  return on_io<Health>(io_, [&]() -> kj::Promise<Result<Health>> {
+    kj::Promise<Health> p = nullptr;
+    KJ_IF_MAYBE(first, conn_->first_health) {
+      p = first->addBranch();
+    } else {
+      p = conn_->agent.healthRequest().send().then([](auto r) {
+        return Health{r.getVersion().cStr(), r.getProtocolVersion(), r.getUptimeMs(), r.getBootId().cStr()};
+      });
+    }
+    return with_deadline<Health>(io_, p.then([this](Health h) {
+      conn_->first_health = nullptr;  // answered: later calls ask afresh
+      return Result<Health>(h);
+    }), timeout, "health");
+  });
+}
+
+Result<ExecResult> AgentClient::exec(const ExecRequest& request, std::stop_token stop) {
+  return cancellable<ExecResult>(io_, stop, [&]() -> kj::Promise<Result<ExecResult>> {
+    auto req = conn_->agent.execRequest();
+    fill_request(req.initRequest(), request);
+    return req.send().then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); });
+  });
+}
+
+Result<ExecResult> AgentClient::exec_stream(const ExecRequest& request, OutputCallback on_output,
+                                            std::stop_token stop) {
+  return cancellable<ExecResult>(io_, stop, [&]() -> kj::Promise<Result<ExecResult>> {
+    auto req = conn_->agent.execStreamRequest();
+    fill_request(req.initRequest(), request);
+    req.setSink(kj::heap<SinkImpl>(std::move(on_output)));
+    return req.send().then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); });
+  });
+}
+
+Result<uint32_t> AgentClient::start_process(const ExecRequest& request) {
+  return on_io<uint32_t>(io_, [&]() -> kj::Promise<Result<uint32_t>> {
+    auto req = conn_->agent.startProcessRequest();
+    fill_request(req.initRequest(), request);
+    return with_deadline<uint32_t>(io_, req.send().then([](auto r) -> Result<uint32_t> {
+      if (r.getError().size() > 0) return make_error(ErrorCode::guest_error, r.getError().cStr());
+      return r.getPid();
+    }), kCallTimeout, "startProcess");
+  });
+}
+
+Result<ExecResult> AgentClient::wait_process(uint32_t pid) {
+  return on_io<ExecResult>(io_, [&]() -> kj::Promise<Result<ExecResult>> {
+    auto req = conn_->agent.waitProcessRequest();
+    req.setPid(pid);
+    return req.send().then([](auto r) -> Result<ExecResult> {
+      if (r.getError().size() > 0) return make_error(ErrorCode::not_found, r.getError().cStr());
+      return read_result(r.getResult());
+    });
+  });
+}
+
+Status AgentClient::kill_process(uint32_t pid, int signal) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.killProcessRequest();
+    req.setPid(pid);
+    req.setSignal(signal);
+    return with_deadline<Ok>(io_, req.send().then([](auto r) -> Result<Ok> {
+      if (r.getError().size() > 0) return make_error(ErrorCode::not_found, r.getError().cStr());
+      return Ok{};
+    }), kCallTimeout, "killProcess");
+  });
+}
+
+Result<ExecResult> AgentClient::stream_process(uint32_t pid, OutputCallback on_output, std::stop_token stop) {
+  return cancellable<ExecResult>(io_, stop, [&]() -> kj::Promise<Result<ExecResult>> {
+    auto req = conn_->agent.streamProcessRequest();
+    req.setPid(pid);
+    req.setSink(kj::heap<SinkImpl>(std::move(on_output)));
+    return req.send().then([](auto r) -> Result<ExecResult> {
+      if (r.getError().size() > 0) return make_error(ErrorCode::not_found, r.getError().cStr());
+      return read_result(r.getResult());
+    });
+  });
+}
+
+Result<std::vector<ProcessInfo>> AgentClient::list_processes() {
+  using V = std::vector<ProcessInfo>;
+  return on_io<V>(io_, [&]() -> kj::Promise<Result<V>> {
+    return with_deadline<V>(io_, conn_->agent.listProcessesRequest().send().then([](auto r) -> Result<V> {
+      V out;
+      for (auto p : r.getProcesses())
+        out.push_back({p.getPid(), p.getCommand().cStr(), p.getRunning(), p.getExitCode(), p.getStartedAtMs()});
+      return out;
+    }), kCallTimeout, "listProcesses");
+  });
+}
+
+namespace {
+constexpr uint32_t kChunk = 4u << 20;
+
+kj::Promise<Result<std::string>> read_rest(w::Agent::Client agent, std::string path, kj::Own<std::string> acc,
+                                           uint64_t max_bytes) {
+  auto req = agent.readFileRequest();
+  req.setPath(path);
+  req.setOffset(acc->size());
+  req.setLength(kChunk);
+  return req.send().then([agent, path = kj::mv(path), acc = kj::mv(acc),
+                          max_bytes](auto r) mutable -> kj::Promise<Result<std::string>> {
+    if (r.hasError()) return Result<std::string>(guest_file_error(r.getError()));
+    if (r.getSize() > max_bytes)
+      return Result<std::string>(make_error(ErrorCode::invalid_argument,
+                                            path + " is " + std::to_string(r.getSize()) +
+                                                " bytes, more than the limit of " + std::to_string(max_bytes)));
+    auto d = r.getData();
+    acc->append(reinterpret_cast<const char*>(d.begin()), d.size());
+    if (d.size() == 0 || acc->size() >= r.getSize()) return Result<std::string>(kj::mv(*acc));
+    return read_rest(kj::mv(agent), kj::mv(path), kj::mv(acc), max_bytes);
+  });
+}
+
+kj::Promise<Result<Ok>> write_rest(w::Agent::Client agent, std::string path, std::string_view data,
+                                   size_t offset, uint32_t mode, bool parents) {
+  auto req = agent.writeFileRequest();
+  req.setPath(path);
+  size_t n = std::min<size_t>(kChunk, data.size() - offset);
+  req.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(data.data() + offset), n));
+  req.setMode(mode);
+  req.setMakeParents(parents && offset == 0);
+  req.setTruncate(offset == 0);
+  req.setAppend(offset != 0);
+  return req.send().then([agent, path = kj::mv(path), data, offset, n, mode,
+                          parents](auto r) mutable -> kj::Promise<Result<Ok>> {
+    if (r.hasError()) return Result<Ok>(guest_file_error(r.getError()));
+    if (offset + n >= data.size()) return Result<Ok>(Ok{});
+    return write_rest(kj::mv(agent), kj::mv(path), data, offset + n, mode, parents);
+  });
+}
+}  // namespace
+
+Result<std::string> AgentClient::read_file(const std::string& path, uint64_t max_bytes) {
+  return on_io<std::string>(io_, [&]() {
+    return with_deadline<std::string>(io_, read_rest(conn_->agent, path, kj::heap<std::string>(), max_bytes),
+                                      kCallTimeout * 4, "readFile");
+  });
+}
+
+Status AgentClient::write_file(const std::string& path, std::string_view data, uint32_t mode, bool make_parents) {
+  return on_io<Ok>(io_, [&]() {
+    return with_deadline<Ok>(io_, write_rest(conn_->agent, path, data, 0, mode, make_parents), kCallTimeout * 4,
+                             "writeFile");
+  });
+}
+
+Result<std::vector<FileStat>> AgentClient::list_dir(const std::string& path) {
+  using V = std::vector<FileStat>;
+  return on_io<V>(io_, [&]() -> kj::Promise<Result<V>> {
+    auto req = conn_->agent.listDirRequest();
+    req.setPath(path);
+    return with_deadline<V>(io_, req.send().then([](auto r) -> Result<V> {
+      if (r.hasError()) return guest_file_error(r.getError());
+      V out;
+      for (auto e : r.getEntries()) out.push_back(read_stat(e));
+      return out;
+    }), kCallTimeout, "listDir");
+  });
+}
+
+Result<FileStat> AgentClient::stat(const std::string& path) {
+  return on_io<FileStat>(io_, [&]() -> kj::Promise<Result<FileStat>> {
+    auto req = conn_->agent.statRequest();
+    req.setPath(path);
+    return with_deadline<FileStat>(io_, req.send().then([](auto r) -> Result<FileStat> {
+      if (r.hasError()) return guest_file_error(r.getError());
+      return read_stat(r.getStat());
+    }), kCallTimeout, "stat");
+  });
+}
+
+namespace {
+template <typename Resp>
+Result<Ok> file_status(Resp& r) {
+  if (r.hasError()) return guest_file_error(r.getError());
+  return Ok{};
+}
+}  // namespace
+
+Status AgentClient::remove(const std::string& path, bool recursive) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.removeRequest();
+    req.setPath(path);
+    req.setRecursive(recursive);
+    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }), kCallTimeout, "remove");
+  });
+}
+
+Status AgentClient::rename(const std::string& from, const std::string& to) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.renameRequest();
+    req.setFrom(from);
+    req.setTo(to);
+    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }), kCallTimeout, "rename");
+  });
+}
+
+Status AgentClient::mkdir(const std::string& path, bool parents, uint32_t mode) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.mkdirRequest();
+    req.setPath(path);
+    req.setParents(parents);
+    req.setMode(mode);
+    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }), kCallTimeout, "mkdir");
+  });
+}
+
+Status AgentClient::set_clock(int64_t unix_nanos) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.setClockRequest();
+    req.setUnixNanos(unix_nanos);
+    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout, "setClock");
+  });
+}
+
+Status AgentClient::reseed_rng(std::string_view entropy) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.reseedRngRequest();
+    req.setEntropy(kj::arrayPtr(reinterpret_cast<const kj::byte*>(entropy.data()), entropy.size()));
+    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout,
+                             "reseedRng");
+  });
+}
+
+Status AgentClient::set_hostname(const std::string& hostname) {
+  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.setHostnameRequest();
+    req.setHostname(hostname);
+    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout,
+                             "setHostname");
+  });
+}
+
+}  // namespace pandastack::vmm

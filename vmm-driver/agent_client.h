@@ -1,0 +1,128 @@
+// Host side of the guest agent protocol (wire/agent.capnp). Every method is synchronous and
+// thread-safe: it runs its call on the driver's IoThread and blocks the caller until it is done.
+// Output callbacks run on the IoThread: they must be quick and must not call back into the driver.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vmm-driver/error.h"
+
+namespace pandastack::vmm {
+
+class IoThread;
+
+struct ExecRequest {
+  std::vector<std::string> argv;  // used when non-empty
+  std::string shell;              // else run with /bin/sh -c
+  std::map<std::string, std::string> env;
+  std::string cwd;
+  std::string stdin_data;
+  uint32_t timeout_ms = 0;        // 0 = none; enforced in the guest by killing the process group
+  uint32_t max_output_bytes = 0;  // per stream; 0 = the agent's default (16 MiB)
+};
+
+struct ExecResult {
+  int exit_code = 0;  // -N when killed by signal N
+  bool timed_out = false;
+  std::string stdout_data, stderr_data;
+  bool stdout_truncated = false, stderr_truncated = false;
+  uint64_t duration_us = 0;
+  std::string error;  // non-empty when the command could not start (exit_code is then 127)
+};
+
+enum class StreamKind { out, err };
+using OutputCallback = std::function<void(StreamKind, std::string_view)>;
+
+struct FileStat {
+  enum class Type { regular, directory, symlink, other };
+  std::string name;
+  Type type = Type::other;
+  uint64_t size = 0;
+  uint32_t mode = 0;
+  int64_t mtime_ms = 0;
+};
+
+struct ProcessInfo {
+  uint32_t pid = 0;
+  std::string command;
+  bool running = false;
+  int exit_code = 0;
+  uint64_t started_at_ms = 0;
+};
+
+struct Health {
+  std::string version;
+  uint32_t protocol_version = 0;
+  uint64_t uptime_ms = 0;
+  std::string boot_id;
+};
+
+class AgentClient {
+ public:
+  // Connects to the agent's channel: the unix socket QEMU serves for the virtio-serial port.
+  // Returns once the socket is connected; the agent may not be answering yet (see health()).
+  static Result<std::unique_ptr<AgentClient>> connect(IoThread& io, const std::string& socket_path,
+                                                      std::chrono::milliseconds deadline);
+  ~AgentClient();
+  AgentClient(const AgentClient&) = delete;
+  AgentClient& operator=(const AgentClient&) = delete;
+
+  // Waits up to `timeout` for the agent to answer. The first call after connect waits for the
+  // guest to open its port (boot); later calls reuse that pending answer.
+  Result<Health> health(std::chrono::milliseconds timeout);
+
+  // Runs a command to completion. A stop request kills the command's process group in the guest.
+  Result<ExecResult> exec(const ExecRequest& request, std::stop_token stop = {});
+  // Like exec, but output goes to `on_output` as it is produced (result has no output).
+  Result<ExecResult> exec_stream(const ExecRequest& request, OutputCallback on_output,
+                                 std::stop_token stop = {});
+
+  Result<uint32_t> start_process(const ExecRequest& request);
+  Result<ExecResult> wait_process(uint32_t pid);
+  Status kill_process(uint32_t pid, int signal = 0);
+  Result<ExecResult> stream_process(uint32_t pid, OutputCallback on_output, std::stop_token stop = {});
+  Result<std::vector<ProcessInfo>> list_processes();
+
+  // Reads a whole file (in chunks of 4 MiB). Fails with not_found, or invalid_argument when the
+  // file is larger than `max_bytes`.
+  Result<std::string> read_file(const std::string& path, uint64_t max_bytes = uint64_t(1) << 30);
+  // Replaces a file's contents (mode 0 = 0644); creates parent folders when `make_parents`.
+  Status write_file(const std::string& path, std::string_view data, uint32_t mode = 0,
+                    bool make_parents = true);
+  Result<std::vector<FileStat>> list_dir(const std::string& path);
+  Result<FileStat> stat(const std::string& path);
+  Status remove(const std::string& path, bool recursive);
+  Status rename(const std::string& from, const std::string& to);
+  Status mkdir(const std::string& path, bool parents, uint32_t mode = 0);
+
+  Status set_clock(int64_t unix_nanos);
+  Status reseed_rng(std::string_view entropy);
+  Status set_hostname(const std::string& hostname);
+  // Ends the agent's RPC session (wire/agent.capnp endSession): calls in flight are cancelled and
+  // the agent waits for the next session preamble, holding no state of this host. Afterwards this
+  // client only accepts destruction: the VM can be snapshotted, or the channel reconnected.
+  Status end_session(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // end_session(), then a fresh session on the same channel.
+  Status reset_session(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  // Deadline for calls that are not commands (files, health after boot, control).
+  static constexpr std::chrono::milliseconds kCallTimeout{30000};
+
+  struct Conn;  // lives on the IoThread
+
+ private:
+  AgentClient(IoThread& io, std::unique_ptr<Conn> conn);
+
+  IoThread& io_;
+  std::unique_ptr<Conn> conn_;
+};
+
+}  // namespace pandastack::vmm

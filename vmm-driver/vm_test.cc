@@ -1,0 +1,76 @@
+#include "vmm-driver/vm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "vmm-driver/io_thread.h"
+
+namespace pandastack::vmm {
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+std::string arg_after(const std::vector<std::string>& v, const std::string& flag, int nth = 0) {
+  for (size_t i = 0; i + 1 < v.size(); ++i)
+    if (v[i] == flag && nth-- == 0) return v[i + 1];
+  return "";
+}
+
+VmConfig sample(Accel a) {
+  VmConfig c;
+  c.run_dir = "/run/x";
+  c.kernel = "/k";
+  c.initramfs = "/i";
+  c.rootfs = "/r";
+  c.accel = a;
+  c.tsc_khz = 2000000;
+  return c;
+}
+
+TEST(QemuArgs, TcgAddsTscWorkaroundAndFileBackedRam) {
+  auto args = qemu_boot_args(sample(Accel::tcg));
+  EXPECT_EQ(arg_after(args, "-machine"), "microvm,accel=tcg,memory-backend=mem");
+  EXPECT_NE(arg_after(args, "-append").find("tsc_early_khz=2000000 tsc=reliable"), std::string::npos);
+  EXPECT_EQ(arg_after(args, "-object"), "memory-backend-file,id=mem,size=256M,mem-path=/run/x/mem,share=on");
+  EXPECT_TRUE(contains(args, "virtserialport,chardev=agent,name=agent,id=agent"));
+  EXPECT_TRUE(contains(args, "-no-reboot"));
+}
+
+TEST(QemuArgs, KvmDiffersOnlyInAcceleratorFlags) {
+  auto tcg = qemu_boot_args(sample(Accel::tcg));
+  auto kvm = qemu_boot_args(sample(Accel::kvm));
+  ASSERT_EQ(tcg.size(), kvm.size());
+  std::vector<std::string> differing;
+  for (size_t i = 0; i < tcg.size(); ++i)
+    if (tcg[i] != kvm[i]) differing.push_back(kvm[i]);
+  // machine accel, cpu model, and the kernel command line (no TSC workaround under KVM).
+  ASSERT_EQ(differing.size(), 3u);
+  EXPECT_EQ(differing[0], "microvm,accel=kvm,memory-backend=mem");
+  EXPECT_EQ(differing[1], "host");
+  EXPECT_EQ(arg_after(kvm, "-append").find("tsc_early_khz"), std::string::npos);
+}
+
+TEST(Accel, ForcedByOverride) {
+  IoThread io;
+  EXPECT_EQ(detect_accel(io, sample(Accel::tcg), std::chrono::milliseconds(10), "tcg"), Accel::tcg);
+  EXPECT_EQ(detect_accel(io, sample(Accel::tcg), std::chrono::milliseconds(10), "kvm"), Accel::kvm);
+}
+
+TEST(Vm, MissingImageIsAClearErrorAndCreatesNothing) {
+  IoThread io;
+  VmConfig c = sample(Accel::tcg);
+  c.run_dir = std::filesystem::temp_directory_path() / "pandastack-vm-test-missing";
+  auto vm = Vm::boot(io, c);
+  ASSERT_FALSE(vm);
+  EXPECT_EQ(vm.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(vm.error().message.find("/k"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(c.run_dir));
+}
+
+TEST(HostTsc, ReadsCpuinfo) { EXPECT_GT(host_tsc_khz(), 100000u); }
+
+}  // namespace
+}  // namespace pandastack::vmm

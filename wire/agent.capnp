@@ -1,0 +1,130 @@
+# Host <-> guest agent protocol: Cap'n Proto RPC over the virtio-serial port "agent".
+#
+# The host is the client; the agent's bootstrap capability is `Agent`. Field ordinals are
+# append-only: a newer host must keep talking to an older agent baked into a snapshot, so never
+# renumber or change a field's type. `protocolVersion` in `health` is bumped on incompatible change.
+@0xfc72297826f2cfca;
+
+$import "/capnp/c++.capnp".namespace("pandastack::wire::agent");
+
+const protocolVersion :UInt32 = 1;
+
+struct EnvVar {
+  name @0 :Text;
+  value @1 :Text;
+}
+
+struct ExecRequest {
+  # Exactly one of argv / shell is used: argv (non-empty) is executed directly, otherwise `shell`
+  # runs under `/bin/sh -c`.
+  argv @0 :List(Text);
+  shell @1 :Text;
+  env @2 :List(EnvVar);      # added to (and overriding) the agent's base environment
+  cwd @3 :Text;              # empty = /workspace (or / when missing)
+  stdin @4 :Data;            # written to the command's stdin, then stdin is closed
+  timeoutMs @5 :UInt32;      # 0 = no timeout; on expiry the whole process group gets SIGKILL
+  maxOutputBytes @6 :UInt32; # cap per stream for buffered exec; 0 = agent default (16 MiB)
+}
+
+struct ExecResult {
+  exitCode @0 :Int32;        # exit status, or -signal when killed by a signal
+  timedOut @1 :Bool;
+  stdout @2 :Data;
+  stderr @3 :Data;
+  stdoutTruncated @4 :Bool;
+  stderrTruncated @5 :Bool;
+  durationUs @6 :UInt64;
+  error @7 :Text;            # non-empty when the command could not be started (e.g. ENOENT)
+}
+
+enum StreamKind {
+  stdout @0;
+  stderr @1;
+}
+
+interface OutputSink {
+  # Receives a command's output as it is produced. Flow-controlled: the agent stops reading the
+  # command's pipes while the host is behind.
+  write @0 (kind :StreamKind, data :Data) -> stream;
+}
+
+struct ProcessInfo {
+  pid @0 :UInt32;
+  command @1 :Text;
+  running @2 :Bool;
+  exitCode @3 :Int32;
+  startedAtMs @4 :UInt64;
+}
+
+enum FileType {
+  regular @0;
+  directory @1;
+  symlink @2;
+  other @3;
+}
+
+struct FileStat {
+  name @0 :Text;
+  type @1 :FileType;
+  size @2 :UInt64;
+  mode @3 :UInt32;
+  mtimeMs @4 :Int64;
+}
+
+struct Error {
+  # A failed file operation. `code` is a stable name ("not_found", "not_a_directory",
+  # "is_a_directory", "permission_denied", "exists", "invalid_argument", "io_error").
+  code @0 :Text;
+  message @1 :Text;
+}
+
+interface Agent {
+  health @0 () -> (version :Text, protocolVersion :UInt32, uptimeMs :UInt64, bootId :Text);
+
+  exec @1 (request :ExecRequest) -> (result :ExecResult);
+  # Runs a command to completion and returns its buffered output.
+
+  execStream @2 (request :ExecRequest, sink :OutputSink) -> (result :ExecResult);
+  # Runs a command, sending output to `sink` as it arrives; `result` carries no output.
+  # If the host drops the call (cancels the promise or disconnects), the process group is killed.
+
+  startProcess @3 (request :ExecRequest) -> (pid :UInt32, error :Text);
+  # Starts a background process. Its output is buffered (last 1 MiB per stream) until streamed.
+  waitProcess @4 (pid :UInt32) -> (result :ExecResult, error :Text);
+  # Waits for a background process to exit; returns its buffered output.
+  killProcess @5 (pid :UInt32, signal :Int32) -> (error :Text);
+  # Sends `signal` (0 = SIGKILL) to the process's whole group.
+  streamProcess @6 (pid :UInt32, sink :OutputSink) -> (result :ExecResult, error :Text);
+  # Sends buffered and then live output of a background process to `sink` until it exits.
+  listProcesses @7 () -> (processes :List(ProcessInfo));
+
+  readFile @8 (path :Text, offset :UInt64, length :UInt32) -> (data :Data, size :UInt64, error :Error);
+  # Reads at most `length` bytes (capped at 4 MiB) from `offset`; `size` is the file's size.
+  writeFile @9 (path :Text, data :Data, mode :UInt32, makeParents :Bool, append :Bool, truncate :Bool)
+      -> (error :Error);
+  # Writes `data`. With truncate the file is replaced first (created with `mode`, 0 = 0644);
+  # with append the data goes at the end. Large files are written as a truncate call followed by
+  # append calls.
+  listDir @10 (path :Text) -> (entries :List(FileStat), error :Error);
+  stat @11 (path :Text) -> (stat :FileStat, error :Error);
+  remove @12 (path :Text, recursive :Bool) -> (error :Error);
+  rename @13 (from :Text, to :Text) -> (error :Error);
+  mkdir @14 (path :Text, parents :Bool, mode :UInt32) -> (error :Error);
+
+  setClock @15 (unixNanos :Int64) -> ();
+  # Sets the guest's realtime clock (called after every restore: a snapshot's clock is stale).
+  reseedRng @16 (entropy :Data) -> ();
+  # Mixes host entropy into the kernel RNG and credits it (called after every restore/fork, so
+  # that forks never share random state).
+  setHostname @17 (hostname :Text) -> ();
+
+  endSession @18 () -> ();
+  # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session
+  # down (calls in flight are cancelled) and waits for the next session preamble.
+}
+
+# Session preamble. Every session starts with the host writing `sessionMagic` (8 bytes) + a nonce
+# (8 bytes) on the raw channel; the agent discards bytes until it has read that, then serves RPC
+# from the next byte. So a host never lands in a stale session: not after a reconnect (QEMU notices
+# a host hang-up only lazily, and throttles VSERPORT_CHANGE), and not after a restore.
+const sessionMagic :Data = "PSTKGO\x00\x01";
