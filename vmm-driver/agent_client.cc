@@ -197,7 +197,7 @@ void stop_rpc(AgentClient::Conn& conn) {
 }
 
 // Writes the session preamble (wire/agent.capnp sessionMagic + nonce), then starts RPC.
-kj::Promise<void> start_session(AgentClient::Conn& conn) {
+kj::Promise<void> begin_session(AgentClient::Conn& conn) {
   auto magic = w::SESSION_MAGIC.get();
   auto preamble = kj::heapArray<kj::byte>(16);
   memcpy(preamble.begin(), magic.begin(), 8);
@@ -223,7 +223,27 @@ Status AgentClient::end_session(milliseconds timeout) {
 Status AgentClient::reset_session(milliseconds timeout) {
   auto ended = end_session(timeout);
   if (!ended) return ended;
-  return on_io<Ok>(io_, [&]() { return start_session(*conn_).then([]() { return Result<Ok>(Ok{}); }); });
+  return start_session();
+}
+
+Status AgentClient::start_session() {
+  return on_io<Ok>(io_, [&]() { return begin_session(*conn_).then([]() { return Result<Ok>(Ok{}); }); });
+}
+
+template <typename T, typename F>
+Result<T> AgentClient::call(F&& f) {
+  ++in_flight_;
+  auto r = on_io<T>(io_, std::forward<F>(f));
+  --in_flight_;
+  return r;
+}
+
+template <typename T, typename F>
+Result<T> AgentClient::call_cancellable(std::stop_token stop, F&& f) {
+  ++in_flight_;
+  auto r = cancellable<T>(io_, stop, std::forward<F>(f));
+  --in_flight_;
+  return r;
 }
 
 AgentClient::AgentClient(IoThread& io, std::unique_ptr<Conn> conn) : io_(io), conn_(std::move(conn)) {}
@@ -257,7 +277,7 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const st
             })
             .then([&](kj::Own<kj::AsyncIoStream> stream) {
               conn->stream = kj::mv(stream);
-              return start_session(*conn);
+              return begin_session(*conn);
             });
       });
       return std::unique_ptr<AgentClient>(new AgentClient(io, std::move(conn)));
@@ -272,7 +292,7 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const st
 }
 
 Result<Health> AgentClient::health(milliseconds timeout) {
-  return on_io<Health>(io_, [&]() -> kj::Promise<Result<Health>> {
+  return call<Health>([&]() -> kj::Promise<Result<Health>> {
     kj::Promise<Health> p = nullptr;
     KJ_IF_MAYBE(first, conn_->first_health) {
       p = first->addBranch();
@@ -289,7 +309,7 @@ Result<Health> AgentClient::health(milliseconds timeout) {
 }
 
 Result<ExecResult> AgentClient::exec(const ExecRequest& request, std::stop_token stop) {
-  return cancellable<ExecResult>(io_, stop, [&]() -> kj::Promise<Result<ExecResult>> {
+  return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.execRequest();
     fill_request(req.initRequest(), request);
     return req.send().then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); });
@@ -298,7 +318,7 @@ Result<ExecResult> AgentClient::exec(const ExecRequest& request, std::stop_token
 
 Result<ExecResult> AgentClient::exec_stream(const ExecRequest& request, OutputCallback on_output,
                                             std::stop_token stop) {
-  return cancellable<ExecResult>(io_, stop, [&]() -> kj::Promise<Result<ExecResult>> {
+  return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.execStreamRequest();
     fill_request(req.initRequest(), request);
     req.setSink(kj::heap<SinkImpl>(std::move(on_output)));
@@ -307,7 +327,7 @@ Result<ExecResult> AgentClient::exec_stream(const ExecRequest& request, OutputCa
 }
 
 Result<uint32_t> AgentClient::start_process(const ExecRequest& request) {
-  return on_io<uint32_t>(io_, [&]() -> kj::Promise<Result<uint32_t>> {
+  return call<uint32_t>([&]() -> kj::Promise<Result<uint32_t>> {
     auto req = conn_->agent.startProcessRequest();
     fill_request(req.initRequest(), request);
     return with_deadline<uint32_t>(io_, req.send().then([](auto r) -> Result<uint32_t> {
@@ -318,7 +338,7 @@ Result<uint32_t> AgentClient::start_process(const ExecRequest& request) {
 }
 
 Result<ExecResult> AgentClient::wait_process(uint32_t pid) {
-  return on_io<ExecResult>(io_, [&]() -> kj::Promise<Result<ExecResult>> {
+  return call<ExecResult>([&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.waitProcessRequest();
     req.setPid(pid);
     return req.send().then([](auto r) -> Result<ExecResult> {
@@ -329,7 +349,7 @@ Result<ExecResult> AgentClient::wait_process(uint32_t pid) {
 }
 
 Status AgentClient::kill_process(uint32_t pid, int signal) {
-  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.killProcessRequest();
     req.setPid(pid);
     req.setSignal(signal);
@@ -341,7 +361,7 @@ Status AgentClient::kill_process(uint32_t pid, int signal) {
 }
 
 Result<ExecResult> AgentClient::stream_process(uint32_t pid, OutputCallback on_output, std::stop_token stop) {
-  return cancellable<ExecResult>(io_, stop, [&]() -> kj::Promise<Result<ExecResult>> {
+  return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.streamProcessRequest();
     req.setPid(pid);
     req.setSink(kj::heap<SinkImpl>(std::move(on_output)));
@@ -354,7 +374,7 @@ Result<ExecResult> AgentClient::stream_process(uint32_t pid, OutputCallback on_o
 
 Result<std::vector<ProcessInfo>> AgentClient::list_processes() {
   using V = std::vector<ProcessInfo>;
-  return on_io<V>(io_, [&]() -> kj::Promise<Result<V>> {
+  return call<V>([&]() -> kj::Promise<Result<V>> {
     return with_deadline<V>(io_, conn_->agent.listProcessesRequest().send().then([](auto r) -> Result<V> {
       V out;
       for (auto p : r.getProcesses())
@@ -407,14 +427,14 @@ kj::Promise<Result<Ok>> write_rest(w::Agent::Client agent, std::string path, std
 }  // namespace
 
 Result<std::string> AgentClient::read_file(const std::string& path, uint64_t max_bytes) {
-  return on_io<std::string>(io_, [&]() {
+  return call<std::string>([&]() {
     return with_deadline<std::string>(io_, read_rest(conn_->agent, path, kj::heap<std::string>(), max_bytes),
                                       kCallTimeout * 4, "readFile");
   });
 }
 
 Status AgentClient::write_file(const std::string& path, std::string_view data, uint32_t mode, bool make_parents) {
-  return on_io<Ok>(io_, [&]() {
+  return call<Ok>([&]() {
     return with_deadline<Ok>(io_, write_rest(conn_->agent, path, data, 0, mode, make_parents), kCallTimeout * 4,
                              "writeFile");
   });
@@ -422,7 +442,7 @@ Status AgentClient::write_file(const std::string& path, std::string_view data, u
 
 Result<std::vector<FileStat>> AgentClient::list_dir(const std::string& path) {
   using V = std::vector<FileStat>;
-  return on_io<V>(io_, [&]() -> kj::Promise<Result<V>> {
+  return call<V>([&]() -> kj::Promise<Result<V>> {
     auto req = conn_->agent.listDirRequest();
     req.setPath(path);
     return with_deadline<V>(io_, req.send().then([](auto r) -> Result<V> {
@@ -435,7 +455,7 @@ Result<std::vector<FileStat>> AgentClient::list_dir(const std::string& path) {
 }
 
 Result<FileStat> AgentClient::stat(const std::string& path) {
-  return on_io<FileStat>(io_, [&]() -> kj::Promise<Result<FileStat>> {
+  return call<FileStat>([&]() -> kj::Promise<Result<FileStat>> {
     auto req = conn_->agent.statRequest();
     req.setPath(path);
     return with_deadline<FileStat>(io_, req.send().then([](auto r) -> Result<FileStat> {
@@ -454,7 +474,7 @@ Result<Ok> file_status(Resp& r) {
 }  // namespace
 
 Status AgentClient::remove(const std::string& path, bool recursive) {
-  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.removeRequest();
     req.setPath(path);
     req.setRecursive(recursive);
@@ -463,7 +483,7 @@ Status AgentClient::remove(const std::string& path, bool recursive) {
 }
 
 Status AgentClient::rename(const std::string& from, const std::string& to) {
-  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.renameRequest();
     req.setFrom(from);
     req.setTo(to);
@@ -472,7 +492,7 @@ Status AgentClient::rename(const std::string& from, const std::string& to) {
 }
 
 Status AgentClient::mkdir(const std::string& path, bool parents, uint32_t mode) {
-  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.mkdirRequest();
     req.setPath(path);
     req.setParents(parents);
@@ -482,7 +502,7 @@ Status AgentClient::mkdir(const std::string& path, bool parents, uint32_t mode) 
 }
 
 Status AgentClient::set_clock(int64_t unix_nanos) {
-  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.setClockRequest();
     req.setUnixNanos(unix_nanos);
     return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout, "setClock");
@@ -490,7 +510,7 @@ Status AgentClient::set_clock(int64_t unix_nanos) {
 }
 
 Status AgentClient::reseed_rng(std::string_view entropy) {
-  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.reseedRngRequest();
     req.setEntropy(kj::arrayPtr(reinterpret_cast<const kj::byte*>(entropy.data()), entropy.size()));
     return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout,
@@ -498,8 +518,27 @@ Status AgentClient::reseed_rng(std::string_view entropy) {
   });
 }
 
+Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname) {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
+    kj::Vector<kj::Promise<void>> calls;
+    auto clock = conn_->agent.setClockRequest();
+    clock.setUnixNanos(unix_nanos);
+    calls.add(clock.send().ignoreResult());
+    auto seed = conn_->agent.reseedRngRequest();
+    seed.setEntropy(kj::arrayPtr(reinterpret_cast<const kj::byte*>(entropy.data()), entropy.size()));
+    calls.add(seed.send().ignoreResult());
+    if (!hostname.empty()) {
+      auto h = conn_->agent.setHostnameRequest();
+      h.setHostname(hostname);
+      calls.add(h.send().ignoreResult());
+    }
+    return with_deadline<Ok>(io_, kj::joinPromises(calls.releaseAsArray()).then([]() { return Result<Ok>(Ok{}); }),
+                             kCallTimeout, "afterRestore");
+  });
+}
+
 Status AgentClient::set_hostname(const std::string& hostname) {
-  return on_io<Ok>(io_, [&]() -> kj::Promise<Result<Ok>> {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.setHostnameRequest();
     req.setHostname(hostname);
     return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout,

@@ -3,6 +3,7 @@
 // Output callbacks run on the IoThread: they must be quick and must not call back into the driver.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -106,12 +107,19 @@ class AgentClient {
   Status set_clock(int64_t unix_nanos);
   Status reseed_rng(std::string_view entropy);
   Status set_hostname(const std::string& hostname);
+  // set_clock + reseed_rng + set_hostname (when not empty), sent together: one round trip.
+  Status after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname);
   // Ends the agent's RPC session (wire/agent.capnp endSession): calls in flight are cancelled and
   // the agent waits for the next session preamble, holding no state of this host. Afterwards this
   // client only accepts destruction: the VM can be snapshotted, or the channel reconnected.
   Status end_session(std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // end_session(), then a fresh session on the same channel.
   Status reset_session(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // Starts a fresh session after end_session().
+  Status start_session();
+
+  // Calls in progress (from any thread). With none, end_session() cancels nothing.
+  int in_flight() const { return in_flight_.load(); }
 
   // Deadline for calls that are not commands (files, health after boot, control).
   static constexpr std::chrono::milliseconds kCallTimeout{30000};
@@ -121,8 +129,14 @@ class AgentClient {
  private:
   AgentClient(IoThread& io, std::unique_ptr<Conn> conn);
 
+  template <typename T, typename F>
+  Result<T> call(F&& f);
+  template <typename T, typename F>
+  Result<T> call_cancellable(std::stop_token stop, F&& f);
+
   IoThread& io_;
   std::unique_ptr<Conn> conn_;
+  std::atomic<int> in_flight_{0};
 };
 
 }  // namespace pandastack::vmm

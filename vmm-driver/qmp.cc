@@ -30,6 +30,9 @@ Result<std::unique_ptr<QmpClient>> QmpClient::connect(const std::string& socket_
       if (!greeting) return greeting.error();
       if (!greeting->has("QMP"))
         return make_error(ErrorCode::qmp_error, "unexpected QMP greeting: " + greeting->dump());
+      const Json& v = (*greeting)["QMP"]["version"]["qemu"];
+      c->version_ = std::to_string(v["major"].as_int()) + "." + std::to_string(v["minor"].as_int()) + "." +
+                    std::to_string(v["micro"].as_int());
       auto caps = c->execute("qmp_capabilities", {}, duration_cast<milliseconds>(until - steady_clock::now()));
       if (!caps) return caps.error();
       return c;

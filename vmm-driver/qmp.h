@@ -32,6 +32,9 @@ class QmpClient {
   Result<wire::Json> wait_event(const std::string& name, const std::function<bool(const wire::Json&)>& match,
                                 std::chrono::milliseconds timeout);
 
+  // QEMU's version from the greeting ("7.2.22").
+  const std::string& qemu_version() const { return version_; }
+
   // Asynchronous events received while waiting for replies, oldest first.
   std::vector<wire::Json> take_events();
 
@@ -40,6 +43,7 @@ class QmpClient {
   Result<wire::Json> read_message(std::chrono::steady_clock::time_point deadline);
 
   int fd_;
+  std::string version_;
   std::string buffer_;
   std::vector<wire::Json> events_;
 };

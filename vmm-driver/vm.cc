@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +18,8 @@
 #include <thread>
 
 #include "vmm-driver/io_thread.h"
+#include "vmm-driver/qcow2.h"
+#include "vmm-driver/snapshot.h"
 
 namespace pandastack::vmm {
 
@@ -35,7 +40,7 @@ unsigned host_tsc_khz() {
   return 0;
 }
 
-std::vector<std::string> qemu_boot_args(const VmConfig& c) {
+std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
   const std::string run = c.run_dir.string();
   const std::string mem = std::to_string(c.memory_mib) + "M";
   // mitigations=off: the guest kernel only isolates the sandbox's own processes from each other;
@@ -54,7 +59,9 @@ std::vector<std::string> qemu_boot_args(const VmConfig& c) {
     if (const char* e = std::getenv("PANDASTACK_CPU")) cpu = e;
   }
   if (cpu.empty()) cpu = c.accel == Accel::kvm ? "host" : "max";
-  return {
+  // Guest RAM in a file of the run folder, shared: a snapshot is its device state plus this file.
+  const std::string mem_backend = "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + run + "/mem,share=on";
+  std::vector<std::string> args = {
       c.qemu_binary,
       "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
       "-machine", "microvm,accel=" + accel + ",memory-backend=mem",
@@ -62,11 +69,13 @@ std::vector<std::string> qemu_boot_args(const VmConfig& c) {
       "-smp", std::to_string(c.vcpus),
       "-m", mem,
       // Guest RAM in a file: the snapshot path keeps it there and maps it copy-on-write.
-      "-object", "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + run + "/mem,share=on",
+      "-object", mem_backend,
       "-kernel", c.kernel.string(),
       "-initrd", c.initramfs.string(),
       "-append", append,
-      "-drive", "id=root,file=" + run + "/disk.qcow2,format=qcow2,if=none,discard=unmap",
+      // The driver alone decides who opens which image: QEMU's image locking would stop a snapshot
+      // sink from opening the disk its source still holds.
+      "-drive", "id=root,file=" + run + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off",
       "-device", "virtio-blk-device,drive=root",
       "-device", "virtio-serial-device",
       "-chardev", "socket,id=agent,path=" + run + "/agent.sock,server=on,wait=off",
@@ -75,6 +84,11 @@ std::vector<std::string> qemu_boot_args(const VmConfig& c) {
       "-serial", "chardev:console",
       "-qmp", "unix:" + run + "/qmp.sock,server=on,wait=off",
   };
+  if (incoming) {
+    args.push_back("-incoming");
+    args.push_back("defer");
+  }
+  return args;
 }
 
 namespace {
@@ -122,25 +136,94 @@ Status run_tool(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
-  for (auto* p : {&config.kernel, &config.initramfs, &config.rootfs}) {
+namespace {
+
+// Links `from` to `to` (same file system), else copies it.
+Status link_or_copy(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::create_hard_link(from, to, ec);
+  if (!ec) return Ok{};
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot copy " + from.string() + " to " + to.string() + ": " + ec.message());
+  return Ok{};
+}
+
+std::string random_hex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (::getrandom(raw.data(), raw.size(), 0) != ssize_t(raw.size())) raw.assign(bytes, '\x5a');
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+// An empty overlay on a given backing file is always the same few hundred KiB: make it once with
+// qemu-img (`backing_name` as the header will name it, resolved from `cache`'s folder), then copy.
+Status overlay_from_cache(const fs::path& cache, const std::string& backing_name, const fs::path& to) {
+  std::error_code ec;
+  if (!fs::exists(cache)) {
+    fs::path tmp = cache.string() + ".tmp-" + random_hex(6);
+    auto made = run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", backing_name, tmp.string()});
+    if (!made) return made;
+    fs::rename(tmp, cache, ec);
+    if (ec) return make_error(ErrorCode::io_error, "cannot install " + cache.string() + ": " + ec.message());
+  }
+  fs::copy_file(cache, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create overlay " + to.string() + ": " + ec.message());
+  return Ok{};
+}
+
+}  // namespace
+
+Status Vm::prepare(const Snapshot* snap) {
+  const VmConfig& c = config_;
+  for (auto* p : {&c.kernel, &c.initramfs}) {
     if (!fs::exists(*p)) return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
   }
-  if ((config.run_dir / "agent.sock").string().size() >= 108)
-    return make_error(ErrorCode::invalid_argument, "run dir path too long for unix sockets: " + config.run_dir.string());
+  if ((c.run_dir / "agent.sock").string().size() >= 108)
+    return make_error(ErrorCode::invalid_argument, "run dir path too long for unix sockets: " + c.run_dir.string());
   std::error_code ec;
-  fs::remove_all(config.run_dir, ec);
-  fs::create_directories(config.run_dir, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + config.run_dir.string() + ": " + ec.message());
+  fs::remove_all(c.run_dir, ec);
+  fs::create_directories(c.run_dir, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + c.run_dir.string() + ": " + ec.message());
+  active_overlay_ = c.run_dir / "disk.qcow2";
+  if (snap == nullptr) {
+    auto base = fs::absolute(c.rootfs);
+    if (!fs::exists(base)) return make_error(ErrorCode::invalid_argument, "missing guest image file: " + base.string());
+    layers_.clear();
+    return overlay_from_cache(base.string() + ".overlay", base.string(), active_overlay_);
+  }
+  for (auto& l : snap->layers) {
+    auto linked = link_or_copy(snap->dir / l, c.run_dir / l);
+    if (!linked) return linked;
+  }
+  layers_ = snap->layers;
+  fs::path cached = snap->dir / "overlay.qcow2";
+  if (!fs::exists(cached)) {
+    // Every disk of a template has the root filesystem's size: take the root filesystem's empty
+    // overlay and name the snapshot's top layer as its backing file (no qemu-img run).
+    auto base = qcow2::backing_file(snap->dir / layers_.front());
+    if (!base) return base.error();
+    fs::path tmp = cached.string() + ".tmp-" + random_hex(6);
+    auto made = overlay_from_cache(*base + ".overlay", *base, tmp);
+    if (made) made = qcow2::set_backing_file(tmp, layers_.back());
+    if (!made) {
+      fs::remove(tmp, ec);
+      return made;
+    }
+    fs::rename(tmp, cached, ec);
+    if (ec) return make_error(ErrorCode::io_error, "cannot install " + cached.string() + ": " + ec.message());
+  }
+  fs::copy_file(cached, active_overlay_, fs::copy_options::overwrite_existing, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create overlay " + active_overlay_.string() + ": " + ec.message());
+  return Ok{};
+}
 
-  std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
-  const VmConfig& c = vm->config_;
-  auto overlay = run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-                           fs::absolute(c.rootfs).string(), (c.run_dir / "disk.qcow2").string()});
-  if (!overlay) return overlay.error();  // ~Vm removes the run dir
-
-  auto args = qemu_boot_args(c);
-  auto started = steady_clock::now();
+Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point deadline) {
+  const VmConfig& c = config_;
   int log_fd = ::open((c.run_dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
@@ -164,50 +247,88 @@ Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
   }
   if (log_fd >= 0) ::close(log_fd);
   if (pid < 0) return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
-  vm->pid_ = pid;
+  pid_ = pid;
   spdlog::debug("vm {}: spawned qemu pid {} accel={}", c.name, pid, to_string(c.accel));
-
-  auto fail = [&](ErrorCode code, const std::string& what) -> Error {
-    std::string msg = what;
-    std::string qlog = tail_of(c.run_dir / "qemu.log", 2048);
-    if (!qlog.empty()) msg += "\n--- qemu ---\n" + qlog;
-    msg += "\n--- guest console (tail) ---\n" + vm->console_tail(3000);
-    spdlog::warn("vm {}: boot failed: {}", c.name, what);
-    return make_error(code, msg);
-  };
-
-  auto deadline = started + c.boot_timeout;
-  auto left = [&] { return duration_cast<milliseconds>(deadline - steady_clock::now()); };
-  auto qmp = QmpClient::connect((c.run_dir / "qmp.sock").string(), std::min(left(), milliseconds(10000)));
+  auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+  auto qmp = QmpClient::connect((c.run_dir / "qmp.sock").string(), std::max(milliseconds(1), std::min(left, milliseconds(10000))));
   if (!qmp) {
-    if (!vm->alive()) return fail(ErrorCode::spawn_failed, "QEMU exited at start: " + qmp.error().message);
-    return fail(ErrorCode::boot_failed, "QEMU did not answer QMP within " +
-                                            std::to_string(c.boot_timeout.count()) + " ms: " + qmp.error().message);
+    if (!alive()) return failure(ErrorCode::spawn_failed, "QEMU exited at start: " + qmp.error().message);
+    return failure(ErrorCode::boot_failed, "QEMU did not answer QMP within " +
+                                               std::to_string(c.boot_timeout.count()) + " ms: " + qmp.error().message);
   }
-  vm->qmp_ = std::move(*qmp);
-  auto agent = AgentClient::connect(io, (c.run_dir / "agent.sock").string(), std::min(left(), milliseconds(5000)));
-  if (!agent) return fail(ErrorCode::boot_failed, agent.error().message);
-  vm->agent_ = std::move(*agent);
+  qmp_ = std::move(*qmp);
+  qemu_version_ = qmp_->qemu_version();
+  return Ok{};
+}
 
-  // Wait for the agent, watching that QEMU is still there (a panicking guest makes it exit).
-  for (;;) {
-    auto h = vm->agent_->health(milliseconds(50));
-    if (h) break;
-    if (h.error().code != ErrorCode::timeout) return fail(ErrorCode::boot_failed, h.error().message);
-    if (!vm->alive()) return fail(ErrorCode::boot_failed, "QEMU exited during boot");
-    if (left().count() <= 0)
-      return fail(ErrorCode::boot_failed,
-                  "guest agent did not answer within " + std::to_string(c.boot_timeout.count()) + " ms");
+Error Vm::failure(ErrorCode code, const std::string& what) {
+  std::string msg = what;
+  std::string qlog = tail_of(config_.run_dir / "qemu.log", 2048);
+  if (!qlog.empty()) msg += "\n--- qemu ---\n" + qlog;
+  msg += "\n--- guest console (tail) ---\n" + console_tail(3000);
+  spdlog::warn("vm {}: failed: {}", config_.name, what);
+  return make_error(code, msg);
+}
+
+Status Vm::connect_agent(steady_clock::time_point deadline) {
+  auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+  auto agent = AgentClient::connect(io_, (config_.run_dir / "agent.sock").string(),
+                                    std::max(milliseconds(1), std::min(left, milliseconds(5000))));
+  if (!agent) return failure(ErrorCode::boot_failed, agent.error().message);
+  agent_ = std::move(*agent);
+  return Ok{};
+}
+
+Status Vm::wait_agent(steady_clock::time_point deadline) {
+  auto left = [&] { return duration_cast<milliseconds>(deadline - steady_clock::now()); };
+  for (int attempt = 0;; ++attempt) {
+    if (!agent_) {
+      auto c = connect_agent(deadline);
+      if (!c) return c;
+    }
+    // Wait for the agent, watching that QEMU is still there (a panicking guest makes it exit).
+    for (;;) {
+      auto h = agent_->health(milliseconds(50));
+      if (h) return Ok{};
+      if (h.error().code != ErrorCode::timeout) {
+        // A restored agent may have been mid-session: our preamble ended that stale session
+        // and it now waits for a new one. Start again on a fresh connection.
+        if (attempt < 3 && alive()) {
+          spdlog::debug("vm {}: agent session dropped ({}), reconnecting", config_.name, h.error().message);
+          agent_.reset();
+          break;
+        }
+        return failure(ErrorCode::boot_failed, h.error().message);
+      }
+      if (!alive()) return failure(ErrorCode::boot_failed, "QEMU exited before the guest agent answered");
+      if (left().count() <= 0)
+        return failure(ErrorCode::boot_failed,
+                       "guest agent did not answer within " + std::to_string(config_.boot_timeout.count()) + " ms");
+    }
   }
+}
+
+Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
+  for (auto* p : {&config.kernel, &config.initramfs, &config.rootfs})
+    if (!fs::exists(*p)) return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
+  std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
+  auto started = steady_clock::now();
+  auto deadline = started + vm->config_.boot_timeout;
+  auto prepared = vm->prepare(nullptr);
+  if (!prepared) return prepared.error();  // ~Vm removes the run dir
+  auto spawned = vm->spawn(qemu_args(vm->config_), deadline);
+  if (!spawned) return spawned.error();
+  auto attached = vm->wait_agent(deadline);
+  if (!attached) return attached.error();
   vm->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
-  spdlog::info("vm {}: booted in {} ms (accel={}, pid={})", c.name, vm->boot_time_.count() / 1000,
-               to_string(c.accel), pid);
+  spdlog::info("vm {}: booted in {} ms (accel={}, pid={})", vm->config_.name, vm->boot_time_.count() / 1000,
+               to_string(vm->config_.accel), vm->pid_);
   return vm;
 }
 
 Vm::~Vm() { kill_and_clean(); }
 
-void Vm::kill_and_clean() {
+void Vm::kill_qemu() {
   agent_.reset();
   qmp_.reset();
   if (pid_ > 0) {
@@ -217,7 +338,16 @@ void Vm::kill_and_clean() {
     }
     pid_ = -1;
   }
+}
+
+void Vm::kill_and_clean() {
+  kill_qemu();
   std::error_code ec;
+  if (!consumed_from_.empty()) {
+    // A wake that failed: the hibernated RAM file goes back where it came from.
+    fs::rename(config_.run_dir / "mem", consumed_from_ / "mem", ec);
+    consumed_from_.clear();
+  }
   fs::remove_all(config_.run_dir, ec);
   if (ec) spdlog::warn("vm {}: cannot remove {}: {}", config_.name, config_.run_dir.string(), ec.message());
 }
@@ -279,6 +409,383 @@ Accel detect_accel(IoThread& io, const VmConfig& probe, milliseconds deadline, c
   spdlog::info("accelerator: tcg (a probe boot under KVM failed: {})",
                vm.error().message.substr(0, vm.error().message.find('\n')));
   return Accel::tcg;
+}
+
+Status copy_ram_file(const fs::path& from, const fs::path& to) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return make_error(ErrorCode::io_error, "cannot open " + from.string() + ": " + strerror(errno));
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out < 0) {
+    ::close(in);
+    return make_error(ErrorCode::io_error, "cannot create " + to.string() + ": " + strerror(errno));
+  }
+  Status st = Ok{};
+  struct stat sb{};
+  ::fstat(in, &sb);
+  if (::ftruncate(out, sb.st_size) != 0) st = make_error(ErrorCode::io_error, std::string("ftruncate: ") + strerror(errno));
+  off_t pos = 0;
+  bool kernel_copy = true;
+  std::vector<char> buffer(1 << 20);
+  while (st && pos < sb.st_size) {
+    off_t data = ::lseek(in, pos, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: only a hole is left
+    off_t hole = ::lseek(in, data, SEEK_HOLE);
+    if (hole < 0) hole = sb.st_size;
+    off_t src = data, dst = data;
+    while (src < hole && kernel_copy) {
+      ssize_t n = ::copy_file_range(in, &src, out, &dst, size_t(hole - src), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) {
+        kernel_copy = false;  // across file systems: copy through a buffer below
+        break;
+      }
+      if (n <= 0) {
+        st = make_error(ErrorCode::io_error, "copy " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
+        break;
+      }
+    }
+    while (st && src < hole) {
+      size_t want = size_t(std::min<off_t>(hole - src, off_t(buffer.size())));
+      ssize_t n = ::pread(in, buffer.data(), want, src);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        st = make_error(ErrorCode::io_error, "read " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
+        break;
+      }
+      // Write only non-zero pages, so the copy stays sparse.
+      for (ssize_t off = 0; off < n && st; off += 4096) {
+        size_t len = size_t(std::min<ssize_t>(4096, n - off));
+        const char* p = buffer.data() + off;
+        if (p[0] == 0 && std::memcmp(p, p + 1, len - 1) == 0) continue;
+        if (::pwrite(out, p, len, src + off) != ssize_t(len))
+          st = make_error(ErrorCode::io_error, "write " + to.string() + ": " + strerror(errno));
+      }
+      src += n;
+    }
+    pos = hole;
+  }
+  ::close(in);
+  ::close(out);
+  if (!st) ::unlink(to.c_str());
+  return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots: bake, restore, snapshot (fork), hibernate.
+
+namespace {
+
+Status set_ignore_shared(QmpClient& q, bool on) {
+  wire::Json cap = wire::Json::object();
+  cap.set("capability", "x-ignore-shared");
+  cap.set("state", on);
+  wire::Json caps = wire::Json::array();
+  caps.push(cap);
+  wire::Json args = wire::Json::object();
+  args.set("capabilities", caps);
+  auto r = q.execute("migrate-set-capabilities", args);
+  if (!r) return r.error();
+  return Ok{};
+}
+
+// Polls query-migrate until the (outgoing or incoming) migration completed.
+Status wait_migration(QmpClient& q, milliseconds timeout) {
+  auto deadline = steady_clock::now() + timeout;
+  for (;;) {
+    auto r = q.execute("query-migrate");
+    if (!r) return r.error();
+    const std::string& status = (*r)["status"].as_string();
+    if (status == "completed") return Ok{};
+    if (status == "failed" || status == "cancelled")
+      return make_error(ErrorCode::qmp_error, "migration " + status + ": " + (*r)["error-desc"].as_string());
+    if (steady_clock::now() > deadline) return make_error(ErrorCode::timeout, "migration did not complete (" + status + ")");
+    std::this_thread::sleep_for(microseconds(500));
+  }
+}
+
+Status pass_fd(QmpClient& q, const std::string& name, int fd) {
+  wire::Json args = wire::Json::object();
+  args.set("fdname", name);
+  auto r = q.execute("getfd", args, seconds(10), fd);
+  if (!r) return r.error();
+  return Ok{};
+}
+
+Status migrate_to(QmpClient& q, const std::string& fdname) {
+  wire::Json args = wire::Json::object();
+  args.set("uri", "fd:" + fdname);
+  auto r = q.execute("migrate", args);
+  if (!r) return r.error();
+  return Ok{};
+}
+
+// Saves the (stopped) VM's device state to `file` (RAM excluded when ignore-shared is on).
+Status save_state(QmpClient& q, const fs::path& file) {
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(ErrorCode::io_error, "cannot create " + file.string() + ": " + strerror(errno));
+  auto passed = pass_fd(q, "state", fd);
+  ::close(fd);  // QEMU has its own copy now
+  if (!passed) return passed;
+  auto m = migrate_to(q, "state");
+  if (!m) return m;
+  return wait_migration(q, seconds(60));
+}
+
+Status simple(QmpClient& q, const std::string& cmd) {
+  auto r = q.execute(cmd);
+  if (!r) return r.error();
+  return Ok{};
+}
+
+Status move_file(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (!ec) return Ok{};
+  auto s = link_or_copy(from, to);
+  if (!s) return s;
+  fs::remove(from, ec);
+  return Ok{};
+}
+
+int64_t unix_ms() { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); }
+
+}  // namespace
+
+Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmConfig config, bool consume) {
+  std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
+  auto deadline = steady_clock::now() + vm->config_.boot_timeout;
+  auto compatible = snap.check_compatible(vm->config_, "");
+  if (!compatible) return compatible.error();
+  auto t0 = steady_clock::now();
+  auto prepared = vm->prepare(&snap);
+  if (!prepared) return prepared.error();
+  auto t1 = steady_clock::now();
+  auto mem = vm->config_.run_dir / "mem";
+  if (consume) {
+    std::error_code ec;
+    fs::rename(snap.mem(), mem, ec);
+    if (ec) return make_error(ErrorCode::io_error, "cannot take RAM file of " + snap.dir.string() + ": " + ec.message());
+    vm->consumed_from_ = snap.dir;
+  } else {
+    auto copied = copy_ram_file(snap.mem(), mem);
+    if (!copied) return copied.error();
+  }
+  auto t2 = steady_clock::now();
+  auto spawned = vm->spawn(qemu_args(vm->config_, true), deadline);
+  if (!spawned) return spawned.error();
+  spdlog::debug("vm {}: prespawn: overlay {} us, RAM file {} us, qemu+qmp {} us", vm->config_.name,
+                duration_cast<microseconds>(t1 - t0).count(), duration_cast<microseconds>(t2 - t1).count(),
+                duration_cast<microseconds>(steady_clock::now() - t2).count());
+  compatible = snap.check_compatible(vm->config_, vm->qemu_version_);
+  if (!compatible) return compatible.error();
+  auto caps = set_ignore_shared(*vm->qmp_, true);
+  if (!caps) return caps.error();
+  // Connect the agent channel before the state loads: the restored port then never sees a host
+  // hang-up, and the preamble is waiting when the guest resumes.
+  auto connected = vm->connect_agent(deadline);
+  if (!connected) return connected.error();
+  return vm;
+}
+
+Status Vm::load(const Snapshot& snap) {
+  auto started = steady_clock::now();
+  auto deadline = started + config_.boot_timeout;
+  int fd = ::open(snap.state().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(ErrorCode::io_error, "cannot open " + snap.state().string() + ": " + strerror(errno));
+  auto passed = pass_fd(*qmp_, "state", fd);
+  ::close(fd);
+  if (!passed) return passed;
+  wire::Json args = wire::Json::object();
+  args.set("uri", "fd:state");
+  auto incoming = qmp_->execute("migrate-incoming", args);
+  if (!incoming) return failure(ErrorCode::qmp_error, incoming.error().message);
+  auto done = wait_migration(*qmp_, seconds(60));
+  if (!done) return failure(done.error().code, "loading snapshot state: " + done.error().message);
+  auto t_loaded = steady_clock::now();
+  auto cont = simple(*qmp_, "cont");
+  if (!cont) return cont;
+  spdlog::debug("vm {}: cont took {} us", config_.name, duration_cast<microseconds>(steady_clock::now() - t_loaded).count());
+  auto attached = wait_agent(deadline);
+  if (!attached) return attached;
+  auto t_agent = steady_clock::now();
+  // A restored guest has the snapshot's clock and shares its random state with every other
+  // restore of it: fix both (and the hostname) before anyone uses the guest.
+  std::string entropy(64, '\0');
+  if (::getrandom(entropy.data(), entropy.size(), 0) != ssize_t(entropy.size()))
+    return make_error(ErrorCode::io_error, "getrandom failed");
+  auto fixed = agent_->after_restore(duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(),
+                                     entropy, config_.hostname);
+  if (!fixed) return fixed;
+  auto t_end = steady_clock::now();
+  spdlog::debug("vm {}: load: state {} us, cont+agent {} us, fixups {} us", config_.name,
+                duration_cast<microseconds>(t_loaded - started).count(),
+                duration_cast<microseconds>(t_agent - t_loaded).count(),
+                duration_cast<microseconds>(t_end - t_agent).count());
+  boot_time_ += duration_cast<microseconds>(t_end - started);
+  if (!consumed_from_.empty()) {
+    remove_snapshot(consumed_from_);
+    consumed_from_.clear();
+  }
+  return Ok{};
+}
+
+Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmConfig config, bool consume) {
+  auto started = steady_clock::now();
+  auto vm = prespawn(io, snap, std::move(config), consume);
+  if (!vm) return vm.error();
+  auto loaded = (*vm)->load(snap);
+  if (!loaded) return loaded.error();
+  (*vm)->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
+  spdlog::debug("vm {}: restored from {} in {} us", (*vm)->config_.name, snap.dir.string(), (*vm)->boot_time_.count());
+  return vm;
+}
+
+Status Vm::freeze_disk(const fs::path& dir) {
+  auto next = config_.run_dir / ("disk-" + std::to_string(++overlay_seq_) + ".qcow2");
+  wire::Json args = wire::Json::object();
+  args.set("device", "root");
+  args.set("snapshot-file", next.string());
+  args.set("format", "qcow2");
+  auto r = qmp_->execute("blockdev-snapshot-sync", args);
+  if (!r) return r.error();
+  auto frozen = active_overlay_;
+  active_overlay_ = next;
+  // The frozen overlay becomes a layer: a unique name, its parent named relatively (the oldest
+  // layer keeps the absolute path of the template's root filesystem).
+  std::string name = "layer-" + random_hex(8) + ".qcow2";
+  auto linked = link_or_copy(frozen, config_.run_dir / name);
+  if (!linked) return linked;
+  if (!layers_.empty()) {
+    auto rebased = qcow2::set_backing_file(config_.run_dir / name, layers_.back());
+    if (!rebased) return rebased;
+  }
+  layers_.push_back(name);
+  for (auto& l : layers_) {
+    auto s = link_or_copy(config_.run_dir / l, dir / l);
+    if (!s) return s;
+  }
+  return link_or_copy(config_.run_dir / name, dir / "disk.qcow2");
+}
+
+Status Vm::save_paused(Snapshot& snap, const std::string& origin) {
+  Status st = freeze_disk(snap.dir);
+  if (st) st = set_ignore_shared(*qmp_, true);
+  if (st) st = save_state(*qmp_, snap.state());
+  if (!st) return st;
+  snap.qemu_version = qemu_version_;
+  snap.accel = config_.accel;
+  snap.memory_mib = config_.memory_mib;
+  snap.vcpus = config_.vcpus;
+  snap.kernel = fs::absolute(config_.kernel).string();
+  snap.initramfs = fs::absolute(config_.initramfs).string();
+  snap.origin = origin + ":" + config_.name;
+  snap.layers = layers_;
+  snap.created_unix_ms = unix_ms();
+  return Ok{};
+}
+
+Result<Snapshot> Vm::snapshot(const fs::path& dir) {
+  auto t0 = steady_clock::now();
+  std::error_code ec;
+  if (fs::exists(dir)) return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
+  fs::create_directories(dir, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  Snapshot snap;
+  snap.dir = fs::absolute(dir);
+  // With no call in flight, hand the agent's session back first: the snapshot then holds an agent
+  // waiting for a new session, and restores attach without a retry. (With calls in flight the
+  // session stays; restores end the stale copy of it and reconnect.)
+  bool quiesced = false;
+  if (agent_ && agent_->in_flight() == 0) quiesced = bool(agent_->end_session());
+  auto stopped = simple(*qmp_, "stop");
+  Status st = stopped;
+  auto t_stopped = steady_clock::now();
+  if (st) st = save_paused(snap, "snapshot");
+  auto t_state = steady_clock::now();
+  // The guest is paused: its RAM file is consistent with the device state just saved.
+  if (st) st = copy_ram_file(config_.run_dir / "mem", snap.mem());
+  auto t_ram = steady_clock::now();
+  Status resumed = stopped ? simple(*qmp_, "cont") : Status(Ok{});
+  if (quiesced) {
+    auto restarted = agent_->start_session();
+    if (!restarted) spdlog::warn("vm {}: agent session restart failed: {}", config_.name, restarted.error().message);
+  }
+  if (st) st = resumed;
+  if (st) st = snap.write_meta();
+  if (!st) {
+    remove_snapshot(dir);
+    return st.error();
+  }
+  spdlog::debug("vm {}: snapshot {}: stop {} us, disk+state {} us, RAM copy {} us, total paused {} us", config_.name,
+                dir.string(), duration_cast<microseconds>(t_stopped - t0).count(),
+                duration_cast<microseconds>(t_state - t_stopped).count(),
+                duration_cast<microseconds>(t_ram - t_state).count(),
+                duration_cast<microseconds>(steady_clock::now() - t_stopped).count());
+  return snap;
+}
+
+Result<Snapshot> Vm::hibernate(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir)) return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
+  fs::create_directories(dir, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  Snapshot snap;
+  snap.dir = fs::absolute(dir);
+  // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
+  if (agent_) (void)agent_->end_session();
+  Status st = simple(*qmp_, "stop");
+  if (st) st = save_paused(snap, "hibernate");
+  if (st) {
+    kill_qemu();  // nothing writes the RAM file any more: it becomes the snapshot's
+    st = move_file(config_.run_dir / "mem", snap.mem());
+  }
+  if (st) st = snap.write_meta();
+  if (!st) {
+    remove_snapshot(dir);
+    if (alive()) (void)simple(*qmp_, "cont");
+    return st.error();
+  }
+  kill_and_clean();
+  return snap;
+}
+
+Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
+  // Warm what every sandbox will use first, so it is in the snapshot's page cache.
+  ExecRequest warm;
+  warm.shell = "command -v python3 >/dev/null && python3 -c 'import os, sys, json, subprocess, pathlib' ; sync";
+  warm.timeout_ms = 120000;
+  auto w = agent_->exec(warm);
+  if (!w) return w.error();
+  auto ended = agent_->end_session();
+  if (!ended) return ended.error();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  Snapshot snap;
+  snap.dir = fs::absolute(dir);
+  Status st = simple(*qmp_, "stop");
+  if (st) st = set_ignore_shared(*qmp_, true);
+  if (st) st = save_state(*qmp_, snap.state());
+  if (!st) return st.error();
+  kill_qemu();  // nothing writes the RAM file or the disk any more
+  std::string layer = "layer-" + random_hex(8) + ".qcow2";
+  st = move_file(config_.run_dir / "mem", snap.mem());
+  if (st) st = move_file(active_overlay_, snap.dir / layer);
+  if (st) st = link_or_copy(snap.dir / layer, snap.disk());
+  if (!st) return st.error();
+  snap.layers = {layer};
+  snap.qemu_version = qemu_version_;
+  snap.accel = config_.accel;
+  snap.memory_mib = config_.memory_mib;
+  snap.vcpus = config_.vcpus;
+  snap.kernel = fs::absolute(config_.kernel).string();
+  snap.initramfs = fs::absolute(config_.initramfs).string();
+  snap.origin = origin;
+  snap.created_unix_ms = unix_ms();
+  auto meta = snap.write_meta();
+  if (!meta) return meta.error();
+  kill_and_clean();
+  return snap;
 }
 
 }  // namespace pandastack::vmm

@@ -25,6 +25,7 @@ const char* to_string(Accel a);
 
 struct VmConfig {
   std::string name;                    // for logs
+  std::string hostname;                // set in the guest after a restore (empty = leave as is)
   std::filesystem::path run_dir;       // created by boot(); removed with the Vm
   std::filesystem::path kernel;        // uncompressed vmlinux (PVH)
   std::filesystem::path initramfs;
@@ -39,16 +40,56 @@ struct VmConfig {
   bool die_with_parent = true;         // QEMU gets SIGKILL when the owning process dies
 };
 
-// The QEMU command line for a cold boot of `config` (exposed for tests and logs).
-std::vector<std::string> qemu_boot_args(const VmConfig& config);
+// The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device
+// state (`-incoming defer`). Guest RAM is always the run folder's `mem` file, mapped shared: a
+// restore puts the snapshot's RAM there first. Restore differs from boot only in `-incoming`: the
+// machine, devices and kernel must be identical for the state to load.
+std::vector<std::string> qemu_args(const VmConfig& config, bool incoming = false);
+inline std::vector<std::string> qemu_boot_args(const VmConfig& config) { return qemu_args(config); }
+
+// Copies a (sparse) RAM file: only its data extents, in the kernel (copy_file_range), so no page of
+// the copy is faulted in through a mapping. Holes stay holes.
+Status copy_ram_file(const std::filesystem::path& from, const std::filesystem::path& to);
 
 // Host TSC frequency in kHz from /proc/cpuinfo (0 when unknown).
 unsigned host_tsc_khz();
+
+struct Snapshot;
 
 class Vm {
  public:
   // Boots the guest and returns once its agent answers (or an error with the console's tail).
   static Result<std::unique_ptr<Vm>> boot(IoThread& io, VmConfig config);
+
+  // Creates a VM from a snapshot: a copy of its RAM file (or the file itself, when `consume`:
+  // a hibernated VM waking), a new overlay on its disk, its device state loaded; then the guest
+  // clock is set, its RNG reseeded from host entropy and its hostname set (config.hostname), so
+  // restores never share random state. Never boots. A consumed snapshot is removed once the VM
+  // runs (on failure its RAM file is put back).
+  static Result<std::unique_ptr<Vm>> restore(IoThread& io, const Snapshot& snapshot, VmConfig config,
+                                             bool consume = false);
+
+  // The first half of restore(): a QEMU process spawned and waiting for `snapshot`'s state
+  // (`-incoming defer`) with its RAM file in place. For pools of pre-spawned processes.
+  static Result<std::unique_ptr<Vm>> prespawn(IoThread& io, const Snapshot& snapshot, VmConfig config,
+                                              bool consume = false);
+  // The second half: loads the state into a prespawned VM and brings the guest up.
+  Status load(const Snapshot& snapshot);
+  // Names a prespawned VM before load() (logs, and the hostname set in the guest).
+  void set_identity(std::string name, std::string hostname) {
+    config_.name = std::move(name);
+    config_.hostname = std::move(hostname);
+  }
+
+  // Freezes the running guest into a new snapshot at `dir` (memory + disk) and lets it run on.
+  // The guest pauses while its device state is saved and its RAM file copied.
+  Result<Snapshot> snapshot(const std::filesystem::path& dir);
+  // Saves the guest into a snapshot at `dir` and stops QEMU: its RAM file moves into the snapshot
+  // (no copy). The Vm is dead afterwards (alive() is false); restore(..., consume=true) wakes it.
+  Result<Snapshot> hibernate(const std::filesystem::path& dir);
+  // For a freshly booted template VM: quiesces the agent and saves a snapshot whose RAM file is
+  // the VM's own (no copy). The Vm is dead afterwards.
+  Result<Snapshot> bake(const std::filesystem::path& dir, const std::string& origin);
   ~Vm();
   Vm(const Vm&) = delete;
   Vm& operator=(const Vm&) = delete;
@@ -56,6 +97,7 @@ class Vm {
   AgentClient& agent() { return *agent_; }
   QmpClient& qmp() { return *qmp_; }
   const VmConfig& config() const { return config_; }
+  const std::string& qemu_version() const { return qemu_version_; }
   pid_t pid() const { return pid_; }
   // Time from spawning QEMU to the agent's first answer.
   std::chrono::microseconds boot_time() const { return boot_time_; }
@@ -70,7 +112,24 @@ class Vm {
 
  private:
   Vm(IoThread& io, VmConfig config) : io_(io), config_(std::move(config)) {}
+  void kill_qemu();
   void kill_and_clean();
+  // Run folder + the disk: an empty qcow2 overlay on the template's root filesystem (`snap` null)
+  // or on a snapshot's disk layers (hard-linked into the run folder).
+  Status prepare(const Snapshot* snap);
+  // Spawns QEMU with `args` and connects QMP.
+  Status spawn(const std::vector<std::string>& args, std::chrono::steady_clock::time_point deadline);
+  Error failure(ErrorCode code, const std::string& what);
+  // Connects the agent channel (preamble and first health call sent; answered once the guest runs).
+  Status connect_agent(std::chrono::steady_clock::time_point deadline);
+  // Waits for the agent's answer, reconnecting when a stale session (restored from a snapshot
+  // taken mid-session) drops the first attempt.
+  Status wait_agent(std::chrono::steady_clock::time_point deadline);
+  // Stops the guest and freezes its disk: the active overlay becomes immutable (hard-linked into
+  // `dir` as disk.qcow2) and QEMU continues on a new overlay.
+  Status freeze_disk(const std::filesystem::path& dir);
+  // Saves the paused guest's device state and disk into `dir` and fills in `snap`'s metadata.
+  Status save_paused(Snapshot& snap, const std::string& origin);
 
   IoThread& io_;
   VmConfig config_;
@@ -79,6 +138,12 @@ class Vm {
   std::unique_ptr<QmpClient> qmp_;
   std::unique_ptr<AgentClient> agent_;
   std::chrono::microseconds boot_time_{0};
+  std::string qemu_version_;
+  // Frozen disk layers under the active overlay, oldest first, hard-linked in the run folder.
+  std::vector<std::string> layers_;
+  int overlay_seq_ = 0;
+  std::filesystem::path consumed_from_;  // a consumed snapshot's folder, removed once running
+  std::filesystem::path active_overlay_;
 };
 
 // Picks the accelerator: `PANDASTACK_ACCEL=kvm|tcg` (or `override_accel`) wins; otherwise KVM

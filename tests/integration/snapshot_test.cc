@@ -1,0 +1,301 @@
+// Integration tests of the snapshot path: template bake, create = restore, snapshot, fork (of
+// forks), hibernate/wake, the restore pool. Real QEMU VMs under TCG.
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/integration/test_env.h"
+#include "vmm-driver/pool.h"
+#include "vmm-driver/snapshot.h"
+#include "vmm-driver/templates.h"
+#include "vmm-driver/vm.h"
+
+namespace pandastack::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono;
+using vmm::ErrorCode;
+
+vmm::ExecRequest sh(std::string cmd, uint32_t timeout_ms = 120000) {
+  vmm::ExecRequest r;
+  r.shell = std::move(cmd);
+  r.timeout_ms = timeout_ms;
+  return r;
+}
+
+std::string run(vmm::Vm& vm, const std::string& cmd) {
+  auto r = vm.agent().exec(sh(cmd));
+  EXPECT_TRUE(r) << (r ? "" : r.error().message);
+  if (!r) return "";
+  EXPECT_EQ(r->exit_code, 0) << cmd << ": " << r->stderr_data;
+  return r->stdout_data;
+}
+
+// Snapshots and RAM files live on tmpfs, next to the run folders.
+fs::path shm_dir(const std::string& tag) {
+  static int n = 0;
+  return fs::path("/dev/shm") / ("pst-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(n++));
+}
+
+class SnapshotTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    store_ = new vmm::TemplateStore(io(), images_dir());
+    auto shape = store_->config("base", shm_dir("shape"));
+    auto baked = store_->baked("base", shape);
+    if (!baked) {
+      ADD_FAILURE() << "bake failed: " << baked.error().message;
+      return;
+    }
+    auto staged = vmm::stage_snapshot(*baked, shm_dir("template"));
+    if (!staged) {
+      ADD_FAILURE() << "staging failed: " << staged.error().message;
+      return;
+    }
+    template_ = new vmm::Snapshot(*staged);
+  }
+  static void TearDownTestSuite() {
+    if (template_) vmm::remove_snapshot(template_->dir);
+    delete template_;
+    delete store_;
+  }
+  void SetUp() override { ASSERT_NE(template_, nullptr); }
+
+  static vmm::VmConfig config(const std::string& tag, const std::string& hostname = "") {
+    auto c = store_->config("base", shm_dir(tag));
+    c.hostname = hostname;
+    return c;
+  }
+  static std::unique_ptr<vmm::Vm> restore(const vmm::Snapshot& s, const std::string& tag,
+                                          const std::string& hostname = "") {
+    auto vm = vmm::Vm::restore(io(), s, config(tag, hostname));
+    if (!vm) {
+      ADD_FAILURE() << "restore failed: " << vm.error().message;
+      return nullptr;
+    }
+    return std::move(*vm);
+  }
+
+  static vmm::TemplateStore* store_;
+  static vmm::Snapshot* template_;
+};
+vmm::TemplateStore* SnapshotTest::store_ = nullptr;
+vmm::Snapshot* SnapshotTest::template_ = nullptr;
+
+// A sandbox with state worth keeping: a 64 MiB random file in tmpfs, a file on disk, and a
+// process counting in the background.
+struct Stateful {
+  std::unique_ptr<vmm::Vm> vm;
+  std::string blob_sha;
+};
+
+Stateful make_stateful(std::unique_ptr<vmm::Vm> vm) {
+  Stateful s{std::move(vm), ""};
+  s.blob_sha = run(*s.vm, "head -c 67108864 /dev/urandom > /tmp/blob && sha256sum /tmp/blob | cut -c1-64");
+  EXPECT_EQ(s.blob_sha.size(), 65u);
+  run(*s.vm, "echo on-disk > /workspace/kept && sync");
+  vmm::ExecRequest counter = sh("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done");
+  counter.timeout_ms = 0;
+  auto pid = s.vm->agent().start_process(counter);
+  EXPECT_TRUE(pid);
+  // Wait until it counted a little.
+  for (int i = 0; i < 100; ++i) {
+    auto c = s.vm->agent().read_file("/tmp/counter");
+    if (c && std::stoi(*c) >= 3) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return s;
+}
+
+int counter(vmm::Vm& vm) {
+  auto c = vm.agent().read_file("/tmp/counter");
+  return c && !c->empty() ? std::stoi(*c) : -1;
+}
+
+// The state of `make_stateful` is all there in `vm`, and the counter process is still counting.
+void expect_state(vmm::Vm& vm, const std::string& blob_sha) {
+  EXPECT_EQ(run(vm, "sha256sum /tmp/blob | cut -c1-64"), blob_sha);
+  EXPECT_EQ(run(vm, "cat /workspace/kept"), "on-disk\n");
+  int before = counter(vm);
+  EXPECT_GT(before, 0);
+  int after = before;
+  for (int i = 0; i < 100 && after <= before; ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+    after = counter(vm);
+  }
+  EXPECT_GT(after, before) << "the background process did not survive";
+}
+
+double guest_clock_skew_s(vmm::Vm& vm) {
+  auto out = run(vm, "date +%s.%N");
+  double host = duration<double>(system_clock::now().time_since_epoch()).count();
+  return std::abs(std::stod(out) - host);
+}
+
+TEST_F(SnapshotTest, CreateRestoresTheBakedGuestInsteadOfBooting) {
+  auto vm = restore(*template_, "create", "sbx-create");
+  ASSERT_NE(vm, nullptr);
+  auto h = vm->agent().health(seconds(5));
+  ASSERT_TRUE(h);
+  // Same kernel boot as the baked VM: this guest was restored, not booted.
+  auto again = restore(*template_, "create2");
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->agent().health(seconds(5))->boot_id, h->boot_id);
+  EXPECT_EQ(run(*vm, "hostname"), "sbx-create\n");
+  EXPECT_LT(guest_clock_skew_s(*vm), 1.0);
+  // Creates never share random state.
+  EXPECT_NE(run(*vm, "cat /proc/sys/kernel/random/uuid"), run(*again, "cat /proc/sys/kernel/random/uuid"));
+}
+
+TEST_F(SnapshotTest, StateSurvivesSnapshotCreateAndTheParentRunsOn) {
+  auto parent = make_stateful(restore(*template_, "parent"));
+  ASSERT_NE(parent.vm, nullptr);
+  auto snap_dir = shm_dir("snap");
+  auto snap = parent.vm->snapshot(snap_dir);
+  ASSERT_TRUE(snap) << snap.error().message;
+  // The parent runs on; what it writes after the snapshot is not in the snapshot.
+  run(*parent.vm, "echo later > /workspace/after && echo later > /tmp/after && sync");
+  auto child = restore(*snap, "snapchild", "child");
+  ASSERT_NE(child, nullptr);
+  expect_state(*child, parent.blob_sha);
+  EXPECT_EQ(run(*child, "ls /workspace/after /tmp/after 2>/dev/null | wc -l"), "0\n");
+  EXPECT_LT(guest_clock_skew_s(*child), 1.0);
+  expect_state(*parent.vm, parent.blob_sha);
+  vmm::remove_snapshot(snap_dir);
+}
+
+TEST_F(SnapshotTest, ForksDivergeIndependentlyAndForksOfForksWork) {
+  auto parent = make_stateful(restore(*template_, "fparent"));
+  ASSERT_NE(parent.vm, nullptr);
+  auto s1_dir = shm_dir("fork1");
+  auto s1 = parent.vm->snapshot(s1_dir);
+  ASSERT_TRUE(s1) << s1.error().message;
+  auto a = restore(*s1, "fa", "fork-a");
+  auto b = restore(*s1, "fb", "fork-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // Different random state, different hostnames.
+  auto ua = run(*a, "cat /proc/sys/kernel/random/uuid"), ub = run(*b, "cat /proc/sys/kernel/random/uuid");
+  auto up = run(*parent.vm, "cat /proc/sys/kernel/random/uuid");
+  EXPECT_NE(ua, ub);
+  EXPECT_NE(ua, up);
+  EXPECT_EQ(run(*a, "hostname"), "fork-a\n");
+  EXPECT_EQ(run(*b, "hostname"), "fork-b\n");
+  // They diverge independently: memory and disk.
+  run(*a, "echo A > /tmp/who && echo A > /workspace/who && sync");
+  run(*b, "echo B > /tmp/who && echo B > /workspace/who && sync");
+  EXPECT_EQ(run(*a, "cat /tmp/who /workspace/who"), "A\nA\n");
+  EXPECT_EQ(run(*b, "cat /tmp/who /workspace/who"), "B\nB\n");
+  EXPECT_EQ(run(*parent.vm, "ls /tmp/who /workspace/who 2>/dev/null | wc -l"), "0\n");
+  expect_state(*a, parent.blob_sha);
+  expect_state(*b, parent.blob_sha);
+
+  // A fork of a fork, after the first snapshot is gone: snapshots are self-contained.
+  vmm::remove_snapshot(s1_dir);
+  auto s2_dir = shm_dir("fork2");
+  auto s2 = a->snapshot(s2_dir);
+  ASSERT_TRUE(s2) << s2.error().message;
+  auto grandchild = restore(*s2, "fgc", "grandchild");
+  ASSERT_NE(grandchild, nullptr);
+  expect_state(*grandchild, parent.blob_sha);
+  EXPECT_EQ(run(*grandchild, "cat /tmp/who /workspace/who"), "A\nA\n");
+  // And a second snapshot of the same VM (its disk has two frozen layers by now).
+  auto s3_dir = shm_dir("fork3");
+  run(*a, "echo A2 > /workspace/second && sync");
+  auto s3 = a->snapshot(s3_dir);
+  ASSERT_TRUE(s3) << s3.error().message;
+  vmm::remove_snapshot(s2_dir);
+  auto g2 = restore(*s3, "fgc2");
+  ASSERT_NE(g2, nullptr);
+  EXPECT_EQ(run(*g2, "cat /workspace/who /workspace/second"), "A\nA2\n");
+  vmm::remove_snapshot(s3_dir);
+}
+
+TEST_F(SnapshotTest, HibernateReleasesEverythingAndWakeRestoresTheGuest) {
+  auto s = make_stateful(restore(*template_, "hib"));
+  ASSERT_NE(s.vm, nullptr);
+  pid_t pid = s.vm->pid();
+  auto run_dir = s.vm->config().run_dir;
+  auto dir = shm_dir("hibernated");
+  auto snap = s.vm->hibernate(dir);
+  ASSERT_TRUE(snap) << snap.error().message;
+  EXPECT_FALSE(s.vm->alive());
+  EXPECT_NE(::kill(pid, 0), 0) << "QEMU still running after hibernate";
+  EXPECT_FALSE(fs::exists(run_dir));
+  EXPECT_EQ(count_processes(run_dir.string()), 0);
+  s.vm.reset();
+  // The hibernated guest is files only; load it back as a new process would.
+  auto loaded = vmm::Snapshot::load(dir);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  auto woken = vmm::Vm::restore(io(), *loaded, config("wake", "woken"), /*consume=*/true);
+  ASSERT_TRUE(woken) << woken.error().message;
+  expect_state(**woken, s.blob_sha);
+  EXPECT_LT(guest_clock_skew_s(**woken), 1.0);
+  EXPECT_FALSE(fs::exists(dir)) << "a consumed hibernation snapshot should be removed";
+}
+
+TEST_F(SnapshotTest, DestroyedSandboxLeavesNoProcessSocketOrFile) {
+  auto vm = restore(*template_, "gone");
+  ASSERT_NE(vm, nullptr);
+  pid_t pid = vm->pid();
+  auto dir = vm->config().run_dir;
+  EXPECT_TRUE(fs::exists(dir / "mem"));
+  vm.reset();
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_NE(::kill(pid, 0), 0);
+  EXPECT_EQ(count_processes(dir.string()), 0);
+}
+
+TEST_F(SnapshotTest, IncompatibleSnapshotIsRefusedWithAReason) {
+  auto c = config("bigger");
+  c.memory_mib = 512;
+  auto vm = vmm::Vm::restore(io(), *template_, c);
+  ASSERT_FALSE(vm);
+  EXPECT_EQ(vm.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(vm.error().message.find("memory MiB 256"), std::string::npos) << vm.error().message;
+  c = config("kvm");
+  c.accel = vmm::Accel::kvm;
+  vm = vmm::Vm::restore(io(), *template_, c);
+  ASSERT_FALSE(vm);
+  EXPECT_NE(vm.error().message.find("accelerator tcg"), std::string::npos) << vm.error().message;
+  EXPECT_FALSE(fs::exists(c.run_dir));
+}
+
+TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
+  vmm::RestorePool pool(io(), *template_, config("pool"), 2);
+  for (int i = 0; i < 200 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(pool.ready(), 2u);
+  auto a = pool.create("pool-a", "pool-a");
+  auto b = pool.create("pool-b", "pool-b");
+  ASSERT_TRUE(a) << a.error().message;
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(run(**a, "hostname"), "pool-a\n");
+  EXPECT_EQ(run(**b, "hostname"), "pool-b\n");
+  EXPECT_NE(run(**a, "cat /proc/sys/kernel/random/uuid"), run(**b, "cat /proc/sys/kernel/random/uuid"));
+  for (int i = 0; i < 200 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(pool.ready(), 2u) << "the pool did not refill";
+}
+
+TEST_F(SnapshotTest, BakeIsCachedByKey) {
+  auto shape = store_->config("base", shm_dir("shape2"));
+  auto k1 = store_->key("base", shape);
+  ASSERT_TRUE(k1);
+  shape.memory_mib = 512;
+  auto k2 = store_->key("base", shape);
+  ASSERT_TRUE(k2);
+  EXPECT_NE(*k1, *k2);
+  shape.memory_mib = 256;
+  auto t = steady_clock::now();
+  auto again = store_->baked("base", shape);
+  ASSERT_TRUE(again);
+  EXPECT_LT(duration_cast<milliseconds>(steady_clock::now() - t).count(), 1000) << "baked twice";
+  EXPECT_EQ(store_->key("nope", shape).error().code, ErrorCode::not_found);
+}
+
+}  // namespace
+}  // namespace pandastack::testing

@@ -1,0 +1,55 @@
+#include "vmm-driver/qcow2.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace pandastack::vmm::qcow2 {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Qcow2Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qcow2-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  int sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+  fs::path dir_;
+};
+
+TEST_F(Qcow2Test, RewritesTheBackingNameAndQemuImgAgrees) {
+  ASSERT_EQ(sh("qemu-img create -q -f qcow2 " + (dir_ / "a.qcow2").string() + " 64M"), 0);
+  ASSERT_EQ(sh("cp " + (dir_ / "a.qcow2").string() + " " + (dir_ / "b.qcow2").string()), 0);
+  ASSERT_EQ(sh("qemu-img create -q -f qcow2 -F qcow2 -b " + (dir_ / "a.qcow2").string() + " " +
+               (dir_ / "top.qcow2").string()),
+            0);
+  EXPECT_EQ(*backing_file(dir_ / "top.qcow2"), (dir_ / "a.qcow2").string());
+  // A longer name than before.
+  auto longer = (dir_ / "b.qcow2").string();
+  fs::create_directories(dir_ / "a-much-longer-folder-name");
+  fs::rename(dir_ / "b.qcow2", dir_ / "a-much-longer-folder-name" / "b.qcow2");
+  longer = (dir_ / "a-much-longer-folder-name" / "b.qcow2").string();
+  ASSERT_TRUE(set_backing_file(dir_ / "top.qcow2", longer));
+  EXPECT_EQ(*backing_file(dir_ / "top.qcow2"), longer);
+  EXPECT_EQ(sh("qemu-img check -q " + (dir_ / "top.qcow2").string()), 0);
+  EXPECT_EQ(sh("qemu-img info " + (dir_ / "top.qcow2").string() + " | grep -q 'backing file: " + longer + "'"), 0);
+}
+
+TEST_F(Qcow2Test, RejectsImagesWithoutBackingAndNonQcow2) {
+  ASSERT_EQ(sh("qemu-img create -q -f qcow2 " + (dir_ / "a.qcow2").string() + " 64M"), 0);
+  EXPECT_EQ(*backing_file(dir_ / "a.qcow2"), "");
+  auto r = set_backing_file(dir_ / "a.qcow2", "/x");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  ASSERT_EQ(sh("head -c 4096 /dev/zero > " + (dir_ / "raw").string()), 0);
+  EXPECT_EQ(backing_file(dir_ / "raw").error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(backing_file(dir_ / "missing").error().code, ErrorCode::io_error);
+}
+
+}  // namespace
+}  // namespace pandastack::vmm::qcow2

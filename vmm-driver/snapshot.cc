@@ -1,0 +1,126 @@
+#include "vmm-driver/snapshot.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "wire/json.h"
+
+namespace pandastack::vmm {
+
+namespace fs = std::filesystem;
+using wire::Json;
+
+Result<Snapshot> Snapshot::load(const fs::path& dir) {
+  std::ifstream in(dir / "meta.json");
+  if (!in) return make_error(ErrorCode::not_found, "no snapshot at " + dir.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = Json::parse(ss.str());
+  if (!j || !j->is_object()) return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
+  Snapshot s;
+  s.dir = dir;
+  s.format = int((*j)["format"].as_int());
+  if (s.format != kSnapshotFormat)
+    return make_error(ErrorCode::invalid_argument, "snapshot format " + std::to_string(s.format) + " in " +
+                                                       dir.string() + ", this driver reads format " +
+                                                       std::to_string(kSnapshotFormat));
+  s.qemu_version = (*j)["qemu_version"].as_string();
+  s.accel = (*j)["accel"].as_string() == "kvm" ? Accel::kvm : Accel::tcg;
+  s.memory_mib = unsigned((*j)["memory_mib"].as_int());
+  s.vcpus = unsigned((*j)["vcpus"].as_int());
+  s.kernel = (*j)["kernel"].as_string();
+  s.initramfs = (*j)["initramfs"].as_string();
+  s.origin = (*j)["origin"].as_string();
+  s.created_unix_ms = (*j)["created_unix_ms"].as_int();
+  for (auto& l : (*j)["layers"].as_array()) s.layers.push_back(l.as_string());
+  if (s.layers.empty()) return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
+  for (auto& f : {s.mem(), s.state(), s.disk()})
+    if (!fs::exists(f)) return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
+  for (auto& l : s.layers)
+    if (!fs::exists(dir / l)) return make_error(ErrorCode::invalid_argument, "snapshot layer missing: " + (dir / l).string());
+  return s;
+}
+
+Status Snapshot::write_meta() const {
+  Json j = Json::object();
+  j.set("format", format);
+  j.set("qemu_version", qemu_version);
+  j.set("accel", to_string(accel));
+  j.set("memory_mib", memory_mib);
+  j.set("vcpus", vcpus);
+  j.set("kernel", kernel);
+  j.set("initramfs", initramfs);
+  j.set("origin", origin);
+  j.set("created_unix_ms", created_unix_ms);
+  Json ls = Json::array();
+  for (auto& l : layers) ls.push(l);
+  j.set("layers", ls);
+  auto tmp = dir / "meta.json.tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump() << "\n";
+    if (!out) return make_error(ErrorCode::io_error, "cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, dir / "meta.json", ec);  // meta.json last: a snapshot without it does not exist
+  if (ec) return make_error(ErrorCode::io_error, "cannot write snapshot metadata: " + ec.message());
+  return Ok{};
+}
+
+Status Snapshot::check_compatible(const VmConfig& c, const std::string& qemu) const {
+  auto mismatch = [&](const std::string& what, const std::string& snap, const std::string& here) {
+    return make_error(ErrorCode::invalid_argument, "snapshot " + dir.string() + " was made with " + what + " " +
+                                                       snap + ", this VM has " + here);
+  };
+  if (accel != c.accel) return mismatch("accelerator", to_string(accel), to_string(c.accel));
+  if (!qemu.empty() && qemu != qemu_version) return mismatch("QEMU", qemu_version, qemu);
+  if (memory_mib != c.memory_mib) return mismatch("memory MiB", std::to_string(memory_mib), std::to_string(c.memory_mib));
+  if (vcpus != c.vcpus) return mismatch("vCPUs", std::to_string(vcpus), std::to_string(c.vcpus));
+  if (kernel != fs::absolute(c.kernel).string()) return mismatch("kernel", kernel, fs::absolute(c.kernel).string());
+  if (initramfs != fs::absolute(c.initramfs).string())
+    return mismatch("initramfs", initramfs, fs::absolute(c.initramfs).string());
+  return Ok{};
+}
+
+Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir) {
+  if (auto existing = Snapshot::load(dir)) {
+    if (existing->created_unix_ms == snap.created_unix_ms && existing->layers == snap.layers) return existing;
+  }
+  std::error_code ec;
+  fs::path tmp = dir.string() + ".tmp";
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + tmp.string() + ": " + ec.message());
+  auto fail = [&](Error e) -> Result<Snapshot> {
+    fs::remove_all(tmp, ec);
+    return e;
+  };
+  auto copied = copy_ram_file(snap.mem(), tmp / "mem");
+  if (!copied) return fail(copied.error());
+  fs::copy_file(snap.state(), tmp / "state", ec);
+  if (ec) return fail(make_error(ErrorCode::io_error, "cannot copy state: " + ec.message()));
+  for (auto& l : snap.layers) {
+    fs::create_hard_link(snap.dir / l, tmp / l, ec);
+    if (ec) fs::copy_file(snap.dir / l, tmp / l, ec);
+    if (ec) return fail(make_error(ErrorCode::io_error, "cannot copy layer " + l + ": " + ec.message()));
+  }
+  fs::create_hard_link(tmp / snap.layers.back(), tmp / "disk.qcow2", ec);
+  if (ec) return fail(make_error(ErrorCode::io_error, "cannot link disk: " + ec.message()));
+  Snapshot staged = snap;
+  staged.dir = fs::absolute(dir);
+  Snapshot at_tmp = staged;
+  at_tmp.dir = tmp;
+  auto meta = at_tmp.write_meta();
+  if (!meta) return fail(meta.error());
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) return fail(make_error(ErrorCode::io_error, "cannot install " + dir.string() + ": " + ec.message()));
+  return staged;
+}
+
+void remove_snapshot(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace pandastack::vmm

@@ -1,0 +1,62 @@
+// A snapshot on disk: everything needed to start VMs from a frozen guest.
+//
+//   DIR/meta.json   format version, QEMU version, accelerator, guest shape, origin
+//   DIR/mem         guest RAM, raw and sparse; a restore copies it (data extents only) into its run
+//                   folder and maps that shared; a wake from hibernation takes the file itself
+//   DIR/state       QEMU device state (a migration stream without RAM: x-ignore-shared)
+//   DIR/disk.qcow2  the disk at snapshot time; immutable, restores put an overlay on it. It is a
+//                   hard link to the newest of DIR/layer-*.qcow2: the disk's chain of frozen
+//                   qcow2 layers, each naming its parent by a relative name, so the folder is
+//                   self-contained (the oldest layer names the template's root filesystem by its
+//                   absolute path). Layers are shared between snapshots by hard links: deleting a
+//                   snapshot never breaks another one, or a VM restored from it.
+//
+// A snapshot is restorable only by the same QEMU version, accelerator, memory size, vCPU count,
+// kernel and initramfs it was made with (a TCG snapshot cannot be restored under KVM):
+// `check_compatible` says why not.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "vmm-driver/error.h"
+#include "vmm-driver/vm.h"
+
+namespace pandastack::vmm {
+
+constexpr int kSnapshotFormat = 2;
+
+struct Snapshot {
+  std::filesystem::path dir;
+  int format = kSnapshotFormat;
+  std::string qemu_version;
+  Accel accel = Accel::tcg;
+  unsigned memory_mib = 0;
+  unsigned vcpus = 0;
+  std::string kernel, initramfs;  // paths the guest was booted with (same machine, same files)
+  std::string origin;             // "bake:<template>", "snapshot:<vm>", "hibernate:<vm>"
+  std::vector<std::string> layers;  // disk layer file names, oldest first; the last is disk.qcow2
+  int64_t created_unix_ms = 0;
+
+  std::filesystem::path mem() const { return dir / "mem"; }
+  std::filesystem::path state() const { return dir / "state"; }
+  std::filesystem::path disk() const { return dir / "disk.qcow2"; }
+
+  // Reads DIR/meta.json; rejects another format version and missing files.
+  static Result<Snapshot> load(const std::filesystem::path& dir);
+  Status write_meta() const;
+  // Whether a VM configured as `c` under QEMU `qemu_version` can restore this snapshot.
+  Status check_compatible(const VmConfig& c, const std::string& qemu_version) const;
+};
+
+// Copies a snapshot to `dir` (typically onto the file system where VMs run, so restores copy its RAM
+// file in the kernel): the RAM file sparsely, layers hard-linked where possible. Reuses `dir` when it
+// already holds this snapshot.
+Result<Snapshot> stage_snapshot(const Snapshot& snapshot, const std::filesystem::path& dir);
+
+// Removes a snapshot folder. VMs already restored from it keep running (their RAM mapping and
+// open disk hold the files), but new restores and their snapshots need it.
+void remove_snapshot(const std::filesystem::path& dir);
+
+}  // namespace pandastack::vmm
