@@ -11,6 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include <thread>
 
 #include "vmm-driver/io_thread.h"
+#include "vmm-driver/jail.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/snapshot.h"
 
@@ -225,30 +228,59 @@ Status Vm::prepare(const Snapshot* snap) {
 Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point deadline) {
   const VmConfig& c = config_;
   int log_fd = ::open((c.run_dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setsid();
-    if (c.die_with_parent) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(1);
+  if (c.jail) {
+    const JailPolicy& policy = JailPolicy::builtin();
+    static std::atomic<uint32_t> next_uid{0};
+    uint32_t uid = policy.uid_base + (next_uid++ % policy.uid_count);
+    // QEMU (as `uid`) owns its run folder: RAM file, active overlay, sockets, new overlays.
+    std::error_code ec;
+    for (auto& p : {c.run_dir, c.run_dir / "mem", active_overlay_})
+      if (fs::exists(p) && ::chown(p.c_str(), uid, uid) != 0)
+        return make_error(ErrorCode::spawn_failed, "cannot hand " + p.string() + " to the jail uid: " + strerror(errno));
+    std::vector<fs::path> images;
+    for (auto& p : {c.kernel, c.initramfs, c.rootfs}) {
+      auto dir = fs::absolute(p).parent_path();
+      if (std::find(images.begin(), images.end(), dir) == images.end()) images.push_back(dir);
     }
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, 0);
-    if (log_fd >= 0) {
-      ::dup2(log_fd, 1);
-      ::dup2(log_fd, 2);
+    auto argv = args;
+    argv[0] = c.qemu_binary.find('/') == std::string::npos ? "/usr/bin/" + c.qemu_binary : c.qemu_binary;
+    auto launch = JailLaunch::prepare(policy, images, c.run_dir, uid, std::move(argv), log_fd);
+    if (!launch) {
+      if (log_fd >= 0) ::close(log_fd);
+      return launch.error();
     }
-    std::vector<char*> argv;
+    cgroup_ = Cgroup::create(c.run_dir.filename().string(),
+                             uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max);
+    auto pid = (*launch)->start(cgroup_.get());
+    if (log_fd >= 0) ::close(log_fd);
+    if (!pid) return pid.error();
+    pid_ = *pid;
+  } else {
+    std::vector<char*> argv;  // built before fork: the child only makes system calls
     for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
+    pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setsid();
+      if (c.die_with_parent) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != parent) ::_exit(1);
+      }
+      int devnull = ::open("/dev/null", O_RDONLY);
+      ::dup2(devnull, 0);
+      if (log_fd >= 0) {
+        ::dup2(log_fd, 1);
+        ::dup2(log_fd, 2);
+      }
+      ::execvp(argv[0], argv.data());
+      ::_exit(127);
+    }
+    if (log_fd >= 0) ::close(log_fd);
+    if (pid < 0) return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
+    pid_ = pid;
   }
-  if (log_fd >= 0) ::close(log_fd);
-  if (pid < 0) return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
-  pid_ = pid;
-  spdlog::debug("vm {}: spawned qemu pid {} accel={}", c.name, pid, to_string(c.accel));
+  spdlog::debug("vm {}: spawned qemu pid {} accel={} jail={}", c.name, pid_, to_string(c.accel), c.jail);
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
   auto qmp = QmpClient::connect((c.run_dir / "qmp.sock").string(), std::max(milliseconds(1), std::min(left, milliseconds(10000))));
   if (!qmp) {
@@ -326,6 +358,8 @@ Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
   return vm;
 }
 
+Vm::Vm(IoThread& io, VmConfig config) : io_(io), config_(std::move(config)) {}
+
 Vm::~Vm() { kill_and_clean(); }
 
 void Vm::kill_qemu() {
@@ -338,6 +372,7 @@ void Vm::kill_qemu() {
     }
     pid_ = -1;
   }
+  cgroup_.reset();  // empty now: removable
 }
 
 void Vm::kill_and_clean() {
@@ -350,6 +385,7 @@ void Vm::kill_and_clean() {
   }
   fs::remove_all(config_.run_dir, ec);
   if (ec) spdlog::warn("vm {}: cannot remove {}: {}", config_.name, config_.run_dir.string(), ec.message());
+  fs::remove_all(config_.run_dir.string() + ".jail", ec);  // the jail's root (its mounts died with QEMU)
 }
 
 bool Vm::alive() {

@@ -38,6 +38,7 @@ struct VmConfig {
   std::string qemu_binary = "qemu-system-x86_64";
   std::chrono::milliseconds boot_timeout{60000};
   bool die_with_parent = true;         // QEMU gets SIGKILL when the owning process dies
+  bool jail = true;                    // run QEMU in the jail of vmm-driver/jail.policy (needs root)
 };
 
 // The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device
@@ -55,6 +56,7 @@ Status copy_ram_file(const std::filesystem::path& from, const std::filesystem::p
 unsigned host_tsc_khz();
 
 struct Snapshot;
+class Cgroup;
 
 class Vm {
  public:
@@ -111,7 +113,7 @@ class Vm {
   std::string console_tail(size_t bytes = 4096) const;
 
  private:
-  Vm(IoThread& io, VmConfig config) : io_(io), config_(std::move(config)) {}
+  Vm(IoThread& io, VmConfig config);
   void kill_qemu();
   void kill_and_clean();
   // Run folder + the disk: an empty qcow2 overlay on the template's root filesystem (`snap` null)
@@ -142,7 +144,8 @@ class Vm {
   // Frozen disk layers under the active overlay, oldest first, hard-linked in the run folder.
   std::vector<std::string> layers_;
   int overlay_seq_ = 0;
-  std::filesystem::path consumed_from_;  // a consumed snapshot's folder, removed once running
+  std::filesystem::path consumed_from_;
+  std::unique_ptr<Cgroup> cgroup_;  // a consumed snapshot's folder, removed once running
   std::filesystem::path active_overlay_;
 };
 

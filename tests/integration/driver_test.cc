@@ -334,8 +334,12 @@ TEST(DriverLifecycle, DestroyingAVmLeavesNoProcessSocketOrFile) {
   EXPECT_EQ(count_processes(dir.string()), 1);
   vm.reset();
   EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_FALSE(std::filesystem::exists(dir.string() + ".jail"));
   EXPECT_NE(::kill(pid, 0), 0);
   EXPECT_EQ(count_processes(dir.string()), 0);
+  // Its cgroups are gone too.
+  for (auto hierarchy : {"/sys/fs/cgroup/pandastack", "/sys/fs/cgroup/pids/pandastack"})
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(hierarchy) / dir.filename())) << hierarchy;
 }
 
 TEST(DriverLifecycle, FailedBootReportsTheConsoleTailAndLeavesNothing) {

@@ -1,0 +1,93 @@
+// Security tests of the QEMU jail (vmm-driver/jail.policy) against real VMs.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/integration/test_env.h"
+#include "vmm-driver/vm.h"
+
+namespace pandastack::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string status_field(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) {
+      auto v = line.substr(field.size() + 1);
+      return v.substr(v.find_first_not_of(" \t"));
+    }
+  return "";
+}
+
+TEST(Jail, QemuRunsUnprivilegedInItsOwnNamespacesAndRoot) {
+  auto vm = boot_base("jail");
+  ASSERT_NE(vm, nullptr);
+  pid_t pid = vm->pid();
+  // Not root, no capabilities at all, no way to gain any, a seccomp filter installed.
+  auto uid = status_field(pid, "Uid");
+  EXPECT_NE(uid.substr(0, uid.find_first_of(" \t")), "0") << uid;
+  EXPECT_EQ(status_field(pid, "CapEff"), "0000000000000000");
+  EXPECT_EQ(status_field(pid, "CapPrm"), "0000000000000000");
+  EXPECT_EQ(status_field(pid, "CapBnd"), "0000000000000000");
+  EXPECT_EQ(status_field(pid, "NoNewPrivs"), "1");
+  EXPECT_EQ(status_field(pid, "Seccomp"), "2");
+  // Its own mount, pid, ipc, uts and net namespaces.
+  for (auto ns : {"mnt", "pid", "ipc", "uts", "net"}) {
+    auto theirs = fs::read_symlink("/proc/" + std::to_string(pid) + "/ns/" + ns);
+    auto ours = fs::read_symlink(std::string("/proc/self/ns/") + ns);
+    EXPECT_NE(theirs, ours) << ns;
+  }
+  // Its root is the jail's tmpfs: the host's files are not there, the binds are, read-only.
+  fs::path root = "/proc/" + std::to_string(pid) + "/root";
+  EXPECT_NE(fs::read_symlink(root), fs::path("/"));
+  EXPECT_FALSE(fs::exists(root / "etc/passwd"));
+  EXPECT_FALSE(fs::exists(root / "root"));
+  EXPECT_FALSE(fs::exists(root / "home"));
+  EXPECT_TRUE(fs::exists(root / "usr/bin/qemu-system-x86_64"));
+  int fd = ::open((root / "usr/pwned").c_str(), O_WRONLY | O_CREAT, 0644);
+  EXPECT_LT(fd, 0) << "/usr in the jail is writable";
+  if (fd >= 0) ::close(fd);
+  EXPECT_EQ(errno, EROFS);
+  auto kernel_in_jail = root / fs::absolute(vm->config().kernel).relative_path();
+  EXPECT_TRUE(fs::exists(kernel_in_jail));
+  fd = ::open(kernel_in_jail.c_str(), O_WRONLY);
+  EXPECT_LT(fd, 0) << "the guest image is writable from the jail";
+  if (fd >= 0) ::close(fd);
+  // Only the VM's own run folder is writable, and it is there.
+  EXPECT_TRUE(fs::exists(root / vm->config().run_dir.relative_path() / "agent.sock"));
+  // In the jail's pid namespace QEMU is alone.
+  size_t procs = 0;
+  for (auto& e : fs::directory_iterator(root / "proc"))
+    if (std::isdigit(e.path().filename().string()[0])) ++procs;
+  EXPECT_EQ(procs, 1u);
+  // The guest still works.
+  auto r = vm->agent().exec([] {
+    vmm::ExecRequest q;
+    q.shell = "echo inside";
+    q.timeout_ms = 30000;
+    return q;
+  }());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->stdout_data, "inside\n");
+  // Resource limits, where the host has cgroups.
+  std::ifstream cg("/proc/" + std::to_string(pid) + "/cgroup");
+  std::stringstream ss;
+  ss << cg.rdbuf();
+  if (fs::exists("/sys/fs/cgroup/cgroup.controllers") || fs::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
+    EXPECT_NE(ss.str().find("pandastack/"), std::string::npos) << ss.str();
+  }
+  auto jail_root = vm->config().run_dir.string() + ".jail";
+  vm.reset();
+  EXPECT_FALSE(fs::exists(jail_root));
+}
+
+}  // namespace
+}  // namespace pandastack::testing

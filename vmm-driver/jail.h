@@ -1,0 +1,91 @@
+// The QEMU jail: namespaces, a tmpfs root holding only what the policy binds, an unprivileged
+// uid, no-new-privs, QEMU's seccomp filter, and cgroup limits where the host offers them.
+// The policy is vmm-driver/jail.policy, embedded at build time; `JailPolicy::parse` is what
+// enforces it, so the file is the single source of truth.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vmm-driver/error.h"
+
+namespace pandastack::vmm {
+
+struct JailPolicy {
+  struct Entry {
+    enum class Kind { bind_ro, bind_rw, dev, dev_optional, symlink, proc };
+    Kind kind;
+    std::string path;    // inside the jail ($IMAGES / $RUN not yet expanded)
+    std::string target;  // symlink target
+  };
+  int clone_flags = 0;             // CLONE_NEW* from `namespace` lines
+  std::string root_tmpfs_size;     // "4m"
+  std::vector<Entry> entries;
+  uint32_t uid_base = 0, uid_count = 0;
+  bool no_new_privs = false;
+  std::string seccomp;             // QEMU -sandbox argument
+  uint64_t memory_overhead_bytes = 0;
+  uint32_t pids_max = 0;
+
+  // Parses policy text; every allowance needs a `# reason`. Unknown kinds are errors.
+  static Result<JailPolicy> parse(const std::string& text);
+  // The policy compiled into this binary (vmm-driver/jail.policy).
+  static const JailPolicy& builtin();
+  static const std::string& builtin_text();
+};
+
+// Resource limits for one VM's QEMU: a cgroup (v2 when mounted, else v1 memory + pids), removed
+// with this object. Empty (no limits) when the host offers no writable cgroup hierarchy.
+class Cgroup {
+ public:
+  static std::unique_ptr<Cgroup> create(const std::string& name, uint64_t memory_bytes, uint32_t pids_max);
+  ~Cgroup();
+  // Moves `pid` into the group (before it executes anything).
+  Status add(pid_t pid);
+  bool v2() const { return v2_; }
+  const std::vector<std::filesystem::path>& dirs() const { return dirs_; }
+
+ private:
+  bool v2_ = false;
+  std::vector<std::filesystem::path> dirs_;
+};
+
+// Everything the child needs to enter the jail and exec QEMU, prepared in the parent so that the
+// child only makes system calls (it runs after clone in a multi-threaded process).
+class JailLaunch {
+ public:
+  // `images` and `run` expand $IMAGES / $RUN (more than one images folder may be bound read-only).
+  static Result<std::unique_ptr<JailLaunch>> prepare(const JailPolicy& policy, const std::vector<std::filesystem::path>& images,
+                                                    const std::filesystem::path& run, uint32_t uid,
+                                                    std::vector<std::string> argv, int log_fd);
+  // Starts the jailed QEMU; returns its pid (in our pid namespace) once it has exec'd, or the
+  // step of the jail set-up that failed.
+  Result<pid_t> start(Cgroup* cgroup);
+
+ private:
+  struct Step {
+    enum Op { mkdir, touch, bind, remount_ro, remount_dev, symlink, proc } op;
+    const char* a;  // path in the jail root, or a bind/symlink source
+    const char* b;  // bind target / symlink path
+    bool optional;
+  };
+  [[noreturn]] void child(int err_fd);
+  std::vector<Step> steps_;
+  std::vector<std::string> strings_;  // storage for every path the child uses
+  std::vector<std::string> argv_;
+  std::vector<char*> argv_ptrs_;
+  std::vector<char*> env_ptrs_;
+  std::string root_;
+  std::string tmpfs_opts_;
+  int clone_flags_ = 0;
+  uint32_t uid_ = 0;
+  bool no_new_privs_ = false;
+  int log_fd_ = -1;
+};
+
+}  // namespace pandastack::vmm
