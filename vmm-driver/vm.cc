@@ -57,10 +57,7 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
   }
   // The KVM and TCG paths differ only in these two flags.
   const std::string accel = c.accel == Accel::kvm ? "kvm" : "tcg";
-  std::string cpu = c.cpu_model;
-  if (cpu.empty()) {
-    if (const char* e = std::getenv("PANDASTACK_CPU")) cpu = e;
-  }
+  std::string cpu = c.cpu_model;  // part of the bake key: snapshots only restore on the same model
   if (cpu.empty()) cpu = c.accel == Accel::kvm ? "host" : "max";
   // Guest RAM in a file of the run folder, shared: a snapshot is its device state plus this file.
   const std::string mem_backend = "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + run + "/mem,share=on";
@@ -677,24 +674,36 @@ Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmCo
 }
 
 Status Vm::freeze_disk(const fs::path& dir) {
+  // The active overlay becomes a layer: a unique name (a hard link to it), never written again.
+  // Its successor is made here, already naming that layer by its relative name, and QEMU switches
+  // to it as an existing image: QEMU writes no backing names (its own, for a deep chain opened with
+  // options, is a json: name longer than qcow2 allows).
+  std::string name = "layer-" + random_hex(8) + ".qcow2";
+  auto linked = link_or_copy(active_overlay_, config_.run_dir / name);
+  if (!linked) return linked;
   auto next = config_.run_dir / ("disk-" + std::to_string(++overlay_seq_) + ".qcow2");
+  auto base = fs::absolute(config_.rootfs);
+  auto made = overlay_from_cache(base.string() + ".overlay", base.string(), next);
+  if (made) made = qcow2::set_backing_file(next, name);
+  if (made && config_.jail) {
+    // QEMU (the jail uid, owner of the run folder) writes the new overlay.
+    struct stat st{};
+    if (::stat(config_.run_dir.c_str(), &st) != 0 || ::chown(next.c_str(), st.st_uid, st.st_gid) != 0)
+      made = make_error(ErrorCode::io_error, "cannot hand " + next.string() + " to the jail uid");
+  }
+  if (!made) {
+    std::error_code ec;
+    fs::remove(config_.run_dir / name, ec);
+    return made;
+  }
   wire::Json args = wire::Json::object();
   args.set("device", "root");
   args.set("snapshot-file", next.string());
   args.set("format", "qcow2");
+  args.set("mode", "existing");
   auto r = qmp_->execute("blockdev-snapshot-sync", args);
   if (!r) return r.error();
-  auto frozen = active_overlay_;
   active_overlay_ = next;
-  // The frozen overlay becomes a layer: a unique name, its parent named relatively (the oldest
-  // layer keeps the absolute path of the template's root filesystem).
-  std::string name = "layer-" + random_hex(8) + ".qcow2";
-  auto linked = link_or_copy(frozen, config_.run_dir / name);
-  if (!linked) return linked;
-  if (!layers_.empty()) {
-    auto rebased = qcow2::set_backing_file(config_.run_dir / name, layers_.back());
-    if (!rebased) return rebased;
-  }
   layers_.push_back(name);
   for (auto& l : layers_) {
     auto s = link_or_copy(config_.run_dir / l, dir / l);

@@ -48,12 +48,13 @@ struct Options {
   std::string images = "var/images";
   unsigned memory = 256;
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
+  std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
 };
 
 int usage() {
   std::fprintf(stderr,
                "usage: pandastack-bench driver boot|ping|exec|exec-output|create|create-pool|concurrent-create|snapshot|fork|fork4|hibernate|wake|compare [--n N] [--json] [--images DIR] "
-               "[--memory MIB] [--run-dir DIR]\n");
+               "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n");
   return 2;
 }
 
@@ -64,6 +65,7 @@ class DriverBench {
   explicit DriverBench(const Options& o) : o_(o), templates_(io_, o.images) {
     base_ = vmm::config_for_template(std::filesystem::absolute(o.images), "base", run_dir("probe"));
     base_.memory_mib = o.memory;
+    base_.cpu_model = o.cpu;
     base_.accel = vmm::detect_accel(io_, base_, seconds(10));
   }
 
@@ -362,6 +364,7 @@ int main(int argc, char** argv) {
     else if (a == "--images" && i + 1 < argc) o.images = argv[++i];
     else if (a == "--memory" && i + 1 < argc) o.memory = unsigned(std::atoi(argv[++i]));
     else if (a == "--run-dir" && i + 1 < argc) o.run_dir = argv[++i];
+    else if (a == "--cpu" && i + 1 < argc) o.cpu = argv[++i];
     else if (a.rfind("--", 0) == 0) return usage();
     else pos.push_back(a);
   }
