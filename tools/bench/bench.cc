@@ -15,6 +15,12 @@
 //   hibernate    running VM to a snapshot on disk, QEMU gone
 //   wake         restore of a hibernated VM to agent answering
 //   compare      boot and create in one run, and the ratio of their p50s
+//
+//   pandastack-bench storage append|append16|recovery [--n N]
+// `storage` scenarios measure the event store (RocksDB, synced writes):
+//   append       one writer, N appends of one event each (adds appends_per_s)
+//   append16     16 writers on 16 streams, N appends each (group commit)
+//   recovery     10k entities x 100 events (1M events), then N times: open + replay every stream
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -26,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/event_store.h"
 #include "tools/stats.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/io_thread.h"
@@ -54,7 +61,8 @@ struct Options {
 int usage() {
   std::fprintf(stderr,
                "usage: pandastack-bench driver boot|ping|exec|exec-output|create|create-pool|concurrent-create|snapshot|fork|fork4|hibernate|wake|compare [--n N] [--json] [--images DIR] "
-               "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n");
+               "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
+               "       pandastack-bench storage append|append16|recovery [--n N]\n");
   return 2;
 }
 
@@ -351,6 +359,82 @@ class DriverBench {
   int seq_ = 0;
 };
 
+// `storage` scenarios: the event store on a real RocksDB (synced writes) in a temporary folder.
+int storage_bench(const Options& o) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("pandastack-bench-store-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto open = [&] { return storage::EventStore::open({dir, true, 1024, {}}); };
+  auto report = [&](const std::string& name, const std::vector<double>& samples,
+                    std::vector<std::pair<std::string, std::string>> extra) {
+    auto s = tools::summarize(samples);
+    std::printf("%s\n", tools::summary_json(name, s, "n/a", extra).c_str());
+  };
+  auto ev = [](size_t n) {
+    std::vector<storage::NewEvent> v;
+    for (size_t i = 0; i < n; ++i) v.push_back({"exec-finished", 1, std::string(120, 'x')});
+    return v;
+  };
+  int rc = 0;
+  if (o.scenario == "append" || o.scenario == "append16") {
+    auto store = open();
+    if (!store) {
+      std::fprintf(stderr, "pandastack-bench: %s\n", store.error().message.c_str());
+      return 1;
+    }
+    int writers = o.scenario == "append" ? 1 : 16;
+    std::vector<std::vector<double>> lat(static_cast<size_t>(writers));
+    auto t0 = steady_clock::now();
+    std::vector<std::thread> ts;
+    for (int w = 0; w < writers; ++w)
+      ts.emplace_back([&, w] {
+        std::string stream = "bench-" + std::to_string(w);
+        for (int i = 0; i < o.n; ++i) {
+          auto t = steady_clock::now();
+          auto r = (*store)->append(stream, uint64_t(i), ev(1));
+          if (!r) std::_Exit(1);
+          lat[size_t(w)].push_back(ms_since(t));
+        }
+      });
+    for (auto& t : ts) t.join();
+    double secs = ms_since(t0) / 1000.0;
+    std::vector<double> all;
+    for (auto& l : lat) all.insert(all.end(), l.begin(), l.end());
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.0f", double(all.size()) / secs);
+    report(o.scenario, all, {{"writers", std::to_string(writers)}, {"appends_per_s", rate}, {"synced", "true"}});
+  } else if (o.scenario == "recovery") {
+    const int entities = 10000, per = 100;
+    {
+      auto store = open();
+      if (!store) return 1;
+      std::vector<std::thread> ts;
+      for (int w = 0; w < 4; ++w)
+        ts.emplace_back([&, w] {
+          for (int e = w; e < entities; e += 4)
+            if (!(*store)->append("sbx_" + std::to_string(e), 0, ev(per))) std::_Exit(1);
+        });
+      for (auto& t : ts) t.join();
+    }
+    std::vector<double> samples;
+    size_t events = 0;
+    for (int i = 0; i < o.n; ++i) {
+      auto t = steady_clock::now();
+      auto store = open();
+      if (!store) return 1;
+      auto streams = (*store)->streams("sbx_");
+      events = 0;
+      for (auto& s : *streams) events += (*store)->read_stream(s)->size();
+      samples.push_back(ms_since(t));
+    }
+    report("recovery", samples, {{"entities", std::to_string(entities)}, {"events", std::to_string(events)}});
+  } else {
+    rc = usage();
+  }
+  fs::remove_all(dir);
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -368,9 +452,10 @@ int main(int argc, char** argv) {
     else if (a.rfind("--", 0) == 0) return usage();
     else pos.push_back(a);
   }
-  if (pos.size() != 2 || pos[0] != "driver") return usage();
+  if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage")) return usage();
   o.mode = pos[0];
   o.scenario = pos[1];
+  if (o.mode == "storage") return storage_bench(o);
   DriverBench b(o);
   if (o.scenario == "boot") return b.boot();
   if (o.scenario == "exec") return b.exec(false);

@@ -1,0 +1,111 @@
+#include "storage/api_keys.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <chrono>
+
+namespace pandastack::storage {
+
+namespace {
+
+constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz234567";  // base32, lower case
+constexpr size_t kIdLen = 12, kSecretLen = 40;                     // 60 and 200 bits
+
+std::string random_token(size_t n) {
+  std::string raw(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), int(n)) != 1) return "";
+  std::string out;
+  for (unsigned char c : raw) out += kAlphabet[c & 31];
+  return out;
+}
+
+std::string sha256(const std::string& s) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
+  return std::string(reinterpret_cast<char*>(d), sizeof d);
+}
+
+// record: admin(1) created(8) hash(32) tenant
+std::string encode(const ApiKey& k, const std::string& hash) {
+  std::string r(1, k.admin ? '\1' : '\0');
+  for (int i = 7; i >= 0; --i) r += char((uint64_t(k.created_ms) >> (8 * i)) & 0xff);
+  r += hash;
+  r += k.tenant;
+  return r;
+}
+
+bool decode(const std::string& id, const std::string& r, ApiKey& k, std::string& hash) {
+  if (r.size() < 1 + 8 + 32) return false;
+  k.id = id;
+  k.admin = r[0] == '\1';
+  uint64_t t = 0;
+  for (int i = 0; i < 8; ++i) t = (t << 8) | uint8_t(r[1 + i]);
+  k.created_ms = int64_t(t);
+  hash = r.substr(9, 32);
+  k.tenant = r.substr(41);
+  return true;
+}
+
+bool valid_chars(const std::string& s) {
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '2' && c <= '7'))) return false;
+  return true;
+}
+
+}  // namespace
+
+Result<std::pair<std::string, ApiKey>> KeyStore::create(const std::string& tenant, bool admin) {
+  if (tenant.empty() || tenant.size() > 128) return make_error(ErrorCode::invalid_argument, "tenant must be 1..128 bytes");
+  ApiKey k;
+  k.id = random_token(kIdLen);
+  std::string secret = random_token(kSecretLen);
+  if (k.id.empty() || secret.empty()) return make_error(ErrorCode::io_error, "no randomness for a key");
+  k.tenant = tenant;
+  k.admin = admin;
+  k.created_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto put = db_.put("k" + k.id, encode(k, sha256(secret)), true);
+  if (!put) return put.error();
+  return std::make_pair("pds_" + k.id + "_" + secret, k);
+}
+
+Result<ApiKey> KeyStore::verify(const std::string& token) {
+  auto not_found = make_error(ErrorCode::not_found, "unknown API key");
+  if (token.size() != 4 + kIdLen + 1 + kSecretLen || token.rfind("pds_", 0) != 0 || token[4 + kIdLen] != '_')
+    return not_found;
+  std::string id = token.substr(4, kIdLen), secret = token.substr(5 + kIdLen);
+  if (!valid_chars(id) || !valid_chars(secret)) return not_found;
+  auto rec = db_.get("k" + id);
+  if (!rec) return rec.error();
+  // Hash even when the id is unknown, so timing does not tell ids apart.
+  std::string presented = sha256(secret);
+  ApiKey k;
+  std::string stored(32, '\0');
+  bool known = rec->has_value() && decode(id, **rec, k, stored);
+  bool match = CRYPTO_memcmp(presented.data(), stored.data(), 32) == 0;
+  if (!known || !match) return not_found;
+  return k;
+}
+
+Status KeyStore::revoke(const std::string& id) {
+  auto rec = db_.get("k" + id);
+  if (!rec) return rec.error();
+  if (!rec->has_value()) return make_error(ErrorCode::not_found, "no key " + id);
+  return db_.remove("k" + id, true);
+}
+
+Result<std::vector<ApiKey>> KeyStore::list() {
+  auto rows = db_.scan("k");
+  if (!rows) return rows.error();
+  std::vector<ApiKey> out;
+  for (auto& [key, value] : *rows) {
+    ApiKey k;
+    std::string hash;
+    if (decode(key.substr(1), value, k, hash)) out.push_back(k);
+  }
+  return out;
+}
+
+}  // namespace pandastack::storage
