@@ -221,8 +221,9 @@ Cgroup::~Cgroup() {
 
 Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy, const std::vector<fs::path>& images,
                                                        const fs::path& run, uint32_t uid, std::vector<std::string> argv,
-                                                       int log_fd) {
+                                                       int log_fd, bool die_with_parent) {
   auto l = std::unique_ptr<JailLaunch>(new JailLaunch());
+  l->die_with_parent_ = die_with_parent;
   l->root_ = run.string() + ".jail";
   l->tmpfs_opts_ = "mode=0755,size=" + policy.root_tmpfs_size;
   l->clone_flags_ = policy.clone_flags;
@@ -341,7 +342,7 @@ void JailLaunch::child(int err_fd) {
   for (int cap = 0; cap <= 63; ++cap) ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
   if (::setgroups(0, nullptr) != 0 || ::setresgid(uid_, uid_, uid_) != 0 || ::setresuid(uid_, uid_, uid_) != 0) die(-4);
   if (no_new_privs_ && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(-5);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the uid change, which clears it
+  if (die_with_parent_) ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the uid change, which clears it
   int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull < 0) die(-6);
   ::dup2(devnull, 0);

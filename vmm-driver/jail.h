@@ -62,9 +62,11 @@ class JailLaunch {
   // `images` and `run` expand $IMAGES / $RUN (more than one images folder may be bound read-only).
   static Result<std::unique_ptr<JailLaunch>> prepare(const JailPolicy& policy, const std::vector<std::filesystem::path>& images,
                                                     const std::filesystem::path& run, uint32_t uid,
-                                                    std::vector<std::string> argv, int log_fd);
+                                                    std::vector<std::string> argv, int log_fd,
+                                                    bool die_with_parent);
   // Starts the jailed QEMU; returns its pid (in our pid namespace) once it has exec'd, or the
-  // step of the jail set-up that failed.
+  // step of the jail set-up that failed. With `die_with_parent` the child gets SIGKILL when the
+  // calling *thread* exits: call it from a thread that lives as long as the process.
   Result<pid_t> start(Cgroup* cgroup);
 
  private:
@@ -85,6 +87,7 @@ class JailLaunch {
   int clone_flags_ = 0;
   uint32_t uid_ = 0;
   bool no_new_privs_ = false;
+  bool die_with_parent_ = true;
   int log_fd_ = -1;
 };
 

@@ -241,14 +241,16 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     }
     auto argv = args;
     argv[0] = c.qemu_binary.find('/') == std::string::npos ? "/usr/bin/" + c.qemu_binary : c.qemu_binary;
-    auto launch = JailLaunch::prepare(policy, images, c.run_dir, uid, std::move(argv), log_fd);
+    auto launch = JailLaunch::prepare(policy, images, c.run_dir, uid, std::move(argv), log_fd, c.die_with_parent);
     if (!launch) {
       if (log_fd >= 0) ::close(log_fd);
       return launch.error();
     }
     cgroup_ = Cgroup::create(c.run_dir.filename().string(),
                              uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max);
-    auto pid = (*launch)->start(cgroup_.get());
+    // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
+    // created the child, and callers' threads (pool refills, request workers) come and go.
+    auto pid = io_.run([&] { return (*launch)->start(cgroup_.get()); });
     if (log_fd >= 0) ::close(log_fd);
     if (!pid) return pid.error();
     pid_ = *pid;
@@ -257,22 +259,25 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     pid_t parent = ::getpid();
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setsid();
-      if (c.die_with_parent) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (::getppid() != parent) ::_exit(1);
+    pid_t pid = io_.run([&] {  // the long-lived IoThread: see the jail branch
+      pid_t child = ::fork();
+      if (child == 0) {
+        ::setsid();
+        if (c.die_with_parent) {
+          ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+          if (::getppid() != parent) ::_exit(1);
+        }
+        int devnull = ::open("/dev/null", O_RDONLY);
+        ::dup2(devnull, 0);
+        if (log_fd >= 0) {
+          ::dup2(log_fd, 1);
+          ::dup2(log_fd, 2);
+        }
+        ::execvp(argv[0], argv.data());
+        ::_exit(127);
       }
-      int devnull = ::open("/dev/null", O_RDONLY);
-      ::dup2(devnull, 0);
-      if (log_fd >= 0) {
-        ::dup2(log_fd, 1);
-        ::dup2(log_fd, 2);
-      }
-      ::execvp(argv[0], argv.data());
-      ::_exit(127);
-    }
+      return child;
+    });
     if (log_fd >= 0) ::close(log_fd);
     if (pid < 0) return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
     pid_ = pid;
