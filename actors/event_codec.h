@@ -1,0 +1,16 @@
+// Events to and from their persisted form (wire/events.capnp, format `formatVersion`).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "actors/sandbox.h"
+
+namespace pandastack::actors {
+
+uint32_t event_format();
+std::string encode_event(const Event& e);
+// nullopt when the bytes are not a valid event (or of a kind this build does not know).
+std::optional<Event> decode_event(const std::string& bytes);
+
+}  // namespace pandastack::actors

@@ -1,0 +1,383 @@
+#include "actors/sandbox.h"
+
+namespace pandastack::actors {
+
+const char* to_string(Status s) {
+  switch (s) {
+    case Status::none: return "none";
+    case Status::creating: return "creating";
+    case Status::running: return "running";
+    case Status::snapshotting: return "snapshotting";
+    case Status::forking: return "forking";
+    case Status::hibernating: return "hibernating";
+    case Status::hibernated: return "hibernated";
+    case Status::waking: return "waking";
+    case Status::stopped: return "stopped";
+    case Status::failed: return "failed";
+  }
+  return "unknown";
+}
+
+const char* to_string(Event::Kind k) {
+  switch (k) {
+    case Event::Kind::created: return "created";
+    case Event::Kind::started: return "started";
+    case Event::Kind::exec_started: return "exec-started";
+    case Event::Kind::exec_finished: return "exec-finished";
+    case Event::Kind::transition_started: return "transition-started";
+    case Event::Kind::transition_failed: return "transition-failed";
+    case Event::Kind::snapshot_taken: return "snapshot-taken";
+    case Event::Kind::forked: return "forked";
+    case Event::Kind::hibernated: return "hibernated";
+    case Event::Kind::woke: return "woke";
+    case Event::Kind::ttl_changed: return "ttl-changed";
+    case Event::Kind::metadata_changed: return "metadata-changed";
+    case Event::Kind::reaped: return "reaped";
+    case Event::Kind::killed: return "killed";
+    case Event::Kind::failed: return "failed";
+  }
+  return "unknown";
+}
+
+namespace {
+
+Event ev(Event::Kind k, int64_t now) {
+  Event e;
+  e.kind = k;
+  e.at_ms = now;
+  return e;
+}
+
+Rejection reject(std::string code, std::string message) { return Rejection{std::move(code), std::move(message)}; }
+
+// Why a sandbox in `s` cannot do what needs a running VM.
+Rejection not_running(const SandboxState& s, const std::string& what) {
+  switch (s.status) {
+    case Status::none: return reject("sandbox_not_found", "no sandbox " + s.id);
+    case Status::hibernated: return reject("sandbox_hibernated", "sandbox " + s.id + " is hibernated: wake it to " + what);
+    case Status::stopped: return reject("sandbox_stopped", "sandbox " + s.id + " was stopped");
+    case Status::failed: return reject("sandbox_failed", "sandbox " + s.id + " failed: " + s.failure_reason);
+    default:
+      return reject("sandbox_busy", "sandbox " + s.id + " is " + to_string(s.status) + "; retry to " + what);
+  }
+}
+
+Status transition_status(Transition t) {
+  switch (t) {
+    case Transition::snapshotting: return Status::snapshotting;
+    case Transition::forking: return Status::forking;
+    case Transition::hibernating: return Status::hibernating;
+    case Transition::waking: return Status::waking;
+  }
+  return Status::running;
+}
+
+std::optional<Rejection> check_metadata(const std::map<std::string, std::string>& m, const Limits& l) {
+  if (m.size() > l.max_metadata_entries)
+    return reject("invalid_argument", "at most " + std::to_string(l.max_metadata_entries) + " metadata entries");
+  for (auto& [k, v] : m)
+    if (k.empty() || k.size() > 128 || v.size() > 1024)
+      return reject("invalid_argument", "metadata keys are 1..128 bytes and values at most 1024");
+  return std::nullopt;
+}
+
+std::optional<Rejection> check_ttl(uint32_t ttl, const Limits& l) {
+  if (ttl > l.max_ttl_seconds)
+    return reject("invalid_argument", "ttl_seconds " + std::to_string(ttl) + " is over the maximum of " +
+                                          std::to_string(l.max_ttl_seconds));
+  return std::nullopt;
+}
+
+struct Decider {
+  const SandboxState& s;
+  int64_t now;
+  const Limits& limits;
+
+  Decision operator()(const cmd::Create& c) const {
+    if (s.status != Status::none) return reject("already_exists", "sandbox " + s.id + " exists");
+    if (c.tenant.empty() || c.template_name.empty()) return reject("invalid_argument", "tenant and template are required");
+    if (c.vcpus == 0 || c.memory_mib == 0) return reject("invalid_argument", "vcpus and memory must be positive");
+    if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
+    if (auto r = check_metadata(c.metadata, limits)) return *r;
+    Event e = ev(Event::Kind::created, now);
+    e.tenant = c.tenant;
+    e.template_name = c.template_name;
+    e.parent = c.parent;
+    e.from_snapshot = c.from_snapshot;
+    e.vcpus = c.vcpus;
+    e.memory_mib = c.memory_mib;
+    e.ttl_seconds = c.ttl_seconds ? c.ttl_seconds : limits.default_ttl_seconds;
+    e.expires_at_ms = now + int64_t(e.ttl_seconds) * 1000;
+    e.metadata = c.metadata;
+    e.persistent = c.persistent;
+    e.auto_wake = c.auto_wake;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::Started&) const {
+    if (s.status == Status::creating) return std::vector<Event>{ev(Event::Kind::started, now)};
+    if (s.status == Status::waking) return std::vector<Event>{ev(Event::Kind::woke, now)};
+    return reject("invalid_state", "a VM start is not expected in state " + std::string(to_string(s.status)));
+  }
+
+  Decision operator()(const cmd::StartFailed& c) const {
+    if (s.status != Status::creating && s.status != Status::waking)
+      return reject("invalid_state", "a VM start failure is not expected in state " + std::string(to_string(s.status)));
+    Event e = ev(Event::Kind::failed, now);
+    e.reason = c.reason;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::Exec& c) const {
+    if (s.status == Status::hibernated && s.auto_wake) {
+      // Wake first; the actor runs the command once the sandbox is running again.
+      Event e = ev(Event::Kind::transition_started, now);
+      e.transition = Transition::waking;
+      e.snapshot_id = s.hibernation_snapshot;
+      return std::vector<Event>{e};
+    }
+    if (s.status != Status::running) return not_running(s, "exec");
+    if (c.exec_id.empty()) return reject("invalid_argument", "exec id required");
+    if (s.running_execs.count(c.exec_id)) return reject("invalid_argument", "exec id " + c.exec_id + " in use");
+    Event e = ev(Event::Kind::exec_started, now);
+    e.exec_id = c.exec_id;
+    e.command = c.command;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::ExecFinished& c) const {
+    if (!s.running_execs.count(c.exec_id)) return reject("invalid_argument", "no running exec " + c.exec_id);
+    Event e = ev(Event::Kind::exec_finished, now);
+    e.exec_id = c.exec_id;
+    e.exit_code = c.exit_code;
+    e.duration_ms = c.duration_ms;
+    e.timed_out = c.timed_out;
+    return std::vector<Event>{e};
+  }
+
+  Decision start_transition(Transition t, const std::string& snapshot_id) const {
+    Event e = ev(Event::Kind::transition_started, now);
+    e.transition = t;
+    e.snapshot_id = snapshot_id;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::Snapshot& c) const {
+    if (s.status != Status::running) return not_running(s, "snapshot");
+    if (c.snapshot_id.empty()) return reject("invalid_argument", "snapshot id required");
+    return start_transition(Transition::snapshotting, c.snapshot_id);
+  }
+
+  Decision operator()(const cmd::Fork& c) const {
+    if (s.status != Status::running) return not_running(s, "fork");
+    if (c.count == 0 || c.count > limits.max_fork_children)
+      return reject("invalid_argument", "count must be 1.." + std::to_string(limits.max_fork_children));
+    return start_transition(Transition::forking, c.snapshot_id);
+  }
+
+  Decision operator()(const cmd::Hibernate& c) const {
+    if (s.status == Status::hibernated || s.status == Status::hibernating) return std::vector<Event>{};
+    if (s.status != Status::running) return not_running(s, "hibernate");
+    return start_transition(Transition::hibernating, c.snapshot_id);
+  }
+
+  Decision operator()(const cmd::Wake&) const {
+    if (s.status == Status::running || s.status == Status::waking) return std::vector<Event>{};
+    if (s.status != Status::hibernated) return not_running(s, "wake");
+    return start_transition(Transition::waking, s.hibernation_snapshot);
+  }
+
+  Decision operator()(const cmd::TransitionDone& c) const {
+    switch (s.status) {
+      case Status::snapshotting: {
+        Event e = ev(Event::Kind::snapshot_taken, now);
+        e.snapshot_id = s.pending_snapshot;
+        return std::vector<Event>{e};
+      }
+      case Status::forking: {
+        Event e = ev(Event::Kind::forked, now);
+        e.children = c.children;
+        return std::vector<Event>{e};
+      }
+      case Status::hibernating: {
+        Event e = ev(Event::Kind::hibernated, now);
+        e.snapshot_id = s.pending_snapshot;
+        return std::vector<Event>{e};
+      }
+      case Status::waking: return std::vector<Event>{ev(Event::Kind::woke, now)};
+      default:
+        return reject("invalid_state", "no transition in progress in state " + std::string(to_string(s.status)));
+    }
+  }
+
+  Decision operator()(const cmd::TransitionFailed& c) const {
+    Transition t;
+    switch (s.status) {
+      case Status::snapshotting: t = Transition::snapshotting; break;
+      case Status::forking: t = Transition::forking; break;
+      case Status::hibernating: t = Transition::hibernating; break;
+      case Status::waking: t = Transition::waking; break;
+      default:
+        return reject("invalid_state", "no transition in progress in state " + std::string(to_string(s.status)));
+    }
+    Event e = ev(Event::Kind::transition_failed, now);
+    e.transition = t;
+    e.reason = c.reason;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::SetTtl& c) const {
+    if (!s.live()) return not_running(s, "change its TTL");
+    if (c.ttl_seconds == 0) return reject("invalid_argument", "ttl_seconds must be positive");
+    if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
+    Event e = ev(Event::Kind::ttl_changed, now);
+    e.ttl_seconds = c.ttl_seconds;
+    e.expires_at_ms = now + int64_t(c.ttl_seconds) * 1000;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::SetMetadata& c) const {
+    if (!s.live()) return not_running(s, "change its metadata");
+    if (auto r = check_metadata(c.metadata, limits)) return *r;
+    Event e = ev(Event::Kind::metadata_changed, now);
+    e.metadata = c.metadata;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::Reap&) const {
+    if (!s.live() || s.status == Status::hibernated) return std::vector<Event>{};  // nothing running to reap
+    if (now < s.expires_at_ms) return reject("not_expired", "sandbox " + s.id + " expires later");
+    if (s.status != Status::running) return reject("sandbox_busy", "sandbox " + s.id + " is " + to_string(s.status));
+    Event e = ev(Event::Kind::reaped, now);
+    e.reap_action = s.persistent ? ReapAction::hibernate : ReapAction::kill;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::Kill&) const {
+    if (s.status == Status::none) return reject("sandbox_not_found", "no sandbox " + s.id);
+    if (!s.live()) return std::vector<Event>{};
+    return std::vector<Event>{ev(Event::Kind::killed, now)};
+  }
+
+  Decision operator()(const cmd::Fail& c) const {
+    if (!s.live()) return std::vector<Event>{};
+    Event e = ev(Event::Kind::failed, now);
+    e.reason = c.reason;
+    return std::vector<Event>{e};
+  }
+};
+
+[[noreturn]] void impossible(const SandboxState& s, const Event& e) {
+  throw std::logic_error(std::string("event ") + to_string(e.kind) + " is impossible for sandbox " + s.id +
+                         " in state " + to_string(s.status));
+}
+
+}  // namespace
+
+Decision decide(const SandboxState& state, const Command& command, int64_t now_ms, const Limits& limits) {
+  return std::visit(Decider{state, now_ms, limits}, command);
+}
+
+SandboxState apply(SandboxState s, const Event& e) {
+  using K = Event::Kind;
+  switch (e.kind) {
+    case K::created:
+      if (s.status != Status::none) impossible(s, e);
+      s.status = Status::creating;
+      s.tenant = e.tenant;
+      s.template_name = e.template_name;
+      s.parent = e.parent;
+      s.from_snapshot = e.from_snapshot;
+      s.vcpus = e.vcpus;
+      s.memory_mib = e.memory_mib;
+      s.ttl_seconds = e.ttl_seconds;
+      s.metadata = e.metadata;
+      s.created_at_ms = e.at_ms;
+      s.expires_at_ms = e.expires_at_ms;
+      s.persistent = e.persistent;
+      s.auto_wake = e.auto_wake;
+      break;
+    case K::started:
+      if (s.status != Status::creating) impossible(s, e);
+      s.status = Status::running;
+      break;
+    case K::exec_started:
+      if (s.status != Status::running) impossible(s, e);
+      s.running_execs[e.exec_id] = e.command;
+      break;
+    case K::exec_finished:
+      if (!s.running_execs.erase(e.exec_id)) impossible(s, e);
+      ++s.execs_finished;
+      break;
+    case K::transition_started: {
+      bool from_running = e.transition != Transition::waking && s.status == Status::running;
+      bool waking = e.transition == Transition::waking && s.status == Status::hibernated;
+      if (!from_running && !waking) impossible(s, e);
+      s.status = transition_status(e.transition);
+      s.pending_snapshot = e.snapshot_id;
+      break;
+    }
+    case K::transition_failed:
+      if (s.status != transition_status(e.transition)) impossible(s, e);
+      s.status = e.transition == Transition::waking ? Status::hibernated : Status::running;
+      s.pending_snapshot.clear();
+      break;
+    case K::snapshot_taken:
+      if (s.status != Status::snapshotting) impossible(s, e);
+      s.status = Status::running;
+      s.snapshots.push_back(e.snapshot_id);
+      s.pending_snapshot.clear();
+      break;
+    case K::forked:
+      if (s.status != Status::forking) impossible(s, e);
+      s.status = Status::running;
+      s.pending_snapshot.clear();
+      break;
+    case K::hibernated:
+      if (s.status != Status::hibernating) impossible(s, e);
+      s.status = Status::hibernated;
+      s.hibernation_snapshot = e.snapshot_id;
+      s.pending_snapshot.clear();
+      s.running_execs.clear();  // they died with the VM
+      break;
+    case K::woke:
+      if (s.status != Status::waking) impossible(s, e);
+      s.status = Status::running;
+      s.hibernation_snapshot.clear();
+      s.pending_snapshot.clear();
+      break;
+    case K::ttl_changed:
+      if (!s.live()) impossible(s, e);
+      s.ttl_seconds = e.ttl_seconds;
+      s.expires_at_ms = e.expires_at_ms;
+      break;
+    case K::metadata_changed:
+      if (!s.live()) impossible(s, e);
+      s.metadata = e.metadata;
+      break;
+    case K::reaped:
+      if (s.status != Status::running) impossible(s, e);
+      if (e.reap_action == ReapAction::hibernate) {
+        s.status = Status::hibernating;
+      } else {
+        s.status = Status::stopped;
+        s.running_execs.clear();
+      }
+      break;
+    case K::killed:
+      if (!s.live()) impossible(s, e);
+      s.status = Status::stopped;
+      s.running_execs.clear();
+      break;
+    case K::failed:
+      if (!s.live()) impossible(s, e);
+      s.status = Status::failed;
+      s.failure_reason = e.reason;
+      s.running_execs.clear();
+      break;
+  }
+  ++s.version;
+  return s;
+}
+
+}  // namespace pandastack::actors

@@ -1,0 +1,271 @@
+#include "actors/sandbox.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+
+namespace pandastack::actors {
+namespace {
+
+constexpr int64_t kNow = 1'000'000;
+
+Event e_(Event::Kind k) {
+  Event e;
+  e.kind = k;
+  e.at_ms = kNow;
+  return e;
+}
+
+Event created(bool persistent = false, bool auto_wake = false) {
+  Event e = e_(Event::Kind::created);
+  e.tenant = "acme";
+  e.template_name = "base";
+  e.vcpus = 1;
+  e.memory_mib = 256;
+  e.ttl_seconds = 900;
+  e.expires_at_ms = kNow + 900'000;
+  e.persistent = persistent;
+  e.auto_wake = auto_wake;
+  return e;
+}
+
+Event transition(Transition t, std::string snap = "snap-1") {
+  Event e = e_(Event::Kind::transition_started);
+  e.transition = t;
+  e.snapshot_id = std::move(snap);
+  return e;
+}
+
+// A sandbox in `status`, reached through events only.
+SandboxState in(Status status, bool persistent = false, bool auto_wake = false) {
+  SandboxState s;
+  s.id = "sbx_test";
+  if (status == Status::none) return s;
+  s = apply(s, created(persistent, auto_wake));
+  if (status == Status::creating) return s;
+  s = apply(s, e_(Event::Kind::started));
+  switch (status) {
+    case Status::running: return s;
+    case Status::snapshotting: return apply(s, transition(Transition::snapshotting));
+    case Status::forking: return apply(s, transition(Transition::forking));
+    case Status::hibernating: return apply(s, transition(Transition::hibernating));
+    case Status::hibernated:
+    case Status::waking: {
+      s = apply(s, transition(Transition::hibernating, "hib-1"));
+      Event h = e_(Event::Kind::hibernated);
+      h.snapshot_id = "hib-1";
+      s = apply(s, h);
+      if (status == Status::hibernated) return s;
+      return apply(s, transition(Transition::waking, "hib-1"));
+    }
+    case Status::stopped: return apply(s, e_(Event::Kind::killed));
+    case Status::failed: {
+      Event f = e_(Event::Kind::failed);
+      f.reason = "boom";
+      return apply(s, f);
+    }
+    default: return s;
+  }
+}
+
+std::vector<std::pair<std::string, Command>> commands() {
+  cmd::Create c;
+  c.tenant = "acme";
+  c.template_name = "base";
+  cmd::SetMetadata m;
+  m.metadata = {{"k", "v"}};
+  return {{"Create", c},
+          {"Started", cmd::Started{}},
+          {"StartFailed", cmd::StartFailed{"no vm"}},
+          {"Exec", cmd::Exec{"x1", "echo hi"}},
+          {"ExecFinished", cmd::ExecFinished{"x-unknown", 0, 1, false}},
+          {"Snapshot", cmd::Snapshot{"snap-2"}},
+          {"Fork", cmd::Fork{"snap-3", 2}},
+          {"Hibernate", cmd::Hibernate{"hib-2"}},
+          {"Wake", cmd::Wake{}},
+          {"TransitionDone", cmd::TransitionDone{{"sbx_c1", "sbx_c2"}}},
+          {"TransitionFailed", cmd::TransitionFailed{"disk full"}},
+          {"SetTtl", cmd::SetTtl{600}},
+          {"SetMetadata", m},
+          {"Reap", cmd::Reap{}},
+          {"Kill", cmd::Kill{}},
+          {"Fail", cmd::Fail{"host_restart"}}};
+}
+
+std::string outcome(const Decision& d) {
+  if (auto* r = std::get_if<Rejection>(&d)) return "!" + r->code;
+  auto& evs = std::get<std::vector<Event>>(d);
+  if (evs.empty()) return "-";
+  std::string s;
+  for (auto& e : evs) s += (s.empty() ? "" : ",") + std::string(to_string(e.kind));
+  return s;
+}
+
+// Every state x every command: the decision, and that its events apply cleanly.
+TEST(SandboxDecide, EveryStateTimesEveryCommand) {
+  const std::array<Status, 10> states = {Status::none,        Status::creating, Status::running, Status::snapshotting,
+                                         Status::forking,     Status::hibernating, Status::hibernated, Status::waking,
+                                         Status::stopped,     Status::failed};
+  // Columns in the order of commands(): Create Started StartFailed Exec ExecFinished Snapshot Fork
+  // Hibernate Wake TransitionDone TransitionFailed SetTtl SetMetadata Reap Kill Fail.
+  const std::map<Status, std::vector<std::string>> expected = {
+      {Status::none,
+       {"created", "!invalid_state", "!invalid_state", "!sandbox_not_found", "!invalid_argument", "!sandbox_not_found",
+        "!sandbox_not_found", "!sandbox_not_found", "!sandbox_not_found", "!invalid_state", "!invalid_state",
+        "!sandbox_not_found", "!sandbox_not_found", "-", "!sandbox_not_found", "-"}},
+      {Status::creating,
+       {"!already_exists", "started", "failed", "!sandbox_busy", "!invalid_argument", "!sandbox_busy", "!sandbox_busy",
+        "!sandbox_busy", "!sandbox_busy", "!invalid_state", "!invalid_state", "ttl-changed", "metadata-changed",
+        "!not_expired", "killed", "failed"}},
+      {Status::running,
+       {"!already_exists", "!invalid_state", "!invalid_state", "exec-started", "!invalid_argument", "transition-started",
+        "transition-started", "transition-started", "-", "!invalid_state", "!invalid_state", "ttl-changed",
+        "metadata-changed", "!not_expired", "killed", "failed"}},
+      {Status::snapshotting,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
+        "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "snapshot-taken", "transition-failed", "ttl-changed",
+        "metadata-changed", "!not_expired", "killed", "failed"}},
+      {Status::forking,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
+        "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "forked", "transition-failed", "ttl-changed",
+        "metadata-changed", "!not_expired", "killed", "failed"}},
+      {Status::hibernating,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
+        "!sandbox_busy", "-", "!sandbox_busy", "hibernated", "transition-failed", "ttl-changed", "metadata-changed",
+        "!not_expired", "killed", "failed"}},
+      {Status::hibernated,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_hibernated", "!invalid_argument",
+        "!sandbox_hibernated", "!sandbox_hibernated", "-", "transition-started", "!invalid_state", "!invalid_state",
+        "ttl-changed", "metadata-changed", "-", "killed", "failed"}},
+      {Status::waking,
+       {"!already_exists", "woke", "failed", "!sandbox_busy", "!invalid_argument", "!sandbox_busy", "!sandbox_busy",
+        "!sandbox_busy", "-", "woke", "transition-failed", "ttl-changed", "metadata-changed", "!not_expired", "killed",
+        "failed"}},
+      {Status::stopped,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_stopped", "!invalid_argument",
+        "!sandbox_stopped", "!sandbox_stopped", "!sandbox_stopped", "!sandbox_stopped", "!invalid_state",
+        "!invalid_state", "!sandbox_stopped", "!sandbox_stopped", "-", "-", "-"}},
+      {Status::failed,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_failed", "!invalid_argument", "!sandbox_failed",
+        "!sandbox_failed", "!sandbox_failed", "!sandbox_failed", "!invalid_state", "!invalid_state", "!sandbox_failed",
+        "!sandbox_failed", "-", "-", "-"}},
+  };
+  auto cmds = commands();
+  for (Status st : states) {
+    SandboxState s = in(st);
+    ASSERT_EQ(s.status, st);
+    auto& row = expected.at(st);
+    ASSERT_EQ(row.size(), cmds.size());
+    for (size_t i = 0; i < cmds.size(); ++i) {
+      auto d = decide(s, cmds[i].second, kNow + 1);
+      EXPECT_EQ(outcome(d), row[i]) << to_string(st) << " x " << cmds[i].first;
+      if (auto* evs = std::get_if<std::vector<Event>>(&d)) {
+        SandboxState next = s;
+        for (auto& e : *evs) EXPECT_NO_THROW(next = apply(next, e)) << to_string(st) << " x " << cmds[i].first;
+        if (!evs->empty()) {
+          EXPECT_EQ(next.version, s.version + evs->size());
+        }
+      }
+    }
+  }
+}
+
+TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
+  auto s = in(Status::hibernated, false, /*auto_wake=*/true);
+  auto d = decide(s, cmd::Exec{"x1", "ls"}, kNow);
+  ASSERT_EQ(outcome(d), "transition-started");
+  auto next = apply(s, std::get<std::vector<Event>>(d)[0]);
+  EXPECT_EQ(next.status, Status::waking);
+  EXPECT_EQ(next.pending_snapshot, "hib-1");
+}
+
+TEST(SandboxDecide, TtlReaperKillsOrHibernatesPersistentSandboxes) {
+  auto expiry = in(Status::running).expires_at_ms;
+  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Reap{}, expiry - 1)), "!not_expired");
+  auto d = decide(in(Status::running), cmd::Reap{}, expiry);
+  ASSERT_EQ(outcome(d), "reaped");
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reap_action, ReapAction::kill);
+  EXPECT_EQ(apply(in(Status::running), std::get<std::vector<Event>>(d)[0]).status, Status::stopped);
+  auto p = in(Status::running, /*persistent=*/true);
+  d = decide(p, cmd::Reap{}, expiry);
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reap_action, ReapAction::hibernate);
+  EXPECT_EQ(apply(p, std::get<std::vector<Event>>(d)[0]).status, Status::hibernating);
+  // Extending the TTL postpones the reaper.
+  auto ttl = decide(in(Status::running), cmd::SetTtl{3600}, expiry - 1000);
+  auto extended = apply(in(Status::running), std::get<std::vector<Event>>(ttl)[0]);
+  EXPECT_EQ(outcome(decide(extended, cmd::Reap{}, expiry)), "!not_expired");
+}
+
+TEST(SandboxDecide, ValidatesInput) {
+  Limits l;
+  l.max_ttl_seconds = 100;
+  cmd::Create c;
+  c.tenant = "t";
+  c.template_name = "base";
+  c.ttl_seconds = 101;
+  EXPECT_EQ(outcome(decide(in(Status::none), c, kNow, l)), "!invalid_argument");
+  c.ttl_seconds = 0;
+  auto d = decide(in(Status::none), c, kNow, l);
+  ASSERT_EQ(outcome(d), "created");
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].ttl_seconds, l.default_ttl_seconds);
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].expires_at_ms, kNow + 900'000);
+  c.template_name = "";
+  EXPECT_EQ(outcome(decide(in(Status::none), c, kNow, l)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(Status::running), cmd::SetTtl{101}, kNow, l)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Fork{"s", 0}, kNow, l)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Fork{"s", 17}, kNow, l)), "!invalid_argument");
+  cmd::SetMetadata m;
+  m.metadata[""] = "x";
+  EXPECT_EQ(outcome(decide(in(Status::running), m, kNow, l)), "!invalid_argument");
+}
+
+TEST(SandboxApply, ImpossibleEventsFailLoudly) {
+  EXPECT_THROW(apply(in(Status::running), e_(Event::Kind::started)), std::logic_error);
+  EXPECT_THROW(apply(in(Status::stopped), e_(Event::Kind::killed)), std::logic_error);
+  EXPECT_THROW(apply(in(Status::none), e_(Event::Kind::woke)), std::logic_error);
+  EXPECT_THROW(apply(in(Status::running), created()), std::logic_error);
+  Event fin = e_(Event::Kind::exec_finished);
+  fin.exec_id = "never-started";
+  EXPECT_THROW(apply(in(Status::running), fin), std::logic_error);
+  EXPECT_THROW(apply(in(Status::hibernated), transition(Transition::snapshotting)), std::logic_error);
+}
+
+TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
+  // create -> exec -> snapshot -> hibernate -> wake -> exec -> kill, applied one by one.
+  SandboxState s;
+  s.id = "sbx_life";
+  std::vector<Command> life = {cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false},
+                               cmd::Started{},
+                               cmd::Exec{"x1", "make"},
+                               cmd::ExecFinished{"x1", 0, 1200, false},
+                               cmd::Snapshot{"snap-1"},
+                               cmd::TransitionDone{},
+                               cmd::Hibernate{"hib-1"},
+                               cmd::TransitionDone{},
+                               cmd::Wake{},
+                               cmd::Started{},
+                               cmd::Kill{}};
+  std::vector<Event> log;
+  for (auto& c : life) {
+    auto d = decide(s, c, kNow);
+    ASSERT_TRUE(std::holds_alternative<std::vector<Event>>(d)) << std::get<Rejection>(d).message;
+    for (auto& e : std::get<std::vector<Event>>(d)) {
+      s = apply(s, e);
+      log.push_back(e);
+    }
+  }
+  EXPECT_EQ(s.status, Status::stopped);
+  EXPECT_EQ(s.snapshots, std::vector<std::string>{"snap-1"});
+  EXPECT_EQ(s.execs_finished, 1u);
+  SandboxState replayed;
+  replayed.id = "sbx_life";
+  for (auto& e : log) replayed = apply(replayed, e);
+  EXPECT_EQ(replayed.status, s.status);
+  EXPECT_EQ(replayed.version, s.version);
+  EXPECT_EQ(replayed.metadata, s.metadata);
+  EXPECT_EQ(replayed.snapshots, s.snapshots);
+  EXPECT_EQ(replayed.version, log.size());
+}
+
+}  // namespace
+}  // namespace pandastack::actors

@@ -1,0 +1,74 @@
+# Persisted sandbox lifecycle events (the payloads of the event store). Field ordinals are
+# append-only; `formatVersion` is stored with every event and bumped on incompatible change.
+@0xf19cfb806cc6eaec;
+
+$import "/capnp/c++.capnp".namespace("pandastack::wire::events");
+
+const formatVersion :UInt32 = 1;
+
+struct KeyValue {
+  key @0 :Text;
+  value @1 :Text;
+}
+
+enum Transition {
+  snapshotting @0;
+  forking @1;
+  hibernating @2;
+  waking @3;
+}
+
+enum ReapAction {
+  kill @0;
+  hibernate @1;
+}
+
+struct SandboxEvent {
+  atMs @0 :Int64;
+  union {
+    created :group {
+      tenant @1 :Text;
+      template @2 :Text;
+      vcpus @3 :UInt32;
+      memoryMib @4 :UInt32;
+      metadata @5 :List(KeyValue);
+      ttlSeconds @6 :UInt32;
+      expiresAtMs @7 :Int64;
+      persistent @8 :Bool;
+      autoWake @9 :Bool;
+      parent @10 :Text;        # the sandbox this one was forked from ("" for none)
+      fromSnapshot @11 :Text;  # the snapshot it was created from ("" = its template)
+    }
+    started @12 :Void;
+    execStarted :group {
+      execId @13 :Text;
+      command @14 :Text;       # the command line, not its output
+    }
+    execFinished :group {
+      execId @15 :Text;
+      exitCode @16 :Int32;
+      durationMs @17 :UInt32;
+      timedOut @18 :Bool;
+    }
+    transitionStarted :group {
+      transition @19 :Transition;
+      snapshotId @20 :Text;
+    }
+    transitionFailed :group {
+      transition @21 :Transition;
+      reason @22 :Text;
+    }
+    snapshotTaken @23 :Text;       # snapshot id
+    forked @24 :List(Text);        # children's ids
+    hibernated @25 :Text;          # the hibernation snapshot's id
+    woke @26 :Void;
+    ttlChanged :group {
+      ttlSeconds @27 :UInt32;
+      expiresAtMs @28 :Int64;
+    }
+    metadataChanged @29 :List(KeyValue);
+    reaped @30 :ReapAction;
+    killed @31 :Void;
+    failed @32 :Text;              # reason, e.g. "host_restart"
+  }
+}
