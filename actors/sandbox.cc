@@ -343,6 +343,8 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::woke:
       if (s.status != Status::waking) impossible(s, e);
       s.status = Status::running;
+      // A woken sandbox gets its TTL afresh (it may have been hibernated at expiry).
+      s.expires_at_ms = e.at_ms + int64_t(s.ttl_seconds) * 1000;
       s.hibernation_snapshot.clear();
       s.pending_snapshot.clear();
       break;

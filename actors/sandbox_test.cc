@@ -190,6 +190,13 @@ TEST(SandboxDecide, TtlReaperKillsOrHibernatesPersistentSandboxes) {
   d = decide(p, cmd::Reap{}, expiry);
   EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reap_action, ReapAction::hibernate);
   EXPECT_EQ(apply(p, std::get<std::vector<Event>>(d)[0]).status, Status::hibernating);
+  // Waking renews the TTL: the reaper does not take it straight back.
+  auto woken = in(Status::waking);
+  Event w = e_(Event::Kind::woke);
+  w.at_ms = expiry + 5000;
+  woken = apply(woken, w);
+  EXPECT_EQ(woken.expires_at_ms, expiry + 5000 + 900'000);
+  EXPECT_EQ(outcome(decide(woken, cmd::Reap{}, expiry + 6000)), "!not_expired");
   // Extending the TTL postpones the reaper.
   auto ttl = decide(in(Status::running), cmd::SetTtl{3600}, expiry - 1000);
   auto extended = apply(in(Status::running), std::get<std::vector<Event>>(ttl)[0]);

@@ -1,0 +1,870 @@
+#include "actors/runtime.h"
+
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include <caf/all.hpp>
+#include <deque>
+#include <mutex>
+#include <set>
+
+#include "actors/event_codec.h"
+#include "storage/event_store.h"
+#include "vmm-driver/io_thread.h"
+#include "vmm-driver/snapshot.h"
+#include "vmm-driver/templates.h"
+
+namespace pandastack::actors {
+
+namespace fs = std::filesystem;
+
+// One reply type for every request inside the runtime.
+struct Answer {
+  bool ok = true;
+  Rejection error;
+  SandboxInfo info;
+  std::vector<SandboxInfo> infos;
+  vmm::ExecResult exec;
+  std::string text;
+
+  static Answer fail(Rejection r) {
+    Answer a;
+    a.ok = false;
+    a.error = std::move(r);
+    return a;
+  }
+};
+
+// What a VM worker reports back.
+struct WorkerResult {
+  bool ok = true;
+  std::string error;
+  vmm::ExecResult exec;
+};
+
+struct ListQuery {
+  std::string tenant;
+  std::optional<Status> status;
+  std::map<std::string, std::string> metadata;
+};
+
+struct ForkRequest {
+  std::string tenant, template_name, snapshot_id, parent;
+  uint32_t count = 1;
+};
+
+}  // namespace pandastack::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Answer)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::WorkerResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Command)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::CreateRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxInfo)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ListQuery)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ForkRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::vmm::ExecRequest)
+
+namespace pandastack::actors {
+
+namespace {
+
+using cmd_atom = caf::atom_constant<caf::atom("cmd")>;
+using persisted_atom = caf::atom_constant<caf::atom("persisted")>;
+using restore_atom = caf::atom_constant<caf::atom("restore")>;
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+using hibernate_atom = caf::atom_constant<caf::atom("hibernate")>;
+using destroy_atom = caf::atom_constant<caf::atom("destroy")>;
+using exec_atom = caf::atom_constant<caf::atom("exec")>;
+using create_atom = caf::atom_constant<caf::atom("create")>;
+using get_atom = caf::atom_constant<caf::atom("get")>;
+using list_atom = caf::atom_constant<caf::atom("list")>;
+using route_atom = caf::atom_constant<caf::atom("route")>;
+using info_atom = caf::atom_constant<caf::atom("info")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
+using fork_atom = caf::atom_constant<caf::atom("forkkids")>;
+
+// A handler that throws is a bug: log it loudly (CAF would end the actor silently).
+template <typename Self>
+void log_exceptions(Self* self, std::string what) {
+  self->set_exception_handler([what](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+    try {
+      std::rethrow_exception(eptr);
+    } catch (const std::exception& e) {
+      spdlog::critical("{}: handler threw: {}", what, e.what());
+    } catch (...) {
+      spdlog::critical("{}: handler threw a non-std exception", what);
+    }
+    return caf::make_error(caf::sec::runtime_error);
+  });
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string random_base32(size_t n) {
+  static const char* a = "abcdefghijklmnopqrstuvwxyz234567";
+  std::string raw(n, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), int(n));
+  std::string out;
+  for (unsigned char c : raw) out += a[c & 31];
+  return out;
+}
+
+SandboxInfo info_of(const SandboxState& s) {
+  SandboxInfo i;
+  i.id = s.id;
+  i.tenant = s.tenant;
+  i.template_name = s.template_name;
+  i.parent = s.parent;
+  i.status = s.status;
+  i.metadata = s.metadata;
+  i.created_at_ms = s.created_at_ms;
+  i.expires_at_ms = s.expires_at_ms;
+  i.persistent = s.persistent;
+  i.snapshots = s.snapshots;
+  i.failure_reason = s.failure_reason;
+  return i;
+}
+
+Rejection not_found(const std::string& id) { return Rejection{"sandbox_not_found", "no sandbox " + id}; }
+
+}  // namespace
+
+// Shared by every actor; owned by Runtime::Impl, which outlives the actor system.
+struct Env {
+  RuntimeConfig config;
+  std::unique_ptr<storage::EventStore> store;
+  vmm::IoThread io;
+  std::unique_ptr<vmm::TemplateStore> templates;
+  std::mutex staged_mu;
+  std::map<std::string, vmm::Snapshot> staged;  // template -> baked snapshot staged in state_dir
+
+  fs::path run_dir(const std::string& id) const { return config.state_dir / "run" / id; }
+  fs::path snapshot_dir(const std::string& snap) const { return config.state_dir / "snapshots" / snap; }
+  fs::path hibernated_dir(const std::string& id) const { return config.state_dir / "hibernated" / id; }
+
+  vmm::VmConfig vm_config(const std::string& template_name, const std::string& id) const {
+    auto c = templates->config(template_name, run_dir(id));
+    c.accel = config.accel;
+    c.vcpus = config.vcpus;
+    c.memory_mib = config.memory_mib;
+    c.jail = config.jail;
+    c.hostname = id;
+    for (auto& ch : c.hostname)
+      if (ch == '_') ch = '-';
+    return c;
+  }
+
+  // The template's baked snapshot, staged next to the run folders (bakes once; blocking).
+  vmm::Result<vmm::Snapshot> template_snapshot(const std::string& template_name) {
+    {
+      std::lock_guard lock(staged_mu);
+      auto it = staged.find(template_name);
+      if (it != staged.end() && fs::exists(it->second.dir / "meta.json")) return it->second;
+    }
+    auto baked = templates->baked(template_name, vm_config(template_name, "shape"));
+    if (!baked) return baked.error();
+    auto s = vmm::stage_snapshot(*baked, config.state_dir / "templates" / baked->dir.filename());
+    if (!s) return s.error();
+    std::lock_guard lock(staged_mu);
+    staged[template_name] = *s;
+    return *s;
+  }
+};
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// VM worker: a detached actor (its own thread) owning one sandbox's VM; every call blocks.
+
+struct WorkerState {
+  Env* env = nullptr;
+  std::string id, template_name;
+  std::unique_ptr<vmm::Vm> vm;
+};
+
+WorkerResult failed(const std::string& e) { return WorkerResult{false, e, {}}; }
+
+caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id, std::string template_name) {
+  self->state.env = env;
+  self->state.id = id;
+  self->state.template_name = template_name;
+  log_exceptions(self, "vm worker " + id);
+  return {
+      [=](restore_atom, std::string snapshot_dir, bool consume) -> WorkerResult {
+        auto& st = self->state;
+        spdlog::debug("worker {}: restore from '{}'", st.id, snapshot_dir);
+        vmm::Snapshot snap;
+        if (snapshot_dir.empty()) {
+          auto t = st.env->template_snapshot(st.template_name);
+          if (!t) return failed(t.error().message);
+          snap = *t;
+        } else {
+          auto s = vmm::Snapshot::load(snapshot_dir);
+          if (!s) return failed(s.error().message);
+          snap = *s;
+        }
+        auto vm = vmm::Vm::restore(st.env->io, snap, st.env->vm_config(st.template_name, st.id), consume);
+        if (!vm) return failed(vm.error().message);
+        st.vm = std::move(*vm);
+        return WorkerResult{};
+      },
+      [=](snapshot_atom, std::string dir) -> WorkerResult {
+        auto& st = self->state;
+        if (!st.vm) return failed("no VM");
+        auto s = st.vm->snapshot(dir);
+        return s ? WorkerResult{} : failed(s.error().message);
+      },
+      [=](hibernate_atom, std::string dir) -> WorkerResult {
+        auto& st = self->state;
+        if (!st.vm) return failed("no VM");
+        auto s = st.vm->hibernate(dir);
+        if (!s) return failed(s.error().message);
+        st.vm.reset();
+        return WorkerResult{};
+      },
+      [=](exec_atom, vmm::ExecRequest req) -> WorkerResult {
+        auto& st = self->state;
+        if (!st.vm) return failed("no VM");
+        auto r = st.vm->agent().exec(req);
+        if (!r) return failed(r.error().message);
+        return WorkerResult{true, "", *r};
+      },
+      [=](destroy_atom) -> WorkerResult {
+        self->state.vm.reset();
+        return WorkerResult{};
+      },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sandbox actor: decide -> persist -> apply -> effects -> reply.
+
+struct SandboxActorState {
+  Env* env = nullptr;
+  caf::actor registry, worker;
+  SandboxState s;
+  bool persisting = false;
+  std::deque<std::pair<Command, caf::response_promise>> queue;
+  Command current;
+  caf::response_promise current_rp;
+  std::vector<caf::response_promise> waiting;  // for the end of a transition (create, wake, ...)
+  std::vector<std::pair<Command, caf::response_promise>> after_wake;  // execs that woke the sandbox
+  std::map<std::string, vmm::ExecRequest> exec_requests;
+  std::map<std::string, caf::response_promise> exec_waiters;
+  std::map<std::string, vmm::ExecResult> exec_results;
+  std::vector<SandboxInfo> fork_children;
+  std::vector<Event> pending_events;  // being persisted
+  uint64_t exec_seq = 0;
+};
+
+using SandboxSelf = caf::stateful_actor<SandboxActorState>;
+
+void pump(SandboxSelf* self);
+
+void internal(SandboxSelf* self, Command c) {
+  self->state.queue.emplace_back(std::move(c), caf::response_promise());
+  pump(self);
+}
+
+void finish_transition(SandboxSelf* self) {
+  auto& st = self->state;
+  if (st.s.status == Status::running || st.s.status == Status::hibernated || st.s.status == Status::stopped ||
+      st.s.status == Status::failed) {
+    Answer a;
+    a.info = info_of(st.s);
+    if (st.s.status == Status::failed) a = Answer::fail({"sandbox_failed", "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
+    if (!st.s.snapshots.empty()) a.text = st.s.snapshots.back();
+    a.infos = st.fork_children;
+    for (auto& rp : st.waiting) rp.deliver(a);
+    st.waiting.clear();
+    st.fork_children.clear();
+    if (st.s.status == Status::running) {
+      for (auto& [c, rp] : st.after_wake) st.queue.emplace_back(c, rp);
+      st.after_wake.clear();
+    } else if (st.s.status != Status::hibernated) {
+      for (auto& [c, rp] : st.after_wake) rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
+      st.after_wake.clear();
+    }
+  }
+}
+
+// Runs the side effect an applied event calls for.
+void effect(SandboxSelf* self, const Event& e) {
+  auto& st = self->state;
+  auto to = [self](Command ok, std::function<Command(std::string)> bad) {
+    return [self, ok, bad](WorkerResult r) { internal(self, r.ok ? ok : bad(r.error)); };
+  };
+  auto lost = [self](const caf::error& err) {
+    internal(self, cmd::Fail{"worker: " + self->system().render(err)});
+  };
+  switch (e.kind) {
+    case Event::Kind::created: {
+      std::string dir = e.from_snapshot.empty() ? "" : st.env->snapshot_dir(e.from_snapshot).string();
+      self->request(st.worker, caf::infinite, restore_atom::value, dir, false)
+          .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }), lost);
+      break;
+    }
+    case Event::Kind::transition_started:
+      switch (e.transition) {
+        case Transition::snapshotting:
+          self->request(st.worker, caf::infinite, snapshot_atom::value, st.env->snapshot_dir(e.snapshot_id).string())
+              .then(to(cmd::TransitionDone{}, [](std::string m) { return Command{cmd::TransitionFailed{m}}; }), lost);
+          break;
+        case Transition::hibernating:
+          self->request(st.worker, caf::infinite, hibernate_atom::value, st.env->hibernated_dir(st.s.id).string())
+              .then(to(cmd::TransitionDone{}, [](std::string m) { return Command{cmd::TransitionFailed{m}}; }), lost);
+          break;
+        case Transition::waking:
+          self->request(st.worker, caf::infinite, restore_atom::value, st.env->hibernated_dir(st.s.id).string(), true)
+              .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }), lost);
+          break;
+        case Transition::forking: {
+          uint32_t count = 1;
+          if (auto* f = std::get_if<cmd::Fork>(&st.current)) count = f->count;
+          ForkRequest fr{st.s.tenant, st.s.template_name, e.snapshot_id, st.s.id, count};
+          self->request(st.worker, caf::infinite, snapshot_atom::value, st.env->snapshot_dir(e.snapshot_id).string())
+              .then(
+                  [self, fr](WorkerResult r) {
+                    if (!r.ok) return internal(self, cmd::TransitionFailed{r.error});
+                    self->request(self->state.registry, caf::infinite, fork_atom::value, fr)
+                        .then(
+                            [self](Answer a) {
+                              if (!a.ok) return internal(self, cmd::TransitionFailed{a.error.message});
+                              self->state.fork_children = a.infos;
+                              std::vector<std::string> ids;
+                              for (auto& i : a.infos) ids.push_back(i.id);
+                              internal(self, cmd::TransitionDone{ids});
+                            },
+                            [self](const caf::error& err) {
+                              internal(self, cmd::TransitionFailed{self->system().render(err)});
+                            });
+                  },
+                  lost);
+          break;
+        }
+      }
+      break;
+    case Event::Kind::exec_started: {
+      auto req = st.exec_requests[e.exec_id];
+      st.exec_requests.erase(e.exec_id);
+      std::string id = e.exec_id;
+      self->request(st.worker, caf::infinite, exec_atom::value, req)
+          .then(
+              [self, id](WorkerResult r) {
+                if (!r.ok) r.exec.error = r.error, r.exec.exit_code = -1;
+                self->state.exec_results[id] = r.exec;
+                internal(self, cmd::ExecFinished{id, r.exec.exit_code, uint32_t(r.exec.duration_us / 1000), r.exec.timed_out});
+              },
+              lost);
+      break;
+    }
+    case Event::Kind::exec_finished: {
+      auto it = st.exec_waiters.find(e.exec_id);
+      if (it != st.exec_waiters.end()) {
+        Answer a;
+        a.exec = st.exec_results[e.exec_id];
+        a.info = info_of(st.s);
+        if (!a.exec.error.empty() && a.exec.exit_code == -1) a = Answer::fail({"exec_failed", a.exec.error});
+        it->second.deliver(a);
+        st.exec_waiters.erase(it);
+      }
+      st.exec_results.erase(e.exec_id);
+      break;
+    }
+    case Event::Kind::reaped:
+      if (e.reap_action == ReapAction::hibernate) {
+        self->request(st.worker, caf::infinite, hibernate_atom::value, st.env->hibernated_dir(st.s.id).string())
+            .then(to(cmd::TransitionDone{}, [](std::string m) { return Command{cmd::TransitionFailed{m}}; }), lost);
+      } else {
+        caf::anon_send(st.worker, destroy_atom::value);
+      }
+      break;
+    case Event::Kind::killed:
+    case Event::Kind::failed:
+      caf::anon_send(st.worker, destroy_atom::value);
+      for (auto& [id, rp] : st.exec_waiters) rp.deliver(Answer::fail({"sandbox_stopped", "the sandbox stopped"}));
+      st.exec_waiters.clear();
+      if (fs::exists(st.env->hibernated_dir(st.s.id))) vmm::remove_snapshot(st.env->hibernated_dir(st.s.id));
+      break;
+    default:
+      break;
+  }
+}
+
+void pump(SandboxSelf* self) {
+  auto& st = self->state;
+  while (!st.persisting && !st.queue.empty()) {
+    auto [c, rp] = std::move(st.queue.front());
+    st.queue.pop_front();
+    auto d = decide(st.s, c, now_ms(), st.env->config.limits);
+    if (auto* r = std::get_if<Rejection>(&d)) {
+      rp.deliver(Answer::fail(*r));
+      continue;
+    }
+    auto events = std::get<std::vector<Event>>(d);
+    if (events.empty()) {
+      Answer a;
+      a.info = info_of(st.s);
+      rp.deliver(a);
+      continue;
+    }
+    spdlog::debug("sandbox {}: persisting {} event(s) at version {}", st.s.id, events.size(), st.s.version);
+    st.persisting = true;
+    st.current = c;
+    st.current_rp = rp;
+    std::vector<storage::NewEvent> ne;
+    for (auto& e : events) ne.push_back({to_string(e.kind), event_format(), encode_event(e)});
+    st.pending_events = events;
+    auto me = caf::actor_cast<caf::actor>(self);
+    st.env->store->append_async(st.s.id, st.s.version, std::move(ne), [me](storage::Result<storage::AppendResult> r) {
+      caf::anon_send(me, persisted_atom::value, r.ok(), r.ok() ? std::string() : r.error().message);
+    });
+  }
+}
+
+void on_persisted(SandboxSelf* self, bool ok, const std::string& err, const std::vector<Event>& events) {
+  auto& st = self->state;
+  spdlog::debug("sandbox {}: persisted ok={} {}", st.s.id, ok, err);
+  st.persisting = false;
+  auto rp = st.current_rp;
+  if (!ok) {
+    rp.deliver(Answer::fail({"storage_error", err}));
+    pump(self);
+    return;
+  }
+  for (auto& e : events) {
+    st.s = apply(st.s, e);
+    caf::anon_send(st.registry, info_atom::value, info_of(st.s));
+  }
+  // Who waits for what: transitions answer when they end, execs when they finish.
+  bool transition = st.s.status == Status::creating || st.s.status == Status::snapshotting ||
+                    st.s.status == Status::forking || st.s.status == Status::hibernating ||
+                    st.s.status == Status::waking;
+  if (auto* ex = std::get_if<cmd::Exec>(&st.current)) {
+    if (events.front().kind == Event::Kind::exec_started) st.exec_waiters[ex->exec_id] = rp;
+    else st.after_wake.emplace_back(st.current, rp);  // it started a wake first
+  } else if (transition) {
+    st.waiting.push_back(rp);
+  } else {
+    Answer a;
+    a.info = info_of(st.s);
+    rp.deliver(a);
+  }
+  for (auto& e : events) effect(self, e);
+  finish_transition(self);
+  pump(self);
+}
+
+caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, SandboxState initial) {
+  auto& st = self->state;
+  st.env = env;
+  st.registry = registry;
+  st.s = initial;
+  log_exceptions(self, "sandbox " + initial.id);
+  // The VM worker knows its template; a new sandbox gets it with its Create command.
+  if (!initial.template_name.empty())
+    st.worker = self->spawn<caf::detached + caf::linked>(vm_worker, env, initial.id, initial.template_name);
+  return {
+      [=](cmd_atom, Command c) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
+          self->state.worker = self->spawn<caf::detached + caf::linked>(vm_worker, self->state.env, self->state.s.id,
+                                                                         cr->template_name.empty() ? "base" : cr->template_name);
+        self->state.queue.emplace_back(std::move(c), rp);
+        pump(self);
+        return rp;
+      },
+      [=](exec_atom, vmm::ExecRequest req) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        std::string id = "x" + std::to_string(++self->state.exec_seq);
+        std::string what = req.argv.empty() ? req.shell : req.argv[0];
+        self->state.exec_requests[id] = std::move(req);
+        self->state.queue.emplace_back(Command{cmd::Exec{id, what}}, rp);
+        pump(self);
+        return rp;
+      },
+      [=](persisted_atom, bool ok, std::string err) {
+        auto events = std::move(self->state.pending_events);
+        on_persisted(self, ok, err, events);
+      },
+      [=](get_atom) -> Answer {
+        Answer a;
+        a.info = info_of(self->state.s);
+        return a;
+      },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registry: the id space, routing with tenant checks, the TTL reaper, shutdown.
+
+struct RegistryState {
+  Env* env = nullptr;
+  std::map<std::string, caf::actor> actors;
+  std::map<std::string, SandboxInfo> infos;
+};
+
+using RegistrySelf = caf::stateful_actor<RegistryState>;
+
+caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s) {
+  auto a = self->spawn(sandbox_actor, self->state.env, caf::actor_cast<caf::actor>(self), s);
+  self->state.actors[s.id] = a;
+  self->state.infos[s.id] = info_of(s);
+  return a;
+}
+
+caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent, std::string snapshot) {
+  auto rp = self->make_response_promise();
+  SandboxState s;
+  s.id = new_sandbox_id();
+  auto a = spawn_sandbox(self, s);
+  cmd::Create c;
+  c.tenant = req.tenant;
+  c.template_name = req.template_name;
+  c.ttl_seconds = req.ttl_seconds;
+  c.metadata = req.metadata;
+  c.persistent = req.persistent;
+  c.auto_wake = req.auto_wake;
+  c.parent = parent;
+  c.from_snapshot = snapshot;
+  c.vcpus = self->state.env->config.vcpus;
+  c.memory_mib = self->state.env->config.memory_mib;
+  self->request(a, caf::infinite, cmd_atom::value, Command{c})
+      .then([rp](Answer ans) mutable { rp.deliver(ans); },
+            [rp, self](const caf::error& e) mutable { rp.deliver(Answer::fail({"internal", self->system().render(e)})); });
+  return rp;
+}
+
+// Sends `msg` to `to` and answers the current request with its answer.
+caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg) {
+  auto rp = self->make_response_promise();
+  self->request(to, caf::infinite, std::move(msg))
+      .then([rp](Answer ans) mutable { rp.deliver(ans); },
+            [rp, self](const caf::error& e) mutable { rp.deliver(Answer::fail({"internal", self->system().render(e)})); });
+  return rp;
+}
+
+caf::behavior registry_actor(RegistrySelf* self, Env* env) {
+  self->state.env = env;
+  log_exceptions(self, "registry");
+  // When the registry ends (shutdown), every sandbox actor ends with it, and with each its VM worker.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (auto& [id, a] : self->state.actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    self->quit(msg.reason);
+  });
+  self->delayed_send(self, env->config.reaper_interval, tick_atom::value);
+  auto find = [self](const std::string& tenant, const std::string& id) -> caf::actor {
+    auto it = self->state.infos.find(id);
+    if (it == self->state.infos.end() || it->second.tenant != tenant) return caf::actor();
+    auto a = self->state.actors.find(id);
+    return a == self->state.actors.end() ? caf::actor() : a->second;
+  };
+  return {
+      [=](create_atom, CreateRequest req) -> caf::result<Answer> {
+        std::string snapshot;
+        if (!req.from_snapshot.empty()) {
+          // Only a snapshot taken from one of this tenant's sandboxes.
+          bool mine = false;
+          for (auto& [id, i] : self->state.infos)
+            if (i.tenant == req.tenant)
+              for (auto& s : i.snapshots) mine |= s == req.from_snapshot;
+          if (!mine) return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
+          snapshot = req.from_snapshot;
+        }
+        return create_in(self, req, "", snapshot);
+      },
+      [=](fork_atom, ForkRequest fr) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        struct Collect {
+          std::vector<SandboxInfo> infos;
+          std::optional<Rejection> error;
+          uint32_t left;
+        };
+        auto col = std::make_shared<Collect>(Collect{{}, std::nullopt, fr.count});
+        for (uint32_t i = 0; i < fr.count; ++i) {
+          CreateRequest req;
+          req.tenant = fr.tenant;
+          req.template_name = fr.template_name;
+          auto parent_info = self->state.infos[fr.parent];
+          req.metadata = parent_info.metadata;
+          req.persistent = parent_info.persistent;
+          auto child = self->state.actors.end();
+          (void)child;
+          SandboxState s;
+          s.id = new_sandbox_id();
+          auto a = spawn_sandbox(self, s);
+          cmd::Create c;
+          c.tenant = fr.tenant;
+          c.template_name = fr.template_name;
+          c.metadata = req.metadata;
+          c.persistent = req.persistent;
+          c.parent = fr.parent;
+          c.from_snapshot = fr.snapshot_id;
+          c.vcpus = env->config.vcpus;
+          c.memory_mib = env->config.memory_mib;
+          self->request(a, caf::infinite, cmd_atom::value, Command{c})
+              .then(
+                  [rp, col](Answer ans) mutable {
+                    if (ans.ok) col->infos.push_back(ans.info);
+                    else col->error = ans.error;
+                    if (--col->left == 0) {
+                      if (col->error) rp.deliver(Answer::fail(*col->error));
+                      else {
+                        Answer a;
+                        a.infos = col->infos;
+                        rp.deliver(a);
+                      }
+                    }
+                  },
+                  [rp, col, self](const caf::error& e) mutable {
+                    col->error = Rejection{"internal", self->system().render(e)};
+                    if (--col->left == 0) rp.deliver(Answer::fail(*col->error));
+                  });
+        }
+        return rp;
+      },
+      [=](get_atom, std::string tenant, std::string id) -> Answer {
+        auto it = self->state.infos.find(id);
+        if (it == self->state.infos.end() || it->second.tenant != tenant) return Answer::fail(not_found(id));
+        Answer a;
+        a.info = it->second;
+        return a;
+      },
+      [=](list_atom, ListQuery q) -> Answer {
+        Answer a;
+        for (auto& [id, i] : self->state.infos) {
+          if (i.tenant != q.tenant || i.status == Status::none) continue;
+          if (q.status && i.status != *q.status) continue;
+          bool match = true;
+          for (auto& [k, v] : q.metadata) {
+            auto m = i.metadata.find(k);
+            match &= m != i.metadata.end() && m->second == v;
+          }
+          if (match) a.infos.push_back(i);
+        }
+        return a;
+      },
+      [=](route_atom, std::string tenant, std::string id, Command c) -> caf::result<Answer> {
+        auto a = find(tenant, id);
+        if (!a) return Answer::fail(not_found(id));
+        return forward(self, a, caf::make_message(cmd_atom::value, std::move(c)));
+      },
+      [=](exec_atom, std::string tenant, std::string id, vmm::ExecRequest req) -> caf::result<Answer> {
+        auto a = find(tenant, id);
+        if (!a) return Answer::fail(not_found(id));
+        return forward(self, a, caf::make_message(exec_atom::value, std::move(req)));
+      },
+      [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
+      [=](adopt_atom, SandboxState s) {
+        if (s.live()) spawn_sandbox(self, s);
+        else self->state.infos[s.id] = info_of(s);
+      },
+      [=](tick_atom) {
+        int64_t now = now_ms();
+        for (auto& [id, i] : self->state.infos) {
+          if (i.status != Status::running || i.expires_at_ms > now) continue;
+          auto a = self->state.actors.find(id);
+          if (a != self->state.actors.end()) caf::anon_send(a->second, cmd_atom::value, Command{cmd::Reap{}});
+        }
+        self->delayed_send(self, self->state.env->config.reaper_interval, tick_atom::value);
+      },
+      [=](shutdown_atom) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        auto left = std::make_shared<size_t>(0);
+        for (auto& [id, i] : self->state.infos) {
+          bool live = i.status != Status::none && i.status != Status::stopped && i.status != Status::failed &&
+                      i.status != Status::hibernated;
+          if (live) ++*left;
+        }
+        if (*left == 0) {
+          rp.deliver(Answer{});
+          return rp;
+        }
+        for (auto& [id, i] : self->state.infos) {
+          bool live = i.status != Status::none && i.status != Status::stopped && i.status != Status::failed &&
+                      i.status != Status::hibernated;
+          if (!live) continue;
+          Command c = i.persistent ? Command{cmd::Hibernate{}} : Command{cmd::Kill{}};
+          self->request(self->state.actors[id], std::chrono::seconds(120), cmd_atom::value, c)
+              .then([rp, left](Answer) mutable { if (--*left == 0) rp.deliver(Answer{}); },
+                    [rp, left](const caf::error&) mutable { if (--*left == 0) rp.deliver(Answer{}); });
+        }
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+std::string new_sandbox_id() { return "sbx_" + random_base32(16); }
+
+// ---------------------------------------------------------------------------------------------
+
+struct Runtime::Impl {
+  std::unique_ptr<Env> env;
+  std::unique_ptr<caf::actor_system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor registry;
+
+  // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
+  Answer ask(caf::message msg) {
+    caf::scoped_actor self{*sys};
+    Answer out = Answer::fail({"internal", "no answer"});
+    self->request(registry, std::chrono::seconds(300), std::move(msg))
+        .receive([&](Answer& a) { out = std::move(a); },
+                 [&](caf::error& e) { out = Answer::fail({"internal", sys->render(e)}); });
+    return out;
+  }
+};
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Runtime::~Runtime() {
+  if (!impl_ || !impl_->sys) return;
+  impl_->ask(caf::make_message(shutdown_atom::value));
+  caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
+  impl_->registry = nullptr;
+  impl_->sys.reset();  // waits for every actor (and so every VM worker) to finish
+}
+
+namespace {
+std::string hash_path(const fs::path& p) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : fs::absolute(p).string()) h = (h ^ c) * 1099511628211ULL;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+}  // namespace
+
+Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
+  auto impl = std::make_unique<Impl>();
+  impl->env = std::make_unique<Env>();
+  Env& env = *impl->env;
+  if (config.state_dir.empty()) config.state_dir = "/dev/shm/pandastack-" + hash_path(config.data_dir);
+  env.config = config;
+  for (auto sub : {"run", "snapshots", "hibernated", "templates"}) fs::create_directories(config.state_dir / sub);
+  auto store = storage::EventStore::open({config.data_dir / "store", true, 1024, {}});
+  if (!store) return Rejection{"storage_error", store.error().message};
+  env.store = std::move(*store);
+  env.templates = std::make_unique<vmm::TemplateStore>(env.io, config.images_dir);
+
+  // Recovery: replay every sandbox's stream.
+  auto streams = env.store->streams("sbx_");
+  if (!streams) return Rejection{"storage_error", streams.error().message};
+  std::vector<SandboxState> recovered;
+  std::set<std::string> keep_run;
+  for (auto& id : *streams) {
+    auto events = env.store->read_stream(id);
+    if (!events) return Rejection{"storage_error", events.error().message};
+    SandboxState s;
+    s.id = id;
+    for (auto& stored : *events) {
+      auto e = decode_event(stored.payload);
+      if (!e) return Rejection{"storage_error", "undecodable event " + std::to_string(stored.version) + " of " + id};
+      s = apply(s, *e);
+    }
+    std::string lost;
+    if (s.status == Status::hibernated && !fs::exists(env.hibernated_dir(id) / "meta.json"))
+      lost = "hibernation_snapshot_lost";
+    else if (s.live() && s.status != Status::hibernated)
+      lost = "host_restart";  // its VM died with the previous host process
+    if (!lost.empty()) {
+      Event f;
+      f.kind = Event::Kind::failed;
+      f.at_ms = now_ms();
+      f.reason = lost;
+      auto r = env.store->append(id, s.version, {{to_string(f.kind), event_format(), encode_event(f)}});
+      if (!r) return Rejection{"storage_error", r.error().message};
+      s = apply(s, f);
+      spdlog::info("recovery: {} failed ({})", id, lost);
+    }
+    recovered.push_back(s);
+  }
+  // Nothing runs now: run folders (and jail roots) left by the previous host process go.
+  std::error_code ec;
+  for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) fs::remove_all(d.path(), ec);
+
+  impl->cfg = std::make_unique<caf::actor_system_config>();
+  impl->cfg->set("scheduler.policy", caf::atom("sharing"));
+  impl->sys = std::make_unique<caf::actor_system>(*impl->cfg);
+  impl->registry = impl->sys->spawn(registry_actor, impl->env.get());
+  for (auto& s : recovered) caf::anon_send(impl->registry, adopt_atom::value, s);
+  spdlog::info("runtime: {} sandboxes recovered from {}", recovered.size(), (config.data_dir / "store").string());
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+namespace {
+template <typename T, typename F>
+Reply<T> to_reply(const Answer& a, F&& pick) {
+  if (!a.ok) return a.error;
+  return pick(a);
+}
+}  // namespace
+
+Reply<SandboxInfo> Runtime::create(const CreateRequest& r) {
+  return to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)), [](const Answer& a) { return a.info; });
+}
+
+Reply<SandboxInfo> Runtime::get(const std::string& tenant, const std::string& id) {
+  return to_reply<SandboxInfo>(impl_->ask(caf::make_message(get_atom::value, tenant, id)),
+                               [](const Answer& a) { return a.info; });
+}
+
+Reply<std::vector<SandboxInfo>> Runtime::list(const std::string& tenant, std::optional<Status> status,
+                                              const std::map<std::string, std::string>& metadata) {
+  return to_reply<std::vector<SandboxInfo>>(impl_->ask(caf::make_message(list_atom::value, ListQuery{tenant, status, metadata})),
+                                            [](const Answer& a) { return a.infos; });
+}
+
+Reply<vmm::ExecResult> Runtime::exec(const std::string& tenant, const std::string& id, const vmm::ExecRequest& req) {
+  return to_reply<vmm::ExecResult>(impl_->ask(caf::make_message(exec_atom::value, tenant, id, req)),
+                                   [](const Answer& a) { return a.exec; });
+}
+
+namespace {
+caf::message route(const std::string& tenant, const std::string& id, Command c) {
+  return caf::make_message(route_atom::value, tenant, id, std::move(c));
+}
+}  // namespace
+
+Reply<SandboxInfo> Runtime::hibernate(const std::string& tenant, const std::string& id) {
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Hibernate{})), [](const Answer& a) { return a.info; });
+}
+
+Reply<SandboxInfo> Runtime::wake(const std::string& tenant, const std::string& id) {
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Wake{})), [](const Answer& a) { return a.info; });
+}
+
+Reply<SandboxInfo> Runtime::kill(const std::string& tenant, const std::string& id) {
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Kill{})), [](const Answer& a) { return a.info; });
+}
+
+Reply<SandboxInfo> Runtime::set_ttl(const std::string& tenant, const std::string& id, uint32_t ttl) {
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetTtl{ttl})), [](const Answer& a) { return a.info; });
+}
+
+Reply<SandboxInfo> Runtime::set_metadata(const std::string& tenant, const std::string& id,
+                                         const std::map<std::string, std::string>& metadata) {
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetMetadata{metadata})),
+                               [](const Answer& a) { return a.info; });
+}
+
+Reply<std::string> Runtime::snapshot(const std::string& tenant, const std::string& id) {
+  std::string snap = "snap_" + random_base32(16);
+  return to_reply<std::string>(impl_->ask(route(tenant, id, cmd::Snapshot{snap})), [](const Answer& a) { return a.text; });
+}
+
+Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const std::string& id, uint32_t count) {
+  std::string snap = "snap_" + random_base32(16);
+  return to_reply<std::vector<SandboxInfo>>(impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
+                                            [](const Answer& a) { return a.infos; });
+}
+
+}  // namespace pandastack::actors

@@ -1,0 +1,251 @@
+// Integration tests of the actor runtime: real VMs, a real RocksDB event store, restarts.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "actors/event_codec.h"
+#include "actors/runtime.h"
+#include "storage/event_store.h"
+#include "tests/integration/test_env.h"
+
+namespace pandastack::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono;
+using actors::Runtime;
+using actors::Status;
+
+vmm::ExecRequest sh(std::string cmd) {
+  vmm::ExecRequest r;
+  r.shell = std::move(cmd);
+  r.timeout_ms = 60000;
+  return r;
+}
+
+class RuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int n = 0;
+    base_ = fs::path("/dev/shm") / ("pst-rt-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    config_.data_dir = base_ / "data";
+    config_.state_dir = base_ / "state";
+    config_.images_dir = images_dir();
+    config_.reaper_interval = milliseconds(200);
+    start();
+  }
+  void TearDown() override {
+    rt_.reset();
+    fs::remove_all(base_);
+  }
+  void start() {
+    auto r = Runtime::start(config_);
+    ASSERT_TRUE(r) << r.error().code << ": " << r.error().message;
+    rt_ = std::move(*r);
+  }
+  void restart() {
+    rt_.reset();  // the host process stops (gracefully)
+    start();
+  }
+  actors::SandboxInfo create(actors::CreateRequest req = {}) {
+    if (req.tenant.empty()) req.tenant = "acme";
+    auto s = rt_->create(req);
+    EXPECT_TRUE(s) << s.error().code << ": " << s.error().message;
+    return s ? *s : actors::SandboxInfo{};
+  }
+  std::string run(const std::string& id, const std::string& cmd, const std::string& tenant = "acme") {
+    auto r = rt_->exec(tenant, id, sh(cmd));
+    EXPECT_TRUE(r) << r.error().code << ": " << r.error().message;
+    return r ? r->stdout_data : "";
+  }
+  std::vector<std::string> event_types(const std::string& id) {
+    rt_.reset();
+    auto store = storage::EventStore::open({config_.data_dir / "store", true, 1024, {}});
+    std::vector<std::string> out;
+    auto events = (*store)->read_stream(id);
+    EXPECT_TRUE(events);
+    if (events)
+      for (auto& e : *events) out.push_back(e.type);
+    return out;
+  }
+
+  fs::path base_;
+  actors::RuntimeConfig config_;
+  std::unique_ptr<Runtime> rt_;
+};
+
+TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
+  actors::CreateRequest req;
+  req.metadata = {{"team", "red"}};
+  auto s = create(req);
+  ASSERT_EQ(s.status, Status::running);
+  EXPECT_EQ(s.id.rfind("sbx_", 0), 0u);
+  EXPECT_EQ(s.id.size(), 20u);
+  EXPECT_EQ(run(s.id, "echo hello; hostname"), "hello\n" + [&] {
+    std::string h = s.id;
+    for (auto& c : h)
+      if (c == '_') c = '-';
+    return h;
+  }() + "\n");
+  // Another tenant sees nothing.
+  EXPECT_EQ(rt_->get("other", s.id).error().code, "sandbox_not_found");
+  EXPECT_EQ(rt_->exec("other", s.id, sh("true")).error().code, "sandbox_not_found");
+  EXPECT_EQ(rt_->kill("other", s.id).error().code, "sandbox_not_found");
+  EXPECT_TRUE(rt_->list("other")->empty());
+  EXPECT_EQ(rt_->list("acme")->size(), 1u);
+  EXPECT_EQ(rt_->list("acme", std::nullopt, {{"team", "red"}})->size(), 1u);
+  EXPECT_TRUE(rt_->list("acme", std::nullopt, {{"team", "blue"}})->empty());
+  EXPECT_TRUE(rt_->list("acme", Status::hibernated)->empty());
+  auto m = rt_->set_metadata("acme", s.id, {{"team", "blue"}});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(rt_->list("acme", std::nullopt, {{"team", "blue"}})->size(), 1u);
+  auto k = rt_->kill("acme", s.id);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->status, Status::stopped);
+  EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, "sandbox_stopped");
+  EXPECT_EQ(event_types(s.id), (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
+                                                         "metadata-changed", "killed"}));
+}
+
+TEST_F(RuntimeTest, HibernatedSandboxSurvivesAHostRestartAndWakesIntact) {
+  auto s = create();
+  ASSERT_EQ(s.status, Status::running);
+  auto sha = run(s.id, "head -c 16777216 /dev/urandom > /tmp/blob && sha256sum /tmp/blob");
+  ASSERT_EQ(sha.size(), 64u + 12u);
+  auto h = rt_->hibernate("acme", s.id);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(h->status, Status::hibernated);
+  EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, "sandbox_hibernated");
+  restart();
+  auto after = rt_->get("acme", s.id);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, Status::hibernated);
+  auto w = rt_->wake("acme", s.id);
+  ASSERT_TRUE(w) << w.error().message;
+  EXPECT_EQ(w->status, Status::running);
+  EXPECT_EQ(run(s.id, "sha256sum /tmp/blob"), sha);
+}
+
+TEST_F(RuntimeTest, RunningSandboxesAreKilledOrHibernatedAtShutdownAndRecorded) {
+  auto plain = create();
+  actors::CreateRequest p;
+  p.persistent = true;
+  auto keep = create(p);
+  run(keep.id, "echo kept > /tmp/kept");
+  restart();
+  EXPECT_EQ(rt_->get("acme", plain.id)->status, Status::stopped);
+  EXPECT_EQ(rt_->get("acme", keep.id)->status, Status::hibernated);
+  ASSERT_TRUE(rt_->wake("acme", keep.id));
+  EXPECT_EQ(run(keep.id, "cat /tmp/kept"), "kept\n");
+}
+
+Status wait_for(Runtime& rt, const std::string& id, Status want, int tenths = 150) {
+  Status st = Status::none;
+  for (int i = 0; i < tenths && st != want; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    auto g = rt.get("acme", id);
+    if (g) st = g->status;
+  }
+  return st;
+}
+
+TEST_F(RuntimeTest, TtlReaperKillsPlainAndHibernatesPersistentSandboxes) {
+  actors::CreateRequest plain;
+  plain.ttl_seconds = 2;
+  auto p = create(plain);
+  actors::CreateRequest keep;
+  keep.ttl_seconds = 2;
+  keep.persistent = true;
+  auto k = create(keep);
+  actors::CreateRequest extended;
+  extended.ttl_seconds = 2;
+  auto e = create(extended);
+  ASSERT_TRUE(rt_->set_ttl("acme", e.id, 600));
+  EXPECT_EQ(wait_for(*rt_, p.id, Status::stopped), Status::stopped);
+  EXPECT_EQ(wait_for(*rt_, k.id, Status::hibernated), Status::hibernated);
+  EXPECT_EQ(rt_->get("acme", e.id)->status, Status::running);
+  EXPECT_EQ(rt_->set_ttl("acme", e.id, 1000000).error().code, "invalid_argument");
+}
+
+TEST_F(RuntimeTest, ExecWakesAnAutoWakeSandbox) {
+  actors::CreateRequest req;
+  req.auto_wake = true;
+  auto s = create(req);
+  run(s.id, "echo state > /tmp/state");
+  ASSERT_TRUE(rt_->hibernate("acme", s.id));
+  EXPECT_EQ(run(s.id, "cat /tmp/state"), "state\n");
+  EXPECT_EQ(rt_->get("acme", s.id)->status, Status::running);
+}
+
+TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
+  auto s = create();
+  run(s.id, "echo parent > /tmp/who");
+  auto snap = rt_->snapshot("acme", s.id);
+  ASSERT_TRUE(snap) << snap.error().message;
+  EXPECT_EQ(snap->rfind("snap_", 0), 0u);
+  actors::CreateRequest from;
+  from.from_snapshot = *snap;
+  auto c = create(from);
+  ASSERT_EQ(c.status, Status::running);
+  EXPECT_EQ(run(c.id, "cat /tmp/who"), "parent\n");
+  // Another tenant cannot use it.
+  from.tenant = "other";
+  EXPECT_EQ(rt_->create(from).error().code, "snapshot_not_found");
+  auto kids = rt_->fork("acme", s.id, 2);
+  ASSERT_TRUE(kids) << kids.error().message;
+  ASSERT_EQ(kids->size(), 2u);
+  for (auto& k : *kids) {
+    EXPECT_EQ(k.parent, s.id);
+    EXPECT_EQ(k.status, Status::running);
+    EXPECT_EQ(run(k.id, "cat /tmp/who"), "parent\n");
+  }
+  EXPECT_NE(run((*kids)[0].id, "cat /proc/sys/kernel/random/uuid"), run((*kids)[1].id, "cat /proc/sys/kernel/random/uuid"));
+  EXPECT_EQ(rt_->get("acme", s.id)->status, Status::running);
+  EXPECT_EQ(rt_->list("acme")->size(), 4u);
+}
+
+TEST_F(RuntimeTest, SandboxesRunningWhenTheHostDiedAreRecordedFailed) {
+  rt_.reset();
+  // A real host process creates a sandbox, prints its id, and is killed with SIGKILL.
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t host = ::fork();
+  if (host == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::execl(RUNTIME_HOST, RUNTIME_HOST, config_.data_dir.c_str(), config_.state_dir.c_str(),
+            config_.images_dir.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  // Its stdout carries the id (logs go to stderr, but skip anything else to be safe).
+  std::string line;
+  for (;;) {
+    line.clear();
+    char c;
+    ssize_t n;
+    while ((n = ::read(out[0], &c, 1)) == 1 && c != '\n') line += c;
+    if (n != 1 || line.rfind("sbx_", 0) == 0) break;
+  }
+  ::close(out[0]);
+  ASSERT_EQ(line.rfind("sbx_", 0), 0u) << "host printed: " << line;
+  ::kill(host, SIGKILL);
+  int status;
+  ::waitpid(host, &status, 0);
+  start();
+  auto after = rt_->get("acme", line);
+  ASSERT_TRUE(after) << after.error().message;
+  EXPECT_EQ(after->status, Status::failed);
+  EXPECT_EQ(after->failure_reason, "host_restart");
+  EXPECT_TRUE(fs::is_empty(config_.state_dir / "run")) << "run folders of the dead host were not cleaned";
+  EXPECT_EQ(count_processes((config_.state_dir / "run").string()), 0) << "a QEMU outlived its host";
+  EXPECT_EQ(event_types(line), (std::vector<std::string>{"created", "started", "failed"}));
+}
+
+}  // namespace
+}  // namespace pandastack::testing
