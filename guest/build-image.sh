@@ -40,8 +40,13 @@ apt_mirror() {
 build_kernel() {
   local out; out=$(realpath -m "$1")
   local pkg
-  pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-  [[ -n "$pkg" ]] || die "cannot resolve linux-image-amd64 (run apt-get update)"
+  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+  if [[ -z "$pkg" ]]; then
+    # A machine whose package lists were never fetched: fetch them once.
+    apt-get update -qq >/dev/null 2>&1 || true
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+  fi
+  [[ -n "$pkg" ]] || die "cannot resolve linux-image-amd64 (apt-get update failed?)"
   local key="${KERNEL_FORMAT}-${pkg}"
   if [[ -f "$out/key" && "$(cat "$out/key")" == "$key" && -f "$out/vmlinux" ]]; then
     log "kernel $pkg cached"; return 0
