@@ -17,19 +17,27 @@ namespace {
 
 w::Transition to_wire(Transition t) {
   switch (t) {
-    case Transition::snapshotting: return w::Transition::SNAPSHOTTING;
-    case Transition::forking: return w::Transition::FORKING;
-    case Transition::hibernating: return w::Transition::HIBERNATING;
-    case Transition::waking: return w::Transition::WAKING;
+    case Transition::snapshotting:
+      return w::Transition::SNAPSHOTTING;
+    case Transition::forking:
+      return w::Transition::FORKING;
+    case Transition::hibernating:
+      return w::Transition::HIBERNATING;
+    case Transition::waking:
+      return w::Transition::WAKING;
   }
   return w::Transition::SNAPSHOTTING;
 }
 Transition from_wire(w::Transition t) {
   switch (t) {
-    case w::Transition::SNAPSHOTTING: return Transition::snapshotting;
-    case w::Transition::FORKING: return Transition::forking;
-    case w::Transition::HIBERNATING: return Transition::hibernating;
-    case w::Transition::WAKING: return Transition::waking;
+    case w::Transition::SNAPSHOTTING:
+      return Transition::snapshotting;
+    case w::Transition::FORKING:
+      return Transition::forking;
+    case w::Transition::HIBERNATING:
+      return Transition::hibernating;
+    case w::Transition::WAKING:
+      return Transition::waking;
   }
   return Transition::snapshotting;
 }
@@ -74,7 +82,9 @@ std::string encode_event(const Event& e) {
       c.setFromSnapshot(e.from_snapshot);
       break;
     }
-    case K::started: b.setStarted(); break;
+    case K::started:
+      b.setStarted();
+      break;
     case K::exec_started: {
       auto x = b.initExecStarted();
       x.setExecId(e.exec_id);
@@ -101,24 +111,39 @@ std::string encode_event(const Event& e) {
       t.setReason(e.reason);
       break;
     }
-    case K::snapshot_taken: b.setSnapshotTaken(e.snapshot_id); break;
+    case K::snapshot_taken:
+      b.setSnapshotTaken(e.snapshot_id);
+      break;
     case K::forked: {
       auto l = b.initForked(unsigned(e.children.size()));
       for (size_t i = 0; i < e.children.size(); ++i) l.set(unsigned(i), e.children[i]);
       break;
     }
-    case K::hibernated: b.setHibernated(e.snapshot_id); break;
-    case K::woke: b.setWoke(); break;
+    case K::hibernated:
+      b.setHibernated(e.snapshot_id);
+      break;
+    case K::woke:
+      b.setWoke();
+      break;
     case K::ttl_changed: {
       auto t = b.initTtlChanged();
       t.setTtlSeconds(e.ttl_seconds);
       t.setExpiresAtMs(e.expires_at_ms);
       break;
     }
-    case K::metadata_changed: put_map(b.initMetadataChanged(unsigned(e.metadata.size())), e.metadata); break;
-    case K::reaped: b.setReaped(e.reap_action == ReapAction::hibernate ? w::ReapAction::HIBERNATE : w::ReapAction::KILL); break;
-    case K::killed: b.setKilled(); break;
-    case K::failed: b.setFailed(e.reason); break;
+    case K::metadata_changed:
+      put_map(b.initMetadataChanged(unsigned(e.metadata.size())), e.metadata);
+      break;
+    case K::reaped:
+      b.setReaped(e.reap_action == ReapAction::hibernate ? w::ReapAction::HIBERNATE
+                                                         : w::ReapAction::KILL);
+      break;
+    case K::killed:
+      b.setKilled();
+      break;
+    case K::failed:
+      b.setFailed(e.reason);
+      break;
   }
   auto words = capnp::messageToFlatArray(msg);
   auto bytes = words.asBytes();
@@ -153,7 +178,9 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.from_snapshot = c.getFromSnapshot();
         break;
       }
-      case w::SandboxEvent::STARTED: e.kind = K::started; break;
+      case w::SandboxEvent::STARTED:
+        e.kind = K::started;
+        break;
       case w::SandboxEvent::EXEC_STARTED:
         e.kind = K::exec_started;
         e.exec_id = r.getExecStarted().getExecId();
@@ -178,26 +205,44 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.transition = from_wire(r.getTransitionFailed().getTransition());
         e.reason = r.getTransitionFailed().getReason();
         break;
-      case w::SandboxEvent::SNAPSHOT_TAKEN: e.kind = K::snapshot_taken; e.snapshot_id = r.getSnapshotTaken(); break;
+      case w::SandboxEvent::SNAPSHOT_TAKEN:
+        e.kind = K::snapshot_taken;
+        e.snapshot_id = r.getSnapshotTaken();
+        break;
       case w::SandboxEvent::FORKED:
         e.kind = K::forked;
         for (auto c : r.getForked()) e.children.push_back(c);
         break;
-      case w::SandboxEvent::HIBERNATED: e.kind = K::hibernated; e.snapshot_id = r.getHibernated(); break;
-      case w::SandboxEvent::WOKE: e.kind = K::woke; break;
+      case w::SandboxEvent::HIBERNATED:
+        e.kind = K::hibernated;
+        e.snapshot_id = r.getHibernated();
+        break;
+      case w::SandboxEvent::WOKE:
+        e.kind = K::woke;
+        break;
       case w::SandboxEvent::TTL_CHANGED:
         e.kind = K::ttl_changed;
         e.ttl_seconds = r.getTtlChanged().getTtlSeconds();
         e.expires_at_ms = r.getTtlChanged().getExpiresAtMs();
         break;
-      case w::SandboxEvent::METADATA_CHANGED: e.kind = K::metadata_changed; e.metadata = get_map(r.getMetadataChanged()); break;
+      case w::SandboxEvent::METADATA_CHANGED:
+        e.kind = K::metadata_changed;
+        e.metadata = get_map(r.getMetadataChanged());
+        break;
       case w::SandboxEvent::REAPED:
         e.kind = K::reaped;
-        e.reap_action = r.getReaped() == w::ReapAction::HIBERNATE ? ReapAction::hibernate : ReapAction::kill;
+        e.reap_action =
+            r.getReaped() == w::ReapAction::HIBERNATE ? ReapAction::hibernate : ReapAction::kill;
         break;
-      case w::SandboxEvent::KILLED: e.kind = K::killed; break;
-      case w::SandboxEvent::FAILED: e.kind = K::failed; e.reason = r.getFailed(); break;
-      default: return;  // a kind this build does not know
+      case w::SandboxEvent::KILLED:
+        e.kind = K::killed;
+        break;
+      case w::SandboxEvent::FAILED:
+        e.kind = K::failed;
+        e.reason = r.getFailed();
+        break;
+      default:
+        return;  // a kind this build does not know
     }
     out = std::move(e);
   });

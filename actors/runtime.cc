@@ -89,20 +89,22 @@ using fork_atom = caf::atom_constant<caf::atom("forkkids")>;
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>
 void log_exceptions(Self* self, std::string what) {
-  self->set_exception_handler([what](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
-    try {
-      std::rethrow_exception(eptr);
-    } catch (const std::exception& e) {
-      spdlog::critical("{}: handler threw: {}", what, e.what());
-    } catch (...) {
-      spdlog::critical("{}: handler threw a non-std exception", what);
-    }
-    return caf::make_error(caf::sec::runtime_error);
-  });
+  self->set_exception_handler(
+      [what](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+        try {
+          std::rethrow_exception(eptr);
+        } catch (const std::exception& e) {
+          spdlog::critical("{}: handler threw: {}", what, e.what());
+        } catch (...) {
+          spdlog::critical("{}: handler threw a non-std exception", what);
+        }
+        return caf::make_error(caf::sec::runtime_error);
+      });
 }
 
 int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -131,7 +133,9 @@ SandboxInfo info_of(const SandboxState& s) {
   return i;
 }
 
-Rejection not_found(const std::string& id) { return Rejection{"sandbox_not_found", "no sandbox " + id}; }
+Rejection not_found(const std::string& id) {
+  return Rejection{"sandbox_not_found", "no sandbox " + id};
+}
 
 }  // namespace
 
@@ -145,8 +149,12 @@ struct Env {
   std::map<std::string, vmm::Snapshot> staged;  // template -> baked snapshot staged in state_dir
 
   fs::path run_dir(const std::string& id) const { return config.state_dir / "run" / id; }
-  fs::path snapshot_dir(const std::string& snap) const { return config.state_dir / "snapshots" / snap; }
-  fs::path hibernated_dir(const std::string& id) const { return config.state_dir / "hibernated" / id; }
+  fs::path snapshot_dir(const std::string& snap) const {
+    return config.state_dir / "snapshots" / snap;
+  }
+  fs::path hibernated_dir(const std::string& id) const {
+    return config.state_dir / "hibernated" / id;
+  }
 
   vmm::VmConfig vm_config(const std::string& template_name, const std::string& id) const {
     auto c = templates->config(template_name, run_dir(id));
@@ -190,7 +198,8 @@ struct WorkerState {
 
 WorkerResult failed(const std::string& e) { return WorkerResult{false, e, {}}; }
 
-caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id, std::string template_name) {
+caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id,
+                        std::string template_name) {
   self->state.env = env;
   self->state.id = id;
   self->state.template_name = template_name;
@@ -209,7 +218,8 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           if (!s) return failed(s.error().message);
           snap = *s;
         }
-        auto vm = vmm::Vm::restore(st.env->io, snap, st.env->vm_config(st.template_name, st.id), consume);
+        auto vm =
+            vmm::Vm::restore(st.env->io, snap, st.env->vm_config(st.template_name, st.id), consume);
         if (!vm) return failed(vm.error().message);
         st.vm = std::move(*vm);
         return WorkerResult{};
@@ -274,11 +284,13 @@ void internal(SandboxSelf* self, Command c) {
 
 void finish_transition(SandboxSelf* self) {
   auto& st = self->state;
-  if (st.s.status == Status::running || st.s.status == Status::hibernated || st.s.status == Status::stopped ||
-      st.s.status == Status::failed) {
+  if (st.s.status == Status::running || st.s.status == Status::hibernated ||
+      st.s.status == Status::stopped || st.s.status == Status::failed) {
     Answer a;
     a.info = info_of(st.s);
-    if (st.s.status == Status::failed) a = Answer::fail({"sandbox_failed", "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
+    if (st.s.status == Status::failed)
+      a = Answer::fail(
+          {"sandbox_failed", "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
     if (!st.s.snapshots.empty()) a.text = st.s.snapshots.back();
     a.infos = st.fork_children;
     for (auto& rp : st.waiting) rp.deliver(a);
@@ -288,7 +300,8 @@ void finish_transition(SandboxSelf* self) {
       for (auto& [c, rp] : st.after_wake) st.queue.emplace_back(c, rp);
       st.after_wake.clear();
     } else if (st.s.status != Status::hibernated) {
-      for (auto& [c, rp] : st.after_wake) rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
+      for (auto& [c, rp] : st.after_wake)
+        rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
       st.after_wake.clear();
     }
   }
@@ -305,37 +318,49 @@ void effect(SandboxSelf* self, const Event& e) {
   };
   switch (e.kind) {
     case Event::Kind::created: {
-      std::string dir = e.from_snapshot.empty() ? "" : st.env->snapshot_dir(e.from_snapshot).string();
+      std::string dir =
+          e.from_snapshot.empty() ? "" : st.env->snapshot_dir(e.from_snapshot).string();
       self->request(st.worker, caf::infinite, restore_atom::value, dir, false)
-          .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }), lost);
+          .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
+                lost);
       break;
     }
     case Event::Kind::transition_started:
       switch (e.transition) {
         case Transition::snapshotting:
-          self->request(st.worker, caf::infinite, snapshot_atom::value, st.env->snapshot_dir(e.snapshot_id).string())
-              .then(to(cmd::TransitionDone{}, [](std::string m) { return Command{cmd::TransitionFailed{m}}; }), lost);
+          self->request(st.worker, caf::infinite, snapshot_atom::value,
+                        st.env->snapshot_dir(e.snapshot_id).string())
+              .then(to(cmd::TransitionDone{},
+                       [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
+                    lost);
           break;
         case Transition::hibernating:
-          self->request(st.worker, caf::infinite, hibernate_atom::value, st.env->hibernated_dir(st.s.id).string())
-              .then(to(cmd::TransitionDone{}, [](std::string m) { return Command{cmd::TransitionFailed{m}}; }), lost);
+          self->request(st.worker, caf::infinite, hibernate_atom::value,
+                        st.env->hibernated_dir(st.s.id).string())
+              .then(to(cmd::TransitionDone{},
+                       [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
+                    lost);
           break;
         case Transition::waking:
-          self->request(st.worker, caf::infinite, restore_atom::value, st.env->hibernated_dir(st.s.id).string(), true)
-              .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }), lost);
+          self->request(st.worker, caf::infinite, restore_atom::value,
+                        st.env->hibernated_dir(st.s.id).string(), true)
+              .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
+                    lost);
           break;
         case Transition::forking: {
           uint32_t count = 1;
           if (auto* f = std::get_if<cmd::Fork>(&st.current)) count = f->count;
           ForkRequest fr{st.s.tenant, st.s.template_name, e.snapshot_id, st.s.id, count};
-          self->request(st.worker, caf::infinite, snapshot_atom::value, st.env->snapshot_dir(e.snapshot_id).string())
+          self->request(st.worker, caf::infinite, snapshot_atom::value,
+                        st.env->snapshot_dir(e.snapshot_id).string())
               .then(
                   [self, fr](WorkerResult r) {
                     if (!r.ok) return internal(self, cmd::TransitionFailed{r.error});
                     self->request(self->state.registry, caf::infinite, fork_atom::value, fr)
                         .then(
                             [self](Answer a) {
-                              if (!a.ok) return internal(self, cmd::TransitionFailed{a.error.message});
+                              if (!a.ok)
+                                return internal(self, cmd::TransitionFailed{a.error.message});
                               self->state.fork_children = a.infos;
                               std::vector<std::string> ids;
                               for (auto& i : a.infos) ids.push_back(i.id);
@@ -359,7 +384,9 @@ void effect(SandboxSelf* self, const Event& e) {
               [self, id](WorkerResult r) {
                 if (!r.ok) r.exec.error = r.error, r.exec.exit_code = -1;
                 self->state.exec_results[id] = r.exec;
-                internal(self, cmd::ExecFinished{id, r.exec.exit_code, uint32_t(r.exec.duration_us / 1000), r.exec.timed_out});
+                internal(self,
+                         cmd::ExecFinished{id, r.exec.exit_code,
+                                           uint32_t(r.exec.duration_us / 1000), r.exec.timed_out});
               },
               lost);
       break;
@@ -370,7 +397,8 @@ void effect(SandboxSelf* self, const Event& e) {
         Answer a;
         a.exec = st.exec_results[e.exec_id];
         a.info = info_of(st.s);
-        if (!a.exec.error.empty() && a.exec.exit_code == -1) a = Answer::fail({"exec_failed", a.exec.error});
+        if (!a.exec.error.empty() && a.exec.exit_code == -1)
+          a = Answer::fail({"exec_failed", a.exec.error});
         it->second.deliver(a);
         st.exec_waiters.erase(it);
       }
@@ -379,8 +407,11 @@ void effect(SandboxSelf* self, const Event& e) {
     }
     case Event::Kind::reaped:
       if (e.reap_action == ReapAction::hibernate) {
-        self->request(st.worker, caf::infinite, hibernate_atom::value, st.env->hibernated_dir(st.s.id).string())
-            .then(to(cmd::TransitionDone{}, [](std::string m) { return Command{cmd::TransitionFailed{m}}; }), lost);
+        self->request(st.worker, caf::infinite, hibernate_atom::value,
+                      st.env->hibernated_dir(st.s.id).string())
+            .then(to(cmd::TransitionDone{},
+                     [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
+                  lost);
       } else {
         caf::anon_send(st.worker, destroy_atom::value);
       }
@@ -388,9 +419,11 @@ void effect(SandboxSelf* self, const Event& e) {
     case Event::Kind::killed:
     case Event::Kind::failed:
       caf::anon_send(st.worker, destroy_atom::value);
-      for (auto& [id, rp] : st.exec_waiters) rp.deliver(Answer::fail({"sandbox_stopped", "the sandbox stopped"}));
+      for (auto& [id, rp] : st.exec_waiters)
+        rp.deliver(Answer::fail({"sandbox_stopped", "the sandbox stopped"}));
       st.exec_waiters.clear();
-      if (fs::exists(st.env->hibernated_dir(st.s.id))) vmm::remove_snapshot(st.env->hibernated_dir(st.s.id));
+      if (fs::exists(st.env->hibernated_dir(st.s.id)))
+        vmm::remove_snapshot(st.env->hibernated_dir(st.s.id));
       break;
     default:
       break;
@@ -414,7 +447,8 @@ void pump(SandboxSelf* self) {
       rp.deliver(a);
       continue;
     }
-    spdlog::debug("sandbox {}: persisting {} event(s) at version {}", st.s.id, events.size(), st.s.version);
+    spdlog::debug("sandbox {}: persisting {} event(s) at version {}", st.s.id, events.size(),
+                  st.s.version);
     st.persisting = true;
     st.current = c;
     st.current_rp = rp;
@@ -422,13 +456,16 @@ void pump(SandboxSelf* self) {
     for (auto& e : events) ne.push_back({to_string(e.kind), event_format(), encode_event(e)});
     st.pending_events = events;
     auto me = caf::actor_cast<caf::actor>(self);
-    st.env->store->append_async(st.s.id, st.s.version, std::move(ne), [me](storage::Result<storage::AppendResult> r) {
-      caf::anon_send(me, persisted_atom::value, r.ok(), r.ok() ? std::string() : r.error().message);
-    });
+    st.env->store->append_async(st.s.id, st.s.version, std::move(ne),
+                                [me](storage::Result<storage::AppendResult> r) {
+                                  caf::anon_send(me, persisted_atom::value, r.ok(),
+                                                 r.ok() ? std::string() : r.error().message);
+                                });
   }
 }
 
-void on_persisted(SandboxSelf* self, bool ok, const std::string& err, const std::vector<Event>& events) {
+void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
+                  const std::vector<Event>& events) {
   auto& st = self->state;
   spdlog::debug("sandbox {}: persisted ok={} {}", st.s.id, ok, err);
   st.persisting = false;
@@ -447,8 +484,10 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err, const std:
                     st.s.status == Status::forking || st.s.status == Status::hibernating ||
                     st.s.status == Status::waking;
   if (auto* ex = std::get_if<cmd::Exec>(&st.current)) {
-    if (events.front().kind == Event::Kind::exec_started) st.exec_waiters[ex->exec_id] = rp;
-    else st.after_wake.emplace_back(st.current, rp);  // it started a wake first
+    if (events.front().kind == Event::Kind::exec_started)
+      st.exec_waiters[ex->exec_id] = rp;
+    else
+      st.after_wake.emplace_back(st.current, rp);  // it started a wake first
   } else if (transition) {
     st.waiting.push_back(rp);
   } else {
@@ -461,7 +500,8 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err, const std:
   pump(self);
 }
 
-caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, SandboxState initial) {
+caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
+                            SandboxState initial) {
   auto& st = self->state;
   st.env = env;
   st.registry = registry;
@@ -469,13 +509,15 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   log_exceptions(self, "sandbox " + initial.id);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
-    st.worker = self->spawn<caf::detached + caf::linked>(vm_worker, env, initial.id, initial.template_name);
+    st.worker =
+        self->spawn<caf::detached + caf::linked>(vm_worker, env, initial.id, initial.template_name);
   return {
       [=](cmd_atom, Command c) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
         if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
-          self->state.worker = self->spawn<caf::detached + caf::linked>(vm_worker, self->state.env, self->state.s.id,
-                                                                         cr->template_name.empty() ? "base" : cr->template_name);
+          self->state.worker = self->spawn<caf::detached + caf::linked>(
+              vm_worker, self->state.env, self->state.s.id,
+              cr->template_name.empty() ? "base" : cr->template_name);
         self->state.queue.emplace_back(std::move(c), rp);
         pump(self);
         return rp;
@@ -519,8 +561,10 @@ caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s) {
   return a;
 }
 
-caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent, std::string snapshot) {
-  auto rp = self->make_response_promise();
+// Spawns a sandbox actor and sends it the Create command for `req`; `then` gets its answer.
+template <typename Then>
+void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::string& parent,
+                   const std::string& snapshot, Then then) {
   SandboxState s;
   s.id = new_sandbox_id();
   auto a = spawn_sandbox(self, s);
@@ -536,8 +580,16 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
   c.vcpus = self->state.env->config.vcpus;
   c.memory_mib = self->state.env->config.memory_mib;
   self->request(a, caf::infinite, cmd_atom::value, Command{c})
-      .then([rp](Answer ans) mutable { rp.deliver(ans); },
-            [rp, self](const caf::error& e) mutable { rp.deliver(Answer::fail({"internal", self->system().render(e)})); });
+      .then([then](Answer ans) mutable { then(std::move(ans)); },
+            [then, self](const caf::error& e) mutable {
+              then(Answer::fail({"internal", self->system().render(e)}));
+            });
+}
+
+caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent,
+                              std::string snapshot) {
+  auto rp = self->make_response_promise();
+  start_sandbox(self, req, parent, snapshot, [rp](Answer ans) mutable { rp.deliver(ans); });
   return rp;
 }
 
@@ -546,16 +598,20 @@ caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg)
   auto rp = self->make_response_promise();
   self->request(to, caf::infinite, std::move(msg))
       .then([rp](Answer ans) mutable { rp.deliver(ans); },
-            [rp, self](const caf::error& e) mutable { rp.deliver(Answer::fail({"internal", self->system().render(e)})); });
+            [rp, self](const caf::error& e) mutable {
+              rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+            });
   return rp;
 }
 
 caf::behavior registry_actor(RegistrySelf* self, Env* env) {
   self->state.env = env;
   log_exceptions(self, "registry");
-  // When the registry ends (shutdown), every sandbox actor ends with it, and with each its VM worker.
+  // When the registry ends (shutdown), every sandbox actor ends with it, and with each its VM
+  // worker.
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    for (auto& [id, a] : self->state.actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& [id, a] : self->state.actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     self->quit(msg.reason);
   });
   self->delayed_send(self, env->config.reaper_interval, tick_atom::value);
@@ -574,7 +630,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           for (auto& [id, i] : self->state.infos)
             if (i.tenant == req.tenant)
               for (auto& s : i.snapshots) mine |= s == req.from_snapshot;
-          if (!mine) return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
+          if (!mine)
+            return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
           snapshot = req.from_snapshot;
         }
         return create_in(self, req, "", snapshot);
@@ -587,51 +644,35 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           uint32_t left;
         };
         auto col = std::make_shared<Collect>(Collect{{}, std::nullopt, fr.count});
+        const auto& parent_info = self->state.infos[fr.parent];
+        CreateRequest req;
+        req.tenant = fr.tenant;
+        req.template_name = fr.template_name;
+        req.metadata = parent_info.metadata;
+        req.persistent = parent_info.persistent;
         for (uint32_t i = 0; i < fr.count; ++i) {
-          CreateRequest req;
-          req.tenant = fr.tenant;
-          req.template_name = fr.template_name;
-          auto parent_info = self->state.infos[fr.parent];
-          req.metadata = parent_info.metadata;
-          req.persistent = parent_info.persistent;
-          auto child = self->state.actors.end();
-          (void)child;
-          SandboxState s;
-          s.id = new_sandbox_id();
-          auto a = spawn_sandbox(self, s);
-          cmd::Create c;
-          c.tenant = fr.tenant;
-          c.template_name = fr.template_name;
-          c.metadata = req.metadata;
-          c.persistent = req.persistent;
-          c.parent = fr.parent;
-          c.from_snapshot = fr.snapshot_id;
-          c.vcpus = env->config.vcpus;
-          c.memory_mib = env->config.memory_mib;
-          self->request(a, caf::infinite, cmd_atom::value, Command{c})
-              .then(
-                  [rp, col](Answer ans) mutable {
-                    if (ans.ok) col->infos.push_back(ans.info);
-                    else col->error = ans.error;
-                    if (--col->left == 0) {
-                      if (col->error) rp.deliver(Answer::fail(*col->error));
-                      else {
-                        Answer a;
-                        a.infos = col->infos;
-                        rp.deliver(a);
-                      }
-                    }
-                  },
-                  [rp, col, self](const caf::error& e) mutable {
-                    col->error = Rejection{"internal", self->system().render(e)};
-                    if (--col->left == 0) rp.deliver(Answer::fail(*col->error));
-                  });
+          start_sandbox(self, req, fr.parent, fr.snapshot_id, [rp, col](Answer ans) mutable {
+            if (ans.ok)
+              col->infos.push_back(ans.info);
+            else
+              col->error = ans.error;
+            if (--col->left == 0) {
+              if (col->error) {
+                rp.deliver(Answer::fail(*col->error));
+              } else {
+                Answer a;
+                a.infos = col->infos;
+                rp.deliver(a);
+              }
+            }
+          });
         }
         return rp;
       },
       [=](get_atom, std::string tenant, std::string id) -> Answer {
         auto it = self->state.infos.find(id);
-        if (it == self->state.infos.end() || it->second.tenant != tenant) return Answer::fail(not_found(id));
+        if (it == self->state.infos.end() || it->second.tenant != tenant)
+          return Answer::fail(not_found(id));
         Answer a;
         a.info = it->second;
         return a;
@@ -655,22 +696,26 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (!a) return Answer::fail(not_found(id));
         return forward(self, a, caf::make_message(cmd_atom::value, std::move(c)));
       },
-      [=](exec_atom, std::string tenant, std::string id, vmm::ExecRequest req) -> caf::result<Answer> {
+      [=](exec_atom, std::string tenant, std::string id,
+          vmm::ExecRequest req) -> caf::result<Answer> {
         auto a = find(tenant, id);
         if (!a) return Answer::fail(not_found(id));
         return forward(self, a, caf::make_message(exec_atom::value, std::move(req)));
       },
       [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
       [=](adopt_atom, SandboxState s) {
-        if (s.live()) spawn_sandbox(self, s);
-        else self->state.infos[s.id] = info_of(s);
+        if (s.live())
+          spawn_sandbox(self, s);
+        else
+          self->state.infos[s.id] = info_of(s);
       },
       [=](tick_atom) {
         int64_t now = now_ms();
         for (auto& [id, i] : self->state.infos) {
           if (i.status != Status::running || i.expires_at_ms > now) continue;
           auto a = self->state.actors.find(id);
-          if (a != self->state.actors.end()) caf::anon_send(a->second, cmd_atom::value, Command{cmd::Reap{}});
+          if (a != self->state.actors.end())
+            caf::anon_send(a->second, cmd_atom::value, Command{cmd::Reap{}});
         }
         self->delayed_send(self, self->state.env->config.reaper_interval, tick_atom::value);
       },
@@ -678,8 +723,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         auto rp = self->make_response_promise();
         auto left = std::make_shared<size_t>(0);
         for (auto& [id, i] : self->state.infos) {
-          bool live = i.status != Status::none && i.status != Status::stopped && i.status != Status::failed &&
-                      i.status != Status::hibernated;
+          bool live = i.status != Status::none && i.status != Status::stopped &&
+                      i.status != Status::failed && i.status != Status::hibernated;
           if (live) ++*left;
         }
         if (*left == 0) {
@@ -687,13 +732,18 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           return rp;
         }
         for (auto& [id, i] : self->state.infos) {
-          bool live = i.status != Status::none && i.status != Status::stopped && i.status != Status::failed &&
-                      i.status != Status::hibernated;
+          bool live = i.status != Status::none && i.status != Status::stopped &&
+                      i.status != Status::failed && i.status != Status::hibernated;
           if (!live) continue;
           Command c = i.persistent ? Command{cmd::Hibernate{}} : Command{cmd::Kill{}};
           self->request(self->state.actors[id], std::chrono::seconds(120), cmd_atom::value, c)
-              .then([rp, left](Answer) mutable { if (--*left == 0) rp.deliver(Answer{}); },
-                    [rp, left](const caf::error&) mutable { if (--*left == 0) rp.deliver(Answer{}); });
+              .then(
+                  [rp, left](Answer) mutable {
+                    if (--*left == 0) rp.deliver(Answer{});
+                  },
+                  [rp, left](const caf::error&) mutable {
+                    if (--*left == 0) rp.deliver(Answer{});
+                  });
         }
         return rp;
       },
@@ -718,7 +768,9 @@ struct Runtime::Impl {
     Answer out = Answer::fail({"internal", "no answer"});
     self->request(registry, std::chrono::seconds(300), std::move(msg))
         .receive([&](Answer& a) { out = std::move(a); },
-                 [&](caf::error& e) { out = Answer::fail({"internal", sys->render(e)}); });
+                 [&](caf::error& e) {
+                   out = Answer::fail({"internal", sys->render(e)});
+                 });
     return out;
   }
 };
@@ -747,9 +799,11 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   auto impl = std::make_unique<Impl>();
   impl->env = std::make_unique<Env>();
   Env& env = *impl->env;
-  if (config.state_dir.empty()) config.state_dir = "/dev/shm/pandastack-" + hash_path(config.data_dir);
+  if (config.state_dir.empty())
+    config.state_dir = "/dev/shm/pandastack-" + hash_path(config.data_dir);
   env.config = config;
-  for (auto sub : {"run", "snapshots", "hibernated", "templates"}) fs::create_directories(config.state_dir / sub);
+  for (auto sub : {"run", "snapshots", "hibernated", "templates"})
+    fs::create_directories(config.state_dir / sub);
   auto store = storage::EventStore::open({config.data_dir / "store", true, 1024, {}});
   if (!store) return Rejection{"storage_error", store.error().message};
   env.store = std::move(*store);
@@ -767,7 +821,9 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     s.id = id;
     for (auto& stored : *events) {
       auto e = decode_event(stored.payload);
-      if (!e) return Rejection{"storage_error", "undecodable event " + std::to_string(stored.version) + " of " + id};
+      if (!e)
+        return Rejection{"storage_error",
+                         "undecodable event " + std::to_string(stored.version) + " of " + id};
       s = apply(s, *e);
     }
     std::string lost;
@@ -780,7 +836,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       f.kind = Event::Kind::failed;
       f.at_ms = now_ms();
       f.reason = lost;
-      auto r = env.store->append(id, s.version, {{to_string(f.kind), event_format(), encode_event(f)}});
+      auto r =
+          env.store->append(id, s.version, {{to_string(f.kind), event_format(), encode_event(f)}});
       if (!r) return Rejection{"storage_error", r.error().message};
       s = apply(s, f);
       spdlog::info("recovery: {} failed ({})", id, lost);
@@ -796,7 +853,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   impl->sys = std::make_unique<caf::actor_system>(*impl->cfg);
   impl->registry = impl->sys->spawn(registry_actor, impl->env.get());
   for (auto& s : recovered) caf::anon_send(impl->registry, adopt_atom::value, s);
-  spdlog::info("runtime: {} sandboxes recovered from {}", recovered.size(), (config.data_dir / "store").string());
+  spdlog::info("runtime: {} sandboxes recovered from {}", recovered.size(),
+               (config.data_dir / "store").string());
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
@@ -809,7 +867,8 @@ Reply<T> to_reply(const Answer& a, F&& pick) {
 }  // namespace
 
 Reply<SandboxInfo> Runtime::create(const CreateRequest& r) {
-  return to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)), [](const Answer& a) { return a.info; });
+  return to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)),
+                               [](const Answer& a) { return a.info; });
 }
 
 Reply<SandboxInfo> Runtime::get(const std::string& tenant, const std::string& id) {
@@ -817,13 +876,16 @@ Reply<SandboxInfo> Runtime::get(const std::string& tenant, const std::string& id
                                [](const Answer& a) { return a.info; });
 }
 
-Reply<std::vector<SandboxInfo>> Runtime::list(const std::string& tenant, std::optional<Status> status,
+Reply<std::vector<SandboxInfo>> Runtime::list(const std::string& tenant,
+                                              std::optional<Status> status,
                                               const std::map<std::string, std::string>& metadata) {
-  return to_reply<std::vector<SandboxInfo>>(impl_->ask(caf::make_message(list_atom::value, ListQuery{tenant, status, metadata})),
-                                            [](const Answer& a) { return a.infos; });
+  return to_reply<std::vector<SandboxInfo>>(
+      impl_->ask(caf::make_message(list_atom::value, ListQuery{tenant, status, metadata})),
+      [](const Answer& a) { return a.infos; });
 }
 
-Reply<vmm::ExecResult> Runtime::exec(const std::string& tenant, const std::string& id, const vmm::ExecRequest& req) {
+Reply<vmm::ExecResult> Runtime::exec(const std::string& tenant, const std::string& id,
+                                     const vmm::ExecRequest& req) {
   return to_reply<vmm::ExecResult>(impl_->ask(caf::make_message(exec_atom::value, tenant, id, req)),
                                    [](const Answer& a) { return a.exec; });
 }
@@ -835,19 +897,24 @@ caf::message route(const std::string& tenant, const std::string& id, Command c) 
 }  // namespace
 
 Reply<SandboxInfo> Runtime::hibernate(const std::string& tenant, const std::string& id) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Hibernate{})), [](const Answer& a) { return a.info; });
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Hibernate{})),
+                               [](const Answer& a) { return a.info; });
 }
 
 Reply<SandboxInfo> Runtime::wake(const std::string& tenant, const std::string& id) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Wake{})), [](const Answer& a) { return a.info; });
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Wake{})),
+                               [](const Answer& a) { return a.info; });
 }
 
 Reply<SandboxInfo> Runtime::kill(const std::string& tenant, const std::string& id) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Kill{})), [](const Answer& a) { return a.info; });
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Kill{})),
+                               [](const Answer& a) { return a.info; });
 }
 
-Reply<SandboxInfo> Runtime::set_ttl(const std::string& tenant, const std::string& id, uint32_t ttl) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetTtl{ttl})), [](const Answer& a) { return a.info; });
+Reply<SandboxInfo> Runtime::set_ttl(const std::string& tenant, const std::string& id,
+                                    uint32_t ttl) {
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetTtl{ttl})),
+                               [](const Answer& a) { return a.info; });
 }
 
 Reply<SandboxInfo> Runtime::set_metadata(const std::string& tenant, const std::string& id,
@@ -858,10 +925,12 @@ Reply<SandboxInfo> Runtime::set_metadata(const std::string& tenant, const std::s
 
 Reply<std::string> Runtime::snapshot(const std::string& tenant, const std::string& id) {
   std::string snap = "snap_" + random_base32(16);
-  return to_reply<std::string>(impl_->ask(route(tenant, id, cmd::Snapshot{snap})), [](const Answer& a) { return a.text; });
+  return to_reply<std::string>(impl_->ask(route(tenant, id, cmd::Snapshot{snap})),
+                               [](const Answer& a) { return a.text; });
 }
 
-Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const std::string& id, uint32_t count) {
+Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const std::string& id,
+                                              uint32_t count) {
   std::string snap = "snap_" + random_base32(16);
   return to_reply<std::vector<SandboxInfo>>(impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
                                             [](const Answer& a) { return a.infos; });

@@ -88,19 +88,23 @@ class Runtime {
   Reply<SandboxInfo> create(const CreateRequest& request);
   Reply<SandboxInfo> get(const std::string& tenant, const std::string& id);
   // Filters: status (nullopt = any) and metadata entries that must all match.
-  Reply<std::vector<SandboxInfo>> list(const std::string& tenant, std::optional<Status> status = std::nullopt,
+  Reply<std::vector<SandboxInfo>> list(const std::string& tenant,
+                                       std::optional<Status> status = std::nullopt,
                                        const std::map<std::string, std::string>& metadata = {});
-  Reply<vmm::ExecResult> exec(const std::string& tenant, const std::string& id, const vmm::ExecRequest& request);
+  Reply<vmm::ExecResult> exec(const std::string& tenant, const std::string& id,
+                              const vmm::ExecRequest& request);
   Reply<SandboxInfo> hibernate(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> wake(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> kill(const std::string& tenant, const std::string& id);
-  Reply<SandboxInfo> set_ttl(const std::string& tenant, const std::string& id, uint32_t ttl_seconds);
+  Reply<SandboxInfo> set_ttl(const std::string& tenant, const std::string& id,
+                             uint32_t ttl_seconds);
   Reply<SandboxInfo> set_metadata(const std::string& tenant, const std::string& id,
                                   const std::map<std::string, std::string>& metadata);
   // A snapshot of a running sandbox; returns its id (usable as CreateRequest::from_snapshot).
   Reply<std::string> snapshot(const std::string& tenant, const std::string& id);
   // `count` children of a running sandbox; the parent keeps running.
-  Reply<std::vector<SandboxInfo>> fork(const std::string& tenant, const std::string& id, uint32_t count);
+  Reply<std::vector<SandboxInfo>> fork(const std::string& tenant, const std::string& id,
+                                       uint32_t count);
 
   struct Impl;
 

@@ -4,37 +4,62 @@ namespace pandastack::actors {
 
 const char* to_string(Status s) {
   switch (s) {
-    case Status::none: return "none";
-    case Status::creating: return "creating";
-    case Status::running: return "running";
-    case Status::snapshotting: return "snapshotting";
-    case Status::forking: return "forking";
-    case Status::hibernating: return "hibernating";
-    case Status::hibernated: return "hibernated";
-    case Status::waking: return "waking";
-    case Status::stopped: return "stopped";
-    case Status::failed: return "failed";
+    case Status::none:
+      return "none";
+    case Status::creating:
+      return "creating";
+    case Status::running:
+      return "running";
+    case Status::snapshotting:
+      return "snapshotting";
+    case Status::forking:
+      return "forking";
+    case Status::hibernating:
+      return "hibernating";
+    case Status::hibernated:
+      return "hibernated";
+    case Status::waking:
+      return "waking";
+    case Status::stopped:
+      return "stopped";
+    case Status::failed:
+      return "failed";
   }
   return "unknown";
 }
 
 const char* to_string(Event::Kind k) {
   switch (k) {
-    case Event::Kind::created: return "created";
-    case Event::Kind::started: return "started";
-    case Event::Kind::exec_started: return "exec-started";
-    case Event::Kind::exec_finished: return "exec-finished";
-    case Event::Kind::transition_started: return "transition-started";
-    case Event::Kind::transition_failed: return "transition-failed";
-    case Event::Kind::snapshot_taken: return "snapshot-taken";
-    case Event::Kind::forked: return "forked";
-    case Event::Kind::hibernated: return "hibernated";
-    case Event::Kind::woke: return "woke";
-    case Event::Kind::ttl_changed: return "ttl-changed";
-    case Event::Kind::metadata_changed: return "metadata-changed";
-    case Event::Kind::reaped: return "reaped";
-    case Event::Kind::killed: return "killed";
-    case Event::Kind::failed: return "failed";
+    case Event::Kind::created:
+      return "created";
+    case Event::Kind::started:
+      return "started";
+    case Event::Kind::exec_started:
+      return "exec-started";
+    case Event::Kind::exec_finished:
+      return "exec-finished";
+    case Event::Kind::transition_started:
+      return "transition-started";
+    case Event::Kind::transition_failed:
+      return "transition-failed";
+    case Event::Kind::snapshot_taken:
+      return "snapshot-taken";
+    case Event::Kind::forked:
+      return "forked";
+    case Event::Kind::hibernated:
+      return "hibernated";
+    case Event::Kind::woke:
+      return "woke";
+    case Event::Kind::ttl_changed:
+      return "ttl-changed";
+    case Event::Kind::metadata_changed:
+      return "metadata-changed";
+    case Event::Kind::reaped:
+      return "reaped";
+    case Event::Kind::killed:
+      return "killed";
+    case Event::Kind::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -48,33 +73,46 @@ Event ev(Event::Kind k, int64_t now) {
   return e;
 }
 
-Rejection reject(std::string code, std::string message) { return Rejection{std::move(code), std::move(message)}; }
+Rejection reject(std::string code, std::string message) {
+  return Rejection{std::move(code), std::move(message)};
+}
 
 // Why a sandbox in `s` cannot do what needs a running VM.
 Rejection not_running(const SandboxState& s, const std::string& what) {
   switch (s.status) {
-    case Status::none: return reject("sandbox_not_found", "no sandbox " + s.id);
-    case Status::hibernated: return reject("sandbox_hibernated", "sandbox " + s.id + " is hibernated: wake it to " + what);
-    case Status::stopped: return reject("sandbox_stopped", "sandbox " + s.id + " was stopped");
-    case Status::failed: return reject("sandbox_failed", "sandbox " + s.id + " failed: " + s.failure_reason);
+    case Status::none:
+      return reject("sandbox_not_found", "no sandbox " + s.id);
+    case Status::hibernated:
+      return reject("sandbox_hibernated", "sandbox " + s.id + " is hibernated: wake it to " + what);
+    case Status::stopped:
+      return reject("sandbox_stopped", "sandbox " + s.id + " was stopped");
+    case Status::failed:
+      return reject("sandbox_failed", "sandbox " + s.id + " failed: " + s.failure_reason);
     default:
-      return reject("sandbox_busy", "sandbox " + s.id + " is " + to_string(s.status) + "; retry to " + what);
+      return reject("sandbox_busy",
+                    "sandbox " + s.id + " is " + to_string(s.status) + "; retry to " + what);
   }
 }
 
 Status transition_status(Transition t) {
   switch (t) {
-    case Transition::snapshotting: return Status::snapshotting;
-    case Transition::forking: return Status::forking;
-    case Transition::hibernating: return Status::hibernating;
-    case Transition::waking: return Status::waking;
+    case Transition::snapshotting:
+      return Status::snapshotting;
+    case Transition::forking:
+      return Status::forking;
+    case Transition::hibernating:
+      return Status::hibernating;
+    case Transition::waking:
+      return Status::waking;
   }
   return Status::running;
 }
 
-std::optional<Rejection> check_metadata(const std::map<std::string, std::string>& m, const Limits& l) {
+std::optional<Rejection> check_metadata(const std::map<std::string, std::string>& m,
+                                        const Limits& l) {
   if (m.size() > l.max_metadata_entries)
-    return reject("invalid_argument", "at most " + std::to_string(l.max_metadata_entries) + " metadata entries");
+    return reject("invalid_argument",
+                  "at most " + std::to_string(l.max_metadata_entries) + " metadata entries");
   for (auto& [k, v] : m)
     if (k.empty() || k.size() > 128 || v.size() > 1024)
       return reject("invalid_argument", "metadata keys are 1..128 bytes and values at most 1024");
@@ -83,7 +121,8 @@ std::optional<Rejection> check_metadata(const std::map<std::string, std::string>
 
 std::optional<Rejection> check_ttl(uint32_t ttl, const Limits& l) {
   if (ttl > l.max_ttl_seconds)
-    return reject("invalid_argument", "ttl_seconds " + std::to_string(ttl) + " is over the maximum of " +
+    return reject("invalid_argument", "ttl_seconds " + std::to_string(ttl) +
+                                          " is over the maximum of " +
                                           std::to_string(l.max_ttl_seconds));
   return std::nullopt;
 }
@@ -95,8 +134,10 @@ struct Decider {
 
   Decision operator()(const cmd::Create& c) const {
     if (s.status != Status::none) return reject("already_exists", "sandbox " + s.id + " exists");
-    if (c.tenant.empty() || c.template_name.empty()) return reject("invalid_argument", "tenant and template are required");
-    if (c.vcpus == 0 || c.memory_mib == 0) return reject("invalid_argument", "vcpus and memory must be positive");
+    if (c.tenant.empty() || c.template_name.empty())
+      return reject("invalid_argument", "tenant and template are required");
+    if (c.vcpus == 0 || c.memory_mib == 0)
+      return reject("invalid_argument", "vcpus and memory must be positive");
     if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
     if (auto r = check_metadata(c.metadata, limits)) return *r;
     Event e = ev(Event::Kind::created, now);
@@ -117,12 +158,14 @@ struct Decider {
   Decision operator()(const cmd::Started&) const {
     if (s.status == Status::creating) return std::vector<Event>{ev(Event::Kind::started, now)};
     if (s.status == Status::waking) return std::vector<Event>{ev(Event::Kind::woke, now)};
-    return reject("invalid_state", "a VM start is not expected in state " + std::string(to_string(s.status)));
+    return reject("invalid_state",
+                  "a VM start is not expected in state " + std::string(to_string(s.status)));
   }
 
   Decision operator()(const cmd::StartFailed& c) const {
     if (s.status != Status::creating && s.status != Status::waking)
-      return reject("invalid_state", "a VM start failure is not expected in state " + std::string(to_string(s.status)));
+      return reject("invalid_state", "a VM start failure is not expected in state " +
+                                         std::string(to_string(s.status)));
     Event e = ev(Event::Kind::failed, now);
     e.reason = c.reason;
     return std::vector<Event>{e};
@@ -138,7 +181,8 @@ struct Decider {
     }
     if (s.status != Status::running) return not_running(s, "exec");
     if (c.exec_id.empty()) return reject("invalid_argument", "exec id required");
-    if (s.running_execs.count(c.exec_id)) return reject("invalid_argument", "exec id " + c.exec_id + " in use");
+    if (s.running_execs.count(c.exec_id))
+      return reject("invalid_argument", "exec id " + c.exec_id + " in use");
     Event e = ev(Event::Kind::exec_started, now);
     e.exec_id = c.exec_id;
     e.command = c.command;
@@ -146,7 +190,8 @@ struct Decider {
   }
 
   Decision operator()(const cmd::ExecFinished& c) const {
-    if (!s.running_execs.count(c.exec_id)) return reject("invalid_argument", "no running exec " + c.exec_id);
+    if (!s.running_execs.count(c.exec_id))
+      return reject("invalid_argument", "no running exec " + c.exec_id);
     Event e = ev(Event::Kind::exec_finished, now);
     e.exec_id = c.exec_id;
     e.exit_code = c.exit_code;
@@ -171,12 +216,14 @@ struct Decider {
   Decision operator()(const cmd::Fork& c) const {
     if (s.status != Status::running) return not_running(s, "fork");
     if (c.count == 0 || c.count > limits.max_fork_children)
-      return reject("invalid_argument", "count must be 1.." + std::to_string(limits.max_fork_children));
+      return reject("invalid_argument",
+                    "count must be 1.." + std::to_string(limits.max_fork_children));
     return start_transition(Transition::forking, c.snapshot_id);
   }
 
   Decision operator()(const cmd::Hibernate& c) const {
-    if (s.status == Status::hibernated || s.status == Status::hibernating) return std::vector<Event>{};
+    if (s.status == Status::hibernated || s.status == Status::hibernating)
+      return std::vector<Event>{};
     if (s.status != Status::running) return not_running(s, "hibernate");
     return start_transition(Transition::hibernating, c.snapshot_id);
   }
@@ -204,21 +251,32 @@ struct Decider {
         e.snapshot_id = s.pending_snapshot;
         return std::vector<Event>{e};
       }
-      case Status::waking: return std::vector<Event>{ev(Event::Kind::woke, now)};
+      case Status::waking:
+        return std::vector<Event>{ev(Event::Kind::woke, now)};
       default:
-        return reject("invalid_state", "no transition in progress in state " + std::string(to_string(s.status)));
+        return reject("invalid_state",
+                      "no transition in progress in state " + std::string(to_string(s.status)));
     }
   }
 
   Decision operator()(const cmd::TransitionFailed& c) const {
     Transition t;
     switch (s.status) {
-      case Status::snapshotting: t = Transition::snapshotting; break;
-      case Status::forking: t = Transition::forking; break;
-      case Status::hibernating: t = Transition::hibernating; break;
-      case Status::waking: t = Transition::waking; break;
+      case Status::snapshotting:
+        t = Transition::snapshotting;
+        break;
+      case Status::forking:
+        t = Transition::forking;
+        break;
+      case Status::hibernating:
+        t = Transition::hibernating;
+        break;
+      case Status::waking:
+        t = Transition::waking;
+        break;
       default:
-        return reject("invalid_state", "no transition in progress in state " + std::string(to_string(s.status)));
+        return reject("invalid_state",
+                      "no transition in progress in state " + std::string(to_string(s.status)));
     }
     Event e = ev(Event::Kind::transition_failed, now);
     e.transition = t;
@@ -245,9 +303,11 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Reap&) const {
-    if (!s.live() || s.status == Status::hibernated) return std::vector<Event>{};  // nothing running to reap
+    if (!s.live() || s.status == Status::hibernated)
+      return std::vector<Event>{};  // nothing running to reap
     if (now < s.expires_at_ms) return reject("not_expired", "sandbox " + s.id + " expires later");
-    if (s.status != Status::running) return reject("sandbox_busy", "sandbox " + s.id + " is " + to_string(s.status));
+    if (s.status != Status::running)
+      return reject("sandbox_busy", "sandbox " + s.id + " is " + to_string(s.status));
     Event e = ev(Event::Kind::reaped, now);
     e.reap_action = s.persistent ? ReapAction::hibernate : ReapAction::kill;
     return std::vector<Event>{e};
@@ -268,13 +328,14 @@ struct Decider {
 };
 
 [[noreturn]] void impossible(const SandboxState& s, const Event& e) {
-  throw std::logic_error(std::string("event ") + to_string(e.kind) + " is impossible for sandbox " + s.id +
-                         " in state " + to_string(s.status));
+  throw std::logic_error(std::string("event ") + to_string(e.kind) + " is impossible for sandbox " +
+                         s.id + " in state " + to_string(s.status));
 }
 
 }  // namespace
 
-Decision decide(const SandboxState& state, const Command& command, int64_t now_ms, const Limits& limits) {
+Decision decide(const SandboxState& state, const Command& command, int64_t now_ms,
+                const Limits& limits) {
   return std::visit(Decider{state, now_ms, limits}, command);
 }
 

@@ -19,7 +19,18 @@
 
 namespace pandastack::actors {
 
-enum class Status { none, creating, running, snapshotting, forking, hibernating, hibernated, waking, stopped, failed };
+enum class Status {
+  none,
+  creating,
+  running,
+  snapshotting,
+  forking,
+  hibernating,
+  hibernated,
+  waking,
+  stopped,
+  failed
+};
 const char* to_string(Status s);
 
 enum class Transition { snapshotting, forking, hibernating, waking };
@@ -27,8 +38,21 @@ enum class ReapAction { kill, hibernate };
 
 struct Event {
   enum class Kind {
-    created, started, exec_started, exec_finished, transition_started, transition_failed, snapshot_taken,
-    forked, hibernated, woke, ttl_changed, metadata_changed, reaped, killed, failed
+    created,
+    started,
+    exec_started,
+    exec_finished,
+    transition_started,
+    transition_failed,
+    snapshot_taken,
+    forked,
+    hibernated,
+    woke,
+    ttl_changed,
+    metadata_changed,
+    reaped,
+    killed,
+    failed
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -61,14 +85,16 @@ struct SandboxState {
   std::map<std::string, std::string> metadata;
   int64_t created_at_ms = 0, expires_at_ms = 0;
   bool persistent = false, auto_wake = false;
-  std::string pending_snapshot;        // snapshot id of the transition in progress
-  std::string hibernation_snapshot;    // while hibernated: what wake restores
-  std::vector<std::string> snapshots;  // taken from this sandbox
+  std::string pending_snapshot;                      // snapshot id of the transition in progress
+  std::string hibernation_snapshot;                  // while hibernated: what wake restores
+  std::vector<std::string> snapshots;                // taken from this sandbox
   std::map<std::string, std::string> running_execs;  // exec id -> command
   uint64_t execs_finished = 0;
   std::string failure_reason;
 
-  bool live() const { return status != Status::none && status != Status::stopped && status != Status::failed; }
+  bool live() const {
+    return status != Status::none && status != Status::stopped && status != Status::failed;
+  }
 };
 
 struct Limits {
@@ -86,30 +112,58 @@ struct Create {
   bool persistent = false, auto_wake = false;
 };
 struct Started {};  // the VM answers (after create or wake)
-struct StartFailed { std::string reason; };
-struct Exec { std::string exec_id, command; };
-struct ExecFinished { std::string exec_id; int32_t exit_code = 0; uint32_t duration_ms = 0; bool timed_out = false; };
-struct Snapshot { std::string snapshot_id; };
-struct Fork { std::string snapshot_id; uint32_t count = 1; };
-struct Hibernate { std::string snapshot_id; };
+struct StartFailed {
+  std::string reason;
+};
+struct Exec {
+  std::string exec_id, command;
+};
+struct ExecFinished {
+  std::string exec_id;
+  int32_t exit_code = 0;
+  uint32_t duration_ms = 0;
+  bool timed_out = false;
+};
+struct Snapshot {
+  std::string snapshot_id;
+};
+struct Fork {
+  std::string snapshot_id;
+  uint32_t count = 1;
+};
+struct Hibernate {
+  std::string snapshot_id;
+};
 struct Wake {};
-struct TransitionDone { std::vector<std::string> children; };  // the side effect of the transition succeeded
-struct TransitionFailed { std::string reason; };
-struct SetTtl { uint32_t ttl_seconds = 0; };
-struct SetMetadata { std::map<std::string, std::string> metadata; };
+struct TransitionDone {
+  std::vector<std::string> children;
+};  // the side effect of the transition succeeded
+struct TransitionFailed {
+  std::string reason;
+};
+struct SetTtl {
+  uint32_t ttl_seconds = 0;
+};
+struct SetMetadata {
+  std::map<std::string, std::string> metadata;
+};
 struct Reap {};  // the TTL reaper's tick for this sandbox
 struct Kill {};
-struct Fail { std::string reason; };
+struct Fail {
+  std::string reason;
+};
 }  // namespace cmd
 
-using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished, cmd::Snapshot,
-                             cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone, cmd::TransitionFailed,
-                             cmd::SetTtl, cmd::SetMetadata, cmd::Reap, cmd::Kill, cmd::Fail>;
+using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec,
+                             cmd::ExecFinished, cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake,
+                             cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
+                             cmd::SetMetadata, cmd::Reap, cmd::Kill, cmd::Fail>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {
-  std::string code;  // sandbox_not_found, sandbox_hibernated, sandbox_busy, sandbox_not_running,
-                     // sandbox_stopped, sandbox_failed, already_exists, invalid_argument, not_expired
+  std::string
+      code;  // sandbox_not_found, sandbox_hibernated, sandbox_busy, sandbox_not_running,
+             // sandbox_stopped, sandbox_failed, already_exists, invalid_argument, not_expired
   std::string message;
 };
 
@@ -117,7 +171,8 @@ using Decision = std::variant<std::vector<Event>, Rejection>;
 
 // What `command` means for `state` at time `now_ms`. No events and no rejection = nothing to do
 // (an idempotent repeat, e.g. waking a running sandbox).
-Decision decide(const SandboxState& state, const Command& command, int64_t now_ms, const Limits& limits = {});
+Decision decide(const SandboxState& state, const Command& command, int64_t now_ms,
+                const Limits& limits = {});
 
 // The state after `event`. Throws std::logic_error when the event is impossible in `state`.
 SandboxState apply(SandboxState state, const Event& event);

@@ -45,10 +45,14 @@ SandboxState in(Status status, bool persistent = false, bool auto_wake = false) 
   if (status == Status::creating) return s;
   s = apply(s, e_(Event::Kind::started));
   switch (status) {
-    case Status::running: return s;
-    case Status::snapshotting: return apply(s, transition(Transition::snapshotting));
-    case Status::forking: return apply(s, transition(Transition::forking));
-    case Status::hibernating: return apply(s, transition(Transition::hibernating));
+    case Status::running:
+      return s;
+    case Status::snapshotting:
+      return apply(s, transition(Transition::snapshotting));
+    case Status::forking:
+      return apply(s, transition(Transition::forking));
+    case Status::hibernating:
+      return apply(s, transition(Transition::hibernating));
     case Status::hibernated:
     case Status::waking: {
       s = apply(s, transition(Transition::hibernating, "hib-1"));
@@ -58,13 +62,15 @@ SandboxState in(Status status, bool persistent = false, bool auto_wake = false) 
       if (status == Status::hibernated) return s;
       return apply(s, transition(Transition::waking, "hib-1"));
     }
-    case Status::stopped: return apply(s, e_(Event::Kind::killed));
+    case Status::stopped:
+      return apply(s, e_(Event::Kind::killed));
     case Status::failed: {
       Event f = e_(Event::Kind::failed);
       f.reason = "boom";
       return apply(s, f);
     }
-    default: return s;
+    default:
+      return s;
   }
 }
 
@@ -103,52 +109,59 @@ std::string outcome(const Decision& d) {
 
 // Every state x every command: the decision, and that its events apply cleanly.
 TEST(SandboxDecide, EveryStateTimesEveryCommand) {
-  const std::array<Status, 10> states = {Status::none,        Status::creating, Status::running, Status::snapshotting,
-                                         Status::forking,     Status::hibernating, Status::hibernated, Status::waking,
-                                         Status::stopped,     Status::failed};
+  const std::array<Status, 10> states = {
+      Status::none,    Status::creating,    Status::running,    Status::snapshotting,
+      Status::forking, Status::hibernating, Status::hibernated, Status::waking,
+      Status::stopped, Status::failed};
   // Columns in the order of commands(): Create Started StartFailed Exec ExecFinished Snapshot Fork
   // Hibernate Wake TransitionDone TransitionFailed SetTtl SetMetadata Reap Kill Fail.
   const std::map<Status, std::vector<std::string>> expected = {
       {Status::none,
-       {"created", "!invalid_state", "!invalid_state", "!sandbox_not_found", "!invalid_argument", "!sandbox_not_found",
-        "!sandbox_not_found", "!sandbox_not_found", "!sandbox_not_found", "!invalid_state", "!invalid_state",
-        "!sandbox_not_found", "!sandbox_not_found", "-", "!sandbox_not_found", "-"}},
+       {"created", "!invalid_state", "!invalid_state", "!sandbox_not_found", "!invalid_argument",
+        "!sandbox_not_found", "!sandbox_not_found", "!sandbox_not_found", "!sandbox_not_found",
+        "!invalid_state", "!invalid_state", "!sandbox_not_found", "!sandbox_not_found", "-",
+        "!sandbox_not_found", "-"}},
       {Status::creating,
-       {"!already_exists", "started", "failed", "!sandbox_busy", "!invalid_argument", "!sandbox_busy", "!sandbox_busy",
-        "!sandbox_busy", "!sandbox_busy", "!invalid_state", "!invalid_state", "ttl-changed", "metadata-changed",
-        "!not_expired", "killed", "failed"}},
+       {"!already_exists", "started", "failed", "!sandbox_busy", "!invalid_argument",
+        "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!invalid_state",
+        "!invalid_state", "ttl-changed", "metadata-changed", "!not_expired", "killed", "failed"}},
       {Status::running,
-       {"!already_exists", "!invalid_state", "!invalid_state", "exec-started", "!invalid_argument", "transition-started",
-        "transition-started", "transition-started", "-", "!invalid_state", "!invalid_state", "ttl-changed",
-        "metadata-changed", "!not_expired", "killed", "failed"}},
+       {"!already_exists", "!invalid_state", "!invalid_state", "exec-started", "!invalid_argument",
+        "transition-started", "transition-started", "transition-started", "-", "!invalid_state",
+        "!invalid_state", "ttl-changed", "metadata-changed", "!not_expired", "killed", "failed"}},
       {Status::snapshotting,
-       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
-        "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "snapshot-taken", "transition-failed", "ttl-changed",
-        "metadata-changed", "!not_expired", "killed", "failed"}},
-      {Status::forking,
-       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
-        "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "forked", "transition-failed", "ttl-changed",
-        "metadata-changed", "!not_expired", "killed", "failed"}},
-      {Status::hibernating,
-       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
-        "!sandbox_busy", "-", "!sandbox_busy", "hibernated", "transition-failed", "ttl-changed", "metadata-changed",
-        "!not_expired", "killed", "failed"}},
-      {Status::hibernated,
-       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_hibernated", "!invalid_argument",
-        "!sandbox_hibernated", "!sandbox_hibernated", "-", "transition-started", "!invalid_state", "!invalid_state",
-        "ttl-changed", "metadata-changed", "-", "killed", "failed"}},
-      {Status::waking,
-       {"!already_exists", "woke", "failed", "!sandbox_busy", "!invalid_argument", "!sandbox_busy", "!sandbox_busy",
-        "!sandbox_busy", "-", "woke", "transition-failed", "ttl-changed", "metadata-changed", "!not_expired", "killed",
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument",
+        "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "snapshot-taken",
+        "transition-failed", "ttl-changed", "metadata-changed", "!not_expired", "killed",
         "failed"}},
+      {Status::forking,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument",
+        "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "forked",
+        "transition-failed", "ttl-changed", "metadata-changed", "!not_expired", "killed",
+        "failed"}},
+      {Status::hibernating,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument",
+        "!sandbox_busy", "!sandbox_busy", "-", "!sandbox_busy", "hibernated", "transition-failed",
+        "ttl-changed", "metadata-changed", "!not_expired", "killed", "failed"}},
+      {Status::hibernated,
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_hibernated",
+        "!invalid_argument", "!sandbox_hibernated", "!sandbox_hibernated", "-",
+        "transition-started", "!invalid_state", "!invalid_state", "ttl-changed", "metadata-changed",
+        "-", "killed", "failed"}},
+      {Status::waking,
+       {"!already_exists", "woke", "failed", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
+        "!sandbox_busy", "!sandbox_busy", "-", "woke", "transition-failed", "ttl-changed",
+        "metadata-changed", "!not_expired", "killed", "failed"}},
       {Status::stopped,
-       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_stopped", "!invalid_argument",
-        "!sandbox_stopped", "!sandbox_stopped", "!sandbox_stopped", "!sandbox_stopped", "!invalid_state",
-        "!invalid_state", "!sandbox_stopped", "!sandbox_stopped", "-", "-", "-"}},
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_stopped",
+        "!invalid_argument", "!sandbox_stopped", "!sandbox_stopped", "!sandbox_stopped",
+        "!sandbox_stopped", "!invalid_state", "!invalid_state", "!sandbox_stopped",
+        "!sandbox_stopped", "-", "-", "-"}},
       {Status::failed,
-       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_failed", "!invalid_argument", "!sandbox_failed",
-        "!sandbox_failed", "!sandbox_failed", "!sandbox_failed", "!invalid_state", "!invalid_state", "!sandbox_failed",
-        "!sandbox_failed", "-", "-", "-"}},
+       {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_failed",
+        "!invalid_argument", "!sandbox_failed", "!sandbox_failed", "!sandbox_failed",
+        "!sandbox_failed", "!invalid_state", "!invalid_state", "!sandbox_failed", "!sandbox_failed",
+        "-", "-", "-"}},
   };
   auto cmds = commands();
   for (Status st : states) {
@@ -161,7 +174,8 @@ TEST(SandboxDecide, EveryStateTimesEveryCommand) {
       EXPECT_EQ(outcome(d), row[i]) << to_string(st) << " x " << cmds[i].first;
       if (auto* evs = std::get_if<std::vector<Event>>(&d)) {
         SandboxState next = s;
-        for (auto& e : *evs) EXPECT_NO_THROW(next = apply(next, e)) << to_string(st) << " x " << cmds[i].first;
+        for (auto& e : *evs)
+          EXPECT_NO_THROW(next = apply(next, e)) << to_string(st) << " x " << cmds[i].first;
         if (!evs->empty()) {
           EXPECT_EQ(next.version, s.version + evs->size());
         }
@@ -234,24 +248,26 @@ TEST(SandboxApply, ImpossibleEventsFailLoudly) {
   Event fin = e_(Event::Kind::exec_finished);
   fin.exec_id = "never-started";
   EXPECT_THROW(apply(in(Status::running), fin), std::logic_error);
-  EXPECT_THROW(apply(in(Status::hibernated), transition(Transition::snapshotting)), std::logic_error);
+  EXPECT_THROW(apply(in(Status::hibernated), transition(Transition::snapshotting)),
+               std::logic_error);
 }
 
 TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
   // create -> exec -> snapshot -> hibernate -> wake -> exec -> kill, applied one by one.
   SandboxState s;
   s.id = "sbx_life";
-  std::vector<Command> life = {cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false},
-                               cmd::Started{},
-                               cmd::Exec{"x1", "make"},
-                               cmd::ExecFinished{"x1", 0, 1200, false},
-                               cmd::Snapshot{"snap-1"},
-                               cmd::TransitionDone{},
-                               cmd::Hibernate{"hib-1"},
-                               cmd::TransitionDone{},
-                               cmd::Wake{},
-                               cmd::Started{},
-                               cmd::Kill{}};
+  std::vector<Command> life = {
+      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false},
+      cmd::Started{},
+      cmd::Exec{"x1", "make"},
+      cmd::ExecFinished{"x1", 0, 1200, false},
+      cmd::Snapshot{"snap-1"},
+      cmd::TransitionDone{},
+      cmd::Hibernate{"hib-1"},
+      cmd::TransitionDone{},
+      cmd::Wake{},
+      cmd::Started{},
+      cmd::Kill{}};
   std::vector<Event> log;
   for (auto& c : life) {
     auto d = decide(s, c, kNow);

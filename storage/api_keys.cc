@@ -11,7 +11,7 @@ namespace pandastack::storage {
 namespace {
 
 constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz234567";  // base32, lower case
-constexpr size_t kIdLen = 12, kSecretLen = 40;                     // 60 and 200 bits
+constexpr size_t kIdLen = 12, kSecretLen = 40;                    // 60 and 200 bits
 
 std::string random_token(size_t n) {
   std::string raw(n, '\0');
@@ -57,15 +57,18 @@ bool valid_chars(const std::string& s) {
 }  // namespace
 
 Result<std::pair<std::string, ApiKey>> KeyStore::create(const std::string& tenant, bool admin) {
-  if (tenant.empty() || tenant.size() > 128) return make_error(ErrorCode::invalid_argument, "tenant must be 1..128 bytes");
+  if (tenant.empty() || tenant.size() > 128)
+    return make_error(ErrorCode::invalid_argument, "tenant must be 1..128 bytes");
   ApiKey k;
   k.id = random_token(kIdLen);
   std::string secret = random_token(kSecretLen);
-  if (k.id.empty() || secret.empty()) return make_error(ErrorCode::io_error, "no randomness for a key");
+  if (k.id.empty() || secret.empty())
+    return make_error(ErrorCode::io_error, "no randomness for a key");
   k.tenant = tenant;
   k.admin = admin;
-  k.created_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  k.created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
   auto put = db_.put("k" + k.id, encode(k, sha256(secret)), true);
   if (!put) return put.error();
   return std::make_pair("pds_" + k.id + "_" + secret, k);
@@ -73,7 +76,8 @@ Result<std::pair<std::string, ApiKey>> KeyStore::create(const std::string& tenan
 
 Result<ApiKey> KeyStore::verify(const std::string& token) {
   auto not_found = make_error(ErrorCode::not_found, "unknown API key");
-  if (token.size() != 4 + kIdLen + 1 + kSecretLen || token.rfind("pds_", 0) != 0 || token[4 + kIdLen] != '_')
+  if (token.size() != 4 + kIdLen + 1 + kSecretLen || token.rfind("pds_", 0) != 0 ||
+      token[4 + kIdLen] != '_')
     return not_found;
   std::string id = token.substr(4, kIdLen), secret = token.substr(5 + kIdLen);
   if (!valid_chars(id) || !valid_chars(secret)) return not_found;

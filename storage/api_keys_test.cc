@@ -61,8 +61,9 @@ TEST_F(KeyStoreTest, RejectsWrongAndMalformedTokens) {
   std::string wrong = k->first;
   wrong.back() = wrong.back() == 'a' ? 'b' : 'a';
   EXPECT_EQ(keys_->verify(wrong).error().code, ErrorCode::not_found);
-  for (std::string bad : std::vector<std::string>{"", "pds_", "Bearer x", "pds_" + std::string(60, 'a'), k->first + "x",
-                          "pdx_" + k->first.substr(4)})
+  for (std::string bad :
+       std::vector<std::string>{"", "pds_", "Bearer x", "pds_" + std::string(60, 'a'),
+                                k->first + "x", "pdx_" + k->first.substr(4)})
     EXPECT_EQ(keys_->verify(bad).error().code, ErrorCode::not_found) << bad;
   EXPECT_EQ(keys_->create("", false).error().code, ErrorCode::invalid_argument);
 }

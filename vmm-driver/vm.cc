@@ -2,14 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,7 +48,8 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
   // mitigations=off: the guest kernel only isolates the sandbox's own processes from each other;
   // the security boundary is the VMM. Under TCG, PTI's CR3 switches flush the soft TLB on every
   // syscall and make fork+exec several times slower.
-  std::string append = "console=ttyS0 reboot=t panic=-1 quiet 8250.nr_uarts=1 random.trust_cpu=on mitigations=off";
+  std::string append =
+      "console=ttyS0 reboot=t panic=-1 quiet 8250.nr_uarts=1 random.trust_cpu=on mitigations=off";
   if (c.accel == Accel::tcg) {
     // Without a known TSC frequency about one TCG boot in five hangs calibrating the timer.
     unsigned khz = c.tsc_khz != 0 ? c.tsc_khz : host_tsc_khz();
@@ -60,29 +60,49 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
   std::string cpu = c.cpu_model;  // part of the bake key: snapshots only restore on the same model
   if (cpu.empty()) cpu = c.accel == Accel::kvm ? "host" : "max";
   // Guest RAM in a file of the run folder, shared: a snapshot is its device state plus this file.
-  const std::string mem_backend = "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + run + "/mem,share=on";
+  const std::string mem_backend =
+      "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + run + "/mem,share=on";
   std::vector<std::string> args = {
       c.qemu_binary,
-      "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-      "-machine", "microvm,accel=" + accel + ",memory-backend=mem",
-      "-cpu", cpu,
-      "-smp", std::to_string(c.vcpus),
-      "-m", mem,
+      "-nodefaults",
+      "-no-user-config",
+      "-nographic",
+      "-no-reboot",
+      "-machine",
+      "microvm,accel=" + accel + ",memory-backend=mem",
+      "-cpu",
+      cpu,
+      "-smp",
+      std::to_string(c.vcpus),
+      "-m",
+      mem,
       // Guest RAM in a file: the snapshot path keeps it there and maps it copy-on-write.
-      "-object", mem_backend,
-      "-kernel", c.kernel.string(),
-      "-initrd", c.initramfs.string(),
-      "-append", append,
+      "-object",
+      mem_backend,
+      "-kernel",
+      c.kernel.string(),
+      "-initrd",
+      c.initramfs.string(),
+      "-append",
+      append,
       // The driver alone decides who opens which image: QEMU's image locking would stop a snapshot
       // sink from opening the disk its source still holds.
-      "-drive", "id=root,file=" + run + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off",
-      "-device", "virtio-blk-device,drive=root",
-      "-device", "virtio-serial-device",
-      "-chardev", "socket,id=agent,path=" + run + "/agent.sock,server=on,wait=off",
-      "-device", "virtserialport,chardev=agent,name=agent,id=agent",
-      "-chardev", "file,id=console,path=" + run + "/console.log",
-      "-serial", "chardev:console",
-      "-qmp", "unix:" + run + "/qmp.sock,server=on,wait=off",
+      "-drive",
+      "id=root,file=" + run + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off",
+      "-device",
+      "virtio-blk-device,drive=root",
+      "-device",
+      "virtio-serial-device",
+      "-chardev",
+      "socket,id=agent,path=" + run + "/agent.sock,server=on,wait=off",
+      "-device",
+      "virtserialport,chardev=agent,name=agent,id=agent",
+      "-chardev",
+      "file,id=console,path=" + run + "/console.log",
+      "-serial",
+      "chardev:console",
+      "-qmp",
+      "unix:" + run + "/qmp.sock,server=on,wait=off",
   };
   if (incoming) {
     args.push_back("-incoming");
@@ -144,7 +164,9 @@ Status link_or_copy(const fs::path& from, const fs::path& to) {
   fs::create_hard_link(from, to, ec);
   if (!ec) return Ok{};
   fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot copy " + from.string() + " to " + to.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error,
+                      "cannot copy " + from.string() + " to " + to.string() + ": " + ec.message());
   return Ok{};
 }
 
@@ -162,17 +184,23 @@ std::string random_hex(size_t bytes) {
 
 // An empty overlay on a given backing file is always the same few hundred KiB: make it once with
 // qemu-img (`backing_name` as the header will name it, resolved from `cache`'s folder), then copy.
-Status overlay_from_cache(const fs::path& cache, const std::string& backing_name, const fs::path& to) {
+Status overlay_from_cache(const fs::path& cache, const std::string& backing_name,
+                          const fs::path& to) {
   std::error_code ec;
   if (!fs::exists(cache)) {
     fs::path tmp = cache.string() + ".tmp-" + random_hex(6);
-    auto made = run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", backing_name, tmp.string()});
+    auto made = run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
+                          backing_name, tmp.string()});
     if (!made) return made;
     fs::rename(tmp, cache, ec);
-    if (ec) return make_error(ErrorCode::io_error, "cannot install " + cache.string() + ": " + ec.message());
+    if (ec)
+      return make_error(ErrorCode::io_error,
+                        "cannot install " + cache.string() + ": " + ec.message());
   }
   fs::copy_file(cache, to, fs::copy_options::overwrite_existing, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create overlay " + to.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error,
+                      "cannot create overlay " + to.string() + ": " + ec.message());
   return Ok{};
 }
 
@@ -181,18 +209,23 @@ Status overlay_from_cache(const fs::path& cache, const std::string& backing_name
 Status Vm::prepare(const Snapshot* snap) {
   const VmConfig& c = config_;
   for (auto* p : {&c.kernel, &c.initramfs}) {
-    if (!fs::exists(*p)) return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
+    if (!fs::exists(*p))
+      return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
   }
   if ((c.run_dir / "agent.sock").string().size() >= 108)
-    return make_error(ErrorCode::invalid_argument, "run dir path too long for unix sockets: " + c.run_dir.string());
+    return make_error(ErrorCode::invalid_argument,
+                      "run dir path too long for unix sockets: " + c.run_dir.string());
   std::error_code ec;
   fs::remove_all(c.run_dir, ec);
   fs::create_directories(c.run_dir, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + c.run_dir.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error,
+                      "cannot create " + c.run_dir.string() + ": " + ec.message());
   active_overlay_ = c.run_dir / "disk.qcow2";
   if (snap == nullptr) {
     auto base = fs::absolute(c.rootfs);
-    if (!fs::exists(base)) return make_error(ErrorCode::invalid_argument, "missing guest image file: " + base.string());
+    if (!fs::exists(base))
+      return make_error(ErrorCode::invalid_argument, "missing guest image file: " + base.string());
     layers_.clear();
     return overlay_from_cache(base.string() + ".overlay", base.string(), active_overlay_);
   }
@@ -215,16 +248,21 @@ Status Vm::prepare(const Snapshot* snap) {
       return made;
     }
     fs::rename(tmp, cached, ec);
-    if (ec) return make_error(ErrorCode::io_error, "cannot install " + cached.string() + ": " + ec.message());
+    if (ec)
+      return make_error(ErrorCode::io_error,
+                        "cannot install " + cached.string() + ": " + ec.message());
   }
   fs::copy_file(cached, active_overlay_, fs::copy_options::overwrite_existing, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create overlay " + active_overlay_.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error,
+                      "cannot create overlay " + active_overlay_.string() + ": " + ec.message());
   return Ok{};
 }
 
 Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point deadline) {
   const VmConfig& c = config_;
-  int log_fd = ::open((c.run_dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int log_fd =
+      ::open((c.run_dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (c.jail) {
     const JailPolicy& policy = JailPolicy::builtin();
     static std::atomic<uint32_t> next_uid{0};
@@ -233,21 +271,25 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     std::error_code ec;
     for (auto& p : {c.run_dir, c.run_dir / "mem", active_overlay_})
       if (fs::exists(p) && ::chown(p.c_str(), uid, uid) != 0)
-        return make_error(ErrorCode::spawn_failed, "cannot hand " + p.string() + " to the jail uid: " + strerror(errno));
+        return make_error(ErrorCode::spawn_failed,
+                          "cannot hand " + p.string() + " to the jail uid: " + strerror(errno));
     std::vector<fs::path> images;
     for (auto& p : {c.kernel, c.initramfs, c.rootfs}) {
       auto dir = fs::absolute(p).parent_path();
       if (std::find(images.begin(), images.end(), dir) == images.end()) images.push_back(dir);
     }
     auto argv = args;
-    argv[0] = c.qemu_binary.find('/') == std::string::npos ? "/usr/bin/" + c.qemu_binary : c.qemu_binary;
-    auto launch = JailLaunch::prepare(policy, images, c.run_dir, uid, std::move(argv), log_fd, c.die_with_parent);
+    argv[0] =
+        c.qemu_binary.find('/') == std::string::npos ? "/usr/bin/" + c.qemu_binary : c.qemu_binary;
+    auto launch = JailLaunch::prepare(policy, images, c.run_dir, uid, std::move(argv), log_fd,
+                                      c.die_with_parent);
     if (!launch) {
       if (log_fd >= 0) ::close(log_fd);
       return launch.error();
     }
     cgroup_ = Cgroup::create(c.run_dir.filename().string(),
-                             uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max);
+                             uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes,
+                             policy.pids_max);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
     // created the child, and callers' threads (pool refills, request workers) come and go.
     auto pid = io_.run([&] { return (*launch)->start(cgroup_.get()); });
@@ -279,16 +321,21 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
       return child;
     });
     if (log_fd >= 0) ::close(log_fd);
-    if (pid < 0) return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
+    if (pid < 0)
+      return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
     pid_ = pid;
   }
-  spdlog::debug("vm {}: spawned qemu pid {} accel={} jail={}", c.name, pid_, to_string(c.accel), c.jail);
+  spdlog::debug("vm {}: spawned qemu pid {} accel={} jail={}", c.name, pid_, to_string(c.accel),
+                c.jail);
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
-  auto qmp = QmpClient::connect((c.run_dir / "qmp.sock").string(), std::max(milliseconds(1), std::min(left, milliseconds(10000))));
+  auto qmp = QmpClient::connect((c.run_dir / "qmp.sock").string(),
+                                std::max(milliseconds(1), std::min(left, milliseconds(10000))));
   if (!qmp) {
-    if (!alive()) return failure(ErrorCode::spawn_failed, "QEMU exited at start: " + qmp.error().message);
+    if (!alive())
+      return failure(ErrorCode::spawn_failed, "QEMU exited at start: " + qmp.error().message);
     return failure(ErrorCode::boot_failed, "QEMU did not answer QMP within " +
-                                               std::to_string(c.boot_timeout.count()) + " ms: " + qmp.error().message);
+                                               std::to_string(c.boot_timeout.count()) +
+                                               " ms: " + qmp.error().message);
   }
   qmp_ = std::move(*qmp);
   qemu_version_ = qmp_->qemu_version();
@@ -328,23 +375,27 @@ Status Vm::wait_agent(steady_clock::time_point deadline) {
         // A restored agent may have been mid-session: our preamble ended that stale session
         // and it now waits for a new one. Start again on a fresh connection.
         if (attempt < 3 && alive()) {
-          spdlog::debug("vm {}: agent session dropped ({}), reconnecting", config_.name, h.error().message);
+          spdlog::debug("vm {}: agent session dropped ({}), reconnecting", config_.name,
+                        h.error().message);
           agent_.reset();
           break;
         }
         return failure(ErrorCode::boot_failed, h.error().message);
       }
-      if (!alive()) return failure(ErrorCode::boot_failed, "QEMU exited before the guest agent answered");
+      if (!alive())
+        return failure(ErrorCode::boot_failed, "QEMU exited before the guest agent answered");
       if (left().count() <= 0)
-        return failure(ErrorCode::boot_failed,
-                       "guest agent did not answer within " + std::to_string(config_.boot_timeout.count()) + " ms");
+        return failure(ErrorCode::boot_failed, "guest agent did not answer within " +
+                                                   std::to_string(config_.boot_timeout.count()) +
+                                                   " ms");
     }
   }
 }
 
 Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
   for (auto* p : {&config.kernel, &config.initramfs, &config.rootfs})
-    if (!fs::exists(*p)) return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
+    if (!fs::exists(*p))
+      return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
   std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
   auto started = steady_clock::now();
   auto deadline = started + vm->config_.boot_timeout;
@@ -355,8 +406,8 @@ Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
   auto attached = vm->wait_agent(deadline);
   if (!attached) return attached.error();
   vm->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
-  spdlog::info("vm {}: booted in {} ms (accel={}, pid={})", vm->config_.name, vm->boot_time_.count() / 1000,
-               to_string(vm->config_.accel), vm->pid_);
+  spdlog::info("vm {}: booted in {} ms (accel={}, pid={})", vm->config_.name,
+               vm->boot_time_.count() / 1000, to_string(vm->config_.accel), vm->pid_);
   return vm;
 }
 
@@ -386,8 +437,11 @@ void Vm::kill_and_clean() {
     consumed_from_.clear();
   }
   fs::remove_all(config_.run_dir, ec);
-  if (ec) spdlog::warn("vm {}: cannot remove {}: {}", config_.name, config_.run_dir.string(), ec.message());
-  fs::remove_all(config_.run_dir.string() + ".jail", ec);  // the jail's root (its mounts died with QEMU)
+  if (ec)
+    spdlog::warn("vm {}: cannot remove {}: {}", config_.name, config_.run_dir.string(),
+                 ec.message());
+  fs::remove_all(config_.run_dir.string() + ".jail",
+                 ec);  // the jail's root (its mounts died with QEMU)
 }
 
 bool Vm::alive() {
@@ -403,7 +457,9 @@ bool Vm::alive() {
   return true;
 }
 
-std::string Vm::console_tail(size_t bytes) const { return tail_of(config_.run_dir / "console.log", bytes); }
+std::string Vm::console_tail(size_t bytes) const {
+  return tail_of(config_.run_dir / "console.log", bytes);
+}
 
 Status Vm::reconnect_agent(milliseconds timeout) {
   if (agent_) {
@@ -419,7 +475,8 @@ Status Vm::reconnect_agent(milliseconds timeout) {
   return Ok{};
 }
 
-Accel detect_accel(IoThread& io, const VmConfig& probe, milliseconds deadline, const std::string& override_accel) {
+Accel detect_accel(IoThread& io, const VmConfig& probe, milliseconds deadline,
+                   const std::string& override_accel) {
   std::string forced = override_accel;
   if (forced.empty()) {
     if (const char* env = std::getenv("PANDASTACK_ACCEL")) forced = env;
@@ -441,7 +498,8 @@ Accel detect_accel(IoThread& io, const VmConfig& probe, milliseconds deadline, c
   c.run_dir = probe.run_dir.parent_path() / "kvm-probe";
   auto vm = Vm::boot(io, c);
   if (vm) {
-    spdlog::info("accelerator: kvm (probe boot reached the agent in {} ms)", (*vm)->boot_time().count() / 1000);
+    spdlog::info("accelerator: kvm (probe boot reached the agent in {} ms)",
+                 (*vm)->boot_time().count() / 1000);
     return Accel::kvm;
   }
   spdlog::info("accelerator: tcg (a probe boot under KVM failed: {})",
@@ -451,16 +509,18 @@ Accel detect_accel(IoThread& io, const VmConfig& probe, milliseconds deadline, c
 
 Status copy_ram_file(const fs::path& from, const fs::path& to) {
   int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return make_error(ErrorCode::io_error, "cannot open " + from.string() + ": " + strerror(errno));
+  if (in < 0)
+    return make_error(ErrorCode::io_error, "cannot open " + from.string() + ": " + strerror(errno));
   int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (out < 0) {
     ::close(in);
     return make_error(ErrorCode::io_error, "cannot create " + to.string() + ": " + strerror(errno));
   }
   Status st = Ok{};
-  struct stat sb{};
+  struct stat sb {};
   ::fstat(in, &sb);
-  if (::ftruncate(out, sb.st_size) != 0) st = make_error(ErrorCode::io_error, std::string("ftruncate: ") + strerror(errno));
+  if (::ftruncate(out, sb.st_size) != 0)
+    st = make_error(ErrorCode::io_error, std::string("ftruncate: ") + strerror(errno));
   off_t pos = 0;
   bool kernel_copy = true;
   std::vector<char> buffer(1 << 20);
@@ -478,7 +538,8 @@ Status copy_ram_file(const fs::path& from, const fs::path& to) {
         break;
       }
       if (n <= 0) {
-        st = make_error(ErrorCode::io_error, "copy " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
+        st = make_error(ErrorCode::io_error,
+                        "copy " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
         break;
       }
     }
@@ -487,7 +548,8 @@ Status copy_ram_file(const fs::path& from, const fs::path& to) {
       ssize_t n = ::pread(in, buffer.data(), want, src);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        st = make_error(ErrorCode::io_error, "read " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
+        st = make_error(ErrorCode::io_error,
+                        "read " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
         break;
       }
       // Write only non-zero pages, so the copy stays sparse.
@@ -535,8 +597,10 @@ Status wait_migration(QmpClient& q, milliseconds timeout) {
     const std::string& status = (*r)["status"].as_string();
     if (status == "completed") return Ok{};
     if (status == "failed" || status == "cancelled")
-      return make_error(ErrorCode::qmp_error, "migration " + status + ": " + (*r)["error-desc"].as_string());
-    if (steady_clock::now() > deadline) return make_error(ErrorCode::timeout, "migration did not complete (" + status + ")");
+      return make_error(ErrorCode::qmp_error,
+                        "migration " + status + ": " + (*r)["error-desc"].as_string());
+    if (steady_clock::now() > deadline)
+      return make_error(ErrorCode::timeout, "migration did not complete (" + status + ")");
     std::this_thread::sleep_for(microseconds(500));
   }
 }
@@ -560,7 +624,9 @@ Status migrate_to(QmpClient& q, const std::string& fdname) {
 // Saves the (stopped) VM's device state to `file` (RAM excluded when ignore-shared is on).
 Status save_state(QmpClient& q, const fs::path& file) {
   int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error(ErrorCode::io_error, "cannot create " + file.string() + ": " + strerror(errno));
+  if (fd < 0)
+    return make_error(ErrorCode::io_error,
+                      "cannot create " + file.string() + ": " + strerror(errno));
   auto passed = pass_fd(q, "state", fd);
   ::close(fd);  // QEMU has its own copy now
   if (!passed) return passed;
@@ -585,11 +651,14 @@ Status move_file(const fs::path& from, const fs::path& to) {
   return Ok{};
 }
 
-int64_t unix_ms() { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); }
+int64_t unix_ms() {
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
 
 }  // namespace
 
-Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmConfig config, bool consume) {
+Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmConfig config,
+                                         bool consume) {
   std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
   auto deadline = steady_clock::now() + vm->config_.boot_timeout;
   auto compatible = snap.check_compatible(vm->config_, "");
@@ -602,7 +671,9 @@ Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmC
   if (consume) {
     std::error_code ec;
     fs::rename(snap.mem(), mem, ec);
-    if (ec) return make_error(ErrorCode::io_error, "cannot take RAM file of " + snap.dir.string() + ": " + ec.message());
+    if (ec)
+      return make_error(ErrorCode::io_error,
+                        "cannot take RAM file of " + snap.dir.string() + ": " + ec.message());
     vm->consumed_from_ = snap.dir;
   } else {
     auto copied = copy_ram_file(snap.mem(), mem);
@@ -612,7 +683,8 @@ Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmC
   auto spawned = vm->spawn(qemu_args(vm->config_, true), deadline);
   if (!spawned) return spawned.error();
   spdlog::debug("vm {}: prespawn: overlay {} us, RAM file {} us, qemu+qmp {} us", vm->config_.name,
-                duration_cast<microseconds>(t1 - t0).count(), duration_cast<microseconds>(t2 - t1).count(),
+                duration_cast<microseconds>(t1 - t0).count(),
+                duration_cast<microseconds>(t2 - t1).count(),
                 duration_cast<microseconds>(steady_clock::now() - t2).count());
   compatible = snap.check_compatible(vm->config_, vm->qemu_version_);
   if (!compatible) return compatible.error();
@@ -629,7 +701,9 @@ Status Vm::load(const Snapshot& snap) {
   auto started = steady_clock::now();
   auto deadline = started + config_.boot_timeout;
   int fd = ::open(snap.state().c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(ErrorCode::io_error, "cannot open " + snap.state().string() + ": " + strerror(errno));
+  if (fd < 0)
+    return make_error(ErrorCode::io_error,
+                      "cannot open " + snap.state().string() + ": " + strerror(errno));
   auto passed = pass_fd(*qmp_, "state", fd);
   ::close(fd);
   if (!passed) return passed;
@@ -642,7 +716,8 @@ Status Vm::load(const Snapshot& snap) {
   auto t_loaded = steady_clock::now();
   auto cont = simple(*qmp_, "cont");
   if (!cont) return cont;
-  spdlog::debug("vm {}: cont took {} us", config_.name, duration_cast<microseconds>(steady_clock::now() - t_loaded).count());
+  spdlog::debug("vm {}: cont took {} us", config_.name,
+                duration_cast<microseconds>(steady_clock::now() - t_loaded).count());
   auto attached = wait_agent(deadline);
   if (!attached) return attached;
   auto t_agent = steady_clock::now();
@@ -651,8 +726,9 @@ Status Vm::load(const Snapshot& snap) {
   std::string entropy(64, '\0');
   if (::getrandom(entropy.data(), entropy.size(), 0) != ssize_t(entropy.size()))
     return make_error(ErrorCode::io_error, "getrandom failed");
-  auto fixed = agent_->after_restore(duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(),
-                                     entropy, config_.hostname);
+  auto fixed = agent_->after_restore(
+      duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(), entropy,
+      config_.hostname);
   if (!fixed) return fixed;
   auto t_end = steady_clock::now();
   spdlog::debug("vm {}: load: state {} us, cont+agent {} us, fixups {} us", config_.name,
@@ -667,14 +743,16 @@ Status Vm::load(const Snapshot& snap) {
   return Ok{};
 }
 
-Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmConfig config, bool consume) {
+Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmConfig config,
+                                        bool consume) {
   auto started = steady_clock::now();
   auto vm = prespawn(io, snap, std::move(config), consume);
   if (!vm) return vm.error();
   auto loaded = (*vm)->load(snap);
   if (!loaded) return loaded.error();
   (*vm)->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
-  spdlog::debug("vm {}: restored from {} in {} us", (*vm)->config_.name, snap.dir.string(), (*vm)->boot_time_.count());
+  spdlog::debug("vm {}: restored from {} in {} us", (*vm)->config_.name, snap.dir.string(),
+                (*vm)->boot_time_.count());
   return vm;
 }
 
@@ -692,8 +770,9 @@ Status Vm::freeze_disk(const fs::path& dir) {
   if (made) made = qcow2::set_backing_file(next, name);
   if (made && config_.jail) {
     // QEMU (the jail uid, owner of the run folder) writes the new overlay.
-    struct stat st{};
-    if (::stat(config_.run_dir.c_str(), &st) != 0 || ::chown(next.c_str(), st.st_uid, st.st_gid) != 0)
+    struct stat st {};
+    if (::stat(config_.run_dir.c_str(), &st) != 0 ||
+        ::chown(next.c_str(), st.st_uid, st.st_gid) != 0)
       made = make_error(ErrorCode::io_error, "cannot hand " + next.string() + " to the jail uid");
   }
   if (!made) {
@@ -717,29 +796,35 @@ Status Vm::freeze_disk(const fs::path& dir) {
   return link_or_copy(config_.run_dir / name, dir / "disk.qcow2");
 }
 
-Status Vm::save_paused(Snapshot& snap, const std::string& origin) {
-  Status st = freeze_disk(snap.dir);
-  if (st) st = set_ignore_shared(*qmp_, true);
-  if (st) st = save_state(*qmp_, snap.state());
-  if (!st) return st;
+void Vm::describe(Snapshot& snap, std::string origin) const {
   snap.qemu_version = qemu_version_;
   snap.accel = config_.accel;
   snap.memory_mib = config_.memory_mib;
   snap.vcpus = config_.vcpus;
   snap.kernel = fs::absolute(config_.kernel).string();
   snap.initramfs = fs::absolute(config_.initramfs).string();
-  snap.origin = origin + ":" + config_.name;
+  snap.origin = std::move(origin);
   snap.layers = layers_;
   snap.created_unix_ms = unix_ms();
+}
+
+Status Vm::save_paused(Snapshot& snap, const std::string& origin) {
+  Status st = freeze_disk(snap.dir);
+  if (st) st = set_ignore_shared(*qmp_, true);
+  if (st) st = save_state(*qmp_, snap.state());
+  if (!st) return st;
+  describe(snap, origin + ":" + config_.name);
   return Ok{};
 }
 
 Result<Snapshot> Vm::snapshot(const fs::path& dir) {
   auto t0 = steady_clock::now();
   std::error_code ec;
-  if (fs::exists(dir)) return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
+  if (fs::exists(dir))
+    return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
   fs::create_directories(dir, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
   Snapshot snap;
   snap.dir = fs::absolute(dir);
   // With no call in flight, hand the agent's session back first: the snapshot then holds an agent
@@ -758,7 +843,9 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir) {
   Status resumed = stopped ? simple(*qmp_, "cont") : Status(Ok{});
   if (quiesced) {
     auto restarted = agent_->start_session();
-    if (!restarted) spdlog::warn("vm {}: agent session restart failed: {}", config_.name, restarted.error().message);
+    if (!restarted)
+      spdlog::warn("vm {}: agent session restart failed: {}", config_.name,
+                   restarted.error().message);
   }
   if (st) st = resumed;
   if (st) st = snap.write_meta();
@@ -766,19 +853,22 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir) {
     remove_snapshot(dir);
     return st.error();
   }
-  spdlog::debug("vm {}: snapshot {}: stop {} us, disk+state {} us, RAM copy {} us, total paused {} us", config_.name,
-                dir.string(), duration_cast<microseconds>(t_stopped - t0).count(),
-                duration_cast<microseconds>(t_state - t_stopped).count(),
-                duration_cast<microseconds>(t_ram - t_state).count(),
-                duration_cast<microseconds>(steady_clock::now() - t_stopped).count());
+  spdlog::debug(
+      "vm {}: snapshot {}: stop {} us, disk+state {} us, RAM copy {} us, total paused {} us",
+      config_.name, dir.string(), duration_cast<microseconds>(t_stopped - t0).count(),
+      duration_cast<microseconds>(t_state - t_stopped).count(),
+      duration_cast<microseconds>(t_ram - t_state).count(),
+      duration_cast<microseconds>(steady_clock::now() - t_stopped).count());
   return snap;
 }
 
 Result<Snapshot> Vm::hibernate(const fs::path& dir) {
   std::error_code ec;
-  if (fs::exists(dir)) return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
+  if (fs::exists(dir))
+    return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
   fs::create_directories(dir, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
   Snapshot snap;
   snap.dir = fs::absolute(dir);
   // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
@@ -802,7 +892,9 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir) {
 Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
   // Warm what every sandbox will use first, so it is in the snapshot's page cache.
   ExecRequest warm;
-  warm.shell = "command -v python3 >/dev/null && python3 -c 'import os, sys, json, subprocess, pathlib' ; sync";
+  warm.shell =
+      "command -v python3 >/dev/null && python3 -c 'import os, sys, json, subprocess, pathlib' ; "
+      "sync";
   warm.timeout_ms = 120000;
   auto w = agent_->exec(warm);
   if (!w) return w.error();
@@ -810,7 +902,8 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
   if (!ended) return ended.error();
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
   Snapshot snap;
   snap.dir = fs::absolute(dir);
   Status st = simple(*qmp_, "stop");
@@ -823,15 +916,8 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
   if (st) st = move_file(active_overlay_, snap.dir / layer);
   if (st) st = link_or_copy(snap.dir / layer, snap.disk());
   if (!st) return st.error();
-  snap.layers = {layer};
-  snap.qemu_version = qemu_version_;
-  snap.accel = config_.accel;
-  snap.memory_mib = config_.memory_mib;
-  snap.vcpus = config_.vcpus;
-  snap.kernel = fs::absolute(config_.kernel).string();
-  snap.initramfs = fs::absolute(config_.initramfs).string();
-  snap.origin = origin;
-  snap.created_unix_ms = unix_ms();
+  layers_ = {layer};
+  describe(snap, origin);
   auto meta = snap.write_meta();
   if (!meta) return meta.error();
   kill_and_clean();

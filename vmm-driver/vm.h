@@ -24,21 +24,21 @@ enum class Accel { tcg, kvm };
 const char* to_string(Accel a);
 
 struct VmConfig {
-  std::string name;                    // for logs
-  std::string hostname;                // set in the guest after a restore (empty = leave as is)
-  std::filesystem::path run_dir;       // created by boot(); removed with the Vm
-  std::filesystem::path kernel;        // uncompressed vmlinux (PVH)
+  std::string name;               // for logs
+  std::string hostname;           // set in the guest after a restore (empty = leave as is)
+  std::filesystem::path run_dir;  // created by boot(); removed with the Vm
+  std::filesystem::path kernel;   // uncompressed vmlinux (PVH)
   std::filesystem::path initramfs;
-  std::filesystem::path rootfs;        // base qcow2; each Vm writes to its own overlay on it
+  std::filesystem::path rootfs;  // base qcow2; each Vm writes to its own overlay on it
   unsigned vcpus = 1;
   unsigned memory_mib = 256;
   Accel accel = Accel::tcg;
-  std::string cpu_model;               // empty = "host" under KVM, TCG_DEFAULT_CPU under TCG
-  unsigned tsc_khz = 0;                // TCG: host TSC kHz for the guest's timer (0 = read /proc/cpuinfo)
+  std::string cpu_model;  // empty = "host" under KVM, TCG_DEFAULT_CPU under TCG
+  unsigned tsc_khz = 0;   // TCG: host TSC kHz for the guest's timer (0 = read /proc/cpuinfo)
   std::string qemu_binary = "qemu-system-x86_64";
   std::chrono::milliseconds boot_timeout{60000};
-  bool die_with_parent = true;         // QEMU gets SIGKILL when the owning process dies
-  bool jail = true;                    // run QEMU in the jail of vmm-driver/jail.policy (needs root)
+  bool die_with_parent = true;  // QEMU gets SIGKILL when the owning process dies
+  bool jail = true;             // run QEMU in the jail of vmm-driver/jail.policy (needs root)
 };
 
 // The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device
@@ -68,13 +68,13 @@ class Vm {
   // clock is set, its RNG reseeded from host entropy and its hostname set (config.hostname), so
   // restores never share random state. Never boots. A consumed snapshot is removed once the VM
   // runs (on failure its RAM file is put back).
-  static Result<std::unique_ptr<Vm>> restore(IoThread& io, const Snapshot& snapshot, VmConfig config,
-                                             bool consume = false);
+  static Result<std::unique_ptr<Vm>> restore(IoThread& io, const Snapshot& snapshot,
+                                             VmConfig config, bool consume = false);
 
   // The first half of restore(): a QEMU process spawned and waiting for `snapshot`'s state
   // (`-incoming defer`) with its RAM file in place. For pools of pre-spawned processes.
-  static Result<std::unique_ptr<Vm>> prespawn(IoThread& io, const Snapshot& snapshot, VmConfig config,
-                                              bool consume = false);
+  static Result<std::unique_ptr<Vm>> prespawn(IoThread& io, const Snapshot& snapshot,
+                                              VmConfig config, bool consume = false);
   // The second half: loads the state into a prespawned VM and brings the guest up.
   Status load(const Snapshot& snapshot);
   // Names a prespawned VM before load() (logs, and the hostname set in the guest).
@@ -120,7 +120,8 @@ class Vm {
   // or on a snapshot's disk layers (hard-linked into the run folder).
   Status prepare(const Snapshot* snap);
   // Spawns QEMU with `args` and connects QMP.
-  Status spawn(const std::vector<std::string>& args, std::chrono::steady_clock::time_point deadline);
+  Status spawn(const std::vector<std::string>& args,
+               std::chrono::steady_clock::time_point deadline);
   Error failure(ErrorCode code, const std::string& what);
   // Connects the agent channel (preamble and first health call sent; answered once the guest runs).
   Status connect_agent(std::chrono::steady_clock::time_point deadline);
@@ -130,6 +131,8 @@ class Vm {
   // Stops the guest and freezes its disk: the active overlay becomes immutable (hard-linked into
   // `dir` as disk.qcow2) and QEMU continues on a new overlay.
   Status freeze_disk(const std::filesystem::path& dir);
+  // Fills in `snap`'s metadata from this VM (shape, QEMU, kernel, disk layers, time).
+  void describe(Snapshot& snap, std::string origin) const;
   // Saves the paused guest's device state and disk into `dir` and fills in `snap`'s metadata.
   Status save_paused(Snapshot& snap, const std::string& origin);
 
