@@ -6,6 +6,7 @@
 #include <kj/exception.h>
 
 #include "wire/events.capnp.h"
+#include "wire/json.h"
 
 namespace pandastack::actors {
 
@@ -248,6 +249,75 @@ std::optional<Event> decode_event(const std::string& bytes) {
   });
   if (err != nullptr) return std::nullopt;
   return out;
+}
+
+std::string event_to_json(const Event& e) {
+  using wire::Json;
+  Json j = Json::object();
+  j.set("kind", to_string(e.kind));
+  j.set("at_ms", e.at_ms);
+  auto metadata = [&] {
+    Json m = Json::object();
+    for (auto& [k, v] : e.metadata) m.set(k, v);
+    return m;
+  };
+  static const char* transitions[] = {"snapshotting", "forking", "hibernating", "waking"};
+  switch (e.kind) {
+    case Event::Kind::created:
+      j.set("tenant", e.tenant);
+      j.set("template", e.template_name);
+      if (!e.parent.empty()) j.set("parent", e.parent);
+      if (!e.from_snapshot.empty()) j.set("from_snapshot", e.from_snapshot);
+      j.set("vcpus", e.vcpus);
+      j.set("memory_mib", e.memory_mib);
+      j.set("ttl_seconds", e.ttl_seconds);
+      j.set("expires_at_ms", e.expires_at_ms);
+      j.set("persistent", e.persistent);
+      j.set("auto_wake", e.auto_wake);
+      j.set("metadata", metadata());
+      break;
+    case Event::Kind::exec_started:
+      j.set("exec_id", e.exec_id);
+      j.set("command", e.command);
+      break;
+    case Event::Kind::exec_finished:
+      j.set("exec_id", e.exec_id);
+      j.set("exit_code", e.exit_code);
+      j.set("duration_ms", e.duration_ms);
+      j.set("timed_out", e.timed_out);
+      break;
+    case Event::Kind::transition_started:
+      j.set("transition", transitions[int(e.transition)]);
+      if (!e.snapshot_id.empty()) j.set("snapshot_id", e.snapshot_id);
+      break;
+    case Event::Kind::transition_failed:
+    case Event::Kind::failed:
+      j.set("reason", e.reason);
+      break;
+    case Event::Kind::snapshot_taken:
+    case Event::Kind::hibernated:
+      j.set("snapshot_id", e.snapshot_id);
+      break;
+    case Event::Kind::forked: {
+      Json c = Json::array();
+      for (auto& id : e.children) c.push(id);
+      j.set("children", c);
+      break;
+    }
+    case Event::Kind::ttl_changed:
+      j.set("ttl_seconds", e.ttl_seconds);
+      j.set("expires_at_ms", e.expires_at_ms);
+      break;
+    case Event::Kind::metadata_changed:
+      j.set("metadata", metadata());
+      break;
+    case Event::Kind::reaped:
+      j.set("action", e.reap_action == ReapAction::kill ? "kill" : "hibernate");
+      break;
+    default:
+      break;
+  }
+  return j.dump();
 }
 
 }  // namespace pandastack::actors

@@ -14,3 +14,10 @@ std::string encode_event(const Event& e);
 std::optional<Event> decode_event(const std::string& bytes);
 
 }  // namespace pandastack::actors
+
+namespace pandastack::actors {
+
+// The event as one JSON object (for the audit log: API, CLI). Only the fields its kind uses.
+std::string event_to_json(const Event& e);
+
+}  // namespace pandastack::actors

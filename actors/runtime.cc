@@ -7,8 +7,11 @@
 #include <deque>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
+#include <stop_token>
 
 #include "actors/event_codec.h"
+#include "storage/api_keys.h"
 #include "storage/event_store.h"
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/snapshot.h"
@@ -18,14 +21,39 @@ namespace pandastack::actors {
 
 namespace fs = std::filesystem;
 
+// One sandbox's VM, shared by its VM worker (which creates, snapshots and destroys it under the
+// exclusive lock) and the callers of agent operations (exec, files, processes), which run
+// concurrently under the shared lock on their own threads. Hibernate and kill first cancel the
+// calls in flight, so they never wait for a long command; snapshot and fork wait for them.
+struct VmHandle {
+  std::shared_mutex mu;
+  std::unique_ptr<vmm::Vm> vm;  // guarded by mu
+
+  // Cancels every agent call in flight (their stop tokens fire).
+  void cancel_calls() {
+    std::lock_guard l(stop_mu_);
+    stop_->request_stop();
+    stop_ = std::make_shared<std::stop_source>();
+  }
+  std::shared_ptr<std::stop_source> calls_stop() {
+    std::lock_guard l(stop_mu_);
+    return stop_;
+  }
+
+ private:
+  std::mutex stop_mu_;
+  std::shared_ptr<std::stop_source> stop_ = std::make_shared<std::stop_source>();
+};
+
 // One reply type for every request inside the runtime.
 struct Answer {
   bool ok = true;
   Rejection error;
   SandboxInfo info;
   std::vector<SandboxInfo> infos;
-  vmm::ExecResult exec;
   std::string text;
+  std::shared_ptr<VmHandle> vm;  // a lease: agent operations run against it
+  std::string exec_id;
 
   static Answer fail(Rejection r) {
     Answer a;
@@ -39,7 +67,6 @@ struct Answer {
 struct WorkerResult {
   bool ok = true;
   std::string error;
-  vmm::ExecResult exec;
 };
 
 struct ListQuery {
@@ -63,7 +90,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxInfo)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ListQuery)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ForkRequest)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::vmm::ExecRequest)
 
 namespace pandastack::actors {
 
@@ -76,6 +102,7 @@ using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using hibernate_atom = caf::atom_constant<caf::atom("hibernate")>;
 using destroy_atom = caf::atom_constant<caf::atom("destroy")>;
 using exec_atom = caf::atom_constant<caf::atom("exec")>;
+using lease_atom = caf::atom_constant<caf::atom("lease")>;
 using create_atom = caf::atom_constant<caf::atom("create")>;
 using get_atom = caf::atom_constant<caf::atom("get")>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
@@ -156,8 +183,11 @@ struct Env {
     return config.state_dir / "hibernated" / id;
   }
 
-  vmm::VmConfig vm_config(const std::string& template_name, const std::string& id) const {
-    auto c = templates->config(template_name, run_dir(id));
+  // `run_name`: the VM's run folder (one per VM incarnation, so a VM still being torn down never
+  // shares files with its successor).
+  vmm::VmConfig vm_config(const std::string& template_name, const std::string& id,
+                          const std::string& run_name) const {
+    auto c = templates->config(template_name, run_dir(run_name));
     c.accel = config.accel;
     c.vcpus = config.vcpus;
     c.memory_mib = config.memory_mib;
@@ -175,7 +205,7 @@ struct Env {
       auto it = staged.find(template_name);
       if (it != staged.end() && fs::exists(it->second.dir / "meta.json")) return it->second;
     }
-    auto baked = templates->baked(template_name, vm_config(template_name, "shape"));
+    auto baked = templates->baked(template_name, vm_config(template_name, "shape", "shape"));
     if (!baked) return baked.error();
     auto s = vmm::stage_snapshot(*baked, config.state_dir / "templates" / baked->dir.filename());
     if (!s) return s.error();
@@ -193,16 +223,18 @@ namespace {
 struct WorkerState {
   Env* env = nullptr;
   std::string id, template_name;
-  std::unique_ptr<vmm::Vm> vm;
+  std::shared_ptr<VmHandle> handle;
+  uint64_t incarnation = 0;
 };
 
-WorkerResult failed(const std::string& e) { return WorkerResult{false, e, {}}; }
+WorkerResult failed(const std::string& e) { return WorkerResult{false, e}; }
 
 caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id,
-                        std::string template_name) {
+                        std::string template_name, std::shared_ptr<VmHandle> handle) {
   self->state.env = env;
   self->state.id = id;
   self->state.template_name = template_name;
+  self->state.handle = handle;
   log_exceptions(self, "vm worker " + id);
   return {
       [=](restore_atom, std::string snapshot_dir, bool consume) -> WorkerResult {
@@ -218,35 +250,36 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           if (!s) return failed(s.error().message);
           snap = *s;
         }
-        auto vm =
-            vmm::Vm::restore(st.env->io, snap, st.env->vm_config(st.template_name, st.id), consume);
+        std::string run_name = st.id + "." + std::to_string(++st.incarnation);
+        auto vm = vmm::Vm::restore(st.env->io, snap,
+                                   st.env->vm_config(st.template_name, st.id, run_name), consume);
         if (!vm) return failed(vm.error().message);
-        st.vm = std::move(*vm);
+        std::unique_lock l(st.handle->mu);
+        st.handle->vm = std::move(*vm);
         return WorkerResult{};
       },
       [=](snapshot_atom, std::string dir) -> WorkerResult {
-        auto& st = self->state;
-        if (!st.vm) return failed("no VM");
-        auto s = st.vm->snapshot(dir);
+        auto& h = *self->state.handle;
+        std::unique_lock l(h.mu);  // waits for commands in flight
+        if (!h.vm) return failed("no VM");
+        auto s = h.vm->snapshot(dir);
         return s ? WorkerResult{} : failed(s.error().message);
       },
       [=](hibernate_atom, std::string dir) -> WorkerResult {
-        auto& st = self->state;
-        if (!st.vm) return failed("no VM");
-        auto s = st.vm->hibernate(dir);
+        auto& h = *self->state.handle;
+        h.cancel_calls();
+        std::unique_lock l(h.mu);
+        if (!h.vm) return failed("no VM");
+        auto s = h.vm->hibernate(dir);
         if (!s) return failed(s.error().message);
-        st.vm.reset();
+        h.vm.reset();
         return WorkerResult{};
       },
-      [=](exec_atom, vmm::ExecRequest req) -> WorkerResult {
-        auto& st = self->state;
-        if (!st.vm) return failed("no VM");
-        auto r = st.vm->agent().exec(req);
-        if (!r) return failed(r.error().message);
-        return WorkerResult{true, "", *r};
-      },
       [=](destroy_atom) -> WorkerResult {
-        self->state.vm.reset();
+        auto& h = *self->state.handle;
+        h.cancel_calls();
+        std::unique_lock l(h.mu);
+        h.vm.reset();
         return WorkerResult{};
       },
   };
@@ -265,9 +298,8 @@ struct SandboxActorState {
   caf::response_promise current_rp;
   std::vector<caf::response_promise> waiting;  // for the end of a transition (create, wake, ...)
   std::vector<std::pair<Command, caf::response_promise>> after_wake;  // execs that woke the sandbox
-  std::map<std::string, vmm::ExecRequest> exec_requests;
-  std::map<std::string, caf::response_promise> exec_waiters;
-  std::map<std::string, vmm::ExecResult> exec_results;
+  std::vector<caf::response_promise> leases_after_wake;  // agent operations that woke it
+  std::shared_ptr<VmHandle> handle = std::make_shared<VmHandle>();
   std::vector<SandboxInfo> fork_children;
   std::vector<Event> pending_events;  // being persisted
   uint64_t exec_seq = 0;
@@ -299,10 +331,20 @@ void finish_transition(SandboxSelf* self) {
     if (st.s.status == Status::running) {
       for (auto& [c, rp] : st.after_wake) st.queue.emplace_back(c, rp);
       st.after_wake.clear();
+      for (auto& rp : st.leases_after_wake) {
+        Answer lease;
+        lease.vm = st.handle;
+        lease.info = info_of(st.s);
+        rp.deliver(lease);
+      }
+      st.leases_after_wake.clear();
     } else if (st.s.status != Status::hibernated) {
       for (auto& [c, rp] : st.after_wake)
         rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
       st.after_wake.clear();
+      for (auto& rp : st.leases_after_wake)
+        rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
+      st.leases_after_wake.clear();
     }
   }
 }
@@ -375,36 +417,6 @@ void effect(SandboxSelf* self, const Event& e) {
         }
       }
       break;
-    case Event::Kind::exec_started: {
-      auto req = st.exec_requests[e.exec_id];
-      st.exec_requests.erase(e.exec_id);
-      std::string id = e.exec_id;
-      self->request(st.worker, caf::infinite, exec_atom::value, req)
-          .then(
-              [self, id](WorkerResult r) {
-                if (!r.ok) r.exec.error = r.error, r.exec.exit_code = -1;
-                self->state.exec_results[id] = r.exec;
-                internal(self,
-                         cmd::ExecFinished{id, r.exec.exit_code,
-                                           uint32_t(r.exec.duration_us / 1000), r.exec.timed_out});
-              },
-              lost);
-      break;
-    }
-    case Event::Kind::exec_finished: {
-      auto it = st.exec_waiters.find(e.exec_id);
-      if (it != st.exec_waiters.end()) {
-        Answer a;
-        a.exec = st.exec_results[e.exec_id];
-        a.info = info_of(st.s);
-        if (!a.exec.error.empty() && a.exec.exit_code == -1)
-          a = Answer::fail({"exec_failed", a.exec.error});
-        it->second.deliver(a);
-        st.exec_waiters.erase(it);
-      }
-      st.exec_results.erase(e.exec_id);
-      break;
-    }
     case Event::Kind::reaped:
       if (e.reap_action == ReapAction::hibernate) {
         self->request(st.worker, caf::infinite, hibernate_atom::value,
@@ -413,15 +425,14 @@ void effect(SandboxSelf* self, const Event& e) {
                      [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
                   lost);
       } else {
+        st.handle->cancel_calls();
         caf::anon_send(st.worker, destroy_atom::value);
       }
       break;
     case Event::Kind::killed:
     case Event::Kind::failed:
+      st.handle->cancel_calls();  // commands in flight end now, not when the worker gets there
       caf::anon_send(st.worker, destroy_atom::value);
-      for (auto& [id, rp] : st.exec_waiters)
-        rp.deliver(Answer::fail({"sandbox_stopped", "the sandbox stopped"}));
-      st.exec_waiters.clear();
       if (fs::exists(st.env->hibernated_dir(st.s.id)))
         vmm::remove_snapshot(st.env->hibernated_dir(st.s.id));
       break;
@@ -484,10 +495,16 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
                     st.s.status == Status::forking || st.s.status == Status::hibernating ||
                     st.s.status == Status::waking;
   if (auto* ex = std::get_if<cmd::Exec>(&st.current)) {
-    if (events.front().kind == Event::Kind::exec_started)
-      st.exec_waiters[ex->exec_id] = rp;
-    else
+    if (events.front().kind == Event::Kind::exec_started) {
+      // The caller runs the command against the lease and reports ExecFinished.
+      Answer a;
+      a.info = info_of(st.s);
+      a.vm = st.handle;
+      a.exec_id = ex->exec_id;
+      rp.deliver(a);
+    } else {
       st.after_wake.emplace_back(st.current, rp);  // it started a wake first
+    }
   } else if (transition) {
     st.waiting.push_back(rp);
   } else {
@@ -509,27 +526,47 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
   log_exceptions(self, "sandbox " + initial.id);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
-    st.worker =
-        self->spawn<caf::detached + caf::linked>(vm_worker, env, initial.id, initial.template_name);
+    st.worker = self->spawn<caf::detached + caf::linked>(vm_worker, env, initial.id,
+                                                         initial.template_name, st.handle);
   return {
       [=](cmd_atom, Command c) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
         if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
           self->state.worker = self->spawn<caf::detached + caf::linked>(
               vm_worker, self->state.env, self->state.s.id,
-              cr->template_name.empty() ? "base" : cr->template_name);
+              cr->template_name.empty() ? "base" : cr->template_name, self->state.handle);
         self->state.queue.emplace_back(std::move(c), rp);
         pump(self);
         return rp;
       },
-      [=](exec_atom, vmm::ExecRequest req) -> caf::result<Answer> {
+      [=](exec_atom, std::string command) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
         std::string id = "x" + std::to_string(++self->state.exec_seq);
-        std::string what = req.argv.empty() ? req.shell : req.argv[0];
-        self->state.exec_requests[id] = std::move(req);
-        self->state.queue.emplace_back(Command{cmd::Exec{id, what}}, rp);
+        self->state.queue.emplace_back(Command{cmd::Exec{id, std::move(command)}}, rp);
         pump(self);
         return rp;
+      },
+      // A lease on the running VM for agent operations that are not recorded (files, processes).
+      [=](lease_atom) -> caf::result<Answer> {
+        auto& st = self->state;
+        if (st.s.status == Status::running) {
+          Answer a;
+          a.info = info_of(st.s);
+          a.vm = st.handle;
+          return a;
+        }
+        if (st.s.status == Status::hibernated && st.s.auto_wake) {
+          auto rp = self->make_response_promise();
+          st.leases_after_wake.push_back(rp);
+          internal(self, cmd::Wake{});
+          return rp;
+        }
+        if (st.s.status == Status::waking) {
+          auto rp = self->make_response_promise();
+          st.leases_after_wake.push_back(rp);
+          return rp;
+        }
+        return Answer::fail(not_running(st.s, "use it"));
       },
       [=](persisted_atom, bool ok, std::string err) {
         auto events = std::move(self->state.pending_events);
@@ -680,7 +717,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](list_atom, ListQuery q) -> Answer {
         Answer a;
         for (auto& [id, i] : self->state.infos) {
-          if (i.tenant != q.tenant || i.status == Status::none) continue;
+          if ((q.tenant != "*" && i.tenant != q.tenant) || i.status == Status::none) continue;
           if (q.status && i.status != *q.status) continue;
           bool match = true;
           for (auto& [k, v] : q.metadata) {
@@ -696,11 +733,15 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (!a) return Answer::fail(not_found(id));
         return forward(self, a, caf::make_message(cmd_atom::value, std::move(c)));
       },
-      [=](exec_atom, std::string tenant, std::string id,
-          vmm::ExecRequest req) -> caf::result<Answer> {
+      [=](exec_atom, std::string tenant, std::string id, std::string command) -> caf::result<Answer> {
         auto a = find(tenant, id);
         if (!a) return Answer::fail(not_found(id));
-        return forward(self, a, caf::make_message(exec_atom::value, std::move(req)));
+        return forward(self, a, caf::make_message(exec_atom::value, std::move(command)));
+      },
+      [=](lease_atom, std::string tenant, std::string id) -> caf::result<Answer> {
+        auto a = find(tenant, id);
+        if (!a) return Answer::fail(not_found(id));
+        return forward(self, a, caf::make_message(lease_atom::value));
       },
       [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
       [=](adopt_atom, SandboxState s) {
@@ -758,6 +799,7 @@ std::string new_sandbox_id() { return "sbx_" + random_base32(16); }
 
 struct Runtime::Impl {
   std::unique_ptr<Env> env;
+  std::unique_ptr<storage::KeyStore> keys;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor registry;
@@ -807,6 +849,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   auto store = storage::EventStore::open({config.data_dir / "store", true, 1024, {}});
   if (!store) return Rejection{"storage_error", store.error().message};
   env.store = std::move(*store);
+  impl->keys = std::make_unique<storage::KeyStore>(*env.store);
   env.templates = std::make_unique<vmm::TemplateStore>(env.io, config.images_dir);
 
   // Recovery: replay every sandbox's stream.
@@ -884,12 +927,6 @@ Reply<std::vector<SandboxInfo>> Runtime::list(const std::string& tenant,
       [](const Answer& a) { return a.infos; });
 }
 
-Reply<vmm::ExecResult> Runtime::exec(const std::string& tenant, const std::string& id,
-                                     const vmm::ExecRequest& req) {
-  return to_reply<vmm::ExecResult>(impl_->ask(caf::make_message(exec_atom::value, tenant, id, req)),
-                                   [](const Answer& a) { return a.exec; });
-}
-
 namespace {
 caf::message route(const std::string& tenant, const std::string& id, Command c) {
   return caf::make_message(route_atom::value, tenant, id, std::move(c));
@@ -935,5 +972,269 @@ Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const s
   return to_reply<std::vector<SandboxInfo>>(impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
                                             [](const Answer& a) { return a.infos; });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Agent operations: a lease from the sandbox actor, then the call on the caller's thread.
+
+namespace {
+
+Rejection rejection_of(const vmm::Error& e) {
+  if (e.message == "cancelled") return {"cancelled", "the command was cancelled"};
+  switch (e.code) {
+    case vmm::ErrorCode::not_found:
+      return {"file_not_found", e.message};
+    case vmm::ErrorCode::invalid_argument:
+      return {"invalid_argument", e.message};
+    case vmm::ErrorCode::timeout:
+      return {"timeout", e.message};
+    default:
+      return {"agent_error", e.message};
+  }
+}
+
+// Runs `f(agent, stop)` against the leased VM under its shared lock. `stop` fires when the caller
+// asks (`user`) or when the sandbox is hibernated or killed.
+template <typename T, typename F>
+Reply<T> with_vm(VmHandle& h, std::stop_token user, F&& f) {
+  std::stop_source mine;
+  auto calls = h.calls_stop();
+  std::stop_callback on_user(user, [&] { mine.request_stop(); });
+  std::stop_callback on_sandbox(calls->get_token(), [&] { mine.request_stop(); });
+  std::shared_lock l(h.mu);
+  if (!h.vm) return Rejection{"sandbox_not_running", "the sandbox's VM is gone"};
+  auto r = f(h.vm->agent(), mine.get_token());
+  if (!r) {
+    if (calls->stop_requested() && !user.stop_requested())
+      return Rejection{"sandbox_stopped", "the sandbox was stopped or hibernated during the call"};
+    return rejection_of(r.error());
+  }
+  return T(std::move(*r));
+}
+
+std::string describe_command(const vmm::ExecRequest& r) {
+  std::string c;
+  if (r.argv.empty()) {
+    c = r.shell;
+  } else {
+    for (auto& a : r.argv) c += (c.empty() ? "" : " ") + a;
+  }
+  constexpr size_t kMax = 1024;  // the audit log keeps the start of long commands
+  if (c.size() > kMax) c = c.substr(0, kMax) + "...";
+  return c;
+}
+
+}  // namespace
+
+template <typename T, typename F>
+Reply<T> leased(Runtime::Impl& impl, const std::string& tenant, const std::string& id,
+                std::stop_token stop, F&& f) {
+  Answer a = impl.ask(caf::make_message(lease_atom::value, tenant, id));
+  if (!a.ok) return a.error;
+  return with_vm<T>(*a.vm, stop, std::forward<F>(f));
+}
+
+namespace {
+Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
+                                const std::string& id, const vmm::ExecRequest& req,
+                                vmm::OutputCallback cb, std::stop_token stop) {
+  Answer a = impl.ask(caf::make_message(exec_atom::value, tenant, id, describe_command(req)));
+  if (!a.ok) return a.error;
+  auto r = with_vm<vmm::ExecResult>(
+      *a.vm, stop, [&](vmm::AgentClient& agent, std::stop_token t) {
+        return cb ? agent.exec_stream(req, cb, t) : agent.exec(req, t);
+      });
+  cmd::ExecFinished f{a.exec_id, -1, 0, false};
+  if (r) f = {a.exec_id, r->exit_code, uint32_t(r->duration_us / 1000), r->timed_out};
+  // Recorded before the answer; a sandbox killed meanwhile refuses it (its execs ended with it).
+  impl.ask(route(tenant, id, f));
+  if (r && !r->error.empty()) return Rejection{"exec_failed", r->error};
+  return r;
+}
+}  // namespace
+
+Reply<vmm::ExecResult> Runtime::exec(const std::string& tenant, const std::string& id,
+                                     const vmm::ExecRequest& req, std::stop_token stop) {
+  return run_exec(*impl_, tenant, id, req, nullptr, stop);
+}
+
+Reply<vmm::ExecResult> Runtime::exec_stream(const std::string& tenant, const std::string& id,
+                                            const vmm::ExecRequest& req,
+                                            vmm::OutputCallback on_output, std::stop_token stop) {
+  return run_exec(*impl_, tenant, id, req, std::move(on_output), stop);
+}
+
+Reply<uint32_t> Runtime::start_process(const std::string& tenant, const std::string& id,
+                                       const vmm::ExecRequest& req) {
+  return leased<uint32_t>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return ag.start_process(req);
+  });
+}
+
+Reply<std::vector<vmm::ProcessInfo>> Runtime::list_processes(const std::string& tenant,
+                                                             const std::string& id) {
+  return leased<std::vector<vmm::ProcessInfo>>(
+      *impl_, tenant, id, {},
+      [&](vmm::AgentClient& ag, std::stop_token) { return ag.list_processes(); });
+}
+
+Reply<bool> Runtime::kill_process(const std::string& tenant, const std::string& id, uint32_t pid,
+                                  int signal) {
+  return leased<bool>(*impl_, tenant, id, {},
+                      [&](vmm::AgentClient& ag, std::stop_token) -> vmm::Result<bool> {
+                        auto s = ag.kill_process(pid, signal);
+                        if (!s) return s.error();
+                        return true;
+                      });
+}
+
+Reply<vmm::ExecResult> Runtime::stream_process(const std::string& tenant, const std::string& id,
+                                               uint32_t pid, vmm::OutputCallback on_output,
+                                               std::stop_token stop) {
+  return leased<vmm::ExecResult>(*impl_, tenant, id, stop,
+                                 [&](vmm::AgentClient& ag, std::stop_token t) {
+                                   return ag.stream_process(pid, on_output, t);
+                                 });
+}
+
+Reply<std::string> Runtime::read_file(const std::string& tenant, const std::string& id,
+                                      const std::string& path, uint64_t max_bytes) {
+  auto r = leased<std::string>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return ag.read_file(path, max_bytes);
+  });
+  if (!r && r.error().code == "invalid_argument" &&
+      r.error().message.find("more than the limit") != std::string::npos)
+    return Rejection{"file_too_large", r.error().message};
+  return r;
+}
+
+namespace {
+template <typename F>
+vmm::Result<bool> as_bool(F&& f) {
+  auto s = f();
+  if (!s) return s.error();
+  return true;
+}
+}  // namespace
+
+Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
+                                const std::string& path, std::string_view data, uint32_t mode) {
+  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&] { return ag.write_file(path, data, mode, true); });
+  });
+}
+
+Reply<std::vector<vmm::FileStat>> Runtime::list_dir(const std::string& tenant,
+                                                    const std::string& id,
+                                                    const std::string& path) {
+  return leased<std::vector<vmm::FileStat>>(
+      *impl_, tenant, id, {},
+      [&](vmm::AgentClient& ag, std::stop_token) { return ag.list_dir(path); });
+}
+
+Reply<vmm::FileStat> Runtime::stat(const std::string& tenant, const std::string& id,
+                                   const std::string& path) {
+  return leased<vmm::FileStat>(*impl_, tenant, id, {},
+                               [&](vmm::AgentClient& ag, std::stop_token) { return ag.stat(path); });
+}
+
+Reply<bool> Runtime::remove(const std::string& tenant, const std::string& id,
+                            const std::string& path, bool recursive) {
+  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&] { return ag.remove(path, recursive); });
+  });
+}
+
+Reply<bool> Runtime::rename(const std::string& tenant, const std::string& id,
+                            const std::string& from, const std::string& to) {
+  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&] { return ag.rename(from, to); });
+  });
+}
+
+Reply<bool> Runtime::mkdir(const std::string& tenant, const std::string& id,
+                           const std::string& path, bool parents) {
+  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&] { return ag.mkdir(path, parents); });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Audit log, counts, keys.
+
+Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
+  std::optional<std::set<std::string>> allowed;
+  if (!q.tenant.empty()) {
+    Answer a = impl_->ask(caf::make_message(list_atom::value, ListQuery{q.tenant, {}, {}}));
+    if (!a.ok) return a.error;
+    allowed.emplace();
+    for (auto& i : a.infos) allowed->insert(i.id);
+    if (!q.stream.empty() && !allowed->count(q.stream)) return not_found(q.stream);
+  }
+  auto& store = *impl_->env->store;
+  storage::Result<std::vector<storage::StoredEvent>> rows =
+      !q.stream.empty() ? store.read_stream(q.stream)
+      : q.from_ms > 0   ? store.read_time_range(q.from_ms, q.to_ms > 0 ? q.to_ms : INT64_MAX)
+                        : store.read_all(q.after_seq + 1, allowed ? SIZE_MAX : q.limit);
+  if (!rows) return Rejection{"storage_error", rows.error().message};
+  std::vector<AuditEvent> out;
+  for (auto& r : *rows) {
+    if (out.size() >= q.limit) break;
+    if (r.global_seq <= q.after_seq) continue;
+    if (q.from_ms > 0 && r.time_ms < q.from_ms) continue;
+    if (q.to_ms > 0 && r.time_ms >= q.to_ms) continue;
+    if (allowed && !allowed->count(r.stream)) continue;
+    auto e = decode_event(r.payload);
+    out.push_back({r.stream, r.version, r.global_seq, r.time_ms, r.type,
+                   e ? event_to_json(*e) : std::string("{\"kind\":\"undecodable\"}")});
+  }
+  return out;
+}
+
+RuntimeCounts Runtime::counts() {
+  RuntimeCounts c;
+  Answer a = impl_->ask(caf::make_message(list_atom::value, ListQuery{"*", {}, {}}));
+  for (auto& i : a.infos) ++c.by_status[to_string(i.status)];
+  return c;
+}
+
+namespace {
+KeyInfo key_info(const storage::ApiKey& k) { return {k.id, k.tenant, k.admin, k.created_ms}; }
+}  // namespace
+
+Reply<KeyInfo> Runtime::authenticate(const std::string& token) {
+  auto k = impl_->keys->verify(token);
+  if (!k) {
+    if (k.error().code == storage::ErrorCode::not_found)
+      return Rejection{"unauthorized", "unknown or revoked API key"};
+    return Rejection{"storage_error", k.error().message};
+  }
+  return key_info(*k);
+}
+
+Reply<std::pair<std::string, KeyInfo>> Runtime::create_key(const std::string& tenant, bool admin) {
+  auto k = impl_->keys->create(tenant, admin);
+  if (!k) return Rejection{"storage_error", k.error().message};
+  return std::make_pair(k->first, key_info(k->second));
+}
+
+Reply<bool> Runtime::revoke_key(const std::string& key_id) {
+  auto s = impl_->keys->revoke(key_id);
+  if (!s) {
+    if (s.error().code == storage::ErrorCode::not_found)
+      return Rejection{"key_not_found", "no key " + key_id};
+    return Rejection{"storage_error", s.error().message};
+  }
+  return true;
+}
+
+Reply<std::vector<KeyInfo>> Runtime::list_keys() {
+  auto ks = impl_->keys->list();
+  if (!ks) return Rejection{"storage_error", ks.error().message};
+  std::vector<KeyInfo> out;
+  for (auto& k : *ks) out.push_back(key_info(k));
+  return out;
+}
+
+const RuntimeConfig& Runtime::config() const { return impl_->env->config; }
 
 }  // namespace pandastack::actors

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,36 @@ struct CreateRequest {
   std::string from_snapshot;  // a snapshot id taken from one of the tenant's sandboxes
 };
 
+// One entry of the audit log.
+struct AuditEvent {
+  std::string stream;       // the entity (sandbox id)
+  uint64_t version = 0;     // position in its stream, from 1
+  uint64_t global_seq = 0;  // position in the whole log, from 1
+  int64_t time_ms = 0;
+  std::string type;  // the event's kind
+  std::string json;  // the event (event_to_json)
+};
+
+struct AuditQuery {
+  std::string tenant;  // empty: every tenant (admin)
+  std::string stream;  // empty: every sandbox
+  uint64_t after_seq = 0;
+  int64_t from_ms = 0, to_ms = 0;  // to_ms 0 = no upper bound
+  size_t limit = 1000;
+};
+
+// An API key's record (the token itself is never stored).
+struct KeyInfo {
+  std::string id, tenant;
+  bool admin = false;
+  int64_t created_ms = 0;
+};
+
+// Counts for metrics.
+struct RuntimeCounts {
+  std::map<std::string, uint64_t> by_status;  // live sandboxes by status name
+};
+
 // A result or a refusal with a stable code (see Rejection in sandbox.h).
 template <typename T>
 class Reply {
@@ -91,8 +122,44 @@ class Runtime {
   Reply<std::vector<SandboxInfo>> list(const std::string& tenant,
                                        std::optional<Status> status = std::nullopt,
                                        const std::map<std::string, std::string>& metadata = {});
+  // Runs a command to completion. Commands of one sandbox run concurrently (up to
+  // Limits::max_concurrent_execs); each is recorded (exec-started, exec-finished). A stop request
+  // kills the command in the guest (code `cancelled`).
   Reply<vmm::ExecResult> exec(const std::string& tenant, const std::string& id,
-                              const vmm::ExecRequest& request);
+                              const vmm::ExecRequest& request, std::stop_token stop = {});
+  // Like exec, but the output goes to `on_output` as it is produced (on a driver thread: the
+  // callback must be quick and must not call the runtime).
+  Reply<vmm::ExecResult> exec_stream(const std::string& tenant, const std::string& id,
+                                     const vmm::ExecRequest& request,
+                                     vmm::OutputCallback on_output, std::stop_token stop = {});
+
+  // Background processes (they outlive the request; killed with the sandbox).
+  Reply<uint32_t> start_process(const std::string& tenant, const std::string& id,
+                                const vmm::ExecRequest& request);
+  Reply<std::vector<vmm::ProcessInfo>> list_processes(const std::string& tenant,
+                                                      const std::string& id);
+  Reply<bool> kill_process(const std::string& tenant, const std::string& id, uint32_t pid,
+                           int signal = 0);
+  // Output of a background process from its start, then its exit.
+  Reply<vmm::ExecResult> stream_process(const std::string& tenant, const std::string& id,
+                                        uint32_t pid, vmm::OutputCallback on_output,
+                                        std::stop_token stop = {});
+
+  // Files in the guest. Errors: file_not_found, file_too_large, invalid_argument, agent_error.
+  Reply<std::string> read_file(const std::string& tenant, const std::string& id,
+                               const std::string& path, uint64_t max_bytes);
+  Reply<bool> write_file(const std::string& tenant, const std::string& id, const std::string& path,
+                         std::string_view data, uint32_t mode = 0);
+  Reply<std::vector<vmm::FileStat>> list_dir(const std::string& tenant, const std::string& id,
+                                             const std::string& path);
+  Reply<vmm::FileStat> stat(const std::string& tenant, const std::string& id,
+                            const std::string& path);
+  Reply<bool> remove(const std::string& tenant, const std::string& id, const std::string& path,
+                     bool recursive);
+  Reply<bool> rename(const std::string& tenant, const std::string& id, const std::string& from,
+                     const std::string& to);
+  Reply<bool> mkdir(const std::string& tenant, const std::string& id, const std::string& path,
+                    bool parents);
   Reply<SandboxInfo> hibernate(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> wake(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> kill(const std::string& tenant, const std::string& id);
@@ -105,6 +172,20 @@ class Runtime {
   // `count` children of a running sandbox; the parent keeps running.
   Reply<std::vector<SandboxInfo>> fork(const std::string& tenant, const std::string& id,
                                        uint32_t count);
+
+  // The audit log (read from the event store), oldest first.
+  Reply<std::vector<AuditEvent>> audit(const AuditQuery& query);
+  // Live sandboxes by status, across tenants.
+  RuntimeCounts counts();
+
+  // API keys. authenticate() fails with `unauthorized` for unknown, revoked or malformed keys.
+  Reply<KeyInfo> authenticate(const std::string& token);
+  // The token is returned once and never stored.
+  Reply<std::pair<std::string, KeyInfo>> create_key(const std::string& tenant, bool admin);
+  Reply<bool> revoke_key(const std::string& key_id);
+  Reply<std::vector<KeyInfo>> list_keys();
+
+  const RuntimeConfig& config() const;
 
   struct Impl;
 

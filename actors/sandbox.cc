@@ -77,6 +77,8 @@ Rejection reject(std::string code, std::string message) {
   return Rejection{std::move(code), std::move(message)};
 }
 
+}  // namespace
+
 // Why a sandbox in `s` cannot do what needs a running VM.
 Rejection not_running(const SandboxState& s, const std::string& what) {
   switch (s.status) {
@@ -93,6 +95,8 @@ Rejection not_running(const SandboxState& s, const std::string& what) {
                     "sandbox " + s.id + " is " + to_string(s.status) + "; retry to " + what);
   }
 }
+
+namespace {
 
 Status transition_status(Transition t) {
   switch (t) {
@@ -183,6 +187,11 @@ struct Decider {
     if (c.exec_id.empty()) return reject("invalid_argument", "exec id required");
     if (s.running_execs.count(c.exec_id))
       return reject("invalid_argument", "exec id " + c.exec_id + " in use");
+    if (s.running_execs.size() >= limits.max_concurrent_execs)
+      return reject("too_many_execs", "sandbox " + s.id + " already runs " +
+                                          std::to_string(s.running_execs.size()) +
+                                          " commands (limit " +
+                                          std::to_string(limits.max_concurrent_execs) + ")");
     Event e = ev(Event::Kind::exec_started, now);
     e.exec_id = c.exec_id;
     e.command = c.command;

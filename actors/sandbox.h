@@ -102,6 +102,7 @@ struct Limits {
   uint32_t max_ttl_seconds = 24 * 3600;
   uint32_t max_metadata_entries = 64;
   uint32_t max_fork_children = 16;
+  uint32_t max_concurrent_execs = 16;  // commands in flight per sandbox (exec and streams)
 };
 
 namespace cmd {
@@ -161,9 +162,9 @@ using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::E
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {
-  std::string
-      code;  // sandbox_not_found, sandbox_hibernated, sandbox_busy, sandbox_not_running,
-             // sandbox_stopped, sandbox_failed, already_exists, invalid_argument, not_expired
+  // sandbox_not_found, sandbox_hibernated, sandbox_busy, sandbox_stopped, sandbox_failed,
+  // invalid_argument, invalid_state, too_many_execs, ...
+  std::string code;
   std::string message;
 };
 
@@ -173,6 +174,10 @@ using Decision = std::variant<std::vector<Event>, Rejection>;
 // (an idempotent repeat, e.g. waking a running sandbox).
 Decision decide(const SandboxState& state, const Command& command, int64_t now_ms,
                 const Limits& limits = {});
+
+// Why a sandbox in `s` cannot do `what` (which needs it running): sandbox_hibernated,
+// sandbox_stopped, sandbox_failed, sandbox_busy (a transition is in progress), sandbox_not_found.
+Rejection not_running(const SandboxState& s, const std::string& what);
 
 // The state after `event`. Throws std::logic_error when the event is impossible in `state`.
 SandboxState apply(SandboxState state, const Event& event);

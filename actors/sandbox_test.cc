@@ -193,6 +193,21 @@ TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
   EXPECT_EQ(next.pending_snapshot, "hib-1");
 }
 
+TEST(SandboxDecide, ConcurrentExecsAreLimited) {
+  Limits limits;
+  limits.max_concurrent_execs = 2;
+  auto s = in(Status::running);
+  for (std::string id : {"x1", "x2"}) {
+    auto d = decide(s, cmd::Exec{id, "sleep 1"}, kNow, limits);
+    ASSERT_EQ(outcome(d), "exec-started");
+    s = apply(s, std::get<std::vector<Event>>(d)[0]);
+  }
+  EXPECT_EQ(outcome(decide(s, cmd::Exec{"x3", "ls"}, kNow, limits)), "!too_many_execs");
+  auto done = decide(s, cmd::ExecFinished{"x1", 0, 5, false}, kNow, limits);
+  s = apply(s, std::get<std::vector<Event>>(done)[0]);
+  EXPECT_EQ(outcome(decide(s, cmd::Exec{"x3", "ls"}, kNow, limits)), "exec-started");
+}
+
 TEST(SandboxDecide, TtlReaperKillsOrHibernatesPersistentSandboxes) {
   auto expiry = in(Status::running).expires_at_ms;
   EXPECT_EQ(outcome(decide(in(Status::running), cmd::Reap{}, expiry - 1)), "!not_expired");

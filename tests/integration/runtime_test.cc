@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "actors/event_codec.h"
@@ -110,6 +112,54 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
   EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, "sandbox_stopped");
   EXPECT_EQ(event_types(s.id), (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
                                                          "metadata-changed", "killed"}));
+}
+
+// Commands of one sandbox run concurrently with each other and with file operations; killing the
+// sandbox ends a command in flight at once.
+TEST_F(RuntimeTest, ConcurrentCommandsFilesAndKillEndsACommandInFlight) {
+  auto s = create();
+  ASSERT_EQ(s.status, Status::running);
+  auto long_start = steady_clock::now();
+  std::optional<actors::Reply<vmm::ExecResult>> long_result;
+  std::thread long_cmd([&] { long_result.emplace(rt_->exec("acme", s.id, sh("sleep 120"))); });
+  std::this_thread::sleep_for(milliseconds(300));
+  // While `sleep 120` runs: another command, files, a streamed command.
+  EXPECT_EQ(run(s.id, "echo side"), "side\n");
+  ASSERT_TRUE(rt_->write_file("acme", s.id, "/tmp/dir/a.txt", "alpha"));
+  EXPECT_EQ(*rt_->read_file("acme", s.id, "/tmp/dir/a.txt", 1024), "alpha");
+  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/dir/a.txt", 2).error().code, "file_too_large");
+  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/nope", 1024).error().code, "file_not_found");
+  EXPECT_EQ(rt_->read_file("other", s.id, "/tmp/dir/a.txt", 1024).error().code,
+            "sandbox_not_found");
+  ASSERT_TRUE(rt_->rename("acme", s.id, "/tmp/dir/a.txt", "/tmp/dir/b.txt"));
+  auto ls = rt_->list_dir("acme", s.id, "/tmp/dir");
+  ASSERT_TRUE(ls);
+  ASSERT_EQ(ls->size(), 1u);
+  EXPECT_EQ((*ls)[0].name, "b.txt");
+  EXPECT_EQ(rt_->stat("acme", s.id, "/tmp/dir/b.txt")->size, 5u);
+  std::string streamed;
+  std::mutex mu;
+  auto st = rt_->exec_stream("acme", s.id, sh("echo one; echo two >&2"),
+                             [&](vmm::StreamKind, std::string_view d) {
+                               std::lock_guard l(mu);
+                               streamed += d;
+                             });
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->exit_code, 0);
+  EXPECT_NE(streamed.find("one"), std::string::npos);
+  auto pid = rt_->start_process("acme", s.id, sh("sleep 100"));
+  ASSERT_TRUE(pid);
+  auto procs = rt_->list_processes("acme", s.id);
+  ASSERT_TRUE(procs);
+  EXPECT_FALSE(procs->empty());
+  ASSERT_TRUE(rt_->kill_process("acme", s.id, *pid));
+  ASSERT_TRUE(rt_->kill("acme", s.id));
+  long_cmd.join();
+  EXPECT_LT(steady_clock::now() - long_start, seconds(30));
+  ASSERT_TRUE(long_result.has_value());
+  ASSERT_FALSE(*long_result);
+  EXPECT_EQ(long_result->error().code, "sandbox_stopped");
+  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/dir/b.txt", 1024).error().code, "sandbox_stopped");
 }
 
 TEST_F(RuntimeTest, HibernatedSandboxSurvivesAHostRestartAndWakesIntact) {
