@@ -45,10 +45,11 @@ integration: build guest-base
 test: build guest-base
 	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure
 
-# The daemon (pandastackd) is not built yet: boot one VM from the base image, run a command in it.
+# The daemon in the foreground: REST on 127.0.0.1:7070, data under ./var, prints the URL and the
+# admin API key (created on first start, kept in var/api-key). Ctrl-C stops it gracefully.
+LISTEN ?= 127.0.0.1:7070
 run: build guest-base
-	@$(BUILD)/bin/pandastack-vm --images $(IMAGES) --template base -- sh -c 'echo "hello from $$(uname -sr) in a PandaStack microVM"; python3 --version'
-	@echo "note: the daemon (pandastackd, REST API) is not built yet; this booted one VM through the driver."
+	$(BUILD)/bin/pandastackd --data $(CURDIR)/var --images $(IMAGES) --listen $(LISTEN)
 
 bench: build guest-base
 	$(BUILD)/bin/pandastack-bench driver boot --n 5 --images $(IMAGES) --json

@@ -3,7 +3,9 @@
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <caf/all.hpp>
+#include <cctype>
 #include <deque>
 #include <mutex>
 #include <set>
@@ -666,7 +668,11 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           bool mine = false;
           for (auto& [id, i] : self->state.infos)
             if (i.tenant == req.tenant)
-              for (auto& s : i.snapshots) mine |= s == req.from_snapshot;
+              for (auto& s : i.snapshots)
+                if (s == req.from_snapshot) {
+                  mine = true;
+                  req.template_name = i.template_name;  // the snapshot's VM shape and image
+                }
           if (!mine)
             return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
           snapshot = req.from_snapshot;
@@ -733,7 +739,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (!a) return Answer::fail(not_found(id));
         return forward(self, a, caf::make_message(cmd_atom::value, std::move(c)));
       },
-      [=](exec_atom, std::string tenant, std::string id, std::string command) -> caf::result<Answer> {
+      [=](exec_atom, std::string tenant, std::string id,
+          std::string command) -> caf::result<Answer> {
         auto a = find(tenant, id);
         if (!a) return Answer::fail(not_found(id));
         return forward(self, a, caf::make_message(exec_atom::value, std::move(command)));
@@ -909,7 +916,39 @@ Reply<T> to_reply(const Answer& a, F&& pick) {
 }
 }  // namespace
 
+namespace {
+bool valid_template_name(const std::string& n) {
+  if (n.empty() || n.size() > 64 || n == "kernel" || n == "initramfs") return false;
+  for (char c : n)
+    if (!(std::islower((unsigned char)c) || std::isdigit((unsigned char)c) || c == '-' || c == '_'))
+      return false;
+  return true;
+}
+}  // namespace
+
+std::vector<TemplateInfo> Runtime::templates() {
+  std::vector<TemplateInfo> out;
+  std::error_code ec;
+  for (auto& d : fs::directory_iterator(impl_->env->config.images_dir, ec)) {
+    auto name = d.path().filename().string();
+    if (!valid_template_name(name) || !fs::exists(d.path() / "rootfs.qcow2")) continue;
+    bool baked = fs::exists(d.path() / "baked") && !fs::is_empty(d.path() / "baked", ec);
+    out.push_back({name, baked});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const TemplateInfo& a, const TemplateInfo& b) { return a.name < b.name; });
+  return out;
+}
+
 Reply<SandboxInfo> Runtime::create(const CreateRequest& r) {
+  if (r.from_snapshot.empty()) {
+    if (!valid_template_name(r.template_name))
+      return Rejection{"invalid_argument",
+                       "template names are 1-64 characters of a-z, 0-9, '-' and '_'"};
+    if (!fs::exists(impl_->env->config.images_dir / r.template_name / "rootfs.qcow2"))
+      return Rejection{"template_not_found",
+                       "no template '" + r.template_name + "' (build it with make guest)"};
+  }
   return to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)),
                                [](const Answer& a) { return a.info; });
 }
@@ -1039,10 +1078,9 @@ Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
                                 vmm::OutputCallback cb, std::stop_token stop) {
   Answer a = impl.ask(caf::make_message(exec_atom::value, tenant, id, describe_command(req)));
   if (!a.ok) return a.error;
-  auto r = with_vm<vmm::ExecResult>(
-      *a.vm, stop, [&](vmm::AgentClient& agent, std::stop_token t) {
-        return cb ? agent.exec_stream(req, cb, t) : agent.exec(req, t);
-      });
+  auto r = with_vm<vmm::ExecResult>(*a.vm, stop, [&](vmm::AgentClient& agent, std::stop_token t) {
+    return cb ? agent.exec_stream(req, cb, t) : agent.exec(req, t);
+  });
   cmd::ExecFinished f{a.exec_id, -1, 0, false};
   if (r) f = {a.exec_id, r->exit_code, uint32_t(r->duration_us / 1000), r->timed_out};
   // Recorded before the answer; a sandbox killed meanwhile refuses it (its execs ended with it).
@@ -1133,8 +1171,8 @@ Reply<std::vector<vmm::FileStat>> Runtime::list_dir(const std::string& tenant,
 
 Reply<vmm::FileStat> Runtime::stat(const std::string& tenant, const std::string& id,
                                    const std::string& path) {
-  return leased<vmm::FileStat>(*impl_, tenant, id, {},
-                               [&](vmm::AgentClient& ag, std::stop_token) { return ag.stat(path); });
+  return leased<vmm::FileStat>(
+      *impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) { return ag.stat(path); });
 }
 
 Reply<bool> Runtime::remove(const std::string& tenant, const std::string& id,

@@ -82,6 +82,11 @@ struct KeyInfo {
   int64_t created_ms = 0;
 };
 
+struct TemplateInfo {
+  std::string name;
+  bool baked = false;  // a baked snapshot exists (for some shape); the first create bakes one
+};
+
 // Counts for metrics.
 struct RuntimeCounts {
   std::map<std::string, uint64_t> by_status;  // live sandboxes by status name
@@ -130,8 +135,8 @@ class Runtime {
   // Like exec, but the output goes to `on_output` as it is produced (on a driver thread: the
   // callback must be quick and must not call the runtime).
   Reply<vmm::ExecResult> exec_stream(const std::string& tenant, const std::string& id,
-                                     const vmm::ExecRequest& request,
-                                     vmm::OutputCallback on_output, std::stop_token stop = {});
+                                     const vmm::ExecRequest& request, vmm::OutputCallback on_output,
+                                     std::stop_token stop = {});
 
   // Background processes (they outlive the request; killed with the sandbox).
   Reply<uint32_t> start_process(const std::string& tenant, const std::string& id,
@@ -184,6 +189,9 @@ class Runtime {
   Reply<std::pair<std::string, KeyInfo>> create_key(const std::string& tenant, bool admin);
   Reply<bool> revoke_key(const std::string& key_id);
   Reply<std::vector<KeyInfo>> list_keys();
+
+  // Templates whose image is built (IMAGES/<name>/rootfs.qcow2).
+  std::vector<TemplateInfo> templates();
 
   const RuntimeConfig& config() const;
 

@@ -1,0 +1,158 @@
+#include "gateway/http_util.h"
+
+#include "wire/json.h"
+
+namespace pandastack::gateway {
+
+const std::vector<std::pair<std::string, unsigned>>& error_codes() {
+  static const std::vector<std::pair<std::string, unsigned>> codes = {
+      {"invalid_json", 400},
+      {"invalid_argument", 400},
+      {"invalid_path", 400},
+      {"unauthorized", 401},
+      {"forbidden", 403},
+      {"route_not_found", 404},
+      {"sandbox_not_found", 404},
+      {"snapshot_not_found", 404},
+      {"template_not_found", 404},
+      {"file_not_found", 404},
+      {"key_not_found", 404},
+      {"process_not_found", 404},
+      {"method_not_allowed", 405},
+      {"sandbox_hibernated", 409},
+      {"sandbox_stopped", 409},
+      {"sandbox_failed", 409},
+      {"sandbox_busy", 409},
+      {"sandbox_not_running", 409},
+      {"invalid_state", 409},
+      {"cancelled", 409},
+      {"body_too_large", 413},
+      {"file_too_large", 413},
+      {"too_many_execs", 429},
+      {"too_many_requests", 429},
+      {"internal", 500},
+      {"storage_error", 500},
+      {"start_failed", 500},
+      {"agent_error", 502},
+      {"exec_failed", 502},
+      {"not_implemented", 501},
+      {"timeout", 504},
+  };
+  return codes;
+}
+
+unsigned status_for(std::string_view code) {
+  for (auto& [c, s] : error_codes())
+    if (c == code) return s;
+  return 500;
+}
+
+std::string error_body(std::string_view code, std::string_view message) {
+  wire::Json e = wire::Json::object();
+  e.set("code", std::string(code));
+  e.set("message", std::string(message));
+  wire::Json j = wire::Json::object();
+  j.set("error", e);
+  return j.dump();
+}
+
+RoutePattern::RoutePattern(std::string_view pattern) {
+  size_t i = 0;
+  while (i < pattern.size()) {
+    if (pattern[i] == '/') {
+      ++i;
+      continue;
+    }
+    size_t j = pattern.find('/', i);
+    if (j == std::string_view::npos) j = pattern.size();
+    segments.emplace_back(pattern.substr(i, j - i));
+    i = j;
+  }
+}
+
+bool RoutePattern::match(const std::vector<std::string>& path,
+                         std::map<std::string, std::string>& params) const {
+  if (path.size() != segments.size()) return false;
+  std::map<std::string, std::string> found;
+  for (size_t i = 0; i < path.size(); ++i) {
+    const auto& s = segments[i];
+    if (s.size() > 2 && s.front() == '{' && s.back() == '}') {
+      if (path[i].empty()) return false;
+      found[s.substr(1, s.size() - 2)] = path[i];
+    } else if (s != path[i]) {
+      return false;
+    }
+  }
+  params = std::move(found);
+  return true;
+}
+
+std::optional<std::string> check_guest_path(std::string_view path, size_t max_len) {
+  if (path.empty()) return "path is required";
+  if (path.size() > max_len) return "path is longer than " + std::to_string(max_len) + " bytes";
+  if (path.front() != '/') return "path must be absolute";
+  if (path.find('\0') != std::string_view::npos) return "path contains a NUL byte";
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    auto seg = path.substr(i, j - i);
+    if (seg == "." || seg == "..") return "path must not contain '.' or '..' segments";
+    i = j + 1;
+  }
+  return std::nullopt;
+}
+
+std::string base64_encode(std::string_view data) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((data.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < data.size(); i += 3) {
+    uint32_t v = (uint8_t(data[i]) << 16) | (uint8_t(data[i + 1]) << 8) | uint8_t(data[i + 2]);
+    out += t[v >> 18];
+    out += t[(v >> 12) & 63];
+    out += t[(v >> 6) & 63];
+    out += t[v & 63];
+  }
+  if (i + 1 == data.size()) {
+    uint32_t v = uint8_t(data[i]) << 16;
+    out += t[v >> 18];
+    out += t[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == data.size()) {
+    uint32_t v = (uint8_t(data[i]) << 16) | (uint8_t(data[i + 1]) << 8);
+    out += t[v >> 18];
+    out += t[(v >> 12) & 63];
+    out += t[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+void Histogram::render(std::string& out, std::string_view name, std::string_view help) const {
+  std::string n(name);
+  out += "# HELP " + n + " " + std::string(help) + "\n# TYPE " + n + " histogram\n";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cum += counts[i];
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", bounds[i]);
+    out += n + "_bucket{le=\"" + b + "\"} " + std::to_string(cum) + "\n";
+  }
+  cum += counts.back();
+  out += n + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  char s[32];
+  std::snprintf(s, sizeof s, "%.6f", sum);
+  out += n + "_sum " + s + "\n" + n + "_count " + std::to_string(count) + "\n";
+}
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,48 @@
+// Pure helpers of the REST gateway (no I/O): error codes to HTTP statuses, route patterns,
+// request validation, base64. Unit-tested in http_util_test.cc.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pandastack::gateway {
+
+// The HTTP status for an error code of the API (see the README's error table). Unknown codes: 500.
+unsigned status_for(std::string_view code);
+// Every error code the API returns, with its status (for the OpenAPI document).
+const std::vector<std::pair<std::string, unsigned>>& error_codes();
+
+// `{"error":{"code":...,"message":...}}`
+std::string error_body(std::string_view code, std::string_view message);
+
+// A route pattern like "/v1/sandboxes/{id}/files": literal segments and `{name}` parameters.
+// match() fills `params` and returns true when `path` (already split on '/') fits.
+struct RoutePattern {
+  std::vector<std::string> segments;
+  explicit RoutePattern(std::string_view pattern);
+  bool match(const std::vector<std::string>& path,
+             std::map<std::string, std::string>& params) const;
+};
+
+// Checks a guest path from a request: absolute, at most `max_len` bytes, no NUL byte, no "."
+// or ".." segment. Returns an error message, or nullopt when the path is acceptable.
+std::optional<std::string> check_guest_path(std::string_view path, size_t max_len);
+
+std::string base64_encode(std::string_view data);
+
+// Prometheus histogram with fixed buckets (seconds). Not thread-safe: the caller locks.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // one per bound, plus +Inf
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1) {}
+  void observe(double v);
+  void render(std::string& out, std::string_view name, std::string_view help) const;
+};
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,66 @@
+#include "gateway/http_util.h"
+
+#include <gtest/gtest.h>
+
+namespace pandastack::gateway {
+namespace {
+
+TEST(HttpUtil, ErrorCodesMapToStatuses) {
+  EXPECT_EQ(status_for("sandbox_not_found"), 404u);
+  EXPECT_EQ(status_for("unauthorized"), 401u);
+  EXPECT_EQ(status_for("sandbox_hibernated"), 409u);
+  EXPECT_EQ(status_for("body_too_large"), 413u);
+  EXPECT_EQ(status_for("too_many_execs"), 429u);
+  EXPECT_EQ(status_for("not_implemented"), 501u);
+  EXPECT_EQ(status_for("no_such_code"), 500u);
+  EXPECT_EQ(error_body("x", "say \"hi\""), R"({"error":{"code":"x","message":"say \"hi\""}})");
+}
+
+TEST(HttpUtil, RoutePatternsBindParameters) {
+  RoutePattern p("/v1/sandboxes/{id}/files");
+  std::map<std::string, std::string> params;
+  EXPECT_TRUE(p.match({"v1", "sandboxes", "sbx_1", "files"}, params));
+  EXPECT_EQ(params["id"], "sbx_1");
+  EXPECT_FALSE(p.match({"v1", "sandboxes", "sbx_1"}, params));
+  EXPECT_FALSE(p.match({"v1", "sandboxes", "sbx_1", "filez"}, params));
+  EXPECT_FALSE(p.match({"v1", "sandboxes", "", "files"}, params));
+  RoutePattern root("/healthz");
+  EXPECT_TRUE(root.match({"healthz"}, params));
+}
+
+TEST(HttpUtil, GuestPathsAreChecked) {
+  EXPECT_FALSE(check_guest_path("/tmp/a.txt", 4096));
+  EXPECT_FALSE(check_guest_path("/", 4096));
+  EXPECT_TRUE(check_guest_path("", 4096));
+  EXPECT_TRUE(check_guest_path("tmp/a", 4096));
+  EXPECT_TRUE(check_guest_path("/tmp/../etc/passwd", 4096));
+  EXPECT_TRUE(check_guest_path("/tmp/./a", 4096));
+  EXPECT_TRUE(check_guest_path("/..", 4096));
+  EXPECT_TRUE(check_guest_path(std::string_view("/a\0b", 4), 4096));
+  EXPECT_TRUE(check_guest_path("/" + std::string(5000, 'a'), 4096));
+  EXPECT_FALSE(check_guest_path("/tmp/..a/b..", 4096));
+}
+
+TEST(HttpUtil, Base64) {
+  EXPECT_EQ(base64_encode(""), "");
+  EXPECT_EQ(base64_encode("f"), "Zg==");
+  EXPECT_EQ(base64_encode("fo"), "Zm8=");
+  EXPECT_EQ(base64_encode("foo"), "Zm9v");
+  EXPECT_EQ(base64_encode(std::string("\xff\x00\x80", 3)), "/wCA");
+}
+
+TEST(HttpUtil, HistogramIsCumulative) {
+  Histogram h({0.01, 0.1});
+  h.observe(0.005);
+  h.observe(0.05);
+  h.observe(5);
+  std::string out;
+  h.render(out, "x_seconds", "help");
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"0.01\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"0.1\"} 2\n"), std::string::npos);
+  EXPECT_NE(out.find("x_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
+  EXPECT_NE(out.find("x_seconds_count 3\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pandastack::gateway

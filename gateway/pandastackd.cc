@@ -1,0 +1,200 @@
+// pandastackd: the PandaStack daemon. The actor runtime (CAF) with its RocksDB event store under
+// --data, and the REST gateway (kj-http) on --listen. SIGTERM or SIGINT shut it down gracefully:
+// persistent sandboxes are hibernated, the others killed, all recorded.
+#include <fcntl.h>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "actors/runtime.h"
+#include "gateway/rest.h"
+#include "vmm-driver/images.h"
+#include "vmm-driver/io_thread.h"
+
+namespace fs = std::filesystem;
+using namespace pandastack;
+
+namespace {
+
+const char* kUsage = R"(usage: pandastackd [options]
+  --data DIR          event store, API key file (default ./var)
+  --images DIR        guest images from `make guest` (default DATA/images)
+  --state-dir DIR     VM run folders, snapshots, hibernated RAM (default /dev/shm/pandastack-<hash>)
+  --listen HOST:PORT  REST API (default 127.0.0.1:7070; port 0 picks a free one)
+  --accel auto|kvm|tcg  (default auto: KVM when a probe boot works, else TCG; env PANDASTACK_ACCEL)
+  --memory MIB        guest memory (default 256)
+  --vcpus N           guest vCPUs (default 1)
+  --default-ttl S     sandbox TTL when a create names none (default 900)
+  --max-ttl S         largest TTL a create or PATCH may ask for (default 86400)
+  --max-concurrent-execs N  commands in flight per sandbox (default 16; more: 429)
+  --log-level LEVEL   trace|debug|info|warn|error (default info)
+  --no-jail           run QEMU without the jail (development only)
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "pandastackd: " << msg << "\n" << kUsage;
+  std::exit(2);
+}
+
+uint32_t parse_u32(const std::string& flag, const std::string& v) {
+  try {
+    size_t pos = 0;
+    unsigned long n = std::stoul(v, &pos);
+    if (pos != v.size() || n > UINT32_MAX) throw std::out_of_range(v);
+    return uint32_t(n);
+  } catch (...) {
+    usage_error(flag + " needs a non-negative integer, not '" + v + "'");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Logs go to stderr; stdout carries only the URL and key lines.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("pandastackd"));
+  fs::path data = "var", images, state_dir;
+  std::string listen = "127.0.0.1:7070", accel = "auto", level = "info";
+  actors::RuntimeConfig config;
+  bool jail = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--data")
+      data = value();
+    else if (a == "--images")
+      images = value();
+    else if (a == "--state-dir")
+      state_dir = value();
+    else if (a == "--listen")
+      listen = value();
+    else if (a == "--accel")
+      accel = value();
+    else if (a == "--memory")
+      config.memory_mib = parse_u32(a, value());
+    else if (a == "--vcpus")
+      config.vcpus = parse_u32(a, value());
+    else if (a == "--default-ttl")
+      config.limits.default_ttl_seconds = parse_u32(a, value());
+    else if (a == "--max-ttl")
+      config.limits.max_ttl_seconds = parse_u32(a, value());
+    else if (a == "--max-concurrent-execs")
+      config.limits.max_concurrent_execs = parse_u32(a, value());
+    else if (a == "--log-level")
+      level = value();
+    else if (a == "--no-jail")
+      jail = false;
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else
+      usage_error("unknown option " + a);
+  }
+  spdlog::set_level(spdlog::level::from_str(level));
+  if (accel != "auto" && accel != "kvm" && accel != "tcg") usage_error("--accel: auto, kvm or tcg");
+  if (config.limits.default_ttl_seconds == 0 ||
+      config.limits.default_ttl_seconds > config.limits.max_ttl_seconds)
+    usage_error("--default-ttl must be within 1..--max-ttl");
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) usage_error("--listen needs HOST:PORT");
+  std::string host = listen.substr(0, colon);
+  uint32_t port = parse_u32("--listen", listen.substr(colon + 1));
+  if (port > 65535) usage_error("--listen: port out of range");
+
+  fs::create_directories(data);
+  data = fs::absolute(data);
+  if (images.empty()) images = data / "images";
+  images = fs::absolute(images);
+  if (!fs::exists(images / "kernel" / "vmlinux"))
+    spdlog::warn("no guest kernel under {}: build the images with `make guest`", images.string());
+
+  // Signals are taken by the event loop; block them before any thread starts.
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  kj::UnixEventPort::captureSignal(SIGINT);
+  ::signal(SIGPIPE, SIG_IGN);
+  auto io = kj::setupAsyncIo();
+
+  config.data_dir = data;
+  config.images_dir = images;
+  config.state_dir = state_dir;
+  config.jail = jail;
+  {
+    vmm::IoThread probe_io;
+    auto probe =
+        vmm::config_for_template(images, "base", fs::temp_directory_path() / "pandastack-probe");
+    probe.memory_mib = config.memory_mib;
+    config.accel =
+        vmm::detect_accel(probe_io, probe, std::chrono::seconds(10), accel == "auto" ? "" : accel);
+  }
+
+  auto started = actors::Runtime::start(config);
+  if (!started) {
+    spdlog::critical("cannot start: {}: {}", started.error().code, started.error().message);
+    return 1;
+  }
+  auto runtime = std::move(*started);
+
+  // First start: an admin key, written to DATA/api-key (0600) and printed.
+  fs::path key_file = data / "api-key";
+  std::string key;
+  auto keys = runtime->list_keys();
+  if (!keys) {
+    spdlog::critical("cannot read API keys: {}", keys.error().message);
+    return 1;
+  }
+  if (keys->empty()) {
+    auto k = runtime->create_key("default", true);
+    if (!k) {
+      spdlog::critical("cannot create the admin key: {}", k.error().message);
+      return 1;
+    }
+    key = k->first;
+    int fd = ::open(key_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    std::string line = key + "\n";
+    if (fd < 0 || ::write(fd, line.data(), line.size()) != ssize_t(line.size())) {
+      spdlog::critical("cannot write {}: {}", key_file.string(), strerror(errno));
+      return 1;
+    }
+    ::close(fd);
+    spdlog::info("created admin key {} for tenant 'default' in {}", k->second.id,
+                 key_file.string());
+  } else if (std::ifstream in(key_file); in) {
+    std::getline(in, key);
+  }
+
+  auto addr = io.provider->getNetwork().parseAddress(host, port).wait(io.waitScope);
+  auto listener = addr->listen();
+  auto gw = std::make_unique<gateway::Gateway>(*runtime, io.provider->getTimer());
+  auto serving = gw->listen(*listener).eagerlyEvaluate([](kj::Exception&& e) {
+    spdlog::critical("gateway stopped: {}", e.getDescription().cStr());
+  });
+  std::string url = "http://" + host + ":" + std::to_string(listener->getPort());
+  std::printf("PandaStack is running.\n  URL:     %s\n  API key: %s\n  (key file: %s)\n",
+              url.c_str(), key.empty() ? "(see your key file)" : key.c_str(), key_file.c_str());
+  std::fflush(stdout);
+  spdlog::info("listening on {} (accelerator {}, images {})", url,
+               config.accel == vmm::Accel::kvm ? "kvm" : "tcg", images.string());
+
+  auto& port_ = io.unixEventPort;
+  auto sig = port_.onSignal(SIGTERM).exclusiveJoin(port_.onSignal(SIGINT)).wait(io.waitScope);
+  spdlog::info("signal {}: shutting down", strsignal(sig.si_signo));
+  // Stop serving, then the runtime: persistent sandboxes hibernate, the others are killed.
+  { auto drop = kj::mv(serving); }
+  gw.reset();  // cancels commands in flight, joins the gateway's workers
+  runtime.reset();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,50 @@
+// The REST gateway: HTTP/1.1 on kj-http, JSON under /v1. It turns each request into a call of the
+// actor runtime's facade (actors/runtime.h) and never touches a VMM, a VM's socket or the
+// database itself. Runtime calls block, so they run on a pool of threads; the KJ event loop only
+// parses, routes and writes. Streams (SSE) are fed across threads through a small channel.
+#pragma once
+
+#include <kj/async-io.h>
+#include <kj/compat/http.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "actors/runtime.h"
+
+namespace pandastack::gateway {
+
+// Every limit of the API; documented in the README, enforced here and tested.
+struct Limits {
+  size_t max_body_bytes = 1 << 20;            // JSON request bodies: 413 body_too_large
+  size_t max_file_bytes = 64 << 20;           // file uploads and downloads: 413
+  size_t max_command_bytes = 64 << 10;        // cmd / argv / stdin of one command: 413
+  size_t max_path_bytes = 4096;               // guest paths: 400 invalid_path
+  uint32_t default_exec_timeout_s = 60;       // when a command names none
+  uint32_t max_exec_timeout_s = 3600;         // longer: 400
+  uint32_t max_exec_output_bytes = 16 << 20;  // per stream of a non-streamed command (truncated)
+  size_t max_stream_buffer_bytes = 16 << 20;  // a slow SSE client: the command is cancelled
+  std::chrono::milliseconds sse_keepalive{1000};          // comment frames; also detect hang-ups
+  std::chrono::milliseconds events_idle_timeout{300000};  // ?follow=1 ends after this idle
+  unsigned worker_threads = 64;                           // concurrent runtime calls
+  size_t max_queued_requests = 4096;                      // beyond: 429 too_many_requests
+};
+
+class Gateway {
+ public:
+  Gateway(actors::Runtime& runtime, kj::Timer& timer, Limits limits = {});
+  ~Gateway();
+
+  // Serves HTTP on `listener` until the returned promise is cancelled.
+  kj::Promise<void> listen(kj::ConnectionReceiver& listener);
+  // The OpenAPI 3 document of the routes this gateway serves.
+  std::string openapi() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,498 @@
+#!/usr/bin/env python3
+"""API tests against the real daemon binary: real HTTP, real VMs (TCG here), real RocksDB.
+
+Usage: api_test.py --daemon build/bin/pandastackd [--images var/images] [unittest args]
+Traffic goes only to the daemon on 127.0.0.1.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+
+ARGS = None
+
+
+class Daemon:
+    """A pandastackd process on a free loopback port with its own data and state folders."""
+
+    def __init__(self, data, state, extra=()):
+        self.data, self.state = data, state
+        cmd = [ARGS.daemon, "--data", data, "--images", ARGS.images, "--state-dir", state,
+               "--listen", "127.0.0.1:0", "--accel", "tcg", *extra]
+        os.makedirs(data, exist_ok=True)
+        self.log = open(os.path.join(data, "daemon.log"), "ab")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.url = self.key = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.strip().startswith("URL:"):
+                self.url = line.split()[1]
+            if line.strip().startswith("API key:"):
+                self.key = line.split()[2]
+            if line.strip().startswith("(key file"):
+                break
+        if not self.url:
+            raise RuntimeError("daemon did not start; see " + os.path.join(data, "daemon.log"))
+        if not self.key.startswith("pds_"):
+            with open(os.path.join(data, "api-key")) as f:
+                self.key = f.read().strip()
+        u = urllib.parse.urlparse(self.url)
+        self.host, self.port = u.hostname, u.port
+
+    def stop(self, sig=signal.SIGTERM, timeout=120):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout)
+        self.log.close()
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+
+class Api:
+    def __init__(self, daemon, key=None):
+        self.d, self.key = daemon, key if key is not None else daemon.key
+
+    def conn(self, timeout=300):
+        return http.client.HTTPConnection(self.d.host, self.d.port, timeout=timeout)
+
+    def call(self, method, path, body=None, raw=None, headers=None, key=None):
+        c = self.conn()
+        h = dict(headers or {})
+        k = self.key if key is None else key
+        if k:
+            h["Authorization"] = "Bearer " + k
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        payload = r.read()
+        c.close()
+        ctype = r.getheader("Content-Type", "")
+        if ctype.startswith("application/json") and payload:
+            return r.status, json.loads(payload)
+        return r.status, payload
+
+    def create(self, **kw):
+        s, b = self.call("POST", "/v1/sandboxes", kw)
+        assert s == 201, (s, b)
+        return b
+
+    def exec(self, sid, cmd, **kw):
+        return self.call("POST", f"/v1/sandboxes/{sid}/exec", dict(cmd=cmd, **kw))
+
+    def sse(self, path, body=None, timeout=120):
+        """Yields (event, data) pairs as they arrive; the connection is in self.last_conn."""
+        c = self.conn(timeout)
+        self.last_conn = c
+        c.request("POST" if body is not None else "GET", path,
+                  body=json.dumps(body) if body is not None else None,
+                  headers={"Authorization": "Bearer " + self.key})
+        r = c.getresponse()
+        if r.status != 200:
+            raise AssertionError((r.status, r.read()))
+        event = None
+        try:
+            while True:
+                line = r.fp.readline()
+                if not line:
+                    return
+                line = line.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    yield event, json.loads(line[6:])
+        finally:
+            r.close()
+            c.close()
+
+
+def guest_has_process(api, sid, marker):
+    # "[s]leep.301" matches the process's "sleep 301" but not this command line itself.
+    pattern = "[" + marker[0] + "]" + marker[1:]
+    s, b = api.exec(sid, f"cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '{pattern}'")
+    assert s == 200, b
+    return int(b["stdout"].strip() or 0) > 0
+
+
+class ApiTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.base = tempfile.mkdtemp(prefix="pst-api-", dir="/dev/shm")
+        cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
+                            ["--max-concurrent-execs", "3"])
+        cls.api = Api(cls.daemon)
+        cls.sbx = cls.api.create(template="base", metadata={"team": "red"})
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop()
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+
+    def sid(self):
+        return self.sbx["id"]
+
+    def assertError(self, result, status, code):
+        s, b = result
+        self.assertEqual(s, status, b)
+        self.assertIsInstance(b, dict, b)
+        self.assertEqual(b["error"]["code"], code, b)
+        self.assertTrue(b["error"]["message"])
+
+    # -- basics ---------------------------------------------------------------------------------
+
+    def test_health_metrics_and_templates(self):
+        self.assertEqual(self.api.call("GET", "/healthz", key=""), (200, {"status": "ok"}))
+        s, b = self.api.call("GET", "/v1/templates")
+        self.assertEqual(s, 200)
+        self.assertIn("base", [t["name"] for t in b["templates"]])
+        s, text = self.api.call("GET", "/metrics", key="")
+        self.assertEqual(s, 200)
+        text = text.decode()
+        self.assertIn("pandastack_creates_total", text)
+        self.assertIn('pandastack_sandboxes{state="running"}', text)
+        self.assertIn("pandastack_create_seconds_bucket", text)
+
+    def test_openapi_matches_served_routes(self):
+        s, doc = self.api.call("GET", "/openapi.json", key="")
+        self.assertEqual(s, 200)
+        self.assertEqual(doc["openapi"][:2], "3.")
+        self.assertIn("sandbox_not_found", doc["components"]["schemas"]["Error"]["properties"]
+                      ["error"]["properties"]["code"]["enum"])
+        self.assertGreaterEqual(len(doc["paths"]), 25)
+        # Every documented operation is served (never route_not_found / method_not_allowed) ...
+        for path, item in doc["paths"].items():
+            concrete = path.replace("{id}", "sbx_doesnotexist000000").replace("{pid}", "1") \
+                           .replace("{key_id}", "nokey")
+            for method in item:
+                s, b = self.api.call(method.upper(), concrete, key="pds_x")
+                if isinstance(b, dict) and "error" in b:
+                    self.assertNotIn(b["error"]["code"], ("route_not_found", "method_not_allowed"),
+                                     (method, path))
+        # ... and what is not documented is not served.
+        self.assertError(self.api.call("GET", "/v1/nothing"), 404, "route_not_found")
+        self.assertError(self.api.call("PUT", "/v1/sandboxes"), 405, "method_not_allowed")
+        self.assertNotIn("/v1/secret", doc["paths"])
+
+    def test_auth(self):
+        self.assertError(self.api.call("GET", "/v1/sandboxes", key=""), 401, "unauthorized")
+        self.assertError(self.api.call("GET", "/v1/sandboxes", key="pds_nope"), 401, "unauthorized")
+        bad = "pds_" + "a" * 12 + "_" + "b" * 40
+        self.assertError(self.api.call("GET", "/v1/sandboxes", key=bad), 401, "unauthorized")
+        self.assertEqual(self.api.call("GET", "/v1/sandboxes")[0], 200)
+        self.assertNotIn(self.daemon.key.split("_")[2],
+                         open(os.path.join(self.daemon.data, "daemon.log")).read())
+
+    def test_bad_input_gets_clear_errors_and_the_daemon_stays_healthy(self):
+        c = self.api
+        self.assertError(c.call("POST", "/v1/sandboxes", raw="{\"template\":"), 400, "invalid_json")
+        self.assertError(c.call("POST", "/v1/sandboxes", raw="[1,2]"), 400, "invalid_json")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"ttl_seconds": "x"}), 400,
+                         "invalid_argument")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"metadata": {"a": 1}}), 400,
+                         "invalid_argument")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"tempalte": "base"}), 400,
+                         "invalid_argument")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"template": "nope"}), 404,
+                         "template_not_found")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"template": "../kernel"}), 400,
+                         "invalid_argument")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"ttl_seconds": 10 ** 9}), 400,
+                         "invalid_argument")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"from_snapshot": "snap_nope"}), 404,
+                         "snapshot_not_found")
+        self.assertIn("body_too_large", self.raw_head("POST", "/v1/sandboxes", (1 << 20) + 1))
+        sid = self.sid()
+        self.assertError(c.exec(sid, "x" * (70 << 10)), 413, "body_too_large")
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/exec", {}), 400, "invalid_argument")
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "true", "argv": ["x"]}),
+                         400, "invalid_argument")
+        self.assertError(c.exec(sid, "true", timeout_seconds=0), 400, "invalid_argument")
+        self.assertError(c.call("GET", "/v1/sandboxes?state=sleepy"), 400, "invalid_argument")
+        # A file larger than the limit is refused from its Content-Length, before any upload.
+        self.assertIn("file_too_large",
+                      self.raw_head("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/big", (64 << 20) + 1))
+        # Path traversal and malformed paths.
+        for p in ("/tmp/../etc/passwd", "tmp/a", "", "/a/./b", "/" + "a" * 5000):
+            self.assertError(c.call("GET", f"/v1/sandboxes/{sid}/files?path=" +
+                                    urllib.parse.quote(p)), 400, "invalid_path")
+        self.assertError(c.call("GET", f"/v1/sandboxes/{sid}/files"), 400, "invalid_path")
+        self.assertError(c.call("GET", "/v1/sandboxes/sbx_nope"), 404, "sandbox_not_found")
+        self.assertEqual(c.call("GET", "/healthz", key="")[0], 200)
+        self.assertEqual(c.exec(sid, "echo still")[1]["stdout"], "still\n")
+
+    def raw_head(self, method, path, length):
+        """Sends only the head of a request announcing `length` body bytes; returns the answer."""
+        with socket.create_connection((self.daemon.host, self.daemon.port), timeout=30) as s:
+            s.sendall((f"{method} {path} HTTP/1.1\r\nHost: x\r\n"
+                       f"Authorization: Bearer {self.api.key}\r\n"
+                       f"Content-Length: {length}\r\n\r\n").encode())
+            answer = b""
+            while b"}}" not in answer:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+            answer = answer.decode()
+            self.assertTrue(answer.startswith("HTTP/1.1 413"), answer)
+            return answer
+
+    # -- sandboxes ------------------------------------------------------------------------------
+
+    def test_get_list_patch(self):
+        c, sid = self.api, self.sid()
+        s, b = c.call("GET", f"/v1/sandboxes/{sid}")
+        self.assertEqual((s, b["state"], b["template"]), (200, "running", "base"))
+        self.assertTrue(b["id"].startswith("sbx_") and len(b["id"]) == 20)
+        ids = lambda q: [x["id"] for x in c.call("GET", "/v1/sandboxes" + q)[1]["sandboxes"]]
+        self.assertIn(sid, ids(""))
+        self.assertIn(sid, ids("?state=running&metadata.team=red"))
+        self.assertNotIn(sid, ids("?metadata.team=blue"))
+        self.assertNotIn(sid, ids("?state=hibernated"))
+        s, b = c.call("PATCH", f"/v1/sandboxes/{sid}", {"ttl_seconds": 1200,
+                                                        "metadata": {"team": "red", "x": "1"}})
+        self.assertEqual(s, 200, b)
+        self.assertEqual(b["metadata"], {"team": "red", "x": "1"})
+        self.assertAlmostEqual(b["expires_at_ms"] - time.time() * 1000, 1200_000, delta=30_000)
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {}), 400, "invalid_argument")
+
+    def test_exec(self):
+        c, sid = self.api, self.sid()
+        s, b = c.exec(sid, "echo out; echo err >&2; exit 3")
+        self.assertEqual(s, 200, b)
+        self.assertEqual((b["stdout"], b["stderr"], b["exit_code"], b["timed_out"]),
+                         ("out\n", "err\n", 3, False))
+        self.assertGreater(b["duration_ms"], 0)
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec",
+                      {"argv": ["sh", "-c", "cat; echo $FOO; pwd"], "stdin": "in\n",
+                       "env": {"FOO": "bar"}, "cwd": "/tmp"})
+        self.assertEqual(b["stdout"], "in\nbar\n/tmp\n", b)
+        s, b = c.exec(sid, "head -c 3 /dev/zero; printf '\\377'")
+        self.assertEqual((b["stdout_encoding"], b["stdout"]), ("base64", "AAAA/w=="), b)
+        s, b = c.exec(sid, "sleep 10", timeout_seconds=1)
+        self.assertTrue(b["timed_out"], b)
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["/no/such/binary"]})
+        self.assertIn(s, (200, 502), b)
+        if s == 200:
+            self.assertEqual(b["exit_code"], 127)
+
+    def test_concurrent_execs_and_their_limit(self):
+        c, sid = self.api, self.sid()
+        results = []
+        def run():
+            results.append(c.exec(sid, "sleep 2; echo done"))
+        threads = [threading.Thread(target=run) for _ in range(3)]
+        t0 = time.time()
+        for t in threads:
+            t.start()
+        time.sleep(0.8)
+        self.assertError(c.exec(sid, "true"), 429, "too_many_execs")  # limit 3 in this daemon
+        for t in threads:
+            t.join()
+        self.assertLess(time.time() - t0, 5.5)  # they ran side by side
+        self.assertEqual([r[1]["stdout"] for r in results], ["done\n"] * 3)
+
+    def test_exec_stream_delivers_output_before_the_end(self):
+        c, sid = self.api, self.sid()
+        t0 = time.time()
+        events = []
+        for ev, data in c.sse(f"/v1/sandboxes/{sid}/exec/stream",
+                              {"cmd": "echo first; sleep 3; echo second >&2; exit 4"}):
+            events.append((ev, data, time.time() - t0))
+        self.assertEqual(events[0][:2], ("stdout", {"data": "first\n"}))
+        self.assertLess(events[0][2], 2.5)  # before the command ended
+        self.assertEqual(events[1][:2], ("stderr", {"data": "second\n"}))
+        self.assertEqual(events[2][0], "exit")
+        self.assertEqual(events[2][1]["exit_code"], 4)
+        # Errors before the stream starts are plain JSON errors.
+        s, b = c.call("POST", "/v1/sandboxes/sbx_nope/exec/stream", {"cmd": "true"})
+        self.assertEqual((s, b["error"]["code"]), (404, "sandbox_not_found"))
+
+    def test_closing_the_stream_kills_the_guest_command(self):
+        c, sid = self.api, self.sid()
+        gen = c.sse(f"/v1/sandboxes/{sid}/exec/stream", {"cmd": "echo up; exec sleep 301"})
+        self.assertEqual(next(gen), ("stdout", {"data": "up\n"}))
+        self.assertTrue(guest_has_process(c, sid, "sleep.301"))
+        c.last_conn.sock.shutdown(socket.SHUT_RDWR)
+        c.last_conn.close()
+        deadline = time.time() + 15
+        while time.time() < deadline and guest_has_process(c, sid, "sleep.301"):
+            time.sleep(0.5)
+        self.assertFalse(guest_has_process(c, sid, "sleep.301"))
+
+    def test_files(self):
+        c, sid = self.api, self.sid()
+        base = f"/v1/sandboxes/{sid}/files"
+        blob = os.urandom(300_000)
+        s, b = c.call("PUT", base + "?path=/tmp/f/data.bin", raw=blob)
+        self.assertEqual((s, b["size"]), (200, len(blob)))
+        s, got = c.call("GET", base + "?path=/tmp/f/data.bin")
+        self.assertEqual((s, got), (200, blob))
+        s, b = c.call("GET", base + "/stat?path=/tmp/f/data.bin")
+        self.assertEqual((b["type"], b["size"]), ("file", len(blob)))
+        self.assertEqual(c.call("POST", base + "/mkdir", {"path": "/tmp/f/sub/deep"})[0], 204)
+        self.assertEqual(c.call("POST", base + "/rename",
+                                {"from": "/tmp/f/data.bin", "to": "/tmp/f/sub/d.bin"})[0], 204)
+        s, b = c.call("GET", base + "/list?path=/tmp/f/sub")
+        self.assertEqual(sorted((e["name"], e["type"]) for e in b["entries"]),
+                         [("d.bin", "file"), ("deep", "directory")])
+        self.assertError(c.call("GET", base + "?path=/tmp/f/data.bin"), 404, "file_not_found")
+        self.assertEqual(c.call("DELETE", base + "?path=/tmp/f&recursive=1")[0], 204)
+        self.assertError(c.call("GET", base + "/stat?path=/tmp/f"), 404, "file_not_found")
+        self.assertError(c.call("POST", base + "/rename", {"from": "/tmp/../a", "to": "/b"}), 400,
+                         "invalid_path")
+
+    def test_background_processes(self):
+        c, sid = self.api, self.sid()
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes",
+                      {"cmd": "for i in 1 2 3; do echo tick$i; sleep 0.3; done"})
+        self.assertEqual(s, 201, b)
+        pid = b["pid"]
+        s, b = c.call("GET", f"/v1/sandboxes/{sid}/processes")
+        self.assertIn(pid, [p["pid"] for p in b["processes"]])
+        events = list(c.sse(f"/v1/sandboxes/{sid}/processes/{pid}/stream"))
+        out = "".join(d["data"] for e, d in events if e == "stdout")
+        self.assertEqual(out, "tick1\ntick2\ntick3\n")
+        self.assertEqual(events[-1][0], "exit")
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "exec sleep 302"})
+        pid = b["pid"]
+        self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{sid}/processes/{pid}")[0], 204)
+        deadline = time.time() + 10
+        while time.time() < deadline and guest_has_process(c, sid, "sleep.302"):
+            time.sleep(0.3)
+        self.assertFalse(guest_has_process(c, sid, "sleep.302"))
+        self.assertError(c.call("DELETE", f"/v1/sandboxes/{sid}/processes/abc"), 400,
+                         "invalid_argument")
+
+    def test_snapshot_fork_hibernate_wake_events_and_kill(self):
+        c = self.api
+        sbx = c.create(metadata={"k": "v"})
+        sid = sbx["id"]
+        self.assertEqual(c.exec(sid, "echo 42 > /tmp/state")[0], 200)
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/snapshots")
+        self.assertEqual(s, 201, b)
+        snap = b["snapshot_id"]
+        restored = c.create(from_snapshot=snap)
+        self.assertEqual(c.exec(restored["id"], "cat /tmp/state")[1]["stdout"], "42\n")
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 2})
+        self.assertEqual(s, 201, b)
+        kids = [k["id"] for k in b["sandboxes"]]
+        self.assertEqual(len(kids), 2)
+        for k in kids:
+            self.assertEqual(c.exec(k, "cat /tmp/state")[1]["stdout"], "42\n")
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 0}), 400,
+                         "invalid_argument")
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/hibernate")
+        self.assertEqual((s, b["state"]), (200, "hibernated"))
+        self.assertError(c.exec(sid, "true"), 409, "sandbox_hibernated")
+        self.assertError(c.call("GET", f"/v1/sandboxes/{sid}/files?path=/tmp/state"), 409,
+                         "sandbox_hibernated")
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/wake")
+        self.assertEqual((s, b["state"]), (200, "running"))
+        self.assertEqual(c.exec(sid, "cat /tmp/state")[1]["stdout"], "42\n")
+        s, b = c.call("GET", f"/v1/sandboxes/{sid}/events")
+        kinds = [e["type"] for e in b["events"]]
+        for k in ("created", "started", "exec-started", "exec-finished", "snapshot-taken",
+                  "forked", "hibernated", "woke"):
+            self.assertIn(k, kinds)
+        self.assertEqual([e["version"] for e in b["events"]], list(range(1, len(kinds) + 1)))
+        s, b = c.call("GET", "/v1/audit?limit=5")
+        self.assertEqual((s, len(b["events"])), (200, 5))
+        s, b2 = c.call("GET", f"/v1/audit?after={b['next_after']}&limit=5")
+        self.assertGreater(b2["events"][0]["seq"], b["events"][-1]["seq"])
+        for x in [sid, restored["id"], *kids]:
+            s, b = c.call("DELETE", f"/v1/sandboxes/{x}")
+            self.assertEqual((s, b["state"]), (200, "stopped"))
+        self.assertError(c.exec(sid, "true"), 409, "sandbox_stopped")
+
+    def test_events_follow_streams_new_events(self):
+        c = self.api
+        sid = c.create()["id"]
+        got = []
+        def follow():
+            for ev, data in c.sse(f"/v1/sandboxes/{sid}/events?follow=1"):
+                got.append(data["type"])
+        t = threading.Thread(target=follow)
+        t.start()
+        time.sleep(0.5)
+        c.exec(sid, "true")
+        c.call("DELETE", f"/v1/sandboxes/{sid}")
+        t.join(30)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(got, ["created", "started", "exec-started", "exec-finished", "killed"])
+
+    # -- tenancy and keys -----------------------------------------------------------------------
+
+    def test_tenant_isolation_on_every_route_and_keys(self):
+        c, sid = self.api, self.sid()
+        s, b = c.call("POST", "/v1/keys", {"tenant": "other"})
+        self.assertEqual(s, 201, b)
+        other = Api(self.daemon, b["key"])
+        other_id = b["id"]
+        self.assertTrue(b["key"].startswith("pds_"))
+        self.assertEqual(other.call("GET", "/v1/sandboxes")[1]["sandboxes"], [])
+        s, doc = c.call("GET", "/openapi.json", key="")
+        for path, item in doc["paths"].items():
+            if "{id}" not in path:
+                continue
+            concrete = path.replace("{id}", sid).replace("{pid}", "1")
+            for method in item:
+                body = {"post": {"bogus": 1}, "patch": {"bogus": 1}}.get(method)
+                s, b = other.call(method.upper(), concrete + "?path=/tmp", body)
+                self.assertEqual(s, 404, (method, path, b))
+                self.assertEqual(b["error"]["code"], "sandbox_not_found", (method, path))
+        # Not an admin: no key management.
+        self.assertError(other.call("POST", "/v1/keys", {"tenant": "x"}), 403, "forbidden")
+        self.assertError(other.call("GET", "/v1/keys"), 403, "forbidden")
+        s, b = c.call("GET", "/v1/keys")
+        self.assertIn(other_id, [k["id"] for k in b["keys"]])
+        self.assertNotIn("key", b["keys"][0])
+        self.assertEqual(c.call("DELETE", f"/v1/keys/{other_id}")[0], 204)
+        self.assertError(other.call("GET", "/v1/sandboxes"), 401, "unauthorized")
+        self.assertError(c.call("DELETE", f"/v1/keys/{other_id}"), 404, "key_not_found")
+
+
+class RestartTest(unittest.TestCase):
+    """SIGTERM hibernates persistent sandboxes; a new daemon on the same data wakes them intact."""
+
+    def test_graceful_restart(self):
+        base = tempfile.mkdtemp(prefix="pst-api-rs-", dir="/dev/shm")
+        try:
+            data, state = os.path.join(base, "data"), os.path.join(base, "state")
+            d = Daemon(data, state)
+            c = Api(d)
+            keep = c.create(persistent=True)["id"]
+            drop = c.create()["id"]
+            self.assertEqual(c.exec(keep, "echo kept > /tmp/mark")[0], 200)
+            self.assertEqual(d.stop(), 0)
+            d2 = Daemon(data, state)
+            self.assertEqual(d2.key, d.key)  # the key file is read back
+            c2 = Api(d2)
+            self.assertEqual(c2.call("GET", f"/v1/sandboxes/{keep}")[1]["state"], "hibernated")
+            self.assertEqual(c2.call("GET", f"/v1/sandboxes/{drop}")[1]["state"], "stopped")
+            self.assertEqual(c2.call("POST", f"/v1/sandboxes/{keep}/wake")[0], 200)
+            self.assertEqual(c2.exec(keep, "cat /tmp/mark")[1]["stdout"], "kept\n")
+            self.assertEqual(d2.stop(), 0)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    ARGS, rest = p.parse_known_args()
+    ARGS.images = os.path.abspath(ARGS.images)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
