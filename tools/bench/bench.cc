@@ -46,6 +46,11 @@
 using namespace pandastack;
 using namespace std::chrono;
 
+namespace pandastack::tools {
+int api_bench(const std::string& scenario, const std::string& url, const std::string& key, int n,
+              bool json);
+}
+
 namespace {
 
 struct Options {
@@ -56,13 +61,16 @@ struct Options {
   unsigned memory = 256;
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
   std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
+  std::string url = "http://127.0.0.1:7070", key;  // api mode
 };
 
 int usage() {
   std::fprintf(stderr,
                "usage: pandastack-bench driver boot|ping|exec|exec-output|create|create-pool|concurrent-create|snapshot|fork|fork4|hibernate|wake|compare [--n N] [--json] [--images DIR] "
                "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
-               "       pandastack-bench storage append|append16|recovery [--n N]\n");
+               "       pandastack-bench storage append|append16|recovery [--n N]\n"
+               "       pandastack-bench api create|exec|fork|wake|concurrent-create [--url URL] "
+               "[--key KEY (default $PANDASTACK_API_KEY)] [--n N] [--json]\n");
   return 2;
 }
 
@@ -449,10 +457,17 @@ int main(int argc, char** argv) {
     else if (a == "--memory" && i + 1 < argc) o.memory = unsigned(std::atoi(argv[++i]));
     else if (a == "--run-dir" && i + 1 < argc) o.run_dir = argv[++i];
     else if (a == "--cpu" && i + 1 < argc) o.cpu = argv[++i];
+    else if (a == "--url" && i + 1 < argc) o.url = argv[++i];
+    else if (a == "--key" && i + 1 < argc) o.key = argv[++i];
     else if (a.rfind("--", 0) == 0) return usage();
     else pos.push_back(a);
   }
-  if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage")) return usage();
+  if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))
+    return usage();
+  if (pos[0] == "api") {
+    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
+    return tools::api_bench(pos[1], o.url, o.key, o.n, o.json);
+  }
   o.mode = pos[0];
   o.scenario = pos[1];
   if (o.mode == "storage") return storage_bench(o);

@@ -1,0 +1,139 @@
+// `pandastack-bench api SCENARIO --url URL --key KEY`: latency through a running daemon's REST API.
+// Reports the client's wall time (p50/p99) and the server-side time each response reports
+// (Server-Timing), so network/HTTP overhead and runtime time can be told apart.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tools/http_client.h"
+#include "tools/stats.h"
+#include "wire/json.h"
+
+namespace pandastack::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using wire::Json;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+struct Api {
+  HttpClient http;
+  Api(const std::string& url, const std::string& key) : http(url, key) {}
+
+  // Fails loudly: a benchmark on errors measures nothing.
+  Json call(const std::string& method, const std::string& path, const std::string& body,
+            double* server_ms = nullptr) {
+    auto r = http.request(method, path, body);
+    if (r.status < 200 || r.status >= 300) {
+      std::fprintf(stderr, "pandastack-bench: %s %s -> %d %s%s\n", method.c_str(), path.c_str(),
+                   r.status, r.error.c_str(), r.body.c_str());
+      std::exit(1);
+    }
+    if (server_ms) *server_ms = r.server_ms().value_or(0);
+    auto j = Json::parse(r.body);
+    return j ? *j : Json();
+  }
+  std::string create(const std::string& body = "{}", double* server_ms = nullptr) {
+    return call("POST", "/v1/sandboxes", body, server_ms)["id"].as_string();
+  }
+  void kill(const std::string& id) { call("DELETE", "/v1/sandboxes/" + id, ""); }
+};
+
+void report(bool json, const std::string& scenario, const std::vector<double>& client,
+            const std::vector<double>& server) {
+  auto c = summarize(client), s = summarize(server);
+  char p50[32], p99[32];
+  std::snprintf(p50, sizeof p50, "%.3f", s.p50_ms);
+  std::snprintf(p99, sizeof p99, "%.3f", s.p99_ms);
+  if (json) {
+    std::printf("%s\n", summary_json("api-" + scenario, c, "daemon",
+                                     {{"server_p50_ms", p50}, {"server_p99_ms", p99}})
+                            .c_str());
+  } else {
+    std::printf("api-%-10s n=%-5zu client p50=%9.3f ms p99=%9.3f ms   server p50=%s ms p99=%s ms\n",
+                scenario.c_str(), c.n, c.p50_ms, c.p99_ms, p50, p99);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int api_bench(const std::string& scenario, const std::string& url, const std::string& key, int n,
+              bool json) {
+  Api api(url, key);
+  if (!api.http.valid_url()) {
+    std::fprintf(stderr, "pandastack-bench: --url must look like http://HOST:PORT\n");
+    return 2;
+  }
+  std::vector<double> client, server;
+  auto sample = [&](auto&& f) {
+    double srv = 0;
+    auto t = Clock::now();
+    f(&srv);
+    client.push_back(ms_since(t));
+    server.push_back(srv);
+  };
+  if (scenario == "create") {
+    api.kill(api.create());  // the first create may bake the template
+    for (int i = 0; i < n; ++i) {
+      std::string id;
+      sample([&](double* s) { id = api.create("{}", s); });
+      api.kill(id);
+    }
+  } else if (scenario == "exec") {
+    auto id = api.create();
+    std::string body = R"({"argv":["/bin/true"]})";
+    for (int i = 0; i < 5; ++i) api.call("POST", "/v1/sandboxes/" + id + "/exec", body);
+    for (int i = 0; i < n; ++i)
+      sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/exec", body, s); });
+    api.kill(id);
+  } else if (scenario == "fork") {
+    auto id = api.create();
+    for (int i = 0; i < n; ++i) {
+      Json kids;
+      sample([&](double* s) {
+        kids = api.call("POST", "/v1/sandboxes/" + id + "/fork", R"({"count":1})", s);
+      });
+      for (auto& k : kids["sandboxes"].as_array()) api.kill(k["id"].as_string());
+    }
+    api.kill(id);
+  } else if (scenario == "wake") {
+    auto id = api.create(R"({"persistent":true})");
+    for (int i = 0; i < n; ++i) {
+      api.call("POST", "/v1/sandboxes/" + id + "/hibernate", "");
+      sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/wake", "", s); });
+    }
+    api.kill(id);
+  } else if (scenario == "concurrent-create") {
+    constexpr int kAtOnce = 20;
+    for (int round = 0; round < n; ++round) {
+      std::vector<std::string> ids(kAtOnce);
+      std::vector<double> srv(kAtOnce);
+      auto t = Clock::now();
+      std::vector<std::thread> threads;
+      for (int i = 0; i < kAtOnce; ++i)
+        threads.emplace_back([&, i] {
+          Api own(url, key);
+          ids[i] = own.create("{}", &srv[i]);
+        });
+      for (auto& th : threads) th.join();
+      client.push_back(ms_since(t));
+      server.push_back(*std::max_element(srv.begin(), srv.end()));
+      for (auto& id : ids) api.kill(id);
+    }
+  } else {
+    std::fprintf(stderr,
+                 "pandastack-bench: api scenarios: create exec fork wake concurrent-create\n");
+    return 2;
+  }
+  report(json, scenario, client, server);
+  return 0;
+}
+
+}  // namespace pandastack::tools

@@ -1,0 +1,60 @@
+// A small blocking HTTP/1.1 client over one keep-alive TCP connection (loopback use: the CLI and
+// the API benchmark). Handles Content-Length and chunked bodies; no TLS, no redirects.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace pandastack::tools {
+
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string error;  // transport failure (status 0)
+  // Server-Timing "total;dur=X" in ms, when the server sent it.
+  std::optional<double> server_ms() const;
+};
+
+class HttpClient {
+ public:
+  // `base_url`: http://HOST:PORT (a path prefix is not supported).
+  HttpClient(const std::string& base_url, std::string bearer_token,
+             std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  bool valid_url() const { return port_ > 0; }
+  // Sends one request (reconnecting once if the kept-alive connection was closed).
+  HttpResponse request(const std::string& method, const std::string& path,
+                       const std::string& body = "",
+                       const std::string& content_type = "application/json");
+  // For streams: calls `on_data` with body bytes as they arrive (chunked or not).
+  template <typename F>
+  HttpResponse stream(const std::string& method, const std::string& path, const std::string& body,
+                      F&& on_data) {
+    return request_impl(method, path, body, "application/json", on_data);
+  }
+
+ private:
+  HttpResponse request_impl(const std::string& method, const std::string& path,
+                            const std::string& body, const std::string& content_type,
+                            const std::function<void(const std::string&)>& on_data);
+  bool connect_socket(std::string& error);
+  void close_socket();
+  bool read_more(std::string& error);
+  bool read_line(std::string& line, std::string& error);
+  bool read_exact(size_t n, std::string& out, std::string& error);
+
+  std::string host_, token_;
+  int port_ = 0;
+  std::chrono::milliseconds timeout_;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+}  // namespace pandastack::tools
