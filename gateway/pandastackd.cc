@@ -19,6 +19,7 @@
 
 #include "actors/runtime.h"
 #include "gateway/rest.h"
+#include "gateway/rpc.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/io_thread.h"
 
@@ -32,6 +33,7 @@ const char* kUsage = R"(usage: pandastackd [options]
   --images DIR        guest images from `make guest` (default DATA/images)
   --state-dir DIR     VM run folders, snapshots, hibernated RAM (default /dev/shm/pandastack-<hash>)
   --listen HOST:PORT  REST API (default 127.0.0.1:7070; port 0 picks a free one)
+  --rpc-listen HOST:PORT  Cap'n Proto RPC API (default 127.0.0.1:7071; also on DATA/rpc.sock)
   --accel auto|kvm|tcg  (default auto: KVM when a probe boot works, else TCG; env PANDASTACK_ACCEL)
   --memory MIB        guest memory (default 256)
   --vcpus N           guest vCPUs (default 1)
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
   // Logs go to stderr; stdout carries only the URL and key lines.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("pandastackd"));
   fs::path data = "var", images, state_dir;
-  std::string listen = "127.0.0.1:7070", accel = "auto", level = "info";
+  std::string listen = "127.0.0.1:7070", rpc_listen = "127.0.0.1:7071", accel = "auto",
+              level = "info";
   actors::RuntimeConfig config;
   bool jail = true;
   for (int i = 1; i < argc; ++i) {
@@ -81,6 +84,8 @@ int main(int argc, char** argv) {
       state_dir = value();
     else if (a == "--listen")
       listen = value();
+    else if (a == "--rpc-listen")
+      rpc_listen = value();
     else if (a == "--accel")
       accel = value();
     else if (a == "--memory")
@@ -108,11 +113,15 @@ int main(int argc, char** argv) {
   if (config.limits.default_ttl_seconds == 0 ||
       config.limits.default_ttl_seconds > config.limits.max_ttl_seconds)
     usage_error("--default-ttl must be within 1..--max-ttl");
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos) usage_error("--listen needs HOST:PORT");
-  std::string host = listen.substr(0, colon);
-  uint32_t port = parse_u32("--listen", listen.substr(colon + 1));
-  if (port > 65535) usage_error("--listen: port out of range");
+  auto split = [](const std::string& flag, const std::string& v) {
+    auto colon = v.rfind(':');
+    if (colon == std::string::npos) usage_error(flag + " needs HOST:PORT");
+    uint32_t port = parse_u32(flag, v.substr(colon + 1));
+    if (port > 65535) usage_error(flag + ": port out of range");
+    return std::make_pair(v.substr(0, colon), port);
+  };
+  auto [host, port] = split("--listen", listen);
+  auto [rpc_host, rpc_port] = split("--rpc-listen", rpc_listen);
 
   fs::create_directories(data);
   data = fs::absolute(data);
@@ -182,8 +191,29 @@ int main(int argc, char** argv) {
     spdlog::critical("gateway stopped: {}", e.getDescription().cStr());
   });
   std::string url = "http://" + host + ":" + std::to_string(listener->getPort());
-  std::printf("PandaStack is running.\n  URL:     %s\n  API key: %s\n  (key file: %s)\n",
-              url.c_str(), key.empty() ? "(see your key file)" : key.c_str(), key_file.c_str());
+
+  // Cap'n Proto RPC: TCP and a unix socket in the data folder (owner only).
+  auto rpc = std::make_unique<gateway::RpcServer>(*runtime);
+  auto rpc_addr = io.provider->getNetwork().parseAddress(rpc_host, rpc_port).wait(io.waitScope);
+  auto rpc_listener = rpc_addr->listen();
+  fs::path sock = data / "rpc.sock";
+  fs::remove(sock);
+  auto unix_addr =
+      io.provider->getNetwork().parseAddress(kj::str("unix:", sock.c_str())).wait(io.waitScope);
+  auto unix_listener = unix_addr->listen();
+  fs::permissions(sock, fs::perms::owner_read | fs::perms::owner_write);
+  auto rpc_serving = rpc->listen(*rpc_listener)
+                         .exclusiveJoin(rpc->listen(*unix_listener))
+                         .eagerlyEvaluate([](kj::Exception&& e) {
+                           spdlog::critical("RPC stopped: {}", e.getDescription().cStr());
+                         });
+  std::string rpc_url = rpc_host + ":" + std::to_string(rpc_listener->getPort());
+
+  std::printf(
+      "PandaStack is running.\n  URL:     %s\n  RPC:     %s (and unix:%s)\n  API key: %s\n  (key "
+      "file: %s)\n",
+      url.c_str(), rpc_url.c_str(), sock.c_str(), key.empty() ? "(see your key file)" : key.c_str(),
+      key_file.c_str());
   std::fflush(stdout);
   spdlog::info("listening on {} (accelerator {}, images {})", url,
                config.accel == vmm::Accel::kvm ? "kvm" : "tcg", images.string());
@@ -193,6 +223,8 @@ int main(int argc, char** argv) {
   spdlog::info("signal {}: shutting down", strsignal(sig.si_signo));
   // Stop serving, then the runtime: persistent sandboxes hibernate, the others are killed.
   { auto drop = kj::mv(serving); }
+  { auto drop = kj::mv(rpc_serving); }
+  rpc.reset();
   gw.reset();  // cancels commands in flight, joins the gateway's workers
   runtime.reset();
   spdlog::info("stopped");

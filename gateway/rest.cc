@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gateway/http_util.h"
+#include "gateway/worker_pool.h"
 #include "wire/json.h"
 
 namespace pandastack::gateway {
@@ -28,54 +29,6 @@ using wire::Json;
 using Clock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------------------------
-// Blocking work runs here, never on the event loop.
-
-class WorkerPool {
- public:
-  WorkerPool(unsigned threads, size_t max_queued) : max_queued_(max_queued) {
-    for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard l(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  // False when the queue is full.
-  bool submit(std::function<void()> job) {
-    {
-      std::lock_guard l(mu_);
-      if (jobs_.size() >= max_queued_) return false;
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-    return true;
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock l(mu_);
-        cv_.wait(l, [this] { return stopping_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  size_t max_queued_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
 // A complete response, built on a worker thread.
 struct HttpReply {
   unsigned status = 200;
@@ -424,17 +377,7 @@ struct Gateway::Impl final : public kj::HttpService {
 
   template <typename T>
   kj::Promise<T> offload(std::function<T()> f, T overloaded) {
-    auto paf = kj::newPromiseAndCrossThreadFulfiller<T>();
-    auto ful = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<T>>>(kj::mv(paf.fulfiller));
-    bool queued = pool->submit([f = std::move(f), ful]() mutable {
-      try {
-        (*ful)->fulfill(f());
-      } catch (const std::exception& e) {
-        (*ful)->reject(KJ_EXCEPTION(FAILED, e.what()));
-      }
-    });
-    if (!queued) return kj::mv(overloaded);
-    return kj::mv(paf.promise);
+    return pool->offload<T>(std::move(f), std::move(overloaded));
   }
 
   kj::Promise<void> send(kj::HttpService::Response& response, HttpReply r, Clock::time_point t0) {

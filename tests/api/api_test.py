@@ -28,7 +28,7 @@ class Daemon:
     def __init__(self, data, state, extra=()):
         self.data, self.state = data, state
         cmd = [ARGS.daemon, "--data", data, "--images", ARGS.images, "--state-dir", state,
-               "--listen", "127.0.0.1:0", "--accel", "tcg", *extra]
+               "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", *extra]
         os.makedirs(data, exist_ok=True)
         self.log = open(os.path.join(data, "daemon.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)

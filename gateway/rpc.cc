@@ -1,0 +1,397 @@
+// GCC 12 reports -Wmaybe-uninitialized inside kj's ExceptionOr<T> move-assignment
+// (async-inl.h, XThreadFulfiller::fulfill) for any non-trivial T fulfilled across threads: a
+// false positive of its inliner, silenced for this file only.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "gateway/rpc.h"
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include <optional>
+#include <stop_token>
+
+#include "gateway/http_util.h"
+#include "gateway/worker_pool.h"
+#include "wire/pandastack.capnp.h"
+
+namespace pandastack::gateway {
+
+namespace api = wire::api;
+using actors::Rejection;
+using actors::Reply;
+
+struct RpcServer::Impl {
+  actors::Runtime& rt;
+  Limits limits;
+  std::stop_source shutting_down;  // cancels commands in flight at shutdown (outlives the pool)
+  WorkerPool pool;
+  kj::Own<capnp::TwoPartyServer> server;
+
+  Impl(actors::Runtime& r, Limits l);
+  ~Impl() { shutting_down.request_stop(); }
+
+  // Runs `f` on the pool; its Reply becomes the promise's value.
+  // (The reply travels by pointer: GCC 12 warns falsely about strings moved inside kj's
+  // ExceptionOr<Reply<T>>.)
+  template <typename T>
+  kj::Promise<std::shared_ptr<Reply<T>>> offload(std::function<Reply<T>()> f) {
+    return pool.offload<std::shared_ptr<Reply<T>>>(
+        [f = std::move(f)] { return std::make_shared<Reply<T>>(f()); },
+        std::make_shared<Reply<T>>(Rejection{"too_many_requests", "the server is busy"}));
+  }
+};
+
+namespace {
+
+// Errors are exceptions whose description starts with the API's error code.
+[[noreturn]] void fail(const Rejection& r) {
+  kj::throwFatalException(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                                        kj::str(r.code.c_str(), ": ", r.message.c_str())));
+}
+
+template <typename T>
+T take(Reply<T>& r) {
+  if (!r) fail(r.error());
+  return std::move(*r);
+}
+
+std::string text(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
+
+void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
+  b.setId(i.id);
+  b.setTemplate(i.template_name);
+  b.setState(actors::to_string(i.status));
+  b.setCreatedAtMs(i.created_at_ms);
+  b.setExpiresAtMs(i.expires_at_ms);
+  b.setPersistent(i.persistent);
+  auto m = b.initMetadata(i.metadata.size());
+  size_t n = 0;
+  for (auto& [k, v] : i.metadata) {
+    m[n].setKey(k);
+    m[n++].setValue(v);
+  }
+  b.setParent(i.parent);
+  auto s = b.initSnapshots(i.snapshots.size());
+  for (size_t j = 0; j < i.snapshots.size(); ++j) s.set(j, i.snapshots[j]);
+  b.setFailureReason(i.failure_reason);
+}
+
+void fill_result(api::ExecResult::Builder b, const vmm::ExecResult& r) {
+  b.setExitCode(r.exit_code);
+  b.setTimedOut(r.timed_out);
+  b.setStdout(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.stdout_data.data()),
+                                  r.stdout_data.size()));
+  b.setStderr(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.stderr_data.data()),
+                                  r.stderr_data.size()));
+  b.setStdoutTruncated(r.stdout_truncated);
+  b.setStderrTruncated(r.stderr_truncated);
+  b.setDurationMs(double(r.duration_us) / 1000.0);
+}
+
+vmm::ExecRequest to_exec(api::ExecRequest::Reader r, const Limits& limits) {
+  vmm::ExecRequest e;
+  for (auto a : r.getArgv()) e.argv.push_back(text(a));
+  e.shell = text(r.getCmd());
+  if (e.argv.empty() == e.shell.empty())
+    fail({"invalid_argument", "give exactly one of cmd (a shell command) or argv"});
+  for (auto v : r.getEnv()) e.env[text(v.getKey())] = text(v.getValue());
+  e.cwd = text(r.getCwd());
+  if (!e.cwd.empty())
+    if (auto err = check_guest_path(e.cwd, limits.max_path_bytes)) fail({"invalid_path", *err});
+  auto in = r.getStdin();
+  e.stdin_data.assign(reinterpret_cast<const char*>(in.begin()), in.size());
+  size_t size = e.shell.size() + e.stdin_data.size();
+  for (auto& a : e.argv) size += a.size() + 1;
+  if (size > limits.max_command_bytes)
+    fail({"body_too_large",
+          "command and stdin exceed " + std::to_string(limits.max_command_bytes) + " bytes"});
+  uint32_t t = r.getTimeoutSeconds();
+  if (t > limits.max_exec_timeout_s)
+    fail({"invalid_argument",
+          "timeoutSeconds is at most " + std::to_string(limits.max_exec_timeout_s)});
+  e.timeout_ms = (t == 0 ? limits.default_exec_timeout_s : t) * 1000;
+  e.max_output_bytes = limits.max_exec_output_bytes;
+  return e;
+}
+
+std::string checked_path(capnp::Text::Reader p, const Limits& limits) {
+  auto s = text(p);
+  if (auto err = check_guest_path(s, limits.max_path_bytes)) fail({"invalid_path", *err});
+  return s;
+}
+
+class SandboxImpl final : public api::Sandbox::Server {
+ public:
+  SandboxImpl(RpcServer::Impl& ctx, std::string tenant, std::string id)
+      : ctx_(ctx), tenant_(std::move(tenant)), id_(std::move(id)) {}
+
+  kj::Promise<void> info(InfoContext context) override {
+    return info_call(context, [t = target()] { return t.rt->get(t.tenant, t.id); });
+  }
+  kj::Promise<void> hibernate(HibernateContext context) override {
+    return info_call(context, [t = target()] { return t.rt->hibernate(t.tenant, t.id); });
+  }
+  kj::Promise<void> wake(WakeContext context) override {
+    return info_call(context, [t = target()] { return t.rt->wake(t.tenant, t.id); });
+  }
+  kj::Promise<void> kill(KillContext context) override {
+    return info_call(context, [t = target()] { return t.rt->kill(t.tenant, t.id); });
+  }
+  kj::Promise<void> setTtl(SetTtlContext context) override {
+    uint32_t ttl = context.getParams().getTtlSeconds();
+    return info_call(context, [t = target(), ttl] { return t.rt->set_ttl(t.tenant, t.id, ttl); });
+  }
+
+  kj::Promise<void> exec(ExecContext context) override {
+    context.allowCancellation();
+    auto req = to_exec(context.getParams().getRequest(), ctx_.limits);
+    auto stop = std::make_shared<std::stop_source>();
+    auto guard = kj::defer([stop] { stop->request_stop(); });
+    return ctx_
+        .offload<vmm::ExecResult>([t = target(), req, stop] {
+          std::stop_callback on_shutdown(t.shutdown, [stop] { stop->request_stop(); });
+          return t.rt->exec(t.tenant, t.id, req, stop->get_token());
+        })
+        .then([context](std::shared_ptr<Reply<vmm::ExecResult>> r) mutable {
+          fill_result(context.getResults().initResult(), take(*r));
+        })
+        .attach(kj::mv(guard));
+  }
+
+  kj::Promise<void> execStream(ExecStreamContext context) override {
+    context.allowCancellation();
+    auto params = context.getParams();
+    auto req = to_exec(params.getRequest(), ctx_.limits);
+    auto sink = params.getSink();
+    using Chunk = std::pair<vmm::StreamKind, std::string>;
+    auto queue = std::make_shared<CrossThreadQueue<Chunk>>();
+    auto stop = std::make_shared<std::stop_source>();
+    auto result = std::make_shared<std::optional<Reply<vmm::ExecResult>>>();
+    bool queued = ctx_.pool.submit([t = target(), req, queue, stop, result] {
+      std::stop_callback on_shutdown(t.shutdown, [stop] { stop->request_stop(); });
+      result->emplace(t.rt->exec_stream(
+          t.tenant, t.id, req,
+          [queue](vmm::StreamKind k, std::string_view d) {
+            queue->push({k, std::string(d)});
+          },
+          stop->get_token()));
+      queue->close();
+    });
+    if (!queued) fail({"too_many_requests", "the server is busy"});
+    // Dropping this call (the client cancelled) stops the command in the guest.
+    auto guard = kj::defer([stop] { stop->request_stop(); });
+    return pump(queue, sink)
+        .then([context, result]() mutable {
+          auto& r = **result;
+          fill_result(context.getResults().initResult(), take(r));
+        })
+        .attach(kj::mv(guard));
+  }
+
+  kj::Promise<void> readFile(ReadFileContext context) override {
+    auto path = checked_path(context.getParams().getPath(), ctx_.limits);
+    return ctx_
+        .offload<std::string>([t = target(), path] {
+          return t.rt->read_file(t.tenant, t.id, path, RpcServer::kMaxFileBytes);
+        })
+        .then([context](std::shared_ptr<Reply<std::string>> r) mutable {
+          auto data = take(*r);
+          context.getResults().setData(
+              capnp::Data::Reader(reinterpret_cast<const kj::byte*>(data.data()), data.size()));
+        });
+  }
+
+  kj::Promise<void> writeFile(WriteFileContext context) override {
+    auto params = context.getParams();
+    auto path = checked_path(params.getPath(), ctx_.limits);
+    auto d = params.getData();
+    if (d.size() > RpcServer::kMaxFileBytes)
+      fail({"file_too_large", "files over RPC are at most 32 MiB"});
+    std::string data(reinterpret_cast<const char*>(d.begin()), d.size());
+    return ctx_
+        .offload<bool>([t = target(), path, data = std::move(data)] {
+          return t.rt->write_file(t.tenant, t.id, path, data);
+        })
+        .then([](std::shared_ptr<Reply<bool>> r) { take(*r); });
+  }
+
+  kj::Promise<void> listDir(ListDirContext context) override {
+    auto path = checked_path(context.getParams().getPath(), ctx_.limits);
+    return ctx_
+        .offload<std::vector<vmm::FileStat>>(
+            [t = target(), path] { return t.rt->list_dir(t.tenant, t.id, path); })
+        .then([context](std::shared_ptr<Reply<std::vector<vmm::FileStat>>> r) mutable {
+          static const char* types[] = {"file", "directory", "symlink", "other"};
+          auto entries = take(*r);
+          auto list = context.getResults().initEntries(entries.size());
+          for (size_t i = 0; i < entries.size(); ++i) {
+            list[i].setName(entries[i].name);
+            list[i].setType(types[int(entries[i].type)]);
+            list[i].setSize(entries[i].size);
+            list[i].setMode(entries[i].mode);
+            list[i].setMtimeMs(entries[i].mtime_ms);
+          }
+        });
+  }
+
+  kj::Promise<void> snapshot(SnapshotContext context) override {
+    return ctx_.offload<std::string>([t = target()] { return t.rt->snapshot(t.tenant, t.id); })
+        .then([context](std::shared_ptr<Reply<std::string>> r) mutable {
+          context.getResults().setSnapshotId(take(*r));
+        });
+  }
+
+  kj::Promise<void> fork(ForkContext context) override {
+    uint32_t count = context.getParams().getCount();
+    return ctx_
+        .offload<std::vector<actors::SandboxInfo>>(
+            [t = target(), count] { return t.rt->fork(t.tenant, t.id, count); })
+        .then([this, context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
+          auto kids = take(*r);
+          auto results = context.getResults();
+          auto caps = results.initChildren(kids.size());
+          auto infos = results.initInfos(kids.size());
+          for (size_t i = 0; i < kids.size(); ++i) {
+            caps.set(i, kj::heap<SandboxImpl>(ctx_, tenant_, kids[i].id));
+            fill_info(infos[i], kids[i]);
+          }
+        });
+  }
+
+ private:
+  // What a worker needs: copies, so a call outliving this capability (cancelled) stays valid.
+  struct Target {
+    actors::Runtime* rt;
+    std::string tenant, id;
+    std::stop_token shutdown;
+  };
+  Target target() const { return {&ctx_.rt, tenant_, id_, ctx_.shutting_down.get_token()}; }
+
+  template <typename Context, typename F>
+  kj::Promise<void> info_call(Context context, F f) {
+    return ctx_.offload<actors::SandboxInfo>(std::move(f))
+        .then([context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
+          fill_info(context.getResults().initInfo(), take(*r));
+        });
+  }
+
+  static kj::Promise<void> pump(
+      std::shared_ptr<CrossThreadQueue<std::pair<vmm::StreamKind, std::string>>> queue,
+      api::OutputSink::Client sink) {
+    return queue->ready().then([queue, sink]() mutable -> kj::Promise<void> {
+      auto [items, closed] = queue->take();
+      kj::Promise<void> sent = kj::READY_NOW;
+      for (auto& [kind, data] : items) {
+        auto w = sink.writeRequest();
+        w.setKind(kind == vmm::StreamKind::out ? api::StreamKind::STDOUT : api::StreamKind::STDERR);
+        w.setData(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(data.data()), data.size()));
+        sent = sent.then([w = kj::mv(w)]() mutable { return w.send(); });
+      }
+      if (closed) return sent;
+      return sent.then([queue, sink]() mutable { return pump(queue, sink); });
+    });
+  }
+
+  RpcServer::Impl& ctx_;
+  std::string tenant_, id_;
+};
+
+class PlatformImpl final : public api::Platform::Server {
+ public:
+  PlatformImpl(RpcServer::Impl& ctx, std::string tenant) : ctx_(ctx), tenant_(std::move(tenant)) {}
+
+  kj::Promise<void> create(CreateContext context) override {
+    auto r = context.getParams().getRequest();
+    actors::CreateRequest c;
+    c.tenant = tenant_;
+    c.template_name = r.getTemplate().size() ? text(r.getTemplate()) : "base";
+    c.ttl_seconds = r.getTtlSeconds();
+    for (auto e : r.getMetadata()) c.metadata[text(e.getKey())] = text(e.getValue());
+    c.persistent = r.getPersistent();
+    c.auto_wake = r.getAutoWake();
+    c.from_snapshot = text(r.getFromSnapshot());
+    return ctx_.offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
+        .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
+          if (!*r && r->error().code == "sandbox_failed")
+            fail({"start_failed", r->error().message});
+          auto info = take(*r);
+          auto results = context.getResults();
+          results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, info.id));
+          fill_info(results.initInfo(), info);
+        });
+  }
+
+  kj::Promise<void> get(GetContext context) override {
+    auto id = text(context.getParams().getId());
+    return ctx_
+        .offload<actors::SandboxInfo>([rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
+        .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
+          auto info = take(*r);
+          auto results = context.getResults();
+          results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, info.id));
+          fill_info(results.initInfo(), info);
+        });
+  }
+
+  kj::Promise<void> list(ListContext context) override {
+    auto state = text(context.getParams().getState());
+    std::optional<actors::Status> status;
+    if (!state.empty()) {
+      for (int i = 0; i <= int(actors::Status::failed); ++i)
+        if (state == actors::to_string(actors::Status(i))) status = actors::Status(i);
+      if (!status) fail({"invalid_argument", "unknown state '" + state + "'"});
+    }
+    return ctx_
+        .offload<std::vector<actors::SandboxInfo>>(
+            [rt = &ctx_.rt, t = tenant_, status] { return rt->list(t, status); })
+        .then([context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
+          auto all = take(*r);
+          auto list = context.getResults().initSandboxes(all.size());
+          for (size_t i = 0; i < all.size(); ++i) fill_info(list[i], all[i]);
+        });
+  }
+
+ private:
+  RpcServer::Impl& ctx_;
+  std::string tenant_;
+};
+
+class LoginImpl final : public api::Login::Server {
+ public:
+  explicit LoginImpl(RpcServer::Impl& ctx) : ctx_(ctx) {}
+
+  kj::Promise<void> login(LoginContext context) override {
+    auto key = text(context.getParams().getApiKey());
+    return ctx_.offload<actors::KeyInfo>([rt = &ctx_.rt, key] { return rt->authenticate(key); })
+        .then([this, context](std::shared_ptr<Reply<actors::KeyInfo>> r) mutable {
+          auto k = take(*r);
+          context.getResults().setPlatform(kj::heap<PlatformImpl>(ctx_, k.tenant));
+        });
+  }
+
+ private:
+  RpcServer::Impl& ctx_;
+};
+
+}  // namespace
+
+RpcServer::Impl::Impl(actors::Runtime& r, Limits l)
+    : rt(r), limits(l), pool(16, limits.max_queued_requests) {
+  server = kj::heap<capnp::TwoPartyServer>(kj::heap<LoginImpl>(*this));
+}
+
+RpcServer::RpcServer(actors::Runtime& runtime, Limits limits)
+    : impl_(std::make_unique<Impl>(runtime, limits)) {}
+
+RpcServer::~RpcServer() {
+  impl_->shutting_down.request_stop();
+  impl_->server = nullptr;  // drops the connections and their capabilities
+}
+
+kj::Promise<void> RpcServer::listen(kj::ConnectionReceiver& listener) {
+  return impl_->server->listen(listener);
+}
+
+}  // namespace pandastack::gateway

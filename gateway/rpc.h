@@ -1,0 +1,33 @@
+// The Cap'n Proto RPC gateway (wire/pandastack.capnp): Login -> Platform -> Sandbox capabilities
+// over the runtime facade, on the same KJ event loop as the REST gateway. Like REST, it never
+// touches a VMM, a VM socket or the database; runtime calls run on its own worker pool.
+#pragma once
+
+#include <kj/async-io.h>
+
+#include <memory>
+
+#include "actors/runtime.h"
+#include "gateway/rest.h"
+
+namespace pandastack::gateway {
+
+class RpcServer {
+ public:
+  RpcServer(actors::Runtime& runtime, Limits limits = {});
+  // Cancels commands in flight and joins the workers.
+  ~RpcServer();
+
+  // Accepts connections on `listener` (TCP or unix socket) until the promise is cancelled.
+  kj::Promise<void> listen(kj::ConnectionReceiver& listener);
+
+  // Files over RPC: one message carries the whole file.
+  static constexpr size_t kMaxFileBytes = 32 << 20;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pandastack::gateway

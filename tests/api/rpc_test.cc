@@ -1,0 +1,375 @@
+// The Cap'n Proto RPC API against the real daemon binary: pipelining (create and exec in one
+// round trip, shown with an artificial 1 s server->client latency), streaming output to a sink,
+// files, fork, error codes, tenant isolation. Traffic stays on loopback and a unix socket.
+#include <capnp/rpc-twoparty.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <kj/async-io.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "tools/http_client.h"
+#include "wire/json.h"
+#include "wire/pandastack.capnp.h"
+
+namespace api = pandastack::wire::api;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// pandastackd on free loopback ports with its own folders; stopped with SIGTERM.
+class Daemon {
+ public:
+  Daemon() {
+    base_ = fs::path("/dev/shm") / ("pst-rpc-" + std::to_string(::getpid()));
+    fs::create_directories(base_ / "data");
+    int out[2];
+    if (::pipe(out) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      int log =
+          ::open((base_ / "data" / "daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      ::dup2(log, 2);
+      std::string images = std::getenv("PANDASTACK_IMAGES") ? std::getenv("PANDASTACK_IMAGES")
+                                                            : PANDASTACK_SOURCE_DIR "/var/images";
+      std::string data = (base_ / "data").string(), state = (base_ / "state").string();
+      ::execl(PANDASTACKD, PANDASTACKD, "--data", data.c_str(), "--state-dir", state.c_str(),
+              "--images", images.c_str(), "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+              "--accel", "tcg", nullptr);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    FILE* f = ::fdopen(out[0], "r");
+    char line[1024];
+    while (std::fgets(line, sizeof line, f)) {
+      std::string l = line;
+      auto value = [&](const char* label) {
+        auto p = l.find(label);
+        if (p == std::string::npos) return std::string();
+        auto v = l.substr(p + std::strlen(label));
+        while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+        return v.substr(0, v.find_first_of(" \n"));
+      };
+      if (l.find("URL:") != std::string::npos) url = value("URL:");
+      if (l.find("RPC:") != std::string::npos) rpc = value("RPC:");
+      if (l.find("API key:") != std::string::npos) key = value("API key:");
+      if (l.find("(key file") != std::string::npos) break;
+    }
+    std::fclose(f);
+    sock = (base_ / "data" / "rpc.sock").string();
+  }
+  ~Daemon() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon status " << status;
+    fs::remove_all(base_);
+  }
+  std::string url, rpc, key, sock;
+
+ private:
+  fs::path base_;
+  pid_t pid_ = -1;
+};
+
+// Delays every byte from the server by `delay` after it arrived: one-way network latency, so a
+// round trip costs `delay`.
+class DelayedStream final : public kj::AsyncIoStream {
+ public:
+  DelayedStream(kj::Own<kj::AsyncIoStream> inner, kj::Timer& timer, kj::Duration delay)
+      : inner_(kj::mv(inner)),
+        timer_(timer),
+        delay_(delay),
+        pump_(pump().eagerlyEvaluate(nullptr)) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
+    return read(reinterpret_cast<kj::byte*>(buffer), min, max, 0);
+  }
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    return inner_->write(buffer, size);
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    return inner_->write(pieces);
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
+  void shutdownWrite() override { inner_->shutdownWrite(); }
+
+ private:
+  struct Chunk {
+    kj::TimePoint ready;
+    std::string data;
+  };
+  kj::Promise<void> pump() {
+    return inner_->tryRead(buf_, 1, sizeof buf_).then([this](size_t n) -> kj::Promise<void> {
+      if (n == 0) {
+        eof_ = true;
+      } else {
+        chunks_.push_back({timer_.now() + delay_, std::string(buf_, n)});
+      }
+      KJ_IF_MAYBE (w, waiter_) {
+        (*w)->fulfill();
+        waiter_ = nullptr;
+      }
+      if (n == 0) return kj::READY_NOW;
+      return pump();
+    });
+  }
+  kj::Promise<size_t> read(kj::byte* out, size_t min, size_t max, size_t got) {
+    if (got >= min) return got;
+    if (chunks_.empty()) {
+      if (eof_) return got;
+      auto paf = kj::newPromiseAndFulfiller<void>();
+      waiter_ = kj::mv(paf.fulfiller);
+      return paf.promise.then([=, this] { return read(out, min, max, got); });
+    }
+    return timer_.atTime(chunks_.front().ready).then([=, this] {
+      auto& c = chunks_.front();
+      size_t n = std::min(max - got, c.data.size());
+      std::memcpy(out + got, c.data.data(), n);
+      c.data.erase(0, n);
+      if (c.data.empty()) chunks_.pop_front();
+      return read(out, min, max, got + n);
+    });
+  }
+
+  kj::Own<kj::AsyncIoStream> inner_;
+  kj::Timer& timer_;
+  kj::Duration delay_;
+  char buf_[65536];
+  std::deque<Chunk> chunks_;
+  bool eof_ = false;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiter_;
+  kj::Promise<void> pump_;
+};
+
+std::string error_of(kj::Function<void()> f) {
+  try {
+    f();
+  } catch (const kj::Exception& e) {
+    std::string d = e.getDescription().cStr();
+    // Remote exceptions are prefixed "remote exception: ".
+    auto p = d.find("remote exception: ");
+    if (p != std::string::npos) d = d.substr(p + 18);
+    return d.substr(0, d.find(':'));
+  }
+  return "";
+}
+
+class RpcTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { daemon_ = new Daemon(); }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  void SetUp() override { ASSERT_FALSE(daemon_->rpc.empty()) << "daemon did not start"; }
+
+  api::Platform::Client login(capnp::TwoPartyClient& client, const std::string& key) {
+    auto r = client.bootstrap().castAs<api::Login>().loginRequest();
+    r.setApiKey(key);
+    return r.send().getPlatform();
+  }
+
+  static Daemon* daemon_;
+  // (Held by pointer: kj::AsyncIoContext's destructor may throw, gtest's must not.)
+  std::unique_ptr<kj::AsyncIoContext> io_ptr_ =
+      std::make_unique<kj::AsyncIoContext>(kj::setupAsyncIo());
+  kj::AsyncIoContext& io_ = *io_ptr_;
+};
+
+Daemon* RpcTest::daemon_ = nullptr;
+
+TEST_F(RpcTest, PipelinedCreateAndExecTakeOneRoundTrip) {
+  auto& ws = io_.waitScope;
+  auto& timer = io_.provider->getTimer();
+  constexpr auto kDelay = 1000 * kj::MILLISECONDS;
+  auto conn = io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  DelayedStream slow(kj::mv(conn), timer, kDelay);
+  capnp::TwoPartyClient client(slow);
+  auto platform = login(client, daemon_->key);
+  // Login answered once (one delayed round trip), outside the measurement.
+  platform.listRequest().send().wait(ws);
+
+  auto exec_on = [](api::Sandbox::Client sandbox) {
+    auto e = sandbox.execRequest();
+    e.initRequest().setCmd("echo pipelined");
+    return e;
+  };
+  // Sequential: wait for create, then exec: two round trips.
+  auto t0 = Clock::now();
+  auto created = platform.createRequest().send().wait(ws);
+  auto r1 = exec_on(created.getSandbox()).send().wait(ws);
+  double sequential = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(
+      std::string(r1.getResult().getStdout().asChars().begin(), r1.getResult().getStdout().size()),
+      "pipelined\n");
+  // Pipelined: exec is sent to the promised sandbox right after create, in the same flight.
+  t0 = Clock::now();
+  auto promised = platform.createRequest().send();
+  auto r2 = exec_on(promised.getSandbox()).send().wait(ws);
+  double pipelined = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(
+      std::string(r2.getResult().getStdout().asChars().begin(), r2.getResult().getStdout().size()),
+      "pipelined\n");
+  // One round trip (1 s) fewer; the VM work is the same in both.
+  EXPECT_GT(sequential - pipelined, 0.6)
+      << "sequential " << sequential << " s, pipelined " << pipelined << " s";
+  EXPECT_LT(pipelined, sequential);
+  promised.getSandbox().killRequest().send().wait(ws);
+  created.getSandbox().killRequest().send().wait(ws);
+}
+
+TEST_F(RpcTest, SandboxOperationsStreamingAndErrors) {
+  auto& ws = io_.waitScope;
+  auto conn = io_.provider->getNetwork()
+                  .parseAddress(kj::str("unix:", daemon_->sock.c_str()))
+                  .wait(ws)
+                  ->connect()
+                  .wait(ws);
+  capnp::TwoPartyClient client(*conn);
+
+  EXPECT_EQ(error_of([&] { login(client, "pds_wrong").listRequest().send().wait(ws); }),
+            "unauthorized");
+  auto platform = login(client, daemon_->key);
+  EXPECT_EQ(error_of([&] {
+              auto g = platform.getRequest();
+              g.setId("sbx_nope");
+              g.send().wait(ws);
+            }),
+            "sandbox_not_found");
+  auto c = platform.createRequest();
+  c.initRequest().setTemplate("nope");
+  EXPECT_EQ(error_of([&] { c.send().wait(ws); }), "template_not_found");
+
+  auto created = platform.createRequest().send().wait(ws);
+  auto sandbox = created.getSandbox();
+  std::string id = created.getInfo().getId();
+  EXPECT_EQ(std::string(created.getInfo().getState()), "running");
+
+  // Output reaches the sink while the command runs.
+  struct Sink final : public api::OutputSink::Server {
+    std::string out, err;
+    Clock::time_point first;
+    kj::Promise<void> write(WriteContext ctx) override {
+      auto d = ctx.getParams().getData();
+      if (out.empty() && err.empty()) first = Clock::now();
+      (ctx.getParams().getKind() == api::StreamKind::STDOUT ? out : err)
+          .append(d.asChars().begin(), d.size());
+      return kj::READY_NOW;
+    }
+  };
+  auto sink_own = kj::heap<Sink>();
+  Sink& sink = *sink_own;
+  api::OutputSink::Client sink_cap = kj::mv(sink_own);
+  auto s = sandbox.execStreamRequest();
+  s.initRequest().setCmd("echo one; sleep 2; echo two >&2; exit 7");
+  s.setSink(sink_cap);
+  auto t0 = Clock::now();
+  auto sr = s.send().wait(ws);
+  auto end = Clock::now();
+  EXPECT_EQ(sr.getResult().getExitCode(), 7);
+  EXPECT_EQ(sink.out, "one\n");
+  EXPECT_EQ(sink.err, "two\n");
+  EXPECT_LT(sink.first - t0, end - t0 - std::chrono::milliseconds(1500));
+
+  auto w = sandbox.writeFileRequest();
+  w.setPath("/tmp/rpc/file.txt");
+  w.setData(kj::StringPtr("over rpc").asBytes());
+  w.send().wait(ws);
+  auto rf = sandbox.readFileRequest();
+  rf.setPath("/tmp/rpc/file.txt");
+  auto data = rf.send().wait(ws).getData();
+  EXPECT_EQ(std::string(data.asChars().begin(), data.size()), "over rpc");
+  auto ld = sandbox.listDirRequest();
+  ld.setPath("/tmp/rpc");
+  auto entries = ld.send().wait(ws).getEntries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(std::string(entries[0].getName()), "file.txt");
+  auto bad = sandbox.readFileRequest();
+  bad.setPath("/tmp/../etc/passwd");
+  EXPECT_EQ(error_of([&] { bad.send().wait(ws); }), "invalid_path");
+
+  auto f = sandbox.forkRequest();
+  f.setCount(1);
+  auto forked = f.send().wait(ws);
+  ASSERT_EQ(forked.getChildren().size(), 1u);
+  auto child = forked.getChildren()[0];
+  auto cr = child.readFileRequest();
+  cr.setPath("/tmp/rpc/file.txt");
+  auto cd = cr.send().wait(ws).getData();
+  EXPECT_EQ(std::string(cd.asChars().begin(), cd.size()), "over rpc");
+  child.killRequest().send().wait(ws);
+
+  // Another tenant (a key made over REST) cannot see the sandbox.
+  pandastack::tools::HttpClient http(daemon_->url, daemon_->key);
+  auto k = http.request("POST", "/v1/keys", R"({"tenant":"rpc-other"})");
+  ASSERT_EQ(k.status, 201) << k.body;
+  auto other_key = (*pandastack::wire::Json::parse(k.body))["key"].as_string();
+  auto other = login(client, other_key);
+  EXPECT_EQ(error_of([&] {
+              auto g = other.getRequest();
+              g.setId(id);
+              g.send().wait(ws);
+            }),
+            "sandbox_not_found");
+  EXPECT_EQ(other.listRequest().send().wait(ws).getSandboxes().size(), 0u);
+
+  auto killed = sandbox.killRequest().send().wait(ws);
+  EXPECT_EQ(std::string(killed.getInfo().getState()), "stopped");
+  auto after = sandbox.execRequest();
+  after.initRequest().setCmd("true");
+  EXPECT_EQ(error_of([&] { after.send().wait(ws); }), "sandbox_stopped");
+}
+
+TEST_F(RpcTest, DroppingAStreamingCallKillsTheCommand) {
+  auto& ws = io_.waitScope;
+  auto conn = io_.provider->getNetwork()
+                  .parseAddress(kj::str("unix:", daemon_->sock.c_str()))
+                  .wait(ws)
+                  ->connect()
+                  .wait(ws);
+  capnp::TwoPartyClient client(*conn);
+  auto platform = login(client, daemon_->key);
+  auto sandbox = platform.createRequest().send().wait(ws).getSandbox();
+  struct Sink final : public api::OutputSink::Server {
+    kj::Own<kj::PromiseFulfiller<void>> started;
+    kj::Promise<void> write(WriteContext) override {
+      started->fulfill();
+      return kj::READY_NOW;
+    }
+  };
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  auto sink = kj::heap<Sink>();
+  sink->started = kj::mv(paf.fulfiller);
+  auto s = sandbox.execStreamRequest();
+  s.initRequest().setCmd("echo up; exec sleep 303");
+  s.setSink(kj::mv(sink));
+  {
+    auto call = s.send();
+    paf.promise.wait(ws);  // the command runs
+  }                        // dropped: the call is cancelled
+  auto count = [&] {
+    auto e = sandbox.execRequest();
+    e.initRequest().setCmd(
+        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 303'");
+    auto out = e.send().wait(ws).getResult().getStdout();
+    return std::atoi(std::string(out.asChars().begin(), out.size()).c_str());
+  };
+  auto deadline = Clock::now() + std::chrono::seconds(15);
+  while (count() > 0 && Clock::now() < deadline)
+    io_.provider->getTimer().afterDelay(300 * kj::MILLISECONDS).wait(ws);
+  EXPECT_EQ(count(), 0);
+  sandbox.killRequest().send().wait(ws);
+}
+
+}  // namespace

@@ -1,0 +1,100 @@
+# The public Cap'n Proto RPC API of pandastackd (on --rpc-listen and DATA/rpc.sock).
+#
+#   bootstrap (Login) -> login(apiKey) -> Platform -> create(...) -> Sandbox -> exec(...)
+#
+# Capabilities pipeline: `platform.create(...).sandbox.exec(...)` is sent in one network round
+# trip. Errors are exceptions whose description starts with the REST API's error code:
+# "sandbox_not_found: no sandbox sbx_...". Ordinals are append-only.
+@0x8b9c2b31ddfc0d84;
+
+$import "/capnp/c++.capnp".namespace("pandastack::wire::api");
+
+struct Entry {
+  key @0 :Text;
+  value @1 :Text;
+}
+
+struct SandboxInfo {
+  id @0 :Text;
+  template @1 :Text;
+  state @2 :Text;            # creating, running, ..., hibernated, stopped, failed
+  createdAtMs @3 :Int64;
+  expiresAtMs @4 :Int64;
+  persistent @5 :Bool;
+  metadata @6 :List(Entry);
+  parent @7 :Text;
+  snapshots @8 :List(Text);
+  failureReason @9 :Text;
+}
+
+struct CreateRequest {
+  template @0 :Text;         # empty = "base"
+  ttlSeconds @1 :UInt32;     # 0 = the daemon's default
+  metadata @2 :List(Entry);
+  persistent @3 :Bool;
+  autoWake @4 :Bool;
+  fromSnapshot @5 :Text;
+}
+
+struct ExecRequest {
+  argv @0 :List(Text);       # used when non-empty
+  cmd @1 :Text;              # else run with /bin/sh -c
+  env @2 :List(Entry);
+  cwd @3 :Text;
+  stdin @4 :Data;
+  timeoutSeconds @5 :UInt32; # 0 = the daemon's default (60 s)
+}
+
+struct ExecResult {
+  exitCode @0 :Int32;
+  timedOut @1 :Bool;
+  stdout @2 :Data;
+  stderr @3 :Data;
+  stdoutTruncated @4 :Bool;
+  stderrTruncated @5 :Bool;
+  durationMs @6 :Float64;
+}
+
+enum StreamKind {
+  stdout @0;
+  stderr @1;
+}
+
+interface OutputSink {
+  write @0 (kind :StreamKind, data :Data) -> stream;
+}
+
+struct FileEntry {
+  name @0 :Text;
+  type @1 :Text;             # file, directory, symlink, other
+  size @2 :UInt64;
+  mode @3 :UInt32;
+  mtimeMs @4 :Int64;
+}
+
+interface Login {
+  login @0 (apiKey :Text) -> (platform :Platform);
+}
+
+interface Platform {
+  create @0 (request :CreateRequest) -> (sandbox :Sandbox, info :SandboxInfo);
+  get @1 (id :Text) -> (sandbox :Sandbox, info :SandboxInfo);
+  list @2 (state :Text) -> (sandboxes :List(SandboxInfo));  # state "" = any
+}
+
+interface Sandbox {
+  info @0 () -> (info :SandboxInfo);
+  exec @1 (request :ExecRequest) -> (result :ExecResult);
+  # Output goes to `sink` as it is produced; the result then has no output. Cancelling the call
+  # (dropping its promise) kills the command in the guest.
+  execStream @2 (request :ExecRequest, sink :OutputSink) -> (result :ExecResult);
+  readFile @3 (path :Text) -> (data :Data);
+  writeFile @4 (path :Text, data :Data) -> ();
+  listDir @5 (path :Text) -> (entries :List(FileEntry));
+  snapshot @6 () -> (snapshotId :Text);
+  fork @7 (count :UInt32) -> (children :List(Sandbox), infos :List(SandboxInfo));
+  hibernate @8 () -> (info :SandboxInfo);
+  wake @9 () -> (info :SandboxInfo);
+  kill @10 () -> (info :SandboxInfo);
+  setTtl @11 (ttlSeconds :UInt32) -> (info :SandboxInfo);
+}
