@@ -1125,6 +1125,16 @@ Reply<bool> Runtime::kill_process(const std::string& tenant, const std::string& 
                       });
 }
 
+Reply<bool> Runtime::write_stdin(const std::string& tenant, const std::string& id, uint32_t pid,
+                                 std::string_view data, bool close) {
+  return leased<bool>(*impl_, tenant, id, {},
+                      [&](vmm::AgentClient& ag, std::stop_token) -> vmm::Result<bool> {
+                        auto s = ag.write_stdin(pid, data, close);
+                        if (!s) return s.error();
+                        return true;
+                      });
+}
+
 Reply<vmm::ExecResult> Runtime::stream_process(const std::string& tenant, const std::string& id,
                                                uint32_t pid, vmm::OutputCallback on_output,
                                                std::stop_token stop) {

@@ -145,6 +145,9 @@ class Runtime {
                                                       const std::string& id);
   Reply<bool> kill_process(const std::string& tenant, const std::string& id, uint32_t pid,
                            int signal = 0);
+  // Stdin of a process started with keep_stdin_open.
+  Reply<bool> write_stdin(const std::string& tenant, const std::string& id, uint32_t pid,
+                          std::string_view data, bool close);
   // Output of a background process from its start, then its exit.
   Reply<vmm::ExecResult> stream_process(const std::string& tenant, const std::string& id,
                                         uint32_t pid, vmm::OutputCallback on_output,

@@ -77,6 +77,7 @@ void fill_request(w::ExecRequest::Builder b, const ExecRequest& r) {
   b.setStdin(kj::arrayPtr(reinterpret_cast<const kj::byte*>(r.stdin_data.data()), r.stdin_data.size()));
   b.setTimeoutMs(r.timeout_ms);
   b.setMaxOutputBytes(r.max_output_bytes);
+  b.setKeepStdinOpen(r.keep_stdin_open);
 }
 
 std::string to_string(capnp::Data::Reader d) {
@@ -357,6 +358,19 @@ Status AgentClient::kill_process(uint32_t pid, int signal) {
       if (r.getError().size() > 0) return make_error(ErrorCode::not_found, r.getError().cStr());
       return Ok{};
     }), kCallTimeout, "killProcess");
+  });
+}
+
+Status AgentClient::write_stdin(uint32_t pid, std::string_view data, bool close) {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.writeStdinRequest();
+    req.setPid(pid);
+    req.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(data.data()), data.size()));
+    req.setClose(close);
+    return with_deadline<Ok>(io_, req.send().then([](auto r) -> Result<Ok> {
+      if (r.getError().size() > 0) return make_error(ErrorCode::invalid_argument, r.getError().cStr());
+      return Ok{};
+    }), kCallTimeout, "writeStdin");
   });
 }
 

@@ -28,6 +28,7 @@ struct ExecRequest {
   std::string stdin_data;
   uint32_t timeout_ms = 0;        // 0 = none; enforced in the guest by killing the process group
   uint32_t max_output_bytes = 0;  // per stream; 0 = the agent's default (16 MiB)
+  bool keep_stdin_open = false;   // start_process only: stdin stays open for write_stdin
 };
 
 struct ExecResult {
@@ -89,6 +90,8 @@ class AgentClient {
   Result<uint32_t> start_process(const ExecRequest& request);
   Result<ExecResult> wait_process(uint32_t pid);
   Status kill_process(uint32_t pid, int signal = 0);
+  // Writes to a background process started with keep_stdin_open (then closes it when `close`).
+  Status write_stdin(uint32_t pid, std::string_view data, bool close = false);
   Result<ExecResult> stream_process(uint32_t pid, OutputCallback on_output, std::stop_token stop = {});
   Result<std::vector<ProcessInfo>> list_processes();
 

@@ -24,6 +24,7 @@ struct ExecRequest {
   stdin @4 :Data;            # written to the command's stdin, then stdin is closed
   timeoutMs @5 :UInt32;      # 0 = no timeout; on expiry the whole process group gets SIGKILL
   maxOutputBytes @6 :UInt32; # cap per stream for buffered exec; 0 = agent default (16 MiB)
+  keepStdinOpen @7 :Bool;    # startProcess only: stdin stays open for writeStdin (after `stdin`)
 }
 
 struct ExecResult {
@@ -117,6 +118,10 @@ interface Agent {
   # Mixes host entropy into the kernel RNG and credits it (called after every restore/fork, so
   # that forks never share random state).
   setHostname @17 (hostname :Text) -> ();
+
+  writeStdin @19 (pid :UInt32, data :Data, close :Bool) -> (error :Text);
+  # Writes to the stdin of a background process started with keepStdinOpen; `close` closes it
+  # (after `data`). Writes are applied in order.
 
   endSession @18 () -> ();
   # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session

@@ -429,6 +429,9 @@ class Agent {
     kj::Vector<w::OutputSink::Client> sinks;
     kj::Maybe<kj::ForkedPromise<void>> done;
     kj::Promise<void> task = nullptr;
+    // keepStdinOpen: the open pipe and the chain of writes to it, in order.
+    kj::Own<kj::AsyncOutputStream> in;
+    kj::Promise<void> stdin_writes = kj::READY_NOW;
   };
 
   std::map<uint32_t, kj::Own<Background>>& background() { return background_; }
@@ -459,6 +462,11 @@ class Agent {
               return kj::joinPromises(sends.releaseAsArray());
             });
         auto in_data = kj::heapArray<const kj::byte>(req.getStdin().begin(), req.getStdin().size());
+        if (req.getKeepStdinOpen()) {
+          bg->in = kj::mv(cmd->in);  // run() feeds nothing; writeStdin does
+          write_stdin(*bg, in_data, false);
+          in_data = nullptr;
+        }
         auto fork = run(kj::mv(cmd), kj::mv(in_data), kj::mv(handler))
                         .then([b](RunOutcome o) {
                           b->running = false;
@@ -476,6 +484,24 @@ class Agent {
       }
     }
     KJ_UNREACHABLE;
+  }
+
+  // Queues `data` (then a close, when asked) behind the earlier writes to `b`'s stdin.
+  static void write_stdin(Background& b, kj::ArrayPtr<const kj::byte> data, bool close) {
+    Background* bp = &b;
+    if (data.size() > 0) {
+      auto copy = kj::heapArray<kj::byte>(data);
+      b.stdin_writes = b.stdin_writes
+                           .then([bp, copy = kj::mv(copy)]() mutable -> kj::Promise<void> {
+                             if (!bp->in) return kj::READY_NOW;
+                             auto p = bp->in->write(copy.begin(), copy.size());
+                             return p.attach(kj::mv(copy));
+                           })
+                           .catch_([](kj::Exception&&) {})  // the command stopped reading
+                           .eagerlyEvaluate(nullptr);
+    }
+    if (close)
+      b.stdin_writes = b.stdin_writes.then([bp]() { bp->in = nullptr; }).eagerlyEvaluate(nullptr);
   }
 
   void prune_background() {
@@ -649,6 +675,19 @@ class AgentImpl final : public w::Agent::Server {
       ctx.getResults().setError("no such process");
     } else if (b->running) {
       ::kill(-pid_t(b->pid), p.getSignal() != 0 ? p.getSignal() : SIGKILL);
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> writeStdin(WriteStdinContext ctx) override {
+    auto p = ctx.getParams();
+    auto* b = find(p.getPid());
+    if (b == nullptr) {
+      ctx.getResults().setError("no such process");
+    } else if (!b->in) {
+      ctx.getResults().setError("stdin is closed (or the process was not started with keepStdinOpen)");
+    } else {
+      Agent::write_stdin(*b, p.getData(), p.getClose());
     }
     return kj::READY_NOW;
   }

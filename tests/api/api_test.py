@@ -5,6 +5,7 @@ Usage: api_test.py --daemon build/bin/pandastackd [--images var/images] [unittes
 Traffic goes only to the daemon on 127.0.0.1.
 """
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -116,6 +117,72 @@ class Api:
         finally:
             r.close()
             c.close()
+
+
+class WebSocket:
+    """A minimal RFC 6455 client (text/binary/close; unfragmented frames) for the exec socket."""
+
+    def __init__(self, daemon, path, key):
+        self.sock = socket.create_connection((daemon.host, daemon.port), timeout=60)
+        nonce = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {nonce}\r\n"
+                           f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {key}\r\n\r\n")
+                          .encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self.sock.recv(4096)
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        self.status = int(head.split(b" ")[1])
+        self.body = None
+        if self.status != 101:
+            length = int([l.split(b":")[1] for l in head.split(b"\r\n")
+                          if l.lower().startswith(b"content-length")][0])
+            while len(self.buf) < length:
+                self.buf += self.sock.recv(4096)
+            self.body = json.loads(self.buf[:length])
+
+    def _send(self, opcode, payload):
+        mask = os.urandom(4)
+        n = len(payload)
+        head = bytes([0x80 | opcode])
+        if n < 126:
+            head += bytes([0x80 | n])
+        elif n < 65536:
+            head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        else:
+            head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+    def send_json(self, obj):
+        self._send(1, json.dumps(obj).encode())
+
+    def send_binary(self, data):
+        self._send(2, data)
+
+    def close(self):
+        self._send(8, (1000).to_bytes(2, "big"))
+
+    def _read(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def recv(self):
+        """(opcode, payload); text payloads are decoded JSON."""
+        b0, b1 = self._read(2)
+        n = b1 & 0x7F
+        if n == 126:
+            n = int.from_bytes(self._read(2), "big")
+        elif n == 127:
+            n = int.from_bytes(self._read(8), "big")
+        payload = self._read(n)
+        opcode = b0 & 0x0F
+        return opcode, json.loads(payload) if opcode == 1 else payload
 
 
 def guest_has_process(api, sid, marker):
@@ -332,6 +399,57 @@ class ApiTest(unittest.TestCase):
             time.sleep(0.5)
         self.assertFalse(guest_has_process(c, sid, "sleep.301"))
 
+    def test_websocket_exec_with_stdin(self):
+        c, sid = self.api, self.sid()
+        ws = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/exec/ws", c.key)
+        self.assertEqual(ws.status, 101)
+        ws.send_json({"cmd": "while read l; do echo got:$l; done; echo bye >&2; exit 5"})
+        op, msg = ws.recv()
+        self.assertEqual(msg["type"], "started", msg)
+        ws.send_binary(b"one\n")
+        op, msg = ws.recv()
+        self.assertEqual((msg["type"], msg["data"]), ("stdout", "got:one\n"))
+        ws.send_json({"type": "stdin", "data": "two\n"})
+        op, msg = ws.recv()
+        self.assertEqual(msg["data"], "got:two\n")
+        ws.send_json({"type": "close_stdin"})
+        msgs = []
+        while True:
+            op, msg = ws.recv()
+            if op == 8:
+                break
+            msgs.append(msg)
+        self.assertEqual(msgs, [{"type": "stderr", "data": "bye\n"},
+                                {"type": "exit", "exit_code": 5, "timed_out": False}])
+        ws.sock.close()
+
+    def test_websocket_close_kills_the_command_and_errors(self):
+        c, sid = self.api, self.sid()
+        ws = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/exec/ws", c.key)
+        ws.send_json({"cmd": "echo up; exec sleep 304"})
+        self.assertEqual(ws.recv()[1]["type"], "started")
+        self.assertEqual(ws.recv()[1]["data"], "up\n")
+        self.assertTrue(guest_has_process(c, sid, "sleep.304"))
+        ws.close()
+        ws.sock.close()
+        deadline = time.time() + 15
+        while time.time() < deadline and guest_has_process(c, sid, "sleep.304"):
+            time.sleep(0.3)
+        self.assertFalse(guest_has_process(c, sid, "sleep.304"))
+        # Refused before the upgrade: a plain JSON error.
+        bad = WebSocket(self.daemon, "/v1/sandboxes/sbx_nope/exec/ws", c.key)
+        self.assertEqual((bad.status, bad.body["error"]["code"]), (404, "sandbox_not_found"))
+        bad = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/exec/ws", "pds_wrong")
+        self.assertEqual((bad.status, bad.body["error"]["code"]), (401, "unauthorized"))
+        self.assertError(c.call("GET", f"/v1/sandboxes/{sid}/exec/ws"), 400, "invalid_argument")
+        # A bad command is an error message, then the socket closes.
+        ws = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/exec/ws", c.key)
+        ws.send_json({"cmd": "true", "argv": ["x"]})
+        op, msg = ws.recv()
+        self.assertEqual((msg["type"], msg["code"]), ("error", "invalid_argument"))
+        self.assertEqual(ws.recv()[0], 8)
+        ws.sock.close()
+
     def test_files(self):
         c, sid = self.api, self.sid()
         base = f"/v1/sandboxes/{sid}/files"
@@ -448,6 +566,11 @@ class ApiTest(unittest.TestCase):
             if "{id}" not in path:
                 continue
             concrete = path.replace("{id}", sid).replace("{pid}", "1")
+            if path.endswith("/exec/ws"):
+                ws = WebSocket(self.daemon, concrete, other.key)
+                self.assertEqual((ws.status, ws.body["error"]["code"]), (404, "sandbox_not_found"))
+                ws.sock.close()
+                continue
             for method in item:
                 body = {"post": {"bogus": 1}, "patch": {"bogus": 1}}.get(method)
                 s, b = other.call(method.upper(), concrete + "?path=/tmp", body)
