@@ -159,6 +159,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.persistent = s.persistent;
   i.snapshots = s.snapshots;
   i.failure_reason = s.failure_reason;
+  i.version = s.version;
   return i;
 }
 
@@ -1260,6 +1261,12 @@ Reply<KeyInfo> Runtime::authenticate(const std::string& token) {
 }
 
 Reply<std::pair<std::string, KeyInfo>> Runtime::create_key(const std::string& tenant, bool admin) {
+  // Tenant names are plain words: "*" means every tenant inside the runtime.
+  bool ok = !tenant.empty() && tenant.size() <= 128;
+  for (char c : tenant)
+    ok &= std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
+  if (!ok)
+    return Rejection{"invalid_argument", "tenant names are 1-128 characters of A-Z a-z 0-9 . - _"};
   auto k = impl_->keys->create(tenant, admin);
   if (!k) return Rejection{"storage_error", k.error().message};
   return std::make_pair(k->first, key_info(k->second));

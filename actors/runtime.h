@@ -47,6 +47,7 @@ struct SandboxInfo {
   bool persistent = false;
   std::vector<std::string> snapshots;
   std::string failure_reason;
+  uint64_t version = 0;  // events applied (the stream's length)
 };
 
 struct CreateRequest {

@@ -225,6 +225,8 @@ int main(int argc, char** argv) {
   { auto drop = kj::mv(serving); }
   { auto drop = kj::mv(rpc_serving); }
   rpc.reset();
+  unix_listener = nullptr;
+  fs::remove(sock);
   gw.reset();  // cancels commands in flight, joins the gateway's workers
   runtime.reset();
   spdlog::info("stopped");

@@ -165,6 +165,8 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   for (auto& s : i.snapshots) snaps.push(s);
   j.set("snapshots", snaps);
   if (!i.failure_reason.empty()) j.set("failure_reason", i.failure_reason);
+  j.set("tenant", i.tenant);
+  j.set("version", i.version);  // events in the sandbox's stream
   return j;
 }
 
@@ -889,12 +891,16 @@ struct Gateway::Impl final : public kj::HttpService {
     if (route == "/v1/sandboxes") {
       std::optional<actors::Status> status;
       std::map<std::string, std::string> metadata;
+      bool all_tenants = false;
       for (auto& [k, v] : r.query) {
         if (k == "state") {
           bool found = false;
           for (int i = 0; i <= int(actors::Status::failed); ++i)
             if (v == actors::to_string(actors::Status(i))) status = actors::Status(i), found = true;
           if (!found) throw ApiError{"invalid_argument", "unknown state '" + v + "'"};
+        } else if (k == "all" && v == "1") {
+          if (!key.admin) throw ApiError{"forbidden", "all=1 needs an admin key"};
+          all_tenants = true;
         } else if (k.rfind("metadata.", 0) == 0) {
           metadata[k.substr(9)] = v;
         } else {
@@ -902,7 +908,8 @@ struct Gateway::Impl final : public kj::HttpService {
         }
       }
       Json list = Json::array();
-      for (auto& s : unwrap(rt.list(tenant, status, metadata))) list.push(sandbox_json(s));
+      for (auto& s : unwrap(rt.list(all_tenants ? "*" : tenant, status, metadata)))
+        list.push(sandbox_json(s));
       Json j = Json::object();
       j.set("sandboxes", list);
       return json_reply(200, j);
@@ -1063,8 +1070,6 @@ struct Gateway::Impl final : public kj::HttpService {
     if (route == "/v1/keys" && r.method == M::POST) {
       Fields f(r.json(), {"tenant", "admin"});
       auto t = f.str("tenant");
-      if (t.empty() || t.size() > 128)
-        throw ApiError{"invalid_argument", "tenant: 1-128 characters"};
       auto [token, info] = unwrap(rt.create_key(t, f.boolean("admin")));
       Json j = Json::object();
       j.set("id", info.id);

@@ -110,14 +110,15 @@ Result<std::unique_ptr<EventStore>> EventStore::open(Options o) {
           .count();
     };
   std::error_code ec;
-  std::filesystem::create_directories(o.dir, ec);
+  if (!o.read_only) std::filesystem::create_directories(o.dir, ec);
   if (ec) return make_error(ErrorCode::io_error, "cannot create " + o.dir.string() + ": " + ec.message());
   rocksdb::Options opts;
-  opts.create_if_missing = true;
+  opts.create_if_missing = !o.read_only;
   opts.paranoid_checks = true;
   opts.IncreaseParallelism(2);
   rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(opts, o.dir.string(), &raw);
+  auto s = o.read_only ? rocksdb::DB::OpenForReadOnly(opts, o.dir.string(), &raw)
+                       : rocksdb::DB::Open(opts, o.dir.string(), &raw);
   if (!s.ok()) return from_status(s, "cannot open event store " + o.dir.string());
   std::unique_ptr<EventStore> store(new EventStore(std::move(o)));
   store->db_.reset(raw);
@@ -125,7 +126,12 @@ Result<std::unique_ptr<EventStore>> EventStore::open(Options o) {
   s = store->db_->Get(rocksdb::ReadOptions(), kGlobalKey, &g);
   if (s.ok() && g.size() == 8) store->global_ = get_be64(g.data());
   else if (!s.IsNotFound()) return from_status(s, "cannot read the global sequence");
-  store->writer_ = std::thread([p = store.get()] { p->writer_loop(); });
+  if (store->options_.read_only) {
+    std::lock_guard lock(store->mu_);
+    store->stop_ = true;  // no writer: appends are refused as on a closing store
+  } else {
+    store->writer_ = std::thread([p = store.get()] { p->writer_loop(); });
+  }
   return store;
 }
 

@@ -75,6 +75,9 @@ class EventStore {
     bool sync = true;           // fsync every batch (false only for benchmarks of the rest)
     size_t max_batch = 1024;    // appends per group commit
     std::function<int64_t()> clock_ms;  // default: system clock
+    // Read-only: opens a store another process may be writing (RocksDB's read-only mode sees
+    // what was written up to the open); appends fail with `closed`.
+    bool read_only = false;
   };
 
   static Result<std::unique_ptr<EventStore>> open(Options options);

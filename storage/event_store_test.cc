@@ -166,3 +166,37 @@ TEST_F(EventStoreTest, GroupCommitBatchesConcurrentAppends) {
 
 }  // namespace
 }  // namespace pandastack::storage
+
+namespace pandastack::storage {
+namespace {
+
+// A read-only store opens next to the writer (as `pandastack audit` does next to the daemon),
+// sees what was written before it opened, and refuses appends.
+TEST(EventStoreReadOnly, OpensBesideAWriterAndRefusesAppends) {
+  auto dir = fs::temp_directory_path() / ("es-ro-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto w = EventStore::open({dir, true, 1024, {}});
+  ASSERT_TRUE(w);
+  ASSERT_TRUE((*w)->append("sbx_a", 0, {{"created", 1, "x"}}));
+  EventStore::Options ro;
+  ro.dir = dir;
+  ro.read_only = true;
+  auto r = EventStore::open(ro);
+  ASSERT_TRUE(r) << r.error().message;
+  auto events = (*r)->read_stream("sbx_a");
+  ASSERT_TRUE(events);
+  EXPECT_EQ(events->size(), 1u);
+  auto refused = (*r)->append("sbx_a", 1, {{"started", 1, "y"}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::closed);
+  EventStore::Options missing;
+  missing.dir = dir / "nope";
+  missing.read_only = true;
+  EXPECT_FALSE(EventStore::open(missing));
+  r->reset();
+  w->reset();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pandastack::storage

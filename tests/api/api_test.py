@@ -576,6 +576,9 @@ class ApiTest(unittest.TestCase):
                 s, b = other.call(method.upper(), concrete + "?path=/tmp", body)
                 self.assertEqual(s, 404, (method, path, b))
                 self.assertEqual(b["error"]["code"], "sandbox_not_found", (method, path))
+        self.assertError(c.call("POST", "/v1/keys", {"tenant": "*"}), 400, "invalid_argument")
+        self.assertError(other.call("GET", "/v1/sandboxes?all=1"), 403, "forbidden")
+        self.assertIn(sid, [x["id"] for x in c.call("GET", "/v1/sandboxes?all=1")[1]["sandboxes"]])
         # Not an admin: no key management.
         self.assertError(other.call("POST", "/v1/keys", {"tenant": "x"}), 403, "forbidden")
         self.assertError(other.call("GET", "/v1/keys"), 403, "forbidden")
@@ -600,6 +603,8 @@ class RestartTest(unittest.TestCase):
             drop = c.create()["id"]
             self.assertEqual(c.exec(keep, "echo kept > /tmp/mark")[0], 200)
             self.assertEqual(d.stop(), 0)
+            old = os.path.join(base, "old")
+            shutil.copytree(os.path.join(data, "store"), os.path.join(old, "store"))  # as at the stop
             d2 = Daemon(data, state)
             self.assertEqual(d2.key, d.key)  # the key file is read back
             c2 = Api(d2)
@@ -607,6 +612,34 @@ class RestartTest(unittest.TestCase):
             self.assertEqual(c2.call("GET", f"/v1/sandboxes/{drop}")[1]["state"], "stopped")
             self.assertEqual(c2.call("POST", f"/v1/sandboxes/{keep}/wake")[0], 200)
             self.assertEqual(c2.exec(keep, "cat /tmp/mark")[1]["stdout"], "kept\n")
+            # The audit log, read from the store while the daemon runs, and through the API.
+            cli = lambda *a: subprocess.run([ARGS.cli, *a], capture_output=True, text=True,
+                                            timeout=120)
+            r = cli("audit", "--data", data, "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = [json.loads(l) for l in r.stdout.splitlines()]
+            self.assertEqual([l["seq"] for l in lines], list(range(1, len(lines) + 1)))
+            mine = [l["type"] for l in lines if l["sandbox"] == keep]
+            self.assertEqual(mine[:2], ["created", "started"])
+            self.assertIn("hibernated", mine)
+            self.assertEqual(mine[-4:], ["transition-started", "woke", "exec-started",
+                                         "exec-finished"])
+            r = cli("audit", "--url", d2.url, "--key", d2.key, "--sandbox", keep)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(r.stdout.splitlines()), len(mine))
+            self.assertIn("exec-finished", r.stdout)
+            r = cli("audit", "--data", data, "--from", "2000-01-01T00:00:00Z", "--to", "1")
+            self.assertEqual((r.returncode, r.stdout), (0, ""))
+            # Replay: the current log rebuilds the live state exactly ...
+            r = cli("audit", "replay", "--data", data, "--url", d2.url, "--key", d2.key)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("0 difference(s)", r.stdout)
+            # ... and the log from before the wake does not: non-zero, with the difference named.
+            r = cli("audit", "replay", "--data", old, "--url", d2.url, "--key", d2.key)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn(keep, r.stdout)
+            self.assertEqual(cli("audit", "replay").returncode, 2)
+            self.assertEqual(cli("nonsense").returncode, 2)
             self.assertEqual(d2.stop(), 0)
         finally:
             shutil.rmtree(base, ignore_errors=True)
@@ -615,6 +648,7 @@ class RestartTest(unittest.TestCase):
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--daemon", required=True)
+    p.add_argument("--cli", required=True)
     p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
     ARGS, rest = p.parse_known_args()
     ARGS.images = os.path.abspath(ARGS.images)
