@@ -320,4 +320,93 @@ std::string event_to_json(const Event& e) {
   return j.dump();
 }
 
+uint32_t state_format() { return 1; }
+
+std::string encode_state(const SandboxState& s) {
+  using wire::Json;
+  auto strings = [](const std::vector<std::string>& v) {
+    Json a = Json::array();
+    for (auto& x : v) a.push(x);
+    return a;
+  };
+  auto map = [](const std::map<std::string, std::string>& m) {
+    Json o = Json::object();
+    for (auto& [k, v] : m) o.set(k, v);
+    return o;
+  };
+  Json j = Json::object();
+  j.set("id", s.id);
+  j.set("status", int(s.status));
+  j.set("version", s.version);
+  j.set("tenant", s.tenant);
+  j.set("template", s.template_name);
+  j.set("parent", s.parent);
+  j.set("from_snapshot", s.from_snapshot);
+  j.set("vcpus", s.vcpus);
+  j.set("memory_mib", s.memory_mib);
+  j.set("ttl_seconds", s.ttl_seconds);
+  j.set("metadata", map(s.metadata));
+  j.set("created_at_ms", s.created_at_ms);
+  j.set("expires_at_ms", s.expires_at_ms);
+  j.set("persistent", s.persistent);
+  j.set("auto_wake", s.auto_wake);
+  j.set("pending_snapshot", s.pending_snapshot);
+  j.set("hibernation_snapshot", s.hibernation_snapshot);
+  j.set("snapshots", strings(s.snapshots));
+  j.set("running_execs", map(s.running_execs));
+  j.set("execs_finished", s.execs_finished);
+  j.set("failure_reason", s.failure_reason);
+  return j.dump();
+}
+
+std::optional<SandboxState> decode_state(const std::string& bytes) {
+  auto j = wire::Json::parse(bytes);
+  if (!j || !j->is_object()) return std::nullopt;
+  const auto& o = *j;
+  for (const char* k : {"id", "tenant", "template", "parent", "from_snapshot", "pending_snapshot",
+                        "hibernation_snapshot", "failure_reason"})
+    if (!o[k].is_string()) return std::nullopt;
+  for (const char* k : {"status", "version", "vcpus", "memory_mib", "ttl_seconds", "created_at_ms",
+                        "expires_at_ms", "execs_finished"})
+    if (!o[k].is_integer()) return std::nullopt;
+  for (const char* k : {"metadata", "running_execs"})
+    if (!o[k].is_object()) return std::nullopt;
+  if (!o["snapshots"].is_array() || !o["persistent"].is_bool() || !o["auto_wake"].is_bool())
+    return std::nullopt;
+  int status = int(o["status"].as_int());
+  if (status < int(Status::none) || status > int(Status::failed)) return std::nullopt;
+  SandboxState s;
+  s.id = o["id"].as_string();
+  s.status = Status(status);
+  s.version = uint64_t(o["version"].as_int());
+  s.tenant = o["tenant"].as_string();
+  s.template_name = o["template"].as_string();
+  s.parent = o["parent"].as_string();
+  s.from_snapshot = o["from_snapshot"].as_string();
+  s.vcpus = uint32_t(o["vcpus"].as_int());
+  s.memory_mib = uint32_t(o["memory_mib"].as_int());
+  s.ttl_seconds = uint32_t(o["ttl_seconds"].as_int());
+  for (auto& [k, v] : o["metadata"].as_object()) {
+    if (!v.is_string()) return std::nullopt;
+    s.metadata[k] = v.as_string();
+  }
+  s.created_at_ms = o["created_at_ms"].as_int();
+  s.expires_at_ms = o["expires_at_ms"].as_int();
+  s.persistent = o["persistent"].as_bool();
+  s.auto_wake = o["auto_wake"].as_bool();
+  s.pending_snapshot = o["pending_snapshot"].as_string();
+  s.hibernation_snapshot = o["hibernation_snapshot"].as_string();
+  for (auto& v : o["snapshots"].as_array()) {
+    if (!v.is_string()) return std::nullopt;
+    s.snapshots.push_back(v.as_string());
+  }
+  for (auto& [k, v] : o["running_execs"].as_object()) {
+    if (!v.is_string()) return std::nullopt;
+    s.running_execs[k] = v.as_string();
+  }
+  s.execs_finished = uint64_t(o["execs_finished"].as_int());
+  s.failure_reason = o["failure_reason"].as_string();
+  return s;
+}
+
 }  // namespace pandastack::actors

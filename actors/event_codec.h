@@ -21,3 +21,14 @@ namespace pandastack::actors {
 std::string event_to_json(const Event& e);
 
 }  // namespace pandastack::actors
+
+namespace pandastack::actors {
+
+// Sandbox state snapshots (storage::StateSnapshot::state), format `state_format()`: recovery
+// starts from the newest one and applies only the events after it.
+uint32_t state_format();
+std::string encode_state(const SandboxState& s);
+// nullopt when the bytes are not a state of this format.
+std::optional<SandboxState> decode_state(const std::string& bytes);
+
+}  // namespace pandastack::actors

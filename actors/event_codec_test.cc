@@ -47,5 +47,40 @@ TEST(EventCodec, RejectsGarbage) {
   EXPECT_GE(event_format(), 1u);
 }
 
+TEST(StateCodec, RoundTripsEveryField) {
+  SandboxState s;
+  s.id = "sbx_abc";
+  s.status = Status::hibernated;
+  s.version = 42;
+  s.tenant = "acme";
+  s.template_name = "agent";
+  s.parent = "sbx_parent";
+  s.from_snapshot = "snap_1";
+  s.vcpus = 2;
+  s.memory_mib = 512;
+  s.ttl_seconds = 600;
+  s.metadata = {{"a", "1"}, {"b", "\"quoted\""}};
+  s.created_at_ms = 1000;
+  s.expires_at_ms = 601000;
+  s.persistent = true;
+  s.auto_wake = true;
+  s.pending_snapshot = "snap_p";
+  s.hibernation_snapshot = "hib";
+  s.snapshots = {"snap_1", "snap_2"};
+  s.running_execs = {{"x1", "sleep 1"}};
+  s.execs_finished = 7;
+  s.failure_reason = "none";
+  auto d = decode_state(encode_state(s));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(encode_state(*d), encode_state(s));
+  EXPECT_EQ(d->status, Status::hibernated);
+  EXPECT_EQ(d->metadata.at("b"), "\"quoted\"");
+  EXPECT_FALSE(decode_state("{}"));
+  EXPECT_FALSE(decode_state("not json"));
+  auto bad = encode_state(s);
+  bad.replace(bad.find("\"status\":6"), 10, "\"status\":99");
+  EXPECT_FALSE(decode_state(bad));
+}
+
 }  // namespace
 }  // namespace pandastack::actors

@@ -306,6 +306,7 @@ struct SandboxActorState {
   std::vector<SandboxInfo> fork_children;
   std::vector<Event> pending_events;  // being persisted
   uint64_t exec_seq = 0;
+  uint64_t snapshot_version = 0;  // version of the newest state snapshot stored
 };
 
 using SandboxSelf = caf::stateful_actor<SandboxActorState>;
@@ -493,6 +494,15 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
     st.s = apply(st.s, e);
     caf::anon_send(st.registry, info_atom::value, info_of(st.s));
   }
+  if (st.env->config.snapshot_every > 0 &&
+      st.s.version >= st.snapshot_version + st.env->config.snapshot_every) {
+    auto saved = st.env->store->save_snapshot(
+        st.s.id, storage::StateSnapshot{st.s.version, state_format(), encode_state(st.s)});
+    if (saved)
+      st.snapshot_version = st.s.version;
+    else
+      spdlog::warn("sandbox {}: state snapshot not saved: {}", st.s.id, saved.error().message);
+  }
   // Who waits for what: transitions answer when they end, execs when they finish.
   bool transition = st.s.status == Status::creating || st.s.status == Status::snapshotting ||
                     st.s.status == Status::forking || st.s.status == Status::hibernating ||
@@ -526,6 +536,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
   st.env = env;
   st.registry = registry;
   st.s = initial;
+  st.snapshot_version = initial.version;  // recovered sandboxes: no need to snapshot at once
   log_exceptions(self, "sandbox " + initial.id);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
@@ -865,11 +876,24 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   if (!streams) return Rejection{"storage_error", streams.error().message};
   std::vector<SandboxState> recovered;
   std::set<std::string> keep_run;
+  size_t from_snapshots = 0;
   for (auto& id : *streams) {
-    auto events = env.store->read_stream(id);
-    if (!events) return Rejection{"storage_error", events.error().message};
     SandboxState s;
     s.id = id;
+    // The newest state snapshot, then the events after it.
+    auto snap = env.store->load_snapshot(id);
+    if (!snap) return Rejection{"storage_error", snap.error().message};
+    if (*snap && (*snap)->format == state_format()) {
+      if (auto decoded = decode_state((*snap)->state);
+          decoded && decoded->id == id && decoded->version == (*snap)->version) {
+        s = *decoded;
+        ++from_snapshots;
+      } else {
+        spdlog::warn("recovery: {}: unreadable state snapshot, replaying all events", id);
+      }
+    }
+    auto events = env.store->read_stream(id, s.version + 1);
+    if (!events) return Rejection{"storage_error", events.error().message};
     for (auto& stored : *events) {
       auto e = decode_event(stored.payload);
       if (!e)
@@ -904,8 +928,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   impl->sys = std::make_unique<caf::actor_system>(*impl->cfg);
   impl->registry = impl->sys->spawn(registry_actor, impl->env.get());
   for (auto& s : recovered) caf::anon_send(impl->registry, adopt_atom::value, s);
-  spdlog::info("runtime: {} sandboxes recovered from {}", recovered.size(),
-               (config.data_dir / "store").string());
+  spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots)",
+               recovered.size(), (config.data_dir / "store").string(), from_snapshots);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
@@ -1263,8 +1287,7 @@ Reply<KeyInfo> Runtime::authenticate(const std::string& token) {
 Reply<std::pair<std::string, KeyInfo>> Runtime::create_key(const std::string& tenant, bool admin) {
   // Tenant names are plain words: "*" means every tenant inside the runtime.
   bool ok = !tenant.empty() && tenant.size() <= 128;
-  for (char c : tenant)
-    ok &= std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
+  for (char c : tenant) ok &= std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
   if (!ok)
     return Rejection{"invalid_argument", "tenant names are 1-128 characters of A-Z a-z 0-9 . - _"};
   auto k = impl_->keys->create(tenant, admin);

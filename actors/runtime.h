@@ -36,6 +36,8 @@ struct RuntimeConfig {
   unsigned memory_mib = 256;
   Limits limits;
   std::chrono::milliseconds reaper_interval{1000};
+  // A state snapshot of a sandbox every this many events; recovery replays only the tail after it.
+  uint32_t snapshot_every = 64;
   bool jail = true;
 };
 

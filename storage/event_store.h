@@ -106,7 +106,7 @@ class EventStore {
   Result<std::vector<std::string>> streams(const std::string& prefix = "");
   uint64_t last_global_seq() const;
 
-  // Keeps a state snapshot of `stream` at `version` (replacing an older one).
+  // Keeps a state snapshot of `stream` at `version` (replacing an older one). Not synced.
   Status save_snapshot(const std::string& stream, const StateSnapshot& snapshot);
   Result<std::optional<StateSnapshot>> load_snapshot(const std::string& stream);
 

@@ -162,6 +162,40 @@ TEST_F(RuntimeTest, ConcurrentCommandsFilesAndKillEndsACommandInFlight) {
   EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/dir/b.txt", 1024).error().code, "sandbox_stopped");
 }
 
+// Recovery starts from the newest state snapshot and applies only the events after it.
+TEST_F(RuntimeTest, RecoveryUsesStateSnapshotsAndTheTail) {
+  rt_.reset();
+  config_.snapshot_every = 4;
+  start();
+  actors::CreateRequest req;
+  req.metadata = {{"k", "v"}};
+  auto s = create(req);
+  for (int i = 0; i < 3; ++i) run(s.id, "true");  // 2 + 6 events
+  ASSERT_TRUE(rt_->set_ttl("acme", s.id, 1234));  // 9 events
+  auto before = *rt_->get("acme", s.id);
+  EXPECT_EQ(before.version, 9u);
+  rt_.reset();
+  {
+    auto store = storage::EventStore::open({config_.data_dir / "store", true, 1024, {}});
+    ASSERT_TRUE(store);
+    auto snap = (*store)->load_snapshot(s.id);
+    ASSERT_TRUE(snap && *snap);
+    EXPECT_EQ((*snap)->version, 8u);  // the tail after it: ttl-changed, killed (at shutdown)
+    auto state = actors::decode_state((*snap)->state);
+    ASSERT_TRUE(state);
+    EXPECT_EQ(state->execs_finished, 3u);
+  }
+  start();
+  auto after = rt_->get("acme", s.id);
+  ASSERT_TRUE(after);
+  // The graceful shutdown killed it (one more event); everything else as before.
+  EXPECT_EQ(after->status, Status::stopped);
+  EXPECT_EQ(after->version, before.version + 1);
+  EXPECT_EQ(after->metadata, before.metadata);
+  EXPECT_EQ(after->expires_at_ms, before.expires_at_ms);
+  EXPECT_EQ(after->created_at_ms, before.created_at_ms);
+}
+
 TEST_F(RuntimeTest, HibernatedSandboxSurvivesAHostRestartAndWakesIntact) {
   auto s = create();
   ASSERT_EQ(s.status, Status::running);

@@ -221,6 +221,10 @@ std::map<std::string, actors::SandboxState> replay_store(storage::EventStore& st
     if (!rows) die(2, "cannot read " + id + ": " + rows.error().message);
     actors::SandboxState s;
     s.id = id;
+    // The stored state snapshot must equal the replay at its version.
+    auto snap = store.load_snapshot(id);
+    std::optional<storage::StateSnapshot> check;
+    if (snap && *snap && (*snap)->format == actors::state_format()) check = **snap;
     for (auto& r : *rows) {
       ++events;
       auto e = actors::decode_event(r.payload);
@@ -234,6 +238,9 @@ std::map<std::string, actors::SandboxState> replay_store(storage::EventStore& st
         problems.push_back(id + " v" + std::to_string(r.version) + ": " + ex.what());
         break;
       }
+      if (check && s.version == check->version && actors::encode_state(s) != check->state)
+        problems.push_back(id + ": the state snapshot at v" + std::to_string(s.version) +
+                           " differs from the replay");
     }
     out[id] = s;
   }
