@@ -177,6 +177,18 @@ struct Env {
   std::unique_ptr<vmm::TemplateStore> templates;
   std::mutex staged_mu;
   std::map<std::string, vmm::Snapshot> staged;  // template -> baked snapshot staged in state_dir
+  // VMs re-adopted at recovery, taken by their sandbox actors when they start.
+  std::mutex adopted_mu;
+  std::map<std::string, std::unique_ptr<vmm::Vm>> adopted;
+
+  std::unique_ptr<vmm::Vm> take_adopted(const std::string& id) {
+    std::lock_guard lock(adopted_mu);
+    auto it = adopted.find(id);
+    if (it == adopted.end()) return nullptr;
+    auto vm = std::move(it->second);
+    adopted.erase(it);
+    return vm;
+  }
 
   fs::path run_dir(const std::string& id) const { return config.state_dir / "run" / id; }
   fs::path snapshot_dir(const std::string& snap) const {
@@ -195,6 +207,7 @@ struct Env {
     c.vcpus = config.vcpus;
     c.memory_mib = config.memory_mib;
     c.jail = config.jail;
+    c.die_with_parent = !config.vms_outlive_host;
     c.hostname = id;
     for (auto& ch : c.hostname)
       if (ch == '_') ch = '-';
@@ -227,7 +240,6 @@ struct WorkerState {
   Env* env = nullptr;
   std::string id, template_name;
   std::shared_ptr<VmHandle> handle;
-  uint64_t incarnation = 0;
 };
 
 WorkerResult failed(const std::string& e) { return WorkerResult{false, e}; }
@@ -253,7 +265,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           if (!s) return failed(s.error().message);
           snap = *s;
         }
-        std::string run_name = st.id + "." + std::to_string(++st.incarnation);
+        std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
         auto vm = vmm::Vm::restore(st.env->io, snap,
                                    st.env->vm_config(st.template_name, st.id, run_name), consume);
         if (!vm) return failed(vm.error().message);
@@ -537,6 +549,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
   st.registry = registry;
   st.s = initial;
   st.snapshot_version = initial.version;  // recovered sandboxes: no need to snapshot at once
+  if (initial.status == Status::running) st.handle->vm = env->take_adopted(initial.id);
   log_exceptions(self, "sandbox " + initial.id);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
@@ -876,7 +889,19 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   if (!streams) return Rejection{"storage_error", streams.error().message};
   std::vector<SandboxState> recovered;
   std::set<std::string> keep_run;
-  size_t from_snapshots = 0;
+  size_t from_snapshots = 0, adopted = 0;
+  // Run folders of VMs the previous host process left (named <sandbox id>.<suffix>).
+  std::map<std::string, fs::path> run_dirs;
+  std::vector<fs::path> recorded;  // every folder with a live record
+  {
+    std::error_code ec;
+    for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) {
+      auto name = d.path().filename().string();
+      if (!fs::exists(d.path() / "vm.json")) continue;
+      recorded.push_back(d.path());
+      run_dirs[name.substr(0, name.find('.'))] = d.path();
+    }
+  }
   for (auto& id : *streams) {
     SandboxState s;
     s.id = id;
@@ -902,10 +927,23 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       s = apply(s, *e);
     }
     std::string lost;
-    if (s.status == Status::hibernated && !fs::exists(env.hibernated_dir(id) / "meta.json"))
+    if (s.status == Status::hibernated && !fs::exists(env.hibernated_dir(id) / "meta.json")) {
       lost = "hibernation_snapshot_lost";
-    else if (s.live() && s.status != Status::hibernated)
-      lost = "host_restart";  // its VM died with the previous host process
+    } else if (s.status == Status::running && run_dirs.count(id)) {
+      // Its VM may have outlived the previous host process: take it over.
+      auto vm = vmm::Vm::adopt(env.io, run_dirs[id], std::chrono::seconds(10));
+      if (vm) {
+        keep_run.insert(run_dirs[id].filename().string());
+        env.adopted[id] = std::move(*vm);
+        ++adopted;
+      } else {
+        spdlog::info("recovery: {}: VM not adopted: {}", id,
+                     vm.error().message.substr(0, vm.error().message.find('\n')));
+        lost = "host_restart";
+      }
+    } else if (s.live() && s.status != Status::hibernated) {
+      lost = "host_restart";  // its VM died with the previous host process, or was mid-change
+    }
     if (!lost.empty()) {
       Event f;
       f.kind = Event::Kind::failed;
@@ -919,17 +957,31 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     }
     recovered.push_back(s);
   }
-  // Nothing runs now: run folders (and jail roots) left by the previous host process go.
+  // Every other VM the previous host left is killed (no orphan QEMU survives unaccounted), and
+  // every other run folder (and jail root) goes.
   std::error_code ec;
-  for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) fs::remove_all(d.path(), ec);
+  for (auto& dir : recorded) {
+    if (keep_run.count(dir.filename().string())) continue;
+    auto orphan = vmm::Vm::adopt(env.io, dir, std::chrono::seconds(2));
+    if (orphan)
+      spdlog::info("recovery: killing the VM in {} (no running sandbox owns it)", dir.string());
+    // ~Vm (or the failed adopt) kills the process and removes its folders.
+  }
+  for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) {
+    auto name = d.path().filename().string();
+    bool keep = keep_run.count(name) ||
+                (name.size() > 5 && name.ends_with(".jail") &&
+                 keep_run.count(name.substr(0, name.size() - 5)));
+    if (!keep) fs::remove_all(d.path(), ec);
+  }
 
   impl->cfg = std::make_unique<caf::actor_system_config>();
   impl->cfg->set("scheduler.policy", caf::atom("sharing"));
   impl->sys = std::make_unique<caf::actor_system>(*impl->cfg);
   impl->registry = impl->sys->spawn(registry_actor, impl->env.get());
   for (auto& s : recovered) caf::anon_send(impl->registry, adopt_atom::value, s);
-  spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots)",
-               recovered.size(), (config.data_dir / "store").string(), from_snapshots);
+  spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots, {} VMs adopted)",
+               recovered.size(), (config.data_dir / "store").string(), from_snapshots, adopted);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 

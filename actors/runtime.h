@@ -39,6 +39,9 @@ struct RuntimeConfig {
   // A state snapshot of a sandbox every this many events; recovery replays only the tail after it.
   uint32_t snapshot_every = 64;
   bool jail = true;
+  // VMs keep running when the host process dies (a crash); the next start re-adopts the VMs of
+  // running sandboxes. Off: QEMU gets the parent-death signal and dies with its host.
+  bool vms_outlive_host = true;
 };
 
 struct SandboxInfo {

@@ -187,6 +187,16 @@ Json exec_json(const vmm::ExecResult& r) {
   return j;
 }
 
+// `{name: [to_json(item)...]}` with status 200.
+template <typename T, typename F>
+HttpReply list_reply(const char* name, const std::vector<T>& items, F&& to_json) {
+  Json list = Json::array();
+  for (auto& x : items) list.push(to_json(x));
+  Json j = Json::object();
+  j.set(name, list);
+  return json_reply(200, j);
+}
+
 Json stat_json(const vmm::FileStat& s) {
   static const char* types[] = {"file", "directory", "symlink", "other"};
   Json j = Json::object();
@@ -854,16 +864,12 @@ struct Gateway::Impl final : public kj::HttpService {
     if (!id.empty()) unwrap(rt.get(tenant, id));
 
     if (route == "/v1/templates") {
-      Json list = Json::array();
-      for (auto& t : rt.templates()) {
+      return list_reply("templates", rt.templates(), [](const actors::TemplateInfo& t) {
         Json j = Json::object();
         j.set("name", t.name);
         j.set("baked", t.baked);
-        list.push(j);
-      }
-      Json j = Json::object();
-      j.set("templates", list);
-      return json_reply(200, j);
+        return j;
+      });
     }
     if (route == "/v1/sandboxes" && r.method == M::POST) {
       Fields f(r.json(),
@@ -907,12 +913,8 @@ struct Gateway::Impl final : public kj::HttpService {
           throw ApiError{"invalid_argument", "unknown query parameter '" + k + "'"};
         }
       }
-      Json list = Json::array();
-      for (auto& s : unwrap(rt.list(all_tenants ? "*" : tenant, status, metadata)))
-        list.push(sandbox_json(s));
-      Json j = Json::object();
-      j.set("sandboxes", list);
-      return json_reply(200, j);
+      return list_reply("sandboxes", unwrap(rt.list(all_tenants ? "*" : tenant, status, metadata)),
+                        sandbox_json);
     }
     if (route == "/v1/sandboxes/{id}") {
       if (r.method == M::GET) return json_reply(200, sandbox_json(unwrap(rt.get(tenant, id))));
@@ -949,19 +951,16 @@ struct Gateway::Impl final : public kj::HttpService {
       return json_reply(201, j);
     }
     if (route == "/v1/sandboxes/{id}/processes") {
-      Json list = Json::array();
-      for (auto& p : unwrap(rt.list_processes(tenant, id))) {
-        Json j = Json::object();
-        j.set("pid", p.pid);
-        j.set("command", p.command);
-        j.set("running", p.running);
-        j.set("exit_code", p.exit_code);
-        j.set("started_at_ms", p.started_at_ms);
-        list.push(j);
-      }
-      Json j = Json::object();
-      j.set("processes", list);
-      return json_reply(200, j);
+      return list_reply("processes", unwrap(rt.list_processes(tenant, id)),
+                        [](const vmm::ProcessInfo& p) {
+                          Json j = Json::object();
+                          j.set("pid", p.pid);
+                          j.set("command", p.command);
+                          j.set("running", p.running);
+                          j.set("exit_code", p.exit_code);
+                          j.set("started_at_ms", p.started_at_ms);
+                          return j;
+                        });
     }
     if (route == "/v1/sandboxes/{id}/processes/{pid}") {
       uint32_t pid = parse_pid(r.param("pid"));
@@ -1026,11 +1025,9 @@ struct Gateway::Impl final : public kj::HttpService {
     if (route == "/v1/sandboxes/{id}/fork") {
       Fields f(r.json(), {"count"});
       auto kids = unwrap(rt.fork(tenant, id, uint32_t(f.integer("count", 1, 1, 1 << 20))));
-      Json list = Json::array();
-      for (auto& k : kids) list.push(sandbox_json(k));
-      Json j = Json::object();
-      j.set("sandboxes", list);
-      return json_reply(201, j);
+      auto reply = list_reply("sandboxes", kids, sandbox_json);
+      reply.status = 201;
+      return reply;
     }
     if (route == "/v1/sandboxes/{id}/hibernate")
       return json_reply(200, sandbox_json(unwrap(rt.hibernate(tenant, id))));
@@ -1041,11 +1038,7 @@ struct Gateway::Impl final : public kj::HttpService {
       q.tenant = tenant;
       q.stream = id;
       q.limit = 100000;
-      Json list = Json::array();
-      for (auto& e : unwrap(rt.audit(q))) list.push(audit_json(e));
-      Json j = Json::object();
-      j.set("events", list);
-      return json_reply(200, j);
+      return list_reply("events", unwrap(rt.audit(q)), audit_json);
     }
     if (route == "/v1/audit") {
       actors::AuditQuery q;
@@ -1080,18 +1073,14 @@ struct Gateway::Impl final : public kj::HttpService {
       return json_reply(201, j);
     }
     if (route == "/v1/keys") {
-      Json list = Json::array();
-      for (auto& k : unwrap(rt.list_keys())) {
+      return list_reply("keys", unwrap(rt.list_keys()), [](const actors::KeyInfo& k) {
         Json j = Json::object();
         j.set("id", k.id);
         j.set("tenant", k.tenant);
         j.set("admin", k.admin);
         j.set("created_ms", k.created_ms);
-        list.push(j);
-      }
-      Json j = Json::object();
-      j.set("keys", list);
-      return json_reply(200, j);
+        return j;
+      });
     }
     if (route == "/v1/keys/{key_id}") {
       unwrap(rt.revoke_key(r.param("key_id")));

@@ -316,10 +316,7 @@ class PlatformImpl final : public api::Platform::Server {
         .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
           if (!*r && r->error().code == "sandbox_failed")
             fail({"start_failed", r->error().message});
-          auto info = take(*r);
-          auto results = context.getResults();
-          results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, info.id));
-          fill_info(results.initInfo(), info);
+          answer(context.getResults(), take(*r));
         });
   }
 
@@ -328,10 +325,7 @@ class PlatformImpl final : public api::Platform::Server {
     return ctx_
         .offload<actors::SandboxInfo>([rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
         .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
-          auto info = take(*r);
-          auto results = context.getResults();
-          results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, info.id));
-          fill_info(results.initInfo(), info);
+          answer(context.getResults(), take(*r));
         });
   }
 
@@ -354,6 +348,13 @@ class PlatformImpl final : public api::Platform::Server {
   }
 
  private:
+  // create and get answer alike: the sandbox's capability and its info.
+  template <typename Results>
+  void answer(Results results, const actors::SandboxInfo& info) {
+    results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, info.id));
+    fill_info(results.initInfo(), info);
+  }
+
   RpcServer::Impl& ctx_;
   std::string tenant_;
 };

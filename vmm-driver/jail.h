@@ -44,6 +44,13 @@ struct JailPolicy {
 class Cgroup {
  public:
   static std::unique_ptr<Cgroup> create(const std::string& name, uint64_t memory_bytes, uint32_t pids_max);
+  // The groups of an adopted VM (removed when it ends).
+  static std::unique_ptr<Cgroup> adopt(bool v2, std::vector<std::filesystem::path> dirs) {
+    auto g = std::unique_ptr<Cgroup>(new Cgroup());
+    g->v2_ = v2;
+    g->dirs_ = std::move(dirs);
+    return g;
+  }
   ~Cgroup();
   // Moves `pid` into the group (before it executes anything).
   Status add(pid_t pid);

@@ -22,6 +22,7 @@
 #include "vmm-driver/jail.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/snapshot.h"
+#include "wire/json.h"
 
 namespace pandastack::vmm {
 
@@ -415,10 +416,31 @@ Vm::Vm(IoThread& io, VmConfig config) : io_(io), config_(std::move(config)) {}
 
 Vm::~Vm() { kill_and_clean(); }
 
+namespace {
+// Field 22 of /proc/<pid>/stat (start time in clock ticks), 0 when the process is gone.
+uint64_t process_start_ticks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return 0;
+}
+}  // namespace
+
 void Vm::kill_qemu() {
   agent_.reset();
   qmp_.reset();
-  if (pid_ > 0) {
+  if (pid_ > 0 && adopted_) {
+    // Not our child: signal it and watch /proc until it is gone (its parent reaps it).
+    if (process_start_ticks(pid_) == start_ticks_) ::kill(pid_, SIGKILL);
+    for (int i = 0; i < 500 && process_start_ticks(pid_) == start_ticks_; ++i)
+      std::this_thread::sleep_for(milliseconds(10));
+    pid_ = -1;
+  } else if (pid_ > 0) {
     ::kill(pid_, SIGKILL);
     int status;
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
@@ -447,6 +469,7 @@ void Vm::kill_and_clean() {
 bool Vm::alive() {
   if (pid_ <= 0) return false;
   if (exit_status_ >= 0) return false;
+  if (adopted_) return process_start_ticks(pid_) == start_ticks_;
   int status;
   pid_t r = ::waitpid(pid_, &status, WNOHANG);
   if (r == pid_) {
@@ -753,6 +776,103 @@ Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmCo
   (*vm)->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
   spdlog::debug("vm {}: restored from {} in {} us", (*vm)->config_.name, snap.dir.string(),
                 (*vm)->boot_time_.count());
+  if (!(*vm)->config_.die_with_parent) {
+    auto saved = (*vm)->save_record();
+    if (!saved) return saved.error();
+  }
+  return vm;
+}
+
+Status Vm::save_record() const {
+  using wire::Json;
+  Json j = Json::object();
+  j.set("format", 1);
+  j.set("pid", int64_t(pid_));
+  j.set("start_ticks", start_ticks_ ? start_ticks_ : process_start_ticks(pid_));
+  j.set("name", config_.name);
+  j.set("hostname", config_.hostname);
+  j.set("kernel", config_.kernel.string());
+  j.set("initramfs", config_.initramfs.string());
+  j.set("rootfs", config_.rootfs.string());
+  j.set("vcpus", config_.vcpus);
+  j.set("memory_mib", config_.memory_mib);
+  j.set("accel", to_string(config_.accel));
+  j.set("cpu_model", config_.cpu_model);
+  j.set("tsc_khz", config_.tsc_khz);
+  j.set("qemu_binary", config_.qemu_binary);
+  j.set("jail", config_.jail);
+  j.set("qemu_version", qemu_version_);
+  Json layers = Json::array();
+  for (auto& l : layers_) layers.push(l);
+  j.set("layers", layers);
+  j.set("overlay_seq", overlay_seq_);
+  j.set("active_overlay", active_overlay_.filename().string());
+  Json groups = Json::array();
+  if (cgroup_)
+    for (auto& d : cgroup_->dirs()) groups.push(d.string());
+  j.set("cgroup_v2", cgroup_ ? cgroup_->v2() : false);
+  j.set("cgroups", groups);
+  auto tmp = config_.run_dir / "vm.json.tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump();
+    if (!out)
+      return make_error(ErrorCode::io_error, "cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, config_.run_dir / "vm.json", ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot write vm.json: " + ec.message());
+  return Ok{};
+}
+
+Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir,
+                                      milliseconds timeout) {
+  using wire::Json;
+  std::ifstream in(run_dir / "vm.json");
+  if (!in) return make_error(ErrorCode::not_found, "no live record in " + run_dir.string());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto j = Json::parse(text);
+  if (!j || !j->is_object() || (*j)["format"].as_int() != 1)
+    return make_error(ErrorCode::invalid_argument, "unreadable live record in " + run_dir.string());
+  const Json& r = *j;
+  VmConfig c;
+  c.name = r["name"].as_string();
+  c.hostname = r["hostname"].as_string();
+  c.run_dir = run_dir;
+  c.kernel = r["kernel"].as_string();
+  c.initramfs = r["initramfs"].as_string();
+  c.rootfs = r["rootfs"].as_string();
+  c.vcpus = unsigned(r["vcpus"].as_int());
+  c.memory_mib = unsigned(r["memory_mib"].as_int());
+  c.accel = r["accel"].as_string() == "kvm" ? Accel::kvm : Accel::tcg;
+  c.cpu_model = r["cpu_model"].as_string();
+  c.tsc_khz = unsigned(r["tsc_khz"].as_int());
+  c.qemu_binary = r["qemu_binary"].as_string();
+  c.jail = r["jail"].as_bool();
+  c.die_with_parent = false;
+  std::unique_ptr<Vm> vm(new Vm(io, std::move(c)));
+  vm->adopted_ = true;
+  vm->pid_ = pid_t(r["pid"].as_int());
+  vm->start_ticks_ = uint64_t(r["start_ticks"].as_int());
+  vm->qemu_version_ = r["qemu_version"].as_string();
+  for (auto& l : r["layers"].as_array()) vm->layers_.push_back(l.as_string());
+  vm->overlay_seq_ = int(r["overlay_seq"].as_int());
+  vm->active_overlay_ = run_dir / r["active_overlay"].as_string();
+  std::vector<fs::path> groups;
+  for (auto& g : r["cgroups"].as_array()) groups.push_back(g.as_string());
+  vm->cgroup_ = Cgroup::adopt(r["cgroup_v2"].as_bool(), std::move(groups));
+  if (vm->pid_ <= 0 || !vm->alive()) {
+    vm->pid_ = -1;  // nothing to kill; ~Vm cleans the folder
+    return make_error(ErrorCode::not_found, "the VM of " + run_dir.string() + " is gone");
+  }
+  auto deadline = steady_clock::now() + timeout;
+  auto qmp = QmpClient::connect((run_dir / "qmp.sock").string(), timeout);
+  if (!qmp) return vm->failure(ErrorCode::qmp_error, "cannot reconnect QMP: " + qmp.error().message);
+  vm->qmp_ = std::move(*qmp);
+  // A new agent session (the agent ended the old host's when its end of the port hung up).
+  auto attached = vm->wait_agent(deadline);
+  if (!attached) return attached.error();
+  spdlog::info("vm {}: adopted (pid {})", vm->config_.name, vm->pid_);
   return vm;
 }
 
@@ -849,6 +969,7 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir) {
   }
   if (st) st = resumed;
   if (st) st = snap.write_meta();
+  if (st && !config_.die_with_parent) st = save_record();  // the disk layers changed
   if (!st) {
     remove_snapshot(dir);
     return st.error();

@@ -92,6 +92,15 @@ class Vm {
   // For a freshly booted template VM: quiesces the agent and saves a snapshot whose RAM file is
   // the VM's own (no copy). The Vm is dead afterwards.
   Result<Snapshot> bake(const std::filesystem::path& dir, const std::string& origin);
+  // Takes over a VM that a previous host process started with die_with_parent=false and left
+  // running (it crashed): reads the run folder's live record (vm.json, written after every
+  // restore and snapshot), checks that the same QEMU process still runs, reconnects QMP and the
+  // agent (a new agent session). Fails with not_found when there is no such live VM; the caller
+  // then cleans the folder. An adopted QEMU is not our child: it is killed with SIGKILL and
+  // awaited through /proc, its cgroup removed, like any other.
+  static Result<std::unique_ptr<Vm>> adopt(IoThread& io, const std::filesystem::path& run_dir,
+                                           std::chrono::milliseconds timeout);
+
   ~Vm();
   Vm(const Vm&) = delete;
   Vm& operator=(const Vm&) = delete;
@@ -131,6 +140,9 @@ class Vm {
   // Stops the guest and freezes its disk: the active overlay becomes immutable (hard-linked into
   // `dir` as disk.qcow2) and QEMU continues on a new overlay.
   Status freeze_disk(const std::filesystem::path& dir);
+  // Writes run_dir/vm.json: what adopt() needs to take this VM over (pid and its start time,
+  // config, disk layers, cgroup).
+  Status save_record() const;
   // Fills in `snap`'s metadata from this VM (shape, QEMU, kernel, disk layers, time).
   void describe(Snapshot& snap, std::string origin) const;
   // Saves the paused guest's device state and disk into `dir` and fills in `snap`'s metadata.
@@ -140,6 +152,8 @@ class Vm {
   VmConfig config_;
   pid_t pid_ = -1;
   int exit_status_ = -1;
+  bool adopted_ = false;      // not our child: no waitpid
+  uint64_t start_ticks_ = 0;  // /proc/<pid>/stat start time, to tell a reused pid apart
   std::unique_ptr<QmpClient> qmp_;
   std::unique_ptr<AgentClient> agent_;
   std::chrono::microseconds boot_time_{0};

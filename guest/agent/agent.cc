@@ -1069,6 +1069,19 @@ class Main {
         });
   }
 
+  // Resolves when the host end of the port has stayed disconnected for 300 ms (checked every
+  // 100 ms). A reconnecting host closes and reopens the port in quick succession, and the guest
+  // may see that close late: only a lasting hang-up (the host is gone) ends the session.
+  static kj::Promise<void> watch_hangup(kj::AsyncIoContext& io, int fd, int down = 0) {
+    return io.provider->getTimer()
+        .afterDelay(100 * kj::MILLISECONDS)
+        .then([&io, fd, down]() -> kj::Promise<void> {
+          int now_down = host_connected(fd) ? 0 : down + 1;
+          if (now_down >= 3) return kj::READY_NOW;
+          return watch_hangup(io, fd, now_down);
+        });
+  }
+
   // Serves one session: preamble, then RPC until the host disconnects or ends the session.
   void serve_session(kj::AsyncIoContext& io, Agent& agent, int fd, const std::string& boot_id) {
     // The stream must not own (or shut down) the port: it stays open across sessions.
@@ -1087,7 +1100,11 @@ class Main {
     auto rpc = capnp::makeRpcServer(network, kj::heap<AgentImpl>(agent, boot_id, [this, id]() {
       if (id == session_id_ && end_session_->isWaiting()) end_session_->fulfill();
     }));
+    // A host can vanish without a byte (its process died): QEMU closes the chardev and the port
+    // reports POLLHUP, which a pending read does not notice. Watch for it, so that the next host
+    // finds the agent waiting for its preamble instead of reading it as part of a dead session.
     bool by_host = network.onDisconnect()
+                       .exclusiveJoin(watch_hangup(io, fd))
                        .then([]() { return false; })
                        .exclusiveJoin(ended.promise.then([]() {
                          // Let the endSession reply (queued this turn) be written first.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "actors/event_codec.h"
 #include "actors/runtime.h"
 #include "storage/event_store.h"
+#include "wire/json.h"
 #include "tests/integration/test_env.h"
 
 namespace pandastack::testing {
@@ -293,9 +295,10 @@ TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
   EXPECT_EQ(rt_->list("acme")->size(), 4u);
 }
 
-TEST_F(RuntimeTest, SandboxesRunningWhenTheHostDiedAreRecordedFailed) {
+// A host process that dies (SIGKILL) leaves its VMs running; the next start re-adopts the VM of a
+// running sandbox (its tmpfs intact) and records a sandbox whose VM is gone failed(host_restart).
+TEST_F(RuntimeTest, VmsOutliveACrashedHostAndAreAdopted) {
   rt_.reset();
-  // A real host process creates a sandbox, prints its id, and is killed with SIGKILL.
   int out[2];
   ASSERT_EQ(::pipe(out), 0);
   pid_t host = ::fork();
@@ -303,32 +306,66 @@ TEST_F(RuntimeTest, SandboxesRunningWhenTheHostDiedAreRecordedFailed) {
     ::dup2(out[1], 1);
     ::close(out[0]);
     ::execl(RUNTIME_HOST, RUNTIME_HOST, config_.data_dir.c_str(), config_.state_dir.c_str(),
-            config_.images_dir.c_str(), nullptr);
+            config_.images_dir.c_str(), "2", nullptr);
     ::_exit(127);
   }
   ::close(out[1]);
-  // Its stdout carries the id (logs go to stderr, but skip anything else to be safe).
-  std::string line;
+  // Its stdout carries the ids (logs go to stderr, but skip anything else to be safe).
+  std::vector<std::string> ids;
   for (;;) {
-    line.clear();
+    std::string line;
     char c;
     ssize_t n;
     while ((n = ::read(out[0], &c, 1)) == 1 && c != '\n') line += c;
-    if (n != 1 || line.rfind("sbx_", 0) == 0) break;
+    if (line.rfind("sbx_", 0) == 0) ids.push_back(line);
+    if (n != 1 || ids.size() == 2) break;
   }
   ::close(out[0]);
-  ASSERT_EQ(line.rfind("sbx_", 0), 0u) << "host printed: " << line;
+  ASSERT_EQ(ids.size(), 2u);
   ::kill(host, SIGKILL);
   int status;
   ::waitpid(host, &status, 0);
+  // Both QEMUs survived their host. Kill the second one: its sandbox cannot be adopted.
+  auto qemu_pid = [&](const std::string& id) -> pid_t {
+    for (auto& d : fs::directory_iterator(config_.state_dir / "run")) {
+      auto name = d.path().filename().string();
+      if (name.rfind(id + ".", 0) != 0 || !fs::exists(d.path() / "vm.json")) continue;
+      std::ifstream in(d.path() / "vm.json");
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      auto j = wire::Json::parse(text);
+      return j ? pid_t((*j)["pid"].as_int()) : -1;
+    }
+    return -1;
+  };
+  pid_t keep = qemu_pid(ids[0]), lose = qemu_pid(ids[1]);
+  ASSERT_GT(keep, 0);
+  ASSERT_GT(lose, 0);
+  EXPECT_EQ(::kill(keep, 0), 0) << "the VM died with its host";
+  ASSERT_EQ(::kill(lose, SIGKILL), 0);
+  for (int i = 0; i < 300 && ::kill(lose, 0) == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+
   start();
-  auto after = rt_->get("acme", line);
-  ASSERT_TRUE(after) << after.error().message;
-  EXPECT_EQ(after->status, Status::failed);
-  EXPECT_EQ(after->failure_reason, "host_restart");
-  EXPECT_TRUE(fs::is_empty(config_.state_dir / "run")) << "run folders of the dead host were not cleaned";
-  EXPECT_EQ(count_processes((config_.state_dir / "run").string()), 0) << "a QEMU outlived its host";
-  EXPECT_EQ(event_types(line), (std::vector<std::string>{"created", "started", "failed"}));
+  auto adopted = rt_->get("acme", ids[0]);
+  ASSERT_TRUE(adopted) << adopted.error().message;
+  EXPECT_EQ(adopted->status, Status::running);
+  EXPECT_EQ(run(ids[0], "cat /tmp/mark"), "adopted\n");  // same VM: its tmpfs is intact
+  auto lost = rt_->get("acme", ids[1]);
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(lost->status, Status::failed);
+  EXPECT_EQ(lost->failure_reason, "host_restart");
+  // The adopted VM works like any other: snapshot + fork from it, then kill.
+  auto kids = rt_->fork("acme", ids[0], 1);
+  ASSERT_TRUE(kids) << kids.error().message;
+  EXPECT_EQ(run((*kids)[0].id, "cat /tmp/mark"), "adopted\n");
+  ASSERT_TRUE(rt_->kill("acme", ids[0]));
+  for (int i = 0; i < 300 && ::kill(keep, 0) == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_NE(::kill(keep, 0), 0) << "the adopted QEMU outlived its kill";
+  EXPECT_EQ(event_types(ids[1]),
+            (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
+                                      "failed"}));
+  start();
+  rt_.reset();  // graceful: kills the fork child
+  EXPECT_TRUE(fs::is_empty(config_.state_dir / "run")) << "run folders were left behind";
 }
 
 }  // namespace
