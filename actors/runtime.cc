@@ -114,6 +114,8 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using fork_atom = caf::atom_constant<caf::atom("forkkids")>;
+using template_atom = caf::atom_constant<caf::atom("template")>;
+using bake_atom = caf::atom_constant<caf::atom("bake")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>
@@ -234,6 +236,24 @@ struct Env {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
+// Template actor: one per template (detached: a bake is a cold boot). Its mailbox serializes the
+// requests, so the first bakes (once) and every later one gets the staged snapshot at once.
+
+caf::behavior template_actor(caf::event_based_actor* self, Env* env, std::string name) {
+  log_exceptions(self, "template " + name);
+  return {
+      [=](bake_atom) -> Answer {
+        auto t = env->template_snapshot(name);
+        if (!t)
+          return Answer::fail({"start_failed", "template " + name + ": " + t.error().message});
+        Answer a;
+        a.text = t->dir.string();
+        return a;
+      },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
 // VM worker: a detached actor (its own thread) owning one sandbox's VM; every call blocks.
 
 struct WorkerState {
@@ -256,15 +276,9 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         auto& st = self->state;
         spdlog::debug("worker {}: restore from '{}'", st.id, snapshot_dir);
         vmm::Snapshot snap;
-        if (snapshot_dir.empty()) {
-          auto t = st.env->template_snapshot(st.template_name);
-          if (!t) return failed(t.error().message);
-          snap = *t;
-        } else {
-          auto s = vmm::Snapshot::load(snapshot_dir);
-          if (!s) return failed(s.error().message);
-          snap = *s;
-        }
+        auto loaded = vmm::Snapshot::load(snapshot_dir);
+        if (!loaded) return failed(loaded.error().message);
+        snap = *loaded;
         std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
         auto vm = vmm::Vm::restore(st.env->io, snap,
                                    st.env->vm_config(st.template_name, st.id, run_name), consume);
@@ -376,11 +390,28 @@ void effect(SandboxSelf* self, const Event& e) {
   };
   switch (e.kind) {
     case Event::Kind::created: {
-      std::string dir =
-          e.from_snapshot.empty() ? "" : st.env->snapshot_dir(e.from_snapshot).string();
-      self->request(st.worker, caf::infinite, restore_atom::value, dir, false)
-          .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
-                lost);
+      auto restore = [self, to, lost](std::string dir) {
+        self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false)
+            .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
+                  lost);
+      };
+      if (!e.from_snapshot.empty()) {
+        restore(st.env->snapshot_dir(e.from_snapshot).string());
+        break;
+      }
+      // The template's actor bakes it (once) and answers with the staged snapshot.
+      self->request(st.registry, caf::infinite, template_atom::value, e.template_name)
+          .then(
+              [self, restore, lost](caf::actor tmpl) {
+                self->request(tmpl, caf::infinite, bake_atom::value)
+                    .then(
+                        [self, restore](Answer a) {
+                          if (!a.ok) return internal(self, cmd::StartFailed{a.error.message});
+                          restore(a.text);
+                        },
+                        lost);
+              },
+              lost);
       break;
     }
     case Event::Kind::transition_started:
@@ -612,6 +643,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
 
 struct RegistryState {
   Env* env = nullptr;
+  std::map<std::string, caf::actor> templates;  // template actors, spawned on first use
   std::map<std::string, caf::actor> actors;
   std::map<std::string, SandboxInfo> infos;
 };
@@ -676,6 +708,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
   self->set_exit_handler([self](caf::exit_msg& msg) {
     for (auto& [id, a] : self->state.actors)
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& [name, t] : self->state.templates)
+      caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
     self->quit(msg.reason);
   });
   self->delayed_send(self, env->config.reaper_interval, tick_atom::value);
@@ -774,6 +808,11 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         auto a = find(tenant, id);
         if (!a) return Answer::fail(not_found(id));
         return forward(self, a, caf::make_message(lease_atom::value));
+      },
+      [=](template_atom, std::string name) -> caf::actor {
+        auto& t = self->state.templates[name];
+        if (!t) t = self->spawn<caf::detached + caf::linked>(template_actor, self->state.env, name);
+        return t;
       },
       [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
       [=](adopt_atom, SandboxState s) {
@@ -969,9 +1008,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   }
   for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) {
     auto name = d.path().filename().string();
-    bool keep = keep_run.count(name) ||
-                (name.size() > 5 && name.ends_with(".jail") &&
-                 keep_run.count(name.substr(0, name.size() - 5)));
+    bool keep = keep_run.count(name) || (name.size() > 5 && name.ends_with(".jail") &&
+                                         keep_run.count(name.substr(0, name.size() - 5)));
     if (!keep) fs::remove_all(d.path(), ec);
   }
 

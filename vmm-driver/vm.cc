@@ -816,8 +816,7 @@ Status Vm::save_record() const {
   {
     std::ofstream out(tmp);
     out << j.dump();
-    if (!out)
-      return make_error(ErrorCode::io_error, "cannot write " + tmp.string());
+    if (!out) return make_error(ErrorCode::io_error, "cannot write " + tmp.string());
   }
   std::error_code ec;
   fs::rename(tmp, config_.run_dir / "vm.json", ec);
@@ -825,8 +824,7 @@ Status Vm::save_record() const {
   return Ok{};
 }
 
-Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir,
-                                      milliseconds timeout) {
+Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, milliseconds timeout) {
   using wire::Json;
   std::ifstream in(run_dir / "vm.json");
   if (!in) return make_error(ErrorCode::not_found, "no live record in " + run_dir.string());
@@ -867,7 +865,8 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir,
   }
   auto deadline = steady_clock::now() + timeout;
   auto qmp = QmpClient::connect((run_dir / "qmp.sock").string(), timeout);
-  if (!qmp) return vm->failure(ErrorCode::qmp_error, "cannot reconnect QMP: " + qmp.error().message);
+  if (!qmp)
+    return vm->failure(ErrorCode::qmp_error, "cannot reconnect QMP: " + qmp.error().message);
   vm->qmp_ = std::move(*qmp);
   // A new agent session (the agent ended the old host's when its end of the port hung up).
   auto attached = vm->wait_agent(deadline);

@@ -1,13 +1,12 @@
 // runtime_host DATA STATE IMAGES [N]: a minimal host process for crash tests. Starts the actor
 // runtime, creates N (default 1) sandboxes for tenant "acme", writes /tmp/mark ("adopted") in
 // each, prints their ids (one per line) and waits to be killed.
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "actors/runtime.h"
 

@@ -1,21 +1,22 @@
 // Integration tests of the actor runtime: real VMs, a real RocksDB event store, restarts.
 
+#include "actors/runtime.h"
+
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "actors/event_codec.h"
-#include "actors/runtime.h"
 #include "storage/event_store.h"
-#include "wire/json.h"
 #include "tests/integration/test_env.h"
+#include "wire/json.h"
 
 namespace pandastack::testing {
 namespace {
@@ -36,7 +37,8 @@ class RuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     static int n = 0;
-    base_ = fs::path("/dev/shm") / ("pst-rt-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    base_ =
+        fs::path("/dev/shm") / ("pst-rt-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
     config_.data_dir = base_ / "data";
     config_.state_dir = base_ / "state";
     config_.images_dir = images_dir();
@@ -62,7 +64,8 @@ class RuntimeTest : public ::testing::Test {
     EXPECT_TRUE(s) << s.error().code << ": " << s.error().message;
     return s ? *s : actors::SandboxInfo{};
   }
-  std::string run(const std::string& id, const std::string& cmd, const std::string& tenant = "acme") {
+  std::string run(const std::string& id, const std::string& cmd,
+                  const std::string& tenant = "acme") {
     auto r = rt_->exec(tenant, id, sh(cmd));
     EXPECT_TRUE(r) << r.error().code << ": " << r.error().message;
     return r ? r->stdout_data : "";
@@ -90,12 +93,13 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
   ASSERT_EQ(s.status, Status::running);
   EXPECT_EQ(s.id.rfind("sbx_", 0), 0u);
   EXPECT_EQ(s.id.size(), 20u);
-  EXPECT_EQ(run(s.id, "echo hello; hostname"), "hello\n" + [&] {
-    std::string h = s.id;
-    for (auto& c : h)
-      if (c == '_') c = '-';
-    return h;
-  }() + "\n");
+  EXPECT_EQ(
+      run(s.id, "echo hello; hostname"), "hello\n" + [&] {
+        std::string h = s.id;
+        for (auto& c : h)
+          if (c == '_') c = '-';
+        return h;
+      }() + "\n");
   // Another tenant sees nothing.
   EXPECT_EQ(rt_->get("other", s.id).error().code, "sandbox_not_found");
   EXPECT_EQ(rt_->exec("other", s.id, sh("true")).error().code, "sandbox_not_found");
@@ -112,8 +116,9 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
   ASSERT_TRUE(k);
   EXPECT_EQ(k->status, Status::stopped);
   EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, "sandbox_stopped");
-  EXPECT_EQ(event_types(s.id), (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
-                                                         "metadata-changed", "killed"}));
+  EXPECT_EQ(event_types(s.id),
+            (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
+                                      "metadata-changed", "killed"}));
 }
 
 // Commands of one sandbox run concurrently with each other and with file operations; killing the
@@ -196,6 +201,42 @@ TEST_F(RuntimeTest, RecoveryUsesStateSnapshotsAndTheTail) {
   EXPECT_EQ(after->metadata, before.metadata);
   EXPECT_EQ(after->expires_at_ms, before.expires_at_ms);
   EXPECT_EQ(after->created_at_ms, before.created_at_ms);
+}
+
+// The first creates of a template wait for one bake by its template actor: a fresh images folder
+// (hard links to the real images, no bake yet), four creates at once, one bake, and every sandbox
+// restored from it (the same guest boot id).
+TEST_F(RuntimeTest, ConcurrentFirstCreatesShareOneBake) {
+  rt_.reset();
+  auto images =
+      fs::path(images_dir()).parent_path() / ("images-bake-test-" + std::to_string(::getpid()));
+  fs::remove_all(images);
+  for (auto sub : {"kernel", "initramfs", "base"}) fs::create_directories(images / sub);
+  for (auto f : {"kernel/vmlinux", "kernel/key", "initramfs/initramfs.cpio", "initramfs/key",
+                 "base/rootfs.qcow2", "base/key"})
+    fs::create_hard_link(fs::path(images_dir()) / f, images / f);
+  config_.images_dir = images;
+  start();
+  std::vector<std::thread> threads;
+  std::vector<actors::Reply<actors::SandboxInfo>> made(4, actors::Rejection{"none", ""});
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      actors::CreateRequest req;
+      req.tenant = "acme";
+      made[i] = rt_->create(req);
+    });
+  for (auto& t : threads) t.join();
+  std::set<std::string> boot_ids;
+  for (auto& m : made) {
+    ASSERT_TRUE(m) << m.error().code << ": " << m.error().message;
+    boot_ids.insert(run(m->id, "cat /proc/sys/kernel/random/boot_id"));
+  }
+  EXPECT_EQ(boot_ids.size(), 1u) << "sandboxes restored from different bakes";
+  size_t bakes = 0;
+  for (auto& d : fs::directory_iterator(images / "base" / "baked")) bakes += d.is_directory();
+  EXPECT_EQ(bakes, 1u);
+  rt_.reset();
+  fs::remove_all(images);
 }
 
 TEST_F(RuntimeTest, HibernatedSandboxSurvivesAHostRestartAndWakesIntact) {
@@ -290,7 +331,8 @@ TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
     EXPECT_EQ(k.status, Status::running);
     EXPECT_EQ(run(k.id, "cat /tmp/who"), "parent\n");
   }
-  EXPECT_NE(run((*kids)[0].id, "cat /proc/sys/kernel/random/uuid"), run((*kids)[1].id, "cat /proc/sys/kernel/random/uuid"));
+  EXPECT_NE(run((*kids)[0].id, "cat /proc/sys/kernel/random/uuid"),
+            run((*kids)[1].id, "cat /proc/sys/kernel/random/uuid"));
   EXPECT_EQ(rt_->get("acme", s.id)->status, Status::running);
   EXPECT_EQ(rt_->list("acme")->size(), 4u);
 }
@@ -342,7 +384,8 @@ TEST_F(RuntimeTest, VmsOutliveACrashedHostAndAreAdopted) {
   ASSERT_GT(lose, 0);
   EXPECT_EQ(::kill(keep, 0), 0) << "the VM died with its host";
   ASSERT_EQ(::kill(lose, SIGKILL), 0);
-  for (int i = 0; i < 300 && ::kill(lose, 0) == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  for (int i = 0; i < 300 && ::kill(lose, 0) == 0; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
 
   start();
   auto adopted = rt_->get("acme", ids[0]);
@@ -358,11 +401,11 @@ TEST_F(RuntimeTest, VmsOutliveACrashedHostAndAreAdopted) {
   ASSERT_TRUE(kids) << kids.error().message;
   EXPECT_EQ(run((*kids)[0].id, "cat /tmp/mark"), "adopted\n");
   ASSERT_TRUE(rt_->kill("acme", ids[0]));
-  for (int i = 0; i < 300 && ::kill(keep, 0) == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  for (int i = 0; i < 300 && ::kill(keep, 0) == 0; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
   EXPECT_NE(::kill(keep, 0), 0) << "the adopted QEMU outlived its kill";
-  EXPECT_EQ(event_types(ids[1]),
-            (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
-                                      "failed"}));
+  EXPECT_EQ(event_types(ids[1]), (std::vector<std::string>{"created", "started", "exec-started",
+                                                           "exec-finished", "failed"}));
   start();
   rt_.reset();  // graceful: kills the fork child
   EXPECT_TRUE(fs::is_empty(config_.state_dir / "run")) << "run folders were left behind";
