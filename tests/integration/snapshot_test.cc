@@ -99,14 +99,15 @@ Stateful make_stateful(std::unique_ptr<vmm::Vm> vm) {
   s.blob_sha = run(*s.vm, "head -c 67108864 /dev/urandom > /tmp/blob && sha256sum /tmp/blob | cut -c1-64");
   EXPECT_EQ(s.blob_sha.size(), 65u);
   run(*s.vm, "echo on-disk > /workspace/kept && sync");
-  vmm::ExecRequest counter = sh("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done");
+  vmm::ExecRequest counter = sh("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; "
+                                "mv /tmp/counter.new /tmp/counter; sleep 0.05; done");
   counter.timeout_ms = 0;
   auto pid = s.vm->agent().start_process(counter);
   EXPECT_TRUE(pid);
   // Wait until it counted a little.
   for (int i = 0; i < 100; ++i) {
     auto c = s.vm->agent().read_file("/tmp/counter");
-    if (c && std::stoi(*c) >= 3) break;
+    if (c && std::atoi(c->c_str()) >= 3) break;
     std::this_thread::sleep_for(milliseconds(50));
   }
   return s;
@@ -114,7 +115,8 @@ Stateful make_stateful(std::unique_ptr<vmm::Vm> vm) {
 
 int counter(vmm::Vm& vm) {
   auto c = vm.agent().read_file("/tmp/counter");
-  return c && !c->empty() ? std::stoi(*c) : -1;
+  // The file is replaced by rename, so a read never sees it half-written.
+  return c && !c->empty() ? std::atoi(c->c_str()) : -1;
 }
 
 // The state of `make_stateful` is all there in `vm`, and the counter process is still counting.
