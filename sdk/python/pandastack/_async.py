@@ -1,0 +1,257 @@
+"""The asynchronous client: ``AsyncSandbox`` (natively async on httpx.AsyncClient).
+
+Commands run over the streaming endpoint, so cancelling the task that awaits ``exec`` (or leaving
+an ``exec_stream`` loop) closes the connection and the server kills the command in the guest.
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
+
+import httpx
+
+from . import _common as c
+from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
+from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
+
+
+class _AsyncHttp:
+    def __init__(self, api_key: Optional[str], base_url: Optional[str], timeout: float) -> None:
+        key, url = c.config(api_key, base_url)
+        self.client = httpx.AsyncClient(base_url=url, headers=c.headers(key),
+                                        timeout=httpx.Timeout(timeout, connect=10.0))
+
+    async def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            r = await self.client.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise c.transport_error(e) from e
+        c.raise_for(r)
+        return r
+
+    async def sse(self, method: str, path: str, **kw: Any) -> AsyncIterator[ExecEvent]:
+        parser = c.SseParser()
+        try:
+            async with self.client.stream(method, path, **kw) as r:
+                if r.status_code >= 300:
+                    await r.aread()
+                    c.raise_for(r)
+                async for line in r.aiter_lines():
+                    for ev in parser.feed(line):
+                        yield ev
+        except httpx.TransportError as e:
+            raise c.transport_error(e) from e
+
+
+class AsyncFilesystem:
+    """Files in the sandbox (``sandbox.filesystem``)."""
+
+    def __init__(self, sbx: "AsyncSandbox") -> None:
+        self._s = sbx
+
+    def _path(self, sub: str = "") -> str:
+        return f"/v1/sandboxes/{self._s.id}/files{sub}"
+
+    async def write(self, path: str, data: Union[str, bytes]) -> None:
+        """Writes a whole file (parents are created)."""
+        content = data.encode() if isinstance(data, str) else data
+        await self._s._http.call("PUT", self._path(), params={"path": path}, content=content)
+
+    async def read(self, path: str) -> bytes:
+        """Reads a whole file."""
+        return (await self._s._http.call("GET", self._path(), params={"path": path})).content
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """Reads a whole file as text."""
+        return (await self.read(path)).decode(encoding)
+
+    async def list(self, path: str) -> List[FileInfo]:
+        """The entries of a folder."""
+        r = await self._s._http.call("GET", self._path("/list"), params={"path": path})
+        return [FileInfo.from_api(e) for e in r.json()["entries"]]
+
+    async def stat(self, path: str) -> FileInfo:
+        """One path's type, size, mode and modification time."""
+        r = await self._s._http.call("GET", self._path("/stat"), params={"path": path})
+        return FileInfo.from_api(r.json())
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, or a folder (with ``recursive=True`` when not empty)."""
+        params = {"path": path, **({"recursive": "1"} if recursive else {})}
+        await self._s._http.call("DELETE", self._path(), params=params)
+
+    async def mkdir(self, path: str, parents: bool = True) -> None:
+        """Makes a folder."""
+        await self._s._http.call("POST", self._path("/mkdir"),
+                                 json={"path": path, "parents": parents})
+
+    async def rename(self, src: str, dst: str) -> None:
+        """Renames (moves) a path."""
+        await self._s._http.call("POST", self._path("/rename"), json={"from": src, "to": dst})
+
+
+class AsyncProcesses:
+    """Background processes (``sandbox.process``)."""
+
+    def __init__(self, sbx: "AsyncSandbox") -> None:
+        self._s = sbx
+
+    async def start(self, cmd: c.Command, env: Optional[Mapping[str, str]] = None,
+                    cwd: Optional[str] = None, timeout_seconds: Optional[int] = None) -> int:
+        """Starts a command in the background; returns its pid."""
+        body = c.exec_body(cmd, timeout_seconds, env, cwd, None)
+        r = await self._s._http.call("POST", f"/v1/sandboxes/{self._s.id}/processes", json=body)
+        return int(r.json()["pid"])
+
+    async def list(self) -> List[ProcessInfo]:
+        """Running and recently exited background processes."""
+        r = await self._s._http.call("GET", f"/v1/sandboxes/{self._s.id}/processes")
+        return [ProcessInfo.from_api(p) for p in r.json()["processes"]]
+
+    async def kill(self, pid: int, signal: Optional[int] = None) -> None:
+        """Signals the process's group (default SIGKILL)."""
+        params = {"signal": str(signal)} if signal else None
+        await self._s._http.call("DELETE", f"/v1/sandboxes/{self._s.id}/processes/{pid}",
+                                 params=params)
+
+    def stream(self, pid: int) -> AsyncIterator[ExecEvent]:
+        """Its output from the start, then live, then the exit event."""
+        return self._s._http.sse("GET", f"/v1/sandboxes/{self._s.id}/processes/{pid}/stream")
+
+
+class AsyncSandbox:
+    """A PandaStack sandbox, async.
+
+    >>> async with await AsyncSandbox.create() as sbx:
+    ...     print((await sbx.exec("echo hello")).stdout)
+    """
+
+    def __init__(self, info: SandboxInfo, http: _AsyncHttp) -> None:
+        self.info = info
+        self._http = http
+        self.filesystem = AsyncFilesystem(self)
+        self.files = self.filesystem
+        self.process = AsyncProcesses(self)
+
+    @classmethod
+    async def create(cls, template: str = "base", ttl_seconds: Optional[int] = None,
+                     metadata: Optional[Mapping[str, str]] = None, persistent: bool = False,
+                     auto_wake: bool = False, from_snapshot: Optional[str] = None, *,
+                     api_key: Optional[str] = None, base_url: Optional[str] = None,
+                     timeout: float = 300.0) -> "AsyncSandbox":
+        """Creates a sandbox (restored from the template's snapshot) and returns it running."""
+        http = _AsyncHttp(api_key, base_url, timeout)
+        body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot)
+        r = await http.call("POST", "/v1/sandboxes", json=body)
+        return cls(SandboxInfo.from_api(r.json()), http)
+
+    @classmethod
+    async def get(cls, sandbox_id: str, *, api_key: Optional[str] = None,
+                  base_url: Optional[str] = None, timeout: float = 300.0) -> "AsyncSandbox":
+        """An existing sandbox of this key's tenant."""
+        http = _AsyncHttp(api_key, base_url, timeout)
+        r = await http.call("GET", f"/v1/sandboxes/{sandbox_id}")
+        return cls(SandboxInfo.from_api(r.json()), http)
+
+    @classmethod
+    async def list(cls, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,
+                   *, api_key: Optional[str] = None,
+                   base_url: Optional[str] = None) -> List[SandboxInfo]:
+        """This tenant's sandboxes, filtered by state and metadata entries."""
+        http = _AsyncHttp(api_key, base_url, 60.0)
+        try:
+            r = await http.call("GET", "/v1/sandboxes", params=c.list_params(state, metadata))
+            return [SandboxInfo.from_api(s) for s in r.json()["sandboxes"]]
+        finally:
+            await http.client.aclose()
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    async def refresh(self) -> SandboxInfo:
+        """Reads the sandbox's current info."""
+        r = await self._http.call("GET", f"/v1/sandboxes/{self.id}")
+        self.info = SandboxInfo.from_api(r.json())
+        return self.info
+
+    async def _post(self, action: str, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        return (await self._http.call("POST", f"/v1/sandboxes/{self.id}/{action}",
+                                      json=body)).json()
+
+    async def kill(self) -> None:
+        """Stops the sandbox and releases everything it holds."""
+        r = await self._http.call("DELETE", f"/v1/sandboxes/{self.id}")
+        self.info = SandboxInfo.from_api(r.json())
+
+    async def hibernate(self) -> None:
+        """Saves the sandbox to disk and stops its VM; ``wake()`` brings it back."""
+        self.info = SandboxInfo.from_api(await self._post("hibernate"))
+
+    async def wake(self) -> None:
+        """Restores a hibernated sandbox."""
+        self.info = SandboxInfo.from_api(await self._post("wake"))
+
+    async def snapshot(self) -> str:
+        """Snapshots the running sandbox; returns the snapshot id."""
+        return str((await self._post("snapshots"))["snapshot_id"])
+
+    async def fork(self, count: int = 1) -> List["AsyncSandbox"]:
+        """``count`` copies of the running sandbox; it keeps running."""
+        kids = (await self._post("fork", {"count": count}))["sandboxes"]
+        return [AsyncSandbox(SandboxInfo.from_api(k), self._http) for k in kids]
+
+    async def set_ttl(self, ttl_seconds: int) -> None:
+        """Sets the time to live from now."""
+        r = await self._http.call("PATCH", f"/v1/sandboxes/{self.id}",
+                                  json={"ttl_seconds": ttl_seconds})
+        self.info = SandboxInfo.from_api(r.json())
+
+    async def events(self) -> List[Dict[str, Any]]:
+        """The sandbox's audit events, oldest first."""
+        return list((await self._http.call("GET", f"/v1/sandboxes/{self.id}/events")).json()["events"])
+
+    def exec_stream(self, cmd: c.Command, timeout_seconds: Optional[int] = None,
+                    env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                    stdin: Union[str, bytes, None] = None) -> AsyncIterator[ExecEvent]:
+        """Runs a command; yields stdout/stderr events as they come, then the exit event."""
+        body = c.exec_body(cmd, timeout_seconds, env, cwd, stdin)
+        return self._http.sse("POST", f"/v1/sandboxes/{self.id}/exec/stream", json=body)
+
+    async def exec(self, cmd: c.Command, timeout_seconds: Optional[int] = None,
+                   env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                   stdin: Union[str, bytes, None] = None) -> ExecResult:
+        """Runs a command to completion. Cancelling the awaiting task kills it in the guest."""
+        out, err = bytearray(), bytearray()
+        async for ev in self.exec_stream(cmd, timeout_seconds, env, cwd, stdin):
+            if ev.kind == "stdout":
+                out += ev.data
+            elif ev.kind == "stderr":
+                err += ev.data
+            elif ev.kind == "exit":
+                return ExecResult(bytes(out), bytes(err), ev.exit_code or 0, ev.timed_out)
+            else:
+                raise error_for(ev.error_code or "exec_failed", ev.message or "", 0)
+        raise PandaStackError("the command's stream ended without an exit event", code="internal")
+
+    async def aclose(self) -> None:
+        """Closes the HTTP client (the sandbox keeps running)."""
+        await self._http.client.aclose()
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.kill()
+        except (SandboxStopped, NotFound):
+            pass
+        except PandaStackError:
+            pass
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox({self.id!r}, state={self.state!r})"

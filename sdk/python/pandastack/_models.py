@@ -1,0 +1,129 @@
+"""Plain data returned by the SDK."""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+def _output(body: Dict[str, Any], name: str) -> bytes:
+    data = body.get(name, "")
+    if body.get(name + "_encoding") == "base64":
+        return base64.b64decode(data)
+    return data.encode()
+
+
+@dataclass
+class ExecResult:
+    """The outcome of a command: output (text, undecodable bytes replaced), exit code, timing."""
+
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    exit_code: int
+    timed_out: bool = False
+    duration_ms: float = 0.0
+
+    @property
+    def stdout(self) -> str:
+        """stdout as text (UTF-8, invalid bytes replaced)."""
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        """stderr as text (UTF-8, invalid bytes replaced)."""
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 in time."""
+        return self.exit_code == 0 and not self.timed_out
+
+    @classmethod
+    def from_api(cls, body: Dict[str, Any]) -> "ExecResult":
+        return cls(_output(body, "stdout"), _output(body, "stderr"), int(body["exit_code"]),
+                   bool(body.get("timed_out", False)), float(body.get("duration_ms", 0.0)))
+
+
+@dataclass
+class ExecEvent:
+    """One event of a streamed command: kind is "stdout", "stderr", "exit" or "error"."""
+
+    kind: str
+    data: bytes = b""
+    exit_code: Optional[int] = None
+    timed_out: bool = False
+    error_code: Optional[str] = None
+    message: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        """The data as text."""
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass
+class SandboxInfo:
+    """A sandbox as the API describes it."""
+
+    id: str
+    template: str
+    state: str
+    created_at_ms: int
+    expires_at_ms: int
+    persistent: bool = False
+    metadata: Dict[str, str] = field(default_factory=dict)
+    parent: Optional[str] = None
+    snapshots: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "SandboxInfo":
+        return cls(b["id"], b["template"], b["state"], int(b["created_at_ms"]),
+                   int(b["expires_at_ms"]), bool(b.get("persistent", False)),
+                   dict(b.get("metadata", {})), b.get("parent"), list(b.get("snapshots", [])))
+
+
+@dataclass
+class FileInfo:
+    """A file or folder in the sandbox."""
+
+    name: str
+    type: str  # file, directory, symlink, other
+    size: int
+    mode: int
+    mtime_ms: int
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "directory"
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "FileInfo":
+        return cls(b["name"], b["type"], int(b["size"]), int(b["mode"]), int(b["mtime_ms"]))
+
+
+@dataclass
+class ProcessInfo:
+    """A background process."""
+
+    pid: int
+    command: str
+    running: bool
+    exit_code: int
+    started_at_ms: int
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "ProcessInfo":
+        return cls(int(b["pid"]), b["command"], bool(b["running"]), int(b["exit_code"]),
+                   int(b["started_at_ms"]))
+
+
+def event_from_sse(event: str, data: Dict[str, Any]) -> ExecEvent:
+    """An ExecEvent from one server-sent event of an exec or process stream."""
+    if event in ("stdout", "stderr"):
+        raw = data.get("data", "")
+        payload = base64.b64decode(raw) if data.get("encoding") == "base64" else raw.encode()
+        return ExecEvent(event, payload)
+    if event == "exit":
+        return ExecEvent("exit", exit_code=int(data["exit_code"]),
+                         timed_out=bool(data.get("timed_out", False)))
+    return ExecEvent("error", error_code=data.get("code"), message=data.get("message"))

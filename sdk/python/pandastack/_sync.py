@@ -1,0 +1,260 @@
+"""The synchronous client: ``Sandbox``."""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+
+import httpx
+
+from . import _common as c
+from ._errors import NotFound, PandaStackError, SandboxStopped
+from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
+
+
+class _Http:
+    def __init__(self, api_key: Optional[str], base_url: Optional[str], timeout: float) -> None:
+        key, url = c.config(api_key, base_url)
+        self.client = httpx.Client(base_url=url, headers=c.headers(key),
+                                   timeout=httpx.Timeout(timeout, connect=10.0))
+
+    def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            r = self.client.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise c.transport_error(e) from e
+        c.raise_for(r)
+        return r
+
+    def sse(self, method: str, path: str, **kw: Any) -> Iterator[ExecEvent]:
+        parser = c.SseParser()
+        try:
+            with self.client.stream(method, path, **kw) as r:
+                if r.status_code >= 300:
+                    r.read()
+                    c.raise_for(r)
+                for line in r.iter_lines():
+                    yield from parser.feed(line)
+        except httpx.TransportError as e:
+            raise c.transport_error(e) from e
+
+
+class Filesystem:
+    """Files in the sandbox (``sandbox.filesystem``)."""
+
+    def __init__(self, sbx: "Sandbox") -> None:
+        self._s = sbx
+
+    def _path(self, sub: str = "") -> str:
+        return f"/v1/sandboxes/{self._s.id}/files{sub}"
+
+    def write(self, path: str, data: Union[str, bytes]) -> None:
+        """Writes a whole file (parents are created)."""
+        content = data.encode() if isinstance(data, str) else data
+        self._s._http.call("PUT", self._path(), params={"path": path}, content=content)
+
+    def read(self, path: str) -> bytes:
+        """Reads a whole file."""
+        return self._s._http.call("GET", self._path(), params={"path": path}).content
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """Reads a whole file as text."""
+        return self.read(path).decode(encoding)
+
+    def list(self, path: str) -> List[FileInfo]:
+        """The entries of a folder."""
+        r = self._s._http.call("GET", self._path("/list"), params={"path": path})
+        return [FileInfo.from_api(e) for e in r.json()["entries"]]
+
+    def stat(self, path: str) -> FileInfo:
+        """One path's type, size, mode and modification time."""
+        return FileInfo.from_api(
+            self._s._http.call("GET", self._path("/stat"), params={"path": path}).json())
+
+    def exists(self, path: str) -> bool:
+        """True when the path exists."""
+        try:
+            self.stat(path)
+            return True
+        except NotFound:
+            return False
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, or a folder (with ``recursive=True`` when not empty)."""
+        params = {"path": path, **({"recursive": "1"} if recursive else {})}
+        self._s._http.call("DELETE", self._path(), params=params)
+
+    def mkdir(self, path: str, parents: bool = True) -> None:
+        """Makes a folder."""
+        self._s._http.call("POST", self._path("/mkdir"), json={"path": path, "parents": parents})
+
+    def rename(self, src: str, dst: str) -> None:
+        """Renames (moves) a path."""
+        self._s._http.call("POST", self._path("/rename"), json={"from": src, "to": dst})
+
+    def upload(self, local_path: str, remote_path: str) -> None:
+        """Copies a local file into the sandbox."""
+        with open(local_path, "rb") as f:
+            self.write(remote_path, f.read())
+
+    def download(self, remote_path: str, local_path: str) -> None:
+        """Copies a file from the sandbox to a local path."""
+        with open(local_path, "wb") as f:
+            f.write(self.read(remote_path))
+
+
+class Processes:
+    """Background processes (``sandbox.process``)."""
+
+    def __init__(self, sbx: "Sandbox") -> None:
+        self._s = sbx
+
+    def start(self, cmd: c.Command, env: Optional[Mapping[str, str]] = None,
+              cwd: Optional[str] = None, timeout_seconds: Optional[int] = None) -> int:
+        """Starts a command in the background; returns its pid."""
+        body = c.exec_body(cmd, timeout_seconds, env, cwd, None)
+        return int(self._s._http.call("POST", f"/v1/sandboxes/{self._s.id}/processes",
+                                      json=body).json()["pid"])
+
+    def list(self) -> List[ProcessInfo]:
+        """Running and recently exited background processes."""
+        r = self._s._http.call("GET", f"/v1/sandboxes/{self._s.id}/processes")
+        return [ProcessInfo.from_api(p) for p in r.json()["processes"]]
+
+    def kill(self, pid: int, signal: Optional[int] = None) -> None:
+        """Signals the process's group (default SIGKILL)."""
+        params = {"signal": str(signal)} if signal else None
+        self._s._http.call("DELETE", f"/v1/sandboxes/{self._s.id}/processes/{pid}", params=params)
+
+    def stream(self, pid: int) -> Iterator[ExecEvent]:
+        """Its output from the start, then live, then the exit event."""
+        return self._s._http.sse("GET", f"/v1/sandboxes/{self._s.id}/processes/{pid}/stream")
+
+
+class Sandbox:
+    """A PandaStack sandbox: a microVM driven through the REST API.
+
+    >>> with Sandbox.create() as sbx:
+    ...     print(sbx.exec("echo hello").stdout)
+    """
+
+    def __init__(self, info: SandboxInfo, http: _Http) -> None:
+        self.info = info
+        self._http = http
+        self.filesystem = Filesystem(self)
+        self.files = self.filesystem
+        self.process = Processes(self)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, template: str = "base", ttl_seconds: Optional[int] = None,
+               metadata: Optional[Mapping[str, str]] = None, persistent: bool = False,
+               auto_wake: bool = False, from_snapshot: Optional[str] = None, *,
+               api_key: Optional[str] = None, base_url: Optional[str] = None,
+               timeout: float = 300.0) -> "Sandbox":
+        """Creates a sandbox (restored from the template's snapshot) and returns it running."""
+        http = _Http(api_key, base_url, timeout)
+        body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot)
+        return cls(SandboxInfo.from_api(http.call("POST", "/v1/sandboxes", json=body).json()), http)
+
+    @classmethod
+    def get(cls, sandbox_id: str, *, api_key: Optional[str] = None,
+            base_url: Optional[str] = None, timeout: float = 300.0) -> "Sandbox":
+        """An existing sandbox of this key's tenant."""
+        http = _Http(api_key, base_url, timeout)
+        return cls(SandboxInfo.from_api(http.call("GET", f"/v1/sandboxes/{sandbox_id}").json()),
+                   http)
+
+    @classmethod
+    def list(cls, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None, *,
+             api_key: Optional[str] = None, base_url: Optional[str] = None) -> List[SandboxInfo]:
+        """This tenant's sandboxes, filtered by state and metadata entries."""
+        http = _Http(api_key, base_url, 60.0)
+        r = http.call("GET", "/v1/sandboxes", params=c.list_params(state, metadata))
+        return [SandboxInfo.from_api(s) for s in r.json()["sandboxes"]]
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def state(self) -> str:
+        """The state when last seen (``refresh()`` to update)."""
+        return self.info.state
+
+    def refresh(self) -> SandboxInfo:
+        """Reads the sandbox's current info."""
+        self.info = SandboxInfo.from_api(self._http.call("GET", f"/v1/sandboxes/{self.id}").json())
+        return self.info
+
+    def _post(self, action: str, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        return self._http.call("POST", f"/v1/sandboxes/{self.id}/{action}", json=body).json()
+
+    def kill(self) -> None:
+        """Stops the sandbox and releases everything it holds."""
+        self.info = SandboxInfo.from_api(
+            self._http.call("DELETE", f"/v1/sandboxes/{self.id}").json())
+
+    def hibernate(self) -> None:
+        """Saves the sandbox to disk and stops its VM; ``wake()`` brings it back."""
+        self.info = SandboxInfo.from_api(self._post("hibernate"))
+
+    def wake(self) -> None:
+        """Restores a hibernated sandbox."""
+        self.info = SandboxInfo.from_api(self._post("wake"))
+
+    def snapshot(self) -> str:
+        """Snapshots the running sandbox; the id can be passed to ``create(from_snapshot=...)``."""
+        return str(self._post("snapshots")["snapshot_id"])
+
+    def fork(self, count: int = 1) -> List["Sandbox"]:
+        """``count`` copies of the running sandbox (memory and disk); it keeps running."""
+        kids = self._post("fork", {"count": count})["sandboxes"]
+        return [Sandbox(SandboxInfo.from_api(k), self._http) for k in kids]
+
+    def set_ttl(self, ttl_seconds: int) -> None:
+        """Sets the time to live from now."""
+        self.info = SandboxInfo.from_api(self._http.call(
+            "PATCH", f"/v1/sandboxes/{self.id}", json={"ttl_seconds": ttl_seconds}).json())
+
+    def set_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Replaces the sandbox's metadata."""
+        self.info = SandboxInfo.from_api(self._http.call(
+            "PATCH", f"/v1/sandboxes/{self.id}", json={"metadata": dict(metadata)}).json())
+
+    def events(self) -> List[Dict[str, Any]]:
+        """The sandbox's audit events, oldest first."""
+        return list(self._http.call("GET", f"/v1/sandboxes/{self.id}/events").json()["events"])
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def exec(self, cmd: c.Command, timeout_seconds: Optional[int] = None,
+             env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+             stdin: Union[str, bytes, None] = None) -> ExecResult:
+        """Runs a command (a shell string, or an argv list) to completion."""
+        body = c.exec_body(cmd, timeout_seconds, env, cwd, stdin)
+        return ExecResult.from_api(self._post("exec", body))
+
+    def exec_stream(self, cmd: c.Command, timeout_seconds: Optional[int] = None,
+                    env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                    stdin: Union[str, bytes, None] = None) -> Iterator[ExecEvent]:
+        """Runs a command; yields stdout/stderr events as they come, then the exit event.
+        Closing the iterator early kills the command in the guest."""
+        body = c.exec_body(cmd, timeout_seconds, env, cwd, stdin)
+        return self._http.sse("POST", f"/v1/sandboxes/{self.id}/exec/stream", json=body)
+
+    # -- context manager ------------------------------------------------------------------------
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.kill()
+        except (SandboxStopped, NotFound):
+            pass
+        except PandaStackError:
+            pass
+        self._http.client.close()
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id!r}, state={self.state!r})"

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Python SDK tests against a real pandastackd (real VMs). Debian's python3 + python3-httpx only.
+
+Usage: test_sdk.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--images DIR]
+"""
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tests", "api"))
+
+import api_test  # noqa: E402  (the daemon launcher of the API tests)
+import pandastack  # noqa: E402
+from pandastack import AsyncSandbox, Sandbox  # noqa: E402
+
+
+def guest_count(sbx, marker):
+    """How many guest processes have `marker` in their command line (not counting this probe)."""
+    pattern = "[" + marker[0] + "]" + marker[1:].replace(" ", ".")  # "." also matches a NUL
+    r = sbx.exec(f"cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '{pattern}'")
+    return int(r.stdout.strip() or 0)
+
+
+DAEMON = None
+BASE = ""
+
+
+def setUpModule():
+    """One daemon for every test; the SDK finds it through the environment, as users' code does."""
+    global DAEMON, BASE
+    BASE = tempfile.mkdtemp(prefix="pst-sdk-", dir="/dev/shm")
+    DAEMON = api_test.Daemon(os.path.join(BASE, "data"), os.path.join(BASE, "state"))
+    os.environ["PANDASTACK_API_KEY"] = DAEMON.key
+    os.environ["PANDASTACK_BASE_URL"] = DAEMON.url
+
+
+def tearDownModule():
+    code = DAEMON.stop()
+    shutil.rmtree(BASE, ignore_errors=True)
+    assert code == 0, f"daemon exited {code}"
+
+
+class SdkTest(unittest.TestCase):
+
+    def test_three_lines_and_commands(self):
+        with Sandbox.create() as sbx:
+            r = sbx.exec("echo hello; echo oops >&2; exit 3")
+            self.assertEqual((r.stdout, r.stderr, r.exit_code, r.ok), ("hello\n", "oops\n", 3, False))
+            r = sbx.exec(["sh", "-c", "cat; echo $A; pwd"], stdin="in\n", env={"A": "b"}, cwd="/tmp")
+            self.assertEqual(r.stdout, "in\nb\n/tmp\n")
+            self.assertTrue(sbx.exec("sleep 5", timeout_seconds=1).timed_out)
+            self.assertEqual(sbx.exec("printf '\\377'").stdout_bytes, b"\xff")
+            events = list(sbx.exec_stream("echo a; sleep 0.3; echo b >&2; exit 2"))
+            self.assertEqual([(e.kind, e.text) for e in events[:2]], [("stdout", "a\n"), ("stderr", "b\n")])
+            self.assertEqual((events[-1].kind, events[-1].exit_code), ("exit", 2))
+            sid = sbx.id
+        self.assertEqual(Sandbox.get(sid).state, "stopped")  # the context manager killed it
+
+    def test_filesystem_and_processes(self):
+        with Sandbox.create(metadata={"suite": "sdk"}) as sbx:
+            fs = sbx.filesystem
+            fs.write("/tmp/d/a.txt", "alpha")
+            self.assertEqual(fs.read_text("/tmp/d/a.txt"), "alpha")
+            fs.mkdir("/tmp/d/sub")
+            fs.rename("/tmp/d/a.txt", "/tmp/d/sub/b.txt")
+            self.assertEqual(sorted((e.name, e.is_dir) for e in fs.list("/tmp/d")), [("sub", True)])
+            self.assertEqual(fs.stat("/tmp/d/sub/b.txt").size, 5)
+            self.assertTrue(fs.exists("/tmp/d/sub/b.txt"))
+            local = os.path.join(BASE, "up.bin")
+            blob = os.urandom(100_000)
+            with open(local, "wb") as f:
+                f.write(blob)
+            fs.upload(local, "/tmp/up.bin")
+            fs.download("/tmp/up.bin", local + ".back")
+            with open(local + ".back", "rb") as f:
+                self.assertEqual(f.read(), blob)
+            fs.remove("/tmp/d", recursive=True)
+            self.assertFalse(fs.exists("/tmp/d"))
+            with self.assertRaises(pandastack.FileNotFound):
+                fs.read("/tmp/nope")
+            with self.assertRaises(pandastack.InvalidArgument):
+                fs.read("/tmp/../etc/passwd")
+            pid = sbx.process.start("for i in 1 2; do echo p$i; sleep 0.2; done")
+            self.assertIn(pid, [p.pid for p in sbx.process.list()])
+            out = "".join(e.text for e in sbx.process.stream(pid) if e.kind == "stdout")
+            self.assertEqual(out, "p1\np2\n")
+            pid = sbx.process.start("exec sleep 306")
+            sbx.process.kill(pid)
+            deadline = time.time() + 10
+            while guest_count(sbx, "sleep 306") and time.time() < deadline:
+                time.sleep(0.3)
+            self.assertEqual(guest_count(sbx, "sleep 306"), 0)
+            self.assertIn(sbx.id, [s.id for s in Sandbox.list(metadata={"suite": "sdk"})])
+            self.assertNotIn(sbx.id, [s.id for s in Sandbox.list(state="hibernated")])
+
+    def test_snapshot_fork_hibernate_ttl_events(self):
+        with Sandbox.create(persistent=True) as sbx:
+            sbx.exec("echo 42 > /tmp/v")
+            snap = sbx.snapshot()
+            with Sandbox.create(from_snapshot=snap) as copy:
+                self.assertEqual(copy.exec("cat /tmp/v").stdout, "42\n")
+            kids = sbx.fork(2)
+            self.assertEqual(len(kids), 2)
+            for k in kids:
+                self.assertEqual(k.exec("cat /tmp/v").stdout, "42\n")
+                k.kill()
+            sbx.hibernate()
+            self.assertEqual(sbx.state, "hibernated")
+            with self.assertRaises(pandastack.SandboxHibernated):
+                sbx.exec("true")
+            sbx.wake()
+            self.assertEqual(sbx.exec("cat /tmp/v").stdout, "42\n")
+            sbx.set_ttl(1234)
+            self.assertAlmostEqual(sbx.info.expires_at_ms / 1000 - time.time(), 1234, delta=30)
+            kinds = [e["type"] for e in sbx.events()]
+            for k in ("created", "snapshot-taken", "forked", "hibernated", "woke", "ttl-changed"):
+                self.assertIn(k, kinds)
+
+    def test_errors_are_typed(self):
+        with self.assertRaises(pandastack.SandboxNotFound) as e:
+            Sandbox.get("sbx_doesnotexist000000")
+        self.assertEqual((e.exception.code, e.exception.status), ("sandbox_not_found", 404))
+        with self.assertRaises(pandastack.Unauthorized):
+            Sandbox.list(api_key="pds_wrong")
+        with self.assertRaises(pandastack.TemplateNotFound):
+            Sandbox.create(template="nope")
+        with self.assertRaises(pandastack.InvalidArgument):
+            Sandbox.create(ttl_seconds=10 ** 9)
+        with self.assertRaises(pandastack.ConnectionFailed):
+            Sandbox.list(base_url="http://127.0.0.1:9")  # nothing listens on the discard port
+        sbx = Sandbox.create()
+        sbx.kill()
+        with self.assertRaises(pandastack.SandboxStopped):
+            sbx.exec("true")
+
+
+class AsyncSdkTest(unittest.IsolatedAsyncioTestCase):
+    async def test_cancelling_exec_kills_the_guest_command(self):
+        async with await AsyncSandbox.create() as sbx:
+            probe = Sandbox.get(sbx.id)
+            task = asyncio.create_task(sbx.exec("echo started; exec sleep 307"))
+            deadline = time.time() + 15
+            while not guest_count(probe, "sleep 307") and time.time() < deadline:
+                await asyncio.sleep(0.2)
+            self.assertEqual(guest_count(probe, "sleep 307"), 1)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            deadline = time.time() + 15
+            while guest_count(probe, "sleep 307") and time.time() < deadline:
+                await asyncio.sleep(0.3)
+            self.assertEqual(guest_count(probe, "sleep 307"), 0)
+            r = await sbx.exec("echo still here")
+            self.assertEqual(r.stdout, "still here\n")
+
+    async def test_ten_sandboxes_in_parallel(self):
+        async def one(i):
+            async with await AsyncSandbox.create(metadata={"n": str(i)}) as sbx:
+                await sbx.filesystem.write("/tmp/i", str(i))
+                r = await sbx.exec("cat /tmp/i; echo; hostname")
+                return r.stdout.split("\n")[:2], sbx.id
+        results = await asyncio.gather(*(one(i) for i in range(10)))
+        self.assertEqual([r[0][0] for r in results], [str(i) for i in range(10)])
+        self.assertEqual(len({r[0][1] for r in results}), 10)  # ten different guests
+        events = []
+        async with await AsyncSandbox.create() as sbx:
+            async for ev in sbx.exec_stream("echo x; echo y >&2"):
+                events.append(ev.kind)
+        self.assertEqual(events[-1], "exit")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--cli", default="")
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    api_test.ARGS = args
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
