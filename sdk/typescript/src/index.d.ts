@@ -1,0 +1,134 @@
+// Type declarations of @pandastack/sdk (src/index.js).
+
+export interface ClientOptions {
+  /** Defaults to the PANDASTACK_API_KEY environment variable (keys start with "pds_"). */
+  apiKey?: string;
+  /** Defaults to PANDASTACK_BASE_URL, then http://127.0.0.1:7070. */
+  baseUrl?: string;
+}
+
+export interface CreateOptions extends ClientOptions {
+  template?: string;
+  ttlSeconds?: number;
+  metadata?: Record<string, string>;
+  persistent?: boolean;
+  autoWake?: boolean;
+  fromSnapshot?: string;
+}
+
+export interface ListOptions extends ClientOptions {
+  state?: SandboxState;
+  metadata?: Record<string, string>;
+}
+
+export type SandboxState =
+  | "creating" | "running" | "snapshotting" | "forking" | "hibernating" | "hibernated"
+  | "waking" | "stopped" | "failed";
+
+export interface SandboxInfo {
+  id: string;
+  template: string;
+  state: SandboxState;
+  createdAtMs: number;
+  expiresAtMs: number;
+  persistent: boolean;
+  metadata: Record<string, string>;
+  parent: string | null;
+  snapshots: string[];
+}
+
+export interface ExecOptions {
+  timeoutSeconds?: number;
+  env?: Record<string, string>;
+  cwd?: string;
+  stdin?: string;
+  /** Aborting kills the command in the guest. */
+  signal?: AbortSignal;
+}
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  stdoutBytes: Buffer;
+  stderrBytes: Buffer;
+  exitCode: number;
+  timedOut: boolean;
+  durationMs: number;
+}
+
+export type ExecEvent =
+  | { kind: "stdout" | "stderr"; data: Buffer; text: string }
+  | { kind: "exit"; exitCode: number; timedOut: boolean }
+  | { kind: "error"; code: string; message: string };
+
+export interface FileInfo {
+  name: string;
+  type: "file" | "directory" | "symlink" | "other";
+  size: number;
+  mode: number;
+  mtimeMs: number;
+  isDir: boolean;
+}
+
+export interface ProcessInfo {
+  pid: number;
+  command: string;
+  running: boolean;
+  exitCode: number;
+  startedAtMs: number;
+}
+
+export declare class Files {
+  write(path: string, data: string | Uint8Array): Promise<void>;
+  read(path: string): Promise<Buffer>;
+  readText(path: string): Promise<string>;
+  list(path: string): Promise<FileInfo[]>;
+  stat(path: string): Promise<FileInfo>;
+  remove(path: string, opts?: { recursive?: boolean }): Promise<void>;
+  mkdir(path: string, opts?: { parents?: boolean }): Promise<void>;
+  rename(from: string, to: string): Promise<void>;
+}
+
+export declare class Processes {
+  start(cmd: string | string[], opts?: Omit<ExecOptions, "stdin" | "signal">): Promise<number>;
+  list(): Promise<ProcessInfo[]>;
+  kill(pid: number, signal?: number): Promise<void>;
+  stream(pid: number, opts?: { signal?: AbortSignal }): AsyncIterable<ExecEvent>;
+}
+
+export declare class Sandbox {
+  static create(opts?: CreateOptions): Promise<Sandbox>;
+  static get(id: string, opts?: ClientOptions): Promise<Sandbox>;
+  static list(opts?: ListOptions): Promise<SandboxInfo[]>;
+  readonly info: SandboxInfo;
+  readonly id: string;
+  readonly state: SandboxState;
+  readonly files: Files;
+  readonly filesystem: Files;
+  readonly process: Processes;
+  exec(cmd: string | string[], opts?: ExecOptions): Promise<ExecResult>;
+  execStream(cmd: string | string[], opts?: ExecOptions): AsyncIterable<ExecEvent>;
+  snapshot(): Promise<string>;
+  fork(count?: number): Promise<Sandbox[]>;
+  hibernate(): Promise<void>;
+  wake(): Promise<void>;
+  setTtl(ttlSeconds: number): Promise<void>;
+  kill(): Promise<void>;
+  events(): Promise<unknown[]>;
+  refresh(): Promise<SandboxInfo>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export declare class PandaStackError extends Error {
+  readonly code: string;
+  readonly status: number;
+}
+export declare class SandboxNotFoundError extends PandaStackError {}
+export declare class SandboxHibernatedError extends PandaStackError {}
+export declare class SandboxStoppedError extends PandaStackError {}
+export declare class FileNotFoundError extends PandaStackError {}
+export declare class InvalidArgumentError extends PandaStackError {}
+export declare class UnauthorizedError extends PandaStackError {}
+export declare class RateLimitedError extends PandaStackError {}
+export declare class TimeoutError extends PandaStackError {}
+export declare class ConnectionError extends PandaStackError {}

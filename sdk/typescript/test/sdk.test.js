@@ -1,0 +1,110 @@
+// @pandastack/sdk against a real daemon (PANDASTACKD, PANDASTACK_IMAGES): `node --test test/`.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import {
+  Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
+  UnauthorizedError, ConnectionError, SandboxStoppedError,
+} from "../src/index.js";
+
+let daemon, base;
+
+before(async () => {
+  base = mkdtempSync("/dev/shm/pst-ts-");
+  const images = process.env.PANDASTACK_IMAGES ?? join(process.cwd(), "../../var/images");
+  daemon = spawn(process.env.PANDASTACKD, [
+    "--data", join(base, "data"), "--state-dir", join(base, "state"), "--images", images,
+    "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg",
+  ], { stdio: ["ignore", "pipe", "ignore"] });
+  const lines = createInterface({ input: daemon.stdout });
+  for await (const line of lines) {
+    const t = line.trim();
+    if (t.startsWith("URL:")) process.env.PANDASTACK_BASE_URL = t.split(/\s+/)[1];
+    if (t.startsWith("API key:")) process.env.PANDASTACK_API_KEY = t.split(/\s+/)[2];
+    if (t.startsWith("(key file")) break;
+  }
+});
+
+after(async () => {
+  const exited = new Promise((r) => daemon.on("exit", r));
+  daemon.kill("SIGTERM");
+  assert.equal(await exited, 0);
+  rmSync(base, { recursive: true, force: true });
+});
+
+async function guestCount(sbx, marker) {
+  const r = await sbx.exec(`cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[${marker[0]}]${marker.slice(1)}'`);
+  return Number(r.stdout.trim() || 0);
+}
+
+test("commands, streams, files, processes", async () => {
+  const sbx = await Sandbox.create({ metadata: { suite: "ts" } });
+  try {
+    const r = await sbx.exec("echo hi; echo err >&2; exit 4");
+    assert.deepEqual([r.stdout, r.stderr, r.exitCode, r.timedOut], ["hi\n", "err\n", 4, false]);
+    const a = await sbx.exec(["sh", "-c", "cat; echo $X; pwd"], { stdin: "in\n", env: { X: "y" }, cwd: "/tmp" });
+    assert.equal(a.stdout, "in\ny\n/tmp\n");
+    const kinds = [];
+    for await (const ev of sbx.execStream("echo a; sleep 0.2; echo b >&2")) kinds.push(ev.kind === "exit" ? `exit:${ev.exitCode}` : `${ev.kind}:${ev.text}`);
+    assert.deepEqual(kinds, ["stdout:a\n", "stderr:b\n", "exit:0"]);
+    await sbx.files.write("/tmp/t/f.txt", "content");
+    assert.equal(await sbx.files.readText("/tmp/t/f.txt"), "content");
+    await sbx.files.rename("/tmp/t/f.txt", "/tmp/t/g.txt");
+    assert.deepEqual((await sbx.files.list("/tmp/t")).map((e) => e.name), ["g.txt"]);
+    assert.equal((await sbx.files.stat("/tmp/t/g.txt")).size, 7);
+    await sbx.files.remove("/tmp/t", { recursive: true });
+    await assert.rejects(sbx.files.read("/tmp/t/g.txt"), FileNotFoundError);
+    await assert.rejects(sbx.files.read("/tmp/../etc/passwd"), InvalidArgumentError);
+    const pid = await sbx.process.start("echo bg; sleep 0.2");
+    assert.ok((await sbx.process.list()).some((p) => p.pid === pid));
+    let out = "";
+    for await (const ev of sbx.process.stream(pid)) if (ev.kind === "stdout") out += ev.text;
+    assert.equal(out, "bg\n");
+    assert.ok((await Sandbox.list({ metadata: { suite: "ts" } })).some((s) => s.id === sbx.id));
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("aborting an exec kills the command in the guest", async () => {
+  const sbx = await Sandbox.create();
+  try {
+    const ac = new AbortController();
+    const running = sbx.exec("echo up; exec sleep 308", { signal: ac.signal });
+    for (let i = 0; i < 50 && (await guestCount(sbx, "sleep.308")) === 0; i++) await new Promise((r) => setTimeout(r, 200));
+    assert.equal(await guestCount(sbx, "sleep.308"), 1);
+    ac.abort();
+    await assert.rejects(running, (e) => e.name === "AbortError");
+    for (let i = 0; i < 50 && (await guestCount(sbx, "sleep.308")) > 0; i++) await new Promise((r) => setTimeout(r, 300));
+    assert.equal(await guestCount(sbx, "sleep.308"), 0);
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("lifecycle, disposal and typed errors", async () => {
+  const sbx = await Sandbox.create({ persistent: true });
+  await sbx.exec("echo 7 > /tmp/n");
+  const [kid] = await sbx.fork(1);
+  assert.equal((await kid.exec("cat /tmp/n")).stdout, "7\n");
+  await kid[Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose")]();  // what `await using` calls
+  assert.equal((await Sandbox.get(kid.id)).state, "stopped");
+  const snap = await sbx.snapshot();
+  const copy = await Sandbox.create({ fromSnapshot: snap });
+  assert.equal((await copy.exec("cat /tmp/n")).stdout, "7\n");
+  await copy.kill();
+  await sbx.hibernate();
+  await assert.rejects(sbx.exec("true"), SandboxHibernatedError);
+  await sbx.wake();
+  assert.equal((await sbx.exec("cat /tmp/n")).stdout, "7\n");
+  await sbx.setTtl(600);
+  assert.ok((await sbx.events()).length >= 8);
+  await sbx.kill();
+  await assert.rejects(sbx.exec("true"), SandboxStoppedError);
+  await assert.rejects(Sandbox.get("sbx_doesnotexist000000"), (e) => e instanceof SandboxNotFoundError && e.status === 404 && e.code === "sandbox_not_found");
+  await assert.rejects(Sandbox.list({ apiKey: "pds_wrong" }), UnauthorizedError);
+  await assert.rejects(Sandbox.list({ baseUrl: "http://127.0.0.1:9" }), ConnectionError);
+});
