@@ -1,8 +1,9 @@
-// pandastack: the command-line tool. For now: the audit log.
+// pandastack: the command-line tool: the audit log, and an MCP server for agents.
 //
 //   pandastack audit [--data DIR | --url URL --key KEY] [--sandbox ID] [--from T] [--to T]
 //                    [--after SEQ] [--limit N] [--json]
 //   pandastack audit replay --data DIR [--url URL] [--key KEY]
+//   pandastack mcp [--url URL] [--key KEY]
 //
 // `audit` prints the event log, oldest first: from the store itself (`--data`, opened read-only,
 // so it works while the daemon runs) or through the API (admin keys see every tenant). `replay`
@@ -10,9 +11,11 @@
 // compares it with the live state the running daemon reports; it exits 1 on any difference.
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <set>
@@ -41,6 +44,10 @@ const char* kUsage = R"(usage:
   pandastack audit replay --data DIR [--url URL] [--key KEY]
       Rebuilds every sandbox from its events alone and compares it with the live state of the
       daemon at --url (an admin key). Exit 0: identical; 1: differences (listed); 2: error.
+  pandastack mcp [--url URL] [--key KEY]
+      A Model Context Protocol server on stdio (JSON-RPC, one message per line) with tools for
+      agents: create_sandbox, run_command, read_file, write_file, list_dir, fork_sandbox,
+      kill_sandbox. Calls the API at --url with --key (same defaults as above).
 )";
 
 [[noreturn]] void die(int code, const std::string& msg) {
@@ -300,6 +307,225 @@ int replay(const Args& a) {
   return problems.empty() ? 0 : 1;
 }
 
+// ---------------------------------------------------------------------------------------------
+// MCP server (stdio): the tools an agent needs, over the REST API.
+
+struct Tool {
+  const char* name;
+  const char* description;
+  const char* schema;  // JSON Schema of the arguments
+};
+
+const Tool kTools[] = {
+    {"create_sandbox",
+     "Create a new isolated Linux sandbox (a microVM with its own kernel). Returns its id, which "
+     "the other tools take as sandbox_id. Sandboxes expire after ttl_seconds (default 900).",
+     R"J({"type":"object","properties":{"template":{"type":"string","description":"base, agent or code-interpreter (default base)"},"ttl_seconds":{"type":"integer","minimum":1},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"additionalProperties":false})J"},
+    {"run_command",
+     "Run a shell command in a sandbox and wait for it. Returns exit_code=N and the command's "
+     "stdout and stderr (each truncated to 16 KB).",
+     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"command":{"type":"string","description":"run with /bin/sh -c"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600},"cwd":{"type":"string"}},"required":["sandbox_id","command"],"additionalProperties":false})J"},
+    {"read_file", "Read a text file from a sandbox (absolute path).",
+     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
+    {"write_file",
+     "Write a text file in a sandbox (absolute path; parent folders are created; replaces the "
+     "file).",
+     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"},"content":{"type":"string"}},"required":["sandbox_id","path","content"],"additionalProperties":false})J"},
+    {"list_dir", "List a folder in a sandbox: one line per entry (type, size, name).",
+     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
+    {"fork_sandbox",
+     "Copy a running sandbox (memory, processes and files) into count new sandboxes, e.g. to try "
+     "several approaches from the same state. Returns the new ids.",
+     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"count":{"type":"integer","minimum":1,"maximum":16}},"required":["sandbox_id"],"additionalProperties":false})J"},
+    {"kill_sandbox", "Stop a sandbox and release it.",
+     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
+};
+
+std::string url_encode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += char(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
+std::string clip(const std::string& s, size_t max = 16 << 10) {
+  if (s.size() <= max) return s;
+  return s.substr(0, max) + "\n[... " + std::to_string(s.size() - max) + " more bytes]";
+}
+
+// Runs one tool; returns (text, is_error).
+std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, const std::string& name,
+                                       const Json& args) {
+  auto str = [&](const char* k) {
+    return args[k].is_string() ? args[k].as_string() : std::string();
+  };
+  auto api_error = [](const pandastack::tools::HttpResponse& r) {
+    if (r.status == 0) return "connection_error: " + r.error;
+    auto j = Json::parse(r.body);
+    if (j && (*j)["error"].is_object())
+      return (*j)["error"]["code"].as_string() + ": " + (*j)["error"]["message"].as_string();
+    return "HTTP " + std::to_string(r.status);
+  };
+  std::string id = str("sandbox_id");
+  if (name != "create_sandbox" && id.empty())
+    return {"invalid_argument: sandbox_id is required", true};
+  std::string base = "/v1/sandboxes/" + url_encode(id);
+  if (name == "create_sandbox") {
+    Json body = Json::object();
+    body.set("template", str("template").empty() ? "base" : str("template"));
+    if (args["ttl_seconds"].is_integer()) body.set("ttl_seconds", args["ttl_seconds"].as_int());
+    if (args["metadata"].is_object()) body.set("metadata", args["metadata"]);
+    auto r = http.request("POST", "/v1/sandboxes", body.dump());
+    if (r.status != 201) return {api_error(r), true};
+    auto j = Json::parse(r.body);
+    return {"sandbox_id=" + (*j)["id"].as_string() + " state=" + (*j)["state"].as_string(), false};
+  }
+  if (name == "run_command") {
+    Json body = Json::object();
+    body.set("cmd", str("command"));
+    if (args["timeout_seconds"].is_integer())
+      body.set("timeout_seconds", args["timeout_seconds"].as_int());
+    if (!str("cwd").empty()) body.set("cwd", str("cwd"));
+    auto r = http.request("POST", base + "/exec", body.dump());
+    if (r.status != 200) return {api_error(r), true};
+    auto j = *Json::parse(r.body);
+    std::string text = "exit_code=" + std::to_string(j["exit_code"].as_int());
+    if (j["timed_out"].as_bool()) text += " (timed out)";
+    text += "\n--- stdout ---\n" + clip(j["stdout"].as_string());
+    text += "\n--- stderr ---\n" + clip(j["stderr"].as_string());
+    return {text, false};
+  }
+  if (name == "read_file") {
+    auto r = http.request("GET", base + "/files?path=" + url_encode(str("path")));
+    if (r.status != 200) return {api_error(r), true};
+    return {clip(r.body, 256 << 10), false};
+  }
+  if (name == "write_file") {
+    auto r = http.request("PUT", base + "/files?path=" + url_encode(str("path")), str("content"),
+                          "application/octet-stream");
+    if (r.status != 200) return {api_error(r), true};
+    return {"wrote " + std::to_string(str("content").size()) + " bytes to " + str("path"), false};
+  }
+  if (name == "list_dir") {
+    auto r = http.request("GET", base + "/files/list?path=" + url_encode(str("path")));
+    if (r.status != 200) return {api_error(r), true};
+    std::string text;
+    Json listing = *Json::parse(r.body);  // (not a temporary: the loop would dangle)
+    for (auto& e : listing["entries"].as_array())
+      text += e["type"].as_string() + "	" + std::to_string(e["size"].as_int()) + "	" +
+              e["name"].as_string() + "\n";
+    return {text.empty() ? "(empty)" : text, false};
+  }
+  if (name == "fork_sandbox") {
+    Json body = Json::object();
+    body.set("count", args["count"].is_integer() ? args["count"].as_int() : 1);
+    auto r = http.request("POST", base + "/fork", body.dump());
+    if (r.status != 201) return {api_error(r), true};
+    std::string text;
+    Json kids = *Json::parse(r.body);
+    for (auto& k : kids["sandboxes"].as_array())
+      text += (text.empty() ? "" : "\n") + k["id"].as_string();
+    return {text, false};
+  }
+  if (name == "kill_sandbox") {
+    auto r = http.request("DELETE", base);
+    if (r.status != 200) return {api_error(r), true};
+    return {"killed " + id, false};
+  }
+  return {"unknown tool " + name, true};
+}
+
+int mcp(const Args& a) {
+  pandastack::tools::HttpClient http(a.url, a.key);
+  std::string line;
+  auto reply = [](const Json& id, const char* field, Json value) {
+    Json j = Json::object();
+    j.set("jsonrpc", "2.0");
+    j.set("id", id);
+    j.set(field, std::move(value));
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  };
+  auto error = [&](const Json& id, int code, const std::string& message) {
+    Json e = Json::object();
+    e.set("code", code);
+    e.set("message", message);
+    reply(id, "error", e);
+  };
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    auto msg = Json::parse(line);
+    if (!msg || !msg->is_object()) {
+      error(Json(), -32700, "parse error");
+      continue;
+    }
+    const Json& m = *msg;
+    std::string method = m["method"].is_string() ? m["method"].as_string() : "";
+    if (!m.has("id")) continue;  // notifications (initialized, cancelled) need no answer
+    const Json& id = m["id"];
+    if (method == "initialize") {
+      Json caps = Json::object();
+      caps.set("tools", Json::object());
+      Json server = Json::object();
+      server.set("name", "pandastack");
+      server.set("version", "0.1.0");
+      Json r = Json::object();
+      std::string version = m["params"]["protocolVersion"].is_string()
+                                ? m["params"]["protocolVersion"].as_string()
+                                : "2024-11-05";
+      r.set("protocolVersion", version);
+      r.set("capabilities", caps);
+      r.set("serverInfo", server);
+      r.set("instructions",
+            "Sandboxes are isolated Linux microVMs: create one, run commands and edit files in "
+            "it, fork it to explore alternatives, kill it when done.");
+      reply(id, "result", r);
+    } else if (method == "ping") {
+      reply(id, "result", Json::object());
+    } else if (method == "tools/list") {
+      Json tools = Json::array();
+      for (auto& t : kTools) {
+        Json j = Json::object();
+        j.set("name", t.name);
+        j.set("description", t.description);
+        j.set("inputSchema", *Json::parse(t.schema));
+        tools.push(j);
+      }
+      Json r = Json::object();
+      r.set("tools", tools);
+      reply(id, "result", r);
+    } else if (method == "tools/call") {
+      std::string name = m["params"]["name"].is_string() ? m["params"]["name"].as_string() : "";
+      bool known = false;
+      for (auto& t : kTools) known |= name == t.name;
+      if (!known) {
+        error(id, -32602, "unknown tool '" + name + "'");
+        continue;
+      }
+      auto [text, is_error] = call_tool(http, name, m["params"]["arguments"]);
+      Json content = Json::object();
+      content.set("type", "text");
+      content.set("text", text);
+      Json list = Json::array();
+      list.push(content);
+      Json r = Json::object();
+      r.set("content", list);
+      r.set("isError", is_error);
+      reply(id, "result", r);
+    } else {
+      error(id, -32601, "method not found: " + method);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,6 +568,7 @@ int main(int argc, char** argv) {
     else
       pos.push_back(s);
   }
+  if (pos.size() == 1 && pos[0] == "mcp") return mcp(a);
   if (pos.empty() || pos[0] != "audit") die(2, std::string("unknown command\n") + kUsage);
   if (pos.size() == 2 && pos[1] == "replay") return replay(a);
   if (pos.size() != 1) die(2, std::string("unknown audit command\n") + kUsage);

@@ -1,0 +1,92 @@
+// `pandastack mcp` driven by the real MCP client (@modelcontextprotocol/sdk) over stdio, against a
+// real daemon (PANDASTACKD, PANDASTACK_CLI, PANDASTACK_IMAGES). Run: node --test mcp_test.mjs
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+let daemon, base, url, key, client;
+
+before(async () => {
+  base = mkdtempSync("/dev/shm/pst-mcp-");
+  daemon = spawn(process.env.PANDASTACKD, [
+    "--data", join(base, "data"), "--state-dir", join(base, "state"),
+    "--images", process.env.PANDASTACK_IMAGES, "--listen", "127.0.0.1:0",
+    "--rpc-listen", "127.0.0.1:0", "--accel", "tcg",
+  ], { stdio: ["ignore", "pipe", "ignore"] });
+  for await (const line of createInterface({ input: daemon.stdout })) {
+    const t = line.trim();
+    if (t.startsWith("URL:")) url = t.split(/\s+/)[1];
+    if (t.startsWith("API key:")) key = t.split(/\s+/)[2];
+    if (t.startsWith("(key file")) break;
+  }
+  client = new Client({ name: "pandastack-test", version: "1.0.0" });
+  await client.connect(new StdioClientTransport({
+    command: process.env.PANDASTACK_CLI,
+    args: ["mcp"],
+    env: { PANDASTACK_API_KEY: key, PANDASTACK_BASE_URL: url },
+  }));
+});
+
+after(async () => {
+  await client?.close();
+  const exited = new Promise((r) => daemon.on("exit", r));
+  daemon.kill("SIGTERM");
+  assert.equal(await exited, 0);
+  rmSync(base, { recursive: true, force: true });
+});
+
+const text = (r) => r.content.map((c) => c.text).join("");
+
+test("lists the tools with schemas", async () => {
+  const { tools } = await client.listTools();
+  assert.deepEqual(tools.map((t) => t.name).sort(), [
+    "create_sandbox", "fork_sandbox", "kill_sandbox", "list_dir", "read_file", "run_command",
+    "write_file",
+  ]);
+  for (const t of tools) {
+    assert.ok(t.description.length > 20, t.name);
+    assert.equal(t.inputSchema.type, "object");
+  }
+  const run = tools.find((t) => t.name === "run_command");
+  assert.deepEqual(run.inputSchema.required, ["sandbox_id", "command"]);
+});
+
+test("create, run, write, read, list, fork, kill", async () => {
+  const created = await client.callTool({ name: "create_sandbox", arguments: {} });
+  assert.equal(created.isError, false);
+  const id = text(created).match(/sandbox_id=(sbx_\w+)/)[1];
+  const ran = await client.callTool({ name: "run_command", arguments: { sandbox_id: id, command: "echo hello; echo warn >&2; exit 3" } });
+  assert.equal(text(ran), "exit_code=3\n--- stdout ---\nhello\n\n--- stderr ---\nwarn\n");
+  const wrote = await client.callTool({ name: "write_file", arguments: { sandbox_id: id, path: "/tmp/m/notes.txt", content: "from mcp" } });
+  assert.equal(wrote.isError, false);
+  const read = await client.callTool({ name: "read_file", arguments: { sandbox_id: id, path: "/tmp/m/notes.txt" } });
+  assert.equal(text(read), "from mcp");
+  const listed = await client.callTool({ name: "list_dir", arguments: { sandbox_id: id, path: "/tmp/m" } });
+  assert.equal(text(listed), "file\t8\tnotes.txt\n");
+  const forked = await client.callTool({ name: "fork_sandbox", arguments: { sandbox_id: id, count: 1 } });
+  const kid = text(forked).trim();
+  assert.match(kid, /^sbx_/);
+  const kidRead = await client.callTool({ name: "read_file", arguments: { sandbox_id: kid, path: "/tmp/m/notes.txt" } });
+  assert.equal(text(kidRead), "from mcp");
+  for (const s of [kid, id]) {
+    const killed = await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: s } });
+    assert.equal(text(killed), `killed ${s}`);
+  }
+  const after = await client.callTool({ name: "run_command", arguments: { sandbox_id: id, command: "true" } });
+  assert.equal(after.isError, true);
+  assert.match(text(after), /^sandbox_stopped: /);
+});
+
+test("errors are tool errors with the API's code", async () => {
+  const missing = await client.callTool({ name: "read_file", arguments: { sandbox_id: "sbx_doesnotexist000000", path: "/tmp/x" } });
+  assert.equal(missing.isError, true);
+  assert.match(text(missing), /^sandbox_not_found: /);
+  const bad = await client.callTool({ name: "run_command", arguments: { command: "true" } });
+  assert.equal(bad.isError, true);
+  await assert.rejects(client.callTool({ name: "no_such_tool", arguments: {} }));
+});
