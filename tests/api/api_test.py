@@ -551,6 +551,47 @@ class ApiTest(unittest.TestCase):
         self.assertFalse(t.is_alive())
         self.assertEqual(got, ["created", "started", "exec-started", "exec-finished", "killed"])
 
+    def test_cli_commands(self):
+        env = dict(os.environ, PANDASTACK_API_KEY=self.api.key, PANDASTACK_BASE_URL=self.daemon.url)
+        cli = lambda *a, **kw: subprocess.run([ARGS.cli, *a], capture_output=True, text=True,
+                                              timeout=120, env=env, **kw)
+        r = cli("sandbox", "create", "--metadata", "via=cli")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = r.stdout.strip()
+        self.assertTrue(sid.startswith("sbx_"))
+        r = cli("sandbox", "list", "--metadata", "via=cli")
+        self.assertIn(sid, r.stdout)
+        self.assertTrue(r.stdout.startswith("ID "))  # a table with a header
+        r = cli("sandbox", "list", "--json")
+        self.assertIn(sid, [s["id"] for s in json.loads(r.stdout)])
+        # exec streams, passes stderr through and exits with the command's code
+        r = cli("sandbox", "exec", sid, "--", "echo out; echo err >&2; exit 7")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (7, "out\n", "err\n"))
+        r = cli("sandbox", "exec", sid, "--env", "A=b", "--cwd", "/tmp", "--", "sh", "-c", "echo $A; pwd")
+        self.assertEqual((r.returncode, r.stdout), (0, "b\n/tmp\n"))
+        r = cli("sandbox", "exec", sid, "--json", "--", "echo j")
+        self.assertEqual(json.loads(r.stdout)["stdout"], "j\n")
+        local = os.path.join(self.base, "cli.txt")
+        with open(local, "w") as f:
+            f.write("via cli")
+        self.assertEqual(cli("files", "cp", local, f"{sid}:/tmp/c/x.txt").returncode, 0)
+        self.assertEqual(cli("files", "cat", sid, "/tmp/c/x.txt").stdout, "via cli")
+        self.assertIn("x.txt", cli("files", "ls", sid, "/tmp/c").stdout)
+        self.assertEqual(cli("files", "cp", f"{sid}:/tmp/c/x.txt", local + ".back").returncode, 0)
+        with open(local + ".back") as f:
+            self.assertEqual(f.read(), "via cli")
+        kid = cli("sandbox", "fork", sid).stdout.strip()
+        self.assertTrue(kid.startswith("sbx_"))
+        self.assertEqual(cli("sandbox", "exec", kid, "--", "cat /tmp/c/x.txt").stdout, "via cli")
+        self.assertIn("exec-finished", cli("sandbox", "logs", sid).stdout)
+        self.assertIn("base", cli("template", "list").stdout)
+        r = cli("sandbox", "get", "sbx_nope")
+        self.assertEqual((r.returncode, r.stderr.split(":")[1].strip()), (1, "sandbox_not_found"))
+        self.assertEqual(cli("sandbox", "bogus", "x").returncode, 2)
+        for x in (kid, sid):
+            r = cli("sandbox", "kill", x, "--json")
+            self.assertEqual(json.loads(r.stdout)["state"], "stopped")
+
     # -- tenancy and keys -----------------------------------------------------------------------
 
     def test_tenant_isolation_on_every_route_and_keys(self):

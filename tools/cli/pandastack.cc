@@ -48,6 +48,7 @@ const char* kUsage = R"(usage:
       A Model Context Protocol server on stdio (JSON-RPC, one message per line) with tools for
       agents: create_sandbox, run_command, read_file, write_file, list_dir, fork_sandbox,
       kill_sandbox. Calls the API at --url with --key (same defaults as above).
+  pandastack sandbox|files|template ...   (see `pandastack sandbox help`)
 )";
 
 [[noreturn]] void die(int code, const std::string& msg) {
@@ -528,8 +529,15 @@ int mcp(const Args& a) {
 
 }  // namespace
 
+namespace pandastack::cli {
+bool is_api_command(const std::string& word);
+int api_main(int argc, char** argv);
+}  // namespace pandastack::cli
+
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
+  if (argc > 1 && pandastack::cli::is_api_command(argv[1]))
+    return pandastack::cli::api_main(argc, argv);
   std::vector<std::string> pos;
   Args a;
   a.url = std::getenv("PANDASTACK_BASE_URL") ? std::getenv("PANDASTACK_BASE_URL")

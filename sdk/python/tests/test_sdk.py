@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -139,6 +140,36 @@ class SdkTest(unittest.TestCase):
         sbx.kill()
         with self.assertRaises(pandastack.SandboxStopped):
             sbx.exec("true")
+
+
+class ExamplesTest(unittest.TestCase):
+    """Every script in examples/ runs against the daemon and says what it should."""
+
+    def run_example(self, *cmd):
+        root = os.path.join(HERE, "..", "..", "..")
+        env = dict(os.environ, PYTHONPATH=os.path.join(root, "sdk", "python"))
+        r = subprocess.run(list(cmd), cwd=os.path.join(root, "examples"), env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def test_python_examples(self):
+        out = self.run_example(sys.executable, "quickstart.py")
+        self.assertEqual(out, "42\nsum of b: 6\n")
+        out = self.run_example(sys.executable, "best_of_n.py")
+        self.assertEqual(out.count("out=5050"), 3, out)
+        self.assertIn("best: ", out)
+        out = self.run_example(sys.executable, "agent_tool.py")
+        self.assertIn("exit_code=0\nstdout:\nhello from the tool\n", out)
+        self.assertIn("more characters]", out)
+        self.assertIn("exit_code=2", out)
+        self.assertIn("error=sandbox_stopped: ", out)
+
+    def test_typescript_example(self):
+        if not shutil.which("node"):
+            self.skipTest("node is not installed")
+        out = self.run_example("node", "quickstart.mjs")
+        self.assertEqual(out, "42\nhello from node\ntick 1\ntick 2\ntick 3\nexit 0\n")
 
 
 class AsyncSdkTest(unittest.IsolatedAsyncioTestCase):

@@ -1,0 +1,409 @@
+// `pandastack sandbox|files|template ...`: the REST API from the shell. Human output is a table or
+// plain text; --json prints the API's JSON. Errors go to stderr as "pandastack: CODE: message"
+// (exit 1); `sandbox exec` streams the command's output live and exits with its exit code.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/http_client.h"
+#include "wire/json.h"
+
+namespace pandastack::cli {
+
+namespace {
+
+using wire::Json;
+
+const char* kUsage = R"(usage:
+  pandastack sandbox create [--template T] [--ttl S] [--metadata K=V]... [--persistent] [--json]
+  pandastack sandbox list [--state S] [--metadata K=V]... [--json]
+  pandastack sandbox get|hibernate|wake|kill|snapshot ID [--json]
+  pandastack sandbox fork ID [--count N] [--json]
+  pandastack sandbox exec ID [--timeout S] [--cwd DIR] [--env K=V]... [--json] -- CMD [ARG...]
+  pandastack sandbox logs ID [--json]
+  pandastack files ls ID PATH [--json]
+  pandastack files cat ID PATH
+  pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path)
+  pandastack template list [--json]
+Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7070); --url and
+--key override them.
+)";
+
+struct Opts {
+  std::vector<std::string> pos, metadata, env, cmd;
+  std::map<std::string, std::string> flags;
+  bool json = false, persistent = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "pandastack: %s\n%s", why.c_str(), kUsage);
+  std::exit(2);
+}
+
+Opts parse(int argc, char** argv, int from) {
+  Opts o;
+  for (int i = from; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--") {
+      for (++i; i < argc; ++i) o.cmd.push_back(argv[i]);
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--persistent") {
+      o.persistent = true;
+    } else if (a == "--metadata") {
+      o.metadata.push_back(value());
+    } else if (a == "--env") {
+      o.env.push_back(value());
+    } else if (a.rfind("--", 0) == 0) {
+      static const char* known[] = {"--template", "--ttl", "--state", "--count",
+                                    "--timeout",  "--cwd", "--url",   "--key"};
+      bool ok = false;
+      for (auto* k : known) ok |= a == k;
+      if (!ok) usage("unknown option " + a);
+      o.flags[a] = value();
+    } else {
+      o.pos.push_back(a);
+    }
+  }
+  return o;
+}
+
+std::map<std::string, std::string> pairs(const std::vector<std::string>& kvs, const char* what) {
+  std::map<std::string, std::string> out;
+  for (auto& kv : kvs) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      usage(std::string(what) + " needs KEY=VALUE, not " + kv);
+    out[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string encode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += char(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
+class Api {
+ public:
+  explicit Api(const Opts& o)
+      : http_(o.flags.count("--url")               ? o.flags.at("--url")
+              : std::getenv("PANDASTACK_BASE_URL") ? std::getenv("PANDASTACK_BASE_URL")
+                                                   : "http://127.0.0.1:7070",
+              o.flags.count("--key")              ? o.flags.at("--key")
+              : std::getenv("PANDASTACK_API_KEY") ? std::getenv("PANDASTACK_API_KEY")
+                                                  : "") {}
+
+  // The response body on 2xx; otherwise prints the error and exits 1.
+  std::string call(const std::string& method, const std::string& path, const std::string& body = "",
+                   const std::string& type = "application/json") {
+    auto r = http_.request(method, path, body, type);
+    if (r.status >= 200 && r.status < 300) return r.body;
+    fail(r);
+  }
+  Json json(const std::string& method, const std::string& path, const std::string& body = "") {
+    auto text = call(method, path, body);
+    auto j = Json::parse(text);
+    return j ? *j : Json();
+  }
+  [[noreturn]] static void fail(const tools::HttpResponse& r) {
+    if (r.status == 0) {
+      std::fprintf(stderr, "pandastack: connection_error: %s\n", r.error.c_str());
+    } else if (auto j = Json::parse(r.body); j && (*j)["error"].is_object()) {
+      std::fprintf(stderr, "pandastack: %s: %s\n", (*j)["error"]["code"].as_string().c_str(),
+                   (*j)["error"]["message"].as_string().c_str());
+    } else {
+      std::fprintf(stderr, "pandastack: HTTP %d\n", r.status);
+    }
+    std::exit(1);
+  }
+  tools::HttpClient& http() { return http_; }
+
+ private:
+  tools::HttpClient http_;
+};
+
+std::string when(int64_t ms) {
+  std::time_t t = ms / 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string meta_text(const Json& m) {
+  std::string out;
+  if (m.is_object())
+    for (auto& [k, v] : m.as_object()) out += (out.empty() ? "" : ",") + k + "=" + v.as_string();
+  return out;
+}
+
+void print_table(const Json& sandboxes) {
+  std::printf("%-22s %-12s %-18s %-21s %s\n", "ID", "STATE", "TEMPLATE", "EXPIRES", "METADATA");
+  for (auto& s : sandboxes.as_array())
+    std::printf("%-22s %-12s %-18s %-21s %s\n", s["id"].as_string().c_str(),
+                s["state"].as_string().c_str(), s["template"].as_string().c_str(),
+                when(s["expires_at_ms"].as_int()).c_str(), meta_text(s["metadata"]).c_str());
+}
+
+void print_sandbox(const Json& s, bool json) {
+  if (json) {
+    std::printf("%s\n", s.dump().c_str());
+    return;
+  }
+  std::printf("id:        %s\nstate:     %s\ntemplate:  %s\ncreated:   %s\nexpires:   %s\n",
+              s["id"].as_string().c_str(), s["state"].as_string().c_str(),
+              s["template"].as_string().c_str(), when(s["created_at_ms"].as_int()).c_str(),
+              when(s["expires_at_ms"].as_int()).c_str());
+  if (!meta_text(s["metadata"]).empty())
+    std::printf("metadata:  %s\n", meta_text(s["metadata"]).c_str());
+}
+
+std::string base64_decode(const std::string& in) {
+  static const std::string chars =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int val = 0, bits = -8;
+  for (char c : in) {
+    auto p = chars.find(c);
+    if (p == std::string::npos) continue;
+    val = (val << 6) + int(p);
+    bits += 6;
+    if (bits >= 0) {
+      out += char((val >> bits) & 0xFF);
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
+void write_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n <= 0) return;
+    off += size_t(n);
+  }
+}
+
+int exec(Api& api, const Opts& o, const std::string& id) {
+  if (o.cmd.empty()) usage("sandbox exec needs -- CMD [ARG...]");
+  Json body = Json::object();
+  if (o.cmd.size() == 1) {
+    body.set("cmd", o.cmd[0]);  // one word: a shell command line
+  } else {
+    Json argv = Json::array();
+    for (auto& a : o.cmd) argv.push(a);
+    body.set("argv", argv);
+  }
+  if (o.flags.count("--timeout"))
+    body.set("timeout_seconds", int64_t(std::atoll(o.flags.at("--timeout").c_str())));
+  if (o.flags.count("--cwd")) body.set("cwd", o.flags.at("--cwd"));
+  if (!o.env.empty()) {
+    Json env = Json::object();
+    for (auto& [k, v] : pairs(o.env, "--env")) env.set(k, v);
+    body.set("env", env);
+  }
+  std::string path = "/v1/sandboxes/" + encode(id) + "/exec";
+  if (o.json) {
+    auto r = api.json("POST", path, body.dump());
+    std::printf("%s\n", r.dump().c_str());
+    return int(r["exit_code"].as_int());
+  }
+  // Streamed: output as it comes, then the command's exit code.
+  std::string buf, event;
+  int code = 1;
+  bool done = false;
+  auto r = api.http().stream("POST", path + "/stream", body.dump(), [&](const std::string& chunk) {
+    buf += chunk;
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      std::string line = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (line.rfind("event: ", 0) == 0) {
+        event = line.substr(7);
+      } else if (line.rfind("data: ", 0) == 0) {
+        auto d = Json::parse(line.substr(6));
+        if (!d) continue;
+        if (event == "stdout" || event == "stderr") {
+          std::string data = (*d)["data"].as_string();
+          if ((*d)["encoding"].is_string()) data = base64_decode(data);
+          write_all(event == "stdout" ? 1 : 2, data);
+        } else if (event == "exit") {
+          code = int((*d)["exit_code"].as_int());
+          if ((*d)["timed_out"].as_bool()) std::fprintf(stderr, "pandastack: timed out\n");
+          done = true;
+        } else if (event == "error") {
+          std::fprintf(stderr, "pandastack: %s: %s\n", (*d)["code"].as_string().c_str(),
+                       (*d)["message"].as_string().c_str());
+          done = true;
+        }
+      }
+    }
+  });
+  if (r.status != 200) Api::fail(r);
+  if (!done) std::fprintf(stderr, "pandastack: the stream ended early\n");
+  return code;
+}
+
+// "sbx_...:/path" -> (id, path); a local path -> ("", path).
+std::pair<std::string, std::string> location(const std::string& s) {
+  auto colon = s.find(':');
+  if (s.rfind("sbx_", 0) == 0 && colon != std::string::npos)
+    return {s.substr(0, colon), s.substr(colon + 1)};
+  return {"", s};
+}
+
+}  // namespace
+
+bool is_api_command(const std::string& word) {
+  return word == "sandbox" || word == "files" || word == "template";
+}
+
+int api_main(int argc, char** argv) {
+  if (argc < 3) usage("a command is needed");
+  std::string group = argv[1], verb = argv[2];
+  Opts o = parse(argc, argv, 3);
+  Api api(o);
+  auto need = [&](size_t n) {
+    if (o.pos.size() != n) usage(group + " " + verb + ": wrong arguments");
+  };
+  if (group == "template" && verb == "list") {
+    auto r = api.json("GET", "/v1/templates");
+    if (o.json) return std::printf("%s\n", r.dump().c_str()), 0;
+    std::printf("%-20s %s\n", "TEMPLATE", "BAKED");
+    for (auto& t : r["templates"].as_array())
+      std::printf("%-20s %s\n", t["name"].as_string().c_str(), t["baked"].as_bool() ? "yes" : "no");
+    return 0;
+  }
+  if (group == "sandbox") {
+    if (verb == "create") {
+      need(0);
+      Json body = Json::object();
+      body.set("template", o.flags.count("--template") ? o.flags.at("--template") : "base");
+      if (o.flags.count("--ttl"))
+        body.set("ttl_seconds", int64_t(std::atoll(o.flags.at("--ttl").c_str())));
+      if (!o.metadata.empty()) {
+        Json m = Json::object();
+        for (auto& [k, v] : pairs(o.metadata, "--metadata")) m.set(k, v);
+        body.set("metadata", m);
+      }
+      if (o.persistent) body.set("persistent", true);
+      auto s = api.json("POST", "/v1/sandboxes", body.dump());
+      if (o.json) return std::printf("%s\n", s.dump().c_str()), 0;
+      return std::printf("%s\n", s["id"].as_string().c_str()), 0;
+    }
+    if (verb == "list") {
+      need(0);
+      std::string q;
+      if (o.flags.count("--state")) q += "state=" + encode(o.flags.at("--state"));
+      for (auto& [k, v] : pairs(o.metadata, "--metadata"))
+        q += (q.empty() ? "" : "&") + ("metadata." + encode(k)) + "=" + encode(v);
+      auto r = api.json("GET", "/v1/sandboxes" + (q.empty() ? "" : "?" + q));
+      if (o.json) return std::printf("%s\n", r["sandboxes"].dump().c_str()), 0;
+      print_table(r["sandboxes"]);
+      return 0;
+    }
+    need(1);
+    std::string base = "/v1/sandboxes/" + encode(o.pos[0]);
+    if (verb == "get") return print_sandbox(api.json("GET", base), o.json), 0;
+    if (verb == "kill") return print_sandbox(api.json("DELETE", base), o.json), 0;
+    if (verb == "hibernate" || verb == "wake")
+      return print_sandbox(api.json("POST", base + "/" + verb), o.json), 0;
+    if (verb == "snapshot") {
+      auto r = api.json("POST", base + "/snapshots");
+      if (o.json) return std::printf("%s\n", r.dump().c_str()), 0;
+      return std::printf("%s\n", r["snapshot_id"].as_string().c_str()), 0;
+    }
+    if (verb == "fork") {
+      Json body = Json::object();
+      body.set("count",
+               int64_t(o.flags.count("--count") ? std::atoll(o.flags.at("--count").c_str()) : 1));
+      auto r = api.json("POST", base + "/fork", body.dump());
+      if (o.json) return std::printf("%s\n", r["sandboxes"].dump().c_str()), 0;
+      for (auto& k : r["sandboxes"].as_array()) std::printf("%s\n", k["id"].as_string().c_str());
+      return 0;
+    }
+    if (verb == "exec") return exec(api, o, o.pos[0]);
+    if (verb == "logs") {
+      auto r = api.json("GET", base + "/events");
+      for (auto& e : r["events"].as_array()) {
+        if (o.json) {
+          std::printf("%s\n", e.dump().c_str());
+          continue;
+        }
+        Json details = Json::object();
+        for (auto& [k, v] : e["event"].as_object())
+          if (k != "kind" && k != "at_ms") details.set(k, v);
+        std::printf("%s  v%-4lld %-18s %s\n", when(e["time_ms"].as_int()).c_str(),
+                    (long long)e["version"].as_int(), e["type"].as_string().c_str(),
+                    details.size() ? details.dump().c_str() : "");
+      }
+      return 0;
+    }
+  }
+  if (group == "files") {
+    if (verb == "ls") {
+      need(2);
+      auto r = api.json(
+          "GET", "/v1/sandboxes/" + encode(o.pos[0]) + "/files/list?path=" + encode(o.pos[1]));
+      if (o.json) return std::printf("%s\n", r["entries"].dump().c_str()), 0;
+      for (auto& e : r["entries"].as_array())
+        std::printf("%-10s %12lld  %s%s\n", e["type"].as_string().c_str(),
+                    (long long)e["size"].as_int(), e["name"].as_string().c_str(),
+                    e["type"].as_string() == "directory" ? "/" : "");
+      return 0;
+    }
+    if (verb == "cat") {
+      need(2);
+      write_all(1, api.call("GET", "/v1/sandboxes/" + encode(o.pos[0]) +
+                                       "/files?path=" + encode(o.pos[1])));
+      return 0;
+    }
+    if (verb == "cp") {
+      need(2);
+      auto [src_id, src] = location(o.pos[0]);
+      auto [dst_id, dst] = location(o.pos[1]);
+      if (src_id.empty() == dst_id.empty()) usage("files cp: exactly one side must be ID:/path");
+      if (!src_id.empty()) {
+        auto data =
+            api.call("GET", "/v1/sandboxes/" + encode(src_id) + "/files?path=" + encode(src));
+        std::ofstream out(dst, std::ios::binary);
+        out << data;
+        if (!out) return std::fprintf(stderr, "pandastack: cannot write %s\n", dst.c_str()), 1;
+      } else {
+        std::ifstream in(src, std::ios::binary);
+        if (!in) return std::fprintf(stderr, "pandastack: cannot read %s\n", src.c_str()), 1;
+        std::stringstream ss;
+        ss << in.rdbuf();
+        api.call("PUT", "/v1/sandboxes/" + encode(dst_id) + "/files?path=" + encode(dst), ss.str(),
+                 "application/octet-stream");
+      }
+      return 0;
+    }
+  }
+  usage("unknown command " + group + " " + verb);
+}
+
+}  // namespace pandastack::cli
