@@ -19,6 +19,9 @@ struct HttpResponse {
   std::optional<double> server_ms() const;
 };
 
+// Percent-encodes `s` for a URL path or query value ('/' is kept).
+std::string url_encode(const std::string& s);
+
 class HttpClient {
  public:
   // `base_url`: http://HOST:PORT (a path prefix is not supported).

@@ -90,20 +90,6 @@ std::map<std::string, std::string> pairs(const std::vector<std::string>& kvs, co
   return out;
 }
 
-std::string encode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += char(c);
-    } else {
-      char b[4];
-      std::snprintf(b, sizeof b, "%%%02X", c);
-      out += b;
-    }
-  }
-  return out;
-}
-
 class Api {
  public:
   explicit Api(const Opts& o)
@@ -225,7 +211,7 @@ int exec(Api& api, const Opts& o, const std::string& id) {
     for (auto& [k, v] : pairs(o.env, "--env")) env.set(k, v);
     body.set("env", env);
   }
-  std::string path = "/v1/sandboxes/" + encode(id) + "/exec";
+  std::string path = "/v1/sandboxes/" + tools::url_encode(id) + "/exec";
   if (o.json) {
     auto r = api.json("POST", path, body.dump());
     std::printf("%s\n", r.dump().c_str());
@@ -317,16 +303,17 @@ int api_main(int argc, char** argv) {
     if (verb == "list") {
       need(0);
       std::string q;
-      if (o.flags.count("--state")) q += "state=" + encode(o.flags.at("--state"));
+      if (o.flags.count("--state")) q += "state=" + tools::url_encode(o.flags.at("--state"));
       for (auto& [k, v] : pairs(o.metadata, "--metadata"))
-        q += (q.empty() ? "" : "&") + ("metadata." + encode(k)) + "=" + encode(v);
+        q += (q.empty() ? "" : "&") + ("metadata." + tools::url_encode(k)) + "=" +
+             tools::url_encode(v);
       auto r = api.json("GET", "/v1/sandboxes" + (q.empty() ? "" : "?" + q));
       if (o.json) return std::printf("%s\n", r["sandboxes"].dump().c_str()), 0;
       print_table(r["sandboxes"]);
       return 0;
     }
     need(1);
-    std::string base = "/v1/sandboxes/" + encode(o.pos[0]);
+    std::string base = "/v1/sandboxes/" + tools::url_encode(o.pos[0]);
     if (verb == "get") return print_sandbox(api.json("GET", base), o.json), 0;
     if (verb == "kill") return print_sandbox(api.json("DELETE", base), o.json), 0;
     if (verb == "hibernate" || verb == "wake")
@@ -366,8 +353,8 @@ int api_main(int argc, char** argv) {
   if (group == "files") {
     if (verb == "ls") {
       need(2);
-      auto r = api.json(
-          "GET", "/v1/sandboxes/" + encode(o.pos[0]) + "/files/list?path=" + encode(o.pos[1]));
+      auto r = api.json("GET", "/v1/sandboxes/" + tools::url_encode(o.pos[0]) +
+                                   "/files/list?path=" + tools::url_encode(o.pos[1]));
       if (o.json) return std::printf("%s\n", r["entries"].dump().c_str()), 0;
       for (auto& e : r["entries"].as_array())
         std::printf("%-10s %12lld  %s%s\n", e["type"].as_string().c_str(),
@@ -377,8 +364,8 @@ int api_main(int argc, char** argv) {
     }
     if (verb == "cat") {
       need(2);
-      write_all(1, api.call("GET", "/v1/sandboxes/" + encode(o.pos[0]) +
-                                       "/files?path=" + encode(o.pos[1])));
+      write_all(1, api.call("GET", "/v1/sandboxes/" + tools::url_encode(o.pos[0]) +
+                                       "/files?path=" + tools::url_encode(o.pos[1])));
       return 0;
     }
     if (verb == "cp") {
@@ -387,8 +374,8 @@ int api_main(int argc, char** argv) {
       auto [dst_id, dst] = location(o.pos[1]);
       if (src_id.empty() == dst_id.empty()) usage("files cp: exactly one side must be ID:/path");
       if (!src_id.empty()) {
-        auto data =
-            api.call("GET", "/v1/sandboxes/" + encode(src_id) + "/files?path=" + encode(src));
+        auto data = api.call("GET", "/v1/sandboxes/" + tools::url_encode(src_id) +
+                                        "/files?path=" + tools::url_encode(src));
         std::ofstream out(dst, std::ios::binary);
         out << data;
         if (!out) return std::fprintf(stderr, "pandastack: cannot write %s\n", dst.c_str()), 1;
@@ -397,8 +384,10 @@ int api_main(int argc, char** argv) {
         if (!in) return std::fprintf(stderr, "pandastack: cannot read %s\n", src.c_str()), 1;
         std::stringstream ss;
         ss << in.rdbuf();
-        api.call("PUT", "/v1/sandboxes/" + encode(dst_id) + "/files?path=" + encode(dst), ss.str(),
-                 "application/octet-stream");
+        api.call(
+            "PUT",
+            "/v1/sandboxes/" + tools::url_encode(dst_id) + "/files?path=" + tools::url_encode(dst),
+            ss.str(), "application/octet-stream");
       }
       return 0;
     }

@@ -342,20 +342,6 @@ const Tool kTools[] = {
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
 };
 
-std::string url_encode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += char(c);
-    } else {
-      char b[4];
-      std::snprintf(b, sizeof b, "%%%02X", c);
-      out += b;
-    }
-  }
-  return out;
-}
-
 std::string clip(const std::string& s, size_t max = 16 << 10) {
   if (s.size() <= max) return s;
   return s.substr(0, max) + "\n[... " + std::to_string(s.size() - max) + " more bytes]";
@@ -377,7 +363,7 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
   std::string id = str("sandbox_id");
   if (name != "create_sandbox" && id.empty())
     return {"invalid_argument: sandbox_id is required", true};
-  std::string base = "/v1/sandboxes/" + url_encode(id);
+  std::string base = "/v1/sandboxes/" + pandastack::tools::url_encode(id);
   if (name == "create_sandbox") {
     Json body = Json::object();
     body.set("template", str("template").empty() ? "base" : str("template"));
@@ -404,18 +390,20 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     return {text, false};
   }
   if (name == "read_file") {
-    auto r = http.request("GET", base + "/files?path=" + url_encode(str("path")));
+    auto r =
+        http.request("GET", base + "/files?path=" + pandastack::tools::url_encode(str("path")));
     if (r.status != 200) return {api_error(r), true};
     return {clip(r.body, 256 << 10), false};
   }
   if (name == "write_file") {
-    auto r = http.request("PUT", base + "/files?path=" + url_encode(str("path")), str("content"),
-                          "application/octet-stream");
+    auto r = http.request("PUT", base + "/files?path=" + pandastack::tools::url_encode(str("path")),
+                          str("content"), "application/octet-stream");
     if (r.status != 200) return {api_error(r), true};
     return {"wrote " + std::to_string(str("content").size()) + " bytes to " + str("path"), false};
   }
   if (name == "list_dir") {
-    auto r = http.request("GET", base + "/files/list?path=" + url_encode(str("path")));
+    auto r = http.request("GET",
+                          base + "/files/list?path=" + pandastack::tools::url_encode(str("path")));
     if (r.status != 200) return {api_error(r), true};
     std::string text;
     Json listing = *Json::parse(r.body);  // (not a temporary: the loop would dangle)
