@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 #include <cctype>
 #include <deque>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -16,6 +17,8 @@
 #include "storage/api_keys.h"
 #include "storage/event_store.h"
 #include "vmm-driver/io_thread.h"
+#include "vmm-driver/pool.h"
+#include "wire/json.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
 
@@ -182,6 +185,23 @@ struct Env {
   // VMs re-adopted at recovery, taken by their sandbox actors when they start.
   std::mutex adopted_mu;
   std::map<std::string, std::unique_ptr<vmm::Vm>> adopted;
+  // Pre-spawned QEMU processes per template, for the staged snapshot they wait for. (Declared
+  // after `io`: destroyed first, killing the idle processes.)
+  std::mutex pools_mu;
+  std::map<std::string, std::pair<std::string, std::unique_ptr<vmm::RestorePool>>> pools;
+
+  // The template's pool for `snap` (a new one when the template was baked again), or null.
+  vmm::RestorePool* pool_for(const std::string& template_name, const vmm::Snapshot& snap) {
+    if (config.pool_size == 0) return nullptr;
+    std::lock_guard lock(pools_mu);
+    auto& [dir, pool] = pools[template_name];
+    if (!pool || dir != snap.dir.string()) {
+      auto base = vm_config(template_name, "pool", "pool-" + template_name);
+      pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size);
+      dir = snap.dir.string();
+    }
+    return pool.get();
+  }
 
   std::unique_ptr<vmm::Vm> take_adopted(const std::string& id) {
     std::lock_guard lock(adopted_mu);
@@ -272,7 +292,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
   self->state.handle = handle;
   log_exceptions(self, "vm worker " + id);
   return {
-      [=](restore_atom, std::string snapshot_dir, bool consume) -> WorkerResult {
+      [=](restore_atom, std::string snapshot_dir, bool consume, bool pooled) -> WorkerResult {
         auto& st = self->state;
         spdlog::debug("worker {}: restore from '{}'", st.id, snapshot_dir);
         vmm::Snapshot snap;
@@ -280,8 +300,10 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         if (!loaded) return failed(loaded.error().message);
         snap = *loaded;
         std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
-        auto vm = vmm::Vm::restore(st.env->io, snap,
-                                   st.env->vm_config(st.template_name, st.id, run_name), consume);
+        auto config = st.env->vm_config(st.template_name, st.id, run_name);
+        auto* pool = pooled ? st.env->pool_for(st.template_name, snap) : nullptr;
+        auto vm = pool ? pool->create(run_name, config.hostname)
+                       : vmm::Vm::restore(st.env->io, snap, config, consume);
         if (!vm) return failed(vm.error().message);
         std::unique_lock l(st.handle->mu);
         st.handle->vm = std::move(*vm);
@@ -390,13 +412,13 @@ void effect(SandboxSelf* self, const Event& e) {
   };
   switch (e.kind) {
     case Event::Kind::created: {
-      auto restore = [self, to, lost](std::string dir) {
-        self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false)
+      auto restore = [self, to, lost](std::string dir, bool pooled) {
+        self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled)
             .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
                   lost);
       };
       if (!e.from_snapshot.empty()) {
-        restore(st.env->snapshot_dir(e.from_snapshot).string());
+        restore(st.env->snapshot_dir(e.from_snapshot).string(), false);
         break;
       }
       // The template's actor bakes it (once) and answers with the staged snapshot.
@@ -407,7 +429,7 @@ void effect(SandboxSelf* self, const Event& e) {
                     .then(
                         [self, restore](Answer a) {
                           if (!a.ok) return internal(self, cmd::StartFailed{a.error.message});
-                          restore(a.text);
+                          restore(a.text, true);
                         },
                         lost);
               },
@@ -432,7 +454,7 @@ void effect(SandboxSelf* self, const Event& e) {
           break;
         case Transition::waking:
           self->request(st.worker, caf::infinite, restore_atom::value,
-                        st.env->hibernated_dir(st.s.id).string(), true)
+                        st.env->hibernated_dir(st.s.id).string(), true, false)
               .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
                     lost);
           break;
@@ -938,7 +960,12 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       auto name = d.path().filename().string();
       if (!fs::exists(d.path() / "vm.json")) continue;
       recorded.push_back(d.path());
-      run_dirs[name.substr(0, name.find('.'))] = d.path();
+      // The VM's name (its sandbox id + "." + suffix; pooled VMs were renamed when taken).
+      std::ifstream in(d.path() / "vm.json");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto record = wire::Json::parse(text);
+      std::string vm_name = record && (*record)["name"].is_string() ? (*record)["name"].as_string() : name;
+      run_dirs[vm_name.substr(0, vm_name.find('.'))] = d.path();
     }
   }
   for (auto& id : *streams) {
@@ -1001,7 +1028,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   std::error_code ec;
   for (auto& dir : recorded) {
     if (keep_run.count(dir.filename().string())) continue;
-    auto orphan = vmm::Vm::adopt(env.io, dir, std::chrono::seconds(2));
+    // (A 1 ms deadline: nothing is wanted from it but its end; the failed adopt kills it.)
+    auto orphan = vmm::Vm::adopt(env.io, dir, std::chrono::milliseconds(1));
     if (orphan)
       spdlog::info("recovery: killing the VM in {} (no running sandbox owns it)", dir.string());
     // ~Vm (or the failed adopt) kills the process and removes its folders.

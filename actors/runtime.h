@@ -38,6 +38,9 @@ struct RuntimeConfig {
   std::chrono::milliseconds reaper_interval{1000};
   // A state snapshot of a sandbox every this many events; recovery replays only the tail after it.
   uint32_t snapshot_every = 64;
+  // QEMU processes kept pre-spawned per template (waiting for the baked state: they hold no guest
+  // state, so no sandbox is reused); creates from a template take one. 0 = restore from scratch.
+  uint32_t pool_size = 2;
   bool jail = true;
   // VMs keep running when the host process dies (a crash); the next start re-adopts the VMs of
   // running sandboxes. Off: QEMU gets the parent-death signal and dies with its host.

@@ -39,6 +39,7 @@ const char* kUsage = R"(usage: pandastackd [options]
   --vcpus N           guest vCPUs (default 1)
   --default-ttl S     sandbox TTL when a create names none (default 900)
   --max-ttl S         largest TTL a create or PATCH may ask for (default 86400)
+  --pool-size N       QEMU processes kept pre-spawned per template (default 2; 0 = none)
   --max-concurrent-execs N  commands in flight per sandbox (default 16; more: 429)
   --log-level LEVEL   trace|debug|info|warn|error (default info)
   --no-jail           run QEMU without the jail (development only)
@@ -96,6 +97,8 @@ int main(int argc, char** argv) {
       config.limits.default_ttl_seconds = parse_u32(a, value());
     else if (a == "--max-ttl")
       config.limits.max_ttl_seconds = parse_u32(a, value());
+    else if (a == "--pool-size")
+      config.pool_size = parse_u32(a, value());
     else if (a == "--max-concurrent-execs")
       config.limits.max_concurrent_execs = parse_u32(a, value());
     else if (a == "--log-level")

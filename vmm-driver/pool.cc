@@ -36,6 +36,11 @@ void RestorePool::refill() {
       c.name = c.run_dir.filename().string();
     }
     auto vm = Vm::prespawn(io_, snapshot_, c);
+    // A waiting process that outlives a crashed host must be found (and killed) by the next one.
+    if (vm && !c.die_with_parent) {
+      auto saved = (*vm)->save_record();
+      if (!saved) vm = saved.error();
+    }
     if (!vm) {
       spdlog::warn("restore pool: cannot prespawn: {}", vm.error().message.substr(0, 200));
       std::unique_lock lock(mu_);
@@ -68,6 +73,10 @@ Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name, const s
   vm->set_identity(name, hostname);
   auto loaded = vm->load(snapshot_);
   if (!loaded) return loaded.error();
+  if (!base_.die_with_parent) {
+    auto saved = vm->save_record();  // now under its sandbox's name
+    if (!saved) return saved.error();
+  }
   return vm;
 }
 

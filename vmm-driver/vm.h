@@ -118,6 +118,10 @@ class Vm {
 
   // True while the QEMU process runs.
   bool alive();
+  // Writes run_dir/vm.json: what adopt() needs to take this VM over (pid and its start time,
+  // config, disk layers, cgroup). restore() and snapshot() call it for VMs that outlive their
+  // host (die_with_parent=false).
+  Status save_record() const;
   // The last `bytes` of the guest's serial console.
   std::string console_tail(size_t bytes = 4096) const;
 
@@ -140,9 +144,6 @@ class Vm {
   // Stops the guest and freezes its disk: the active overlay becomes immutable (hard-linked into
   // `dir` as disk.qcow2) and QEMU continues on a new overlay.
   Status freeze_disk(const std::filesystem::path& dir);
-  // Writes run_dir/vm.json: what adopt() needs to take this VM over (pid and its start time,
-  // config, disk layers, cgroup).
-  Status save_record() const;
   // Fills in `snap`'s metadata from this VM (shape, QEMU, kernel, disk layers, time).
   void describe(Snapshot& snap, std::string origin) const;
   // Saves the paused guest's device state and disk into `dir` and fills in `snap`'s metadata.

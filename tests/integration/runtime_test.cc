@@ -370,12 +370,11 @@ TEST_F(RuntimeTest, VmsOutliveACrashedHostAndAreAdopted) {
   // Both QEMUs survived their host. Kill the second one: its sandbox cannot be adopted.
   auto qemu_pid = [&](const std::string& id) -> pid_t {
     for (auto& d : fs::directory_iterator(config_.state_dir / "run")) {
-      auto name = d.path().filename().string();
-      if (name.rfind(id + ".", 0) != 0 || !fs::exists(d.path() / "vm.json")) continue;
+      if (!fs::exists(d.path() / "vm.json")) continue;
       std::ifstream in(d.path() / "vm.json");
       std::string text((std::istreambuf_iterator<char>(in)), {});
-      auto j = wire::Json::parse(text);
-      return j ? pid_t((*j)["pid"].as_int()) : -1;
+      auto j = wire::Json::parse(text);  // named after its sandbox (pooled VMs' folders are not)
+      if (j && (*j)["name"].as_string().rfind(id + ".", 0) == 0) return pid_t((*j)["pid"].as_int());
     }
     return -1;
   };
