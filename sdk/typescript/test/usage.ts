@@ -1,0 +1,32 @@
+// Type-checked (tsc --strict, `npm run typecheck`) against src/index.d.ts: the declarations cover
+// what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
+import {
+  Sandbox, SandboxNotFoundError, type ExecEvent, type ExecResult, type FileInfo, type SandboxInfo,
+} from "../src/index.js";
+
+export async function usage(): Promise<string> {
+  await using sbx = await Sandbox.create({ template: "base", ttlSeconds: 600, metadata: { a: "b" } });
+  const r: ExecResult = await sbx.exec(["python3", "-c", "print(1)"], { timeoutSeconds: 5, env: { X: "1" } });
+  const ac = new AbortController();
+  const aborted: Promise<ExecResult> = sbx.exec("sleep 10", { signal: ac.signal });
+  ac.abort();
+  await aborted.catch(() => undefined);
+  for await (const ev of sbx.execStream("echo hi")) {
+    const e: ExecEvent = ev;
+    if (e.kind === "stdout") console.log(e.text);
+    else if (e.kind === "exit") console.log(e.exitCode, e.timedOut);
+    else if (e.kind === "error") console.log(e.code);
+  }
+  await sbx.files.write("/tmp/x", new Uint8Array([1, 2]));
+  const entries: FileInfo[] = await sbx.files.list("/tmp");
+  const pid: number = await sbx.process.start("sleep 1");
+  await sbx.process.kill(pid, 9);
+  const kids: Sandbox[] = await sbx.fork(2);
+  const all: SandboxInfo[] = await Sandbox.list({ state: "running", metadata: { a: "b" } });
+  try {
+    await Sandbox.get("sbx_x");
+  } catch (e) {
+    if (e instanceof SandboxNotFoundError) return `${e.code} ${e.status}`;
+  }
+  return `${r.stdout}${entries.length}${kids.length}${all.length}${sbx.state}`;
+}
