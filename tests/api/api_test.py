@@ -636,9 +636,11 @@ class RestartTest(unittest.TestCase):
 
     def test_graceful_restart(self):
         base = tempfile.mkdtemp(prefix="pst-api-rs-", dir="/dev/shm")
+        daemons = []  # stopped in `finally`, so a failing assertion leaves no daemon running
         try:
             data, state = os.path.join(base, "data"), os.path.join(base, "state")
             d = Daemon(data, state)
+            daemons.append(d)
             c = Api(d)
             keep = c.create(persistent=True)["id"]
             drop = c.create()["id"]
@@ -647,6 +649,7 @@ class RestartTest(unittest.TestCase):
             old = os.path.join(base, "old")
             shutil.copytree(os.path.join(data, "store"), os.path.join(old, "store"))  # as at the stop
             d2 = Daemon(data, state)
+            daemons.append(d2)
             self.assertEqual(d2.key, d.key)  # the key file is read back
             c2 = Api(d2)
             self.assertEqual(c2.call("GET", f"/v1/sandboxes/{keep}")[1]["state"], "hibernated")
@@ -683,6 +686,9 @@ class RestartTest(unittest.TestCase):
             self.assertEqual(cli("nonsense").returncode, 2)
             self.assertEqual(d2.stop(), 0)
         finally:
+            for x in daemons:
+                if x.proc.poll() is None:
+                    x.stop()
             shutil.rmtree(base, ignore_errors=True)
 
 
