@@ -43,6 +43,9 @@ class RuntimeTest : public ::testing::Test {
     config_.state_dir = base_ / "state";
     config_.images_dir = images_dir();
     config_.reaper_interval = milliseconds(200);
+    // A failing test must not leave VMs behind: here they die with the test process. (The
+    // adoption test's crashing host, runtime_host, keeps the default.)
+    config_.vms_outlive_host = false;
     start();
   }
   void TearDown() override {
