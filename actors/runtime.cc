@@ -18,9 +18,9 @@
 #include "storage/event_store.h"
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/pool.h"
-#include "wire/json.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
+#include "wire/json.h"
 
 namespace pandastack::actors {
 
@@ -964,7 +964,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       std::ifstream in(d.path() / "vm.json");
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       auto record = wire::Json::parse(text);
-      std::string vm_name = record && (*record)["name"].is_string() ? (*record)["name"].as_string() : name;
+      std::string vm_name =
+          record && (*record)["name"].is_string() ? (*record)["name"].as_string() : name;
       run_dirs[vm_name.substr(0, vm_name.find('.'))] = d.path();
     }
   }

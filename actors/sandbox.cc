@@ -188,10 +188,9 @@ struct Decider {
     if (s.running_execs.count(c.exec_id))
       return reject("invalid_argument", "exec id " + c.exec_id + " in use");
     if (s.running_execs.size() >= limits.max_concurrent_execs)
-      return reject("too_many_execs", "sandbox " + s.id + " already runs " +
-                                          std::to_string(s.running_execs.size()) +
-                                          " commands (limit " +
-                                          std::to_string(limits.max_concurrent_execs) + ")");
+      return reject("too_many_execs",
+                    "sandbox " + s.id + " already runs " + std::to_string(s.running_execs.size()) +
+                        " commands (limit " + std::to_string(limits.max_concurrent_execs) + ")");
     Event e = ev(Event::Kind::exec_started, now);
     e.exec_id = c.exec_id;
     e.command = c.command;

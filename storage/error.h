@@ -8,12 +8,12 @@
 namespace pandastack::storage {
 
 enum class ErrorCode {
-  conflict,          // append with a stale expected version
+  conflict,  // append with a stale expected version
   not_found,
   invalid_argument,
-  corrupt,           // a record that does not decode
-  io_error,          // RocksDB or file system failure
-  closed,            // the store is shutting down
+  corrupt,   // a record that does not decode
+  io_error,  // RocksDB or file system failure
+  closed,    // the store is shutting down
 };
 
 const char* to_string(ErrorCode code);
@@ -45,6 +45,8 @@ class [[nodiscard]] Result {
 struct Ok {};
 using Status = Result<Ok>;
 
-inline Error make_error(ErrorCode code, std::string message) { return Error{code, std::move(message)}; }
+inline Error make_error(ErrorCode code, std::string message) {
+  return Error{code, std::move(message)};
+}
 
 }  // namespace pandastack::storage

@@ -66,12 +66,13 @@ std::string encode_record(uint64_t global, int64_t time, const NewEvent& e) {
   return r;
 }
 
-Result<StoredEvent> decode_record(const std::string& stream, uint64_t version, const std::string& r) {
+Result<StoredEvent> decode_record(const std::string& stream, uint64_t version,
+                                  const std::string& r) {
   if (r.size() < 26) return make_error(ErrorCode::corrupt, "short event record in " + stream);
   if (get_be32(r.data()) != kRecordFormat)
-    return make_error(ErrorCode::corrupt, "event record format " + std::to_string(get_be32(r.data())) +
-                                              " in " + stream + " (this build reads " +
-                                              std::to_string(kRecordFormat) + ")");
+    return make_error(ErrorCode::corrupt,
+                      "event record format " + std::to_string(get_be32(r.data())) + " in " +
+                          stream + " (this build reads " + std::to_string(kRecordFormat) + ")");
   StoredEvent e;
   e.stream = stream;
   e.version = version;
@@ -79,26 +80,34 @@ Result<StoredEvent> decode_record(const std::string& stream, uint64_t version, c
   e.time_ms = int64_t(get_be64(r.data() + 12));
   e.format = get_be32(r.data() + 20);
   size_t tl = (size_t(uint8_t(r[24])) << 8) | uint8_t(r[25]);
-  if (r.size() < 26 + tl) return make_error(ErrorCode::corrupt, "truncated event record in " + stream);
+  if (r.size() < 26 + tl)
+    return make_error(ErrorCode::corrupt, "truncated event record in " + stream);
   e.type = r.substr(26, tl);
   e.payload = r.substr(26 + tl);
   return e;
 }
 
 Error from_status(const rocksdb::Status& s, const std::string& what) {
-  return make_error(s.IsCorruption() ? ErrorCode::corrupt : ErrorCode::io_error, what + ": " + s.ToString());
+  return make_error(s.IsCorruption() ? ErrorCode::corrupt : ErrorCode::io_error,
+                    what + ": " + s.ToString());
 }
 
 }  // namespace
 
 const char* to_string(ErrorCode code) {
   switch (code) {
-    case ErrorCode::conflict: return "conflict";
-    case ErrorCode::not_found: return "not_found";
-    case ErrorCode::invalid_argument: return "invalid_argument";
-    case ErrorCode::corrupt: return "corrupt";
-    case ErrorCode::io_error: return "io_error";
-    case ErrorCode::closed: return "closed";
+    case ErrorCode::conflict:
+      return "conflict";
+    case ErrorCode::not_found:
+      return "not_found";
+    case ErrorCode::invalid_argument:
+      return "invalid_argument";
+    case ErrorCode::corrupt:
+      return "corrupt";
+    case ErrorCode::io_error:
+      return "io_error";
+    case ErrorCode::closed:
+      return "closed";
   }
   return "unknown";
 }
@@ -106,12 +115,14 @@ const char* to_string(ErrorCode code) {
 Result<std::unique_ptr<EventStore>> EventStore::open(Options o) {
   if (!o.clock_ms)
     o.clock_ms = [] {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
           .count();
     };
   std::error_code ec;
   if (!o.read_only) std::filesystem::create_directories(o.dir, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + o.dir.string() + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error, "cannot create " + o.dir.string() + ": " + ec.message());
   rocksdb::Options opts;
   opts.create_if_missing = !o.read_only;
   opts.paranoid_checks = true;
@@ -124,8 +135,10 @@ Result<std::unique_ptr<EventStore>> EventStore::open(Options o) {
   store->db_.reset(raw);
   std::string g;
   s = store->db_->Get(rocksdb::ReadOptions(), kGlobalKey, &g);
-  if (s.ok() && g.size() == 8) store->global_ = get_be64(g.data());
-  else if (!s.IsNotFound()) return from_status(s, "cannot read the global sequence");
+  if (s.ok() && g.size() == 8)
+    store->global_ = get_be64(g.data());
+  else if (!s.IsNotFound())
+    return from_status(s, "cannot read the global sequence");
   if (store->options_.read_only) {
     std::lock_guard lock(store->mu_);
     store->stop_ = true;  // no writer: appends are refused as on a closing store
@@ -152,7 +165,8 @@ EventStore::~EventStore() {
 
 uint64_t EventStore::last_global_seq() const { return global_.load(); }
 
-Result<AppendResult> EventStore::append(const std::string& stream, uint64_t expected, std::vector<NewEvent> events) {
+Result<AppendResult> EventStore::append(const std::string& stream, uint64_t expected,
+                                        std::vector<NewEvent> events) {
   std::mutex m;
   std::condition_variable cv;
   std::optional<Result<AppendResult>> out;
@@ -166,7 +180,8 @@ Result<AppendResult> EventStore::append(const std::string& stream, uint64_t expe
   return std::move(*out);
 }
 
-void EventStore::append_async(std::string stream, uint64_t expected, std::vector<NewEvent> events, AppendCallback done) {
+void EventStore::append_async(std::string stream, uint64_t expected, std::vector<NewEvent> events,
+                              AppendCallback done) {
   if (stream.empty() || stream.find('\0') != std::string::npos) {
     done(make_error(ErrorCode::invalid_argument, "stream ids are non-empty and contain no NUL"));
     return;
@@ -242,8 +257,9 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
       current = *h;
     }
     if (current != p.expected) {
-      results[i] = make_error(ErrorCode::conflict, "stream " + p.stream + " is at version " + std::to_string(current) +
-                                                       ", the append expected " + std::to_string(p.expected));
+      results[i] = make_error(ErrorCode::conflict,
+                              "stream " + p.stream + " is at version " + std::to_string(current) +
+                                  ", the append expected " + std::to_string(p.expected));
       continue;
     }
     AppendResult r;
@@ -253,11 +269,12 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
       ++current;
       ++global;
       wb.Put(event_key(p.stream, current), encode_record(global, now, e));
-      wb.Put(global_key(global), p.stream + std::string(1, '\0') + [&] {
-        std::string v;
-        put_be64(v, current);
-        return v;
-      }());
+      wb.Put(
+          global_key(global), p.stream + std::string(1, '\0') + [&] {
+            std::string v;
+            put_be64(v, current);
+            return v;
+          }());
       wb.Put(time_key(now, global), "");
     }
     r.last_version = current;
@@ -299,12 +316,14 @@ Result<uint64_t> EventStore::stream_version(const std::string& stream) {
   return get_be64(v.data());
 }
 
-Result<std::vector<StoredEvent>> EventStore::read_stream(const std::string& stream, uint64_t from, size_t max) {
+Result<std::vector<StoredEvent>> EventStore::read_stream(const std::string& stream, uint64_t from,
+                                                         size_t max) {
   std::vector<StoredEvent> out;
   std::string prefix = "e" + stream;
   prefix += '\0';
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(event_key(stream, std::max<uint64_t>(from, 1))); it->Valid() && out.size() < max; it->Next()) {
+  for (it->Seek(event_key(stream, std::max<uint64_t>(from, 1))); it->Valid() && out.size() < max;
+       it->Next()) {
     auto k = it->key();
     if (!k.starts_with(prefix) || k.size() != prefix.size() + 8) break;
     auto e = decode_record(stream, get_be64(k.data() + prefix.size()), it->value().ToString());
@@ -318,12 +337,14 @@ Result<std::vector<StoredEvent>> EventStore::read_stream(const std::string& stre
 Result<std::vector<StoredEvent>> EventStore::read_all(uint64_t from, size_t max) {
   std::vector<StoredEvent> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(global_key(std::max<uint64_t>(from, 1))); it->Valid() && out.size() < max; it->Next()) {
+  for (it->Seek(global_key(std::max<uint64_t>(from, 1))); it->Valid() && out.size() < max;
+       it->Next()) {
     auto k = it->key();
     if (k.size() != 9 || k[0] != 'g') break;
     auto v = it->value().ToString();
     auto nul = v.find('\0');
-    if (nul == std::string::npos || v.size() != nul + 9) return make_error(ErrorCode::corrupt, "bad audit index entry");
+    if (nul == std::string::npos || v.size() != nul + 9)
+      return make_error(ErrorCode::corrupt, "bad audit index entry");
     std::string stream = v.substr(0, nul);
     uint64_t version = get_be64(v.data() + nul + 1);
     std::string rec;
@@ -337,7 +358,8 @@ Result<std::vector<StoredEvent>> EventStore::read_all(uint64_t from, size_t max)
   return out;
 }
 
-Result<std::vector<StoredEvent>> EventStore::read_time_range(int64_t from_ms, int64_t to_ms, size_t max) {
+Result<std::vector<StoredEvent>> EventStore::read_time_range(int64_t from_ms, int64_t to_ms,
+                                                             size_t max) {
   std::vector<uint64_t> globals;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(time_key(from_ms, 0)); it->Valid() && globals.size() < max; it->Next()) {
@@ -421,7 +443,8 @@ Status EventStore::remove(const std::string& key, bool sync) {
   return Ok{};
 }
 
-Result<std::vector<std::pair<std::string, std::string>>> EventStore::scan(const std::string& prefix) {
+Result<std::vector<std::pair<std::string, std::string>>> EventStore::scan(
+    const std::string& prefix) {
   std::vector<std::pair<std::string, std::string>> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())

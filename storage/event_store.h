@@ -72,8 +72,8 @@ class EventStore {
  public:
   struct Options {
     std::filesystem::path dir;
-    bool sync = true;           // fsync every batch (false only for benchmarks of the rest)
-    size_t max_batch = 1024;    // appends per group commit
+    bool sync = true;                   // fsync every batch (false only for benchmarks of the rest)
+    size_t max_batch = 1024;            // appends per group commit
     std::function<int64_t()> clock_ms;  // default: system clock
     // Read-only: opens a store another process may be writing (RocksDB's read-only mode sees
     // what was written up to the open); appends fail with `closed`.
@@ -88,10 +88,12 @@ class EventStore {
   // Appends `events` to `stream` if its version is `expected_version` (0: the stream must not
   // exist). Returns once the events are durable. ErrorCode::conflict if the version differs; then
   // nothing was written.
-  Result<AppendResult> append(const std::string& stream, uint64_t expected_version, std::vector<NewEvent> events);
+  Result<AppendResult> append(const std::string& stream, uint64_t expected_version,
+                              std::vector<NewEvent> events);
   using AppendCallback = std::function<void(Result<AppendResult>)>;
   // The same, completing on the writer thread (the callback must be quick).
-  void append_async(std::string stream, uint64_t expected_version, std::vector<NewEvent> events, AppendCallback done);
+  void append_async(std::string stream, uint64_t expected_version, std::vector<NewEvent> events,
+                    AppendCallback done);
 
   // Current version of a stream (0 if it does not exist).
   Result<uint64_t> stream_version(const std::string& stream);
@@ -101,7 +103,8 @@ class EventStore {
   // The audit log from global position `from` (1-based), at most `max`.
   Result<std::vector<StoredEvent>> read_all(uint64_t from = 1, size_t max = SIZE_MAX);
   // Events with from_ms <= time < to_ms, in global order within a millisecond.
-  Result<std::vector<StoredEvent>> read_time_range(int64_t from_ms, int64_t to_ms, size_t max = SIZE_MAX);
+  Result<std::vector<StoredEvent>> read_time_range(int64_t from_ms, int64_t to_ms,
+                                                   size_t max = SIZE_MAX);
   // Every stream id with a prefix (e.g. "sbx_"), in byte order.
   Result<std::vector<std::string>> streams(const std::string& prefix = "");
   uint64_t last_global_seq() const;

@@ -14,8 +14,9 @@ namespace fs = std::filesystem;
 class EventStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("es-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("es-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     reopen();
   }
@@ -109,7 +110,8 @@ TEST_F(EventStoreTest, GlobalAuditSequenceAndTimeIndexSpanAllStreams) {
   ASSERT_EQ(all->size(), 4u);
   std::vector<std::string> order;
   for (auto& e : *all) order.push_back(e.stream + ":" + e.type);
-  EXPECT_EQ(order, (std::vector<std::string>{"sbx_a:created", "sbx_b:created", "sbx_b:started", "sbx_a:killed"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"sbx_a:created", "sbx_b:created", "sbx_b:started",
+                                             "sbx_a:killed"}));
   for (size_t i = 0; i < all->size(); ++i) EXPECT_EQ((*all)[i].global_seq, i + 1);
   auto from3 = store_->read_all(3, 10);
   ASSERT_EQ(from3->size(), 2u);
@@ -145,10 +147,12 @@ TEST_F(EventStoreTest, EverythingSurvivesAReopen) {
 
 TEST_F(EventStoreTest, RejectsBadInput) {
   EXPECT_EQ(store_->append("", 0, evs({"x"})).error().code, ErrorCode::invalid_argument);
-  EXPECT_EQ(store_->append(std::string("a\0b", 3), 0, evs({"x"})).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(store_->append(std::string("a\0b", 3), 0, evs({"x"})).error().code,
+            ErrorCode::invalid_argument);
   EXPECT_EQ(store_->append("s", 0, {}).error().code, ErrorCode::invalid_argument);
   EXPECT_EQ(store_->append("s", 0, {{"", 1, ""}}).error().code, ErrorCode::invalid_argument);
-  EXPECT_EQ(store_->append("s", 0, {{std::string(256, 't'), 1, ""}}).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(store_->append("s", 0, {{std::string(256, 't'), 1, ""}}).error().code,
+            ErrorCode::invalid_argument);
 }
 
 TEST_F(EventStoreTest, GroupCommitBatchesConcurrentAppends) {
@@ -156,7 +160,8 @@ TEST_F(EventStoreTest, GroupCommitBatchesConcurrentAppends) {
   std::vector<std::thread> ts;
   for (int t = 0; t < 16; ++t)
     ts.emplace_back([&, t] {
-      for (int i = 0; i < 20; ++i) ASSERT_TRUE(store_->append("s" + std::to_string(t), uint64_t(i), evs({"e"})));
+      for (int i = 0; i < 20; ++i)
+        ASSERT_TRUE(store_->append("s" + std::to_string(t), uint64_t(i), evs({"e"})));
     });
   for (auto& t : ts) t.join();
   auto all = store_->read_all();

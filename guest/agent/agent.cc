@@ -1,13 +1,21 @@
 // pandastack-agent: the in-VM agent. Serves wire/agent.capnp's `Agent` over the virtio-serial port
 // named "agent". Single-threaded: one KJ event loop runs the RPC session, every command's pipes,
 // timeouts and the SIGCHLD reaper. When the host end hangs up (QEMU replaced after a restore), the
-// session is dropped and the agent waits for the next host connection; background processes live on.
+// session is dropped and the agent waits for the next host connection; background processes live
+// on.
 //
-// Run as PID 1 of the guest root filesystem (`--init`): it mounts the pseudo filesystems, reaps every
-// orphan, and powers nothing off on its own. `--port PATH` serves a given device or fifo instead.
+// Run as PID 1 of the guest root filesystem (`--init`): it mounts the pseudo filesystems, reaps
+// every orphan, and powers nothing off on its own. `--port PATH` serves a given device or fifo
+// instead.
 
+#include <capnp/rpc-twoparty.h>
+#include <capnp/rpc.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <kj/debug.h>
+#include <kj/main.h>
 #include <linux/random.h>
 #include <net/if.h>
 #include <signal.h>
@@ -21,16 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <capnp/rpc-twoparty.h>
-#include <capnp/rpc.h>
-#include <kj/async-io.h>
-#include <kj/async-unix.h>
-#include <kj/debug.h>
-#include <kj/main.h>
-
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -80,17 +81,26 @@ int decode_status(int status) {
 
 const char* errno_code(int e) {
   switch (e) {
-    case ENOENT: return "not_found";
-    case ENOTDIR: return "not_a_directory";
-    case EISDIR: return "is_a_directory";
+    case ENOENT:
+      return "not_found";
+    case ENOTDIR:
+      return "not_a_directory";
+    case EISDIR:
+      return "is_a_directory";
     case EACCES:
-    case EPERM: return "permission_denied";
-    case EEXIST: return "exists";
-    case ENOTEMPTY: return "not_empty";
+    case EPERM:
+      return "permission_denied";
+    case EEXIST:
+      return "exists";
+    case ENOTEMPTY:
+      return "not_empty";
     case EINVAL:
-    case ENAMETOOLONG: return "invalid_argument";
-    case ENOSPC: return "no_space";
-    default: return "io_error";
+    case ENAMETOOLONG:
+      return "invalid_argument";
+    case ENOSPC:
+      return "no_space";
+    default:
+      return "io_error";
   }
 }
 
@@ -108,7 +118,7 @@ std::string resolve(kj::StringPtr path) {
 
 int mkdir_p(const std::string& path, mode_t mode) {
   if (path.empty() || path == "/") return 0;
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
   auto slash = path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
@@ -120,7 +130,7 @@ int mkdir_p(const std::string& path, mode_t mode) {
 }
 
 int remove_tree(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return errno;
   if (S_ISDIR(st.st_mode)) {
     DIR* d = ::opendir(path.c_str());
@@ -129,7 +139,10 @@ int remove_tree(const std::string& path) {
       std::string n = e->d_name;
       if (n == "." || n == "..") continue;
       int r = remove_tree(path + "/" + n);
-      if (r != 0) { ::closedir(d); return r; }
+      if (r != 0) {
+        ::closedir(d);
+        return r;
+      }
     }
     ::closedir(d);
     if (::rmdir(path.c_str()) != 0) return errno;
@@ -142,9 +155,12 @@ int remove_tree(const std::string& path) {
 void fill_stat(w::FileStat::Builder b, const std::string& name, const struct stat& st) {
   b.setName(name);
   w::FileType t = w::FileType::OTHER;
-  if (S_ISREG(st.st_mode)) t = w::FileType::REGULAR;
-  else if (S_ISDIR(st.st_mode)) t = w::FileType::DIRECTORY;
-  else if (S_ISLNK(st.st_mode)) t = w::FileType::SYMLINK;
+  if (S_ISREG(st.st_mode))
+    t = w::FileType::REGULAR;
+  else if (S_ISDIR(st.st_mode))
+    t = w::FileType::DIRECTORY;
+  else if (S_ISLNK(st.st_mode))
+    t = w::FileType::SYMLINK;
   b.setType(t);
   b.setSize(uint64_t(st.st_size));
   b.setMode(st.st_mode & 07777);
@@ -203,7 +219,8 @@ SpawnResult spawn(w::ExecRequest::Reader req) {
     size_t start = 0;
     while (start <= path.size()) {
       size_t colon = path.find(':', start);
-      std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      std::string dir =
+          path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
       std::string cand = (dir.empty() ? "." : dir) + "/" + program;
       if (::access(cand.c_str(), X_OK) == 0) {
         found = cand;
@@ -224,8 +241,16 @@ SpawnResult spawn(w::ExecRequest::Reader req) {
   }
 
   int pin[2], pout[2], perr[2];
-  if (::pipe2(pin, O_CLOEXEC) != 0) { r.error = strerror(errno); return r; }
-  if (::pipe2(pout, O_CLOEXEC) != 0) { r.error = strerror(errno); ::close(pin[0]); ::close(pin[1]); return r; }
+  if (::pipe2(pin, O_CLOEXEC) != 0) {
+    r.error = strerror(errno);
+    return r;
+  }
+  if (::pipe2(pout, O_CLOEXEC) != 0) {
+    r.error = strerror(errno);
+    ::close(pin[0]);
+    ::close(pin[1]);
+    return r;
+  }
   if (::pipe2(perr, O_CLOEXEC) != 0) {
     r.error = strerror(errno);
     for (int fd : {pin[0], pin[1], pout[0], pout[1]}) ::close(fd);
@@ -254,7 +279,8 @@ SpawnResult spawn(w::ExecRequest::Reader req) {
   sigfillset(&all);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
   int err = ::posix_spawn(&pid, program.c_str(), &fa, &attr, cargv.data(), cenv.data());
   posix_spawn_file_actions_destroy(&fa);
@@ -409,12 +435,13 @@ class Agent {
     auto ptr = buf.begin();
     auto size = buf.size();
     return in.tryRead(ptr, 1, size)
-        .then([this, &in, kind, &handler, buf = kj::mv(buf)](size_t n) mutable -> kj::Promise<void> {
-          if (n == 0) return kj::READY_NOW;
-          return handler(kind, buf.slice(0, n)).then([this, &in, kind, &handler]() {
-            return pump(in, kind, handler);
-          });
-        })
+        .then(
+            [this, &in, kind, &handler, buf = kj::mv(buf)](size_t n) mutable -> kj::Promise<void> {
+              if (n == 0) return kj::READY_NOW;
+              return handler(kind, buf.slice(0, n)).then([this, &in, kind, &handler]() {
+                return pump(in, kind, handler);
+              });
+            })
         .catch_([](kj::Exception&&) {});
   }
 
@@ -589,8 +616,10 @@ class AgentImpl final : public w::Agent::Server {
             .then([ctx, b](RunOutcome o) mutable {
               auto r = ctx.getResults().initResult();
               fill_result(r, o);
-              r.setStdout(kj::arrayPtr(reinterpret_cast<const kj::byte*>(b->out.data()), b->out.size()));
-              r.setStderr(kj::arrayPtr(reinterpret_cast<const kj::byte*>(b->err.data()), b->err.size()));
+              r.setStdout(
+                  kj::arrayPtr(reinterpret_cast<const kj::byte*>(b->out.data()), b->out.size()));
+              r.setStderr(
+                  kj::arrayPtr(reinterpret_cast<const kj::byte*>(b->err.data()), b->err.size()));
               r.setStdoutTruncated(b->out_trunc);
               r.setStderrTruncated(b->err_trunc);
             })
@@ -633,7 +662,7 @@ class AgentImpl final : public w::Agent::Server {
 
   kj::Promise<void> startProcess(StartProcessContext ctx) override {
     uint32_t pid = 0;
-    KJ_IF_MAYBE(err, agent_.start_background(ctx.getParams().getRequest(), pid)) {
+    KJ_IF_MAYBE (err, agent_.start_background(ctx.getParams().getRequest(), pid)) {
       ctx.getResults().setError(*err);
     } else {
       ctx.getResults().setPid(pid);
@@ -660,7 +689,7 @@ class AgentImpl final : public w::Agent::Server {
       return kj::READY_NOW;
     }
     kj::Own<Agent::Background> ref = kj::addRef(*b);
-    KJ_IF_MAYBE(d, b->done) {
+    KJ_IF_MAYBE (d, b->done) {
       return d->addBranch().then([ctx, ref = kj::mv(ref)]() mutable {
         fill_bg_result(ctx.getResults().initResult(), *ref);
       });
@@ -685,7 +714,8 @@ class AgentImpl final : public w::Agent::Server {
     if (b == nullptr) {
       ctx.getResults().setError("no such process");
     } else if (!b->in) {
-      ctx.getResults().setError("stdin is closed (or the process was not started with keepStdinOpen)");
+      ctx.getResults().setError(
+          "stdin is closed (or the process was not started with keepStdinOpen)");
     } else {
       Agent::write_stdin(*b, p.getData(), p.getClose());
     }
@@ -720,10 +750,11 @@ class AgentImpl final : public w::Agent::Server {
       });
     }
     b->sinks.add(kj::mv(sink));
-    KJ_IF_MAYBE(d, b->done) {
-      return replayed.then([d]() { return d->addBranch(); }).then([ctx, ref = kj::mv(ref)]() mutable {
-        fill_result(ctx.getResults().initResult(), ref->outcome);
-      });
+    KJ_IF_MAYBE (d, b->done) {
+      return replayed.then([d]() { return d->addBranch(); })
+          .then([ctx, ref = kj::mv(ref)]() mutable {
+            fill_result(ctx.getResults().initResult(), ref->outcome);
+          });
     }
     return kj::READY_NOW;
   }
@@ -753,14 +784,15 @@ class AgentImpl final : public w::Agent::Server {
       return kj::READY_NOW;
     }
     KJ_DEFER(::close(fd));
-    struct stat st{};
+    struct stat st {};
     ::fstat(fd, &st);
     if (S_ISDIR(st.st_mode)) {
       set_error(r.initError(), EISDIR, path);
       return kj::READY_NOW;
     }
     r.setSize(uint64_t(st.st_size));
-    size_t want = std::min<size_t>(p.getLength() == 0 ? kMaxReadChunk : p.getLength(), kMaxReadChunk);
+    size_t want =
+        std::min<size_t>(p.getLength() == 0 ? kMaxReadChunk : p.getLength(), kMaxReadChunk);
     auto buf = kj::heapArray<kj::byte>(want);
     size_t got = 0;
     while (got < want) {
@@ -826,20 +858,22 @@ class AgentImpl final : public w::Agent::Server {
     while (auto* e = ::readdir(d)) {
       std::string n = e->d_name;
       if (n == "." || n == "..") continue;
-      struct stat st{};
-      if (::fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) entries.emplace_back(n, st);
+      struct stat st {};
+      if (::fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        entries.emplace_back(n, st);
     }
     ::closedir(d);
     std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) { return a.first < b.first; });
     auto list = r.initEntries(entries.size());
-    for (size_t i = 0; i < entries.size(); ++i) fill_stat(list[i], entries[i].first, entries[i].second);
+    for (size_t i = 0; i < entries.size(); ++i)
+      fill_stat(list[i], entries[i].first, entries[i].second);
     return kj::READY_NOW;
   }
 
   kj::Promise<void> stat(StatContext ctx) override {
     auto path = resolve(ctx.getParams().getPath());
     auto r = ctx.getResults();
-    struct stat st{};
+    struct stat st {};
     if (::lstat(path.c_str(), &st) != 0) {
       set_error(r.initError(), errno, path);
       return kj::READY_NOW;
@@ -856,9 +890,11 @@ class AgentImpl final : public w::Agent::Server {
     if (p.getRecursive()) {
       e = remove_tree(path);
     } else {
-      struct stat st{};
-      if (::lstat(path.c_str(), &st) != 0) e = errno;
-      else if (S_ISDIR(st.st_mode) ? ::rmdir(path.c_str()) != 0 : ::unlink(path.c_str()) != 0) e = errno;
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0)
+        e = errno;
+      else if (S_ISDIR(st.st_mode) ? ::rmdir(path.c_str()) != 0 : ::unlink(path.c_str()) != 0)
+        e = errno;
     }
     if (e != 0) set_error(ctx.getResults().initError(), e, path);
     return kj::READY_NOW;
@@ -867,7 +903,8 @@ class AgentImpl final : public w::Agent::Server {
   kj::Promise<void> rename(RenameContext ctx) override {
     auto p = ctx.getParams();
     auto from = resolve(p.getFrom()), to = resolve(p.getTo());
-    if (::rename(from.c_str(), to.c_str()) != 0) set_error(ctx.getResults().initError(), errno, from);
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      set_error(ctx.getResults().initError(), errno, from);
     return kj::READY_NOW;
   }
 
@@ -876,8 +913,10 @@ class AgentImpl final : public w::Agent::Server {
     auto path = resolve(p.getPath());
     mode_t mode = p.getMode() != 0 ? mode_t(p.getMode() & 07777) : 0755;
     int e = 0;
-    if (p.getParents()) e = mkdir_p(path, mode);
-    else if (::mkdir(path.c_str(), mode) != 0) e = errno;
+    if (p.getParents())
+      e = mkdir_p(path, mode);
+    else if (::mkdir(path.c_str(), mode) != 0)
+      e = errno;
     if (e != 0) set_error(ctx.getResults().initError(), e, path);
     return kj::READY_NOW;
   }
@@ -1042,8 +1081,10 @@ class Main {
   }
 
   kj::MainFunc getMain() {
-    return kj::MainBuilder(context_, kVersion, "PandaStack guest agent: serves the host over virtio-serial.")
-        .addOption({"init"}, KJ_BIND_METHOD(*this, set_init), "Run as PID 1: mount /tmp, /dev/pts, set hostname.")
+    return kj::MainBuilder(context_, kVersion,
+                           "PandaStack guest agent: serves the host over virtio-serial.")
+        .addOption({"init"}, KJ_BIND_METHOD(*this, set_init),
+                   "Run as PID 1: mount /tmp, /dev/pts, set hostname.")
         .addOptionWithArg({"port"}, KJ_BIND_METHOD(*this, set_port), "<path>",
                           "Serve this device instead of the virtio port named 'agent'.")
         .callAfterParsing(KJ_BIND_METHOD(*this, run))
@@ -1053,8 +1094,8 @@ class Main {
  private:
   // Reads the session preamble (sessionMagic + 8-byte nonce) with exact-size reads, so not one
   // byte of the RPC that follows is consumed. Anything before it is discarded. False on EOF.
-  static kj::Promise<bool> read_preamble(kj::AsyncIoStream& stream, kj::Own<kj::Array<kj::byte>> window,
-                                         size_t have) {
+  static kj::Promise<bool> read_preamble(kj::AsyncIoStream& stream,
+                                         kj::Own<kj::Array<kj::byte>> window, size_t have) {
     auto* buf = window->begin();
     return stream.tryRead(buf + have, 16 - have, 16 - have)
         .then([&stream, window = kj::mv(window), have](size_t n) mutable -> kj::Promise<bool> {
@@ -1085,21 +1126,24 @@ class Main {
   // Serves one session: preamble, then RPC until the host disconnects or ends the session.
   void serve_session(kj::AsyncIoContext& io, Agent& agent, int fd, const std::string& boot_id) {
     // The stream must not own (or shut down) the port: it stays open across sessions.
-    auto stream = io.lowLevelProvider->wrapSocketFd(
-        fd, kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC | kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK);
+    auto stream =
+        io.lowLevelProvider->wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC |
+                                                  kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK);
     bool started = read_preamble(*stream, kj::heap(kj::heapArray<kj::byte>(16)), 0)
                        .catch_([](kj::Exception&&) { return false; })
                        .wait(io.waitScope);
     if (!started) return;  // host went away before starting a session
     capnp::ReaderOptions opts;
-    opts.traversalLimitInWords = 64u << 20;  // 512 MiB of traversal per message; chunks are <= 4 MiB
+    opts.traversalLimitInWords = 64u
+                                 << 20;  // 512 MiB of traversal per message; chunks are <= 4 MiB
     capnp::TwoPartyVatNetwork network(*stream, capnp::rpc::twoparty::Side::SERVER, opts);
     auto ended = kj::newPromiseAndFulfiller<void>();
     end_session_ = kj::mv(ended.fulfiller);
     uint64_t id = ++session_id_;
     auto rpc = capnp::makeRpcServer(network, kj::heap<AgentImpl>(agent, boot_id, [this, id]() {
-      if (id == session_id_ && end_session_->isWaiting()) end_session_->fulfill();
-    }));
+                                      if (id == session_id_ && end_session_->isWaiting())
+                                        end_session_->fulfill();
+                                    }));
     // A host can vanish without a byte (its process died): QEMU closes the chardev and the port
     // reports POLLHUP, which a pending read does not notice. Watch for it, so that the next host
     // finds the agent waiting for its preamble instead of reading it as part of a dead session.
@@ -1108,7 +1152,8 @@ class Main {
                        .then([]() { return false; })
                        .exclusiveJoin(ended.promise.then([]() {
                          // Let the endSession reply (queued this turn) be written first.
-                         return kj::evalLast([]() {}).then([]() { return kj::evalLast([]() { return true; }); });
+                         return kj::evalLast([]() {}).then(
+                             []() { return kj::evalLast([]() { return true; }); });
                        }))
                        .wait(io.waitScope);
     log_line(by_host ? "session ended by the host" : "host disconnected");

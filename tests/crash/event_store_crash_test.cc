@@ -2,12 +2,11 @@
 // load and is killed with SIGKILL at a random point, 50 times over one database. After each kill
 // the store must hold every acknowledged event, in order, with no partial event visible.
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -47,7 +46,8 @@ TEST(EventStoreCrash, AcknowledgedEventsSurviveSigkill50Times) {
     }
     ::close(out[1]);
     // Let it write for a random while, reading acknowledgements as they come.
-    auto kill_at = steady_clock::now() + milliseconds(std::uniform_int_distribution<int>(30, 250)(rng));
+    auto kill_at =
+        steady_clock::now() + milliseconds(std::uniform_int_distribution<int>(30, 250)(rng));
     std::string buf;
     char chunk[4096];
     while (steady_clock::now() < kill_at) {
@@ -80,10 +80,12 @@ TEST(EventStoreCrash, AcknowledgedEventsSurviveSigkill50Times) {
     for (auto& [s, max_acked] : acked) {
       auto evs = (*store)->read_stream(s);
       ASSERT_TRUE(evs) << evs.error().message;
-      ASSERT_GE(evs->size(), max_acked) << "round " << round << ": acknowledged events of " << s << " lost";
+      ASSERT_GE(evs->size(), max_acked)
+          << "round " << round << ": acknowledged events of " << s << " lost";
       for (size_t i = 0; i < evs->size(); ++i) {
         ASSERT_EQ((*evs)[i].version, i + 1) << s;
-        ASSERT_EQ((*evs)[i].payload, payload_for(s, i + 1)) << "round " << round << ": partial or wrong event";
+        ASSERT_EQ((*evs)[i].payload, payload_for(s, i + 1))
+            << "round " << round << ": partial or wrong event";
       }
       ASSERT_EQ(*(*store)->stream_version(s), evs->size());
       events += evs->size();
