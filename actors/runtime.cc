@@ -1234,6 +1234,15 @@ Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
 }
 }  // namespace
 
+namespace {
+template <typename F>
+vmm::Result<bool> as_bool(F&& f) {
+  auto s = f();
+  if (!s) return s.error();
+  return true;
+}
+}  // namespace
+
 Reply<vmm::ExecResult> Runtime::exec(const std::string& tenant, const std::string& id,
                                      const vmm::ExecRequest& req, std::stop_token stop) {
   return run_exec(*impl_, tenant, id, req, nullptr, stop);
@@ -1261,22 +1270,16 @@ Reply<std::vector<vmm::ProcessInfo>> Runtime::list_processes(const std::string& 
 
 Reply<bool> Runtime::kill_process(const std::string& tenant, const std::string& id, uint32_t pid,
                                   int signal) {
-  return leased<bool>(*impl_, tenant, id, {},
-                      [&](vmm::AgentClient& ag, std::stop_token) -> vmm::Result<bool> {
-                        auto s = ag.kill_process(pid, signal);
-                        if (!s) return s.error();
-                        return true;
-                      });
+  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&] { return ag.kill_process(pid, signal); });
+  });
 }
 
 Reply<bool> Runtime::write_stdin(const std::string& tenant, const std::string& id, uint32_t pid,
                                  std::string_view data, bool close) {
-  return leased<bool>(*impl_, tenant, id, {},
-                      [&](vmm::AgentClient& ag, std::stop_token) -> vmm::Result<bool> {
-                        auto s = ag.write_stdin(pid, data, close);
-                        if (!s) return s.error();
-                        return true;
-                      });
+  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&] { return ag.write_stdin(pid, data, close); });
+  });
 }
 
 Reply<vmm::ExecResult> Runtime::stream_process(const std::string& tenant, const std::string& id,
@@ -1298,15 +1301,6 @@ Reply<std::string> Runtime::read_file(const std::string& tenant, const std::stri
     return Rejection{"file_too_large", r.error().message};
   return r;
 }
-
-namespace {
-template <typename F>
-vmm::Result<bool> as_bool(F&& f) {
-  auto s = f();
-  if (!s) return s.error();
-  return true;
-}
-}  // namespace
 
 Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
                                 const std::string& path, std::string_view data, uint32_t mode) {

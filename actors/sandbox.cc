@@ -28,6 +28,12 @@ const char* to_string(Status s) {
   return "unknown";
 }
 
+std::optional<Status> status_from_string(std::string_view name) {
+  for (int i = int(Status::none); i <= int(Status::failed); ++i)
+    if (name == to_string(Status(i))) return Status(i);
+  return std::nullopt;
+}
+
 const char* to_string(Event::Kind k) {
   switch (k) {
     case Event::Kind::created:

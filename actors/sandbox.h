@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -32,6 +33,8 @@ enum class Status {
   failed
 };
 const char* to_string(Status s);
+// The status named `name` (as to_string writes it), or nullopt.
+std::optional<Status> status_from_string(std::string_view name);
 
 enum class Transition { snapshotting, forking, hibernating, waking };
 enum class ReapAction { kill, hibernate };

@@ -307,3 +307,13 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
 
 }  // namespace
 }  // namespace pandastack::actors
+
+namespace pandastack::actors {
+namespace {
+TEST(SandboxStatus, NamesRoundTrip) {
+  for (int i = int(Status::none); i <= int(Status::failed); ++i)
+    EXPECT_EQ(status_from_string(to_string(Status(i))), Status(i));
+  EXPECT_FALSE(status_from_string("sleepy"));
+}
+}  // namespace
+}  // namespace pandastack::actors

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gateway/rest.h"
+
 namespace pandastack::gateway {
 namespace {
 
@@ -60,6 +62,25 @@ TEST(HttpUtil, HistogramIsCumulative) {
   EXPECT_NE(out.find("x_seconds_bucket{le=\"0.1\"} 2\n"), std::string::npos);
   EXPECT_NE(out.find("x_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
   EXPECT_NE(out.find("x_seconds_count 3\n"), std::string::npos);
+}
+
+TEST(ExecChecks, OneCommandWithinLimitsAndAValidCwd) {
+  Limits l;
+  l.max_command_bytes = 10;
+  vmm::ExecRequest e;
+  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");  // neither argv nor shell
+  e.shell = "true";
+  e.argv = {"true"};
+  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");  // both
+  e.argv.clear();
+  e.stdin_data = "0123456789";
+  EXPECT_EQ(check_exec(e, l)->code, "body_too_large");
+  e.stdin_data.clear();
+  e.cwd = "/tmp/../etc";
+  EXPECT_EQ(check_exec(e, l)->code, "invalid_path");
+  e.cwd = "/tmp";
+  EXPECT_FALSE(check_exec(e, l));
+  EXPECT_EQ(e.max_output_bytes, l.max_exec_output_bytes);
 }
 
 }  // namespace

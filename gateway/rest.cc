@@ -220,6 +220,15 @@ Json audit_json(const actors::AuditEvent& e) {
   return j;
 }
 
+// One chunk of command output: {"data": ...}, base64 with "encoding" when it is not UTF-8.
+Json chunk_json(std::string_view d) {
+  Json j = Json::object();
+  bool utf8 = wire::is_valid_utf8(d);
+  j.set("data", utf8 ? std::string(d) : base64_encode(d));
+  if (!utf8) j.set("encoding", "base64");
+  return j;
+}
+
 std::string sse_frame(const std::string& event, const Json& data) {
   return "event: " + event + "\ndata: " + data.dump() + "\n\n";
 }
@@ -647,11 +656,8 @@ struct Gateway::Impl final : public kj::HttpService {
         auto r = rt->stream_process(
             t, i, p,
             [q](vmm::StreamKind k, std::string_view d) {
-              Json j = Json::object();
+              Json j = chunk_json(d);
               j.set("type", k == vmm::StreamKind::out ? "stdout" : "stderr");
-              bool utf8 = wire::is_valid_utf8(d);
-              j.set("data", utf8 ? std::string(d) : base64_encode(d));
-              if (!utf8) j.set("encoding", "base64");
               q->push(j.dump());
             },
             st->get_token());
@@ -812,18 +818,10 @@ struct Gateway::Impl final : public kj::HttpService {
     vmm::ExecRequest e;
     e.shell = f.str("cmd");
     e.argv = f.string_list("argv");
-    if (e.shell.empty() == e.argv.empty())
-      throw ApiError{"invalid_argument", "give exactly one of cmd (a shell command) or argv"};
-    size_t size = e.shell.size();
-    for (auto& a : e.argv) size += a.size() + 1;
     e.stdin_data = f.str("stdin");
-    size += e.stdin_data.size();
-    if (size > limits.max_command_bytes)
-      throw ApiError{"body_too_large", "command and stdin exceed " +
-                                           std::to_string(limits.max_command_bytes) + " bytes"};
     e.env = f.string_map("env");
     e.cwd = f.str("cwd");
-    if (!e.cwd.empty()) checked_path(e.cwd);
+    if (auto refused = check_exec(e, limits)) throw ApiError{refused->code, refused->message};
     if (with_timeout) {
       e.timeout_ms = uint32_t(f.integer("timeout_seconds", limits.default_exec_timeout_s, 1,
                                         limits.max_exec_timeout_s)) *
@@ -831,7 +829,6 @@ struct Gateway::Impl final : public kj::HttpService {
     } else if (f.has("timeout_seconds")) {
       e.timeout_ms = uint32_t(f.integer("timeout_seconds", 0, 1, limits.max_exec_timeout_s)) * 1000;
     }
-    e.max_output_bytes = limits.max_exec_output_bytes;
     return e;
   }
 
@@ -900,10 +897,8 @@ struct Gateway::Impl final : public kj::HttpService {
       bool all_tenants = false;
       for (auto& [k, v] : r.query) {
         if (k == "state") {
-          bool found = false;
-          for (int i = 0; i <= int(actors::Status::failed); ++i)
-            if (v == actors::to_string(actors::Status(i))) status = actors::Status(i), found = true;
-          if (!found) throw ApiError{"invalid_argument", "unknown state '" + v + "'"};
+          status = actors::status_from_string(v);
+          if (!status) throw ApiError{"invalid_argument", "unknown state '" + v + "'"};
         } else if (k == "all" && v == "1") {
           if (!key.admin) throw ApiError{"forbidden", "all=1 needs an admin key"};
           all_tenants = true;
@@ -1122,11 +1117,7 @@ struct Gateway::Impl final : public kj::HttpService {
       return ch.fail_early(error_reply("internal", e.what()));
     }
     auto on_output = [&ch](vmm::StreamKind k, std::string_view d) {
-      Json j = Json::object();
-      bool utf8 = wire::is_valid_utf8(d);
-      j.set("data", utf8 ? std::string(d) : base64_encode(d));
-      if (!utf8) j.set("encoding", "base64");
-      ch.push(sse_frame(k == vmm::StreamKind::out ? "stdout" : "stderr", j));
+      ch.push(sse_frame(k == vmm::StreamKind::out ? "stdout" : "stderr", chunk_json(d)));
     };
     auto finish = [&ch](Reply<vmm::ExecResult> res) {
       bool overflow;
@@ -1317,6 +1308,23 @@ struct Gateway::Impl final : public kj::HttpService {
     return doc.dump();
   }
 };
+
+std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& limits) {
+  if (e.shell.empty() == e.argv.empty())
+    return actors::Rejection{"invalid_argument",
+                             "give exactly one of cmd (a shell command) or argv"};
+  size_t size = e.shell.size() + e.stdin_data.size();
+  for (auto& a : e.argv) size += a.size() + 1;
+  if (size > limits.max_command_bytes)
+    return actors::Rejection{
+        "body_too_large",
+        "command and stdin exceed " + std::to_string(limits.max_command_bytes) + " bytes"};
+  if (!e.cwd.empty())
+    if (auto err = check_guest_path(e.cwd, limits.max_path_bytes))
+      return actors::Rejection{"invalid_path", *err};
+  e.max_output_bytes = limits.max_exec_output_bytes;
+  return std::nullopt;
+}
 
 Gateway::Gateway(actors::Runtime& runtime, kj::Timer& timer, Limits limits)
     : impl_(std::make_unique<Impl>(runtime, timer, limits)) {}

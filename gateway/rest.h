@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "actors/runtime.h"
@@ -30,6 +31,10 @@ struct Limits {
   unsigned worker_threads = 64;                           // concurrent runtime calls
   size_t max_queued_requests = 4096;                      // beyond: 429 too_many_requests
 };
+
+// The checks every gateway (REST, RPC) applies to a command before it runs: exactly one of argv or
+// shell, the size limit on command + stdin, a valid cwd; sets the output cap. The refusal, if any.
+std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& limits);
 
 class Gateway {
  public:

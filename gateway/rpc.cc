@@ -94,25 +94,16 @@ vmm::ExecRequest to_exec(api::ExecRequest::Reader r, const Limits& limits) {
   vmm::ExecRequest e;
   for (auto a : r.getArgv()) e.argv.push_back(text(a));
   e.shell = text(r.getCmd());
-  if (e.argv.empty() == e.shell.empty())
-    fail({"invalid_argument", "give exactly one of cmd (a shell command) or argv"});
   for (auto v : r.getEnv()) e.env[text(v.getKey())] = text(v.getValue());
   e.cwd = text(r.getCwd());
-  if (!e.cwd.empty())
-    if (auto err = check_guest_path(e.cwd, limits.max_path_bytes)) fail({"invalid_path", *err});
   auto in = r.getStdin();
   e.stdin_data.assign(reinterpret_cast<const char*>(in.begin()), in.size());
-  size_t size = e.shell.size() + e.stdin_data.size();
-  for (auto& a : e.argv) size += a.size() + 1;
-  if (size > limits.max_command_bytes)
-    fail({"body_too_large",
-          "command and stdin exceed " + std::to_string(limits.max_command_bytes) + " bytes"});
+  if (auto refused = check_exec(e, limits)) fail(*refused);
   uint32_t t = r.getTimeoutSeconds();
   if (t > limits.max_exec_timeout_s)
     fail({"invalid_argument",
           "timeoutSeconds is at most " + std::to_string(limits.max_exec_timeout_s)});
   e.timeout_ms = (t == 0 ? limits.default_exec_timeout_s : t) * 1000;
-  e.max_output_bytes = limits.max_exec_output_bytes;
   return e;
 }
 
@@ -333,8 +324,7 @@ class PlatformImpl final : public api::Platform::Server {
     auto state = text(context.getParams().getState());
     std::optional<actors::Status> status;
     if (!state.empty()) {
-      for (int i = 0; i <= int(actors::Status::failed); ++i)
-        if (state == actors::to_string(actors::Status(i))) status = actors::Status(i);
+      status = actors::status_from_string(state);
       if (!status) fail({"invalid_argument", "unknown state '" + state + "'"});
     }
     return ctx_
