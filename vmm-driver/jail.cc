@@ -221,8 +221,10 @@ Cgroup::~Cgroup() {
 
 Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy, const std::vector<fs::path>& images,
                                                        const fs::path& run, uint32_t uid, std::vector<std::string> argv,
-                                                       int log_fd, bool die_with_parent) {
+                                                       int log_fd, bool die_with_parent,
+                                                       std::vector<int> inherit_fds) {
   auto l = std::unique_ptr<JailLaunch>(new JailLaunch());
+  l->inherit_fds_ = std::move(inherit_fds);
   l->die_with_parent_ = die_with_parent;
   l->root_ = run.string() + ".jail";
   l->tmpfs_opts_ = "mode=0755,size=" + policy.root_tmpfs_size;
@@ -316,6 +318,9 @@ void JailLaunch::child(int err_fd) {
     ::_exit(126);
   };
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) die(-1);
+  // The copies of the sandboxes' network namespace mounts would keep those namespaces alive for
+  // as long as this QEMU runs: drop them (absent when no sandbox network exists).
+  ::umount2("/run/netns", MNT_DETACH);
   if (::mount("tmpfs", root_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts_.c_str()) != 0) die(-2);
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
@@ -346,6 +351,7 @@ void JailLaunch::child(int err_fd) {
   int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull < 0) die(-6);
   ::dup2(devnull, 0);
+  for (int fd : inherit_fds_) ::fcntl(fd, F_SETFD, 0);
   if (log_fd_ >= 0) {
     ::dup2(log_fd_, 1);
     ::dup2(log_fd_, 2);

@@ -70,7 +70,8 @@ class JailLaunch {
   static Result<std::unique_ptr<JailLaunch>> prepare(const JailPolicy& policy, const std::vector<std::filesystem::path>& images,
                                                     const std::filesystem::path& run, uint32_t uid,
                                                     std::vector<std::string> argv, int log_fd,
-                                                    bool die_with_parent);
+                                                    bool die_with_parent,
+                                                    std::vector<int> inherit_fds = {});
   // Starts the jailed QEMU; returns its pid (in our pid namespace) once it has exec'd, or the
   // step of the jail set-up that failed. With `die_with_parent` the child gets SIGKILL when the
   // calling *thread* exits: call it from a thread that lives as long as the process.
@@ -96,6 +97,7 @@ class JailLaunch {
   bool no_new_privs_ = false;
   bool die_with_parent_ = true;
   int log_fd_ = -1;
+  std::vector<int> inherit_fds_;  // kept open across exec (QEMU names them: the tap)
 };
 
 }  // namespace pandastack::vmm

@@ -25,7 +25,7 @@
 
 namespace pandastack::vmm {
 
-constexpr int kSnapshotFormat = 2;
+constexpr int kSnapshotFormat = 3;  // 3: every VM has a virtio-net NIC
 
 struct Snapshot {
   std::filesystem::path dir;

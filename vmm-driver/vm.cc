@@ -1,5 +1,7 @@
 #include "vmm-driver/vm.h"
 
+#include "vmm-driver/network.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -57,7 +59,10 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
     if (khz != 0) append += " tsc_early_khz=" + std::to_string(khz) + " tsc=reliable";
   }
   // The KVM and TCG paths differ only in these two flags.
-  const std::string accel = c.accel == Accel::kvm ? "kvm" : "tcg";
+  // TCG's translation cache is capped: its default (1 GiB, grown as code is translated) is
+  // anonymous memory that a long-running guest fills and that the jail's memory limit (guest
+  // RAM + overhead) does not leave room for.
+  const std::string accel = c.accel == Accel::kvm ? "kvm" : "tcg,tb-size=" + std::to_string(kTcgCacheMib);
   std::string cpu = c.cpu_model;  // part of the bake key: snapshots only restore on the same model
   if (cpu.empty()) cpu = c.accel == Accel::kvm ? "host" : "max";
   // Guest RAM in a file of the run folder, shared: a snapshot is its device state plus this file.
@@ -70,7 +75,9 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
       "-nographic",
       "-no-reboot",
       "-machine",
-      "microvm,accel=" + accel + ",memory-backend=mem",
+      "microvm,memory-backend=mem",
+      "-accel",
+      accel,
       "-cpu",
       cpu,
       "-smp",
@@ -104,6 +111,14 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
       "chardev:console",
       "-qmp",
       "unix:" + run + "/qmp.sock,server=on,wait=off",
+      // One NIC, always (the device set is part of the snapshot): on the sandbox's tap, or on a
+      // hub port that leads nowhere for a sandbox without network.
+      "-netdev",
+      c.network && c.network->tap_fd() >= 0
+          ? "tap,id=net0,fd=" + std::to_string(c.network->tap_fd())
+          : std::string("hubport,id=net0,hubid=0"),
+      "-device",
+      std::string("virtio-net-device,netdev=net0,mac=") + kGuestMac,
   };
   if (incoming) {
     args.push_back("-incoming");
@@ -264,6 +279,9 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   const VmConfig& c = config_;
   int log_fd =
       ::open((c.run_dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Descriptors QEMU inherits (named on its command line): the sandbox's tap.
+  std::vector<int> inherit;
+  if (c.network && c.network->tap_fd() >= 0) inherit.push_back(c.network->tap_fd());
   if (c.jail) {
     const JailPolicy& policy = JailPolicy::builtin();
     static std::atomic<uint32_t> next_uid{0};
@@ -283,7 +301,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     argv[0] =
         c.qemu_binary.find('/') == std::string::npos ? "/usr/bin/" + c.qemu_binary : c.qemu_binary;
     auto launch = JailLaunch::prepare(policy, images, c.run_dir, uid, std::move(argv), log_fd,
-                                      c.die_with_parent);
+                                      c.die_with_parent, inherit);
     if (!launch) {
       if (log_fd >= 0) ::close(log_fd);
       return launch.error();
@@ -312,6 +330,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
         }
         int devnull = ::open("/dev/null", O_RDONLY);
         ::dup2(devnull, 0);
+        for (int fd : inherit) ::fcntl(fd, F_SETFD, 0);
         if (log_fd >= 0) {
           ::dup2(log_fd, 1);
           ::dup2(log_fd, 2);
@@ -326,6 +345,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
       return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
     pid_ = pid;
   }
+  // QEMU holds the tap now; ours would keep the interface alive after QEMU is gone.
+  if (c.network) c.network->close_tap();
   spdlog::debug("vm {}: spawned qemu pid {} accel={} jail={}", c.name, pid_, to_string(c.accel),
                 c.jail);
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
@@ -464,6 +485,7 @@ void Vm::kill_and_clean() {
                  ec.message());
   fs::remove_all(config_.run_dir.string() + ".jail",
                  ec);  // the jail's root (its mounts died with QEMU)
+  config_.network.reset();  // QEMU is gone: the namespace, veth and tap go with it
 }
 
 bool Vm::alive() {

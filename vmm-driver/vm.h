@@ -23,6 +23,11 @@ class IoThread;
 enum class Accel { tcg, kvm };
 const char* to_string(Accel a);
 
+class Network;
+
+// TCG translation cache per VM, MiB (see qemu_args; inside the jail's memory overhead).
+inline constexpr unsigned kTcgCacheMib = 128;
+
 struct VmConfig {
   std::string name;               // for logs
   std::string hostname;           // set in the guest after a restore (empty = leave as is)
@@ -39,6 +44,9 @@ struct VmConfig {
   std::chrono::milliseconds boot_timeout{60000};
   bool die_with_parent = true;  // QEMU gets SIGKILL when the owning process dies
   bool jail = true;             // run QEMU in the jail of vmm-driver/jail.policy (needs root)
+  // The sandbox's network (its tap becomes the guest's virtio-net); none = the NIC is attached to
+  // nothing. Owned with the Vm: released (namespace removed) when the Vm is.
+  std::shared_ptr<Network> network;
 };
 
 // The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device

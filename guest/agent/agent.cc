@@ -17,7 +17,9 @@
 #include <kj/debug.h>
 #include <kj/main.h>
 #include <linux/random.h>
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <net/route.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
@@ -1019,6 +1021,46 @@ void init_system() {
   ::chdir("/");
 }
 
+// The guest side of the sandbox network, the same in every sandbox (the host NATs at the
+// namespace boundary, so restored and forked guests need no re-addressing): eth0 172.31.255.2/30,
+// default route via 172.31.255.1 (vmm-driver/network.h). Without a sandbox network the NIC is
+// attached to nothing and these packets go nowhere.
+void configure_network() {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return;
+  auto sin = [](const char* ip) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ::inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+  };
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, "eth0", IFNAMSIZ - 1);
+  auto addr = sin("172.31.255.2");
+  memcpy(&ifr.ifr_addr, &addr, sizeof addr);
+  if (::ioctl(s, SIOCSIFADDR, &ifr) != 0) {
+    log_line(std::string("eth0: no address: ") + strerror(errno));
+    ::close(s);
+    return;
+  }
+  auto mask = sin("255.255.255.252");
+  memcpy(&ifr.ifr_netmask, &mask, sizeof mask);
+  ::ioctl(s, SIOCSIFNETMASK, &ifr);
+  if (::ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP;
+    ::ioctl(s, SIOCSIFFLAGS, &ifr);
+  }
+  rtentry rt{};
+  auto any = sin("0.0.0.0"), gw = sin("172.31.255.1");
+  memcpy(&rt.rt_dst, &any, sizeof any);
+  memcpy(&rt.rt_genmask, &any, sizeof any);
+  memcpy(&rt.rt_gateway, &gw, sizeof gw);
+  rt.rt_flags = RTF_UP | RTF_GATEWAY;
+  if (::ioctl(s, SIOCADDRT, &rt) != 0 && errno != EEXIST)
+    log_line(std::string("eth0: no default route: ") + strerror(errno));
+  ::close(s);
+}
+
 // True while the host end of the port is connected (virtio-serial reports POLLHUP otherwise).
 bool host_connected(int fd) {
   pollfd p{fd, POLLIN, 0};
@@ -1040,7 +1082,10 @@ class Main {
   }
 
   kj::MainBuilder::Validity run() {
-    if (init_) init_system();
+    if (init_) {
+      init_system();
+      configure_network();
+    }
     kj::UnixEventPort::captureSignal(SIGCHLD);
     kj::UnixEventPort::captureSignal(SIGIO);
     ::signal(SIGPIPE, SIG_IGN);

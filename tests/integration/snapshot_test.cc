@@ -30,7 +30,7 @@ vmm::ExecRequest sh(std::string cmd, uint32_t timeout_ms = 120000) {
 
 std::string run(vmm::Vm& vm, const std::string& cmd) {
   auto r = vm.agent().exec(sh(cmd));
-  EXPECT_TRUE(r) << (r ? "" : r.error().message);
+  EXPECT_TRUE(r) << (r ? "" : r.error().message + (vm.alive() ? " (QEMU alive)" : " (QEMU gone)") + "\n--- guest console (tail) ---\n" + vm.console_tail(3000));
   if (!r) return "";
   EXPECT_EQ(r->exit_code, 0) << cmd << ": " << r->stderr_data;
   return r->stdout_data;

@@ -1,0 +1,123 @@
+// Per-sandbox networking: a network namespace per sandbox holding the tap QEMU's virtio-net uses
+// and one end of a veth pair to the host, an address pair from a pool of /30 subnets, NAT at the
+// namespace boundary and the sandbox's egress policy as an nftables table inside the namespace.
+//
+//   guest eth0 172.31.255.2/30 --tap0 [172.31.255.1]  netns "<prefix>-<i>"  eth0 [pool .2/30]
+//        == veth ==  host "<prefix><i>" [pool .1/30] -> the host's routes
+//
+// Every guest has the same internal address, so a restored or forked guest needs no
+// re-addressing; the namespace masquerades its traffic to the subnet's address. The host keeps
+// one table (`install_host_rules`) that drops everything a sandbox sends to the host itself and
+// between sandboxes, whatever the sandbox's own policy says.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "vmm-driver/error.h"
+
+namespace pandastack::vmm {
+
+// The guest side of every sandbox network (baked into the guest agent's start-up).
+inline constexpr const char* kGuestAddress = "172.31.255.2";
+inline constexpr const char* kGuestGateway = "172.31.255.1";
+inline constexpr const char* kGuestMac = "02:50:53:00:00:02";
+// The tap's MAC is fixed too: a forked or restored guest's ARP cache stays valid.
+inline constexpr const char* kGatewayMac = "02:50:53:00:00:01";
+
+struct EgressPolicy {
+  enum class Mode { deny_all, allow_all, allowlist };
+  Mode mode = Mode::deny_all;
+  std::vector<std::string> cidrs;    // allowlist: IPv4 addresses or CIDRs, normalized ("a.b.c.d/n")
+  std::vector<std::string> domains;  // allowlist: names (resolved by the platform resolver)
+
+  bool operator==(const EgressPolicy&) const = default;
+};
+const char* to_string(EgressPolicy::Mode m);
+std::optional<EgressPolicy::Mode> egress_mode_from_string(const std::string& s);
+// "10.1.2.3" -> "10.1.2.3/32", "10.1.2.0/24" -> same; host bits set or bad syntax -> error.
+Result<std::string> normalize_cidr(const std::string& s);
+// Checks and normalizes a policy (CIDRs, domain syntax, counts: at most `max_entries` each).
+Result<EgressPolicy> validate(EgressPolicy p, size_t max_entries = 256);
+
+// A pool of /30 subnets carved from one IPv4 CIDR; subnet `i` is base + 4*i.
+class SubnetPool {
+ public:
+  static Result<SubnetPool> parse(const std::string& cidr);
+  uint32_t capacity() const { return capacity_; }
+  const std::string& cidr() const { return cidr_; }
+  std::string host_address(uint32_t index) const;  // .1 of subnet i (the host's veth end)
+  std::string ns_address(uint32_t index) const;    // .2 of subnet i (the namespace's veth end)
+
+ private:
+  uint32_t base_ = 0;
+  uint32_t capacity_ = 0;
+  std::string cidr_;
+};
+
+// Host-wide settings of sandbox networking.
+struct NetworkSettings {
+  std::string pool_cidr = "10.200.0.0/16";  // 16,384 /30 subnets
+  std::string prefix = "psv";               // interface / namespace names; <= 5 chars
+};
+
+// The nftables ruleset of one sandbox namespace (pure; tested on its own).
+std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy& policy);
+// The host's ruleset for all sandboxes of `settings` (pure).
+std::string host_ruleset(const NetworkSettings& settings);
+
+// One sandbox's network. Removing it (the destructor) deletes the namespace, the veth pair and
+// with them the tap and the nftables table.
+class Network {
+ public:
+  // Creates namespace, tap, veth pair, addresses, routes, NAT and `policy`. The tap is open in
+  // this object until `take_tap_fd` (QEMU inherits it).
+  static Result<std::shared_ptr<Network>> create(const NetworkSettings& settings, uint32_t index,
+                                                 const EgressPolicy& policy);
+  // The network of a VM that outlived its host process (its namespace is still mounted).
+  static Result<std::shared_ptr<Network>> adopt(const NetworkSettings& settings, uint32_t index);
+  ~Network();
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  // Replaces the egress policy (one nft transaction: never a moment without a policy).
+  Status set_policy(const EgressPolicy& policy);
+  const EgressPolicy& policy() const { return policy_; }
+  uint32_t index() const { return index_; }
+  const std::string& netns() const { return netns_; }       // name under /run/netns
+  const std::string& host_link() const { return host_link_; }
+  int netns_fd() const { return netns_fd_; }
+  // The open tap (-1 once taken or for an adopted network). QEMU gets it as `-netdev tap,fd=N`.
+  int tap_fd() const { return tap_fd_; }
+  void close_tap();
+
+  // Host set-up once per daemon: IPv4 forwarding on and the host table (re)installed.
+  static Status install_host_rules(const NetworkSettings& settings);
+  static void remove_host_rules(const NetworkSettings& settings);
+  // Removes every namespace and host link of `settings.prefix` whose index is not in `keep`
+  // (left behind by a crashed host). Returns how many it removed.
+  static int remove_leftovers(const NetworkSettings& settings, const std::set<uint32_t>& keep);
+  // Names of the namespaces of `prefix` that exist now (for tests and recovery).
+  static std::vector<std::string> list_namespaces(const std::string& prefix);
+
+ private:
+  Network() = default;
+  void destroy();
+  NetworkSettings settings_;
+  uint32_t index_ = 0;
+  std::string netns_, host_link_;
+  int netns_fd_ = -1;
+  int tap_fd_ = -1;
+  EgressPolicy policy_;
+};
+
+// Runs `argv` (optionally inside the network namespace `netns_fd`) with `input` on stdin; the
+// error carries its output. For ip/nft, which the network set-up drives.
+Status run_net_tool(const std::vector<std::string>& argv, const std::string& input = "",
+                    int netns_fd = -1);
+
+}  // namespace pandastack::vmm

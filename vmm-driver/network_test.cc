@@ -1,0 +1,94 @@
+// Unit tests of the pure parts of sandbox networking: policy validation, the subnet pool's
+// arithmetic and the nftables rulesets. (Namespaces and real traffic: tests/integration.)
+#include "vmm-driver/network.h"
+
+#include <gtest/gtest.h>
+
+namespace pandastack::vmm {
+namespace {
+
+TEST(Network, CidrsAreNormalizedAndBadOnesRefused) {
+  EXPECT_EQ(*normalize_cidr("10.1.2.3"), "10.1.2.3/32");
+  EXPECT_EQ(*normalize_cidr("10.1.0.0/16"), "10.1.0.0/16");
+  EXPECT_EQ(*normalize_cidr("0.0.0.0/0"), "0.0.0.0/0");
+  auto host_bits = normalize_cidr("10.1.2.3/16");
+  ASSERT_FALSE(host_bits);
+  EXPECT_NE(host_bits.error().message.find("10.1.0.0/16"), std::string::npos);
+  for (auto bad : {"10.1.2", "10.1.2.3/33", "10.1.2.3/", "::1", "example.com", "10.1.2.3/a", ""})
+    EXPECT_FALSE(normalize_cidr(bad)) << bad;
+}
+
+TEST(Network, PoliciesAreValidated) {
+  EgressPolicy p;
+  p.mode = EgressPolicy::Mode::allowlist;
+  p.cidrs = {"192.0.2.7", "192.0.2.0/24", "192.0.2.7/32"};
+  p.domains = {"Example.COM.", "api.example.com", "*.example.org"};
+  auto v = validate(p);
+  ASSERT_TRUE(v) << v.error().message;
+  EXPECT_EQ(v->cidrs, (std::vector<std::string>{"192.0.2.0/24", "192.0.2.7/32"}));
+  EXPECT_EQ(v->domains, (std::vector<std::string>{"*.example.org", "api.example.com", "example.com"}));
+  for (std::string bad : std::vector<std::string>{"-a.com", "a..com", "a b.com", "", "x*.com", std::string(64, 'a') + ".com"}) {
+    EgressPolicy q;
+    q.mode = EgressPolicy::Mode::allowlist;
+    q.domains = {bad};
+    EXPECT_FALSE(validate(q)) << bad;
+  }
+  EgressPolicy deny;
+  deny.cidrs = {"192.0.2.0/24"};
+  EXPECT_FALSE(validate(deny)) << "CIDRs need mode allowlist";
+  EgressPolicy many;
+  many.mode = EgressPolicy::Mode::allowlist;
+  for (int i = 0; i < 3; ++i) many.cidrs.push_back("192.0.2." + std::to_string(i));
+  EXPECT_FALSE(validate(many, 2));
+  EXPECT_EQ(egress_mode_from_string("allow_all"), EgressPolicy::Mode::allow_all);
+  EXPECT_FALSE(egress_mode_from_string("open"));
+}
+
+TEST(Network, SubnetPoolCarvesSlash30s) {
+  auto pool = SubnetPool::parse("10.200.0.0/16");
+  ASSERT_TRUE(pool);
+  EXPECT_EQ(pool->capacity(), 16384u);
+  EXPECT_EQ(pool->host_address(0), "10.200.0.1");
+  EXPECT_EQ(pool->ns_address(0), "10.200.0.2");
+  EXPECT_EQ(pool->host_address(16383), "10.200.255.253");
+  EXPECT_EQ(pool->ns_address(65), "10.200.1.6");
+  EXPECT_FALSE(SubnetPool::parse("10.200.0.0/31"));
+  EXPECT_FALSE(SubnetPool::parse("10.200.0.1/16"));
+}
+
+TEST(Network, SandboxRulesetFollowsThePolicy) {
+  NetworkSettings s;
+  EgressPolicy deny;
+  auto r = sandbox_ruleset(s, deny);
+  EXPECT_NE(r.find("policy drop"), std::string::npos);
+  EXPECT_EQ(r.find("oifname \"eth0\" accept"), std::string::npos);
+  EXPECT_NE(r.find("10.200.0.0/16, 127.0.0.0/8, 169.254.0.0/16"), std::string::npos)
+      << "other sandboxes, loopback and metadata are always refused";
+  EXPECT_NE(r.find("masquerade"), std::string::npos);
+  EgressPolicy all;
+  all.mode = EgressPolicy::Mode::allow_all;
+  EXPECT_NE(sandbox_ruleset(s, all).find("iifname \"tap0\" oifname \"eth0\" accept"), std::string::npos);
+  EgressPolicy list;
+  list.mode = EgressPolicy::Mode::allowlist;
+  list.cidrs = {"192.0.2.0/24", "198.51.100.7/32"};
+  auto l = sandbox_ruleset(s, list);
+  EXPECT_NE(l.find("elements = { 192.0.2.0/24, 198.51.100.7/32 }"), std::string::npos);
+  EXPECT_NE(l.find("ip daddr @allow accept"), std::string::npos);
+  // The refusal of pool addresses comes before any accept.
+  EXPECT_LT(l.find("10.200.0.0/16"), l.find("@allow accept"));
+}
+
+TEST(Network, HostRulesetDropsSandboxTrafficToTheHostAndBetweenSandboxes) {
+  NetworkSettings s;
+  s.prefix = "pt";
+  s.pool_cidr = "10.201.0.0/20";
+  auto r = host_ruleset(s);
+  EXPECT_NE(r.find("table inet pandastack_pt {"), std::string::npos);
+  EXPECT_NE(r.find("hook input"), std::string::npos);
+  EXPECT_NE(r.find("iifname \"pt*\" drop"), std::string::npos);
+  EXPECT_NE(r.find("iifname \"pt*\" oifname \"pt*\" drop"), std::string::npos);
+  EXPECT_NE(r.find("ip saddr 10.201.0.0/20"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pandastack::vmm
