@@ -60,6 +60,51 @@ std::map<std::string, std::string> get_map(List l) {
   return m;
 }
 
+void put_egress(w::Egress::Builder b, const Egress& e) {
+  b.setMode(e.mode);
+  auto c = b.initCidrs(unsigned(e.cidrs.size()));
+  for (unsigned i = 0; i < e.cidrs.size(); ++i) c.set(i, e.cidrs[i]);
+  auto d = b.initDomains(unsigned(e.domains.size()));
+  for (unsigned i = 0; i < e.domains.size(); ++i) d.set(i, e.domains[i]);
+}
+
+Egress get_egress(w::Egress::Reader r) {
+  Egress e;
+  if (r.hasMode()) e.mode = r.getMode();
+  for (auto c : r.getCidrs()) e.cidrs.push_back(c);
+  for (auto d : r.getDomains()) e.domains.push_back(d);
+  return e;
+}
+
+wire::Json egress_json(const Egress& e) {
+  using wire::Json;
+  Json j = Json::object();
+  j.set("mode", e.mode);
+  Json c = Json::array();
+  for (auto& x : e.cidrs) c.push(x);
+  j.set("cidrs", c);
+  Json d = Json::array();
+  for (auto& x : e.domains) d.push(x);
+  j.set("domains", d);
+  return j;
+}
+
+std::optional<Egress> egress_from_json(const wire::Json& j) {
+  if (!j.is_object() || !j["mode"].is_string() || !j["cidrs"].is_array() || !j["domains"].is_array())
+    return std::nullopt;
+  Egress e;
+  e.mode = j["mode"].as_string();
+  for (auto& v : j["cidrs"].as_array()) {
+    if (!v.is_string()) return std::nullopt;
+    e.cidrs.push_back(v.as_string());
+  }
+  for (auto& v : j["domains"].as_array()) {
+    if (!v.is_string()) return std::nullopt;
+    e.domains.push_back(v.as_string());
+  }
+  return e;
+}
+
 }  // namespace
 
 std::string encode_event(const Event& e) {
@@ -81,6 +126,8 @@ std::string encode_event(const Event& e) {
       c.setAutoWake(e.auto_wake);
       c.setParent(e.parent);
       c.setFromSnapshot(e.from_snapshot);
+      c.setNetwork(e.network);
+      if (e.network) put_egress(c.initEgress(), e.egress);
       break;
     }
     case K::started:
@@ -145,6 +192,12 @@ std::string encode_event(const Event& e) {
     case K::failed:
       b.setFailed(e.reason);
       break;
+    case K::network_attached:
+      b.setNetworkAttached(e.subnet);
+      break;
+    case K::egress_changed:
+      put_egress(b.initEgressChanged(), e.egress);
+      break;
   }
   auto words = capnp::messageToFlatArray(msg);
   auto bytes = words.asBytes();
@@ -177,6 +230,8 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.auto_wake = c.getAutoWake();
         e.parent = c.getParent();
         e.from_snapshot = c.getFromSnapshot();
+        e.network = c.getNetwork();
+        if (c.hasEgress()) e.egress = get_egress(c.getEgress());
         break;
       }
       case w::SandboxEvent::STARTED:
@@ -242,6 +297,14 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.kind = K::failed;
         e.reason = r.getFailed();
         break;
+      case w::SandboxEvent::NETWORK_ATTACHED:
+        e.kind = K::network_attached;
+        e.subnet = r.getNetworkAttached();
+        break;
+      case w::SandboxEvent::EGRESS_CHANGED:
+        e.kind = K::egress_changed;
+        e.egress = get_egress(r.getEgressChanged());
+        break;
       default:
         return;  // a kind this build does not know
     }
@@ -275,6 +338,14 @@ std::string event_to_json(const Event& e) {
       j.set("persistent", e.persistent);
       j.set("auto_wake", e.auto_wake);
       j.set("metadata", metadata());
+      j.set("network", e.network);
+      if (e.network) j.set("egress", egress_json(e.egress));
+      break;
+    case Event::Kind::network_attached:
+      j.set("subnet", e.subnet);
+      break;
+    case Event::Kind::egress_changed:
+      j.set("egress", egress_json(e.egress));
       break;
     case Event::Kind::exec_started:
       j.set("exec_id", e.exec_id);
@@ -356,6 +427,9 @@ std::string encode_state(const SandboxState& s) {
   j.set("running_execs", map(s.running_execs));
   j.set("execs_finished", s.execs_finished);
   j.set("failure_reason", s.failure_reason);
+  j.set("network", s.network);
+  j.set("egress", egress_json(s.egress));
+  if (s.subnet) j.set("subnet", *s.subnet);
   return j.dump();
 }
 
@@ -406,6 +480,10 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   }
   s.execs_finished = uint64_t(o["execs_finished"].as_int());
   s.failure_reason = o["failure_reason"].as_string();
+  // Network fields (absent in snapshots written before sandboxes had networks).
+  if (o["network"].is_bool()) s.network = o["network"].as_bool();
+  if (auto e = egress_from_json(o["egress"])) s.egress = *e;
+  if (o["subnet"].is_integer()) s.subnet = uint32_t(o["subnet"].as_int());
   return s;
 }
 

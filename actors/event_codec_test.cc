@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::failed); ++k) {
+  for (int k = 0; k <= int(Event::Kind::egress_changed); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -31,12 +31,21 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.children = {"c1", "c2"};
     e.reason = "why";
     e.reap_action = ReapAction::hibernate;
+    e.network = true;
+    e.egress = Egress{"allowlist", {"192.0.2.0/24"}, {"example.com"}};
+    e.subnet = 77;
     auto bytes = encode_event(e);
     auto back = decode_event(bytes);
     ASSERT_TRUE(back) << to_string(e.kind);
     EXPECT_EQ(back->kind, e.kind);
     EXPECT_EQ(back->at_ms, e.at_ms);
     EXPECT_EQ(encode_event(*back), bytes) << to_string(e.kind);  // nothing lost or invented
+    if (e.kind == Event::Kind::created || e.kind == Event::Kind::egress_changed) {
+      EXPECT_EQ(back->egress, e.egress);
+    }
+    if (e.kind == Event::Kind::network_attached) {
+      EXPECT_EQ(back->subnet, 77u);
+    }
   }
 }
 
@@ -70,11 +79,16 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.running_execs = {{"x1", "sleep 1"}};
   s.execs_finished = 7;
   s.failure_reason = "none";
+  s.network = true;
+  s.egress = Egress{"allowlist", {"192.0.2.0/24"}, {}};
+  s.subnet = 12;
   auto d = decode_state(encode_state(s));
   ASSERT_TRUE(d);
   EXPECT_EQ(encode_state(*d), encode_state(s));
   EXPECT_EQ(d->status, Status::hibernated);
   EXPECT_EQ(d->metadata.at("b"), "\"quoted\"");
+  EXPECT_EQ(d->egress, s.egress);
+  EXPECT_EQ(d->subnet, 12u);
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

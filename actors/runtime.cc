@@ -72,6 +72,13 @@ struct Answer {
 struct WorkerResult {
   bool ok = true;
   std::string error;
+  std::optional<uint32_t> subnet;  // restores of a sandbox with a network: the subnet it got
+};
+
+// What a restore needs to know of the sandbox's network.
+struct NetSpec {
+  bool enabled = false;
+  Egress egress;
 };
 
 struct ListQuery {
@@ -89,6 +96,8 @@ struct ForkRequest {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::WorkerResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::NetSpec)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Egress)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::CreateRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxState)
@@ -119,6 +128,7 @@ using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using fork_atom = caf::atom_constant<caf::atom("forkkids")>;
 using template_atom = caf::atom_constant<caf::atom("template")>;
 using bake_atom = caf::atom_constant<caf::atom("bake")>;
+using egress_atom = caf::atom_constant<caf::atom("egress")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>
@@ -165,6 +175,8 @@ SandboxInfo info_of(const SandboxState& s) {
   i.snapshots = s.snapshots;
   i.failure_reason = s.failure_reason;
   i.version = s.version;
+  i.network = s.network;
+  i.egress = s.egress;
   return i;
 }
 
@@ -190,14 +202,65 @@ struct Env {
   std::mutex pools_mu;
   std::map<std::string, std::pair<std::string, std::unique_ptr<vmm::RestorePool>>> pools;
 
+  // Host subnets in use (by sandboxes' VMs and waiting pool members). Persisted through the
+  // sandboxes' network_attached events: recovery marks the adopted VMs' subnets used again.
+  std::mutex subnets_mu;
+  std::set<uint32_t> subnets_used;
+  uint32_t subnet_capacity = 0, subnet_next = 0;
+
+  std::optional<uint32_t> take_subnet() {
+    std::lock_guard lock(subnets_mu);
+    for (uint32_t i = 0; i < subnet_capacity; ++i) {
+      uint32_t idx = (subnet_next + i) % subnet_capacity;
+      if (subnets_used.insert(idx).second) {
+        subnet_next = (idx + 1) % subnet_capacity;
+        return idx;
+      }
+    }
+    return std::nullopt;
+  }
+  void release_subnet(uint32_t idx) {
+    std::lock_guard lock(subnets_mu);
+    subnets_used.erase(idx);
+  }
+  void own(vmm::Network& n) {
+    n.set_on_release([this](uint32_t idx) { release_subnet(idx); });
+  }
+
+  // A new sandbox network on a free subnet, with `egress`.
+  vmm::Result<std::shared_ptr<vmm::Network>> make_network(const Egress& egress) {
+    auto idx = take_subnet();
+    if (!idx)
+      return vmm::make_error(vmm::ErrorCode::invalid_argument,
+                             "subnet pool " + config.net.pool_cidr + " is exhausted");
+    auto n = vmm::Network::create(config.net, *idx, to_policy(egress));
+    if (!n) {
+      release_subnet(*idx);
+      return n.error();
+    }
+    own(**n);
+    return n;
+  }
+
+  static vmm::EgressPolicy to_policy(const Egress& e) {
+    vmm::EgressPolicy p;
+    p.mode = vmm::egress_mode_from_string(e.mode).value_or(vmm::EgressPolicy::Mode::deny_all);
+    p.cidrs = e.cidrs;
+    p.domains = e.domains;
+    return p;
+  }
+
   // The template's pool for `snap` (a new one when the template was baked again), or null.
+  // With networking on, pool members wait on networks of their own (deny_all until claimed).
   vmm::RestorePool* pool_for(const std::string& template_name, const vmm::Snapshot& snap) {
     if (config.pool_size == 0) return nullptr;
     std::lock_guard lock(pools_mu);
     auto& [dir, pool] = pools[template_name];
     if (!pool || dir != snap.dir.string()) {
       auto base = vm_config(template_name, "pool", "pool-" + template_name);
-      pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size);
+      vmm::RestorePool::NetworkFactory factory;
+      if (config.network) factory = [this] { return make_network(Egress{}); };
+      pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory);
       dir = snap.dir.string();
     }
     return pool.get();
@@ -282,7 +345,12 @@ struct WorkerState {
   std::shared_ptr<VmHandle> handle;
 };
 
-WorkerResult failed(const std::string& e) { return WorkerResult{false, e}; }
+WorkerResult failed(const std::string& e) {
+  WorkerResult r;
+  r.ok = false;
+  r.error = e;
+  return r;
+}
 
 caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id,
                         std::string template_name, std::shared_ptr<VmHandle> handle) {
@@ -292,7 +360,8 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
   self->state.handle = handle;
   log_exceptions(self, "vm worker " + id);
   return {
-      [=](restore_atom, std::string snapshot_dir, bool consume, bool pooled) -> WorkerResult {
+      [=](restore_atom, std::string snapshot_dir, bool consume, bool pooled,
+          NetSpec net) -> WorkerResult {
         auto& st = self->state;
         spdlog::debug("worker {}: restore from '{}'", st.id, snapshot_dir);
         vmm::Snapshot snap;
@@ -301,13 +370,37 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         snap = *loaded;
         std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
         auto config = st.env->vm_config(st.template_name, st.id, run_name);
-        auto* pool = pooled ? st.env->pool_for(st.template_name, snap) : nullptr;
+        // Pool members have a network exactly when the runtime has networking.
+        auto* pool = pooled && net.enabled == st.env->config.network
+                         ? st.env->pool_for(st.template_name, snap)
+                         : nullptr;
+        if (!pool && net.enabled) {
+          auto n = st.env->make_network(net.egress);
+          if (!n) return failed("network: " + n.error().message);
+          config.network = *n;
+        }
         auto vm = pool ? pool->create(run_name, config.hostname)
                        : vmm::Vm::restore(st.env->io, snap, config, consume);
         if (!vm) return failed(vm.error().message);
+        WorkerResult r;
+        if (auto n = (*vm)->config().network) {
+          auto policy = Env::to_policy(net.egress);
+          if (n->policy() != policy) {
+            auto set = n->set_policy(policy);
+            if (!set) return failed("network policy: " + set.error().message);
+          }
+          r.subnet = n->index();
+        }
         std::unique_lock l(st.handle->mu);
         st.handle->vm = std::move(*vm);
-        return WorkerResult{};
+        return r;
+      },
+      [=](egress_atom, Egress egress) -> WorkerResult {
+        auto& h = *self->state.handle;
+        std::shared_lock l(h.mu);
+        if (!h.vm || !h.vm->config().network) return WorkerResult{};  // applied at the next start
+        auto set = h.vm->config().network->set_policy(Env::to_policy(egress));
+        return set ? WorkerResult{} : failed(set.error().message);
       },
       [=](snapshot_atom, std::string dir) -> WorkerResult {
         auto& h = *self->state.handle;
@@ -410,12 +503,16 @@ void effect(SandboxSelf* self, const Event& e) {
   auto lost = [self](const caf::error& err) {
     internal(self, cmd::Fail{"worker: " + self->system().render(err)});
   };
+  // A restore's outcome: started (with the subnet its network got) or failed.
+  auto started = [self](WorkerResult r) {
+    internal(self, r.ok ? Command{cmd::Started{r.subnet}} : Command{cmd::StartFailed{r.error}});
+  };
   switch (e.kind) {
     case Event::Kind::created: {
-      auto restore = [self, to, lost](std::string dir, bool pooled) {
-        self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled)
-            .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
-                  lost);
+      auto restore = [self, started, lost](std::string dir, bool pooled) {
+        self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled,
+                      NetSpec{self->state.s.network, self->state.s.egress})
+            .then(started, lost);
       };
       if (!e.from_snapshot.empty()) {
         restore(st.env->snapshot_dir(e.from_snapshot).string(), false);
@@ -454,9 +551,9 @@ void effect(SandboxSelf* self, const Event& e) {
           break;
         case Transition::waking:
           self->request(st.worker, caf::infinite, restore_atom::value,
-                        st.env->hibernated_dir(st.s.id).string(), true, false)
-              .then(to(cmd::Started{}, [](std::string m) { return Command{cmd::StartFailed{m}}; }),
-                    lost);
+                        st.env->hibernated_dir(st.s.id).string(), true, false,
+                        NetSpec{st.s.network, st.s.egress})
+              .then(started, lost);
           break;
         case Transition::forking: {
           uint32_t count = 1;
@@ -475,7 +572,7 @@ void effect(SandboxSelf* self, const Event& e) {
                               self->state.fork_children = a.infos;
                               std::vector<std::string> ids;
                               for (auto& i : a.infos) ids.push_back(i.id);
-                              internal(self, cmd::TransitionDone{ids});
+                              internal(self, cmd::TransitionDone{ids, std::nullopt});
                             },
                             [self](const caf::error& err) {
                               internal(self, cmd::TransitionFailed{self->system().render(err)});
@@ -497,6 +594,15 @@ void effect(SandboxSelf* self, const Event& e) {
         st.handle->cancel_calls();
         caf::anon_send(st.worker, destroy_atom::value);
       }
+      break;
+    case Event::Kind::egress_changed:
+      // The policy is recorded: a VM that cannot take it must not keep running on the old one.
+      self->request(st.worker, caf::infinite, egress_atom::value, e.egress)
+          .then(
+              [self](WorkerResult r) {
+                if (!r.ok) internal(self, cmd::Fail{"egress policy not applied: " + r.error});
+              },
+              lost);
       break;
     case Event::Kind::killed:
     case Event::Kind::failed:
@@ -697,6 +803,8 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
   c.from_snapshot = snapshot;
   c.vcpus = self->state.env->config.vcpus;
   c.memory_mib = self->state.env->config.memory_mib;
+  c.network = req.network.value_or(false);
+  if (c.network) c.egress = req.egress.value_or(Egress{});
   self->request(a, caf::infinite, cmd_atom::value, Command{c})
       .then([then](Answer ans) mutable { then(std::move(ans)); },
             [then, self](const caf::error& e) mutable {
@@ -774,6 +882,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         req.template_name = fr.template_name;
         req.metadata = parent_info.metadata;
         req.persistent = parent_info.persistent;
+        req.network = parent_info.network;  // children get networks of their own, same policy
+        req.egress = parent_info.egress;
         for (uint32_t i = 0; i < fr.count; ++i) {
           start_sandbox(self, req, fr.parent, fr.snapshot_id, [rp, col](Answer ans) mutable {
             if (ans.ok)
@@ -918,6 +1028,13 @@ Runtime::~Runtime() {
   caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
   impl_->registry = nullptr;
   impl_->sys.reset();  // waits for every actor (and so every VM worker) to finish
+  const auto& cfg = impl_->env->config;
+  if (cfg.network) {
+    // Every VM is gone (hibernated or killed): so are their networks, and the host table.
+    impl_->env->pools.clear();
+    vmm::Network::remove_leftovers(cfg.net, {});
+    vmm::Network::remove_host_rules(cfg.net);
+  }
 }
 
 namespace {
@@ -944,6 +1061,13 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   env.store = std::move(*store);
   impl->keys = std::make_unique<storage::KeyStore>(*env.store);
   env.templates = std::make_unique<vmm::TemplateStore>(env.io, config.images_dir);
+  if (config.network) {
+    auto pool = vmm::SubnetPool::parse(config.net.pool_cidr);
+    if (!pool) return Rejection{"invalid_argument", "subnet pool: " + pool.error().message};
+    env.subnet_capacity = pool->capacity();
+    auto host = vmm::Network::install_host_rules(config.net);
+    if (!host) return Rejection{"network_error", "sandbox networking: " + host.error().message};
+  }
 
   // Recovery: replay every sandbox's stream.
   auto streams = env.store->streams("sbx_");
@@ -999,6 +1123,22 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     } else if (s.status == Status::running && run_dirs.count(id)) {
       // Its VM may have outlived the previous host process: take it over.
       auto vm = vmm::Vm::adopt(env.io, run_dirs[id], std::chrono::seconds(10));
+      if (vm && s.subnet && config.network) {
+        // Its network too (the namespace outlived the host process with the VM).
+        auto net = vmm::Network::adopt(config.net, *s.subnet);
+        if (net) {
+          auto set = (*net)->set_policy(Env::to_policy(s.egress));
+          if (!set) net = set.error();
+        }
+        if (net) {
+          env.subnets_used.insert(*s.subnet);
+          env.own(**net);
+          (*vm)->attach_network(*net);
+        } else {
+          spdlog::warn("recovery: {}: network not adopted: {}", id, net.error().message);
+          vm = net.error();
+        }
+      }
       if (vm) {
         keep_run.insert(run_dirs[id].filename().string());
         env.adopted[id] = std::move(*vm);
@@ -1040,6 +1180,11 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     bool keep = keep_run.count(name) || (name.size() > 5 && name.ends_with(".jail") &&
                                          keep_run.count(name.substr(0, name.size() - 5)));
     if (!keep) fs::remove_all(d.path(), ec);
+  }
+
+  if (config.network) {
+    int removed = vmm::Network::remove_leftovers(config.net, env.subnets_used);
+    if (removed) spdlog::info("recovery: removed {} leftover sandbox network parts", removed);
   }
 
   impl->cfg = std::make_unique<caf::actor_system_config>();
@@ -1084,7 +1229,42 @@ std::vector<TemplateInfo> Runtime::templates() {
   return out;
 }
 
-Reply<SandboxInfo> Runtime::create(const CreateRequest& r) {
+namespace {
+// Checks and normalizes an egress policy; domain allowlists are refused until the platform
+// resolver exists (501 at the gateway), never silently ignored.
+std::optional<Rejection> check_egress(Egress& e) {
+  auto mode = vmm::egress_mode_from_string(e.mode);
+  if (!mode)
+    return Rejection{"invalid_argument",
+                     "egress mode '" + e.mode + "' is not one of deny_all, allow_all, allowlist"};
+  vmm::EgressPolicy p;
+  p.mode = *mode;
+  p.cidrs = e.cidrs;
+  p.domains = e.domains;
+  auto v = vmm::validate(p);
+  if (!v) return Rejection{"invalid_argument", "egress: " + v.error().message};
+  if (!v->domains.empty())
+    return Rejection{"not_implemented",
+                     "domain names in an egress allowlist need the platform resolver, which is not "
+                     "built yet: allow CIDRs instead"};
+  e.cidrs = v->cidrs;
+  e.domains = v->domains;
+  return std::nullopt;
+}
+}  // namespace
+
+Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
+  CreateRequest r = request;
+  const auto& cfg = impl_->env->config;
+  if (r.network.value_or(cfg.network) && !cfg.network)
+    return Rejection{"network_disabled", "sandbox networking is off on this host"};
+  r.network = r.network.value_or(cfg.network);
+  if (*r.network) {
+    r.egress = r.egress.value_or(cfg.default_egress);
+    if (auto bad = check_egress(*r.egress)) return *bad;
+  } else if (r.egress) {
+    return Rejection{"invalid_argument", "an egress policy needs a network (network: false given)"};
+  }
   if (r.from_snapshot.empty()) {
     if (!valid_template_name(r.template_name))
       return Rejection{"invalid_argument",
@@ -1134,6 +1314,14 @@ Reply<SandboxInfo> Runtime::kill(const std::string& tenant, const std::string& i
 Reply<SandboxInfo> Runtime::set_ttl(const std::string& tenant, const std::string& id,
                                     uint32_t ttl) {
   return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetTtl{ttl})),
+                               [](const Answer& a) { return a.info; });
+}
+
+Reply<SandboxInfo> Runtime::set_egress(const std::string& tenant, const std::string& id,
+                                       const Egress& egress) {
+  Egress e = egress;
+  if (auto bad = check_egress(e)) return *bad;
+  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetEgress{e})),
                                [](const Answer& a) { return a.info; });
 }
 

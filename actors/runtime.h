@@ -21,6 +21,7 @@
 
 #include "actors/sandbox.h"
 #include "vmm-driver/agent_client.h"
+#include "vmm-driver/network.h"
 #include "vmm-driver/vm.h"
 
 namespace pandastack::actors {
@@ -45,6 +46,11 @@ struct RuntimeConfig {
   // VMs keep running when the host process dies (a crash); the next start re-adopts the VMs of
   // running sandboxes. Off: QEMU gets the parent-death signal and dies with its host.
   bool vms_outlive_host = true;
+  // Sandbox networking (vmm-driver/network.h; needs root, ip and nft). Off: every sandbox is
+  // created without a network and asking for one is refused (network_disabled).
+  bool network = false;
+  vmm::NetworkSettings net;
+  Egress default_egress;  // for creates that name no policy (deny_all unless configured)
 };
 
 struct SandboxInfo {
@@ -56,6 +62,8 @@ struct SandboxInfo {
   std::vector<std::string> snapshots;
   std::string failure_reason;
   uint64_t version = 0;  // events applied (the stream's length)
+  bool network = false;
+  Egress egress;
 };
 
 struct CreateRequest {
@@ -64,6 +72,8 @@ struct CreateRequest {
   std::map<std::string, std::string> metadata;
   bool persistent = false, auto_wake = false;
   std::string from_snapshot;  // a snapshot id taken from one of the tenant's sandboxes
+  std::optional<bool> network;   // nullopt: on when the runtime has networking
+  std::optional<Egress> egress;  // nullopt: RuntimeConfig::default_egress
 };
 
 // One entry of the audit log.
@@ -184,6 +194,8 @@ class Runtime {
                              uint32_t ttl_seconds);
   Reply<SandboxInfo> set_metadata(const std::string& tenant, const std::string& id,
                                   const std::map<std::string, std::string>& metadata);
+  // Replaces the egress policy (applied at once to a running VM, at wake to a hibernated one).
+  Reply<SandboxInfo> set_egress(const std::string& tenant, const std::string& id, const Egress& egress);
   // A snapshot of a running sandbox; returns its id (usable as CreateRequest::from_snapshot).
   Reply<std::string> snapshot(const std::string& tenant, const std::string& id);
   // `count` children of a running sandbox; the parent keeps running.

@@ -64,6 +64,10 @@ const char* to_string(Event::Kind k) {
       return "reaped";
     case Event::Kind::killed:
       return "killed";
+    case Event::Kind::network_attached:
+      return "network-attached";
+    case Event::Kind::egress_changed:
+      return "egress-changed";
     case Event::Kind::failed:
       return "failed";
   }
@@ -162,12 +166,25 @@ struct Decider {
     e.metadata = c.metadata;
     e.persistent = c.persistent;
     e.auto_wake = c.auto_wake;
+    e.network = c.network;
+    if (c.network) e.egress = c.egress;
     return std::vector<Event>{e};
   }
 
-  Decision operator()(const cmd::Started&) const {
-    if (s.status == Status::creating) return std::vector<Event>{ev(Event::Kind::started, now)};
-    if (s.status == Status::waking) return std::vector<Event>{ev(Event::Kind::woke, now)};
+  // `first`, then the network attachment when the VM got one.
+  std::vector<Event> with_subnet(Event first, std::optional<uint32_t> subnet) const {
+    std::vector<Event> out{first};
+    if (subnet && s.network) {
+      Event n = ev(Event::Kind::network_attached, now);
+      n.subnet = *subnet;
+      out.push_back(n);
+    }
+    return out;
+  }
+
+  Decision operator()(const cmd::Started& c) const {
+    if (s.status == Status::creating) return with_subnet(ev(Event::Kind::started, now), c.subnet);
+    if (s.status == Status::waking) return with_subnet(ev(Event::Kind::woke, now), c.subnet);
     return reject("invalid_state",
                   "a VM start is not expected in state " + std::string(to_string(s.status)));
   }
@@ -266,7 +283,7 @@ struct Decider {
         return std::vector<Event>{e};
       }
       case Status::waking:
-        return std::vector<Event>{ev(Event::Kind::woke, now)};
+        return with_subnet(ev(Event::Kind::woke, now), c.subnet);
       default:
         return reject("invalid_state",
                       "no transition in progress in state " + std::string(to_string(s.status)));
@@ -313,6 +330,16 @@ struct Decider {
     if (auto r = check_metadata(c.metadata, limits)) return *r;
     Event e = ev(Event::Kind::metadata_changed, now);
     e.metadata = c.metadata;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::SetEgress& c) const {
+    if (!s.live()) return not_running(s, "change its egress policy");
+    if (!s.network)
+      return reject("network_disabled", "sandbox " + s.id + " was created without a network");
+    if (c.egress == s.egress) return std::vector<Event>{};
+    Event e = ev(Event::Kind::egress_changed, now);
+    e.egress = c.egress;
     return std::vector<Event>{e};
   }
 
@@ -371,6 +398,8 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.expires_at_ms = e.expires_at_ms;
       s.persistent = e.persistent;
       s.auto_wake = e.auto_wake;
+      s.network = e.network;
+      s.egress = e.egress;
       break;
     case K::started:
       if (s.status != Status::creating) impossible(s, e);
@@ -414,6 +443,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.hibernation_snapshot = e.snapshot_id;
       s.pending_snapshot.clear();
       s.running_execs.clear();  // they died with the VM
+      s.subnet.reset();         // and its network with it
       break;
     case K::woke:
       if (s.status != Status::waking) impossible(s, e);
@@ -439,18 +469,29 @@ SandboxState apply(SandboxState s, const Event& e) {
       } else {
         s.status = Status::stopped;
         s.running_execs.clear();
+        s.subnet.reset();
       }
       break;
     case K::killed:
       if (!s.live()) impossible(s, e);
       s.status = Status::stopped;
       s.running_execs.clear();
+      s.subnet.reset();
       break;
     case K::failed:
       if (!s.live()) impossible(s, e);
       s.status = Status::failed;
       s.failure_reason = e.reason;
       s.running_execs.clear();
+      s.subnet.reset();
+      break;
+    case K::network_attached:
+      if (!s.live() || !s.network) impossible(s, e);
+      s.subnet = e.subnet;
+      break;
+    case K::egress_changed:
+      if (!s.live() || !s.network) impossible(s, e);
+      s.egress = e.egress;
       break;
   }
   ++s.version;

@@ -37,6 +37,14 @@ const char* to_string(Status s);
 std::optional<Status> status_from_string(std::string_view name);
 
 enum class Transition { snapshotting, forking, hibernating, waking };
+
+// A sandbox's egress policy (enforced by vmm-driver/network; validated before it gets here):
+// mode deny_all | allow_all | allowlist, with the allowlist's CIDRs and domain names.
+struct Egress {
+  std::string mode = "deny_all";
+  std::vector<std::string> cidrs, domains;
+  bool operator==(const Egress&) const = default;
+};
 enum class ReapAction { kill, hibernate };
 
 struct Event {
@@ -55,7 +63,9 @@ struct Event {
     metadata_changed,
     reaped,
     killed,
-    failed
+    failed,
+    network_attached,  // the VM (created or woken) runs on host subnet `subnet`
+    egress_changed
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -76,6 +86,10 @@ struct Event {
   std::vector<std::string> children;  // forked
   std::string reason;                 // transition_failed, failed
   ReapAction reap_action = ReapAction::kill;
+  // network
+  bool network = false;  // created: the sandbox has a network
+  Egress egress;         // created, egress_changed
+  uint32_t subnet = 0;   // network_attached
 };
 const char* to_string(Event::Kind k);
 
@@ -94,6 +108,9 @@ struct SandboxState {
   std::map<std::string, std::string> running_execs;  // exec id -> command
   uint64_t execs_finished = 0;
   std::string failure_reason;
+  bool network = false;
+  Egress egress;
+  std::optional<uint32_t> subnet;  // while its VM runs with a network: the host subnet it holds
 
   bool live() const {
     return status != Status::none && status != Status::stopped && status != Status::failed;
@@ -114,8 +131,12 @@ struct Create {
   uint32_t vcpus = 1, memory_mib = 256, ttl_seconds = 0;  // 0 = default
   std::map<std::string, std::string> metadata;
   bool persistent = false, auto_wake = false;
+  bool network = false;
+  Egress egress;
 };
-struct Started {};  // the VM answers (after create or wake)
+struct Started {  // the VM answers (after create or wake)
+  std::optional<uint32_t> subnet;  // the host subnet its network got
+};
 struct StartFailed {
   std::string reason;
 };
@@ -141,6 +162,7 @@ struct Hibernate {
 struct Wake {};
 struct TransitionDone {
   std::vector<std::string> children;
+  std::optional<uint32_t> subnet;  // waking: the host subnet the woken VM's network got
 };  // the side effect of the transition succeeded
 struct TransitionFailed {
   std::string reason;
@@ -150,6 +172,9 @@ struct SetTtl {
 };
 struct SetMetadata {
   std::map<std::string, std::string> metadata;
+};
+struct SetEgress {
+  Egress egress;
 };
 struct Reap {};  // the TTL reaper's tick for this sandbox
 struct Kill {};
@@ -161,12 +186,12 @@ struct Fail {
 using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec,
                              cmd::ExecFinished, cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake,
                              cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
-                             cmd::SetMetadata, cmd::Reap, cmd::Kill, cmd::Fail>;
+                             cmd::SetMetadata, cmd::SetEgress, cmd::Reap, cmd::Kill, cmd::Fail>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {
   // sandbox_not_found, sandbox_hibernated, sandbox_busy, sandbox_stopped, sandbox_failed,
-  // invalid_argument, invalid_state, too_many_execs, ...
+  // invalid_argument, invalid_state, too_many_execs, network_disabled, ...
   std::string code;
   std::string message;
 };

@@ -89,7 +89,7 @@ std::vector<std::pair<std::string, Command>> commands() {
           {"Fork", cmd::Fork{"snap-3", 2}},
           {"Hibernate", cmd::Hibernate{"hib-2"}},
           {"Wake", cmd::Wake{}},
-          {"TransitionDone", cmd::TransitionDone{{"sbx_c1", "sbx_c2"}}},
+          {"TransitionDone", cmd::TransitionDone{{"sbx_c1", "sbx_c2"}, std::nullopt}},
           {"TransitionFailed", cmd::TransitionFailed{"disk full"}},
           {"SetTtl", cmd::SetTtl{600}},
           {"SetMetadata", m},
@@ -272,7 +272,7 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
   SandboxState s;
   s.id = "sbx_life";
   std::vector<Command> life = {
-      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false},
+      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false, false, {}},
       cmd::Started{},
       cmd::Exec{"x1", "make"},
       cmd::ExecFinished{"x1", 0, 1200, false},
@@ -310,6 +310,56 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
 
 namespace pandastack::actors {
 namespace {
+TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
+  SandboxState s;
+  s.id = "sbx_net";
+  cmd::Create c;
+  c.tenant = "acme";
+  c.template_name = "base";
+  c.network = true;
+  c.egress = Egress{"allowlist", {"192.0.2.0/24"}, {}};
+  auto run = [&](Command cmd) {
+    auto d = decide(s, cmd, kNow);
+    EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(d))
+        << (std::holds_alternative<Rejection>(d) ? std::get<Rejection>(d).code : "");
+    if (auto* ev = std::get_if<std::vector<Event>>(&d))
+      for (auto& e : *ev) s = apply(s, e);
+    return d;
+  };
+  run(c);
+  EXPECT_TRUE(s.network);
+  EXPECT_EQ(s.egress.cidrs, std::vector<std::string>{"192.0.2.0/24"});
+  auto d = run(cmd::Started{7});
+  ASSERT_EQ(std::get<std::vector<Event>>(d).size(), 2u);
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[1].kind, Event::Kind::network_attached);
+  EXPECT_EQ(s.status, Status::running);
+  EXPECT_EQ(s.subnet, 7u);
+  // Changing the policy: recorded; the same policy again is nothing to do.
+  run(cmd::SetEgress{Egress{"allow_all", {}, {}}});
+  EXPECT_EQ(s.egress.mode, "allow_all");
+  EXPECT_TRUE(std::get<std::vector<Event>>(decide(s, cmd::SetEgress{s.egress}, kNow)).empty());
+  // Hibernation releases the subnet; the wake records the new one.
+  run(cmd::Hibernate{"hib"});
+  run(cmd::TransitionDone{});
+  EXPECT_EQ(s.status, Status::hibernated);
+  EXPECT_FALSE(s.subnet);
+  run(cmd::SetEgress{Egress{"deny_all", {}, {}}});  // allowed while hibernated
+  run(cmd::Wake{});
+  run(cmd::TransitionDone{{}, 9u});
+  EXPECT_EQ(s.status, Status::running);
+  EXPECT_EQ(s.subnet, 9u);
+  run(cmd::Kill{});
+  EXPECT_FALSE(s.subnet);
+  // A sandbox without a network refuses a policy.
+  SandboxState plain = in(Status::running);
+  auto r = decide(plain, cmd::SetEgress{Egress{"allow_all", {}, {}}}, kNow);
+  ASSERT_TRUE(std::holds_alternative<Rejection>(r));
+  EXPECT_EQ(std::get<Rejection>(r).code, "network_disabled");
+  // ... and a started event carries no subnet for it.
+  SandboxState creating = in(Status::creating);
+  EXPECT_EQ(std::get<std::vector<Event>>(decide(creating, cmd::Started{3}, kNow)).size(), 1u);
+}
+
 TEST(SandboxStatus, NamesRoundTrip) {
   for (int i = int(Status::none); i <= int(Status::failed); ++i)
     EXPECT_EQ(status_from_string(to_string(Status(i))), Status(i));

@@ -41,6 +41,10 @@ const char* kUsage = R"(usage: pandastackd [options]
   --max-ttl S         largest TTL a create or PATCH may ask for (default 86400)
   --pool-size N       QEMU processes kept pre-spawned per template (default 2; 0 = none)
   --max-concurrent-execs N  commands in flight per sandbox (default 16; more: 429)
+  --network on|off    sandbox networking (default on; needs root, ip and nft)
+  --subnet-pool CIDR  host subnets for sandbox networks, one /30 each (default 10.200.0.0/16)
+  --network-prefix P  names of namespaces (P-N) and host links (PN), 1-5 chars (default psv)
+  --default-egress deny_all|allow_all  egress of sandboxes created without a policy (default deny_all)
   --log-level LEVEL   trace|debug|info|warn|error (default info)
   --no-jail           run QEMU without the jail (development only)
 )";
@@ -71,6 +75,7 @@ int main(int argc, char** argv) {
               level = "info";
   actors::RuntimeConfig config;
   bool jail = true;
+  config.network = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -103,6 +108,19 @@ int main(int argc, char** argv) {
       config.limits.max_concurrent_execs = parse_u32(a, value());
     else if (a == "--log-level")
       level = value();
+    else if (a == "--network") {
+      auto v = value();
+      if (v != "on" && v != "off") usage_error("--network: on or off");
+      config.network = v == "on";
+    } else if (a == "--subnet-pool")
+      config.net.pool_cidr = value();
+    else if (a == "--network-prefix")
+      config.net.prefix = value();
+    else if (a == "--default-egress") {
+      config.default_egress.mode = value();
+      if (config.default_egress.mode != "deny_all" && config.default_egress.mode != "allow_all")
+        usage_error("--default-egress: deny_all or allow_all");
+    }
     else if (a == "--no-jail")
       jail = false;
     else if (a == "-h" || a == "--help") {

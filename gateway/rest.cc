@@ -126,6 +126,12 @@ class Fields {
     }
     return out;
   }
+  // A nested object (validated as one); an empty object when absent.
+  Json object(const char* k) const {
+    if (!has(k)) return Json::object();
+    if (!j_[k].is_object()) throw ApiError{"invalid_argument", std::string(k) + " must be an object"};
+    return j_[k];
+  }
   std::vector<std::string> string_list(const char* k) const {
     std::vector<std::string> out;
     if (!has(k)) return out;
@@ -142,6 +148,28 @@ class Fields {
  private:
   Json j_;
 };
+
+// {"mode": "deny_all"|"allow_all"|"allowlist", "cidrs": [...], "domains": [...]}
+actors::Egress egress_from(const Json& j) {
+  Fields f(j, {"mode", "cidrs", "domains"});
+  actors::Egress e;
+  e.cidrs = f.string_list("cidrs");
+  e.domains = f.string_list("domains");
+  e.mode = f.str("mode", e.cidrs.empty() && e.domains.empty() ? "deny_all" : "allowlist");
+  return e;
+}
+
+Json egress_json(const actors::Egress& e) {
+  Json j = Json::object();
+  j.set("mode", e.mode);
+  Json c = Json::array();
+  for (auto& x : e.cidrs) c.push(x);
+  j.set("cidrs", c);
+  Json d = Json::array();
+  for (auto& x : e.domains) d.push(x);
+  j.set("domains", d);
+  return j;
+}
 
 template <typename T>
 T unwrap(Reply<T> r) {
@@ -167,6 +195,8 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   if (!i.failure_reason.empty()) j.set("failure_reason", i.failure_reason);
   j.set("tenant", i.tenant);
   j.set("version", i.version);  // events in the sandbox's stream
+  j.set("network", i.network);
+  if (i.network) j.set("egress", egress_json(i.egress));
   return j;
 }
 
@@ -355,7 +385,7 @@ struct Gateway::Impl final : public kj::HttpService {
     add(M::POST, "/v1/sandboxes", "Create a sandbox");
     add(M::GET, "/v1/sandboxes", "List sandboxes (?state=, ?metadata.KEY=VALUE)");
     add(M::GET, "/v1/sandboxes/{id}", "Get a sandbox");
-    add(M::PATCH, "/v1/sandboxes/{id}", "Change ttl_seconds or metadata");
+    add(M::PATCH, "/v1/sandboxes/{id}", "Change ttl_seconds, metadata or the egress policy");
     add(M::DELETE, "/v1/sandboxes/{id}", "Kill a sandbox");
     add(M::POST, "/v1/sandboxes/{id}/exec", "Run a command to completion");
     add(M::POST, "/v1/sandboxes/{id}/exec/stream", "Run a command, output as server-sent events",
@@ -380,6 +410,8 @@ struct Gateway::Impl final : public kj::HttpService {
     add(M::POST, "/v1/sandboxes/{id}/wake", "Wake a hibernated sandbox");
     add(M::GET, "/v1/sandboxes/{id}/events", "The sandbox's audit events (?follow=1: SSE)",
         K::stream);
+    add(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest port on the host (not built yet: 501)");
+    add(M::DELETE, "/v1/sandboxes/{id}/ports/{port}", "Stop exposing a guest port (not built yet: 501)");
     add(M::GET, "/v1/audit", "The audit log (?after=, ?from_ms=, ?to_ms=, ?limit=)");
     add(M::GET, "/v1/keys", "List API keys (admin)");
     add(M::POST, "/v1/keys", "Create an API key for a tenant (admin)");
@@ -870,7 +902,8 @@ struct Gateway::Impl final : public kj::HttpService {
     }
     if (route == "/v1/sandboxes" && r.method == M::POST) {
       Fields f(r.json(),
-               {"template", "ttl_seconds", "metadata", "persistent", "auto_wake", "from_snapshot"});
+               {"template", "ttl_seconds", "metadata", "persistent", "auto_wake", "from_snapshot",
+                "network", "egress"});
       actors::CreateRequest c;
       c.tenant = tenant;
       c.template_name = f.str("template", "base");
@@ -879,6 +912,8 @@ struct Gateway::Impl final : public kj::HttpService {
       c.persistent = f.boolean("persistent");
       c.auto_wake = f.boolean("auto_wake");
       c.from_snapshot = f.str("from_snapshot");
+      if (f.has("network")) c.network = f.boolean("network");
+      if (f.has("egress")) c.egress = egress_from(f.object("egress"));
       auto t0 = Clock::now();
       auto created = rt.create(c);
       if (!created && created.error().code == "sandbox_failed")
@@ -914,19 +949,25 @@ struct Gateway::Impl final : public kj::HttpService {
     if (route == "/v1/sandboxes/{id}") {
       if (r.method == M::GET) return json_reply(200, sandbox_json(unwrap(rt.get(tenant, id))));
       if (r.method == M::DELETE) return json_reply(200, sandbox_json(unwrap(rt.kill(tenant, id))));
-      Fields f(r.json(), {"ttl_seconds", "metadata"});
-      if (!f.has("ttl_seconds") && !f.has("metadata"))
-        throw ApiError{"invalid_argument", "give ttl_seconds and/or metadata"};
+      Fields f(r.json(), {"ttl_seconds", "metadata", "egress"});
+      if (!f.has("ttl_seconds") && !f.has("metadata") && !f.has("egress"))
+        throw ApiError{"invalid_argument", "give ttl_seconds, metadata and/or egress"};
+      // Validate everything before changing anything.
+      if (f.has("ttl_seconds")) f.integer("ttl_seconds", 0, 1, UINT32_MAX);
+      std::optional<actors::Egress> egress;
+      if (f.has("egress")) egress = egress_from(f.object("egress"));
+      auto m = f.string_map("metadata");
       actors::SandboxInfo s;
-      if (f.has("metadata")) {
-        auto m = f.string_map("metadata");
-        if (f.has("ttl_seconds")) f.integer("ttl_seconds", 0, 1, UINT32_MAX);  // validate first
-        s = unwrap(rt.set_metadata(tenant, id, m));
-      }
+      if (egress) s = unwrap(rt.set_egress(tenant, id, *egress));
+      if (f.has("metadata")) s = unwrap(rt.set_metadata(tenant, id, m));
       if (f.has("ttl_seconds"))
         s = unwrap(rt.set_ttl(tenant, id, uint32_t(f.integer("ttl_seconds", 0, 1, UINT32_MAX))));
       return json_reply(200, sandbox_json(s));
     }
+    if (route == "/v1/sandboxes/{id}/ports" || route == "/v1/sandboxes/{id}/ports/{port}")
+      throw ApiError{"not_implemented",
+                     "port exposure is not built yet; a guest server is reachable from inside the "
+                     "sandbox only"};
     if (route == "/v1/sandboxes/{id}/exec") {
       auto req = exec_request(r.json(), true);
       auto t0 = Clock::now();

@@ -394,11 +394,18 @@ void Network::destroy() {
   netns_fd_ = -1;
 }
 
-Network::~Network() { destroy(); }
+Network::~Network() {
+  destroy();
+  if (on_release_) on_release_(index_);
+}
 
 Status Network::install_host_rules(const NetworkSettings& settings) {
-  if (settings.prefix.empty() || settings.prefix.size() > 5)
-    return make_error(ErrorCode::invalid_argument, "network prefix must be 1-5 characters: " + settings.prefix);
+  bool good = !settings.prefix.empty() && settings.prefix.size() <= 5 && std::islower(settings.prefix[0]);
+  for (char c : settings.prefix) good = good && (std::islower(c) || std::isdigit(c));
+  if (!good)
+    return make_error(ErrorCode::invalid_argument,
+                      "network prefix must be 1-5 lowercase letters or digits, starting with a letter: " +
+                          settings.prefix);
   auto pool = SubnetPool::parse(settings.pool_cidr);
   if (!pool) return pool.error();
   {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -94,6 +95,8 @@ class Network {
   // The open tap (-1 once taken or for an adopted network). QEMU gets it as `-netdev tap,fd=N`.
   int tap_fd() const { return tap_fd_; }
   void close_tap();
+  // Called with the index when this network is removed (the owner frees the subnet).
+  void set_on_release(std::function<void(uint32_t)> f) { on_release_ = std::move(f); }
 
   // Host set-up once per daemon: IPv4 forwarding on and the host table (re)installed.
   static Status install_host_rules(const NetworkSettings& settings);
@@ -113,6 +116,7 @@ class Network {
   int netns_fd_ = -1;
   int tap_fd_ = -1;
   EgressPolicy policy_;
+  std::function<void(uint32_t)> on_release_;
 };
 
 // Runs `argv` (optionally inside the network namespace `netns_fd`) with `input` on stdin; the

@@ -4,8 +4,13 @@
 
 namespace pandastack::vmm {
 
-RestorePool::RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size)
-    : io_(io), snapshot_(std::move(snapshot)), base_(std::move(base)), size_(size) {
+RestorePool::RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
+                         NetworkFactory make_network)
+    : io_(io),
+      snapshot_(std::move(snapshot)),
+      base_(std::move(base)),
+      size_(size),
+      make_network_(std::move(make_network)) {
   thread_ = std::thread([this] { refill(); });
 }
 
@@ -34,6 +39,16 @@ void RestorePool::refill() {
       c = base_;
       c.run_dir = base_.run_dir.string() + "-" + std::to_string(seq_++);
       c.name = c.run_dir.filename().string();
+    }
+    if (make_network_) {
+      auto net = make_network_();
+      if (!net) {
+        spdlog::warn("restore pool: no network for a member: {}", net.error().message);
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+        continue;
+      }
+      c.network = *net;
     }
     auto vm = Vm::prespawn(io_, snapshot_, c);
     // A waiting process that outlives a crashed host must be found (and killed) by the next one.
@@ -68,6 +83,11 @@ Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name, const s
     c.run_dir = base_.run_dir.string() + "-direct-" + name;
     c.name = name;
     c.hostname = hostname;
+    if (make_network_) {
+      auto net = make_network_();
+      if (!net) return net.error();
+      c.network = *net;
+    }
     return Vm::restore(io_, snapshot_, c);
   }
   vm->set_identity(name, hostname);

@@ -6,10 +6,12 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "vmm-driver/network.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/vm.h"
 
@@ -20,7 +22,10 @@ class IoThread;
 class RestorePool {
  public:
   // `base` gives the VM shape; pool members run in folders `base.run_dir`-<n>.
-  RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size);
+  // With `make_network`, every member is spawned on a network of its own (made while it waits).
+  using NetworkFactory = std::function<Result<std::shared_ptr<Network>>()>;
+  RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
+              NetworkFactory make_network = nullptr);
   ~RestorePool();
   RestorePool(const RestorePool&) = delete;
   RestorePool& operator=(const RestorePool&) = delete;
@@ -37,6 +42,7 @@ class RestorePool {
   Snapshot snapshot_;
   VmConfig base_;
   size_t size_;
+  NetworkFactory make_network_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Vm>> idle_;

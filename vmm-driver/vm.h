@@ -132,6 +132,8 @@ class Vm {
   Status save_record() const;
   // The last `bytes` of the guest's serial console.
   std::string console_tail(size_t bytes = 4096) const;
+  // Gives an adopted VM its (adopted) network back; released with the Vm.
+  void attach_network(std::shared_ptr<Network> network) { config_.network = std::move(network); }
 
  private:
   Vm(IoThread& io, VmConfig config);

@@ -23,6 +23,12 @@ enum ReapAction {
   hibernate @1;
 }
 
+struct Egress {
+  mode @0 :Text;                 # deny_all | allow_all | allowlist
+  cidrs @1 :List(Text);
+  domains @2 :List(Text);
+}
+
 struct SandboxEvent {
   atMs @0 :Int64;
   union {
@@ -38,6 +44,8 @@ struct SandboxEvent {
       autoWake @9 :Bool;
       parent @10 :Text;        # the sandbox this one was forked from ("" for none)
       fromSnapshot @11 :Text;  # the snapshot it was created from ("" = its template)
+      network @33 :Bool;       # the sandbox has a network (egress below)
+      egress @34 :Egress;
     }
     started @12 :Void;
     execStarted :group {
@@ -70,5 +78,7 @@ struct SandboxEvent {
     reaped @30 :ReapAction;
     killed @31 :Void;
     failed @32 :Text;              # reason, e.g. "host_restart"
+    networkAttached @35 :UInt32;   # the VM (created or woken) runs on this host subnet
+    egressChanged @36 :Egress;
   }
 }

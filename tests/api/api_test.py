@@ -6,6 +6,7 @@ Traffic goes only to the daemon on 127.0.0.1.
 """
 import argparse
 import base64
+import hashlib
 import http.client
 import json
 import os
@@ -29,7 +30,8 @@ class Daemon:
     def __init__(self, data, state, extra=()):
         self.data, self.state = data, state
         cmd = [ARGS.daemon, "--data", data, "--images", ARGS.images, "--state-dir", state,
-               "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", *extra]
+               "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg",
+               *Daemon.network_flags(data), *extra]
         os.makedirs(data, exist_ok=True)
         self.log = open(os.path.join(data, "daemon.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
@@ -52,6 +54,15 @@ class Daemon:
                 self.key = f.read().strip()
         u = urllib.parse.urlparse(self.url)
         self.host, self.port = u.hostname, u.port
+
+    @staticmethod
+    def network_flags(data):
+        """A network prefix and subnet pool of this data folder's own (stable across restarts), so
+        test daemons never touch another daemon's sandbox networks."""
+        h = int(hashlib.sha256(os.path.abspath(data).encode()).hexdigest(), 16)
+        prefix = "pt" + "".join("abcdefghijklmnopqrstuvwxyz"[(h >> (5 * i)) % 26] for i in range(3))
+        pool = "10.%d.%d.0/22" % (210 + (h >> 20) % 40, 4 * ((h >> 30) % 64))
+        return ["--network-prefix", prefix, "--subnet-pool", pool]
 
     def stop(self, sig=signal.SIGTERM, timeout=120):
         if self.proc.poll() is None:
@@ -631,6 +642,121 @@ class ApiTest(unittest.TestCase):
         self.assertError(c.call("DELETE", f"/v1/keys/{other_id}"), 404, "key_not_found")
 
 
+class NetworkTest(unittest.TestCase):
+    """Sandbox networking through the API: egress policies set at create and by PATCH, isolation
+    from the host, removal on kill. All traffic goes to an upstream network namespace this test
+    builds itself (198.19.0.2 inside it), never anywhere else."""
+
+    UP_NS, UP_LINK = "pta-upstream", "upta0"
+
+    @classmethod
+    def setUpClass(cls):
+        sh = lambda cmd: subprocess.run(cmd, shell=True, check=True)
+        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
+                       stderr=subprocess.DEVNULL)
+        sh(f"ip netns add {cls.UP_NS} && ip link add {cls.UP_LINK} type veth peer name eth0 "
+           f"netns {cls.UP_NS} && ip addr add 198.19.0.1/24 dev {cls.UP_LINK} && "
+           f"ip link set {cls.UP_LINK} up && ip -n {cls.UP_NS} addr add 198.19.0.2/24 dev eth0 && "
+           f"ip -n {cls.UP_NS} addr add 198.19.0.3/24 dev eth0 && ip -n {cls.UP_NS} link set eth0 up")
+        cls.servers = [subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "python3", "-m",
+                                         "http.server", "--bind", a, "8080"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       for a in ("198.19.0.2", "198.19.0.3")]
+        cls.base = tempfile.mkdtemp(prefix="pst-api-net-", dir="/dev/shm")
+        cls.data = os.path.join(cls.base, "data")
+        cls.daemon = Daemon(cls.data, os.path.join(cls.base, "state"))
+        cls.api = Api(cls.daemon)
+        cls.prefix = Daemon.network_flags(cls.data)[1]
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop()
+        for p in cls.servers:
+            p.terminate()
+            p.wait()
+        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
+                       stderr=subprocess.DEVNULL)
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+        # A graceful stop removes every network of the daemon and its host table.
+        assert not [n for n in os.listdir("/run/netns") if n.startswith(cls.prefix + "-")]
+        tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+        assert "pandastack_" + cls.prefix not in tables, tables
+
+    def fetch(self, sid, addr, port=8080):
+        code = ("import socket\ntry:\n s=socket.create_connection(('%s',%d),3)\n"
+                " s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print('ok', s.recv(12).decode())\n"
+                "except OSError as e: print('error', e)" % (addr, port))
+        s, b = self.api.exec(sid, "python3 -c \"" + code + "\"")
+        self.assertEqual(s, 200, b)
+        return b["stdout"].strip()
+
+    def subnet(self, sid):
+        s, b = self.api.call("GET", f"/v1/sandboxes/{sid}/events")
+        self.assertEqual(s, 200, b)
+        attached = [e for e in b["events"] if e["type"] == "network-attached"]
+        self.assertTrue(attached, b)
+        return attached[-1]["event"]["subnet"]
+
+    def test_egress_policies_isolation_and_cleanup(self):
+        c = self.api
+        sbx = c.create(egress={"mode": "allowlist", "cidrs": ["198.19.0.2"]})
+        sid = sbx["id"]
+        self.assertEqual(sbx["network"], True)
+        self.assertEqual(sbx["egress"], {"mode": "allowlist", "cidrs": ["198.19.0.2/32"],
+                                         "domains": []})
+        self.assertEqual(self.fetch(sid, "198.19.0.2"), "ok HTTP/1.0 200")
+        self.assertTrue(self.fetch(sid, "198.19.0.3").startswith("error"))
+        # The host (its address on the upstream link, the API port itself) is never reachable.
+        self.assertTrue(self.fetch(sid, "198.19.0.1", self.daemon.port).startswith("error"))
+        # PATCH: deny_all, then allow_all.
+        s, b = c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "deny_all"}})
+        self.assertEqual((s, b["egress"]["mode"]), (200, "deny_all"))
+        self.assertTrue(self.fetch(sid, "198.19.0.2").startswith("error"))
+        c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "allow_all"}})
+        self.assertEqual(self.fetch(sid, "198.19.0.3"), "ok HTTP/1.0 200")
+        # Refused: bad CIDRs and modes (400), domains until the resolver exists (501), a policy
+        # for a sandbox without a network (409); nothing changes.
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"cidrs": ["10.0.0.1/8"]}}),
+                         400, "invalid_argument")
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "open"}}),
+                         400, "invalid_argument")
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"domains": ["example.com"]}}),
+                         501, "not_implemented")
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 80}), 501,
+                         "not_implemented")
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["egress"]["mode"], "allow_all")
+        plain = c.create(network=False)
+        self.assertEqual(plain["network"], False)
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{plain['id']}", {"egress": {"mode": "allow_all"}}),
+                         409, "network_disabled")
+        self.assertTrue(self.fetch(plain["id"], "198.19.0.2").startswith("error"))
+        # A fork gets a network of its own with the parent's policy.
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1})
+        self.assertEqual(s, 201, b)
+        child = b["sandboxes"][0]
+        self.assertEqual(child["egress"]["mode"], "allow_all")
+        self.assertEqual(self.fetch(child["id"], "198.19.0.2"), "ok HTTP/1.0 200")
+        self.assertNotEqual(self.subnet(child["id"]), self.subnet(sid))
+        # Kill: the namespace and host link go.
+        n = self.subnet(sid)
+        self.assertTrue(os.path.exists(f"/run/netns/{self.prefix}-{n}"))
+        self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{sid}")[0], 200)
+        for _ in range(50):
+            if not os.path.exists(f"/run/netns/{self.prefix}-{n}"):
+                break
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(f"/run/netns/{self.prefix}-{n}"))
+        self.assertFalse(os.path.exists(f"/sys/class/net/{self.prefix}{n}"))
+        for x in (child["id"], plain["id"]):
+            c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def assertError(self, result, status, code):
+        s, b = result
+        self.assertEqual(s, status, b)
+        self.assertEqual(b["error"]["code"], code, b)
+
+
 class RestartTest(unittest.TestCase):
     """SIGTERM hibernates persistent sandboxes; a new daemon on the same data wakes them intact."""
 
@@ -666,8 +792,8 @@ class RestartTest(unittest.TestCase):
             mine = [l["type"] for l in lines if l["sandbox"] == keep]
             self.assertEqual(mine[:2], ["created", "started"])
             self.assertIn("hibernated", mine)
-            self.assertEqual(mine[-4:], ["transition-started", "woke", "exec-started",
-                                         "exec-finished"])
+            self.assertEqual(mine[-5:], ["transition-started", "woke", "network-attached",
+                                         "exec-started", "exec-finished"])
             r = cli("audit", "--url", d2.url, "--key", d2.key, "--sandbox", keep)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(len(r.stdout.splitlines()), len(mine))

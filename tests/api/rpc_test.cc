@@ -45,7 +45,7 @@ class Daemon {
       std::string data = (base_ / "data").string(), state = (base_ / "state").string();
       ::execl(PANDASTACKD, PANDASTACKD, "--data", data.c_str(), "--state-dir", state.c_str(),
               "--images", images.c_str(), "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-              "--accel", "tcg", nullptr);
+              "--accel", "tcg", "--network", "off", nullptr);
       ::_exit(127);
     }
     ::close(out[1]);

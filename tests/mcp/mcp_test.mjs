@@ -16,7 +16,7 @@ before(async () => {
   daemon = spawn(process.env.PANDASTACKD, [
     "--data", join(base, "data"), "--state-dir", join(base, "state"),
     "--images", process.env.PANDASTACK_IMAGES, "--listen", "127.0.0.1:0",
-    "--rpc-listen", "127.0.0.1:0", "--accel", "tcg",
+    "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", "--network", "off",
   ], { stdio: ["ignore", "pipe", "ignore"] });
   for await (const line of createInterface({ input: daemon.stdout })) {
     const t = line.trim();

@@ -17,7 +17,7 @@ before(async () => {
   const images = process.env.PANDASTACK_IMAGES ?? join(process.cwd(), "../../var/images");
   daemon = spawn(process.env.PANDASTACKD, [
     "--data", join(base, "data"), "--state-dir", join(base, "state"), "--images", images,
-    "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg",
+    "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", "--network", "off",
   ], { stdio: ["ignore", "pipe", "ignore"] });
   const lines = createInterface({ input: daemon.stdout });
   for await (const line of lines) {
