@@ -560,7 +560,8 @@ class ApiTest(unittest.TestCase):
         c.call("DELETE", f"/v1/sandboxes/{sid}")
         t.join(30)
         self.assertFalse(t.is_alive())
-        self.assertEqual(got, ["created", "started", "exec-started", "exec-finished", "killed"])
+        self.assertEqual(got, ["created", "started", "network-attached", "exec-started",
+                               "exec-finished", "killed"])
 
     def test_cli_commands(self):
         env = dict(os.environ, PANDASTACK_API_KEY=self.api.key, PANDASTACK_BASE_URL=self.daemon.url)

@@ -196,6 +196,8 @@ TEST_F(DriverTest, EightConcurrentExecsRunAtTheSameTime) {
       if (r) {
         outs[i] = r->stdout_data;
         timed_out[i] = r->timed_out;
+      } else {
+        outs[i] = "error: " + r.error().message;
       }
     });
   }

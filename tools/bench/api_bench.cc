@@ -64,8 +64,8 @@ void report(bool json, const std::string& scenario, const std::vector<double>& c
 
 }  // namespace
 
-int api_bench(const std::string& scenario, const std::string& url, const std::string& key, int n,
-              bool json) {
+int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
+              const std::string& create_body, const std::string& upstream, int n, bool json) {
   Api api(url, key);
   if (!api.http.valid_url()) {
     std::fprintf(stderr, "pandastack-bench: --url must look like http://HOST:PORT\n");
@@ -80,12 +80,47 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     server.push_back(srv);
   };
   if (scenario == "create") {
-    api.kill(api.create());  // the first create may bake the template
+    api.kill(api.create(create_body));  // the first create may bake the template
     for (int i = 0; i < n; ++i) {
       std::string id;
-      sample([&](double* s) { id = api.create("{}", s); });
+      sample([&](double* s) { id = api.create(create_body, s); });
       api.kill(id);
+      // Let the pool refill (a create-heavy burst is concurrent-create's scenario).
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
+  } else if (scenario == "net-throughput") {
+    // A guest downloads `upstream` (an HTTP server the caller runs where the sandbox's egress
+    // policy allows) n times; reports MB/s per download as the samples.
+    if (upstream.empty()) {
+      std::fprintf(stderr, "pandastack-bench: net-throughput needs --upstream URL\n");
+      return 2;
+    }
+    auto id = api.create(create_body);
+    Json body = Json::object();
+    body.set("cmd", "python3 -c \"import time,urllib.request as u\nt=time.time(); n=len(u.urlopen('" +
+                        upstream + "', timeout=60).read()); print(n, time.time()-t)\"");
+    body.set("timeout_seconds", 300);
+    std::vector<double> mbps;
+    for (int i = 0; i < n; ++i) {
+      auto r = api.call("POST", "/v1/sandboxes/" + id + "/exec", body.dump());
+      double bytes = 0, secs = 0;
+      if (std::sscanf(r["stdout"].as_string().c_str(), "%lf %lf", &bytes, &secs) != 2 || secs <= 0) {
+        std::fprintf(stderr, "pandastack-bench: download failed: %s\n", r.dump().c_str());
+        api.kill(id);
+        return 1;
+      }
+      mbps.push_back(bytes / secs / 1e6);
+    }
+    api.kill(id);
+    auto s = summarize(mbps);
+    if (json)
+      std::printf("{\"scenario\":\"api-net-throughput\",\"n\":%zu,\"p50_mb_s\":%.1f,\"min_mb_s\":%.1f,"
+                  "\"max_mb_s\":%.1f}\n",
+                  s.n, s.p50_ms, s.min_ms, s.max_ms);
+    else
+      std::printf("api net-throughput: n=%zu p50 %.1f MB/s (min %.1f, max %.1f)\n", s.n, s.p50_ms,
+                  s.min_ms, s.max_ms);
+    return 0;
   } else if (scenario == "exec") {
     auto id = api.create();
     std::string body = R"({"argv":["/bin/true"]})";
@@ -120,7 +155,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       for (int i = 0; i < kAtOnce; ++i)
         threads.emplace_back([&, i] {
           Api own(url, key);
-          ids[i] = own.create("{}", &srv[i]);
+          ids[i] = own.create(create_body, &srv[i]);
         });
       for (auto& th : threads) th.join();
       client.push_back(ms_since(t));
@@ -129,7 +164,8 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
   } else {
     std::fprintf(stderr,
-                 "pandastack-bench: api scenarios: create exec fork wake concurrent-create\n");
+                 "pandastack-bench: api scenarios: create exec fork wake concurrent-create "
+                 "net-throughput\n");
     return 2;
   }
   report(json, scenario, client, server);

@@ -47,7 +47,8 @@ using namespace pandastack;
 using namespace std::chrono;
 
 namespace pandastack::tools {
-int api_bench(const std::string& scenario, const std::string& url, const std::string& key, int n,
+int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
+              const std::string& create_body, const std::string& upstream, int n,
               bool json);
 }
 
@@ -62,6 +63,8 @@ struct Options {
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
   std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
   std::string url = "http://127.0.0.1:7070", key;  // api mode
+  std::string create_body = "{}";                   // api mode: the body of every create
+  std::string upstream;                             // api net-throughput: the URL guests fetch
 };
 
 int usage() {
@@ -69,8 +72,8 @@ int usage() {
                "usage: pandastack-bench driver boot|ping|exec|exec-output|create|create-pool|concurrent-create|snapshot|fork|fork4|hibernate|wake|compare [--n N] [--json] [--images DIR] "
                "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
-               "       pandastack-bench api create|exec|fork|wake|concurrent-create [--url URL] "
-               "[--key KEY (default $PANDASTACK_API_KEY)] [--n N] [--json]\n");
+               "       pandastack-bench api create|exec|fork|wake|concurrent-create|net-throughput [--url URL] "
+               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] [--n N] [--json]\n");
   return 2;
 }
 
@@ -459,6 +462,8 @@ int main(int argc, char** argv) {
     else if (a == "--cpu" && i + 1 < argc) o.cpu = argv[++i];
     else if (a == "--url" && i + 1 < argc) o.url = argv[++i];
     else if (a == "--key" && i + 1 < argc) o.key = argv[++i];
+    else if (a == "--create-body" && i + 1 < argc) o.create_body = argv[++i];
+    else if (a == "--upstream" && i + 1 < argc) o.upstream = argv[++i];
     else if (a.rfind("--", 0) == 0) return usage();
     else pos.push_back(a);
   }
@@ -466,7 +471,7 @@ int main(int argc, char** argv) {
     return usage();
   if (pos[0] == "api") {
     if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
-    return tools::api_bench(pos[1], o.url, o.key, o.n, o.json);
+    return tools::api_bench(pos[1], o.url, o.key, o.create_body, o.upstream, o.n, o.json);
   }
   o.mode = pos[0];
   o.scenario = pos[1];

@@ -5,7 +5,7 @@ an ``exec_stream`` loop) closes the connection and the server kills the command 
 """
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union, Sequence
 
 import httpx
 
@@ -136,11 +136,18 @@ class AsyncSandbox:
     async def create(cls, template: str = "base", ttl_seconds: Optional[int] = None,
                      metadata: Optional[Mapping[str, str]] = None, persistent: bool = False,
                      auto_wake: bool = False, from_snapshot: Optional[str] = None, *,
+                     network: Optional[bool] = None, egress: Optional[str] = None,
+                     allow: Optional[Sequence[str]] = None,
                      api_key: Optional[str] = None, base_url: Optional[str] = None,
                      timeout: float = 300.0) -> "AsyncSandbox":
-        """Creates a sandbox (restored from the template's snapshot) and returns it running."""
+        """Creates a sandbox (restored from the template's snapshot) and returns it running.
+
+        ``network=False`` creates it without a network; ``egress`` is ``"deny_all"``,
+        ``"allow_all"`` or ``"allowlist"`` and ``allow`` the allowlist's IPv4 addresses/CIDRs
+        (an allowlist when only ``allow`` is given); by default the daemon's policy applies."""
         http = _AsyncHttp(api_key, base_url, timeout)
-        body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot)
+        body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
+                             network, egress, allow)
         r = await http.call("POST", "/v1/sandboxes", json=body)
         return cls(SandboxInfo.from_api(r.json()), http)
 
@@ -203,6 +210,13 @@ class AsyncSandbox:
         """``count`` copies of the running sandbox; it keeps running."""
         kids = (await self._post("fork", {"count": count}))["sandboxes"]
         return [AsyncSandbox(SandboxInfo.from_api(k), self._http) for k in kids]
+
+    async def set_egress(self, mode: Optional[str] = None,
+                         allow: Optional[Sequence[str]] = None) -> None:
+        """Replaces the egress policy (``deny_all``, ``allow_all``, or an allowlist of CIDRs)."""
+        r = await self._http.call("PATCH", f"/v1/sandboxes/{self.id}",
+                                  json={"egress": c.egress_body(mode, allow)})
+        self.info = SandboxInfo.from_api(r.json())
 
     async def set_ttl(self, ttl_seconds: int) -> None:
         """Sets the time to live from now."""

@@ -42,10 +42,22 @@ def exec_body(cmd: Command, timeout_seconds: Optional[int], env: Optional[Mappin
     return body
 
 
+def egress_body(mode: Optional[str], allow: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """{"mode", "cidrs"}: an allowlist when CIDRs are given and no mode is named."""
+    cidrs = list(allow or [])
+    return {"mode": mode or ("allowlist" if cidrs else "deny_all"), "cidrs": cidrs}
+
+
 def create_body(template: str, ttl_seconds: Optional[int], metadata: Optional[Mapping[str, str]],
-                persistent: bool, auto_wake: bool, from_snapshot: Optional[str]) -> Dict[str, Any]:
+                persistent: bool, auto_wake: bool, from_snapshot: Optional[str],
+                network: Optional[bool] = None, egress: Optional[str] = None,
+                allow: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"template": template, "persistent": persistent,
                             "auto_wake": auto_wake}
+    if network is not None:
+        body["network"] = bool(network)
+    if egress is not None or allow:
+        body["egress"] = egress_body(egress, allow)
     if ttl_seconds is not None:
         body["ttl_seconds"] = int(ttl_seconds)
     if metadata:

@@ -74,12 +74,16 @@ class SandboxInfo:
     metadata: Dict[str, str] = field(default_factory=dict)
     parent: Optional[str] = None
     snapshots: List[str] = field(default_factory=list)
+    network: bool = False
+    #: {"mode", "cidrs", "domains"} when the sandbox has a network
+    egress: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "SandboxInfo":
         return cls(b["id"], b["template"], b["state"], int(b["created_at_ms"]),
                    int(b["expires_at_ms"]), bool(b.get("persistent", False)),
-                   dict(b.get("metadata", {})), b.get("parent"), list(b.get("snapshots", [])))
+                   dict(b.get("metadata", {})), b.get("parent"), list(b.get("snapshots", [])),
+                   bool(b.get("network", False)), b.get("egress"))
 
 
 @dataclass

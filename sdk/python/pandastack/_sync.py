@@ -1,7 +1,7 @@
 """The synchronous client: ``Sandbox``."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union, Sequence
 
 import httpx
 
@@ -149,11 +149,18 @@ class Sandbox:
     def create(cls, template: str = "base", ttl_seconds: Optional[int] = None,
                metadata: Optional[Mapping[str, str]] = None, persistent: bool = False,
                auto_wake: bool = False, from_snapshot: Optional[str] = None, *,
+               network: Optional[bool] = None, egress: Optional[str] = None,
+               allow: Optional[Sequence[str]] = None,
                api_key: Optional[str] = None, base_url: Optional[str] = None,
                timeout: float = 300.0) -> "Sandbox":
-        """Creates a sandbox (restored from the template's snapshot) and returns it running."""
+        """Creates a sandbox (restored from the template's snapshot) and returns it running.
+
+        ``network=False`` creates it without a network; ``egress`` is ``"deny_all"``,
+        ``"allow_all"`` or ``"allowlist"`` and ``allow`` the allowlist's IPv4 addresses/CIDRs
+        (an allowlist when only ``allow`` is given); by default the daemon's policy applies."""
         http = _Http(api_key, base_url, timeout)
-        body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot)
+        body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
+                             network, egress, allow)
         return cls(SandboxInfo.from_api(http.call("POST", "/v1/sandboxes", json=body).json()), http)
 
     @classmethod
@@ -215,6 +222,11 @@ class Sandbox:
         """Sets the time to live from now."""
         self.info = SandboxInfo.from_api(self._http.call(
             "PATCH", f"/v1/sandboxes/{self.id}", json={"ttl_seconds": ttl_seconds}).json())
+
+    def set_egress(self, mode: Optional[str] = None, allow: Optional[Sequence[str]] = None) -> None:
+        """Replaces the egress policy (``deny_all``, ``allow_all``, or an allowlist of CIDRs)."""
+        self.info = SandboxInfo.from_api(self._http.call(
+            "PATCH", f"/v1/sandboxes/{self.id}", json={"egress": c.egress_body(mode, allow)}).json())
 
     def set_metadata(self, metadata: Mapping[str, str]) -> None:
         """Replaces the sandbox's metadata."""

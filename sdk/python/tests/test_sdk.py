@@ -124,6 +124,22 @@ class SdkTest(unittest.TestCase):
             for k in ("created", "snapshot-taken", "forked", "hibernated", "woke", "ttl-changed"):
                 self.assertIn(k, kinds)
 
+    def test_network_and_egress(self):
+        with Sandbox.create(allow=["198.51.100.7", "198.51.100.0/28"]) as sbx:
+            self.assertTrue(sbx.info.network)
+            self.assertEqual(sbx.info.egress["mode"], "allowlist")
+            self.assertEqual(sbx.info.egress["cidrs"], ["198.51.100.0/28", "198.51.100.7/32"])
+            sbx.set_egress("allow_all")
+            self.assertEqual(sbx.info.egress["mode"], "allow_all")
+            with self.assertRaises(pandastack.InvalidArgument):
+                sbx.set_egress(allow=["198.51.100.1/24"])  # host bits set
+            self.assertEqual(Sandbox.get(sbx.id).info.egress["mode"], "allow_all")
+        with Sandbox.create(network=False) as plain:
+            self.assertFalse(plain.info.network)
+            with self.assertRaises(pandastack.PandaStackError) as e:
+                plain.set_egress("allow_all")
+            self.assertEqual(e.exception.code, "network_disabled")
+
     def test_errors_are_typed(self):
         with self.assertRaises(pandastack.SandboxNotFound) as e:
             Sandbox.get("sbx_doesnotexist000000")

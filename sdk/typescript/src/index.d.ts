@@ -14,6 +14,20 @@ export interface CreateOptions extends ClientOptions {
   persistent?: boolean;
   autoWake?: boolean;
   fromSnapshot?: string;
+  /** false: no network at all (default: the daemon's setting). */
+  network?: boolean;
+  /** The egress policy (default: the daemon's); with only `allow`, an allowlist. */
+  egress?: EgressMode;
+  /** IPv4 addresses or CIDRs the sandbox may reach (allowlist). */
+  allow?: string[];
+}
+
+export type EgressMode = "deny_all" | "allow_all" | "allowlist";
+
+export interface Egress {
+  mode: EgressMode;
+  cidrs: string[];
+  domains: string[];
 }
 
 export interface ListOptions extends ClientOptions {
@@ -35,6 +49,8 @@ export interface SandboxInfo {
   metadata: Record<string, string>;
   parent: string | null;
   snapshots: string[];
+  network: boolean;
+  egress: Egress | null;
 }
 
 export interface ExecOptions {
@@ -113,6 +129,7 @@ export declare class Sandbox {
   hibernate(): Promise<void>;
   wake(): Promise<void>;
   setTtl(ttlSeconds: number): Promise<void>;
+  setEgress(mode?: EgressMode, allow?: string[]): Promise<void>;
   kill(): Promise<void>;
   events(): Promise<unknown[]>;
   refresh(): Promise<SandboxInfo>;

@@ -209,7 +209,14 @@ function info(b) {
   return {
     id: b.id, template: b.template, state: b.state, createdAtMs: b.created_at_ms, expiresAtMs: b.expires_at_ms,
     persistent: b.persistent, metadata: b.metadata ?? {}, parent: b.parent ?? null, snapshots: b.snapshots ?? [],
+    network: !!b.network, egress: b.egress ?? null,
   };
+}
+
+// {mode, cidrs}: an allowlist when only CIDRs are given.
+function egressBody(mode, allow) {
+  const cidrs = allow ?? [];
+  return { mode: mode ?? (cidrs.length ? "allowlist" : "deny_all"), cidrs };
 }
 
 /** A PandaStack sandbox (a microVM), driven through the REST API. */
@@ -229,6 +236,8 @@ export class Sandbox {
     if (opts.ttlSeconds !== undefined) body.ttl_seconds = opts.ttlSeconds;
     if (opts.metadata) body.metadata = opts.metadata;
     if (opts.fromSnapshot) { body.from_snapshot = opts.fromSnapshot; delete body.template; }
+    if (opts.network !== undefined) body.network = !!opts.network;
+    if (opts.egress !== undefined || opts.allow) body.egress = egressBody(opts.egress, opts.allow);
     return new Sandbox(info(await http.json("POST", "/v1/sandboxes", { json: body })), http);
   }
   /** An existing sandbox of this key's tenant. */
@@ -281,6 +290,10 @@ export class Sandbox {
   /** Restores a hibernated sandbox. */
   async wake() { this.info = info(await this.#post("wake")); }
   /** Sets the time to live from now. */
+  /** Replaces the egress policy: "deny_all", "allow_all", or an allowlist of IPv4 CIDRs. */
+  async setEgress(mode, allow) {
+    this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${this.id}`, { json: { egress: egressBody(mode, allow) } }));
+  }
   async setTtl(ttlSeconds) { this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${this.id}`, { json: { ttl_seconds: ttlSeconds } })); }
   /** Stops the sandbox. */
   async kill() { this.info = info(await this.http.json("DELETE", `/v1/sandboxes/${this.id}`)); }

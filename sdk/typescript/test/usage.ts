@@ -18,6 +18,10 @@ export async function usage(): Promise<string> {
     else if (e.kind === "error") console.log(e.code);
   }
   await sbx.files.write("/tmp/x", new Uint8Array([1, 2]));
+  await using limited = await Sandbox.create({ allow: ["192.0.2.0/24"] });
+  await limited.setEgress("allow_all");
+  const mode: string | undefined = limited.info.egress?.mode;
+  console.log(mode, limited.info.network, (await Sandbox.create({ network: false })).info.network);
   const entries: FileInfo[] = await sbx.files.list("/tmp");
   const pid: number = await sbx.process.start("sleep 1");
   await sbx.process.kill(pid, 9);
