@@ -252,14 +252,19 @@ struct Env {
 
   // The template's pool for `snap` (a new one when the template was baked again), or null.
   // With networking on, pool members wait on networks of their own (deny_all until claimed).
-  vmm::RestorePool* pool_for(const std::string& template_name, const vmm::Snapshot& snap) {
+  // Sandboxes without a network (when networking is on) have a pool of their own, made on first
+  // use.
+  vmm::RestorePool* pool_for(const std::string& template_name, const vmm::Snapshot& snap,
+                             bool networked) {
     if (config.pool_size == 0) return nullptr;
+    networked = networked && config.network;
     std::lock_guard lock(pools_mu);
-    auto& [dir, pool] = pools[template_name];
+    auto& [dir, pool] = pools[template_name + (networked || !config.network ? "" : "/no-network")];
     if (!pool || dir != snap.dir.string()) {
-      auto base = vm_config(template_name, "pool", "pool-" + template_name);
+      auto base = vm_config(template_name, "pool",
+                            "pool-" + template_name + (networked || !config.network ? "" : "-nonet"));
       vmm::RestorePool::NetworkFactory factory;
-      if (config.network) factory = [this] { return make_network(Egress{}); };
+      if (networked) factory = [this] { return make_network(Egress{}); };
       pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory);
       dir = snap.dir.string();
     }
@@ -370,10 +375,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         snap = *loaded;
         std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
         auto config = st.env->vm_config(st.template_name, st.id, run_name);
-        // Pool members have a network exactly when the runtime has networking.
-        auto* pool = pooled && net.enabled == st.env->config.network
-                         ? st.env->pool_for(st.template_name, snap)
-                         : nullptr;
+        auto* pool = pooled ? st.env->pool_for(st.template_name, snap, net.enabled) : nullptr;
         if (!pool && net.enabled) {
           auto n = st.env->make_network(net.egress);
           if (!n) return failed("network: " + n.error().message);

@@ -6,7 +6,7 @@ PACKAGES=(
   libcaf-dev librocksdb-dev capnproto libcapnp-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libssl-dev
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio xz-utils kmod
-  iproute2 nftables python3 python3-httpx nodejs
+  iproute2 nftables libnftables-dev python3 python3-httpx nodejs
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

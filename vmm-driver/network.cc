@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nftables/libnftables.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -212,6 +213,32 @@ std::string host_ruleset(const NetworkSettings& settings) {
   return r;
 }
 
+Status apply_nft(const std::string& rules, int netns_fd) {
+  // libnftables in-process (no fork/exec of nft): its netlink socket belongs to the namespace of
+  // the thread that creates the context, so a short-lived thread enters the namespace first.
+  std::string error;
+  std::thread([&] {
+    if (netns_fd >= 0 && ::setns(netns_fd, CLONE_NEWNET) != 0) {
+      error = errno_text("entering the sandbox namespace", errno);
+      return;
+    }
+    nft_ctx* ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+    if (!ctx) {
+      error = "nft_ctx_new failed";
+      return;
+    }
+    nft_ctx_buffer_output(ctx);
+    nft_ctx_buffer_error(ctx);
+    if (nft_run_cmd_from_buffer(ctx, rules.c_str()) != 0) {
+      const char* e = nft_ctx_get_error_buffer(ctx);
+      error = std::string("nft: ") + (e && *e ? e : "failed");
+    }
+    nft_ctx_free(ctx);
+  }).join();
+  if (!error.empty()) return make_error(ErrorCode::spawn_failed, error);
+  return Ok{};
+}
+
 Status run_net_tool(const std::vector<std::string>& argv, const std::string& input, int netns_fd) {
   int in_pipe[2], out_pipe[2];
   if (::pipe2(in_pipe, O_CLOEXEC) != 0) return make_error(ErrorCode::io_error, errno_text("pipe", errno));
@@ -335,9 +362,8 @@ Result<std::shared_ptr<Network>> Network::create(const NetworkSettings& settings
     return make_error(ErrorCode::io_error, errno_text("bind-mounting " + path, err));
   }
   // From here on the destructor removes whatever exists.
-  auto host = run_net_tool({"ip", "-batch", "-"},
-                           "link del " + n->host_link_ + "\n", -1);  // a stale link from a crash
-  (void)host;
+  if (fs::exists("/sys/class/net/" + n->host_link_))  // a stale link from a crash
+    (void)run_net_tool({"ip", "link", "del", n->host_link_});
   auto st = run_net_tool({"ip", "-batch", "-"}, "link add " + n->host_link_ + " type veth peer name eth0 netns " +
                                                     n->netns_ + "\naddr add " + pool->host_address(index) +
                                                     "/30 dev " + n->host_link_ + "\nlink set " + n->host_link_ +
@@ -350,7 +376,7 @@ Result<std::shared_ptr<Network>> Network::create(const NetworkSettings& settings
                         pool->host_address(index) + "\n",
                     n->netns_fd_);
   if (!st) return st.error();
-  st = run_net_tool({"nft", "-f", "-"}, sandbox_ruleset(settings, policy), n->netns_fd_);
+  st = apply_nft(sandbox_ruleset(settings, policy), n->netns_fd_);
   if (!st) return st.error();
   return n;
 }
@@ -372,7 +398,7 @@ Result<std::shared_ptr<Network>> Network::adopt(const NetworkSettings& settings,
 }
 
 Status Network::set_policy(const EgressPolicy& policy) {
-  auto st = run_net_tool({"nft", "-f", "-"}, sandbox_ruleset(settings_, policy), netns_fd_);
+  auto st = apply_nft(sandbox_ruleset(settings_, policy), netns_fd_);
   if (st) policy_ = policy;
   return st;
 }
@@ -413,12 +439,12 @@ Status Network::install_host_rules(const NetworkSettings& settings) {
     f << "1";
     if (!f) return make_error(ErrorCode::io_error, "cannot enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward)");
   }
-  return run_net_tool({"nft", "-f", "-"}, host_ruleset(settings));
+  return apply_nft(host_ruleset(settings));
 }
 
 void Network::remove_host_rules(const NetworkSettings& settings) {
   auto t = std::string(kTable) + "_" + settings.prefix;
-  (void)run_net_tool({"nft", "-f", "-"}, "table inet " + t + "\ndelete table inet " + t + "\n");
+  (void)apply_nft("table inet " + t + "\ndelete table inet " + t + "\n");
 }
 
 std::vector<std::string> Network::list_namespaces(const std::string& prefix) {

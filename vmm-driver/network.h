@@ -119,6 +119,10 @@ class Network {
   std::function<void(uint32_t)> on_release_;
 };
 
+// Applies an nftables script (libnftables, in-process) in the network namespace `netns_fd` (-1:
+// this process's own). The error carries nft's message.
+Status apply_nft(const std::string& rules, int netns_fd = -1);
+
 // Runs `argv` (optionally inside the network namespace `netns_fd`) with `input` on stdin; the
 // error carries its output. For ip/nft, which the network set-up drives.
 Status run_net_tool(const std::vector<std::string>& argv, const std::string& input = "",
