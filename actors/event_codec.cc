@@ -198,6 +198,12 @@ std::string encode_event(const Event& e) {
     case K::egress_changed:
       put_egress(b.initEgressChanged(), e.egress);
       break;
+    case K::port_exposed:
+      b.setPortExposed(e.port);
+      break;
+    case K::port_unexposed:
+      b.setPortUnexposed(e.port);
+      break;
   }
   auto words = capnp::messageToFlatArray(msg);
   auto bytes = words.asBytes();
@@ -305,6 +311,14 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.kind = K::egress_changed;
         e.egress = get_egress(r.getEgressChanged());
         break;
+      case w::SandboxEvent::PORT_EXPOSED:
+        e.kind = K::port_exposed;
+        e.port = r.getPortExposed();
+        break;
+      case w::SandboxEvent::PORT_UNEXPOSED:
+        e.kind = K::port_unexposed;
+        e.port = r.getPortUnexposed();
+        break;
       default:
         return;  // a kind this build does not know
     }
@@ -346,6 +360,10 @@ std::string event_to_json(const Event& e) {
       break;
     case Event::Kind::egress_changed:
       j.set("egress", egress_json(e.egress));
+      break;
+    case Event::Kind::port_exposed:
+    case Event::Kind::port_unexposed:
+      j.set("port", e.port);
       break;
     case Event::Kind::exec_started:
       j.set("exec_id", e.exec_id);
@@ -430,6 +448,9 @@ std::string encode_state(const SandboxState& s) {
   j.set("network", s.network);
   j.set("egress", egress_json(s.egress));
   if (s.subnet) j.set("subnet", *s.subnet);
+  Json ports = Json::array();
+  for (auto p : s.ports) ports.push(p);
+  j.set("ports", ports);
   return j.dump();
 }
 
@@ -484,6 +505,9 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   if (o["network"].is_bool()) s.network = o["network"].as_bool();
   if (auto e = egress_from_json(o["egress"])) s.egress = *e;
   if (o["subnet"].is_integer()) s.subnet = uint32_t(o["subnet"].as_int());
+  if (o["ports"].is_array())
+    for (auto& p : o["ports"].as_array())
+      if (p.is_integer()) s.ports.insert(uint32_t(p.as_int()));
   return s;
 }
 

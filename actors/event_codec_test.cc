@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::egress_changed); ++k) {
+  for (int k = 0; k <= int(Event::Kind::port_unexposed); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -34,6 +34,7 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.network = true;
     e.egress = Egress{"allowlist", {"192.0.2.0/24"}, {"example.com"}};
     e.subnet = 77;
+    e.port = 8080;
     auto bytes = encode_event(e);
     auto back = decode_event(bytes);
     ASSERT_TRUE(back) << to_string(e.kind);
@@ -82,6 +83,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.network = true;
   s.egress = Egress{"allowlist", {"192.0.2.0/24"}, {}};
   s.subnet = 12;
+  s.ports = {80, 8080};
   auto d = decode_state(encode_state(s));
   ASSERT_TRUE(d);
   EXPECT_EQ(encode_state(*d), encode_state(s));
@@ -89,6 +91,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   EXPECT_EQ(d->metadata.at("b"), "\"quoted\"");
   EXPECT_EQ(d->egress, s.egress);
   EXPECT_EQ(d->subnet, 12u);
+  EXPECT_EQ(d->ports, (std::set<uint32_t>{80, 8080}));
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

@@ -79,6 +79,7 @@ struct WorkerResult {
 struct NetSpec {
   bool enabled = false;
   Egress egress;
+  std::set<uint32_t> ports;  // exposed again on the new VM
 };
 
 struct ListQuery {
@@ -177,6 +178,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.version = s.version;
   i.network = s.network;
   i.egress = s.egress;
+  i.ports = s.ports;
   return i;
 }
 
@@ -392,6 +394,10 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
             if (!set) return failed("network policy: " + set.error().message);
           }
           r.subnet = n->index();
+          for (auto p : net.ports) {
+            auto e = n->expose(uint16_t(p), st.env->config.ports_host);
+            if (!e) spdlog::warn("sandbox {}: port {} not exposed: {}", st.id, p, e.error().message);
+          }
         }
         std::unique_lock l(st.handle->mu);
         st.handle->vm = std::move(*vm);
@@ -512,8 +518,9 @@ void effect(SandboxSelf* self, const Event& e) {
   switch (e.kind) {
     case Event::Kind::created: {
       auto restore = [self, started, lost](std::string dir, bool pooled) {
+        auto& s = self->state.s;
         self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled,
-                      NetSpec{self->state.s.network, self->state.s.egress})
+                      NetSpec{s.network, s.egress, s.ports})
             .then(started, lost);
       };
       if (!e.from_snapshot.empty()) {
@@ -554,7 +561,7 @@ void effect(SandboxSelf* self, const Event& e) {
         case Transition::waking:
           self->request(st.worker, caf::infinite, restore_atom::value,
                         st.env->hibernated_dir(st.s.id).string(), true, false,
-                        NetSpec{st.s.network, st.s.egress})
+                        NetSpec{st.s.network, st.s.egress, st.s.ports})
               .then(started, lost);
           break;
         case Transition::forking: {
@@ -1135,6 +1142,11 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
         if (net) {
           env.subnets_used.insert(*s.subnet);
           env.own(**net);
+          // The forwards died with the previous host process: expose the ports again.
+          for (auto p : s.ports) {
+            auto e = (*net)->expose(uint16_t(p), config.ports_host);
+            if (!e) spdlog::warn("recovery: {}: port {} not exposed: {}", id, p, e.error().message);
+          }
           (*vm)->attach_network(*net);
         } else {
           spdlog::warn("recovery: {}: network not adopted: {}", id, net.error().message);
@@ -1317,6 +1329,66 @@ Reply<SandboxInfo> Runtime::set_ttl(const std::string& tenant, const std::string
                                     uint32_t ttl) {
   return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetTtl{ttl})),
                                [](const Answer& a) { return a.info; });
+}
+
+namespace {
+// The sandbox's exposed ports, after `change` ran on its VM's network (when the VM runs).
+Reply<std::vector<PortInfo>> ports_after(Runtime::Impl& impl, const std::string& tenant,
+                                         const std::string& id, const SandboxInfo& info,
+                                         const std::function<vmm::Status(vmm::Network&)>& change) {
+  std::map<uint16_t, uint16_t> live;
+  if (info.status == Status::running) {
+    Answer a = impl.ask(caf::make_message(lease_atom::value, tenant, id));
+    if (a.ok) {
+      std::shared_lock l(a.vm->mu);
+      if (a.vm->vm && a.vm->vm->config().network) {
+        auto& net = *a.vm->vm->config().network;
+        if (change) {
+          auto st = change(net);
+          if (!st) return Rejection{"network_error", st.error().message};
+        }
+        live = net.exposed();
+      }
+    }
+  }
+  std::vector<PortInfo> out;
+  for (auto p : info.ports) {
+    PortInfo pi;
+    pi.port = p;
+    pi.host = impl.env->config.ports_host;
+    if (auto it = live.find(uint16_t(p)); it != live.end()) pi.host_port = it->second;
+    out.push_back(pi);
+  }
+  return out;
+}
+}  // namespace
+
+Reply<std::vector<PortInfo>> Runtime::expose_port(const std::string& tenant, const std::string& id,
+                                                  uint32_t port) {
+  Answer a = impl_->ask(route(tenant, id, cmd::ExposePort{port}));
+  if (!a.ok) return a.error;
+  const auto& host = impl_->env->config.ports_host;
+  return ports_after(*impl_, tenant, id, a.info, [&](vmm::Network& n) -> vmm::Status {
+    auto p = n.expose(uint16_t(port), host);
+    if (!p) return p.error();
+    return vmm::Ok{};
+  });
+}
+
+Reply<std::vector<PortInfo>> Runtime::unexpose_port(const std::string& tenant,
+                                                    const std::string& id, uint32_t port) {
+  Answer a = impl_->ask(route(tenant, id, cmd::UnexposePort{port}));
+  if (!a.ok) return a.error;
+  return ports_after(*impl_, tenant, id, a.info, [&](vmm::Network& n) -> vmm::Status {
+    n.unexpose(uint16_t(port));
+    return vmm::Ok{};
+  });
+}
+
+Reply<std::vector<PortInfo>> Runtime::ports(const std::string& tenant, const std::string& id) {
+  auto info = get(tenant, id);
+  if (!info) return info.error();
+  return ports_after(*impl_, tenant, id, *info, nullptr);
 }
 
 Reply<SandboxInfo> Runtime::set_egress(const std::string& tenant, const std::string& id,

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ struct RuntimeConfig {
   bool network = false;
   vmm::NetworkSettings net;
   Egress default_egress;  // for creates that name no policy (deny_all unless configured)
+  std::string ports_host = "127.0.0.1";  // where exposed guest ports listen on the host
 };
 
 struct SandboxInfo {
@@ -64,6 +66,14 @@ struct SandboxInfo {
   uint64_t version = 0;  // events applied (the stream's length)
   bool network = false;
   Egress egress;
+  std::set<uint32_t> ports;  // exposed guest ports
+};
+
+// An exposed guest port: where the host forwards it from (host_port 0 while the VM is not running).
+struct PortInfo {
+  uint32_t port = 0;
+  std::string host;
+  uint16_t host_port = 0;
 };
 
 struct CreateRequest {
@@ -194,6 +204,13 @@ class Runtime {
                              uint32_t ttl_seconds);
   Reply<SandboxInfo> set_metadata(const std::string& tenant, const std::string& id,
                                   const std::map<std::string, std::string>& metadata);
+  // Exposes guest TCP `port` on the host (RuntimeConfig::ports_host, a free port): recorded, so
+  // it is exposed again after a wake or a host restart (possibly on another host port).
+  Reply<std::vector<PortInfo>> expose_port(const std::string& tenant, const std::string& id,
+                                           uint32_t port);
+  Reply<std::vector<PortInfo>> unexpose_port(const std::string& tenant, const std::string& id,
+                                             uint32_t port);
+  Reply<std::vector<PortInfo>> ports(const std::string& tenant, const std::string& id);
   // Replaces the egress policy (applied at once to a running VM, at wake to a hibernated one).
   Reply<SandboxInfo> set_egress(const std::string& tenant, const std::string& id, const Egress& egress);
   // A snapshot of a running sandbox; returns its id (usable as CreateRequest::from_snapshot).

@@ -68,6 +68,10 @@ const char* to_string(Event::Kind k) {
       return "network-attached";
     case Event::Kind::egress_changed:
       return "egress-changed";
+    case Event::Kind::port_exposed:
+      return "port-exposed";
+    case Event::Kind::port_unexposed:
+      return "port-unexposed";
     case Event::Kind::failed:
       return "failed";
   }
@@ -343,6 +347,30 @@ struct Decider {
     return std::vector<Event>{e};
   }
 
+  Decision operator()(const cmd::ExposePort& c) const {
+    if (!s.live()) return not_running(s, "expose a port");
+    if (!s.network)
+      return reject("network_disabled", "sandbox " + s.id + " was created without a network");
+    if (c.port == 0 || c.port > 65535)
+      return reject("invalid_argument", "port must be within 1..65535");
+    if (s.ports.count(c.port)) return std::vector<Event>{};
+    if (s.ports.size() >= limits.max_exposed_ports)
+      return reject("too_many_ports", "a sandbox exposes at most " +
+                                          std::to_string(limits.max_exposed_ports) + " ports");
+    Event e = ev(Event::Kind::port_exposed, now);
+    e.port = c.port;
+    return std::vector<Event>{e};
+  }
+
+  Decision operator()(const cmd::UnexposePort& c) const {
+    if (!s.live()) return not_running(s, "unexpose a port");
+    if (!s.ports.count(c.port))
+      return reject("port_not_found", "port " + std::to_string(c.port) + " is not exposed");
+    Event e = ev(Event::Kind::port_unexposed, now);
+    e.port = c.port;
+    return std::vector<Event>{e};
+  }
+
   Decision operator()(const cmd::Reap&) const {
     if (!s.live() || s.status == Status::hibernated)
       return std::vector<Event>{};  // nothing running to reap
@@ -492,6 +520,13 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::egress_changed:
       if (!s.live() || !s.network) impossible(s, e);
       s.egress = e.egress;
+      break;
+    case K::port_exposed:
+      if (!s.live() || !s.network) impossible(s, e);
+      s.ports.insert(e.port);
+      break;
+    case K::port_unexposed:
+      if (!s.live() || !s.ports.erase(e.port)) impossible(s, e);
       break;
   }
   ++s.version;

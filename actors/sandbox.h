@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -65,7 +66,9 @@ struct Event {
     killed,
     failed,
     network_attached,  // the VM (created or woken) runs on host subnet `subnet`
-    egress_changed
+    egress_changed,
+    port_exposed,  // guest TCP `port` is forwarded from the host (while the VM runs)
+    port_unexposed
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -90,6 +93,7 @@ struct Event {
   bool network = false;  // created: the sandbox has a network
   Egress egress;         // created, egress_changed
   uint32_t subnet = 0;   // network_attached
+  uint32_t port = 0;     // port_exposed, port_unexposed
 };
 const char* to_string(Event::Kind k);
 
@@ -111,6 +115,7 @@ struct SandboxState {
   bool network = false;
   Egress egress;
   std::optional<uint32_t> subnet;  // while its VM runs with a network: the host subnet it holds
+  std::set<uint32_t> ports;        // guest ports exposed on the host (re-exposed at every start)
 
   bool live() const {
     return status != Status::none && status != Status::stopped && status != Status::failed;
@@ -123,6 +128,7 @@ struct Limits {
   uint32_t max_metadata_entries = 64;
   uint32_t max_fork_children = 16;
   uint32_t max_concurrent_execs = 16;  // commands in flight per sandbox (exec and streams)
+  uint32_t max_exposed_ports = 16;     // guest ports exposed on the host per sandbox
 };
 
 namespace cmd {
@@ -176,6 +182,12 @@ struct SetMetadata {
 struct SetEgress {
   Egress egress;
 };
+struct ExposePort {
+  uint32_t port = 0;
+};
+struct UnexposePort {
+  uint32_t port = 0;
+};
 struct Reap {};  // the TTL reaper's tick for this sandbox
 struct Kill {};
 struct Fail {
@@ -186,7 +198,8 @@ struct Fail {
 using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec,
                              cmd::ExecFinished, cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake,
                              cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
-                             cmd::SetMetadata, cmd::SetEgress, cmd::Reap, cmd::Kill, cmd::Fail>;
+                             cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort,
+                             cmd::Reap, cmd::Kill, cmd::Fail>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

@@ -338,6 +338,19 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   run(cmd::SetEgress{Egress{"allow_all", {}, {}}});
   EXPECT_EQ(s.egress.mode, "allow_all");
   EXPECT_TRUE(std::get<std::vector<Event>>(decide(s, cmd::SetEgress{s.egress}, kNow)).empty());
+  // Ports: exposed once (again: nothing to do), limited, unexposed; bad ports refused.
+  run(cmd::ExposePort{8080});
+  EXPECT_EQ(s.ports, (std::set<uint32_t>{8080}));
+  EXPECT_TRUE(std::get<std::vector<Event>>(decide(s, cmd::ExposePort{8080}, kNow)).empty());
+  for (uint32_t bad : {0u, 65536u})
+    EXPECT_EQ(std::get<Rejection>(decide(s, cmd::ExposePort{bad}, kNow)).code, "invalid_argument");
+  Limits one;
+  one.max_exposed_ports = 1;
+  EXPECT_EQ(std::get<Rejection>(decide(s, cmd::ExposePort{81}, kNow, one)).code, "too_many_ports");
+  EXPECT_EQ(std::get<Rejection>(decide(s, cmd::UnexposePort{81}, kNow)).code, "port_not_found");
+  run(cmd::ExposePort{81});
+  run(cmd::UnexposePort{81});
+  EXPECT_EQ(s.ports, (std::set<uint32_t>{8080}));
   // Hibernation releases the subnet; the wake records the new one.
   run(cmd::Hibernate{"hib"});
   run(cmd::TransitionDone{});
@@ -355,6 +368,7 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   auto r = decide(plain, cmd::SetEgress{Egress{"allow_all", {}, {}}}, kNow);
   ASSERT_TRUE(std::holds_alternative<Rejection>(r));
   EXPECT_EQ(std::get<Rejection>(r).code, "network_disabled");
+  EXPECT_EQ(std::get<Rejection>(decide(plain, cmd::ExposePort{80}, kNow)).code, "network_disabled");
   // ... and a started event carries no subnet for it.
   SandboxState creating = in(Status::creating);
   EXPECT_EQ(std::get<std::vector<Event>>(decide(creating, cmd::Started{3}, kNow)).size(), 1u);

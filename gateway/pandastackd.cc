@@ -45,6 +45,7 @@ const char* kUsage = R"(usage: pandastackd [options]
   --subnet-pool CIDR  host subnets for sandbox networks, one /30 each (default 10.200.0.0/16)
   --network-prefix P  names of namespaces (P-N) and host links (PN), 1-5 chars (default psv)
   --default-egress deny_all|allow_all  egress of sandboxes created without a policy (default deny_all)
+  --ports-host ADDR   host address exposed guest ports listen on (default 127.0.0.1)
   --log-level LEVEL   trace|debug|info|warn|error (default info)
   --no-jail           run QEMU without the jail (development only)
 )";
@@ -116,6 +117,8 @@ int main(int argc, char** argv) {
       config.net.pool_cidr = value();
     else if (a == "--network-prefix")
       config.net.prefix = value();
+    else if (a == "--ports-host")
+      config.ports_host = value();
     else if (a == "--default-egress") {
       config.default_egress.mode = value();
       if (config.default_egress.mode != "deny_all" && config.default_egress.mode != "allow_all")

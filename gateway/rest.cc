@@ -196,7 +196,12 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("tenant", i.tenant);
   j.set("version", i.version);  // events in the sandbox's stream
   j.set("network", i.network);
-  if (i.network) j.set("egress", egress_json(i.egress));
+  if (i.network) {
+    j.set("egress", egress_json(i.egress));
+    Json ports = Json::array();
+    for (auto p : i.ports) ports.push(p);
+    j.set("ports", ports);  // exposed guest ports (GET .../ports has their host addresses)
+  }
   return j;
 }
 
@@ -410,8 +415,9 @@ struct Gateway::Impl final : public kj::HttpService {
     add(M::POST, "/v1/sandboxes/{id}/wake", "Wake a hibernated sandbox");
     add(M::GET, "/v1/sandboxes/{id}/events", "The sandbox's audit events (?follow=1: SSE)",
         K::stream);
-    add(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest port on the host (not built yet: 501)");
-    add(M::DELETE, "/v1/sandboxes/{id}/ports/{port}", "Stop exposing a guest port (not built yet: 501)");
+    add(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest TCP port on a host address");
+    add(M::GET, "/v1/sandboxes/{id}/ports", "Exposed guest ports and their host addresses");
+    add(M::DELETE, "/v1/sandboxes/{id}/ports/{port}", "Stop exposing a guest port");
     add(M::GET, "/v1/audit", "The audit log (?after=, ?from_ms=, ?to_ms=, ?limit=)");
     add(M::GET, "/v1/keys", "List API keys (admin)");
     add(M::POST, "/v1/keys", "Create an API key for a tenant (admin)");
@@ -964,10 +970,35 @@ struct Gateway::Impl final : public kj::HttpService {
         s = unwrap(rt.set_ttl(tenant, id, uint32_t(f.integer("ttl_seconds", 0, 1, UINT32_MAX))));
       return json_reply(200, sandbox_json(s));
     }
-    if (route == "/v1/sandboxes/{id}/ports" || route == "/v1/sandboxes/{id}/ports/{port}")
-      throw ApiError{"not_implemented",
-                     "port exposure is not built yet; a guest server is reachable from inside the "
-                     "sandbox only"};
+    if (route == "/v1/sandboxes/{id}/ports") {
+      auto port_json = [](const actors::PortInfo& p) {
+        Json j = Json::object();
+        j.set("port", p.port);
+        j.set("host", p.host);
+        if (p.host_port) {
+          j.set("host_port", p.host_port);
+          j.set("address", p.host + ":" + std::to_string(p.host_port));
+        } else {
+          j.set("host_port", Json());  // recorded; forwarded again when the sandbox runs
+        }
+        return j;
+      };
+      if (r.method == M::GET) return list_reply("ports", unwrap(rt.ports(tenant, id)), port_json);
+      Fields f(r.json(), {"port"});
+      if (!f.has("port")) throw ApiError{"invalid_argument", "port is required"};
+      auto port = uint32_t(f.integer("port", 0, 1, 65535));
+      for (auto& p : unwrap(rt.expose_port(tenant, id, port)))
+        if (p.port == port) return json_reply(201, port_json(p));
+      throw ApiError{"internal", "the exposed port is not listed"};
+    }
+    if (route == "/v1/sandboxes/{id}/ports/{port}") {
+      auto s = r.param("port");
+      if (s.empty() || s.size() > 5 || s.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(s) == 0 || std::stoul(s) > 65535)
+        throw ApiError{"invalid_argument", "port must be within 1..65535"};
+      unwrap(rt.unexpose_port(tenant, id, uint32_t(std::stoul(s))));
+      return no_content();
+    }
     if (route == "/v1/sandboxes/{id}/exec") {
       auto req = exec_request(r.json(), true);
       auto t0 = Clock::now();

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <set>
@@ -71,6 +73,12 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
 // The host's ruleset for all sandboxes of `settings` (pure).
 std::string host_ruleset(const NetworkSettings& settings);
 
+// Forwards TCP connections from a host address to a port of the guest: a listening socket in the
+// host's namespace and a thread that lives in the sandbox's namespace, where it opens the
+// connections to the guest (they come from the gateway address, 172.31.255.1).
+class PortForward;
+inline constexpr size_t kMaxForwardConnections = 256;  // per exposed port; more wait in the backlog
+
 // One sandbox's network. Removing it (the destructor) deletes the namespace, the veth pair and
 // with them the tap and the nftables table.
 class Network {
@@ -95,6 +103,11 @@ class Network {
   // The open tap (-1 once taken or for an adopted network). QEMU gets it as `-netdev tap,fd=N`.
   int tap_fd() const { return tap_fd_; }
   void close_tap();
+  // Exposes guest TCP `port` on `bind_host` (a free host port, returned); exposing it again
+  // returns the same one. Removed with the network or by `unexpose`.
+  Result<uint16_t> expose(uint16_t port, const std::string& bind_host);
+  void unexpose(uint16_t port);
+  std::map<uint16_t, uint16_t> exposed() const;  // guest port -> host port
   // Called with the index when this network is removed (the owner frees the subnet).
   void set_on_release(std::function<void(uint32_t)> f) { on_release_ = std::move(f); }
 
@@ -117,6 +130,8 @@ class Network {
   int tap_fd_ = -1;
   EgressPolicy policy_;
   std::function<void(uint32_t)> on_release_;
+  mutable std::mutex forwards_mu_;
+  std::map<uint16_t, std::unique_ptr<PortForward>> forwards_;
 };
 
 // Applies an nftables script (libnftables, in-process) in the network namespace `netns_fd` (-1:

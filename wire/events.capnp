@@ -80,5 +80,7 @@ struct SandboxEvent {
     failed @32 :Text;              # reason, e.g. "host_restart"
     networkAttached @35 :UInt32;   # the VM (created or woken) runs on this host subnet
     egressChanged @36 :Egress;
+    portExposed @37 :UInt32;       # guest TCP port forwarded from the host
+    portUnexposed @38 :UInt32;
   }
 }

@@ -724,8 +724,6 @@ class NetworkTest(unittest.TestCase):
                          400, "invalid_argument")
         self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"domains": ["example.com"]}}),
                          501, "not_implemented")
-        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 80}), 501,
-                         "not_implemented")
         self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["egress"]["mode"], "allow_all")
         plain = c.create(network=False)
         self.assertEqual(plain["network"], False)
@@ -750,6 +748,69 @@ class NetworkTest(unittest.TestCase):
         self.assertFalse(os.path.exists(f"/run/netns/{self.prefix}-{n}"))
         self.assertFalse(os.path.exists(f"/sys/class/net/{self.prefix}{n}"))
         for x in (child["id"], plain["id"]):
+            c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def host_get(self, port):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/")
+            r = conn.getresponse()
+            body = r.read()
+            conn.close()
+            return r.status, body
+        except OSError as e:
+            return None, str(e)
+
+    def test_exposed_port_follows_the_sandbox_through_hibernation(self):
+        c = self.api
+        sid = c.create(persistent=True)["id"]  # deny_all egress: inbound forwards still work
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes",
+                      {"cmd": "cd /tmp && echo hi > index.html && exec python3 -m http.server 8000"})
+        self.assertEqual(s, 201, b)
+        s, p = c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 8000})
+        self.assertEqual(s, 201, p)
+        self.assertEqual((p["port"], p["host"]), (8000, "127.0.0.1"))
+        self.assertEqual(p["address"], "127.0.0.1:%d" % p["host_port"])
+        got = (None, "")
+        for _ in range(100):
+            got = self.host_get(p["host_port"])
+            if got[0] == 200:
+                break
+            time.sleep(0.2)
+        self.assertEqual(got, (200, b"hi\n"))
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"], [p])
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["ports"], [8000])
+        # Hibernated: recorded, not forwarded; woken: forwarded again (the server survived).
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate")[0], 200)
+        self.assertEqual(self.host_get(p["host_port"])[0], None)
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"][0]["host_port"], None)
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/wake")[0], 200)
+        p2 = c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"][0]
+        self.assertEqual(self.host_get(p2["host_port"]), (200, b"hi\n"))
+        # Errors, then removal.
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 0}), 400, "invalid_argument")
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/ports", {}), 400, "invalid_argument")
+        self.assertError(c.call("DELETE", f"/v1/sandboxes/{sid}/ports/9"), 404, "port_not_found")
+        self.assertError(c.call("DELETE", f"/v1/sandboxes/{sid}/ports/x"), 400, "invalid_argument")
+        # The CLI: list, expose again (same forward), change the egress policy.
+        env = dict(os.environ, PANDASTACK_API_KEY=self.daemon.key, PANDASTACK_BASE_URL=self.daemon.url)
+        cli = lambda *a: subprocess.run([ARGS.cli, "sandbox", *a], capture_output=True, text=True,
+                                        env=env, timeout=120)
+        r = cli("ports", sid, "--json")
+        self.assertEqual((r.returncode, json.loads(r.stdout)), (0, [p2]), r.stderr)
+        r = cli("expose", sid, "8000")
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, p2["address"]), r.stderr)
+        r = cli("egress", sid, "allowlist", "--allow", "198.19.0.2", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["egress"]["cidrs"], ["198.19.0.2/32"])
+        self.assertEqual(cli("egress", sid, "open").returncode, 1)
+        self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{sid}/ports/8000")[0], 204)
+        self.assertEqual(self.host_get(p2["host_port"])[0], None)
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"], [])
+        plain = c.create(network=False)["id"]
+        self.assertError(c.call("POST", f"/v1/sandboxes/{plain}/ports", {"port": 80}), 409,
+                         "network_disabled")
+        for x in (sid, plain):
             c.call("DELETE", f"/v1/sandboxes/{x}")
 
     def assertError(self, result, status, code):

@@ -1,7 +1,10 @@
 // Integration tests of sandbox networking with real VMs: egress policies, isolation from the host
 // and from other sandboxes, clean removal, forks. All traffic goes to an "upstream" network
 // namespace this test creates itself (198.18.0.0/15 addresses inside it), never anywhere else.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -232,6 +235,57 @@ TEST_F(NetworkTest, ForkedChildHasItsOwnWorkingNetwork) {
   EXPECT_EQ(fetch(*child, "198.18.0.2").rfind("error", 0), 0u) << "the child has its own policy";
   EXPECT_TRUE(ok(fetch(*parent, "198.18.0.2"))) << "the parent keeps its network";
   vmm::remove_snapshot(snap->dir);
+}
+
+// An HTTP GET to 127.0.0.1:port from this (host) process: the status line, or "" on failure.
+std::string host_get(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    std::string req = "GET / HTTP/1.0\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
+    }
+  }
+  ::close(fd);
+  return out.substr(0, out.find("\r\n"));
+}
+
+TEST_F(NetworkTest, ExposedGuestPortIsReachableFromTheHostUntilUnexposed) {
+  auto vm = restore(*template_, "ports", network(7, EgressPolicy{}));  // deny_all: inbound still works
+  ASSERT_NE(vm, nullptr);
+  vmm::ExecRequest serve;
+  serve.shell = "cd /tmp && echo hello > index.html && exec python3 -m http.server 8000";
+  serve.timeout_ms = 0;
+  ASSERT_TRUE(vm->agent().start_process(serve));
+  auto* net = vm->config().network.get();
+  auto port = net->expose(8000, "127.0.0.1");
+  ASSERT_TRUE(port) << port.error().message;
+  EXPECT_EQ(*net->expose(8000, "127.0.0.1"), *port) << "exposing again gives the same port";
+  std::string got;
+  for (int i = 0; i < 100 && got.rfind("HTTP/1.0 200", 0) != 0; ++i) {
+    got = host_get(*port);
+    if (got.rfind("HTTP/1.0 200", 0) != 0) std::this_thread::sleep_for(milliseconds(200));
+  }
+  EXPECT_EQ(got, "HTTP/1.0 200 OK");
+  // Several at once.
+  std::vector<std::thread> clients;
+  std::vector<std::string> results(8);
+  for (int i = 0; i < 8; ++i) clients.emplace_back([&, i] { results[i] = host_get(*port); });
+  for (auto& t : clients) t.join();
+  for (auto& r : results) EXPECT_EQ(r, "HTTP/1.0 200 OK");
+  EXPECT_EQ(net->exposed().at(8000), *port);
+  net->unexpose(8000);
+  EXPECT_EQ(host_get(*port), "");
+  EXPECT_TRUE(net->exposed().empty());
 }
 
 TEST_F(NetworkTest, SandboxWithoutNetworkHasNoRouteOut) {

@@ -22,12 +22,17 @@ namespace {
 using wire::Json;
 
 const char* kUsage = R"(usage:
-  pandastack sandbox create [--template T] [--ttl S] [--metadata K=V]... [--persistent] [--json]
+  pandastack sandbox create [--template T] [--ttl S] [--metadata K=V]... [--persistent]
+                            [--no-network | --egress deny_all|allow_all|allowlist] [--allow CIDR]... [--json]
   pandastack sandbox list [--state S] [--metadata K=V]... [--json]
   pandastack sandbox get|hibernate|wake|kill|snapshot ID [--json]
   pandastack sandbox fork ID [--count N] [--json]
   pandastack sandbox exec ID [--timeout S] [--cwd DIR] [--env K=V]... [--json] -- CMD [ARG...]
   pandastack sandbox logs ID [--json]
+  pandastack sandbox egress ID deny_all|allow_all|allowlist [--allow CIDR]... [--json]
+  pandastack sandbox ports ID [--json]                 exposed guest ports and their host addresses
+  pandastack sandbox expose ID PORT [--json]           forward guest TCP PORT from the host
+  pandastack sandbox unexpose ID PORT
   pandastack files ls ID PATH [--json]
   pandastack files cat ID PATH
   pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path)
@@ -37,9 +42,9 @@ Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7
 )";
 
 struct Opts {
-  std::vector<std::string> pos, metadata, env, cmd;
+  std::vector<std::string> pos, metadata, env, cmd, allow;
   std::map<std::string, std::string> flags;
-  bool json = false, persistent = false;
+  bool json = false, persistent = false, no_network = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -65,9 +70,13 @@ Opts parse(int argc, char** argv, int from) {
       o.metadata.push_back(value());
     } else if (a == "--env") {
       o.env.push_back(value());
+    } else if (a == "--allow") {
+      o.allow.push_back(value());
+    } else if (a == "--no-network") {
+      o.no_network = true;
     } else if (a.rfind("--", 0) == 0) {
-      static const char* known[] = {"--template", "--ttl", "--state", "--count",
-                                    "--timeout",  "--cwd", "--url",   "--key"};
+      static const char* known[] = {"--template", "--ttl", "--state", "--count", "--timeout",
+                                    "--cwd",      "--url", "--key",   "--egress"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);
@@ -261,6 +270,16 @@ std::pair<std::string, std::string> location(const std::string& s) {
   return {"", s};
 }
 
+// {"mode", "cidrs"}: an allowlist when only CIDRs are given.
+Json egress_body(const std::string& mode, const std::vector<std::string>& allow) {
+  Json e = Json::object();
+  e.set("mode", !mode.empty() ? mode : allow.empty() ? "deny_all" : "allowlist");
+  Json c = Json::array();
+  for (auto& a : allow) c.push(a);
+  e.set("cidrs", c);
+  return e;
+}
+
 }  // namespace
 
 bool is_api_command(const std::string& word) {
@@ -296,6 +315,13 @@ int api_main(int argc, char** argv) {
         body.set("metadata", m);
       }
       if (o.persistent) body.set("persistent", true);
+      if (o.no_network) {
+        if (o.flags.count("--egress") || !o.allow.empty())
+          usage("sandbox create: --no-network and an egress policy exclude each other");
+        body.set("network", false);
+      } else if (o.flags.count("--egress") || !o.allow.empty()) {
+        body.set("egress", egress_body(o.flags.count("--egress") ? o.flags.at("--egress") : "", o.allow));
+      }
       auto s = api.json("POST", "/v1/sandboxes", body.dump());
       if (o.json) return std::printf("%s\n", s.dump().c_str()), 0;
       return std::printf("%s\n", s["id"].as_string().c_str()), 0;
@@ -312,8 +338,34 @@ int api_main(int argc, char** argv) {
       print_table(r["sandboxes"]);
       return 0;
     }
+    if (verb == "egress") {
+      need(2);
+      Json body = Json::object();
+      body.set("egress", egress_body(o.pos[1], o.allow));
+      auto s = api.json("PATCH", "/v1/sandboxes/" + tools::url_encode(o.pos[0]), body.dump());
+      return print_sandbox(s, o.json), 0;
+    }
+    if (verb == "expose" || verb == "unexpose") {
+      need(2);
+      std::string base = "/v1/sandboxes/" + tools::url_encode(o.pos[0]) + "/ports";
+      if (verb == "unexpose") return api.json("DELETE", base + "/" + tools::url_encode(o.pos[1])), 0;
+      Json body = Json::object();
+      body.set("port", int64_t(std::atoll(o.pos[1].c_str())));
+      auto p = api.json("POST", base, body.dump());
+      if (o.json) return std::printf("%s\n", p.dump().c_str()), 0;
+      return std::printf("%s\n", p["address"].as_string().c_str()), 0;
+    }
     need(1);
     std::string base = "/v1/sandboxes/" + tools::url_encode(o.pos[0]);
+    if (verb == "ports") {
+      auto r = api.json("GET", base + "/ports");
+      if (o.json) return std::printf("%s\n", r["ports"].dump().c_str()), 0;
+      std::printf("%-8s %s\n", "PORT", "HOST ADDRESS");
+      for (auto& p : r["ports"].as_array())
+        std::printf("%-8lld %s\n", (long long)p["port"].as_int(),
+                    p["address"].is_string() ? p["address"].as_string().c_str() : "(not running)");
+      return 0;
+    }
     if (verb == "get") return print_sandbox(api.json("GET", base), o.json), 0;
     if (verb == "kill") return print_sandbox(api.json("DELETE", base), o.json), 0;
     if (verb == "hibernate" || verb == "wake")

@@ -218,6 +218,19 @@ class AsyncSandbox:
                                   json={"egress": c.egress_body(mode, allow)})
         self.info = SandboxInfo.from_api(r.json())
 
+    async def expose_port(self, port: int) -> Dict[str, Any]:
+        """Forwards guest TCP ``port`` from the host; returns ``{port, host, host_port, address}``."""
+        r = await self._http.call("POST", f"/v1/sandboxes/{self.id}/ports", json={"port": port})
+        return dict(r.json())
+
+    async def unexpose_port(self, port: int) -> None:
+        """Stops forwarding guest ``port``."""
+        await self._http.call("DELETE", f"/v1/sandboxes/{self.id}/ports/{int(port)}")
+
+    async def ports(self) -> List[Dict[str, Any]]:
+        """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
+        return list((await self._http.call("GET", f"/v1/sandboxes/{self.id}/ports")).json()["ports"])
+
     async def set_ttl(self, ttl_seconds: int) -> None:
         """Sets the time to live from now."""
         r = await self._http.call("PATCH", f"/v1/sandboxes/{self.id}",

@@ -228,6 +228,20 @@ class Sandbox:
         self.info = SandboxInfo.from_api(self._http.call(
             "PATCH", f"/v1/sandboxes/{self.id}", json={"egress": c.egress_body(mode, allow)}).json())
 
+    def expose_port(self, port: int) -> Dict[str, Any]:
+        """Forwards guest TCP ``port`` from the host; returns ``{port, host, host_port, address}``.
+        The exposure is recorded: it is forwarded again after a wake (maybe on another host port)."""
+        return dict(self._http.call("POST", f"/v1/sandboxes/{self.id}/ports",
+                                    json={"port": port}).json())
+
+    def unexpose_port(self, port: int) -> None:
+        """Stops forwarding guest ``port``."""
+        self._http.call("DELETE", f"/v1/sandboxes/{self.id}/ports/{int(port)}")
+
+    def ports(self) -> List[Dict[str, Any]]:
+        """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
+        return list(self._http.call("GET", f"/v1/sandboxes/{self.id}/ports").json()["ports"])
+
     def set_metadata(self, metadata: Mapping[str, str]) -> None:
         """Replaces the sandbox's metadata."""
         self.info = SandboxInfo.from_api(self._http.call(

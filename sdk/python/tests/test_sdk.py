@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -134,6 +135,21 @@ class SdkTest(unittest.TestCase):
             with self.assertRaises(pandastack.InvalidArgument):
                 sbx.set_egress(allow=["198.51.100.1/24"])  # host bits set
             self.assertEqual(Sandbox.get(sbx.id).info.egress["mode"], "allow_all")
+            sbx.process.start("cd /tmp && echo py > index.html && exec python3 -m http.server 8001")
+            p = sbx.expose_port(8001)
+            self.assertEqual((p["port"], p["host"]), (8001, "127.0.0.1"))
+            body = b""
+            for _ in range(100):
+                try:
+                    with urllib.request.urlopen("http://" + p["address"] + "/", timeout=10) as r:
+                        body = r.read()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            self.assertEqual(body, b"py\n")
+            self.assertEqual(sbx.ports(), [p])
+            sbx.unexpose_port(8001)
+            self.assertEqual(sbx.ports(), [])
         with Sandbox.create(network=False) as plain:
             self.assertFalse(plain.info.network)
             with self.assertRaises(pandastack.PandaStackError) as e:

@@ -24,6 +24,14 @@ export interface CreateOptions extends ClientOptions {
 
 export type EgressMode = "deny_all" | "allow_all" | "allowlist";
 
+/** An exposed guest port; hostPort/address are null while the sandbox is not running. */
+export interface PortInfo {
+  port: number;
+  host: string;
+  hostPort: number | null;
+  address: string | null;
+}
+
 export interface Egress {
   mode: EgressMode;
   cidrs: string[];
@@ -130,6 +138,9 @@ export declare class Sandbox {
   wake(): Promise<void>;
   setTtl(ttlSeconds: number): Promise<void>;
   setEgress(mode?: EgressMode, allow?: string[]): Promise<void>;
+  exposePort(port: number): Promise<PortInfo>;
+  unexposePort(port: number): Promise<void>;
+  ports(): Promise<PortInfo[]>;
   kill(): Promise<void>;
   events(): Promise<unknown[]>;
   refresh(): Promise<SandboxInfo>;

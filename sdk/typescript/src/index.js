@@ -213,6 +213,10 @@ function info(b) {
   };
 }
 
+function portInfo(p) {
+  return { port: p.port, host: p.host, hostPort: p.host_port ?? null, address: p.address ?? null };
+}
+
 // {mode, cidrs}: an allowlist when only CIDRs are given.
 function egressBody(mode, allow) {
   const cidrs = allow ?? [];
@@ -290,6 +294,14 @@ export class Sandbox {
   /** Restores a hibernated sandbox. */
   async wake() { this.info = info(await this.#post("wake")); }
   /** Sets the time to live from now. */
+  /** Forwards guest TCP `port` from the host: resolves to {port, host, hostPort, address}. */
+  async exposePort(port) {
+    return portInfo(await this.http.json("POST", `/v1/sandboxes/${this.id}/ports`, { json: { port } }));
+  }
+  /** Stops forwarding guest `port`. */
+  async unexposePort(port) { await this.http.json("DELETE", `/v1/sandboxes/${this.id}/ports/${Number(port)}`); }
+  /** Exposed guest ports and their host addresses (hostPort null while the sandbox is not running). */
+  async ports() { return (await this.http.json("GET", `/v1/sandboxes/${this.id}/ports`)).ports.map(portInfo); }
   /** Replaces the egress policy: "deny_all", "allow_all", or an allowlist of IPv4 CIDRs. */
   async setEgress(mode, allow) {
     this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${this.id}`, { json: { egress: egressBody(mode, allow) } }));

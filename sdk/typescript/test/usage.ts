@@ -1,7 +1,7 @@
 // Type-checked (tsc --strict, `npm run typecheck`) against src/index.d.ts: the declarations cover
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
 import {
-  Sandbox, SandboxNotFoundError, type ExecEvent, type ExecResult, type FileInfo, type SandboxInfo,
+  Sandbox, SandboxNotFoundError, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
 } from "../src/index.js";
 
 export async function usage(): Promise<string> {
@@ -21,6 +21,9 @@ export async function usage(): Promise<string> {
   await using limited = await Sandbox.create({ allow: ["192.0.2.0/24"] });
   await limited.setEgress("allow_all");
   const mode: string | undefined = limited.info.egress?.mode;
+  const port: PortInfo = await limited.exposePort(8000);
+  console.log(port.address, (await limited.ports()).length);
+  await limited.unexposePort(8000);
   console.log(mode, limited.info.network, (await Sandbox.create({ network: false })).info.network);
   const entries: FileInfo[] = await sbx.files.list("/tmp");
   const pid: number = await sbx.process.start("sleep 1");
