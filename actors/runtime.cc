@@ -1246,7 +1246,7 @@ std::vector<TemplateInfo> Runtime::templates() {
 namespace {
 // Checks and normalizes an egress policy; domain allowlists are refused until the platform
 // resolver exists (501 at the gateway), never silently ignored.
-std::optional<Rejection> check_egress(Egress& e) {
+std::optional<Rejection> check_egress(Egress& e, bool have_resolver) {
   auto mode = vmm::egress_mode_from_string(e.mode);
   if (!mode)
     return Rejection{"invalid_argument",
@@ -1257,10 +1257,10 @@ std::optional<Rejection> check_egress(Egress& e) {
   p.domains = e.domains;
   auto v = vmm::validate(p);
   if (!v) return Rejection{"invalid_argument", "egress: " + v.error().message};
-  if (!v->domains.empty())
+  if (!v->domains.empty() && !have_resolver)
     return Rejection{"not_implemented",
-                     "domain names in an egress allowlist need the platform resolver, which is not "
-                     "built yet: allow CIDRs instead"};
+                     "domain names in an egress allowlist need the platform resolver, and this host "
+                     "has no upstream DNS server (--dns-upstream): allow CIDRs instead"};
   e.cidrs = v->cidrs;
   e.domains = v->domains;
   return std::nullopt;
@@ -1275,7 +1275,7 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   r.network = r.network.value_or(cfg.network);
   if (*r.network) {
     r.egress = r.egress.value_or(cfg.default_egress);
-    if (auto bad = check_egress(*r.egress)) return *bad;
+    if (auto bad = check_egress(*r.egress, !cfg.net.dns_upstream.empty())) return *bad;
   } else if (r.egress) {
     return Rejection{"invalid_argument", "an egress policy needs a network (network: false given)"};
   }
@@ -1394,7 +1394,7 @@ Reply<std::vector<PortInfo>> Runtime::ports(const std::string& tenant, const std
 Reply<SandboxInfo> Runtime::set_egress(const std::string& tenant, const std::string& id,
                                        const Egress& egress) {
   Egress e = egress;
-  if (auto bad = check_egress(e)) return *bad;
+  if (auto bad = check_egress(e, !impl_->env->config.net.dns_upstream.empty())) return *bad;
   return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetEgress{e})),
                                [](const Answer& a) { return a.info; });
 }

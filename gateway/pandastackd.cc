@@ -46,6 +46,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --network-prefix P  names of namespaces (P-N) and host links (PN), 1-5 chars (default psv)
   --default-egress deny_all|allow_all  egress of sandboxes created without a policy (default deny_all)
   --ports-host ADDR   host address exposed guest ports listen on (default 127.0.0.1)
+  --dns-upstream IP[:PORT]  where sandbox resolvers send allowed names (default: the first IPv4
+                      nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
   --log-level LEVEL   trace|debug|info|warn|error (default info)
   --no-jail           run QEMU without the jail (development only)
 )";
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
   actors::RuntimeConfig config;
   bool jail = true;
   config.network = true;
+  std::string dns_upstream;  // "" = from /etc/resolv.conf
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -119,6 +122,8 @@ int main(int argc, char** argv) {
       config.net.prefix = value();
     else if (a == "--ports-host")
       config.ports_host = value();
+    else if (a == "--dns-upstream")
+      dns_upstream = value();
     else if (a == "--default-egress") {
       config.default_egress.mode = value();
       if (config.default_egress.mode != "deny_all" && config.default_egress.mode != "allow_all")
@@ -164,6 +169,12 @@ int main(int argc, char** argv) {
   config.images_dir = images;
   config.state_dir = state_dir;
   config.jail = jail;
+  if (dns_upstream.empty()) {
+    std::ifstream rc("/etc/resolv.conf");
+    std::string text((std::istreambuf_iterator<char>(rc)), std::istreambuf_iterator<char>());
+    dns_upstream = vmm::first_nameserver(text);
+  }
+  config.net.dns_upstream = dns_upstream == "off" ? "" : dns_upstream;
   {
     vmm::IoThread probe_io;
     auto probe =

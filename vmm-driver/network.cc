@@ -17,6 +17,8 @@
 #include <nftables/libnftables.h>
 #include <spdlog/spdlog.h>
 
+#include "vmm-driver/dns.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -167,6 +169,24 @@ Result<SubnetPool> SubnetPool::parse(const std::string& cidr) {
 std::string SubnetPool::host_address(uint32_t index) const { return ip_string(base_ + 4 * index + 1); }
 std::string SubnetPool::ns_address(uint32_t index) const { return ip_string(base_ + 4 * index + 2); }
 
+bool needs_resolver(const EgressPolicy& p) {
+  return p.mode == EgressPolicy::Mode::allow_all ||
+         (p.mode == EgressPolicy::Mode::allowlist && !p.domains.empty());
+}
+
+std::string first_nameserver(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string key, addr;
+    l >> key >> addr;
+    in_addr a{};
+    if (key == "nameserver" && ::inet_pton(AF_INET, addr.c_str(), &a) == 1) return addr;
+  }
+  return "";
+}
+
 std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy& policy) {
   std::string r;
   // Replace the table in one transaction: add (no-op if present), delete, define.
@@ -179,6 +199,8 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
     r += " }\n";
   }
   r += "  }\n";
+  // Addresses the sandbox's resolver found for allowed names (each for its answer's TTL).
+  r += "  set dns_allow {\n    type ipv4_addr\n    flags timeout\n  }\n";
   r += "  chain forward {\n    type filter hook forward priority filter; policy drop;\n";
   r += "    ct state established,related accept\n";
   // Never: other sandboxes and the host's veth ends (the pool), loopback, link-local (cloud
@@ -187,13 +209,18 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
        ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } reject with icmpx type admin-prohibited\n";
   switch (policy.mode) {
     case EgressPolicy::Mode::allow_all: r += "    iifname \"tap0\" oifname \"eth0\" accept\n"; break;
-    case EgressPolicy::Mode::allowlist: r += "    iifname \"tap0\" oifname \"eth0\" ip daddr @allow accept\n"; break;
+    case EgressPolicy::Mode::allowlist:
+      r += "    iifname \"tap0\" oifname \"eth0\" ip daddr @allow accept\n";
+      r += "    iifname \"tap0\" oifname \"eth0\" ip daddr @dns_allow accept\n";
+      break;
     case EgressPolicy::Mode::deny_all: break;
   }
   r += "    iifname \"tap0\" reject with icmpx type admin-prohibited\n  }\n";
   r += "  chain input {\n    type filter hook input priority filter; policy drop;\n";
   r += "    ct state established,related accept\n    iifname \"lo\" accept\n";
-  r += "    iifname \"tap0\" icmp type echo-request accept\n  }\n";
+  r += "    iifname \"tap0\" icmp type echo-request accept\n";
+  r += std::string("    iifname \"tap0\" ip daddr ") + kGuestGateway + " udp dport 53 accept\n";
+  r += "    iifname \"tap0\" reject with icmpx type admin-prohibited\n  }\n";
   r += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
   r += "    oifname \"eth0\" masquerade\n  }\n}\n";
   return r;
@@ -381,6 +408,8 @@ Result<std::shared_ptr<Network>> Network::create(const NetworkSettings& settings
   if (!st) return st.error();
   st = apply_nft(sandbox_ruleset(settings, policy), n->netns_fd_);
   if (!st) return st.error();
+  st = n->sync_resolver();
+  if (!st) return st.error();
   return n;
 }
 
@@ -402,8 +431,25 @@ Result<std::shared_ptr<Network>> Network::adopt(const NetworkSettings& settings,
 
 Status Network::set_policy(const EgressPolicy& policy) {
   auto st = apply_nft(sandbox_ruleset(settings_, policy), netns_fd_);
-  if (st) policy_ = policy;
-  return st;
+  if (!st) return st;
+  policy_ = policy;
+  return sync_resolver();
+}
+
+Status Network::sync_resolver() {
+  bool allow_all = policy_.mode == EgressPolicy::Mode::allow_all;
+  if (!needs_resolver(policy_) || settings_.dns_upstream.empty()) {
+    dns_.reset();
+    return Ok{};
+  }
+  if (dns_) {
+    dns_->update(allow_all, policy_.domains);
+    return Ok{};
+  }
+  auto d = DnsServer::start(netns_fd_, settings_.dns_upstream, allow_all, policy_.domains);
+  if (!d) return d.error();
+  dns_ = std::move(*d);
+  return Ok{};
 }
 
 void Network::close_tap() {
@@ -624,6 +670,7 @@ Network::~Network() {
     std::lock_guard lock(forwards_mu_);
     forwards_.clear();
   }
+  dns_.reset();
   destroy();
   if (on_release_) on_release_(index_);
 }

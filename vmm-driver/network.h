@@ -66,7 +66,14 @@ class SubnetPool {
 struct NetworkSettings {
   std::string pool_cidr = "10.200.0.0/16";  // 16,384 /30 subnets
   std::string prefix = "psv";               // interface / namespace names; <= 5 chars
+  // Where each sandbox's resolver (vmm-driver/dns.h) forwards allowed names: "IPv4[:port]".
+  // Empty: no resolver (domain allowlists cannot be enforced and are refused upstream of here).
+  std::string dns_upstream;
 };
+// Does `policy` need the sandbox resolver (allow_all: a working resolver; domains: enforcement)?
+bool needs_resolver(const EgressPolicy& policy);
+// The first IPv4 nameserver of a resolv.conf text ("" when none).
+std::string first_nameserver(const std::string& resolv_conf);
 
 // The nftables ruleset of one sandbox namespace (pure; tested on its own).
 std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy& policy);
@@ -77,6 +84,7 @@ std::string host_ruleset(const NetworkSettings& settings);
 // host's namespace and a thread that lives in the sandbox's namespace, where it opens the
 // connections to the guest (they come from the gateway address, 172.31.255.1).
 class PortForward;
+class DnsServer;
 inline constexpr size_t kMaxForwardConnections = 256;  // per exposed port; more wait in the backlog
 
 // One sandbox's network. Removing it (the destructor) deletes the namespace, the veth pair and
@@ -132,6 +140,8 @@ class Network {
   std::function<void(uint32_t)> on_release_;
   mutable std::mutex forwards_mu_;
   std::map<uint16_t, std::unique_ptr<PortForward>> forwards_;
+  std::unique_ptr<DnsServer> dns_;
+  Status sync_resolver();  // starts, updates or stops the resolver for policy_
 };
 
 // Applies an nftables script (libnftables, in-process) in the network namespace `netns_fd` (-1:

@@ -62,7 +62,9 @@ class Daemon:
         h = int(hashlib.sha256(os.path.abspath(data).encode()).hexdigest(), 16)
         prefix = "pt" + "".join("abcdefghijklmnopqrstuvwxyz"[(h >> (5 * i)) % 26] for i in range(3))
         pool = "10.%d.%d.0/22" % (210 + (h >> 20) % 40, 4 * ((h >> 30) % 64))
-        return ["--network-prefix", prefix, "--subnet-pool", pool]
+        # No resolver upstream unless a test names its own: guests never make the host send DNS
+        # queries anywhere.
+        return ["--network-prefix", prefix, "--subnet-pool", pool, "--dns-upstream", "off"]
 
     def stop(self, sig=signal.SIGTERM, timeout=120):
         if self.proc.poll() is None:
@@ -328,6 +330,10 @@ class ApiTest(unittest.TestCase):
             return answer
 
     # -- sandboxes ------------------------------------------------------------------------------
+
+    def test_domain_allowlist_needs_a_resolver(self):
+        s, b = self.api.call("POST", "/v1/sandboxes", {"egress": {"domains": ["allowed.test"]}})
+        self.assertEqual((s, b["error"]["code"]), (501, "not_implemented"), b)
 
     def test_get_list_patch(self):
         c, sid = self.api, self.sid()
@@ -643,6 +649,29 @@ class ApiTest(unittest.TestCase):
         self.assertError(c.call("DELETE", f"/v1/keys/{other_id}"), 404, "key_not_found")
 
 
+# A DNS server for the test's upstream namespace: A records for a few test names, NXDOMAIN else.
+DNS_SERVER = r"""
+import socket
+ANSWERS = {"allowed.test": "198.19.0.2", "other.test": "198.19.0.3", "a.wild.test": "198.19.0.3",
+           "wild.test": "198.19.0.3"}
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("198.19.0.2", 53))
+while True:
+    q, peer = s.recvfrom(512)
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode()); i += 1 + q[i]
+    qend = i + 5
+    name, qtype = ".".join(labels).lower(), q[i + 1] << 8 | q[i + 2]
+    ip = ANSWERS.get(name) if qtype == 1 else None
+    flags = b"\x81\x80" if name in ANSWERS else b"\x81\x83"
+    r = q[:2] + flags + q[4:6] + (b"\x00\x01" if ip else b"\x00\x00") + b"\x00\x00\x00\x00" + q[12:qend]
+    if ip:
+        r += b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(ip)
+    s.sendto(r, peer)
+"""
+
+
 class NetworkTest(unittest.TestCase):
     """Sandbox networking through the API: egress policies set at create and by PATCH, isolation
     from the host, removal on kill. All traffic goes to an upstream network namespace this test
@@ -664,8 +693,15 @@ class NetworkTest(unittest.TestCase):
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                        for a in ("198.19.0.2", "198.19.0.3")]
         cls.base = tempfile.mkdtemp(prefix="pst-api-net-", dir="/dev/shm")
+        # The upstream's DNS server: the platform resolver forwards allowed names to it.
+        dns = os.path.join(cls.base, "dns.py")
+        with open(dns, "w") as f:
+            f.write(DNS_SERVER)
+        cls.servers.append(subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "python3", dns],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         cls.data = os.path.join(cls.base, "data")
-        cls.daemon = Daemon(cls.data, os.path.join(cls.base, "state"))
+        cls.daemon = Daemon(cls.data, os.path.join(cls.base, "state"),
+                            ["--dns-upstream", "198.19.0.2:53"])
         cls.api = Api(cls.daemon)
         cls.prefix = Daemon.network_flags(cls.data)[1]
 
@@ -716,14 +752,14 @@ class NetworkTest(unittest.TestCase):
         self.assertTrue(self.fetch(sid, "198.19.0.2").startswith("error"))
         c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "allow_all"}})
         self.assertEqual(self.fetch(sid, "198.19.0.3"), "ok HTTP/1.0 200")
-        # Refused: bad CIDRs and modes (400), domains until the resolver exists (501), a policy
-        # for a sandbox without a network (409); nothing changes.
+        # Refused: bad CIDRs, modes and domain names (400), a policy for a sandbox without a
+        # network (409); nothing changes.
         self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"cidrs": ["10.0.0.1/8"]}}),
                          400, "invalid_argument")
         self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "open"}}),
                          400, "invalid_argument")
-        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"domains": ["example.com"]}}),
-                         501, "not_implemented")
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"domains": ["a b.test"]}}),
+                         400, "invalid_argument")
         self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["egress"]["mode"], "allow_all")
         plain = c.create(network=False)
         self.assertEqual(plain["network"], False)
@@ -749,6 +785,31 @@ class NetworkTest(unittest.TestCase):
         self.assertFalse(os.path.exists(f"/sys/class/net/{self.prefix}{n}"))
         for x in (child["id"], plain["id"]):
             c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def resolve(self, sid, name):
+        s, b = self.api.exec(sid, "r=$(getent hosts %s) && echo ${r%%%% *} || echo none" % name)
+        self.assertEqual(s, 200, b)
+        return b["stdout"].strip()
+
+    def test_domain_allowlist_through_the_platform_resolver(self):
+        c = self.api
+        sid = c.create(egress={"domains": ["allowed.test", "*.wild.test"]})["id"]
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["egress"],
+                         {"mode": "allowlist", "cidrs": [], "domains": ["*.wild.test", "allowed.test"]})
+        # Not yet resolved: its address is not allowed.
+        self.assertTrue(self.fetch(sid, "198.19.0.2").startswith("error"))
+        self.assertEqual(self.resolve(sid, "allowed.test"), "198.19.0.2")
+        self.assertEqual(self.fetch(sid, "198.19.0.2"), "ok HTTP/1.0 200")
+        # Names not on the list are refused; their addresses stay closed.
+        self.assertEqual(self.resolve(sid, "other.test"), "none")
+        self.assertEqual(self.resolve(sid, "wild.test"), "none")  # *.wild.test: below it only
+        self.assertTrue(self.fetch(sid, "198.19.0.3").startswith("error"))
+        self.assertEqual(self.resolve(sid, "a.wild.test"), "198.19.0.3")
+        self.assertEqual(self.fetch(sid, "198.19.0.3"), "ok HTTP/1.0 200")
+        # Without a domain on the list, nothing resolves.
+        c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "deny_all"}})
+        self.assertEqual(self.resolve(sid, "allowed.test"), "none")
+        c.call("DELETE", f"/v1/sandboxes/{sid}")
 
     def host_get(self, port):
         try:

@@ -1,0 +1,53 @@
+// The platform resolver of one sandbox: a DNS server on the sandbox's gateway address
+// (172.31.255.1:53, inside its namespace) that answers only names the egress policy allows, by
+// forwarding them to the upstream resolver, and admits the IPv4 addresses of each answer to the
+// namespace's nftables set `dns_allow` (for the answer's TTL, at least 60 s) before the guest sees
+// the answer. Names not allowed get REFUSED at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vmm-driver/error.h"
+
+namespace pandastack::vmm {
+
+// Pure DNS helpers (tested on their own).
+namespace dns {
+// The first question's name ("a.example.com", lowercase) of a query, or nullopt if malformed.
+std::optional<std::string> question_name(const std::string& packet);
+// (IPv4 address, TTL) of every A record in the answer section of a response.
+std::vector<std::pair<std::string, uint32_t>> a_records(const std::string& packet);
+// The query turned into a REFUSED response (same id and question, no answers).
+std::string refused(const std::string& query);
+// Does `name` match a pattern ("example.com" exactly, "*.example.com" any name below it)?
+bool allowed(const std::string& name, const std::vector<std::string>& patterns);
+}  // namespace dns
+
+class DnsServer {
+ public:
+  // `allow_all`: every name is forwarded (and nothing is admitted: everything is allowed anyway).
+  static Result<std::unique_ptr<DnsServer>> start(int netns_fd, const std::string& upstream,
+                                                  bool allow_all, std::vector<std::string> domains);
+  ~DnsServer();
+  // Changes what is answered (the policy changed).
+  void update(bool allow_all, std::vector<std::string> domains);
+
+ private:
+  DnsServer() = default;
+  void loop();
+  int netns_fd_ = -1;
+  int guest_fd_ = -1, upstream_fd_ = -1;
+  int stop_[2] = {-1, -1};
+  std::mutex mu_;
+  bool allow_all_ = false;
+  std::vector<std::string> domains_;
+  std::thread thread_;
+};
+
+}  // namespace pandastack::vmm
