@@ -107,6 +107,8 @@ std::optional<Egress> egress_from_json(const wire::Json& j) {
 
 }  // namespace
 
+std::string egress_to_json(const Egress& e) { return egress_json(e).dump(); }
+
 std::string encode_event(const Event& e) {
   capnp::MallocMessageBuilder msg;
   auto b = msg.initRoot<w::SandboxEvent>();

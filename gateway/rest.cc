@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/event_codec.h"
 #include "gateway/http_util.h"
 #include "gateway/worker_pool.h"
 #include "wire/json.h"
@@ -159,17 +160,7 @@ actors::Egress egress_from(const Json& j) {
   return e;
 }
 
-Json egress_json(const actors::Egress& e) {
-  Json j = Json::object();
-  j.set("mode", e.mode);
-  Json c = Json::array();
-  for (auto& x : e.cidrs) c.push(x);
-  j.set("cidrs", c);
-  Json d = Json::array();
-  for (auto& x : e.domains) d.push(x);
-  j.set("domains", d);
-  return j;
-}
+Json egress_json(const actors::Egress& e) { return *Json::parse(actors::egress_to_json(e)); }
 
 template <typename T>
 T unwrap(Reply<T> r) {

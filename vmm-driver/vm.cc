@@ -890,7 +890,12 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   if (!qmp)
     return vm->failure(ErrorCode::qmp_error, "cannot reconnect QMP: " + qmp.error().message);
   vm->qmp_ = std::move(*qmp);
-  // A new agent session (the agent ended the old host's when its end of the port hung up).
+  // A new agent session (the agent ended the old host's when its end of the port hung up). The
+  // agent ends a session only once the hang-up has lasted 300 ms (a reconnecting host must not
+  // end it), so a host restarted faster than that would talk into the dead host's session: the
+  // first agent connection of an adopting process waits until its own start is 600 ms behind.
+  static const auto first_adopt = steady_clock::now();
+  std::this_thread::sleep_until(first_adopt + milliseconds(600));
   auto attached = vm->wait_agent(deadline);
   if (!attached) return attached.error();
   spdlog::info("vm {}: adopted (pid {})", vm->config_.name, vm->pid_);

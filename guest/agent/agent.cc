@@ -1063,7 +1063,7 @@ void configure_network() {
   // what the egress policy allows and refuses the rest at once.
   int f = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f >= 0) {
-    const char conf[] = "nameserver 172.31.255.1\noptions timeout:2 attempts:2\n";
+    const char conf[] = "nameserver 172.31.255.1\noptions timeout:1 attempts:2\n";
     ssize_t w = ::write(f, conf, sizeof conf - 1);
     (void)w;
     ::close(f);

@@ -811,6 +811,51 @@ class NetworkTest(unittest.TestCase):
         self.assertEqual(self.resolve(sid, "allowed.test"), "none")
         c.call("DELETE", f"/v1/sandboxes/{sid}")
 
+    def test_networks_survive_a_host_crash_and_leftovers_go(self):
+        base = tempfile.mkdtemp(prefix="pst-api-nc-", dir="/dev/shm")
+        data, state = os.path.join(base, "data"), os.path.join(base, "state")
+        prefix = Daemon.network_flags(data)[1]
+        mine = lambda: sorted(n for n in os.listdir("/run/netns") if n.startswith(prefix + "-"))
+        daemons = []
+        try:
+            d = Daemon(data, state)
+            daemons.append(d)
+            c = Api(d)
+            sid = c.create(egress={"mode": "allowlist", "cidrs": ["198.19.0.2"]})["id"]
+            c.call("POST", f"/v1/sandboxes/{sid}/processes",
+                   {"cmd": "cd /tmp && echo crash > index.html && exec python3 -m http.server 8000"})
+            port = c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 8000})[1]
+            for _ in range(100):
+                if self.host_get(port["host_port"])[0] == 200:
+                    break
+                time.sleep(0.2)
+            before = mine()
+            self.assertGreaterEqual(len(before), 1)
+            d.stop(signal.SIGKILL)  # the VM (and its namespace) outlive the host process
+            d2 = Daemon(data, state)
+            daemons.append(d2)
+            c2 = Api(d2)
+            self.assertEqual(c2.call("GET", f"/v1/sandboxes/{sid}")[1]["state"], "running")
+            save, self.api = self.api, c2
+            try:
+                self.assertEqual(self.fetch(sid, "198.19.0.2"), "ok HTTP/1.0 200")
+                self.assertTrue(self.fetch(sid, "198.19.0.3").startswith("error"))
+            finally:
+                self.api = save
+            p2 = c2.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"][0]
+            self.assertEqual(self.host_get(p2["host_port"]), (200, b"crash\n"))
+            # The crashed host's pool members were killed and their namespaces removed: what
+            # remains is the adopted sandbox's namespace and the new pool's.
+            n = c2.call("GET", f"/v1/sandboxes/{sid}/events")[1]["events"]
+            subnet = [e for e in n if e["type"] == "network-attached"][-1]["event"]["subnet"]
+            self.assertIn(f"{prefix}-{subnet}", mine())
+            self.assertEqual(d2.stop(), 0)
+            self.assertEqual(mine(), [])
+        finally:
+            for x in daemons:
+                x.stop(signal.SIGKILL)
+            shutil.rmtree(base, ignore_errors=True)
+
     def host_get(self, port):
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
