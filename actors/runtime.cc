@@ -1270,9 +1270,15 @@ std::optional<Rejection> check_egress(Egress& e, bool have_resolver) {
 Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
   const auto& cfg = impl_->env->config;
-  if (r.network.value_or(cfg.network) && !cfg.network)
+  if (r.network.value_or(false) && !cfg.network)
     return Rejection{"network_disabled", "sandbox networking is off on this host"};
-  r.network = r.network.value_or(cfg.network);
+  if (!r.network) {
+    // The template's default (IMAGES/<template>/network, from its recipe), else on.
+    std::ifstream f(cfg.images_dir / r.template_name / "network");
+    std::string word;
+    f >> word;
+    r.network = cfg.network && word != "off";
+  }
   if (*r.network) {
     r.egress = r.egress.value_or(cfg.default_egress);
     if (auto bad = check_egress(*r.egress, !cfg.net.dns_upstream.empty())) return *bad;

@@ -116,6 +116,11 @@ build_rootfs() {
   local key
   key=$( { echo "$ROOTFS_FORMAT"; cat "$recipe";
            if [[ -n "$files" ]]; then tar -C "$(dirname "$recipe")/$files" -c . --sort=name --mtime=@0; fi; } | sha)
+  # Whether the template's sandboxes get a network unless a create says otherwise (recipe key
+  # network=on|off, default on): read by the runtime, not part of the image.
+  local network; network=$(recipe_get "$recipe" network); network=${network:-on}
+  [[ "$network" == on || "$network" == off ]] || die "recipe $recipe: network must be on or off"
+  mkdir -p "$out"; echo "$network" > "$out/network"
   if [[ -f "$out/key" && "$(cat "$out/key")" == "$key" && -f "$out/rootfs.qcow2" ]]; then
     log "rootfs $(basename "$recipe" .recipe) cached ($key)"; return 0
   fi

@@ -786,6 +786,25 @@ class NetworkTest(unittest.TestCase):
         for x in (child["id"], plain["id"]):
             c.call("DELETE", f"/v1/sandboxes/{x}")
 
+    def test_template_default_network(self):
+        # A recipe's `network=off` (written to IMAGES/<template>/network) makes its sandboxes
+        # network-less unless a create asks for one.
+        path = os.path.join(ARGS.images, "base", "network")
+        with open(path) as f:
+            saved = f.read()
+        try:
+            with open(path, "w") as f:
+                f.write("off\n")
+            plain = self.api.create()
+            self.assertEqual(plain["network"], False)
+            asked = self.api.create(network=True)
+            self.assertEqual(asked["network"], True)
+        finally:
+            with open(path, "w") as f:
+                f.write(saved)
+        for x in (plain, asked):
+            self.api.call("DELETE", f"/v1/sandboxes/{x['id']}")
+
     def resolve(self, sid, name):
         s, b = self.api.exec(sid, "r=$(getent hosts %s) && echo ${r%%%% *} || echo none" % name)
         self.assertEqual(s, 200, b)
