@@ -316,6 +316,7 @@ class Command final : public kj::Refcounted {
   uint64_t started_us = 0;
   kj::Own<kj::AsyncOutputStream> in;
   kj::Own<kj::AsyncInputStream> out, err;
+  int out_fd = -1, err_fd = -1;  // owned by `out` / `err`; for the last drain after the exit
   kj::Promise<void> timeout_task = nullptr;
 
   ~Command() noexcept(false) {
@@ -387,6 +388,8 @@ class Agent {
     cmd->in = ll.wrapOutputFd(s.in, flags);
     cmd->out = ll.wrapInputFd(s.out, flags);
     cmd->err = ll.wrapInputFd(s.err, flags);
+    cmd->out_fd = s.out;
+    cmd->err_fd = s.err;
     if (req.getTimeoutMs() > 0) {
       Command* c = cmd.get();
       cmd->timeout_task = timer_.afterDelay(req.getTimeoutMs() * kj::MILLISECONDS)
@@ -410,18 +413,41 @@ class Agent {
                                           pump(*c->err, w::StreamKind::STDERR, *handler)))
                      .fork();
     auto pipes_done = pumps.addBranch();
+    ChunkHandler* h = handler.get();
     return wait_exit(c->pid)
-        .then([this, c, pipes_done = kj::mv(pipes_done)](int code) mutable {
+        .then([this, c, h, pipes_done = kj::mv(pipes_done)](int code) mutable {
           c->exited = true;
           c->exit_code = code;
           tracked_.erase(c->pid);
-          // Give the pipes a moment to drain; a daemon that kept them open must not hang the exec.
-          return pipes_done.exclusiveJoin(timer_.afterDelay(100 * kj::MILLISECONDS));
+          // Give the pipes a moment to reach EOF; a daemon that kept them open must not hang the
+          // exec. Then take what is in them now: a busy guest may not have run the pumps yet, and
+          // everything the command wrote before it exited is there.
+          return pipes_done.exclusiveJoin(
+              timer_.afterDelay(100 * kj::MILLISECONDS).then([c, h]() { return drain(*c, *h); }));
         })
         .then([c]() {
           return RunOutcome{c->exit_code, c->timed_out, mono_us() - c->started_us};
         })
         .attach(kj::mv(cmd), kj::mv(feed), kj::mv(pumps), kj::mv(handler));
+  }
+
+  static kj::Promise<void> drain(Command& c, ChunkHandler& handler) {
+    kj::Promise<void> done = kj::READY_NOW;
+    for (auto [fd, kind] : {std::pair{c.out_fd, w::StreamKind::STDOUT},
+                            std::pair{c.err_fd, w::StreamKind::STDERR}}) {
+      std::string data;
+      char buf[65536];
+      ssize_t n;
+      while (fd >= 0 && (n = ::read(fd, buf, sizeof buf)) > 0) data.append(buf, size_t(n));
+      if (data.empty()) continue;
+      auto bytes = kj::heapArray<kj::byte>(data.size());
+      memcpy(bytes.begin(), data.data(), data.size());
+      done = done.then([&handler, kind = kind, bytes = kj::mv(bytes)]() mutable {
+        auto view = kj::ArrayPtr<const kj::byte>(bytes.begin(), bytes.size());
+        return handler(kind, view).attach(kj::mv(bytes));
+      });
+    }
+    return done;
   }
 
   kj::Promise<void> feed_stdin(kj::Own<kj::AsyncOutputStream> in, kj::Array<const kj::byte> data) {

@@ -195,6 +195,9 @@ TEST_F(DriverTest, EightConcurrentExecsRunAtTheSameTime) {
                                60000));
       if (r) {
         outs[i] = r->stdout_data;
+        if (r->exit_code != 0 || !r->stderr_data.empty() || !r->error.empty())
+          outs[i] += "(exit " + std::to_string(r->exit_code) + ", stderr: " + r->stderr_data +
+                     ", error: " + r->error + ")";
         timed_out[i] = r->timed_out;
       } else {
         outs[i] = "error: " + r.error().message;
