@@ -871,8 +871,8 @@ class NetworkTest(unittest.TestCase):
             self.assertEqual(d2.stop(), 0)
             self.assertEqual(mine(), [])
         finally:
-            for x in daemons:
-                x.stop(signal.SIGKILL)
+            for x in daemons:  # a graceful stop of the live one kills the VMs and their networks
+                x.stop()
             shutil.rmtree(base, ignore_errors=True)
 
     def host_get(self, port):
