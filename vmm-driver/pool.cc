@@ -51,6 +51,12 @@ void RestorePool::refill() {
       c.network = *net;
     }
     auto vm = Vm::prespawn(io_, snapshot_, c);
+    // Warm: the state is loaded and the guest runs until its agent answers, so a create only
+    // makes it unique (clock, RNG, hostname). Nobody has used it: no sandbox is ever reused.
+    if (vm) {
+      auto started = (*vm)->start_guest(snapshot_);
+      if (!started) vm = started.error();
+    }
     // A waiting process that outlives a crashed host must be found (and killed) by the next one.
     if (vm && !c.die_with_parent) {
       auto saved = (*vm)->save_record();
@@ -91,8 +97,8 @@ Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name, const s
     return Vm::restore(io_, snapshot_, c);
   }
   vm->set_identity(name, hostname);
-  auto loaded = vm->load(snapshot_);
-  if (!loaded) return loaded.error();
+  auto personal = vm->personalize();
+  if (!personal) return personal.error();
   if (!base_.die_with_parent) {
     auto saved = vm->save_record();  // now under its sandbox's name
     if (!saved) return saved.error();

@@ -1,6 +1,9 @@
-// Pre-spawned QEMU processes waiting (`-incoming defer`) for one snapshot's state. They hold no
-// guest state, so no sandbox is ever reused: each create loads the snapshot into a fresh process,
-// skipping only the ~25 ms of process start-up. A background thread keeps the pool full.
+// Warm restores of one snapshot, ready to hand out: each member is a fresh QEMU process that was
+// spawned (`-incoming defer`), loaded with the snapshot's state and resumed until its agent
+// answered, then left waiting. Nobody has used a member: no sandbox is ever reused. A create only
+// makes the guest its own (clock, RNG reseed, hostname: Vm::personalize), so it skips QEMU's
+// start-up, the state load and the restored guest's first (cold-cache) answers. A background
+// thread keeps the pool full.
 #pragma once
 
 #include <condition_variable>

@@ -744,6 +744,25 @@ Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmC
 
 Status Vm::load(const Snapshot& snap) {
   auto started = steady_clock::now();
+  auto st = start_guest(snap);
+  if (!st) return st;
+  auto t_agent = steady_clock::now();
+  st = personalize();
+  if (!st) return st;
+  auto t_end = steady_clock::now();
+  spdlog::debug("vm {}: load: state+cont+agent {} us, fixups {} us", config_.name,
+                duration_cast<microseconds>(t_agent - started).count(),
+                duration_cast<microseconds>(t_end - t_agent).count());
+  boot_time_ += duration_cast<microseconds>(t_end - started);
+  if (!consumed_from_.empty()) {  // the woken guest runs: its hibernation snapshot is spent
+    remove_snapshot(consumed_from_);
+    consumed_from_.clear();
+  }
+  return Ok{};
+}
+
+Status Vm::start_guest(const Snapshot& snap) {
+  auto started = steady_clock::now();
   auto deadline = started + config_.boot_timeout;
   int fd = ::open(snap.state().c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -761,31 +780,23 @@ Status Vm::load(const Snapshot& snap) {
   auto t_loaded = steady_clock::now();
   auto cont = simple(*qmp_, "cont");
   if (!cont) return cont;
-  spdlog::debug("vm {}: cont took {} us", config_.name,
-                duration_cast<microseconds>(steady_clock::now() - t_loaded).count());
   auto attached = wait_agent(deadline);
   if (!attached) return attached;
-  auto t_agent = steady_clock::now();
+  spdlog::debug("vm {}: start: state {} us, cont+agent {} us", config_.name,
+                duration_cast<microseconds>(t_loaded - started).count(),
+                duration_cast<microseconds>(steady_clock::now() - t_loaded).count());
+  return Ok{};
+}
+
+Status Vm::personalize() {
   // A restored guest has the snapshot's clock and shares its random state with every other
   // restore of it: fix both (and the hostname) before anyone uses the guest.
   std::string entropy(64, '\0');
   if (::getrandom(entropy.data(), entropy.size(), 0) != ssize_t(entropy.size()))
     return make_error(ErrorCode::io_error, "getrandom failed");
-  auto fixed = agent_->after_restore(
+  return agent_->after_restore(
       duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(), entropy,
       config_.hostname);
-  if (!fixed) return fixed;
-  auto t_end = steady_clock::now();
-  spdlog::debug("vm {}: load: state {} us, cont+agent {} us, fixups {} us", config_.name,
-                duration_cast<microseconds>(t_loaded - started).count(),
-                duration_cast<microseconds>(t_agent - t_loaded).count(),
-                duration_cast<microseconds>(t_end - t_agent).count());
-  boot_time_ += duration_cast<microseconds>(t_end - started);
-  if (!consumed_from_.empty()) {
-    remove_snapshot(consumed_from_);
-    consumed_from_.clear();
-  }
-  return Ok{};
 }
 
 Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmConfig config,

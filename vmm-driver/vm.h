@@ -83,8 +83,14 @@ class Vm {
   // (`-incoming defer`) with its RAM file in place. For pools of pre-spawned processes.
   static Result<std::unique_ptr<Vm>> prespawn(IoThread& io, const Snapshot& snapshot,
                                               VmConfig config, bool consume = false);
-  // The second half: loads the state into a prespawned VM and brings the guest up.
+  // The second half: loads the state into a prespawned VM and brings the guest up
+  // (= start_guest + personalize).
   Status load(const Snapshot& snapshot);
+  // Loads the state and resumes the guest until its agent answers; nothing is made unique yet:
+  // the guest still has the snapshot's clock, random state and hostname. For warm pools only.
+  Status start_guest(const Snapshot& snapshot);
+  // Makes a started guest this VM's own: clock set, RNG reseeded from host entropy, hostname.
+  Status personalize();
   // Names a prespawned VM before load() (logs, and the hostname set in the guest).
   void set_identity(std::string name, std::string hostname) {
     config_.name = std::move(name);
