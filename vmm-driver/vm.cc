@@ -727,6 +727,12 @@ Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmC
   auto t2 = steady_clock::now();
   auto spawned = vm->spawn(qemu_args(vm->config_, true), deadline);
   if (!spawned) return spawned.error();
+  // A QEMU that may outlive this process is on record from now on: a crash before the restore
+  // completes (or while it waits in a pool) must not leave it running unaccounted.
+  if (!vm->config_.die_with_parent) {
+    auto saved = vm->save_record();
+    if (!saved) return saved.error();
+  }
   spdlog::debug("vm {}: prespawn: overlay {} us, RAM file {} us, qemu+qmp {} us", vm->config_.name,
                 duration_cast<microseconds>(t1 - t0).count(),
                 duration_cast<microseconds>(t2 - t1).count(),
