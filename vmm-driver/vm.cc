@@ -345,6 +345,13 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
       return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
     pid_ = pid;
   }
+  // A QEMU that may outlive this process is on record from its first moment (before QMP answers):
+  // a host killed while a VM is starting, or while a pool member is being prepared, must not
+  // leave it running unaccounted. (Rewritten with the full state once the VM runs.)
+  if (!c.die_with_parent) {
+    auto saved = save_record();
+    if (!saved) spdlog::warn("vm {}: {}", c.name, saved.error().message);
+  }
   // QEMU holds the tap now; ours would keep the interface alive after QEMU is gone.
   if (c.network) c.network->close_tap();
   spdlog::debug("vm {}: spawned qemu pid {} accel={} jail={}", c.name, pid_, to_string(c.accel),
@@ -727,12 +734,6 @@ Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmC
   auto t2 = steady_clock::now();
   auto spawned = vm->spawn(qemu_args(vm->config_, true), deadline);
   if (!spawned) return spawned.error();
-  // A QEMU that may outlive this process is on record from now on: a crash before the restore
-  // completes (or while it waits in a pool) must not leave it running unaccounted.
-  if (!vm->config_.die_with_parent) {
-    auto saved = vm->save_record();
-    if (!saved) return saved.error();
-  }
   spdlog::debug("vm {}: prespawn: overlay {} us, RAM file {} us, qemu+qmp {} us", vm->config_.name,
                 duration_cast<microseconds>(t1 - t0).count(),
                 duration_cast<microseconds>(t2 - t1).count(),
