@@ -76,6 +76,8 @@ Egress get_egress(w::Egress::Reader r) {
   return e;
 }
 
+}  // namespace
+
 wire::Json egress_json(const Egress& e) {
   using wire::Json;
   Json j = Json::object();
@@ -88,6 +90,8 @@ wire::Json egress_json(const Egress& e) {
   j.set("domains", d);
   return j;
 }
+
+namespace {
 
 std::optional<Egress> egress_from_json(const wire::Json& j) {
   if (!j.is_object() || !j["mode"].is_string() || !j["cidrs"].is_array() || !j["domains"].is_array())
@@ -106,8 +110,6 @@ std::optional<Egress> egress_from_json(const wire::Json& j) {
 }
 
 }  // namespace
-
-std::string egress_to_json(const Egress& e) { return egress_json(e).dump(); }
 
 std::string encode_event(const Event& e) {
   capnp::MallocMessageBuilder msg;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "actors/sandbox.h"
+#include "wire/json.h"
 
 namespace pandastack::actors {
 
@@ -19,8 +20,8 @@ namespace pandastack::actors {
 
 // The event as one JSON object (for the audit log: API, CLI). Only the fields its kind uses.
 std::string event_to_json(const Event& e);
-// An egress policy as JSON text: {"mode", "cidrs", "domains"} (events, state, the REST API).
-std::string egress_to_json(const Egress& e);
+// An egress policy as JSON: {"mode", "cidrs", "domains"} (events, state, the REST API).
+wire::Json egress_json(const Egress& e);
 
 }  // namespace pandastack::actors
 

@@ -352,6 +352,16 @@ struct WorkerState {
   std::shared_ptr<VmHandle> handle;
 };
 
+// Forwards a sandbox's recorded guest ports on its (new or adopted) network; a port that cannot
+// be forwarded is logged and stays recorded (GET .../ports shows it without a host port).
+void expose_ports(vmm::Network& n, const std::set<uint32_t>& ports, const std::string& host,
+                  const std::string& id) {
+  for (auto p : ports) {
+    auto e = n.expose(uint16_t(p), host);
+    if (!e) spdlog::warn("sandbox {}: port {} not exposed: {}", id, p, e.error().message);
+  }
+}
+
 WorkerResult failed(const std::string& e) {
   WorkerResult r;
   r.ok = false;
@@ -394,10 +404,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
             if (!set) return failed("network policy: " + set.error().message);
           }
           r.subnet = n->index();
-          for (auto p : net.ports) {
-            auto e = n->expose(uint16_t(p), st.env->config.ports_host);
-            if (!e) spdlog::warn("sandbox {}: port {} not exposed: {}", st.id, p, e.error().message);
-          }
+          expose_ports(*n, net.ports, st.env->config.ports_host, st.id);
         }
         std::unique_lock l(st.handle->mu);
         st.handle->vm = std::move(*vm);
@@ -1143,10 +1150,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
           env.subnets_used.insert(*s.subnet);
           env.own(**net);
           // The forwards died with the previous host process: expose the ports again.
-          for (auto p : s.ports) {
-            auto e = (*net)->expose(uint16_t(p), config.ports_host);
-            if (!e) spdlog::warn("recovery: {}: port {} not exposed: {}", id, p, e.error().message);
-          }
+          expose_ports(**net, s.ports, config.ports_host, id);
           (*vm)->attach_network(*net);
         } else {
           spdlog::warn("recovery: {}: network not adopted: {}", id, net.error().message);

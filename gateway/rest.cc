@@ -160,7 +160,6 @@ actors::Egress egress_from(const Json& j) {
   return e;
 }
 
-Json egress_json(const actors::Egress& e) { return *Json::parse(actors::egress_to_json(e)); }
 
 template <typename T>
 T unwrap(Reply<T> r) {
@@ -188,7 +187,7 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("version", i.version);  // events in the sandbox's stream
   j.set("network", i.network);
   if (i.network) {
-    j.set("egress", egress_json(i.egress));
+    j.set("egress", actors::egress_json(i.egress));
     Json ports = Json::array();
     for (auto p : i.ports) ports.push(p);
     j.set("ports", ports);  // exposed guest ports (GET .../ports has their host addresses)
@@ -983,11 +982,7 @@ struct Gateway::Impl final : public kj::HttpService {
       throw ApiError{"internal", "the exposed port is not listed"};
     }
     if (route == "/v1/sandboxes/{id}/ports/{port}") {
-      auto s = r.param("port");
-      if (s.empty() || s.size() > 5 || s.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoul(s) == 0 || std::stoul(s) > 65535)
-        throw ApiError{"invalid_argument", "port must be within 1..65535"};
-      unwrap(rt.unexpose_port(tenant, id, uint32_t(std::stoul(s))));
+      unwrap(rt.unexpose_port(tenant, id, parse_number(r.param("port"), "port", 1, 65535)));
       return no_content();
     }
     if (route == "/v1/sandboxes/{id}/exec") {
@@ -1148,11 +1143,15 @@ struct Gateway::Impl final : public kj::HttpService {
     throw ApiError{"route_not_found", "no handler for " + route};
   }
 
-  static uint32_t parse_pid(const std::string& s) {
-    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
-      throw ApiError{"invalid_argument", "pid must be a positive integer"};
+  // A path parameter that must be a decimal integer within lo..hi.
+  static uint32_t parse_number(const std::string& s, const char* what, uint32_t lo, uint32_t hi) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(s) < lo || std::stoul(s) > hi)
+      throw ApiError{"invalid_argument", std::string(what) + " must be an integer within " +
+                                             std::to_string(lo) + ".." + std::to_string(hi)};
     return uint32_t(std::stoul(s));
   }
+  static uint32_t parse_pid(const std::string& s) { return parse_number(s, "pid", 0, 999999999); }
 
   static int64_t query_int(const Request& r, const char* k, int64_t def, int64_t hi) {
     auto v = r.q(k);

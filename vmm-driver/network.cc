@@ -20,6 +20,7 @@
 #include "vmm-driver/dns.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -51,6 +52,8 @@ bool all_digits(const std::string& s) {
 // /run/netns as a mount point of its own (as `ip netns add` makes it), so that a jail can detach
 // every namespace mount below it in one call.
 Status ensure_netns_dir() {
+  static std::atomic<bool> ready{false};  // checked once per process, not on every create
+  if (ready) return Ok{};
   std::error_code ec;
   fs::create_directories(kNetnsDir, ec);
   if (ec) return make_error(ErrorCode::io_error, std::string("cannot create ") + kNetnsDir + ": " + ec.message());
@@ -61,11 +64,15 @@ Status ensure_netns_dir() {
     std::istringstream in(line);
     std::string id, parent, dev, root, point;
     in >> id >> parent >> dev >> root >> point;
-    if (point == kNetnsDir) return Ok{};
+    if (point == kNetnsDir) {
+      ready = true;
+      return Ok{};
+    }
   }
   if (::mount(kNetnsDir, kNetnsDir, "none", MS_BIND | MS_REC, nullptr) != 0)
     return make_error(ErrorCode::io_error, errno_text("bind-mounting /run/netns", errno));
   ::mount("", kNetnsDir, "none", MS_SHARED | MS_REC, nullptr);
+  ready = true;
   return Ok{};
 }
 
