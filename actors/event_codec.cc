@@ -94,7 +94,8 @@ wire::Json egress_json(const Egress& e) {
 namespace {
 
 std::optional<Egress> egress_from_json(const wire::Json& j) {
-  if (!j.is_object() || !j["mode"].is_string() || !j["cidrs"].is_array() || !j["domains"].is_array())
+  if (!j.is_object() || !j["mode"].is_string() || !j["cidrs"].is_array() ||
+      !j["domains"].is_array())
     return std::nullopt;
   Egress e;
   e.mode = j["mode"].as_string();

@@ -263,8 +263,9 @@ struct Env {
     std::lock_guard lock(pools_mu);
     auto& [dir, pool] = pools[template_name + (networked || !config.network ? "" : "/no-network")];
     if (!pool || dir != snap.dir.string()) {
-      auto base = vm_config(template_name, "pool",
-                            "pool-" + template_name + (networked || !config.network ? "" : "-nonet"));
+      auto base =
+          vm_config(template_name, "pool",
+                    "pool-" + template_name + (networked || !config.network ? "" : "-nonet"));
       vmm::RestorePool::NetworkFactory factory;
       if (networked) factory = [this] { return make_network(Egress{}); };
       pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory);
@@ -1262,9 +1263,10 @@ std::optional<Rejection> check_egress(Egress& e, bool have_resolver) {
   auto v = vmm::validate(p);
   if (!v) return Rejection{"invalid_argument", "egress: " + v.error().message};
   if (!v->domains.empty() && !have_resolver)
-    return Rejection{"not_implemented",
-                     "domain names in an egress allowlist need the platform resolver, and this host "
-                     "has no upstream DNS server (--dns-upstream): allow CIDRs instead"};
+    return Rejection{
+        "not_implemented",
+        "domain names in an egress allowlist need the platform resolver, and this host "
+        "has no upstream DNS server (--dns-upstream): allow CIDRs instead"};
   e.cidrs = v->cidrs;
   e.domains = v->domains;
   return std::nullopt;

@@ -81,7 +81,7 @@ struct CreateRequest {
   uint32_t ttl_seconds = 0;  // 0 = the default
   std::map<std::string, std::string> metadata;
   bool persistent = false, auto_wake = false;
-  std::string from_snapshot;  // a snapshot id taken from one of the tenant's sandboxes
+  std::string from_snapshot;     // a snapshot id taken from one of the tenant's sandboxes
   std::optional<bool> network;   // nullopt: on when the runtime has networking
   std::optional<Egress> egress;  // nullopt: RuntimeConfig::default_egress
 };
@@ -212,7 +212,8 @@ class Runtime {
                                              uint32_t port);
   Reply<std::vector<PortInfo>> ports(const std::string& tenant, const std::string& id);
   // Replaces the egress policy (applied at once to a running VM, at wake to a hibernated one).
-  Reply<SandboxInfo> set_egress(const std::string& tenant, const std::string& id, const Egress& egress);
+  Reply<SandboxInfo> set_egress(const std::string& tenant, const std::string& id,
+                                const Egress& egress);
   // A snapshot of a running sandbox; returns its id (usable as CreateRequest::from_snapshot).
   Reply<std::string> snapshot(const std::string& tenant, const std::string& id);
   // `count` children of a running sandbox; the parent keeps running.

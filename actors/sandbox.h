@@ -140,7 +140,7 @@ struct Create {
   bool network = false;
   Egress egress;
 };
-struct Started {  // the VM answers (after create or wake)
+struct Started {                   // the VM answers (after create or wake)
   std::optional<uint32_t> subnet;  // the host subnet its network got
 };
 struct StartFailed {
@@ -169,7 +169,7 @@ struct Wake {};
 struct TransitionDone {
   std::vector<std::string> children;
   std::optional<uint32_t> subnet;  // waking: the host subnet the woken VM's network got
-};  // the side effect of the transition succeeded
+};                                 // the side effect of the transition succeeded
 struct TransitionFailed {
   std::string reason;
 };
@@ -195,11 +195,11 @@ struct Fail {
 };
 }  // namespace cmd
 
-using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec,
-                             cmd::ExecFinished, cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake,
-                             cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
-                             cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort,
-                             cmd::Reap, cmd::Kill, cmd::Fail>;
+using Command =
+    std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished,
+                 cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone,
+                 cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
+                 cmd::ExposePort, cmd::UnexposePort, cmd::Reap, cmd::Kill, cmd::Fail>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

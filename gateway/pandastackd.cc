@@ -128,8 +128,7 @@ int main(int argc, char** argv) {
       config.default_egress.mode = value();
       if (config.default_egress.mode != "deny_all" && config.default_egress.mode != "allow_all")
         usage_error("--default-egress: deny_all or allow_all");
-    }
-    else if (a == "--no-jail")
+    } else if (a == "--no-jail")
       jail = false;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;

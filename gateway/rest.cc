@@ -130,7 +130,8 @@ class Fields {
   // A nested object (validated as one); an empty object when absent.
   Json object(const char* k) const {
     if (!has(k)) return Json::object();
-    if (!j_[k].is_object()) throw ApiError{"invalid_argument", std::string(k) + " must be an object"};
+    if (!j_[k].is_object())
+      throw ApiError{"invalid_argument", std::string(k) + " must be an object"};
     return j_[k];
   }
   std::vector<std::string> string_list(const char* k) const {
@@ -159,7 +160,6 @@ actors::Egress egress_from(const Json& j) {
   e.mode = f.str("mode", e.cidrs.empty() && e.domains.empty() ? "deny_all" : "allowlist");
   return e;
 }
-
 
 template <typename T>
 T unwrap(Reply<T> r) {
@@ -897,9 +897,8 @@ struct Gateway::Impl final : public kj::HttpService {
       });
     }
     if (route == "/v1/sandboxes" && r.method == M::POST) {
-      Fields f(r.json(),
-               {"template", "ttl_seconds", "metadata", "persistent", "auto_wake", "from_snapshot",
-                "network", "egress"});
+      Fields f(r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
+                          "from_snapshot", "network", "egress"});
       actors::CreateRequest c;
       c.tenant = tenant;
       c.template_name = f.str("template", "base");

@@ -5,10 +5,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstring>
@@ -30,7 +29,9 @@ size_t skip_name(const std::string& p, size_t at) {
   }
   return 0;
 }
-uint16_t u16(const std::string& p, size_t at) { return uint16_t(uint8_t(p[at]) << 8 | uint8_t(p[at + 1])); }
+uint16_t u16(const std::string& p, size_t at) {
+  return uint16_t(uint8_t(p[at]) << 8 | uint8_t(p[at + 1]));
+}
 }  // namespace
 
 std::optional<std::string> question_name(const std::string& p) {
@@ -45,7 +46,8 @@ std::optional<std::string> question_name(const std::string& p) {
     }
     if (len > 63 || at + 1 + len > p.size()) return std::nullopt;  // no compression in a question
     if (!name.empty()) name += '.';
-    for (size_t i = 0; i < len; ++i) name += char(std::tolower(static_cast<unsigned char>(p[at + 1 + i])));
+    for (size_t i = 0; i < len; ++i)
+      name += char(std::tolower(static_cast<unsigned char>(p[at + 1 + i])));
     at += 1 + len;
     if (name.size() > 253) return std::nullopt;
   }
@@ -82,7 +84,7 @@ std::vector<std::pair<std::string, uint32_t>> a_records(const std::string& p) {
 std::string refused(const std::string& q) {
   std::string r = q.substr(0, 12);
   if (r.size() < 12) return "";
-  r[2] = char(uint8_t(r[2]) | 0x80);             // QR: a response
+  r[2] = char(uint8_t(r[2]) | 0x80);               // QR: a response
   r[3] = char((uint8_t(r[3]) & 0xF0) | 0x80 | 5);  // RA, RCODE 5 (REFUSED)
   r[6] = r[7] = r[8] = r[9] = r[10] = r[11] = 0;   // no answer, authority or additional records
   // Keep the question (only it) so the client matches the response.
@@ -101,7 +103,8 @@ bool allowed(const std::string& name, const std::vector<std::string>& patterns) 
   for (auto& p : patterns) {
     if (p.rfind("*.", 0) == 0) {
       std::string suffix = p.substr(1);  // ".example.com"
-      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      if (name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
         return true;
     } else if (name == p) {
       return true;
@@ -112,7 +115,8 @@ bool allowed(const std::string& name, const std::vector<std::string>& patterns) 
 }  // namespace dns
 
 Result<std::unique_ptr<DnsServer>> DnsServer::start(int netns_fd, const std::string& upstream,
-                                                    bool allow_all, std::vector<std::string> domains) {
+                                                    bool allow_all,
+                                                    std::vector<std::string> domains) {
   std::unique_ptr<DnsServer> d(new DnsServer());
   d->allow_all_ = allow_all;
   d->domains_ = std::move(domains);
@@ -124,9 +128,11 @@ Result<std::unique_ptr<DnsServer>> DnsServer::start(int netns_fd, const std::str
   up.sin_family = AF_INET;
   up.sin_port = htons(uint16_t(port));
   if (::inet_pton(AF_INET, host.c_str(), &up.sin_addr) != 1 || port <= 0 || port > 65535)
-    return make_error(ErrorCode::invalid_argument, "bad DNS upstream '" + upstream + "' (IPv4[:port])");
+    return make_error(ErrorCode::invalid_argument,
+                      "bad DNS upstream '" + upstream + "' (IPv4[:port])");
   d->upstream_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (d->upstream_fd_ < 0 || ::connect(d->upstream_fd_, reinterpret_cast<sockaddr*>(&up), sizeof up) != 0)
+  if (d->upstream_fd_ < 0 ||
+      ::connect(d->upstream_fd_, reinterpret_cast<sockaddr*>(&up), sizeof up) != 0)
     return make_error(ErrorCode::io_error, std::string("DNS upstream socket: ") + strerror(errno));
   d->netns_fd_ = ::dup(netns_fd);
   std::string failed;
@@ -181,11 +187,13 @@ void DnsServer::loop() {
     if (::poll(fds, 3, 1000) < 0 && errno != EINTR) return;
     if (fds[0].revents) return;
     auto now = Clock::now();
-    std::erase_if(pending, [&](auto& kv) { return now - kv.second.sent > std::chrono::seconds(10); });
+    std::erase_if(pending,
+                  [&](auto& kv) { return now - kv.second.sent > std::chrono::seconds(10); });
     if (fds[1].revents & POLLIN) {
       sockaddr_in from{};
       socklen_t len = sizeof from;
-      ssize_t n = ::recvfrom(guest_fd_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len);
+      ssize_t n =
+          ::recvfrom(guest_fd_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len);
       if (n >= 12) {
         std::string q(buf, size_t(n));
         auto name = dns::question_name(q);
@@ -226,7 +234,8 @@ void DnsServer::loop() {
       if (!allow_all && !records.empty()) {
         std::string elems;
         for (auto& [addr, ttl] : records)
-          elems += (elems.empty() ? "" : ", ") + addr + " timeout " + std::to_string(std::max<uint32_t>(ttl, 60)) + "s";
+          elems += (elems.empty() ? "" : ", ") + addr + " timeout " +
+                   std::to_string(std::max<uint32_t>(ttl, 60)) + "s";
         auto st = apply_nft("add element inet pandastack dns_allow { " + elems + " }\n", netns_fd_);
         if (!st) {
           spdlog::warn("sandbox resolver: cannot admit {}: {}", elems, st.error().message);
@@ -235,7 +244,8 @@ void DnsServer::loop() {
       }
       r[0] = char(p.id >> 8);
       r[1] = char(p.id & 0xFF);
-      ::sendto(guest_fd_, r.data(), r.size(), 0, reinterpret_cast<const sockaddr*>(&p.client), sizeof p.client);
+      ::sendto(guest_fd_, r.data(), r.size(), 0, reinterpret_cast<const sockaddr*>(&p.client),
+               sizeof p.client);
     }
   }
 }

@@ -4,20 +4,17 @@
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
-#include <sched.h>
-#include <sys/ioctl.h>
 #include <netinet/in.h>
+#include <nftables/libnftables.h>
 #include <poll.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <nftables/libnftables.h>
-#include <spdlog/spdlog.h>
-
-#include "vmm-driver/dns.h"
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +24,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "vmm-driver/dns.h"
 
 namespace pandastack::vmm {
 
@@ -56,7 +55,9 @@ Status ensure_netns_dir() {
   if (ready) return Ok{};
   std::error_code ec;
   fs::create_directories(kNetnsDir, ec);
-  if (ec) return make_error(ErrorCode::io_error, std::string("cannot create ") + kNetnsDir + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error,
+                      std::string("cannot create ") + kNetnsDir + ": " + ec.message());
   std::ifstream mounts("/proc/self/mountinfo");
   std::string line;
   while (std::getline(mounts, line)) {
@@ -85,15 +86,19 @@ void unmount_netns(const std::string& name) {
 
 const char* to_string(EgressPolicy::Mode m) {
   switch (m) {
-    case EgressPolicy::Mode::deny_all: return "deny_all";
-    case EgressPolicy::Mode::allow_all: return "allow_all";
-    case EgressPolicy::Mode::allowlist: return "allowlist";
+    case EgressPolicy::Mode::deny_all:
+      return "deny_all";
+    case EgressPolicy::Mode::allow_all:
+      return "allow_all";
+    case EgressPolicy::Mode::allowlist:
+      return "allowlist";
   }
   return "deny_all";
 }
 
 std::optional<EgressPolicy::Mode> egress_mode_from_string(const std::string& s) {
-  for (auto m : {EgressPolicy::Mode::deny_all, EgressPolicy::Mode::allow_all, EgressPolicy::Mode::allowlist})
+  for (auto m :
+       {EgressPolicy::Mode::deny_all, EgressPolicy::Mode::allow_all, EgressPolicy::Mode::allowlist})
     if (s == to_string(m)) return m;
   return std::nullopt;
 }
@@ -115,14 +120,16 @@ Result<std::string> normalize_cidr(const std::string& s) {
   uint32_t mask = prefix == 0 ? 0 : ~uint32_t(0) << (32 - prefix);
   if ((v & ~mask) != 0)
     return make_error(ErrorCode::invalid_argument, "'" + s + "' has host bits set (did you mean " +
-                                                       ip_string(v & mask) + "/" + std::to_string(prefix) + "?)");
+                                                       ip_string(v & mask) + "/" +
+                                                       std::to_string(prefix) + "?)");
   return ip_string(v) + "/" + std::to_string(prefix);
 }
 
 Result<EgressPolicy> validate(EgressPolicy p, size_t max_entries) {
   if (p.cidrs.size() > max_entries || p.domains.size() > max_entries)
-    return make_error(ErrorCode::invalid_argument,
-                      "an egress allowlist holds at most " + std::to_string(max_entries) + " CIDRs and as many domains");
+    return make_error(ErrorCode::invalid_argument, "an egress allowlist holds at most " +
+                                                       std::to_string(max_entries) +
+                                                       " CIDRs and as many domains");
   if (p.mode != EgressPolicy::Mode::allowlist && (!p.cidrs.empty() || !p.domains.empty()))
     return make_error(ErrorCode::invalid_argument, "CIDRs and domains need mode allowlist");
   for (auto& c : p.cidrs) {
@@ -148,7 +155,8 @@ Result<EgressPolicy> validate(EgressPolicy p, size_t max_entries) {
         ok = false;
       }
     }
-    if (!ok || label == 0) return make_error(ErrorCode::invalid_argument, "not a domain name: '" + d + "'");
+    if (!ok || label == 0)
+      return make_error(ErrorCode::invalid_argument, "not a domain name: '" + d + "'");
     d = lower;
   }
   std::sort(p.cidrs.begin(), p.cidrs.end());
@@ -163,7 +171,8 @@ Result<SubnetPool> SubnetPool::parse(const std::string& cidr) {
   if (!n) return n.error();
   auto slash = n->find('/');
   int prefix = std::stoi(n->substr(slash + 1));
-  if (prefix > 30) return make_error(ErrorCode::invalid_argument, "a subnet pool needs at least a /30: " + cidr);
+  if (prefix > 30)
+    return make_error(ErrorCode::invalid_argument, "a subnet pool needs at least a /30: " + cidr);
   in_addr a{};
   ::inet_pton(AF_INET, n->substr(0, slash).c_str(), &a);
   SubnetPool p;
@@ -173,8 +182,12 @@ Result<SubnetPool> SubnetPool::parse(const std::string& cidr) {
   return p;
 }
 
-std::string SubnetPool::host_address(uint32_t index) const { return ip_string(base_ + 4 * index + 1); }
-std::string SubnetPool::ns_address(uint32_t index) const { return ip_string(base_ + 4 * index + 2); }
+std::string SubnetPool::host_address(uint32_t index) const {
+  return ip_string(base_ + 4 * index + 1);
+}
+std::string SubnetPool::ns_address(uint32_t index) const {
+  return ip_string(base_ + 4 * index + 2);
+}
 
 bool needs_resolver(const EgressPolicy& p) {
   return p.mode == EgressPolicy::Mode::allow_all ||
@@ -213,14 +226,18 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
   // Never: other sandboxes and the host's veth ends (the pool), loopback, link-local (cloud
   // metadata), multicast, broadcast -- whatever the policy says.
   r += "    iifname \"tap0\" ip daddr { " + settings.pool_cidr +
-       ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } reject with icmpx type admin-prohibited\n";
+       ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } reject with icmpx type "
+       "admin-prohibited\n";
   switch (policy.mode) {
-    case EgressPolicy::Mode::allow_all: r += "    iifname \"tap0\" oifname \"eth0\" accept\n"; break;
+    case EgressPolicy::Mode::allow_all:
+      r += "    iifname \"tap0\" oifname \"eth0\" accept\n";
+      break;
     case EgressPolicy::Mode::allowlist:
       r += "    iifname \"tap0\" oifname \"eth0\" ip daddr @allow accept\n";
       r += "    iifname \"tap0\" oifname \"eth0\" ip daddr @dns_allow accept\n";
       break;
-    case EgressPolicy::Mode::deny_all: break;
+    case EgressPolicy::Mode::deny_all:
+      break;
   }
   r += "    iifname \"tap0\" reject with icmpx type admin-prohibited\n  }\n";
   r += "  chain input {\n    type filter hook input priority filter; policy drop;\n";
@@ -278,7 +295,8 @@ Status apply_nft(const std::string& rules, int netns_fd) {
 
 Status run_net_tool(const std::vector<std::string>& argv, const std::string& input, int netns_fd) {
   int in_pipe[2], out_pipe[2];
-  if (::pipe2(in_pipe, O_CLOEXEC) != 0) return make_error(ErrorCode::io_error, errno_text("pipe", errno));
+  if (::pipe2(in_pipe, O_CLOEXEC) != 0)
+    return make_error(ErrorCode::io_error, errno_text("pipe", errno));
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
     ::close(in_pipe[0]);
     ::close(in_pipe[1]);
@@ -326,7 +344,8 @@ Status run_net_tool(const std::vector<std::string>& argv, const std::string& inp
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Ok{};
   std::string cmd;
   for (auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-  return make_error(ErrorCode::spawn_failed, cmd + " failed (status " + std::to_string(status) + "): " + out);
+  return make_error(ErrorCode::spawn_failed,
+                    cmd + " failed (status " + std::to_string(status) + "): " + out);
 }
 
 Result<std::shared_ptr<Network>> Network::create(const NetworkSettings& settings, uint32_t index,
@@ -334,7 +353,8 @@ Result<std::shared_ptr<Network>> Network::create(const NetworkSettings& settings
   auto pool = SubnetPool::parse(settings.pool_cidr);
   if (!pool) return pool.error();
   if (index >= pool->capacity())
-    return make_error(ErrorCode::invalid_argument, "subnet " + std::to_string(index) + " is outside " + pool->cidr());
+    return make_error(ErrorCode::invalid_argument,
+                      "subnet " + std::to_string(index) + " is outside " + pool->cidr());
   auto dir = ensure_netns_dir();
   if (!dir) return dir.error();
   std::shared_ptr<Network> n(new Network());
@@ -401,17 +421,17 @@ Result<std::shared_ptr<Network>> Network::create(const NetworkSettings& settings
   // From here on the destructor removes whatever exists.
   if (fs::exists("/sys/class/net/" + n->host_link_))  // a stale link from a crash
     (void)run_net_tool({"ip", "link", "del", n->host_link_});
-  auto st = run_net_tool({"ip", "-batch", "-"}, "link add " + n->host_link_ + " type veth peer name eth0 netns " +
-                                                    n->netns_ + "\naddr add " + pool->host_address(index) +
-                                                    "/30 dev " + n->host_link_ + "\nlink set " + n->host_link_ +
-                                                    " up\n");
+  auto st = run_net_tool({"ip", "-batch", "-"},
+                         "link add " + n->host_link_ + " type veth peer name eth0 netns " +
+                             n->netns_ + "\naddr add " + pool->host_address(index) + "/30 dev " +
+                             n->host_link_ + "\nlink set " + n->host_link_ + " up\n");
   if (!st) return st.error();
-  st = run_net_tool({"ip", "-batch", "-"},
-                    "link set lo up\naddr add " + pool->ns_address(index) + "/30 dev eth0\nlink set eth0 up\n" +
-                        "addr add " + kGuestGateway + "/30 dev tap0\nlink set tap0 address " + kGatewayMac +
-                        "\nlink set tap0 up\nroute add default via " +
-                        pool->host_address(index) + "\n",
-                    n->netns_fd_);
+  st = run_net_tool(
+      {"ip", "-batch", "-"},
+      "link set lo up\naddr add " + pool->ns_address(index) + "/30 dev eth0\nlink set eth0 up\n" +
+          "addr add " + kGuestGateway + "/30 dev tap0\nlink set tap0 address " + kGatewayMac +
+          "\nlink set tap0 up\nroute add default via " + pool->host_address(index) + "\n",
+      n->netns_fd_);
   if (!st) return st.error();
   st = apply_nft(sandbox_ruleset(settings, policy), n->netns_fd_);
   if (!st) return st.error();
@@ -493,7 +513,8 @@ class PortForward {
     int one = 1;
     ::setsockopt(f->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     socklen_t len = sizeof a;
-    if (f->listen_fd_ < 0 || ::bind(f->listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+    if (f->listen_fd_ < 0 ||
+        ::bind(f->listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
         ::listen(f->listen_fd_, 64) != 0 ||
         ::getsockname(f->listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
       return make_error(ErrorCode::io_error, errno_text("listening on " + bind_host, errno));
@@ -573,8 +594,10 @@ class PortForward {
             int err = 0;
             socklen_t l = sizeof err;
             ::getsockopt(c.guest, SOL_SOCKET, SO_ERROR, &err, &l);
-            if (err != 0) dead = true;
-            else c.connected = true;
+            if (err != 0)
+              dead = true;
+            else
+              c.connected = true;
           }
         } else {
           dead = !pump(c.up, crev, grev, buf, kBuf) || !pump(c.down, grev, crev, buf, kBuf);
@@ -599,16 +622,21 @@ class PortForward {
   static bool pump(Pipe& p, short in, short out, char* buf, size_t cap) {
     if ((in & (POLLIN | POLLHUP)) && !p.eof && p.buf.size() < cap) {
       ssize_t n = ::read(p.from, buf, cap - p.buf.size());
-      if (n > 0) p.buf.append(buf, size_t(n));
-      else if (n == 0) p.eof = true;
-      else if (errno != EAGAIN && errno != EINTR) return false;
+      if (n > 0)
+        p.buf.append(buf, size_t(n));
+      else if (n == 0)
+        p.eof = true;
+      else if (errno != EAGAIN && errno != EINTR)
+        return false;
     } else if ((in & POLLERR) && p.buf.empty()) {
       return false;
     }
     if (!p.buf.empty() && (out & POLLOUT)) {
       ssize_t n = ::send(p.to, p.buf.data(), p.buf.size(), MSG_NOSIGNAL);
-      if (n > 0) p.buf.erase(0, size_t(n));
-      else if (n < 0 && errno != EAGAIN && errno != EINTR) return false;
+      if (n > 0)
+        p.buf.erase(0, size_t(n));
+      else if (n < 0 && errno != EAGAIN && errno != EINTR)
+        return false;
     }
     if (p.eof && p.buf.empty()) ::shutdown(p.to, SHUT_WR);  // pass the half-close on
     return true;
@@ -623,8 +651,8 @@ class PortForward {
     a.sin_family = AF_INET;
     a.sin_port = htons(guest_port_);
     ::inet_pton(AF_INET, kGuestAddress, &a.sin_addr);
-    if (guest < 0 ||
-        (::connect(guest, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)) {
+    if (guest < 0 || (::connect(guest, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 &&
+                      errno != EINPROGRESS)) {
       ::close(client);
       if (guest >= 0) ::close(guest);
       return;
@@ -683,18 +711,22 @@ Network::~Network() {
 }
 
 Status Network::install_host_rules(const NetworkSettings& settings) {
-  bool good = !settings.prefix.empty() && settings.prefix.size() <= 5 && std::islower(settings.prefix[0]);
+  bool good =
+      !settings.prefix.empty() && settings.prefix.size() <= 5 && std::islower(settings.prefix[0]);
   for (char c : settings.prefix) good = good && (std::islower(c) || std::isdigit(c));
   if (!good)
-    return make_error(ErrorCode::invalid_argument,
-                      "network prefix must be 1-5 lowercase letters or digits, starting with a letter: " +
-                          settings.prefix);
+    return make_error(
+        ErrorCode::invalid_argument,
+        "network prefix must be 1-5 lowercase letters or digits, starting with a letter: " +
+            settings.prefix);
   auto pool = SubnetPool::parse(settings.pool_cidr);
   if (!pool) return pool.error();
   {
     std::ofstream f("/proc/sys/net/ipv4/ip_forward");
     f << "1";
-    if (!f) return make_error(ErrorCode::io_error, "cannot enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward)");
+    if (!f)
+      return make_error(ErrorCode::io_error,
+                        "cannot enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward)");
   }
   return apply_nft(host_ruleset(settings));
 }
@@ -709,7 +741,8 @@ std::vector<std::string> Network::list_namespaces(const std::string& prefix) {
   std::error_code ec;
   for (auto& e : fs::directory_iterator(kNetnsDir, ec)) {
     auto name = e.path().filename().string();
-    if (name.rfind(prefix + "-", 0) == 0 && all_digits(name.substr(prefix.size() + 1))) out.push_back(name);
+    if (name.rfind(prefix + "-", 0) == 0 && all_digits(name.substr(prefix.size() + 1)))
+      out.push_back(name);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -726,7 +759,8 @@ int Network::remove_leftovers(const NetworkSettings& settings, const std::set<ui
   std::error_code ec;
   for (auto& e : fs::directory_iterator("/sys/class/net", ec)) {
     auto name = e.path().filename().string();
-    if (name.rfind(settings.prefix, 0) != 0 || !all_digits(name.substr(settings.prefix.size()))) continue;
+    if (name.rfind(settings.prefix, 0) != 0 || !all_digits(name.substr(settings.prefix.size())))
+      continue;
     if (keep.count(uint32_t(std::stoul(name.substr(settings.prefix.size()))))) continue;
     (void)run_net_tool({"ip", "link", "del", name});
     ++removed;

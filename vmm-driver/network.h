@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -105,7 +105,7 @@ class Network {
   Status set_policy(const EgressPolicy& policy);
   const EgressPolicy& policy() const { return policy_; }
   uint32_t index() const { return index_; }
-  const std::string& netns() const { return netns_; }       // name under /run/netns
+  const std::string& netns() const { return netns_; }  // name under /run/netns
   const std::string& host_link() const { return host_link_; }
   int netns_fd() const { return netns_fd_; }
   // The open tap (-1 once taken or for an adopted network). QEMU gets it as `-netdev tap,fd=N`.

@@ -73,7 +73,8 @@ void RestorePool::refill() {
   }
 }
 
-Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name, const std::string& hostname) {
+Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name,
+                                                const std::string& hostname) {
   std::unique_ptr<Vm> vm;
   {
     std::lock_guard lock(mu_);

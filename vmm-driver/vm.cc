@@ -1,7 +1,5 @@
 #include "vmm-driver/vm.h"
 
-#include "vmm-driver/network.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -22,6 +20,7 @@
 
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/jail.h"
+#include "vmm-driver/network.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/snapshot.h"
 #include "wire/json.h"
@@ -62,7 +61,8 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
   // TCG's translation cache is capped: its default (1 GiB, grown as code is translated) is
   // anonymous memory that a long-running guest fills and that the jail's memory limit (guest
   // RAM + overhead) does not leave room for.
-  const std::string accel = c.accel == Accel::kvm ? "kvm" : "tcg,tb-size=" + std::to_string(kTcgCacheMib);
+  const std::string accel =
+      c.accel == Accel::kvm ? "kvm" : "tcg,tb-size=" + std::to_string(kTcgCacheMib);
   std::string cpu = c.cpu_model;  // part of the bake key: snapshots only restore on the same model
   if (cpu.empty()) cpu = c.accel == Accel::kvm ? "host" : "max";
   // Guest RAM in a file of the run folder, shared: a snapshot is its device state plus this file.
@@ -491,7 +491,7 @@ void Vm::kill_and_clean() {
     spdlog::warn("vm {}: cannot remove {}: {}", config_.name, config_.run_dir.string(),
                  ec.message());
   fs::remove_all(config_.run_dir.string() + ".jail",
-                 ec);  // the jail's root (its mounts died with QEMU)
+                 ec);       // the jail's root (its mounts died with QEMU)
   config_.network.reset();  // QEMU is gone: the namespace, veth and tap go with it
 }
 

@@ -8,6 +8,7 @@
 // every orphan, and powers nothing off on its own. `--port PATH` serves a given device or fifo
 // instead.
 
+#include <arpa/inet.h>
 #include <capnp/rpc-twoparty.h>
 #include <capnp/rpc.h>
 #include <dirent.h>
@@ -17,7 +18,6 @@
 #include <kj/debug.h>
 #include <kj/main.h>
 #include <linux/random.h>
-#include <arpa/inet.h>
 #include <net/if.h>
 #include <net/route.h>
 #include <signal.h>
@@ -433,8 +433,8 @@ class Agent {
 
   static kj::Promise<void> drain(Command& c, ChunkHandler& handler) {
     kj::Promise<void> done = kj::READY_NOW;
-    for (auto [fd, kind] : {std::pair{c.out_fd, w::StreamKind::STDOUT},
-                            std::pair{c.err_fd, w::StreamKind::STDERR}}) {
+    for (auto [fd, kind] :
+         {std::pair{c.out_fd, w::StreamKind::STDOUT}, std::pair{c.err_fd, w::StreamKind::STDERR}}) {
       std::string data;
       char buf[65536];
       ssize_t n;

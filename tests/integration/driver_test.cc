@@ -1,15 +1,14 @@
 // Integration tests of the VMM driver and the guest agent: real QEMU microVMs (TCG here) booted
 // from the project's own guest image.
 
-#include <signal.h>
-
 #include <gtest/gtest.h>
 #include <openssl/sha.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -83,7 +82,8 @@ TEST_F(DriverTest, TimeoutKillsTheWholeProcessGroupInsideTheGuest) {
   EXPECT_TRUE(r->timed_out);
   EXPECT_EQ(r->exit_code, -SIGKILL);
   // The background child was in the same process group: it is gone too.
-  auto check = agent().exec(sh("kill -0 $(cat /tmp/bg.pid) 2>/dev/null && echo alive || echo gone"));
+  auto check =
+      agent().exec(sh("kill -0 $(cat /tmp/bg.pid) 2>/dev/null && echo alive || echo gone"));
   ASSERT_TRUE(check);
   EXPECT_EQ(check->stdout_data, "gone\n");
 }
@@ -189,10 +189,11 @@ TEST_F(DriverTest, EightConcurrentExecsRunAtTheSameTime) {
   std::vector<bool> timed_out(8, true);
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
-      auto r = agent().exec(sh("touch /tmp/barrier/" + std::to_string(i) +
-                                   "; while [ $(ls /tmp/barrier | wc -l) -lt 8 ]; do sleep 0.05; done; echo " +
-                                   std::to_string(i),
-                               60000));
+      auto r = agent().exec(
+          sh("touch /tmp/barrier/" + std::to_string(i) +
+                 "; while [ $(ls /tmp/barrier | wc -l) -lt 8 ]; do sleep 0.05; done; echo " +
+                 std::to_string(i),
+             60000));
       if (r) {
         outs[i] = r->stdout_data;
         if (r->exit_code != 0 || !r->stderr_data.empty() || !r->error.empty())
@@ -222,12 +223,13 @@ TEST_F(DriverTest, StreamingExecDeliversOutputBeforeTheCommandEnds) {
     for (int i = 0; i < 2000 && !saw_ready; ++i) std::this_thread::sleep_for(milliseconds(10));
     if (saw_ready) (void)agent().write_file("/tmp/go", "");
   });
-  auto r = agent().exec_stream(sh("echo ready; while [ ! -f /tmp/go ]; do sleep 0.05; done; echo done >&2", 30000),
-                               [&](vmm::StreamKind k, std::string_view d) {
-                                 std::lock_guard lock(mu);
-                                 collected += (k == vmm::StreamKind::out ? "O:" : "E:") + std::string(d);
-                                 if (collected.find("ready") != std::string::npos) saw_ready = true;
-                               });
+  auto r = agent().exec_stream(
+      sh("echo ready; while [ ! -f /tmp/go ]; do sleep 0.05; done; echo done >&2", 30000),
+      [&](vmm::StreamKind k, std::string_view d) {
+        std::lock_guard lock(mu);
+        collected += (k == vmm::StreamKind::out ? "O:" : "E:") + std::string(d);
+        if (collected.find("ready") != std::string::npos) saw_ready = true;
+      });
   releaser.join();
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_FALSE(r->timed_out);
@@ -244,11 +246,12 @@ TEST_F(DriverTest, CancellingAStreamingExecKillsTheGuestProcess) {
     for (int i = 0; i < 2000 && !started; ++i) std::this_thread::sleep_for(milliseconds(10));
     stop.request_stop();
   });
-  auto r = agent().exec_stream(sh("echo $$ > /tmp/cancel.pid; echo started; sleep 300"),
-                               [&](vmm::StreamKind, std::string_view d) {
-                                 if (d.find("started") != std::string_view::npos) started = true;
-                               },
-                               stop.get_token());
+  auto r = agent().exec_stream(
+      sh("echo $$ > /tmp/cancel.pid; echo started; sleep 300"),
+      [&](vmm::StreamKind, std::string_view d) {
+        if (d.find("started") != std::string_view::npos) started = true;
+      },
+      stop.get_token());
   canceller.join();
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().message, "cancelled");
@@ -288,7 +291,8 @@ TEST_F(DriverTest, BackgroundProcesses) {
     (void)agent().kill_process(*spid);
   });
   std::string streamed;
-  auto s = agent().stream_process(*spid, [&](vmm::StreamKind, std::string_view d) { streamed += d; });
+  auto s =
+      agent().stream_process(*spid, [&](vmm::StreamKind, std::string_view d) { streamed += d; });
   killer.join();
   ASSERT_TRUE(s) << s.error().message;
   EXPECT_EQ(streamed, "up\n");
@@ -344,7 +348,8 @@ TEST(DriverLifecycle, DestroyingAVmLeavesNoProcessSocketOrFile) {
   EXPECT_EQ(count_processes(dir.string()), 0);
   // Its cgroups are gone too.
   for (auto hierarchy : {"/sys/fs/cgroup/pandastack", "/sys/fs/cgroup/pids/pandastack"})
-    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(hierarchy) / dir.filename())) << hierarchy;
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(hierarchy) / dir.filename()))
+        << hierarchy;
 }
 
 TEST(DriverLifecycle, FailedBootReportsTheConsoleTailAndLeavesNothing) {
@@ -358,7 +363,8 @@ TEST(DriverLifecycle, FailedBootReportsTheConsoleTailAndLeavesNothing) {
   std::filesystem::remove(empty_disk);
   ASSERT_FALSE(vm);
   EXPECT_EQ(vm.error().code, ErrorCode::boot_failed);
-  EXPECT_NE(vm.error().message.find("cannot mount /dev/vda"), std::string::npos) << vm.error().message;
+  EXPECT_NE(vm.error().message.find("cannot mount /dev/vda"), std::string::npos)
+      << vm.error().message;
   EXPECT_FALSE(std::filesystem::exists(c.run_dir));
   EXPECT_EQ(count_processes(c.run_dir.string()), 0);
 }

@@ -1,21 +1,21 @@
 // Integration tests of sandbox networking with real VMs: egress policies, isolation from the host
 // and from other sandboxes, clean removal, forks. All traffic goes to an "upstream" network
 // namespace this test creates itself (198.18.0.0/15 addresses inside it), never anywhere else.
+#include "vmm-driver/network.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <fstream>
 #include <thread>
 
 #include "tests/integration/test_env.h"
-#include "vmm-driver/network.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
 #include "vmm-driver/vm.h"
@@ -30,7 +30,6 @@ using vmm::EgressPolicy;
 constexpr const char* kUpNs = "pnt-upstream";  // not <prefix>-<digits>: never taken for a sandbox's
 constexpr const char* kUpLink = "upnt0";       // not matching the prefix: an ordinary host link
 
-
 class NetworkTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -43,13 +42,16 @@ class NetworkTest : public ::testing::Test {
       return;
     }
     // The upstream: a namespace with two addresses and an HTTP server on each.
-    std::system((std::string("ip netns del ") + kUpNs + " 2>/dev/null; ip link del " + kUpLink + " 2>/dev/null").c_str());
+    std::system((std::string("ip netns del ") + kUpNs + " 2>/dev/null; ip link del " + kUpLink +
+                 " 2>/dev/null")
+                    .c_str());
     std::string up = std::string("ip netns add ") + kUpNs + " && ip link add " + kUpLink +
-                     " type veth peer name eth0 netns " + kUpNs + " && ip addr add 198.18.0.1/24 dev " + kUpLink +
-                     " && ip addr add 198.18.1.1/24 dev " + kUpLink + " && ip link set " + kUpLink + " up && ip -n " +
-                     kUpNs + " addr add 198.18.0.2/24 dev eth0 && ip -n " + kUpNs +
-                     " addr add 198.18.1.2/24 dev eth0 && ip -n " + kUpNs + " link set eth0 up && ip -n " + kUpNs +
-                     " link set lo up";
+                     " type veth peer name eth0 netns " + kUpNs +
+                     " && ip addr add 198.18.0.1/24 dev " + kUpLink +
+                     " && ip addr add 198.18.1.1/24 dev " + kUpLink + " && ip link set " + kUpLink +
+                     " up && ip -n " + kUpNs + " addr add 198.18.0.2/24 dev eth0 && ip -n " +
+                     kUpNs + " addr add 198.18.1.2/24 dev eth0 && ip -n " + kUpNs +
+                     " link set eth0 up && ip -n " + kUpNs + " link set lo up";
     if (std::system(up.c_str()) != 0) {
       ADD_FAILURE() << "cannot build the upstream namespace";
       return;
@@ -57,8 +59,8 @@ class NetworkTest : public ::testing::Test {
     for (auto addr : {"198.18.0.2", "198.18.1.2"}) {
       pid_t pid = ::fork();
       if (pid == 0) {
-        ::execlp("ip", "ip", "netns", "exec", kUpNs, "python3", "-m", "http.server", "--bind", addr, "8080",
-                 (char*)nullptr);
+        ::execlp("ip", "ip", "netns", "exec", kUpNs, "python3", "-m", "http.server", "--bind", addr,
+                 "8080", (char*)nullptr);
         ::_exit(127);
       }
       servers_.push_back(pid);
@@ -66,13 +68,15 @@ class NetworkTest : public ::testing::Test {
     // A listener on the host, on every address: a sandbox must never reach it.
     host_listener_ = ::fork();
     if (host_listener_ == 0) {
-      ::execlp("python3", "python3", "-m", "http.server", "--bind", "0.0.0.0", "18089", (char*)nullptr);
+      ::execlp("python3", "python3", "-m", "http.server", "--bind", "0.0.0.0", "18089",
+               (char*)nullptr);
       ::_exit(127);
     }
     // Wait for the servers.
     for (int i = 0; i < 100; ++i) {
       if (std::system((std::string("ip netns exec ") + kUpNs +
-                       " python3 -c \"import socket; socket.create_connection(('198.18.1.2', 8080), 1)\" 2>/dev/null")
+                       " python3 -c \"import socket; socket.create_connection(('198.18.1.2', "
+                       "8080), 1)\" 2>/dev/null")
                           .c_str()) == 0)
         break;
       std::this_thread::sleep_for(milliseconds(100));
@@ -97,7 +101,9 @@ class NetworkTest : public ::testing::Test {
     if (host_listener_ > 0) ::kill(host_listener_, SIGTERM);
     for (pid_t p : servers_) ::waitpid(p, nullptr, 0);
     if (host_listener_ > 0) ::waitpid(host_listener_, nullptr, 0);
-    std::system((std::string("ip netns del ") + kUpNs + " 2>/dev/null; ip link del " + kUpLink + " 2>/dev/null").c_str());
+    std::system((std::string("ip netns del ") + kUpNs + " 2>/dev/null; ip link del " + kUpLink +
+                 " 2>/dev/null")
+                    .c_str());
     vmm::Network::remove_host_rules(settings_);
     if (template_) vmm::remove_snapshot(template_->dir);
     delete template_;
@@ -107,7 +113,8 @@ class NetworkTest : public ::testing::Test {
 
   static fs::path shm(const std::string& tag) {
     static int n = 0;
-    return fs::path("/dev/shm") / ("pnt-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(n++));
+    return fs::path("/dev/shm") /
+           ("pnt-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(n++));
   }
 
   static std::shared_ptr<vmm::Network> network(uint32_t index, EgressPolicy policy) {
@@ -130,7 +137,8 @@ class NetworkTest : public ::testing::Test {
     vmm::ExecRequest r;
     r.shell = "python3 -c \"import socket,sys\ntry:\n s=socket.create_connection(('" + addr + "'," +
               std::to_string(port) +
-              "),3); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print('ok', s.recv(64).split(b'\\r\\n')[0].decode())\n"
+              "),3); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print('ok', "
+              "s.recv(64).split(b'\\r\\n')[0].decode())\n"
               "except OSError as e: print('error', e)\"";
     r.timeout_ms = 60000;
     auto out = vm.agent().exec(r);
@@ -193,7 +201,8 @@ TEST_F(NetworkTest, GuestReachesNeitherTheHostNorAnotherSandbox) {
   serve.shell = "cd /tmp && exec python3 -m http.server 8080";
   serve.timeout_ms = 0;
   ASSERT_TRUE(b->agent().start_process(serve));
-  for (int i = 0; i < 50 && !ok(fetch(*b, "127.0.0.1")); ++i) std::this_thread::sleep_for(milliseconds(200));
+  for (int i = 0; i < 50 && !ok(fetch(*b, "127.0.0.1")); ++i)
+    std::this_thread::sleep_for(milliseconds(200));
   ASSERT_TRUE(ok(fetch(*b, "127.0.0.1"))) << "B's server did not start";
   for (auto addr : {pool.ns_address(3), pool.host_address(3)}) {
     auto r = fetch(*a, addr);
@@ -260,7 +269,8 @@ std::string host_get(uint16_t port) {
 }
 
 TEST_F(NetworkTest, ExposedGuestPortIsReachableFromTheHostUntilUnexposed) {
-  auto vm = restore(*template_, "ports", network(7, EgressPolicy{}));  // deny_all: inbound still works
+  auto vm =
+      restore(*template_, "ports", network(7, EgressPolicy{}));  // deny_all: inbound still works
   ASSERT_NE(vm, nullptr);
   vmm::ExecRequest serve;
   serve.shell = "cd /tmp && echo hello > index.html && exec python3 -m http.server 8000";
