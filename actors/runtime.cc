@@ -203,6 +203,8 @@ struct Env {
   // after `io`: destroyed first, killing the idle processes.)
   std::mutex pools_mu;
   std::map<std::string, std::pair<std::string, std::unique_ptr<vmm::RestorePool>>> pools;
+  // Spare QEMU processes per template (and per template without network).
+  std::map<std::string, std::unique_ptr<vmm::SparePool>> spares;
 
   // Host subnets in use (by sandboxes' VMs and waiting pool members). Persisted through the
   // sandboxes' network_attached events: recovery marks the adopted VMs' subnets used again.
@@ -270,6 +272,22 @@ struct Env {
       if (networked) factory = [this] { return make_network(Egress{}); };
       pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory);
       dir = snap.dir.string();
+    }
+    return pool.get();
+  }
+
+  // The template's spares (made on first use), or null.
+  vmm::SparePool* spares_for(const std::string& template_name, bool networked) {
+    if (config.spare_pool_size == 0) return nullptr;
+    networked = networked && config.network;
+    std::string suffix = networked || !config.network ? "" : "-nonet";
+    std::lock_guard lock(pools_mu);
+    auto& pool = spares[template_name + suffix];
+    if (!pool) {
+      auto base = vm_config(template_name, "spare", "spare-" + template_name + suffix);
+      vmm::VmPool::NetworkFactory factory;
+      if (networked) factory = [this] { return make_network(Egress{}); };
+      pool = std::make_unique<vmm::SparePool>(io, base, config.spare_pool_size, factory);
     }
     return pool.get();
   }
@@ -389,13 +407,19 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
         auto config = st.env->vm_config(st.template_name, st.id, run_name);
         auto* pool = pooled ? st.env->pool_for(st.template_name, snap, net.enabled) : nullptr;
-        if (!pool && net.enabled) {
-          auto n = st.env->make_network(net.egress);
-          if (!n) return failed("network: " + n.error().message);
-          config.network = *n;
-        }
-        auto vm = pool ? pool->create(run_name, config.hostname)
-                       : vmm::Vm::restore(st.env->io, snap, config, consume);
+        // Without a warm pool member (forks, wakes, creates from named snapshots, an empty pool):
+        // into a spare QEMU when one is ready.
+        vmm::VmPool::NetworkFactory make_network;
+        if (net.enabled)
+          make_network = [&]() -> vmm::Result<std::shared_ptr<vmm::Network>> {
+            auto n = st.env->make_network(net.egress);
+            if (!n) return vmm::make_error(n.error().code, "network: " + n.error().message);
+            return n;
+          };
+        auto* spares = st.env->spares_for(st.template_name, net.enabled);
+        auto vm = pool ? pool->create(run_name, config.hostname, spares)
+                       : vmm::restore_with_spare(st.env->io, spares, snap, config, consume,
+                                                 make_network);
         if (!vm) return failed(vm.error().message);
         WorkerResult r;
         if (auto n = (*vm)->config().network) {
@@ -1045,10 +1069,12 @@ Runtime::~Runtime() {
   caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
   impl_->registry = nullptr;
   impl_->sys.reset();  // waits for every actor (and so every VM worker) to finish
+  // Pool members and spares go now, while the subnet book-keeping their networks report to lives.
+  impl_->env->pools.clear();
+  impl_->env->spares.clear();
   const auto& cfg = impl_->env->config;
   if (cfg.network) {
     // Every VM is gone (hibernated or killed): so are their networks, and the host table.
-    impl_->env->pools.clear();
     vmm::Network::remove_leftovers(cfg.net, {});
     vmm::Network::remove_host_rules(cfg.net);
   }

@@ -43,6 +43,10 @@ struct RuntimeConfig {
   // QEMU processes kept pre-spawned per template (waiting for the baked state: they hold no guest
   // state, so no sandbox is reused); creates from a template take one. 0 = restore from scratch.
   uint32_t pool_size = 2;
+  // Spare QEMU processes kept per template (Vm::spare: for any snapshot of its shape) for the
+  // restores a template pool cannot serve: fork children, wakes, creates from named snapshots.
+  // 0 = those start a QEMU process of their own.
+  uint32_t spare_pool_size = 1;
   bool jail = true;
   // VMs keep running when the host process dies (a crash); the next start re-adopts the VMs of
   // running sandboxes. Off: QEMU gets the parent-death signal and dies with its host.

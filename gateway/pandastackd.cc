@@ -40,6 +40,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --default-ttl S     sandbox TTL when a create names none (default 900)
   --max-ttl S         largest TTL a create or PATCH may ask for (default 86400)
   --pool-size N       QEMU processes kept pre-spawned per template (default 2; 0 = none)
+  --spare-pool-size N spare QEMU processes per template for forks, wakes and creates from
+                      snapshots (default 1; 0 = none)
   --max-concurrent-execs N  commands in flight per sandbox (default 16; more: 429)
   --network on|off    sandbox networking (default on; needs root, ip and nft)
   --subnet-pool CIDR  host subnets for sandbox networks, one /30 each (default 10.200.0.0/16)
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
       config.limits.max_ttl_seconds = parse_u32(a, value());
     else if (a == "--pool-size")
       config.pool_size = parse_u32(a, value());
+    else if (a == "--spare-pool-size")
+      config.spare_pool_size = parse_u32(a, value());
     else if (a == "--max-concurrent-execs")
       config.limits.max_concurrent_execs = parse_u32(a, value());
     else if (a == "--log-level")

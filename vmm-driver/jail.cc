@@ -5,6 +5,7 @@
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -345,7 +346,12 @@ void JailLaunch::child(int err_fd) {
   if (::chroot(root_.c_str()) != 0 || ::chdir("/") != 0) die(-3);
   // Empty the capability bounding set too: nothing in the jail can ever regain a capability.
   for (int cap = 0; cap <= 63; ++cap) ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-  if (::setgroups(0, nullptr) != 0 || ::setresgid(uid_, uid_, uid_) != 0 || ::setresuid(uid_, uid_, uid_) != 0) die(-4);
+  // Raw system calls, not glibc's wrappers: those broadcast the change to every thread glibc knows
+  // of (__nptl_setxid), and this child of a raw clone3 has only the memory of the parent's threads:
+  // it waited forever on one that was starting or exiting at the clone (seen as a hung spawn).
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, uid_, uid_, uid_) != 0 ||
+      ::syscall(SYS_setresuid, uid_, uid_, uid_) != 0)
+    die(-4);
   if (no_new_privs_ && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(-5);
   if (die_with_parent_) ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the uid change, which clears it
   int devnull = ::open("/dev/null", O_RDONLY);
@@ -361,7 +367,7 @@ void JailLaunch::child(int err_fd) {
   ::_exit(126);
 }
 
-Result<pid_t> JailLaunch::start(Cgroup* cgroup) {
+Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice) {
   int err_pipe[2], go_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return make_error(ErrorCode::spawn_failed, strerror(errno));
   if (::pipe2(go_pipe, O_CLOEXEC) != 0) {
@@ -391,6 +397,9 @@ Result<pid_t> JailLaunch::start(Cgroup* cgroup) {
     return make_error(ErrorCode::spawn_failed, std::string("clone3 (namespaces need root): ") + strerror(clone_errno));
   }
   Status placed = cgroup ? cgroup->add(pid_t(pid)) : Status(Ok{});
+  // Its priority before it runs: every thread QEMU makes inherits it.
+  if (placed && nice != 0 && ::setpriority(PRIO_PROCESS, id_t(pid), nice) != 0)
+    spdlog::warn("jail: cannot set the priority of pid {}: {}", pid, strerror(errno));
   char go = 1;
   ssize_t w = placed ? ::write(go_pipe[1], &go, 1) : 0;
   (void)w;

@@ -75,7 +75,7 @@ class JailLaunch {
   // Starts the jailed QEMU; returns its pid (in our pid namespace) once it has exec'd, or the
   // step of the jail set-up that failed. With `die_with_parent` the child gets SIGKILL when the
   // calling *thread* exits: call it from a thread that lives as long as the process.
-  Result<pid_t> start(Cgroup* cgroup);
+  Result<pid_t> start(Cgroup* cgroup, int nice = 0);
 
  private:
   struct Step {

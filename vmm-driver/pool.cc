@@ -4,17 +4,24 @@
 
 namespace pandastack::vmm {
 
-RestorePool::RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
-                         NetworkFactory make_network)
-    : io_(io),
-      snapshot_(std::move(snapshot)),
+namespace {
+// Members are made at a low priority: the requests they serve come first on a busy host.
+constexpr int kMemberNice = 10;
+// A member is made once no restore has run for kQuiet (or after kMaxDefer regardless).
+constexpr std::chrono::milliseconds kQuiet{100}, kMaxDefer{2000};
+}  // namespace
+
+VmPool::VmPool(std::string what, VmConfig base, size_t size, NetworkFactory make_network,
+               Maker make)
+    : what_(std::move(what)),
       base_(std::move(base)),
       size_(size),
-      make_network_(std::move(make_network)) {
+      make_network_(std::move(make_network)),
+      make_(std::move(make)) {
   thread_ = std::thread([this] { refill(); });
 }
 
-RestorePool::~RestorePool() {
+VmPool::~VmPool() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -24,12 +31,12 @@ RestorePool::~RestorePool() {
   idle_.clear();  // kills the waiting processes and removes their folders
 }
 
-size_t RestorePool::ready() {
+size_t VmPool::ready() {
   std::lock_guard lock(mu_);
   return idle_.size();
 }
 
-void RestorePool::refill() {
+void VmPool::refill() {
   for (;;) {
     VmConfig c;
     {
@@ -37,33 +44,30 @@ void RestorePool::refill() {
       cv_.wait(lock, [this] { return stop_ || idle_.size() < size_; });
       if (stop_) return;
       c = base_;
+      c.nice = kMemberNice;
       c.run_dir = base_.run_dir.string() + "-" + std::to_string(seq_++);
       c.name = c.run_dir.filename().string();
     }
+    RestoreActivity::wait_quiet(kQuiet, kMaxDefer);
     if (make_network_) {
       auto net = make_network_();
       if (!net) {
-        spdlog::warn("restore pool: no network for a member: {}", net.error().message);
+        spdlog::warn("{} pool: no network for a member: {}", what_, net.error().message);
         std::unique_lock lock(mu_);
         cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
         continue;
       }
       c.network = *net;
     }
-    auto vm = Vm::prespawn(io_, snapshot_, c);
-    // Warm: the state is loaded and the guest runs until its agent answers, so a create only
-    // makes it unique (clock, RNG, hostname). Nobody has used it: no sandbox is ever reused.
-    if (vm) {
-      auto started = (*vm)->start_guest(snapshot_);
-      if (!started) vm = started.error();
-    }
+    bool record = !c.die_with_parent;
+    auto vm = make_(std::move(c));
     // A waiting process that outlives a crashed host must be found (and killed) by the next one.
-    if (vm && !c.die_with_parent) {
+    if (vm && record) {
       auto saved = (*vm)->save_record();
       if (!saved) vm = saved.error();
     }
     if (!vm) {
-      spdlog::warn("restore pool: cannot prespawn: {}", vm.error().message.substr(0, 200));
+      spdlog::warn("{} pool: cannot make a member: {}", what_, vm.error().message.substr(0, 200));
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
       continue;
@@ -73,8 +77,7 @@ void RestorePool::refill() {
   }
 }
 
-Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name,
-                                                const std::string& hostname) {
+std::unique_ptr<Vm> VmPool::take(const std::string& name, const std::string& hostname) {
   std::unique_ptr<Vm> vm;
   {
     std::lock_guard lock(mu_);
@@ -85,26 +88,70 @@ Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name,
     }
   }
   cv_.notify_all();
+  if (vm) {
+    vm->set_identity(name, hostname);
+    vm->set_nice(base_.nice);
+  }
+  return vm;
+}
+
+RestorePool::RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
+                         NetworkFactory make_network)
+    : io_(io),
+      snapshot_(std::move(snapshot)),
+      pool_("restore", std::move(base), size, std::move(make_network),
+            [this](VmConfig c) -> Result<std::unique_ptr<Vm>> {
+              auto vm = Vm::prespawn(io_, snapshot_, std::move(c));
+              // Warm: the state is loaded and the guest runs until its agent answers, so a
+              // create only makes it unique (clock, RNG, hostname).
+              if (vm) {
+                auto started = (*vm)->start_guest(snapshot_);
+                if (!started) return started.error();
+              }
+              return vm;
+            }) {}
+
+Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name,
+                                                const std::string& hostname, SparePool* spares) {
+  RestoreActivity busy;
+  auto vm = pool_.take(name, hostname);
   if (!vm) {
-    VmConfig c = base_;
-    c.run_dir = base_.run_dir.string() + "-direct-" + name;
+    VmConfig c = pool_.base();
+    c.run_dir = c.run_dir.string() + "-direct-" + name;
     c.name = name;
     c.hostname = hostname;
-    if (make_network_) {
-      auto net = make_network_();
-      if (!net) return net.error();
-      c.network = *net;
-    }
-    return Vm::restore(io_, snapshot_, c);
+    return restore_with_spare(io_, spares, snapshot_, c, false, pool_.network_factory());
   }
-  vm->set_identity(name, hostname);
   auto personal = vm->personalize();
   if (!personal) return personal.error();
-  if (!base_.die_with_parent) {
+  if (!vm->config().die_with_parent) {
     auto saved = vm->save_record();  // now under its sandbox's name
     if (!saved) return saved.error();
   }
   return vm;
+}
+
+SparePool::SparePool(IoThread& io, VmConfig base, size_t size, NetworkFactory make_network)
+    : VmPool("spare", std::move(base), size, std::move(make_network),
+             [&io](VmConfig c) { return Vm::spare(io, std::move(c)); }) {}
+
+Result<std::unique_ptr<Vm>> restore_with_spare(IoThread& io, SparePool* spares,
+                                               const Snapshot& snapshot, VmConfig config,
+                                               bool consume,
+                                               const VmPool::NetworkFactory& make_network) {
+  if (auto vm = spares ? spares->take(config.name, config.hostname) : nullptr) {
+    auto restored = vm->restore_into(snapshot, consume);
+    if (restored) return vm;
+    // The snapshot is intact (restore_into copies its RAM): a new process can still restore it.
+    spdlog::warn("vm {}: restore into a spare failed, restoring into a new process: {}",
+                 config.name, restored.error().message.substr(0, 300));
+  }
+  if (make_network) {
+    auto net = make_network();
+    if (!net) return net.error();
+    config.network = *net;
+  }
+  return Vm::restore(io, snapshot, std::move(config), consume);
 }
 
 }  // namespace pandastack::vmm

@@ -1,9 +1,13 @@
-// Warm restores of one snapshot, ready to hand out: each member is a fresh QEMU process that was
-// spawned (`-incoming defer`), loaded with the snapshot's state and resumed until its agent
-// answered, then left waiting. Nobody has used a member: no sandbox is ever reused. A create only
-// makes the guest its own (clock, RNG reseed, hostname: Vm::personalize), so it skips QEMU's
-// start-up, the state load and the restored guest's first (cold-cache) answers. A background
-// thread keeps the pool full.
+// Pools of QEMU processes made ahead of the requests that need them, kept full by a background
+// thread. Nobody has used a member: no sandbox is ever reused.
+//
+//  - RestorePool: warm restores of one snapshot (a template's). Each member was spawned
+//    (`-incoming defer`), loaded with the snapshot's state and resumed until its agent answered,
+//    then left waiting. A create only makes the guest its own (clock, RNG reseed, hostname:
+//    Vm::personalize), so it skips QEMU's start-up, the state load and the restored guest's first
+//    (cold-cache) answers.
+//  - SparePool: spares (Vm::spare) of one VM shape, for restores of snapshots nobody can predict
+//    (forks, wakes, creates from named snapshots): each skips QEMU's start-up.
 #pragma once
 
 #include <condition_variable>
@@ -12,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "vmm-driver/network.h"
@@ -21,31 +26,33 @@
 namespace pandastack::vmm {
 
 class IoThread;
+class SparePool;
 
-class RestorePool {
+// `size` members made by `make` from `base` (folders `base.run_dir`-<n>). With `make_network`,
+// every member is spawned on a network of its own (made while it waits).
+class VmPool {
  public:
-  // `base` gives the VM shape; pool members run in folders `base.run_dir`-<n>.
-  // With `make_network`, every member is spawned on a network of its own (made while it waits).
   using NetworkFactory = std::function<Result<std::shared_ptr<Network>>()>;
-  RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
-              NetworkFactory make_network = nullptr);
-  ~RestorePool();
-  RestorePool(const RestorePool&) = delete;
-  RestorePool& operator=(const RestorePool&) = delete;
+  using Maker = std::function<Result<std::unique_ptr<Vm>>(VmConfig)>;
+  VmPool(std::string what, VmConfig base, size_t size, NetworkFactory make_network, Maker make);
+  ~VmPool();
+  VmPool(const VmPool&) = delete;
+  VmPool& operator=(const VmPool&) = delete;
 
-  // A running VM restored from the snapshot, from a pre-spawned process when one is ready, else
-  // restored from scratch. `hostname` is set in the guest.
-  Result<std::unique_ptr<Vm>> create(const std::string& name, const std::string& hostname);
+  // A ready member (null when none is), renamed `name`/`hostname`; the pool starts replacing it.
+  std::unique_ptr<Vm> take(const std::string& name, const std::string& hostname);
   size_t ready();
+  const VmConfig& base() const { return base_; }
+  const NetworkFactory& network_factory() const { return make_network_; }
 
  private:
   void refill();
 
-  IoThread& io_;
-  Snapshot snapshot_;
+  std::string what_;
   VmConfig base_;
   size_t size_;
   NetworkFactory make_network_;
+  Maker make_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Vm>> idle_;
@@ -53,5 +60,37 @@ class RestorePool {
   int seq_ = 0;
   std::thread thread_;
 };
+
+class RestorePool {
+ public:
+  using NetworkFactory = VmPool::NetworkFactory;
+  RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
+              NetworkFactory make_network = nullptr);
+
+  // A running VM restored from the snapshot, from a warm member when one is ready, else
+  // restored into a spare of `spares` (when given and one is ready), else into a new process.
+  // `hostname` is set in the guest.
+  Result<std::unique_ptr<Vm>> create(const std::string& name, const std::string& hostname,
+                                     SparePool* spares = nullptr);
+  size_t ready() { return pool_.ready(); }
+
+ private:
+  IoThread& io_;
+  Snapshot snapshot_;
+  VmPool pool_;
+};
+
+class SparePool : public VmPool {
+ public:
+  SparePool(IoThread& io, VmConfig base, size_t size, NetworkFactory make_network = nullptr);
+};
+
+// Restores `snapshot` into a spare of `spares` when one is ready (and takes it), else (no spare,
+// or the spare failed) restores it into a new process of `config` (`config.network` made by
+// `make_network` then, when given). The result is named as `config`.
+Result<std::unique_ptr<Vm>> restore_with_spare(IoThread& io, SparePool* spares,
+                                               const Snapshot& snapshot, VmConfig config,
+                                               bool consume,
+                                               const VmPool::NetworkFactory& make_network);
 
 }  // namespace pandastack::vmm

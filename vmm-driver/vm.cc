@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,6 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -30,7 +33,60 @@ namespace pandastack::vmm {
 namespace fs = std::filesystem;
 using namespace std::chrono;
 
+namespace {
+// A spare's disk nodes (named on its command line) and the backing name its empty overlay holds
+// until a snapshot's layers are attached.
+constexpr const char* kSpareDiskNode = "root-fmt";
+constexpr const char* kSpareFileNode = "root-file";
+constexpr const char* kSpareBacking = "null-co://";
+}  // namespace
+
 const char* to_string(Accel a) { return a == Accel::kvm ? "kvm" : "tcg"; }
+
+namespace {
+struct Activity {
+  std::mutex mu;
+  std::condition_variable cv;
+  int running = 0;
+  steady_clock::time_point last_end{};
+};
+Activity& activity() {
+  static Activity a;
+  return a;
+}
+}  // namespace
+
+RestoreActivity::RestoreActivity() {
+  std::lock_guard lock(activity().mu);
+  ++activity().running;
+}
+
+RestoreActivity::~RestoreActivity() {
+  auto& a = activity();
+  {
+    std::lock_guard lock(a.mu);
+    --a.running;
+    a.last_end = steady_clock::now();
+  }
+  a.cv.notify_all();
+}
+
+void RestoreActivity::wait_quiet(milliseconds quiet, milliseconds max_wait) {
+  auto& a = activity();
+  auto give_up = steady_clock::now() + max_wait;
+  std::unique_lock lock(a.mu);
+  for (;;) {
+    auto now = steady_clock::now();
+    if (now >= give_up) return;
+    if (a.running == 0) {
+      auto calm_at = a.last_end + quiet;
+      if (now >= calm_at) return;
+      a.cv.wait_until(lock, std::min(calm_at, give_up));
+    } else {
+      a.cv.wait_until(lock, give_up);
+    }
+  }
+}
 
 unsigned host_tsc_khz() {
   std::ifstream in("/proc/cpuinfo");
@@ -44,7 +100,7 @@ unsigned host_tsc_khz() {
   return 0;
 }
 
-std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
+std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare) {
   const std::string run = c.run_dir.string();
   const std::string mem = std::to_string(c.memory_mib) + "M";
   // mitigations=off: the guest kernel only isolates the sandbox's own processes from each other;
@@ -96,7 +152,12 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming) {
       // The driver alone decides who opens which image: QEMU's image locking would stop a snapshot
       // sink from opening the disk its source still holds.
       "-drive",
-      "id=root,file=" + run + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off",
+      "id=root,file=" + run + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off" +
+          // A spare's disk waits on a placeholder backing node (its header names `null-co://`);
+          // restore_into() attaches the snapshot's layers under the named nodes.
+          (spare ? ",node-name=" + std::string(kSpareDiskNode) + ",file.node-name=" +
+                       kSpareFileNode + ",backing.driver=null-co,backing.read-zeroes=on"
+                 : std::string()),
       "-device",
       "virtio-blk-device,drive=root",
       "-device",
@@ -222,7 +283,35 @@ Status overlay_from_cache(const fs::path& cache, const std::string& backing_name
 
 }  // namespace
 
-Status Vm::prepare(const Snapshot* snap) {
+namespace {
+
+// A spare's empty overlay: the root filesystem's, its backing name replaced by the placeholder
+// (QEMU opens it on a null node; restore_into names the real layer). Made once per image.
+Status spare_overlay(const fs::path& rootfs, const fs::path& to) {
+  fs::path cache = rootfs.string() + ".spare-overlay";
+  std::error_code ec;
+  if (!fs::exists(cache)) {
+    fs::path tmp = cache.string() + ".tmp-" + random_hex(6);
+    auto made = overlay_from_cache(rootfs.string() + ".overlay", rootfs.string(), tmp);
+    if (made) made = qcow2::set_backing_file(tmp, kSpareBacking);
+    if (made) fs::rename(tmp, cache, ec);
+    if (made && ec)
+      made = make_error(ErrorCode::io_error, "cannot install " + cache.string() + ": " + ec.message());
+    if (!made) {
+      fs::remove(tmp, ec);
+      return made;
+    }
+  }
+  fs::copy_file(cache, to, fs::copy_options::overwrite_existing, ec);
+  if (ec)
+    return make_error(ErrorCode::io_error,
+                      "cannot create overlay " + to.string() + ": " + ec.message());
+  return Ok{};
+}
+
+}  // namespace
+
+Status Vm::prepare(const Snapshot* snap, bool spare) {
   const VmConfig& c = config_;
   for (auto* p : {&c.kernel, &c.initramfs}) {
     if (!fs::exists(*p))
@@ -243,6 +332,7 @@ Status Vm::prepare(const Snapshot* snap) {
     if (!fs::exists(base))
       return make_error(ErrorCode::invalid_argument, "missing guest image file: " + base.string());
     layers_.clear();
+    if (spare) return spare_overlay(base, active_overlay_);
     return overlay_from_cache(base.string() + ".overlay", base.string(), active_overlay_);
   }
   for (auto& l : snap->layers) {
@@ -277,6 +367,7 @@ Status Vm::prepare(const Snapshot* snap) {
 
 Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point deadline) {
   const VmConfig& c = config_;
+  auto t_start = steady_clock::now();
   int log_fd =
       ::open((c.run_dir / "qemu.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   // Descriptors QEMU inherits (named on its command line): the sandbox's tap.
@@ -311,7 +402,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
                              policy.pids_max);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
     // created the child, and callers' threads (pool refills, request workers) come and go.
-    auto pid = io_.run([&] { return (*launch)->start(cgroup_.get()); });
+    auto pid = io_.run([&] { return (*launch)->start(cgroup_.get(), c.nice); });
     if (log_fd >= 0) ::close(log_fd);
     if (!pid) return pid.error();
     pid_ = *pid;
@@ -324,6 +415,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
       pid_t child = ::fork();
       if (child == 0) {
         ::setsid();
+        if (c.nice != 0) (void)::setpriority(PRIO_PROCESS, 0, c.nice);
         if (c.die_with_parent) {
           ::prctl(PR_SET_PDEATHSIG, SIGKILL);
           if (::getppid() != parent) ::_exit(1);
@@ -354,8 +446,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   }
   // QEMU holds the tap now; ours would keep the interface alive after QEMU is gone.
   if (c.network) c.network->close_tap();
-  spdlog::debug("vm {}: spawned qemu pid {} accel={} jail={}", c.name, pid_, to_string(c.accel),
-                c.jail);
+  auto t_spawned = steady_clock::now();
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
   auto qmp = QmpClient::connect((c.run_dir / "qmp.sock").string(),
                                 std::max(milliseconds(1), std::min(left, milliseconds(10000))));
@@ -368,6 +459,10 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   }
   qmp_ = std::move(*qmp);
   qemu_version_ = qmp_->qemu_version();
+  spdlog::debug("vm {}: qemu pid {} accel={} jail={}: spawned in {} us, QMP after {} us", c.name,
+                pid_, to_string(c.accel), c.jail,
+                duration_cast<microseconds>(t_spawned - t_start).count(),
+                duration_cast<microseconds>(steady_clock::now() - t_spawned).count());
   return Ok{};
 }
 
@@ -559,20 +654,32 @@ Accel detect_accel(IoThread& io, const VmConfig& probe, milliseconds deadline,
   return Accel::tcg;
 }
 
-Status copy_ram_file(const fs::path& from, const fs::path& to) {
+Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existing) {
   int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0)
     return make_error(ErrorCode::io_error, "cannot open " + from.string() + ": " + strerror(errno));
-  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int out = into_existing ? ::open(to.c_str(), O_WRONLY | O_CLOEXEC)
+                          : ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (out < 0) {
     ::close(in);
-    return make_error(ErrorCode::io_error, "cannot create " + to.string() + ": " + strerror(errno));
+    return make_error(ErrorCode::io_error, "cannot open " + to.string() + ": " + strerror(errno));
   }
   Status st = Ok{};
-  struct stat sb {};
+  struct stat sb {}, ob {};
   ::fstat(in, &sb);
-  if (::ftruncate(out, sb.st_size) != 0)
+  if (into_existing) {
+    // The file is mapped (by a waiting QEMU): never truncated, which would take pages from under
+    // the mapping. Emptied by punching it whole (the mapping then reads the new pages).
+    ::fstat(out, &ob);
+    if (ob.st_size != sb.st_size)
+      st = make_error(ErrorCode::invalid_argument,
+                      "RAM file sizes differ: " + from.string() + " " + std::to_string(sb.st_size) +
+                          " bytes, " + to.string() + " " + std::to_string(ob.st_size));
+    else if (::fallocate(out, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, ob.st_size) != 0)
+      st = make_error(ErrorCode::io_error, "cannot empty " + to.string() + ": " + strerror(errno));
+  } else if (::ftruncate(out, sb.st_size) != 0) {
     st = make_error(ErrorCode::io_error, std::string("ftruncate: ") + strerror(errno));
+  }
   off_t pos = 0;
   bool kernel_copy = true;
   std::vector<char> buffer(1 << 20);
@@ -618,7 +725,7 @@ Status copy_ram_file(const fs::path& from, const fs::path& to) {
   }
   ::close(in);
   ::close(out);
-  if (!st) ::unlink(to.c_str());
+  if (!st && !into_existing) ::unlink(to.c_str());
   return st;
 }
 
@@ -740,13 +847,100 @@ Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmC
                 duration_cast<microseconds>(steady_clock::now() - t2).count());
   compatible = snap.check_compatible(vm->config_, vm->qemu_version_);
   if (!compatible) return compatible.error();
-  auto caps = set_ignore_shared(*vm->qmp_, true);
-  if (!caps) return caps.error();
+  auto ready = vm->await_state(deadline);
+  if (!ready) return ready.error();
+  return vm;
+}
+
+Status Vm::await_state(steady_clock::time_point deadline) {
+  auto caps = set_ignore_shared(*qmp_, true);
+  if (!caps) return caps;
   // Connect the agent channel before the state loads: the restored port then never sees a host
   // hang-up, and the preamble is waiting when the guest resumes.
-  auto connected = vm->connect_agent(deadline);
-  if (!connected) return connected.error();
+  return connect_agent(deadline);
+}
+
+Result<std::unique_ptr<Vm>> Vm::spare(IoThread& io, VmConfig config) {
+  std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
+  auto deadline = steady_clock::now() + vm->config_.boot_timeout;
+  auto prepared = vm->prepare(nullptr, /*spare=*/true);
+  if (!prepared) return prepared.error();
+  // An empty RAM file of the guest's size: restore_into fills it while QEMU has it mapped.
+  auto mem = vm->config_.run_dir / "mem";
+  int fd = ::open(mem.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 || ::ftruncate(fd, off_t(vm->config_.memory_mib) << 20) != 0) {
+    auto e = make_error(ErrorCode::io_error, "cannot create " + mem.string() + ": " + strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return e;
+  }
+  ::close(fd);
+  auto spawned = vm->spawn(qemu_args(vm->config_, /*incoming=*/true, /*spare=*/true), deadline);
+  if (!spawned) return spawned.error();
+  auto ready = vm->await_state(deadline);
+  if (!ready) return ready.error();
   return vm;
+}
+
+Status Vm::restore_into(const Snapshot& snap, bool consume) {
+  RestoreActivity busy;
+  auto started = steady_clock::now();
+  auto compatible = snap.check_compatible(config_, qemu_version_);
+  if (!compatible) return compatible;
+  if (snap.layers.empty() || !layers_.empty())
+    return make_error(ErrorCode::invalid_argument,
+                      "restore_into needs a spare and a snapshot with disk layers");
+  for (auto& l : snap.layers) {
+    auto linked = link_or_copy(snap.dir / l, config_.run_dir / l);
+    if (!linked) return linked;
+  }
+  layers_ = snap.layers;
+  // The overlay's header names the top layer (relative: the run folder). QEMU reads the header
+  // again when the incoming state activates the disk; the graph is switched here.
+  auto named = qcow2::set_backing_file(active_overlay_, layers_.back());
+  if (!named) return named;
+  using wire::Json;
+  Json file = Json::object();
+  file.set("driver", "file");
+  file.set("filename", (config_.run_dir / layers_.back()).string());
+  file.set("locking", "off");
+  Json layer = Json::object();
+  layer.set("driver", "qcow2");
+  layer.set("node-name", "layers");
+  layer.set("read-only", true);
+  layer.set("file", file);
+  auto added = qmp_->execute("blockdev-add", layer);
+  if (!added) return failure(ErrorCode::qmp_error, "attaching the snapshot's disk: " + added.error().message);
+  Json overlay = Json::object();
+  overlay.set("driver", "qcow2");
+  overlay.set("node-name", kSpareDiskNode);
+  overlay.set("file", kSpareFileNode);
+  overlay.set("backing", "layers");
+  overlay.set("discard", "unmap");
+  Json options = Json::array();
+  options.push(overlay);
+  Json reopen = Json::object();
+  reopen.set("options", options);
+  auto reopened = qmp_->execute("blockdev-reopen", reopen);
+  if (!reopened)
+    return failure(ErrorCode::qmp_error, "switching the disk to the snapshot's layers: " +
+                                             reopened.error().message);
+  auto t_disk = steady_clock::now();
+  auto copied = copy_ram_file(snap.mem(), config_.run_dir / "mem", /*into_existing=*/true);
+  if (!copied) return copied;
+  auto t_ram = steady_clock::now();
+  if (consume) consumed_from_ = snap.dir;  // removed by load() once the guest runs
+  auto loaded = load(snap);
+  if (!loaded) {
+    consumed_from_.clear();
+    return loaded;
+  }
+  boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
+  spdlog::debug("vm {}: restored from {} into a spare in {} us (disk {} us, RAM {} us)",
+                config_.name, snap.dir.string(), boot_time_.count(),
+                duration_cast<microseconds>(t_disk - started).count(),
+                duration_cast<microseconds>(t_ram - t_disk).count());
+  if (!config_.die_with_parent) return save_record();
+  return Ok{};
 }
 
 Status Vm::load(const Snapshot& snap) {
@@ -808,6 +1002,7 @@ Status Vm::personalize() {
 
 Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmConfig config,
                                         bool consume) {
+  RestoreActivity busy;
   auto started = steady_clock::now();
   auto vm = prespawn(io, snap, std::move(config), consume);
   if (!vm) return vm.error();
@@ -821,6 +1016,18 @@ Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmCo
     if (!saved) return saved.error();
   }
   return vm;
+}
+
+void Vm::set_nice(int nice) {
+  if (pid_ <= 0 || config_.nice == nice) return;
+  std::error_code ec;
+  for (auto& task : fs::directory_iterator("/proc/" + std::to_string(pid_) + "/task", ec)) {
+    id_t tid = id_t(std::strtoul(task.path().filename().c_str(), nullptr, 10));
+    if (tid != 0 && ::setpriority(PRIO_PROCESS, tid, nice) != 0 && errno != ESRCH)
+      spdlog::warn("vm {}: cannot set the priority of thread {}: {}", config_.name, tid,
+                   strerror(errno));
+  }
+  config_.nice = nice;
 }
 
 Status Vm::save_record() const {

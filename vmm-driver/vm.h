@@ -47,18 +47,26 @@ struct VmConfig {
   // The sandbox's network (its tap becomes the guest's virtio-net); none = the NIC is attached to
   // nothing. Owned with the Vm: released (namespace removed) when the Vm is.
   std::shared_ptr<Network> network;
+  // Scheduling priority QEMU starts with: pools make their members in the background (nice > 0)
+  // and raise a member to normal priority when they hand it out (Vm::set_nice).
+  int nice = 0;
 };
 
 // The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device
 // state (`-incoming defer`). Guest RAM is always the run folder's `mem` file, mapped shared: a
 // restore puts the snapshot's RAM there first. Restore differs from boot only in `-incoming`: the
 // machine, devices and kernel must be identical for the state to load.
-std::vector<std::string> qemu_args(const VmConfig& config, bool incoming = false);
+// A `spare` waits for any snapshot of its shape: its disk is an empty overlay on a placeholder
+// backing node, replaced by the snapshot's layers when it is given one (Vm::restore_into).
+std::vector<std::string> qemu_args(const VmConfig& config, bool incoming = false,
+                                   bool spare = false);
 inline std::vector<std::string> qemu_boot_args(const VmConfig& config) { return qemu_args(config); }
 
 // Copies a (sparse) RAM file: only its data extents, in the kernel (copy_file_range), so no page of
-// the copy is faulted in through a mapping. Holes stay holes.
-Status copy_ram_file(const std::filesystem::path& from, const std::filesystem::path& to);
+// the copy is faulted in through a mapping. Holes stay holes. `into_existing`: `to` exists with the
+// same size and may be mapped (a spare QEMU's RAM): it is emptied (holes punched), never truncated.
+Status copy_ram_file(const std::filesystem::path& from, const std::filesystem::path& to,
+                     bool into_existing = false);
 
 // Host TSC frequency in kHz from /proc/cpuinfo (0 when unknown).
 unsigned host_tsc_khz();
@@ -91,6 +99,17 @@ class Vm {
   Status start_guest(const Snapshot& snapshot);
   // Makes a started guest this VM's own: clock set, RNG reseeded from host entropy, hostname.
   Status personalize();
+
+  // A spare: a QEMU process of `config`'s shape spawned ahead for no snapshot in particular
+  // (`-incoming defer`, an empty RAM file, its disk an empty overlay on a placeholder). It holds
+  // no guest state: restore_into() gives it one, so forks, wakes and creates from named
+  // snapshots skip QEMU's start-up (~100 ms under TCG). Same jail, network and record as any VM.
+  static Result<std::unique_ptr<Vm>> spare(IoThread& io, VmConfig config);
+  // Restores `snapshot` into this spare: its disk layers become the overlay's backing chain (QMP
+  // blockdev-add + blockdev-reopen, header rewritten), its RAM is copied into the mapped RAM file,
+  // then load(). `consume`: a hibernation snapshot, removed once the guest runs. A failed
+  // restore_into leaves the snapshot intact; the spare is spent either way.
+  Status restore_into(const Snapshot& snapshot, bool consume = false);
   // Names a prespawned VM before load() (logs, and the hostname set in the guest).
   void set_identity(std::string name, std::string hostname) {
     config_.name = std::move(name);
@@ -130,6 +149,8 @@ class Vm {
   // Drops the agent connection and connects again (the agent must serve the new session).
   Status reconnect_agent(std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+  // Sets the priority of every QEMU thread (see VmConfig::nice).
+  void set_nice(int nice);
   // True while the QEMU process runs.
   bool alive();
   // Writes run_dir/vm.json: what adopt() needs to take this VM over (pid and its start time,
@@ -147,7 +168,10 @@ class Vm {
   void kill_and_clean();
   // Run folder + the disk: an empty qcow2 overlay on the template's root filesystem (`snap` null)
   // or on a snapshot's disk layers (hard-linked into the run folder).
-  Status prepare(const Snapshot* snap);
+  // A `spare`'s overlay names a placeholder instead of the root filesystem (`snap` null).
+  Status prepare(const Snapshot* snap, bool spare = false);
+  // For a process spawned with `-incoming defer`: migration capabilities set, agent connected.
+  Status await_state(std::chrono::steady_clock::time_point deadline);
   // Spawns QEMU with `args` and connects QMP.
   Status spawn(const std::vector<std::string>& args,
                std::chrono::steady_clock::time_point deadline);
@@ -181,6 +205,19 @@ class Vm {
   std::filesystem::path consumed_from_;
   std::unique_ptr<Cgroup> cgroup_;  // a consumed snapshot's folder, removed once running
   std::filesystem::path active_overlay_;
+};
+
+// Restores in progress in this process (a scope per Vm::restore, Vm::restore_into and warm
+// pool claim). Pools make new members only once no restore has run for a moment: on a small host
+// a QEMU starting up next to a restore slows the restored guest's first answers by ~30%.
+class RestoreActivity {
+ public:
+  RestoreActivity();
+  ~RestoreActivity();
+  RestoreActivity(const RestoreActivity&) = delete;
+  RestoreActivity& operator=(const RestoreActivity&) = delete;
+  // Waits until no restore has run for `quiet`, or `max_wait` passed.
+  static void wait_quiet(std::chrono::milliseconds quiet, std::chrono::milliseconds max_wait);
 };
 
 // Picks the accelerator: `PANDASTACK_ACCEL=kvm|tcg` (or `override_accel`) wins; otherwise KVM

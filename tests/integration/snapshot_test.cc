@@ -283,6 +283,92 @@ TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
   EXPECT_EQ(pool.ready(), 2u) << "the pool did not refill";
 }
 
+// Spares: QEMU processes spawned for no snapshot in particular. A fork child, a fork of it and
+// a wake restored into spares keep all their state, their disk chains included.
+TEST_F(SnapshotTest, SparesServeForksForksOfForksAndWakes) {
+  vmm::SparePool spares(io(), config("spare"), 2);
+  auto wait_spares = [&] {
+    for (int i = 0; i < 300 && spares.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
+    ASSERT_EQ(spares.ready(), 2u);
+  };
+  auto from_spare = [&](const vmm::Snapshot& s, const std::string& tag, const std::string& host,
+                        bool consume = false) -> std::unique_ptr<vmm::Vm> {
+    wait_spares();
+    auto vm = vmm::restore_with_spare(io(), &spares, s, config(tag, host), consume, nullptr);
+    if (!vm) {
+      ADD_FAILURE() << "restore failed: " << vm.error().message;
+      return nullptr;
+    }
+    // It is a spare (its run folder is the pool's), not a process started for it.
+    EXPECT_NE((*vm)->config().run_dir.filename().string().find("spare"), std::string::npos);
+    EXPECT_NE((*vm)->config().name.find(tag), std::string::npos) << (*vm)->config().name;
+    return std::move(*vm);
+  };
+  auto parent = make_stateful(restore(*template_, "sparent"));
+  ASSERT_NE(parent.vm, nullptr);
+  auto s1_dir = shm_dir("sfork1");
+  auto s1 = parent.vm->snapshot(s1_dir);
+  ASSERT_TRUE(s1) << s1.error().message;
+  auto a = from_spare(*s1, "sa", "spare-a");
+  ASSERT_NE(a, nullptr);
+  expect_state(*a, parent.blob_sha);
+  EXPECT_EQ(run(*a, "hostname"), "spare-a\n");
+  EXPECT_LT(guest_clock_skew_s(*a), 1.0);
+  EXPECT_NE(run(*a, "cat /proc/sys/kernel/random/uuid"),
+            run(*parent.vm, "cat /proc/sys/kernel/random/uuid"));
+  run(*a, "echo A > /workspace/who && sync");
+  EXPECT_EQ(run(*parent.vm, "ls /workspace/who 2>/dev/null | wc -l"), "0\n");
+
+  // A fork of the spare-restored VM: its disk chain (snapshot layers + its own) is intact.
+  vmm::remove_snapshot(s1_dir);
+  auto s2_dir = shm_dir("sfork2");
+  auto s2 = a->snapshot(s2_dir);
+  ASSERT_TRUE(s2) << s2.error().message;
+  auto b = from_spare(*s2, "sb", "spare-b");
+  ASSERT_NE(b, nullptr);
+  expect_state(*b, parent.blob_sha);
+  EXPECT_EQ(run(*b, "cat /workspace/who"), "A\n");
+  vmm::remove_snapshot(s2_dir);
+
+  // Hibernate it and wake it into a spare: the hibernation snapshot is consumed.
+  auto run_dir = b->config().run_dir;
+  auto h_dir = shm_dir("shib");
+  auto h = b->hibernate(h_dir);
+  ASSERT_TRUE(h) << h.error().message;
+  b.reset();
+  EXPECT_FALSE(fs::exists(run_dir));
+  auto woken = from_spare(*h, "sw", "spare-w", /*consume=*/true);
+  ASSERT_NE(woken, nullptr);
+  expect_state(*woken, parent.blob_sha);
+  EXPECT_EQ(run(*woken, "cat /workspace/who"), "A\n");
+  EXPECT_FALSE(fs::exists(h_dir)) << "a consumed hibernation snapshot should be removed";
+
+  // Killing a spare-restored VM leaves nothing behind.
+  pid_t pid = woken->pid();
+  auto wdir = woken->config().run_dir;
+  woken.reset();
+  EXPECT_FALSE(fs::exists(wdir));
+  EXPECT_NE(::kill(pid, 0), 0);
+  EXPECT_EQ(count_processes(wdir.string()), 0);
+}
+
+TEST_F(SnapshotTest, SpareRefusesAnIncompatibleSnapshotAndTheSnapshotStaysIntact) {
+  auto c = config("spare512");
+  c.memory_mib = 512;
+  auto spare = vmm::Vm::spare(io(), c);
+  ASSERT_TRUE(spare) << spare.error().message;
+  auto r = (*spare)->restore_into(*template_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("memory MiB 256"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(fs::exists(template_->mem()));
+  spare->reset();
+  EXPECT_FALSE(fs::exists(c.run_dir));
+  // The template still restores.
+  auto vm = restore(*template_, "after-spare");
+  ASSERT_NE(vm, nullptr);
+}
+
 TEST_F(SnapshotTest, BakeIsCachedByKey) {
   auto shape = store_->config("base", shm_dir("shape2"));
   auto k1 = store_->key("base", shape);

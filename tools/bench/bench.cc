@@ -69,7 +69,7 @@ struct Options {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: pandastack-bench driver boot|ping|exec|exec-output|create|create-pool|concurrent-create|snapshot|fork|fork4|hibernate|wake|compare [--n N] [--json] [--images DIR] "
+               "usage: pandastack-bench driver boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare [--n N] [--json] [--images DIR] "
                "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
                "       pandastack-bench api create|exec|fork|wake|concurrent-create|net-throughput [--url URL] "
@@ -127,12 +127,9 @@ class DriverBench {
     if (!s) return fail(s.error());
     const size_t size = 2;
     vmm::RestorePool pool(io_, *s, config("pool"), size);
-    auto wait_full = [&] {
-      for (int i = 0; i < 2000 && pool.ready() < size; ++i) std::this_thread::sleep_for(milliseconds(5));
-    };
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
-      wait_full();  // creates arrive spaced out; the pool refills between them (not timed)
+      wait_full(pool, size);  // creates arrive spaced out; the pool refills between them (not timed)
       auto t = steady_clock::now();
       auto vm = pool.create("pool-" + std::to_string(i), "sbx-" + std::to_string(i));
       if (!vm) return fail(vm.error());
@@ -167,6 +164,39 @@ class DriverBench {
     return 0;
   }
 
+  // concurrent-create against a warm pool sized for the burst (members made ahead, untimed).
+  int concurrent_create_pool() {
+    auto s = baked();
+    if (!s) return fail(s.error());
+    const size_t k = 20;
+    vmm::RestorePool pool(io_, *s, config("ccpool"), k);
+    std::vector<double> samples;
+    for (int i = 0; i < o_.n; ++i) {
+      for (int w = 0; w < 12000 && pool.ready() < k; ++w) std::this_thread::sleep_for(milliseconds(10));
+      if (pool.ready() < k) return fail(vmm::make_error(vmm::ErrorCode::timeout, "the pool did not fill"));
+      std::vector<std::unique_ptr<vmm::Vm>> vms(k);
+      std::vector<std::string> errs(k);
+      std::vector<std::thread> threads;
+      auto t = steady_clock::now();
+      for (size_t j = 0; j < k; ++j)
+        threads.emplace_back([&, j] {
+          auto vm = pool.create("cc-" + std::to_string(j), "cc-" + std::to_string(j));
+          if (vm) vms[j] = std::move(*vm);
+          else errs[j] = vm.error().message;
+        });
+      for (auto& th : threads) th.join();
+      double ms = ms_since(t);
+      for (size_t j = 0; j < k; ++j)
+        if (!vms[j]) {
+          std::fprintf(stderr, "pandastack-bench: create %zu failed: %s\n", j, errs[j].c_str());
+          return 1;
+        }
+      samples.push_back(ms);
+    }
+    report("concurrent-create-pool", samples, {{"sandboxes", std::to_string(k)}, {"pool_size", std::to_string(k)}});
+    return 0;
+  }
+
   int snapshot() {
     auto s = baked();
     if (!s) return fail(s.error());
@@ -186,15 +216,36 @@ class DriverBench {
     return 0;
   }
 
-  // fork = snapshot of the running parent + `children` restores of it (in parallel).
-  int fork(int children) {
+  // Waits (untimed) until `pool` has `size` members ready: requests arrive spaced out.
+  template <class Pool>
+  static void wait_full(Pool& pool, size_t size) {
+    for (int i = 0; i < 4000 && pool.ready() < size; ++i) std::this_thread::sleep_for(milliseconds(5));
+  }
+
+  // A restore into a spare of `spares` (when given and one is ready), else into a new process.
+  std::unique_ptr<vmm::Vm> restore_spare(vmm::SparePool* spares, const vmm::Snapshot& s, const std::string& tag,
+                                         bool consume, std::string* err) {
+    auto vm = vmm::restore_with_spare(io_, spares, s, config(tag), consume, nullptr);
+    if (!vm) {
+      *err = vm.error().message;
+      return nullptr;
+    }
+    return std::move(*vm);
+  }
+
+  // fork = snapshot of the running parent + `children` restores of it (in parallel); with
+  // `spares`, into QEMU processes spawned ahead (a pool of `children`).
+  int fork(int children, bool spares) {
     auto s = baked();
     if (!s) return fail(s.error());
     std::string err;
     auto parent = restore(*s, "parent", &err);
     if (!parent) return fail(vmm::make_error(vmm::ErrorCode::boot_failed, err));
+    std::unique_ptr<vmm::SparePool> pool;
+    if (spares) pool = std::make_unique<vmm::SparePool>(io_, config("spare"), size_t(children));
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
+      if (pool) wait_full(*pool, size_t(children));
       auto dir = run_dir("fork");
       auto t = steady_clock::now();
       auto snap = parent->snapshot(dir);
@@ -203,7 +254,8 @@ class DriverBench {
       std::vector<std::string> errs(static_cast<size_t>(children));
       std::vector<std::thread> threads;
       for (int j = 0; j < children; ++j)
-        threads.emplace_back([&, j] { kids[size_t(j)] = restore(*snap, "child", &errs[size_t(j)]); });
+        threads.emplace_back(
+            [&, j] { kids[size_t(j)] = restore_spare(pool.get(), *snap, "child", false, &errs[size_t(j)]); });
       for (auto& th : threads) th.join();
       double ms = ms_since(t);
       for (int j = 0; j < children; ++j)
@@ -212,15 +264,20 @@ class DriverBench {
       kids.clear();
       vmm::remove_snapshot(dir);
     }
-    report(children == 1 ? "fork" : "fork" + std::to_string(children), samples);
+    report((children == 1 ? "fork" : "fork" + std::to_string(children)) + (spares ? "-pool" : ""), samples,
+           spares ? std::vector<std::pair<std::string, std::string>>{{"spares", std::to_string(children)}}
+                  : std::vector<std::pair<std::string, std::string>>{});
     return 0;
   }
 
-  int hibernate(bool measure_wake) {
+  int hibernate(bool measure_wake, bool spares = false) {
     auto s = baked();
     if (!s) return fail(s.error());
+    std::unique_ptr<vmm::SparePool> pool;
+    if (spares) pool = std::make_unique<vmm::SparePool>(io_, config("spare"), 1);
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
+      if (pool) wait_full(*pool, 1);
       std::string err;
       auto vm = restore(*s, "hib", &err);
       if (!vm) return fail(vmm::make_error(vmm::ErrorCode::boot_failed, err));
@@ -231,15 +288,15 @@ class DriverBench {
       if (!measure_wake) samples.push_back(ms_since(t));
       vm.reset();
       t = steady_clock::now();
-      auto wv = vmm::Vm::restore(io_, *snap, config("wake"), /*consume=*/true);
-      if (!wv) err = wv.error().message;
-      auto woken = wv ? std::move(*wv) : nullptr;
+      auto woken = restore_spare(pool.get(), *snap, "wake", /*consume=*/true, &err);
       if (!woken) return fail(vmm::make_error(vmm::ErrorCode::boot_failed, err));
       if (measure_wake) samples.push_back(ms_since(t));
       woken.reset();
       vmm::remove_snapshot(dir);
     }
-    report(measure_wake ? "wake" : "hibernate", samples);
+    report(std::string(measure_wake ? "wake" : "hibernate") + (spares ? "-pool" : ""), samples,
+           spares ? std::vector<std::pair<std::string, std::string>>{{"spares", "1"}}
+                  : std::vector<std::pair<std::string, std::string>>{});
     return 0;
   }
 
@@ -485,8 +542,12 @@ int main(int argc, char** argv) {
   if (o.scenario == "create-pool") return b.create_pool();
   if (o.scenario == "concurrent-create") return b.concurrent_create();
   if (o.scenario == "snapshot") return b.snapshot();
-  if (o.scenario == "fork") return b.fork(1);
-  if (o.scenario == "fork4") return b.fork(4);
+  if (o.scenario == "fork") return b.fork(1, false);
+  if (o.scenario == "fork4") return b.fork(4, false);
+  if (o.scenario == "concurrent-create-pool") return b.concurrent_create_pool();
+  if (o.scenario == "fork-pool") return b.fork(1, true);
+  if (o.scenario == "fork4-pool") return b.fork(4, true);
+  if (o.scenario == "wake-pool") return b.hibernate(true, true);
   if (o.scenario == "hibernate") return b.hibernate(false);
   if (o.scenario == "wake") return b.hibernate(true);
   if (o.scenario == "compare") return b.compare();
