@@ -212,8 +212,14 @@ class ApiTest(unittest.TestCase):
         cls.base = tempfile.mkdtemp(prefix="pst-api-", dir="/dev/shm")
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
                             ["--max-concurrent-execs", "3"])
-        cls.api = Api(cls.daemon)
-        cls.sbx = cls.api.create(template="base", metadata={"team": "red"})
+        try:
+            cls.api = Api(cls.daemon)
+            cls.sbx = cls.api.create(template="base", metadata={"team": "red"})
+        except BaseException:
+            # tearDownClass does not run when setUpClass fails: never leave the daemon running.
+            cls.daemon.stop()
+            shutil.rmtree(cls.base, ignore_errors=True)
+            raise
 
     @classmethod
     def tearDownClass(cls):
