@@ -130,6 +130,7 @@ using fork_atom = caf::atom_constant<caf::atom("forkkids")>;
 using template_atom = caf::atom_constant<caf::atom("template")>;
 using bake_atom = caf::atom_constant<caf::atom("bake")>;
 using egress_atom = caf::atom_constant<caf::atom("egress")>;
+using drop_atom = caf::atom_constant<caf::atom("dropsnap")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>
@@ -449,6 +450,9 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         auto s = h.vm->snapshot(dir);
         return s ? WorkerResult{} : failed(s.error().message);
       },
+      // A snapshot nobody can name any more (a fork's, once its children run): its RAM file is
+      // tmpfs memory. Removed here, off the actor system's shared threads.
+      [=](drop_atom, std::string dir) { vmm::remove_snapshot(dir); },
       [=](hibernate_atom, std::string dir) -> WorkerResult {
         auto& h = *self->state.handle;
         h.cancel_calls();
@@ -600,14 +604,18 @@ void effect(SandboxSelf* self, const Event& e) {
           uint32_t count = 1;
           if (auto* f = std::get_if<cmd::Fork>(&st.current)) count = f->count;
           ForkRequest fr{st.s.tenant, st.s.template_name, e.snapshot_id, st.s.id, count};
-          self->request(st.worker, caf::infinite, snapshot_atom::value,
-                        st.env->snapshot_dir(e.snapshot_id).string())
+          auto dir = st.env->snapshot_dir(e.snapshot_id).string();
+          self->request(st.worker, caf::infinite, snapshot_atom::value, dir)
               .then(
-                  [self, fr](WorkerResult r) {
+                  [self, fr, dir](WorkerResult r) {
                     if (!r.ok) return internal(self, cmd::TransitionFailed{r.error});
                     self->request(self->state.registry, caf::infinite, fork_atom::value, fr)
                         .then(
-                            [self](Answer a) {
+                            [self, dir](Answer a) {
+                              // The children run on copies of it (or failed): the fork's
+                              // snapshot is not one of the sandbox's snapshots, nobody can use
+                              // it again.
+                              self->send(self->state.worker, drop_atom::value, dir);
                               if (!a.ok)
                                 return internal(self, cmd::TransitionFailed{a.error.message});
                               self->state.fork_children = a.infos;
@@ -615,7 +623,8 @@ void effect(SandboxSelf* self, const Event& e) {
                               for (auto& i : a.infos) ids.push_back(i.id);
                               internal(self, cmd::TransitionDone{ids, std::nullopt});
                             },
-                            [self](const caf::error& err) {
+                            [self, dir](const caf::error& err) {
+                              self->send(self->state.worker, drop_atom::value, dir);
                               internal(self, cmd::TransitionFailed{self->system().render(err)});
                             });
                   },
@@ -1225,6 +1234,20 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     bool keep = keep_run.count(name) || (name.size() > 5 && name.ends_with(".jail") &&
                                          keep_run.count(name.substr(0, name.size() - 5)));
     if (!keep) fs::remove_all(d.path(), ec);
+  }
+
+  // Snapshot folders no sandbox names (a fork's that a crash left behind, one being taken when the
+  // host died): tmpfs memory nobody can use any more. Named snapshots outlive their sandbox.
+  {
+    std::set<std::string> named;
+    for (auto& s : recovered) named.insert(s.snapshots.begin(), s.snapshots.end());
+    std::vector<fs::path> unnamed;
+    for (auto& d : fs::directory_iterator(config.state_dir / "snapshots", ec))
+      if (!named.count(d.path().filename().string())) unnamed.push_back(d.path());
+    for (auto& d : unnamed) {
+      spdlog::info("recovery: removing snapshot {} (no sandbox names it)", d.filename().string());
+      vmm::remove_snapshot(d);
+    }
   }
 
   if (config.network) {

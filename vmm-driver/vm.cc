@@ -908,7 +908,9 @@ Status Vm::restore_into(const Snapshot& snap, bool consume) {
   layer.set("node-name", "layers");
   layer.set("read-only", true);
   layer.set("file", file);
+  auto t_linked = steady_clock::now();
   auto added = qmp_->execute("blockdev-add", layer);
+  auto t_added = steady_clock::now();
   if (!added) return failure(ErrorCode::qmp_error, "attaching the snapshot's disk: " + added.error().message);
   Json overlay = Json::object();
   overlay.set("driver", "qcow2");
@@ -935,9 +937,12 @@ Status Vm::restore_into(const Snapshot& snap, bool consume) {
     return loaded;
   }
   boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
-  spdlog::debug("vm {}: restored from {} into a spare in {} us (disk {} us, RAM {} us)",
+  spdlog::debug("vm {}: restored from {} into a spare in {} us (disk {} us: links+header {} us, "
+                "blockdev-add {} us; RAM {} us)",
                 config_.name, snap.dir.string(), boot_time_.count(),
                 duration_cast<microseconds>(t_disk - started).count(),
+                duration_cast<microseconds>(t_linked - started).count(),
+                duration_cast<microseconds>(t_added - t_linked).count(),
                 duration_cast<microseconds>(t_ram - t_disk).count());
   if (!config_.die_with_parent) return save_record();
   return Ok{};

@@ -527,12 +527,23 @@ class ApiTest(unittest.TestCase):
         snap = b["snapshot_id"]
         restored = c.create(from_snapshot=snap)
         self.assertEqual(c.exec(restored["id"], "cat /tmp/state")[1]["stdout"], "42\n")
+        snaps = os.path.join(self.base, "state", "snapshots")
+        before = sorted(os.listdir(snaps))
+        self.assertIn(snap, before)
         s, b = c.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 2})
         self.assertEqual(s, 201, b)
         kids = [k["id"] for k in b["sandboxes"]]
         self.assertEqual(len(kids), 2)
         for k in kids:
             self.assertEqual(c.exec(k, "cat /tmp/state")[1]["stdout"], "42\n")
+        # The fork's own snapshot (not one of the sandbox's) is removed once the children run:
+        # the named ones are left (the removal runs on the parent's VM worker, after the fork
+        # answered).
+        for _ in range(50):
+            if sorted(os.listdir(snaps)) == before:
+                break
+            time.sleep(0.1)
+        self.assertEqual(sorted(os.listdir(snaps)), before)
         self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 0}), 400,
                          "invalid_argument")
         s, b = c.call("POST", f"/v1/sandboxes/{sid}/hibernate")

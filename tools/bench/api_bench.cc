@@ -65,13 +65,17 @@ void report(bool json, const std::string& scenario, const std::vector<double>& c
 }  // namespace
 
 int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
-              const std::string& create_body, const std::string& upstream, int n, bool json) {
+              const std::string& create_body, const std::string& upstream, int n, int pause_ms,
+              bool json) {
   Api api(url, key);
   if (!api.http.valid_url()) {
     std::fprintf(stderr, "pandastack-bench: --url must look like http://HOST:PORT\n");
     return 2;
   }
   std::vector<double> client, server;
+  // Requests spaced like an agent's (a burst is concurrent-create's scenario): the daemon's pools
+  // refill in between. Not timed.
+  auto pause = [&] { std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms)); };
   auto sample = [&](auto&& f) {
     double srv = 0;
     auto t = Clock::now();
@@ -85,8 +89,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       std::string id;
       sample([&](double* s) { id = api.create(create_body, s); });
       api.kill(id);
-      // Let the pool refill (a create-heavy burst is concurrent-create's scenario).
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      pause();
     }
   } else if (scenario == "net-throughput") {
     // A guest downloads `upstream` (an HTTP server the caller runs where the sandbox's egress
@@ -136,12 +139,14 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
         kids = api.call("POST", "/v1/sandboxes/" + id + "/fork", R"({"count":1})", s);
       });
       for (auto& k : kids["sandboxes"].as_array()) api.kill(k["id"].as_string());
+      pause();
     }
     api.kill(id);
   } else if (scenario == "wake") {
     auto id = api.create(R"({"persistent":true})");
     for (int i = 0; i < n; ++i) {
       api.call("POST", "/v1/sandboxes/" + id + "/hibernate", "");
+      pause();
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/wake", "", s); });
     }
     api.kill(id);

@@ -48,7 +48,7 @@ using namespace std::chrono;
 
 namespace pandastack::tools {
 int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
-              const std::string& create_body, const std::string& upstream, int n,
+              const std::string& create_body, const std::string& upstream, int n, int pause_ms,
               bool json);
 }
 
@@ -65,6 +65,7 @@ struct Options {
   std::string url = "http://127.0.0.1:7070", key;  // api mode
   std::string create_body = "{}";                   // api mode: the body of every create
   std::string upstream;                             // api net-throughput: the URL guests fetch
+  int pause_ms = 1000;  // api create/fork/wake: untimed pause between requests (pools refill)
 };
 
 int usage() {
@@ -73,7 +74,7 @@ int usage() {
                "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
                "       pandastack-bench api create|exec|fork|wake|concurrent-create|net-throughput [--url URL] "
-               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] [--n N] [--json]\n");
+               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] [--pause-ms MS] [--n N] [--json]\n");
   return 2;
 }
 
@@ -521,6 +522,7 @@ int main(int argc, char** argv) {
     else if (a == "--key" && i + 1 < argc) o.key = argv[++i];
     else if (a == "--create-body" && i + 1 < argc) o.create_body = argv[++i];
     else if (a == "--upstream" && i + 1 < argc) o.upstream = argv[++i];
+    else if (a == "--pause-ms" && i + 1 < argc) o.pause_ms = std::atoi(argv[++i]);
     else if (a.rfind("--", 0) == 0) return usage();
     else pos.push_back(a);
   }
@@ -528,7 +530,7 @@ int main(int argc, char** argv) {
     return usage();
   if (pos[0] == "api") {
     if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
-    return tools::api_bench(pos[1], o.url, o.key, o.create_body, o.upstream, o.n, o.json);
+    return tools::api_bench(pos[1], o.url, o.key, o.create_body, o.upstream, o.n, o.pause_ms, o.json);
   }
   o.mode = pos[0];
   o.scenario = pos[1];
