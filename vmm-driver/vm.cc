@@ -13,11 +13,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -259,44 +261,19 @@ std::string random_hex(size_t bytes) {
   return out;
 }
 
-// An empty overlay on a given backing file is always the same few hundred KiB: make it once with
-// qemu-img (`backing_name` as the header will name it, resolved from `cache`'s folder), then copy.
-Status overlay_from_cache(const fs::path& cache, const std::string& backing_name,
-                          const fs::path& to) {
+// Copies `cache` to `to`, making `cache` first (atomically: `make` writes a temporary file that is
+// renamed into place) when it does not exist yet. For the driver's empty overlays, which are the
+// same few hundred KiB for every VM of an image or snapshot.
+Status copy_from_cache(const fs::path& cache, const fs::path& to,
+                       const std::function<Status(const fs::path& tmp)>& make) {
   std::error_code ec;
   if (!fs::exists(cache)) {
     fs::path tmp = cache.string() + ".tmp-" + random_hex(6);
-    auto made = run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-                          backing_name, tmp.string()});
-    if (!made) return made;
-    fs::rename(tmp, cache, ec);
-    if (ec)
-      return make_error(ErrorCode::io_error,
-                        "cannot install " + cache.string() + ": " + ec.message());
-  }
-  fs::copy_file(cache, to, fs::copy_options::overwrite_existing, ec);
-  if (ec)
-    return make_error(ErrorCode::io_error,
-                      "cannot create overlay " + to.string() + ": " + ec.message());
-  return Ok{};
-}
-
-}  // namespace
-
-namespace {
-
-// A spare's empty overlay: the root filesystem's, its backing name replaced by the placeholder
-// (QEMU opens it on a null node; restore_into names the real layer). Made once per image.
-Status spare_overlay(const fs::path& rootfs, const fs::path& to) {
-  fs::path cache = rootfs.string() + ".spare-overlay";
-  std::error_code ec;
-  if (!fs::exists(cache)) {
-    fs::path tmp = cache.string() + ".tmp-" + random_hex(6);
-    auto made = overlay_from_cache(rootfs.string() + ".overlay", rootfs.string(), tmp);
-    if (made) made = qcow2::set_backing_file(tmp, kSpareBacking);
+    auto made = make(tmp);
     if (made) fs::rename(tmp, cache, ec);
     if (made && ec)
-      made = make_error(ErrorCode::io_error, "cannot install " + cache.string() + ": " + ec.message());
+      made =
+          make_error(ErrorCode::io_error, "cannot install " + cache.string() + ": " + ec.message());
     if (!made) {
       fs::remove(tmp, ec);
       return made;
@@ -307,6 +284,26 @@ Status spare_overlay(const fs::path& rootfs, const fs::path& to) {
     return make_error(ErrorCode::io_error,
                       "cannot create overlay " + to.string() + ": " + ec.message());
   return Ok{};
+}
+
+// An empty overlay on a given backing file: made once with qemu-img (`backing_name` as the header
+// will name it, resolved from `cache`'s folder), then copied.
+Status overlay_from_cache(const fs::path& cache, const std::string& backing_name,
+                          const fs::path& to) {
+  return copy_from_cache(cache, to, [&](const fs::path& tmp) {
+    return run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", backing_name,
+                     tmp.string()});
+  });
+}
+
+// A spare's empty overlay: the root filesystem's, its backing name replaced by the placeholder
+// (QEMU opens it on a null node; restore_into names the real layer). Made once per image.
+Status spare_overlay(const fs::path& rootfs, const fs::path& to) {
+  return copy_from_cache(rootfs.string() + ".spare-overlay", to, [&](const fs::path& tmp) {
+    auto made = overlay_from_cache(rootfs.string() + ".overlay", rootfs.string(), tmp);
+    if (made) made = qcow2::set_backing_file(tmp, kSpareBacking);
+    return made;
+  });
 }
 
 }  // namespace
@@ -340,29 +337,15 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
     if (!linked) return linked;
   }
   layers_ = snap->layers;
-  fs::path cached = snap->dir / "overlay.qcow2";
-  if (!fs::exists(cached)) {
-    // Every disk of a template has the root filesystem's size: take the root filesystem's empty
-    // overlay and name the snapshot's top layer as its backing file (no qemu-img run).
+  // Every disk of a template has the root filesystem's size: the snapshot's empty overlay is the
+  // root filesystem's, naming the snapshot's top layer as its backing file (no qemu-img run).
+  return copy_from_cache(snap->dir / "overlay.qcow2", active_overlay_, [&](const fs::path& tmp) {
     auto base = qcow2::backing_file(snap->dir / layers_.front());
-    if (!base) return base.error();
-    fs::path tmp = cached.string() + ".tmp-" + random_hex(6);
+    if (!base) return Status(base.error());
     auto made = overlay_from_cache(*base + ".overlay", *base, tmp);
     if (made) made = qcow2::set_backing_file(tmp, layers_.back());
-    if (!made) {
-      fs::remove(tmp, ec);
-      return made;
-    }
-    fs::rename(tmp, cached, ec);
-    if (ec)
-      return make_error(ErrorCode::io_error,
-                        "cannot install " + cached.string() + ": " + ec.message());
-  }
-  fs::copy_file(cached, active_overlay_, fs::copy_options::overwrite_existing, ec);
-  if (ec)
-    return make_error(ErrorCode::io_error,
-                      "cannot create overlay " + active_overlay_.string() + ": " + ec.message());
-  return Ok{};
+    return made;
+  });
 }
 
 Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point deadline) {
@@ -665,7 +648,8 @@ Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existin
     return make_error(ErrorCode::io_error, "cannot open " + to.string() + ": " + strerror(errno));
   }
   Status st = Ok{};
-  struct stat sb {}, ob {};
+  struct stat sb {};
+  struct stat ob {};
   ::fstat(in, &sb);
   if (into_existing) {
     // The file is mapped (by a waiting QEMU): never truncated, which would take pages from under
@@ -869,7 +853,8 @@ Result<std::unique_ptr<Vm>> Vm::spare(IoThread& io, VmConfig config) {
   auto mem = vm->config_.run_dir / "mem";
   int fd = ::open(mem.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0 || ::ftruncate(fd, off_t(vm->config_.memory_mib) << 20) != 0) {
-    auto e = make_error(ErrorCode::io_error, "cannot create " + mem.string() + ": " + strerror(errno));
+    auto e =
+        make_error(ErrorCode::io_error, "cannot create " + mem.string() + ": " + strerror(errno));
     if (fd >= 0) ::close(fd);
     return e;
   }
@@ -898,6 +883,34 @@ Status Vm::restore_into(const Snapshot& snap, bool consume) {
   // again when the incoming state activates the disk; the graph is switched here.
   auto named = qcow2::set_backing_file(active_overlay_, layers_.back());
   if (!named) return named;
+  // QEMU attaches the disk chain while this thread copies the RAM (independent work).
+  auto t_disk = steady_clock::now();
+  auto attached = std::async(std::launch::async, [this] { return attach_layers(); });
+  auto copied = copy_ram_file(snap.mem(), config_.run_dir / "mem", /*into_existing=*/true);
+  auto t_ram = steady_clock::now();
+  auto disk = attached.get();
+  auto t_both = steady_clock::now();
+  if (!disk) return disk;
+  if (!copied) return copied;
+  if (consume) consumed_from_ = snap.dir;  // removed by load() once the guest runs
+  auto loaded = load(snap);
+  if (!loaded) {
+    consumed_from_.clear();
+    return loaded;
+  }
+  boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
+  spdlog::debug(
+      "vm {}: restored from {} into a spare in {} us (links+header {} us, RAM {} us, disk "
+      "chain {} us after it)",
+      config_.name, snap.dir.string(), boot_time_.count(),
+      duration_cast<microseconds>(t_disk - started).count(),
+      duration_cast<microseconds>(t_ram - t_disk).count(),
+      duration_cast<microseconds>(t_both - t_ram).count());
+  if (!config_.die_with_parent) return save_record();
+  return Ok{};
+}
+
+Status Vm::attach_layers() {
   using wire::Json;
   Json file = Json::object();
   file.set("driver", "file");
@@ -908,10 +921,9 @@ Status Vm::restore_into(const Snapshot& snap, bool consume) {
   layer.set("node-name", "layers");
   layer.set("read-only", true);
   layer.set("file", file);
-  auto t_linked = steady_clock::now();
   auto added = qmp_->execute("blockdev-add", layer);
-  auto t_added = steady_clock::now();
-  if (!added) return failure(ErrorCode::qmp_error, "attaching the snapshot's disk: " + added.error().message);
+  if (!added)
+    return failure(ErrorCode::qmp_error, "attaching the snapshot's disk: " + added.error().message);
   Json overlay = Json::object();
   overlay.set("driver", "qcow2");
   overlay.set("node-name", kSpareDiskNode);
@@ -924,27 +936,8 @@ Status Vm::restore_into(const Snapshot& snap, bool consume) {
   reopen.set("options", options);
   auto reopened = qmp_->execute("blockdev-reopen", reopen);
   if (!reopened)
-    return failure(ErrorCode::qmp_error, "switching the disk to the snapshot's layers: " +
-                                             reopened.error().message);
-  auto t_disk = steady_clock::now();
-  auto copied = copy_ram_file(snap.mem(), config_.run_dir / "mem", /*into_existing=*/true);
-  if (!copied) return copied;
-  auto t_ram = steady_clock::now();
-  if (consume) consumed_from_ = snap.dir;  // removed by load() once the guest runs
-  auto loaded = load(snap);
-  if (!loaded) {
-    consumed_from_.clear();
-    return loaded;
-  }
-  boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
-  spdlog::debug("vm {}: restored from {} into a spare in {} us (disk {} us: links+header {} us, "
-                "blockdev-add {} us; RAM {} us)",
-                config_.name, snap.dir.string(), boot_time_.count(),
-                duration_cast<microseconds>(t_disk - started).count(),
-                duration_cast<microseconds>(t_linked - started).count(),
-                duration_cast<microseconds>(t_added - t_linked).count(),
-                duration_cast<microseconds>(t_ram - t_disk).count());
-  if (!config_.die_with_parent) return save_record();
+    return failure(ErrorCode::qmp_error,
+                   "switching the disk to the snapshot's layers: " + reopened.error().message);
   return Ok{};
 }
 

@@ -170,6 +170,9 @@ class Vm {
   // or on a snapshot's disk layers (hard-linked into the run folder).
   // A `spare`'s overlay names a placeholder instead of the root filesystem (`snap` null).
   Status prepare(const Snapshot* snap, bool spare = false);
+  // A spare's disk: the top layer (layers_.back(), in the run folder) attached with its chain and
+  // made the overlay's backing node.
+  Status attach_layers();
   // For a process spawned with `-incoming defer`: migration capabilities set, agent connected.
   Status await_state(std::chrono::steady_clock::time_point deadline);
   // Spawns QEMU with `args` and connects QMP.
