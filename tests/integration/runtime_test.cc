@@ -414,6 +414,9 @@ TEST_F(RuntimeTest, VmsOutliveACrashedHostAndAreAdopted) {
   ASSERT_TRUE(lost);
   EXPECT_EQ(lost->status, Status::failed);
   EXPECT_EQ(lost->failure_reason, "host_restart");
+  // The crashed host's warm pool members and spares outlived it too: recovery killed them all,
+  // only the adopted VM runs (the new runtime makes its pools on first use).
+  EXPECT_EQ(count_processes((config_.state_dir / "run").string() + "/"), 1);
   // The adopted VM works like any other: snapshot + fork from it, then kill.
   auto kids = rt_->fork("acme", ids[0], 1);
   ASSERT_TRUE(kids) << kids.error().message;
