@@ -42,13 +42,17 @@ void VmPool::refill() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return stop_ || idle_.size() < size_; });
+      // Not next to a restore (see RestoreActivity), but stopping at once when the pool is.
+      auto give_up = std::chrono::steady_clock::now() + kMaxDefer;
+      while (!stop_ && !RestoreActivity::quiet_for(kQuiet) &&
+             std::chrono::steady_clock::now() < give_up)
+        cv_.wait_for(lock, std::chrono::milliseconds(10));
       if (stop_) return;
       c = base_;
       c.nice = kMemberNice;
       c.run_dir = base_.run_dir.string() + "-" + std::to_string(seq_++);
       c.name = c.run_dir.filename().string();
     }
-    RestoreActivity::wait_quiet(kQuiet, kMaxDefer);
     if (make_network_) {
       auto net = make_network_();
       if (!net) {

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -48,7 +47,6 @@ const char* to_string(Accel a) { return a == Accel::kvm ? "kvm" : "tcg"; }
 namespace {
 struct Activity {
   std::mutex mu;
-  std::condition_variable cv;
   int running = 0;
   steady_clock::time_point last_end{};
 };
@@ -65,29 +63,15 @@ RestoreActivity::RestoreActivity() {
 
 RestoreActivity::~RestoreActivity() {
   auto& a = activity();
-  {
-    std::lock_guard lock(a.mu);
-    --a.running;
-    a.last_end = steady_clock::now();
-  }
-  a.cv.notify_all();
+  std::lock_guard lock(a.mu);
+  --a.running;
+  a.last_end = steady_clock::now();
 }
 
-void RestoreActivity::wait_quiet(milliseconds quiet, milliseconds max_wait) {
+bool RestoreActivity::quiet_for(milliseconds quiet) {
   auto& a = activity();
-  auto give_up = steady_clock::now() + max_wait;
-  std::unique_lock lock(a.mu);
-  for (;;) {
-    auto now = steady_clock::now();
-    if (now >= give_up) return;
-    if (a.running == 0) {
-      auto calm_at = a.last_end + quiet;
-      if (now >= calm_at) return;
-      a.cv.wait_until(lock, std::min(calm_at, give_up));
-    } else {
-      a.cv.wait_until(lock, give_up);
-    }
-  }
+  std::lock_guard lock(a.mu);
+  return a.running == 0 && steady_clock::now() >= a.last_end + quiet;
 }
 
 unsigned host_tsc_khz() {

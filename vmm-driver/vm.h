@@ -219,8 +219,8 @@ class RestoreActivity {
   ~RestoreActivity();
   RestoreActivity(const RestoreActivity&) = delete;
   RestoreActivity& operator=(const RestoreActivity&) = delete;
-  // Waits until no restore has run for `quiet`, or `max_wait` passed.
-  static void wait_quiet(std::chrono::milliseconds quiet, std::chrono::milliseconds max_wait);
+  // True when no restore runs and none ended within the last `quiet`.
+  static bool quiet_for(std::chrono::milliseconds quiet);
 };
 
 // Picks the accelerator: `PANDASTACK_ACCEL=kvm|tcg` (or `override_accel`) wins; otherwise KVM
