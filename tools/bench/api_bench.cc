@@ -166,6 +166,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       client.push_back(ms_since(t));
       server.push_back(*std::max_element(srv.begin(), srv.end()));
       for (auto& id : ids) api.kill(id);
+      pause();
     }
   } else {
     std::fprintf(stderr,
