@@ -532,7 +532,8 @@ Status AgentClient::reseed_rng(std::string_view entropy) {
   });
 }
 
-Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname) {
+Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname,
+                                  bool network) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     kj::Vector<kj::Promise<void>> calls;
     auto clock = conn_->agent.setClockRequest();
@@ -546,6 +547,11 @@ Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy, 
       h.setHostname(hostname);
       calls.add(h.send().ignoreResult());
     }
+    auto net = conn_->agent.setNetworkRequest();
+    net.setEnabled(network);
+    calls.add(net.send().ignoreResult().catch_([](kj::Exception&& e) {
+      if (e.getType() != kj::Exception::Type::UNIMPLEMENTED) kj::throwFatalException(kj::mv(e));
+    }));
     return with_deadline<Ok>(io_, kj::joinPromises(calls.releaseAsArray()).then([]() { return Result<Ok>(Ok{}); }),
                              kCallTimeout, "afterRestore");
   });

@@ -111,7 +111,10 @@ class AgentClient {
   Status reseed_rng(std::string_view entropy);
   Status set_hostname(const std::string& hostname);
   // set_clock + reseed_rng + set_hostname (when not empty), sent together: one round trip.
-  Status after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname);
+  // `network`: whether the sandbox has one (the guest takes eth0 down without). An agent that
+  // predates setNetwork (a hibernated guest from an older release) leaves eth0 as it was.
+  Status after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname,
+                       bool network);
   // Ends the agent's RPC session (wire/agent.capnp endSession): calls in flight are cancelled and
   // the agent waits for the next session preamble, holding no state of this host. Afterwards this
   // client only accepts destruction: the VM can be snapshotted, or the channel reconnected.

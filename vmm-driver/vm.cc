@@ -979,7 +979,7 @@ Status Vm::personalize() {
     return make_error(ErrorCode::io_error, "getrandom failed");
   return agent_->after_restore(
       duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(), entropy,
-      config_.hostname);
+      config_.hostname, config_.network != nullptr);
 }
 
 Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmConfig config,

@@ -123,6 +123,12 @@ interface Agent {
   # Writes to the stdin of a background process started with keepStdinOpen; `close` closes it
   # (after `data`). Writes are applied in order.
 
+  setNetwork @20 (enabled :Bool) -> ();
+  # Whether the sandbox has a network (called after every restore; a snapshot may come from a
+  # sandbox with the other setting). Without one, eth0 is down: connections and name lookups fail
+  # at once (ENETUNREACH) instead of waiting out timeouts on a NIC that leads nowhere. With one,
+  # eth0 is configured and up (address, default route, resolver).
+
   endSession @18 () -> ();
   # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session
   # down (calls in flight are cancelled) and waits for the next session preamble.

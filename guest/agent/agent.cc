@@ -112,6 +112,9 @@ void set_error(Builder&& b, int e, const std::string& what) {
   b.setMessage(what + ": " + strerror(e));
 }
 
+void configure_network();
+void take_network_down();
+
 std::string resolve(kj::StringPtr path) {
   std::string p(path.cStr());
   if (p.empty() || p[0] != '/') p = "/workspace/" + p;
@@ -975,6 +978,14 @@ class AgentImpl final : public w::Agent::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> setNetwork(SetNetworkContext ctx) override {
+    if (ctx.getParams().getEnabled())
+      configure_network();
+    else
+      take_network_down();
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> setHostname(SetHostnameContext ctx) override {
     auto h = ctx.getParams().getHostname();
     KJ_REQUIRE(h.size() > 0 && h.size() < 64, "hostname length", h.size());
@@ -1094,6 +1105,21 @@ void configure_network() {
     (void)w;
     ::close(f);
   }
+}
+
+// A sandbox without a network: eth0 down (the kernel drops its routes with it), so connects and
+// name lookups fail at once instead of waiting on a NIC attached to nothing.
+void take_network_down() {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return;
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, "eth0", IFNAMSIZ - 1);
+  if (::ioctl(s, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP)) {
+    ifr.ifr_flags &= ~IFF_UP;
+    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0)
+      log_line(std::string("eth0: cannot take it down: ") + strerror(errno));
+  }
+  ::close(s);
 }
 
 // True while the host end of the port is connected (virtio-serial reports POLLHUP otherwise).

@@ -301,8 +301,30 @@ TEST_F(NetworkTest, ExposedGuestPortIsReachableFromTheHostUntilUnexposed) {
 TEST_F(NetworkTest, SandboxWithoutNetworkHasNoRouteOut) {
   auto vm = restore(*template_, "none", nullptr);
   ASSERT_NE(vm, nullptr);
+  // eth0 is down: a connect fails at once (not after its 3 s timeout) and so does a name lookup
+  // (nothing leaves the guest: no route at all).
   auto r = fetch(*vm, "198.18.0.2");
   EXPECT_EQ(r.rfind("error", 0), 0u) << r;
+  EXPECT_NE(r.find("unreachable"), std::string::npos) << r;
+  vmm::ExecRequest lookup;
+  lookup.shell =
+      "python3 -c \"import socket,time\nt=time.time()\ntry: socket.getaddrinfo('pandastack.invalid', "
+      "80)\nexcept OSError: pass\nprint(time.time()-t)\"";
+  lookup.timeout_ms = 60000;
+  auto out = vm->agent().exec(lookup);
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_LT(std::stod(out->stdout_data), 0.5) << "a name lookup waited for a resolver that is not there";
+
+  // Its snapshot restored on a network: eth0 comes back up, with its address and route.
+  auto dir = shm("none-snap");
+  auto snap = vm->snapshot(dir);
+  ASSERT_TRUE(snap) << snap.error().message;
+  EgressPolicy all;
+  all.mode = EgressPolicy::Mode::allow_all;
+  auto again = restore(*snap, "none-then-net", network(8, all));
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(ok(fetch(*again, "198.18.0.2")));
+  vmm::remove_snapshot(dir);
 }
 
 }  // namespace
