@@ -209,6 +209,9 @@ std::string encode_event(const Event& e) {
     case K::port_unexposed:
       b.setPortUnexposed(e.port);
       break;
+    case K::snapshot_deleted:
+      b.setSnapshotDeleted(e.snapshot_id);
+      break;
   }
   auto words = capnp::messageToFlatArray(msg);
   auto bytes = words.asBytes();
@@ -324,6 +327,10 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.kind = K::port_unexposed;
         e.port = r.getPortUnexposed();
         break;
+      case w::SandboxEvent::SNAPSHOT_DELETED:
+        e.kind = K::snapshot_deleted;
+        e.snapshot_id = r.getSnapshotDeleted().cStr();
+        break;
       default:
         return;  // a kind this build does not know
     }
@@ -390,6 +397,7 @@ std::string event_to_json(const Event& e) {
       break;
     case Event::Kind::snapshot_taken:
     case Event::Kind::hibernated:
+    case Event::Kind::snapshot_deleted:
       j.set("snapshot_id", e.snapshot_id);
       break;
     case Event::Kind::forked: {

@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::port_unexposed); ++k) {
+  for (int k = 0; k <= int(Event::Kind::snapshot_deleted); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -46,6 +46,9 @@ TEST(EventCodec, EveryKindRoundTrips) {
     }
     if (e.kind == Event::Kind::network_attached) {
       EXPECT_EQ(back->subnet, 77u);
+    }
+    if (e.kind == Event::Kind::snapshot_deleted) {
+      EXPECT_EQ(back->snapshot_id, "snap-1");
     }
   }
 }

@@ -131,6 +131,7 @@ using template_atom = caf::atom_constant<caf::atom("template")>;
 using bake_atom = caf::atom_constant<caf::atom("bake")>;
 using egress_atom = caf::atom_constant<caf::atom("egress")>;
 using drop_atom = caf::atom_constant<caf::atom("dropsnap")>;
+using delsnap_atom = caf::atom_constant<caf::atom("delsnap")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>
@@ -654,6 +655,11 @@ void effect(SandboxSelf* self, const Event& e) {
               },
               lost);
       break;
+    case Event::Kind::snapshot_deleted:
+      // Recorded: creates from it are refused from now on. Its files go (VMs restored from it
+      // keep theirs: layers are hard links, RAM was copied).
+      caf::anon_send(st.worker, drop_atom::value, st.env->snapshot_dir(e.snapshot_id).string());
+      break;
     case Event::Kind::killed:
     case Event::Kind::failed:
       st.handle->cancel_calls();  // commands in flight end now, not when the worker gets there
@@ -824,6 +830,9 @@ struct RegistryState {
   std::map<std::string, caf::actor> templates;  // template actors, spawned on first use
   std::map<std::string, caf::actor> actors;
   std::map<std::string, SandboxInfo> infos;
+  // Recovered sandboxes that ended but still own named snapshots: their actor is spawned when a
+  // command needs it (deleting one of those snapshots).
+  std::map<std::string, SandboxState> ended;
 };
 
 using RegistrySelf = caf::stateful_actor<RegistryState>;
@@ -998,10 +1007,32 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
       [=](adopt_atom, SandboxState s) {
-        if (s.live())
+        if (s.live()) {
           spawn_sandbox(self, s);
-        else
+        } else {
           self->state.infos[s.id] = info_of(s);
+          if (!s.snapshots.empty()) self->state.ended[s.id] = s;
+        }
+      },
+      [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {
+        // The tenant's sandbox that took it (alive or ended).
+        std::string owner;
+        for (auto& [id, i] : self->state.infos)
+          if (i.tenant == tenant &&
+              std::find(i.snapshots.begin(), i.snapshots.end(), snapshot) != i.snapshots.end())
+            owner = id;
+        if (owner.empty()) return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+        auto a = self->state.actors.find(owner);
+        caf::actor actor = a == self->state.actors.end() ? caf::actor() : a->second;
+        if (!actor) {
+          auto e = self->state.ended.find(owner);
+          if (e == self->state.ended.end())
+            return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+          actor = spawn_sandbox(self, e->second);
+          self->state.ended.erase(e);
+        }
+        return forward(self, actor,
+                       caf::make_message(cmd_atom::value, Command{cmd::DeleteSnapshot{snapshot}}));
       },
       [=](tick_atom) {
         int64_t now = now_ms();
@@ -1470,6 +1501,13 @@ Reply<std::string> Runtime::snapshot(const std::string& tenant, const std::strin
   std::string snap = "snap_" + random_base32(16);
   return to_reply<std::string>(impl_->ask(route(tenant, id, cmd::Snapshot{snap})),
                                [](const Answer& a) { return a.text; });
+}
+
+Reply<SandboxInfo> Runtime::delete_snapshot(const std::string& tenant,
+                                            const std::string& snapshot_id) {
+  return to_reply<SandboxInfo>(
+      impl_->ask(caf::make_message(delsnap_atom::value, tenant, snapshot_id)),
+      [](const Answer& a) { return a.info; });
 }
 
 Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const std::string& id,

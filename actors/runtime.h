@@ -220,6 +220,10 @@ class Runtime {
                                 const Egress& egress);
   // A snapshot of a running sandbox; returns its id (usable as CreateRequest::from_snapshot).
   Reply<std::string> snapshot(const std::string& tenant, const std::string& id);
+  // Deletes one of the tenant's named snapshots (whatever state the sandbox that took it is in):
+  // recorded on that sandbox (`snapshot-deleted`), then its files are removed. Creates from it
+  // are refused afterwards (`snapshot_not_found`); sandboxes restored from it keep running.
+  Reply<SandboxInfo> delete_snapshot(const std::string& tenant, const std::string& snapshot_id);
   // `count` children of a running sandbox; the parent keeps running.
   Reply<std::vector<SandboxInfo>> fork(const std::string& tenant, const std::string& id,
                                        uint32_t count);

@@ -1,5 +1,7 @@
 #include "actors/sandbox.h"
 
+#include <algorithm>
+
 namespace pandastack::actors {
 
 const char* to_string(Status s) {
@@ -72,6 +74,8 @@ const char* to_string(Event::Kind k) {
       return "port-exposed";
     case Event::Kind::port_unexposed:
       return "port-unexposed";
+    case Event::Kind::snapshot_deleted:
+      return "snapshot-deleted";
     case Event::Kind::failed:
       return "failed";
   }
@@ -371,6 +375,15 @@ struct Decider {
     return std::vector<Event>{e};
   }
 
+  Decision operator()(const cmd::DeleteSnapshot& c) const {
+    if (s.status == Status::none) return reject("sandbox_not_found", "no sandbox " + s.id);
+    if (std::find(s.snapshots.begin(), s.snapshots.end(), c.snapshot_id) == s.snapshots.end())
+      return reject("snapshot_not_found", "no snapshot " + c.snapshot_id);
+    Event e = ev(Event::Kind::snapshot_deleted, now);
+    e.snapshot_id = c.snapshot_id;
+    return std::vector<Event>{e};
+  }
+
   Decision operator()(const cmd::Reap&) const {
     if (!s.live() || s.status == Status::hibernated)
       return std::vector<Event>{};  // nothing running to reap
@@ -528,6 +541,12 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::port_unexposed:
       if (!s.live() || !s.ports.erase(e.port)) impossible(s, e);
       break;
+    case K::snapshot_deleted: {
+      auto it = std::find(s.snapshots.begin(), s.snapshots.end(), e.snapshot_id);
+      if (it == s.snapshots.end()) impossible(s, e);
+      s.snapshots.erase(it);
+      break;
+    }
   }
   ++s.version;
   return s;

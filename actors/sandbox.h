@@ -68,7 +68,8 @@ struct Event {
     network_attached,  // the VM (created or woken) runs on host subnet `subnet`
     egress_changed,
     port_exposed,  // guest TCP `port` is forwarded from the host (while the VM runs)
-    port_unexposed
+    port_unexposed,
+    snapshot_deleted  // one of its named snapshots (`snapshot_id`) was deleted
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -85,7 +86,7 @@ struct Event {
   bool timed_out = false;
   // transitions
   Transition transition = Transition::snapshotting;
-  std::string snapshot_id;            // transition_started, snapshot_taken, hibernated
+  std::string snapshot_id;  // transition_started, snapshot_taken, hibernated, snapshot_deleted
   std::vector<std::string> children;  // forked
   std::string reason;                 // transition_failed, failed
   ReapAction reap_action = ReapAction::kill;
@@ -188,6 +189,9 @@ struct ExposePort {
 struct UnexposePort {
   uint32_t port = 0;
 };
+struct DeleteSnapshot {  // one of the sandbox's named snapshots, in any state of the sandbox
+  std::string snapshot_id;
+};
 struct Reap {};  // the TTL reaper's tick for this sandbox
 struct Kill {};
 struct Fail {
@@ -199,7 +203,8 @@ using Command =
     std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished,
                  cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone,
                  cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
-                 cmd::ExposePort, cmd::UnexposePort, cmd::Reap, cmd::Kill, cmd::Fail>;
+                 cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
+                 cmd::Fail>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

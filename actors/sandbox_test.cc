@@ -184,6 +184,28 @@ TEST(SandboxDecide, EveryStateTimesEveryCommand) {
   }
 }
 
+// A named snapshot can be deleted whatever state its sandbox is in; only its own, and once.
+TEST(SandboxDecide, DeletingASnapshotInAnyState) {
+  for (Status st : {Status::running, Status::hibernated, Status::stopped, Status::failed}) {
+    auto s = in(st);
+    s.snapshots = {"snap-a", "snap-b"};
+    auto d = decide(s, cmd::DeleteSnapshot{"snap-a"}, kNow + 1);
+    ASSERT_EQ(outcome(d), "snapshot-deleted") << to_string(st);
+    auto next = apply(s, std::get<std::vector<Event>>(d)[0]);
+    EXPECT_EQ(next.snapshots, std::vector<std::string>{"snap-b"});
+    EXPECT_EQ(next.status, st);
+    EXPECT_EQ(outcome(decide(next, cmd::DeleteSnapshot{"snap-a"}, kNow + 2)),
+              "!snapshot_not_found");
+    EXPECT_EQ(outcome(decide(s, cmd::DeleteSnapshot{"hib-1"}, kNow + 1)), "!snapshot_not_found");
+  }
+  EXPECT_EQ(outcome(decide(in(Status::none), cmd::DeleteSnapshot{"snap-a"}, kNow)),
+            "!sandbox_not_found");
+  // An event for a snapshot the sandbox does not have is impossible.
+  Event bad = e_(Event::Kind::snapshot_deleted);
+  bad.snapshot_id = "snap-z";
+  EXPECT_ANY_THROW(apply(in(Status::running), bad));
+}
+
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
   auto s = in(Status::hibernated, false, /*auto_wake=*/true);
   auto d = decide(s, cmd::Exec{"x1", "ls"}, kNow);

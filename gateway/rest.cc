@@ -400,6 +400,8 @@ struct Gateway::Impl final : public kj::HttpService {
     add(M::POST, "/v1/sandboxes/{id}/files/mkdir", "Make a folder");
     add(M::POST, "/v1/sandboxes/{id}/files/rename", "Rename a path");
     add(M::POST, "/v1/sandboxes/{id}/snapshots", "Snapshot a running sandbox");
+    add(M::DELETE, "/v1/snapshots/{snapshot_id}",
+        "Delete a snapshot (creates from it are refused afterwards)");
     add(M::POST, "/v1/sandboxes/{id}/fork", "Fork a running sandbox into count children");
     add(M::POST, "/v1/sandboxes/{id}/hibernate", "Hibernate a sandbox");
     add(M::POST, "/v1/sandboxes/{id}/wake", "Wake a hibernated sandbox");
@@ -1109,6 +1111,13 @@ struct Gateway::Impl final : public kj::HttpService {
       j.set("events", list);
       j.set("next_after", last);
       return json_reply(200, j);
+    }
+    if (route == "/v1/snapshots/{snapshot_id}") {
+      const std::string& snap = r.param("snapshot_id");
+      if (snap.empty() || snap.size() > 64)
+        throw ApiError{"snapshot_not_found", "no snapshot " + snap.substr(0, 64)};
+      unwrap(rt.delete_snapshot(tenant, snap));
+      return no_content();
     }
     // Keys: admin only.
     if (!key.admin) throw ApiError{"forbidden", "this route needs an admin key"};

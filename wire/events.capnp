@@ -82,5 +82,6 @@ struct SandboxEvent {
     egressChanged @36 :Egress;
     portExposed @37 :UInt32;       # guest TCP port forwarded from the host
     portUnexposed @38 :UInt32;
+    snapshotDeleted @39 :Text;     # one of its named snapshots was deleted (id)
   }
 }

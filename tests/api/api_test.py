@@ -544,6 +544,20 @@ class ApiTest(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertEqual(sorted(os.listdir(snaps)), before)
+        # Deleting the named snapshot: recorded, its files gone, creates from it refused; the
+        # sandbox restored from it runs on. Another tenant cannot delete one of ours.
+        s, b = c.call("DELETE", f"/v1/snapshots/{snap}")
+        self.assertEqual(s, 204, b)
+        for _ in range(50):  # the files go right after the deletion is recorded
+            if snap not in os.listdir(snaps):
+                break
+            time.sleep(0.1)
+        self.assertNotIn(snap, os.listdir(snaps))
+        self.assertError(c.call("POST", "/v1/sandboxes", {"from_snapshot": snap}), 404,
+                         "snapshot_not_found")
+        self.assertError(c.call("DELETE", f"/v1/snapshots/{snap}"), 404, "snapshot_not_found")
+        self.assertEqual(c.exec(restored["id"], "cat /tmp/state")[1]["stdout"], "42\n")
+        self.assertNotIn(snap, c.call("GET", f"/v1/sandboxes/{sid}")[1]["snapshots"])
         self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 0}), 400,
                          "invalid_argument")
         s, b = c.call("POST", f"/v1/sandboxes/{sid}/hibernate")
@@ -619,6 +633,11 @@ class ApiTest(unittest.TestCase):
         self.assertTrue(kid.startswith("sbx_"))
         self.assertEqual(cli("sandbox", "exec", kid, "--", "cat /tmp/c/x.txt").stdout, "via cli")
         self.assertIn("exec-finished", cli("sandbox", "logs", sid).stdout)
+        snap = cli("sandbox", "snapshot", sid).stdout.strip()
+        self.assertTrue(snap.startswith("snap_"))
+        self.assertEqual(cli("snapshot", "delete", snap).returncode, 0)
+        r = cli("snapshot", "delete", snap)
+        self.assertEqual((r.returncode, r.stderr.split(":")[1].strip()), (1, "snapshot_not_found"))
         self.assertIn("base", cli("template", "list").stdout)
         r = cli("sandbox", "get", "sbx_nope")
         self.assertEqual((r.returncode, r.stderr.split(":")[1].strip()), (1, "sandbox_not_found"))
@@ -652,6 +671,12 @@ class ApiTest(unittest.TestCase):
                 s, b = other.call(method.upper(), concrete + "?path=/tmp", body)
                 self.assertEqual(s, 404, (method, path, b))
                 self.assertEqual(b["error"]["code"], "sandbox_not_found", (method, path))
+        # Snapshots too: another tenant's id is not found, and stays usable by its owner.
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/snapshots")
+        self.assertEqual(s, 201, b)
+        self.assertError(other.call("DELETE", f"/v1/snapshots/{b['snapshot_id']}"), 404,
+                         "snapshot_not_found")
+        self.assertEqual(c.call("DELETE", f"/v1/snapshots/{b['snapshot_id']}")[0], 204)
         self.assertError(c.call("POST", "/v1/keys", {"tenant": "*"}), 400, "invalid_argument")
         self.assertError(other.call("GET", "/v1/sandboxes?all=1"), 403, "forbidden")
         self.assertIn(sid, [x["id"] for x in c.call("GET", "/v1/sandboxes?all=1")[1]["sandboxes"]])

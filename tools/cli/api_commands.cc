@@ -37,6 +37,7 @@ const char* kUsage = R"(usage:
   pandastack files cat ID PATH
   pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path)
   pandastack template list [--json]
+  pandastack snapshot delete SNAPSHOT_ID            creates from it are refused afterwards
 Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7070); --url and
 --key override them.
 )";
@@ -283,7 +284,7 @@ Json egress_body(const std::string& mode, const std::vector<std::string>& allow)
 }  // namespace
 
 bool is_api_command(const std::string& word) {
-  return word == "sandbox" || word == "files" || word == "template";
+  return word == "sandbox" || word == "files" || word == "template" || word == "snapshot";
 }
 
 int api_main(int argc, char** argv) {
@@ -300,6 +301,11 @@ int api_main(int argc, char** argv) {
     std::printf("%-20s %s\n", "TEMPLATE", "BAKED");
     for (auto& t : r["templates"].as_array())
       std::printf("%-20s %s\n", t["name"].as_string().c_str(), t["baked"].as_bool() ? "yes" : "no");
+    return 0;
+  }
+  if (group == "snapshot" && verb == "delete") {
+    need(1);
+    api.json("DELETE", "/v1/snapshots/" + tools::url_encode(o.pos[0]));
     return 0;
   }
   if (group == "sandbox") {

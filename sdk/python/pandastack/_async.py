@@ -171,6 +171,17 @@ class AsyncSandbox:
         finally:
             await http.client.aclose()
 
+    @classmethod
+    async def delete_snapshot(cls, snapshot_id: str, *, api_key: Optional[str] = None,
+                              base_url: Optional[str] = None) -> None:
+        """Deletes one of this tenant's snapshots (``snapshot()``): creates from it are refused
+        afterwards (``NotFound``); sandboxes created from it keep running."""
+        http = _AsyncHttp(api_key, base_url, 60.0)
+        try:
+            await http.call("DELETE", f"/v1/snapshots/{snapshot_id}")
+        finally:
+            await http.client.aclose()
+
     @property
     def id(self) -> str:
         return self.info.id

@@ -179,6 +179,14 @@ class Sandbox:
         r = http.call("GET", "/v1/sandboxes", params=c.list_params(state, metadata))
         return [SandboxInfo.from_api(s) for s in r.json()["sandboxes"]]
 
+    @classmethod
+    def delete_snapshot(cls, snapshot_id: str, *, api_key: Optional[str] = None,
+                        base_url: Optional[str] = None) -> None:
+        """Deletes one of this tenant's snapshots (``snapshot()``): creates from it are refused
+        afterwards (``NotFound``); sandboxes created from it keep running."""
+        http = _Http(api_key, base_url, 60.0)
+        http.call("DELETE", f"/v1/snapshots/{snapshot_id}")
+
     @property
     def id(self) -> str:
         return self.info.id

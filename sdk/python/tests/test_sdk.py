@@ -108,6 +108,12 @@ class SdkTest(unittest.TestCase):
             snap = sbx.snapshot()
             with Sandbox.create(from_snapshot=snap) as copy:
                 self.assertEqual(copy.exec("cat /tmp/v").stdout, "42\n")
+                Sandbox.delete_snapshot(snap)
+                self.assertEqual(copy.exec("cat /tmp/v").stdout, "42\n")  # runs on
+            with self.assertRaises(pandastack.NotFound):
+                Sandbox.create(from_snapshot=snap)
+            with self.assertRaises(pandastack.NotFound):
+                Sandbox.delete_snapshot(snap)
             kids = sbx.fork(2)
             self.assertEqual(len(kids), 2)
             for k in kids:
@@ -122,7 +128,8 @@ class SdkTest(unittest.TestCase):
             sbx.set_ttl(1234)
             self.assertAlmostEqual(sbx.info.expires_at_ms / 1000 - time.time(), 1234, delta=30)
             kinds = [e["type"] for e in sbx.events()]
-            for k in ("created", "snapshot-taken", "forked", "hibernated", "woke", "ttl-changed"):
+            for k in ("created", "snapshot-taken", "snapshot-deleted", "forked", "hibernated",
+                      "woke", "ttl-changed"):
                 self.assertIn(k, kinds)
 
     def test_network_and_egress(self):

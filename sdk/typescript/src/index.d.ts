@@ -124,6 +124,8 @@ export declare class Sandbox {
   static create(opts?: CreateOptions): Promise<Sandbox>;
   static get(id: string, opts?: ClientOptions): Promise<Sandbox>;
   static list(opts?: ListOptions): Promise<SandboxInfo[]>;
+  /** Deletes one of this tenant's snapshots: creates from it fail afterwards; sandboxes created from it run on. */
+  static deleteSnapshot(snapshotId: string, opts?: ClientOptions): Promise<void>;
   readonly info: SandboxInfo;
   readonly id: string;
   readonly state: SandboxState;

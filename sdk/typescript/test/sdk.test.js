@@ -96,6 +96,8 @@ test("lifecycle, disposal and typed errors", async () => {
   const copy = await Sandbox.create({ fromSnapshot: snap });
   assert.equal((await copy.exec("cat /tmp/n")).stdout, "7\n");
   await copy.kill();
+  await Sandbox.deleteSnapshot(snap);
+  await assert.rejects(Sandbox.create({ fromSnapshot: snap }), (e) => e.code === "snapshot_not_found");
   await sbx.hibernate();
   await assert.rejects(sbx.exec("true"), SandboxHibernatedError);
   await sbx.wake();

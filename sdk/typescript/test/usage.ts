@@ -30,6 +30,7 @@ export async function usage(): Promise<string> {
   await sbx.process.kill(pid, 9);
   const kids: Sandbox[] = await sbx.fork(2);
   const all: SandboxInfo[] = await Sandbox.list({ state: "running", metadata: { a: "b" } });
+  await Sandbox.deleteSnapshot(await sbx.snapshot());
   try {
     await Sandbox.get("sbx_x");
   } catch (e) {
