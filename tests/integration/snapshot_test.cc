@@ -133,6 +133,16 @@ void expect_state(vmm::Vm& vm, const std::string& blob_sha) {
   EXPECT_GT(after, before) << "the background process did not survive";
 }
 
+// Destroys `vm`: no process, no run folder (sockets, overlay, RAM file) may be left of it.
+void expect_nothing_left(std::unique_ptr<vmm::Vm> vm) {
+  pid_t pid = vm->pid();
+  auto dir = vm->config().run_dir;
+  vm.reset();
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_NE(::kill(pid, 0), 0);
+  EXPECT_EQ(count_processes(dir.string()), 0);
+}
+
 double guest_clock_skew_s(vmm::Vm& vm) {
   auto out = run(vm, "date +%s.%N");
   double host = duration<double>(system_clock::now().time_since_epoch()).count();
@@ -244,13 +254,8 @@ TEST_F(SnapshotTest, HibernateReleasesEverythingAndWakeRestoresTheGuest) {
 TEST_F(SnapshotTest, DestroyedSandboxLeavesNoProcessSocketOrFile) {
   auto vm = restore(*template_, "gone");
   ASSERT_NE(vm, nullptr);
-  pid_t pid = vm->pid();
-  auto dir = vm->config().run_dir;
-  EXPECT_TRUE(fs::exists(dir / "mem"));
-  vm.reset();
-  EXPECT_FALSE(fs::exists(dir));
-  EXPECT_NE(::kill(pid, 0), 0);
-  EXPECT_EQ(count_processes(dir.string()), 0);
+  EXPECT_TRUE(fs::exists(vm->config().run_dir / "mem"));
+  expect_nothing_left(std::move(vm));
 }
 
 TEST_F(SnapshotTest, IncompatibleSnapshotIsRefusedWithAReason) {
@@ -344,12 +349,7 @@ TEST_F(SnapshotTest, SparesServeForksForksOfForksAndWakes) {
   EXPECT_FALSE(fs::exists(h_dir)) << "a consumed hibernation snapshot should be removed";
 
   // Killing a spare-restored VM leaves nothing behind.
-  pid_t pid = woken->pid();
-  auto wdir = woken->config().run_dir;
-  woken.reset();
-  EXPECT_FALSE(fs::exists(wdir));
-  EXPECT_NE(::kill(pid, 0), 0);
-  EXPECT_EQ(count_processes(wdir.string()), 0);
+  expect_nothing_left(std::move(woken));
 }
 
 TEST_F(SnapshotTest, SpareRefusesAnIncompatibleSnapshotAndTheSnapshotStaysIntact) {
