@@ -320,6 +320,14 @@ class PlatformImpl final : public api::Platform::Server {
         });
   }
 
+  kj::Promise<void> deleteSnapshot(DeleteSnapshotContext context) override {
+    auto id = text(context.getParams().getSnapshotId());
+    return ctx_
+        .offload<actors::SandboxInfo>(
+            [rt = &ctx_.rt, t = tenant_, id] { return rt->delete_snapshot(t, id); })
+        .then([](std::shared_ptr<Reply<actors::SandboxInfo>> r) { take(*r); });
+  }
+
   kj::Promise<void> list(ListContext context) override {
     auto state = text(context.getParams().getState());
     std::optional<actors::Status> status;

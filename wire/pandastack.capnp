@@ -80,6 +80,9 @@ interface Platform {
   create @0 (request :CreateRequest) -> (sandbox :Sandbox, info :SandboxInfo);
   get @1 (id :Text) -> (sandbox :Sandbox, info :SandboxInfo);
   list @2 (state :Text) -> (sandboxes :List(SandboxInfo));  # state "" = any
+  deleteSnapshot @3 (snapshotId :Text) -> ();
+  # One of this tenant's snapshots (Sandbox.snapshot): creates from it fail afterwards
+  # (snapshot_not_found); sandboxes created from it run on.
 }
 
 interface Sandbox {

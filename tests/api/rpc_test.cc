@@ -299,6 +299,22 @@ TEST_F(RpcTest, SandboxOperationsStreamingAndErrors) {
   bad.setPath("/tmp/../etc/passwd");
   EXPECT_EQ(error_of([&] { bad.send().wait(ws); }), "invalid_path");
 
+  // A snapshot, deleted: creates from it are refused; a second delete finds nothing.
+  auto snap_id = std::string(sandbox.snapshotRequest().send().wait(ws).getSnapshotId());
+  auto delete_snapshot = [&] {
+    auto del = platform.deleteSnapshotRequest();
+    del.setSnapshotId(snap_id);
+    del.send().wait(ws);
+  };
+  delete_snapshot();
+  EXPECT_EQ(error_of(delete_snapshot), "snapshot_not_found");
+  EXPECT_EQ(error_of([&] {
+              auto from = platform.createRequest();
+              from.initRequest().setFromSnapshot(snap_id);
+              from.send().wait(ws);
+            }),
+            "snapshot_not_found");
+
   auto f = sandbox.forkRequest();
   f.setCount(1);
   auto forked = f.send().wait(ws);
