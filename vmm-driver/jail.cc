@@ -367,7 +367,8 @@ void JailLaunch::child(int err_fd) {
   ::_exit(126);
 }
 
-Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice) {
+Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice,
+                                const std::function<void(pid_t)>& before_exec) {
   int err_pipe[2], go_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return make_error(ErrorCode::spawn_failed, strerror(errno));
   if (::pipe2(go_pipe, O_CLOEXEC) != 0) {
@@ -400,6 +401,7 @@ Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice) {
   // Its priority before it runs: every thread QEMU makes inherits it.
   if (placed && nice != 0 && ::setpriority(PRIO_PROCESS, id_t(pid), nice) != 0)
     spdlog::warn("jail: cannot set the priority of pid {}: {}", pid, strerror(errno));
+  if (placed && before_exec) before_exec(pid_t(pid));
   char go = 1;
   ssize_t w = placed ? ::write(go_pipe[1], &go, 1) : 0;
   (void)w;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,7 +76,11 @@ class JailLaunch {
   // Starts the jailed QEMU; returns its pid (in our pid namespace) once it has exec'd, or the
   // step of the jail set-up that failed. With `die_with_parent` the child gets SIGKILL when the
   // calling *thread* exits: call it from a thread that lives as long as the process.
-  Result<pid_t> start(Cgroup* cgroup, int nice = 0);
+  // `before_exec(pid)` runs while the child waits, placed in its cgroup, before it may set up the
+  // jail and exec: a record written there exists before QEMU does (if this process dies first,
+  // the child sees its start pipe close and exits without running anything).
+  Result<pid_t> start(Cgroup* cgroup, int nice = 0,
+                      const std::function<void(pid_t)>& before_exec = nullptr);
 
  private:
   struct Step {

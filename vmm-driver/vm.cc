@@ -369,7 +369,16 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
                              policy.pids_max);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
     // created the child, and callers' threads (pool refills, request workers) come and go.
-    auto pid = io_.run([&] { return (*launch)->start(cgroup_.get(), c.nice); });
+    // A QEMU that may outlive this process is on record before it exists: the record is written
+    // while the jail's child still waits to exec (a host killed before that leaves no QEMU).
+    std::function<void(pid_t)> record;
+    if (!c.die_with_parent)
+      record = [this](pid_t pid) {
+        pid_ = pid;
+        auto saved = save_record();
+        if (!saved) spdlog::warn("vm {}: {}", config_.name, saved.error().message);
+      };
+    auto pid = io_.run([&] { return (*launch)->start(cgroup_.get(), c.nice, record); });
     if (log_fd >= 0) ::close(log_fd);
     if (!pid) return pid.error();
     pid_ = *pid;
@@ -406,7 +415,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   }
   // A QEMU that may outlive this process is on record from its first moment (before QMP answers):
   // a host killed while a VM is starting, or while a pool member is being prepared, must not
-  // leave it running unaccounted. (Rewritten with the full state once the VM runs.)
+  // leave it running unaccounted. (The jailed path wrote it before exec already; rewritten with
+  // the full state once the VM runs.)
   if (!c.die_with_parent) {
     auto saved = save_record();
     if (!saved) spdlog::warn("vm {}: {}", c.name, saved.error().message);

@@ -1,6 +1,8 @@
 // Security tests of the QEMU jail (vmm-driver/jail.policy) against real VMs.
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include <sstream>
 
 #include "tests/integration/test_env.h"
+#include "vmm-driver/jail.h"
 #include "vmm-driver/vm.h"
 
 namespace pandastack::testing {
@@ -25,6 +28,34 @@ std::string status_field(pid_t pid, const std::string& field) {
       return v.substr(v.find_first_not_of(" \t"));
     }
   return "";
+}
+
+// A launch runs `before_exec` (where the driver writes a VM's live record) while the child exists
+// but has not set up the jail or exec'd: a host killed at any moment never leaves a process that
+// no record names. The child execs only afterwards.
+TEST(Jail, TheLaunchRecordsTheChildBeforeItExecs) {
+  const auto& policy = vmm::JailPolicy::builtin();
+  fs::path run = fs::path("/dev/shm") / ("pst-jail-rec-" + std::to_string(::getpid()));
+  fs::create_directories(run);
+  ASSERT_EQ(::chown(run.c_str(), policy.uid_base, policy.uid_base), 0);
+  auto launch = vmm::JailLaunch::prepare(policy, {}, run, policy.uid_base,
+                                         {"/usr/bin/sleep", "5"}, -1, true);
+  ASSERT_TRUE(launch) << launch.error().message;
+  std::string exe_before;
+  pid_t seen = -1;
+  auto pid = (*launch)->start(nullptr, 0, [&](pid_t p) {
+    seen = p;
+    std::error_code ec;
+    exe_before = fs::read_symlink("/proc/" + std::to_string(p) + "/exe", ec).string();
+  });
+  ASSERT_TRUE(pid) << pid.error().message;
+  EXPECT_EQ(seen, *pid);
+  EXPECT_EQ(exe_before, fs::read_symlink("/proc/self/exe").string()) << "it had exec'd already";
+  EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(*pid) + "/exe").filename(), "sleep");
+  ::kill(*pid, SIGKILL);
+  ::waitpid(*pid, nullptr, 0);
+  fs::remove_all(run);
+  fs::remove_all(run.string() + ".jail");
 }
 
 TEST(Jail, QemuRunsUnprivilegedInItsOwnNamespacesAndRoot) {
