@@ -364,7 +364,13 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
       if (log_fd >= 0) ::close(log_fd);
       return launch.error();
     }
-    cgroup_ = Cgroup::create(c.run_dir.filename().string(),
+    // Named after the run folder and a hash of its full path: folder names repeat across daemons
+    // on one host (pool-base-0, spare-base-0), and two VMs must never share a group.
+    uint64_t h = 1469598103934665603ULL;
+    for (unsigned char ch : fs::absolute(c.run_dir).string()) h = (h ^ ch) * 1099511628211ULL;
+    char tag[9];
+    std::snprintf(tag, sizeof tag, "%08x", unsigned(h ^ (h >> 32)));
+    cgroup_ = Cgroup::create(c.run_dir.filename().string() + "-" + tag,
                              uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes,
                              policy.pids_max);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
