@@ -1120,22 +1120,12 @@ Runtime::~Runtime() {
   }
 }
 
-namespace {
-std::string hash_path(const fs::path& p) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : fs::absolute(p).string()) h = (h ^ c) * 1099511628211ULL;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
-}
-}  // namespace
-
 Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   auto impl = std::make_unique<Impl>();
   impl->env = std::make_unique<Env>();
   Env& env = *impl->env;
   if (config.state_dir.empty())
-    config.state_dir = "/dev/shm/pandastack-" + hash_path(config.data_dir);
+    config.state_dir = "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
   env.config = config;
   for (auto sub : {"run", "snapshots", "hibernated", "templates"})
     fs::create_directories(config.state_dir / sub);

@@ -38,18 +38,6 @@ std::string read_file(const fs::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-// FNV-1a, 64 bit: a cache key, not a security boundary.
-std::string hash_hex(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
-}
 }  // namespace
 
 TemplateStore::TemplateStore(IoThread& io, fs::path images_dir) : io_(io), images_(fs::absolute(images_dir)) {}
@@ -69,7 +57,7 @@ Result<std::string> TemplateStore::key(const std::string& template_name, const V
                          "\nkernel=" + read_file(images_ / "kernel" / "key") + "\naccel=" + to_string(shape.accel) +
                          "\nmemory=" + std::to_string(shape.memory_mib) + "\nvcpus=" + std::to_string(shape.vcpus) +
                          "\ncpu=" + shape.cpu_model;
-  return std::string(to_string(shape.accel)) + "-" + std::to_string(shape.memory_mib) + "m-" + hash_hex(material);
+  return std::string(to_string(shape.accel)) + "-" + std::to_string(shape.memory_mib) + "m-" + fnv1a_hex(material);
 }
 
 Result<Snapshot> TemplateStore::baked(const std::string& template_name, const VmConfig& shape) {

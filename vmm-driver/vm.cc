@@ -74,6 +74,14 @@ bool RestoreActivity::quiet_for(milliseconds quiet) {
   return a.running == 0 && steady_clock::now() >= a.last_end + quiet;
 }
 
+std::string fnv1a_hex(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
 unsigned host_tsc_khz() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -366,11 +374,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     }
     // Named after the run folder and a hash of its full path: folder names repeat across daemons
     // on one host (pool-base-0, spare-base-0), and two VMs must never share a group.
-    uint64_t h = 1469598103934665603ULL;
-    for (unsigned char ch : fs::absolute(c.run_dir).string()) h = (h ^ ch) * 1099511628211ULL;
-    char tag[9];
-    std::snprintf(tag, sizeof tag, "%08x", unsigned(h ^ (h >> 32)));
-    cgroup_ = Cgroup::create(c.run_dir.filename().string() + "-" + tag,
+    cgroup_ = Cgroup::create(
+        c.run_dir.filename().string() + "-" + fnv1a_hex(fs::absolute(c.run_dir).string()),
                              uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes,
                              policy.pids_max);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vmm-driver/agent_client.h"
@@ -70,6 +71,9 @@ Status copy_ram_file(const std::filesystem::path& from, const std::filesystem::p
 
 // Host TSC frequency in kHz from /proc/cpuinfo (0 when unknown).
 unsigned host_tsc_khz();
+
+// FNV-1a (64 bit) of `s` as 16 hex digits: cache keys and unique names, not a security boundary.
+std::string fnv1a_hex(std::string_view s);
 
 struct Snapshot;
 class Cgroup;
