@@ -348,6 +348,17 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   // Descriptors QEMU inherits (named on its command line): the sandbox's tap.
   std::vector<int> inherit;
   if (c.network && c.network->tap_fd() >= 0) inherit.push_back(c.network->tap_fd());
+  // A QEMU that may outlive this process is on record (vm.json) from its first moment, before QMP
+  // answers: a host killed while a VM or a pool member starts must not leave it running
+  // unaccounted. Jailed, the record is written while the child still waits to exec (a host killed
+  // before that leaves no QEMU); unjailed, right after the fork. Rewritten once the VM runs.
+  std::function<void(pid_t)> record;
+  if (!c.die_with_parent)
+    record = [this](pid_t pid) {
+      pid_ = pid;
+      auto saved = save_record();
+      if (!saved) spdlog::warn("vm {}: {}", config_.name, saved.error().message);
+    };
   if (c.jail) {
     const JailPolicy& policy = JailPolicy::builtin();
     static std::atomic<uint32_t> next_uid{0};
@@ -380,15 +391,6 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
                              policy.pids_max);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
     // created the child, and callers' threads (pool refills, request workers) come and go.
-    // A QEMU that may outlive this process is on record before it exists: the record is written
-    // while the jail's child still waits to exec (a host killed before that leaves no QEMU).
-    std::function<void(pid_t)> record;
-    if (!c.die_with_parent)
-      record = [this](pid_t pid) {
-        pid_ = pid;
-        auto saved = save_record();
-        if (!saved) spdlog::warn("vm {}: {}", config_.name, saved.error().message);
-      };
     auto pid = io_.run([&] { return (*launch)->start(cgroup_.get(), c.nice, record); });
     if (log_fd >= 0) ::close(log_fd);
     if (!pid) return pid.error();
@@ -423,14 +425,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     if (pid < 0)
       return make_error(ErrorCode::spawn_failed, std::string("fork: ") + strerror(errno));
     pid_ = pid;
-  }
-  // A QEMU that may outlive this process is on record from its first moment (before QMP answers):
-  // a host killed while a VM is starting, or while a pool member is being prepared, must not
-  // leave it running unaccounted. (The jailed path wrote it before exec already; rewritten with
-  // the full state once the VM runs.)
-  if (!c.die_with_parent) {
-    auto saved = save_record();
-    if (!saved) spdlog::warn("vm {}: {}", c.name, saved.error().message);
+    if (record) record(pid);
   }
   // QEMU holds the tap now; ours would keep the interface alive after QEMU is gone.
   if (c.network) c.network->close_tap();
