@@ -256,22 +256,24 @@ struct Env {
     return p;
   }
 
-  // The template's pool for `snap` (a new one when the template was baked again), or null.
-  // With networking on, pool members wait on networks of their own (deny_all until claimed).
-  // Sandboxes without a network (when networking is on) have a pool of their own, made on first
-  // use.
+  // Pools (warm and spare) are per template and network mode. With networking on, members wait
+  // on networks of their own (deny_all until claimed), and sandboxes without a network have pools
+  // of their own, made on first use. The mode's name suffix ("" or "-nonet") and its factory.
+  std::pair<std::string, vmm::VmPool::NetworkFactory> pool_mode(bool networked) {
+    if (!config.network) return {"", nullptr};
+    if (!networked) return {"-nonet", nullptr};
+    return {"", [this] { return make_network(Egress{}); }};
+  }
+
+  // The template's warm pool for `snap` (a new one when the template was baked again), or null.
   vmm::RestorePool* pool_for(const std::string& template_name, const vmm::Snapshot& snap,
                              bool networked) {
     if (config.pool_size == 0) return nullptr;
-    networked = networked && config.network;
+    auto [suffix, factory] = pool_mode(networked);
     std::lock_guard lock(pools_mu);
-    auto& [dir, pool] = pools[template_name + (networked || !config.network ? "" : "/no-network")];
+    auto& [dir, pool] = pools[template_name + suffix];
     if (!pool || dir != snap.dir.string()) {
-      auto base =
-          vm_config(template_name, "pool",
-                    "pool-" + template_name + (networked || !config.network ? "" : "-nonet"));
-      vmm::RestorePool::NetworkFactory factory;
-      if (networked) factory = [this] { return make_network(Egress{}); };
+      auto base = vm_config(template_name, "pool", "pool-" + template_name + suffix);
       pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory);
       dir = snap.dir.string();
     }
@@ -281,14 +283,11 @@ struct Env {
   // The template's spares (made on first use), or null.
   vmm::SparePool* spares_for(const std::string& template_name, bool networked) {
     if (config.spare_pool_size == 0) return nullptr;
-    networked = networked && config.network;
-    std::string suffix = networked || !config.network ? "" : "-nonet";
+    auto [suffix, factory] = pool_mode(networked);
     std::lock_guard lock(pools_mu);
     auto& pool = spares[template_name + suffix];
     if (!pool) {
       auto base = vm_config(template_name, "spare", "spare-" + template_name + suffix);
-      vmm::VmPool::NetworkFactory factory;
-      if (networked) factory = [this] { return make_network(Egress{}); };
       pool = std::make_unique<vmm::SparePool>(io, base, config.spare_pool_size, factory);
     }
     return pool.get();
