@@ -418,9 +418,9 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
             return n;
           };
         auto* spares = st.env->spares_for(st.template_name, net.enabled);
-        auto vm = pool ? pool->create(run_name, config.hostname, spares)
-                       : vmm::restore_with_spare(st.env->io, spares, snap, config, consume,
-                                                 make_network);
+        auto vm =
+            pool ? pool->create(run_name, config.hostname, spares)
+                 : vmm::restore_with_spare(st.env->io, spares, snap, config, consume, make_network);
         if (!vm) return failed(vm.error().message);
         WorkerResult r;
         if (auto n = (*vm)->config().network) {
@@ -1124,7 +1124,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   impl->env = std::make_unique<Env>();
   Env& env = *impl->env;
   if (config.state_dir.empty())
-    config.state_dir = "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
+    config.state_dir =
+        "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
   env.config = config;
   for (auto sub : {"run", "snapshots", "hibernated", "templates"})
     fs::create_directories(config.state_dir / sub);

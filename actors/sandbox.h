@@ -199,12 +199,11 @@ struct Fail {
 };
 }  // namespace cmd
 
-using Command =
-    std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished,
-                 cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone,
-                 cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
-                 cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
-                 cmd::Fail>;
+using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec,
+                             cmd::ExecFinished, cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake,
+                             cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
+                             cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort,
+                             cmd::DeleteSnapshot, cmd::Reap, cmd::Kill, cmd::Fail>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

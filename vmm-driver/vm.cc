@@ -387,8 +387,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     // on one host (pool-base-0, spare-base-0), and two VMs must never share a group.
     cgroup_ = Cgroup::create(
         c.run_dir.filename().string() + "-" + fnv1a_hex(fs::absolute(c.run_dir).string()),
-                             uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes,
-                             policy.pids_max);
+        uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
     // created the child, and callers' threads (pool refills, request workers) come and go.
     auto pid = io_.run([&] { return (*launch)->start(cgroup_.get(), c.nice, record); });

@@ -348,7 +348,8 @@ TEST(DriverLifecycle, DestroyingAVmLeavesNoProcessSocketOrFile) {
     std::string line;
     while (std::getline(in, line)) {
       auto path = line.substr(line.find(':', line.find(':') + 1) + 1);
-      auto controllers = line.substr(line.find(':') + 1, line.find(':', line.find(':') + 1) - line.find(':') - 1);
+      auto controllers =
+          line.substr(line.find(':') + 1, line.find(':', line.find(':') + 1) - line.find(':') - 1);
       if (path.find("/pandastack/") == std::string::npos) continue;
       groups.push_back(std::filesystem::path("/sys/fs/cgroup") / controllers / path.substr(1));
     }

@@ -308,12 +308,14 @@ TEST_F(NetworkTest, SandboxWithoutNetworkHasNoRouteOut) {
   EXPECT_NE(r.find("unreachable"), std::string::npos) << r;
   vmm::ExecRequest lookup;
   lookup.shell =
-      "python3 -c \"import socket,time\nt=time.time()\ntry: socket.getaddrinfo('pandastack.invalid', "
+      "python3 -c \"import socket,time\nt=time.time()\ntry: "
+      "socket.getaddrinfo('pandastack.invalid', "
       "80)\nexcept OSError: pass\nprint(time.time()-t)\"";
   lookup.timeout_ms = 60000;
   auto out = vm->agent().exec(lookup);
   ASSERT_TRUE(out) << out.error().message;
-  EXPECT_LT(std::stod(out->stdout_data), 0.5) << "a name lookup waited for a resolver that is not there";
+  EXPECT_LT(std::stod(out->stdout_data), 0.5)
+      << "a name lookup waited for a resolver that is not there";
 
   // Its snapshot restored on a network: eth0 comes back up, with its address and route.
   auto dir = shm("none-snap");

@@ -346,7 +346,8 @@ TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
       names.push_back(d.path().filename().string());
     return names;
   };
-  for (int i = 0; i < 50 && snapshots().size() != 1; ++i) std::this_thread::sleep_for(milliseconds(100));
+  for (int i = 0; i < 50 && snapshots().size() != 1; ++i)
+    std::this_thread::sleep_for(milliseconds(100));
   EXPECT_EQ(snapshots(), std::vector<std::string>{*snap});
   fs::create_directories(config_.state_dir / "snapshots" / "snap_leftover");
   restart();

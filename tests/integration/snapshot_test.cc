@@ -1,16 +1,16 @@
 // Integration tests of the snapshot path: template bake, create = restore, snapshot, fork (of
 // forks), hibernate/wake, the restore pool. Real QEMU VMs under TCG.
 
-#include <signal.h>
+#include "vmm-driver/snapshot.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <thread>
 
 #include "tests/integration/test_env.h"
 #include "vmm-driver/pool.h"
-#include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
 #include "vmm-driver/vm.h"
 
@@ -30,7 +30,9 @@ vmm::ExecRequest sh(std::string cmd, uint32_t timeout_ms = 120000) {
 
 std::string run(vmm::Vm& vm, const std::string& cmd) {
   auto r = vm.agent().exec(sh(cmd));
-  EXPECT_TRUE(r) << (r ? "" : r.error().message + (vm.alive() ? " (QEMU alive)" : " (QEMU gone)") + "\n--- guest console (tail) ---\n" + vm.console_tail(3000));
+  EXPECT_TRUE(r) << (r ? ""
+                       : r.error().message + (vm.alive() ? " (QEMU alive)" : " (QEMU gone)") +
+                             "\n--- guest console (tail) ---\n" + vm.console_tail(3000));
   if (!r) return "";
   EXPECT_EQ(r->exit_code, 0) << cmd << ": " << r->stderr_data;
   return r->stdout_data;
@@ -39,7 +41,8 @@ std::string run(vmm::Vm& vm, const std::string& cmd) {
 // Snapshots and RAM files live on tmpfs, next to the run folders.
 fs::path shm_dir(const std::string& tag) {
   static int n = 0;
-  return fs::path("/dev/shm") / ("pst-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(n++));
+  return fs::path("/dev/shm") /
+         ("pst-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(n++));
 }
 
 class SnapshotTest : public ::testing::Test {
@@ -96,11 +99,13 @@ struct Stateful {
 
 Stateful make_stateful(std::unique_ptr<vmm::Vm> vm) {
   Stateful s{std::move(vm), ""};
-  s.blob_sha = run(*s.vm, "head -c 67108864 /dev/urandom > /tmp/blob && sha256sum /tmp/blob | cut -c1-64");
+  s.blob_sha =
+      run(*s.vm, "head -c 67108864 /dev/urandom > /tmp/blob && sha256sum /tmp/blob | cut -c1-64");
   EXPECT_EQ(s.blob_sha.size(), 65u);
   run(*s.vm, "echo on-disk > /workspace/kept && sync");
-  vmm::ExecRequest counter = sh("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; "
-                                "mv /tmp/counter.new /tmp/counter; sleep 0.05; done");
+  vmm::ExecRequest counter =
+      sh("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; "
+         "mv /tmp/counter.new /tmp/counter; sleep 0.05; done");
   counter.timeout_ms = 0;
   auto pid = s.vm->agent().start_process(counter);
   EXPECT_TRUE(pid);
@@ -161,7 +166,8 @@ TEST_F(SnapshotTest, CreateRestoresTheBakedGuestInsteadOfBooting) {
   EXPECT_EQ(run(*vm, "hostname"), "sbx-create\n");
   EXPECT_LT(guest_clock_skew_s(*vm), 1.0);
   // Creates never share random state.
-  EXPECT_NE(run(*vm, "cat /proc/sys/kernel/random/uuid"), run(*again, "cat /proc/sys/kernel/random/uuid"));
+  EXPECT_NE(run(*vm, "cat /proc/sys/kernel/random/uuid"),
+            run(*again, "cat /proc/sys/kernel/random/uuid"));
 }
 
 TEST_F(SnapshotTest, StateSurvivesSnapshotCreateAndTheParentRunsOn) {
@@ -192,7 +198,8 @@ TEST_F(SnapshotTest, ForksDivergeIndependentlyAndForksOfForksWork) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   // Different random state, different hostnames.
-  auto ua = run(*a, "cat /proc/sys/kernel/random/uuid"), ub = run(*b, "cat /proc/sys/kernel/random/uuid");
+  auto ua = run(*a, "cat /proc/sys/kernel/random/uuid"),
+       ub = run(*b, "cat /proc/sys/kernel/random/uuid");
   auto up = run(*parent.vm, "cat /proc/sys/kernel/random/uuid");
   EXPECT_NE(ua, ub);
   EXPECT_NE(ua, up);
@@ -283,7 +290,8 @@ TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
   ASSERT_TRUE(b) << b.error().message;
   EXPECT_EQ(run(**a, "hostname"), "pool-a\n");
   EXPECT_EQ(run(**b, "hostname"), "pool-b\n");
-  EXPECT_NE(run(**a, "cat /proc/sys/kernel/random/uuid"), run(**b, "cat /proc/sys/kernel/random/uuid"));
+  EXPECT_NE(run(**a, "cat /proc/sys/kernel/random/uuid"),
+            run(**b, "cat /proc/sys/kernel/random/uuid"));
   for (int i = 0; i < 200 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
   EXPECT_EQ(pool.ready(), 2u) << "the pool did not refill";
 }
@@ -293,7 +301,8 @@ TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
 TEST_F(SnapshotTest, SparesServeForksForksOfForksAndWakes) {
   vmm::SparePool spares(io(), config("spare"), 2);
   auto wait_spares = [&] {
-    for (int i = 0; i < 300 && spares.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
+    for (int i = 0; i < 300 && spares.ready() < 2; ++i)
+      std::this_thread::sleep_for(milliseconds(20));
     ASSERT_EQ(spares.ready(), 2u);
   };
   auto from_spare = [&](const vmm::Snapshot& s, const std::string& tag, const std::string& host,

@@ -1,17 +1,17 @@
 // Security tests of the QEMU jail (vmm-driver/jail.policy) against real VMs.
 
+#include "vmm-driver/jail.h"
+
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
 #include "tests/integration/test_env.h"
-#include "vmm-driver/jail.h"
 #include "vmm-driver/vm.h"
 
 namespace pandastack::testing {
@@ -38,8 +38,8 @@ TEST(Jail, TheLaunchRecordsTheChildBeforeItExecs) {
   fs::path run = fs::path("/dev/shm") / ("pst-jail-rec-" + std::to_string(::getpid()));
   fs::create_directories(run);
   ASSERT_EQ(::chown(run.c_str(), policy.uid_base, policy.uid_base), 0);
-  auto launch = vmm::JailLaunch::prepare(policy, {}, run, policy.uid_base,
-                                         {"/usr/bin/sleep", "5"}, -1, true);
+  auto launch =
+      vmm::JailLaunch::prepare(policy, {}, run, policy.uid_base, {"/usr/bin/sleep", "5"}, -1, true);
   ASSERT_TRUE(launch) << launch.error().message;
   std::string exe_before;
   pid_t seen = -1;
@@ -112,7 +112,8 @@ TEST(Jail, QemuRunsUnprivilegedInItsOwnNamespacesAndRoot) {
   std::ifstream cg("/proc/" + std::to_string(pid) + "/cgroup");
   std::stringstream ss;
   ss << cg.rdbuf();
-  if (fs::exists("/sys/fs/cgroup/cgroup.controllers") || fs::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
+  if (fs::exists("/sys/fs/cgroup/cgroup.controllers") ||
+      fs::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
     EXPECT_NE(ss.str().find("pandastack/"), std::string::npos) << ss.str();
   }
   auto jail_root = vm->config().run_dir.string() + ".jail";

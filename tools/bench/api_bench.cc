@@ -100,14 +100,16 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
     auto id = api.create(create_body);
     Json body = Json::object();
-    body.set("cmd", "python3 -c \"import time,urllib.request as u\nt=time.time(); n=len(u.urlopen('" +
-                        upstream + "', timeout=60).read()); print(n, time.time()-t)\"");
+    body.set("cmd",
+             "python3 -c \"import time,urllib.request as u\nt=time.time(); n=len(u.urlopen('" +
+                 upstream + "', timeout=60).read()); print(n, time.time()-t)\"");
     body.set("timeout_seconds", 300);
     std::vector<double> mbps;
     for (int i = 0; i < n; ++i) {
       auto r = api.call("POST", "/v1/sandboxes/" + id + "/exec", body.dump());
       double bytes = 0, secs = 0;
-      if (std::sscanf(r["stdout"].as_string().c_str(), "%lf %lf", &bytes, &secs) != 2 || secs <= 0) {
+      if (std::sscanf(r["stdout"].as_string().c_str(), "%lf %lf", &bytes, &secs) != 2 ||
+          secs <= 0) {
         std::fprintf(stderr, "pandastack-bench: download failed: %s\n", r.dump().c_str());
         api.kill(id);
         return 1;
@@ -117,9 +119,10 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     api.kill(id);
     auto s = summarize(mbps);
     if (json)
-      std::printf("{\"scenario\":\"api-net-throughput\",\"n\":%zu,\"p50_mb_s\":%.1f,\"min_mb_s\":%.1f,"
-                  "\"max_mb_s\":%.1f}\n",
-                  s.n, s.p50_ms, s.min_ms, s.max_ms);
+      std::printf(
+          "{\"scenario\":\"api-net-throughput\",\"n\":%zu,\"p50_mb_s\":%.1f,\"min_mb_s\":%.1f,"
+          "\"max_mb_s\":%.1f}\n",
+          s.n, s.p50_ms, s.min_ms, s.max_ms);
     else
       std::printf("api net-throughput: n=%zu p50 %.1f MB/s (min %.1f, max %.1f)\n", s.n, s.p50_ms,
                   s.min_ms, s.max_ms);

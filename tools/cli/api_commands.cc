@@ -326,7 +326,8 @@ int api_main(int argc, char** argv) {
           usage("sandbox create: --no-network and an egress policy exclude each other");
         body.set("network", false);
       } else if (o.flags.count("--egress") || !o.allow.empty()) {
-        body.set("egress", egress_body(o.flags.count("--egress") ? o.flags.at("--egress") : "", o.allow));
+        body.set("egress",
+                 egress_body(o.flags.count("--egress") ? o.flags.at("--egress") : "", o.allow));
       }
       auto s = api.json("POST", "/v1/sandboxes", body.dump());
       if (o.json) return std::printf("%s\n", s.dump().c_str()), 0;
@@ -354,7 +355,8 @@ int api_main(int argc, char** argv) {
     if (verb == "expose" || verb == "unexpose") {
       need(2);
       std::string base = "/v1/sandboxes/" + tools::url_encode(o.pos[0]) + "/ports";
-      if (verb == "unexpose") return api.json("DELETE", base + "/" + tools::url_encode(o.pos[1])), 0;
+      if (verb == "unexpose")
+        return api.json("DELETE", base + "/" + tools::url_encode(o.pos[1])), 0;
       Json body = Json::object();
       body.set("port", int64_t(std::atoll(o.pos[1].c_str())));
       auto p = api.json("POST", base, body.dump());
