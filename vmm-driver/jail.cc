@@ -228,6 +228,7 @@ Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy
   l->inherit_fds_ = std::move(inherit_fds);
   l->die_with_parent_ = die_with_parent;
   l->root_ = run.string() + ".jail";
+  l->cwd_ = run.string();
   l->tmpfs_opts_ = "mode=0755,size=" + policy.root_tmpfs_size;
   l->clone_flags_ = policy.clone_flags;
   l->uid_ = uid;
@@ -343,7 +344,9 @@ void JailLaunch::child(int err_fd) {
     }
     if (r != 0 && !s.optional) die(int(i));
   }
-  if (::chroot(root_.c_str()) != 0 || ::chdir("/") != 0) die(-3);
+  // QEMU works in its run folder (bound at the same path inside): its control sockets are named
+  // relative to it, so no socket path grows with the folder's (unix socket paths are < 108 bytes).
+  if (::chroot(root_.c_str()) != 0 || ::chdir(cwd_.c_str()) != 0) die(-3);
   // Empty the capability bounding set too: nothing in the jail can ever regain a capability.
   for (int cap = 0; cap <= 63; ++cap) ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
   // Raw system calls, not glibc's wrappers: those broadcast the change to every thread glibc knows

@@ -96,6 +96,7 @@ class JailLaunch {
   std::vector<char*> argv_ptrs_;
   std::vector<char*> env_ptrs_;
   std::string root_;
+  std::string cwd_;  // the run folder: QEMU's working directory inside the jail
   std::string tmpfs_opts_;
   int clone_flags_ = 0;
   uint32_t uid_ = 0;

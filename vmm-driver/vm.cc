@@ -35,6 +35,26 @@ namespace fs = std::filesystem;
 using namespace std::chrono;
 
 namespace {
+// A control socket of a run folder, reachable whatever the folder path's length: named through
+// /proc/self/fd/<an O_PATH descriptor of the folder>/<name> (a unix socket path must be < 108
+// bytes; this one is ~30). The descriptor lives as long as this object: connect before it goes.
+class RunDirRef {
+ public:
+  explicit RunDirRef(const fs::path& dir)
+      : fd_(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)) {}
+  ~RunDirRef() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RunDirRef(const RunDirRef&) = delete;
+  RunDirRef& operator=(const RunDirRef&) = delete;
+  std::string socket(const char* name) const {
+    return "/proc/self/fd/" + std::to_string(fd_) + "/" + name;
+  }
+
+ private:
+  int fd_;
+};
+
 // A spare's disk nodes (named on its command line) and the backing name its empty overlay holds
 // until a snapshot's layers are attached.
 constexpr const char* kSpareDiskNode = "root-fmt";
@@ -157,7 +177,9 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
       "-device",
       "virtio-serial-device",
       "-chardev",
-      "socket,id=agent,path=" + run + "/agent.sock,server=on,wait=off",
+      // Control sockets are relative to QEMU's working directory, its run folder (Vm::spawn): a
+      // socket path must be < 108 bytes, and the folder's own path may be longer than that.
+      "socket,id=agent,path=agent.sock,server=on,wait=off",
       "-device",
       "virtserialport,chardev=agent,name=agent,id=agent",
       "-chardev",
@@ -165,7 +187,7 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
       "-serial",
       "chardev:console",
       "-qmp",
-      "unix:" + run + "/qmp.sock,server=on,wait=off",
+      "unix:qmp.sock,server=on,wait=off",
       // One NIC, always (the device set is part of the snapshot): on the sandbox's tap, or on a
       // hub port that leads nowhere for a sandbox without network.
       "-netdev",
@@ -306,9 +328,6 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
     if (!fs::exists(*p))
       return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
   }
-  if ((c.run_dir / "agent.sock").string().size() >= 108)
-    return make_error(ErrorCode::invalid_argument,
-                      "run dir path too long for unix sockets: " + c.run_dir.string());
   std::error_code ec;
   fs::remove_all(c.run_dir, ec);
   fs::create_directories(c.run_dir, ec);
@@ -396,6 +415,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     pid_ = *pid;
   } else {
     std::vector<char*> argv;  // built before fork: the child only makes system calls
+    const std::string cwd = c.run_dir.string();
     for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     pid_t parent = ::getpid();
@@ -403,6 +423,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
       pid_t child = ::fork();
       if (child == 0) {
         ::setsid();
+        if (::chdir(cwd.c_str()) != 0) ::_exit(126);  // sockets are named relative to it
         if (c.nice != 0) (void)::setpriority(PRIO_PROCESS, 0, c.nice);
         if (c.die_with_parent) {
           ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -430,7 +451,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   if (c.network) c.network->close_tap();
   auto t_spawned = steady_clock::now();
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
-  auto qmp = QmpClient::connect((c.run_dir / "qmp.sock").string(),
+  RunDirRef dir(c.run_dir);
+  auto qmp = QmpClient::connect(dir.socket("qmp.sock"),
                                 std::max(milliseconds(1), std::min(left, milliseconds(10000))));
   if (!qmp) {
     if (!alive())
@@ -459,7 +481,8 @@ Error Vm::failure(ErrorCode code, const std::string& what) {
 
 Status Vm::connect_agent(steady_clock::time_point deadline) {
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
-  auto agent = AgentClient::connect(io_, (config_.run_dir / "agent.sock").string(),
+  RunDirRef dir(config_.run_dir);
+  auto agent = AgentClient::connect(io_, dir.socket("agent.sock"),
                                     std::max(milliseconds(1), std::min(left, milliseconds(5000))));
   if (!agent) return failure(ErrorCode::boot_failed, agent.error().message);
   agent_ = std::move(*agent);
@@ -596,7 +619,8 @@ Status Vm::reconnect_agent(milliseconds timeout) {
     if (!ended) return ended.error();
   }
   agent_.reset();
-  auto a = AgentClient::connect(io_, (config_.run_dir / "agent.sock").string(), timeout);
+  RunDirRef dir(config_.run_dir);
+  auto a = AgentClient::connect(io_, dir.socket("agent.sock"), timeout);
   if (!a) return a.error();
   agent_ = std::move(*a);
   auto h = agent_->health(timeout);
@@ -1108,7 +1132,8 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
     return make_error(ErrorCode::not_found, "the VM of " + run_dir.string() + " is gone");
   }
   auto deadline = steady_clock::now() + timeout;
-  auto qmp = QmpClient::connect((run_dir / "qmp.sock").string(), timeout);
+  RunDirRef dir(run_dir);
+  auto qmp = QmpClient::connect(dir.socket("qmp.sock"), timeout);
   if (!qmp)
     return vm->failure(ErrorCode::qmp_error, "cannot reconnect QMP: " + qmp.error().message);
   vm->qmp_ = std::move(*qmp);
