@@ -166,7 +166,7 @@ EventStore::~EventStore() {
 uint64_t EventStore::last_global_seq() const { return global_.load(); }
 
 Result<AppendResult> EventStore::append(const std::string& stream, uint64_t expected,
-                                        std::vector<NewEvent> events) {
+                                        std::vector<NewEvent> events, Durability durability) {
   std::mutex m;
   std::condition_variable cv;
   std::optional<Result<AppendResult>> out;
@@ -174,14 +174,14 @@ Result<AppendResult> EventStore::append(const std::string& stream, uint64_t expe
     std::lock_guard lock(m);
     out.emplace(std::move(r));
     cv.notify_one();
-  });
+  }, durability);
   std::unique_lock lock(m);
   cv.wait(lock, [&] { return out.has_value(); });
   return std::move(*out);
 }
 
 void EventStore::append_async(std::string stream, uint64_t expected, std::vector<NewEvent> events,
-                              AppendCallback done) {
+                              AppendCallback done, Durability durability) {
   if (stream.empty() || stream.find('\0') != std::string::npos) {
     done(make_error(ErrorCode::invalid_argument, "stream ids are non-empty and contain no NUL"));
     return;
@@ -201,7 +201,7 @@ void EventStore::append_async(std::string stream, uint64_t expected, std::vector
       done(make_error(ErrorCode::closed, "event store is closing"));
       return;
     }
-    queue_.push_back({std::move(stream), expected, std::move(events), std::move(done)});
+    queue_.push_back({std::move(stream), expected, std::move(events), std::move(done), durability});
   }
   cv_.notify_one();
 }
@@ -219,13 +219,34 @@ Result<uint64_t> EventStore::head(const std::string& stream) {
   return h;
 }
 
+void EventStore::sync_wal() {
+  if (!sync_due_) return;
+  sync_due_.reset();
+  auto s = db_->SyncWAL();
+  if (!s.ok()) spdlog::error("event store: syncing the log failed: {}", s.ToString());
+}
+
 void EventStore::writer_loop() {
   for (;;) {
     std::vector<Pending> batch;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty() && stop_) return;
+      auto ready = [this] { return stop_ || !queue_.empty(); };
+      if (sync_due_) {
+        // Written appends wait for their fsync at most until sync_due_.
+        if (!cv_.wait_until(lock, *sync_due_, ready)) {
+          lock.unlock();
+          sync_wal();
+          continue;
+        }
+      } else {
+        cv_.wait(lock, ready);
+      }
+      if (queue_.empty() && stop_) {
+        lock.unlock();
+        sync_wal();
+        return;
+      }
       while (!queue_.empty() && batch.size() < options_.max_batch) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
@@ -291,7 +312,12 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
     put_be64(gv, global);
     wb.Put(kGlobalKey, gv);
     rocksdb::WriteOptions wo;
-    wo.sync = options_.sync;
+    bool need_sync = false;
+    for (auto& p : batch) need_sync |= p.durability == Durability::synced;
+    // One synced write also makes every earlier written one durable (the log is sequential).
+    wo.sync = options_.sync && (need_sync || (sync_due_ && std::chrono::steady_clock::now() >= *sync_due_));
+    if (options_.sync && !wo.sync && !sync_due_)
+      sync_due_ = std::chrono::steady_clock::now() + options_.lazy_sync_delay;
     auto s = db_->Write(wo, &wb);
     if (!s.ok()) {
       // Nothing of this batch is durable: fail every append in it (conflicts stay conflicts).
@@ -302,6 +328,7 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
     } else {
       global_ = global;
       for (auto& [stream, v] : staged) heads_[stream] = v;
+      if (wo.sync) sync_due_.reset();
     }
   }
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(*results[i]));

@@ -13,7 +13,9 @@
 //
 // Appends are queued to one writer thread, which takes everything queued (up to `max_batch`
 // appends), checks each expected version in order, writes them as one synced batch and then
-// completes them: concurrent appends share one fsync (group commit). Callers block in append() or
+// completes them: concurrent appends share one fsync (group commit). Appends that ask only to be
+// written (Durability::written: per-command records, intermediate steps) complete once in the
+// log, and are fsynced by the next synced batch or `lazy_sync_delay` later. Callers block in append() or
 // get a callback from append_async() on the writer thread; never call either from a thread that
 // must not block on disk (CAF workers use append_async).
 #pragma once
@@ -57,6 +59,13 @@ struct StoredEvent {
   std::string payload;
 };
 
+// When an append's callback may run. `synced`: the events are on disk (fsync) first: they survive
+// a power loss. `written`: they are in the write-ahead log (written to the operating system, not
+// yet fsynced): they survive a kill -9 of this process at once, and a power loss once the writer's
+// next sync, at most `Options::lazy_sync_delay` later (or sooner: any synced batch after them
+// syncs them too, the log being sequential).
+enum class Durability { synced, written };
+
 struct AppendResult {
   uint64_t first_version = 0, last_version = 0;
   uint64_t first_global = 0, last_global = 0;
@@ -78,6 +87,8 @@ class EventStore {
     // Read-only: opens a store another process may be writing (RocksDB's read-only mode sees
     // what was written up to the open); appends fail with `closed`.
     bool read_only = false;
+    // `written` appends are fsynced this long after the first of them at the latest.
+    std::chrono::milliseconds lazy_sync_delay{100};
   };
 
   static Result<std::unique_ptr<EventStore>> open(Options options);
@@ -89,11 +100,13 @@ class EventStore {
   // exist). Returns once the events are durable. ErrorCode::conflict if the version differs; then
   // nothing was written.
   Result<AppendResult> append(const std::string& stream, uint64_t expected_version,
-                              std::vector<NewEvent> events);
+                              std::vector<NewEvent> events,
+                              Durability durability = Durability::synced);
   using AppendCallback = std::function<void(Result<AppendResult>)>;
   // The same, completing on the writer thread (the callback must be quick).
+  // With Durability::written the callback runs once the events are in the log (see Durability).
   void append_async(std::string stream, uint64_t expected_version, std::vector<NewEvent> events,
-                    AppendCallback done);
+                    AppendCallback done, Durability durability = Durability::synced);
 
   // Current version of a stream (0 if it does not exist).
   Result<uint64_t> stream_version(const std::string& stream);
@@ -125,10 +138,12 @@ class EventStore {
     uint64_t expected;
     std::vector<NewEvent> events;
     AppendCallback done;
+    Durability durability = Durability::synced;
   };
   explicit EventStore(Options o);
   void writer_loop();
   void write_batch(std::vector<Pending>& batch);
+  void sync_wal();  // fsyncs written-only appends (writer thread only)
   Result<uint64_t> head(const std::string& stream);  // writer thread only (cached)
 
   Options options_;
@@ -139,6 +154,8 @@ class EventStore {
   bool stop_ = false;
   std::thread writer_;
   std::unordered_map<std::string, uint64_t> heads_;  // writer thread only
+  // Written but not yet fsynced appends (writer thread only): synced by this time at the latest.
+  std::optional<std::chrono::steady_clock::time_point> sync_due_;
   std::atomic<uint64_t> global_{0};
 };
 

@@ -177,6 +177,24 @@ namespace {
 
 // A read-only store opens next to the writer (as `pandastack audit` does next to the daemon),
 // sees what was written before it opened, and refuses appends.
+TEST_F(EventStoreTest, WrittenAppendsAreReadableAtOnceAndDurableAfterAReopen) {
+  for (uint64_t v = 0; v < 20; ++v) {
+    auto r = store_->append("w", v, {{"tick", 1, "p" + std::to_string(v)}}, Durability::written);
+    ASSERT_TRUE(r) << r.error().message;
+  }
+  auto evs = store_->read_stream("w");
+  ASSERT_TRUE(evs);
+  EXPECT_EQ(evs->size(), 20u);
+  // A synced append after written ones: all of them, in order.
+  ASSERT_TRUE(store_->append("w", 20, {{"tick", 1, "synced"}}));
+  reopen();
+  evs = store_->read_stream("w");
+  ASSERT_TRUE(evs);
+  ASSERT_EQ(evs->size(), 21u);
+  EXPECT_EQ((*evs)[19].payload, "p19");
+  EXPECT_EQ((*evs)[20].payload, "synced");
+}
+
 TEST(EventStoreReadOnly, OpensBesideAWriterAndRefusesAppends) {
   auto dir = fs::temp_directory_path() / ("es-ro-" + std::to_string(::getpid()));
   fs::remove_all(dir);

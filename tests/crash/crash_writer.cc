@@ -1,5 +1,7 @@
 // storage_crash_writer DIR: appends to the event store under load (4 threads, one stream each)
-// and prints "STREAM VERSION" on stdout after each append is acknowledged, until killed.
+// and prints "STREAM VERSION" on stdout after each append is acknowledged, until killed. Two
+// threads append synced (fsynced before the acknowledgement), two only written (in the log,
+// fsynced later): both must survive a SIGKILL of this process.
 // Payloads are a function of (stream, version), so a reader can check every event.
 
 #include <unistd.h>
@@ -37,7 +39,8 @@ int main(int argc, char** argv) {
         size_t n = 1 + i % 3;
         std::vector<NewEvent> evs;
         for (size_t k = 1; k <= n; ++k) evs.push_back({"tick", 1, payload_for(stream, v + k)});
-        auto r = (*store)->append(stream, v, std::move(evs));
+        auto r = (*store)->append(stream, v, std::move(evs),
+                                  t < 2 ? Durability::synced : Durability::written);
         if (!r) {
           std::fprintf(stderr, "append: %s\n", r.error().message.c_str());
           std::_Exit(1);
