@@ -27,7 +27,7 @@ guest-kernel: deps
 guest-initramfs: build guest-kernel
 	$(GUEST) initramfs $(IMAGES)/initramfs $(IMAGES)/kernel $(AGENT)
 
-# What the tests need: the base template only.
+# The base template alone (what the unit of most tests is; `make guest` builds every template).
 guest-base: guest-initramfs
 	$(GUEST) rootfs $(IMAGES)/base guest/templates/base.recipe
 
@@ -42,13 +42,15 @@ unit: build
 integration: build guest-base
 	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure -L integration
 
-test: build guest-base
+# Every shipped template: the tests create from each of them.
+test: build guest
 	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure
 
 # The daemon in the foreground: REST on 127.0.0.1:7070, data under ./var, prints the URL and the
-# admin API key (created on first start, kept in var/api-key). Ctrl-C stops it gracefully.
+# admin API key (created on first start, kept in var/api-key). Ctrl-C stops it gracefully. Every
+# shipped template is built first (cached: only the first run takes minutes).
 LISTEN ?= 127.0.0.1:7070
-run: build guest-base
+run: build guest
 	$(BUILD)/bin/pandastackd --data $(CURDIR)/var --images $(IMAGES) --listen $(LISTEN)
 
 bench: build guest-base
