@@ -133,6 +133,10 @@ std::string encode_event(const Event& e) {
       c.setFromSnapshot(e.from_snapshot);
       c.setNetwork(e.network);
       if (e.network) put_egress(c.initEgress(), e.egress);
+      c.setIdleTimeoutSeconds(e.idle_timeout_seconds);
+      c.setOnTimeout(!e.on_timeout                          ? w::TimeoutAction::DEFAULT
+                     : *e.on_timeout == ReapAction::hibernate ? w::TimeoutAction::HIBERNATE
+                                                              : w::TimeoutAction::KILL);
       break;
     }
     case K::started:
@@ -190,6 +194,7 @@ std::string encode_event(const Event& e) {
     case K::reaped:
       b.setReaped(e.reap_action == ReapAction::hibernate ? w::ReapAction::HIBERNATE
                                                          : w::ReapAction::KILL);
+      b.setReapReason(e.reason);
       break;
     case K::killed:
       b.setKilled();
@@ -246,6 +251,17 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.from_snapshot = c.getFromSnapshot();
         e.network = c.getNetwork();
         if (c.hasEgress()) e.egress = get_egress(c.getEgress());
+        e.idle_timeout_seconds = c.getIdleTimeoutSeconds();
+        switch (c.getOnTimeout()) {
+          case w::TimeoutAction::KILL:
+            e.on_timeout = ReapAction::kill;
+            break;
+          case w::TimeoutAction::HIBERNATE:
+            e.on_timeout = ReapAction::hibernate;
+            break;
+          default:
+            break;
+        }
         break;
       }
       case w::SandboxEvent::STARTED:
@@ -303,6 +319,7 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.kind = K::reaped;
         e.reap_action =
             r.getReaped() == w::ReapAction::HIBERNATE ? ReapAction::hibernate : ReapAction::kill;
+        e.reason = r.hasReapReason() ? std::string(r.getReapReason().cStr()) : "ttl";
         break;
       case w::SandboxEvent::KILLED:
         e.kind = K::killed;
@@ -363,6 +380,9 @@ std::string event_to_json(const Event& e) {
       j.set("expires_at_ms", e.expires_at_ms);
       j.set("persistent", e.persistent);
       j.set("auto_wake", e.auto_wake);
+      if (e.idle_timeout_seconds) j.set("idle_timeout_seconds", e.idle_timeout_seconds);
+      if (e.on_timeout)
+        j.set("on_timeout", *e.on_timeout == ReapAction::kill ? "kill" : "hibernate");
       j.set("metadata", metadata());
       j.set("network", e.network);
       if (e.network) j.set("egress", egress_json(e.egress));
@@ -415,6 +435,7 @@ std::string event_to_json(const Event& e) {
       break;
     case Event::Kind::reaped:
       j.set("action", e.reap_action == ReapAction::kill ? "kill" : "hibernate");
+      j.set("reason", e.reason.empty() ? "ttl" : e.reason);
       break;
     default:
       break;
@@ -452,6 +473,8 @@ std::string encode_state(const SandboxState& s) {
   j.set("expires_at_ms", s.expires_at_ms);
   j.set("persistent", s.persistent);
   j.set("auto_wake", s.auto_wake);
+  j.set("idle_timeout_seconds", s.idle_timeout_seconds);
+  j.set("on_timeout", s.on_timeout == ReapAction::kill ? "kill" : "hibernate");
   j.set("pending_snapshot", s.pending_snapshot);
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
@@ -518,6 +541,12 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   if (o["network"].is_bool()) s.network = o["network"].as_bool();
   if (auto e = egress_from_json(o["egress"])) s.egress = *e;
   if (o["subnet"].is_integer()) s.subnet = uint32_t(o["subnet"].as_int());
+  // Timeouts (absent in snapshots written before idle timeouts existed).
+  if (o["idle_timeout_seconds"].is_integer())
+    s.idle_timeout_seconds = uint32_t(o["idle_timeout_seconds"].as_int());
+  s.on_timeout = s.persistent ? ReapAction::hibernate : ReapAction::kill;
+  if (o["on_timeout"].is_string())
+    s.on_timeout = o["on_timeout"].as_string() == "kill" ? ReapAction::kill : ReapAction::hibernate;
   if (o["ports"].is_array())
     for (auto& p : o["ports"].as_array())
       if (p.is_integer()) s.ports.insert(uint32_t(p.as_int()));

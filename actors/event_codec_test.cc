@@ -35,6 +35,8 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.egress = Egress{"allowlist", {"192.0.2.0/24"}, {"example.com"}};
     e.subnet = 77;
     e.port = 8080;
+    e.idle_timeout_seconds = 30;
+    e.on_timeout = ReapAction::kill;
     auto bytes = encode_event(e);
     auto back = decode_event(bytes);
     ASSERT_TRUE(back) << to_string(e.kind);
@@ -43,6 +45,13 @@ TEST(EventCodec, EveryKindRoundTrips) {
     EXPECT_EQ(encode_event(*back), bytes) << to_string(e.kind);  // nothing lost or invented
     if (e.kind == Event::Kind::created || e.kind == Event::Kind::egress_changed) {
       EXPECT_EQ(back->egress, e.egress);
+    }
+    if (e.kind == Event::Kind::created) {
+      EXPECT_EQ(back->idle_timeout_seconds, 30u);
+      EXPECT_EQ(back->on_timeout, std::optional<ReapAction>(ReapAction::kill));
+    }
+    if (e.kind == Event::Kind::reaped) {
+      EXPECT_EQ(back->reason, "why");
     }
     if (e.kind == Event::Kind::network_attached) {
       EXPECT_EQ(back->subnet, 77u);

@@ -64,7 +64,9 @@ struct SandboxInfo {
   Status status = Status::none;
   std::map<std::string, std::string> metadata;
   int64_t created_at_ms = 0, expires_at_ms = 0;
-  bool persistent = false;
+  bool persistent = false, auto_wake = false;
+  uint32_t ttl_seconds = 0, idle_timeout_seconds = 0;
+  ReapAction on_timeout = ReapAction::kill;
   std::vector<std::string> snapshots;
   std::string failure_reason;
   uint64_t version = 0;  // events applied (the stream's length)
@@ -85,6 +87,8 @@ struct CreateRequest {
   uint32_t ttl_seconds = 0;  // 0 = the default
   std::map<std::string, std::string> metadata;
   bool persistent = false, auto_wake = false;
+  uint32_t idle_timeout_seconds = 0;      // 0 = none
+  std::optional<ReapAction> on_timeout;  // nullopt: hibernate when persistent, else kill
   std::string from_snapshot;     // a snapshot id taken from one of the tenant's sandboxes
   std::optional<bool> network;   // nullopt: on when the runtime has networking
   std::optional<Egress> egress;  // nullopt: RuntimeConfig::default_egress

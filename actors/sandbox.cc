@@ -161,8 +161,15 @@ struct Decider {
     if (c.vcpus == 0 || c.memory_mib == 0)
       return reject("invalid_argument", "vcpus and memory must be positive");
     if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
+    if (c.idle_timeout_seconds > limits.max_ttl_seconds)
+      return reject("invalid_argument", "idle_timeout_seconds " +
+                                            std::to_string(c.idle_timeout_seconds) +
+                                            " is over the maximum of " +
+                                            std::to_string(limits.max_ttl_seconds));
     if (auto r = check_metadata(c.metadata, limits)) return *r;
     Event e = ev(Event::Kind::created, now);
+    e.idle_timeout_seconds = c.idle_timeout_seconds;
+    e.on_timeout = c.on_timeout;
     e.tenant = c.tenant;
     e.template_name = c.template_name;
     e.parent = c.parent;
@@ -384,14 +391,18 @@ struct Decider {
     return std::vector<Event>{e};
   }
 
-  Decision operator()(const cmd::Reap&) const {
+  Decision operator()(const cmd::Reap& c) const {
     if (!s.live() || s.status == Status::hibernated)
       return std::vector<Event>{};  // nothing running to reap
-    if (now < s.expires_at_ms) return reject("not_expired", "sandbox " + s.id + " expires later");
+    if (c.idle && s.idle_timeout_seconds == 0)
+      return reject("invalid_argument", "sandbox " + s.id + " has no idle timeout");
+    if (!c.idle && now < s.expires_at_ms)
+      return reject("not_expired", "sandbox " + s.id + " expires later");
     if (s.status != Status::running)
       return reject("sandbox_busy", "sandbox " + s.id + " is " + to_string(s.status));
     Event e = ev(Event::Kind::reaped, now);
-    e.reap_action = s.persistent ? ReapAction::hibernate : ReapAction::kill;
+    e.reap_action = s.on_timeout;
+    e.reason = c.idle ? "idle" : "ttl";
     return std::vector<Event>{e};
   }
 
@@ -439,6 +450,8 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.expires_at_ms = e.expires_at_ms;
       s.persistent = e.persistent;
       s.auto_wake = e.auto_wake;
+      s.idle_timeout_seconds = e.idle_timeout_seconds;
+      s.on_timeout = e.on_timeout.value_or(e.persistent ? ReapAction::hibernate : ReapAction::kill);
       s.network = e.network;
       s.egress = e.egress;
       break;

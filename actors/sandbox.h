@@ -79,6 +79,8 @@ struct Event {
   std::map<std::string, std::string> metadata;  // created, metadata_changed
   int64_t expires_at_ms = 0;                    // created, ttl_changed
   bool persistent = false, auto_wake = false;
+  uint32_t idle_timeout_seconds = 0;      // created: 0 = none
+  std::optional<ReapAction> on_timeout;  // created: nullopt = by persistence (see SandboxState)
   // exec
   std::string exec_id, command;
   int32_t exit_code = 0;
@@ -88,7 +90,7 @@ struct Event {
   Transition transition = Transition::snapshotting;
   std::string snapshot_id;  // transition_started, snapshot_taken, hibernated, snapshot_deleted
   std::vector<std::string> children;  // forked
-  std::string reason;                 // transition_failed, failed
+  std::string reason;                 // transition_failed, failed; reaped: "ttl" or "idle"
   ReapAction reap_action = ReapAction::kill;
   // network
   bool network = false;  // created: the sandbox has a network
@@ -107,6 +109,10 @@ struct SandboxState {
   std::map<std::string, std::string> metadata;
   int64_t created_at_ms = 0, expires_at_ms = 0;
   bool persistent = false, auto_wake = false;
+  // Timeouts: the TTL (expires_at_ms) and, when set, the idle timeout (no command, file or
+  // process call, stream or background process for that long) both end in `on_timeout`.
+  uint32_t idle_timeout_seconds = 0;
+  ReapAction on_timeout = ReapAction::kill;  // created with persistent: hibernate by default
   std::string pending_snapshot;                      // snapshot id of the transition in progress
   std::string hibernation_snapshot;                  // while hibernated: what wake restores
   std::vector<std::string> snapshots;                // taken from this sandbox
@@ -140,6 +146,8 @@ struct Create {
   bool persistent = false, auto_wake = false;
   bool network = false;
   Egress egress;
+  uint32_t idle_timeout_seconds = 0;      // 0 = none
+  std::optional<ReapAction> on_timeout;  // nullopt: hibernate when persistent, else kill
 };
 struct Started {                   // the VM answers (after create or wake)
   std::optional<uint32_t> subnet;  // the host subnet its network got
@@ -192,7 +200,9 @@ struct UnexposePort {
 struct DeleteSnapshot {  // one of the sandbox's named snapshots, in any state of the sandbox
   std::string snapshot_id;
 };
-struct Reap {};  // the TTL reaper's tick for this sandbox
+struct Reap {  // the reaper: the TTL expired, or (idle) the sandbox was unused for its idle timeout
+  bool idle = false;
+};
 struct Kill {};
 struct Fail {
   std::string reason;

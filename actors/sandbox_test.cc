@@ -254,6 +254,42 @@ TEST(SandboxDecide, TtlReaperKillsOrHibernatesPersistentSandboxes) {
   EXPECT_EQ(outcome(decide(extended, cmd::Reap{}, expiry)), "!not_expired");
 }
 
+TEST(SandboxDecide, IdleTimeoutEndsInTheOnTimeoutAction) {
+  // No idle timeout: an idle reap is refused.
+  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Reap{true}, kNow)), "!invalid_argument");
+  Event c = created();
+  c.idle_timeout_seconds = 60;
+  c.on_timeout = ReapAction::hibernate;
+  SandboxState s;
+  s.id = "sbx_idle";
+  s = apply(apply(s, c), e_(Event::Kind::started));
+  EXPECT_EQ(s.idle_timeout_seconds, 60u);
+  EXPECT_EQ(s.on_timeout, ReapAction::hibernate);
+  // Idle is the actor's judgement (it knows the calls in flight): no expiry needed.
+  auto d = decide(s, cmd::Reap{true}, kNow + 1);
+  ASSERT_EQ(outcome(d), "reaped");
+  auto reaped = std::get<std::vector<Event>>(d)[0];
+  EXPECT_EQ(reaped.reap_action, ReapAction::hibernate);
+  EXPECT_EQ(reaped.reason, "idle");
+  EXPECT_EQ(apply(s, reaped).status, Status::hibernating);
+  // The TTL ends in the same action, with its own reason.
+  d = decide(s, cmd::Reap{}, s.expires_at_ms);
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reason, "ttl");
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reap_action, ReapAction::hibernate);
+  // on_timeout kill beats persistence; a default follows it.
+  c.on_timeout = ReapAction::kill;
+  c.persistent = true;
+  EXPECT_EQ(apply(SandboxState{}, c).on_timeout, ReapAction::kill);
+  c.on_timeout.reset();
+  EXPECT_EQ(apply(SandboxState{}, c).on_timeout, ReapAction::hibernate);
+  // Busy or hibernated sandboxes are not reaped for idleness.
+  EXPECT_EQ(outcome(decide(apply(s, transition(Transition::snapshotting)), cmd::Reap{true}, kNow)),
+            "!sandbox_busy");
+  // Over the limit.
+  cmd::Create big{"acme", "base", "", "", 1, 256, 60, {}, false, false, false, {}, 86401, {}};
+  EXPECT_EQ(outcome(decide(SandboxState{}, big, kNow)), "!invalid_argument");
+}
+
 TEST(SandboxDecide, ValidatesInput) {
   Limits l;
   l.max_ttl_seconds = 100;
@@ -294,7 +330,7 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
   SandboxState s;
   s.id = "sbx_life";
   std::vector<Command> life = {
-      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false, false, {}},
+      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false, false, {}, 0, std::nullopt},
       cmd::Started{},
       cmd::Exec{"x1", "make"},
       cmd::ExecFinished{"x1", 0, 1200, false},

@@ -23,6 +23,14 @@ enum ReapAction {
   hibernate @1;
 }
 
+# What a timeout (TTL expiry or idle timeout) does; `default` (events written before the field
+# existed) = hibernate for a persistent sandbox, else kill.
+enum TimeoutAction {
+  default @0;
+  kill @1;
+  hibernate @2;
+}
+
 struct Egress {
   mode @0 :Text;                 # deny_all | allow_all | allowlist
   cidrs @1 :List(Text);
@@ -46,6 +54,8 @@ struct SandboxEvent {
       fromSnapshot @11 :Text;  # the snapshot it was created from ("" = its template)
       network @33 :Bool;       # the sandbox has a network (egress below)
       egress @34 :Egress;
+      idleTimeoutSeconds @41 :UInt32;  # 0 = none: hibernated/killed after this long unused
+      onTimeout @42 :TimeoutAction;
     }
     started @12 :Void;
     execStarted :group {
@@ -84,4 +94,5 @@ struct SandboxEvent {
     portUnexposed @38 :UInt32;
     snapshotDeleted @39 :Text;     # one of its named snapshots was deleted (id)
   }
+  reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
 }

@@ -1,0 +1,186 @@
+#include "actors/env.h"
+
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+namespace pandastack::actors {
+
+namespace fs = std::filesystem;
+
+std::optional<uint32_t> Env::take_subnet() {
+  std::lock_guard lock(subnets_mu);
+  for (uint32_t i = 0; i < subnet_capacity; ++i) {
+    uint32_t idx = (subnet_next + i) % subnet_capacity;
+    if (subnets_used.insert(idx).second) {
+      subnet_next = (idx + 1) % subnet_capacity;
+      return idx;
+    }
+  }
+  return std::nullopt;
+}
+
+void Env::release_subnet(uint32_t idx) {
+  std::lock_guard lock(subnets_mu);
+  subnets_used.erase(idx);
+}
+
+void Env::own(vmm::Network& n) {
+  n.set_on_release([this](uint32_t idx) { release_subnet(idx); });
+}
+
+vmm::Result<std::shared_ptr<vmm::Network>> Env::make_network(const Egress& egress) {
+  auto idx = take_subnet();
+  if (!idx)
+    return vmm::make_error(vmm::ErrorCode::invalid_argument,
+                           "subnet pool " + config.net.pool_cidr + " is exhausted");
+  auto n = vmm::Network::create(config.net, *idx, to_policy(egress));
+  if (!n) {
+    release_subnet(*idx);
+    return n.error();
+  }
+  own(**n);
+  return n;
+}
+
+vmm::EgressPolicy Env::to_policy(const Egress& e) {
+  vmm::EgressPolicy p;
+  p.mode = vmm::egress_mode_from_string(e.mode).value_or(vmm::EgressPolicy::Mode::deny_all);
+  p.cidrs = e.cidrs;
+  p.domains = e.domains;
+  return p;
+}
+
+std::pair<std::string, vmm::VmPool::NetworkFactory> Env::pool_mode(bool networked) {
+  if (!config.network) return {"", nullptr};
+  if (!networked) return {"-nonet", nullptr};
+  return {"", [this] { return make_network(Egress{}); }};
+}
+
+vmm::RestorePool* Env::pool_for(const std::string& template_name, const vmm::Snapshot& snap,
+                                bool networked) {
+  if (config.pool_size == 0) return nullptr;
+  auto [suffix, factory] = pool_mode(networked);
+  std::lock_guard lock(pools_mu);
+  auto& [dir, pool] = pools[template_name + suffix];
+  if (!pool || dir != snap.dir.string()) {
+    auto base = vm_config(template_name, "pool", "pool-" + template_name + suffix);
+    pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory);
+    dir = snap.dir.string();
+  }
+  return pool.get();
+}
+
+vmm::SparePool* Env::spares_for(const std::string& template_name, bool networked) {
+  if (config.spare_pool_size == 0) return nullptr;
+  auto [suffix, factory] = pool_mode(networked);
+  std::lock_guard lock(pools_mu);
+  auto& pool = spares[template_name + suffix];
+  if (!pool) {
+    auto base = vm_config(template_name, "spare", "spare-" + template_name + suffix);
+    pool = std::make_unique<vmm::SparePool>(io, base, config.spare_pool_size, factory);
+  }
+  return pool.get();
+}
+
+std::unique_ptr<vmm::Vm> Env::take_adopted(const std::string& id) {
+  std::lock_guard lock(adopted_mu);
+  auto it = adopted.find(id);
+  if (it == adopted.end()) return nullptr;
+  auto vm = std::move(it->second);
+  adopted.erase(it);
+  return vm;
+}
+
+fs::path Env::run_dir(const std::string& name) const { return config.state_dir / "run" / name; }
+
+fs::path Env::snapshot_dir(const std::string& snap) const {
+  return config.state_dir / "snapshots" / snap;
+}
+
+fs::path Env::hibernated_dir(const std::string& id) const {
+  return config.state_dir / "hibernated" / id;
+}
+
+vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string& id,
+                             const std::string& run_name) const {
+  auto c = templates->config(template_name, run_dir(run_name));
+  c.accel = config.accel;
+  c.vcpus = config.vcpus;
+  c.memory_mib = config.memory_mib;
+  c.jail = config.jail;
+  c.die_with_parent = !config.vms_outlive_host;
+  c.hostname = id;
+  for (auto& ch : c.hostname)
+    if (ch == '_') ch = '-';
+  return c;
+}
+
+vmm::Result<vmm::Snapshot> Env::template_snapshot(const std::string& template_name) {
+  {
+    std::lock_guard lock(staged_mu);
+    auto it = staged.find(template_name);
+    if (it != staged.end() && fs::exists(it->second.dir / "meta.json")) return it->second;
+  }
+  auto baked = templates->baked(template_name, vm_config(template_name, "shape", "shape"));
+  if (!baked) return baked.error();
+  auto s = vmm::stage_snapshot(*baked, config.state_dir / "templates" / baked->dir.filename());
+  if (!s) return s.error();
+  std::lock_guard lock(staged_mu);
+  staged[template_name] = *s;
+  return *s;
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string random_base32(size_t n) {
+  static const char* a = "abcdefghijklmnopqrstuvwxyz234567";
+  std::string raw(n, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), int(n));
+  std::string out;
+  for (unsigned char c : raw) out += a[c & 31];
+  return out;
+}
+
+SandboxInfo info_of(const SandboxState& s) {
+  SandboxInfo i;
+  i.id = s.id;
+  i.tenant = s.tenant;
+  i.template_name = s.template_name;
+  i.parent = s.parent;
+  i.status = s.status;
+  i.metadata = s.metadata;
+  i.created_at_ms = s.created_at_ms;
+  i.expires_at_ms = s.expires_at_ms;
+  i.persistent = s.persistent;
+  i.auto_wake = s.auto_wake;
+  i.ttl_seconds = s.ttl_seconds;
+  i.idle_timeout_seconds = s.idle_timeout_seconds;
+  i.on_timeout = s.on_timeout;
+  i.snapshots = s.snapshots;
+  i.failure_reason = s.failure_reason;
+  i.version = s.version;
+  i.network = s.network;
+  i.egress = s.egress;
+  i.ports = s.ports;
+  return i;
+}
+
+Rejection not_found(const std::string& id) {
+  return Rejection{"sandbox_not_found", "no sandbox " + id};
+}
+
+void expose_ports(vmm::Network& n, const std::set<uint32_t>& ports, const std::string& host,
+                  const std::string& id) {
+  for (auto p : ports) {
+    auto e = n.expose(uint16_t(p), host);
+    if (!e) spdlog::warn("sandbox {}: port {} not exposed: {}", id, p, e.error().message);
+  }
+}
+
+std::string new_sandbox_id() { return "sbx_" + random_base32(16); }
+
+}  // namespace pandastack::actors

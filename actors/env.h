@@ -1,0 +1,121 @@
+// What every actor of the runtime shares (no CAF here): the configuration, the event store, the
+// VMM driver's I/O thread, template bakes, warm pools and spares, the host subnet book-keeping,
+// and VMs re-adopted at recovery. Owned by Runtime::Impl, which outlives the actor system.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+#include "actors/runtime.h"
+#include "storage/event_store.h"
+#include "vmm-driver/io_thread.h"
+#include "vmm-driver/pool.h"
+#include "vmm-driver/snapshot.h"
+#include "vmm-driver/templates.h"
+
+namespace pandastack::actors {
+
+// One sandbox's VM, shared by its VM worker (which creates, snapshots and destroys it under the
+// exclusive lock) and the callers of agent operations (exec, files, processes), which run
+// concurrently under the shared lock on their own threads. Hibernate and kill first cancel the
+// calls in flight, so they never wait for a long command.
+struct VmHandle {
+  std::shared_mutex mu;
+  std::unique_ptr<vmm::Vm> vm;  // guarded by mu
+  // Activity, for the idle timeout: agent calls in flight, and when the last one ended.
+  std::atomic<int> calls_in_flight{0};
+  std::atomic<int64_t> last_call_ms{0};
+
+  // Cancels every agent call in flight (their stop tokens fire).
+  void cancel_calls() {
+    std::lock_guard l(stop_mu_);
+    stop_->request_stop();
+    stop_ = std::make_shared<std::stop_source>();
+  }
+  std::shared_ptr<std::stop_source> calls_stop() {
+    std::lock_guard l(stop_mu_);
+    return stop_;
+  }
+
+ private:
+  std::mutex stop_mu_;
+  std::shared_ptr<std::stop_source> stop_ = std::make_shared<std::stop_source>();
+};
+
+struct Env {
+  RuntimeConfig config;
+  std::unique_ptr<storage::EventStore> store;
+  vmm::IoThread io;
+  std::unique_ptr<vmm::TemplateStore> templates;
+  std::mutex staged_mu;
+  std::map<std::string, vmm::Snapshot> staged;  // template -> baked snapshot staged in state_dir
+  // VMs re-adopted at recovery, taken by their sandbox actors when they start.
+  std::mutex adopted_mu;
+  std::map<std::string, std::unique_ptr<vmm::Vm>> adopted;
+  // Pre-spawned QEMU processes per template, for the staged snapshot they wait for. (Declared
+  // after `io`: destroyed first, killing the idle processes.)
+  std::mutex pools_mu;
+  std::map<std::string, std::pair<std::string, std::unique_ptr<vmm::RestorePool>>> pools;
+  // Spare QEMU processes per template (and per template without network).
+  std::map<std::string, std::unique_ptr<vmm::SparePool>> spares;
+
+  // Host subnets in use (by sandboxes' VMs and waiting pool members). Persisted through the
+  // sandboxes' network_attached events: recovery marks the adopted VMs' subnets used again.
+  std::mutex subnets_mu;
+  std::set<uint32_t> subnets_used;
+  uint32_t subnet_capacity = 0, subnet_next = 0;
+
+  std::optional<uint32_t> take_subnet();
+  void release_subnet(uint32_t idx);
+  // Makes `n` give its subnet back to this pool when it is released.
+  void own(vmm::Network& n);
+  // A new sandbox network on a free subnet, with `egress`.
+  vmm::Result<std::shared_ptr<vmm::Network>> make_network(const Egress& egress);
+  static vmm::EgressPolicy to_policy(const Egress& e);
+
+  // Pools (warm and spare) are per template and network mode. With networking on, members wait
+  // on networks of their own (deny_all until claimed), and sandboxes without a network have pools
+  // of their own, made on first use. The mode's name suffix ("" or "-nonet") and its factory.
+  std::pair<std::string, vmm::VmPool::NetworkFactory> pool_mode(bool networked);
+  // The template's warm pool for `snap` (a new one when the template was baked again), or null.
+  vmm::RestorePool* pool_for(const std::string& template_name, const vmm::Snapshot& snap,
+                             bool networked);
+  // The template's spares (made on first use), or null.
+  vmm::SparePool* spares_for(const std::string& template_name, bool networked);
+
+  std::unique_ptr<vmm::Vm> take_adopted(const std::string& id);
+
+  std::filesystem::path run_dir(const std::string& name) const;
+  std::filesystem::path snapshot_dir(const std::string& snap) const;
+  std::filesystem::path hibernated_dir(const std::string& id) const;
+
+  // `run_name`: the VM's run folder (one per VM incarnation, so a VM still being torn down never
+  // shares files with its successor).
+  vmm::VmConfig vm_config(const std::string& template_name, const std::string& id,
+                          const std::string& run_name) const;
+
+  // The template's baked snapshot, staged next to the run folders (bakes once; blocking).
+  vmm::Result<vmm::Snapshot> template_snapshot(const std::string& template_name);
+};
+
+int64_t now_ms();
+std::string random_base32(size_t n);
+SandboxInfo info_of(const SandboxState& s);
+Rejection not_found(const std::string& id);
+
+// Forwards a sandbox's recorded guest ports on its (new or adopted) network; a port that cannot
+// be forwarded is logged and stays recorded (GET .../ports shows it without a host port).
+void expose_ports(vmm::Network& n, const std::set<uint32_t>& ports, const std::string& host,
+                  const std::string& id);
+
+}  // namespace pandastack::actors

@@ -1,0 +1,120 @@
+// The messages the runtime's actors exchange (CAF atoms and the payload types), shared by the
+// actor files (registry, sandbox actor, VM worker, template actor) and the facade. Includes CAF:
+// only the runtime's own .cc files include it.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <caf/all.hpp>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/env.h"
+#include "actors/runtime.h"
+#include "actors/sandbox.h"
+
+namespace pandastack::actors {
+
+// One reply type for every request inside the runtime.
+struct Answer {
+  bool ok = true;
+  Rejection error;
+  SandboxInfo info;
+  std::vector<SandboxInfo> infos;
+  std::string text;
+  std::shared_ptr<VmHandle> vm;  // a lease: agent operations run against it
+  std::string exec_id;
+
+  static Answer fail(Rejection r) {
+    Answer a;
+    a.ok = false;
+    a.error = std::move(r);
+    return a;
+  }
+};
+
+// What a VM worker reports back.
+struct WorkerResult {
+  bool ok = true;
+  std::string error;
+  std::optional<uint32_t> subnet;  // restores of a sandbox with a network: the subnet it got
+};
+
+// What a restore needs to know of the sandbox's network.
+struct NetSpec {
+  bool enabled = false;
+  Egress egress;
+  std::set<uint32_t> ports;  // exposed again on the new VM
+};
+
+struct ListQuery {
+  std::string tenant;
+  std::optional<Status> status;
+  std::map<std::string, std::string> metadata;
+};
+
+struct ForkRequest {
+  std::string tenant, template_name, snapshot_id, parent;
+  uint32_t count = 1;
+};
+
+}  // namespace pandastack::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Answer)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::WorkerResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::NetSpec)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Egress)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Command)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::CreateRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxInfo)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ListQuery)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ForkRequest)
+
+namespace pandastack::actors {
+
+using cmd_atom = caf::atom_constant<caf::atom("cmd")>;
+using persisted_atom = caf::atom_constant<caf::atom("persisted")>;
+using restore_atom = caf::atom_constant<caf::atom("restore")>;
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+using hibernate_atom = caf::atom_constant<caf::atom("hibernate")>;
+using destroy_atom = caf::atom_constant<caf::atom("destroy")>;
+using exec_atom = caf::atom_constant<caf::atom("exec")>;
+using lease_atom = caf::atom_constant<caf::atom("lease")>;
+using create_atom = caf::atom_constant<caf::atom("create")>;
+using get_atom = caf::atom_constant<caf::atom("get")>;
+using list_atom = caf::atom_constant<caf::atom("list")>;
+using route_atom = caf::atom_constant<caf::atom("route")>;
+using info_atom = caf::atom_constant<caf::atom("info")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
+using fork_atom = caf::atom_constant<caf::atom("forkkids")>;
+using template_atom = caf::atom_constant<caf::atom("template")>;
+using bake_atom = caf::atom_constant<caf::atom("bake")>;
+using egress_atom = caf::atom_constant<caf::atom("egress")>;
+using drop_atom = caf::atom_constant<caf::atom("dropsnap")>;
+using delsnap_atom = caf::atom_constant<caf::atom("delsnap")>;
+using procs_atom = caf::atom_constant<caf::atom("procs")>;
+
+// A handler that throws is a bug: log it loudly (CAF would end the actor silently).
+template <typename Self>
+void log_exceptions(Self* self, std::string what) {
+  self->set_exception_handler(
+      [what](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+        try {
+          std::rethrow_exception(eptr);
+        } catch (const std::exception& e) {
+          spdlog::critical("{}: handler threw: {}", what, e.what());
+        } catch (...) {
+          spdlog::critical("{}: handler threw a non-std exception", what);
+        }
+        return caf::make_error(caf::sec::runtime_error);
+      });
+}
+
+}  // namespace pandastack::actors

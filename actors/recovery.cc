@@ -1,0 +1,158 @@
+#include "actors/recovery.h"
+
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "actors/event_codec.h"
+#include "wire/json.h"
+
+namespace pandastack::actors {
+
+namespace fs = std::filesystem;
+
+Reply<Recovered> recover(Env& env) {
+  // Recovery: replay every sandbox's stream.
+  const RuntimeConfig& config = env.config;
+  auto streams = env.store->streams("sbx_");
+  if (!streams) return Rejection{"storage_error", streams.error().message};
+  Recovered out;
+  std::vector<SandboxState>& recovered = out.sandboxes;
+  std::set<std::string> keep_run;
+  size_t& from_snapshots = out.from_snapshots;
+  size_t& adopted = out.adopted;
+  // Run folders of VMs the previous host process left (named <sandbox id>.<suffix>).
+  std::map<std::string, fs::path> run_dirs;
+  std::vector<fs::path> recorded;  // every folder with a live record
+  {
+    std::error_code ec;
+    for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) {
+      auto name = d.path().filename().string();
+      if (!fs::exists(d.path() / "vm.json")) continue;
+      recorded.push_back(d.path());
+      // The VM's name (its sandbox id + "." + suffix; pooled VMs were renamed when taken).
+      std::ifstream in(d.path() / "vm.json");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto record = wire::Json::parse(text);
+      std::string vm_name =
+          record && (*record)["name"].is_string() ? (*record)["name"].as_string() : name;
+      run_dirs[vm_name.substr(0, vm_name.find('.'))] = d.path();
+    }
+  }
+  for (auto& id : *streams) {
+    SandboxState s;
+    s.id = id;
+    // The newest state snapshot, then the events after it.
+    auto snap = env.store->load_snapshot(id);
+    if (!snap) return Rejection{"storage_error", snap.error().message};
+    if (*snap && (*snap)->format == state_format()) {
+      if (auto decoded = decode_state((*snap)->state);
+          decoded && decoded->id == id && decoded->version == (*snap)->version) {
+        s = *decoded;
+        ++from_snapshots;
+      } else {
+        spdlog::warn("recovery: {}: unreadable state snapshot, replaying all events", id);
+      }
+    }
+    auto events = env.store->read_stream(id, s.version + 1);
+    if (!events) return Rejection{"storage_error", events.error().message};
+    for (auto& stored : *events) {
+      auto e = decode_event(stored.payload);
+      if (!e)
+        return Rejection{"storage_error",
+                         "undecodable event " + std::to_string(stored.version) + " of " + id};
+      s = apply(s, *e);
+    }
+    std::string lost;
+    if (s.status == Status::hibernated && !fs::exists(env.hibernated_dir(id) / "meta.json")) {
+      lost = "hibernation_snapshot_lost";
+    } else if (s.status == Status::running && run_dirs.count(id)) {
+      // Its VM may have outlived the previous host process: take it over.
+      auto vm = vmm::Vm::adopt(env.io, run_dirs[id], std::chrono::seconds(10));
+      if (vm && s.subnet && config.network) {
+        // Its network too (the namespace outlived the host process with the VM).
+        auto net = vmm::Network::adopt(config.net, *s.subnet);
+        if (net) {
+          auto set = (*net)->set_policy(Env::to_policy(s.egress));
+          if (!set) net = set.error();
+        }
+        if (net) {
+          env.subnets_used.insert(*s.subnet);
+          env.own(**net);
+          // The forwards died with the previous host process: expose the ports again.
+          expose_ports(**net, s.ports, config.ports_host, id);
+          (*vm)->attach_network(*net);
+        } else {
+          spdlog::warn("recovery: {}: network not adopted: {}", id, net.error().message);
+          vm = net.error();
+        }
+      }
+      if (vm) {
+        keep_run.insert(run_dirs[id].filename().string());
+        env.adopted[id] = std::move(*vm);
+        ++adopted;
+      } else {
+        spdlog::info("recovery: {}: VM not adopted: {}", id,
+                     vm.error().message.substr(0, vm.error().message.find('\n')));
+        lost = "host_restart";
+      }
+    } else if (s.live() && s.status != Status::hibernated) {
+      lost = "host_restart";  // its VM died with the previous host process, or was mid-change
+    }
+    if (!lost.empty()) {
+      Event f;
+      f.kind = Event::Kind::failed;
+      f.at_ms = now_ms();
+      f.reason = lost;
+      auto r =
+          env.store->append(id, s.version, {{to_string(f.kind), event_format(), encode_event(f)}});
+      if (!r) return Rejection{"storage_error", r.error().message};
+      s = apply(s, f);
+      spdlog::info("recovery: {} failed ({})", id, lost);
+    }
+    recovered.push_back(s);
+  }
+  // Every other VM the previous host left is killed (no orphan QEMU survives unaccounted), and
+  // every other run folder (and jail root) goes.
+  std::error_code ec;
+  for (auto& dir : recorded) {
+    if (keep_run.count(dir.filename().string())) continue;
+    // (A 1 ms deadline: nothing is wanted from it but its end; the failed adopt kills it.)
+    auto orphan = vmm::Vm::adopt(env.io, dir, std::chrono::milliseconds(1));
+    if (orphan)
+      spdlog::info("recovery: killing the VM in {} (no running sandbox owns it)", dir.string());
+    // ~Vm (or the failed adopt) kills the process and removes its folders.
+  }
+  for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) {
+    auto name = d.path().filename().string();
+    bool keep = keep_run.count(name) || (name.size() > 5 && name.ends_with(".jail") &&
+                                         keep_run.count(name.substr(0, name.size() - 5)));
+    if (!keep) fs::remove_all(d.path(), ec);
+  }
+
+  // Snapshot folders no sandbox names (a fork's that a crash left behind, one being taken when the
+  // host died): tmpfs memory nobody can use any more. Named snapshots outlive their sandbox.
+  {
+    std::set<std::string> named;
+    for (auto& s : recovered) named.insert(s.snapshots.begin(), s.snapshots.end());
+    std::vector<fs::path> unnamed;
+    for (auto& d : fs::directory_iterator(config.state_dir / "snapshots", ec))
+      if (!named.count(d.path().filename().string())) unnamed.push_back(d.path());
+    for (auto& d : unnamed) {
+      spdlog::info("recovery: removing snapshot {} (no sandbox names it)", d.filename().string());
+      vmm::remove_snapshot(d);
+    }
+  }
+
+  if (config.network) {
+    int removed = vmm::Network::remove_leftovers(config.net, env.subnets_used);
+    if (removed) spdlog::info("recovery: removed {} leftover sandbox network parts", removed);
+  }
+
+  return out;
+}
+
+}  // namespace pandastack::actors

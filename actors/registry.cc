@@ -1,0 +1,266 @@
+#include "actors/registry.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "actors/sandbox_actor.h"
+#include "actors/template_actor.h"
+
+namespace pandastack::actors {
+
+namespace {
+
+caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s) {
+  auto a = self->spawn(sandbox_actor, self->state.env, caf::actor_cast<caf::actor>(self), s);
+  self->state.actors[s.id] = a;
+  self->state.infos[s.id] = info_of(s);
+  return a;
+}
+
+// Spawns a sandbox actor and sends it the Create command for `req`; `then` gets its answer.
+template <typename Then>
+void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::string& parent,
+                   const std::string& snapshot, Then then) {
+  SandboxState s;
+  s.id = new_sandbox_id();
+  auto a = spawn_sandbox(self, s);
+  cmd::Create c;
+  c.tenant = req.tenant;
+  c.template_name = req.template_name;
+  c.ttl_seconds = req.ttl_seconds;
+  c.metadata = req.metadata;
+  c.persistent = req.persistent;
+  c.auto_wake = req.auto_wake;
+  c.idle_timeout_seconds = req.idle_timeout_seconds;
+  c.on_timeout = req.on_timeout;
+  c.parent = parent;
+  c.from_snapshot = snapshot;
+  c.vcpus = self->state.env->config.vcpus;
+  c.memory_mib = self->state.env->config.memory_mib;
+  c.network = req.network.value_or(false);
+  if (c.network) c.egress = req.egress.value_or(Egress{});
+  self->request(a, caf::infinite, cmd_atom::value, Command{c})
+      .then([then](Answer ans) mutable { then(std::move(ans)); },
+            [then, self](const caf::error& e) mutable {
+              then(Answer::fail({"internal", self->system().render(e)}));
+            });
+}
+
+caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent,
+                              std::string snapshot) {
+  auto rp = self->make_response_promise();
+  start_sandbox(self, req, parent, snapshot, [rp](Answer ans) mutable { rp.deliver(ans); });
+  return rp;
+}
+
+// Sends `msg` to `to` and answers the current request with its answer.
+caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg) {
+  auto rp = self->make_response_promise();
+  self->request(to, caf::infinite, std::move(msg))
+      .then([rp](Answer ans) mutable { rp.deliver(ans); },
+            [rp, self](const caf::error& e) mutable {
+              rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+            });
+  return rp;
+}
+
+}  // namespace
+
+caf::behavior registry_actor(RegistrySelf* self, Env* env) {
+  self->state.env = env;
+  log_exceptions(self, "registry");
+  // When the registry ends (shutdown), every sandbox actor ends with it, and with each its VM
+  // worker.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (auto& [id, a] : self->state.actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& [name, t] : self->state.templates)
+      caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
+    self->quit(msg.reason);
+  });
+  self->delayed_send(self, env->config.reaper_interval, tick_atom::value);
+  auto find = [self](const std::string& tenant, const std::string& id) -> caf::actor {
+    auto it = self->state.infos.find(id);
+    if (it == self->state.infos.end() || it->second.tenant != tenant) return caf::actor();
+    auto a = self->state.actors.find(id);
+    return a == self->state.actors.end() ? caf::actor() : a->second;
+  };
+  return {
+      [=](create_atom, CreateRequest req) -> caf::result<Answer> {
+        std::string snapshot;
+        if (!req.from_snapshot.empty()) {
+          // Only a snapshot taken from one of this tenant's sandboxes.
+          bool mine = false;
+          for (auto& [id, i] : self->state.infos)
+            if (i.tenant == req.tenant)
+              for (auto& s : i.snapshots)
+                if (s == req.from_snapshot) {
+                  mine = true;
+                  req.template_name = i.template_name;  // the snapshot's VM shape and image
+                }
+          if (!mine)
+            return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
+          snapshot = req.from_snapshot;
+        }
+        return create_in(self, req, "", snapshot);
+      },
+      [=](fork_atom, ForkRequest fr) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        struct Collect {
+          std::vector<SandboxInfo> infos;
+          std::optional<Rejection> error;
+          uint32_t left;
+        };
+        auto col = std::make_shared<Collect>(Collect{{}, std::nullopt, fr.count});
+        const auto& parent_info = self->state.infos[fr.parent];
+        CreateRequest req;
+        req.tenant = fr.tenant;
+        req.template_name = fr.template_name;
+        req.metadata = parent_info.metadata;
+        req.persistent = parent_info.persistent;
+        // Its timeouts too: a child lives by the parent's rules (a fresh TTL of the same length).
+        req.ttl_seconds = parent_info.ttl_seconds;
+        req.auto_wake = parent_info.auto_wake;
+        req.idle_timeout_seconds = parent_info.idle_timeout_seconds;
+        req.on_timeout = parent_info.on_timeout;
+        req.network = parent_info.network;  // children get networks of their own, same policy
+        req.egress = parent_info.egress;
+        for (uint32_t i = 0; i < fr.count; ++i) {
+          start_sandbox(self, req, fr.parent, fr.snapshot_id, [rp, col](Answer ans) mutable {
+            if (ans.ok)
+              col->infos.push_back(ans.info);
+            else
+              col->error = ans.error;
+            if (--col->left == 0) {
+              if (col->error) {
+                rp.deliver(Answer::fail(*col->error));
+              } else {
+                Answer a;
+                a.infos = col->infos;
+                rp.deliver(a);
+              }
+            }
+          });
+        }
+        return rp;
+      },
+      [=](get_atom, std::string tenant, std::string id) -> Answer {
+        auto it = self->state.infos.find(id);
+        if (it == self->state.infos.end() || it->second.tenant != tenant)
+          return Answer::fail(not_found(id));
+        Answer a;
+        a.info = it->second;
+        return a;
+      },
+      [=](list_atom, ListQuery q) -> Answer {
+        Answer a;
+        for (auto& [id, i] : self->state.infos) {
+          if ((q.tenant != "*" && i.tenant != q.tenant) || i.status == Status::none) continue;
+          if (q.status && i.status != *q.status) continue;
+          bool match = true;
+          for (auto& [k, v] : q.metadata) {
+            auto m = i.metadata.find(k);
+            match &= m != i.metadata.end() && m->second == v;
+          }
+          if (match) a.infos.push_back(i);
+        }
+        return a;
+      },
+      [=](route_atom, std::string tenant, std::string id, Command c) -> caf::result<Answer> {
+        auto a = find(tenant, id);
+        if (!a) return Answer::fail(not_found(id));
+        return forward(self, a, caf::make_message(cmd_atom::value, std::move(c)));
+      },
+      [=](exec_atom, std::string tenant, std::string id,
+          std::string command) -> caf::result<Answer> {
+        auto a = find(tenant, id);
+        if (!a) return Answer::fail(not_found(id));
+        return forward(self, a, caf::make_message(exec_atom::value, std::move(command)));
+      },
+      [=](lease_atom, std::string tenant, std::string id) -> caf::result<Answer> {
+        auto a = find(tenant, id);
+        if (!a) return Answer::fail(not_found(id));
+        return forward(self, a, caf::make_message(lease_atom::value));
+      },
+      [=](template_atom, std::string name) -> caf::actor {
+        auto& t = self->state.templates[name];
+        if (!t) t = self->spawn<caf::detached + caf::linked>(template_actor, self->state.env, name);
+        return t;
+      },
+      [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
+      [=](adopt_atom, SandboxState s) {
+        if (s.live()) {
+          spawn_sandbox(self, s);
+        } else {
+          self->state.infos[s.id] = info_of(s);
+          if (!s.snapshots.empty()) self->state.ended[s.id] = s;
+        }
+      },
+      [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {
+        // The tenant's sandbox that took it (alive or ended).
+        std::string owner;
+        for (auto& [id, i] : self->state.infos)
+          if (i.tenant == tenant &&
+              std::find(i.snapshots.begin(), i.snapshots.end(), snapshot) != i.snapshots.end())
+            owner = id;
+        if (owner.empty()) return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+        auto a = self->state.actors.find(owner);
+        caf::actor actor = a == self->state.actors.end() ? caf::actor() : a->second;
+        if (!actor) {
+          auto e = self->state.ended.find(owner);
+          if (e == self->state.ended.end())
+            return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+          actor = spawn_sandbox(self, e->second);
+          self->state.ended.erase(e);
+        }
+        return forward(self, actor,
+                       caf::make_message(cmd_atom::value, Command{cmd::DeleteSnapshot{snapshot}}));
+      },
+      [=](tick_atom) {
+        int64_t now = now_ms();
+        for (auto& [id, i] : self->state.infos) {
+          if (i.status != Status::running) continue;
+          bool expired = i.expires_at_ms <= now;
+          if (!expired && i.idle_timeout_seconds == 0) continue;
+          auto a = self->state.actors.find(id);
+          if (a == self->state.actors.end()) continue;
+          if (expired)
+            caf::anon_send(a->second, cmd_atom::value, Command{cmd::Reap{}});
+          else
+            caf::anon_send(a->second, tick_atom::value);  // it knows whether it is idle
+        }
+        self->delayed_send(self, self->state.env->config.reaper_interval, tick_atom::value);
+      },
+      [=](shutdown_atom) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        auto left = std::make_shared<size_t>(0);
+        for (auto& [id, i] : self->state.infos) {
+          bool live = i.status != Status::none && i.status != Status::stopped &&
+                      i.status != Status::failed && i.status != Status::hibernated;
+          if (live) ++*left;
+        }
+        if (*left == 0) {
+          rp.deliver(Answer{});
+          return rp;
+        }
+        for (auto& [id, i] : self->state.infos) {
+          bool live = i.status != Status::none && i.status != Status::stopped &&
+                      i.status != Status::failed && i.status != Status::hibernated;
+          if (!live) continue;
+          Command c = i.persistent ? Command{cmd::Hibernate{}} : Command{cmd::Kill{}};
+          self->request(self->state.actors[id], std::chrono::seconds(120), cmd_atom::value, c)
+              .then(
+                  [rp, left](Answer) mutable {
+                    if (--*left == 0) rp.deliver(Answer{});
+                  },
+                  [rp, left](const caf::error&) mutable {
+                    if (--*left == 0) rp.deliver(Answer{});
+                  });
+        }
+        return rp;
+      },
+  };
+}
+
+
+}  // namespace pandastack::actors

@@ -1,0 +1,404 @@
+#include "actors/sandbox_actor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <functional>
+
+#include "actors/event_codec.h"
+#include "actors/vm_worker.h"
+
+namespace pandastack::actors {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void pump(SandboxSelf* self);
+
+// True when the sandbox has an idle timeout and nothing used it for that long: no command in
+// flight, no agent call (files, processes, streams) in flight or within the timeout.
+bool idle_due(const SandboxActorState& st, int64_t now) {
+  if (st.s.status != Status::running || st.s.idle_timeout_seconds == 0) return false;
+  if (!st.s.running_execs.empty() || st.handle->calls_in_flight.load() > 0) return false;
+  int64_t last = std::max(st.last_active_ms, st.handle->last_call_ms.load());
+  return now - last >= int64_t(st.s.idle_timeout_seconds) * 1000;
+}
+
+void internal(SandboxSelf* self, Command c) {
+  self->state.queue.emplace_back(std::move(c), caf::response_promise());
+  pump(self);
+}
+
+void finish_transition(SandboxSelf* self) {
+  auto& st = self->state;
+  if (st.s.status == Status::running || st.s.status == Status::hibernated ||
+      st.s.status == Status::stopped || st.s.status == Status::failed) {
+    Answer a;
+    a.info = info_of(st.s);
+    if (st.s.status == Status::failed)
+      a = Answer::fail(
+          {"sandbox_failed", "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
+    if (!st.s.snapshots.empty()) a.text = st.s.snapshots.back();
+    a.infos = st.fork_children;
+    for (auto& rp : st.waiting) rp.deliver(a);
+    st.waiting.clear();
+    st.fork_children.clear();
+    if (st.s.status == Status::running) {
+      for (auto& [c, rp] : st.after_wake) st.queue.emplace_back(c, rp);
+      st.after_wake.clear();
+      for (auto& rp : st.leases_after_wake) {
+        Answer lease;
+        lease.vm = st.handle;
+        lease.info = info_of(st.s);
+        rp.deliver(lease);
+      }
+      st.leases_after_wake.clear();
+    } else if (st.s.status != Status::hibernated) {
+      for (auto& [c, rp] : st.after_wake)
+        rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
+      st.after_wake.clear();
+      for (auto& rp : st.leases_after_wake)
+        rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
+      st.leases_after_wake.clear();
+    }
+  }
+}
+
+// Runs the side effect an applied event calls for.
+void effect(SandboxSelf* self, const Event& e) {
+  auto& st = self->state;
+  auto to = [self](Command ok, std::function<Command(std::string)> bad) {
+    return [self, ok, bad](WorkerResult r) { internal(self, r.ok ? ok : bad(r.error)); };
+  };
+  auto lost = [self](const caf::error& err) {
+    internal(self, cmd::Fail{"worker: " + self->system().render(err)});
+  };
+  // A restore's outcome: started (with the subnet its network got) or failed.
+  auto started = [self](WorkerResult r) {
+    internal(self, r.ok ? Command{cmd::Started{r.subnet}} : Command{cmd::StartFailed{r.error}});
+  };
+  switch (e.kind) {
+    case Event::Kind::created: {
+      auto restore = [self, started, lost](std::string dir, bool pooled) {
+        auto& s = self->state.s;
+        self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled,
+                      NetSpec{s.network, s.egress, s.ports})
+            .then(started, lost);
+      };
+      if (!e.from_snapshot.empty()) {
+        restore(st.env->snapshot_dir(e.from_snapshot).string(), false);
+        break;
+      }
+      // The template's actor bakes it (once) and answers with the staged snapshot.
+      self->request(st.registry, caf::infinite, template_atom::value, e.template_name)
+          .then(
+              [self, restore, lost](caf::actor tmpl) {
+                self->request(tmpl, caf::infinite, bake_atom::value)
+                    .then(
+                        [self, restore](Answer a) {
+                          if (!a.ok) return internal(self, cmd::StartFailed{a.error.message});
+                          restore(a.text, true);
+                        },
+                        lost);
+              },
+              lost);
+      break;
+    }
+    case Event::Kind::transition_started:
+      switch (e.transition) {
+        case Transition::snapshotting:
+          self->request(st.worker, caf::infinite, snapshot_atom::value,
+                        st.env->snapshot_dir(e.snapshot_id).string())
+              .then(to(cmd::TransitionDone{},
+                       [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
+                    lost);
+          break;
+        case Transition::hibernating:
+          self->request(st.worker, caf::infinite, hibernate_atom::value,
+                        st.env->hibernated_dir(st.s.id).string())
+              .then(to(cmd::TransitionDone{},
+                       [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
+                    lost);
+          break;
+        case Transition::waking:
+          self->request(st.worker, caf::infinite, restore_atom::value,
+                        st.env->hibernated_dir(st.s.id).string(), true, false,
+                        NetSpec{st.s.network, st.s.egress, st.s.ports})
+              .then(started, lost);
+          break;
+        case Transition::forking: {
+          uint32_t count = 1;
+          if (auto* f = std::get_if<cmd::Fork>(&st.current)) count = f->count;
+          ForkRequest fr{st.s.tenant, st.s.template_name, e.snapshot_id, st.s.id, count};
+          auto dir = st.env->snapshot_dir(e.snapshot_id).string();
+          self->request(st.worker, caf::infinite, snapshot_atom::value, dir)
+              .then(
+                  [self, fr, dir](WorkerResult r) {
+                    if (!r.ok) return internal(self, cmd::TransitionFailed{r.error});
+                    self->request(self->state.registry, caf::infinite, fork_atom::value, fr)
+                        .then(
+                            [self, dir](Answer a) {
+                              // The children run on copies of it (or failed): the fork's
+                              // snapshot is not one of the sandbox's snapshots, nobody can use
+                              // it again.
+                              self->send(self->state.worker, drop_atom::value, dir);
+                              if (!a.ok)
+                                return internal(self, cmd::TransitionFailed{a.error.message});
+                              self->state.fork_children = a.infos;
+                              std::vector<std::string> ids;
+                              for (auto& i : a.infos) ids.push_back(i.id);
+                              internal(self, cmd::TransitionDone{ids, std::nullopt});
+                            },
+                            [self, dir](const caf::error& err) {
+                              self->send(self->state.worker, drop_atom::value, dir);
+                              internal(self, cmd::TransitionFailed{self->system().render(err)});
+                            });
+                  },
+                  lost);
+          break;
+        }
+      }
+      break;
+    case Event::Kind::reaped:
+      if (e.reap_action == ReapAction::hibernate) {
+        self->request(st.worker, caf::infinite, hibernate_atom::value,
+                      st.env->hibernated_dir(st.s.id).string())
+            .then(to(cmd::TransitionDone{},
+                     [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
+                  lost);
+      } else {
+        st.handle->cancel_calls();
+        caf::anon_send(st.worker, destroy_atom::value);
+      }
+      break;
+    case Event::Kind::egress_changed:
+      // The policy is recorded: a VM that cannot take it must not keep running on the old one.
+      self->request(st.worker, caf::infinite, egress_atom::value, e.egress)
+          .then(
+              [self](WorkerResult r) {
+                if (!r.ok) internal(self, cmd::Fail{"egress policy not applied: " + r.error});
+              },
+              lost);
+      break;
+    case Event::Kind::snapshot_deleted:
+      // Recorded: creates from it are refused from now on. Its files go (VMs restored from it
+      // keep theirs: layers are hard links, RAM was copied).
+      caf::anon_send(st.worker, drop_atom::value, st.env->snapshot_dir(e.snapshot_id).string());
+      break;
+    case Event::Kind::killed:
+    case Event::Kind::failed:
+      st.handle->cancel_calls();  // commands in flight end now, not when the worker gets there
+      caf::anon_send(st.worker, destroy_atom::value);
+      if (fs::exists(st.env->hibernated_dir(st.s.id)))
+        vmm::remove_snapshot(st.env->hibernated_dir(st.s.id));
+      break;
+    default:
+      break;
+  }
+}
+
+// The durability contract. What a reply acknowledges (a sandbox started, a snapshot taken, a
+// fork, a hibernation, a kill, a changed setting) is fsynced before the reply. Records of single
+// commands (exec started/finished) and the first step of a transition (created,
+// transition-started: nobody hears of it before its outcome, which is synced) are only written to
+// the log: they survive a kill -9 of the daemon at once, and a power loss once the store's next
+// sync (at most 100 ms later; see storage::Durability).
+storage::Durability durability_of(const std::vector<Event>& events) {
+  for (auto& e : events) switch (e.kind) {
+      case Event::Kind::exec_started:
+      case Event::Kind::exec_finished:
+      case Event::Kind::created:
+      case Event::Kind::transition_started:
+        continue;
+      default:
+        return storage::Durability::synced;
+    }
+  return storage::Durability::written;
+}
+
+void pump(SandboxSelf* self) {
+  auto& st = self->state;
+  while (!st.persisting && !st.queue.empty()) {
+    auto [c, rp] = std::move(st.queue.front());
+    st.queue.pop_front();
+    // An idle timeout decided a moment ago no longer holds if the sandbox was used since.
+    if (auto* reap = std::get_if<cmd::Reap>(&c); reap && reap->idle && !idle_due(st, now_ms())) {
+      rp.deliver(Answer::fail({"sandbox_busy", "the sandbox is in use"}));
+      continue;
+    }
+    auto d = decide(st.s, c, now_ms(), st.env->config.limits);
+    if (auto* r = std::get_if<Rejection>(&d)) {
+      rp.deliver(Answer::fail(*r));
+      continue;
+    }
+    auto events = std::get<std::vector<Event>>(d);
+    if (events.empty()) {
+      Answer a;
+      a.info = info_of(st.s);
+      rp.deliver(a);
+      continue;
+    }
+    spdlog::debug("sandbox {}: persisting {} event(s) at version {}", st.s.id, events.size(),
+                  st.s.version);
+    st.persisting = true;
+    st.current = c;
+    st.current_rp = rp;
+    std::vector<storage::NewEvent> ne;
+    for (auto& e : events) ne.push_back({to_string(e.kind), event_format(), encode_event(e)});
+    st.pending_events = events;
+    auto me = caf::actor_cast<caf::actor>(self);
+    st.env->store->append_async(
+        st.s.id, st.s.version, std::move(ne),
+        [me](storage::Result<storage::AppendResult> r) {
+          caf::anon_send(me, persisted_atom::value, r.ok(),
+                         r.ok() ? std::string() : r.error().message);
+        },
+        durability_of(events));
+  }
+}
+
+void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
+                  const std::vector<Event>& events) {
+  auto& st = self->state;
+  spdlog::debug("sandbox {}: persisted ok={} {}", st.s.id, ok, err);
+  st.persisting = false;
+  auto rp = st.current_rp;
+  if (!ok) {
+    rp.deliver(Answer::fail({"storage_error", err}));
+    pump(self);
+    return;
+  }
+  for (auto& e : events) {
+    if (e.kind == Event::Kind::started || e.kind == Event::Kind::woke)
+      st.last_active_ms = now_ms();  // the idle timeout counts from here
+    st.s = apply(st.s, e);
+    caf::anon_send(st.registry, info_atom::value, info_of(st.s));
+  }
+  if (st.env->config.snapshot_every > 0 &&
+      st.s.version >= st.snapshot_version + st.env->config.snapshot_every) {
+    auto saved = st.env->store->save_snapshot(
+        st.s.id, storage::StateSnapshot{st.s.version, state_format(), encode_state(st.s)});
+    if (saved)
+      st.snapshot_version = st.s.version;
+    else
+      spdlog::warn("sandbox {}: state snapshot not saved: {}", st.s.id, saved.error().message);
+  }
+  // Who waits for what: transitions answer when they end, execs when they finish.
+  bool transition = st.s.status == Status::creating || st.s.status == Status::snapshotting ||
+                    st.s.status == Status::forking || st.s.status == Status::hibernating ||
+                    st.s.status == Status::waking;
+  if (auto* ex = std::get_if<cmd::Exec>(&st.current)) {
+    if (events.front().kind == Event::Kind::exec_started) {
+      // The caller runs the command against the lease and reports ExecFinished.
+      Answer a;
+      a.info = info_of(st.s);
+      a.vm = st.handle;
+      a.exec_id = ex->exec_id;
+      rp.deliver(a);
+    } else {
+      st.after_wake.emplace_back(st.current, rp);  // it started a wake first
+    }
+  } else if (transition) {
+    st.waiting.push_back(rp);
+  } else {
+    Answer a;
+    a.info = info_of(st.s);
+    rp.deliver(a);
+  }
+  for (auto& e : events) effect(self, e);
+  finish_transition(self);
+  pump(self);
+}
+
+}  // namespace
+
+caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
+                            SandboxState initial) {
+  auto& st = self->state;
+  st.env = env;
+  st.registry = registry;
+  st.s = initial;
+  st.snapshot_version = initial.version;  // recovered sandboxes: no need to snapshot at once
+  st.last_active_ms = now_ms();
+  if (initial.status == Status::running) st.handle->vm = env->take_adopted(initial.id);
+  log_exceptions(self, "sandbox " + initial.id);
+  // The VM worker knows its template; a new sandbox gets it with its Create command.
+  if (!initial.template_name.empty())
+    st.worker = self->spawn<caf::detached + caf::linked>(vm_worker, env, initial.id,
+                                                         initial.template_name, st.handle);
+  return {
+      [=](cmd_atom, Command c) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        if (!std::holds_alternative<cmd::Reap>(c)) self->state.last_active_ms = now_ms();
+        if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
+          self->state.worker = self->spawn<caf::detached + caf::linked>(
+              vm_worker, self->state.env, self->state.s.id,
+              cr->template_name.empty() ? "base" : cr->template_name, self->state.handle);
+        self->state.queue.emplace_back(std::move(c), rp);
+        pump(self);
+        return rp;
+      },
+      [=](exec_atom, std::string command) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        self->state.last_active_ms = now_ms();
+        std::string id = "x" + std::to_string(++self->state.exec_seq);
+        self->state.queue.emplace_back(Command{cmd::Exec{id, std::move(command)}}, rp);
+        pump(self);
+        return rp;
+      },
+      // A lease on the running VM for agent operations that are not recorded (files, processes).
+      [=](lease_atom) -> caf::result<Answer> {
+        auto& st = self->state;
+        st.last_active_ms = now_ms();
+        if (st.s.status == Status::running) {
+          Answer a;
+          a.info = info_of(st.s);
+          a.vm = st.handle;
+          return a;
+        }
+        if (st.s.status == Status::hibernated && st.s.auto_wake) {
+          auto rp = self->make_response_promise();
+          st.leases_after_wake.push_back(rp);
+          internal(self, cmd::Wake{});
+          return rp;
+        }
+        if (st.s.status == Status::waking) {
+          auto rp = self->make_response_promise();
+          st.leases_after_wake.push_back(rp);
+          return rp;
+        }
+        return Answer::fail(not_running(st.s, "use it"));
+      },
+      // The registry's tick for a running sandbox with an idle timeout: hibernate (or kill, per
+      // on_timeout) when nothing used it for that long and no background process runs.
+      [=](tick_atom) {
+        auto& st = self->state;
+        if (st.idle_checking || !idle_due(st, now_ms())) return;
+        st.idle_checking = true;
+        self->request(st.worker, caf::infinite, procs_atom::value)
+            .then(
+                [self](bool busy) {
+                  auto& st = self->state;
+                  st.idle_checking = false;
+                  if (busy) {
+                    st.last_active_ms = now_ms();  // a background process runs: not idle
+                    return;
+                  }
+                  if (idle_due(st, now_ms())) internal(self, cmd::Reap{true});
+                },
+                [self](const caf::error&) { self->state.idle_checking = false; });
+      },
+      [=](persisted_atom, bool ok, std::string err) {
+        auto events = std::move(self->state.pending_events);
+        on_persisted(self, ok, err, events);
+      },
+      [=](get_atom) -> Answer {
+        Answer a;
+        a.info = info_of(self->state.s);
+        return a;
+      },
+  };
+}
+
+}  // namespace pandastack::actors

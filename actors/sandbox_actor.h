@@ -1,0 +1,45 @@
+// Sandbox actor: one per sandbox. Commands queue; one at a time is decided (sandbox.h), its
+// events appended to the sandbox's stream with the expected version (append_async: no CAF
+// worker blocks on fsync), applied, and only then are effects started (on the sandbox's VM
+// worker) and replies given. Transitions answer when they end; execs get a lease on the VM
+// once exec-started is recorded.
+//   cmd_atom, Command -> Answer         exec_atom, command line -> Answer{vm lease, exec id}
+//   lease_atom -> Answer{vm lease}      get_atom -> Answer{info}
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "actors/messages.h"
+
+namespace pandastack::actors {
+
+struct SandboxActorState {
+  Env* env = nullptr;
+  caf::actor registry, worker;
+  SandboxState s;
+  bool persisting = false;
+  std::deque<std::pair<Command, caf::response_promise>> queue;
+  Command current;
+  caf::response_promise current_rp;
+  std::vector<caf::response_promise> waiting;  // for the end of a transition (create, wake, ...)
+  std::vector<std::pair<Command, caf::response_promise>> after_wake;  // execs that woke the sandbox
+  std::vector<caf::response_promise> leases_after_wake;  // agent operations that woke it
+  std::shared_ptr<VmHandle> handle = std::make_shared<VmHandle>();
+  std::vector<SandboxInfo> fork_children;
+  std::vector<Event> pending_events;  // being persisted
+  uint64_t exec_seq = 0;
+  uint64_t snapshot_version = 0;  // version of the newest state snapshot stored
+  // The idle timeout: the last command, lease or start (agent calls report to the handle).
+  int64_t last_active_ms = 0;
+  bool idle_checking = false;  // asking the worker whether background processes run
+};
+
+using SandboxSelf = caf::stateful_actor<SandboxActorState>;
+
+caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
+                            SandboxState initial);
+
+}  // namespace pandastack::actors

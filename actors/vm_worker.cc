@@ -1,0 +1,116 @@
+#include "actors/vm_worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+#include <shared_mutex>
+
+namespace pandastack::actors {
+
+namespace {
+WorkerResult failed(const std::string& e) {
+  WorkerResult r;
+  r.ok = false;
+  r.error = e;
+  return r;
+}
+
+}  // namespace
+
+caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id,
+                        std::string template_name, std::shared_ptr<VmHandle> handle) {
+  self->state.env = env;
+  self->state.id = id;
+  self->state.template_name = template_name;
+  self->state.handle = handle;
+  log_exceptions(self, "vm worker " + id);
+  return {
+      [=](restore_atom, std::string snapshot_dir, bool consume, bool pooled,
+          NetSpec net) -> WorkerResult {
+        auto& st = self->state;
+        spdlog::debug("worker {}: restore from '{}'", st.id, snapshot_dir);
+        vmm::Snapshot snap;
+        auto loaded = vmm::Snapshot::load(snapshot_dir);
+        if (!loaded) return failed(loaded.error().message);
+        snap = *loaded;
+        std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
+        auto config = st.env->vm_config(st.template_name, st.id, run_name);
+        auto* pool = pooled ? st.env->pool_for(st.template_name, snap, net.enabled) : nullptr;
+        // Without a warm pool member (forks, wakes, creates from named snapshots, an empty pool):
+        // into a spare QEMU when one is ready.
+        vmm::VmPool::NetworkFactory make_network;
+        if (net.enabled)
+          make_network = [&]() -> vmm::Result<std::shared_ptr<vmm::Network>> {
+            auto n = st.env->make_network(net.egress);
+            if (!n) return vmm::make_error(n.error().code, "network: " + n.error().message);
+            return n;
+          };
+        auto* spares = st.env->spares_for(st.template_name, net.enabled);
+        auto vm =
+            pool ? pool->create(run_name, config.hostname, spares)
+                 : vmm::restore_with_spare(st.env->io, spares, snap, config, consume, make_network);
+        if (!vm) return failed(vm.error().message);
+        WorkerResult r;
+        if (auto n = (*vm)->config().network) {
+          auto policy = Env::to_policy(net.egress);
+          if (n->policy() != policy) {
+            auto set = n->set_policy(policy);
+            if (!set) return failed("network policy: " + set.error().message);
+          }
+          r.subnet = n->index();
+          expose_ports(*n, net.ports, st.env->config.ports_host, st.id);
+        }
+        std::unique_lock l(st.handle->mu);
+        st.handle->vm = std::move(*vm);
+        return r;
+      },
+      [=](egress_atom, Egress egress) -> WorkerResult {
+        auto& h = *self->state.handle;
+        std::shared_lock l(h.mu);
+        if (!h.vm || !h.vm->config().network) return WorkerResult{};  // applied at the next start
+        auto set = h.vm->config().network->set_policy(Env::to_policy(egress));
+        return set ? WorkerResult{} : failed(set.error().message);
+      },
+      [=](snapshot_atom, std::string dir) -> WorkerResult {
+        auto& h = *self->state.handle;
+        std::unique_lock l(h.mu);  // waits for commands in flight
+        if (!h.vm) return failed("no VM");
+        auto s = h.vm->snapshot(dir);
+        return s ? WorkerResult{} : failed(s.error().message);
+      },
+      // A snapshot nobody can name any more (a fork's, once its children run): its RAM file is
+      // tmpfs memory. Removed here, off the actor system's shared threads.
+      [=](drop_atom, std::string dir) { vmm::remove_snapshot(dir); },
+      [=](hibernate_atom, std::string dir) -> WorkerResult {
+        auto& h = *self->state.handle;
+        h.cancel_calls();
+        std::unique_lock l(h.mu);
+        if (!h.vm) return failed("no VM");
+        auto s = h.vm->hibernate(dir);
+        if (!s) return failed(s.error().message);
+        h.vm.reset();
+        return WorkerResult{};
+      },
+      // Whether a background process runs in the guest (the idle timeout waits for it). A VM that
+      // cannot say counts as busy: it is not hibernated on a guess.
+      [=](procs_atom) -> bool {
+        auto& h = *self->state.handle;
+        std::shared_lock l(h.mu);
+        if (!h.vm) return false;
+        auto procs = h.vm->agent().list_processes();
+        if (!procs) return true;
+        for (auto& p : *procs)
+          if (p.running) return true;
+        return false;
+      },
+      [=](destroy_atom) -> WorkerResult {
+        auto& h = *self->state.handle;
+        h.cancel_calls();
+        std::unique_lock l(h.mu);
+        h.vm.reset();
+        return WorkerResult{};
+      },
+  };
+}
+
+}  // namespace pandastack::actors
