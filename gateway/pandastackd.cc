@@ -248,10 +248,10 @@ int main(int argc, char** argv) {
   std::string rpc_url = rpc_host + ":" + std::to_string(rpc_listener->getPort());
 
   std::printf(
-      "PandaStack is running.\n  URL:     %s\n  RPC:     %s (and unix:%s)\n  API key: %s\n  (key "
-      "file: %s)\n",
-      url.c_str(), rpc_url.c_str(), sock.c_str(), key.empty() ? "(see your key file)" : key.c_str(),
-      key_file.c_str());
+      "PandaStack is running.\n  URL:     %s\n  RPC:     %s (and unix:%s)\n  State:   %s\n"
+      "  API key: %s\n  (key file: %s)\n",
+      url.c_str(), rpc_url.c_str(), sock.c_str(), runtime->config().state_dir.c_str(),
+      key.empty() ? "(see your key file)" : key.c_str(), key_file.c_str());
   std::fflush(stdout);
   spdlog::info("listening on {} (accelerator {}, images {})", url,
                config.accel == vmm::Accel::kvm ? "kvm" : "tcg", images.string());

@@ -175,6 +175,10 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("created_at_ms", i.created_at_ms);
   j.set("expires_at_ms", i.expires_at_ms);
   j.set("persistent", i.persistent);
+  j.set("auto_wake", i.auto_wake);
+  j.set("ttl_seconds", i.ttl_seconds);
+  j.set("idle_timeout_seconds", i.idle_timeout_seconds);
+  j.set("on_timeout", i.on_timeout == actors::ReapAction::kill ? "kill" : "hibernate");
   Json m = Json::object();
   for (auto& [k, v] : i.metadata) m.set(k, v);
   j.set("metadata", m);
@@ -900,7 +904,8 @@ struct Gateway::Impl final : public kj::HttpService {
     }
     if (route == "/v1/sandboxes" && r.method == M::POST) {
       Fields f(r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
-                          "from_snapshot", "network", "egress"});
+                          "from_snapshot", "network", "egress", "idle_timeout_seconds",
+                          "on_timeout"});
       actors::CreateRequest c;
       c.tenant = tenant;
       c.template_name = f.str("template", "base");
@@ -908,6 +913,13 @@ struct Gateway::Impl final : public kj::HttpService {
       c.metadata = f.string_map("metadata");
       c.persistent = f.boolean("persistent");
       c.auto_wake = f.boolean("auto_wake");
+      c.idle_timeout_seconds = uint32_t(f.integer("idle_timeout_seconds", 0, 0, UINT32_MAX));
+      if (f.has("on_timeout")) {
+        auto a = f.str("on_timeout");
+        if (a != "kill" && a != "hibernate")
+          throw ApiError{"invalid_argument", "on_timeout must be \"kill\" or \"hibernate\""};
+        c.on_timeout = a == "kill" ? actors::ReapAction::kill : actors::ReapAction::hibernate;
+      }
       c.from_snapshot = f.str("from_snapshot");
       if (f.has("network")) c.network = f.boolean("network");
       if (f.has("egress")) c.egress = egress_from(f.object("egress"));

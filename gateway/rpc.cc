@@ -234,6 +234,19 @@ class SandboxImpl final : public api::Sandbox::Server {
         });
   }
 
+  kj::Promise<void> forkOne(ForkOneContext context) override {
+    return ctx_
+        .offload<std::vector<actors::SandboxInfo>>(
+            [t = target()] { return t.rt->fork(t.tenant, t.id, 1); })
+        .then([this, context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
+          auto kids = take(*r);
+          if (kids.size() != 1) throw KJ_EXCEPTION(FAILED, "internal: a fork made no child");
+          auto results = context.getResults();
+          results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, kids[0].id));
+          fill_info(results.initInfo(), kids[0]);
+        });
+  }
+
   kj::Promise<void> fork(ForkContext context) override {
     uint32_t count = context.getParams().getCount();
     return ctx_

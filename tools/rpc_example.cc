@@ -1,11 +1,12 @@
 // pandastack-rpc-example: a small client of the Cap'n Proto RPC API (wire/pandastack.capnp).
 //
-//   pandastack-rpc-example [--connect unix:var/rpc.sock | HOST:PORT] [--key KEY] [--template T] --
-//   CMD...
+//   pandastack-rpc-example [--connect unix:var/rpc.sock | HOST:PORT] [--key KEY] [--template T]
+//   [--fork] -- CMD...
 //
 // Login, create and exec are sent in one network round trip (promise pipelining): the exec is
-// addressed to the sandbox the create will return before that answer exists. Prints the command's
-// output, kills the sandbox and exits with the command's exit code.
+// addressed to the sandbox the create will return before that answer exists. With --fork the
+// command runs in a fork of the new sandbox instead (create, forkOne and exec in the same flight).
+// Prints the command's output, kills the sandboxes and exits with the command's exit code.
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   std::string connect = "unix:var/rpc.sock", key, template_name = "base";
   if (const char* k = std::getenv("PANDASTACK_API_KEY")) key = k;
   std::vector<std::string> cmd;
+  bool fork = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--connect" && i + 1 < argc)
@@ -31,11 +33,13 @@ int main(int argc, char** argv) {
       key = argv[++i];
     else if (a == "--template" && i + 1 < argc)
       template_name = argv[++i];
+    else if (a == "--fork")
+      fork = true;
     else if (a == "--") {
       for (++i; i < argc; ++i) cmd.push_back(argv[i]);
     } else {
       std::fprintf(stderr,
-                   "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] -- "
+                   "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] [--fork] -- "
                    "CMD...\n");
       return 2;
     }
@@ -54,7 +58,9 @@ int main(int argc, char** argv) {
   auto c = platform.createRequest();
   c.initRequest().setTemplate(template_name);
   auto created = c.send();
-  auto sandbox = created.getSandbox();  // pipelined
+  auto parent = created.getSandbox();  // pipelined
+  auto sandbox = parent;
+  if (fork) sandbox = parent.forkOneRequest().send().getSandbox();  // pipelined too
   auto e = sandbox.execRequest();
   auto argv_list = e.initRequest().initArgv(cmd.size());
   for (size_t i = 0; i < cmd.size(); ++i) argv_list.set(i, cmd[i]);
@@ -67,10 +73,11 @@ int main(int argc, char** argv) {
     std::fwrite(out.begin(), 1, out.size(), stdout);
     std::fwrite(err.begin(), 1, err.size(), stderr);
     auto info = created.wait(ws).getInfo();
-    std::fprintf(stderr, "[%s: exit %d; login + create + exec in one round trip: %.1f ms]\n",
-                 info.getId().cStr(), r.getExitCode(), ms);
+    std::fprintf(stderr, "[%s: exit %d; login + create + %sexec in one round trip: %.1f ms]\n",
+                 info.getId().cStr(), r.getExitCode(), fork ? "fork + " : "", ms);
     code = r.getExitCode();
     sandbox.killRequest().send().wait(ws);
+    if (fork) parent.killRequest().send().wait(ws);
   } catch (const kj::Exception& ex) {
     std::fprintf(stderr, "pandastack-rpc-example: %s\n", ex.getDescription().cStr());
     return 1;

@@ -100,4 +100,7 @@ interface Sandbox {
   wake @9 () -> (info :SandboxInfo);
   kill @10 () -> (info :SandboxInfo);
   setTtl @11 (ttlSeconds :UInt32) -> (info :SandboxInfo);
+  # One copy of the running sandbox (fork with a count of 1), as a capability a client can
+  # pipeline on: `sandbox.forkOne().sandbox.exec(...)` is one round trip.
+  forkOne @12 () -> (sandbox :Sandbox, info :SandboxInfo);
 }

@@ -128,14 +128,14 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
                   s.min_ms, s.max_ms);
     return 0;
   } else if (scenario == "exec") {
-    auto id = api.create();
+    auto id = api.create(create_body);
     std::string body = R"({"argv":["/bin/true"]})";
     for (int i = 0; i < 5; ++i) api.call("POST", "/v1/sandboxes/" + id + "/exec", body);
     for (int i = 0; i < n; ++i)
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/exec", body, s); });
     api.kill(id);
   } else if (scenario == "fork") {
-    auto id = api.create();
+    auto id = api.create(create_body);
     for (int i = 0; i < n; ++i) {
       Json kids;
       sample([&](double* s) {

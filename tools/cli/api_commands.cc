@@ -23,6 +23,7 @@ using wire::Json;
 
 const char* kUsage = R"(usage:
   pandastack sandbox create [--template T] [--ttl S] [--metadata K=V]... [--persistent]
+                            [--idle-timeout S] [--on-timeout kill|hibernate] [--auto-wake]
                             [--no-network | --egress deny_all|allow_all|allowlist] [--allow CIDR]... [--json]
   pandastack sandbox list [--state S] [--metadata K=V]... [--json]
   pandastack sandbox get|hibernate|wake|kill|snapshot ID [--json]
@@ -45,7 +46,7 @@ Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7
 struct Opts {
   std::vector<std::string> pos, metadata, env, cmd, allow;
   std::map<std::string, std::string> flags;
-  bool json = false, persistent = false, no_network = false;
+  bool json = false, persistent = false, no_network = false, auto_wake = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -67,6 +68,8 @@ Opts parse(int argc, char** argv, int from) {
       o.json = true;
     } else if (a == "--persistent") {
       o.persistent = true;
+    } else if (a == "--auto-wake") {
+      o.auto_wake = true;
     } else if (a == "--metadata") {
       o.metadata.push_back(value());
     } else if (a == "--env") {
@@ -76,8 +79,9 @@ Opts parse(int argc, char** argv, int from) {
     } else if (a == "--no-network") {
       o.no_network = true;
     } else if (a.rfind("--", 0) == 0) {
-      static const char* known[] = {"--template", "--ttl", "--state", "--count", "--timeout",
-                                    "--cwd",      "--url", "--key",   "--egress"};
+      static const char* known[] = {"--template", "--ttl",    "--state",        "--count",
+                                    "--timeout",  "--cwd",    "--url",          "--key",
+                                    "--egress",   "--on-timeout", "--idle-timeout"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);
@@ -87,6 +91,14 @@ Opts parse(int argc, char** argv, int from) {
     }
   }
   return o;
+}
+
+// A flag that must be a whole number of seconds (a usage error otherwise, not a request).
+int64_t seconds_flag(const Opts& o, const char* flag) {
+  const std::string& v = o.flags.at(flag);
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+    usage(std::string(flag) + " needs a whole number of seconds, not '" + v + "'");
+  return std::atoll(v.c_str());
 }
 
 std::map<std::string, std::string> pairs(const std::vector<std::string>& kvs, const char* what) {
@@ -214,7 +226,7 @@ int exec(Api& api, const Opts& o, const std::string& id) {
     body.set("argv", argv);
   }
   if (o.flags.count("--timeout"))
-    body.set("timeout_seconds", int64_t(std::atoll(o.flags.at("--timeout").c_str())));
+    body.set("timeout_seconds", seconds_flag(o, "--timeout"));
   if (o.flags.count("--cwd")) body.set("cwd", o.flags.at("--cwd"));
   if (!o.env.empty()) {
     Json env = Json::object();
@@ -313,8 +325,11 @@ int api_main(int argc, char** argv) {
       need(0);
       Json body = Json::object();
       body.set("template", o.flags.count("--template") ? o.flags.at("--template") : "base");
-      if (o.flags.count("--ttl"))
-        body.set("ttl_seconds", int64_t(std::atoll(o.flags.at("--ttl").c_str())));
+      if (o.flags.count("--ttl")) body.set("ttl_seconds", seconds_flag(o, "--ttl"));
+      if (o.flags.count("--idle-timeout"))
+        body.set("idle_timeout_seconds", seconds_flag(o, "--idle-timeout"));
+      if (o.flags.count("--on-timeout")) body.set("on_timeout", o.flags.at("--on-timeout"));
+      if (o.auto_wake) body.set("auto_wake", true);
       if (!o.metadata.empty()) {
         Json m = Json::object();
         for (auto& [k, v] : pairs(o.metadata, "--metadata")) m.set(k, v);

@@ -320,8 +320,10 @@ struct Tool {
 const Tool kTools[] = {
     {"create_sandbox",
      "Create a new isolated Linux sandbox (a microVM with its own kernel). Returns its id, which "
-     "the other tools take as sandbox_id. Sandboxes expire after ttl_seconds (default 900).",
-     R"J({"type":"object","properties":{"template":{"type":"string","description":"base, agent or code-interpreter (default base)"},"ttl_seconds":{"type":"integer","minimum":1},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"additionalProperties":false})J"},
+     "the other tools take as sandbox_id. Sandboxes expire after ttl_seconds (default 900). With "
+     "idle_timeout_seconds it is hibernated (on_timeout hibernate) or killed after that long "
+     "unused; with auto_wake a hibernated sandbox wakes on its next command.",
+     R"J({"type":"object","properties":{"template":{"type":"string","description":"base, agent or code-interpreter (default base)"},"ttl_seconds":{"type":"integer","minimum":1},"idle_timeout_seconds":{"type":"integer","minimum":1},"on_timeout":{"type":"string","enum":["kill","hibernate"]},"auto_wake":{"type":"boolean"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"additionalProperties":false})J"},
     {"run_command",
      "Run a shell command in a sandbox and wait for it. Returns exit_code=N and the command's "
      "stdout and stderr (each truncated to 16 KB).",
@@ -336,7 +338,8 @@ const Tool kTools[] = {
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
     {"fork_sandbox",
      "Copy a running sandbox (memory, processes and files) into count new sandboxes, e.g. to try "
-     "several approaches from the same state. Returns the new ids.",
+     "several approaches from the same state. Without count: one copy, returned like "
+     "create_sandbox (sandbox_id=...); with count: one sandbox_id=... line per copy.",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"count":{"type":"integer","minimum":1,"maximum":16}},"required":["sandbox_id"],"additionalProperties":false})J"},
     {"kill_sandbox", "Stop a sandbox and release it.",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
@@ -369,6 +372,10 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     body.set("template", str("template").empty() ? "base" : str("template"));
     if (args["ttl_seconds"].is_integer()) body.set("ttl_seconds", args["ttl_seconds"].as_int());
     if (args["metadata"].is_object()) body.set("metadata", args["metadata"]);
+    if (args["idle_timeout_seconds"].is_integer())
+      body.set("idle_timeout_seconds", args["idle_timeout_seconds"].as_int());
+    if (!str("on_timeout").empty()) body.set("on_timeout", str("on_timeout"));
+    if (args["auto_wake"].is_bool()) body.set("auto_wake", args["auto_wake"].as_bool());
     auto r = http.request("POST", "/v1/sandboxes", body.dump());
     if (r.status != 201) return {api_error(r), true};
     auto j = Json::parse(r.body);
@@ -420,7 +427,8 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     std::string text;
     Json kids = *Json::parse(r.body);
     for (auto& k : kids["sandboxes"].as_array())
-      text += (text.empty() ? "" : "\n") + k["id"].as_string();
+      text += std::string(text.empty() ? "" : "\n") + "sandbox_id=" + k["id"].as_string() +
+              " state=" + k["state"].as_string();
     return {text, false};
   }
   if (name == "kill_sandbox") {
