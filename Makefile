@@ -6,7 +6,7 @@ JOBS    ?= $(shell nproc)
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test unit integration run bench clean distclean
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test unit integration run bench bench-overhead clean distclean
 
 all: build
 
@@ -56,6 +56,10 @@ run: build guest
 bench: build guest-base
 	$(BUILD)/bin/pandastack-bench driver boot --n 5 --images $(IMAGES) --json
 	$(BUILD)/bin/pandastack-bench driver exec --n 200 --images $(IMAGES) --json
+
+# The daemon's own cost on the reply path: REST exec/create/fork against the driver's, in one run.
+bench-overhead: build guest-base
+	BUILD=$(BUILD) IMAGES=$(IMAGES) scripts/bench-overhead.sh
 
 clean:
 	rm -rf $(BUILD)

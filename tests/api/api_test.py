@@ -27,10 +27,15 @@ ARGS = None
 class Daemon:
     """A pandastackd process on a free loopback port with its own data and state folders."""
 
-    def __init__(self, data, state, extra=()):
+    def __init__(self, data, state, extra=(), images=None, defaults=False):
+        """`state` None: the daemon's default state folder (printed at start, in self.state).
+        `defaults`: only the flags that keep it apart from other daemons on this host (data
+        folder, ports, network prefix and pool, no DNS upstream), nothing else."""
         self.data, self.state = data, state
-        cmd = [ARGS.daemon, "--data", data, "--images", ARGS.images, "--state-dir", state,
-               "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg",
+        cmd = [ARGS.daemon, "--data", data, "--images", images or ARGS.images,
+               *(["--state-dir", state] if state else []),
+               "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+               *([] if defaults else ["--accel", "tcg"]),
                *Daemon.network_flags(data), *extra]
         os.makedirs(data, exist_ok=True)
         self.log = open(os.path.join(data, "daemon.log"), "ab")
@@ -43,6 +48,8 @@ class Daemon:
                 break
             if line.strip().startswith("URL:"):
                 self.url = line.split()[1]
+            if line.strip().startswith("State:"):
+                self.state = line.split()[1]
             if line.strip().startswith("API key:"):
                 self.key = line.split()[2]
             if line.strip().startswith("(key file"):

@@ -68,12 +68,16 @@ test("create, run, write, read, list, fork, kill", async () => {
   assert.equal(text(read), "from mcp");
   const listed = await client.callTool({ name: "list_dir", arguments: { sandbox_id: id, path: "/tmp/m" } });
   assert.equal(text(listed), "file\t8\tnotes.txt\n");
-  const forked = await client.callTool({ name: "fork_sandbox", arguments: { sandbox_id: id, count: 1 } });
-  const kid = text(forked).trim();
-  assert.match(kid, /^sbx_/);
+  // Without count: one copy, shaped like create_sandbox's answer; with count: one line each.
+  const forked = await client.callTool({ name: "fork_sandbox", arguments: { sandbox_id: id } });
+  assert.match(text(forked), /^sandbox_id=sbx_\w+ state=running$/);
+  const kid = text(forked).match(/sandbox_id=(sbx_\w+)/)[1];
+  const two = await client.callTool({ name: "fork_sandbox", arguments: { sandbox_id: id, count: 2 } });
+  const twins = text(two).split("\n").map((l) => l.match(/^sandbox_id=(sbx_\w+) state=running$/)[1]);
+  assert.equal(twins.length, 2);
   const kidRead = await client.callTool({ name: "read_file", arguments: { sandbox_id: kid, path: "/tmp/m/notes.txt" } });
   assert.equal(text(kidRead), "from mcp");
-  for (const s of [kid, id]) {
+  for (const s of [...twins, kid, id]) {
     const killed = await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: s } });
     assert.equal(text(killed), `killed ${s}`);
   }

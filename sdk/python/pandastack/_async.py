@@ -5,7 +5,7 @@ an ``exec_stream`` loop) closes the connection and the server kills the command 
 """
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union, Sequence
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union, Sequence, overload
 
 import httpx
 
@@ -138,16 +138,23 @@ class AsyncSandbox:
                      auto_wake: bool = False, from_snapshot: Optional[str] = None, *,
                      network: Optional[bool] = None, egress: Optional[str] = None,
                      allow: Optional[Sequence[str]] = None,
+                     idle_timeout_seconds: Optional[int] = None,
+                     on_timeout: Optional[str] = None,
                      api_key: Optional[str] = None, base_url: Optional[str] = None,
                      timeout: float = 300.0) -> "AsyncSandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
 
         ``network=False`` creates it without a network; ``egress`` is ``"deny_all"``,
         ``"allow_all"`` or ``"allowlist"`` and ``allow`` the allowlist's IPv4 addresses/CIDRs
-        (an allowlist when only ``allow`` is given); by default the daemon's policy applies."""
+        (an allowlist when only ``allow`` is given); by default the daemon's policy applies.
+
+        Timeouts: ``ttl_seconds`` from now, and ``idle_timeout_seconds`` without a command, file
+        or process call, stream or running background process; either ends in ``on_timeout``
+        (``"kill"``, or ``"hibernate"``: the default when ``persistent``). A hibernated sandbox
+        created with ``auto_wake=True`` wakes on its next exec, file or process call."""
         http = _AsyncHttp(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
-                             network, egress, allow)
+                             network, egress, allow, idle_timeout_seconds, on_timeout)
         r = await http.call("POST", "/v1/sandboxes", json=body)
         return cls(SandboxInfo.from_api(r.json()), http)
 
@@ -217,10 +224,19 @@ class AsyncSandbox:
         """Snapshots the running sandbox; returns the snapshot id."""
         return str((await self._post("snapshots"))["snapshot_id"])
 
-    async def fork(self, count: int = 1) -> List["AsyncSandbox"]:
-        """``count`` copies of the running sandbox; it keeps running."""
-        kids = (await self._post("fork", {"count": count}))["sandboxes"]
-        return [AsyncSandbox(SandboxInfo.from_api(k), self._http) for k in kids]
+    @overload
+    async def fork(self) -> "AsyncSandbox": ...
+
+    @overload
+    async def fork(self, count: int) -> List["AsyncSandbox"]: ...
+
+    async def fork(self, count: Optional[int] = None) -> Union["AsyncSandbox",
+                                                               List["AsyncSandbox"]]:
+        """A copy of the running sandbox; it keeps running. ``fork()`` returns one
+        ``AsyncSandbox``; ``fork(count=N)`` returns a list of N (1..16)."""
+        kids = (await self._post("fork", {"count": 1 if count is None else count}))["sandboxes"]
+        forks = [AsyncSandbox(SandboxInfo.from_api(k), self._http) for k in kids]
+        return forks[0] if count is None else forks
 
     async def set_egress(self, mode: Optional[str] = None,
                          allow: Optional[Sequence[str]] = None) -> None:

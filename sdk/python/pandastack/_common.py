@@ -51,9 +51,14 @@ def egress_body(mode: Optional[str], allow: Optional[Sequence[str]]) -> Dict[str
 def create_body(template: str, ttl_seconds: Optional[int], metadata: Optional[Mapping[str, str]],
                 persistent: bool, auto_wake: bool, from_snapshot: Optional[str],
                 network: Optional[bool] = None, egress: Optional[str] = None,
-                allow: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+                allow: Optional[Sequence[str]] = None, idle_timeout_seconds: Optional[int] = None,
+                on_timeout: Optional[str] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"template": template, "persistent": persistent,
                             "auto_wake": auto_wake}
+    if idle_timeout_seconds is not None:
+        body["idle_timeout_seconds"] = int(idle_timeout_seconds)
+    if on_timeout is not None:
+        body["on_timeout"] = on_timeout
     if network is not None:
         body["network"] = bool(network)
     if egress is not None or allow:

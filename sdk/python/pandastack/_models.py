@@ -77,13 +77,21 @@ class SandboxInfo:
     network: bool = False
     #: {"mode", "cidrs", "domains"} when the sandbox has a network
     egress: Optional[Dict[str, Any]] = None
+    auto_wake: bool = False
+    ttl_seconds: int = 0
+    #: seconds without use before ``on_timeout`` happens (0: no idle timeout)
+    idle_timeout_seconds: int = 0
+    #: what the TTL or the idle timeout does: "kill" or "hibernate"
+    on_timeout: str = "kill"
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "SandboxInfo":
         return cls(b["id"], b["template"], b["state"], int(b["created_at_ms"]),
                    int(b["expires_at_ms"]), bool(b.get("persistent", False)),
                    dict(b.get("metadata", {})), b.get("parent"), list(b.get("snapshots", [])),
-                   bool(b.get("network", False)), b.get("egress"))
+                   bool(b.get("network", False)), b.get("egress"),
+                   bool(b.get("auto_wake", False)), int(b.get("ttl_seconds", 0)),
+                   int(b.get("idle_timeout_seconds", 0)), str(b.get("on_timeout", "kill")))
 
 
 @dataclass

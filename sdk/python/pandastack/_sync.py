@@ -1,7 +1,7 @@
 """The synchronous client: ``Sandbox``."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Union, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union, Sequence, overload
 
 import httpx
 
@@ -151,16 +151,22 @@ class Sandbox:
                auto_wake: bool = False, from_snapshot: Optional[str] = None, *,
                network: Optional[bool] = None, egress: Optional[str] = None,
                allow: Optional[Sequence[str]] = None,
+               idle_timeout_seconds: Optional[int] = None, on_timeout: Optional[str] = None,
                api_key: Optional[str] = None, base_url: Optional[str] = None,
                timeout: float = 300.0) -> "Sandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
 
         ``network=False`` creates it without a network; ``egress`` is ``"deny_all"``,
         ``"allow_all"`` or ``"allowlist"`` and ``allow`` the allowlist's IPv4 addresses/CIDRs
-        (an allowlist when only ``allow`` is given); by default the daemon's policy applies."""
+        (an allowlist when only ``allow`` is given); by default the daemon's policy applies.
+
+        Timeouts: ``ttl_seconds`` from now, and ``idle_timeout_seconds`` without a command, file
+        or process call, stream or running background process; either ends in ``on_timeout``
+        (``"kill"``, or ``"hibernate"``: the default when ``persistent``). A hibernated sandbox
+        created with ``auto_wake=True`` wakes on its next exec, file or process call."""
         http = _Http(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
-                             network, egress, allow)
+                             network, egress, allow, idle_timeout_seconds, on_timeout)
         return cls(SandboxInfo.from_api(http.call("POST", "/v1/sandboxes", json=body).json()), http)
 
     @classmethod
@@ -221,10 +227,19 @@ class Sandbox:
         """Snapshots the running sandbox; the id can be passed to ``create(from_snapshot=...)``."""
         return str(self._post("snapshots")["snapshot_id"])
 
-    def fork(self, count: int = 1) -> List["Sandbox"]:
-        """``count`` copies of the running sandbox (memory and disk); it keeps running."""
-        kids = self._post("fork", {"count": count})["sandboxes"]
-        return [Sandbox(SandboxInfo.from_api(k), self._http) for k in kids]
+    @overload
+    def fork(self) -> "Sandbox": ...
+
+    @overload
+    def fork(self, count: int) -> List["Sandbox"]: ...
+
+    def fork(self, count: Optional[int] = None) -> Union["Sandbox", List["Sandbox"]]:
+        """A copy of the running sandbox (memory, processes and disk); it keeps running.
+
+        ``fork()`` returns one ``Sandbox``; ``fork(count=N)`` returns a list of N (1..16)."""
+        kids = self._post("fork", {"count": 1 if count is None else count})["sandboxes"]
+        forks = [Sandbox(SandboxInfo.from_api(k), self._http) for k in kids]
+        return forks[0] if count is None else forks
 
     def set_ttl(self, ttl_seconds: int) -> None:
         """Sets the time to live from now."""

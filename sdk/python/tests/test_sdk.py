@@ -211,6 +211,135 @@ class ExamplesTest(unittest.TestCase):
         self.assertEqual(out, "42\nhello from node\ntick 1\ntick 2\ntick 3\nexit 0\n")
 
 
+class IdleTest(unittest.TestCase):
+
+    def test_idle_sandbox_hibernates_and_the_next_call_wakes_it_intact(self):
+        # Idle after 2 s without a call; a running background process keeps it awake.
+        with Sandbox.create(idle_timeout_seconds=2, on_timeout="hibernate", auto_wake=True) as sbx:
+            self.assertEqual((sbx.info.idle_timeout_seconds, sbx.info.on_timeout), (2, "hibernate"))
+            sbx.exec("head -c 4194304 /dev/urandom > /dev/shm/state; sha256sum /dev/shm/state")
+            digest = sbx.exec("sha256sum /dev/shm/state").stdout.split()[0]
+            sbx.process.start("sleep 6")
+            time.sleep(4.5)
+            self.assertEqual(sbx.refresh().state, "running")  # the process ran: not idle
+            deadline = time.time() + 30
+            while sbx.refresh().state != "hibernated" and time.time() < deadline:
+                time.sleep(0.5)
+            self.assertEqual(sbx.state, "hibernated")
+            reaped = [e for e in sbx.events() if e["type"] == "reaped"]
+            self.assertEqual(reaped[-1]["event"]["reason"], "idle")
+            self.assertEqual(reaped[-1]["event"]["action"], "hibernate")
+            # Any call wakes it first (auto_wake): no error for the caller, memory intact.
+            r = sbx.exec("sha256sum /dev/shm/state")
+            self.assertEqual(r.stdout.split()[0], digest)
+            self.assertEqual(sbx.refresh().state, "running")
+
+    def test_without_auto_wake_a_hibernated_sandbox_refuses_calls(self):
+        with Sandbox.create(idle_timeout_seconds=1, on_timeout="hibernate") as sbx:
+            deadline = time.time() + 30
+            while sbx.refresh().state != "hibernated" and time.time() < deadline:
+                time.sleep(0.5)
+            self.assertEqual(sbx.state, "hibernated")
+            with self.assertRaises(pandastack.SandboxHibernated):
+                sbx.exec("true")
+
+    def test_idle_timeout_kill_and_bad_input(self):
+        sbx = Sandbox.create(idle_timeout_seconds=1, on_timeout="kill")
+        deadline = time.time() + 30
+        while sbx.refresh().state != "stopped" and time.time() < deadline:
+            time.sleep(0.5)
+        self.assertEqual(sbx.state, "stopped")
+        with self.assertRaises(pandastack.InvalidArgument):
+            Sandbox.create(on_timeout="pause")
+        with self.assertRaises(pandastack.InvalidArgument):
+            Sandbox.create(idle_timeout_seconds=86401)
+
+
+def readme_block(name):
+    """The fenced code block between <!-- NAME --> and <!-- /NAME --> in the README."""
+    with open(os.path.join(HERE, "..", "..", "..", "README.md")) as f:
+        text = f.read()
+    block = text.split(f"<!-- {name} -->")[1].split(f"<!-- /{name} -->")[0]
+    return block.split("```python\n")[1].split("```")[0]
+
+
+class FirstRunTest(unittest.TestCase):
+    """What a new user does first, against a daemon with its default flags (its own data folder,
+    ports and network prefix aside): the README's quickstart, verbatim, on every template."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = tempfile.mkdtemp(prefix="pst-first-", dir="/var/tmp")
+        cls.daemon = api_test.Daemon(os.path.join(cls.base, "data"), None, defaults=True)
+        cls.env = {"PANDASTACK_API_KEY": cls.daemon.key, "PANDASTACK_BASE_URL": cls.daemon.url}
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop()
+        shutil.rmtree(cls.daemon.state, ignore_errors=True)  # the default state folder
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+
+    def test_readme_quickstart_runs_verbatim(self):
+        code = readme_block("quickstart")
+        env = {**os.environ, **self.env, "PYTHONPATH": os.path.join(HERE, "..")}
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.split("\n")
+        self.assertEqual(lines[0], "45")
+        self.assertTrue(lines[1].startswith("pip "), r.stdout)
+        self.assertEqual(lines[2:6], ["0", "2", "4", "6"])
+        self.assertEqual(lines[6], "True")  # a PNG read back
+
+    def test_every_shipped_template_creates_through_rest(self):
+        api = api_test.Api(self.daemon)
+        for template in ("base", "agent", "code-interpreter"):
+            for network in (True, False):
+                st, body = api.call("POST", "/v1/sandboxes",
+                                    {"template": template, "network": network})
+                self.assertEqual(st, 201, (template, network, body))
+                st, r = api.call("POST", f"/v1/sandboxes/{body['id']}/exec",
+                                 {"cmd": "python --version"})
+                self.assertEqual((st, r["exit_code"]), (200, 0), (template, r))
+                self.assertTrue(r["stdout"].startswith("Python 3"), r)
+                api.call("DELETE", f"/v1/sandboxes/{body['id']}")
+
+    def test_longest_template_name_creates(self):
+        # A 64-character template (the longest allowed) in an images folder of its own; its
+        # sandboxes' run folders and sockets must not care. Hard links: no copy of the images.
+        name = "t" * 60 + "-max"
+        images = tempfile.mkdtemp(prefix="pst-img-", dir=os.path.dirname(api_test.ARGS.images))
+        try:
+            for part in ("kernel", "initramfs"):
+                shutil.copytree(os.path.join(api_test.ARGS.images, part),
+                                os.path.join(images, part), copy_function=os.link)
+            os.makedirs(os.path.join(images, name))
+            for f in ("rootfs.qcow2", "key", "network"):
+                os.link(os.path.join(api_test.ARGS.images, "base", f), os.path.join(images, name, f))
+            data = os.path.join(self.base, "long")
+            d = api_test.Daemon(data, None, images=images, extra=("--accel", "tcg", "--pool-size", "0"))
+            try:
+                api = api_test.Api(d)
+                for network in (True, False):
+                    st, body = api.call("POST", "/v1/sandboxes",
+                                        {"template": name, "network": network})
+                    self.assertEqual(st, 201, body)
+                    self.assertEqual(len(body["id"]), 20)
+                    st, r = api.call("POST", f"/v1/sandboxes/{body['id']}/exec",
+                                     {"cmd": "echo ok"})
+                    self.assertEqual((st, r.get("stdout")), (200, "ok\n"), r)
+                    st, kids = api.call("POST", f"/v1/sandboxes/{body['id']}/fork", {})
+                    self.assertEqual(st, 201, kids)
+                st, body = api.call("POST", "/v1/sandboxes", {"template": name + "x"})
+                self.assertEqual((st, body["error"]["code"]), (400, "invalid_argument"))
+            finally:
+                self.assertEqual(d.stop(), 0)
+                shutil.rmtree(d.state, ignore_errors=True)
+        finally:
+            shutil.rmtree(images, ignore_errors=True)
+
+
 class AsyncSdkTest(unittest.IsolatedAsyncioTestCase):
     async def test_cancelling_exec_kills_the_guest_command(self):
         async with await AsyncSandbox.create() as sbx:

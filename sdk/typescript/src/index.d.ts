@@ -20,6 +20,11 @@ export interface CreateOptions extends ClientOptions {
   egress?: EgressMode;
   /** IPv4 addresses or CIDRs the sandbox may reach (allowlist). */
   allow?: string[];
+  /** Seconds without a command, file or process call, stream or running background process
+   * after which `onTimeout` happens (default: no idle timeout). */
+  idleTimeoutSeconds?: number;
+  /** What the TTL or the idle timeout does (default: "hibernate" when persistent, else "kill"). */
+  onTimeout?: "kill" | "hibernate";
 }
 
 export type EgressMode = "deny_all" | "allow_all" | "allowlist";
@@ -59,6 +64,10 @@ export interface SandboxInfo {
   snapshots: string[];
   network: boolean;
   egress: Egress | null;
+  autoWake: boolean;
+  ttlSeconds: number;
+  idleTimeoutSeconds: number;
+  onTimeout: "kill" | "hibernate";
 }
 
 export interface ExecOptions {
@@ -135,7 +144,10 @@ export declare class Sandbox {
   exec(cmd: string | string[], opts?: ExecOptions): Promise<ExecResult>;
   execStream(cmd: string | string[], opts?: ExecOptions): AsyncIterable<ExecEvent>;
   snapshot(): Promise<string>;
-  fork(count?: number): Promise<Sandbox[]>;
+  /** A copy of the running sandbox (memory, processes, disk); it keeps running. */
+  fork(): Promise<Sandbox>;
+  /** `count` copies (1..16). */
+  fork(count: number): Promise<Sandbox[]>;
   hibernate(): Promise<void>;
   wake(): Promise<void>;
   setTtl(ttlSeconds: number): Promise<void>;

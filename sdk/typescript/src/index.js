@@ -209,7 +209,8 @@ function info(b) {
   return {
     id: b.id, template: b.template, state: b.state, createdAtMs: b.created_at_ms, expiresAtMs: b.expires_at_ms,
     persistent: b.persistent, metadata: b.metadata ?? {}, parent: b.parent ?? null, snapshots: b.snapshots ?? [],
-    network: !!b.network, egress: b.egress ?? null,
+    network: !!b.network, egress: b.egress ?? null, autoWake: !!b.auto_wake, ttlSeconds: b.ttl_seconds ?? 0,
+    idleTimeoutSeconds: b.idle_timeout_seconds ?? 0, onTimeout: b.on_timeout ?? "kill",
   };
 }
 
@@ -242,6 +243,8 @@ export class Sandbox {
     if (opts.fromSnapshot) { body.from_snapshot = opts.fromSnapshot; delete body.template; }
     if (opts.network !== undefined) body.network = !!opts.network;
     if (opts.egress !== undefined || opts.allow) body.egress = egressBody(opts.egress, opts.allow);
+    if (opts.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = opts.idleTimeoutSeconds;
+    if (opts.onTimeout !== undefined) body.on_timeout = opts.onTimeout;
     return new Sandbox(info(await http.json("POST", "/v1/sandboxes", { json: body })), http);
   }
   /** An existing sandbox of this key's tenant. */
@@ -293,7 +296,11 @@ export class Sandbox {
   /** Snapshots the running sandbox; resolves to the snapshot id. */
   async snapshot() { return (await this.#post("snapshots")).snapshot_id; }
   /** `count` copies of the running sandbox; it keeps running. */
-  async fork(count = 1) { return (await this.#post("fork", { count })).sandboxes.map((k) => new Sandbox(info(k), this.http)); }
+  /** fork(): one copy of the running sandbox (a Sandbox); fork(count): a list of `count`. */
+  async fork(count) {
+    const kids = (await this.#post("fork", { count: count ?? 1 })).sandboxes.map((k) => new Sandbox(info(k), this.http));
+    return count === undefined ? kids[0] : kids;
+  }
   /** Saves the sandbox to disk and stops its VM. */
   async hibernate() { this.info = info(await this.#post("hibernate")); }
   /** Restores a hibernated sandbox. */

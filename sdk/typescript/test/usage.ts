@@ -29,6 +29,10 @@ export async function usage(): Promise<string> {
   const pid: number = await sbx.process.start("sleep 1");
   await sbx.process.kill(pid, 9);
   const kids: Sandbox[] = await sbx.fork(2);
+  const one: Sandbox = await sbx.fork();
+  await one.exec("true");
+  const idle = await Sandbox.create({ idleTimeoutSeconds: 60, onTimeout: "hibernate", autoWake: true });
+  const t: number = idle.info.idleTimeoutSeconds;
   const all: SandboxInfo[] = await Sandbox.list({ state: "running", metadata: { a: "b" } });
   await Sandbox.deleteSnapshot(await sbx.snapshot());
   try {
@@ -36,5 +40,5 @@ export async function usage(): Promise<string> {
   } catch (e) {
     if (e instanceof SandboxNotFoundError) return `${e.code} ${e.status}`;
   }
-  return `${r.stdout}${entries.length}${kids.length}${all.length}${sbx.state}`;
+  return `${r.stdout}${entries.length}${kids.length}${all.length}${sbx.state}${t}`;
 }
