@@ -39,6 +39,24 @@ kj::Promise<Result<T>> with_deadline(IoThread& io, kj::Promise<Result<T>> p, mil
   }));
 }
 
+// The host's own deadline for a command: the guest enforces `timeout_ms`, but a starved or hostile
+// guest may never answer. After the timeout plus a grace the call is dropped (which kills the
+// command in the guest once it gets there) and answered as timed out.
+constexpr milliseconds kExecGrace{5000};
+kj::Promise<Result<ExecResult>> host_deadline(IoThread& io, uint32_t timeout_ms,
+                                              kj::Promise<Result<ExecResult>> p) {
+  if (timeout_ms == 0) return p;
+  auto limit = milliseconds(timeout_ms) + kExecGrace;
+  return p.exclusiveJoin(io.timer().afterDelay(kj_ms(limit)).then([limit]() {
+    ExecResult r;
+    r.exit_code = -9;
+    r.timed_out = true;
+    r.duration_us = uint64_t(duration_cast<microseconds>(limit).count());
+    r.stderr_data = "[pandastack: the guest did not end the command by its timeout; the host did]\n";
+    return Result<ExecResult>(r);
+  }));
+}
+
 // Runs `f` (which returns a Promise<Result<T>>) on the IoThread; KJ exceptions become agent_error.
 template <typename T, typename F>
 Result<T> on_io(IoThread& io, F&& f) {
@@ -112,20 +130,37 @@ FileStat read_stat(w::FileStat::Reader s) {
   return f;
 }
 
+// The host's end of an output stream. The guest holds the capability and may call it at any time,
+// also after the call it belongs to ended (a hostile guest keeps it; a benign one has writes in
+// flight): the callback is revoked when the call ends (see revocable_sink), after which every
+// write fails and the caller's objects (the callback's captures) are never touched again.
+struct SinkState {
+  OutputCallback cb;  // null once revoked; only used on the IoThread
+};
+
 class SinkImpl final : public w::OutputSink::Server {
  public:
-  explicit SinkImpl(OutputCallback cb) : cb_(kj::mv(cb)) {}
+  explicit SinkImpl(std::shared_ptr<SinkState> st) : st_(kj::mv(st)) {}
   kj::Promise<void> write(WriteContext ctx) override {
+    if (!st_->cb) return KJ_EXCEPTION(DISCONNECTED, "the output stream has ended");
     auto p = ctx.getParams();
     auto d = p.getData();
-    cb_(p.getKind() == w::StreamKind::STDOUT ? StreamKind::out : StreamKind::err,
-        std::string_view(reinterpret_cast<const char*>(d.begin()), d.size()));
+    st_->cb(p.getKind() == w::StreamKind::STDOUT ? StreamKind::out : StreamKind::err,
+            std::string_view(reinterpret_cast<const char*>(d.begin()), d.size()));
     return kj::READY_NOW;
   }
 
  private:
-  OutputCallback cb_;
+  std::shared_ptr<SinkState> st_;
 };
+
+// A sink for `cb` and the guard that revokes it: attach the guard to the call's promise, so the
+// callback is dropped when the call ends, however it ends (done, failed, cancelled).
+std::pair<kj::Own<SinkImpl>, kj::Own<void>> revocable_sink(OutputCallback cb) {
+  auto st = std::make_shared<SinkState>(SinkState{std::move(cb)});
+  auto guard = kj::heap(kj::defer([st]() { st->cb = nullptr; }));
+  return {kj::heap<SinkImpl>(st), kj::Own<void>(kj::mv(guard))};
+}
 
 // Lets another thread cancel a call running on the IoThread (std::stop_token -> kj::Canceler).
 struct CancelSlot {
@@ -313,7 +348,9 @@ Result<ExecResult> AgentClient::exec(const ExecRequest& request, std::stop_token
   return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.execRequest();
     fill_request(req.initRequest(), request);
-    return req.send().then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); });
+    return host_deadline(
+        io_, request.timeout_ms,
+        req.send().then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); }));
   });
 }
 
@@ -322,8 +359,12 @@ Result<ExecResult> AgentClient::exec_stream(const ExecRequest& request, OutputCa
   return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.execStreamRequest();
     fill_request(req.initRequest(), request);
-    req.setSink(kj::heap<SinkImpl>(std::move(on_output)));
-    return req.send().then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); });
+    auto [sink, guard] = revocable_sink(std::move(on_output));
+    req.setSink(kj::mv(sink));
+    return host_deadline(io_, request.timeout_ms,
+                         req.send()
+                             .then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); })
+                             .attach(kj::mv(guard)));
   });
 }
 
@@ -378,11 +419,14 @@ Result<ExecResult> AgentClient::stream_process(uint32_t pid, OutputCallback on_o
   return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.streamProcessRequest();
     req.setPid(pid);
-    req.setSink(kj::heap<SinkImpl>(std::move(on_output)));
-    return req.send().then([](auto r) -> Result<ExecResult> {
-      if (r.getError().size() > 0) return make_error(ErrorCode::not_found, r.getError().cStr());
-      return read_result(r.getResult());
-    });
+    auto [sink, guard] = revocable_sink(std::move(on_output));
+    req.setSink(kj::mv(sink));
+    return req.send()
+        .then([](auto r) -> Result<ExecResult> {
+          if (r.getError().size() > 0) return make_error(ErrorCode::not_found, r.getError().cStr());
+          return read_result(r.getResult());
+        })
+        .attach(kj::mv(guard));
   });
 }
 
@@ -415,8 +459,21 @@ kj::Promise<Result<std::string>> read_rest(w::Agent::Client agent, std::string p
                                             path + " is " + std::to_string(r.getSize()) +
                                                 " bytes, more than the limit of " + std::to_string(max_bytes)));
     auto d = r.getData();
+    // The guest's word is checked, not trusted: a chunk is at most what was asked, and the whole
+    // is at most max_bytes however the guest reports the size.
+    if (d.size() > kChunk)
+      return Result<std::string>(make_error(ErrorCode::agent_error,
+                                            "readFile answered " + std::to_string(d.size()) +
+                                                " bytes for a read of at most " +
+                                                std::to_string(kChunk)));
+    if (acc->size() + d.size() > max_bytes)
+      return Result<std::string>(make_error(
+          ErrorCode::invalid_argument,
+          path + " is more than the limit of " + std::to_string(max_bytes) + " bytes"));
     acc->append(reinterpret_cast<const char*>(d.begin()), d.size());
-    if (d.size() == 0 || acc->size() >= r.getSize()) return Result<std::string>(kj::mv(*acc));
+    // A regular file ends at its size; a special file (size 0: /proc, devices) at end of file.
+    if (d.size() == 0 || (r.getSize() > 0 && acc->size() >= r.getSize()))
+      return Result<std::string>(kj::mv(*acc));
     return read_rest(kj::mv(agent), kj::mv(path), kj::mv(acc), max_bytes);
   });
 }

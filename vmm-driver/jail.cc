@@ -210,6 +210,19 @@ Status Cgroup::add(pid_t pid) {
   return Ok{};
 }
 
+uint64_t Cgroup::oom_kills() const {
+  // v2: memory.events has "oom_kill N"; v1: memory.oom_control has the same line.
+  for (auto& d : dirs_)
+    for (const char* f : {"memory.events", "memory.oom_control"}) {
+      std::ifstream in(d / f);
+      std::string key;
+      uint64_t n = 0;
+      while (in >> key >> n)
+        if (key == "oom_kill") return n;
+    }
+  return 0;
+}
+
 Cgroup::~Cgroup() {
   for (auto& d : dirs_) {
     // The group empties when QEMU has been reaped; rmdir fails (harmlessly) otherwise.
@@ -221,7 +234,8 @@ Cgroup::~Cgroup() {
 // Launch
 
 Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy, const std::vector<fs::path>& images,
-                                                       const fs::path& run, uint32_t uid, std::vector<std::string> argv,
+                                                       const fs::path& run, const fs::path& disk, uint32_t uid,
+                                                       std::vector<std::string> argv,
                                                        int log_fd, bool die_with_parent,
                                                        std::vector<int> inherit_fds) {
   auto l = std::unique_ptr<JailLaunch>(new JailLaunch());
@@ -269,6 +283,10 @@ Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy
     std::vector<std::string> srcs;
     if (e.path == "$IMAGES") for (auto& i : images) srcs.push_back(fs::absolute(i).string());
     else if (e.path == "$RUN") srcs.push_back(fs::absolute(run).string());
+    else if (e.path == "$DISK") {
+      if (!disk.empty() && fs::absolute(disk) != fs::absolute(run))
+        srcs.push_back(fs::absolute(disk).string());
+    }
     else srcs.push_back(e.path);
     for (auto& src : srcs) {
       switch (e.kind) {

@@ -55,6 +55,8 @@ class Cgroup {
   ~Cgroup();
   // Moves `pid` into the group (before it executes anything).
   Status add(pid_t pid);
+  // How many times the kernel's OOM killer acted on this group (its memory limit).
+  uint64_t oom_kills() const;
   bool v2() const { return v2_; }
   const std::vector<std::filesystem::path>& dirs() const { return dirs_; }
 
@@ -67,9 +69,11 @@ class Cgroup {
 // child only makes system calls (it runs after clone in a multi-threaded process).
 class JailLaunch {
  public:
-  // `images` and `run` expand $IMAGES / $RUN (more than one images folder may be bound read-only).
+  // `images`, `run` and `disk` expand $IMAGES / $RUN / $DISK (more than one images folder may be
+  // bound read-only; `disk` empty or the run folder itself: $DISK binds nothing).
   static Result<std::unique_ptr<JailLaunch>> prepare(const JailPolicy& policy, const std::vector<std::filesystem::path>& images,
-                                                    const std::filesystem::path& run, uint32_t uid,
+                                                    const std::filesystem::path& run,
+                                                    const std::filesystem::path& disk, uint32_t uid,
                                                     std::vector<std::string> argv, int log_fd,
                                                     bool die_with_parent,
                                                     std::vector<int> inherit_fds = {});

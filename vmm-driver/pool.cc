@@ -50,7 +50,9 @@ void VmPool::refill() {
       if (stop_) return;
       c = base_;
       c.nice = kMemberNice;
-      c.run_dir = base_.run_dir.string() + "-" + std::to_string(seq_++);
+      std::string suffix = "-" + std::to_string(seq_++);
+      c.run_dir = base_.run_dir.string() + suffix;
+      if (!base_.disk_dir.empty()) c.disk_dir = base_.disk_dir.string() + suffix;
       c.name = c.run_dir.filename().string();
     }
     if (make_network_) {
@@ -122,6 +124,7 @@ Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name,
   if (!vm) {
     VmConfig c = pool_.base();
     c.run_dir = c.run_dir.string() + "-direct-" + name;
+    if (!c.disk_dir.empty()) c.disk_dir = c.disk_dir.string() + "-direct-" + name;
     c.name = name;
     c.hostname = hostname;
     return restore_with_spare(io_, spares, snapshot_, c, false, pool_.network_factory());

@@ -32,12 +32,14 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
   s.initramfs = (*j)["initramfs"].as_string();
   s.origin = (*j)["origin"].as_string();
   s.created_unix_ms = (*j)["created_unix_ms"].as_int();
+  if ((*j)["disk_dir"].is_string()) s.disk_dir = (*j)["disk_dir"].as_string();
   for (auto& l : (*j)["layers"].as_array()) s.layers.push_back(l.as_string());
   if (s.layers.empty()) return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
   for (auto& f : {s.mem(), s.state(), s.disk()})
     if (!fs::exists(f)) return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
   for (auto& l : s.layers)
-    if (!fs::exists(dir / l)) return make_error(ErrorCode::invalid_argument, "snapshot layer missing: " + (dir / l).string());
+    if (!fs::exists(s.layer(l)))
+      return make_error(ErrorCode::invalid_argument, "snapshot layer missing: " + s.layer(l).string());
   return s;
 }
 
@@ -55,6 +57,7 @@ Status Snapshot::write_meta() const {
   Json ls = Json::array();
   for (auto& l : layers) ls.push(l);
   j.set("layers", ls);
+  if (!disk_dir.empty() && disk_dir != dir) j.set("disk_dir", disk_dir.string());
   auto tmp = dir / "meta.json.tmp";
   {
     std::ofstream out(tmp);
@@ -82,17 +85,21 @@ Status Snapshot::check_compatible(const VmConfig& c, const std::string& qemu) co
   return Ok{};
 }
 
-Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir) {
+Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir, const fs::path& disk_dir) {
   if (auto existing = Snapshot::load(dir)) {
     if (existing->created_unix_ms == snap.created_unix_ms && existing->layers == snap.layers) return existing;
   }
   std::error_code ec;
   fs::path tmp = dir.string() + ".tmp";
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + tmp.string() + ": " + ec.message());
+  fs::path disk_tmp = disk_dir.empty() ? tmp : fs::path(disk_dir.string() + ".tmp");
+  for (auto& d : {tmp, disk_tmp}) {
+    fs::remove_all(d, ec);
+    fs::create_directories(d, ec);
+    if (ec) return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
+  }
   auto fail = [&](Error e) -> Result<Snapshot> {
     fs::remove_all(tmp, ec);
+    fs::remove_all(disk_tmp, ec);
     return e;
   };
   auto copied = copy_ram_file(snap.mem(), tmp / "mem");
@@ -100,26 +107,39 @@ Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir) {
   fs::copy_file(snap.state(), tmp / "state", ec);
   if (ec) return fail(make_error(ErrorCode::io_error, "cannot copy state: " + ec.message()));
   for (auto& l : snap.layers) {
-    fs::create_hard_link(snap.dir / l, tmp / l, ec);
-    if (ec) fs::copy_file(snap.dir / l, tmp / l, ec);
+    fs::create_hard_link(snap.layer(l), disk_tmp / l, ec);
+    if (ec) fs::copy_file(snap.layer(l), disk_tmp / l, ec);
     if (ec) return fail(make_error(ErrorCode::io_error, "cannot copy layer " + l + ": " + ec.message()));
   }
-  fs::create_hard_link(tmp / snap.layers.back(), tmp / "disk.qcow2", ec);
+  fs::create_hard_link(disk_tmp / snap.layers.back(), disk_tmp / "disk.qcow2", ec);
   if (ec) return fail(make_error(ErrorCode::io_error, "cannot link disk: " + ec.message()));
   Snapshot staged = snap;
   staged.dir = fs::absolute(dir);
+  staged.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);
   Snapshot at_tmp = staged;
-  at_tmp.dir = tmp;
+  at_tmp.dir = tmp;  // the metadata names the final disk folder
   auto meta = at_tmp.write_meta();
   if (!meta) return fail(meta.error());
+  if (!disk_dir.empty()) {
+    fs::remove_all(disk_dir, ec);
+    fs::rename(disk_tmp, disk_dir, ec);
+    if (ec) return fail(make_error(ErrorCode::io_error, "cannot install " + disk_dir.string() + ": " + ec.message()));
+  }
   fs::remove_all(dir, ec);
   fs::rename(tmp, dir, ec);
   if (ec) return fail(make_error(ErrorCode::io_error, "cannot install " + dir.string() + ": " + ec.message()));
   return staged;
 }
 
-void remove_snapshot(const fs::path& dir) {
+void remove_snapshot(const fs::path& dir, const fs::path& disk_dir) {
   std::error_code ec;
+  // Its disk folder, as its metadata names it (read directly: a consumed snapshot lacks files).
+  std::ifstream in(dir / "meta.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (auto j = Json::parse(ss.str()); j && j->is_object() && (*j)["disk_dir"].is_string())
+    fs::remove_all((*j)["disk_dir"].as_string(), ec);
+  if (!disk_dir.empty()) fs::remove_all(disk_dir, ec);
   fs::remove_all(dir, ec);
 }
 

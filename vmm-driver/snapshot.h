@@ -4,12 +4,15 @@
 //   DIR/mem         guest RAM, raw and sparse; a restore copies it (data extents only) into its run
 //                   folder and maps that shared; a wake from hibernation takes the file itself
 //   DIR/state       QEMU device state (a migration stream without RAM: x-ignore-shared)
-//   DIR/disk.qcow2  the disk at snapshot time; immutable, restores put an overlay on it. It is a
+//   DISK/disk.qcow2 the disk at snapshot time; immutable, restores put an overlay on it. It is a
 //                   hard link to the newest of DIR/layer-*.qcow2: the disk's chain of frozen
 //                   qcow2 layers, each naming its parent by a relative name, so the folder is
 //                   self-contained (the oldest layer names the template's root filesystem by its
 //                   absolute path). Layers are shared between snapshots by hard links: deleting a
 //                   snapshot never breaks another one, or a VM restored from it.
+//
+// DISK is the snapshot's disk folder: DIR itself, or a twin folder on a real disk (`disk_dir`,
+// named in meta.json) when DIR is on tmpfs: guest disk writes must not be host RAM.
 //
 // A snapshot is restorable only by the same QEMU version, accelerator, memory size, vCPU count,
 // kernel and initramfs it was made with (a TCG snapshot cannot be restored under KVM):
@@ -29,6 +32,7 @@ constexpr int kSnapshotFormat = 3;  // 3: every VM has a virtio-net NIC
 
 struct Snapshot {
   std::filesystem::path dir;
+  std::filesystem::path disk_dir;  // where the disk layers are; empty = dir
   int format = kSnapshotFormat;
   std::string qemu_version;
   Accel accel = Accel::tcg;
@@ -41,7 +45,9 @@ struct Snapshot {
 
   std::filesystem::path mem() const { return dir / "mem"; }
   std::filesystem::path state() const { return dir / "state"; }
-  std::filesystem::path disk() const { return dir / "disk.qcow2"; }
+  std::filesystem::path disks() const { return disk_dir.empty() ? dir : disk_dir; }
+  std::filesystem::path disk() const { return disks() / "disk.qcow2"; }
+  std::filesystem::path layer(const std::string& name) const { return disks() / name; }
 
   // Reads DIR/meta.json; rejects another format version and missing files.
   static Result<Snapshot> load(const std::filesystem::path& dir);
@@ -53,10 +59,14 @@ struct Snapshot {
 // Copies a snapshot to `dir` (typically onto the file system where VMs run, so restores copy its RAM
 // file in the kernel): the RAM file sparsely, layers hard-linked where possible. Reuses `dir` when it
 // already holds this snapshot.
-Result<Snapshot> stage_snapshot(const Snapshot& snapshot, const std::filesystem::path& dir);
+// With `disk_dir`, its disk layers go there (a real disk) instead of into `dir`.
+Result<Snapshot> stage_snapshot(const Snapshot& snapshot, const std::filesystem::path& dir,
+                                const std::filesystem::path& disk_dir = {});
 
-// Removes a snapshot folder. VMs already restored from it keep running (their RAM mapping and
-// open disk hold the files), but new restores and their snapshots need it.
-void remove_snapshot(const std::filesystem::path& dir);
+// Removes a snapshot folder and its disk folder (named in its meta.json; `disk_dir` when the
+// caller knows it, e.g. for a snapshot whose metadata was never written). VMs already restored
+// from it keep running (their RAM mapping and open disk hold the files), but new restores and
+// their snapshots need it.
+void remove_snapshot(const std::filesystem::path& dir, const std::filesystem::path& disk_dir = {});
 
 }  // namespace pandastack::vmm

@@ -116,6 +116,7 @@ unsigned host_tsc_khz() {
 
 std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare) {
   const std::string run = c.run_dir.string();
+  const std::string disks = (c.disk_dir.empty() ? c.run_dir : c.disk_dir).string();
   const std::string mem = std::to_string(c.memory_mib) + "M";
   // mitigations=off: the guest kernel only isolates the sandbox's own processes from each other;
   // the security boundary is the VMM. Under TCG, PTI's CR3 switches flush the soft TLB on every
@@ -166,7 +167,7 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
       // The driver alone decides who opens which image: QEMU's image locking would stop a snapshot
       // sink from opening the disk its source still holds.
       "-drive",
-      "id=root,file=" + run + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off" +
+      "id=root,file=" + disks + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off" +
           // A spare's disk waits on a placeholder backing node (its header names `null-co://`);
           // restore_into() attaches the snapshot's layers under the named nodes.
           (spare ? ",node-name=" + std::string(kSpareDiskNode) + ",file.node-name=" +
@@ -329,12 +330,12 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
       return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
   }
   std::error_code ec;
-  fs::remove_all(c.run_dir, ec);
-  fs::create_directories(c.run_dir, ec);
-  if (ec)
-    return make_error(ErrorCode::io_error,
-                      "cannot create " + c.run_dir.string() + ": " + ec.message());
-  active_overlay_ = c.run_dir / "disk.qcow2";
+  for (auto& d : {c.run_dir, disks()}) {
+    fs::remove_all(d, ec);
+    fs::create_directories(d, ec);
+    if (ec) return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
+  }
+  active_overlay_ = disks() / "disk.qcow2";
   if (snap == nullptr) {
     auto base = fs::absolute(c.rootfs);
     if (!fs::exists(base))
@@ -344,14 +345,14 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
     return overlay_from_cache(base.string() + ".overlay", base.string(), active_overlay_);
   }
   for (auto& l : snap->layers) {
-    auto linked = link_or_copy(snap->dir / l, c.run_dir / l);
+    auto linked = link_or_copy(snap->layer(l), disks() / l);
     if (!linked) return linked;
   }
   layers_ = snap->layers;
   // Every disk of a template has the root filesystem's size: the snapshot's empty overlay is the
   // root filesystem's, naming the snapshot's top layer as its backing file (no qemu-img run).
-  return copy_from_cache(snap->dir / "overlay.qcow2", active_overlay_, [&](const fs::path& tmp) {
-    auto base = qcow2::backing_file(snap->dir / layers_.front());
+  return copy_from_cache(snap->disks() / "overlay.qcow2", active_overlay_, [&](const fs::path& tmp) {
+    auto base = qcow2::backing_file(snap->layer(layers_.front()));
     if (!base) return Status(base.error());
     auto made = overlay_from_cache(*base + ".overlay", *base, tmp);
     if (made) made = qcow2::set_backing_file(tmp, layers_.back());
@@ -384,7 +385,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     uint32_t uid = policy.uid_base + (next_uid++ % policy.uid_count);
     // QEMU (as `uid`) owns its run folder: RAM file, active overlay, sockets, new overlays.
     std::error_code ec;
-    for (auto& p : {c.run_dir, c.run_dir / "mem", active_overlay_})
+    for (auto& p : {c.run_dir, c.run_dir / "mem", disks(), active_overlay_})
       if (fs::exists(p) && ::chown(p.c_str(), uid, uid) != 0)
         return make_error(ErrorCode::spawn_failed,
                           "cannot hand " + p.string() + " to the jail uid: " + strerror(errno));
@@ -396,8 +397,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     auto argv = args;
     argv[0] =
         c.qemu_binary.find('/') == std::string::npos ? "/usr/bin/" + c.qemu_binary : c.qemu_binary;
-    auto launch = JailLaunch::prepare(policy, images, c.run_dir, uid, std::move(argv), log_fd,
-                                      c.die_with_parent, inherit);
+    auto launch = JailLaunch::prepare(policy, images, c.run_dir, disks(), uid, std::move(argv),
+                                      log_fd, c.die_with_parent, inherit);
     if (!launch) {
       if (log_fd >= 0) ::close(log_fd);
       return launch.error();
@@ -591,7 +592,8 @@ void Vm::kill_and_clean() {
     spdlog::warn("vm {}: cannot remove {}: {}", config_.name, config_.run_dir.string(),
                  ec.message());
   fs::remove_all(config_.run_dir.string() + ".jail",
-                 ec);       // the jail's root (its mounts died with QEMU)
+                 ec);  // the jail's root (its mounts died with QEMU)
+  if (!config_.disk_dir.empty()) fs::remove_all(config_.disk_dir, ec);
   config_.network.reset();  // QEMU is gone: the namespace, veth and tap go with it
 }
 
@@ -607,6 +609,28 @@ bool Vm::alive() {
     return false;
   }
   return true;
+}
+
+std::string Vm::exit_description() {
+  if (alive()) return "";
+  std::string what;
+  if (adopted_) {
+    what = "QEMU exited";
+  } else if (WIFSIGNALED(exit_status_)) {
+    int sig = WTERMSIG(exit_status_);
+    what = "QEMU was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  } else if (exit_status_ >= 0) {
+    what = "QEMU exited with status " + std::to_string(WEXITSTATUS(exit_status_));
+  } else {
+    what = "QEMU exited";
+  }
+  if (cgroup_ && cgroup_->oom_kills() > 0)
+    what += "; the OOM killer acted on its memory limit (" + std::to_string(config_.memory_mib) +
+            " MiB guest RAM + QEMU's overhead)";
+  auto tail = console_tail(600);
+  // The console's last lines say why a guest kernel stopped (a panic, "Attempted to kill init").
+  if (!tail.empty()) what += "; console: " + tail;
+  return what;
 }
 
 std::string Vm::console_tail(size_t bytes) const {
@@ -898,11 +922,11 @@ Status Vm::restore_into(const Snapshot& snap, bool consume) {
     return make_error(ErrorCode::invalid_argument,
                       "restore_into needs a spare and a snapshot with disk layers");
   for (auto& l : snap.layers) {
-    auto linked = link_or_copy(snap.dir / l, config_.run_dir / l);
+    auto linked = link_or_copy(snap.layer(l), disks() / l);
     if (!linked) return linked;
   }
   layers_ = snap.layers;
-  // The overlay's header names the top layer (relative: the run folder). QEMU reads the header
+  // The overlay's header names the top layer (relative: the disk folder). QEMU reads the header
   // again when the incoming state activates the disk; the graph is switched here.
   auto named = qcow2::set_backing_file(active_overlay_, layers_.back());
   if (!named) return named;
@@ -937,7 +961,7 @@ Status Vm::attach_layers() {
   using wire::Json;
   Json file = Json::object();
   file.set("driver", "file");
-  file.set("filename", (config_.run_dir / layers_.back()).string());
+  file.set("filename", (disks() / layers_.back()).string());
   file.set("locking", "off");
   Json layer = Json::object();
   layer.set("driver", "qcow2");
@@ -1075,6 +1099,7 @@ Status Vm::save_record() const {
   j.set("layers", layers);
   j.set("overlay_seq", overlay_seq_);
   j.set("active_overlay", active_overlay_.filename().string());
+  j.set("disk_dir", config_.disk_dir.string());
   Json groups = Json::array();
   if (cgroup_)
     for (auto& d : cgroup_->dirs()) groups.push(d.string());
@@ -1116,6 +1141,7 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   c.qemu_binary = r["qemu_binary"].as_string();
   c.jail = r["jail"].as_bool();
   c.die_with_parent = false;
+  if (r["disk_dir"].is_string()) c.disk_dir = r["disk_dir"].as_string();
   std::unique_ptr<Vm> vm(new Vm(io, std::move(c)));
   vm->adopted_ = true;
   vm->pid_ = pid_t(r["pid"].as_int());
@@ -1123,7 +1149,7 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   vm->qemu_version_ = r["qemu_version"].as_string();
   for (auto& l : r["layers"].as_array()) vm->layers_.push_back(l.as_string());
   vm->overlay_seq_ = int(r["overlay_seq"].as_int());
-  vm->active_overlay_ = run_dir / r["active_overlay"].as_string();
+  vm->active_overlay_ = vm->disks() / r["active_overlay"].as_string();
   std::vector<fs::path> groups;
   for (auto& g : r["cgroups"].as_array()) groups.push_back(g.as_string());
   vm->cgroup_ = Cgroup::adopt(r["cgroup_v2"].as_bool(), std::move(groups));
@@ -1149,28 +1175,30 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   return vm;
 }
 
+fs::path Vm::disks() const { return config_.disk_dir.empty() ? config_.run_dir : config_.disk_dir; }
+
 Status Vm::freeze_disk(const fs::path& dir) {
   // The active overlay becomes a layer: a unique name (a hard link to it), never written again.
   // Its successor is made here, already naming that layer by its relative name, and QEMU switches
   // to it as an existing image: QEMU writes no backing names (its own, for a deep chain opened with
   // options, is a json: name longer than qcow2 allows).
   std::string name = "layer-" + random_hex(8) + ".qcow2";
-  auto linked = link_or_copy(active_overlay_, config_.run_dir / name);
+  auto linked = link_or_copy(active_overlay_, disks() / name);
   if (!linked) return linked;
-  auto next = config_.run_dir / ("disk-" + std::to_string(++overlay_seq_) + ".qcow2");
+  auto next = disks() / ("disk-" + std::to_string(++overlay_seq_) + ".qcow2");
   auto base = fs::absolute(config_.rootfs);
   auto made = overlay_from_cache(base.string() + ".overlay", base.string(), next);
   if (made) made = qcow2::set_backing_file(next, name);
   if (made && config_.jail) {
-    // QEMU (the jail uid, owner of the run folder) writes the new overlay.
+    // QEMU (the jail uid, owner of the disk folder) writes the new overlay.
     struct stat st {};
-    if (::stat(config_.run_dir.c_str(), &st) != 0 ||
+    if (::stat(disks().c_str(), &st) != 0 ||
         ::chown(next.c_str(), st.st_uid, st.st_gid) != 0)
       made = make_error(ErrorCode::io_error, "cannot hand " + next.string() + " to the jail uid");
   }
   if (!made) {
     std::error_code ec;
-    fs::remove(config_.run_dir / name, ec);
+    fs::remove(disks() / name, ec);
     return made;
   }
   wire::Json args = wire::Json::object();
@@ -1183,10 +1211,10 @@ Status Vm::freeze_disk(const fs::path& dir) {
   active_overlay_ = next;
   layers_.push_back(name);
   for (auto& l : layers_) {
-    auto s = link_or_copy(config_.run_dir / l, dir / l);
+    auto s = link_or_copy(disks() / l, dir / l);
     if (!s) return s;
   }
-  return link_or_copy(config_.run_dir / name, dir / "disk.qcow2");
+  return link_or_copy(disks() / name, dir / "disk.qcow2");
 }
 
 void Vm::describe(Snapshot& snap, std::string origin) const {
@@ -1202,7 +1230,7 @@ void Vm::describe(Snapshot& snap, std::string origin) const {
 }
 
 Status Vm::save_paused(Snapshot& snap, const std::string& origin) {
-  Status st = freeze_disk(snap.dir);
+  Status st = freeze_disk(snap.disks());
   if (st) st = set_ignore_shared(*qmp_, true);
   if (st) st = save_state(*qmp_, snap.state());
   if (!st) return st;
@@ -1210,21 +1238,34 @@ Status Vm::save_paused(Snapshot& snap, const std::string& origin) {
   return Ok{};
 }
 
-Result<Snapshot> Vm::snapshot(const fs::path& dir) {
-  auto t0 = steady_clock::now();
+namespace {
+// A new snapshot's folders (its disk folder too when it has one of its own).
+Result<Snapshot> new_snapshot(const fs::path& dir, const fs::path& disk_dir) {
   std::error_code ec;
-  if (fs::exists(dir))
-    return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
-  fs::create_directories(dir, ec);
-  if (ec)
-    return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
+  for (auto& d : {dir, disk_dir}) {
+    if (d.empty()) continue;
+    if (fs::exists(d))
+      return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + d.string());
+    fs::create_directories(d, ec);
+    if (ec) return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
+  }
   Snapshot snap;
   snap.dir = fs::absolute(dir);
+  if (!disk_dir.empty()) snap.disk_dir = fs::absolute(disk_dir);
+  return snap;
+}
+}  // namespace
+
+Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path& disk_dir) {
+  auto t0 = steady_clock::now();
+  auto made = new_snapshot(dir, disk_dir);
+  if (!made) return made.error();
+  Snapshot snap = *made;
   // With no call in flight, hand the agent's session back first: the snapshot then holds an agent
   // waiting for a new session, and restores attach without a retry. (With calls in flight the
   // session stays; restores end the stale copy of it and reconnect.)
   bool quiesced = false;
-  if (agent_ && agent_->in_flight() == 0) quiesced = bool(agent_->end_session());
+  if (quiesce && agent_ && agent_->in_flight() == 0) quiesced = bool(agent_->end_session());
   auto stopped = simple(*qmp_, "stop");
   Status st = stopped;
   auto t_stopped = steady_clock::now();
@@ -1244,7 +1285,7 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir) {
   if (st) st = snap.write_meta();
   if (st && !config_.die_with_parent) st = save_record();  // the disk layers changed
   if (!st) {
-    remove_snapshot(dir);
+    remove_snapshot(dir, disk_dir);
     return st.error();
   }
   spdlog::debug(
@@ -1256,15 +1297,10 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir) {
   return snap;
 }
 
-Result<Snapshot> Vm::hibernate(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::exists(dir))
-    return make_error(ErrorCode::invalid_argument, "snapshot folder exists: " + dir.string());
-  fs::create_directories(dir, ec);
-  if (ec)
-    return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
-  Snapshot snap;
-  snap.dir = fs::absolute(dir);
+Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
+  auto made = new_snapshot(dir, disk_dir);
+  if (!made) return made.error();
+  Snapshot snap = *made;
   // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
   if (agent_) (void)agent_->end_session();
   Status st = simple(*qmp_, "stop");
@@ -1275,7 +1311,7 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir) {
   }
   if (st) st = snap.write_meta();
   if (!st) {
-    remove_snapshot(dir);
+    remove_snapshot(dir, disk_dir);
     if (alive()) (void)simple(*qmp_, "cont");
     return st.error();
   }

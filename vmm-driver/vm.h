@@ -33,6 +33,9 @@ struct VmConfig {
   std::string name;               // for logs
   std::string hostname;           // set in the guest after a restore (empty = leave as is)
   std::filesystem::path run_dir;  // created by boot(); removed with the Vm
+  // Where its disk overlays live: a folder on a real disk (created and removed with the Vm), so
+  // guest disk writes are not host RAM (the run folder is on tmpfs); empty = run_dir.
+  std::filesystem::path disk_dir;
   std::filesystem::path kernel;   // uncompressed vmlinux (PVH)
   std::filesystem::path initramfs;
   std::filesystem::path rootfs;  // base qcow2; each Vm writes to its own overlay on it
@@ -122,10 +125,15 @@ class Vm {
 
   // Freezes the running guest into a new snapshot at `dir` (memory + disk) and lets it run on.
   // The guest pauses while its device state is saved and its RAM file copied.
-  Result<Snapshot> snapshot(const std::filesystem::path& dir);
+  // `quiesce`: when no agent call is in flight, hand the agent's session back first (restores
+  // attach at once); pass false when calls may start meanwhile (they would be cancelled).
+  // `disk_dir`: where the snapshot's disk layers go (empty = `dir`).
+  Result<Snapshot> snapshot(const std::filesystem::path& dir, bool quiesce = true,
+                            const std::filesystem::path& disk_dir = {});
   // Saves the guest into a snapshot at `dir` and stops QEMU: its RAM file moves into the snapshot
   // (no copy). The Vm is dead afterwards (alive() is false); restore(..., consume=true) wakes it.
-  Result<Snapshot> hibernate(const std::filesystem::path& dir);
+  Result<Snapshot> hibernate(const std::filesystem::path& dir,
+                             const std::filesystem::path& disk_dir = {});
   // For a freshly booted template VM: quiesces the agent and saves a snapshot whose RAM file is
   // the VM's own (no copy). The Vm is dead afterwards.
   Result<Snapshot> bake(const std::filesystem::path& dir, const std::string& origin);
@@ -157,6 +165,10 @@ class Vm {
   void set_nice(int nice);
   // True while the QEMU process runs.
   bool alive();
+  // How QEMU ended, for a VM that died on its own: its exit status or signal (our child; an
+  // adopted process's status is not ours to read), OOM kills its memory limit made, and the tail
+  // of the guest console. Empty while it runs.
+  std::string exit_description();
   // Writes run_dir/vm.json: what adopt() needs to take this VM over (pid and its start time,
   // config, disk layers, cgroup). restore() and snapshot() call it for VMs that outlive their
   // host (die_with_parent=false).
@@ -189,8 +201,10 @@ class Vm {
   // taken mid-session) drops the first attempt.
   Status wait_agent(std::chrono::steady_clock::time_point deadline);
   // Stops the guest and freezes its disk: the active overlay becomes immutable (hard-linked into
-  // `dir` as disk.qcow2) and QEMU continues on a new overlay.
-  Status freeze_disk(const std::filesystem::path& dir);
+  // `disks`, a snapshot's disk folder, as disk.qcow2) and QEMU continues on a new overlay.
+  Status freeze_disk(const std::filesystem::path& disks);
+  // The folder of this VM's disk overlays and layers (VmConfig::disk_dir, else the run folder).
+  std::filesystem::path disks() const;
   // Fills in `snap`'s metadata from this VM (shape, QEMU, kernel, disk layers, time).
   void describe(Snapshot& snap, std::string origin) const;
   // Saves the paused guest's device state and disk into `dir` and fills in `snap`'s metadata.

@@ -121,6 +121,15 @@ std::string resolve(kj::StringPtr path) {
   return p;
 }
 
+// Replaces a small file's content (best effort: a read-only root just keeps the old one).
+void write_small_file(const char* path, const std::string& content) {
+  int f = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f < 0) return;
+  ssize_t w = ::write(f, content.data(), content.size());
+  (void)w;
+  ::close(f);
+}
+
 int mkdir_p(const std::string& path, mode_t mode) {
   if (path.empty() || path == "/") return 0;
   struct stat st {};
@@ -461,19 +470,45 @@ class Agent {
         .eagerlyEvaluate(nullptr);
   }
 
+  // Reads `in` to its end into `handler`. A loop of independent tasks, not a chain of promises:
+  // each read's continuation starts the next read as a new task and ends, so nothing nests.
+  // (A chain, `read().then(... return pump())`, nests one promise per chunk; a command writing
+  // 40 MB in 4 KiB pieces made ten thousand, and resolving them at the end overflowed PID 1's
+  // stack: the guest kernel panicked.)
+  class PumpLoop final : public kj::TaskSet::ErrorHandler {
+   public:
+    PumpLoop(kj::AsyncInputStream& in, w::StreamKind kind, ChunkHandler& handler,
+             kj::Own<kj::PromiseFulfiller<void>> done)
+        : in_(in), kind_(kind), handler_(handler), done_(kj::mv(done)) {}
+    void step() {
+      tasks_.add(in_.tryRead(buf_.begin(), 1, buf_.size())
+                     .then([this](size_t n) -> kj::Promise<void> {
+                       if (n == 0) {
+                         finish();
+                         return kj::READY_NOW;
+                       }
+                       return handler_(kind_, buf_.slice(0, n)).then([this]() { step(); });
+                     }));
+    }
+    void taskFailed(kj::Exception&&) override { finish(); }  // a broken pipe ends the stream
+
+   private:
+    void finish() {
+      if (done_->isWaiting()) done_->fulfill();
+    }
+    kj::AsyncInputStream& in_;
+    w::StreamKind kind_;
+    ChunkHandler& handler_;
+    kj::Own<kj::PromiseFulfiller<void>> done_;
+    kj::Array<kj::byte> buf_ = kj::heapArray<kj::byte>(kPipeChunk);
+    kj::TaskSet tasks_{*this};  // last: destroyed first, cancelling the read in flight
+  };
+
   kj::Promise<void> pump(kj::AsyncInputStream& in, w::StreamKind kind, ChunkHandler& handler) {
-    auto buf = kj::heapArray<kj::byte>(kPipeChunk);
-    auto ptr = buf.begin();
-    auto size = buf.size();
-    return in.tryRead(ptr, 1, size)
-        .then(
-            [this, &in, kind, &handler, buf = kj::mv(buf)](size_t n) mutable -> kj::Promise<void> {
-              if (n == 0) return kj::READY_NOW;
-              return handler(kind, buf.slice(0, n)).then([this, &in, kind, &handler]() {
-                return pump(in, kind, handler);
-              });
-            })
-        .catch_([](kj::Exception&&) {});
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    auto loop = kj::heap<PumpLoop>(in, kind, handler, kj::mv(paf.fulfiller));
+    loop->step();
+    return paf.promise.attach(kj::mv(loop));
   }
 
   // ---- background processes ----
@@ -484,7 +519,8 @@ class Agent {
     std::string out, err;
     bool running = true;
     RunOutcome outcome{};
-    kj::Vector<w::OutputSink::Client> sinks;
+    std::map<uint64_t, w::OutputSink::Client> sinks;  // live streams, by id
+    uint64_t next_sink = 0;
     kj::Maybe<kj::ForkedPromise<void>> done;
     kj::Promise<void> task = nullptr;
     // keepStdinOpen: the open pipe and the chain of writes to it, in order.
@@ -511,7 +547,7 @@ class Agent {
               if (keep.size() > kBackgroundKeep) keep.erase(0, keep.size() - kBackgroundKeep);
               if (b->sinks.size() == 0) return kj::READY_NOW;
               kj::Vector<kj::Promise<void>> sends;
-              for (auto& s : b->sinks) {
+              for (auto& [id, s] : b->sinks) {
                 auto r = s.writeRequest();
                 r.setKind(kind);
                 r.setData(data);
@@ -780,12 +816,17 @@ class AgentImpl final : public w::Agent::Server {
         fill_result(r, ref->outcome);
       });
     }
-    b->sinks.add(kj::mv(sink));
+    uint64_t sink_id = ++b->next_sink;
+    b->sinks.emplace(sink_id, kj::mv(sink));
+    // The stream ends with this call: a cancelled call (the host stopped reading) must not keep
+    // its sink, or every later chunk would go to a host that no longer listens.
+    auto detach = kj::defer([b = kj::addRef(*b), sink_id]() mutable { b->sinks.erase(sink_id); });
     KJ_IF_MAYBE (d, b->done) {
       return replayed.then([d]() { return d->addBranch(); })
           .then([ctx, ref = kj::mv(ref)]() mutable {
             fill_result(ctx.getResults().initResult(), ref->outcome);
-          });
+          })
+          .attach(kj::mv(detach));
     }
     return kj::READY_NOW;
   }
@@ -827,7 +868,10 @@ class AgentImpl final : public w::Agent::Server {
     auto buf = kj::heapArray<kj::byte>(want);
     size_t got = 0;
     while (got < want) {
-      ssize_t n = ::pread(fd, buf.begin() + got, want - got, off_t(p.getOffset() + got));
+      // At most 64 KiB per read: some special files refuse large ones (/proc/sys allocates a
+      // kernel buffer of the request's size: ENOMEM for 4 MiB).
+      size_t piece = std::min<size_t>(want - got, 64u << 10);
+      ssize_t n = ::pread(fd, buf.begin() + got, piece, off_t(p.getOffset() + got));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         set_error(r.initError(), errno, path);
@@ -990,6 +1034,10 @@ class AgentImpl final : public w::Agent::Server {
     auto h = ctx.getParams().getHostname();
     KJ_REQUIRE(h.size() > 0 && h.size() < 64, "hostname length", h.size());
     KJ_REQUIRE(::sethostname(h.cStr(), h.size()) == 0, "sethostname", strerror(errno));
+    // The files that name it too, so `hostname`, /etc/hostname and name lookups agree.
+    write_small_file("/etc/hostname", std::string(h.cStr()) + "\n");
+    write_small_file("/etc/hosts", "127.0.0.1 localhost\n127.0.1.1 " + std::string(h.cStr()) +
+                                       "\n::1 localhost ip6-localhost ip6-loopback\n");
     return kj::READY_NOW;
   }
 
