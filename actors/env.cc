@@ -101,6 +101,10 @@ fs::path Env::hibernated_dir(const std::string& id) const {
   return config.state_dir / "hibernated" / id;
 }
 
+fs::path Env::disk_twin(const fs::path& state_folder) const {
+  return config.disk_dir / state_folder.lexically_relative(config.state_dir);
+}
+
 vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string& id,
                              const std::string& run_name) const {
   auto c = templates->config(template_name, run_dir(run_name));
@@ -108,6 +112,7 @@ vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string
   c.vcpus = config.vcpus;
   c.memory_mib = config.memory_mib;
   c.jail = config.jail;
+  c.disk_dir = disk_twin(c.run_dir);
   c.die_with_parent = !config.vms_outlive_host;
   c.hostname = id;
   for (auto& ch : c.hostname)
@@ -123,7 +128,8 @@ vmm::Result<vmm::Snapshot> Env::template_snapshot(const std::string& template_na
   }
   auto baked = templates->baked(template_name, vm_config(template_name, "shape", "shape"));
   if (!baked) return baked.error();
-  auto s = vmm::stage_snapshot(*baked, config.state_dir / "templates" / baked->dir.filename());
+  auto staged_dir = config.state_dir / "templates" / baked->dir.filename();
+  auto s = vmm::stage_snapshot(*baked, staged_dir, disk_twin(staged_dir));
   if (!s) return s.error();
   std::lock_guard lock(staged_mu);
   staged[template_name] = *s;

@@ -22,6 +22,7 @@
 #include "vmm-driver/pool.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
+#include "vmm-driver/vm_watcher.h"
 
 namespace pandastack::actors {
 
@@ -32,6 +33,10 @@ namespace pandastack::actors {
 struct VmHandle {
   std::shared_mutex mu;
   std::unique_ptr<vmm::Vm> vm;  // guarded by mu
+  // Which VM incarnation runs (bumped by the VM worker for every VM it installs): a report that
+  // a VM died names its incarnation, so a report about an earlier VM is ignored.
+  std::atomic<uint64_t> generation{0};
+  uint64_t watch_token = 0;  // the VM watcher's, for the current VM (VM worker only)
   // Activity, for the idle timeout: agent calls in flight, and when the last one ended.
   std::atomic<int> calls_in_flight{0};
   std::atomic<int64_t> last_call_ms{0};
@@ -69,6 +74,10 @@ struct Env {
   // Spare QEMU processes per template (and per template without network).
   std::map<std::string, std::unique_ptr<vmm::SparePool>> spares;
 
+  // Reports VMs that die on their own (VmHandle::generation says which); null once shut down.
+  std::unique_ptr<vmm::VmWatcher> watcher = std::make_unique<vmm::VmWatcher>();
+  std::atomic<uint64_t> vm_exits{0};  // VMs that died on their own, for metrics
+
   // Host subnets in use (by sandboxes' VMs and waiting pool members). Persisted through the
   // sandboxes' network_attached events: recovery marks the adopted VMs' subnets used again.
   std::mutex subnets_mu;
@@ -98,6 +107,8 @@ struct Env {
   std::filesystem::path run_dir(const std::string& name) const;
   std::filesystem::path snapshot_dir(const std::string& snap) const;
   std::filesystem::path hibernated_dir(const std::string& id) const;
+  // The disk twin of a state_dir folder (config.disk_dir, same layout): where its disks live.
+  std::filesystem::path disk_twin(const std::filesystem::path& state_folder) const;
 
   // `run_name`: the VM's run folder (one per VM incarnation, so a VM still being torn down never
   // shares files with its successor).

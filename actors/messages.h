@@ -100,6 +100,8 @@ using egress_atom = caf::atom_constant<caf::atom("egress")>;
 using drop_atom = caf::atom_constant<caf::atom("dropsnap")>;
 using delsnap_atom = caf::atom_constant<caf::atom("delsnap")>;
 using procs_atom = caf::atom_constant<caf::atom("procs")>;
+using vm_exited_atom = caf::atom_constant<caf::atom("vmexited")>;
+using exited_atom = caf::atom_constant<caf::atom("exitwhy")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>

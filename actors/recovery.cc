@@ -66,6 +66,25 @@ Reply<Recovered> recover(Env& env) {
                          "undecodable event " + std::to_string(stored.version) + " of " + id};
       s = apply(s, *e);
     }
+    // Appends `e` to the sandbox's stream (synced) and applies it.
+    auto record = [&](Event e) -> std::optional<Rejection> {
+      e.at_ms = now_ms();
+      auto r =
+          env.store->append(id, s.version, {{to_string(e.kind), event_format(), encode_event(e)}});
+      if (!r) return Rejection{"storage_error", r.error().message};
+      s = apply(s, e);
+      return std::nullopt;
+    };
+    // A hibernation that completed on disk before the host died, but was not recorded: it is
+    // one (the snapshot is whole: its metadata is written last).
+    if (s.status == Status::hibernating && !s.pending_snapshot.empty() &&
+        vmm::Snapshot::load(env.hibernated_dir(id))) {
+      Event h;
+      h.kind = Event::Kind::hibernated;
+      h.snapshot_id = s.pending_snapshot;
+      if (auto bad = record(h)) return *bad;
+      spdlog::info("recovery: {}: its hibernation completed before the restart", id);
+    }
     std::string lost;
     if (s.status == Status::hibernated && !fs::exists(env.hibernated_dir(id) / "meta.json")) {
       lost = "hibernation_snapshot_lost";
@@ -94,6 +113,15 @@ Reply<Recovered> recover(Env& env) {
         keep_run.insert(run_dirs[id].filename().string());
         env.adopted[id] = std::move(*vm);
         ++adopted;
+        // Commands in flight died with the previous host's calls (their callers are gone).
+        auto running = s.running_execs;
+        for (auto& [exec_id, command] : running) {
+          Event f;
+          f.kind = Event::Kind::exec_finished;
+          f.exec_id = exec_id;
+          f.exit_code = -1;
+          if (auto bad = record(f)) return *bad;
+        }
       } else {
         spdlog::info("recovery: {}: VM not adopted: {}", id,
                      vm.error().message.substr(0, vm.error().message.find('\n')));
@@ -105,12 +133,8 @@ Reply<Recovered> recover(Env& env) {
     if (!lost.empty()) {
       Event f;
       f.kind = Event::Kind::failed;
-      f.at_ms = now_ms();
       f.reason = lost;
-      auto r =
-          env.store->append(id, s.version, {{to_string(f.kind), event_format(), encode_event(f)}});
-      if (!r) return Rejection{"storage_error", r.error().message};
-      s = apply(s, f);
+      if (auto bad = record(f)) return *bad;
       spdlog::info("recovery: {} failed ({})", id, lost);
     }
     recovered.push_back(s);
@@ -126,11 +150,25 @@ Reply<Recovered> recover(Env& env) {
       spdlog::info("recovery: killing the VM in {} (no running sandbox owns it)", dir.string());
     // ~Vm (or the failed adopt) kills the process and removes its folders.
   }
-  for (auto& d : fs::directory_iterator(config.state_dir / "run", ec)) {
-    auto name = d.path().filename().string();
-    bool keep = keep_run.count(name) || (name.size() > 5 && name.ends_with(".jail") &&
-                                         keep_run.count(name.substr(0, name.size() - 5)));
-    if (!keep) fs::remove_all(d.path(), ec);
+  for (auto& root : {config.state_dir / "run", config.disk_dir / "run"})
+    for (auto& d : fs::directory_iterator(root, ec)) {
+      auto name = d.path().filename().string();
+      bool keep = keep_run.count(name) || (name.size() > 5 && name.ends_with(".jail") &&
+                                           keep_run.count(name.substr(0, name.size() - 5)));
+      if (!keep) fs::remove_all(d.path(), ec);
+    }
+
+  // Hibernation folders of sandboxes that are not hibernated (failed, killed meanwhile).
+  {
+    std::set<std::string> hibernated;
+    for (auto& s : recovered)
+      if (s.status == Status::hibernated) hibernated.insert(s.id);
+    for (auto& root : {config.state_dir / "hibernated", config.disk_dir / "hibernated"})
+      for (auto& d : fs::directory_iterator(root, ec))
+        if (!hibernated.count(d.path().filename().string())) {
+          spdlog::info("recovery: removing {} (no hibernated sandbox owns it)", d.path().string());
+          fs::remove_all(d.path(), ec);
+        }
   }
 
   // Snapshot folders no sandbox names (a fork's that a crash left behind, one being taken when the
@@ -143,8 +181,10 @@ Reply<Recovered> recover(Env& env) {
       if (!named.count(d.path().filename().string())) unnamed.push_back(d.path());
     for (auto& d : unnamed) {
       spdlog::info("recovery: removing snapshot {} (no sandbox names it)", d.filename().string());
-      vmm::remove_snapshot(d);
+      vmm::remove_snapshot(d, env.disk_twin(d));
     }
+    for (auto& d : fs::directory_iterator(config.disk_dir / "snapshots", ec))
+      if (!named.count(d.path().filename().string())) fs::remove_all(d.path(), ec);
   }
 
   if (config.network) {

@@ -64,6 +64,37 @@ caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg)
   return rp;
 }
 
+// A command for a sandbox that has no actor (it ended before this host process started): the
+// same answer its actor would give, decided on its recorded state: a kill changes nothing (200),
+// the rest say why not (sandbox_stopped, sandbox_failed). Commands that would record something
+// (deleting one of its snapshots) get its actor back.
+caf::result<Answer> ended(RegistrySelf* self, const std::string& tenant, const std::string& id,
+                          const Command& c) {
+  auto& st = self->state;
+  auto it = st.infos.find(id);
+  if (it == st.infos.end() || it->second.tenant != tenant) return Answer::fail(not_found(id));
+  SandboxState s;
+  if (auto e = st.ended.find(id); e != st.ended.end()) {
+    s = e->second;
+  } else {
+    s.id = id;
+    s.tenant = tenant;
+    s.status = it->second.status;
+    s.failure_reason = it->second.failure_reason;
+  }
+  auto d = decide(s, c, now_ms(), st.env->config.limits);
+  if (auto* r = std::get_if<Rejection>(&d)) return Answer::fail(*r);
+  if (std::get<std::vector<Event>>(d).empty()) {
+    Answer a;
+    a.info = it->second;
+    return a;
+  }
+  if (!st.ended.count(id)) return Answer::fail(not_running(s, "change it"));
+  auto actor = spawn_sandbox(self, s);
+  st.ended.erase(id);
+  return forward(self, actor, caf::make_message(cmd_atom::value, c));
+}
+
 }  // namespace
 
 caf::behavior registry_actor(RegistrySelf* self, Env* env) {
@@ -126,13 +157,17 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         req.network = parent_info.network;  // children get networks of their own, same policy
         req.egress = parent_info.egress;
         for (uint32_t i = 0; i < fr.count; ++i) {
-          start_sandbox(self, req, fr.parent, fr.snapshot_id, [rp, col](Answer ans) mutable {
+          start_sandbox(self, req, fr.parent, fr.snapshot_id, [self, rp, col](Answer ans) mutable {
             if (ans.ok)
               col->infos.push_back(ans.info);
             else
               col->error = ans.error;
             if (--col->left == 0) {
               if (col->error) {
+                // A fork is all or nothing: the children that did start are killed.
+                for (auto& kid : col->infos)
+                  if (auto a = self->state.actors.find(kid.id); a != self->state.actors.end())
+                    caf::anon_send(a->second, cmd_atom::value, Command{cmd::Kill{}});
                 rp.deliver(Answer::fail(*col->error));
               } else {
                 Answer a;
@@ -168,18 +203,18 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       [=](route_atom, std::string tenant, std::string id, Command c) -> caf::result<Answer> {
         auto a = find(tenant, id);
-        if (!a) return Answer::fail(not_found(id));
+        if (!a) return ended(self, tenant, id, c);
         return forward(self, a, caf::make_message(cmd_atom::value, std::move(c)));
       },
       [=](exec_atom, std::string tenant, std::string id,
           std::string command) -> caf::result<Answer> {
         auto a = find(tenant, id);
-        if (!a) return Answer::fail(not_found(id));
+        if (!a) return ended(self, tenant, id, cmd::Exec{"x", command});
         return forward(self, a, caf::make_message(exec_atom::value, std::move(command)));
       },
       [=](lease_atom, std::string tenant, std::string id) -> caf::result<Answer> {
         auto a = find(tenant, id);
-        if (!a) return Answer::fail(not_found(id));
+        if (!a) return ended(self, tenant, id, cmd::Exec{"x", "use it"});
         return forward(self, a, caf::make_message(lease_atom::value));
       },
       [=](template_atom, std::string name) -> caf::actor {
@@ -193,7 +228,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           spawn_sandbox(self, s);
         } else {
           self->state.infos[s.id] = info_of(s);
-          if (!s.snapshots.empty()) self->state.ended[s.id] = s;
+          if (!s.snapshots.empty()) self->state.ended[s.id] = s;  // it owns named snapshots
         }
       },
       [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {

@@ -38,7 +38,10 @@ struct Runtime::Impl {
     self->request(registry, std::chrono::seconds(300), std::move(msg))
         .receive([&](Answer& a) { out = std::move(a); },
                  [&](caf::error& e) {
-                   out = Answer::fail({"internal", sys->render(e)});
+                   if (e == caf::sec::request_timeout)
+                     out = Answer::fail({"timeout", "the runtime did not answer within 300 s"});
+                   else
+                     out = Answer::fail({"internal", sys->render(e)});
                  });
     return out;
   }
@@ -49,6 +52,7 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::~Runtime() {
   if (!impl_ || !impl_->sys) return;
   impl_->ask(caf::make_message(shutdown_atom::value));
+  impl_->env->watcher.reset();  // no report of a VM's end reaches an actor from now on
   caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
   impl_->registry = nullptr;
   impl_->sys.reset();  // waits for every actor (and so every VM worker) to finish
@@ -67,12 +71,15 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   auto impl = std::make_unique<Impl>();
   impl->env = std::make_unique<Env>();
   Env& env = *impl->env;
+  if (config.disk_dir.empty()) config.disk_dir = fs::absolute(config.data_dir) / "disks";
   if (config.state_dir.empty())
     config.state_dir =
         "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
   env.config = config;
-  for (auto sub : {"run", "snapshots", "hibernated", "templates"})
+  for (auto sub : {"run", "snapshots", "hibernated", "templates"}) {
     fs::create_directories(config.state_dir / sub);
+    fs::create_directories(config.disk_dir / sub);
+  }
   auto store = storage::EventStore::open({config.data_dir / "store", true, 1024, {}});
   if (!store) return Rejection{"storage_error", store.error().message};
   env.store = std::move(*store);
@@ -324,8 +331,32 @@ Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const s
 
 namespace {
 
+// A command the guest could not start: a missing working folder or program is the caller's
+// mistake (400, the same code for exec, streams, processes and WebSockets); anything else (the
+// guest out of processes) is exec_failed (503, try again).
+std::optional<Rejection> start_error(const std::string& error) {
+  if (error.empty()) return std::nullopt;
+  if (error.rfind("cwd ", 0) == 0) return Rejection{"invalid_cwd", error};
+  if (error.rfind("exec ", 0) == 0 &&
+      (error.find("No such file") != std::string::npos ||
+       error.find("Permission denied") != std::string::npos ||
+       error.find("Not a directory") != std::string::npos))
+    return Rejection{"command_not_found", error};
+  if (error.rfind("exec ", 0) == 0) return Rejection{"exec_failed", error};
+  return std::nullopt;
+}
+
 Rejection rejection_of(const vmm::Error& e) {
   if (e.message == "cancelled") return {"cancelled", "the command was cancelled"};
+  // The guest's file error codes: the caller's mistakes are 4xx with their own codes.
+  static const std::map<std::string, std::string> guest = {
+      {"not_found", "file_not_found"},       {"is_a_directory", "is_a_directory"},
+      {"not_a_directory", "not_a_directory"}, {"exists", "file_exists"},
+      {"not_empty", "directory_not_empty"},   {"permission_denied", "permission_denied"},
+      {"no_space", "no_space"},               {"invalid_argument", "invalid_argument"},
+      {"io_error", "io_error"}};
+  if (auto it = guest.find(e.guest_code); it != guest.end()) return {it->second, e.message};
+  if (auto start = start_error(e.message)) return *start;
   switch (e.code) {
     case vmm::ErrorCode::not_found:
       return {"file_not_found", e.message};
@@ -394,14 +425,20 @@ Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
                                 vmm::OutputCallback cb, std::stop_token stop) {
   Answer a = impl.ask(caf::make_message(exec_atom::value, tenant, id, describe_command(req)));
   if (!a.ok) return a.error;
+  auto t0 = std::chrono::steady_clock::now();
   auto r = with_vm<vmm::ExecResult>(*a.vm, stop, [&](vmm::AgentClient& agent, std::stop_token t) {
     return cb ? agent.exec_stream(req, cb, t) : agent.exec(req, t);
   });
-  cmd::ExecFinished f{a.exec_id, -1, 0, false};
+  // A command that ended without a result (cancelled, the sandbox stopped) ran until now.
+  auto ran_ms = uint32_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - t0)
+                             .count());
+  cmd::ExecFinished f{a.exec_id, -1, ran_ms, false};
   if (r) f = {a.exec_id, r->exit_code, uint32_t(r->duration_us / 1000), r->timed_out};
   // Recorded before the answer; a sandbox killed meanwhile refuses it (its execs ended with it).
   impl.ask(route(tenant, id, f));
-  if (r && !r->error.empty()) return Rejection{"exec_failed", r->error};
+  if (r && !r->error.empty())
+    return start_error(r->error).value_or(Rejection{"exec_failed", r->error});
   return r;
 }
 }  // namespace
@@ -552,6 +589,7 @@ RuntimeCounts Runtime::counts() {
   RuntimeCounts c;
   Answer a = impl_->ask(caf::make_message(list_atom::value, ListQuery{"*", {}, {}}));
   for (auto& i : a.infos) ++c.by_status[to_string(i.status)];
+  c.vm_exits = impl_->env->vm_exits.load();
   return c;
 }
 

@@ -33,6 +33,9 @@ struct RuntimeConfig {
   // VM run folders, snapshots and hibernated sandboxes (RAM files): tmpfs, kept across restarts
   // of the host process. Empty: /dev/shm/pandastack-<hash of data_dir>.
   std::filesystem::path state_dir;
+  // Guest disks (every VM's overlays, snapshots' and hibernations' disk layers): a folder on a
+  // real disk mirroring state_dir's layout, so disk writes are not host RAM. Empty: data_dir/disks.
+  std::filesystem::path disk_dir;
   vmm::Accel accel = vmm::Accel::tcg;
   unsigned vcpus = 1;
   unsigned memory_mib = 256;
@@ -127,6 +130,7 @@ struct TemplateInfo {
 // Counts for metrics.
 struct RuntimeCounts {
   std::map<std::string, uint64_t> by_status;  // live sandboxes by status name
+  uint64_t vm_exits = 0;  // VMs that died on their own (crash, OOM kill, kill -9), since start
 };
 
 // A result or a refusal with a stable code (see Rejection in sandbox.h).

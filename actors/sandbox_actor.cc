@@ -30,18 +30,52 @@ void internal(SandboxSelf* self, Command c) {
   pump(self);
 }
 
+void report_dead_vm(SandboxSelf* self);
+
+// The answer for a caller that waited for a transition, now that the sandbox is in a stable state.
+Answer outcome_for(SandboxActorState& st, SandboxActorState::Awaits what) {
+  using A = SandboxActorState::Awaits;
+  auto status = st.s.status;
+  auto fail = [&](const char* code, const std::string& what_failed) {
+    return Answer::fail({code, what_failed + " of sandbox " + st.s.id + " failed: " +
+                                   (st.transition_failure.empty() ? "unknown reason"
+                                                                  : st.transition_failure)});
+  };
+  if (status == Status::failed)
+    return Answer::fail(
+        {"sandbox_failed", "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
+  if (status == Status::stopped)
+    return Answer::fail({"sandbox_stopped", "sandbox " + st.s.id + " was stopped meanwhile"});
+  Answer a;
+  a.info = info_of(st.s);
+  switch (what) {
+    case A::create:
+      if (status != Status::running) return fail("start_failed", "the start");
+      break;
+    case A::snapshot:
+      if (!st.transition_failure.empty() || st.s.snapshots.empty())
+        return fail("snapshot_failed", "a snapshot");
+      a.text = st.s.snapshots.back();
+      break;
+    case A::fork:
+      if (!st.transition_failure.empty()) return fail("fork_failed", "a fork");
+      a.infos = st.fork_children;
+      break;
+    case A::hibernate:
+      if (status != Status::hibernated) return fail("hibernate_failed", "hibernating");
+      break;
+    case A::wake:
+      if (status != Status::running) return fail("wake_failed", "waking");
+      break;
+  }
+  return a;
+}
+
 void finish_transition(SandboxSelf* self) {
   auto& st = self->state;
   if (st.s.status == Status::running || st.s.status == Status::hibernated ||
       st.s.status == Status::stopped || st.s.status == Status::failed) {
-    Answer a;
-    a.info = info_of(st.s);
-    if (st.s.status == Status::failed)
-      a = Answer::fail(
-          {"sandbox_failed", "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
-    if (!st.s.snapshots.empty()) a.text = st.s.snapshots.back();
-    a.infos = st.fork_children;
-    for (auto& rp : st.waiting) rp.deliver(a);
+    for (auto& [what, rp] : st.waiting) rp.deliver(outcome_for(st, what));
     st.waiting.clear();
     st.fork_children.clear();
     if (st.s.status == Status::running) {
@@ -54,6 +88,7 @@ void finish_transition(SandboxSelf* self) {
         rp.deliver(lease);
       }
       st.leases_after_wake.clear();
+      if (st.vm_dead) report_dead_vm(self);  // it died during the transition
     } else if (st.s.status != Status::hibernated) {
       for (auto& [c, rp] : st.after_wake)
         rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
@@ -61,8 +96,37 @@ void finish_transition(SandboxSelf* self) {
       for (auto& rp : st.leases_after_wake)
         rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
       st.leases_after_wake.clear();
+    } else if (!st.transition_failure.empty()) {
+      // A wake failed: those who wanted it running hear why.
+      Answer why = Answer::fail({"wake_failed", "waking sandbox " + st.s.id +
+                                                    " failed: " + st.transition_failure});
+      for (auto& [c, rp] : st.after_wake) rp.deliver(why);
+      st.after_wake.clear();
+      for (auto& rp : st.leases_after_wake) rp.deliver(why);
+      st.leases_after_wake.clear();
     }
   }
+}
+
+// The VM died on its own (the watcher said so): asks the worker how, then records the failure.
+void report_dead_vm(SandboxSelf* self) {
+  auto& st = self->state;
+  st.vm_dead = false;
+  if (st.vm_dead_reported) return;
+  st.vm_dead_reported = true;
+  self->request(st.worker, caf::infinite, exited_atom::value)
+      .then(
+          [self](std::string why) {
+            auto& st = self->state;
+            ++st.env->vm_exits;
+            spdlog::warn("sandbox {}: its VM died: {}", st.s.id, why.substr(0, 300));
+            constexpr size_t kMaxReason = 1500;  // the console tail is the end of it
+            if (why.size() > kMaxReason) why = "..." + why.substr(why.size() - kMaxReason);
+            internal(self, cmd::Fail{"vm_exited: " + why});
+          },
+          [self](const caf::error& err) {
+            internal(self, cmd::Fail{"vm_exited: " + self->system().render(err)});
+          });
 }
 
 // Runs the side effect an applied event calls for.
@@ -143,6 +207,15 @@ void effect(SandboxSelf* self, const Event& e) {
                               // snapshot is not one of the sandbox's snapshots, nobody can use
                               // it again.
                               self->send(self->state.worker, drop_atom::value, dir);
+                              auto& st = self->state;
+                              if (a.ok && st.s.status != Status::forking) {
+                                // Killed (or failed) meanwhile: the fork is cancelled and its
+                                // children must not outlive it, unknown to anyone.
+                                for (auto& kid : a.infos)
+                                  caf::anon_send(st.registry, route_atom::value, st.s.tenant,
+                                                 kid.id, Command{cmd::Kill{}});
+                                return;
+                              }
                               if (!a.ok)
                                 return internal(self, cmd::TransitionFailed{a.error.message});
                               self->state.fork_children = a.infos;
@@ -191,7 +264,8 @@ void effect(SandboxSelf* self, const Event& e) {
       st.handle->cancel_calls();  // commands in flight end now, not when the worker gets there
       caf::anon_send(st.worker, destroy_atom::value);
       if (fs::exists(st.env->hibernated_dir(st.s.id)))
-        vmm::remove_snapshot(st.env->hibernated_dir(st.s.id));
+        vmm::remove_snapshot(st.env->hibernated_dir(st.s.id),
+                             st.env->disk_twin(st.env->hibernated_dir(st.s.id)));
       break;
     default:
       break;
@@ -272,6 +346,8 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
   for (auto& e : events) {
     if (e.kind == Event::Kind::started || e.kind == Event::Kind::woke)
       st.last_active_ms = now_ms();  // the idle timeout counts from here
+    if (e.kind == Event::Kind::transition_started) st.transition_failure.clear();
+    if (e.kind == Event::Kind::transition_failed) st.transition_failure = e.reason;
     st.s = apply(st.s, e);
     caf::anon_send(st.registry, info_atom::value, info_of(st.s));
   }
@@ -300,7 +376,14 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
       st.after_wake.emplace_back(st.current, rp);  // it started a wake first
     }
   } else if (transition) {
-    st.waiting.push_back(rp);
+    using A = SandboxActorState::Awaits;
+    A what = std::holds_alternative<cmd::Snapshot>(st.current)    ? A::snapshot
+             : std::holds_alternative<cmd::Fork>(st.current)      ? A::fork
+             : std::holds_alternative<cmd::Hibernate>(st.current) ? A::hibernate
+             : std::holds_alternative<cmd::Reap>(st.current)      ? A::hibernate
+             : std::holds_alternative<cmd::Wake>(st.current)      ? A::wake
+                                                                  : A::create;
+    st.waiting.emplace_back(what, rp);
   } else {
     Answer a;
     a.info = info_of(st.s);
@@ -321,12 +404,16 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
   st.s = initial;
   st.snapshot_version = initial.version;  // recovered sandboxes: no need to snapshot at once
   st.last_active_ms = now_ms();
-  if (initial.status == Status::running) st.handle->vm = env->take_adopted(initial.id);
+  // Exec ids continue the recorded ones (x1, x2, ...): none is reused in the audit log.
+  st.exec_seq = initial.execs_finished + initial.running_execs.size();
+  if (initial.status == Status::running)
+    if (auto vm = env->take_adopted(initial.id))
+      install_vm(*env, *st.handle, std::move(vm), self->address());
   log_exceptions(self, "sandbox " + initial.id);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
-    st.worker = self->spawn<caf::detached + caf::linked>(vm_worker, env, initial.id,
-                                                         initial.template_name, st.handle);
+    st.worker = self->spawn<caf::detached + caf::linked>(
+        vm_worker, env, initial.id, initial.template_name, st.handle, self->address());
   return {
       [=](cmd_atom, Command c) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
@@ -334,7 +421,8 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
         if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
           self->state.worker = self->spawn<caf::detached + caf::linked>(
               vm_worker, self->state.env, self->state.s.id,
-              cr->template_name.empty() ? "base" : cr->template_name, self->state.handle);
+              cr->template_name.empty() ? "base" : cr->template_name, self->state.handle,
+              self->address());
         self->state.queue.emplace_back(std::move(c), rp);
         pump(self);
         return rp;
@@ -388,6 +476,15 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
                   if (idle_due(st, now_ms())) internal(self, cmd::Reap{true});
                 },
                 [self](const caf::error&) { self->state.idle_checking = false; });
+      },
+      // The watcher: the VM of incarnation `gen` died on its own (crash, OOM kill, kill -9).
+      [=](vm_exited_atom, uint64_t gen) {
+        auto& st = self->state;
+        if (gen != st.handle->generation.load()) return;  // an earlier VM: stopped on purpose
+        if (st.s.status == Status::running)
+          report_dead_vm(self);
+        else if (st.s.live() && st.s.status != Status::hibernated)
+          st.vm_dead = true;  // mid-transition: recorded once it ends
       },
       [=](persisted_atom, bool ok, std::string err) {
         auto events = std::move(self->state.pending_events);

@@ -24,7 +24,11 @@ struct SandboxActorState {
   std::deque<std::pair<Command, caf::response_promise>> queue;
   Command current;
   caf::response_promise current_rp;
-  std::vector<caf::response_promise> waiting;  // for the end of a transition (create, wake, ...)
+  // Callers waiting for the end of a transition, and which: each gets an answer by how it ended
+  // (a failed snapshot, fork, hibernate or wake is an error to its caller, never a success).
+  enum class Awaits { create, snapshot, fork, hibernate, wake };
+  std::vector<std::pair<Awaits, caf::response_promise>> waiting;
+  std::string transition_failure;  // why the last transition failed ("" = it did not)
   std::vector<std::pair<Command, caf::response_promise>> after_wake;  // execs that woke the sandbox
   std::vector<caf::response_promise> leases_after_wake;  // agent operations that woke it
   std::shared_ptr<VmHandle> handle = std::make_shared<VmHandle>();
@@ -35,6 +39,9 @@ struct SandboxActorState {
   // The idle timeout: the last command, lease or start (agent calls report to the handle).
   int64_t last_active_ms = 0;
   bool idle_checking = false;  // asking the worker whether background processes run
+  // The VM died on its own while a transition ran: failed once the transition ends.
+  bool vm_dead = false;
+  bool vm_dead_reported = false;  // asking the worker why (once)
 };
 
 using SandboxSelf = caf::stateful_actor<SandboxActorState>;

@@ -17,8 +17,32 @@ WorkerResult failed(const std::string& e) {
 
 }  // namespace
 
+void install_vm(Env& env, VmHandle& h, std::unique_ptr<vmm::Vm> vm, caf::actor_addr owner) {
+  uint64_t gen = ++h.generation;
+  pid_t pid = vm->pid();
+  {
+    std::unique_lock l(h.mu);
+    h.vm = std::move(vm);
+  }
+  if (!env.watcher || pid <= 0) return;
+  auto token = env.watcher->watch(pid, [owner, gen] {
+    if (auto a = caf::actor_cast<caf::actor>(owner)) caf::anon_send(a, vm_exited_atom::value, gen);
+  });
+  if (token)
+    h.watch_token = *token;
+  else
+    spdlog::warn("vm of generation {}: not watched: {}", gen, token.error().message);
+}
+
+void unwatch_vm(Env& env, VmHandle& h) {
+  if (h.watch_token != 0 && env.watcher) env.watcher->unwatch(h.watch_token);
+  h.watch_token = 0;
+}
+
 caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id,
-                        std::string template_name, std::shared_ptr<VmHandle> handle) {
+                        std::string template_name, std::shared_ptr<VmHandle> handle,
+                        caf::actor_addr owner) {
+  self->state.owner = owner;
   self->state.env = env;
   self->state.id = id;
   self->state.template_name = template_name;
@@ -60,8 +84,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           r.subnet = n->index();
           expose_ports(*n, net.ports, st.env->config.ports_host, st.id);
         }
-        std::unique_lock l(st.handle->mu);
-        st.handle->vm = std::move(*vm);
+        install_vm(*st.env, *st.handle, std::move(*vm), st.owner);
         return r;
       },
       [=](egress_atom, Egress egress) -> WorkerResult {
@@ -71,23 +94,46 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         auto set = h.vm->config().network->set_policy(Env::to_policy(egress));
         return set ? WorkerResult{} : failed(set.error().message);
       },
+      // A snapshot (or a fork's) never waits for commands in flight: with none, new ones are held
+      // off for the moment it takes and the agent's session is handed back first (restores then
+      // attach at once); with some, they go on and restores reconnect the stale session. Only
+      // this worker replaces or destroys the VM, so it needs no lock to use it.
       [=](snapshot_atom, std::string dir) -> WorkerResult {
         auto& h = *self->state.handle;
-        std::unique_lock l(h.mu);  // waits for commands in flight
+        std::unique_lock quiet(h.mu, std::try_to_lock);
         if (!h.vm) return failed("no VM");
-        auto s = h.vm->snapshot(dir);
+        auto s = h.vm->snapshot(dir, /*quiesce=*/quiet.owns_lock(), self->state.env->disk_twin(dir));
         return s ? WorkerResult{} : failed(s.error().message);
+      },
+      // Why the VM died (it did on its own: the watcher said so).
+      [=](exited_atom) -> std::string {
+        auto& h = *self->state.handle;
+        std::shared_lock l(h.mu);
+        if (!h.vm) return "the VM is gone";
+        auto why = h.vm->exit_description();
+        return why.empty() ? "the VM stopped answering" : why;
       },
       // A snapshot nobody can name any more (a fork's, once its children run): its RAM file is
       // tmpfs memory. Removed here, off the actor system's shared threads.
-      [=](drop_atom, std::string dir) { vmm::remove_snapshot(dir); },
+      [=](drop_atom, std::string dir) {
+        vmm::remove_snapshot(dir, self->state.env->disk_twin(dir));
+      },
       [=](hibernate_atom, std::string dir) -> WorkerResult {
-        auto& h = *self->state.handle;
+        auto& st = self->state;
+        auto& h = *st.handle;
         h.cancel_calls();
         std::unique_lock l(h.mu);
         if (!h.vm) return failed("no VM");
-        auto s = h.vm->hibernate(dir);
-        if (!s) return failed(s.error().message);
+        unwatch_vm(*st.env, h);  // it stops on purpose now
+        auto s = h.vm->hibernate(dir, st.env->disk_twin(dir));
+        if (!s) {
+          if (h.vm->alive()) {  // still running: watched again
+            auto vm = std::move(h.vm);
+            l.unlock();
+            install_vm(*st.env, h, std::move(vm), st.owner);
+          }
+          return failed(s.error().message);
+        }
         h.vm.reset();
         return WorkerResult{};
       },
@@ -105,6 +151,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
       },
       [=](destroy_atom) -> WorkerResult {
         auto& h = *self->state.handle;
+        unwatch_vm(*self->state.env, h);
         h.cancel_calls();
         std::unique_lock l(h.mu);
         h.vm.reset();

@@ -17,9 +17,17 @@ struct WorkerState {
   Env* env = nullptr;
   std::string id, template_name;
   std::shared_ptr<VmHandle> handle;
+  caf::actor_addr owner;  // the sandbox actor: told (vm_exited_atom) when its VM dies
 };
 
 caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::string id,
-                        std::string template_name, std::shared_ptr<VmHandle> handle);
+                        std::string template_name, std::shared_ptr<VmHandle> handle,
+                        caf::actor_addr owner);
+
+// Installs `vm` as the handle's VM: a new incarnation (VmHandle::generation), watched by the
+// runtime's VM watcher, which tells `owner` (vm_exited_atom, generation) if it dies on its own.
+void install_vm(Env& env, VmHandle& handle, std::unique_ptr<vmm::Vm> vm, caf::actor_addr owner);
+// Stops watching the handle's VM: before it is stopped on purpose (hibernate, kill).
+void unwatch_vm(Env& env, VmHandle& handle);
 
 }  // namespace pandastack::actors

@@ -32,6 +32,7 @@ const char* kUsage = R"(usage: pandastackd [options]
   --data DIR          event store, API key file (default ./var)
   --images DIR        guest images from `make guest` (default DATA/images)
   --state-dir DIR     VM run folders, snapshots, hibernated RAM (default /dev/shm/pandastack-<hash>)
+  --disk-dir DIR      guest disks: overlays and snapshot disk layers, on a real disk (default DATA/disks)
   --listen HOST:PORT  REST API (default 127.0.0.1:7070; port 0 picks a free one)
   --rpc-listen HOST:PORT  Cap'n Proto RPC API (default 127.0.0.1:7071; also on DATA/rpc.sock)
   --accel auto|kvm|tcg  (default auto: KVM when a probe boot works, else TCG; env PANDASTACK_ACCEL)
@@ -75,7 +76,7 @@ uint32_t parse_u32(const std::string& flag, const std::string& v) {
 int main(int argc, char** argv) {
   // Logs go to stderr; stdout carries only the URL and key lines.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("pandastackd"));
-  fs::path data = "var", images, state_dir;
+  fs::path data = "var", images, state_dir, disk_dir;
   std::string listen = "127.0.0.1:7070", rpc_listen = "127.0.0.1:7071", accel = "auto",
               level = "info";
   actors::RuntimeConfig config;
@@ -94,6 +95,8 @@ int main(int argc, char** argv) {
       images = value();
     else if (a == "--state-dir")
       state_dir = value();
+    else if (a == "--disk-dir")
+      disk_dir = value();
     else if (a == "--listen")
       listen = value();
     else if (a == "--rpc-listen")
@@ -171,6 +174,7 @@ int main(int argc, char** argv) {
   config.data_dir = data;
   config.images_dir = images;
   config.state_dir = state_dir;
+  config.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);
   config.jail = jail;
   if (dns_upstream.empty()) {
     std::ifstream rc("/etc/resolv.conf");

@@ -1280,6 +1280,10 @@ struct Gateway::Impl final : public kj::HttpService {
       out += std::string("pandastack_sandboxes{state=\"") + actors::to_string(st) + "\"} " +
              std::to_string(it == counts.by_status.end() ? 0 : it->second) + "\n";
     }
+    out +=
+        "# HELP pandastack_vm_exits_total VMs that died on their own (crash, OOM kill, kill -9): "
+        "their sandboxes failed with vm_exited.\n# TYPE pandastack_vm_exits_total counter\n";
+    out += "pandastack_vm_exits_total " + std::to_string(counts.vm_exits) + "\n";
     std::lock_guard l(metrics_mu);
     out +=
         "# HELP pandastack_creates_total Sandboxes created.\n# TYPE pandastack_creates_total "

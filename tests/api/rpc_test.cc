@@ -326,6 +326,16 @@ TEST_F(RpcTest, SandboxOperationsStreamingAndErrors) {
   EXPECT_EQ(std::string(cd.asChars().begin(), cd.size()), "over rpc");
   child.killRequest().send().wait(ws);
 
+  // forkOne: one child as a capability, pipelined: fork and read in one flight.
+  auto one = sandbox.forkOneRequest().send();
+  auto one_read = one.getSandbox().readFileRequest();
+  one_read.setPath("/tmp/rpc/file.txt");
+  auto od = one_read.send().wait(ws).getData();
+  EXPECT_EQ(std::string(od.asChars().begin(), od.size()), "over rpc");
+  auto one_info = one.wait(ws).getInfo();
+  EXPECT_EQ(std::string(one_info.getParent()), id);
+  one.getSandbox().killRequest().send().wait(ws);
+
   // Another tenant (a key made over REST) cannot see the sandbox.
   pandastack::tools::HttpClient http(daemon_->url, daemon_->key);
   auto k = http.request("POST", "/v1/keys", R"({"tenant":"rpc-other"})");

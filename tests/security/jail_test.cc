@@ -39,7 +39,7 @@ TEST(Jail, TheLaunchRecordsTheChildBeforeItExecs) {
   fs::create_directories(run);
   ASSERT_EQ(::chown(run.c_str(), policy.uid_base, policy.uid_base), 0);
   auto launch =
-      vmm::JailLaunch::prepare(policy, {}, run, policy.uid_base, {"/usr/bin/sleep", "5"}, -1, true);
+      vmm::JailLaunch::prepare(policy, {}, run, {}, policy.uid_base, {"/usr/bin/sleep", "5"}, -1, true);
   ASSERT_TRUE(launch) << launch.error().message;
   std::string exe_before;
   pid_t seen = -1;
