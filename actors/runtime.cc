@@ -11,6 +11,8 @@
 #include <shared_mutex>
 #include <stop_token>
 
+#include <sys/stat.h>
+
 #include "actors/env.h"
 #include "actors/event_codec.h"
 #include "actors/messages.h"
@@ -140,7 +142,7 @@ std::vector<TemplateInfo> Runtime::templates() {
 namespace {
 // Checks and normalizes an egress policy; domain allowlists are refused until the platform
 // resolver exists (501 at the gateway), never silently ignored.
-std::optional<Rejection> check_egress(Egress& e, bool have_resolver) {
+std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
   auto mode = vmm::egress_mode_from_string(e.mode);
   if (!mode)
     return Rejection{"invalid_argument",
@@ -176,7 +178,7 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   }
   if (*r.network) {
     r.egress = r.egress.value_or(cfg.default_egress);
-    if (auto bad = check_egress(*r.egress, !cfg.net.dns_upstream.empty())) return *bad;
+    if (auto bad = validate_egress(*r.egress, !cfg.net.dns_upstream.empty())) return *bad;
   } else if (r.egress) {
     return Rejection{"invalid_argument", "an egress policy needs a network (network: false given)"};
   }
@@ -295,7 +297,7 @@ Reply<std::vector<PortInfo>> Runtime::ports(const std::string& tenant, const std
 Reply<SandboxInfo> Runtime::set_egress(const std::string& tenant, const std::string& id,
                                        const Egress& egress) {
   Egress e = egress;
-  if (auto bad = check_egress(e, !impl_->env->config.net.dns_upstream.empty())) return *bad;
+  if (auto bad = validate_egress(e, !impl_->env->config.net.dns_upstream.empty())) return *bad;
   return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetEgress{e})),
                                [](const Answer& a) { return a.info; });
 }
@@ -317,6 +319,51 @@ Reply<SandboxInfo> Runtime::delete_snapshot(const std::string& tenant,
   return to_reply<SandboxInfo>(
       impl_->ask(caf::make_message(delsnap_atom::value, tenant, snapshot_id)),
       [](const Answer& a) { return a.info; });
+}
+
+namespace {
+// Bytes a file holds on its file system (allocated blocks: a sparse RAM file counts what is in it).
+uint64_t allocated(const fs::path& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0;
+}
+}  // namespace
+
+Reply<std::vector<SnapshotInfo>> Runtime::snapshots(const std::string& tenant) {
+  auto all = list(tenant);
+  if (!all) return all.error();
+  std::vector<SnapshotInfo> out;
+  auto& env = *impl_->env;
+  for (auto& sbx : *all)
+    for (auto& id : sbx.snapshots) {
+      SnapshotInfo i;
+      i.id = id;
+      i.sandbox = sbx.id;
+      i.template_name = sbx.template_name;
+      auto dir = env.snapshot_dir(id);
+      if (auto snap = vmm::Snapshot::load(dir)) {
+        i.created_at_ms = snap->created_unix_ms;
+        i.memory_bytes = allocated(snap->mem());
+        i.size_bytes = i.memory_bytes + allocated(snap->state());
+        for (auto& l : snap->layers) i.size_bytes += allocated(snap->layer(l));
+      }
+      out.push_back(i);
+    }
+  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
+    return a.created_at_ms < b.created_at_ms;
+  });
+  return out;
+}
+
+Reply<bool> Runtime::check_egress(const std::string& tenant, const std::string& id,
+                                  Egress& egress) {
+  auto info = get(tenant, id);
+  if (!info) return info.error();
+  if (!info->network)
+    return Rejection{"network_disabled", "sandbox " + id + " was created without a network"};
+  if (auto bad = validate_egress(egress, !impl_->env->config.net.dns_upstream.empty()))
+    return *bad;
+  return true;
 }
 
 Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const std::string& id,
@@ -558,7 +605,13 @@ Reply<bool> Runtime::mkdir(const std::string& tenant, const std::string& id,
 
 Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
   std::optional<std::set<std::string>> allowed;
-  if (!q.tenant.empty()) {
+  if (!q.tenant.empty() && !q.stream.empty()) {
+    // One sandbox: its owner is checked, not every sandbox of the tenant listed.
+    Answer a = impl_->ask(caf::make_message(get_atom::value, q.tenant, q.stream));
+    if (!a.ok) return a.error;
+    allowed.emplace();
+    allowed->insert(q.stream);
+  } else if (!q.tenant.empty()) {
     Answer a = impl_->ask(caf::make_message(list_atom::value, ListQuery{q.tenant, {}, {}}));
     if (!a.ok) return a.error;
     allowed.emplace();
@@ -567,7 +620,7 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
   }
   auto& store = *impl_->env->store;
   storage::Result<std::vector<storage::StoredEvent>> rows =
-      !q.stream.empty() ? store.read_stream(q.stream)
+      !q.stream.empty() ? store.read_stream(q.stream, q.after_version + 1, q.limit)
       : q.from_ms > 0   ? store.read_time_range(q.from_ms, q.to_ms > 0 ? q.to_ms : INT64_MAX)
                         : store.read_all(q.after_seq + 1, allowed ? SIZE_MAX : q.limit);
   if (!rows) return Rejection{"storage_error", rows.error().message};

@@ -97,6 +97,14 @@ struct CreateRequest {
   std::optional<Egress> egress;  // nullopt: RuntimeConfig::default_egress
 };
 
+// One of a tenant's named snapshots.
+struct SnapshotInfo {
+  std::string id, sandbox, template_name;
+  int64_t created_at_ms = 0;
+  uint64_t size_bytes = 0;    // host storage it holds (RAM file + its own disk layers)
+  uint64_t memory_bytes = 0;  // of which host memory (the RAM file, on tmpfs)
+};
+
 // One entry of the audit log.
 struct AuditEvent {
   std::string stream;       // the entity (sandbox id)
@@ -111,6 +119,7 @@ struct AuditQuery {
   std::string tenant;  // empty: every tenant (admin)
   std::string stream;  // empty: every sandbox
   uint64_t after_seq = 0;
+  uint64_t after_version = 0;  // with a stream: only its events after this version
   int64_t from_ms = 0, to_ms = 0;  // to_ms 0 = no upper bound
   size_t limit = 1000;
 };
@@ -232,6 +241,10 @@ class Runtime {
   // recorded on that sandbox (`snapshot-deleted`), then its files are removed. Creates from it
   // are refused afterwards (`snapshot_not_found`); sandboxes restored from it keep running.
   Reply<SandboxInfo> delete_snapshot(const std::string& tenant, const std::string& snapshot_id);
+  // The tenant's named snapshots (of its sandboxes, alive or ended), oldest first.
+  Reply<std::vector<SnapshotInfo>> snapshots(const std::string& tenant);
+  // Whether `egress` is a valid policy for the sandbox (normalized in place), without applying it.
+  Reply<bool> check_egress(const std::string& tenant, const std::string& id, Egress& egress);
   // `count` children of a running sandbox; the parent keeps running.
   Reply<std::vector<SandboxInfo>> fork(const std::string& tenant, const std::string& id,
                                        uint32_t count);

@@ -114,6 +114,17 @@ Rejection not_running(const SandboxState& s, const std::string& what) {
   }
 }
 
+std::optional<Rejection> check_metadata(const std::map<std::string, std::string>& m,
+                                        const Limits& l) {
+  if (m.size() > l.max_metadata_entries)
+    return reject("invalid_argument",
+                  "at most " + std::to_string(l.max_metadata_entries) + " metadata entries");
+  for (auto& [k, v] : m)
+    if (k.empty() || k.size() > 128 || v.size() > 1024)
+      return reject("invalid_argument", "metadata keys are 1..128 bytes and values at most 1024");
+  return std::nullopt;
+}
+
 namespace {
 
 Status transition_status(Transition t) {
@@ -130,16 +141,6 @@ Status transition_status(Transition t) {
   return Status::running;
 }
 
-std::optional<Rejection> check_metadata(const std::map<std::string, std::string>& m,
-                                        const Limits& l) {
-  if (m.size() > l.max_metadata_entries)
-    return reject("invalid_argument",
-                  "at most " + std::to_string(l.max_metadata_entries) + " metadata entries");
-  for (auto& [k, v] : m)
-    if (k.empty() || k.size() > 128 || v.size() > 1024)
-      return reject("invalid_argument", "metadata keys are 1..128 bytes and values at most 1024");
-  return std::nullopt;
-}
 
 std::optional<Rejection> check_ttl(uint32_t ttl, const Limits& l) {
   if (ttl > l.max_ttl_seconds)

@@ -230,6 +230,10 @@ using Decision = std::variant<std::vector<Event>, Rejection>;
 Decision decide(const SandboxState& state, const Command& command, int64_t now_ms,
                 const Limits& limits = {});
 
+// The limits on a sandbox's metadata (entries, key and value sizes): the refusal, if any.
+std::optional<Rejection> check_metadata(const std::map<std::string, std::string>& m,
+                                        const Limits& l);
+
 // Why a sandbox in `s` cannot do `what` (which needs it running): sandbox_hibernated,
 // sandbox_stopped, sandbox_failed, sandbox_busy (a transition is in progress), sandbox_not_found.
 Rejection not_running(const SandboxState& s, const std::string& what);

@@ -33,6 +33,8 @@ struct RoutePattern {
 std::optional<std::string> check_guest_path(std::string_view path, size_t max_len);
 
 std::string base64_encode(std::string_view data);
+// Standard base64 with padding; nullopt when `data` is not that.
+std::optional<std::string> base64_decode(std::string_view data);
 
 // Prometheus histogram with fixed buckets (seconds). Not thread-safe: the caller locks.
 struct Histogram {

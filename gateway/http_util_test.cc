@@ -49,6 +49,12 @@ TEST(HttpUtil, Base64) {
   EXPECT_EQ(base64_encode("fo"), "Zm8=");
   EXPECT_EQ(base64_encode("foo"), "Zm9v");
   EXPECT_EQ(base64_encode(std::string("\xff\x00\x80", 3)), "/wCA");
+  for (std::string raw : {std::string(""), std::string("f"), std::string("fo"), std::string("foo"),
+                          std::string("\xff\x00\x80\x01", 4)})
+    EXPECT_EQ(base64_decode(base64_encode(raw)), std::optional<std::string>(raw));
+  EXPECT_FALSE(base64_decode("Zg="));    // not a multiple of 4
+  EXPECT_FALSE(base64_decode("Z!=="));   // not the alphabet
+  EXPECT_FALSE(base64_decode("Zg==Zg==")); // padding in the middle
 }
 
 TEST(HttpUtil, HistogramIsCumulative) {
@@ -81,6 +87,16 @@ TEST(ExecChecks, OneCommandWithinLimitsAndAValidCwd) {
   e.cwd = "/tmp";
   EXPECT_FALSE(check_exec(e, l));
   EXPECT_EQ(e.max_output_bytes, l.max_exec_output_bytes);
+  // Nothing is cut short or split silently: NUL bytes and odd variable names are refused.
+  e.shell = std::string("a\0b", 3);
+  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
+  e.shell = "true";
+  e.env = {{"A=B", "z"}};
+  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
+  e.env = {{"", "z"}};
+  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
+  e.env = {{"A", std::string("a\0", 2)}};
+  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
 }
 
 }  // namespace

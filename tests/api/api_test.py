@@ -203,10 +203,31 @@ class ApiTest(unittest.TestCase):
         self.assertEqual((b["stdout_encoding"], b["stdout"]), ("base64", "AAAA/w=="), b)
         s, b = c.exec(sid, "sleep 10", timeout_seconds=1)
         self.assertTrue(b["timed_out"], b)
+        # The caller's mistakes are 4xx with their own codes, the same on every way to run it.
         s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["/no/such/binary"]})
-        self.assertIn(s, (200, 502), b)
-        if s == 200:
-            self.assertEqual(b["exit_code"], 127)
+        self.assertEqual((s, b["error"]["code"]), (400, "command_not_found"), b)
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "pwd", "cwd": "/nonexistent"})
+        self.assertEqual((s, b["error"]["code"]), (400, "invalid_cwd"), b)
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["/no/such/binary"]})
+        self.assertEqual((s, b["error"]["code"]), (400, "command_not_found"), b)
+        ws = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/exec/ws", c.key)
+        ws.send_json({"cmd": "ls", "cwd": "/nope"})
+        op, msg = ws.recv()
+        self.assertEqual((msg["type"], msg["code"]), ("error", "invalid_cwd"), msg)
+        # Binary stdin (base64), and output with NUL bytes travels as base64, not as \u0000s.
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec",
+                      {"cmd": "od -An -tx1 | tr -d ' \\n'", "stdin": "//4A",
+                       "stdin_encoding": "base64"})
+        self.assertEqual((s, b["stdout"]), (200, "fffe00"), b)
+        s, b = c.exec(sid, "printf 'a\\000b'")
+        self.assertEqual((b["stdout_encoding"], b["stdout"]), ("base64", "YQBi"), b)
+        # Nothing mangled silently: NUL in commands, odd env names, both template and snapshot.
+        for bad in ({"cmd": "echo a\u0000b"}, {"argv": ["echo", "a\u0000b"]},
+                    {"cmd": "true", "env": {"A=B": "z"}}, {"cmd": "true", "env": {"": "z"}},
+                    {"cmd": "true", "env": {"A": "a\u0000b"}},
+                    {"cmd": "true", "stdin": "!!", "stdin_encoding": "base64"}):
+            s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec", bad)
+            self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), (bad, b))
 
     def test_concurrent_execs_and_their_limit(self):
         c, sid = self.api, self.sid()

@@ -1,0 +1,88 @@
+// Files in a sandbox: read, write (raw bytes, optional mode), remove, list, stat, mkdir, rename.
+#include "gateway/server.h"
+
+namespace pandastack::gateway {
+
+namespace {
+
+using M = kj::HttpMethod;
+using K = Route::Kind;
+
+// An octal permission mode (?mode=755), 0 when absent.
+uint32_t file_mode(const Request& r) {
+  auto m = r.q("mode");
+  if (!m) return 0;
+  if (m->empty() || m->size() > 4 || m->find_first_not_of("01234567") != std::string::npos)
+    throw ApiError{"invalid_argument", "mode is octal permissions, e.g. 644 or 0755"};
+  return uint32_t(std::stoul(*m, nullptr, 8));
+}
+
+}  // namespace
+
+std::vector<Route> file_routes() {
+  return {
+      route(M::GET, "/v1/sandboxes/{id}/files", "Read a file (?path=), raw bytes",
+            [](Call& c) {
+              auto data = unwrap(c.gw.rt.read_file(c.tenant(), c.id, c.gw.guest_path(c.r),
+                                                   c.gw.limits.max_file_bytes));
+              return HttpReply{200, "application/octet-stream", std::move(data), "", {}};
+            },
+            {"path"}),
+      route(M::PUT, "/v1/sandboxes/{id}/files",
+            "Write a file (?path=, ?mode=755: its permissions), raw bytes; parents are made",
+            [](Call& c) {
+              auto path = c.gw.guest_path(c.r);
+              unwrap(c.gw.rt.write_file(c.tenant(), c.id, path, c.r.body, file_mode(c.r)));
+              Json j = Json::object();
+              j.set("path", path);
+              j.set("size", uint64_t(c.r.body.size()));
+              return json_reply(200, j);
+            },
+            {"path", "mode"}, K::raw_body),
+      route(M::DELETE, "/v1/sandboxes/{id}/files",
+            "Remove a file or folder (?path=, ?recursive=1)",
+            [](Call& c) {
+              unwrap(c.gw.rt.remove(c.tenant(), c.id, c.gw.guest_path(c.r),
+                                    query_flag(c.r, "recursive")));
+              return no_content();
+            },
+            {"path", "recursive"}),
+      route(M::GET, "/v1/sandboxes/{id}/files/list", "List a folder (?path=)",
+            [](Call& c) {
+              auto path = c.gw.guest_path(c.r);
+              Json list = Json::array();
+              for (auto& s : unwrap(c.gw.rt.list_dir(c.tenant(), c.id, path)))
+                list.push(stat_json(s));
+              Json j = Json::object();
+              j.set("path", path);
+              j.set("entries", list);
+              return json_reply(200, j);
+            },
+            {"path"}),
+      route(M::GET, "/v1/sandboxes/{id}/files/stat", "Stat a path (?path=)",
+            [](Call& c) {
+              return json_reply(
+                  200, stat_json(unwrap(c.gw.rt.stat(c.tenant(), c.id, c.gw.guest_path(c.r)))));
+            },
+            {"path"}),
+      route(M::POST, "/v1/sandboxes/{id}/files/mkdir", "Make a folder",
+            [](Call& c) {
+              Fields f(c.r.json(), {"path", "parents"});
+              if (!f.has("path")) throw ApiError{"invalid_path", "path is required"};
+              unwrap(c.gw.rt.mkdir(c.tenant(), c.id, c.gw.checked_path(f.str("path")),
+                                   f.boolean("parents", true)));
+              return no_content();
+            }),
+      route(M::POST, "/v1/sandboxes/{id}/files/rename", "Rename a path",
+            [](Call& c) {
+              Fields f(c.r.json(), {"from", "to"});
+              for (const char* k : {"from", "to"})
+                if (!f.has(k)) throw ApiError{"invalid_path", std::string(k) + " is required"};
+              unwrap(c.gw.rt.rename(c.tenant(), c.id, c.gw.checked_path(f.str("from")),
+                                    c.gw.checked_path(f.str("to"))));
+              return no_content();
+            }),
+  };
+}
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,178 @@
+// Sandboxes: create, list, get, change (TTL, metadata, egress), kill; their lifecycle (fork,
+// hibernate, wake), exposed ports and event stream.
+#include <spdlog/spdlog.h>
+
+#include "gateway/server.h"
+
+namespace pandastack::gateway {
+
+namespace {
+
+using M = kj::HttpMethod;
+using K = Route::Kind;
+
+HttpReply create(Call& c) {
+  auto& rt = c.gw.rt;
+  const auto& limits = rt.config().limits;
+  Fields f(c.r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
+                        "from_snapshot", "network", "egress", "idle_timeout_seconds",
+                        "on_timeout"});
+  actors::CreateRequest req;
+  req.tenant = c.tenant();
+  if (f.has("template") && f.has("from_snapshot"))
+    throw ApiError{"invalid_argument",
+                   "give a template or from_snapshot, not both (a snapshot has its template)"};
+  req.template_name = f.str("template", "base");
+  req.ttl_seconds = uint32_t(f.integer("ttl_seconds", 0, 1, limits.max_ttl_seconds));
+  req.metadata = f.string_map("metadata");
+  req.persistent = f.boolean("persistent");
+  req.auto_wake = f.boolean("auto_wake");
+  req.idle_timeout_seconds =
+      uint32_t(f.integer("idle_timeout_seconds", 0, 1, limits.max_ttl_seconds));
+  if (f.has("on_timeout")) {
+    auto a = f.str("on_timeout");
+    if (a != "kill" && a != "hibernate")
+      throw ApiError{"invalid_argument", "on_timeout must be \"kill\" or \"hibernate\""};
+    req.on_timeout = a == "kill" ? actors::ReapAction::kill : actors::ReapAction::hibernate;
+  }
+  req.from_snapshot = f.str("from_snapshot");
+  if (f.has("network")) req.network = f.boolean("network");
+  if (f.has("egress")) req.egress = egress_from(f.object("egress"));
+  auto t0 = Clock::now();
+  auto created = rt.create(req);
+  if (!created && created.error().code == "sandbox_failed")
+    throw ApiError{"start_failed", created.error().message};
+  auto s = unwrap(std::move(created));
+  {
+    std::lock_guard l(c.gw.metrics_mu);
+    ++c.gw.creates;
+    c.gw.create_latency.observe(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return json_reply(201, sandbox_json(s));
+}
+
+HttpReply list(Call& c) {
+  std::optional<actors::Status> status;
+  std::map<std::string, std::string> metadata;
+  bool all_tenants = query_flag(c.r, "all");
+  if (all_tenants && !c.key.admin) throw ApiError{"forbidden", "all=1 needs an admin key"};
+  for (auto& [k, v] : c.r.query) {
+    if (k == "state") {
+      status = actors::status_from_string(v);
+      if (!status) throw ApiError{"invalid_argument", "unknown state '" + v + "'"};
+    } else if (k.rfind("metadata.", 0) == 0) {
+      metadata[k.substr(9)] = v;
+    }
+  }
+  return list_reply("sandboxes",
+                    unwrap(c.gw.rt.list(all_tenants ? "*" : c.tenant(), status, metadata)),
+                    sandbox_json);
+}
+
+// PATCH: every part is checked before any is applied, so a refused part changes nothing.
+HttpReply change(Call& c) {
+  auto& rt = c.gw.rt;
+  const auto& limits = rt.config().limits;
+  Fields f(c.r.json(), {"ttl_seconds", "metadata", "egress"});
+  if (!f.has("ttl_seconds") && !f.has("metadata") && !f.has("egress"))
+    throw ApiError{"invalid_argument", "give ttl_seconds, metadata and/or egress"};
+  std::optional<uint32_t> ttl;
+  if (f.has("ttl_seconds")) ttl = uint32_t(f.integer("ttl_seconds", 0, 1, limits.max_ttl_seconds));
+  std::optional<std::map<std::string, std::string>> metadata;
+  if (f.has("metadata")) {
+    metadata = f.string_map("metadata");
+    if (auto bad = actors::check_metadata(*metadata, limits))
+      throw ApiError{bad->code, bad->message};
+  }
+  std::optional<actors::Egress> egress;
+  if (f.has("egress")) {
+    egress = egress_from(f.object("egress"));
+    unwrap(rt.check_egress(c.tenant(), c.id, *egress));
+  }
+  actors::SandboxInfo s;
+  if (egress) s = unwrap(rt.set_egress(c.tenant(), c.id, *egress));
+  if (metadata) s = unwrap(rt.set_metadata(c.tenant(), c.id, *metadata));
+  if (ttl) s = unwrap(rt.set_ttl(c.tenant(), c.id, *ttl));
+  return json_reply(200, sandbox_json(s));
+}
+
+Json port_json(const actors::PortInfo& p) {
+  Json j = Json::object();
+  j.set("port", p.port);
+  j.set("host", p.host);
+  if (p.host_port) {
+    j.set("host_port", p.host_port);
+    j.set("address", p.host + ":" + std::to_string(p.host_port));
+  } else {
+    j.set("host_port", Json());  // recorded; forwarded again when the sandbox runs
+  }
+  return j;
+}
+
+}  // namespace
+
+std::vector<Route> sandbox_routes() {
+  return {
+      route(M::POST, "/v1/sandboxes", "Create a sandbox", create),
+      route(M::GET, "/v1/sandboxes", "List sandboxes (?state=, ?metadata.KEY=VALUE, admin ?all=1)",
+            list, {"state", "metadata.*", "all"}),
+      route(M::GET, "/v1/sandboxes/{id}", "Get a sandbox",
+            [](Call& c) { return json_reply(200, sandbox_json(unwrap(c.gw.rt.get(c.tenant(), c.id)))); }),
+      route(M::PATCH, "/v1/sandboxes/{id}", "Change ttl_seconds, metadata or the egress policy",
+            change),
+      route(M::DELETE, "/v1/sandboxes/{id}", "Kill a sandbox",
+            [](Call& c) { return json_reply(200, sandbox_json(unwrap(c.gw.rt.kill(c.tenant(), c.id)))); }),
+      route(M::POST, "/v1/sandboxes/{id}/fork",
+            "Fork a running sandbox into count children (default 1)",
+            [](Call& c) {
+              Fields f(c.r.json(), {"count"});
+              const auto& limits = c.gw.rt.config().limits;
+              auto count = uint32_t(f.integer("count", 1, 1, limits.max_fork_children));
+              auto reply = list_reply("sandboxes", unwrap(c.gw.rt.fork(c.tenant(), c.id, count)),
+                                      sandbox_json);
+              reply.status = 201;
+              return reply;
+            }),
+      route(M::POST, "/v1/sandboxes/{id}/hibernate", "Hibernate a sandbox",
+            [](Call& c) {
+              Fields f(c.r.json(), {});
+              return json_reply(200, sandbox_json(unwrap(c.gw.rt.hibernate(c.tenant(), c.id))));
+            }),
+      route(M::POST, "/v1/sandboxes/{id}/wake", "Wake a hibernated sandbox",
+            [](Call& c) {
+              Fields f(c.r.json(), {});
+              return json_reply(200, sandbox_json(unwrap(c.gw.rt.wake(c.tenant(), c.id))));
+            }),
+      route(M::GET, "/v1/sandboxes/{id}/events",
+            "The sandbox's audit events (?follow=1: server-sent events until it ends)",
+            [](Call& c) {
+              actors::AuditQuery q;
+              q.tenant = c.tenant();
+              q.stream = c.id;
+              q.limit = 100000;
+              return list_reply("events", unwrap(c.gw.rt.audit(q)), audit_json);
+            },
+            {"follow"}, K::stream),
+      route(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest TCP port on a host address",
+            [](Call& c) {
+              Fields f(c.r.json(), {"port"});
+              if (!f.has("port")) throw ApiError{"invalid_argument", "port is required"};
+              auto port = uint32_t(f.integer("port", 0, 1, 65535));
+              for (auto& p : unwrap(c.gw.rt.expose_port(c.tenant(), c.id, port)))
+                if (p.port == port) return json_reply(201, port_json(p));
+              throw ApiError{"internal", "the exposed port is not listed"};
+            }),
+      route(M::GET, "/v1/sandboxes/{id}/ports", "Exposed guest ports and their host addresses",
+            [](Call& c) {
+              return list_reply("ports", unwrap(c.gw.rt.ports(c.tenant(), c.id)), port_json);
+            }),
+      route(M::DELETE, "/v1/sandboxes/{id}/ports/{port}", "Stop exposing a guest port",
+            [](Call& c) {
+              unwrap(c.gw.rt.unexpose_port(c.tenant(), c.id,
+                                           parse_number(c.r.param("port"), "port", 1, 65535)));
+              return no_content();
+            }),
+  };
+}
+
+}  // namespace pandastack::gateway

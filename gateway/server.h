@@ -1,0 +1,149 @@
+// The REST server behind gateway::Gateway (internal to gateway/): the kj-http service, its route
+// table and the pieces the route files share. Each API resource has its own file with its own
+// table of routes (routes_*.cc); the table drives dispatch, query-parameter checks and the
+// OpenAPI document alike, so the document cannot drift from what is served.
+//   rest.cc          parsing, routing, auth, replies, metrics, the OpenAPI document
+//   streams.cc       server-sent events (exec/stream, process streams, events?follow=1)
+//   websocket.cc     the WebSocket exec
+//   routes_*.cc      the handlers, one file per resource
+#pragma once
+
+#include <kj/async-io.h>
+#include <kj/compat/http.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "gateway/api_types.h"
+#include "gateway/http_util.h"
+#include "gateway/rest.h"
+#include "gateway/worker_pool.h"
+
+namespace pandastack::gateway {
+
+using Clock = std::chrono::steady_clock;
+
+struct Server;
+
+// What a handler gets: the server, the request, and who asks (checked before the handler runs).
+struct Call {
+  Server& gw;
+  const Request& r;
+  actors::KeyInfo key;  // empty for routes without auth
+  std::string id;       // the {id} parameter (a sandbox of key.tenant, checked), or ""
+  const std::string& tenant() const { return key.tenant; }
+};
+
+using Handler = std::function<HttpReply(Call&)>;
+
+struct Route {
+  kj::HttpMethod method;
+  std::string pattern;
+  RoutePattern compiled;
+  std::string summary;
+  enum class Kind { json, stream, raw_body, websocket } kind = Kind::json;
+  bool auth = true;
+  // Query parameters the route takes; any other is refused (400). A name ending in '*' is a
+  // prefix ("metadata.*").
+  std::vector<std::string> query;
+  Handler handler;  // json and raw_body routes (and a stream route's JSON form)
+};
+
+// A route table entry. `query` lists the parameters it takes.
+Route route(kj::HttpMethod m, const char* pattern, const char* summary, Handler h,
+            std::vector<std::string> query = {}, Route::Kind kind = Route::Kind::json,
+            bool auth = true);
+
+// One table per resource.
+std::vector<Route> system_routes();    // health, metrics, openapi, templates
+std::vector<Route> sandbox_routes();   // create, list, get, change, kill, lifecycle, ports, events
+std::vector<Route> exec_routes();      // exec, streams, WebSocket, background processes
+std::vector<Route> file_routes();      // files
+std::vector<Route> snapshot_routes();  // snapshots
+std::vector<Route> admin_routes();     // keys, the audit log
+
+// Output chunks travel from a driver thread to the event loop through this channel.
+struct StreamChannel {
+  std::mutex mu;
+  std::string pending;  // SSE frames not yet written
+  bool started = false, done = false;
+  std::optional<HttpReply> early;  // an error before the stream began: a normal reply
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> waiter;
+  std::stop_source stop;  // cancels the command in the guest
+  size_t limit;
+  bool overflowed = false;
+
+  explicit StreamChannel(size_t l) : limit(l) {}
+  void wake();
+  void push(std::string frame);
+  void begin();
+  void fail_early(HttpReply r);
+  void finish(std::string frame);
+};
+
+struct Server final : public kj::HttpService {
+  actors::Runtime& rt;
+  kj::Timer& timer;
+  Limits limits;
+  kj::HttpHeaderTable::Builder builder;
+  kj::HttpHeaderId h_authorization, h_server_timing, h_cache_control, h_allow, h_retry_after;
+  kj::Own<kj::HttpHeaderTable> table;
+  kj::Own<kj::HttpServer> server;
+  std::vector<Route> routes;
+  std::unique_ptr<WorkerPool> pool;
+  // Fires at shutdown: commands in flight are cancelled so the workers can be joined.
+  std::stop_source shutting_down;
+
+  // Metrics.
+  std::mutex metrics_mu;
+  std::map<std::string, uint64_t> errors_by_code;
+  std::map<unsigned, uint64_t> responses_by_status;
+  uint64_t creates = 0, execs = 0;
+  Histogram create_latency{{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
+  Histogram exec_latency{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30}};
+
+  Server(actors::Runtime& r, kj::Timer& t, Limits l);
+  ~Server();
+
+  // kj::HttpService
+  kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
+                            const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                            kj::HttpService::Response& response) override;
+
+  // Event loop side.
+  template <typename T>
+  kj::Promise<T> offload(std::function<T()> f, T overloaded) {
+    return pool->offload<T>(std::move(f), std::move(overloaded));
+  }
+  kj::Promise<void> send(kj::HttpService::Response& response, HttpReply r, Clock::time_point t0,
+                         bool head = false);
+  void count_response(const HttpReply& r);
+  kj::Promise<void> stream(const Route& route, Request req,
+                           kj::HttpService::Response& response, Clock::time_point t0);
+  kj::Promise<void> websocket(const Route& route, Request req,
+                              kj::HttpService::Response& response, Clock::time_point t0);
+  kj::Promise<bool> wait_channel(std::shared_ptr<StreamChannel> ch);
+  kj::Promise<void> pump(std::shared_ptr<StreamChannel> ch, kj::AsyncOutputStream& out);
+
+  // Worker side: blocking runtime calls.
+  actors::KeyInfo auth(const Request& r);
+  // The key, then the sandbox named by {id} (another tenant's is sandbox_not_found), then the
+  // route's query parameters are checked, in that order, before anything else.
+  Call admit(const Route& route, const Request& r);
+  HttpReply handle(const Route& route, const Request& r);
+  void produce(const Route& route, const Request& r, StreamChannel& ch);
+  std::string guest_path(const Request& r, const char* name = "path");
+  std::string checked_path(const std::string& p);
+  vmm::ExecRequest exec_request(const Json& j, bool with_timeout);
+  std::string metrics();
+  std::string openapi() const;
+  void observe_exec(Clock::time_point t0);
+};
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,193 @@
+// The WebSocket exec (GET /v1/sandboxes/{id}/exec/ws): stdin in, output out, the exit, a close.
+#include "gateway/server.h"
+
+namespace pandastack::gateway {
+
+namespace {
+
+// WebSocket exec: the key and the sandbox are checked first (a normal error reply if they fail),
+// then the upgrade. Protocol (text frames are JSON):
+//   client -> {"cmd": ...} or {"argv": [...]} (+ env, cwd, timeout_seconds): the command
+//   server -> {"type":"started","pid":N}
+//   server -> {"type":"stdout"|"stderr","data":"..."[,"encoding":"base64"]} ...
+//   client -> binary frames or {"type":"stdin","data":"..."}: stdin; {"type":"close_stdin"}
+//   server -> {"type":"exit","exit_code":N,"timed_out":false} or {"type":"error",...}, close
+// The command runs as a background process with stdin kept open; when the client closes or
+// goes away, it is killed.
+struct WsSession {
+  Server& gw;
+  kj::Own<kj::WebSocket> ws;
+  std::string tenant, id;
+  uint32_t pid = 0;
+  std::shared_ptr<CrossThreadQueue<std::string>> out =
+      std::make_shared<CrossThreadQueue<std::string>>();
+  std::shared_ptr<std::stop_source> stop = std::make_shared<std::stop_source>();
+
+  struct Outcome {
+    bool ok = true;
+    std::string code, message;
+    uint32_t pid = 0;
+  };
+
+  kj::Promise<void> send_text(std::string text) {
+    auto owned = kj::heapString(text.data(), text.size());
+    auto p = ws->send(owned.asArray());
+    return p.attach(kj::mv(owned));
+  }
+  kj::Promise<void> fail(const std::string& code, const std::string& message) {
+    Json e = Json::object();
+    e.set("type", "error");
+    e.set("code", code);
+    e.set("message", message);
+    return send_text(e.dump())
+        .then([this] { return ws->close(1011, "error"); })
+        .catch_([](kj::Exception&&) {});
+  }
+
+  kj::Promise<void> run() {
+    return ws->receive(gw.limits.max_body_bytes)
+        .then([this](kj::WebSocket::Message&& m) -> kj::Promise<void> {
+          if (!m.is<kj::String>())
+            return fail("invalid_argument", "the first message must be the command as JSON text");
+          vmm::ExecRequest req;
+          try {
+            auto j = Json::parse(m.get<kj::String>().cStr());
+            if (!j || !j->is_object())
+              throw ApiError{"invalid_json", "the command is not a JSON object"};
+            req = gw.exec_request(*j, true);
+          } catch (const ApiError& e) {
+            return fail(e.code, e.message);
+          }
+          req.keep_stdin_open = true;
+          return gw.pool
+              ->offload<Outcome>(
+                  [rt = &gw.rt, t = tenant, i = id, req] {
+                    auto r = rt->start_process(t, i, req);
+                    if (!r) return Outcome{false, r.error().code, r.error().message, 0};
+                    return Outcome{true, "", "", *r};
+                  },
+                  Outcome{false, "too_many_requests", "the server is busy", 0})
+              .then([this](Outcome o) -> kj::Promise<void> {
+                if (!o.ok) return fail(o.code, o.message);
+                pid = o.pid;
+                start_output();
+                Json j = Json::object();
+                j.set("type", "started");
+                j.set("pid", pid);
+                return send_text(j.dump()).then([this] {
+                  return pump_out().exclusiveJoin(read_in().then([this] { return kill(); }));
+                });
+              });
+        })
+        .catch_([this](kj::Exception&&) { return kill(); });  // the client went away
+  }
+
+  // The process's output, streamed on a worker into the queue.
+  void start_output() {
+    bool queued = gw.pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop,
+                                   shutdown = gw.shutting_down.get_token()] {
+      std::stop_callback on_shutdown(shutdown, [st] { st->request_stop(); });
+      auto r = rt->stream_process(
+          t, i, p,
+          [q](vmm::StreamKind k, std::string_view d) {
+            Json j = chunk_json(d);
+            j.set("type", k == vmm::StreamKind::out ? "stdout" : "stderr");
+            q->push(j.dump());
+          },
+          st->get_token());
+      Json j = Json::object();
+      if (r) {
+        j.set("type", "exit");
+        j.set("exit_code", r->exit_code);
+        j.set("timed_out", r->timed_out);
+      } else {
+        j.set("type", "error");
+        j.set("code", r.error().code);
+        j.set("message", r.error().message);
+      }
+      q->push(j.dump());
+      q->close();
+    });
+    if (!queued) out->close();
+  }
+
+  kj::Promise<void> pump_out() {
+    return out->ready().then([this]() -> kj::Promise<void> {
+      auto [items, closed] = out->take();
+      kj::Promise<void> p = kj::READY_NOW;
+      for (auto& text : items)
+        p = p.then(
+            [this, text = std::move(text)]() mutable { return send_text(std::move(text)); });
+      if (closed) return p.then([this] { return ws->close(1000, "exit"); });
+      return p.then([this] { return pump_out(); });
+    });
+  }
+
+  // Stdin from the client until it closes; each write completes before the next is read.
+  kj::Promise<void> read_in() {
+    return ws->receive(gw.limits.max_body_bytes)
+        .then([this](kj::WebSocket::Message&& m) -> kj::Promise<void> {
+          if (m.is<kj::WebSocket::Close>()) return kj::READY_NOW;
+          std::string data;
+          bool close = false;
+          if (m.is<kj::Array<kj::byte>>()) {
+            auto& b = m.get<kj::Array<kj::byte>>();
+            data.assign(reinterpret_cast<const char*>(b.begin()), b.size());
+          } else {
+            auto j = Json::parse(m.get<kj::String>().cStr());
+            std::string type =
+                j && j->is_object() && (*j)["type"].is_string() ? (*j)["type"].as_string() : "";
+            if (type == "stdin" && (*j)["data"].is_string())
+              data = (*j)["data"].as_string();
+            else if (type == "close_stdin")
+              close = true;
+            else
+              return read_in();  // unknown messages are ignored
+          }
+          return gw.pool
+              ->offload<bool>([rt = &gw.rt, t = tenant, i = id, p = pid, data,
+                               close] { return bool(rt->write_stdin(t, i, p, data, close)); },
+                              false)
+              .then([this](bool) { return read_in(); });
+        });
+  }
+
+  kj::Promise<void> kill() {
+    stop->request_stop();
+    if (pid == 0) return kj::READY_NOW;
+    return gw.pool
+        ->offload<bool>([rt = &gw.rt, t = tenant, i = id,
+                         p = pid] { return bool(rt->kill_process(t, i, p)); },
+                        false)
+        .then([](bool) {});
+  }
+};
+
+}  // namespace
+
+kj::Promise<void> Server::websocket(const Route& route, Request req,
+                                    kj::HttpService::Response& response, Clock::time_point t0) {
+  auto r = std::make_shared<Request>(std::move(req));
+  return offload<HttpReply>(
+             [this, r, &route] {
+               try {
+                 auto call = admit(route, *r);
+                 return HttpReply{101, "", call.key.tenant, "", {}};
+               } catch (const ApiError& e) {
+                 return error_reply(e.code, e.message);
+               }
+             },
+             error_reply("too_many_requests", "the server is busy"))
+      .then([this, r, &response, t0](HttpReply rep) -> kj::Promise<void> {
+        if (rep.status != 101) return send(response, std::move(rep), t0);
+        count_response(rep);
+        kj::HttpHeaders headers(*table);
+        auto session = kj::heap<WsSession>(
+            WsSession{*this, response.acceptWebSocket(headers), rep.body, r->param("id")});
+        auto p = session->run();
+        return p.attach(kj::mv(session));
+      });
+}
+
+
+}  // namespace pandastack::gateway
