@@ -146,6 +146,7 @@ std::vector<Route> sandbox_routes() {
       route(M::GET, "/v1/sandboxes/{id}/events",
             "The sandbox's audit events (?follow=1: server-sent events until it ends)",
             [](Call& c) {
+              query_flag(c.r, "follow");  // (followed streams are served elsewhere; 400 if bad)
               actors::AuditQuery q;
               q.tenant = c.tenant();
               q.stream = c.id;

@@ -369,8 +369,15 @@ class Parser {
         fail("expected a string key in object");
         return std::nullopt;
       }
+      size_t key_at = pos_;
       auto k = string();
       if (!k) return std::nullopt;
+      // A repeated key is refused: which one counts would be a guess (RFC 8259: SHOULD be unique).
+      if (o.count(*k)) {
+        pos_ = key_at;
+        fail("duplicate key \"" + *k + "\" in object");
+        return std::nullopt;
+      }
       ws();
       if (pos_ >= s_.size() || s_[pos_] != ':') {
         fail("expected ':' after object key");

@@ -43,6 +43,11 @@ TEST(Json, RejectsMalformedInputWithOffset) {
   EXPECT_FALSE(Json::parse("\"\\ud800\"", &err));
   EXPECT_FALSE(Json::parse("01", &err));
   EXPECT_FALSE(Json::parse("", &err));
+  // A repeated key: which value counts would be a guess.
+  EXPECT_FALSE(Json::parse("{\"t\": 1, \"t\": 2}", &err));
+  EXPECT_NE(err.message.find("duplicate key \"t\""), std::string::npos) << err.message;
+  EXPECT_EQ(err.offset, 9u);  // the second key
+  EXPECT_TRUE(Json::parse("{\"a\": {\"t\": 1}, \"t\": 2}"));  // the same key at two levels
 }
 
 TEST(Json, LimitsDepth) {

@@ -869,6 +869,17 @@ class RestartTest(unittest.TestCase):
             c2 = Api(d2)
             self.assertEqual(c2.call("GET", f"/v1/sandboxes/{keep}")[1]["state"], "hibernated")
             self.assertEqual(c2.call("GET", f"/v1/sandboxes/{drop}")[1]["state"], "stopped")
+            # A sandbox that ended before the restart answers as it did before it.
+            self.assertEqual(c2.call("DELETE", f"/v1/sandboxes/{drop}")[0], 200)
+            for method, path, body in (("POST", "exec", {"cmd": "true"}), ("POST", "hibernate", {}),
+                                       ("POST", "wake", {}), ("POST", "fork", {}),
+                                       ("POST", "snapshots", {})):
+                s, b = c2.call(method, f"/v1/sandboxes/{drop}/{path}", body)
+                self.assertEqual((s, b["error"]["code"]), (409, "sandbox_stopped"), (path, b))
+            s, b = c2.call("PATCH", f"/v1/sandboxes/{drop}", {"ttl_seconds": 100})
+            self.assertEqual((s, b["error"]["code"]), (409, "sandbox_stopped"), b)
+            s, b = c2.call("GET", f"/v1/sandboxes/{drop}/files/list?path=/")
+            self.assertEqual((s, b["error"]["code"]), (409, "sandbox_stopped"), b)
             self.assertEqual(c2.call("POST", f"/v1/sandboxes/{keep}/wake")[0], 200)
             self.assertEqual(c2.exec(keep, "cat /tmp/mark")[1]["stdout"], "kept\n")
             # The audit log, read from the store while the daemon runs, and through the API.

@@ -7,18 +7,24 @@
 Reads PANDASTACK_API_KEY and PANDASTACK_BASE_URL (default http://127.0.0.1:7070).
 """
 from ._async import AsyncSandbox
-from ._errors import (Conflict, ConnectionFailed, FileNotFound, Forbidden, InvalidArgument,
-                      NotFound, NotImplementedByServer, PandaStackError, PayloadTooLarge,
-                      RateLimited, SandboxBusy, SandboxHibernated, SandboxNotFound,
-                      SandboxStopped, SnapshotNotFound, TemplateNotFound, Timeout, Unauthorized)
+from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DirectoryNotEmpty, ExecFailed,
+                      FileExists, FileNotFound, Forbidden, GuestIOError, InvalidArgument,
+                      InvalidCwd, IsADirectory, NoSpace, NotADirectory, NotFound,
+                      NotImplementedByServer, PandaStackError, PayloadTooLarge, PermissionDenied,
+                      RateLimited, SandboxBusy, SandboxFailed, SandboxHibernated, SandboxNotFound,
+                      SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
+                      TransitionFailed, Unauthorized)
 from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
 from ._sync import Sandbox
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "SandboxInfo", "FileInfo",
-    "ProcessInfo", "PandaStackError", "InvalidArgument", "Unauthorized", "Forbidden", "NotFound",
-    "SandboxNotFound", "FileNotFound", "TemplateNotFound", "SnapshotNotFound", "Conflict",
-    "SandboxHibernated", "SandboxStopped", "SandboxBusy", "PayloadTooLarge", "RateLimited",
-    "Timeout", "NotImplementedByServer", "ConnectionFailed",
+    "ProcessInfo", "PandaStackError", "InvalidArgument", "InvalidCwd", "CommandNotFound",
+    "Unauthorized", "Forbidden", "PermissionDenied", "NotFound", "SandboxNotFound",
+    "FileNotFound", "TemplateNotFound", "SnapshotNotFound", "Conflict", "SandboxHibernated",
+    "SandboxStopped", "SandboxFailed", "SandboxBusy", "IsADirectory", "NotADirectory",
+    "FileExists", "DirectoryNotEmpty", "NoSpace", "GuestIOError", "TransitionFailed",
+    "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
+    "NotImplementedByServer", "ConnectionFailed",
 ]

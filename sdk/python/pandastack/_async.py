@@ -5,6 +5,7 @@ an ``exec_stream`` loop) closes the connection and the server kills the command 
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union, Sequence, overload
 
 import httpx
@@ -17,26 +18,37 @@ from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
 class _AsyncHttp:
     def __init__(self, api_key: Optional[str], base_url: Optional[str], timeout: float) -> None:
         key, url = c.config(api_key, base_url)
+        self.timeout = timeout
         self.client = httpx.AsyncClient(base_url=url, headers=c.headers(key),
                                         timeout=httpx.Timeout(timeout, connect=10.0))
 
     async def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            r = await self.client.request(method, path, **kw)
-        except httpx.TransportError as e:
-            raise c.transport_error(e) from e
+        attempt = 0
+        while True:
+            try:
+                r = await self.client.request(method, path, **kw)
+            except httpx.TransportError as e:
+                raise c.transport_error(e) from e
+            wait = c.retry_after(r, attempt)
+            if wait is None:
+                break
+            await asyncio.sleep(wait)  # refused for now (busy): nothing was done
+            attempt += 1
         c.raise_for(r)
         return r
 
     async def sse(self, method: str, path: str, **kw: Any) -> AsyncIterator[ExecEvent]:
+        """The events of a stream; an error event raises its typed error."""
         parser = c.SseParser()
         try:
             async with self.client.stream(method, path, **kw) as r:
                 if r.status_code >= 300:
                     await r.aread()
                     c.raise_for(r)
-                async for line in r.aiter_lines():
-                    for ev in parser.feed(line):
+                async for chunk in r.aiter_bytes():
+                    for ev in parser.feed_bytes(chunk):
+                        if ev.kind == "error":
+                            raise error_for(ev.error_code or "internal", ev.message or "", 0)
                         yield ev
         except httpx.TransportError as e:
             raise c.transport_error(e) from e
@@ -49,12 +61,13 @@ class AsyncFilesystem:
         self._s = sbx
 
     def _path(self, sub: str = "") -> str:
-        return f"/v1/sandboxes/{self._s.id}/files{sub}"
+        return f"/v1/sandboxes/{c.sid(self._s.id)}/files{sub}"
 
-    async def write(self, path: str, data: Union[str, bytes]) -> None:
-        """Writes a whole file (parents are created)."""
+    async def write(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
+        """Writes a whole file (parents are created); ``mode`` e.g. ``0o755``."""
         content = data.encode() if isinstance(data, str) else data
-        await self._s._http.call("PUT", self._path(), params={"path": path}, content=content)
+        params = {"path": path, **({"mode": format(mode, "o")} if mode is not None else {})}
+        await self._s._http.call("PUT", self._path(), params=params, content=content)
 
     async def read(self, path: str) -> bytes:
         """Reads a whole file."""
@@ -99,23 +112,23 @@ class AsyncProcesses:
                     cwd: Optional[str] = None, timeout_seconds: Optional[int] = None) -> int:
         """Starts a command in the background; returns its pid."""
         body = c.exec_body(cmd, timeout_seconds, env, cwd, None)
-        r = await self._s._http.call("POST", f"/v1/sandboxes/{self._s.id}/processes", json=body)
+        r = await self._s._http.call("POST", f"/v1/sandboxes/{c.sid(self._s.id)}/processes", json=body)
         return int(r.json()["pid"])
 
     async def list(self) -> List[ProcessInfo]:
         """Running and recently exited background processes."""
-        r = await self._s._http.call("GET", f"/v1/sandboxes/{self._s.id}/processes")
+        r = await self._s._http.call("GET", f"/v1/sandboxes/{c.sid(self._s.id)}/processes")
         return [ProcessInfo.from_api(p) for p in r.json()["processes"]]
 
     async def kill(self, pid: int, signal: Optional[int] = None) -> None:
-        """Signals the process's group (default SIGKILL)."""
-        params = {"signal": str(signal)} if signal else None
-        await self._s._http.call("DELETE", f"/v1/sandboxes/{self._s.id}/processes/{pid}",
+        """Signals the process's group (default SIGKILL; signals are 1..64)."""
+        params = {"signal": str(signal)} if signal is not None else None
+        await self._s._http.call("DELETE", f"/v1/sandboxes/{c.sid(self._s.id)}/processes/{pid}",
                                  params=params)
 
     def stream(self, pid: int) -> AsyncIterator[ExecEvent]:
         """Its output from the start, then live, then the exit event."""
-        return self._s._http.sse("GET", f"/v1/sandboxes/{self._s.id}/processes/{pid}/stream")
+        return self._s._http.sse("GET", f"/v1/sandboxes/{c.sid(self._s.id)}/processes/{pid}/stream")
 
 
 class AsyncSandbox:
@@ -163,7 +176,7 @@ class AsyncSandbox:
                   base_url: Optional[str] = None, timeout: float = 300.0) -> "AsyncSandbox":
         """An existing sandbox of this key's tenant."""
         http = _AsyncHttp(api_key, base_url, timeout)
-        r = await http.call("GET", f"/v1/sandboxes/{sandbox_id}")
+        r = await http.call("GET", f"/v1/sandboxes/{c.sid(sandbox_id)}")
         return cls(SandboxInfo.from_api(r.json()), http)
 
     @classmethod
@@ -199,17 +212,17 @@ class AsyncSandbox:
 
     async def refresh(self) -> SandboxInfo:
         """Reads the sandbox's current info."""
-        r = await self._http.call("GET", f"/v1/sandboxes/{self.id}")
+        r = await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}")
         self.info = SandboxInfo.from_api(r.json())
         return self.info
 
     async def _post(self, action: str, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        return (await self._http.call("POST", f"/v1/sandboxes/{self.id}/{action}",
+        return (await self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/{action}",
                                       json=body)).json()
 
     async def kill(self) -> None:
         """Stops the sandbox and releases everything it holds."""
-        r = await self._http.call("DELETE", f"/v1/sandboxes/{self.id}")
+        r = await self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}")
         self.info = SandboxInfo.from_api(r.json())
 
     async def hibernate(self) -> None:
@@ -241,54 +254,53 @@ class AsyncSandbox:
     async def set_egress(self, mode: Optional[str] = None,
                          allow: Optional[Sequence[str]] = None) -> None:
         """Replaces the egress policy (``deny_all``, ``allow_all``, or an allowlist of CIDRs)."""
-        r = await self._http.call("PATCH", f"/v1/sandboxes/{self.id}",
+        r = await self._http.call("PATCH", f"/v1/sandboxes/{c.sid(self.id)}",
                                   json={"egress": c.egress_body(mode, allow)})
         self.info = SandboxInfo.from_api(r.json())
 
     async def expose_port(self, port: int) -> Dict[str, Any]:
         """Forwards guest TCP ``port`` from the host; returns ``{port, host, host_port, address}``."""
-        r = await self._http.call("POST", f"/v1/sandboxes/{self.id}/ports", json={"port": port})
+        r = await self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/ports", json={"port": port})
         return dict(r.json())
 
     async def unexpose_port(self, port: int) -> None:
         """Stops forwarding guest ``port``."""
-        await self._http.call("DELETE", f"/v1/sandboxes/{self.id}/ports/{int(port)}")
+        await self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}/ports/{int(port)}")
 
     async def ports(self) -> List[Dict[str, Any]]:
         """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
-        return list((await self._http.call("GET", f"/v1/sandboxes/{self.id}/ports")).json()["ports"])
+        return list((await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/ports")).json()["ports"])
 
     async def set_ttl(self, ttl_seconds: int) -> None:
         """Sets the time to live from now."""
-        r = await self._http.call("PATCH", f"/v1/sandboxes/{self.id}",
+        r = await self._http.call("PATCH", f"/v1/sandboxes/{c.sid(self.id)}",
                                   json={"ttl_seconds": ttl_seconds})
         self.info = SandboxInfo.from_api(r.json())
 
     async def events(self) -> List[Dict[str, Any]]:
         """The sandbox's audit events, oldest first."""
-        return list((await self._http.call("GET", f"/v1/sandboxes/{self.id}/events")).json()["events"])
+        return list((await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/events")).json()["events"])
 
     def exec_stream(self, cmd: c.Command, timeout_seconds: Optional[int] = None,
                     env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
                     stdin: Union[str, bytes, None] = None) -> AsyncIterator[ExecEvent]:
         """Runs a command; yields stdout/stderr events as they come, then the exit event."""
         body = c.exec_body(cmd, timeout_seconds, env, cwd, stdin)
-        return self._http.sse("POST", f"/v1/sandboxes/{self.id}/exec/stream", json=body)
+        return self._http.sse("POST", f"/v1/sandboxes/{c.sid(self.id)}/exec/stream", json=body,
+                              timeout=c.exec_timeout(timeout_seconds, self._http.timeout))
 
     async def exec(self, cmd: c.Command, timeout_seconds: Optional[int] = None,
                    env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
                    stdin: Union[str, bytes, None] = None) -> ExecResult:
-        """Runs a command to completion. Cancelling the awaiting task kills it in the guest."""
-        out, err = bytearray(), bytearray()
+        """Runs a command to completion. Cancelling the awaiting task kills it in the guest.
+        Output is kept like the sync client's: 16 MiB per stream, then ``*_truncated``."""
+        cap = c.OutputCap()
         async for ev in self.exec_stream(cmd, timeout_seconds, env, cwd, stdin):
-            if ev.kind == "stdout":
-                out += ev.data
-            elif ev.kind == "stderr":
-                err += ev.data
+            if ev.kind in ("stdout", "stderr"):
+                cap.add(ev.kind, ev.data)
             elif ev.kind == "exit":
-                return ExecResult(bytes(out), bytes(err), ev.exit_code or 0, ev.timed_out)
-            else:
-                raise error_for(ev.error_code or "exec_failed", ev.message or "", 0)
+                return ExecResult(bytes(cap.out), bytes(cap.err), ev.exit_code or 0, ev.timed_out,
+                                  ev.duration_ms, cap.out_truncated, cap.err_truncated)
         raise PandaStackError("the command's stream ended without an exit event", code="internal")
 
     async def aclose(self) -> None:

@@ -1,14 +1,24 @@
 """What the sync and async clients share: configuration, request bodies, response handling."""
 from __future__ import annotations
 
+import base64
 import json
 import os
+import urllib.parse
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import httpx
 
-from ._errors import ConnectionFailed, PandaStackError, Unauthorized, error_for
+from ._errors import ConnectionFailed, PandaStackError, Timeout, Unauthorized, error_for
 from ._models import ExecEvent, event_from_sse
+
+# What the API buffers of a non-streamed command's output, per stream (the async client, which
+# runs commands over the stream, keeps the same cap).
+MAX_OUTPUT = 16 << 20
+# The server's default command timeout (exec without timeout_seconds).
+DEFAULT_EXEC_TIMEOUT = 60
+# Retries of requests the server refused for now (429 busy, 503) before giving up.
+RETRIES = 3
 
 DEFAULT_BASE_URL = "http://127.0.0.1:7070"
 Command = Union[str, Sequence[str]]
@@ -38,8 +48,39 @@ def exec_body(cmd: Command, timeout_seconds: Optional[int], env: Optional[Mappin
     if cwd:
         body["cwd"] = cwd
     if stdin is not None:
-        body["stdin"] = stdin.decode() if isinstance(stdin, bytes) else stdin
+        if isinstance(stdin, (bytes, bytearray)):
+            try:
+                body["stdin"] = bytes(stdin).decode("utf-8")
+            except UnicodeDecodeError:  # binary: sent as base64
+                body["stdin"] = base64.b64encode(bytes(stdin)).decode()
+                body["stdin_encoding"] = "base64"
+        else:
+            body["stdin"] = stdin
     return body
+
+
+def exec_timeout(timeout_seconds: Optional[float], base: float) -> httpx.Timeout:
+    """The HTTP timeout for a command: the command's own timeout plus a margin (the server answers
+    by then, whatever the guest does), never less than the client's default."""
+    t = float(timeout_seconds if timeout_seconds is not None else DEFAULT_EXEC_TIMEOUT) + 30.0
+    return httpx.Timeout(max(t, base), connect=10.0)
+
+
+def sid(sandbox_id: str) -> str:
+    """A sandbox id for a URL path: never empty, escaped."""
+    if not isinstance(sandbox_id, str) or not sandbox_id:
+        raise ValueError("a sandbox id is a non-empty string (sbx_...)")
+    return urllib.parse.quote(sandbox_id, safe="")
+
+
+def retry_after(response: httpx.Response, attempt: int) -> Optional[float]:
+    """Seconds to wait before retrying a refused request, or None to give up."""
+    if response.status_code not in (429, 503) or attempt >= RETRIES:
+        return None
+    try:
+        return min(float(response.headers.get("Retry-After", "1")), 5.0)
+    except ValueError:
+        return 1.0
 
 
 def egress_body(mode: Optional[str], allow: Optional[Sequence[str]]) -> Dict[str, Any]:
@@ -95,22 +136,55 @@ def raise_for(response: httpx.Response) -> None:
 
 
 def transport_error(e: Exception) -> PandaStackError:
+    if isinstance(e, httpx.TimeoutException) and not isinstance(e, httpx.ConnectTimeout):
+        return Timeout(f"no answer from the PandaStack daemon in time: {e}", code="timeout")
     return ConnectionFailed(f"cannot reach the PandaStack daemon: {e}")
 
 
+class OutputCap:
+    """A command's output as the API buffers it: at most MAX_OUTPUT bytes per stream, with a flag
+    saying what was cut."""
+
+    def __init__(self) -> None:
+        self.out, self.err = bytearray(), bytearray()
+        self.out_truncated = self.err_truncated = False
+
+    def add(self, kind: str, data: bytes) -> None:
+        buf = self.out if kind == "stdout" else self.err
+        room = MAX_OUTPUT - len(buf)
+        if len(data) > room:
+            if kind == "stdout":
+                self.out_truncated = True
+            else:
+                self.err_truncated = True
+            data = data[:max(room, 0)]
+        buf += data
+
+
 class SseParser:
-    """Feeds lines of a text/event-stream, returns the ExecEvents they complete. The server sends
-    each event's data on one line, so an event is complete at its data line (blank separator
-    lines, which some line readers drop, are not needed)."""
+    """Feeds raw bytes of a text/event-stream, returns the ExecEvents they complete. The server
+    sends each event's data on one line, so an event is complete at its data line. Parsing whole
+    chunks (not a line reader's strings) keeps up with tens of MB/s of output: the server cancels
+    a command whose client falls 16 MiB behind."""
 
     def __init__(self) -> None:
         self.event = ""
+        self.buf = b""
 
-    def feed(self, line: str) -> Iterable[ExecEvent]:
-        line = line.rstrip("\r\n")
-        if line.startswith("event: "):
-            self.event = line[7:]
-        elif line.startswith("data: "):
-            event, self.event = self.event, ""
-            return (event_from_sse(event, json.loads(line[6:])),)
-        return ()
+    def feed_bytes(self, chunk: bytes) -> List[ExecEvent]:
+        self.buf += chunk
+        out: List[ExecEvent] = []
+        start = 0
+        while True:
+            nl = self.buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line = self.buf[start:nl]
+            start = nl + 1
+            if line.startswith(b"event: "):
+                self.event = line[7:].decode().rstrip("\r")
+            elif line.startswith(b"data: "):
+                event, self.event = self.event, ""
+                out.append(event_from_sse(event, json.loads(line[6:])))
+        self.buf = self.buf[start:]
+        return out

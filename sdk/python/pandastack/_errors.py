@@ -68,6 +68,58 @@ class SandboxBusy(Conflict):
     """A transition (snapshot, fork, hibernate, wake) is in progress: retry."""
 
 
+class SandboxFailed(SandboxStopped):
+    """The sandbox failed (its VM died: ``vm_exited``, or it could not start): it is gone."""
+
+
+class InvalidCwd(InvalidArgument):
+    """The command's working folder does not exist in the sandbox."""
+
+
+class CommandNotFound(InvalidArgument):
+    """The program (argv[0]) does not exist or cannot be executed in the sandbox."""
+
+
+class IsADirectory(Conflict):
+    """A file operation named a folder."""
+
+
+class NotADirectory(Conflict):
+    """A folder operation named a file (or a path goes through one)."""
+
+
+class FileExists(Conflict):
+    """The path exists already."""
+
+
+class DirectoryNotEmpty(Conflict):
+    """The folder is not empty (remove it with recursive=True)."""
+
+
+class PermissionDenied(Forbidden):
+    """The guest refused access to the path."""
+
+
+class NoSpace(PandaStackError):
+    """The sandbox's disk is full (HTTP 507)."""
+
+
+class GuestIOError(PandaStackError):
+    """The guest's file system refused the operation (EIO: e.g. writing /proc files)."""
+
+
+class TransitionFailed(PandaStackError):
+    """A snapshot, fork, hibernation or wake failed (its reason is in the message)."""
+
+
+class StartFailed(PandaStackError):
+    """The sandbox could not be started."""
+
+
+class ExecFailed(PandaStackError):
+    """The guest could not start the command (e.g. out of processes): try again (HTTP 503)."""
+
+
 class PayloadTooLarge(PandaStackError):
     """A body, file or command is larger than the API's limit."""
 
@@ -102,7 +154,23 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "snapshot_not_found": SnapshotNotFound,
     "sandbox_hibernated": SandboxHibernated,
     "sandbox_stopped": SandboxStopped,
-    "sandbox_failed": SandboxStopped,
+    "sandbox_failed": SandboxFailed,
+    "invalid_cwd": InvalidCwd,
+    "command_not_found": CommandNotFound,
+    "is_a_directory": IsADirectory,
+    "not_a_directory": NotADirectory,
+    "file_exists": FileExists,
+    "directory_not_empty": DirectoryNotEmpty,
+    "permission_denied": PermissionDenied,
+    "no_space": NoSpace,
+    "io_error": GuestIOError,
+    "snapshot_failed": TransitionFailed,
+    "fork_failed": TransitionFailed,
+    "hibernate_failed": TransitionFailed,
+    "wake_failed": TransitionFailed,
+    "start_failed": StartFailed,
+    "exec_failed": ExecFailed,
+    "cancelled": Conflict,
     "sandbox_busy": SandboxBusy,
     "body_too_large": PayloadTooLarge,
     "file_too_large": PayloadTooLarge,

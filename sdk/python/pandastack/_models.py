@@ -22,6 +22,9 @@ class ExecResult:
     exit_code: int
     timed_out: bool = False
     duration_ms: float = 0.0
+    #: True when the stream had more than the 16 MiB kept of it
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
 
     @property
     def stdout(self) -> str:
@@ -41,7 +44,9 @@ class ExecResult:
     @classmethod
     def from_api(cls, body: Dict[str, Any]) -> "ExecResult":
         return cls(_output(body, "stdout"), _output(body, "stderr"), int(body["exit_code"]),
-                   bool(body.get("timed_out", False)), float(body.get("duration_ms", 0.0)))
+                   bool(body.get("timed_out", False)), float(body.get("duration_ms", 0.0)),
+                   bool(body.get("stdout_truncated", False)),
+                   bool(body.get("stderr_truncated", False)))
 
 
 @dataclass
@@ -54,6 +59,7 @@ class ExecEvent:
     timed_out: bool = False
     error_code: Optional[str] = None
     message: Optional[str] = None
+    duration_ms: float = 0.0
 
     @property
     def text(self) -> str:
@@ -137,5 +143,6 @@ def event_from_sse(event: str, data: Dict[str, Any]) -> ExecEvent:
         return ExecEvent(event, payload)
     if event == "exit":
         return ExecEvent("exit", exit_code=int(data["exit_code"]),
-                         timed_out=bool(data.get("timed_out", False)))
+                         timed_out=bool(data.get("timed_out", False)),
+                         duration_ms=float(data.get("duration_ms", 0.0)))
     return ExecEvent("error", error_code=data.get("code"), message=data.get("message"))

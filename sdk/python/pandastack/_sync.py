@@ -1,38 +1,52 @@
 """The synchronous client: ``Sandbox``."""
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union, Sequence, overload
 
 import httpx
 
 from . import _common as c
-from ._errors import NotFound, PandaStackError, SandboxStopped
+from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
 from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
 
 
 class _Http:
     def __init__(self, api_key: Optional[str], base_url: Optional[str], timeout: float) -> None:
         key, url = c.config(api_key, base_url)
+        self.timeout = timeout
         self.client = httpx.Client(base_url=url, headers=c.headers(key),
                                    timeout=httpx.Timeout(timeout, connect=10.0))
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            r = self.client.request(method, path, **kw)
-        except httpx.TransportError as e:
-            raise c.transport_error(e) from e
+        attempt = 0
+        while True:
+            try:
+                r = self.client.request(method, path, **kw)
+            except httpx.TransportError as e:
+                raise c.transport_error(e) from e
+            wait = c.retry_after(r, attempt)
+            if wait is None:
+                break
+            time.sleep(wait)  # the server refused it for now (busy): nothing was done
+            attempt += 1
         c.raise_for(r)
         return r
 
     def sse(self, method: str, path: str, **kw: Any) -> Iterator[ExecEvent]:
+        """The events of a stream; an error event (the sandbox was stopped meanwhile, ...) raises
+        its typed error, so a plain `for` loop does not end quietly."""
         parser = c.SseParser()
         try:
             with self.client.stream(method, path, **kw) as r:
                 if r.status_code >= 300:
                     r.read()
                     c.raise_for(r)
-                for line in r.iter_lines():
-                    yield from parser.feed(line)
+                for chunk in r.iter_bytes():
+                    for ev in parser.feed_bytes(chunk):
+                        if ev.kind == "error":
+                            raise error_for(ev.error_code or "internal", ev.message or "", 0)
+                        yield ev
         except httpx.TransportError as e:
             raise c.transport_error(e) from e
 
@@ -44,12 +58,14 @@ class Filesystem:
         self._s = sbx
 
     def _path(self, sub: str = "") -> str:
-        return f"/v1/sandboxes/{self._s.id}/files{sub}"
+        return f"/v1/sandboxes/{c.sid(self._s.id)}/files{sub}"
 
-    def write(self, path: str, data: Union[str, bytes]) -> None:
-        """Writes a whole file (parents are created)."""
+    def write(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
+        """Writes a whole file (parents are created). ``mode`` (e.g. ``0o755``) sets its
+        permissions; without it a new file is 0644 and an existing one keeps its mode."""
         content = data.encode() if isinstance(data, str) else data
-        self._s._http.call("PUT", self._path(), params={"path": path}, content=content)
+        params = {"path": path, **({"mode": format(mode, "o")} if mode is not None else {})}
+        self._s._http.call("PUT", self._path(), params=params, content=content)
 
     def read(self, path: str) -> bytes:
         """Reads a whole file."""
@@ -111,22 +127,22 @@ class Processes:
               cwd: Optional[str] = None, timeout_seconds: Optional[int] = None) -> int:
         """Starts a command in the background; returns its pid."""
         body = c.exec_body(cmd, timeout_seconds, env, cwd, None)
-        return int(self._s._http.call("POST", f"/v1/sandboxes/{self._s.id}/processes",
+        return int(self._s._http.call("POST", f"/v1/sandboxes/{c.sid(self._s.id)}/processes",
                                       json=body).json()["pid"])
 
     def list(self) -> List[ProcessInfo]:
         """Running and recently exited background processes."""
-        r = self._s._http.call("GET", f"/v1/sandboxes/{self._s.id}/processes")
+        r = self._s._http.call("GET", f"/v1/sandboxes/{c.sid(self._s.id)}/processes")
         return [ProcessInfo.from_api(p) for p in r.json()["processes"]]
 
     def kill(self, pid: int, signal: Optional[int] = None) -> None:
-        """Signals the process's group (default SIGKILL)."""
-        params = {"signal": str(signal)} if signal else None
-        self._s._http.call("DELETE", f"/v1/sandboxes/{self._s.id}/processes/{pid}", params=params)
+        """Signals the process's group (default SIGKILL; signals are 1..64)."""
+        params = {"signal": str(signal)} if signal is not None else None
+        self._s._http.call("DELETE", f"/v1/sandboxes/{c.sid(self._s.id)}/processes/{pid}", params=params)
 
     def stream(self, pid: int) -> Iterator[ExecEvent]:
         """Its output from the start, then live, then the exit event."""
-        return self._s._http.sse("GET", f"/v1/sandboxes/{self._s.id}/processes/{pid}/stream")
+        return self._s._http.sse("GET", f"/v1/sandboxes/{c.sid(self._s.id)}/processes/{pid}/stream")
 
 
 class Sandbox:
@@ -174,7 +190,7 @@ class Sandbox:
             base_url: Optional[str] = None, timeout: float = 300.0) -> "Sandbox":
         """An existing sandbox of this key's tenant."""
         http = _Http(api_key, base_url, timeout)
-        return cls(SandboxInfo.from_api(http.call("GET", f"/v1/sandboxes/{sandbox_id}").json()),
+        return cls(SandboxInfo.from_api(http.call("GET", f"/v1/sandboxes/{c.sid(sandbox_id)}").json()),
                    http)
 
     @classmethod
@@ -204,16 +220,16 @@ class Sandbox:
 
     def refresh(self) -> SandboxInfo:
         """Reads the sandbox's current info."""
-        self.info = SandboxInfo.from_api(self._http.call("GET", f"/v1/sandboxes/{self.id}").json())
+        self.info = SandboxInfo.from_api(self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}").json())
         return self.info
 
     def _post(self, action: str, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        return self._http.call("POST", f"/v1/sandboxes/{self.id}/{action}", json=body).json()
+        return self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/{action}", json=body).json()
 
     def kill(self) -> None:
         """Stops the sandbox and releases everything it holds."""
         self.info = SandboxInfo.from_api(
-            self._http.call("DELETE", f"/v1/sandboxes/{self.id}").json())
+            self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}").json())
 
     def hibernate(self) -> None:
         """Saves the sandbox to disk and stops its VM; ``wake()`` brings it back."""
@@ -244,35 +260,35 @@ class Sandbox:
     def set_ttl(self, ttl_seconds: int) -> None:
         """Sets the time to live from now."""
         self.info = SandboxInfo.from_api(self._http.call(
-            "PATCH", f"/v1/sandboxes/{self.id}", json={"ttl_seconds": ttl_seconds}).json())
+            "PATCH", f"/v1/sandboxes/{c.sid(self.id)}", json={"ttl_seconds": ttl_seconds}).json())
 
     def set_egress(self, mode: Optional[str] = None, allow: Optional[Sequence[str]] = None) -> None:
         """Replaces the egress policy (``deny_all``, ``allow_all``, or an allowlist of CIDRs)."""
         self.info = SandboxInfo.from_api(self._http.call(
-            "PATCH", f"/v1/sandboxes/{self.id}", json={"egress": c.egress_body(mode, allow)}).json())
+            "PATCH", f"/v1/sandboxes/{c.sid(self.id)}", json={"egress": c.egress_body(mode, allow)}).json())
 
     def expose_port(self, port: int) -> Dict[str, Any]:
         """Forwards guest TCP ``port`` from the host; returns ``{port, host, host_port, address}``.
         The exposure is recorded: it is forwarded again after a wake (maybe on another host port)."""
-        return dict(self._http.call("POST", f"/v1/sandboxes/{self.id}/ports",
+        return dict(self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/ports",
                                     json={"port": port}).json())
 
     def unexpose_port(self, port: int) -> None:
         """Stops forwarding guest ``port``."""
-        self._http.call("DELETE", f"/v1/sandboxes/{self.id}/ports/{int(port)}")
+        self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}/ports/{int(port)}")
 
     def ports(self) -> List[Dict[str, Any]]:
         """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
-        return list(self._http.call("GET", f"/v1/sandboxes/{self.id}/ports").json()["ports"])
+        return list(self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/ports").json()["ports"])
 
     def set_metadata(self, metadata: Mapping[str, str]) -> None:
         """Replaces the sandbox's metadata."""
         self.info = SandboxInfo.from_api(self._http.call(
-            "PATCH", f"/v1/sandboxes/{self.id}", json={"metadata": dict(metadata)}).json())
+            "PATCH", f"/v1/sandboxes/{c.sid(self.id)}", json={"metadata": dict(metadata)}).json())
 
     def events(self) -> List[Dict[str, Any]]:
         """The sandbox's audit events, oldest first."""
-        return list(self._http.call("GET", f"/v1/sandboxes/{self.id}/events").json()["events"])
+        return list(self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/events").json()["events"])
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -281,15 +297,20 @@ class Sandbox:
              stdin: Union[str, bytes, None] = None) -> ExecResult:
         """Runs a command (a shell string, or an argv list) to completion."""
         body = c.exec_body(cmd, timeout_seconds, env, cwd, stdin)
-        return ExecResult.from_api(self._post("exec", body))
+        # The HTTP timeout follows the command's (an exec of an hour works).
+        r = self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/exec", json=body,
+                            timeout=c.exec_timeout(timeout_seconds, self._http.timeout))
+        return ExecResult.from_api(r.json())
 
     def exec_stream(self, cmd: c.Command, timeout_seconds: Optional[int] = None,
                     env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
                     stdin: Union[str, bytes, None] = None) -> Iterator[ExecEvent]:
         """Runs a command; yields stdout/stderr events as they come, then the exit event.
-        Closing the iterator early kills the command in the guest."""
+        Closing the iterator early kills the command in the guest. A stream the server ends with
+        an error (the sandbox stopped or hibernated meanwhile) raises that typed error."""
         body = c.exec_body(cmd, timeout_seconds, env, cwd, stdin)
-        return self._http.sse("POST", f"/v1/sandboxes/{self.id}/exec/stream", json=body)
+        return self._http.sse("POST", f"/v1/sandboxes/{c.sid(self.id)}/exec/stream", json=body,
+                              timeout=c.exec_timeout(timeout_seconds, self._http.timeout))
 
     # -- context manager ------------------------------------------------------------------------
 

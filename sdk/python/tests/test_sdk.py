@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tests", "api"))
 
-import api_test  # noqa: E402  (the daemon launcher of the API tests)
+import harness as api_test  # noqa: E402  (the daemon launcher of the API tests)
 import pandastack  # noqa: E402
 from pandastack import AsyncSandbox, Sandbox  # noqa: E402
 

@@ -90,6 +90,10 @@ test("lifecycle, disposal and typed errors", async () => {
   await sbx.exec("echo 7 > /tmp/n");
   const [kid] = await sbx.fork(1);
   assert.equal((await kid.exec("cat /tmp/n")).stdout, "7\n");
+  const single = await sbx.fork();  // no count: one Sandbox, not a list
+  assert.ok(single instanceof Sandbox);
+  assert.equal((await single.exec("cat /tmp/n")).stdout, "7\n");
+  await single.kill();
   await kid[Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose")]();  // what `await using` calls
   assert.equal((await Sandbox.get(kid.id)).state, "stopped");
   const snap = await sbx.snapshot();
