@@ -211,6 +211,62 @@ class ExamplesTest(unittest.TestCase):
         self.assertEqual(out, "42\nhello from node\ntick 1\ntick 2\ntick 3\nexit 0\n")
 
 
+class FindingsTest(unittest.TestCase):
+    """The first week's findings, as the SDK shows them."""
+
+    def test_bytes_errors_and_files(self):
+        with Sandbox.create(network=False) as sbx:
+            r = sbx.exec("od -An -tx1 | tr -d ' \\n'", stdin=b"\xff\xfe\x00")
+            self.assertEqual(r.stdout, "fffe00")
+            pid = sbx.process.start("sleep 30")
+            with self.assertRaises(pandastack.InvalidArgument):
+                sbx.process.kill(pid, 0)  # not "no signal": refused, nothing killed
+            self.assertTrue([p for p in sbx.process.list() if p.pid == pid][0].running)
+            with self.assertRaises(pandastack.CommandNotFound):
+                sbx.exec(["/no/such/binary"])
+            with self.assertRaises(pandastack.InvalidCwd):
+                sbx.exec("pwd", cwd="/nope")
+            with self.assertRaises(pandastack.IsADirectory):
+                sbx.files.read("/workspace")
+            with self.assertRaises(pandastack.DirectoryNotEmpty):
+                sbx.exec("mkdir -p /workspace/d && touch /workspace/d/x")
+                sbx.files.remove("/workspace/d")
+            with self.assertRaises(ValueError):
+                Sandbox.get("")
+            sbx.files.write("/workspace/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+            self.assertEqual(sbx.exec("/workspace/run.sh").stdout, "ran\n")
+            big = sbx.exec("head -c 17000000 /dev/zero | tr '\\0' a")
+            self.assertEqual((len(big.stdout_bytes), big.stdout_truncated), (16 << 20, True))
+
+    def test_http_timeouts_follow_the_command(self):
+        # A client whose default timeout is 1 s still waits for a 3 s command (it said 10 s).
+        with Sandbox.create(network=False) as owner:
+            sbx = Sandbox.get(owner.id, timeout=1.0)
+            self.assertEqual(sbx.exec("sleep 3; echo done", timeout_seconds=10).stdout, "done\n")
+
+    def test_streams_keep_up_and_a_kill_raises(self):
+        with Sandbox.create(network=False) as sbx:
+            n = 0
+            for ev in sbx.exec_stream("head -c 52428800 /dev/zero | tr '\\0' a",
+                                      timeout_seconds=300):
+                n += len(ev.data)
+            self.assertEqual(n, 52428800)  # the SDK reads as fast as the server sends
+            events = sbx.exec_stream("echo started; sleep 30")
+            first = next(events)
+            self.assertEqual(first.text, "started\n")
+            Sandbox.get(sbx.id).kill()
+            with self.assertRaises(pandastack.SandboxStopped):
+                for _ in events:
+                    pass
+
+    def test_async_exec_keeps_the_same_cap(self):
+        async def run():
+            async with await AsyncSandbox.create(network=False) as sbx:
+                return await sbx.exec("head -c 17000000 /dev/zero | tr '\\0' a")
+        r = asyncio.run(run())
+        self.assertEqual((len(r.stdout_bytes), r.stdout_truncated), (16 << 20, True))
+
+
 class IdleTest(unittest.TestCase):
 
     def test_idle_sandbox_hibernates_and_the_next_call_wakes_it_intact(self):

@@ -74,7 +74,8 @@ export interface ExecOptions {
   timeoutSeconds?: number;
   env?: Record<string, string>;
   cwd?: string;
-  stdin?: string;
+  /** Text, or bytes (sent as base64: binary stdin arrives unchanged). */
+  stdin?: string | Uint8Array;
   /** Aborting kills the command in the guest. */
   signal?: AbortSignal;
 }
@@ -87,11 +88,14 @@ export interface ExecResult {
   exitCode: number;
   timedOut: boolean;
   durationMs: number;
+  /** More output than the 16 MiB kept of each stream. */
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
 }
 
 export type ExecEvent =
   | { kind: "stdout" | "stderr"; data: Buffer; text: string }
-  | { kind: "exit"; exitCode: number; timedOut: boolean }
+  | { kind: "exit"; exitCode: number; timedOut: boolean; durationMs: number }
   | { kind: "error"; code: string; message: string };
 
 export interface FileInfo {
@@ -112,7 +116,10 @@ export interface ProcessInfo {
 }
 
 export declare class Files {
-  write(path: string, data: string | Uint8Array): Promise<void>;
+  write(path: string, data: string | Uint8Array, opts?: { mode?: number }): Promise<void>;
+  exists(path: string): Promise<boolean>;
+  upload(localPath: string, remotePath: string): Promise<void>;
+  download(remotePath: string, localPath: string): Promise<void>;
   read(path: string): Promise<Buffer>;
   readText(path: string): Promise<string>;
   list(path: string): Promise<FileInfo[]>;
@@ -135,6 +142,7 @@ export declare class Sandbox {
   static list(opts?: ListOptions): Promise<SandboxInfo[]>;
   /** Deletes one of this tenant's snapshots: creates from it fail afterwards; sandboxes created from it run on. */
   static deleteSnapshot(snapshotId: string, opts?: ClientOptions): Promise<void>;
+  static listSnapshots(opts?: ClientOptions): Promise<SnapshotInfo[]>;
   readonly info: SandboxInfo;
   readonly id: string;
   readonly state: SandboxState;
@@ -151,6 +159,7 @@ export declare class Sandbox {
   hibernate(): Promise<void>;
   wake(): Promise<void>;
   setTtl(ttlSeconds: number): Promise<void>;
+  setMetadata(metadata: Record<string, string>): Promise<void>;
   setEgress(mode?: EgressMode, allow?: string[]): Promise<void>;
   exposePort(port: number): Promise<PortInfo>;
   unexposePort(port: number): Promise<void>;
@@ -161,16 +170,47 @@ export declare class Sandbox {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+export interface SnapshotInfo {
+  id: string;
+  sandbox: string;
+  template: string;
+  createdAtMs: number;
+  /** Host storage it holds (RAM file and disk layers); memoryBytes of it is host RAM. */
+  sizeBytes: number;
+  memoryBytes: number;
+}
+
 export declare class PandaStackError extends Error {
   readonly code: string;
   readonly status: number;
 }
-export declare class SandboxNotFoundError extends PandaStackError {}
-export declare class SandboxHibernatedError extends PandaStackError {}
-export declare class SandboxStoppedError extends PandaStackError {}
-export declare class FileNotFoundError extends PandaStackError {}
 export declare class InvalidArgumentError extends PandaStackError {}
+export declare class InvalidCwdError extends InvalidArgumentError {}
+export declare class CommandNotFoundError extends InvalidArgumentError {}
 export declare class UnauthorizedError extends PandaStackError {}
+export declare class ForbiddenError extends PandaStackError {}
+export declare class PermissionDeniedError extends ForbiddenError {}
+export declare class NotFoundError extends PandaStackError {}
+export declare class SandboxNotFoundError extends NotFoundError {}
+export declare class FileNotFoundError extends NotFoundError {}
+export declare class TemplateNotFoundError extends NotFoundError {}
+export declare class SnapshotNotFoundError extends NotFoundError {}
+export declare class ConflictError extends PandaStackError {}
+export declare class SandboxHibernatedError extends ConflictError {}
+export declare class SandboxStoppedError extends ConflictError {}
+export declare class SandboxFailedError extends SandboxStoppedError {}
+export declare class SandboxBusyError extends ConflictError {}
+export declare class IsADirectoryError extends ConflictError {}
+export declare class NotADirectoryError extends ConflictError {}
+export declare class FileExistsError extends ConflictError {}
+export declare class DirectoryNotEmptyError extends ConflictError {}
+export declare class PayloadTooLargeError extends PandaStackError {}
 export declare class RateLimitedError extends PandaStackError {}
+export declare class NoSpaceError extends PandaStackError {}
+export declare class GuestIOError extends PandaStackError {}
+export declare class TransitionFailedError extends PandaStackError {}
+export declare class StartFailedError extends PandaStackError {}
+export declare class ExecFailedError extends PandaStackError {}
+export declare class NotImplementedError extends PandaStackError {}
 export declare class TimeoutError extends PandaStackError {}
 export declare class ConnectionError extends PandaStackError {}

@@ -16,38 +16,89 @@ export class PandaStackError extends Error {
     this.status = status;
   }
 }
-export class SandboxNotFoundError extends PandaStackError {}
-export class SandboxHibernatedError extends PandaStackError {}
-export class SandboxStoppedError extends PandaStackError {}
-export class FileNotFoundError extends PandaStackError {}
 export class InvalidArgumentError extends PandaStackError {}
+export class InvalidCwdError extends InvalidArgumentError {}
+export class CommandNotFoundError extends InvalidArgumentError {}
 export class UnauthorizedError extends PandaStackError {}
+export class ForbiddenError extends PandaStackError {}
+export class PermissionDeniedError extends ForbiddenError {}
+export class NotFoundError extends PandaStackError {}
+export class SandboxNotFoundError extends NotFoundError {}
+export class FileNotFoundError extends NotFoundError {}
+export class TemplateNotFoundError extends NotFoundError {}
+export class SnapshotNotFoundError extends NotFoundError {}
+export class ConflictError extends PandaStackError {}
+export class SandboxHibernatedError extends ConflictError {}
+export class SandboxStoppedError extends ConflictError {}
+export class SandboxFailedError extends SandboxStoppedError {}
+export class SandboxBusyError extends ConflictError {}
+export class IsADirectoryError extends ConflictError {}
+export class NotADirectoryError extends ConflictError {}
+export class FileExistsError extends ConflictError {}
+export class DirectoryNotEmptyError extends ConflictError {}
+export class PayloadTooLargeError extends PandaStackError {}
 export class RateLimitedError extends PandaStackError {}
+export class NoSpaceError extends PandaStackError {}
+export class GuestIOError extends PandaStackError {}
+export class TransitionFailedError extends PandaStackError {}
+export class StartFailedError extends PandaStackError {}
+export class ExecFailedError extends PandaStackError {}
+export class NotImplementedError extends PandaStackError {}
 export class TimeoutError extends PandaStackError {}
 export class ConnectionError extends PandaStackError {}
 
+// code -> [class, HTTP status] (a stream's error event has no status of its own).
 const BY_CODE = {
-  sandbox_not_found: SandboxNotFoundError,
-  sandbox_hibernated: SandboxHibernatedError,
-  sandbox_stopped: SandboxStoppedError,
-  sandbox_failed: SandboxStoppedError,
-  file_not_found: FileNotFoundError,
-  invalid_json: InvalidArgumentError,
-  invalid_argument: InvalidArgumentError,
-  invalid_path: InvalidArgumentError,
-  unauthorized: UnauthorizedError,
-  too_many_execs: RateLimitedError,
-  too_many_requests: RateLimitedError,
-  timeout: TimeoutError,
-  connection_error: ConnectionError,
+  invalid_json: [InvalidArgumentError, 400],
+  invalid_argument: [InvalidArgumentError, 400],
+  invalid_path: [InvalidArgumentError, 400],
+  invalid_cwd: [InvalidCwdError, 400],
+  command_not_found: [CommandNotFoundError, 400],
+  unauthorized: [UnauthorizedError, 401],
+  forbidden: [ForbiddenError, 403],
+  permission_denied: [PermissionDeniedError, 403],
+  sandbox_not_found: [SandboxNotFoundError, 404],
+  file_not_found: [FileNotFoundError, 404],
+  template_not_found: [TemplateNotFoundError, 404],
+  snapshot_not_found: [SnapshotNotFoundError, 404],
+  sandbox_hibernated: [SandboxHibernatedError, 409],
+  sandbox_stopped: [SandboxStoppedError, 409],
+  sandbox_failed: [SandboxFailedError, 409],
+  sandbox_busy: [SandboxBusyError, 409],
+  cancelled: [ConflictError, 409],
+  is_a_directory: [IsADirectoryError, 409],
+  not_a_directory: [NotADirectoryError, 409],
+  file_exists: [FileExistsError, 409],
+  directory_not_empty: [DirectoryNotEmptyError, 409],
+  body_too_large: [PayloadTooLargeError, 413],
+  file_too_large: [PayloadTooLargeError, 413],
+  io_error: [GuestIOError, 422],
+  too_many_execs: [RateLimitedError, 429],
+  too_many_requests: [RateLimitedError, 429],
+  snapshot_failed: [TransitionFailedError, 500],
+  fork_failed: [TransitionFailedError, 500],
+  hibernate_failed: [TransitionFailedError, 500],
+  wake_failed: [TransitionFailedError, 500],
+  start_failed: [StartFailedError, 500],
+  not_implemented: [NotImplementedError, 501],
+  exec_failed: [ExecFailedError, 503],
+  timeout: [TimeoutError, 504],
+  no_space: [NoSpaceError, 507],
+  connection_error: [ConnectionError, 0],
 };
 
 function errorFor(code, message, status) {
-  const Cls = BY_CODE[code] ?? PandaStackError;
-  const e = new Cls(message, code, status);
+  const [Cls, known] = BY_CODE[code] ?? [PandaStackError, 0];
+  const e = new Cls(message, code, status || known);
   e.name = Cls.name;
   return e;
 }
+
+// What the API keeps of a non-streamed command's output, per stream; the SDK keeps the same when
+// it runs a command over the stream.
+const MAX_OUTPUT = 16 << 20;
+// Requests the server refused for now (429, 503) are retried this many times after Retry-After.
+const RETRIES = 3;
 
 function config(opts = {}) {
   const apiKey = opts.apiKey ?? process.env.PANDASTACK_API_KEY ?? "";
@@ -69,16 +120,23 @@ class Http {
     const headers = { ...this.headers };
     if (json !== undefined) headers["Content-Type"] = "application/json";
     let res;
-    try {
-      res = await fetch(url, {
-        method,
-        headers,
-        body: json !== undefined ? JSON.stringify(json) : body,
-        signal,
-      });
-    } catch (e) {
-      if (e?.name === "AbortError") throw e;
-      throw errorFor("connection_error", `cannot reach the PandaStack daemon: ${e?.cause?.message ?? e}`, 0);
+    for (let attempt = 0; ; ++attempt) {
+      try {
+        res = await fetch(url, {
+          method,
+          headers,
+          body: json !== undefined ? JSON.stringify(json) : body,
+          signal,
+        });
+      } catch (e) {
+        if (e?.name === "AbortError") throw e;
+        throw errorFor("connection_error", `cannot reach the PandaStack daemon: ${e?.cause?.message ?? e}`, 0);
+      }
+      // Refused for now (busy): nothing was done; wait as told and try again.
+      if ((res.status !== 429 && res.status !== 503) || attempt >= RETRIES) break;
+      const wait = Math.min(Number(res.headers.get("retry-after") ?? "1") || 1, 5);
+      await res.arrayBuffer();
+      await new Promise((r) => setTimeout(r, wait * 1000));
     }
     if (res.status >= 300) {
       let code = "http_error";
@@ -98,7 +156,8 @@ class Http {
     return res.status === 204 ? null : res.json();
   }
 
-  /** Server-sent events of an exec or process stream, as ExecEvents. */
+  /** Server-sent events of an exec or process stream, as ExecEvents; an error event (the sandbox
+   * stopped or hibernated meanwhile) throws its typed error. */
   async *sse(method, path, opts) {
     const res = await this.call(method, path, opts);
     const decoder = new TextDecoder();
@@ -112,8 +171,10 @@ class Http {
         buf = buf.slice(nl + 1);
         if (line.startsWith("event: ")) event = line.slice(7);
         else if (line.startsWith("data: ")) {
-          yield toEvent(event, JSON.parse(line.slice(6)));
+          const ev = toEvent(event, JSON.parse(line.slice(6)));
           event = "";
+          if (ev.kind === "error") throw errorFor(ev.code, ev.message, 0);
+          yield ev;
         }
       }
     }
@@ -129,20 +190,27 @@ function toEvent(kind, d) {
     const data = decode(d.data ?? "", d.encoding);
     return { kind, data, text: data.toString("utf8") };
   }
-  if (kind === "exit") return { kind, exitCode: d.exit_code, timedOut: !!d.timed_out };
+  if (kind === "exit") return { kind, exitCode: d.exit_code, timedOut: !!d.timed_out, durationMs: d.duration_ms ?? 0 };
   return { kind: "error", code: d.code, message: d.message };
 }
 
 function execBody(cmd, o = {}) {
   const body = typeof cmd === "string" ? { cmd } : { argv: [...cmd] };
-  if (o.timeoutSeconds !== undefined) body.timeout_seconds = o.timeoutSeconds;
+  // Whole seconds (the API's unit): a fraction rounds up, so a command gets at least its time.
+  if (o.timeoutSeconds !== undefined) body.timeout_seconds = Math.ceil(o.timeoutSeconds);
   if (o.env) body.env = o.env;
   if (o.cwd) body.cwd = o.cwd;
-  if (o.stdin !== undefined) body.stdin = String(o.stdin);
+  if (o.stdin !== undefined) {
+    if (typeof o.stdin === "string") body.stdin = o.stdin;
+    else {  // bytes (Uint8Array, Buffer): sent as they are, base64
+      body.stdin = Buffer.from(o.stdin).toString("base64");
+      body.stdin_encoding = "base64";
+    }
+  }
   return body;
 }
 
-function result(stdout, stderr, exitCode, timedOut, durationMs = 0) {
+function result(stdout, stderr, exitCode, timedOut, durationMs = 0, stdoutTruncated = false, stderrTruncated = false) {
   return {
     stdout: stdout.toString("utf8"),
     stderr: stderr.toString("utf8"),
@@ -151,15 +219,49 @@ function result(stdout, stderr, exitCode, timedOut, durationMs = 0) {
     exitCode,
     timedOut,
     durationMs,
+    stdoutTruncated,
+    stderrTruncated,
   };
+}
+
+// Collects a stream's output as the API would buffer it (16 MiB per stream, then truncated).
+class OutputCap {
+  constructor() { this.out = []; this.err = []; this.sizes = { stdout: 0, stderr: 0 }; this.truncated = { stdout: false, stderr: false }; }
+  add(kind, data) {
+    const room = MAX_OUTPUT - this.sizes[kind];
+    if (data.length > room) { this.truncated[kind] = true; data = data.subarray(0, Math.max(room, 0)); }
+    this.sizes[kind] += data.length;
+    (kind === "stdout" ? this.out : this.err).push(data);
+  }
+}
+
+// A sandbox id for a URL path: never empty, escaped.
+function sid(id) {
+  if (typeof id !== "string" || id === "") throw errorFor("invalid_argument", "a sandbox id is a non-empty string (sbx_...)", 400);
+  return encodeURIComponent(id);
 }
 
 class Files {
   constructor(sbx) { this.s = sbx; }
-  #p(sub = "") { return `/v1/sandboxes/${this.s.id}/files${sub}`; }
-  /** Writes a whole file (parents are created). */
-  async write(path, data) {
-    await this.s.http.call("PUT", this.#p(), { query: { path }, body: typeof data === "string" ? data : Buffer.from(data) });
+  #p(sub = "") { return `/v1/sandboxes/${sid(this.s.id)}/files${sub}`; }
+  /** Writes a whole file (parents are created). `mode` (e.g. 0o755) sets its permissions. */
+  async write(path, data, { mode } = {}) {
+    const query = mode === undefined ? { path } : { path, mode: mode.toString(8) };
+    await this.s.http.call("PUT", this.#p(), { query, body: typeof data === "string" ? data : Buffer.from(data) });
+  }
+  /** True when the path exists. */
+  async exists(path) {
+    try { await this.stat(path); return true; } catch (e) { if (e instanceof NotFoundError) return false; throw e; }
+  }
+  /** Copies a local file into the sandbox. */
+  async upload(localPath, remotePath) {
+    const { readFile } = await import("node:fs/promises");
+    await this.write(remotePath, await readFile(localPath));
+  }
+  /** Copies a file from the sandbox to a local path. */
+  async download(remotePath, localPath) {
+    const { writeFile } = await import("node:fs/promises");
+    await writeFile(localPath, await this.read(remotePath));
   }
   /** Reads a whole file as bytes. */
   async read(path) {
@@ -190,19 +292,19 @@ class Processes {
   constructor(sbx) { this.s = sbx; }
   /** Starts a background command; resolves to its pid. */
   async start(cmd, opts = {}) {
-    return (await this.s.http.json("POST", `/v1/sandboxes/${this.s.id}/processes`, { json: execBody(cmd, opts) })).pid;
+    return (await this.s.http.json("POST", `/v1/sandboxes/${sid(this.s.id)}/processes`, { json: execBody(cmd, opts) })).pid;
   }
   /** Running and recently exited background processes. */
   async list() {
-    const r = await this.s.http.json("GET", `/v1/sandboxes/${this.s.id}/processes`);
+    const r = await this.s.http.json("GET", `/v1/sandboxes/${sid(this.s.id)}/processes`);
     return r.processes.map((p) => ({ pid: p.pid, command: p.command, running: p.running, exitCode: p.exit_code, startedAtMs: p.started_at_ms }));
   }
-  /** Signals the process's group (default SIGKILL). */
+  /** Signals the process's group (default SIGKILL; signals are 1..64). */
   async kill(pid, signal) {
-    await this.s.http.call("DELETE", `/v1/sandboxes/${this.s.id}/processes/${pid}`, { query: signal ? { signal } : {} });
+    await this.s.http.call("DELETE", `/v1/sandboxes/${sid(this.s.id)}/processes/${pid}`, { query: signal !== undefined ? { signal } : {} });
   }
   /** Its output from the start, then live, then the exit event. */
-  stream(pid, { signal } = {}) { return this.s.http.sse("GET", `/v1/sandboxes/${this.s.id}/processes/${pid}/stream`, { signal }); }
+  stream(pid, { signal } = {}) { return this.s.http.sse("GET", `/v1/sandboxes/${sid(this.s.id)}/processes/${pid}/stream`, { signal }); }
 }
 
 function info(b) {
@@ -250,7 +352,7 @@ export class Sandbox {
   /** An existing sandbox of this key's tenant. */
   static async get(id, opts = {}) {
     const http = new Http(opts);
-    return new Sandbox(info(await http.json("GET", `/v1/sandboxes/${id}`)), http);
+    return new Sandbox(info(await http.json("GET", `/v1/sandboxes/${sid(id)}`)), http);
   }
   /** This tenant's sandboxes, filtered by state and metadata. */
   static async list(opts = {}) {
@@ -259,6 +361,13 @@ export class Sandbox {
     if (opts.state) query.state = opts.state;
     for (const [k, v] of Object.entries(opts.metadata ?? {})) query[`metadata.${k}`] = v;
     return (await http.json("GET", "/v1/sandboxes", { query })).sandboxes.map(info);
+  }
+  /** This tenant's snapshots: {id, sandbox, template, createdAtMs, sizeBytes, memoryBytes}. */
+  static async listSnapshots(opts = {}) {
+    const http = new Http(opts);
+    return (await http.json("GET", "/v1/snapshots")).snapshots.map((x) => ({
+      id: x.id, sandbox: x.sandbox, template: x.template, createdAtMs: x.created_at_ms, sizeBytes: x.size_bytes, memoryBytes: x.memory_bytes,
+    }));
   }
   /** Deletes one of this tenant's snapshots: creates from it fail afterwards (code snapshot_not_found); sandboxes created from it run on. */
   static async deleteSnapshot(snapshotId, opts = {}) {
@@ -269,33 +378,35 @@ export class Sandbox {
   get id() { return this.info.id; }
   get state() { return this.info.state; }
 
-  async #post(action, json) { return this.http.json("POST", `/v1/sandboxes/${this.id}/${action}`, { json }); }
+  async #post(action, json) { return this.http.json("POST", `/v1/sandboxes/${sid(this.id)}/${action}`, { json }); }
 
   /** Runs a command (shell string or argv array) to completion. `signal` aborts it: the
-   * command is killed in the guest. */
+   * command is killed in the guest. Commands with a timeout of more than 240 s run over the
+   * stream (the HTTP client's 300 s header timeout would end a plain request first). */
   async exec(cmd, opts = {}) {
-    if (!opts.signal) {
+    if (!opts.signal && (opts.timeoutSeconds ?? 60) <= 240) {
       const r = await this.#post("exec", execBody(cmd, opts));
-      return result(decode(r.stdout, r.stdout_encoding), decode(r.stderr, r.stderr_encoding), r.exit_code, r.timed_out, r.duration_ms);
+      return result(decode(r.stdout, r.stdout_encoding), decode(r.stderr, r.stderr_encoding), r.exit_code, r.timed_out,
+        r.duration_ms, !!r.stdout_truncated, !!r.stderr_truncated);
     }
-    // With a signal: over the stream, whose hang-up kills the command.
-    const out = [], err = [];
+    // Over the stream, whose hang-up kills the command; output kept as the API would keep it.
+    const cap = new OutputCap();
     for await (const ev of this.execStream(cmd, opts)) {
-      if (ev.kind === "stdout") out.push(ev.data);
-      else if (ev.kind === "stderr") err.push(ev.data);
-      else if (ev.kind === "exit") return result(Buffer.concat(out), Buffer.concat(err), ev.exitCode, ev.timedOut);
-      else throw errorFor(ev.code, ev.message, 0);
+      if (ev.kind === "stdout" || ev.kind === "stderr") cap.add(ev.kind, ev.data);
+      else if (ev.kind === "exit")
+        return result(Buffer.concat(cap.out), Buffer.concat(cap.err), ev.exitCode, ev.timedOut, ev.durationMs,
+          cap.truncated.stdout, cap.truncated.stderr);
     }
     throw errorFor("internal", "the command's stream ended without an exit event", 0);
   }
-  /** Runs a command; yields stdout/stderr events as they come, then the exit event. */
+  /** Runs a command; yields stdout/stderr events as they come, then the exit event. A stream the
+   * server ends with an error (the sandbox stopped meanwhile) throws it. */
   execStream(cmd, opts = {}) {
-    return this.http.sse("POST", `/v1/sandboxes/${this.id}/exec/stream`, { json: execBody(cmd, opts), signal: opts.signal });
+    return this.http.sse("POST", `/v1/sandboxes/${sid(this.id)}/exec/stream`, { json: execBody(cmd, opts), signal: opts.signal });
   }
 
   /** Snapshots the running sandbox; resolves to the snapshot id. */
   async snapshot() { return (await this.#post("snapshots")).snapshot_id; }
-  /** `count` copies of the running sandbox; it keeps running. */
   /** fork(): one copy of the running sandbox (a Sandbox); fork(count): a list of `count`. */
   async fork(count) {
     const kids = (await this.#post("fork", { count: count ?? 1 })).sandboxes.map((k) => new Sandbox(info(k), this.http));
@@ -305,26 +416,28 @@ export class Sandbox {
   async hibernate() { this.info = info(await this.#post("hibernate")); }
   /** Restores a hibernated sandbox. */
   async wake() { this.info = info(await this.#post("wake")); }
-  /** Sets the time to live from now. */
   /** Forwards guest TCP `port` from the host: resolves to {port, host, hostPort, address}. */
   async exposePort(port) {
-    return portInfo(await this.http.json("POST", `/v1/sandboxes/${this.id}/ports`, { json: { port } }));
+    return portInfo(await this.http.json("POST", `/v1/sandboxes/${sid(this.id)}/ports`, { json: { port } }));
   }
   /** Stops forwarding guest `port`. */
-  async unexposePort(port) { await this.http.json("DELETE", `/v1/sandboxes/${this.id}/ports/${Number(port)}`); }
+  async unexposePort(port) { await this.http.json("DELETE", `/v1/sandboxes/${sid(this.id)}/ports/${Number(port)}`); }
   /** Exposed guest ports and their host addresses (hostPort null while the sandbox is not running). */
-  async ports() { return (await this.http.json("GET", `/v1/sandboxes/${this.id}/ports`)).ports.map(portInfo); }
+  async ports() { return (await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/ports`)).ports.map(portInfo); }
   /** Replaces the egress policy: "deny_all", "allow_all", or an allowlist of IPv4 CIDRs. */
   async setEgress(mode, allow) {
-    this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${this.id}`, { json: { egress: egressBody(mode, allow) } }));
+    this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${sid(this.id)}`, { json: { egress: egressBody(mode, allow) } }));
   }
-  async setTtl(ttlSeconds) { this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${this.id}`, { json: { ttl_seconds: ttlSeconds } })); }
+  /** Replaces the sandbox's metadata. */
+  async setMetadata(metadata) { this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${sid(this.id)}`, { json: { metadata } })); }
+  /** Sets the time to live from now. */
+  async setTtl(ttlSeconds) { this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${sid(this.id)}`, { json: { ttl_seconds: ttlSeconds } })); }
   /** Stops the sandbox. */
-  async kill() { this.info = info(await this.http.json("DELETE", `/v1/sandboxes/${this.id}`)); }
+  async kill() { this.info = info(await this.http.json("DELETE", `/v1/sandboxes/${sid(this.id)}`)); }
   /** The sandbox's audit events. */
-  async events() { return (await this.http.json("GET", `/v1/sandboxes/${this.id}/events`)).events; }
+  async events() { return (await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/events`)).events; }
   /** Reads the current info. */
-  async refresh() { this.info = info(await this.http.json("GET", `/v1/sandboxes/${this.id}`)); return this.info; }
+  async refresh() { this.info = info(await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}`)); return this.info; }
 
   /** `await using sbx = await Sandbox.create()` kills the sandbox at the end of the scope. */
   async [Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose")]() {

@@ -114,3 +114,60 @@ test("lifecycle, disposal and typed errors", async () => {
   await assert.rejects(Sandbox.list({ apiKey: "pds_wrong" }), UnauthorizedError);
   await assert.rejects(Sandbox.list({ baseUrl: "http://127.0.0.1:9" }), ConnectionError);
 });
+
+test("bytes in, exact errors, files helpers, long commands", async () => {
+  const { mkdtempSync: mk, writeFileSync, readFileSync } = await import("node:fs");
+  const {
+    TemplateNotFoundError, SnapshotNotFoundError, IsADirectoryError, CommandNotFoundError,
+    InvalidCwdError,
+  } = await import("../src/index.js");
+  const sbx = await Sandbox.create();
+  try {
+    // Binary stdin arrives unchanged; a fractional timeout rounds up.
+    const od = await sbx.exec("od -An -tx1 | tr -d ' \\n'", { stdin: new Uint8Array([1, 2, 255]), timeoutSeconds: 1.5 });
+    assert.equal(od.stdout, "0102ff");
+    // Signal 0 is not "no signal": the API refuses it, nothing is killed.
+    const pid = await sbx.process.start("sleep 30");
+    await assert.rejects(sbx.process.kill(pid, 0), InvalidArgumentError);
+    assert.ok((await sbx.process.list()).find((p) => p.pid === pid).running);
+    // The caller's mistakes have their own classes.
+    await assert.rejects(sbx.exec(["/no/such/binary"]), CommandNotFoundError);
+    await assert.rejects(sbx.exec("pwd", { cwd: "/nope" }), InvalidCwdError);
+    await assert.rejects(sbx.files.read("/workspace"), IsADirectoryError);
+    await assert.rejects(Sandbox.create({ template: "no-such-template" }), TemplateNotFoundError);
+    await assert.rejects(Sandbox.create({ fromSnapshot: "snap_nope" }), SnapshotNotFoundError);
+    await assert.rejects(Sandbox.get(""), InvalidArgumentError);
+    // Files: mode, exists, upload, download; metadata.
+    await sbx.files.write("/workspace/run.sh", "#!/bin/sh\necho ran\n", { mode: 0o755 });
+    assert.equal((await sbx.exec("/workspace/run.sh")).stdout, "ran\n");
+    assert.equal(await sbx.files.exists("/workspace/run.sh"), true);
+    assert.equal(await sbx.files.exists("/workspace/none"), false);
+    const dir = mk("/dev/shm/pst-ts-files-");
+    writeFileSync(join(dir, "up.bin"), Buffer.from([0, 1, 2, 3]));
+    await sbx.files.upload(join(dir, "up.bin"), "/workspace/up.bin");
+    await sbx.files.download("/workspace/up.bin", join(dir, "down.bin"));
+    assert.deepEqual([...readFileSync(join(dir, "down.bin"))], [0, 1, 2, 3]);
+    rmSync(dir, { recursive: true, force: true });
+    await sbx.setMetadata({ stage: "two" });
+    assert.deepEqual(sbx.info.metadata, { stage: "two" });
+    // Output past 16 MiB says so; a long timeout goes over the stream and still answers.
+    const big = await sbx.exec("head -c 17000000 /dev/zero | tr '\\0' a");
+    assert.equal(big.stdout.length, 16 << 20);
+    assert.equal(big.stdoutTruncated, true);
+    const long = await sbx.exec("echo long", { timeoutSeconds: 400 });
+    assert.deepEqual([long.stdout, long.exitCode, long.stdoutTruncated], ["long\n", 0, false]);
+    // Snapshots are listed.
+    const snap = await sbx.snapshot();
+    const listed = (await Sandbox.listSnapshots()).find((x) => x.id === snap);
+    assert.equal(listed.sandbox, sbx.id);
+    assert.ok(listed.memoryBytes > 0);
+    await Sandbox.deleteSnapshot(snap);
+    // A stream the sandbox's kill ends throws, not a quiet end.
+    const stream = sbx.execStream("echo started; sleep 30");
+    const killer = setTimeout(() => sbx.kill(), 1500);
+    await assert.rejects((async () => { for await (const ev of stream) void ev; })(), SandboxStoppedError);
+    clearTimeout(killer);
+  } finally {
+    await sbx.kill().catch(() => {});
+  }
+});
