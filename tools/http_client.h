@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace pandastack::tools {
 
@@ -21,6 +22,8 @@ struct HttpResponse {
 
 // Percent-encodes `s` for a URL path or query value ('/' is kept).
 std::string url_encode(const std::string& s);
+// Standard base64 (with padding).
+std::string base64(std::string_view data);
 
 class HttpClient {
  public:

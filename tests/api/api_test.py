@@ -453,8 +453,11 @@ class ApiTest(unittest.TestCase):
 
     def test_cli_commands(self):
         env = dict(os.environ, PANDASTACK_API_KEY=self.api.key, PANDASTACK_BASE_URL=self.daemon.url)
-        cli = lambda *a, **kw: subprocess.run([ARGS.cli, *a], capture_output=True, text=True,
-                                              timeout=120, env=env, **kw)
+        def cli(*a, **kw):
+            if "input" not in kw:
+                kw["stdin"] = subprocess.DEVNULL
+            return subprocess.run([ARGS.cli, *a], capture_output=True, text=True, timeout=120,
+                                  env=kw.pop("env", env), **kw)
         r = cli("sandbox", "create", "--metadata", "via=cli")
         self.assertEqual(r.returncode, 0, r.stderr)
         sid = r.stdout.strip()
@@ -471,6 +474,22 @@ class ApiTest(unittest.TestCase):
         self.assertEqual((r.returncode, r.stdout), (0, "b\n/tmp\n"))
         r = cli("sandbox", "exec", sid, "--json", "--", "echo j")
         self.assertEqual(json.loads(r.stdout)["stdout"], "j\n")
+        # stdin is forwarded; a signal is 128+N, a timeout 124, like a shell and timeout(1).
+        r = cli("sandbox", "exec", sid, "--", "cat", input="piped-data\n")
+        self.assertEqual((r.returncode, r.stdout), (0, "piped-data\n"))
+        self.assertEqual(cli("sandbox", "exec", sid, "--", "kill -9 $$").returncode, 137)
+        r = cli("sandbox", "exec", sid, "--timeout", "1", "--", "sleep 5")
+        self.assertEqual(r.returncode, 124, r.stderr)
+        self.assertIn("timed out", r.stderr)
+        # Help, version, and a missing key said before any call.
+        for args in (("help",), ("sandbox", "--help"), ("sandbox", "help"), ("--version",)):
+            r = cli(*args)
+            self.assertEqual(r.returncode, 0, (args, r.stderr))
+            self.assertTrue(r.stdout, args)
+        no_key = {k: v for k, v in env.items() if k != "PANDASTACK_API_KEY"}
+        r = cli("sandbox", "list", env=no_key)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("set PANDASTACK_API_KEY or pass --key", r.stderr)
         local = os.path.join(self.base, "cli.txt")
         with open(local, "w") as f:
             f.write("via cli")
@@ -478,6 +497,9 @@ class ApiTest(unittest.TestCase):
         self.assertEqual(cli("files", "cat", sid, "/tmp/c/x.txt").stdout, "via cli")
         self.assertIn("x.txt", cli("files", "ls", sid, "/tmp/c").stdout)
         self.assertEqual(cli("files", "cp", f"{sid}:/tmp/c/x.txt", local + ".back").returncode, 0)
+        # Into a folder, as cp does.
+        self.assertEqual(cli("files", "cp", local, f"{sid}:/tmp/c/").returncode, 0)
+        self.assertEqual(cli("files", "cat", sid, "/tmp/c/cli.txt").stdout, "via cli")
         with open(local + ".back") as f:
             self.assertEqual(f.read(), "via cli")
         kid = cli("sandbox", "fork", sid).stdout.strip()
@@ -505,6 +527,9 @@ class ApiTest(unittest.TestCase):
         for x in (kid, sid):
             r = cli("sandbox", "kill", x, "--json")
             self.assertEqual(json.loads(r.stdout)["state"], "stopped")
+        # The list shows live sandboxes unless asked for all.
+        self.assertNotIn(sid, cli("sandbox", "list").stdout)
+        self.assertIn(sid, cli("sandbox", "list", "--all").stdout)
 
     # -- tenancy and keys -----------------------------------------------------------------------
 

@@ -75,6 +75,16 @@ test("create, run, write, read, list, fork, kill", async () => {
   const two = await client.callTool({ name: "fork_sandbox", arguments: { sandbox_id: id, count: 2 } });
   const twins = text(two).split("\n").map((l) => l.match(/^sandbox_id=(sbx_\w+) state=running$/)[1]);
   assert.equal(twins.length, 2);
+  // Binary stays out of the JSON-RPC line: output decoded or labelled, files reported as binary.
+  const bin = await client.callTool({ name: "run_command", arguments: { sandbox_id: id, command: "printf '\\377\\376'; echo; echo ok" } });
+  assert.match(text(bin), /--- stdout ---\n\[binary: 6 bytes; the first 6 as base64 follow\]\n\/\/4Kb2sK/);
+  const elf = await client.callTool({ name: "read_file", arguments: { sandbox_id: id, path: "/usr/bin/python3" } });
+  assert.equal(elf.isError, false);
+  assert.match(text(elf), /^\[binary: \d+ bytes; the first 12288 as base64 follow\]\n/);
+  assert.ok(text(elf).length < 20000);
+  const nocmd = await client.callTool({ name: "run_command", arguments: { sandbox_id: id } });
+  assert.equal(nocmd.isError, true);
+  assert.match(text(nocmd), /^invalid_argument: command is required/);
   const kidRead = await client.callTool({ name: "read_file", arguments: { sandbox_id: kid, path: "/tmp/m/notes.txt" } });
   assert.equal(text(kidRead), "from mcp");
   for (const s of [...twins, kid, id]) {

@@ -1,8 +1,10 @@
 // `pandastack sandbox|files|template ...`: the REST API from the shell. Human output is a table or
 // plain text; --json prints the API's JSON. Errors go to stderr as "pandastack: CODE: message"
 // (exit 1); `sandbox exec` streams the command's output live and exits with its exit code.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -25,10 +27,12 @@ const char* kUsage = R"(usage:
   pandastack sandbox create [--template T] [--ttl S] [--metadata K=V]... [--persistent]
                             [--idle-timeout S] [--on-timeout kill|hibernate] [--auto-wake]
                             [--no-network | --egress deny_all|allow_all|allowlist] [--allow CIDR]... [--json]
-  pandastack sandbox list [--state S] [--metadata K=V]... [--json]
+  pandastack sandbox list [--state S | --all] [--metadata K=V]... [--json]   (live ones by default)
   pandastack sandbox get|hibernate|wake|kill|snapshot ID [--json]
   pandastack sandbox fork ID [--count N] [--json]
-  pandastack sandbox exec ID [--timeout S] [--cwd DIR] [--env K=V]... [--json] -- CMD [ARG...]
+  pandastack sandbox exec ID [--timeout S] [--cwd DIR] [--env K=V]... [--no-stdin] [--json] -- CMD [ARG...]
+      Streams the command's output; piped stdin (not a terminal) goes to the command (64 KiB at
+      most). Exits with its exit code, 128+N when a signal N killed it, 124 when it timed out.
   pandastack sandbox logs ID [--json]
   pandastack sandbox egress ID deny_all|allow_all|allowlist [--allow CIDR]... [--json]
   pandastack sandbox ports ID [--json]                 exposed guest ports and their host addresses
@@ -36,17 +40,19 @@ const char* kUsage = R"(usage:
   pandastack sandbox unexpose ID PORT
   pandastack files ls ID PATH [--json]
   pandastack files cat ID PATH
-  pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path)
+  pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path;
+                                    a DST ending in / or naming a folder gets SRC's file name)
   pandastack template list [--json]
   pandastack snapshot delete SNAPSHOT_ID            creates from it are refused afterwards
 Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7070); --url and
---key override them.
+--key override them. `pandastack help`, `pandastack GROUP --help`: this text.
 )";
 
 struct Opts {
   std::vector<std::string> pos, metadata, env, cmd, allow;
   std::map<std::string, std::string> flags;
   bool json = false, persistent = false, no_network = false, auto_wake = false;
+  bool all = false, no_stdin = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -70,6 +76,13 @@ Opts parse(int argc, char** argv, int from) {
       o.persistent = true;
     } else if (a == "--auto-wake") {
       o.auto_wake = true;
+    } else if (a == "--all") {
+      o.all = true;
+    } else if (a == "--no-stdin") {
+      o.no_stdin = true;
+    } else if (a == "--help" || a == "-h" || a == "help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
     } else if (a == "--metadata") {
       o.metadata.push_back(value());
     } else if (a == "--env") {
@@ -120,7 +133,19 @@ class Api {
                                                    : "http://127.0.0.1:7070",
               o.flags.count("--key")              ? o.flags.at("--key")
               : std::getenv("PANDASTACK_API_KEY") ? std::getenv("PANDASTACK_API_KEY")
-                                                  : "") {}
+                                                  : "",
+              // A reply may take as long as the command it waits for (--timeout).
+              std::chrono::seconds(o.flags.count("--timeout") ? seconds_flag(o, "--timeout") + 60
+                                                              : 300)) {
+    bool have_key = o.flags.count("--key") || (std::getenv("PANDASTACK_API_KEY") &&
+                                               *std::getenv("PANDASTACK_API_KEY"));
+    if (!have_key) {
+      std::fprintf(stderr,
+                   "pandastack: no API key: set PANDASTACK_API_KEY or pass --key (make run prints "
+                   "one and keeps it in var/api-key)\n");
+      std::exit(2);
+    }
+  }
 
   // The response body on 2xx; otherwise prints the error and exits 1.
   std::string call(const std::string& method, const std::string& path, const std::string& body = "",
@@ -167,12 +192,25 @@ std::string meta_text(const Json& m) {
   return out;
 }
 
+bool ended(const Json& s) {
+  return s["state"].as_string() == "stopped" || s["state"].as_string() == "failed";
+}
+
+// Oldest first; an ended sandbox expires at nothing ("-").
 void print_table(const Json& sandboxes) {
-  std::printf("%-22s %-12s %-18s %-21s %s\n", "ID", "STATE", "TEMPLATE", "EXPIRES", "METADATA");
-  for (auto& s : sandboxes.as_array())
-    std::printf("%-22s %-12s %-18s %-21s %s\n", s["id"].as_string().c_str(),
-                s["state"].as_string().c_str(), s["template"].as_string().c_str(),
-                when(s["expires_at_ms"].as_int()).c_str(), meta_text(s["metadata"]).c_str());
+  std::vector<const Json*> rows;
+  for (auto& s : sandboxes.as_array()) rows.push_back(&s);
+  std::stable_sort(rows.begin(), rows.end(), [](const Json* a, const Json* b) {
+    return (*a)["created_at_ms"].as_int() < (*b)["created_at_ms"].as_int();
+  });
+  std::printf("%-22s %-12s %-18s %-21s %-21s %s\n", "ID", "STATE", "TEMPLATE", "CREATED",
+              "EXPIRES", "METADATA");
+  for (auto* s : rows)
+    std::printf("%-22s %-12s %-18s %-21s %-21s %s\n", (*s)["id"].as_string().c_str(),
+                (*s)["state"].as_string().c_str(), (*s)["template"].as_string().c_str(),
+                when((*s)["created_at_ms"].as_int()).c_str(),
+                ended(*s) ? "-" : when((*s)["expires_at_ms"].as_int()).c_str(),
+                meta_text((*s)["metadata"]).c_str());
 }
 
 void print_sandbox(const Json& s, bool json) {
@@ -233,11 +271,39 @@ int exec(Api& api, const Opts& o, const std::string& id) {
     for (auto& [k, v] : pairs(o.env, "--env")) env.set(k, v);
     body.set("env", env);
   }
+  // Piped stdin (a pipe or a file, not a terminal or /dev/null) goes to the command, as bytes.
+  struct stat in {};
+  if (!o.no_stdin && ::fstat(0, &in) == 0 && (S_ISFIFO(in.st_mode) || S_ISREG(in.st_mode))) {
+    constexpr size_t kMax = 64 << 10;  // the API's limit on command + stdin
+    std::string data;
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(0, buf, sizeof buf)) > 0) {
+      data.append(buf, size_t(n));
+      if (data.size() > kMax) {
+        std::fprintf(stderr,
+                     "pandastack: stdin is more than 64 KiB: copy it into the sandbox with "
+                     "`files cp` and redirect from the file (or pass --no-stdin)\n");
+        return 2;
+      }
+    }
+    if (!data.empty()) {
+      body.set("stdin", tools::base64(data));
+      body.set("stdin_encoding", "base64");
+    }
+  }
+  // A shell's convention: 128+N for a command killed by signal N; 124 (like timeout(1)) when
+  // it ran out of time.
+  auto exit_code = [](int64_t code, bool timed_out) {
+    if (timed_out) return 124;
+    if (code < 0) return int(128 - code);
+    return int(code & 0xff);
+  };
   std::string path = "/v1/sandboxes/" + tools::url_encode(id) + "/exec";
   if (o.json) {
     auto r = api.json("POST", path, body.dump());
     std::printf("%s\n", r.dump().c_str());
-    return int(r["exit_code"].as_int());
+    return exit_code(r["exit_code"].as_int(), r["timed_out"].as_bool());
   }
   // Streamed: output as it comes, then the command's exit code.
   std::string buf, event;
@@ -259,8 +325,9 @@ int exec(Api& api, const Opts& o, const std::string& id) {
           if ((*d)["encoding"].is_string()) data = base64_decode(data);
           write_all(event == "stdout" ? 1 : 2, data);
         } else if (event == "exit") {
-          code = int((*d)["exit_code"].as_int());
-          if ((*d)["timed_out"].as_bool()) std::fprintf(stderr, "pandastack: timed out\n");
+          bool timed_out = (*d)["timed_out"].as_bool();
+          code = exit_code((*d)["exit_code"].as_int(), timed_out);
+          if (timed_out) std::fprintf(stderr, "pandastack: the command timed out\n");
           done = true;
         } else if (event == "error") {
           std::fprintf(stderr, "pandastack: %s: %s\n", (*d)["code"].as_string().c_str(),
@@ -300,7 +367,14 @@ bool is_api_command(const std::string& word) {
 }
 
 int api_main(int argc, char** argv) {
-  if (argc < 3) usage("a command is needed");
+  if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h" ||
+      std::string(argv[2]) == "help") {
+    if (argc >= 3) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    usage(std::string(argv[1]) + " needs a command");
+  }
   std::string group = argv[1], verb = argv[2];
   Opts o = parse(argc, argv, 3);
   Api api(o);
@@ -352,12 +426,16 @@ int api_main(int argc, char** argv) {
       need(0);
       std::string q;
       if (o.flags.count("--state")) q += "state=" + tools::url_encode(o.flags.at("--state"));
+      bool live_only = !o.all && !o.flags.count("--state");
       for (auto& [k, v] : pairs(o.metadata, "--metadata"))
         q += (q.empty() ? "" : "&") + ("metadata." + tools::url_encode(k)) + "=" +
              tools::url_encode(v);
       auto r = api.json("GET", "/v1/sandboxes" + (q.empty() ? "" : "?" + q));
-      if (o.json) return std::printf("%s\n", r["sandboxes"].dump().c_str()), 0;
-      print_table(r["sandboxes"]);
+      Json shown = Json::array();
+      for (auto& sbx : r["sandboxes"].as_array())
+        if (!live_only || !ended(sbx)) shown.push(sbx);
+      if (o.json) return std::printf("%s\n", shown.dump().c_str()), 0;
+      print_table(shown);
       return 0;
     }
     if (verb == "egress") {
@@ -373,6 +451,8 @@ int api_main(int argc, char** argv) {
       if (verb == "unexpose")
         return api.json("DELETE", base + "/" + tools::url_encode(o.pos[1])), 0;
       Json body = Json::object();
+      if (o.pos[1].empty() || o.pos[1].find_first_not_of("0123456789") != std::string::npos)
+        usage("sandbox expose: PORT is a number");
       body.set("port", int64_t(std::atoll(o.pos[1].c_str())));
       auto p = api.json("POST", base, body.dump());
       if (o.json) return std::printf("%s\n", p.dump().c_str()), 0;
@@ -400,8 +480,7 @@ int api_main(int argc, char** argv) {
     }
     if (verb == "fork") {
       Json body = Json::object();
-      body.set("count",
-               int64_t(o.flags.count("--count") ? std::atoll(o.flags.at("--count").c_str()) : 1));
+      body.set("count", o.flags.count("--count") ? seconds_flag(o, "--count") : int64_t(1));
       auto r = api.json("POST", base + "/fork", body.dump());
       if (o.json) return std::printf("%s\n", r["sandboxes"].dump().c_str()), 0;
       for (auto& k : r["sandboxes"].as_array()) std::printf("%s\n", k["id"].as_string().c_str());
@@ -459,10 +538,20 @@ int api_main(int argc, char** argv) {
         if (!in) return std::fprintf(stderr, "pandastack: cannot read %s\n", src.c_str()), 1;
         std::stringstream ss;
         ss << in.rdbuf();
-        api.call(
-            "PUT",
-            "/v1/sandboxes/" + tools::url_encode(dst_id) + "/files?path=" + tools::url_encode(dst),
-            ss.str(), "application/octet-stream");
+        std::string base = "/v1/sandboxes/" + tools::url_encode(dst_id) + "/files";
+        // Into a folder (cp's way): DST ends in '/' or names a folder in the sandbox.
+        bool into = !dst.empty() && dst.back() == '/';
+        if (!into) {
+          auto st = api.http().request("GET", base + "/stat?path=" + tools::url_encode(dst));
+          into = st.status == 200 && st.body.find("\"type\":\"directory\"") != std::string::npos;
+        }
+        if (into) {
+          auto slash = src.find_last_of('/');
+          dst += (dst.back() == '/' ? "" : "/") +
+                 (slash == std::string::npos ? src : src.substr(slash + 1));
+        }
+        api.call("PUT", base + "?path=" + tools::url_encode(dst), ss.str(),
+                 "application/octet-stream");
       }
       return 0;
     }

@@ -49,6 +49,7 @@ const char* kUsage = R"(usage:
       agents: create_sandbox, run_command, read_file, write_file, list_dir, fork_sandbox,
       kill_sandbox. Calls the API at --url with --key (same defaults as above).
   pandastack sandbox|files|template|snapshot ...   (see `pandastack sandbox help`)
+  pandastack help | --version
 )";
 
 [[noreturn]] void die(int code, const std::string& msg) {
@@ -328,7 +329,7 @@ const Tool kTools[] = {
      "Run a shell command in a sandbox and wait for it. Returns exit_code=N and the command's "
      "stdout and stderr (each truncated to 16 KB).",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"command":{"type":"string","description":"run with /bin/sh -c"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600},"cwd":{"type":"string"}},"required":["sandbox_id","command"],"additionalProperties":false})J"},
-    {"read_file", "Read a text file from a sandbox (absolute path).",
+    {"read_file", "Read a text file from a sandbox (absolute path; at most 64 KB are shown; a binary file is reported as binary with its first 12 KB in base64).",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
     {"write_file",
      "Write a text file in a sandbox (absolute path; parent folders are created; replaces the "
@@ -345,9 +346,40 @@ const Tool kTools[] = {
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
 };
 
+// At most `max` bytes of text, never cut inside a UTF-8 sequence.
 std::string clip(const std::string& s, size_t max = 16 << 10) {
   if (s.size() <= max) return s;
-  return s.substr(0, max) + "\n[... " + std::to_string(s.size() - max) + " more bytes]";
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "\n[... " + std::to_string(s.size() - cut) + " more bytes]";
+}
+
+std::string b64decode(const std::string& in) {
+  static const std::string chars =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int val = 0, bits = -8;
+  for (char c : in) {
+    auto p = chars.find(c);
+    if (p == std::string::npos) continue;
+    val = (val << 6) + int(p);
+    bits += 6;
+    if (bits >= 0) {
+      out += char((val >> bits) & 0xFF);
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
+// Content for a model: text as it is (clipped), binary said to be binary, with its first bytes
+// as base64 (a JSON-RPC line must be valid UTF-8, and a model gains nothing from raw bytes).
+std::string for_model(const std::string& data, size_t max = 16 << 10) {
+  bool text = data.find('\0') == std::string::npos && pandastack::wire::is_valid_utf8(data);
+  if (text) return clip(data, max);
+  std::string head = data.substr(0, std::min<size_t>(data.size(), 12 << 10));
+  return "[binary: " + std::to_string(data.size()) + " bytes; the first " +
+         std::to_string(head.size()) + " as base64 follow]\n" + pandastack::tools::base64(head);
 }
 
 // Runs one tool; returns (text, is_error).
@@ -382,6 +414,7 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     return {"sandbox_id=" + (*j)["id"].as_string() + " state=" + (*j)["state"].as_string(), false};
   }
   if (name == "run_command") {
+    if (str("command").empty()) return {"invalid_argument: command is required", true};
     Json body = Json::object();
     body.set("cmd", str("command"));
     if (args["timeout_seconds"].is_integer())
@@ -392,15 +425,22 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     auto j = *Json::parse(r.body);
     std::string text = "exit_code=" + std::to_string(j["exit_code"].as_int());
     if (j["timed_out"].as_bool()) text += " (timed out)";
-    text += "\n--- stdout ---\n" + clip(j["stdout"].as_string());
-    text += "\n--- stderr ---\n" + clip(j["stderr"].as_string());
+    // The API sends non-text output as base64 ("*_encoding"): decoded here, then shown as text
+    // or labelled binary.
+    auto output = [&](const char* name) {
+      std::string data = j[name].as_string();
+      if (j[std::string(name) + "_encoding"].as_string() == "base64") data = b64decode(data);
+      return for_model(data);
+    };
+    text += "\n--- stdout ---\n" + output("stdout");
+    text += "\n--- stderr ---\n" + output("stderr");
     return {text, false};
   }
   if (name == "read_file") {
     auto r =
         http.request("GET", base + "/files?path=" + pandastack::tools::url_encode(str("path")));
     if (r.status != 200) return {api_error(r), true};
-    return {clip(r.body, 256 << 10), false};
+    return {for_model(r.body, 64 << 10), false};
   }
   if (name == "write_file") {
     auto r = http.request("PUT", base + "/files?path=" + pandastack::tools::url_encode(str("path")),
@@ -532,6 +572,14 @@ int api_main(int argc, char** argv);
 
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
+  if (argc == 1 || std::string(argv[1]) == "help") {
+    std::fputs(kUsage, argc == 1 ? stderr : stdout);
+    return argc == 1 ? 2 : 0;
+  }
+  if (std::string(argv[1]) == "--version") {
+    std::printf("pandastack 0.2.0\n");
+    return 0;
+  }
   if (argc > 1 && pandastack::cli::is_api_command(argv[1]))
     return pandastack::cli::api_main(argc, argv);
   std::vector<std::string> pos;
