@@ -479,6 +479,9 @@ std::string encode_state(const SandboxState& s) {
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
   j.set("running_execs", map(s.running_execs));
+  Json started = Json::object();
+  for (auto& [id, ms] : s.exec_started_ms) started.set(id, ms);
+  j.set("exec_started_ms", started);
   j.set("execs_finished", s.execs_finished);
   j.set("failure_reason", s.failure_reason);
   j.set("network", s.network);
@@ -541,6 +544,9 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   if (o["network"].is_bool()) s.network = o["network"].as_bool();
   if (auto e = egress_from_json(o["egress"])) s.egress = *e;
   if (o["subnet"].is_integer()) s.subnet = uint32_t(o["subnet"].as_int());
+  if (o["exec_started_ms"].is_object())
+    for (auto& [k, v] : o["exec_started_ms"].as_object())
+      if (v.is_integer()) s.exec_started_ms[k] = v.as_int();
   // Timeouts (absent in snapshots written before idle timeouts existed).
   if (o["idle_timeout_seconds"].is_integer())
     s.idle_timeout_seconds = uint32_t(o["idle_timeout_seconds"].as_int());

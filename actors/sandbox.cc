@@ -296,7 +296,7 @@ struct Decider {
       case Status::hibernating: {
         Event e = ev(Event::Kind::hibernated, now);
         e.snapshot_id = s.pending_snapshot;
-        return std::vector<Event>{e};
+        return ending(e);  // commands cancelled by the hibernation end with it
       }
       case Status::waking:
         return with_subnet(ev(Event::Kind::woke, now), c.subnet);
@@ -404,20 +404,39 @@ struct Decider {
     Event e = ev(Event::Kind::reaped, now);
     e.reap_action = s.on_timeout;
     e.reason = c.idle ? "idle" : "ttl";
+    if (e.reap_action == ReapAction::kill) return ending(e);
     return std::vector<Event>{e};
+  }
+
+  // The commands still running when the sandbox ends (killed, reaped, failed) end with it: each
+  // gets its exec-finished (-9, how long it ran) before the event that ends the sandbox, so the
+  // audit log has an end for every command it has a start for.
+  std::vector<Event> ending(Event last) const {
+    std::vector<Event> out;
+    for (auto& [id, command] : s.running_execs) {
+      Event f = ev(Event::Kind::exec_finished, now);
+      f.exec_id = id;
+      f.exit_code = -9;
+      auto started = s.exec_started_ms.find(id);
+      if (started != s.exec_started_ms.end() && now > started->second)
+        f.duration_ms = uint32_t(now - started->second);
+      out.push_back(f);
+    }
+    out.push_back(last);
+    return out;
   }
 
   Decision operator()(const cmd::Kill&) const {
     if (s.status == Status::none) return reject("sandbox_not_found", "no sandbox " + s.id);
     if (!s.live()) return std::vector<Event>{};
-    return std::vector<Event>{ev(Event::Kind::killed, now)};
+    return ending(ev(Event::Kind::killed, now));
   }
 
   Decision operator()(const cmd::Fail& c) const {
     if (!s.live()) return std::vector<Event>{};
     Event e = ev(Event::Kind::failed, now);
     e.reason = c.reason;
-    return std::vector<Event>{e};
+    return ending(e);
   }
 };
 
@@ -463,9 +482,11 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::exec_started:
       if (s.status != Status::running) impossible(s, e);
       s.running_execs[e.exec_id] = e.command;
+      s.exec_started_ms[e.exec_id] = e.at_ms;
       break;
     case K::exec_finished:
       if (!s.running_execs.erase(e.exec_id)) impossible(s, e);
+      s.exec_started_ms.erase(e.exec_id);
       ++s.execs_finished;
       break;
     case K::transition_started: {
@@ -498,6 +519,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.hibernation_snapshot = e.snapshot_id;
       s.pending_snapshot.clear();
       s.running_execs.clear();  // they died with the VM
+      s.exec_started_ms.clear();
       s.subnet.reset();         // and its network with it
       break;
     case K::woke:
@@ -524,6 +546,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       } else {
         s.status = Status::stopped;
         s.running_execs.clear();
+      s.exec_started_ms.clear();
         s.subnet.reset();
       }
       break;
@@ -531,6 +554,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (!s.live()) impossible(s, e);
       s.status = Status::stopped;
       s.running_execs.clear();
+      s.exec_started_ms.clear();
       s.subnet.reset();
       break;
     case K::failed:
@@ -538,6 +562,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.status = Status::failed;
       s.failure_reason = e.reason;
       s.running_execs.clear();
+      s.exec_started_ms.clear();
       s.subnet.reset();
       break;
     case K::network_attached:

@@ -117,6 +117,7 @@ struct SandboxState {
   std::string hibernation_snapshot;                  // while hibernated: what wake restores
   std::vector<std::string> snapshots;                // taken from this sandbox
   std::map<std::string, std::string> running_execs;  // exec id -> command
+  std::map<std::string, int64_t> exec_started_ms;    // exec id -> when it started
   uint64_t execs_finished = 0;
   std::string failure_reason;
   bool network = false;

@@ -290,6 +290,32 @@ TEST(SandboxDecide, IdleTimeoutEndsInTheOnTimeoutAction) {
   EXPECT_EQ(outcome(decide(SandboxState{}, big, kNow)), "!invalid_argument");
 }
 
+TEST(SandboxDecide, CommandsRunningWhenASandboxEndsEndWithIt) {
+  auto s = in(Status::running);
+  Event x = e_(Event::Kind::exec_started);
+  x.exec_id = "x1";
+  x.command = "sleep 100";
+  s = apply(s, x);
+  EXPECT_EQ(s.exec_started_ms.at("x1"), kNow);
+  for (Command c : {Command{cmd::Kill{}}, Command{cmd::Fail{"vm_exited"}}}) {
+    auto d = decide(s, c, kNow + 2500);
+    auto evs = std::get<std::vector<Event>>(d);
+    ASSERT_EQ(evs.size(), 2u) << outcome(d);
+    EXPECT_EQ(evs[0].kind, Event::Kind::exec_finished);
+    EXPECT_EQ(evs[0].exec_id, "x1");
+    EXPECT_EQ(evs[0].exit_code, -9);
+    EXPECT_EQ(evs[0].duration_ms, 2500u);
+    auto ended = apply(apply(s, evs[0]), evs[1]);
+    EXPECT_TRUE(ended.running_execs.empty());
+  }
+  // The caller's own report, arriving after the end, changes nothing (refused).
+  auto killed = s;
+  auto kill = decide(s, cmd::Kill{}, kNow + 1);
+  for (auto& e : std::get<std::vector<Event>>(kill)) killed = apply(killed, e);
+  EXPECT_EQ(outcome(decide(killed, cmd::ExecFinished{"x1", 0, 1, false}, kNow + 2)),
+            "!invalid_argument");
+}
+
 TEST(SandboxDecide, ValidatesInput) {
   Limits l;
   l.max_ttl_seconds = 100;

@@ -222,9 +222,7 @@ int main(int argc, char** argv) {
     ::close(fd);
     spdlog::info("created admin key {} for tenant 'default' in {}", k->second.id,
                  key_file.string());
-  } else if (std::ifstream in(key_file); in) {
-    std::getline(in, key);
-  }
+  }  // (a key made before is in the key file: it is not printed, nor logged, again)
 
   auto addr = io.provider->getNetwork().parseAddress(host, port).wait(io.waitScope);
   auto listener = addr->listen();
@@ -255,7 +253,7 @@ int main(int argc, char** argv) {
       "PandaStack is running.\n  URL:     %s\n  RPC:     %s (and unix:%s)\n  State:   %s\n"
       "  API key: %s\n  (key file: %s)\n",
       url.c_str(), rpc_url.c_str(), sock.c_str(), runtime->config().state_dir.c_str(),
-      key.empty() ? "(see your key file)" : key.c_str(), key_file.c_str());
+      key.empty() ? "(in the key file)" : key.c_str(), key_file.c_str());
   std::fflush(stdout);
   spdlog::info("listening on {} (accelerator {}, images {})", url,
                config.accel == vmm::Accel::kvm ? "kvm" : "tcg", images.string());
