@@ -82,15 +82,6 @@ vmm::SparePool* Env::spares_for(const std::string& template_name, bool networked
   return pool.get();
 }
 
-std::unique_ptr<vmm::Vm> Env::take_adopted(const std::string& id) {
-  std::lock_guard lock(adopted_mu);
-  auto it = adopted.find(id);
-  if (it == adopted.end()) return nullptr;
-  auto vm = std::move(it->second);
-  adopted.erase(it);
-  return vm;
-}
-
 fs::path Env::run_dir(const std::string& name) const { return config.state_dir / "run" / name; }
 
 fs::path Env::snapshot_dir(const std::string& snap) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -64,9 +65,13 @@ struct Env {
   std::unique_ptr<vmm::TemplateStore> templates;
   std::mutex staged_mu;
   std::map<std::string, vmm::Snapshot> staged;  // template -> baked snapshot staged in state_dir
-  // VMs re-adopted at recovery, taken by their sandbox actors when they start.
-  std::mutex adopted_mu;
-  std::map<std::string, std::unique_ptr<vmm::Vm>> adopted;
+  // Adoption after a restart (VMs that outlived the previous host process): at most this many at
+  // once (each has its own deadline), and where it stands, for /healthz.
+  static constexpr int kAdoptAtOnce = 8;
+  std::mutex adopt_mu;
+  std::condition_variable adopt_cv;
+  int adopting_now = 0;
+  std::atomic<uint64_t> to_adopt{0}, adopted{0}, adopt_failed{0};
   // Pre-spawned QEMU processes per template, for the staged snapshot they wait for. (Declared
   // after `io`: destroyed first, killing the idle processes.)
   std::mutex pools_mu;
@@ -102,7 +107,6 @@ struct Env {
   // The template's spares (made on first use), or null.
   vmm::SparePool* spares_for(const std::string& template_name, bool networked);
 
-  std::unique_ptr<vmm::Vm> take_adopted(const std::string& id);
 
   std::filesystem::path run_dir(const std::string& name) const;
   std::filesystem::path snapshot_dir(const std::string& snap) const;

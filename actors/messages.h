@@ -48,7 +48,8 @@ struct WorkerResult {
 struct NetSpec {
   bool enabled = false;
   Egress egress;
-  std::set<uint32_t> ports;  // exposed again on the new VM
+  std::set<uint32_t> ports;        // exposed again on the new VM
+  std::optional<uint32_t> subnet;  // adoption: the subnet its network holds
 };
 
 struct ListQuery {
@@ -102,6 +103,7 @@ using delsnap_atom = caf::atom_constant<caf::atom("delsnap")>;
 using procs_atom = caf::atom_constant<caf::atom("procs")>;
 using vm_exited_atom = caf::atom_constant<caf::atom("vmexited")>;
 using exited_atom = caf::atom_constant<caf::atom("exitwhy")>;
+using adoptvm_atom = caf::atom_constant<caf::atom("adoptvm")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>

@@ -23,7 +23,6 @@ Reply<Recovered> recover(Env& env) {
   std::vector<SandboxState>& recovered = out.sandboxes;
   std::set<std::string> keep_run;
   size_t& from_snapshots = out.from_snapshots;
-  size_t& adopted = out.adopted;
   // Run folders of VMs the previous host process left (named <sandbox id>.<suffix>).
   std::map<std::string, fs::path> run_dirs;
   std::vector<fs::path> recorded;  // every folder with a live record
@@ -89,43 +88,20 @@ Reply<Recovered> recover(Env& env) {
     if (s.status == Status::hibernated && !fs::exists(env.hibernated_dir(id) / "meta.json")) {
       lost = "hibernation_snapshot_lost";
     } else if (s.status == Status::running && run_dirs.count(id)) {
-      // Its VM may have outlived the previous host process: take it over.
-      auto vm = vmm::Vm::adopt(env.io, run_dirs[id], std::chrono::seconds(10));
-      if (vm && s.subnet && config.network) {
-        // Its network too (the namespace outlived the host process with the VM).
-        auto net = vmm::Network::adopt(config.net, *s.subnet);
-        if (net) {
-          auto set = (*net)->set_policy(Env::to_policy(s.egress));
-          if (!set) net = set.error();
-        }
-        if (net) {
-          env.subnets_used.insert(*s.subnet);
-          env.own(**net);
-          // The forwards died with the previous host process: expose the ports again.
-          expose_ports(**net, s.ports, config.ports_host, id);
-          (*vm)->attach_network(*net);
-        } else {
-          spdlog::warn("recovery: {}: network not adopted: {}", id, net.error().message);
-          vm = net.error();
-        }
-      }
-      if (vm) {
-        keep_run.insert(run_dirs[id].filename().string());
-        env.adopted[id] = std::move(*vm);
-        ++adopted;
-        // Commands in flight died with the previous host's calls (their callers are gone).
-        auto running = s.running_execs;
-        for (auto& [exec_id, command] : running) {
-          Event f;
-          f.kind = Event::Kind::exec_finished;
-          f.exec_id = exec_id;
-          f.exit_code = -1;
-          if (auto bad = record(f)) return *bad;
-        }
-      } else {
-        spdlog::info("recovery: {}: VM not adopted: {}", id,
-                     vm.error().message.substr(0, vm.error().message.find('\n')));
-        lost = "host_restart";
+      // Its VM may have outlived the previous host process: its actor adopts it once the API
+      // is up (in parallel with the others, each with its own deadline). Its folders and its
+      // subnet are kept for it meanwhile.
+      keep_run.insert(run_dirs[id].filename().string());
+      out.to_adopt[id] = run_dirs[id];
+      if (s.subnet && config.network) env.subnets_used.insert(*s.subnet);
+      // Commands in flight died with the previous host's calls (their callers are gone).
+      auto running = s.running_execs;
+      for (auto& [exec_id, command] : running) {
+        Event f;
+        f.kind = Event::Kind::exec_finished;
+        f.exec_id = exec_id;
+        f.exit_code = -1;
+        if (auto bad = record(f)) return *bad;
       }
     } else if (s.live() && s.status != Status::hibernated) {
       lost = "host_restart";  // its VM died with the previous host process, or was mid-change
@@ -139,16 +115,14 @@ Reply<Recovered> recover(Env& env) {
     }
     recovered.push_back(s);
   }
-  // Every other VM the previous host left is killed (no orphan QEMU survives unaccounted), and
-  // every other run folder (and jail root) goes.
+  // Every other VM the previous host left (pool members, spares, orphans) is killed by its
+  // recorded pid and start time, without a word to it (no QMP: a stuck VM must not delay the
+  // restart), and every other run folder (and jail root) goes.
   std::error_code ec;
   for (auto& dir : recorded) {
     if (keep_run.count(dir.filename().string())) continue;
-    // (A 1 ms deadline: nothing is wanted from it but its end; the failed adopt kills it.)
-    auto orphan = vmm::Vm::adopt(env.io, dir, std::chrono::milliseconds(1));
-    if (orphan)
-      spdlog::info("recovery: killing the VM in {} (no running sandbox owns it)", dir.string());
-    // ~Vm (or the failed adopt) kills the process and removes its folders.
+    if (vmm::Vm::kill_recorded(dir))
+      spdlog::info("recovery: killed the VM in {} (no running sandbox owns it)", dir.string());
   }
   for (auto& root : {config.state_dir / "run", config.disk_dir / "run"})
     for (auto& d : fs::directory_iterator(root, ec)) {

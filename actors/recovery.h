@@ -1,11 +1,14 @@
 // Recovery at start, before any actor runs: every sandbox stream is replayed (from its newest
-// state snapshot), running sandboxes whose VM outlived the previous host process are re-adopted
-// (VM and network, into Env::adopted), sandboxes whose VM is gone or that were caught
-// mid-transition are recorded failed(host_restart), hibernated ones whose snapshot is gone
-// failed(hibernation_snapshot_lost); then every VM, run folder, snapshot folder and network
-// that no sandbox owns is removed.
+// state snapshot); running sandboxes whose VM outlived the previous host process are listed for
+// adoption (their actors take the VM and its network over once the API is up: a restart does
+// not wait for VMs); sandboxes whose VM is gone or that were caught mid-transition are recorded
+// failed(host_restart), hibernated ones whose snapshot is gone failed(hibernation_snapshot_lost);
+// then every other VM is killed by its record (no QMP), and every run folder, snapshot folder,
+// hibernation and network that no sandbox owns is removed.
 #pragma once
 
+#include <filesystem>
+#include <map>
 #include <vector>
 
 #include "actors/env.h"
@@ -14,7 +17,9 @@ namespace pandastack::actors {
 
 struct Recovered {
   std::vector<SandboxState> sandboxes;
-  size_t from_snapshots = 0, adopted = 0;
+  size_t from_snapshots = 0;
+  // Running sandboxes whose VM may still run: their actors adopt it (run folder by sandbox id).
+  std::map<std::string, std::filesystem::path> to_adopt;
 };
 
 Reply<Recovered> recover(Env& env);

@@ -10,8 +10,9 @@ namespace pandastack::actors {
 
 namespace {
 
-caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s) {
-  auto a = self->spawn(sandbox_actor, self->state.env, caf::actor_cast<caf::actor>(self), s);
+caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s, std::string adopt_dir = "") {
+  auto a = self->spawn(sandbox_actor, self->state.env, caf::actor_cast<caf::actor>(self), s,
+                       std::move(adopt_dir));
   self->state.actors[s.id] = a;
   self->state.infos[s.id] = info_of(s);
   return a;
@@ -223,9 +224,10 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         return t;
       },
       [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
-      [=](adopt_atom, SandboxState s) {
+      // A recovered sandbox; `adopt_dir`: the run folder of its VM, still running, to adopt.
+      [=](adopt_atom, SandboxState s, std::string adopt_dir) {
         if (s.live()) {
-          spawn_sandbox(self, s);
+          spawn_sandbox(self, s, adopt_dir);
         } else {
           self->state.infos[s.id] = info_of(s);
           if (!s.snapshots.empty()) self->state.ended[s.id] = s;  // it owns named snapshots

@@ -54,10 +54,11 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::~Runtime() {
   if (!impl_ || !impl_->sys) return;
   impl_->ask(caf::make_message(shutdown_atom::value));
-  impl_->env->watcher.reset();  // no report of a VM's end reaches an actor from now on
+  impl_->env->watcher->mute();  // no report of a VM's end reaches an actor from now on
   caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
   impl_->registry = nullptr;
   impl_->sys.reset();  // waits for every actor (and so every VM worker) to finish
+  impl_->env->watcher.reset();
   // Pool members and spares go now, while the subnet book-keeping their networks report to lives.
   impl_->env->pools.clear();
   impl_->env->spares.clear();
@@ -116,10 +117,15 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   impl->cfg->set("scheduler.policy", caf::atom("sharing"));
   impl->sys = std::make_unique<caf::actor_system>(*impl->cfg);
   impl->registry = impl->sys->spawn(registry_actor, impl->env.get());
-  for (auto& s : recovered->sandboxes) caf::anon_send(impl->registry, adopt_atom::value, s);
-  spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots, {} VMs adopted)",
+  env.to_adopt = recovered->to_adopt.size();
+  for (auto& s : recovered->sandboxes) {
+    auto dir = recovered->to_adopt.find(s.id);
+    caf::anon_send(impl->registry, adopt_atom::value, s,
+                   dir == recovered->to_adopt.end() ? std::string() : dir->second.string());
+  }
+  spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots); adopting {} VMs",
                recovered->sandboxes.size(), (config.data_dir / "store").string(),
-               recovered->from_snapshots, recovered->adopted);
+               recovered->from_snapshots, recovered->to_adopt.size());
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 namespace {
@@ -705,5 +711,10 @@ Reply<std::vector<KeyInfo>> Runtime::list_keys() {
 }
 
 const RuntimeConfig& Runtime::config() const { return impl_->env->config; }
+
+RecoveryStatus Runtime::recovery() const {
+  auto& env = *impl_->env;
+  return {env.to_adopt.load(), env.adopted.load(), env.adopt_failed.load()};
+}
 
 }  // namespace pandastack::actors

@@ -136,6 +136,12 @@ struct TemplateInfo {
   bool baked = false;  // a baked snapshot exists (for some shape); the first create bakes one
 };
 
+// Where the adoption of VMs after a restart stands (the API answers meanwhile).
+struct RecoveryStatus {
+  uint64_t to_adopt = 0, adopted = 0, failed = 0;
+  bool done() const { return adopted + failed >= to_adopt; }
+};
+
 // Counts for metrics.
 struct RuntimeCounts {
   std::map<std::string, uint64_t> by_status;  // live sandboxes by status name
@@ -253,6 +259,7 @@ class Runtime {
   Reply<std::vector<AuditEvent>> audit(const AuditQuery& query);
   // Live sandboxes by status, across tenants.
   RuntimeCounts counts();
+  RecoveryStatus recovery() const;
 
   // API keys. authenticate() fails with `unauthorized` for unknown, revoked or malformed keys.
   Reply<KeyInfo> authenticate(const std::string& token);

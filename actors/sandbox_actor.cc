@@ -108,6 +108,23 @@ void finish_transition(SandboxSelf* self) {
   }
 }
 
+// The adoption of the VM (after a restart) ended: the sandbox runs on it, or fails with the
+// reason. Commands that waited go on either way.
+void adoption_done(SandboxSelf* self, bool ok, const std::string& why) {
+  auto& st = self->state;
+  st.adopting = false;
+  if (ok) {
+    ++st.env->adopted;
+    finish_transition(self);  // leases that waited get the VM
+  } else {
+    ++st.env->adopt_failed;
+    spdlog::info("recovery: {}: VM not adopted: {}", st.s.id, why.substr(0, why.find('\n')));
+    st.queue.emplace_front(Command{cmd::Fail{"host_restart: " + why.substr(0, why.find('\n'))}},
+                           caf::response_promise());
+  }
+  pump(self);
+}
+
 // The VM died on its own (the watcher said so): asks the worker how, then records the failure.
 void report_dead_vm(SandboxSelf* self) {
   auto& st = self->state;
@@ -147,7 +164,7 @@ void effect(SandboxSelf* self, const Event& e) {
       auto restore = [self, started, lost](std::string dir, bool pooled) {
         auto& s = self->state.s;
         self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled,
-                      NetSpec{s.network, s.egress, s.ports})
+                      NetSpec{s.network, s.egress, s.ports, std::nullopt})
             .then(started, lost);
       };
       if (!e.from_snapshot.empty()) {
@@ -188,7 +205,7 @@ void effect(SandboxSelf* self, const Event& e) {
         case Transition::waking:
           self->request(st.worker, caf::infinite, restore_atom::value,
                         st.env->hibernated_dir(st.s.id).string(), true, false,
-                        NetSpec{st.s.network, st.s.egress, st.s.ports})
+                        NetSpec{st.s.network, st.s.egress, st.s.ports, std::nullopt})
               .then(started, lost);
           break;
         case Transition::forking: {
@@ -293,7 +310,7 @@ storage::Durability durability_of(const std::vector<Event>& events) {
 
 void pump(SandboxSelf* self) {
   auto& st = self->state;
-  while (!st.persisting && !st.queue.empty()) {
+  while (!st.persisting && !st.adopting && !st.queue.empty()) {
     auto [c, rp] = std::move(st.queue.front());
     st.queue.pop_front();
     // An idle timeout decided a moment ago no longer holds if the sandbox was used since.
@@ -397,7 +414,7 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
 }  // namespace
 
 caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
-                            SandboxState initial) {
+                            SandboxState initial, std::string adopt_dir) {
   auto& st = self->state;
   st.env = env;
   st.registry = registry;
@@ -406,14 +423,22 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
   st.last_active_ms = now_ms();
   // Exec ids continue the recorded ones (x1, x2, ...): none is reused in the audit log.
   st.exec_seq = initial.execs_finished + initial.running_execs.size();
-  if (initial.status == Status::running)
-    if (auto vm = env->take_adopted(initial.id))
-      install_vm(*env, *st.handle, std::move(vm), self->address());
   log_exceptions(self, "sandbox " + initial.id);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
     st.worker = self->spawn<caf::detached + caf::linked>(
         vm_worker, env, initial.id, initial.template_name, st.handle, self->address());
+  if (!adopt_dir.empty() && st.worker) {
+    // Its VM outlived the previous host process: take it over before anything else runs.
+    st.adopting = true;
+    self->request(st.worker, caf::infinite, adoptvm_atom::value, adopt_dir,
+                  NetSpec{initial.network, initial.egress, initial.ports, initial.subnet})
+        .then(
+            [self](WorkerResult r) { adoption_done(self, r.ok, r.error); },
+            [self](const caf::error& err) {
+              adoption_done(self, false, self->system().render(err));
+            });
+  }
   return {
       [=](cmd_atom, Command c) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
@@ -439,7 +464,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
       [=](lease_atom) -> caf::result<Answer> {
         auto& st = self->state;
         st.last_active_ms = now_ms();
-        if (st.s.status == Status::running) {
+        if (st.s.status == Status::running && !st.adopting) {
           Answer a;
           a.info = info_of(st.s);
           a.vm = st.handle;
@@ -451,7 +476,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
           internal(self, cmd::Wake{});
           return rp;
         }
-        if (st.s.status == Status::waking) {
+        if (st.s.status == Status::waking || st.adopting) {
           auto rp = self->make_response_promise();
           st.leases_after_wake.push_back(rp);
           return rp;

@@ -42,11 +42,14 @@ struct SandboxActorState {
   // The VM died on its own while a transition ran: failed once the transition ends.
   bool vm_dead = false;
   bool vm_dead_reported = false;  // asking the worker why (once)
+  bool adopting = false;          // taking over the VM after a restart: commands wait
 };
 
 using SandboxSelf = caf::stateful_actor<SandboxActorState>;
 
+// `adopt_dir`: a recovered running sandbox whose VM outlived the previous host process (its run
+// folder): the actor adopts it first; commands wait meanwhile (at most the adoption's deadline).
 caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
-                            SandboxState initial);
+                            SandboxState initial, std::string adopt_dir);
 
 }  // namespace pandastack::actors

@@ -87,6 +87,56 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         install_vm(*st.env, *st.handle, std::move(*vm), st.owner);
         return r;
       },
+      // A VM that outlived the previous host process (recovery): QMP and a new agent session
+      // within a deadline of its own, its network taken over too. A VM that does not answer in
+      // time (stuck, stopped) is killed by its record and the sandbox fails with the reason.
+      [=](adoptvm_atom, std::string run_dir, NetSpec net) -> WorkerResult {
+        auto& st = self->state;
+        auto& env = *st.env;
+        {
+          std::unique_lock l(env.adopt_mu);  // a bounded number at once
+          env.adopt_cv.wait(l, [&] { return env.adopting_now < Env::kAdoptAtOnce; });
+          ++env.adopting_now;
+        }
+        auto release = [&] {
+          {
+            std::lock_guard l(env.adopt_mu);
+            --env.adopting_now;
+          }
+          env.adopt_cv.notify_one();
+        };
+        auto vm = vmm::Vm::adopt(env.io, run_dir, std::chrono::seconds(3));
+        std::shared_ptr<vmm::Network> network;
+        if (vm && net.enabled && net.subnet && env.config.network) {
+          auto n = vmm::Network::adopt(env.config.net, *net.subnet);
+          if (n) {
+            env.own(**n);
+            auto set = (*n)->set_policy(Env::to_policy(net.egress));
+            if (!set) {
+              n = set.error();
+            } else {
+              // The forwards died with the previous host process: expose the ports again.
+              expose_ports(**n, net.ports, env.config.ports_host, st.id);
+              network = *n;
+            }
+          }
+          if (!n) vm = vmm::make_error(n.error().code, "network: " + n.error().message);
+        }
+        release();
+        if (!vm) {
+          // Nothing of it may outlive the failure: the process (by its record), its folders, its
+          // network and its subnet.
+          vmm::Vm::kill_recorded(run_dir);
+          if (net.subnet && env.config.network) {
+            if (auto n = vmm::Network::adopt(env.config.net, *net.subnet)) env.own(**n);
+            env.release_subnet(*net.subnet);
+          }
+          return failed(vm.error().message);
+        }
+        if (network) (*vm)->attach_network(network);
+        install_vm(env, *st.handle, std::move(*vm), st.owner);
+        return WorkerResult{};
+      },
       [=](egress_atom, Egress egress) -> WorkerResult {
         auto& h = *self->state.handle;
         std::shared_lock l(h.mu);

@@ -21,6 +21,7 @@
 #include "gateway/rest.h"
 #include "gateway/rpc.h"
 #include "vmm-driver/images.h"
+#include "vmm-driver/accel.h"
 #include "vmm-driver/io_thread.h"
 
 namespace fs = std::filesystem;
@@ -183,12 +184,12 @@ int main(int argc, char** argv) {
   }
   config.net.dns_upstream = dns_upstream == "off" ? "" : dns_upstream;
   {
-    vmm::IoThread probe_io;
-    auto probe =
-        vmm::config_for_template(images, "base", fs::temp_directory_path() / "pandastack-probe");
+    // The probe's VM runs in the data folder (root's, not a shared /tmp); its answer is cached
+    // there (DATA/accel.json): only the first start on a host waits for it.
+    auto probe = vmm::config_for_template(images, "base", data / "kvm-probe");
     probe.memory_mib = config.memory_mib;
-    config.accel =
-        vmm::detect_accel(probe_io, probe, std::chrono::seconds(10), accel == "auto" ? "" : accel);
+    config.accel = vmm::detect_accel_cached(probe, std::chrono::seconds(10),
+                                            accel == "auto" ? "" : accel, data / "accel.json");
   }
 
   auto started = actors::Runtime::start(config);

@@ -214,6 +214,7 @@ kj::Promise<void> Server::request(kj::HttpMethod method, kj::StringPtr url,
     return send(response, std::move(reply), t0);
   }
   req.route = route->pattern;
+  if (route->on_loop) return send(response, handle(*route, req), t0, head);
   KJ_IF_MAYBE (a, headers.get(h_authorization)) {
     req.authorization = a->cStr();
   }

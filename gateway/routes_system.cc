@@ -6,11 +6,21 @@ namespace pandastack::gateway {
 std::vector<Route> system_routes() {
   using M = kj::HttpMethod;
   using K = Route::Kind;
-  return {
-      route(M::GET, "/healthz", "Liveness",
-            [](Call&) {
+  std::vector<Route> routes = {
+      route(M::GET, "/healthz",
+            "Liveness: \"ok\", or \"recovering\" (with counts) while VMs that outlived a restart "
+            "are being adopted",
+            [](Call& c) {
+              auto r = c.gw.rt.recovery();
               Json j = Json::object();
-              j.set("status", "ok");
+              j.set("status", r.done() ? "ok" : "recovering");
+              if (r.to_adopt > 0) {
+                Json a = Json::object();
+                a.set("to_adopt", r.to_adopt);
+                a.set("adopted", r.adopted);
+                a.set("failed", r.failed);
+                j.set("recovery", a);
+              }
               return json_reply(200, j);
             },
             {}, K::json, false),
@@ -33,6 +43,8 @@ std::vector<Route> system_routes() {
                                 });
             }),
   };
+  routes[0].on_loop = true;  // /healthz: reads counters only
+  return routes;
 }
 
 }  // namespace pandastack::gateway

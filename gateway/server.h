@@ -53,6 +53,9 @@ struct Route {
   // prefix ("metadata.*").
   std::vector<std::string> query;
   Handler handler;  // json and raw_body routes (and a stream route's JSON form)
+  // Answered on the event loop itself (no worker, no runtime call): liveness must answer even
+  // when every worker is busy.
+  bool on_loop = false;
 };
 
 // A route table entry. `query` lists the parameters it takes.

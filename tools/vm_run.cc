@@ -14,6 +14,7 @@
 #include "vmm-driver/images.h"
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/vm.h"
+#include "vmm-driver/accel.h"
 
 using namespace pandastack;
 

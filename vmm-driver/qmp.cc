@@ -14,7 +14,8 @@ namespace pandastack::vmm {
 using namespace std::chrono;
 using wire::Json;
 
-Result<std::unique_ptr<QmpClient>> QmpClient::connect(const std::string& socket_path, milliseconds deadline) {
+Result<std::unique_ptr<QmpClient>> QmpClient::connect(const std::string& socket_path, milliseconds deadline,
+                                                     const std::function<bool()>& alive) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof addr.sun_path)
@@ -39,6 +40,8 @@ Result<std::unique_ptr<QmpClient>> QmpClient::connect(const std::string& socket_
     }
     int e = errno;
     ::close(fd);
+    if (alive && !alive())
+      return make_error(ErrorCode::qmp_error, "QMP connection closed (QEMU exited?): QEMU is gone");
     if (steady_clock::now() >= until)
       return make_error(ErrorCode::timeout, "QMP socket " + socket_path + " not available: " + strerror(e));
     std::this_thread::sleep_for(microseconds(500));

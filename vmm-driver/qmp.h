@@ -15,9 +15,11 @@ namespace pandastack::vmm {
 class QmpClient {
  public:
   // Connects to `socket_path` (retrying until it exists or `deadline` passes), reads the greeting
-  // and negotiates capabilities.
+  // and negotiates capabilities. `alive`, when given, is asked between retries: a QEMU that
+  // exited is reported at once, not at the deadline.
   static Result<std::unique_ptr<QmpClient>> connect(const std::string& socket_path,
-                                                    std::chrono::milliseconds deadline);
+                                                    std::chrono::milliseconds deadline,
+                                                    const std::function<bool()>& alive = nullptr);
   ~QmpClient();
   QmpClient(const QmpClient&) = delete;
   QmpClient& operator=(const QmpClient&) = delete;

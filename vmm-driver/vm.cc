@@ -454,7 +454,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
   RunDirRef dir(c.run_dir);
   auto qmp = QmpClient::connect(dir.socket("qmp.sock"),
-                                std::max(milliseconds(1), std::min(left, milliseconds(10000))));
+                                std::max(milliseconds(1), std::min(left, milliseconds(10000))),
+                                [this] { return alive(); });
   if (!qmp) {
     if (!alive())
       return failure(ErrorCode::spawn_failed, "QEMU exited at start: " + qmp.error().message);
@@ -546,7 +547,9 @@ Vm::Vm(IoThread& io, VmConfig config) : io_(io), config_(std::move(config)) {}
 Vm::~Vm() { kill_and_clean(); }
 
 namespace {
-// Field 22 of /proc/<pid>/stat (start time in clock ticks), 0 when the process is gone.
+// Field 22 of /proc/<pid>/stat (start time in clock ticks), 0 when the process is gone. A zombie
+// is gone too: it runs nothing, holds no memory, and whoever reaps it (init, for a process whose
+// parent died) may take its time.
 uint64_t process_start_ticks(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -554,8 +557,10 @@ uint64_t process_start_ticks(pid_t pid) {
   if (close == std::string::npos) return 0;
   std::istringstream rest(stat.substr(close + 2));
   std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i)
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 3 && (field == "Z" || field == "X")) return 0;
     if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
   return 0;
 }
 }  // namespace
@@ -650,38 +655,6 @@ Status Vm::reconnect_agent(milliseconds timeout) {
   auto h = agent_->health(timeout);
   if (!h) return h.error();
   return Ok{};
-}
-
-Accel detect_accel(IoThread& io, const VmConfig& probe, milliseconds deadline,
-                   const std::string& override_accel) {
-  std::string forced = override_accel;
-  if (forced.empty()) {
-    if (const char* env = std::getenv("PANDASTACK_ACCEL")) forced = env;
-  }
-  if (forced == "kvm" || forced == "tcg") {
-    spdlog::info("accelerator: {} (forced by configuration)", forced);
-    return forced == "kvm" ? Accel::kvm : Accel::tcg;
-  }
-  int fd = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    spdlog::info("accelerator: tcg (/dev/kvm: {})", strerror(errno));
-    return Accel::tcg;
-  }
-  ::close(fd);
-  VmConfig c = probe;
-  c.accel = Accel::kvm;
-  c.name = "kvm-probe";
-  c.boot_timeout = deadline;
-  c.run_dir = probe.run_dir.parent_path() / "kvm-probe";
-  auto vm = Vm::boot(io, c);
-  if (vm) {
-    spdlog::info("accelerator: kvm (probe boot reached the agent in {} ms)",
-                 (*vm)->boot_time().count() / 1000);
-    return Accel::kvm;
-  }
-  spdlog::info("accelerator: tcg (a probe boot under KVM failed: {})",
-               vm.error().message.substr(0, vm.error().message.find('\n')));
-  return Accel::tcg;
 }
 
 Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existing) {
@@ -1176,6 +1149,36 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
 }
 
 fs::path Vm::disks() const { return config_.disk_dir.empty() ? config_.run_dir : config_.disk_dir; }
+
+bool Vm::kill_recorded(const fs::path& run_dir) {
+  using wire::Json;
+  std::ifstream in(run_dir / "vm.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto j = Json::parse(text);
+  bool killed = false;
+  std::error_code ec;
+  if (j && j->is_object()) {
+    const Json& r = *j;
+    pid_t pid = pid_t(r["pid"].as_int());
+    uint64_t ticks = uint64_t(r["start_ticks"].as_int());
+    if (pid > 0 && ticks != 0 && process_start_ticks(pid) == ticks) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      // Not our child: watch /proc until it is gone (its parent, init, reaps it). SIGKILL ends a
+      // stopped process too.
+      for (int i = 0; i < 500 && process_start_ticks(pid) == ticks; ++i)
+        std::this_thread::sleep_for(milliseconds(2));
+    }
+    std::vector<fs::path> groups;
+    for (auto& g : r["cgroups"].as_array()) groups.push_back(g.as_string());
+    Cgroup::adopt(r["cgroup_v2"].as_bool(), std::move(groups));  // removed at once: empty now
+    if (r["disk_dir"].is_string() && !r["disk_dir"].as_string().empty())
+      fs::remove_all(r["disk_dir"].as_string(), ec);
+  }
+  fs::remove_all(run_dir, ec);
+  fs::remove_all(run_dir.string() + ".jail", ec);
+  return killed;
+}
 
 Status Vm::freeze_disk(const fs::path& dir) {
   // The active overlay becomes a layer: a unique name (a hard link to it), never written again.

@@ -145,6 +145,11 @@ class Vm {
   // awaited through /proc, its cgroup removed, like any other.
   static Result<std::unique_ptr<Vm>> adopt(IoThread& io, const std::filesystem::path& run_dir,
                                            std::chrono::milliseconds timeout);
+  // Ends the VM a previous host process left in `run_dir` without talking to it (no QMP): the
+  // recorded process, if it still runs with the recorded start time, gets SIGKILL and is awaited
+  // (a stopped or wedged QEMU dies the same); its cgroups, run folder, jail root and disk folder
+  // go. For VMs recovery does not keep (pool members, spares, orphans). True when one was killed.
+  static bool kill_recorded(const std::filesystem::path& run_dir);
 
   ~Vm();
   Vm(const Vm&) = delete;
@@ -240,11 +245,5 @@ class RestoreActivity {
   // True when no restore runs and none ended within the last `quiet`.
   static bool quiet_for(std::chrono::milliseconds quiet);
 };
-
-// Picks the accelerator: `PANDASTACK_ACCEL=kvm|tcg` (or `override_accel`) wins; otherwise KVM
-// when /dev/kvm opens and a probe boot of the given guest reaches its agent within `deadline`,
-// else TCG. Logs the choice and the reason.
-Accel detect_accel(IoThread& io, const VmConfig& probe, std::chrono::milliseconds deadline,
-                   const std::string& override_accel = "");
 
 }  // namespace pandastack::vmm

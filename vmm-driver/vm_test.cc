@@ -1,4 +1,5 @@
 #include "vmm-driver/vm.h"
+#include "vmm-driver/accel.h"
 
 #include <gtest/gtest.h>
 

@@ -64,6 +64,11 @@ void VmWatcher::unwatch(uint64_t token) {
   entries_.erase(it);
 }
 
+void VmWatcher::mute() {
+  std::lock_guard lock(mu_);
+  muted_ = true;
+}
+
 size_t VmWatcher::watched() {
   std::lock_guard lock(mu_);
   return entries_.size();
@@ -85,7 +90,7 @@ void VmWatcher::run() {
       ::close(it->second.pidfd);
       auto on_exit = std::move(it->second.on_exit);
       entries_.erase(it);
-      on_exit();  // under mu_: unwatch() returns only once no callback runs
+      if (!muted_) on_exit();  // under mu_: unwatch() returns only once no callback runs
     }
   }
 }

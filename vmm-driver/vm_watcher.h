@@ -30,6 +30,9 @@ class VmWatcher {
   // before stopping a process on purpose.
   void unwatch(uint64_t token);
   size_t watched();
+  // From now on no callback runs (a shutdown: their receivers are going); watch and unwatch
+  // still work.
+  void mute();
 
  private:
   void run();
@@ -43,6 +46,7 @@ class VmWatcher {
   std::map<uint64_t, Entry> entries_;
   uint64_t next_ = 1;
   bool stop_ = false;
+  bool muted_ = false;
   std::thread thread_;
 };
 

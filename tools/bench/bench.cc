@@ -40,6 +40,7 @@
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
 #include "vmm-driver/vm.h"
+#include "vmm-driver/accel.h"
 
 #include <thread>
 
@@ -66,6 +67,8 @@ struct Options {
   std::string create_body = "{}";                   // api mode: the body of every create
   std::string upstream;                             // api net-throughput: the URL guests fetch
   int pause_ms = 1000;  // api create/fork/wake: untimed pause between requests (pools refill)
+  int sandboxes = 5;    // recovery: running sandboxes at the crash
+  std::string daemon;   // recovery: the pandastackd binary
 };
 
 int usage() {
@@ -74,7 +77,8 @@ int usage() {
                "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
                "       pandastack-bench api create|exec|fork|wake|concurrent-create|net-throughput [--url URL] "
-               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] [--pause-ms MS] [--n N] [--json]\n");
+               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] [--pause-ms MS] [--n N] [--json]\n"
+               "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n ROUNDS] [--json]\n");
   return 2;
 }
 
@@ -506,6 +510,11 @@ int storage_bench(const Options& o) {
 
 }  // namespace
 
+namespace pandastack::tools {
+int recovery_bench(const std::string& daemon, const std::string& images, int sandboxes, int rounds,
+                   bool json);
+}
+
 int main(int argc, char** argv) {
   spdlog::set_level(std::getenv("PANDASTACK_DEBUG") ? spdlog::level::debug : spdlog::level::warn);
   Options o;
@@ -523,8 +532,14 @@ int main(int argc, char** argv) {
     else if (a == "--create-body" && i + 1 < argc) o.create_body = argv[++i];
     else if (a == "--upstream" && i + 1 < argc) o.upstream = argv[++i];
     else if (a == "--pause-ms" && i + 1 < argc) o.pause_ms = std::atoi(argv[++i]);
+    else if (a == "--sandboxes" && i + 1 < argc) o.sandboxes = std::atoi(argv[++i]);
+    else if (a == "--daemon" && i + 1 < argc) o.daemon = argv[++i];
     else if (a.rfind("--", 0) == 0) return usage();
     else pos.push_back(a);
+  }
+  if (pos.size() == 1 && pos[0] == "recovery") {
+    if (o.daemon.empty()) return usage();
+    return tools::recovery_bench(o.daemon, o.images, o.sandboxes, o.n, o.json);
   }
   if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))
     return usage();

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Recovery after a crash: a daemon with running sandboxes, pool members, a spare and one VM that
+does not answer (its QEMU SIGSTOPped) is SIGKILLed and started again on the same data. The new
+daemon must answer /healthz at once (adoption runs behind it), adopt the healthy VMs with their
+memory intact, fail the stopped one with the reason and kill it, and leave no process behind.
+
+Usage: recovery_test.py --daemon build/bin/pandastackd [--images var/images]
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
+import harness  # noqa: E402
+from harness import Api, Daemon  # noqa: E402
+
+
+def records(state):
+    """{vm name: pid} of every live record in the state folder."""
+    out = {}
+    for f in glob.glob(os.path.join(state, "run", "*", "vm.json")):
+        try:
+            with open(f) as fh:
+                r = json.load(fh)
+            out[r["name"]] = r["pid"]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return ") Z " not in f.read()
+    except OSError:
+        return False
+
+
+class RecoveryTest(unittest.TestCase):
+
+    def test_restart_adopts_healthy_vms_fails_the_stuck_one_and_leaves_nothing(self):
+        base = tempfile.mkdtemp(prefix="pst-rec-", dir="/dev/shm")
+        data, state = os.path.join(base, "data"), os.path.join(base, "state")
+        daemons = []
+        stopped_pid = None
+        try:
+            d = Daemon(data, state)
+            daemons.append(d)
+            c = Api(d)
+            healthy = [c.create()["id"] for _ in range(2)]
+            stuck = c.create(network=False)["id"]
+            for sid in healthy + [stuck]:
+                s, b = c.exec(sid, f"echo {sid} > /dev/shm/mark")
+                self.assertEqual(s, 200, b)
+            # Pools and a spare filled (they are waiting VMs with records too).
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                names = records(state)
+                if sum(n.startswith("spare-") for n in names) >= 1 and \
+                        sum(n.startswith("pool-") for n in names) >= 2:
+                    break
+                time.sleep(0.5)
+            before = records(state)
+            self.assertTrue(any(n.startswith("spare-") for n in before), before)
+            stopped_pid = [p for n, p in before.items() if n.startswith(stuck)][0]
+            os.kill(stopped_pid, signal.SIGSTOP)  # a VM that will not answer
+            d.stop(signal.SIGKILL)
+
+            t0 = time.monotonic()
+            d2 = Daemon(data, state)
+            daemons.append(d2)
+            took = None
+            while time.monotonic() - t0 < 30:
+                try:
+                    with urllib.request.urlopen(d2.url + "/healthz", timeout=5) as r:
+                        health = json.load(r)
+                        took = time.monotonic() - t0
+                        break
+                except OSError:
+                    time.sleep(0.005)
+            self.assertIsNotNone(took)
+            # The API answers before the VMs are adopted (a process start, the store's replay).
+            self.assertLess(took, 2.0, health)
+            c2 = Api(d2)
+            deadline = time.time() + 30
+            while health["status"] != "ok" and time.time() < deadline:
+                time.sleep(0.1)
+                health = c2.call("GET", "/healthz")[1]
+            self.assertEqual(health["status"], "ok", health)
+            self.assertEqual(health["recovery"], {"to_adopt": 3, "adopted": 2, "failed": 1})
+            for sid in healthy:
+                s, b = c2.exec(sid, "cat /dev/shm/mark")
+                self.assertEqual((s, b["stdout"]), (200, sid + "\n"), b)
+            s, info = c2.call("GET", f"/v1/sandboxes/{stuck}")
+            self.assertEqual(info["state"], "failed")
+            self.assertTrue(info["failure_reason"].startswith("host_restart"), info)
+            # Nothing of the previous daemon runs but the adopted VMs: the stuck one, its pool
+            # members and its spare are gone.
+            time.sleep(0.5)
+            for name, pid in before.items():
+                if any(name.startswith(h) for h in healthy):
+                    self.assertTrue(alive(pid), name)
+                else:
+                    self.assertFalse(alive(pid), name)
+            self.assertEqual(d2.stop(), 0)
+            # After a graceful stop nothing of them is left in tmpfs or running.
+            for pid in before.values():
+                self.assertFalse(alive(pid))
+            self.assertFalse(os.path.exists(os.path.join(state, "templates")) and
+                             os.listdir(os.path.join(state, "templates")))
+        finally:
+            if stopped_pid and alive(stopped_pid):
+                os.kill(stopped_pid, signal.SIGKILL)
+            for x in daemons:
+                if x.proc.poll() is None:
+                    x.stop()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    harness.ARGS = args
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
