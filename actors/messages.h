@@ -104,6 +104,8 @@ using procs_atom = caf::atom_constant<caf::atom("procs")>;
 using vm_exited_atom = caf::atom_constant<caf::atom("vmexited")>;
 using exited_atom = caf::atom_constant<caf::atom("exitwhy")>;
 using adoptvm_atom = caf::atom_constant<caf::atom("adoptvm")>;
+using ended_atom = caf::atom_constant<caf::atom("ended")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>

@@ -24,7 +24,6 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
                    const std::string& snapshot, Then then) {
   SandboxState s;
   s.id = new_sandbox_id();
-  auto a = spawn_sandbox(self, s);
   cmd::Create c;
   c.tenant = req.tenant;
   c.template_name = req.template_name;
@@ -40,6 +39,10 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
   c.memory_mib = self->state.env->config.memory_mib;
   c.network = req.network.value_or(false);
   if (c.network) c.egress = req.egress.value_or(Egress{});
+  // Decided before anything is spawned: a refused create costs no actor and no thread.
+  auto d = decide(s, Command{c}, now_ms(), self->state.env->config.limits);
+  if (auto* r = std::get_if<Rejection>(&d)) return then(Answer::fail(*r));
+  auto a = spawn_sandbox(self, s);
   self->request(a, caf::infinite, cmd_atom::value, Command{c})
       .then([then](Answer ans) mutable { then(std::move(ans)); },
             [then, self](const caf::error& e) mutable {
@@ -54,12 +57,20 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
   return rp;
 }
 
-// Sends `msg` to `to` and answers the current request with its answer.
-caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg) {
+void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& id,
+              const Command& c, caf::response_promise rp);
+
+// Sends `msg` to `to` and answers the current request with its answer. A sandbox actor that
+// retired meanwhile (it ended) is answered for from its recorded state (`c`, when given).
+caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg,
+                            std::optional<std::pair<std::string, std::string>> who = std::nullopt,
+                            std::optional<Command> c = std::nullopt) {
   auto rp = self->make_response_promise();
   self->request(to, caf::infinite, std::move(msg))
       .then([rp](Answer ans) mutable { rp.deliver(ans); },
-            [rp, self](const caf::error& e) mutable {
+            [rp, self, who, c](const caf::error& e) mutable {
+              if (who && c && e == caf::sec::request_receiver_down)
+                return ended_to(self, who->first, who->second, *c, rp);
               rp.deliver(Answer::fail({"internal", self->system().render(e)}));
             });
   return rp;
@@ -69,11 +80,12 @@ caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg)
 // same answer its actor would give, decided on its recorded state: a kill changes nothing (200),
 // the rest say why not (sandbox_stopped, sandbox_failed). Commands that would record something
 // (deleting one of its snapshots) get its actor back.
-caf::result<Answer> ended(RegistrySelf* self, const std::string& tenant, const std::string& id,
-                          const Command& c) {
+void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& id,
+              const Command& c, caf::response_promise rp) {
   auto& st = self->state;
   auto it = st.infos.find(id);
-  if (it == st.infos.end() || it->second.tenant != tenant) return Answer::fail(not_found(id));
+  if (it == st.infos.end() || it->second.tenant != tenant)
+    return void(rp.deliver(Answer::fail(not_found(id))));
   SandboxState s;
   if (auto e = st.ended.find(id); e != st.ended.end()) {
     s = e->second;
@@ -84,16 +96,27 @@ caf::result<Answer> ended(RegistrySelf* self, const std::string& tenant, const s
     s.failure_reason = it->second.failure_reason;
   }
   auto d = decide(s, c, now_ms(), st.env->config.limits);
-  if (auto* r = std::get_if<Rejection>(&d)) return Answer::fail(*r);
+  if (auto* r = std::get_if<Rejection>(&d)) return void(rp.deliver(Answer::fail(*r)));
   if (std::get<std::vector<Event>>(d).empty()) {
     Answer a;
     a.info = it->second;
-    return a;
+    return void(rp.deliver(a));
   }
-  if (!st.ended.count(id)) return Answer::fail(not_running(s, "change it"));
+  if (!st.ended.count(id)) return void(rp.deliver(Answer::fail(not_running(s, "change it"))));
   auto actor = spawn_sandbox(self, s);
   st.ended.erase(id);
-  return forward(self, actor, caf::make_message(cmd_atom::value, c));
+  self->request(actor, caf::infinite, cmd_atom::value, c)
+      .then([rp](Answer ans) mutable { rp.deliver(ans); },
+            [rp, self](const caf::error& e) mutable {
+              rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+            });
+}
+
+caf::result<Answer> ended(RegistrySelf* self, const std::string& tenant, const std::string& id,
+                          const Command& c) {
+  auto rp = self->make_response_promise();
+  ended_to(self, tenant, id, c, rp);
+  return rp;
 }
 
 }  // namespace
@@ -205,18 +228,29 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](route_atom, std::string tenant, std::string id, Command c) -> caf::result<Answer> {
         auto a = find(tenant, id);
         if (!a) return ended(self, tenant, id, c);
-        return forward(self, a, caf::make_message(cmd_atom::value, std::move(c)));
+        return forward(self, a, caf::make_message(cmd_atom::value, c), std::make_pair(tenant, id),
+                       c);
       },
       [=](exec_atom, std::string tenant, std::string id,
           std::string command) -> caf::result<Answer> {
+        Command as = cmd::Exec{"x", command};
         auto a = find(tenant, id);
-        if (!a) return ended(self, tenant, id, cmd::Exec{"x", command});
-        return forward(self, a, caf::make_message(exec_atom::value, std::move(command)));
+        if (!a) return ended(self, tenant, id, as);
+        return forward(self, a, caf::make_message(exec_atom::value, std::move(command)),
+                       std::make_pair(tenant, id), as);
       },
       [=](lease_atom, std::string tenant, std::string id) -> caf::result<Answer> {
+        Command as = cmd::Exec{"x", "use it"};
         auto a = find(tenant, id);
-        if (!a) return ended(self, tenant, id, cmd::Exec{"x", "use it"});
-        return forward(self, a, caf::make_message(lease_atom::value));
+        if (!a) return ended(self, tenant, id, as);
+        return forward(self, a, caf::make_message(lease_atom::value), std::make_pair(tenant, id),
+                       as);
+      },
+      // A sandbox actor retired (its sandbox ended): its state answers for it from now on.
+      [=](ended_atom, SandboxState s) {
+        self->state.actors.erase(s.id);
+        self->state.infos[s.id] = info_of(s);
+        self->state.ended[s.id] = s;
       },
       [=](template_atom, std::string name) -> caf::actor {
         auto& t = self->state.templates[name];
@@ -230,7 +264,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           spawn_sandbox(self, s, adopt_dir);
         } else {
           self->state.infos[s.id] = info_of(s);
-          if (!s.snapshots.empty()) self->state.ended[s.id] = s;  // it owns named snapshots
+          self->state.ended[s.id] = s;  // answers for it (and its named snapshots)
         }
       },
       [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {

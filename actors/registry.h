@@ -17,8 +17,9 @@ struct RegistryState {
   std::map<std::string, caf::actor> templates;  // template actors, spawned on first use
   std::map<std::string, caf::actor> actors;
   std::map<std::string, SandboxInfo> infos;
-  // Recovered sandboxes that ended but still own named snapshots: their actor is spawned when a
-  // command needs it (deleting one of those snapshots).
+  // Sandboxes that ended (their actors retired, or they ended before this process started):
+  // their state answers for them, and their actor is spawned again when a command must record
+  // something (deleting one of their snapshots).
   std::map<std::string, SandboxState> ended;
 };
 

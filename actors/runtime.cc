@@ -18,6 +18,7 @@
 #include "actors/messages.h"
 #include "actors/recovery.h"
 #include "actors/registry.h"
+#include "vmm-driver/private_dir.h"
 #include "storage/api_keys.h"
 
 namespace pandastack::actors {
@@ -94,6 +95,11 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     config.state_dir =
         "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
   env.config = config;
+  // Ours alone (made 0700 here, refused if someone else made them first): recovery deletes and
+  // kills by what it finds in them, and they hold every tenant's memory, disks and events.
+  for (auto& dir : {config.data_dir, config.state_dir, config.disk_dir})
+    if (auto st = vmm::private_dir(dir); !st)
+      return Rejection{"invalid_argument", "cannot use " + dir.string() + ": " + st.error().message};
   for (auto sub : {"run", "snapshots", "hibernated", "templates"}) {
     fs::create_directories(config.state_dir / sub);
     fs::create_directories(config.disk_dir / sub);

@@ -25,6 +25,20 @@ bool idle_due(const SandboxActorState& st, int64_t now) {
   return now - last >= int64_t(st.s.idle_timeout_seconds) * 1000;
 }
 
+// A sandbox that ended (stopped, failed) with nothing left to do gives its threads back: the
+// registry keeps its state (and answers for it), its VM worker ends after what it was asked
+// (destroying the VM first), and so does this actor. Nothing of it stays running but its record.
+void maybe_retire(SandboxSelf* self) {
+  auto& st = self->state;
+  if (st.retired || st.s.status == Status::none || st.s.live() || st.persisting ||
+      !st.queue.empty() || st.adopting)
+    return;
+  st.retired = true;
+  caf::anon_send(st.registry, ended_atom::value, st.s);
+  if (st.worker) caf::anon_send(st.worker, retire_atom::value);
+  self->quit();
+}
+
 void internal(SandboxSelf* self, Command c) {
   self->state.queue.emplace_back(std::move(c), caf::response_promise());
   pump(self);
@@ -347,6 +361,7 @@ void pump(SandboxSelf* self) {
         },
         durability_of(events));
   }
+  maybe_retire(self);
 }
 
 void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
@@ -409,6 +424,7 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
   for (auto& e : events) effect(self, e);
   finish_transition(self);
   pump(self);
+  maybe_retire(self);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ struct SandboxActorState {
   bool vm_dead = false;
   bool vm_dead_reported = false;  // asking the worker why (once)
   bool adopting = false;          // taking over the VM after a restart: commands wait
+  bool retired = false;           // ended and gone (see maybe_retire)
 };
 
 using SandboxSelf = caf::stateful_actor<SandboxActorState>;

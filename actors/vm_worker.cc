@@ -199,6 +199,8 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           if (p.running) return true;
         return false;
       },
+      // Its sandbox ended and everything asked of this worker before is done: its thread goes.
+      [=](retire_atom) { self->quit(); },
       [=](destroy_atom) -> WorkerResult {
         auto& h = *self->state.handle;
         unwatch_vm(*self->state.env, h);
