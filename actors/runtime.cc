@@ -94,6 +94,16 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   if (config.state_dir.empty())
     config.state_dir =
         "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
+  if (config.network) {
+    // The host's own networks (its LAN, its VPC) join the ranges no sandbox reaches.
+    for (auto& prefix : vmm::host_interface_prefixes(config.net.prefix))
+      config.net.reserved.push_back(prefix);
+    for (auto& c : config.net.reserved_allowed)
+      if (auto n = vmm::normalize_cidr(c); !n)
+        return Rejection{"invalid_argument", "--allow-private-egress: " + n.error().message};
+      else
+        c = *n;
+  }
   env.config = config;
   // Ours alone (made 0700 here, refused if someone else made them first): recovery deletes and
   // kills by what it finds in them, and they hold every tenant's memory, disks and events.

@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"process_not_found", 404},
       {"port_not_found", 404},
       {"method_not_allowed", 405},
+      {"request_timeout", 408},
       {"is_a_directory", 409},
       {"not_a_directory", 409},
       {"file_exists", 409},
@@ -40,6 +41,8 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"too_many_execs", 429},
       {"too_many_requests", 429},
       {"too_many_ports", 429},
+      {"too_many_processes", 429},
+      {"quota_exceeded", 429},
       {"io_error", 422},
       {"internal", 500},
       {"storage_error", 500},
@@ -51,6 +54,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"network_error", 500},
       {"agent_error", 502},
       {"exec_failed", 503},
+      {"host_full", 503},
       {"no_space", 507},
       {"not_implemented", 501},
       {"timeout", 504},
@@ -204,6 +208,16 @@ void Histogram::render(std::string& out, std::string_view name, std::string_view
   char s[32];
   std::snprintf(s, sizeof s, "%.6f", sum);
   out += n + "_sum " + s + "\n" + n + "_count " + std::to_string(count) + "\n";
+}
+
+// "pds_" + 12 base32 id + "_" + 40 base32 secret: anything else is refused before a worker,
+// the store or the body is touched.
+bool well_formed_key(std::string_view k) {
+  if (k.size() != 57 || k.substr(0, 4) != "pds_" || k[16] != '_') return false;
+  for (size_t i = 4; i < k.size(); ++i)
+    if (i != 16 && !(std::islower((unsigned char)k[i]) || (k[i] >= '2' && k[i] <= '7')))
+      return false;
+  return true;
 }
 
 }  // namespace pandastack::gateway

@@ -47,4 +47,8 @@ struct Histogram {
   void render(std::string& out, std::string_view name, std::string_view help) const;
 };
 
+// An API key's shape: "pds_" + 12 base32 id + "_" + 40 base32 secret (57 bytes). Anything else is
+// refused before a worker, the store or a body is touched.
+bool well_formed_key(std::string_view k);
+
 }  // namespace pandastack::gateway

@@ -15,9 +15,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "actors/runtime.h"
+#include "gateway/acceptor.h"
 #include "gateway/rest.h"
 #include "gateway/rpc.h"
 #include "vmm-driver/images.h"
@@ -49,9 +51,15 @@ const char* kUsage = R"(usage: pandastackd [options]
   --subnet-pool CIDR  host subnets for sandbox networks, one /30 each (default 10.200.0.0/16)
   --network-prefix P  names of namespaces (P-N) and host links (PN), 1-5 chars (default psv)
   --default-egress deny_all|allow_all  egress of sandboxes created without a policy (default deny_all)
+  --allow-private-egress CIDR[,CIDR...]  private or reserved ranges (RFC 1918, 100.64/10,
+                      198.18/15, the host's own interface prefixes...) that egress policies may
+                      reach; by default no sandbox reaches any of them, whatever its policy
   --ports-host ADDR   host address exposed guest ports listen on (default 127.0.0.1)
   --dns-upstream IP[:PORT]  where sandbox resolvers send allowed names (default: the first IPv4
                       nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
+  --max-connections N connections open at once per API, REST and RPC each (default 4096; more
+                      are closed at once)
+  --body-timeout S    a request body must arrive within S seconds (default 60; else 408)
   --log-level LEVEL   trace|debug|info|warn|error (default info)
   --no-jail           run QEMU without the jail (development only)
 )";
@@ -81,6 +89,7 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:7070", rpc_listen = "127.0.0.1:7071", accel = "auto",
               level = "info";
   actors::RuntimeConfig config;
+  gateway::Limits api_limits;
   bool jail = true;
   config.network = true;
   std::string dns_upstream;  // "" = from /etc/resolv.conf
@@ -120,6 +129,10 @@ int main(int argc, char** argv) {
       config.limits.max_concurrent_execs = parse_u32(a, value());
     else if (a == "--log-level")
       level = value();
+    else if (a == "--max-connections")
+      api_limits.max_connections = parse_u32(a, value());
+    else if (a == "--body-timeout")
+      api_limits.body_timeout = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--network") {
       auto v = value();
       if (v != "on" && v != "off") usage_error("--network: on or off");
@@ -128,7 +141,12 @@ int main(int argc, char** argv) {
       config.net.pool_cidr = value();
     else if (a == "--network-prefix")
       config.net.prefix = value();
-    else if (a == "--ports-host")
+    else if (a == "--allow-private-egress") {
+      std::string v = value(), item;
+      std::istringstream in(v);
+      while (std::getline(in, item, ','))
+        if (!item.empty()) config.net.reserved_allowed.push_back(item);
+    } else if (a == "--ports-host")
       config.ports_host = value();
     else if (a == "--dns-upstream")
       dns_upstream = value();
@@ -166,6 +184,11 @@ int main(int argc, char** argv) {
   if (!fs::exists(images / "kernel" / "vmlinux"))
     spdlog::warn("no guest kernel under {}: build the images with `make guest`", images.string());
 
+  if (api_limits.max_connections == 0) usage_error("--max-connections must be at least 1");
+  if (api_limits.body_timeout.count() == 0) usage_error("--body-timeout must be at least 1");
+  // Every sandbox holds a few descriptors (QMP, agent, pidfd, namespace, resolver): the default
+  // soft limit of 1024 would end accepting at about 150 networked sandboxes.
+  spdlog::info("descriptor limit: {}", gateway::raise_fd_limit());
   // Signals are taken by the event loop; block them before any thread starts.
   kj::UnixEventPort::captureSignal(SIGTERM);
   kj::UnixEventPort::captureSignal(SIGINT);
@@ -227,14 +250,14 @@ int main(int argc, char** argv) {
 
   auto addr = io.provider->getNetwork().parseAddress(host, port).wait(io.waitScope);
   auto listener = addr->listen();
-  auto gw = std::make_unique<gateway::Gateway>(*runtime, io.provider->getTimer());
+  auto gw = std::make_unique<gateway::Gateway>(*runtime, io.provider->getTimer(), api_limits);
   auto serving = gw->listen(*listener).eagerlyEvaluate([](kj::Exception&& e) {
     spdlog::critical("gateway stopped: {}", e.getDescription().cStr());
   });
   std::string url = "http://" + host + ":" + std::to_string(listener->getPort());
 
   // Cap'n Proto RPC: TCP and a unix socket in the data folder (owner only).
-  auto rpc = std::make_unique<gateway::RpcServer>(*runtime);
+  auto rpc = std::make_unique<gateway::RpcServer>(*runtime, io.provider->getTimer(), api_limits);
   auto rpc_addr = io.provider->getNetwork().parseAddress(rpc_host, rpc_port).wait(io.waitScope);
   auto rpc_listener = rpc_addr->listen();
   fs::path sock = data / "rpc.sock";

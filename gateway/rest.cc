@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "gateway/acceptor.h"
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -40,6 +41,8 @@ kj::StringPtr status_text(unsigned s) {
       return "Not Found";
     case 405:
       return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
     case 409:
       return "Conflict";
     case 413:
@@ -61,16 +64,6 @@ kj::StringPtr status_text(unsigned s) {
     default:
       return s < 400 ? "OK" : "Error";
   }
-}
-
-// "pds_" + 12 base32 id + "_" + 40 base32 secret: anything else is refused before a worker,
-// the store or the body is touched.
-bool well_formed_key(std::string_view k) {
-  if (k.size() != 57 || k.substr(0, 4) != "pds_" || k[16] != '_') return false;
-  for (size_t i = 4; i < k.size(); ++i)
-    if (i != 16 && !(std::islower((unsigned char)k[i]) || (k[i] >= '2' && k[i] <= '7')))
-      return false;
-  return true;
 }
 
 // The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive,
@@ -252,7 +245,12 @@ kj::Promise<void> Server::request(kj::HttpMethod method, kj::StringPtr url,
                         &response](bool ok) mutable -> kj::Promise<void> {
     if (!ok)
       return send(response, error_reply("unauthorized", "unknown or revoked API key"), t0);
-    return body.readAllBytes(limit + 1).then(
+    // A body that trickles in is cut off (408) instead of holding its connection and buffer.
+    auto slow = timer.afterDelay(limits.body_timeout.count() * kj::MILLISECONDS)
+                    .then([]() -> kj::Array<kj::byte> {
+                      KJ_FAIL_REQUIRE("request_timeout: the request body did not arrive in time");
+                    });
+    return body.readAllBytes(limit + 1).exclusiveJoin(kj::mv(slow)).then(
         [this, req = std::move(req), kind, limit, t0, route, head,
          &response](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
           if (bytes.size() > limit)
@@ -274,6 +272,12 @@ kj::Promise<void> Server::request(kj::HttpMethod method, kj::StringPtr url,
               });
         },
         [this, &response, t0](kj::Exception&& e) -> kj::Promise<void> {
+          if (std::string(e.getDescription().cStr()).find("request_timeout") != std::string::npos)
+            return send(response,
+                        error_reply("request_timeout",
+                                    "the request body did not arrive within " +
+                                        std::to_string(limits.body_timeout.count() / 1000) + " s"),
+                        t0);
           return send(response,
                       error_reply("body_too_large", "request body rejected: " +
                                                         std::string(e.getDescription().cStr())),
@@ -532,7 +536,12 @@ std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& l
 
 struct Gateway::Impl {
   Server server;
-  Impl(actors::Runtime& r, kj::Timer& t, Limits l) : server(r, t, l) {}
+  Acceptor acceptor;
+  Impl(actors::Runtime& r, kj::Timer& t, Limits l)
+      : server(r, t, l),
+        acceptor("rest", t, l.max_connections, [this](kj::Own<kj::AsyncIoStream> c) {
+          return server.server->listenHttp(kj::mv(c));
+        }) {}
 };
 
 Gateway::Gateway(actors::Runtime& runtime, kj::Timer& timer, Limits limits)
@@ -541,7 +550,7 @@ Gateway::Gateway(actors::Runtime& runtime, kj::Timer& timer, Limits limits)
 Gateway::~Gateway() = default;
 
 kj::Promise<void> Gateway::listen(kj::ConnectionReceiver& listener) {
-  return impl_->server.server->listenHttp(listener);
+  return impl_->acceptor.listen(listener);
 }
 
 std::string Gateway::openapi() const { return impl_->server.openapi(); }

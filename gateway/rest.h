@@ -30,6 +30,8 @@ struct Limits {
   std::chrono::milliseconds events_idle_timeout{300000};  // ?follow=1 ends after this idle
   unsigned worker_threads = 64;                           // concurrent runtime calls
   size_t max_queued_requests = 4096;                      // beyond: 429 too_many_requests
+  size_t max_connections = 4096;  // open at once per API (REST, RPC): more are closed at once
+  std::chrono::milliseconds body_timeout{60000};  // a request body must arrive within this: 408
 };
 
 // The checks every gateway (REST, RPC) applies to a command before it runs: exactly one of argv or

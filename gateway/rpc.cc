@@ -12,6 +12,7 @@
 #include <optional>
 #include <stop_token>
 
+#include "gateway/acceptor.h"
 #include "gateway/http_util.h"
 #include "gateway/worker_pool.h"
 #include "wire/pandastack.capnp.h"
@@ -22,14 +23,29 @@ namespace api = wire::api;
 using actors::Rejection;
 using actors::Reply;
 
+// One connection's login. Every call made through the capabilities a login handed out verifies
+// its key again first: a revoked key's open session fails its next call (as REST would).
+struct Session {
+  std::string key, tenant;
+  bool logged_in = false;  // the connection may send more than a login's bytes
+  std::optional<Rejection> check(actors::Runtime& rt) const {
+    auto k = rt.authenticate(key);
+    if (!k) return Rejection{k.error().code, "this session's API key no longer works: " +
+                                                 k.error().message};
+    return std::nullopt;
+  }
+};
+
 struct RpcServer::Impl {
   actors::Runtime& rt;
+  kj::Timer& timer;
   Limits limits;
   std::stop_source shutting_down;  // cancels commands in flight at shutdown (outlives the pool)
   WorkerPool pool;
-  kj::Own<capnp::TwoPartyServer> server;
+  std::unique_ptr<Acceptor> acceptor;
 
-  Impl(actors::Runtime& r, Limits l);
+  Impl(actors::Runtime& r, kj::Timer& t, Limits l);
+  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> connection);
   ~Impl() { shutting_down.request_stop(); }
 
   // Runs `f` on the pool; its Reply becomes the promise's value.
@@ -40,6 +56,15 @@ struct RpcServer::Impl {
     return pool.offload<std::shared_ptr<Reply<T>>>(
         [f = std::move(f)] { return std::make_shared<Reply<T>>(f()); },
         std::make_shared<Reply<T>>(Rejection{"too_many_requests", "the server is busy"}));
+  }
+  // The same, after the session's key verified again.
+  template <typename T>
+  kj::Promise<std::shared_ptr<Reply<T>>> offload(std::shared_ptr<const Session> s,
+                                                  std::function<Reply<T>()> f) {
+    return offload<T>([s = std::move(s), rt = &rt, f = std::move(f)]() -> Reply<T> {
+      if (auto refused = s->check(*rt)) return *refused;
+      return f();
+    });
   }
 };
 
@@ -115,8 +140,8 @@ std::string checked_path(capnp::Text::Reader p, const Limits& limits) {
 
 class SandboxImpl final : public api::Sandbox::Server {
  public:
-  SandboxImpl(RpcServer::Impl& ctx, std::string tenant, std::string id)
-      : ctx_(ctx), tenant_(std::move(tenant)), id_(std::move(id)) {}
+  SandboxImpl(RpcServer::Impl& ctx, std::shared_ptr<const Session> session, std::string id)
+      : ctx_(ctx), session_(std::move(session)), tenant_(session_->tenant), id_(std::move(id)) {}
 
   kj::Promise<void> info(InfoContext context) override {
     return info_call(context, [t = target()] { return t.rt->get(t.tenant, t.id); });
@@ -140,8 +165,7 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto req = to_exec(context.getParams().getRequest(), ctx_.limits);
     auto stop = std::make_shared<std::stop_source>();
     auto guard = kj::defer([stop] { stop->request_stop(); });
-    return ctx_
-        .offload<vmm::ExecResult>([t = target(), req, stop] {
+    return offload<vmm::ExecResult>([t = target(), req, stop] {
           std::stop_callback on_shutdown(t.shutdown, [stop] { stop->request_stop(); });
           return t.rt->exec(t.tenant, t.id, req, stop->get_token());
         })
@@ -160,7 +184,11 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto queue = std::make_shared<CrossThreadQueue<Chunk>>();
     auto stop = std::make_shared<std::stop_source>();
     auto result = std::make_shared<std::optional<Reply<vmm::ExecResult>>>();
-    bool queued = ctx_.pool.submit([t = target(), req, queue, stop, result] {
+    bool queued = ctx_.pool.submit([t = target(), s = session_, req, queue, stop, result] {
+      if (auto refused = s->check(*t.rt)) {
+        result->emplace(*refused);
+        return queue->close();
+      }
       std::stop_callback on_shutdown(t.shutdown, [stop] { stop->request_stop(); });
       result->emplace(t.rt->exec_stream(
           t.tenant, t.id, req,
@@ -183,8 +211,7 @@ class SandboxImpl final : public api::Sandbox::Server {
 
   kj::Promise<void> readFile(ReadFileContext context) override {
     auto path = checked_path(context.getParams().getPath(), ctx_.limits);
-    return ctx_
-        .offload<std::string>([t = target(), path] {
+    return offload<std::string>([t = target(), path] {
           return t.rt->read_file(t.tenant, t.id, path, RpcServer::kMaxFileBytes);
         })
         .then([context](std::shared_ptr<Reply<std::string>> r) mutable {
@@ -201,8 +228,7 @@ class SandboxImpl final : public api::Sandbox::Server {
     if (d.size() > RpcServer::kMaxFileBytes)
       fail({"file_too_large", "files over RPC are at most 32 MiB"});
     std::string data(reinterpret_cast<const char*>(d.begin()), d.size());
-    return ctx_
-        .offload<bool>([t = target(), path, data = std::move(data)] {
+    return offload<bool>([t = target(), path, data = std::move(data)] {
           return t.rt->write_file(t.tenant, t.id, path, data);
         })
         .then([](std::shared_ptr<Reply<bool>> r) { take(*r); });
@@ -210,8 +236,7 @@ class SandboxImpl final : public api::Sandbox::Server {
 
   kj::Promise<void> listDir(ListDirContext context) override {
     auto path = checked_path(context.getParams().getPath(), ctx_.limits);
-    return ctx_
-        .offload<std::vector<vmm::FileStat>>(
+    return offload<std::vector<vmm::FileStat>>(
             [t = target(), path] { return t.rt->list_dir(t.tenant, t.id, path); })
         .then([context](std::shared_ptr<Reply<std::vector<vmm::FileStat>>> r) mutable {
           static const char* types[] = {"file", "directory", "symlink", "other"};
@@ -228,29 +253,27 @@ class SandboxImpl final : public api::Sandbox::Server {
   }
 
   kj::Promise<void> snapshot(SnapshotContext context) override {
-    return ctx_.offload<std::string>([t = target()] { return t.rt->snapshot(t.tenant, t.id); })
+    return offload<std::string>([t = target()] { return t.rt->snapshot(t.tenant, t.id); })
         .then([context](std::shared_ptr<Reply<std::string>> r) mutable {
           context.getResults().setSnapshotId(take(*r));
         });
   }
 
   kj::Promise<void> forkOne(ForkOneContext context) override {
-    return ctx_
-        .offload<std::vector<actors::SandboxInfo>>(
+    return offload<std::vector<actors::SandboxInfo>>(
             [t = target()] { return t.rt->fork(t.tenant, t.id, 1); })
         .then([this, context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
           auto kids = take(*r);
           if (kids.size() != 1) throw KJ_EXCEPTION(FAILED, "internal: a fork made no child");
           auto results = context.getResults();
-          results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, kids[0].id));
+          results.setSandbox(kj::heap<SandboxImpl>(ctx_, session_, kids[0].id));
           fill_info(results.initInfo(), kids[0]);
         });
   }
 
   kj::Promise<void> fork(ForkContext context) override {
     uint32_t count = context.getParams().getCount();
-    return ctx_
-        .offload<std::vector<actors::SandboxInfo>>(
+    return offload<std::vector<actors::SandboxInfo>>(
             [t = target(), count] { return t.rt->fork(t.tenant, t.id, count); })
         .then([this, context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
           auto kids = take(*r);
@@ -258,7 +281,7 @@ class SandboxImpl final : public api::Sandbox::Server {
           auto caps = results.initChildren(kids.size());
           auto infos = results.initInfos(kids.size());
           for (size_t i = 0; i < kids.size(); ++i) {
-            caps.set(i, kj::heap<SandboxImpl>(ctx_, tenant_, kids[i].id));
+            caps.set(i, kj::heap<SandboxImpl>(ctx_, session_, kids[i].id));
             fill_info(infos[i], kids[i]);
           }
         });
@@ -275,7 +298,7 @@ class SandboxImpl final : public api::Sandbox::Server {
 
   template <typename Context, typename F>
   kj::Promise<void> info_call(Context context, F f) {
-    return ctx_.offload<actors::SandboxInfo>(std::move(f))
+    return offload<actors::SandboxInfo>(std::move(f))
         .then([context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
           fill_info(context.getResults().initInfo(), take(*r));
         });
@@ -298,13 +321,20 @@ class SandboxImpl final : public api::Sandbox::Server {
     });
   }
 
+  template <typename T>
+  kj::Promise<std::shared_ptr<Reply<T>>> offload(std::function<Reply<T>()> f) {
+    return ctx_.offload<T>(session_, std::move(f));
+  }
+
   RpcServer::Impl& ctx_;
+  std::shared_ptr<const Session> session_;
   std::string tenant_, id_;
 };
 
 class PlatformImpl final : public api::Platform::Server {
  public:
-  PlatformImpl(RpcServer::Impl& ctx, std::string tenant) : ctx_(ctx), tenant_(std::move(tenant)) {}
+  PlatformImpl(RpcServer::Impl& ctx, std::shared_ptr<const Session> session)
+      : ctx_(ctx), session_(std::move(session)), tenant_(session_->tenant) {}
 
   kj::Promise<void> create(CreateContext context) override {
     auto r = context.getParams().getRequest();
@@ -316,7 +346,7 @@ class PlatformImpl final : public api::Platform::Server {
     c.persistent = r.getPersistent();
     c.auto_wake = r.getAutoWake();
     c.from_snapshot = text(r.getFromSnapshot());
-    return ctx_.offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
+    return offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
         .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
           if (!*r && r->error().code == "sandbox_failed")
             fail({"start_failed", r->error().message});
@@ -326,8 +356,7 @@ class PlatformImpl final : public api::Platform::Server {
 
   kj::Promise<void> get(GetContext context) override {
     auto id = text(context.getParams().getId());
-    return ctx_
-        .offload<actors::SandboxInfo>([rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
+    return offload<actors::SandboxInfo>([rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
         .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
           answer(context.getResults(), take(*r));
         });
@@ -335,8 +364,7 @@ class PlatformImpl final : public api::Platform::Server {
 
   kj::Promise<void> deleteSnapshot(DeleteSnapshotContext context) override {
     auto id = text(context.getParams().getSnapshotId());
-    return ctx_
-        .offload<actors::SandboxInfo>(
+    return offload<actors::SandboxInfo>(
             [rt = &ctx_.rt, t = tenant_, id] { return rt->delete_snapshot(t, id); })
         .then([](std::shared_ptr<Reply<actors::SandboxInfo>> r) { take(*r); });
   }
@@ -348,8 +376,7 @@ class PlatformImpl final : public api::Platform::Server {
       status = actors::status_from_string(state);
       if (!status) fail({"invalid_argument", "unknown state '" + state + "'"});
     }
-    return ctx_
-        .offload<std::vector<actors::SandboxInfo>>(
+    return offload<std::vector<actors::SandboxInfo>>(
             [rt = &ctx_.rt, t = tenant_, status] { return rt->list(t, status); })
         .then([context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
           auto all = take(*r);
@@ -362,48 +389,133 @@ class PlatformImpl final : public api::Platform::Server {
   // create and get answer alike: the sandbox's capability and its info.
   template <typename Results>
   void answer(Results results, const actors::SandboxInfo& info) {
-    results.setSandbox(kj::heap<SandboxImpl>(ctx_, tenant_, info.id));
+    results.setSandbox(kj::heap<SandboxImpl>(ctx_, session_, info.id));
     fill_info(results.initInfo(), info);
   }
 
+  template <typename T>
+  kj::Promise<std::shared_ptr<Reply<T>>> offload(std::function<Reply<T>()> f) {
+    return ctx_.offload<T>(session_, std::move(f));
+  }
+
   RpcServer::Impl& ctx_;
+  std::shared_ptr<const Session> session_;
   std::string tenant_;
+};
+
+// What one connection may do before it logged in: a login's bytes (64 KiB) within 10 s. Until
+// then nobody without a key makes the daemon hold more than that per connection.
+constexpr size_t kPreLoginBytes = 64 << 10;
+constexpr auto kLoginTimeout = 10 * kj::SECONDS;
+// The largest message after login: a 32 MiB file plus its framing (the default is 64 MiB).
+constexpr uint64_t kMaxMessageWords = (RpcServer::kMaxFileBytes + (1 << 20)) / 8;
+
+struct Connection {
+  bool logged_in = false;
+  size_t read_before_login = 0;
+};
+
+// The connection's bytes, cut off when a client that has not logged in sends more than a login.
+class GuardedStream final : public kj::AsyncIoStream {
+ public:
+  GuardedStream(kj::Own<kj::AsyncIoStream> inner, std::shared_ptr<Connection> c)
+      : inner_(kj::mv(inner)), c_(std::move(c)) {}
+  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
+    if (c_->logged_in) return inner_->tryRead(buffer, min, max);
+    size_t left = kPreLoginBytes - std::min(kPreLoginBytes, c_->read_before_login);
+    if (left == 0) return size_t(0);  // end of stream: the RPC system drops the connection
+    max = std::min(max, left);
+    min = std::min(min, max);
+    return inner_->tryRead(buffer, min, max).then([c = c_](size_t n) {
+      c->read_before_login += n;
+      return n;
+    });
+  }
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    return inner_->write(buffer, size);
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    return inner_->write(pieces);
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
+  void shutdownWrite() override { inner_->shutdownWrite(); }
+  void abortRead() override { inner_->abortRead(); }
+
+ private:
+  kj::Own<kj::AsyncIoStream> inner_;
+  std::shared_ptr<Connection> c_;
 };
 
 class LoginImpl final : public api::Login::Server {
  public:
-  explicit LoginImpl(RpcServer::Impl& ctx) : ctx_(ctx) {}
+  LoginImpl(RpcServer::Impl& ctx, std::shared_ptr<Connection> c) : ctx_(ctx), c_(std::move(c)) {}
 
   kj::Promise<void> login(LoginContext context) override {
     auto key = text(context.getParams().getApiKey());
+    if (!well_formed_key(key))
+      fail({"unauthorized", "malformed API key (keys look like pds_<id>_<secret>)"});
     return ctx_.offload<actors::KeyInfo>([rt = &ctx_.rt, key] { return rt->authenticate(key); })
-        .then([this, context](std::shared_ptr<Reply<actors::KeyInfo>> r) mutable {
+        .then([this, context, key](std::shared_ptr<Reply<actors::KeyInfo>> r) mutable {
           auto k = take(*r);
-          context.getResults().setPlatform(kj::heap<PlatformImpl>(ctx_, k.tenant));
+          c_->logged_in = true;
+          auto session = std::make_shared<Session>();
+          session->key = key;
+          session->tenant = k.tenant;
+          context.getResults().setPlatform(kj::heap<PlatformImpl>(ctx_, std::move(session)));
         });
   }
 
  private:
   RpcServer::Impl& ctx_;
+  std::shared_ptr<Connection> c_;
+};
+
+// One accepted connection: its own RPC system whose bootstrap is a Login (what
+// capnp::TwoPartyServer does, with a message limit and the pre-login guard).
+struct RpcConnection {
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+  RpcConnection(kj::Own<kj::AsyncIoStream> s, capnp::Capability::Client bootstrap,
+                capnp::ReaderOptions options)
+      : stream(kj::mv(s)),
+        network(*stream, capnp::rpc::twoparty::Side::SERVER, options),
+        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
 };
 
 }  // namespace
 
-RpcServer::Impl::Impl(actors::Runtime& r, Limits l)
-    : rt(r), limits(l), pool(16, limits.max_queued_requests) {
-  server = kj::heap<capnp::TwoPartyServer>(kj::heap<LoginImpl>(*this));
+kj::Promise<void> RpcServer::Impl::serve(kj::Own<kj::AsyncIoStream> connection) {
+  auto c = std::make_shared<Connection>();
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = kMaxMessageWords;
+  auto conn = kj::heap<RpcConnection>(kj::heap<GuardedStream>(kj::mv(connection), c),
+                                      kj::heap<LoginImpl>(*this, c), options);
+  auto ended = conn->network.onDisconnect();
+  auto login_deadline = timer.afterDelay(kLoginTimeout).then([c]() -> kj::Promise<void> {
+    if (c->logged_in) return kj::NEVER_DONE;
+    return KJ_EXCEPTION(DISCONNECTED, "no login within 10 s");
+  });
+  return ended.exclusiveJoin(kj::mv(login_deadline)).attach(kj::mv(conn));
 }
 
-RpcServer::RpcServer(actors::Runtime& runtime, Limits limits)
-    : impl_(std::make_unique<Impl>(runtime, limits)) {}
+RpcServer::Impl::Impl(actors::Runtime& r, kj::Timer& t, Limits l)
+    : rt(r), timer(t), limits(l), pool(16, limits.max_queued_requests) {
+  acceptor = std::make_unique<Acceptor>(
+      "rpc", t, l.max_connections,
+      [this](kj::Own<kj::AsyncIoStream> c) { return serve(kj::mv(c)); });
+}
+
+RpcServer::RpcServer(actors::Runtime& runtime, kj::Timer& timer, Limits limits)
+    : impl_(std::make_unique<Impl>(runtime, timer, limits)) {}
 
 RpcServer::~RpcServer() {
   impl_->shutting_down.request_stop();
-  impl_->server = nullptr;  // drops the connections and their capabilities
+  impl_->acceptor = nullptr;  // drops the connections and their capabilities
 }
 
 kj::Promise<void> RpcServer::listen(kj::ConnectionReceiver& listener) {
-  return impl_->server->listen(listener);
+  return impl_->acceptor->listen(listener);
 }
 
 }  // namespace pandastack::gateway

@@ -14,7 +14,10 @@ namespace pandastack::gateway {
 
 class RpcServer {
  public:
-  RpcServer(actors::Runtime& runtime, Limits limits = {});
+  // Connections are capped (limits.max_connections); one that has not logged in may send 64 KiB
+  // within 10 s; a logged-in session's key is verified again on every call (revocation reaches
+  // open sessions).
+  RpcServer(actors::Runtime& runtime, kj::Timer& timer, Limits limits = {});
   // Cancels commands in flight and joins the workers.
   ~RpcServer();
 

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -116,10 +117,14 @@ bool allowed(const std::string& name, const std::vector<std::string>& patterns) 
 
 Result<std::unique_ptr<DnsServer>> DnsServer::start(int netns_fd, const std::string& upstream,
                                                     bool allow_all,
-                                                    std::vector<std::string> domains) {
+                                                    std::vector<std::string> domains,
+                                                    std::vector<std::string> reserved,
+                                                    std::vector<std::string> reserved_allowed) {
   std::unique_ptr<DnsServer> d(new DnsServer());
   d->allow_all_ = allow_all;
   d->domains_ = std::move(domains);
+  d->reserved_ = std::move(reserved);
+  d->reserved_allowed_ = std::move(reserved_allowed);
   // The upstream socket lives in the host's namespace (made here), the guest's in the sandbox's.
   auto colon = upstream.rfind(':');
   std::string host = colon == std::string::npos ? upstream : upstream.substr(0, colon);
@@ -134,7 +139,7 @@ Result<std::unique_ptr<DnsServer>> DnsServer::start(int netns_fd, const std::str
   if (d->upstream_fd_ < 0 ||
       ::connect(d->upstream_fd_, reinterpret_cast<sockaddr*>(&up), sizeof up) != 0)
     return make_error(ErrorCode::io_error, std::string("DNS upstream socket: ") + strerror(errno));
-  d->netns_fd_ = ::dup(netns_fd);
+  d->netns_fd_ = ::fcntl(netns_fd, F_DUPFD_CLOEXEC, 0);  // (dup() would clear close-on-exec)
   std::string failed;
   std::thread([&] {
     if (::setns(netns_fd, CLONE_NEWNET) != 0) {
@@ -231,11 +236,21 @@ void DnsServer::loop() {
       }
       // Admit the answer's addresses before the guest can use them.
       auto records = dns::a_records(r);
-      if (!allow_all && !records.empty()) {
-        std::string elems;
-        for (auto& [addr, ttl] : records)
+      std::string elems;
+      if (!allow_all)
+        for (auto& [addr, ttl] : records) {
+          in_addr a{};
+          ::inet_pton(AF_INET, addr.c_str(), &a);
+          if (is_reserved(ntohl(a.s_addr), reserved_, reserved_allowed_)) {
+            spdlog::info("sandbox resolver: not admitting {} (a private or reserved address)",
+                         addr);
+            continue;
+          }
+          // At least a minute (clients cache), at most a day (the set does not grow for good).
           elems += (elems.empty() ? "" : ", ") + addr + " timeout " +
-                   std::to_string(std::max<uint32_t>(ttl, 60)) + "s";
+                   std::to_string(std::clamp<uint32_t>(ttl, 60, 86400)) + "s";
+        }
+      if (!elems.empty()) {
         auto st = apply_nft("add element inet pandastack dns_allow { " + elems + " }\n", netns_fd_);
         if (!st) {
           spdlog::warn("sandbox resolver: cannot admit {}: {}", elems, st.error().message);

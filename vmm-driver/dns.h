@@ -32,8 +32,12 @@ bool allowed(const std::string& name, const std::vector<std::string>& patterns);
 class DnsServer {
  public:
   // `allow_all`: every name is forwarded (and nothing is admitted: everything is allowed anyway).
+  // Addresses in `reserved` but not in `reserved_allowed` (NetworkSettings) are never admitted:
+  // an allowed name that resolves to a private address does not open it.
   static Result<std::unique_ptr<DnsServer>> start(int netns_fd, const std::string& upstream,
-                                                  bool allow_all, std::vector<std::string> domains);
+                                                  bool allow_all, std::vector<std::string> domains,
+                                                  std::vector<std::string> reserved = {},
+                                                  std::vector<std::string> reserved_allowed = {});
   ~DnsServer();
   // Changes what is answered (the policy changed).
   void update(bool allow_all, std::vector<std::string> domains);
@@ -47,6 +51,7 @@ class DnsServer {
   std::mutex mu_;
   bool allow_all_ = false;
   std::vector<std::string> domains_;
+  std::vector<std::string> reserved_, reserved_allowed_;
   std::thread thread_;
 };
 

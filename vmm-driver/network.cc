@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
 #include <netinet/in.h>
@@ -189,6 +190,74 @@ std::string SubnetPool::ns_address(uint32_t index) const {
   return ip_string(base_ + 4 * index + 2);
 }
 
+namespace {
+// A normalized CIDR as [first, last] (host order).
+std::pair<uint32_t, uint32_t> cidr_range(const std::string& cidr) {
+  auto slash = cidr.find('/');
+  in_addr a{};
+  ::inet_pton(AF_INET, cidr.substr(0, slash).c_str(), &a);
+  int prefix = slash == std::string::npos ? 32 : std::stoi(cidr.substr(slash + 1));
+  uint32_t first = ntohl(a.s_addr);
+  uint32_t size_minus_1 = prefix == 0 ? ~uint32_t(0) : (uint32_t(1) << (32 - prefix)) - 1;
+  return {first, first + size_minus_1};
+}
+}  // namespace
+
+std::vector<std::string> NetworkSettings::default_reserved_ranges() {
+  return {"0.0.0.0/8",    "10.0.0.0/8",    "100.64.0.0/10", "172.16.0.0/12",
+          "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "240.0.0.0/4"};
+}
+
+std::vector<std::string> host_interface_prefixes(const std::string& skip_prefix) {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (auto* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !i->ifa_netmask) continue;
+    std::string name = i->ifa_name ? i->ifa_name : "";
+    if ((i->ifa_flags & IFF_LOOPBACK) || (!skip_prefix.empty() && name.rfind(skip_prefix, 0) == 0))
+      continue;
+    uint32_t a = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+    uint32_t m = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
+    int prefix = __builtin_popcount(m);
+    out.push_back(ip_string(a & m) + "/" + std::to_string(prefix));
+  }
+  ::freeifaddrs(list);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bool is_reserved(uint32_t addr, const std::vector<std::string>& reserved,
+                 const std::vector<std::string>& allowed) {
+  auto in = [addr](const std::vector<std::string>& list) {
+    for (auto& c : list) {
+      auto [first, last] = cidr_range(c);
+      if (addr >= first && addr <= last) return true;
+    }
+    return false;
+  };
+  return in(reserved) && !in(allowed);
+}
+
+std::vector<std::string> merged_intervals(const std::vector<std::string>& cidrs) {
+  std::vector<std::pair<uint32_t, uint32_t>> r;
+  for (auto& c : cidrs) r.push_back(cidr_range(c));
+  std::sort(r.begin(), r.end());
+  std::vector<std::pair<uint32_t, uint32_t>> merged;
+  for (auto& x : r) {
+    if (!merged.empty() && (merged.back().second == ~uint32_t(0) ||
+                            x.first <= merged.back().second + 1))
+      merged.back().second = std::max(merged.back().second, x.second);
+    else
+      merged.push_back(x);
+  }
+  std::vector<std::string> out;
+  for (auto& [a, b] : merged)
+    out.push_back(a == b ? ip_string(a) : ip_string(a) + "-" + ip_string(b));
+  return out;
+}
+
 bool needs_resolver(const EgressPolicy& p) {
   return p.mode == EgressPolicy::Mode::allow_all ||
          (p.mode == EgressPolicy::Mode::allowlist && !p.domains.empty());
@@ -228,6 +297,18 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
   r += "    iifname \"tap0\" ip daddr { " + settings.pool_cidr +
        ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } reject with icmpx type "
        "admin-prohibited\n";
+  // Nor the host's private networks and reserved ranges, unless the operator allowed a range.
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+    return out;
+  };
+  if (!settings.reserved.empty()) {
+    r += "    iifname \"tap0\" ip daddr { " + join(merged_intervals(settings.reserved)) + " }";
+    if (!settings.reserved_allowed.empty())
+      r += " ip daddr != { " + join(merged_intervals(settings.reserved_allowed)) + " }";
+    r += " reject with icmpx type admin-prohibited\n";
+  }
   switch (policy.mode) {
     case EgressPolicy::Mode::allow_all:
       r += "    iifname \"tap0\" oifname \"eth0\" accept\n";
@@ -473,7 +554,8 @@ Status Network::sync_resolver() {
     dns_->update(allow_all, policy_.domains);
     return Ok{};
   }
-  auto d = DnsServer::start(netns_fd_, settings_.dns_upstream, allow_all, policy_.domains);
+  auto d = DnsServer::start(netns_fd_, settings_.dns_upstream, allow_all, policy_.domains,
+                            settings_.reserved, settings_.reserved_allowed);
   if (!d) return d.error();
   dns_ = std::move(*d);
   return Ok{};
@@ -521,7 +603,7 @@ class PortForward {
     f->host_port_ = ntohs(a.sin_port);
     if (::pipe2(f->stop_, O_CLOEXEC | O_NONBLOCK) != 0)
       return make_error(ErrorCode::io_error, errno_text("pipe", errno));
-    int ns = ::dup(netns_fd);
+    int ns = ::fcntl(netns_fd, F_DUPFD_CLOEXEC, 0);  // (dup() would clear close-on-exec)
     f->thread_ = std::thread([p = f.get(), ns] {
       int entered = ::setns(ns, CLONE_NEWNET);
       ::close(ns);

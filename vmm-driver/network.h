@@ -69,7 +69,24 @@ struct NetworkSettings {
   // Where each sandbox's resolver (vmm-driver/dns.h) forwards allowed names: "IPv4[:port]".
   // Empty: no resolver (domain allowlists cannot be enforced and are refused upstream of here).
   std::string dns_upstream;
+  // Ranges no sandbox reaches whatever its policy (on top of the pool, loopback, link-local,
+  // multicast and broadcast, which are never reachable): private and reserved ranges (RFC 1918,
+  // CGNAT 100.64/10, 0/8, 192.0.0/24, the benchmark range 198.18/15, 240/4) and the prefixes of
+  // the host's own interfaces (its LAN, its cloud VPC). Normalized CIDRs.
+  std::vector<std::string> reserved = default_reserved_ranges();
+  // The operator's exceptions to `reserved` (--allow-private-egress): what a sandbox's policy may
+  // then reach like any public address. Normalized CIDRs.
+  std::vector<std::string> reserved_allowed;
+
+  static std::vector<std::string> default_reserved_ranges();
 };
+// The IPv4 prefixes of this host's interfaces (not loopback, not links named `skip_prefix`*).
+std::vector<std::string> host_interface_prefixes(const std::string& skip_prefix);
+// Is `addr` (host order) in `reserved` and not in `allowed`? (Normalized CIDR lists.)
+bool is_reserved(uint32_t addr, const std::vector<std::string>& reserved,
+                 const std::vector<std::string>& allowed);
+// Merges CIDRs into disjoint "a.b.c.d-e.f.g.h" / "a.b.c.d/n" nft interval elements.
+std::vector<std::string> merged_intervals(const std::vector<std::string>& cidrs);
 // Does `policy` need the sandbox resolver (allow_all: a working resolver; domains: enforcement)?
 bool needs_resolver(const EgressPolicy& policy);
 // The first IPv4 nameserver of a resolv.conf text ("" when none).

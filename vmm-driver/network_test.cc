@@ -2,6 +2,7 @@
 // arithmetic and the nftables rulesets. (Namespaces and real traffic: tests/integration.)
 #include "vmm-driver/network.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 namespace pandastack::vmm {
@@ -76,6 +77,36 @@ TEST(Network, SandboxRulesetFollowsThePolicy) {
   EXPECT_NE(l.find("ip daddr @allow accept"), std::string::npos);
   // The refusal of pool addresses comes before any accept.
   EXPECT_LT(l.find("10.200.0.0/16"), l.find("@allow accept"));
+  // So does the refusal of private and reserved ranges (merged into disjoint intervals) ...
+  auto priv = l.find("ip daddr { 0.0.0.0-0.255.255.255, 10.0.0.0-10.255.255.255, "
+                     "100.64.0.0-100.127.255.255, 172.16.0.0-172.31.255.255, "
+                     "192.0.0.0-192.0.0.255, 192.168.0.0-192.168.255.255, "
+                     "198.18.0.0-198.19.255.255, 240.0.0.0-255.255.255.255 } reject");
+  EXPECT_NE(priv, std::string::npos) << l;
+  EXPECT_LT(priv, l.find("@allow accept"));
+  EXPECT_LT(priv, l.find("@dns_allow accept"));
+  // ... but for the operator's exceptions.
+  s.reserved_allowed = {"192.168.7.0/24"};
+  EXPECT_NE(sandbox_ruleset(s, all).find(" ip daddr != { 192.168.7.0-192.168.7.255 } reject"),
+            std::string::npos);
+}
+
+TEST(Network, ReservedRangesMergeAndMatch) {
+  EXPECT_EQ(merged_intervals({"10.0.0.0/8", "10.200.0.0/16", "10.1.2.3/32", "11.0.0.0/8"}),
+            (std::vector<std::string>{"10.0.0.0-11.255.255.255"}));
+  EXPECT_EQ(merged_intervals({"192.0.2.7/32"}), (std::vector<std::string>{"192.0.2.7"}));
+  auto r = NetworkSettings::default_reserved_ranges();
+  auto ip = [](const char* a) {
+    in_addr x{};
+    ::inet_pton(AF_INET, a, &x);
+    return ntohl(x.s_addr);
+  };
+  EXPECT_TRUE(is_reserved(ip("100.100.100.200"), r, {}));  // a cloud's metadata service
+  EXPECT_TRUE(is_reserved(ip("172.31.0.1"), r, {}));
+  EXPECT_FALSE(is_reserved(ip("172.32.0.1"), r, {}));
+  EXPECT_FALSE(is_reserved(ip("8.8.8.8"), r, {}));
+  EXPECT_FALSE(is_reserved(ip("192.168.1.1"), r, {"192.168.0.0/16"}));
+  EXPECT_TRUE(is_reserved(ip("10.0.0.1"), r, {"192.168.0.0/16"}));
 }
 
 TEST(Network, HostRulesetDropsSandboxTrafficToTheHostAndBetweenSandboxes) {

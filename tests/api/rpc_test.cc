@@ -398,4 +398,88 @@ TEST_F(RpcTest, DroppingAStreamingCallKillsTheCommand) {
   sandbox.killRequest().send().wait(ws);
 }
 
+// A key revoked over REST ends what its open RPC sessions may do: their next call fails, on the
+// Platform and on every Sandbox capability it handed out (H8/M1 of the security review).
+TEST_F(RpcTest, ARevokedKeysOpenSessionFailsItsNextCall) {
+  auto& ws = io_.waitScope;
+  pandastack::tools::HttpClient http(daemon_->url, daemon_->key);
+  auto k = http.request("POST", "/v1/keys", R"({"tenant":"rpc-revoked"})");
+  ASSERT_EQ(k.status, 201) << k.body;
+  auto made = *pandastack::wire::Json::parse(k.body);
+  auto conn = io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  capnp::TwoPartyClient client(*conn);
+  auto platform = login(client, made["key"].as_string());
+  auto created = platform.createRequest().send().wait(ws);
+  auto sandbox = created.getSandbox();
+  EXPECT_EQ(platform.listRequest().send().wait(ws).getSandboxes().size(), 1u);
+  auto revoked = http.request("DELETE", "/v1/keys/" + made["id"].as_string(), "");
+  ASSERT_EQ(revoked.status, 204) << revoked.body;
+  EXPECT_EQ(error_of([&] { platform.listRequest().send().wait(ws); }), "unauthorized");
+  EXPECT_EQ(error_of([&] { sandbox.infoRequest().send().wait(ws); }), "unauthorized");
+  auto e = sandbox.execRequest();
+  e.initRequest().setCmd("true");
+  EXPECT_EQ(error_of([&] { e.send().wait(ws); }), "unauthorized");
+  // The admin cleans up what the revoked tenant left.
+  auto gone = http.request("DELETE", "/v1/sandboxes/" + std::string(created.getInfo().getId()), "");
+  EXPECT_TRUE(gone.status == 200 || gone.status == 404) << gone.body;
+}
+
+// Before a login a connection may send a login's worth of bytes (64 KiB): a client without a key
+// that sends a 60 MiB message, or a 1 MiB "key", is cut off without the daemon reading it.
+TEST_F(RpcTest, NobodyWithoutAKeyMakesTheDaemonHoldMegabytes) {
+  auto& ws = io_.waitScope;
+  auto connect = [&] {
+    return io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  };
+  {
+    auto raw = connect();
+    // A frame announcing one segment of 7.5M words (60 MiB), then its first MiB.
+    uint32_t header[2] = {0, 7864320};
+    raw->write(header, sizeof header).wait(ws);
+    std::string chunk(1 << 16, 'x');
+    size_t sent = 0;
+    bool cut = false;
+    for (int i = 0; i < 16 && !cut; ++i) {
+      try {
+        raw->write(chunk.data(), chunk.size()).wait(ws);
+        sent += chunk.size();
+      } catch (const kj::Exception&) {
+        cut = true;
+      }
+    }
+    // The daemon closed its side (after an abort message, perhaps): EOF instead of waiting for
+    // the rest.
+    char b[4096];
+    size_t n = 1, total = 0;
+    auto deadline = io_.provider->getTimer().now() + 5 * kj::SECONDS;
+    while (n != 0 && n != 99) {
+      n = raw->tryRead(b, 1, sizeof b)
+              .exclusiveJoin(io_.provider->getTimer().atTime(deadline).then([] {
+                return size_t(99);
+              }))
+              .wait(ws);
+      if (n != 99) total += n;
+    }
+    EXPECT_EQ(n, 0u) << "the connection stayed open after " << sent << " bytes";
+    EXPECT_LT(total, 4096u);
+  }
+  {
+    auto conn = connect();
+    capnp::TwoPartyClient client(*conn);
+    std::string huge(1 << 20, 'k');
+    EXPECT_NE(error_of([&] { login(client, huge).listRequest().send().wait(ws); }), "");
+  }
+  {
+    auto conn = connect();
+    capnp::TwoPartyClient client(*conn);
+    std::string malformed = "pds_" + std::string(200, 'a');
+    EXPECT_EQ(error_of([&] { login(client, malformed).listRequest().send().wait(ws); }),
+              "unauthorized");
+  }
+  // The daemon is fine, and a real login works.
+  auto conn = connect();
+  capnp::TwoPartyClient client(*conn);
+  EXPECT_NO_THROW(login(client, daemon_->key).listRequest().send().wait(ws));
+}
+
 }  // namespace

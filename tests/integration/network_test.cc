@@ -29,12 +29,16 @@ using vmm::EgressPolicy;
 
 constexpr const char* kUpNs = "pnt-upstream";  // not <prefix>-<digits>: never taken for a sandbox's
 constexpr const char* kUpLink = "upnt0";       // not matching the prefix: an ordinary host link
+// RFC 1918 (three), CGNAT: /24s the upstream namespace also answers on.
+constexpr const char* kPrivateNets[] = {"10.77.0", "172.16.77", "192.168.77", "100.64.77"};
 
 class NetworkTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     settings_.pool_cidr = "10.231.0.0/24";
     settings_.prefix = "pnt";
+    // The upstream's addresses are in a reserved range (198.18/15): the operator allows it.
+    settings_.reserved_allowed = {"198.18.0.0/15"};
     vmm::Network::remove_leftovers(settings_, {});
     auto host = vmm::Network::install_host_rules(settings_);
     if (!host) {
@@ -52,11 +56,18 @@ class NetworkTest : public ::testing::Test {
                      " up && ip -n " + kUpNs + " addr add 198.18.0.2/24 dev eth0 && ip -n " +
                      kUpNs + " addr add 198.18.1.2/24 dev eth0 && ip -n " + kUpNs +
                      " link set eth0 up && ip -n " + kUpNs + " link set lo up";
+    // Private ranges on the same upstream: no sandbox may reach them unless the operator says.
+    for (auto net : kPrivateNets)
+      up += std::string(" && ip addr add ") + net + ".1/24 dev " + kUpLink + " && ip -n " + kUpNs +
+            " addr add " + net + ".2/24 dev eth0";
     if (std::system(up.c_str()) != 0) {
       ADD_FAILURE() << "cannot build the upstream namespace";
       return;
     }
-    for (auto addr : {"198.18.0.2", "198.18.1.2"}) {
+    std::vector<std::string> addrs = {"198.18.0.2", "198.18.1.2"};
+    for (auto net : kPrivateNets) addrs.push_back(std::string(net) + ".2");
+    for (auto& a : addrs) {
+      const char* addr = a.c_str();
       pid_t pid = ::fork();
       if (pid == 0) {
         ::execlp("ip", "ip", "netns", "exec", kUpNs, "python3", "-m", "http.server", "--bind", addr,
@@ -180,6 +191,39 @@ TEST_F(NetworkTest, AllowlistDenyAllAndAllowAllAreEnforcedAndChangeable) {
   ASSERT_TRUE(net->set_policy(all));
   EXPECT_TRUE(ok(fetch(*vm, "198.18.1.2")));
   EXPECT_TRUE(ok(fetch(*vm, "198.18.0.2")));
+}
+
+// The host's private networks are out of reach of every policy, allow_all included, unless the
+// operator allows a range (--allow-private-egress): a prompt-injected agent does not reach the
+// VPC's databases or a cloud's metadata service at 100.100.100.200.
+TEST_F(NetworkTest, NoPolicyReachesPrivateRangesUnlessTheOperatorAllowsThem) {
+  EgressPolicy all;
+  all.mode = EgressPolicy::Mode::allow_all;
+  auto vm = restore(*template_, "private", network(7, all));
+  ASSERT_NE(vm, nullptr);
+  EXPECT_TRUE(ok(fetch(*vm, "198.18.0.2"))) << "the operator allowed 198.18/15";
+  for (auto net : kPrivateNets) {
+    auto r = fetch(*vm, std::string(net) + ".2");
+    EXPECT_EQ(r.rfind("error", 0), 0u) << net << ".2: " << r;
+  }
+  // An allowlist naming a private address does not open it either.
+  EgressPolicy list;
+  list.mode = EgressPolicy::Mode::allowlist;
+  list.cidrs = {"10.77.0.2/32", "198.18.0.2/32"};
+  ASSERT_TRUE(vm->config().network->set_policy(list));
+  EXPECT_EQ(fetch(*vm, "10.77.0.2").rfind("error", 0), 0u);
+  EXPECT_TRUE(ok(fetch(*vm, "198.18.0.2")));
+  vm.reset();
+  // The operator allows 192.168.77.0/24: that range (only) is reachable like a public one.
+  auto open = settings_;
+  open.reserved_allowed.push_back("192.168.77.0/24");
+  auto n = vmm::Network::create(open, 7, all);
+  ASSERT_TRUE(n) << n.error().message;
+  auto vm2 = restore(*template_, "private2", *n);
+  ASSERT_NE(vm2, nullptr);
+  EXPECT_TRUE(ok(fetch(*vm2, "192.168.77.2")));
+  EXPECT_EQ(fetch(*vm2, "10.77.0.2").rfind("error", 0), 0u);
+  EXPECT_EQ(fetch(*vm2, "100.64.77.2").rfind("error", 0), 0u);
 }
 
 TEST_F(NetworkTest, GuestReachesNeitherTheHostNorAnotherSandbox) {
