@@ -11,7 +11,8 @@ Acceptor::Acceptor(std::string name, kj::Timer& timer, size_t max_connections,
       tasks_(*this) {}
 
 kj::Promise<void> Acceptor::listen(kj::ConnectionReceiver& listener) {
-  return listener.accept().then(
+  // (evalNow: kj's accept() may throw at once, EMFILE included, instead of rejecting.)
+  return kj::evalNow([&listener] { return listener.accept(); }).then(
       [this, &listener](kj::Own<kj::AsyncIoStream> conn) -> kj::Promise<void> {
         if (open_ >= max_) {
           // Closed unanswered: the client sees a reset and may retry; nobody else is starved.

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,8 @@ struct Request {
   std::multimap<std::string, std::string> query;
   std::string authorization;
   std::string body;
+  int conn_fd = -1;          // the client's connection (to notice it hang up), or -1
+  std::stop_token cancel;    // fires when the client hung up or the server shuts down
 
   std::string param(const std::string& k) const;
   std::optional<std::string> q(const std::string& k) const;

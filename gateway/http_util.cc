@@ -36,6 +36,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"invalid_state", 409},
       {"network_disabled", 409},
       {"cancelled", 409},
+      {"client_too_slow", 409},
       {"body_too_large", 413},
       {"file_too_large", 413},
       {"too_many_execs", 429},

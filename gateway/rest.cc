@@ -3,6 +3,7 @@
 #include <kj/compat/url.h>
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
@@ -109,6 +110,21 @@ QuietErrors& quiet_errors() {
   return q;
 }
 
+// The service of one connection: the server's, knowing the connection's descriptor.
+class ConnectionService final : public kj::HttpService {
+ public:
+  ConnectionService(Server& s, int fd) : s_(s), fd_(fd) {}
+  kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
+                            const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                            kj::HttpService::Response& response) override {
+    return s_.handle_request(fd_, method, url, headers, body, response);
+  }
+
+ private:
+  Server& s_;
+  int fd_;
+};
+
 }  // namespace
 
 Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
@@ -123,7 +139,14 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       table(builder.build()) {
   kj::HttpServerSettings settings;
   settings.errorHandler = quiet_errors();
-  server = kj::heap<kj::HttpServer>(timer, *table, *this, settings);
+  server = kj::heap<kj::HttpServer>(
+      timer, *table,
+      [this](kj::AsyncIoStream& conn) -> kj::Own<kj::HttpService> {
+        int fd = -1;
+        KJ_IF_MAYBE (f, conn.getFd()) { fd = *f; }
+        return kj::heap<ConnectionService>(*this, fd);
+      },
+      settings);
   pool = std::make_unique<WorkerPool>(limits.worker_threads, limits.max_queued_requests);
   for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
                      snapshot_routes(), admin_routes()})
@@ -164,13 +187,27 @@ void Server::count_response(const HttpReply& r) {
   if (!r.error_code.empty()) ++errors_by_code[r.error_code];
 }
 
-kj::Promise<void> Server::request(kj::HttpMethod method, kj::StringPtr url,
-                                  const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
-                                  kj::HttpService::Response& response) {
+kj::Promise<void> Server::watch_hangup(int fd, std::shared_ptr<std::stop_source> stop) {
+  return timer.afterDelay(500 * kj::MILLISECONDS).then([this, fd, stop]() -> kj::Promise<void> {
+    char c;
+    ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      stop->request_stop();  // the client is gone: what it asked for is cancelled
+      return kj::READY_NOW;
+    }
+    return watch_hangup(fd, stop);
+  });
+}
+
+kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
+                                         const kj::HttpHeaders& headers,
+                                         kj::AsyncInputStream& body,
+                                         kj::HttpService::Response& response) {
   auto t0 = Clock::now();
   auto parsed = kj::Url::tryParse(url, kj::Url::HTTP_REQUEST);
   Request req;
   req.method = method;
+  req.conn_fd = fd;
   std::vector<std::string> segments;
   KJ_IF_MAYBE (u, parsed) {
     for (auto& s : u->path) segments.emplace_back(s.cStr());
@@ -264,9 +301,21 @@ kj::Promise<void> Server::request(kj::HttpMethod method, kj::StringPtr url,
           if (kind == Route::Kind::stream) return stream(*route, std::move(req), response, t0);
           if (kind == Route::Kind::websocket)
             return websocket(*route, std::move(req), response, t0);
+          // A client that hangs up cancels what it asked for (a command stops in the guest)
+          // instead of holding a worker until it ends.
+          auto stop = std::make_shared<std::stop_source>();
+          req.cancel = stop->get_token();
+          kj::Promise<void> watch = kj::NEVER_DONE;
+          if (req.conn_fd >= 0) watch = watch_hangup(req.conn_fd, stop);
           auto r = std::make_shared<Request>(std::move(req));
-          return offload<HttpReply>([this, r, route] { return handle(*route, *r); },
-                                    error_reply("too_many_requests", "the server is busy"))
+          return offload<HttpReply>(
+                     [this, r, route, stop] {
+                       std::stop_callback on_shutdown(shutting_down.get_token(),
+                                                      [stop] { stop->request_stop(); });
+                       return handle(*route, *r);
+                     },
+                     error_reply("too_many_requests", "the server is busy"))
+              .attach(watch.eagerlyEvaluate(nullptr))
               .then([this, &response, t0, head](HttpReply rep) {
                 return send(response, std::move(rep), t0, head);
               });
@@ -533,6 +582,7 @@ std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& l
   e.max_output_bytes = limits.max_exec_output_bytes;
   return std::nullopt;
 }
+
 
 struct Gateway::Impl {
   Server server;

@@ -26,7 +26,8 @@ std::vector<Route> exec_routes() {
             [](Call& c) {
               auto req = c.gw.exec_request(c.r.json(), true);
               auto t0 = Clock::now();
-              auto res = unwrap(c.gw.rt.exec(c.tenant(), c.id, req, c.gw.shutting_down.get_token()));
+              // Cancelled when the client hangs up (or the server stops): the command is killed.
+              auto res = unwrap(c.gw.rt.exec(c.tenant(), c.id, req, c.r.cancel));
               c.gw.observe_exec(t0);
               return json_reply(200, exec_json(res));
             }),

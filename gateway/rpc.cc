@@ -181,7 +181,9 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto req = to_exec(params.getRequest(), ctx_.limits);
     auto sink = params.getSink();
     using Chunk = std::pair<vmm::StreamKind, std::string>;
-    auto queue = std::make_shared<CrossThreadQueue<Chunk>>();
+    // A sink that does not keep up: once its unsent output passes the bound, the command is
+    // stopped and the call fails with client_too_slow (the daemon does not buffer without end).
+    auto queue = std::make_shared<CrossThreadQueue<Chunk>>(ctx_.limits.max_stream_buffer_bytes);
     auto stop = std::make_shared<std::stop_source>();
     auto result = std::make_shared<std::optional<Reply<vmm::ExecResult>>>();
     bool queued = ctx_.pool.submit([t = target(), s = session_, req, queue, stop, result] {
@@ -190,12 +192,23 @@ class SandboxImpl final : public api::Sandbox::Server {
         return queue->close();
       }
       std::stop_callback on_shutdown(t.shutdown, [stop] { stop->request_stop(); });
-      result->emplace(t.rt->exec_stream(
+      auto overflow = std::make_shared<std::atomic<bool>>(false);
+      auto r = t.rt->exec_stream(
           t.tenant, t.id, req,
-          [queue](vmm::StreamKind k, std::string_view d) {
-            queue->push({k, std::string(d)});
+          [queue, stop, overflow](vmm::StreamKind k, std::string_view d) {
+            if (*overflow) return;
+            if (!queue->push({k, std::string(d)}, d.size())) {
+              *overflow = true;
+              stop->request_stop();
+            }
           },
-          stop->get_token()));
+          stop->get_token());
+      if (*overflow)
+        r = Rejection{"client_too_slow",
+                      "the output sink did not keep up: more than " +
+                          std::to_string(t.max_buffer >> 20) +
+                          " MiB waited; the command was stopped"};
+      result->emplace(std::move(r));
       queue->close();
     });
     if (!queued) fail({"too_many_requests", "the server is busy"});
@@ -293,8 +306,12 @@ class SandboxImpl final : public api::Sandbox::Server {
     actors::Runtime* rt;
     std::string tenant, id;
     std::stop_token shutdown;
+    size_t max_buffer;
   };
-  Target target() const { return {&ctx_.rt, tenant_, id_, ctx_.shutting_down.get_token()}; }
+  Target target() const {
+    return {&ctx_.rt, tenant_, id_, ctx_.shutting_down.get_token(),
+            ctx_.limits.max_stream_buffer_bytes};
+  }
 
   template <typename Context, typename F>
   kj::Promise<void> info_call(Context context, F f) {

@@ -117,7 +117,15 @@ struct Server final : public kj::HttpService {
   // kj::HttpService
   kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
                             const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
-                            kj::HttpService::Response& response) override;
+                            kj::HttpService::Response& response) override {
+    return handle_request(-1, method, url, headers, body, response);
+  }
+  // The same, for a request on connection `fd` (-1: unknown).
+  kj::Promise<void> handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
+                                   const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                                   kj::HttpService::Response& response);
+  // Fires `stop` when the client on `fd` hangs up (checked twice a second) while the promise lives.
+  kj::Promise<void> watch_hangup(int fd, std::shared_ptr<std::stop_source> stop);
 
   // Event loop side.
   template <typename T>

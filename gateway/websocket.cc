@@ -19,8 +19,7 @@ struct WsSession {
   kj::Own<kj::WebSocket> ws;
   std::string tenant, id;
   uint32_t pid = 0;
-  std::shared_ptr<CrossThreadQueue<std::string>> out =
-      std::make_shared<CrossThreadQueue<std::string>>();
+  std::shared_ptr<CrossThreadQueue<std::string>> out;  // bounded (max_stream_buffer_bytes)
   std::shared_ptr<std::stop_source> stop = std::make_shared<std::stop_source>();
 
   struct Outcome {
@@ -87,16 +86,31 @@ struct WsSession {
     bool queued = gw.pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop,
                                    shutdown = gw.shutting_down.get_token()] {
       std::stop_callback on_shutdown(shutdown, [st] { st->request_stop(); });
+      // A client that stops reading: once its unsent output passes the bound, the process is
+      // stopped (as for SSE) and the client told why, instead of the daemon buffering without end.
+      auto overflow = std::make_shared<std::atomic<bool>>(false);
       auto r = rt->stream_process(
           t, i, p,
-          [q](vmm::StreamKind k, std::string_view d) {
+          [q, st, overflow](vmm::StreamKind k, std::string_view d) {
+            if (*overflow) return;
             Json j = chunk_json(d);
             j.set("type", k == vmm::StreamKind::out ? "stdout" : "stderr");
-            q->push(j.dump());
+            auto text = j.dump();
+            size_t n = text.size();
+            if (!q->push(std::move(text), n)) {
+              *overflow = true;
+              st->request_stop();
+            }
           },
           st->get_token());
+      if (*overflow) rt->kill_process(t, i, p);
       Json j = Json::object();
-      if (r) {
+      if (*overflow) {
+        j.set("type", "error");
+        j.set("code", "client_too_slow");
+        j.set("message", "the client did not read the output: more than the stream buffer "
+                         "waited; the process was stopped");
+      } else if (r) {
         j.set("type", "exit");
         j.set("exit_code", r->exit_code);
         j.set("timed_out", r->timed_out);
@@ -182,8 +196,9 @@ kj::Promise<void> Server::websocket(const Route& route, Request req,
         if (rep.status != 101) return send(response, std::move(rep), t0);
         count_response(rep);
         kj::HttpHeaders headers(*table);
-        auto session = kj::heap<WsSession>(
-            WsSession{*this, response.acceptWebSocket(headers), rep.body, r->param("id")});
+        auto session = kj::heap<WsSession>(WsSession{
+            *this, response.acceptWebSocket(headers), rep.body, r->param("id"), 0,
+            std::make_shared<CrossThreadQueue<std::string>>(limits.max_stream_buffer_bytes)});
         auto p = session->run();
         return p.attach(kj::mv(session));
       });

@@ -5,7 +5,9 @@
 #include <kj/async.h>
 #include <kj/debug.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -86,14 +88,20 @@ class WorkerPool {
 };
 
 // Items produced on another thread, consumed on a KJ loop: push()/close() from any thread;
-// ready() and take() on the loop.
+// ready() and take() on the loop. At most `max_bytes` wait at once: a consumer that does not keep
+// up (a client that stops reading) makes push() refuse instead of growing the daemon without end.
 template <typename T>
 class CrossThreadQueue {
  public:
-  void push(T item) {
+  explicit CrossThreadQueue(size_t max_bytes = SIZE_MAX) : max_bytes_(max_bytes) {}
+  // False (and nothing queued) when `bytes` more would pass the bound.
+  bool push(T item, size_t bytes = 0) {
     std::lock_guard l(mu_);
+    if (bytes > max_bytes_ - std::min(max_bytes_, bytes_)) return false;
+    bytes_ += bytes;
     items_.push_back(std::move(item));
     wake();
+    return true;
   }
   void close() {
     std::lock_guard l(mu_);
@@ -113,6 +121,7 @@ class CrossThreadQueue {
     std::lock_guard l(mu_);
     std::deque<T> out;
     out.swap(items_);
+    bytes_ = 0;
     return {std::move(out), closed_};
   }
 
@@ -125,6 +134,7 @@ class CrossThreadQueue {
   }
   std::mutex mu_;
   std::deque<T> items_;
+  size_t max_bytes_, bytes_ = 0;
   bool closed_ = false;
   kj::Own<kj::CrossThreadPromiseFulfiller<void>> waiter_;
 };

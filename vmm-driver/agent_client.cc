@@ -207,8 +207,10 @@ Result<T> cancellable(IoThread& io, std::stop_token stop, F&& make_promise) {
 }
 
 void start_rpc(AgentClient::Conn& conn) {
+  // Twice the largest legitimate reply (a command's 16 MiB stdout and 16 MiB stderr, plus
+  // framing): a guest cannot make the daemon take a 512 MiB message (capnp's default).
   capnp::ReaderOptions opts;
-  opts.traversalLimitInWords = 64u << 20;
+  opts.traversalLimitInWords = kMaxGuestMessageBytes / 8;
   conn.network = kj::heap<capnp::TwoPartyVatNetwork>(*conn.stream, capnp::rpc::twoparty::Side::CLIENT, opts);
   conn.rpc = kj::heap(capnp::makeRpcClient(*conn.network));
   capnp::MallocMessageBuilder vat;
@@ -435,6 +437,10 @@ Result<std::vector<ProcessInfo>> AgentClient::list_processes() {
   return call<V>([&]() -> kj::Promise<Result<V>> {
     return with_deadline<V>(io_, conn_->agent.listProcessesRequest().send().then([](auto r) -> Result<V> {
       V out;
+      if (r.getProcesses().size() > kMaxListEntries)
+        return make_error(ErrorCode::guest_error, "the guest listed more than " +
+                                                      std::to_string(kMaxListEntries) +
+                                                      " processes");
       for (auto p : r.getProcesses())
         out.push_back({p.getPid(), p.getCommand().cStr(), p.getRunning(), p.getExitCode(), p.getStartedAtMs()});
       return out;
@@ -519,6 +525,10 @@ Result<std::vector<FileStat>> AgentClient::list_dir(const std::string& path) {
     return with_deadline<V>(io_, req.send().then([](auto r) -> Result<V> {
       if (r.hasError()) return guest_file_error(r.getError());
       V out;
+      if (r.getEntries().size() > kMaxListEntries)
+        return make_error(ErrorCode::invalid_argument,
+                          "the folder has more than " + std::to_string(kMaxListEntries) +
+                              " entries: list a smaller one");
       for (auto e : r.getEntries()) out.push_back(read_stat(e));
       return out;
     }), kCallTimeout, "listDir");

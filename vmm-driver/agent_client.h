@@ -18,6 +18,11 @@
 
 namespace pandastack::vmm {
 
+// What the host takes from a guest: one message at most 40 MiB, a listing at most 100,000
+// entries (a hostile guest answers anything; the daemon's memory stays bounded).
+inline constexpr uint64_t kMaxGuestMessageBytes = 40ull << 20;
+inline constexpr size_t kMaxListEntries = 100000;
+
 class IoThread;
 
 struct ExecRequest {

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""The security review's findings (../shared/reviews/security-review.md), each attacked through the
+real daemon: a tenant who drops streams, floods output at a client that never reads, hangs up on
+long commands, exhausts descriptors, sends huge or slow bodies without a key, or loops refused
+creates; a local user who plants the daemon's state folder first. Each test fails on the code the
+review read. Traffic goes only to the daemon on 127.0.0.1.
+
+Usage: hostile_test.py --daemon build/bin/pandastackd [--images var/images]
+"""
+import argparse
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
+import harness  # noqa: E402
+from harness import Api, Daemon, WebSocket, guest_has_process  # noqa: E402
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0
+
+
+def threads(pid):
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class HostileTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = tempfile.mkdtemp(prefix="pst-sec-", dir="/dev/shm")
+        cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
+                            extra=("--body-timeout", "2", "--network", "off"))
+        cls.api = Api(cls.daemon)
+        cls.pid = cls.daemon.proc.pid
+        cls.sid = cls.api.create()["id"]
+
+    @classmethod
+    def tearDownClass(cls):
+        # C1: the daemon ends cleanly (a heap corrupted by a dropped stream died here, leaving
+        # QEMUs behind).
+        code = cls.daemon.stop()
+        left = subprocess.run(["pgrep", "-f", cls.base], capture_output=True, text=True).stdout
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+        assert not left.strip(), "processes left behind: " + left
+
+    def healthy(self):
+        s, b = self.api.call("GET", "/healthz")
+        return s == 200
+
+    # C1: a background process's stream opened and dropped 30 times while it prints. The sink of
+    # every dropped stream must be revoked; before, each later write went to freed memory.
+    def test_dropped_process_streams_leave_nothing_behind(self):
+        s, b = self.api.call("POST", f"/v1/sandboxes/{self.sid}/processes",
+                             {"cmd": "while :; do echo x; sleep 0.01; done"})
+        self.assertEqual(s, 201, b)
+        pid = b["pid"]
+        for _ in range(30):
+            c = self.api.conn(10)
+            c.request("GET", f"/v1/sandboxes/{self.sid}/processes/{pid}/stream",
+                      headers={"Authorization": "Bearer " + self.api.key})
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            r.fp.readline()
+            c.sock.close()
+            c.close()
+        time.sleep(1)  # the guest keeps writing; nothing may reach a dropped stream
+        self.assertTrue(self.healthy())
+        s, b = self.api.exec(self.sid, "echo still")
+        self.assertEqual((s, b["stdout"]), (200, "still\n"))
+        self.api.call("DELETE", f"/v1/sandboxes/{self.sid}/processes/{pid}")
+
+    # H3: refused creates (and ended sandboxes) leave no thread behind.
+    def test_refused_creates_and_ended_sandboxes_leave_threads_flat(self):
+        for _ in range(3):  # the template's pools settle first
+            self.api.call("DELETE", f"/v1/sandboxes/{self.api.create()['id']}")
+        time.sleep(1)
+        before = threads(self.pid)
+        for _ in range(100):
+            s, b = self.api.call("POST", "/v1/sandboxes", {"ttl_seconds": 100000000})
+            self.assertEqual(s, 400, b)
+        for _ in range(5):
+            sid = self.api.create()["id"]
+            self.api.call("DELETE", f"/v1/sandboxes/{sid}")
+        deadline = time.time() + 10
+        while threads(self.pid) > before + 3 and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertLessEqual(threads(self.pid), before + 3,
+                             f"{before} threads before, {threads(self.pid)} after")
+
+    # H5: a client that hangs up on a long command cancels it: it does not run for an hour
+    # holding a worker.
+    def test_hanging_up_on_an_exec_kills_its_command(self):
+        sock = socket.create_connection((self.daemon.host, self.daemon.port))
+        body = '{"cmd":"sleep 3001","timeout_seconds":3600}'
+        sock.sendall((f"POST /v1/sandboxes/{self.sid}/exec HTTP/1.1\r\nHost: x\r\n"
+                      f"Authorization: Bearer {self.api.key}\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+        deadline = time.time() + 20
+        while not guest_has_process(self.api, self.sid, "sleep 3001") and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertTrue(guest_has_process(self.api, self.sid, "sleep 3001"))
+        sock.close()
+        deadline = time.time() + 10
+        while guest_has_process(self.api, self.sid, "sleep 3001") and time.time() < deadline:
+            time.sleep(0.3)
+        self.assertFalse(guest_has_process(self.api, self.sid, "sleep 3001"),
+                         "the command outlived its client")
+
+    # H6: a WebSocket client that never reads while the guest prints 300 MB: the daemon's memory
+    # stays bounded (the process is stopped once 16 MiB wait), and it answers meanwhile.
+    def test_output_flood_to_a_client_that_never_reads_is_bounded(self):
+        base_rss = rss_mib(self.pid)
+        ws = WebSocket(self.daemon, f"/v1/sandboxes/{self.sid}/exec/ws", self.api.key)
+        self.assertEqual(ws.status, 101)
+        ws.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        ws.send_json({"cmd": "head -c 300000000 /dev/zero | tr '\\0' x"})
+        peak = base_rss
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            peak = max(peak, rss_mib(self.pid))
+            if not guest_has_process(self.api, self.sid, "head -c 300000000"):
+                break
+            time.sleep(0.5)
+        self.assertFalse(guest_has_process(self.api, self.sid, "head -c 300000000"),
+                         "the flooding process still runs")
+        self.assertLess(peak - base_rss, 120, f"RSS {base_rss:.0f} -> {peak:.0f} MiB")
+        self.assertTrue(self.healthy())
+        ws.sock.close()
+
+    # H7: with the descriptors used up, accept fails (EMFILE); the listener keeps going and
+    # answers again once descriptors are free.
+    def test_descriptor_exhaustion_does_not_stop_the_listener(self):
+        soft, hard = resource.prlimit(self.pid, resource.RLIMIT_NOFILE)
+        held = []
+        try:
+            resource.prlimit(self.pid, resource.RLIMIT_NOFILE, (fds(self.pid) + 4, hard))
+            for _ in range(20):
+                try:
+                    held.append(socket.create_connection((self.daemon.host, self.daemon.port), 2))
+                except OSError:
+                    break
+            time.sleep(0.5)  # the daemon's accept fails now
+            with open(os.path.join(self.daemon.data, "daemon.log")) as f:
+                self.assertIn("accept failed", f.read())
+        finally:
+            for s in held:
+                s.close()
+            resource.prlimit(self.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        deadline = time.time() + 10
+        ok = False
+        while not ok and time.time() < deadline:
+            try:
+                ok = self.healthy()
+            except OSError:
+                time.sleep(0.2)
+        self.assertTrue(ok, "the API did not come back after EMFILE")
+
+    # H8: without a key that verifies, a 64 MiB upload is refused before its body is read.
+    def test_unauthenticated_large_bodies_are_refused_unread(self):
+        for key in ("pds_" + "a" * 12 + "_" + "b" * 40, "not-a-key"):
+            sock = socket.create_connection((self.daemon.host, self.daemon.port), 10)
+            sock.sendall((f"PUT /v1/sandboxes/{self.sid}/files?path=/tmp/x HTTP/1.1\r\nHost: x\r\n"
+                          f"Authorization: Bearer {key}\r\nContent-Length: 67108863\r\n\r\n")
+                         .encode())
+            t0 = time.time()
+            reply = sock.recv(4096).decode()
+            self.assertTrue(reply.startswith("HTTP/1.1 401"), reply)
+            self.assertLess(time.time() - t0, 2)
+            sock.close()
+        self.assertLess(rss_mib(self.pid), 1024)
+
+    # A body that trickles in is cut off after --body-timeout (2 s here) with 408.
+    def test_a_slow_body_times_out(self):
+        sock = socket.create_connection((self.daemon.host, self.daemon.port), 10)
+        sock.sendall((f"POST /v1/sandboxes/{self.sid}/exec HTTP/1.1\r\nHost: x\r\n"
+                      f"Authorization: Bearer {self.api.key}\r\nContent-Length: 100\r\n\r\n"
+                      '{"cmd":').encode())
+        t0 = time.time()
+        reply = sock.recv(4096).decode()
+        self.assertTrue(reply.startswith("HTTP/1.1 408"), reply)
+        self.assertIn("request_timeout", reply)
+        self.assertLess(time.time() - t0, 6)
+        sock.close()
+
+
+class StateFolderTest(unittest.TestCase):
+    """H2: the daemon's folders must be its own. A state folder another user made first (after a
+    reboot, in /dev/shm) or a symlink put in its place is refused: recovery would delete and kill
+    by what it finds there."""
+
+    def start(self, base, state):
+        p = subprocess.run([harness.ARGS.daemon, "--data", os.path.join(base, "data"),
+                            "--state-dir", state, "--images", harness.ARGS.images,
+                            "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
+                            "--accel", "tcg", "--network", "off"],
+                           capture_output=True, text=True, timeout=60)
+        return p.returncode, p.stderr
+
+    def test_a_folder_someone_else_made_or_a_symlink_is_refused(self):
+        base = tempfile.mkdtemp(prefix="pst-sec-state-", dir="/dev/shm")
+        try:
+            theirs = os.path.join(base, "theirs")
+            os.mkdir(theirs)
+            os.chown(theirs, 65534, 65534)
+            code, err = self.start(base, theirs)
+            self.assertNotEqual(code, 0)
+            self.assertIn("belongs to uid 65534", err)
+            os.mkdir(os.path.join(base, "elsewhere"))
+            link = os.path.join(base, "link")
+            os.symlink(os.path.join(base, "elsewhere"), link)
+            code, err = self.start(base, link)
+            self.assertNotEqual(code, 0)
+            self.assertIn("symlink", err)
+            self.assertEqual(os.listdir(os.path.join(base, "elsewhere")), [])
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    args.cli = None
+    harness.ARGS = args
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
