@@ -1,5 +1,9 @@
 #include "actors/env.h"
 
+#include <sys/statvfs.h>
+
+#include <fstream>
+
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
@@ -105,6 +109,8 @@ vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string
   c.jail = config.jail;
   c.disk_dir = disk_twin(c.run_dir);
   c.die_with_parent = !config.vms_outlive_host;
+  c.cpu_weight = config.vm_cpu_weight;
+  c.cpu_max_percent = config.vm_cpu_max_percent;
   c.hostname = id;
   for (auto& ch : c.hostname)
     if (ch == '_') ch = '-';
@@ -179,5 +185,42 @@ void expose_ports(vmm::Network& n, const std::set<uint32_t>& ports, const std::s
 }
 
 std::string new_sandbox_id() { return "sbx_" + random_base32(16); }
+
+Quotas Env::quotas_of(const std::string& tenant) {
+  std::lock_guard l(quotas_mu);
+  auto it = tenant_quotas.find(tenant);
+  return it == tenant_quotas.end() ? config.quotas : it->second;
+}
+
+std::optional<Rejection> Env::host_admits(uint64_t memory_mib) const {
+  uint32_t headroom = config.host_headroom_percent;
+  if (headroom == 0) return std::nullopt;
+  uint64_t total_kib = 0, available_kib = 0;
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t value;
+  std::string unit;
+  while (in >> key >> value >> unit) {
+    if (key == "MemTotal:") total_kib = value;
+    if (key == "MemAvailable:") available_kib = value;
+  }
+  uint64_t need_kib = memory_mib * 1024;
+  if (total_kib > 0 && available_kib < need_kib + total_kib * headroom / 100)
+    return Rejection{"host_full", "the host has " + std::to_string(available_kib / 1024) +
+                                      " MiB of memory available; " + std::to_string(memory_mib) +
+                                      " MiB more would leave less than its " +
+                                      std::to_string(headroom) + "% headroom: try again later"};
+  struct statvfs v {};
+  if (::statvfs(config.state_dir.c_str(), &v) == 0 && v.f_blocks > 0) {
+    uint64_t size = uint64_t(v.f_blocks) * v.f_frsize, free = uint64_t(v.f_bavail) * v.f_frsize;
+    if (free < memory_mib * 1024 * 1024 + size / 100 * headroom)
+      return Rejection{"host_full", "the state folder " + config.state_dir.string() + " has " +
+                                        std::to_string(free >> 20) + " MiB free; " +
+                                        std::to_string(memory_mib) +
+                                        " MiB more of guest RAM would leave less than its " +
+                                        std::to_string(headroom) + "% headroom"};
+  }
+  return std::nullopt;
+}
 
 }  // namespace pandastack::actors

@@ -83,6 +83,17 @@ struct Env {
   std::unique_ptr<vmm::VmWatcher> watcher = std::make_unique<vmm::VmWatcher>();
   std::atomic<uint64_t> vm_exits{0};  // VMs that died on their own, for metrics
 
+  // Quotas: tenants an admin gave their own (the others have config.quotas; loaded from the store
+  // at start), and commands running per tenant (the execs quota).
+  std::mutex quotas_mu;
+  std::map<std::string, Quotas> tenant_quotas;
+  std::map<std::string, uint32_t> execs_running;
+  Quotas quotas_of(const std::string& tenant);
+  // The host's answer to `memory_mib` more guest RAM: 503 host_full when it would leave less than
+  // config.host_headroom_percent of host memory (MemAvailable) or of the state folder's file
+  // system free.
+  std::optional<Rejection> host_admits(uint64_t memory_mib) const;
+
   // Host subnets in use (by sandboxes' VMs and waiting pool members). Persisted through the
   // sandboxes' network_attached events: recovery marks the adopted VMs' subnets used again.
   std::mutex subnets_mu;

@@ -60,6 +60,54 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
 void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& id,
               const Command& c, caf::response_promise rp);
 
+bool is_live(Status s) {
+  return s != Status::none && s != Status::stopped && s != Status::failed &&
+         s != Status::hibernated;
+}
+
+// The tenant's use of its quotas, from the records of its sandboxes.
+QuotaUse use_of(RegistrySelf* self, const std::string& tenant) {
+  QuotaUse u;
+  for (auto& [id, i] : self->state.infos)
+    if (i.tenant == tenant) count_use(i, self->state.env->config.memory_mib, u);
+  std::lock_guard l(self->state.env->quotas_mu);
+  u.execs = self->state.env->execs_running[tenant];
+  return u;
+}
+
+// Refused (quota_exceeded, host_full) before anything starts, or admitted.
+std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, const QuotaAsk& ask) {
+  auto* env = self->state.env;
+  if (auto r = check_quotas(env->quotas_of(tenant), use_of(self, tenant), ask)) return r;
+  if (uint64_t ram = ask.memory_mib + ask.snapshot_mib) return env->host_admits(ram);
+  return std::nullopt;
+}
+
+// What a command asks of its tenant's quotas, for the sandbox `i`.
+QuotaAsk ask_of(const Command& c, const SandboxInfo& i, uint64_t mem) {
+  QuotaAsk a;
+  if (auto* f = std::get_if<cmd::Fork>(&c)) {
+    a.sandboxes = f->count;
+    a.memory_mib = mem * f->count;
+    if (i.persistent) {
+      a.hibernated = f->count;
+      a.hibernated_mib = mem * f->count;
+    }
+  } else if (std::holds_alternative<cmd::Snapshot>(c)) {
+    a.snapshots = 1;
+    a.snapshot_mib = mem;
+  } else if (std::holds_alternative<cmd::Wake>(c) && i.status == Status::hibernated) {
+    a.sandboxes = 1;
+    a.memory_mib = mem;
+  } else if (std::holds_alternative<cmd::Hibernate>(c) && !i.persistent && is_live(i.status)) {
+    a.hibernated = 1;
+    a.hibernated_mib = mem;
+  } else if (auto* p = std::get_if<cmd::ExposePort>(&c); p && !i.ports.count(p->port)) {
+    a.ports = 1;
+  }
+  return a;
+}
+
 // Sends `msg` to `to` and answers the current request with its answer. A sandbox actor that
 // retired meanwhile (it ended) is answered for from its recorded state (`c`, when given).
 caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg,
@@ -157,6 +205,14 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
             return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
           snapshot = req.from_snapshot;
         }
+        QuotaAsk ask;
+        ask.sandboxes = 1;
+        ask.memory_mib = self->state.env->config.memory_mib;
+        if (req.persistent) {
+          ask.hibernated = 1;
+          ask.hibernated_mib = ask.memory_mib;
+        }
+        if (auto refused = admit(self, req.tenant, ask)) return Answer::fail(*refused);
         return create_in(self, req, "", snapshot);
       },
       [=](fork_atom, ForkRequest fr) -> caf::result<Answer> {
@@ -228,6 +284,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](route_atom, std::string tenant, std::string id, Command c) -> caf::result<Answer> {
         auto a = find(tenant, id);
         if (!a) return ended(self, tenant, id, c);
+        auto ask = ask_of(c, self->state.infos[id], self->state.env->config.memory_mib);
+        if (auto refused = admit(self, tenant, ask)) return Answer::fail(*refused);
         return forward(self, a, caf::make_message(cmd_atom::value, c), std::make_pair(tenant, id),
                        c);
       },
@@ -236,6 +294,9 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         Command as = cmd::Exec{"x", command};
         auto a = find(tenant, id);
         if (!a) return ended(self, tenant, id, as);
+        // A command that wakes its sandbox (auto_wake) asks what a wake asks.
+        auto woken = ask_of(cmd::Wake{}, self->state.infos[id], self->state.env->config.memory_mib);
+        if (auto refused = admit(self, tenant, woken)) return Answer::fail(*refused);
         return forward(self, a, caf::make_message(exec_atom::value, std::move(command)),
                        std::make_pair(tenant, id), as);
       },
@@ -243,6 +304,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         Command as = cmd::Exec{"x", "use it"};
         auto a = find(tenant, id);
         if (!a) return ended(self, tenant, id, as);
+        auto woken = ask_of(cmd::Wake{}, self->state.infos[id], self->state.env->config.memory_mib);
+        if (auto refused = admit(self, tenant, woken)) return Answer::fail(*refused);
         return forward(self, a, caf::make_message(lease_atom::value), std::make_pair(tenant, id),
                        as);
       },

@@ -18,8 +18,10 @@
 #include "actors/messages.h"
 #include "actors/recovery.h"
 #include "actors/registry.h"
+#include "vmm-driver/jail.h"
 #include "vmm-driver/private_dir.h"
 #include "storage/api_keys.h"
+#include "wire/json.h"
 
 namespace pandastack::actors {
 
@@ -104,6 +106,22 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       else
         c = *n;
   }
+  if (config.jail) {
+    // Jail uids must be nobody else's: a host user whose subordinate ids (user namespaces) cover
+    // them could signal the QEMUs or open their RAM files.
+    const auto& policy = vmm::JailPolicy::builtin();
+    for (auto file : {"/etc/subuid", "/etc/subgid"}) {
+      std::ifstream in(file);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto overlaps = vmm::subid_overlaps(text, policy.uid_base, policy.uid_count);
+      if (!overlaps.empty())
+        return Rejection{"invalid_argument",
+                         std::string(file) + " gives '" + overlaps[0] + "' ids the QEMU jail uses (" +
+                             std::to_string(policy.uid_base) + "+" +
+                             std::to_string(policy.uid_count) +
+                             "): move that user's range or the jail's (vmm-driver/jail.policy)"};
+    }
+  }
   env.config = config;
   // Ours alone (made 0700 here, refused if someone else made them first): recovery deletes and
   // kills by what it finds in them, and they hold every tenant's memory, disks and events.
@@ -118,6 +136,17 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   if (!store) return Rejection{"storage_error", store.error().message};
   env.store = std::move(*store);
   impl->keys = std::make_unique<storage::KeyStore>(*env.store);
+  // Tenants' own quotas (set by an admin).
+  if (auto saved = env.store->scan("quota/")) {
+    for (auto& [key, value] : *saved) {
+      auto j = wire::Json::parse(value);
+      auto q = j ? quotas_from_json(*j, config.quotas) : std::variant<Quotas, Rejection>(Rejection{});
+      if (auto* ok = std::get_if<Quotas>(&q))
+        env.tenant_quotas[key.substr(6)] = *ok;
+      else
+        spdlog::warn("quotas of {}: unreadable record, the defaults apply", key.substr(6));
+    }
+  }
   env.templates = std::make_unique<vmm::TemplateStore>(env.io, config.images_dir);
   if (config.network) {
     auto pool = vmm::SubnetPool::parse(config.net.pool_cidr);
@@ -504,9 +533,36 @@ Reply<T> leased(Runtime::Impl& impl, const std::string& tenant, const std::strin
 }
 
 namespace {
+// A slot of the tenant's execs quota for as long as it lives (none when refused).
+class ExecSlot {
+ public:
+  ExecSlot(Env& env, const std::string& tenant) : env_(env), tenant_(tenant) {
+    uint32_t limit = env.quotas_of(tenant).execs;
+    std::lock_guard l(env.quotas_mu);
+    auto& n = env.execs_running[tenant];
+    if (n >= limit)
+      refused_ = quota_exceeded("execs", limit, n, 1);
+    else
+      ++n;
+  }
+  ~ExecSlot() {
+    if (refused_) return;
+    std::lock_guard l(env_.quotas_mu);
+    if (--env_.execs_running[tenant_] == 0) env_.execs_running.erase(tenant_);
+  }
+  const std::optional<Rejection>& refused() const { return refused_; }
+
+ private:
+  Env& env_;
+  std::string tenant_;
+  std::optional<Rejection> refused_;
+};
+
 Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
                                 const std::string& id, const vmm::ExecRequest& req,
                                 vmm::OutputCallback cb, std::stop_token stop) {
+  ExecSlot slot(*impl.env, tenant);
+  if (slot.refused()) return *slot.refused();
   Answer a = impl.ask(caf::make_message(exec_atom::value, tenant, id, describe_command(req)));
   if (!a.ok) return a.error;
   auto t0 = std::chrono::steady_clock::now();
@@ -686,6 +742,52 @@ RuntimeCounts Runtime::counts() {
 namespace {
 KeyInfo key_info(const storage::ApiKey& k) { return {k.id, k.tenant, k.admin, k.created_ms}; }
 }  // namespace
+
+Quotas Runtime::quota_limits(const std::string& tenant) { return impl_->env->quotas_of(tenant); }
+
+Reply<std::pair<Quotas, QuotaUse>> Runtime::quotas(const std::string& tenant) {
+  auto all = list(tenant);
+  if (!all) return all.error();
+  QuotaUse u;
+  for (auto& i : *all) count_use(i, impl_->env->config.memory_mib, u);
+  {
+    std::lock_guard l(impl_->env->quotas_mu);
+    auto it = impl_->env->execs_running.find(tenant);
+    u.execs = it == impl_->env->execs_running.end() ? 0 : it->second;
+  }
+  return std::make_pair(impl_->env->quotas_of(tenant), u);
+}
+
+namespace {
+bool valid_tenant(const std::string& tenant) {
+  bool ok = !tenant.empty() && tenant.size() <= 128;
+  for (char c : tenant) ok &= std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
+  return ok;
+}
+}  // namespace
+
+Reply<Quotas> Runtime::set_quotas(const std::string& tenant, const wire::Json& changes) {
+  if (!valid_tenant(tenant))
+    return Rejection{"invalid_argument", "tenant names are 1-128 of a-z, A-Z, 0-9, '-', '_', '.'"};
+  auto& env = *impl_->env;
+  auto q = quotas_from_json(changes, env.quotas_of(tenant));
+  if (auto* r = std::get_if<Rejection>(&q)) return *r;
+  auto& quotas = std::get<Quotas>(q);
+  auto saved = env.store->put("quota/" + tenant, quotas_json(quotas).dump(), true);
+  if (!saved) return Rejection{"storage_error", saved.error().message};
+  std::lock_guard l(env.quotas_mu);
+  env.tenant_quotas[tenant] = quotas;
+  return quotas;
+}
+
+Reply<Quotas> Runtime::reset_quotas(const std::string& tenant) {
+  auto& env = *impl_->env;
+  auto removed = env.store->remove("quota/" + tenant, true);
+  if (!removed) return Rejection{"storage_error", removed.error().message};
+  std::lock_guard l(env.quotas_mu);
+  env.tenant_quotas.erase(tenant);
+  return env.config.quotas;
+}
 
 Reply<KeyInfo> Runtime::authenticate(const std::string& token) {
   auto k = impl_->keys->verify(token);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/quotas.h"
 #include "actors/sandbox.h"
 #include "vmm-driver/agent_client.h"
 #include "vmm-driver/network.h"
@@ -60,6 +61,15 @@ struct RuntimeConfig {
   vmm::NetworkSettings net;
   Egress default_egress;  // for creates that name no policy (deny_all unless configured)
   std::string ports_host = "127.0.0.1";  // where exposed guest ports listen on the host
+  // Each VM's cgroup: CPU (and IO) weight against the daemon's 100, and a CPU ceiling in percent
+  // of one CPU (0 = none). See vmm::VmConfig.
+  uint32_t vm_cpu_weight = 50;
+  uint32_t vm_cpu_max_percent = 0;
+  // Quotas every tenant gets unless an admin set its own (PUT /v1/quotas/{tenant}).
+  Quotas quotas;
+  // Creates, forks and wakes are refused (503 host_full) when they would leave less than this
+  // share of host memory, or of the state folder's file system, free.
+  uint32_t host_headroom_percent = 10;
 };
 
 struct SandboxInfo {
@@ -77,6 +87,9 @@ struct SandboxInfo {
   Egress egress;
   std::set<uint32_t> ports;  // exposed guest ports
 };
+
+// Adds what sandbox `i` holds to `u` (its tenant's quota use); `memory_mib` per VM.
+void count_use(const SandboxInfo& i, uint64_t memory_mib, QuotaUse& u);
 
 // An exposed guest port: where the host forwards it from (host_port 0 while the VM is not running).
 struct PortInfo {
@@ -267,6 +280,15 @@ class Runtime {
   Reply<std::pair<std::string, KeyInfo>> create_key(const std::string& tenant, bool admin);
   Reply<bool> revoke_key(const std::string& key_id);
   Reply<std::vector<KeyInfo>> list_keys();
+
+  // A tenant's quota limits (its own, else the defaults): cheap, for every request.
+  Quotas quota_limits(const std::string& tenant);
+  // A tenant's quotas (its own, else the defaults) and what it uses of them.
+  Reply<std::pair<Quotas, QuotaUse>> quotas(const std::string& tenant);
+  // Sets a tenant's own quotas (the fields of `changes` over its current ones; persisted).
+  Reply<Quotas> set_quotas(const std::string& tenant, const wire::Json& changes);
+  // Forgets a tenant's own quotas: the defaults apply again.
+  Reply<Quotas> reset_quotas(const std::string& tenant);
 
   // Templates whose image is built (IMAGES/<name>/rootfs.qcow2).
   std::vector<TemplateInfo> templates();

@@ -12,7 +12,8 @@ HttpReply json_reply(unsigned status, const Json& j) {
 HttpReply error_reply(const std::string& code, const std::string& message) {
   HttpReply r{status_for(code), "application/json", error_body(code, message), code, {}};
   // Refused for now, not for good: say when to come back (the SDKs retry after it).
-  if (code == "too_many_execs" || code == "too_many_requests" || code == "exec_failed")
+  if (code == "too_many_execs" || code == "too_many_requests" || code == "exec_failed" ||
+      code == "host_full")
     r.headers.emplace_back("Retry-After", "1");
   return r;
 }

@@ -2,6 +2,8 @@
 
 #include "wire/json.h"
 
+#include <cstdio>
+
 namespace pandastack::gateway {
 
 const std::vector<std::pair<std::string, unsigned>>& error_codes() {
@@ -73,6 +75,20 @@ std::string error_body(std::string_view code, std::string_view message) {
   wire::Json e = wire::Json::object();
   e.set("code", std::string(code));
   e.set("message", std::string(message));
+  // quota_exceeded: which quota, its limit, the current use and what was asked, as fields
+  // (actors::quota_exceeded writes them into the message in this form).
+  if (code == "quota_exceeded") {
+    char name[64] = {0};
+    unsigned long long limit = 0, used = 0, asked = 0;
+    std::string m(message);
+    if (std::sscanf(m.c_str(), "quota '%63[a-z_]' exceeded: limit %llu, in use %llu, asked %llu",
+                    name, &limit, &used, &asked) == 4) {
+      e.set("quota", std::string(name));
+      e.set("limit", int64_t(limit));
+      e.set("used", int64_t(used));
+      e.set("asked", int64_t(asked));
+    }
+  }
   wire::Json j = wire::Json::object();
   j.set("error", e);
   return j.dump();

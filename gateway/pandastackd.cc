@@ -57,6 +57,14 @@ const char* kUsage = R"(usage: pandastackd [options]
   --ports-host ADDR   host address exposed guest ports listen on (default 127.0.0.1)
   --dns-upstream IP[:PORT]  where sandbox resolvers send allowed names (default: the first IPv4
                       nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
+  --quota-sandboxes N, --quota-memory-mib N, --quota-snapshots N, --quota-snapshot-mib N,
+  --quota-hibernated N, --quota-hibernated-mib N, --quota-ports N, --quota-execs N,
+  --quota-rps N       every tenant's quotas unless an admin set its own (PUT /v1/quotas/{tenant});
+                      defaults 50, 32768, 100, 65536, 50, 32768, 64, 128, 500
+  --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
+                      P% of host memory or of the state folder free (default 10; 0 = off)
+  --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
+  --vm-cpu-max P      each VM's CPU ceiling, percent of one CPU (default 0: none)
   --max-connections N connections open at once per API, REST and RPC each (default 4096; more
                       are closed at once)
   --body-timeout S    a request body must arrive within S seconds (default 60; else 408)
@@ -129,6 +137,30 @@ int main(int argc, char** argv) {
       config.limits.max_concurrent_execs = parse_u32(a, value());
     else if (a == "--log-level")
       level = value();
+    else if (a == "--quota-sandboxes")
+      config.quotas.sandboxes = parse_u32(a, value());
+    else if (a == "--quota-memory-mib")
+      config.quotas.memory_mib = parse_u32(a, value());
+    else if (a == "--quota-snapshots")
+      config.quotas.snapshots = parse_u32(a, value());
+    else if (a == "--quota-snapshot-mib")
+      config.quotas.snapshot_mib = parse_u32(a, value());
+    else if (a == "--quota-hibernated")
+      config.quotas.hibernated = parse_u32(a, value());
+    else if (a == "--quota-hibernated-mib")
+      config.quotas.hibernated_mib = parse_u32(a, value());
+    else if (a == "--quota-ports")
+      config.quotas.ports = parse_u32(a, value());
+    else if (a == "--quota-execs")
+      config.quotas.execs = parse_u32(a, value());
+    else if (a == "--quota-rps")
+      config.quotas.requests_per_second = parse_u32(a, value());
+    else if (a == "--host-headroom")
+      config.host_headroom_percent = parse_u32(a, value());
+    else if (a == "--vm-cpu-weight")
+      config.vm_cpu_weight = parse_u32(a, value());
+    else if (a == "--vm-cpu-max")
+      config.vm_cpu_max_percent = parse_u32(a, value());
     else if (a == "--max-connections")
       api_limits.max_connections = parse_u32(a, value());
     else if (a == "--body-timeout")
@@ -185,6 +217,15 @@ int main(int argc, char** argv) {
     spdlog::warn("no guest kernel under {}: build the images with `make guest`", images.string());
 
   if (api_limits.max_connections == 0) usage_error("--max-connections must be at least 1");
+  for (uint64_t q : {uint64_t(config.quotas.sandboxes), config.quotas.memory_mib,
+                     uint64_t(config.quotas.snapshots), config.quotas.snapshot_mib,
+                     uint64_t(config.quotas.hibernated), config.quotas.hibernated_mib,
+                     uint64_t(config.quotas.ports), uint64_t(config.quotas.execs),
+                     uint64_t(config.quotas.requests_per_second)})
+    if (q == 0) usage_error("quotas must be at least 1");
+  if (config.host_headroom_percent > 99) usage_error("--host-headroom is a percentage up to 99");
+  if (config.vm_cpu_weight < 1 || config.vm_cpu_weight > 10000)
+    usage_error("--vm-cpu-weight must be within 1..10000");
   if (api_limits.body_timeout.count() == 0) usage_error("--body-timeout must be at least 1");
   // Every sandbox holds a few descriptors (QMP, agent, pidfd, namespace, resolver): the default
   // soft limit of 1024 would end accepting at about 150 networked sandboxes.

@@ -149,7 +149,7 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       settings);
   pool = std::make_unique<WorkerPool>(limits.worker_threads, limits.max_queued_requests);
   for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
-                     snapshot_routes(), admin_routes()})
+                     snapshot_routes(), admin_routes(), quota_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
 }
 
@@ -344,7 +344,14 @@ actors::KeyInfo Server::auth(const Request& r) {
 
 Call Server::admit(const Route& route, const Request& r) {
   Call c{*this, r, {}, ""};
-  if (route.auth) c.key = auth(r);
+  if (route.auth) {
+    c.key = auth(r);
+    if (!limiter.take(c.key.id, rt.quota_limits(c.key.tenant).requests_per_second))
+      throw ApiError{"too_many_requests", "this key sent more than " +
+                                              std::to_string(rt.quota_limits(c.key.tenant)
+                                                                 .requests_per_second) +
+                                              " requests per second (its tenant's quota)"};
+  }
   c.id = r.param("id");
   // Another tenant's sandbox does not exist for this key: 404 before anything else is looked at.
   if (!c.id.empty()) unwrap(rt.get(c.key.tenant, c.id));

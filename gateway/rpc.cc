@@ -14,6 +14,7 @@
 
 #include "gateway/acceptor.h"
 #include "gateway/http_util.h"
+#include "gateway/rate_limit.h"
 #include "gateway/worker_pool.h"
 #include "wire/pandastack.capnp.h"
 
@@ -25,13 +26,18 @@ using actors::Reply;
 
 // One connection's login. Every call made through the capabilities a login handed out verifies
 // its key again first: a revoked key's open session fails its next call (as REST would).
+// Each call also takes a token of the key's requests-per-second bucket.
 struct Session {
   std::string key, tenant;
-  bool logged_in = false;  // the connection may send more than a login's bytes
+  RateLimiter* limiter = nullptr;
   std::optional<Rejection> check(actors::Runtime& rt) const {
     auto k = rt.authenticate(key);
     if (!k) return Rejection{k.error().code, "this session's API key no longer works: " +
                                                  k.error().message};
+    uint32_t rate = rt.quota_limits(k->tenant).requests_per_second;
+    if (limiter && !limiter->take(k->id, rate))
+      return Rejection{"too_many_requests", "this key sent more than " + std::to_string(rate) +
+                                                " requests per second (its tenant's quota)"};
     return std::nullopt;
   }
 };
@@ -42,6 +48,7 @@ struct RpcServer::Impl {
   Limits limits;
   std::stop_source shutting_down;  // cancels commands in flight at shutdown (outlives the pool)
   WorkerPool pool;
+  RateLimiter limiter;
   std::unique_ptr<Acceptor> acceptor;
 
   Impl(actors::Runtime& r, kj::Timer& t, Limits l);
@@ -478,6 +485,7 @@ class LoginImpl final : public api::Login::Server {
           auto session = std::make_shared<Session>();
           session->key = key;
           session->tenant = k.tenant;
+          session->limiter = &ctx_.limiter;
           context.getResults().setPlatform(kj::heap<PlatformImpl>(ctx_, std::move(session)));
         });
   }

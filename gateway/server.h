@@ -22,6 +22,7 @@
 
 #include "gateway/api_types.h"
 #include "gateway/http_util.h"
+#include "gateway/rate_limit.h"
 #include "gateway/rest.h"
 #include "gateway/worker_pool.h"
 
@@ -70,6 +71,7 @@ std::vector<Route> exec_routes();      // exec, streams, WebSocket, background p
 std::vector<Route> file_routes();      // files
 std::vector<Route> snapshot_routes();  // snapshots
 std::vector<Route> admin_routes();     // keys, the audit log
+std::vector<Route> quota_routes();     // quotas: one's own, a tenant's (admin)
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {
@@ -100,6 +102,7 @@ struct Server final : public kj::HttpService {
   kj::Own<kj::HttpServer> server;
   std::vector<Route> routes;
   std::unique_ptr<WorkerPool> pool;
+  RateLimiter limiter;  // requests per second per key
   // Fires at shutdown: commands in flight are cancelled so the workers can be joined.
   std::stop_source shutting_down;
 

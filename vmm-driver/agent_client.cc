@@ -1,5 +1,7 @@
 #include "vmm-driver/agent_client.h"
 
+#include <sys/socket.h>
+
 #include <capnp/rpc-twoparty.h>
 #include <capnp/rpc.h>
 #include <kj/async-io.h>
@@ -298,7 +300,7 @@ AgentClient::~AgentClient() {
 }
 
 Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const std::string& socket_path,
-                                                           milliseconds deadline) {
+                                                           int64_t peer_uid, milliseconds deadline) {
   if (socket_path.size() >= 108)
     return make_error(ErrorCode::invalid_argument, "agent socket path too long: " + socket_path);
   auto until = steady_clock::now() + deadline;
@@ -314,6 +316,14 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const st
               return addr->connect().attach(kj::mv(addr));
             })
             .then([&](kj::Own<kj::AsyncIoStream> stream) {
+              if (peer_uid >= 0) {
+                ucred cred{};
+                uint len = sizeof cred;
+                stream->getsockopt(SOL_SOCKET, SO_PEERCRED, &cred, &len);
+                if (int64_t(cred.uid) != peer_uid)
+                  KJ_FAIL_REQUIRE("the agent socket is served by another uid than this VM's QEMU",
+                                  cred.uid, peer_uid);
+              }
               conn->stream = kj::mv(stream);
               return begin_session(*conn);
             });

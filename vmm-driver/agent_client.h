@@ -76,7 +76,9 @@ class AgentClient {
  public:
   // Connects to the agent's channel: the unix socket QEMU serves for the virtio-serial port.
   // Returns once the socket is connected; the agent may not be answering yet (see health()).
+  // `peer_uid` >= 0: the socket must be served by that uid (see QmpClient::connect).
   static Result<std::unique_ptr<AgentClient>> connect(IoThread& io, const std::string& socket_path,
+                                                      int64_t peer_uid,
                                                       std::chrono::milliseconds deadline);
   ~AgentClient();
   AgentClient(const AgentClient&) = delete;

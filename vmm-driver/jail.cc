@@ -11,14 +11,17 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/close_range.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -161,7 +164,10 @@ std::string own_v1_path(const std::string& controller) {
 }
 }  // namespace
 
-std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_bytes, uint32_t pids_max) {
+std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_bytes,
+                                       uint32_t pids_max, uint32_t cpu_weight,
+                                       uint32_t cpu_max_percent) {
+  constexpr uint64_t kPeriodUs = 100000;
   auto g = std::unique_ptr<Cgroup>(new Cgroup());
   std::error_code ec;
   if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
@@ -179,6 +185,11 @@ std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_
     g->dirs_.push_back(dir);
     if (memory_bytes) write_text(dir / "memory.max", std::to_string(memory_bytes));
     if (pids_max) write_text(dir / "pids.max", std::to_string(pids_max));
+    if (cpu_weight) write_text(dir / "cpu.weight", std::to_string(cpu_weight));
+    if (cpu_max_percent)
+      write_text(dir / "cpu.max",
+                 std::to_string(kPeriodUs * cpu_max_percent / 100) + " " + std::to_string(kPeriodUs));
+    if (cpu_weight) write_text(dir / "io.weight", "default " + std::to_string(cpu_weight));
     return g;
   }
   // cgroup v1: memory and pids hierarchies, below this process's own groups.
@@ -187,7 +198,9 @@ std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_
     const char* file;
     uint64_t value;
   };
-  for (V1 c : {V1{"memory", "memory.limit_in_bytes", memory_bytes}, V1{"pids", "pids.max", pids_max}}) {
+  uint64_t shares = uint64_t(cpu_weight) * 1024 / 100;
+  for (V1 c : {V1{"memory", "memory.limit_in_bytes", memory_bytes}, V1{"pids", "pids.max", pids_max},
+               V1{"cpu", "cpu.shares", std::max<uint64_t>(shares, cpu_max_percent ? 1024 : 0)}}) {
     fs::path root = fs::path("/sys/fs/cgroup") / c.controller;
     if (!fs::exists(root / "cgroup.procs") || c.value == 0) continue;
     fs::path dir = root / own_v1_path(c.controller).substr(1) / "pandastack" / name;
@@ -196,6 +209,10 @@ std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_
       spdlog::warn("cgroup v1 {}: cannot set up {}: {}", c.controller, dir.string(), ec ? ec.message() : "write failed");
       fs::remove(dir, ec);
       continue;
+    }
+    if (std::string(c.controller) == "cpu" && cpu_max_percent) {
+      write_text(dir / "cpu.cfs_period_us", std::to_string(kPeriodUs));
+      write_text(dir / "cpu.cfs_quota_us", std::to_string(kPeriodUs * cpu_max_percent / 100));
     }
     g->dirs_.push_back(dir);
   }
@@ -228,6 +245,51 @@ Cgroup::~Cgroup() {
     // The group empties when QEMU has been reaped; rmdir fails (harmlessly) otherwise.
     if (::rmdir(d.c_str()) != 0 && errno != ENOENT) spdlog::warn("cannot remove cgroup {}: {}", d.string(), strerror(errno));
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Uids
+
+namespace {
+std::mutex uids_mu;
+std::set<uint32_t> uids_in_use;
+uint32_t uids_next = 0;
+}  // namespace
+
+uint32_t JailUids::acquire(uint32_t base, uint32_t count) {
+  std::lock_guard l(uids_mu);
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t uid = base + (uids_next++ % count);
+    if (uids_in_use.insert(uid).second) return uid;
+  }
+  return 0;
+}
+
+void JailUids::claim(uint32_t uid) {
+  std::lock_guard l(uids_mu);
+  uids_in_use.insert(uid);
+}
+
+void JailUids::release(uint32_t uid) {
+  std::lock_guard l(uids_mu);
+  uids_in_use.erase(uid);
+}
+
+std::vector<std::string> subid_overlaps(const std::string& text, uint32_t base, uint32_t count) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto a = line.find(':'), b = line.rfind(':');
+    if (a == std::string::npos || a == b) continue;
+    try {
+      uint64_t start = std::stoull(line.substr(a + 1, b - a - 1));
+      uint64_t n = std::stoull(line.substr(b + 1));
+      if (start < uint64_t(base) + count && uint64_t(base) < start + n) out.push_back(line);
+    } catch (...) {
+    }
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -378,6 +440,10 @@ void JailLaunch::child(int err_fd) {
   int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull < 0) die(-6);
   ::dup2(devnull, 0);
+  // Nothing of the daemon's reaches QEMU but what its command line names: every descriptor from
+  // 3 up closes at exec (another VM's netns or a record being written, opened by a concurrent
+  // thread without O_CLOEXEC, would otherwise leak in), then the inherited ones are let through.
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) die(-8);
   for (int fd : inherit_fds_) ::fcntl(fd, F_SETFD, 0);
   if (log_fd_ >= 0) {
     ::dup2(log_fd_, 1);
@@ -445,6 +511,7 @@ Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice,
       case -5: where = "no-new-privs"; break;
       case -6: where = "opening /dev/null"; break;
       case -7: where = "executing " + argv_[0]; break;
+      case -8: where = "closing inherited descriptors (close_range, Linux 5.11+)"; break;
       default:
         where = "step " + std::to_string(e.step) + " (" + std::string(steps_[size_t(e.step)].a) + " " +
                 steps_[size_t(e.step)].b + ")";

@@ -40,11 +40,31 @@ struct JailPolicy {
   static const std::string& builtin_text();
 };
 
+// The jail uids of this process's live VMs: each VM gets one no other live VM has (adopted VMs
+// claim theirs from their record), so a VM's sockets can be told from every other VM's by their
+// peer's uid.
+class JailUids {
+ public:
+  // A free uid of [base, base + count), or 0 when all are taken.
+  static uint32_t acquire(uint32_t base, uint32_t count);
+  static void claim(uint32_t uid);
+  static void release(uint32_t uid);
+};
+
+// The ranges of /etc/subuid or /etc/subgid (user namespaces' uid maps) that overlap
+// [base, base + count): "user:start:count" lines. A host user whose subordinate ids cover jail
+// uids could signal or read QEMUs; the daemon refuses to start on an overlap.
+std::vector<std::string> subid_overlaps(const std::string& file_text, uint32_t base, uint32_t count);
+
 // Resource limits for one VM's QEMU: a cgroup (v2 when mounted, else v1 memory + pids), removed
 // with this object. Empty (no limits) when the host offers no writable cgroup hierarchy.
 class Cgroup {
  public:
-  static std::unique_ptr<Cgroup> create(const std::string& name, uint64_t memory_bytes, uint32_t pids_max);
+  // `cpu_weight` (1..10000, v2 scale; 0 = default) and `cpu_max_percent` (of one CPU; 0 = none)
+  // are applied where the cpu controller is available; io weight too where io is (v2).
+  static std::unique_ptr<Cgroup> create(const std::string& name, uint64_t memory_bytes,
+                                        uint32_t pids_max, uint32_t cpu_weight = 0,
+                                        uint32_t cpu_max_percent = 0);
   // The groups of an adopted VM (removed when it ends).
   static std::unique_ptr<Cgroup> adopt(bool v2, std::vector<std::filesystem::path> dirs) {
     auto g = std::unique_ptr<Cgroup>(new Cgroup());

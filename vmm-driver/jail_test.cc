@@ -49,5 +49,21 @@ TEST(JailPolicy, RejectsUnknownKindsAndRootUser) {
   EXPECT_EQ(ok->clone_flags, CLONE_NEWPID);
 }
 
+TEST(JailUids, EachLiveVmHasItsOwnAndSubordinateRangesThatOverlapAreFound) {
+  uint32_t a = JailUids::acquire(5000, 3), b = JailUids::acquire(5000, 3);
+  JailUids::claim(5002);  // an adopted VM's
+  EXPECT_NE(a, b);
+  EXPECT_EQ(JailUids::acquire(5000, 3), 0u) << "the range is used up";
+  JailUids::release(a);
+  EXPECT_EQ(JailUids::acquire(5000, 3), a);
+  for (auto u : {5000u, 5001u, 5002u}) JailUids::release(u);
+  std::string subuid = "alice:100000:65536\nbob:165536:65536\nbad line\ncarol:999990000:20000\n";
+  EXPECT_EQ(subid_overlaps(subuid, 1000000000, 60000),
+            (std::vector<std::string>{"carol:999990000:20000"}));
+  EXPECT_EQ(subid_overlaps(subuid, 200000, 60000), (std::vector<std::string>{"bob:165536:65536"}));
+  EXPECT_TRUE(subid_overlaps(subuid, 2000000000, 60000).empty());
+  EXPECT_GE(JailPolicy::builtin().uid_base, 600100000u) << "inside Debian's subordinate ids";
+}
+
 }  // namespace
 }  // namespace pandastack::vmm

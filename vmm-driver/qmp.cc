@@ -15,7 +15,8 @@ using namespace std::chrono;
 using wire::Json;
 
 Result<std::unique_ptr<QmpClient>> QmpClient::connect(const std::string& socket_path, milliseconds deadline,
-                                                     const std::function<bool()>& alive) {
+                                                     const std::function<bool()>& alive,
+                                                     int64_t peer_uid) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof addr.sun_path)
@@ -26,6 +27,18 @@ Result<std::unique_ptr<QmpClient>> QmpClient::connect(const std::string& socket_
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return make_error(ErrorCode::io_error, std::string("socket: ") + strerror(errno));
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      if (peer_uid >= 0) {
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+            int64_t(cred.uid) != peer_uid) {
+          ::close(fd);
+          return make_error(ErrorCode::qmp_error,
+                            "QMP socket " + socket_path + " is served by uid " +
+                                std::to_string(cred.uid) + ", not this VM's QEMU (uid " +
+                                std::to_string(peer_uid) + "): refusing it");
+        }
+      }
       std::unique_ptr<QmpClient> c(new QmpClient(fd));
       auto greeting = c->read_message(until);
       if (!greeting) return greeting.error();

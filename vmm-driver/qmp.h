@@ -16,10 +16,13 @@ class QmpClient {
  public:
   // Connects to `socket_path` (retrying until it exists or `deadline` passes), reads the greeting
   // and negotiates capabilities. `alive`, when given, is asked between retries: a QEMU that
-  // exited is reported at once, not at the deadline.
+  // exited is reported at once, not at the deadline. `peer_uid` >= 0: the socket must be served
+  // by that uid (a jailed QEMU's own): a socket replaced by a link to another VM's, or to the
+  // daemon's, is refused.
   static Result<std::unique_ptr<QmpClient>> connect(const std::string& socket_path,
                                                     std::chrono::milliseconds deadline,
-                                                    const std::function<bool()>& alive = nullptr);
+                                                    const std::function<bool()>& alive = nullptr,
+                                                    int64_t peer_uid = -1);
   ~QmpClient();
   QmpClient(const QmpClient&) = delete;
   QmpClient& operator=(const QmpClient&) = delete;

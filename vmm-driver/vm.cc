@@ -179,16 +179,17 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
       "virtio-serial-device",
       "-chardev",
       // Control sockets are relative to QEMU's working directory, its run folder (Vm::spawn): a
-      // socket path must be < 108 bytes, and the folder's own path may be longer than that.
-      "socket,id=agent,path=agent.sock,server=on,wait=off",
+      // socket path must be < 108 bytes, and the folder's own path may be longer than that. They
+      // are made in q/, the one folder QEMU may write to (the run folder itself is root's).
+      "socket,id=agent,path=" + std::string(kQemuDir) + "/agent.sock,server=on,wait=off",
       "-device",
       "virtserialport,chardev=agent,name=agent,id=agent",
       "-chardev",
-      "file,id=console,path=" + run + "/console.log",
+      "file,id=console,path=" + run + "/" + kQemuDir + "/console.log",
       "-serial",
       "chardev:console",
       "-qmp",
-      "unix:qmp.sock,server=on,wait=off",
+      "unix:" + std::string(kQemuDir) + "/qmp.sock,server=on,wait=off",
       // One NIC, always (the device set is part of the snapshot): on the sandbox's tap, or on a
       // hub port that leads nowhere for a sandbox without network.
       "-netdev",
@@ -335,6 +336,8 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
     fs::create_directories(d, ec);
     if (ec) return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
   }
+  fs::create_directories(c.run_dir / kQemuDir, ec);
+  if (ec) return make_error(ErrorCode::io_error, "cannot create " + (c.run_dir / kQemuDir).string());
   active_overlay_ = disks() / "disk.qcow2";
   if (snap == nullptr) {
     auto base = fs::absolute(c.rootfs);
@@ -381,12 +384,26 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     };
   if (c.jail) {
     const JailPolicy& policy = JailPolicy::builtin();
-    static std::atomic<uint32_t> next_uid{0};
-    uint32_t uid = policy.uid_base + (next_uid++ % policy.uid_count);
-    // QEMU (as `uid`) owns its run folder: RAM file, active overlay, sockets, new overlays.
-    std::error_code ec;
-    for (auto& p : {c.run_dir, c.run_dir / "mem", disks(), active_overlay_})
-      if (fs::exists(p) && ::chown(p.c_str(), uid, uid) != 0)
+    // A uid of its own (no other live VM has it, adopted ones included): the peer check of its
+    // sockets tells this QEMU from any other.
+    if (jail_uid_ == 0) jail_uid_ = JailUids::acquire(policy.uid_base, policy.uid_count);
+    if (jail_uid_ == 0)
+      return make_error(ErrorCode::spawn_failed, "every jail uid of the policy's range is in use");
+    uint32_t uid = jail_uid_;
+    // The run and disk folders stay root's (0711: QEMU reaches what it is given, creates, renames
+    // and replaces nothing there): a compromised QEMU cannot plant a symlink where the daemon
+    // writes as root, nor rewrite the VM's record. QEMU owns only its files -- the RAM file (made
+    // here when a cold boot has none), the active overlay -- and q/, where it makes its sockets.
+    if (!fs::exists(c.run_dir / "mem")) {
+      int fd = ::open((c.run_dir / "mem").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd >= 0) ::close(fd);
+    }
+    for (auto& d : {c.run_dir, disks()})
+      if (::chown(d.c_str(), 0, 0) != 0 || ::chmod(d.c_str(), 0711) != 0)
+        return make_error(ErrorCode::spawn_failed, "cannot make " + d.string() + " root's: " + strerror(errno));
+    for (auto& p : {c.run_dir / kQemuDir, c.run_dir / "mem", active_overlay_})
+      if (fs::exists(p) && (::lchown(p.c_str(), uid, uid) != 0 || ::chmod(p.c_str(), 
+                                                                             fs::is_directory(p) ? 0700 : 0600) != 0))
         return make_error(ErrorCode::spawn_failed,
                           "cannot hand " + p.string() + " to the jail uid: " + strerror(errno));
     std::vector<fs::path> images;
@@ -407,7 +424,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     // on one host (pool-base-0, spare-base-0), and two VMs must never share a group.
     cgroup_ = Cgroup::create(
         c.run_dir.filename().string() + "-" + fnv1a_hex(fs::absolute(c.run_dir).string()),
-        uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max);
+        uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max,
+        c.cpu_weight, c.cpu_max_percent);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
     // created the child, and callers' threads (pool refills, request workers) come and go.
     auto pid = io_.run([&] { return (*launch)->start(cgroup_.get(), c.nice, record); });
@@ -453,9 +471,9 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   auto t_spawned = steady_clock::now();
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
   RunDirRef dir(c.run_dir);
-  auto qmp = QmpClient::connect(dir.socket("qmp.sock"),
+  auto qmp = QmpClient::connect(dir.socket("q/qmp.sock"),
                                 std::max(milliseconds(1), std::min(left, milliseconds(10000))),
-                                [this] { return alive(); });
+                                [this] { return alive(); }, peer_uid());
   if (!qmp) {
     if (!alive())
       return failure(ErrorCode::spawn_failed, "QEMU exited at start: " + qmp.error().message);
@@ -484,7 +502,7 @@ Error Vm::failure(ErrorCode code, const std::string& what) {
 Status Vm::connect_agent(steady_clock::time_point deadline) {
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
   RunDirRef dir(config_.run_dir);
-  auto agent = AgentClient::connect(io_, dir.socket("agent.sock"),
+  auto agent = AgentClient::connect(io_, dir.socket("q/agent.sock"), peer_uid(),
                                     std::max(milliseconds(1), std::min(left, milliseconds(5000))));
   if (!agent) return failure(ErrorCode::boot_failed, agent.error().message);
   agent_ = std::move(*agent);
@@ -586,6 +604,10 @@ void Vm::kill_qemu() {
 
 void Vm::kill_and_clean() {
   kill_qemu();
+  if (jail_uid_ != 0 && pid_ < 0) {
+    JailUids::release(jail_uid_);
+    jail_uid_ = 0;
+  }
   std::error_code ec;
   if (!consumed_from_.empty()) {
     // A wake that failed: the hibernated RAM file goes back where it came from.
@@ -639,7 +661,7 @@ std::string Vm::exit_description() {
 }
 
 std::string Vm::console_tail(size_t bytes) const {
-  return tail_of(config_.run_dir / "console.log", bytes);
+  return tail_of(config_.run_dir / kQemuDir / "console.log", bytes);
 }
 
 Status Vm::reconnect_agent(milliseconds timeout) {
@@ -649,7 +671,7 @@ Status Vm::reconnect_agent(milliseconds timeout) {
   }
   agent_.reset();
   RunDirRef dir(config_.run_dir);
-  auto a = AgentClient::connect(io_, dir.socket("agent.sock"), timeout);
+  auto a = AgentClient::connect(io_, dir.socket("q/agent.sock"), peer_uid(), timeout);
   if (!a) return a.error();
   agent_ = std::move(*a);
   auto h = agent_->health(timeout);
@@ -1073,6 +1095,7 @@ Status Vm::save_record() const {
   j.set("overlay_seq", overlay_seq_);
   j.set("active_overlay", active_overlay_.filename().string());
   j.set("disk_dir", config_.disk_dir.string());
+  j.set("jail_uid", int64_t(jail_uid_));
   Json groups = Json::array();
   if (cgroup_)
     for (auto& d : cgroup_->dirs()) groups.push(d.string());
@@ -1080,9 +1103,12 @@ Status Vm::save_record() const {
   j.set("cgroups", groups);
   auto tmp = config_.run_dir / "vm.json.tmp";
   {
-    std::ofstream out(tmp);
-    out << j.dump();
-    if (!out) return make_error(ErrorCode::io_error, "cannot write " + tmp.string());
+    // Never through a symlink, never readable by others: the record decides what recovery kills.
+    std::string text = j.dump();
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+    if (fd >= 0) ::close(fd);
+    if (!ok) return make_error(ErrorCode::io_error, "cannot write " + tmp.string() + ": " + strerror(errno));
   }
   std::error_code ec;
   fs::rename(tmp, config_.run_dir / "vm.json", ec);
@@ -1117,6 +1143,10 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   if (r["disk_dir"].is_string()) c.disk_dir = r["disk_dir"].as_string();
   std::unique_ptr<Vm> vm(new Vm(io, std::move(c)));
   vm->adopted_ = true;
+  if (r["jail_uid"].is_number() && r["jail_uid"].as_int() > 0) {
+    vm->jail_uid_ = uint32_t(r["jail_uid"].as_int());
+    JailUids::claim(vm->jail_uid_);
+  }
   vm->pid_ = pid_t(r["pid"].as_int());
   vm->start_ticks_ = uint64_t(r["start_ticks"].as_int());
   vm->qemu_version_ = r["qemu_version"].as_string();
@@ -1132,7 +1162,8 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   }
   auto deadline = steady_clock::now() + timeout;
   RunDirRef dir(run_dir);
-  auto qmp = QmpClient::connect(dir.socket("qmp.sock"), timeout);
+  auto qmp = QmpClient::connect(dir.socket("q/qmp.sock"), timeout, {},
+                                vm->peer_uid());
   if (!qmp)
     return vm->failure(ErrorCode::qmp_error, "cannot reconnect QMP: " + qmp.error().message);
   vm->qmp_ = std::move(*qmp);
@@ -1192,11 +1223,9 @@ Status Vm::freeze_disk(const fs::path& dir) {
   auto base = fs::absolute(config_.rootfs);
   auto made = overlay_from_cache(base.string() + ".overlay", base.string(), next);
   if (made) made = qcow2::set_backing_file(next, name);
-  if (made && config_.jail) {
-    // QEMU (the jail uid, owner of the disk folder) writes the new overlay.
-    struct stat st {};
-    if (::stat(disks().c_str(), &st) != 0 ||
-        ::chown(next.c_str(), st.st_uid, st.st_gid) != 0)
+  if (made && config_.jail && jail_uid_ != 0) {
+    // QEMU (the jail uid) writes the new overlay; the folder stays root's.
+    if (::lchown(next.c_str(), jail_uid_, jail_uid_) != 0 || ::chmod(next.c_str(), 0600) != 0)
       made = make_error(ErrorCode::io_error, "cannot hand " + next.string() + " to the jail uid");
   }
   if (!made) {
@@ -1211,6 +1240,12 @@ Status Vm::freeze_disk(const fs::path& dir) {
   args.set("mode", "existing");
   auto r = qmp_->execute("blockdev-snapshot-sync", args);
   if (!r) return r.error();
+  // The old overlay is a layer now, read-only for good: root's again, and readable by the QEMUs
+  // of every sandbox restored from it (each its own uid; the folders above are private).
+  if (config_.jail) {
+    ::chown(active_overlay_.c_str(), 0, 0);
+    ::chmod(active_overlay_.c_str(), 0644);
+  }
   active_overlay_ = next;
   layers_.push_back(name);
   for (auto& l : layers_) {
@@ -1308,12 +1343,15 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   if (agent_) (void)agent_->end_session();
   Status st = simple(*qmp_, "stop");
   if (st) st = save_paused(snap, "hibernate");
-  if (st) {
-    kill_qemu();  // nothing writes the RAM file any more: it becomes the snapshot's
-    st = move_file(config_.run_dir / "mem", snap.mem());
-  }
+  // The paused guest writes nothing: its RAM file becomes the snapshot's while QEMU still maps it
+  // (a rename in one file system). QEMU ends only once the snapshot is complete on disk: a move
+  // or a record that fails (a full disk) gives the file back and the guest runs on, nothing lost.
+  bool moved = false;
+  if (st) moved = bool(st = move_file(config_.run_dir / "mem", snap.mem()));
   if (st) st = snap.write_meta();
   if (!st) {
+    std::error_code ec;
+    if (moved) fs::rename(snap.mem(), config_.run_dir / "mem", ec);
     remove_snapshot(dir, disk_dir);
     if (alive()) (void)simple(*qmp_, "cont");
     return st.error();
@@ -1347,6 +1385,11 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
   std::string layer = "layer-" + random_hex(8) + ".qcow2";
   st = move_file(config_.run_dir / "mem", snap.mem());
   if (st) st = move_file(active_overlay_, snap.dir / layer);
+  // The layer is read-only for good, the backing file of every sandbox of this template (each
+  // QEMU its own uid): root's, readable (the folders above are private).
+  if (st && config_.jail &&
+      (::chown((snap.dir / layer).c_str(), 0, 0) != 0 || ::chmod((snap.dir / layer).c_str(), 0644) != 0))
+    st = make_error(ErrorCode::io_error, "cannot make the baked layer root's: " + std::string(strerror(errno)));
   if (st) st = link_or_copy(snap.dir / layer, snap.disk());
   if (!st) return st.error();
   layers_ = {layer};

@@ -26,6 +26,10 @@ const char* to_string(Accel a);
 
 class Network;
 
+// The one folder of a run folder a jailed QEMU may write to (its sockets and console log). The
+// run folder itself, its record (vm.json) and the disk folder are root's.
+inline constexpr const char* kQemuDir = "q";
+
 // TCG translation cache per VM, MiB (see qemu_args; inside the jail's memory overhead).
 inline constexpr unsigned kTcgCacheMib = 128;
 
@@ -54,6 +58,12 @@ struct VmConfig {
   // Scheduling priority QEMU starts with: pools make their members in the background (nice > 0)
   // and raise a member to normal priority when they hand it out (Vm::set_nice).
   int nice = 0;
+  // CPU and IO of the VM's cgroup: a weight against the daemon's own (cgroup v2 cpu.weight and
+  // io.weight scale, 1..10000, the daemon has 100; v1 cpu.shares = weight * 1024 / 100) and a
+  // ceiling in percent of one CPU (cpu.max; 0 = none). A guest spinning its vCPUs cannot starve
+  // the API.
+  uint32_t cpu_weight = 0;       // 0 = the kernel's default
+  uint32_t cpu_max_percent = 0;  // 0 = no ceiling
 };
 
 // The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device
@@ -231,6 +241,9 @@ class Vm {
   std::filesystem::path consumed_from_;
   std::unique_ptr<Cgroup> cgroup_;  // a consumed snapshot's folder, removed once running
   std::filesystem::path active_overlay_;
+  uint32_t jail_uid_ = 0;  // jailed: QEMU's uid (its own among live VMs), else 0
+  // The uid the VM's sockets must be served by (a jailed QEMU's own), or -1 for any.
+  int64_t peer_uid() const { return config_.jail && jail_uid_ != 0 ? int64_t(jail_uid_) : -1; }
 };
 
 // Restores in progress in this process (a scope per Vm::restore, Vm::restore_into and warm

@@ -157,6 +157,26 @@ class GuestAbuseTest(unittest.TestCase):
         self.assertEqual(s, 201, b)
         self.assertEqual(self.api.call("DELETE", f"/v1/snapshots/{b['snapshot_id']}")[0], 204)
 
+    def test_a_hibernation_that_cannot_be_written_loses_nothing(self):
+        # The hibernated folder full (a 16 MiB tmpfs over it): the guest's RAM does not fit. The
+        # VM keeps running, its memory intact (before, QEMU was killed first: the sandbox came
+        # back "running" with no VM, its memory gone).
+        s, b = self.api.exec(self.sid, "echo kept > /tmp/m8 && cat /tmp/m8")
+        self.assertEqual((s, b["stdout"]), (200, "kept\n"))
+        hib = os.path.join(self.state, "hibernated")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", hib],
+                       check=True)
+        try:
+            s, b = self.api.call("POST", f"/v1/sandboxes/{self.sid}/hibernate", {})
+            self.assertEqual((s, b["error"]["code"]), (500, "hibernate_failed"), b)
+            self.assertEqual(os.listdir(hib), [])  # nothing half-written
+        finally:
+            subprocess.run(["umount", hib], check=True)
+        s, info = self.api.call("GET", f"/v1/sandboxes/{self.sid}")
+        self.assertEqual(info["state"], "running")
+        s, b = self.api.exec(self.sid, "cat /tmp/m8")
+        self.assertEqual((s, b["stdout"]), (200, "kept\n"))
+
     def test_fork_does_not_wait_for_commands_and_a_killed_fork_leaves_no_child(self):
         import threading
         out = {}

@@ -338,7 +338,7 @@ TEST(DriverLifecycle, DestroyingAVmLeavesNoProcessSocketOrFile) {
   ASSERT_NE(vm, nullptr);
   pid_t pid = vm->pid();
   auto dir = vm->config().run_dir;
-  EXPECT_TRUE(std::filesystem::exists(dir / "agent.sock"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "q" / "agent.sock"));
   EXPECT_TRUE(std::filesystem::exists(dir / "mem"));
   EXPECT_EQ(count_processes(dir.string()), 1);
   // Its own cgroups (v2: one; v1: memory and pids), as the kernel reports them.

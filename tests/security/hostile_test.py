@@ -200,6 +200,150 @@ class HostileTest(unittest.TestCase):
         sock.close()
 
 
+class QuotaTest(unittest.TestCase):
+    """H4: per-tenant quotas (429 quota_exceeded with the quota, its limit and use; nothing
+    half-made), an admin's per-tenant quotas (persisted), requests per second per key, host
+    admission (503 host_full) and CPU weights (an API that answers while guests spin)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = tempfile.mkdtemp(prefix="pst-quota-", dir="/dev/shm")
+        cls.data = os.path.join(cls.base, "data")
+        cls.flags = ("--network", "off", "--quota-sandboxes", "2", "--quota-snapshots", "1",
+                     "--quota-execs", "2")
+        cls.daemon = Daemon(cls.data, os.path.join(cls.base, "state"), extra=cls.flags)
+        cls.api = Api(cls.daemon)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop()
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+
+    def quota_error(self, reply, quota, limit, used, asked):
+        s, b = reply
+        self.assertEqual((s, b["error"]["code"]), (429, "quota_exceeded"), b)
+        e = b["error"]
+        self.assertEqual((e["quota"], e["limit"], e["used"], e["asked"]), (quota, limit, used, asked))
+
+    def sandboxes(self):
+        return [x for x in self.api.call("GET", "/v1/sandboxes")[1]["sandboxes"]
+                if x["state"] == "running"]
+
+    def test_quotas_refuse_before_anything_starts(self):
+        c = self.api
+        s, q = c.call("GET", "/v1/quotas")
+        self.assertEqual(s, 200, q)
+        self.assertEqual((q["limits"]["sandboxes"], q["use"]["sandboxes"]), (2, 0))
+        a, b = c.create()["id"], c.create()["id"]
+        self.quota_error(c.call("POST", "/v1/sandboxes", {}), "sandboxes", 2, 2, 1)
+        self.assertEqual(len(self.sandboxes()), 2, "a refused create left something behind")
+        s, q = c.call("GET", "/v1/quotas")
+        self.assertEqual((q["use"]["sandboxes"], q["use"]["memory_mib"]), (2, 512))
+        # A fork asks for its children: all or nothing.
+        self.quota_error(c.call("POST", f"/v1/sandboxes/{a}/fork", {"count": 1}), "sandboxes", 2, 2, 1)
+        # Snapshots: one.
+        s, snap = c.call("POST", f"/v1/sandboxes/{a}/snapshots", {})
+        self.assertEqual(s, 201, snap)
+        self.quota_error(c.call("POST", f"/v1/sandboxes/{b}/snapshots", {}), "snapshots", 1, 1, 1)
+        self.assertEqual(c.call("DELETE", f"/v1/snapshots/{snap['snapshot_id']}")[0], 204)
+        # Concurrent commands: two.
+        import threading
+        threads = [threading.Thread(target=lambda sid=sid: c.exec(sid, "sleep 3"))
+                   for sid in (a, b)]
+        for t in threads:
+            t.start()
+        time.sleep(1)
+        self.quota_error(c.exec(a, "true"), "execs", 2, 2, 1)
+        for t in threads:
+            t.join()
+        self.assertEqual(c.exec(a, "echo ok")[1]["stdout"], "ok\n")
+        # Killing one frees its slot.
+        c.call("DELETE", f"/v1/sandboxes/{b}")
+        d = c.create()["id"]
+        for sid in (a, d):
+            c.call("DELETE", f"/v1/sandboxes/{sid}")
+
+    def test_an_admin_sets_a_tenants_quotas_and_they_persist(self):
+        c = self.api
+        s, k = c.call("POST", "/v1/keys", {"tenant": "quota-t"})
+        self.assertEqual(s, 201, k)
+        t = Api(self.daemon, k["key"])
+        self.assertEqual(t.call("PUT", "/v1/quotas/quota-t", {"sandboxes": 9})[0], 403)
+        self.assertEqual(c.call("PUT", "/v1/quotas/quota-t", {"sandboxes": 0})[0], 400)
+        self.assertEqual(c.call("PUT", "/v1/quotas/quota-t", {"sandbox": 3})[0], 400)
+        s, b = c.call("PUT", "/v1/quotas/quota-t", {"sandboxes": 3, "requests_per_second": 2})
+        self.assertEqual((s, b["limits"]["sandboxes"], b["limits"]["snapshots"]), (200, 3, 1), b)
+        s, b = t.call("GET", "/v1/quotas")
+        self.assertEqual((b["tenant"], b["limits"]["sandboxes"]), ("quota-t", 3))
+        # Two requests per second (bursts of four): a burst of 12 is partly refused, with when to
+        # come back.
+        codes = []
+        for _ in range(12):
+            conn = t.conn()
+            conn.request("GET", "/v1/sandboxes", headers={"Authorization": "Bearer " + t.key})
+            r = conn.getresponse()
+            r.read()
+            codes.append((r.status, r.getheader("Retry-After")))
+            conn.close()
+        self.assertIn((429, "1"), codes)
+        self.assertIn((200, None), codes)
+        # The admin's own tenant is not affected; after a restart the tenant's quotas hold.
+        self.assertEqual(c.call("GET", "/v1/quotas")[1]["limits"]["sandboxes"], 2)
+        self.daemon.stop()
+        type(self).daemon = Daemon(self.data, os.path.join(self.base, "state"), extra=self.flags)
+        type(self).api = Api(self.daemon)
+        time.sleep(1)
+        s, b = Api(self.daemon).call("GET", "/v1/quotas/quota-t")
+        self.assertEqual((s, b["limits"]["sandboxes"]), (200, 3), b)
+        self.assertEqual(Api(self.daemon).call("DELETE", "/v1/quotas/quota-t")[1]["limits"]["sandboxes"], 2)
+
+    def test_the_host_refuses_what_would_eat_its_headroom(self):
+        base = tempfile.mkdtemp(prefix="pst-full-", dir="/dev/shm")
+        d = Daemon(os.path.join(base, "data"), os.path.join(base, "state"),
+                   extra=("--network", "off", "--host-headroom", "99"))
+        try:
+            conn = Api(d).conn()
+            conn.request("POST", "/v1/sandboxes", body="{}",
+                         headers={"Authorization": "Bearer " + d.key})
+            r = conn.getresponse()
+            body = r.read().decode()
+            self.assertEqual((r.status, r.getheader("Retry-After")), (503, "1"), body)
+            self.assertIn("host_full", body)
+            self.assertEqual(Api(d).call("GET", "/v1/sandboxes")[1]["sandboxes"], [])
+        finally:
+            self.assertEqual(d.stop(), 0)
+            shutil.rmtree(base, ignore_errors=True)
+
+    def test_guests_spinning_every_vcpu_do_not_starve_the_api(self):
+        c = self.api
+        c.call("PUT", "/v1/quotas/default", {"sandboxes": 4})
+        ids = [c.create()["id"] for _ in range(4)]
+        try:
+            for sid in ids:
+                s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "while :; do :; done"})
+                self.assertEqual(s, 201, b)
+            time.sleep(2)
+            times = []
+            conn = c.conn()
+            for _ in range(200):
+                t0 = time.perf_counter()
+                conn.request("GET", "/healthz")
+                r = conn.getresponse()
+                r.read()
+                times.append((time.perf_counter() - t0) * 1000)
+                self.assertEqual(r.status, 200)
+            conn.close()
+            times.sort()
+            p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99) - 1]
+            print(f"\n  /healthz with 4 guests spinning: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+            self.assertLess(p99, 100)
+        finally:
+            for sid in ids:
+                c.call("DELETE", f"/v1/sandboxes/{sid}")
+            c.call("DELETE", "/v1/quotas/default")
+
+
 class StateFolderTest(unittest.TestCase):
     """H2: the daemon's folders must be its own. A state folder another user made first (after a
     reboot, in /dev/shm) or a symlink put in its place is refused: recovery would delete and kill
