@@ -217,6 +217,21 @@ std::string encode_event(const Event& e) {
     case K::snapshot_deleted:
       b.setSnapshotDeleted(e.snapshot_id);
       break;
+    case K::process_started: {
+      auto p = b.initProcessStarted();
+      p.setPid(e.pid);
+      p.setCommand(e.command);
+      break;
+    }
+    case K::file_written: {
+      auto f = b.initFileWritten();
+      f.setPath(e.path);
+      f.setBytes(e.bytes);
+      break;
+    }
+    case K::file_removed:
+      b.setFileRemoved(e.path);
+      break;
   }
   auto words = capnp::messageToFlatArray(msg);
   auto bytes = words.asBytes();
@@ -348,6 +363,20 @@ std::optional<Event> decode_event(const std::string& bytes) {
         e.kind = K::snapshot_deleted;
         e.snapshot_id = r.getSnapshotDeleted().cStr();
         break;
+      case w::SandboxEvent::PROCESS_STARTED:
+        e.kind = K::process_started;
+        e.pid = r.getProcessStarted().getPid();
+        e.command = r.getProcessStarted().getCommand().cStr();
+        break;
+      case w::SandboxEvent::FILE_WRITTEN:
+        e.kind = K::file_written;
+        e.path = r.getFileWritten().getPath().cStr();
+        e.bytes = r.getFileWritten().getBytes();
+        break;
+      case w::SandboxEvent::FILE_REMOVED:
+        e.kind = K::file_removed;
+        e.path = r.getFileRemoved().cStr();
+        break;
       default:
         return;  // a kind this build does not know
     }
@@ -396,6 +425,17 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::port_exposed:
     case Event::Kind::port_unexposed:
       j.set("port", e.port);
+      break;
+    case Event::Kind::process_started:
+      j.set("pid", e.pid);
+      j.set("command", e.command);
+      break;
+    case Event::Kind::file_written:
+      j.set("path", e.path);
+      j.set("bytes", int64_t(e.bytes));
+      break;
+    case Event::Kind::file_removed:
+      j.set("path", e.path);
       break;
     case Event::Kind::exec_started:
       j.set("exec_id", e.exec_id);

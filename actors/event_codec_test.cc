@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::snapshot_deleted); ++k) {
+  for (int k = 0; k <= int(Event::Kind::file_removed); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -37,6 +37,9 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.port = 8080;
     e.idle_timeout_seconds = 30;
     e.on_timeout = ReapAction::kill;
+    e.pid = 4242;
+    e.path = "/tmp/f";
+    e.bytes = 5000000000ull;
     auto bytes = encode_event(e);
     auto back = decode_event(bytes);
     ASSERT_TRUE(back) << to_string(e.kind);
@@ -58,6 +61,17 @@ TEST(EventCodec, EveryKindRoundTrips) {
     }
     if (e.kind == Event::Kind::snapshot_deleted) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
+    }
+    if (e.kind == Event::Kind::process_started) {
+      EXPECT_EQ(back->pid, 4242u);
+      EXPECT_EQ(back->command, "echo hi");
+    }
+    if (e.kind == Event::Kind::file_written) {
+      EXPECT_EQ(back->path, "/tmp/f");
+      EXPECT_EQ(back->bytes, 5000000000ull);
+    }
+    if (e.kind == Event::Kind::file_removed) {
+      EXPECT_EQ(back->path, "/tmp/f");
     }
   }
 }

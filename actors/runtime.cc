@@ -603,11 +603,33 @@ Reply<vmm::ExecResult> Runtime::exec_stream(const std::string& tenant, const std
   return run_exec(*impl_, tenant, id, req, std::move(on_output), stop);
 }
 
+// An audit record of what the API did in the guest (after it happened; recorded by its sandbox,
+// in its event stream and the audit log).
+void record(Runtime::Impl& impl, const std::string& tenant, const std::string& id, Command c) {
+  Answer a = impl.ask(route(tenant, id, std::move(c)));
+  if (!a.ok) spdlog::warn("sandbox {}: audit record not written: {}", id, a.error.message);
+}
+
 Reply<uint32_t> Runtime::start_process(const std::string& tenant, const std::string& id,
                                        const vmm::ExecRequest& req) {
-  return leased<uint32_t>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+  uint32_t limit = impl_->env->config.limits.max_processes;
+  auto pid = leased<uint32_t>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token)
+                                                          -> vmm::Result<uint32_t> {
+    // Counted in the guest (the processes that still run), before another starts.
+    auto running = ag.list_processes();
+    if (!running) return running.error();
+    uint32_t n = 0;
+    for (auto& p : *running) n += p.running;
+    if (n >= limit)
+      return vmm::make_error(vmm::ErrorCode::invalid_argument,
+                             "a sandbox runs at most " + std::to_string(limit) +
+                                 " background processes at once");
     return ag.start_process(req);
   });
+  if (!pid && pid.error().message.find("background processes at once") != std::string::npos)
+    return Rejection{"too_many_processes", pid.error().message};
+  if (pid) record(*impl_, tenant, id, cmd::RecordProcess{*pid, describe_command(req)});
+  return pid;
 }
 
 Reply<std::vector<vmm::ProcessInfo>> Runtime::list_processes(const std::string& tenant,
@@ -653,9 +675,11 @@ Reply<std::string> Runtime::read_file(const std::string& tenant, const std::stri
 
 Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
                                 const std::string& path, std::string_view data, uint32_t mode) {
-  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+  auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
     return as_bool([&] { return ag.write_file(path, data, mode, true); });
   });
+  if (r) record(*impl_, tenant, id, cmd::RecordFile{path, data.size(), false});
+  return r;
 }
 
 Reply<std::vector<vmm::FileStat>> Runtime::list_dir(const std::string& tenant,
@@ -674,9 +698,11 @@ Reply<vmm::FileStat> Runtime::stat(const std::string& tenant, const std::string&
 
 Reply<bool> Runtime::remove(const std::string& tenant, const std::string& id,
                             const std::string& path, bool recursive) {
-  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+  auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
     return as_bool([&] { return ag.remove(path, recursive); });
   });
+  if (r) record(*impl_, tenant, id, cmd::RecordFile{path, 0, true});
+  return r;
 }
 
 Reply<bool> Runtime::rename(const std::string& tenant, const std::string& id,

@@ -76,6 +76,12 @@ const char* to_string(Event::Kind k) {
       return "port-unexposed";
     case Event::Kind::snapshot_deleted:
       return "snapshot-deleted";
+    case Event::Kind::process_started:
+      return "process-started";
+    case Event::Kind::file_written:
+      return "file-written";
+    case Event::Kind::file_removed:
+      return "file-removed";
     case Event::Kind::failed:
       return "failed";
   }
@@ -359,6 +365,22 @@ struct Decider {
     return std::vector<Event>{e};
   }
 
+  // Audit records: kept for a sandbox that is live (one that ended meanwhile has nothing to add).
+  Decision operator()(const cmd::RecordProcess& c) const {
+    if (!s.live()) return std::vector<Event>{};
+    Event e = ev(Event::Kind::process_started, now);
+    e.pid = c.pid;
+    e.command = c.command.substr(0, 4096);
+    return std::vector<Event>{e};
+  }
+  Decision operator()(const cmd::RecordFile& c) const {
+    if (!s.live()) return std::vector<Event>{};
+    Event e = ev(c.removed ? Event::Kind::file_removed : Event::Kind::file_written, now);
+    e.path = c.path.substr(0, 4096);
+    e.bytes = c.bytes;
+    return std::vector<Event>{e};
+  }
+
   Decision operator()(const cmd::ExposePort& c) const {
     if (!s.live()) return not_running(s, "expose a port");
     if (!s.network)
@@ -586,6 +608,11 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.snapshots.erase(it);
       break;
     }
+    case K::process_started:
+    case K::file_written:
+    case K::file_removed:
+      if (!s.live()) impossible(s, e);
+      break;  // audit only
   }
   ++s.version;
   return s;

@@ -69,7 +69,11 @@ struct Event {
     egress_changed,
     port_exposed,  // guest TCP `port` is forwarded from the host (while the VM runs)
     port_unexposed,
-    snapshot_deleted  // one of its named snapshots (`snapshot_id`) was deleted
+    snapshot_deleted,  // one of its named snapshots (`snapshot_id`) was deleted
+    // Audit only (no state changes): what the API did in the guest besides commands.
+    process_started,  // a background process `pid`, `command`
+    file_written,     // `path`, `bytes`
+    file_removed      // `path`
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -97,6 +101,10 @@ struct Event {
   Egress egress;         // created, egress_changed
   uint32_t subnet = 0;   // network_attached
   uint32_t port = 0;     // port_exposed, port_unexposed
+  // audit
+  uint32_t pid = 0;      // process_started (and `command`)
+  std::string path;      // file_written, file_removed
+  uint64_t bytes = 0;    // file_written
 };
 const char* to_string(Event::Kind k);
 
@@ -137,6 +145,8 @@ struct Limits {
   uint32_t max_fork_children = 16;
   uint32_t max_concurrent_execs = 16;  // commands in flight per sandbox (exec and streams)
   uint32_t max_exposed_ports = 16;     // guest ports exposed on the host per sandbox
+  uint32_t max_processes = 64;         // background processes running per sandbox (and WebSocket
+                                       // commands): more are 429 too_many_processes
 };
 
 namespace cmd {
@@ -208,13 +218,24 @@ struct Kill {};
 struct Fail {
   std::string reason;
 };
+// Audit records of what the API did in a running guest (recorded after it happened).
+struct RecordProcess {
+  uint32_t pid = 0;
+  std::string command;
+};
+struct RecordFile {
+  std::string path;
+  uint64_t bytes = 0;
+  bool removed = false;
+};
 }  // namespace cmd
 
 using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec,
                              cmd::ExecFinished, cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake,
                              cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
                              cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort,
-                             cmd::DeleteSnapshot, cmd::Reap, cmd::Kill, cmd::Fail>;
+                             cmd::DeleteSnapshot, cmd::Reap, cmd::Kill, cmd::Fail,
+                             cmd::RecordProcess, cmd::RecordFile>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

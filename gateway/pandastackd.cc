@@ -47,6 +47,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --spare-pool-size N spare QEMU processes per template for forks, wakes and creates from
                       snapshots (default 1; 0 = none)
   --max-concurrent-execs N  commands in flight per sandbox (default 16; more: 429)
+  --max-processes N   background processes (and WebSocket commands) running per sandbox
+                      (default 64; more: 429 too_many_processes)
   --network on|off    sandbox networking (default on; needs root, ip and nft)
   --subnet-pool CIDR  host subnets for sandbox networks, one /30 each (default 10.200.0.0/16)
   --network-prefix P  names of namespaces (P-N) and host links (PN), 1-5 chars (default psv)
@@ -135,6 +137,8 @@ int main(int argc, char** argv) {
       config.spare_pool_size = parse_u32(a, value());
     else if (a == "--max-concurrent-execs")
       config.limits.max_concurrent_execs = parse_u32(a, value());
+    else if (a == "--max-processes")
+      config.limits.max_processes = parse_u32(a, value());
     else if (a == "--log-level")
       level = value();
     else if (a == "--quota-sandboxes")

@@ -93,6 +93,15 @@ struct SandboxEvent {
     portExposed @37 :UInt32;       # guest TCP port forwarded from the host
     portUnexposed @38 :UInt32;
     snapshotDeleted @39 :Text;     # one of its named snapshots was deleted (id)
+    processStarted :group {        # a background process (or a WebSocket command) started
+      pid @43 :UInt32;
+      command @44 :Text;           # its command line, not its output
+    }
+    fileWritten :group {           # a file was written through the API
+      path @45 :Text;
+      bytes @46 :UInt64;
+    }
+    fileRemoved @47 :Text;         # a file or folder was removed through the API (path)
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
 }

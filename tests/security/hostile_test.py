@@ -45,7 +45,8 @@ class HostileTest(unittest.TestCase):
     def setUpClass(cls):
         cls.base = tempfile.mkdtemp(prefix="pst-sec-", dir="/dev/shm")
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
-                            extra=("--body-timeout", "2", "--network", "off"))
+                            extra=("--body-timeout", "2", "--network", "off",
+                                   "--max-processes", "4"))
         cls.api = Api(cls.daemon)
         cls.pid = cls.daemon.proc.pid
         cls.sid = cls.api.create()["id"]
@@ -85,6 +86,38 @@ class HostileTest(unittest.TestCase):
         s, b = self.api.exec(self.sid, "echo still")
         self.assertEqual((s, b["stdout"]), (200, "still\n"))
         self.api.call("DELETE", f"/v1/sandboxes/{self.sid}/processes/{pid}")
+
+    # M10: background processes and file changes are in the sandbox's events (and the audit log),
+    # and a sandbox runs a bounded number of background processes.
+    def test_processes_and_file_changes_are_audited_and_processes_limited(self):
+        c = self.api
+        sid = c.create()["id"]
+        try:
+            pids = []
+            for i in range(4):
+                s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": f"sleep 60{i}"})
+                self.assertEqual(s, 201, b)
+                pids.append(b["pid"])
+            s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "sleep 605"})
+            self.assertEqual((s, b["error"]["code"]), (429, "too_many_processes"), b)
+            c.call("DELETE", f"/v1/sandboxes/{sid}/processes/{pids[0]}")
+            time.sleep(0.5)
+            s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "sleep 606"})
+            self.assertEqual(s, 201, b)
+            self.assertEqual(c.call("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/audited",
+                                    raw=b"12345")[0], 200)
+            self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{sid}/files?path=/tmp/audited")[0], 204)
+            s, b = c.call("GET", f"/v1/sandboxes/{sid}/events")
+            events = [(e["type"], e["event"]) for e in b["events"]]
+            started = [e for t, e in events if t == "process-started"]
+            self.assertEqual([e["pid"] for e in started], pids + [started[-1]["pid"]])
+            self.assertIn("sleep 600", started[0]["command"])
+            self.assertIn(("file-written", {"path": "/tmp/audited", "bytes": 5}),
+                          [(t, {k: e[k] for k in ("path", "bytes")}) for t, e in events
+                           if t == "file-written"])
+            self.assertIn("/tmp/audited", [e["path"] for t, e in events if t == "file-removed"])
+        finally:
+            c.call("DELETE", f"/v1/sandboxes/{sid}")
 
     # H3: refused creates (and ended sandboxes) leave no thread behind.
     def test_refused_creates_and_ended_sandboxes_leave_threads_flat(self):
