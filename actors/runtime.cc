@@ -233,11 +233,17 @@ std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
 Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
   const auto& cfg = impl_->env->config;
+  // The name is checked before any path is made of it (the network default is read below).
+  if (r.from_snapshot.empty() && !valid_template_name(r.template_name))
+    return Rejection{"invalid_argument",
+                     "template names are 1-64 characters of a-z, 0-9, '-' and '_'"};
   if (r.network.value_or(false) && !cfg.network)
     return Rejection{"network_disabled", "sandbox networking is off on this host"};
   if (!r.network) {
-    // The template's default (IMAGES/<template>/network, from its recipe), else on.
-    std::ifstream f(cfg.images_dir / r.template_name / "network");
+    // The template's default (IMAGES/<template>/network, from its recipe), else on. (From a
+    // snapshot: the registry names its template; the daemon's default applies.)
+    std::ifstream f;
+    if (r.from_snapshot.empty()) f.open(cfg.images_dir / r.template_name / "network");
     std::string word;
     f >> word;
     r.network = cfg.network && word != "off";
@@ -249,9 +255,6 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
     return Rejection{"invalid_argument", "an egress policy needs a network (network: false given)"};
   }
   if (r.from_snapshot.empty()) {
-    if (!valid_template_name(r.template_name))
-      return Rejection{"invalid_argument",
-                       "template names are 1-64 characters of a-z, 0-9, '-' and '_'"};
     if (!fs::exists(impl_->env->config.images_dir / r.template_name / "rootfs.qcow2"))
       return Rejection{"template_not_found",
                        "no template '" + r.template_name + "' (build it with make guest)"};

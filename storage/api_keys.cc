@@ -83,7 +83,8 @@ Result<ApiKey> KeyStore::verify(const std::string& token) {
   if (!valid_chars(id) || !valid_chars(secret)) return not_found;
   auto rec = db_.get("k" + id);
   if (!rec) return rec.error();
-  // Hash even when the id is unknown, so timing does not tell ids apart.
+  // Hash even when the id is unknown. (The store lookup still takes longer for an id that exists:
+  // ids are not secret, and the 200-bit secret is compared in constant time.)
   std::string presented = sha256(secret);
   ApiKey k;
   std::string stored(32, '\0');

@@ -35,6 +35,15 @@ uint16_t u16(const std::string& p, size_t at) {
 }
 }  // namespace
 
+bool plain_query(const std::string& p) {
+  if (p.size() < 12) return false;
+  uint8_t flags = uint8_t(p[2]);
+  bool qr = flags & 0x80;
+  int opcode = (flags >> 3) & 0x0F;
+  return !qr && opcode == 0 && u16(p, 4) == 1 && u16(p, 6) == 0 && u16(p, 8) == 0 &&
+         u16(p, 10) <= 1;
+}
+
 std::optional<std::string> question_name(const std::string& p) {
   if (p.size() < 12 || u16(p, 4) == 0) return std::nullopt;
   std::string name;
@@ -205,7 +214,7 @@ void DnsServer::loop() {
         bool ok;
         {
           std::lock_guard lock(mu_);
-          ok = name && (allow_all_ || dns::allowed(*name, domains_));
+          ok = name && dns::plain_query(q) && (allow_all_ || dns::allowed(*name, domains_));
         }
         if (!ok || pending.size() >= 1024) {
           auto r = dns::refused(q);

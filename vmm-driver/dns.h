@@ -19,6 +19,10 @@ namespace pandastack::vmm {
 
 // Pure DNS helpers (tested on their own).
 namespace dns {
+// Is `packet` a plain query: QR 0, opcode QUERY, exactly one question, no answer or authority
+// records (an EDNS OPT record is allowed)? Anything else (UPDATE, NOTIFY, a second question
+// nobody checked) is refused, never forwarded from the host's address.
+bool plain_query(const std::string& packet);
 // The first question's name ("a.example.com", lowercase) of a query, or nullopt if malformed.
 std::optional<std::string> question_name(const std::string& packet);
 // (IPv4 address, TTL) of every A record in the answer section of a response.

@@ -84,5 +84,22 @@ TEST(Dns, ResolverIsNeededForAllowAllAndDomainsAndTheUpstreamComesFromResolvConf
   EXPECT_EQ(first_nameserver(""), "");
 }
 
+TEST(Dns, OnlyPlainQueriesAreForwarded) {
+  // id, flags (RD), QD=1, AN=0, NS=0, AR=0, then "a.test" A IN.
+  std::string q("\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01" "a\x04test\x00\x00\x01\x00\x01", 24);
+  EXPECT_TRUE(dns::plain_query(q));
+  auto with = [&](size_t at, char v) {
+    auto c = q;
+    c[at] = v;
+    return c;
+  };
+  EXPECT_FALSE(dns::plain_query(with(2, char(0x28))));  // opcode UPDATE (5)
+  EXPECT_FALSE(dns::plain_query(with(2, char(0x81))));  // a response
+  EXPECT_FALSE(dns::plain_query(with(5, 2)));           // two questions
+  EXPECT_FALSE(dns::plain_query(with(7, 1)));           // an answer record in a query
+  EXPECT_TRUE(dns::plain_query(with(11, 1)));           // EDNS OPT
+  EXPECT_FALSE(dns::plain_query("short"));
+}
+
 }  // namespace
 }  // namespace pandastack::vmm

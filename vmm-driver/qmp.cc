@@ -78,6 +78,7 @@ Result<Json> QmpClient::wait_event(const std::string& name, const std::function<
     if (!msg) return msg.error();
     if (!msg->has("event")) continue;  // a reply to nothing we wait for
     if ((*msg)["event"].as_string() == name && match((*msg)["data"])) return std::move(*msg);
+    if (events_.size() >= kMaxEvents) events_.erase(events_.begin());  // the oldest unclaimed go first
     events_.push_back(std::move(*msg));
   }
 }
@@ -107,6 +108,9 @@ Result<Json> QmpClient::read_message(steady_clock::time_point deadline) {
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return make_error(ErrorCode::qmp_error, "QMP connection closed (QEMU exited?)");
     buffer_.append(buf, size_t(n));
+    // A compromised QEMU cannot grow the daemon: no QMP message this driver reads is near 1 MiB.
+    if (buffer_.size() > kMaxLine)
+      return make_error(ErrorCode::qmp_error, "QMP message over 1 MiB: closing the channel");
   }
 }
 
@@ -145,6 +149,7 @@ Result<Json> QmpClient::execute(const std::string& command, const Json& argument
     auto reply = read_message(deadline);
     if (!reply) return reply.error();
     if (reply->has("event")) {
+      if (events_.size() >= kMaxEvents) events_.erase(events_.begin());
       events_.push_back(std::move(*reply));
       continue;
     }

@@ -51,6 +51,8 @@ class QmpClient {
   std::string version_;
   std::string buffer_;
   std::vector<wire::Json> events_;
+  static constexpr size_t kMaxLine = 1 << 20;  // bytes of one message
+  static constexpr size_t kMaxEvents = 1024;   // unclaimed events kept
 };
 
 }  // namespace pandastack::vmm
