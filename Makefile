@@ -6,7 +6,7 @@ JOBS    ?= $(shell nproc)
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test unit integration run bench bench-overhead clean distclean
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan unit integration run bench bench-overhead clean distclean
 
 all: build
 
@@ -45,6 +45,18 @@ integration: build guest-base
 # Every shipped template: the tests create from each of them.
 test: build guest
 	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure
+
+# The unit, API, RPC and security suites again, every host binary built with AddressSanitizer +
+# UndefinedBehaviorSanitizer in its own build folder (the guest images are the normal build's).
+# Any report fails the test that caused it.
+ASAN_BUILD ?= build-asan
+test-asan: deps guest-base
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPANDASTACK_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && PANDASTACK_IMAGES=$(IMAGES) \
+	  ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=0 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -L 'unit|asan'
 
 # The daemon in the foreground: REST on 127.0.0.1:7070, data under ./var, prints the URL and the
 # admin API key (created on first start, kept in var/api-key). Ctrl-C stops it gracefully. Every

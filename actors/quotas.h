@@ -29,7 +29,9 @@ struct Quotas {
                                        // hibernates when it expires)
   uint64_t hibernated_mib = 32768;     // their RAM
   uint32_t ports = 64;                 // exposed guest ports, all sandboxes together
-  uint32_t execs = 128;                // commands running at once, all sandboxes together
+  uint32_t execs = 32;                 // commands and output streams running at once, all
+                                       // sandboxes together (each holds a gateway worker: one
+                                       // tenant holds at most half of REST's 64)
   uint32_t requests_per_second = 500;  // per API key (a token bucket; bursts of twice this)
 
   bool operator==(const Quotas&) const = default;

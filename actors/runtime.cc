@@ -659,6 +659,8 @@ Reply<bool> Runtime::write_stdin(const std::string& tenant, const std::string& i
 Reply<vmm::ExecResult> Runtime::stream_process(const std::string& tenant, const std::string& id,
                                                uint32_t pid, vmm::OutputCallback on_output,
                                                std::stop_token stop) {
+  ExecSlot slot(*impl_->env, tenant);  // a stream holds a worker as long as a command does
+  if (slot.refused()) return *slot.refused();
   return leased<vmm::ExecResult>(*impl_, tenant, id, stop,
                                  [&](vmm::AgentClient& ag, std::stop_token t) {
                                    return ag.stream_process(pid, on_output, t);

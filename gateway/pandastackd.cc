@@ -62,7 +62,7 @@ const char* kUsage = R"(usage: pandastackd [options]
   --quota-sandboxes N, --quota-memory-mib N, --quota-snapshots N, --quota-snapshot-mib N,
   --quota-hibernated N, --quota-hibernated-mib N, --quota-ports N, --quota-execs N,
   --quota-rps N       every tenant's quotas unless an admin set its own (PUT /v1/quotas/{tenant});
-                      defaults 50, 32768, 100, 65536, 50, 32768, 64, 128, 500
+                      defaults 50, 32768, 100, 65536, 50, 32768, 64, 32, 500
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
