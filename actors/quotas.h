@@ -53,16 +53,8 @@ struct QuotaUse {
 // the message's numbers into fields of the error body.
 Rejection quota_exceeded(const std::string& name, uint64_t limit, uint64_t used, uint64_t asked);
 
-// What a request asks for on top of `use`.
-struct QuotaAsk {
-  uint32_t sandboxes = 0;
-  uint64_t memory_mib = 0;
-  uint32_t snapshots = 0;
-  uint64_t snapshot_mib = 0;
-  uint32_t hibernated = 0;
-  uint64_t hibernated_mib = 0;
-  uint32_t ports = 0;
-};
+// What a request asks for on top of a use, in the same units (execs are counted apart).
+using QuotaAsk = QuotaUse;
 // The first quota `ask` would exceed, if any.
 std::optional<Rejection> check_quotas(const Quotas& q, const QuotaUse& use, const QuotaAsk& ask);
 

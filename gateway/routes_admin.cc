@@ -9,10 +9,6 @@ namespace {
 
 using M = kj::HttpMethod;
 
-void admin_only(const Call& c) {
-  if (!c.key.admin) throw ApiError{"forbidden", "this route needs an admin key"};
-}
-
 }  // namespace
 
 std::vector<Route> admin_routes() {

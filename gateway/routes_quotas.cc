@@ -18,10 +18,6 @@ Json quotas_reply(const std::string& tenant, const actors::Quotas& q,
   return j;
 }
 
-void admin_only(const Call& c) {
-  if (!c.key.admin) throw ApiError{"forbidden", "this route needs an admin key"};
-}
-
 }  // namespace
 
 std::vector<Route> quota_routes() {

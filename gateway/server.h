@@ -41,6 +41,11 @@ struct Call {
   const std::string& tenant() const { return key.tenant; }
 };
 
+// Routes for admin keys only: 403 forbidden for any other.
+inline void admin_only(const Call& c) {
+  if (!c.key.admin) throw ApiError{"forbidden", "this route needs an admin key"};
+}
+
 using Handler = std::function<HttpReply(Call&)>;
 
 struct Route {

@@ -8,10 +8,10 @@ Reads PANDASTACK_API_KEY and PANDASTACK_BASE_URL (default http://127.0.0.1:7070)
 """
 from ._async import AsyncSandbox
 from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DirectoryNotEmpty, ExecFailed,
-                      FileExists, FileNotFound, Forbidden, GuestIOError, InvalidArgument,
+                      FileExists, FileNotFound, Forbidden, GuestIOError, HostFull, InvalidArgument,
                       InvalidCwd, IsADirectory, NoSpace, NotADirectory, NotFound,
                       NotImplementedByServer, PandaStackError, PayloadTooLarge, PermissionDenied,
-                      RateLimited, SandboxBusy, SandboxFailed, SandboxHibernated, SandboxNotFound,
+                      QuotaExceeded, RateLimited, SandboxBusy, SandboxFailed, SandboxHibernated, SandboxNotFound,
                       SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
                       TransitionFailed, Unauthorized)
 from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
@@ -26,5 +26,5 @@ __all__ = [
     "SandboxStopped", "SandboxFailed", "SandboxBusy", "IsADirectory", "NotADirectory",
     "FileExists", "DirectoryNotEmpty", "NoSpace", "GuestIOError", "TransitionFailed",
     "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
-    "NotImplementedByServer", "ConnectionFailed",
+    "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
 ]

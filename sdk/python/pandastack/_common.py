@@ -75,7 +75,9 @@ def sid(sandbox_id: str) -> str:
 
 def retry_after(response: httpx.Response, attempt: int) -> Optional[float]:
     """Seconds to wait before retrying a refused request, or None to give up."""
-    if response.status_code not in (429, 503) or attempt >= RETRIES:
+    # Only what the server says to retry (Retry-After): a quota refusal stands until use drops.
+    if (response.status_code not in (429, 503) or "Retry-After" not in response.headers
+            or attempt >= RETRIES):
         return None
     try:
         return min(float(response.headers.get("Retry-After", "1")), 5.0)

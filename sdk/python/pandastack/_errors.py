@@ -128,6 +128,14 @@ class RateLimited(PandaStackError):
     """Too many commands in the sandbox, or the server is busy."""
 
 
+class QuotaExceeded(PandaStackError):
+    """A tenant quota would be exceeded (HTTP 429, not retried): the message names it."""
+
+
+class HostFull(PandaStackError):
+    """The host has no headroom for more guest memory now (HTTP 503, retried after Retry-After)."""
+
+
 class Timeout(PandaStackError):
     """A deadline passed."""
 
@@ -176,6 +184,12 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "file_too_large": PayloadTooLarge,
     "too_many_execs": RateLimited,
     "too_many_requests": RateLimited,
+    "too_many_processes": RateLimited,
+    "too_many_ports": RateLimited,
+    "quota_exceeded": QuotaExceeded,
+    "host_full": HostFull,
+    "client_too_slow": Conflict,
+    "request_timeout": Timeout,
     "timeout": Timeout,
     "not_implemented": NotImplementedByServer,
 }

@@ -206,6 +206,8 @@ export declare class FileExistsError extends ConflictError {}
 export declare class DirectoryNotEmptyError extends ConflictError {}
 export declare class PayloadTooLargeError extends PandaStackError {}
 export declare class RateLimitedError extends PandaStackError {}
+export declare class QuotaExceededError extends PandaStackError {}
+export declare class HostFullError extends PandaStackError {}
 export declare class NoSpaceError extends PandaStackError {}
 export declare class GuestIOError extends PandaStackError {}
 export declare class TransitionFailedError extends PandaStackError {}

@@ -46,6 +46,8 @@ export class ExecFailedError extends PandaStackError {}
 export class NotImplementedError extends PandaStackError {}
 export class TimeoutError extends PandaStackError {}
 export class ConnectionError extends PandaStackError {}
+export class QuotaExceededError extends PandaStackError {}
+export class HostFullError extends PandaStackError {}
 
 // code -> [class, HTTP status] (a stream's error event has no status of its own).
 const BY_CODE = {
@@ -75,6 +77,12 @@ const BY_CODE = {
   io_error: [GuestIOError, 422],
   too_many_execs: [RateLimitedError, 429],
   too_many_requests: [RateLimitedError, 429],
+  too_many_processes: [RateLimitedError, 429],
+  too_many_ports: [RateLimitedError, 429],
+  quota_exceeded: [QuotaExceededError, 429],
+  client_too_slow: [ConflictError, 409],
+  request_timeout: [TimeoutError, 408],
+  host_full: [HostFullError, 503],
   snapshot_failed: [TransitionFailedError, 500],
   fork_failed: [TransitionFailedError, 500],
   hibernate_failed: [TransitionFailedError, 500],
@@ -133,7 +141,8 @@ class Http {
         throw errorFor("connection_error", `cannot reach the PandaStack daemon: ${e?.cause?.message ?? e}`, 0);
       }
       // Refused for now (busy): nothing was done; wait as told and try again.
-      if ((res.status !== 429 && res.status !== 503) || attempt >= RETRIES) break;
+      // Only what the server says to retry (Retry-After): a quota refusal stands until use drops.
+      if ((res.status !== 429 && res.status !== 503) || !res.headers.has("retry-after") || attempt >= RETRIES) break;
       const wait = Math.min(Number(res.headers.get("retry-after") ?? "1") || 1, 5);
       await res.arrayBuffer();
       await new Promise((r) => setTimeout(r, wait * 1000));
