@@ -357,6 +357,26 @@ class QuotaTest(unittest.TestCase):
                 s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "while :; do :; done"})
                 self.assertEqual(s, 201, b)
             time.sleep(2)
+            # Each QEMU sits in a cgroup with the VM CPU weight (50 against the daemon's 100;
+            # cgroup v1: cpu.shares 512).
+            run = os.path.join(self.daemon.state, "run")
+            weights = []
+            for d in os.listdir(run):
+                rec = os.path.join(run, d, "vm.json")
+                if not os.path.exists(rec):
+                    continue
+                import json
+                with open(rec) as f:
+                    pid = json.load(f)["pid"]
+                with open(f"/proc/{pid}/cgroup") as f:
+                    for line in f:
+                        _, ctrls, path = line.strip().split(":", 2)
+                        if "cpu" in ctrls.split(",") and os.path.exists(f"/sys/fs/cgroup/cpu{path}/cpu.shares"):
+                            weights.append(open(f"/sys/fs/cgroup/cpu{path}/cpu.shares").read().strip())
+                        elif ctrls == "" and os.path.exists(f"/sys/fs/cgroup{path}/cpu.weight"):
+                            weights.append(open(f"/sys/fs/cgroup{path}/cpu.weight").read().strip())
+            self.assertTrue(weights, "no VM cgroup with a CPU weight")
+            self.assertTrue(all(w in ("512", "50") for w in weights), weights)
             times = []
             conn = c.conn()
             for _ in range(200):
