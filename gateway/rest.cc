@@ -487,6 +487,12 @@ std::string Server::openapi() const {
   Json inner_props = Json::object();
   inner_props.set("code", code_prop);
   inner_props.set("message", msg_prop);
+  // quota_exceeded: which quota, its limit, the use and what was asked.
+  Json str_prop = Json::object(), int_prop = Json::object();
+  str_prop.set("type", "string");
+  int_prop.set("type", "integer");
+  inner_props.set("quota", str_prop);
+  for (auto name : {"limit", "used", "asked"}) inner_props.set(name, int_prop);
   Json inner = Json::object();
   inner.set("type", "object");
   inner.set("properties", inner_props);
@@ -502,6 +508,24 @@ std::string Server::openapi() const {
   Json statuses = Json::object();
   for (auto& [c, s] : error_codes()) statuses.set(c, s);
   doc.set("x-error-codes", statuses);
+  // Every limit the API enforces, and the quotas a tenant has unless an admin set its own.
+  Json lim = Json::object();
+  lim.set("max_body_bytes", uint64_t(limits.max_body_bytes));
+  lim.set("max_file_bytes", uint64_t(limits.max_file_bytes));
+  lim.set("max_command_bytes", uint64_t(limits.max_command_bytes));
+  lim.set("max_path_bytes", uint64_t(limits.max_path_bytes));
+  lim.set("default_exec_timeout_seconds", limits.default_exec_timeout_s);
+  lim.set("max_exec_timeout_seconds", limits.max_exec_timeout_s);
+  lim.set("max_exec_output_bytes", limits.max_exec_output_bytes);
+  lim.set("max_stream_buffer_bytes", uint64_t(limits.max_stream_buffer_bytes));
+  lim.set("max_connections", uint64_t(limits.max_connections));
+  lim.set("body_timeout_seconds", int64_t(limits.body_timeout.count() / 1000));
+  lim.set("max_concurrent_execs_per_sandbox", rt.config().limits.max_concurrent_execs);
+  lim.set("max_processes_per_sandbox", rt.config().limits.max_processes);
+  lim.set("max_exposed_ports_per_sandbox", rt.config().limits.max_exposed_ports);
+  lim.set("max_ttl_seconds", rt.config().limits.max_ttl_seconds);
+  doc.set("x-limits", lim);
+  doc.set("x-default-quotas", actors::quotas_json(rt.config().quotas));
   Json paths = Json::object();
   for (auto& r : routes) {
     Json item = paths.has(r.pattern) ? paths[r.pattern] : Json::object();
