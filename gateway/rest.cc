@@ -148,6 +148,7 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       },
       settings);
   pool = std::make_unique<WorkerPool>(limits.worker_threads, limits.max_queued_requests);
+  stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
   for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
                      snapshot_routes(), admin_routes(), quota_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
@@ -155,7 +156,8 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
 
 Server::~Server() {
   shutting_down.request_stop();
-  pool.reset();  // waits for the runtime calls in flight
+  stream_pool.reset();  // the streams end (their commands are cancelled)
+  pool.reset();         // waits for the runtime calls in flight
 }
 
 kj::Promise<void> Server::send(kj::HttpService::Response& response, HttpReply r,

@@ -29,6 +29,7 @@ struct Limits {
   std::chrono::milliseconds sse_keepalive{1000};          // comment frames; also detect hang-ups
   std::chrono::milliseconds events_idle_timeout{300000};  // ?follow=1 ends after this idle
   unsigned worker_threads = 64;                           // concurrent runtime calls
+  unsigned stream_threads = 64;                           // streams open at once (then 429)
   size_t max_queued_requests = 4096;                      // beyond: 429 too_many_requests
   size_t max_connections = 4096;  // open at once per API (REST, RPC): more are closed at once
   std::chrono::milliseconds body_timeout{60000};  // a request body must arrive within this: 408

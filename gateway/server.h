@@ -107,6 +107,9 @@ struct Server final : public kj::HttpService {
   kj::Own<kj::HttpServer> server;
   std::vector<Route> routes;
   std::unique_ptr<WorkerPool> pool;
+  // Long-lived producers (SSE streams, a WebSocket command's output) run here, never on `pool`:
+  // streams held open cannot take the workers plain requests need.
+  std::unique_ptr<WorkerPool> stream_pool;
   RateLimiter limiter;  // requests per second per key
   // Fires at shutdown: commands in flight are cancelled so the workers can be joined.
   std::stop_source shutting_down;

@@ -63,7 +63,7 @@ kj::Promise<void> Server::stream(const Route& route, Request req,
         .then(
             [this, &response, t0](HttpReply rep) { return send(response, std::move(rep), t0); });
   }
-  bool queued = pool->submit([this, r, ch, &route] { produce(route, *r, *ch); });
+  bool queued = stream_pool->submit([this, r, ch, &route] { produce(route, *r, *ch); });
   if (!queued) return send(response, error_reply("too_many_requests", "the server is busy"), t0);
   // When this promise ends for any reason (done, client gone, shutdown), the command stops.
   auto guard = kj::defer([ch] { ch->stop.request_stop(); });

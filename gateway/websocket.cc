@@ -83,7 +83,7 @@ struct WsSession {
 
   // The process's output, streamed on a worker into the queue.
   void start_output() {
-    bool queued = gw.pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop,
+    bool queued = gw.stream_pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop,
                                    shutdown = gw.shutting_down.get_token()] {
       std::stop_callback on_shutdown(shutdown, [st] { st->request_stop(); });
       // A client that stops reading: once its unsent output passes the bound, the process is
