@@ -31,7 +31,7 @@ bool idle_due(const SandboxActorState& st, int64_t now) {
 void maybe_retire(SandboxSelf* self) {
   auto& st = self->state;
   if (st.retired || st.s.status == Status::none || st.s.live() || st.persisting ||
-      !st.queue.empty() || st.adopting)
+      !st.queue.empty() || st.adopting || st.fork_in_flight)
     return;
   st.retired = true;
   caf::anon_send(st.registry, ended_atom::value, st.s);
@@ -227,28 +227,43 @@ void effect(SandboxSelf* self, const Event& e) {
           if (auto* f = std::get_if<cmd::Fork>(&st.current)) count = f->count;
           ForkRequest fr{st.s.tenant, st.s.template_name, e.snapshot_id, st.s.id, count};
           auto dir = st.env->snapshot_dir(e.snapshot_id).string();
+          st.fork_in_flight = true;
+          // Ends the fork's own work: a sandbox killed meanwhile may retire now.
+          auto done = [self] {
+            self->state.fork_in_flight = false;
+            maybe_retire(self);
+          };
           self->request(st.worker, caf::infinite, snapshot_atom::value, dir)
               .then(
-                  [self, fr, dir](WorkerResult r) {
-                    if (!r.ok) return internal(self, cmd::TransitionFailed{r.error});
+                  [self, fr, dir, done](WorkerResult r) {
+                    if (!r.ok || self->state.s.status != Status::forking) {
+                      // Failed, or killed meanwhile: no children are made.
+                      if (r.ok) self->send(self->state.worker, drop_atom::value, dir);
+                      self->state.fork_in_flight = false;
+                      if (!r.ok) return internal(self, cmd::TransitionFailed{r.error});
+                      return done();
+                    }
                     self->request(self->state.registry, caf::infinite, fork_atom::value, fr)
                         .then(
-                            [self, dir](Answer a) {
+                            [self, dir, done](Answer a) {
                               // The children run on copies of it (or failed): the fork's
                               // snapshot is not one of the sandbox's snapshots, nobody can use
                               // it again.
                               self->send(self->state.worker, drop_atom::value, dir);
                               auto& st = self->state;
+                              st.fork_in_flight = false;
                               if (a.ok && st.s.status != Status::forking) {
                                 // Killed (or failed) meanwhile: the fork is cancelled and its
                                 // children must not outlive it, unknown to anyone.
                                 for (auto& kid : a.infos)
                                   caf::anon_send(st.registry, route_atom::value, st.s.tenant,
                                                  kid.id, Command{cmd::Kill{}});
-                                return;
+                                return done();
                               }
-                              if (!a.ok)
+                              if (!a.ok) {
+                                if (st.s.status != Status::forking) return done();
                                 return internal(self, cmd::TransitionFailed{a.error.message});
+                              }
                               self->state.fork_children = a.infos;
                               std::vector<std::string> ids;
                               for (auto& i : a.infos) ids.push_back(i.id);
@@ -256,10 +271,14 @@ void effect(SandboxSelf* self, const Event& e) {
                             },
                             [self, dir](const caf::error& err) {
                               self->send(self->state.worker, drop_atom::value, dir);
+                              self->state.fork_in_flight = false;
                               internal(self, cmd::TransitionFailed{self->system().render(err)});
                             });
                   },
-                  lost);
+                  [self, lost](const caf::error& err) {
+                    self->state.fork_in_flight = false;
+                    lost(err);
+                  });
           break;
         }
       }

@@ -44,6 +44,9 @@ struct SandboxActorState {
   bool vm_dead_reported = false;  // asking the worker why (once)
   bool adopting = false;          // taking over the VM after a restart: commands wait
   bool retired = false;           // ended and gone (see maybe_retire)
+  // A fork's snapshot and children are being made: a sandbox killed meanwhile stays until they
+  // are (its children are killed then, its fork snapshot dropped), never leaving them unknown.
+  bool fork_in_flight = false;
 };
 
 using SandboxSelf = caf::stateful_actor<SandboxActorState>;

@@ -1340,7 +1340,7 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   if (!made) return made.error();
   Snapshot snap = *made;
   // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
-  if (agent_) (void)agent_->end_session();
+  bool ended = agent_ && agent_->end_session();
   Status st = simple(*qmp_, "stop");
   if (st) st = save_paused(snap, "hibernate");
   // The paused guest writes nothing: its RAM file becomes the snapshot's while QEMU still maps it
@@ -1353,7 +1353,16 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
     std::error_code ec;
     if (moved) fs::rename(snap.mem(), config_.run_dir / "mem", ec);
     remove_snapshot(dir, disk_dir);
-    if (alive()) (void)simple(*qmp_, "cont");
+    if (alive()) {
+      (void)simple(*qmp_, "cont");
+      // The guest runs on: its agent gets a session again (else every call is "null capability").
+      if (ended) {
+        auto restarted = agent_->start_session();
+        if (!restarted)
+          spdlog::warn("vm {}: agent session restart after a failed hibernate failed: {}",
+                       config_.name, restarted.error().message);
+      }
+    }
     return st.error();
   }
   kill_and_clean();

@@ -160,7 +160,9 @@ std::string error_of(kj::Function<void()> f) {
     // Remote exceptions are prefixed "remote exception: ".
     auto p = d.find("remote exception: ");
     if (p != std::string::npos) d = d.substr(p + 18);
-    return d.substr(0, d.find(':'));
+    // A cut connection reads "::writev(...): Broken pipe": the whole text, never "".
+    auto code = d.substr(0, d.find(':'));
+    return code.empty() ? d : code;
   }
   return "";
 }
