@@ -54,7 +54,7 @@ test-asan: deps guest-base
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPANDASTACK_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && PANDASTACK_IMAGES=$(IMAGES) \
-	  ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=0 \
+	  ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=0:quarantine_size_mb=64 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -L 'unit|asan'
 

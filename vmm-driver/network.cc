@@ -666,8 +666,10 @@ class PortForward {
         return;
       }
       if (fds[0].revents) break;
+      // Only the connections that were polled have results (a new one is polled next round).
+      const size_t polled = conns.size();
       if (fds[1].revents & POLLIN) accept_one(conns);
-      for (size_t i = 0; i < conns.size(); ++i) {
+      for (size_t i = 0; i < polled; ++i) {
         auto& c = *conns[i];
         short crev = fds[2 + 2 * i].revents, grev = fds[3 + 2 * i].revents;
         bool dead = false;

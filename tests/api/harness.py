@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import sys
 import socket
 import subprocess
 import time
@@ -71,7 +72,13 @@ class Daemon:
             self.proc.wait(timeout)
         self.log.close()
         self.proc.stdout.close()
-        return self.proc.returncode
+        code = self.proc.returncode
+        if code not in (0, -sig, -signal.SIGKILL):
+            # Why it died (a sanitizer's report, an exception) goes with the test's output.
+            with open(os.path.join(self.data, "daemon.log"), "rb") as f:
+                tail = f.read()[-12000:].decode(errors="replace")
+            sys.stderr.write(f"--- daemon exited {code}; the end of its log:\n{tail}\n---\n")
+        return code
 
 
 class Api:

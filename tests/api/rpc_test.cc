@@ -290,7 +290,8 @@ TEST_F(RpcTest, SandboxOperationsStreamingAndErrors) {
   w.send().wait(ws);
   auto rf = sandbox.readFileRequest();
   rf.setPath("/tmp/rpc/file.txt");
-  auto data = rf.send().wait(ws).getData();
+  auto read = rf.send().wait(ws);  // the response owns the data
+  auto data = read.getData();
   EXPECT_EQ(std::string(data.asChars().begin(), data.size()), "over rpc");
   auto ld = sandbox.listDirRequest();
   ld.setPath("/tmp/rpc");

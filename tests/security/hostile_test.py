@@ -173,7 +173,10 @@ class HostileTest(unittest.TestCase):
             time.sleep(0.5)
         self.assertFalse(guest_has_process(self.api, self.sid, "head -c 300000000"),
                          "the flooding process still runs")
-        self.assertLess(peak - base_rss, 120, f"RSS {base_rss:.0f} -> {peak:.0f} MiB")
+        # Under ASAN (make test-asan) freed memory waits in a quarantine (64 MiB there) and every
+        # allocation has shadow memory: the same bound, plus that.
+        limit = 120 + (90 if "quarantine_size_mb" in os.environ.get("ASAN_OPTIONS", "") else 0)
+        self.assertLess(peak - base_rss, limit, f"RSS {base_rss:.0f} -> {peak:.0f} MiB")
         self.assertTrue(self.healthy())
         ws.sock.close()
 
@@ -226,7 +229,13 @@ class HostileTest(unittest.TestCase):
                       f"Authorization: Bearer {self.api.key}\r\nContent-Length: 100\r\n\r\n"
                       '{"cmd":').encode())
         t0 = time.time()
-        reply = sock.recv(4096).decode()
+        reply = b""
+        while b"request_timeout" not in reply and time.time() - t0 < 8:
+            chunk = sock.recv(4096)  # headers and body may come in separate reads
+            if not chunk:
+                break
+            reply += chunk
+        reply = reply.decode()
         self.assertTrue(reply.startswith("HTTP/1.1 408"), reply)
         self.assertIn("request_timeout", reply)
         self.assertLess(time.time() - t0, 6)
