@@ -295,7 +295,8 @@ TEST_F(RpcTest, SandboxOperationsStreamingAndErrors) {
   EXPECT_EQ(std::string(data.asChars().begin(), data.size()), "over rpc");
   auto ld = sandbox.listDirRequest();
   ld.setPath("/tmp/rpc");
-  auto entries = ld.send().wait(ws).getEntries();
+  auto entries_r = ld.send().wait(ws);  // the response owns what it holds
+  auto entries = entries_r.getEntries();
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(std::string(entries[0].getName()), "file.txt");
   auto bad = sandbox.readFileRequest();
@@ -325,7 +326,8 @@ TEST_F(RpcTest, SandboxOperationsStreamingAndErrors) {
   auto child = forked.getChildren()[0];
   auto cr = child.readFileRequest();
   cr.setPath("/tmp/rpc/file.txt");
-  auto cd = cr.send().wait(ws).getData();
+  auto cd_r = cr.send().wait(ws);  // the response owns what it holds
+  auto cd = cd_r.getData();
   EXPECT_EQ(std::string(cd.asChars().begin(), cd.size()), "over rpc");
   child.killRequest().send().wait(ws);
 
@@ -333,9 +335,11 @@ TEST_F(RpcTest, SandboxOperationsStreamingAndErrors) {
   auto one = sandbox.forkOneRequest().send();
   auto one_read = one.getSandbox().readFileRequest();
   one_read.setPath("/tmp/rpc/file.txt");
-  auto od = one_read.send().wait(ws).getData();
+  auto od_r = one_read.send().wait(ws);  // the response owns what it holds
+  auto od = od_r.getData();
   EXPECT_EQ(std::string(od.asChars().begin(), od.size()), "over rpc");
-  auto one_info = one.wait(ws).getInfo();
+  auto one_info_r = one.wait(ws);  // the response owns what it holds
+  auto one_info = one_info_r.getInfo();
   EXPECT_EQ(std::string(one_info.getParent()), id);
   one.getSandbox().killRequest().send().wait(ws);
 
@@ -391,7 +395,8 @@ TEST_F(RpcTest, DroppingAStreamingCallKillsTheCommand) {
     auto e = sandbox.execRequest();
     e.initRequest().setCmd(
         "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 303'");
-    auto out = e.send().wait(ws).getResult().getStdout();
+    auto out_r = e.send().wait(ws);  // the response owns what it holds
+    auto out = out_r.getResult().getStdout();
     return std::atoi(std::string(out.asChars().begin(), out.size()).c_str());
   };
   auto deadline = Clock::now() + std::chrono::seconds(15);
