@@ -169,6 +169,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.network = s.network;
   i.egress = s.egress;
   i.ports = s.ports;
+  i.volumes = s.volumes;
   return i;
 }
 

@@ -119,6 +119,8 @@ struct Env {
   vmm::SparePool* spares_for(const std::string& template_name, bool networked);
 
 
+  // Volume files (actors/volume_files.h): data_dir/volumes, on a real disk.
+  std::filesystem::path volumes_dir() const { return config.data_dir / "volumes"; }
   std::filesystem::path run_dir(const std::string& name) const;
   std::filesystem::path snapshot_dir(const std::string& snap) const;
   std::filesystem::path hibernated_dir(const std::string& id) const;

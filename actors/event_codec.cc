@@ -137,6 +137,13 @@ std::string encode_event(const Event& e) {
       c.setOnTimeout(!e.on_timeout                          ? w::TimeoutAction::DEFAULT
                      : *e.on_timeout == ReapAction::hibernate ? w::TimeoutAction::HIBERNATE
                                                               : w::TimeoutAction::KILL);
+      auto vols = c.initVolumes(unsigned(e.volumes.size()));
+      for (unsigned i = 0; i < e.volumes.size(); ++i) {
+        vols[i].setVolume(e.volumes[i].volume);
+        vols[i].setMount(e.volumes[i].mount);
+        vols[i].setReadOnly(e.volumes[i].read_only);
+        vols[i].setSlot(e.volumes[i].slot);
+      }
       break;
     }
     case K::started:
@@ -277,6 +284,8 @@ std::optional<Event> decode_event(const std::string& bytes) {
           default:
             break;
         }
+        for (auto v : c.getVolumes())
+          e.volumes.push_back({v.getVolume(), v.getMount(), v.getReadOnly(), v.getSlot()});
         break;
       }
       case w::SandboxEvent::STARTED:
@@ -386,6 +395,20 @@ std::optional<Event> decode_event(const std::string& bytes) {
   return out;
 }
 
+wire::Json volumes_json(const std::vector<SandboxVolume>& volumes) {
+  using wire::Json;
+  Json a = Json::array();
+  for (auto& v : volumes) {
+    Json o = Json::object();
+    o.set("volume", v.volume);
+    o.set("mount", v.mount);
+    o.set("read_only", v.read_only);
+    o.set("slot", v.slot);
+    a.push(o);
+  }
+  return a;
+}
+
 std::string event_to_json(const Event& e) {
   using wire::Json;
   Json j = Json::object();
@@ -415,6 +438,7 @@ std::string event_to_json(const Event& e) {
       j.set("metadata", metadata());
       j.set("network", e.network);
       if (e.network) j.set("egress", egress_json(e.egress));
+      if (!e.volumes.empty()) j.set("volumes", volumes_json(e.volumes));
       break;
     case Event::Kind::network_attached:
       j.set("subnet", e.subnet);
@@ -530,6 +554,7 @@ std::string encode_state(const SandboxState& s) {
   Json ports = Json::array();
   for (auto p : s.ports) ports.push(p);
   j.set("ports", ports);
+  j.set("volumes", volumes_json(s.volumes));
   return j.dump();
 }
 
@@ -596,6 +621,14 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   if (o["ports"].is_array())
     for (auto& p : o["ports"].as_array())
       if (p.is_integer()) s.ports.insert(uint32_t(p.as_int()));
+  if (o["volumes"].is_array())
+    for (auto& v : o["volumes"].as_array()) {
+      if (!v.is_object() || !v["volume"].is_string() || !v["mount"].is_string() ||
+          !v["read_only"].is_bool() || !v["slot"].is_integer())
+        return std::nullopt;
+      s.volumes.push_back({v["volume"].as_string(), v["mount"].as_string(),
+                           v["read_only"].as_bool(), uint32_t(v["slot"].as_int())});
+    }
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include "actors/env.h"
 #include "actors/runtime.h"
 #include "actors/sandbox.h"
+#include "actors/volume.h"
 
 namespace pandastack::actors {
 
@@ -28,6 +29,8 @@ struct Answer {
   std::string text;
   std::shared_ptr<VmHandle> vm;  // a lease: agent operations run against it
   std::string exec_id;
+  VolumeInfo volume;
+  std::vector<VolumeInfo> volumes;
 
   static Answer fail(Rejection r) {
     Answer a;
@@ -58,6 +61,12 @@ struct ListQuery {
   std::map<std::string, std::string> metadata;
 };
 
+// What a restore binds (and a create mounts) of the sandbox's volumes.
+struct VolumeSpec {
+  std::vector<SandboxVolume> volumes;
+  bool mount = false;  // a create: mount them in the guest (a woken guest has them mounted)
+};
+
 struct ForkRequest {
   std::string tenant, template_name, snapshot_id, parent;
   uint32_t count = 1;
@@ -75,6 +84,11 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxInfo)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ListQuery)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ForkRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeSpec)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeCommand)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeInfo)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeState)
 
 namespace pandastack::actors {
 
@@ -106,6 +120,13 @@ using exited_atom = caf::atom_constant<caf::atom("exitwhy")>;
 using adoptvm_atom = caf::atom_constant<caf::atom("adoptvm")>;
 using ended_atom = caf::atom_constant<caf::atom("ended")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
+using vol_atom = caf::atom_constant<caf::atom("vol")>;
+using volinfo_atom = caf::atom_constant<caf::atom("volinfo")>;
+using volcreate_atom = caf::atom_constant<caf::atom("volcreate")>;
+using volroute_atom = caf::atom_constant<caf::atom("volroute")>;
+using vollist_atom = caf::atom_constant<caf::atom("vollist")>;
+using voladmit_atom = caf::atom_constant<caf::atom("voladmit")>;
+using voladopt_atom = caf::atom_constant<caf::atom("voladopt")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>

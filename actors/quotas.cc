@@ -24,7 +24,9 @@ std::optional<Rejection> check_quotas(const Quotas& q, const QuotaUse& u, const 
                 Row{"snapshot_mib", q.snapshot_mib, u.snapshot_mib, a.snapshot_mib},
                 Row{"hibernated", q.hibernated, u.hibernated, a.hibernated},
                 Row{"hibernated_mib", q.hibernated_mib, u.hibernated_mib, a.hibernated_mib},
-                Row{"ports", q.ports, u.ports, a.ports}})
+                Row{"ports", q.ports, u.ports, a.ports},
+                Row{"volumes", q.volumes, u.volumes, a.volumes},
+                Row{"volume_mib", q.volume_mib, u.volume_mib, a.volume_mib}})
     if (r.asked > 0 && r.used + r.asked > r.limit)
       return quota_exceeded(r.name, r.limit, r.used, r.asked);
   return std::nullopt;
@@ -58,6 +60,8 @@ void each_field(F f) {
   f("ports", &Quotas::ports, nullptr);
   f("execs", &Quotas::execs, nullptr);
   f("requests_per_second", &Quotas::requests_per_second, nullptr);
+  f("volumes", &Quotas::volumes, nullptr);
+  f("volume_mib", nullptr, &Quotas::volume_mib);
 }
 }  // namespace
 
@@ -79,6 +83,8 @@ Json use_json(const QuotaUse& u) {
   j.set("hibernated_mib", int64_t(u.hibernated_mib));
   j.set("ports", int64_t(u.ports));
   j.set("execs", int64_t(u.execs));
+  j.set("volumes", int64_t(u.volumes));
+  j.set("volume_mib", int64_t(u.volume_mib));
   return j;
 }
 

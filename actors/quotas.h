@@ -33,6 +33,8 @@ struct Quotas {
                                        // sandboxes together (each holds a gateway worker: one
                                        // tenant holds at most half of REST's 64)
   uint32_t requests_per_second = 500;  // per API key (a token bucket; bursts of twice this)
+  uint32_t volumes = 100;              // volumes (not deleted)
+  uint64_t volume_mib = 262144;        // their sizes together (disk, not RAM): 256 GiB
 
   bool operator==(const Quotas&) const = default;
 };
@@ -47,6 +49,8 @@ struct QuotaUse {
   uint64_t hibernated_mib = 0;
   uint32_t ports = 0;
   uint32_t execs = 0;
+  uint32_t volumes = 0;
+  uint64_t volume_mib = 0;
 };
 
 // "quota 'sandboxes' exceeded: limit 5, in use 5, asked 1" (quota_exceeded). The gateway turns

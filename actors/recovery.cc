@@ -8,6 +8,8 @@
 #include <set>
 
 #include "actors/event_codec.h"
+#include "actors/volume_codec.h"
+#include "actors/volume_files.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
@@ -159,6 +161,44 @@ Reply<Recovered> recover(Env& env) {
     }
     for (auto& d : fs::directory_iterator(config.disk_dir / "snapshots", ec))
       if (!named.count(d.path().filename().string())) fs::remove_all(d.path(), ec);
+  }
+
+  // Volumes: replayed; their files follow the records.
+  {
+    auto vstreams = env.store->streams("vol_");
+    if (!vstreams) return Rejection{"storage_error", vstreams.error().message};
+    std::set<std::string> files;
+    for (auto& id : *vstreams) {
+      VolumeState v;
+      v.id = id;
+      auto events = env.store->read_stream(id);
+      if (!events) return Rejection{"storage_error", events.error().message};
+      for (auto& stored : *events) {
+        auto e = decode_volume_event(stored.payload);
+        if (!e)
+          return Rejection{"storage_error",
+                           "undecodable event " + std::to_string(stored.version) + " of " + id};
+        v = apply(v, *e);
+      }
+      if (v.status == VolumeStatus::available) {
+        auto f = volume_file(env.volumes_dir(), id);
+        files.insert(f.filename().string());
+        std::error_code fe;
+        auto size = fs::file_size(f, fe);
+        if (fe) {
+          spdlog::error("recovery: volume {}: its file is missing ({})", id, f.string());
+        } else if (size < (v.size_mib << 20)) {
+          if (auto g = grow_volume_file(f, v.size_mib); !g)
+            spdlog::error("recovery: volume {}: growing its file failed: {}", id, g.error().message);
+        }
+      }
+      out.volumes.push_back(std::move(v));
+    }
+    for (auto& d : fs::directory_iterator(env.volumes_dir(), ec))
+      if (!files.count(d.path().filename().string())) {
+        spdlog::info("recovery: removing {} (no volume owns it)", d.path().string());
+        fs::remove(d.path(), ec);
+      }
   }
 
   if (config.network) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/env.h"
+#include "actors/volume.h"
 
 namespace pandastack::actors {
 
@@ -20,6 +21,9 @@ struct Recovered {
   size_t from_snapshots = 0;
   // Running sandboxes whose VM may still run: their actors adopt it (run folder by sandbox id).
   std::map<std::string, std::filesystem::path> to_adopt;
+  // Every volume (deleted ones too); files no volume names are removed, and a file a crash left
+  // smaller than its record is grown.
+  std::vector<VolumeState> volumes;
 };
 
 Reply<Recovered> recover(Env& env);

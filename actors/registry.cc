@@ -21,9 +21,10 @@ caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s, std::string adopt_d
 // Spawns a sandbox actor and sends it the Create command for `req`; `then` gets its answer.
 template <typename Then>
 void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::string& parent,
-                   const std::string& snapshot, Then then) {
+                   const std::string& snapshot, Then then, std::string id = "",
+                   std::vector<SandboxVolume> volumes = {}) {
   SandboxState s;
-  s.id = new_sandbox_id();
+  s.id = id.empty() ? new_sandbox_id() : id;
   cmd::Create c;
   c.tenant = req.tenant;
   c.template_name = req.template_name;
@@ -39,6 +40,7 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
   c.memory_mib = self->state.env->config.memory_mib;
   c.network = req.network.value_or(false);
   if (c.network) c.egress = req.egress.value_or(Egress{});
+  c.volumes = std::move(volumes);
   // Decided before anything is spawned: a refused create costs no actor and no thread.
   auto d = decide(s, Command{c}, now_ms(), self->state.env->config.limits);
   if (auto* r = std::get_if<Rejection>(&d)) return then(Answer::fail(*r));
@@ -53,7 +55,26 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
 caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent,
                               std::string snapshot) {
   auto rp = self->make_response_promise();
-  start_sandbox(self, req, parent, snapshot, [rp](Answer ans) mutable { rp.deliver(ans); });
+  if (req.volumes.empty()) {
+    start_sandbox(self, req, parent, snapshot, [rp](Answer ans) mutable { rp.deliver(ans); });
+    return rp;
+  }
+  // Its volumes are attached (recorded in theirs streams) first: the sandbox's id is named in
+  // the attachments, and a create that fails lets them go again.
+  std::string id = new_sandbox_id();
+  registry_volumes::attach(
+      self, req.tenant, id, req.volumes,
+      [self, rp, req, parent, snapshot, id](registry_volumes::Attached r) mutable {
+        if (auto* no = std::get_if<Rejection>(&r)) return rp.deliver(Answer::fail(*no));
+        auto vols = std::get<std::vector<SandboxVolume>>(r);
+        start_sandbox(
+            self, req, parent, snapshot,
+            [self, rp, id, vols](Answer ans) mutable {
+              if (!ans.ok) registry_volumes::detach(self, id, vols, "create_failed");
+              rp.deliver(ans);
+            },
+            id, vols);
+      });
   return rp;
 }
 
@@ -183,6 +204,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& [name, t] : self->state.templates)
       caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
+    for (auto& [id, v] : self->state.volume_actors)
+      caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
     self->quit(msg.reason);
   });
   self->delayed_send(self, env->config.reaper_interval, tick_atom::value);
@@ -315,6 +338,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       // A sandbox actor retired (its sandbox ended): its state answers for it from now on.
       [=](ended_atom, SandboxState s) {
+        registry_volumes::detach(self, s.id, s.volumes, "sandbox_ended");
         self->state.actors.erase(s.id);
         self->state.infos[s.id] = info_of(s);
         self->state.ended[s.id] = s;
@@ -324,7 +348,25 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (!t) t = self->spawn<caf::detached + caf::linked>(template_actor, self->state.env, name);
         return t;
       },
-      [=](info_atom, SandboxInfo info) { self->state.infos[info.id] = info; },
+      [=](info_atom, SandboxInfo info) {
+        if (info.status == Status::stopped || info.status == Status::failed)
+          registry_volumes::detach(self, info.id, info.volumes, "sandbox_ended");
+        self->state.infos[info.id] = info;
+      },
+      [=](voladmit_atom, std::string tenant, uint64_t size_mib) -> Answer {
+        if (auto r = registry_volumes::admit(self, tenant, size_mib)) return Answer::fail(*r);
+        return Answer{};
+      },
+      [=](volcreate_atom, std::string id, VolumeRequest req) -> caf::result<Answer> {
+        return registry_volumes::create(self, std::move(id), std::move(req));
+      },
+      [=](volroute_atom, std::string tenant, std::string id,
+          VolumeCommand c) -> caf::result<Answer> {
+        return registry_volumes::route(self, tenant, id, std::move(c));
+      },
+      [=](vollist_atom, ListQuery q) { return registry_volumes::list(self, q.tenant, q.metadata); },
+      [=](voladopt_atom, VolumeState s) { registry_volumes::adopt(self, std::move(s)); },
+      [=](volinfo_atom, VolumeInfo i) { registry_volumes::info(self, std::move(i)); },
       // A recovered sandbox; `adopt_dir`: the run folder of its VM, still running, to adopt.
       [=](adopt_atom, SandboxState s, std::string adopt_dir) {
         if (s.live()) {

@@ -18,6 +18,8 @@
 #include "actors/messages.h"
 #include "actors/recovery.h"
 #include "actors/registry.h"
+#include "actors/volume_codec.h"
+#include "actors/volume_files.h"
 #include "vmm-driver/jail.h"
 #include "vmm-driver/private_dir.h"
 #include "storage/api_keys.h"
@@ -168,6 +170,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     caf::anon_send(impl->registry, adopt_atom::value, s,
                    dir == recovered->to_adopt.end() ? std::string() : dir->second.string());
   }
+  // After the sandboxes: attachments to sandboxes that ended are let go.
+  for (auto& v : recovered->volumes) caf::anon_send(impl->registry, voladopt_atom::value, v);
   spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots); adopting {} VMs",
                recovered->sandboxes.size(), (config.data_dir / "store").string(),
                recovered->from_snapshots, recovered->to_adopt.size());
@@ -229,6 +233,72 @@ std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
   return std::nullopt;
 }
 }  // namespace
+
+Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
+  auto& env = *impl_->env;
+  const auto& lim = env.config.volume_limits;
+  // What can be refused without the file is refused before it is made (mkfs is real work).
+  VolumeState none;
+  none.id = "vol_";
+  auto d = decide(none, VolumeCommand{vcmd::Create{request.tenant, request.name, request.size_mib,
+                                                   request.metadata}},
+                  now_ms(), lim, env.config.limits);
+  if (auto* r = std::get_if<Rejection>(&d)) return *r;
+  Answer ok = impl_->ask(caf::make_message(voladmit_atom::value, request.tenant, request.size_mib));
+  if (!ok.ok) return ok.error;
+  std::string id = "vol_" + random_base32(16);
+  auto file = volume_file(env.volumes_dir(), id);
+  if (auto made = make_volume_file(file, request.size_mib); !made)
+    return Rejection{"storage_error", "cannot make the volume's file: " + made.error().message};
+  Answer a = impl_->ask(caf::make_message(volcreate_atom::value, id, request));
+  if (!a.ok) remove_volume_file(file);
+  return to_reply<VolumeInfo>(a, [](const Answer& x) { return x.volume; });
+}
+
+Reply<VolumeInfo> Runtime::get_volume(const std::string& tenant, const std::string& id) {
+  auto all = list_volumes(tenant);
+  if (!all) return all.error();
+  for (auto& v : *all)
+    if (v.id == id) return v;
+  return Rejection{"volume_not_found", "no volume " + id};
+}
+
+Reply<std::vector<VolumeInfo>> Runtime::list_volumes(
+    const std::string& tenant, const std::map<std::string, std::string>& metadata) {
+  return to_reply<std::vector<VolumeInfo>>(
+      impl_->ask(caf::make_message(vollist_atom::value, ListQuery{tenant, std::nullopt, metadata})),
+      [](const Answer& a) { return a.volumes; });
+}
+
+Reply<VolumeInfo> Runtime::update_volume(
+    const std::string& tenant, const std::string& id, std::optional<uint64_t> size_mib,
+    std::optional<std::map<std::string, std::string>> metadata) {
+  Reply<VolumeInfo> out = get_volume(tenant, id);
+  if (!out) return out;
+  if (size_mib && *size_mib > out->size_mib) {
+    if (auto r = impl_->ask(caf::make_message(voladmit_atom::value, tenant, *size_mib - out->size_mib));
+        !r.ok && r.error.message.find("'volumes'") == std::string::npos)
+      return r.error;  // the size quota (this volume is counted already)
+  }
+  if (size_mib) {
+    out = to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                                            VolumeCommand{vcmd::Resize{*size_mib}})),
+                               [](const Answer& a) { return a.volume; });
+    if (!out) return out;
+  }
+  if (metadata)
+    out = to_reply<VolumeInfo>(
+        impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                     VolumeCommand{vcmd::SetMetadata{*metadata}})),
+        [](const Answer& a) { return a.volume; });
+  return out;
+}
+
+Reply<VolumeInfo> Runtime::delete_volume(const std::string& tenant, const std::string& id) {
+  return to_reply<VolumeInfo>(
+      impl_->ask(caf::make_message(volroute_atom::value, tenant, id, VolumeCommand{vcmd::Delete{}})),
+      [](const Answer& a) { return a.volume; });
+}
 
 Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
@@ -740,6 +810,8 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
     if (!a.ok) return a.error;
     allowed.emplace();
     for (auto& i : a.infos) allowed->insert(i.id);
+    if (auto v = list_volumes(q.tenant))
+      for (auto& i : *v) allowed->insert(i.id);
     if (!q.stream.empty() && !allowed->count(q.stream)) return not_found(q.stream);
   }
   auto& store = *impl_->env->store;
@@ -755,9 +827,13 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
     if (q.from_ms > 0 && r.time_ms < q.from_ms) continue;
     if (q.to_ms > 0 && r.time_ms >= q.to_ms) continue;
     if (allowed && !allowed->count(r.stream)) continue;
-    auto e = decode_event(r.payload);
-    out.push_back({r.stream, r.version, r.global_seq, r.time_ms, r.type,
-                   e ? event_to_json(*e) : std::string("{\"kind\":\"undecodable\"}")});
+    std::string json = "{\"kind\":\"undecodable\"}";
+    if (r.stream.starts_with("vol_")) {
+      if (auto e = decode_volume_event(r.payload)) json = volume_event_to_json(*e);
+    } else if (auto e = decode_event(r.payload)) {
+      json = event_to_json(*e);
+    }
+    out.push_back({r.stream, r.version, r.global_seq, r.time_ms, r.type, json});
   }
   return out;
 }

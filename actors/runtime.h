@@ -22,6 +22,7 @@
 
 #include "actors/quotas.h"
 #include "actors/sandbox.h"
+#include "actors/volume.h"
 #include "vmm-driver/agent_client.h"
 #include "vmm-driver/network.h"
 #include "vmm-driver/vm.h"
@@ -70,6 +71,7 @@ struct RuntimeConfig {
   // Creates, forks and wakes are refused (503 host_full) when they would leave less than this
   // share of host memory, or of the state folder's file system, free.
   uint32_t host_headroom_percent = 10;
+  VolumeLimits volume_limits;
 };
 
 struct SandboxInfo {
@@ -86,6 +88,7 @@ struct SandboxInfo {
   bool network = false;
   Egress egress;
   std::set<uint32_t> ports;  // exposed guest ports
+  std::vector<SandboxVolume> volumes;
 };
 
 // Adds what sandbox `i` holds to `u` (its tenant's quota use); `memory_mib` per VM.
@@ -108,6 +111,27 @@ struct CreateRequest {
   std::string from_snapshot;     // a snapshot id taken from one of the tenant's sandboxes
   std::optional<bool> network;   // nullopt: on when the runtime has networking
   std::optional<Egress> egress;  // nullopt: RuntimeConfig::default_egress
+  // Volumes to attach (up to vmm::kVolumeSlots), mounted in the guest when the create returns.
+  struct Volume {
+    std::string volume, mount;
+    bool read_only = false;
+  };
+  std::vector<Volume> volumes;
+};
+// A volume (actors/volume.h): a file on the data disk that outlives sandboxes.
+struct VolumeInfo {
+  std::string id, tenant, name;
+  std::string status;  // available | deleted
+  uint64_t size_mib = 0;
+  std::map<std::string, std::string> metadata;
+  int64_t created_at_ms = 0;
+  std::vector<VolumeAttachment> attachments;
+  uint64_t version = 0;
+};
+struct VolumeRequest {
+  std::string tenant, name;
+  uint64_t size_mib = 0;
+  std::map<std::string, std::string> metadata;
 };
 
 // One of a tenant's named snapshots.
@@ -268,6 +292,17 @@ class Runtime {
   Reply<std::vector<SandboxInfo>> fork(const std::string& tenant, const std::string& id,
                                        uint32_t count);
 
+  // Volumes. Errors: volume_not_found, invalid_argument, volume_attached (delete or resize while
+  // a running or hibernated sandbox holds it), quota_exceeded.
+  Reply<VolumeInfo> create_volume(const VolumeRequest& request);
+  Reply<VolumeInfo> get_volume(const std::string& tenant, const std::string& id);
+  Reply<std::vector<VolumeInfo>> list_volumes(const std::string& tenant,
+                                              const std::map<std::string, std::string>& metadata = {});
+  // Grows the volume (size_mib, only larger; while detached) and/or replaces its metadata.
+  Reply<VolumeInfo> update_volume(const std::string& tenant, const std::string& id,
+                                  std::optional<uint64_t> size_mib,
+                                  std::optional<std::map<std::string, std::string>> metadata);
+  Reply<VolumeInfo> delete_volume(const std::string& tenant, const std::string& id);
   // The audit log (read from the event store), oldest first.
   Reply<std::vector<AuditEvent>> audit(const AuditQuery& query);
   // Live sandboxes by status, across tenants.

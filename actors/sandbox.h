@@ -48,6 +48,15 @@ struct Egress {
 };
 enum class ReapAction { kill, hibernate };
 
+// A volume (actors/volume.h) a sandbox has from its create: mounted at `mount` in the guest from
+// block slot `slot` of its VM (vmm::kVolumeSlots), read-only or not.
+struct SandboxVolume {
+  std::string volume, mount;
+  bool read_only = false;
+  uint32_t slot = 0;
+  bool operator==(const SandboxVolume&) const = default;
+};
+
 struct Event {
   enum class Kind {
     created,
@@ -99,6 +108,7 @@ struct Event {
   // network
   bool network = false;  // created: the sandbox has a network
   Egress egress;         // created, egress_changed
+  std::vector<SandboxVolume> volumes;  // created
   uint32_t subnet = 0;   // network_attached
   uint32_t port = 0;     // port_exposed, port_unexposed
   // audit
@@ -132,6 +142,7 @@ struct SandboxState {
   Egress egress;
   std::optional<uint32_t> subnet;  // while its VM runs with a network: the host subnet it holds
   std::set<uint32_t> ports;        // guest ports exposed on the host (re-exposed at every start)
+  std::vector<SandboxVolume> volumes;  // bound at every start; mounted by the create
 
   bool live() const {
     return status != Status::none && status != Status::stopped && status != Status::failed;
@@ -159,6 +170,7 @@ struct Create {
   Egress egress;
   uint32_t idle_timeout_seconds = 0;      // 0 = none
   std::optional<ReapAction> on_timeout;  // nullopt: hibernate when persistent, else kill
+  std::vector<SandboxVolume> volumes;    // attached by the registry before the create
 };
 struct Started {                   // the VM answers (after create or wake)
   std::optional<uint32_t> subnet;  // the host subnet its network got

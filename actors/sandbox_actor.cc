@@ -178,7 +178,8 @@ void effect(SandboxSelf* self, const Event& e) {
       auto restore = [self, started, lost](std::string dir, bool pooled) {
         auto& s = self->state.s;
         self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled,
-                      NetSpec{s.network, s.egress, s.ports, std::nullopt})
+                      NetSpec{s.network, s.egress, s.ports, std::nullopt},
+                      VolumeSpec{s.volumes, /*mount=*/true})
             .then(started, lost);
       };
       if (!e.from_snapshot.empty()) {
@@ -219,7 +220,8 @@ void effect(SandboxSelf* self, const Event& e) {
         case Transition::waking:
           self->request(st.worker, caf::infinite, restore_atom::value,
                         st.env->hibernated_dir(st.s.id).string(), true, false,
-                        NetSpec{st.s.network, st.s.egress, st.s.ports, std::nullopt})
+                        NetSpec{st.s.network, st.s.egress, st.s.ports, std::nullopt},
+                        VolumeSpec{st.s.volumes, /*mount=*/false})
               .then(started, lost);
           break;
         case Transition::forking: {

@@ -1,5 +1,7 @@
 #include "actors/vm_worker.h"
 
+#include "actors/volume_files.h"
+
 #include <spdlog/spdlog.h>
 
 #include <mutex>
@@ -49,8 +51,8 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
   self->state.handle = handle;
   log_exceptions(self, "vm worker " + id);
   return {
-      [=](restore_atom, std::string snapshot_dir, bool consume, bool pooled,
-          NetSpec net) -> WorkerResult {
+      [=](restore_atom, std::string snapshot_dir, bool consume, bool pooled, NetSpec net,
+          VolumeSpec vols) -> WorkerResult {
         auto& st = self->state;
         spdlog::debug("worker {}: restore from '{}'", st.id, snapshot_dir);
         vmm::Snapshot snap;
@@ -59,6 +61,9 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         snap = *loaded;
         std::string run_name = st.id + "." + random_base32(6);  // unique per incarnation
         auto config = st.env->vm_config(st.template_name, st.id, run_name);
+        for (auto& v : vols.volumes)
+          config.volumes.push_back(
+              {v.slot, volume_file(st.env->volumes_dir(), v.volume), v.read_only});
         auto* pool = pooled ? st.env->pool_for(st.template_name, snap, net.enabled) : nullptr;
         // Without a warm pool member (forks, wakes, creates from named snapshots, an empty pool):
         // into a spare QEMU when one is ready.
@@ -74,6 +79,17 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
             pool ? pool->create(run_name, config.hostname, spares)
                  : vmm::restore_with_spare(st.env->io, spares, snap, config, consume, make_network);
         if (!vm) return failed(vm.error().message);
+        // A warm pool member's guest already runs: its (unused) slots are bound now. The others
+        // were bound before their guest ran.
+        if (auto bound = (*vm)->bind_volumes(config.volumes); !bound)
+          return failed("volumes: " + bound.error().message);
+        if (vols.mount)
+          for (auto& v : vols.volumes) {
+            std::error_code ec;
+            auto size = std::filesystem::file_size(volume_file(st.env->volumes_dir(), v.volume), ec);
+            auto m = (*vm)->agent().mount_volume(v.slot, v.mount, v.read_only, size);
+            if (!m) return failed("mounting volume " + v.volume + " at " + v.mount + ": " + m.error().message);
+          }
         WorkerResult r;
         if (auto n = (*vm)->config().network) {
           auto policy = Env::to_policy(net.egress);

@@ -150,6 +150,38 @@ Json sandbox_json(const actors::SandboxInfo& i) {
     for (auto p : i.ports) ports.push(p);
     j.set("ports", ports);  // exposed guest ports (GET .../ports has their host addresses)
   }
+  Json vols = Json::array();
+  for (auto& v : i.volumes) {
+    Json o = Json::object();
+    o.set("volume", v.volume);
+    o.set("mount", v.mount);
+    o.set("read_only", v.read_only);
+    vols.push(o);
+  }
+  j.set("volumes", vols);
+  return j;
+}
+
+Json volume_json(const actors::VolumeInfo& v) {
+  Json j = Json::object();
+  j.set("id", v.id);
+  j.set("name", v.name);
+  j.set("status", v.status);
+  j.set("size_mib", v.size_mib);
+  Json m = Json::object();
+  for (auto& [k, val] : v.metadata) m.set(k, val);
+  j.set("metadata", m);
+  j.set("created_at_ms", v.created_at_ms);
+  Json at = Json::array();
+  for (auto& a : v.attachments) {
+    Json o = Json::object();
+    o.set("sandbox", a.sandbox);
+    o.set("mount", a.mount);
+    o.set("read_only", a.read_only);
+    at.push(o);
+  }
+  j.set("attachments", at);
+  j.set("version", v.version);  // events in the volume's stream
   return j;
 }
 
@@ -189,7 +221,8 @@ Json stat_json(const vmm::FileStat& s) {
 
 Json audit_json(const actors::AuditEvent& e) {
   Json j = Json::object();
-  j.set("sandbox", e.stream);
+  j.set("sandbox", e.stream);  // the entity: a sandbox, or a volume (vol_...)
+  j.set("stream", e.stream);
   j.set("version", e.version);
   j.set("seq", e.global_seq);
   j.set("time_ms", e.time_ms);

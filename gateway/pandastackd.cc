@@ -61,8 +61,9 @@ const char* kUsage = R"(usage: pandastackd [options]
                       nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
   --quota-sandboxes N, --quota-memory-mib N, --quota-snapshots N, --quota-snapshot-mib N,
   --quota-hibernated N, --quota-hibernated-mib N, --quota-ports N, --quota-execs N,
-  --quota-rps N       every tenant's quotas unless an admin set its own (PUT /v1/quotas/{tenant});
-                      defaults 50, 32768, 100, 65536, 50, 32768, 64, 32, 500
+  --quota-rps N, --quota-volumes N, --quota-volume-mib N
+                      every tenant's quotas unless an admin set its own (PUT /v1/quotas/{tenant});
+                      defaults 50, 32768, 100, 65536, 50, 32768, 64, 32, 500, 100, 262144
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
@@ -157,6 +158,10 @@ int main(int argc, char** argv) {
       config.quotas.ports = parse_u32(a, value());
     else if (a == "--quota-execs")
       config.quotas.execs = parse_u32(a, value());
+    else if (a == "--quota-volumes")
+      config.quotas.volumes = parse_u32(a, value());
+    else if (a == "--quota-volume-mib")
+      config.quotas.volume_mib = parse_u32(a, value());
     else if (a == "--quota-rps")
       config.quotas.requests_per_second = parse_u32(a, value());
     else if (a == "--host-headroom")

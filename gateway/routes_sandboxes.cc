@@ -11,12 +11,30 @@ namespace {
 using M = kj::HttpMethod;
 using K = Route::Kind;
 
+// "volumes": [{"volume": "vol_...", "mount": "/data", "read_only": false}, ...] (at most 4).
+std::vector<actors::CreateRequest::Volume> volumes_from(const Json& j) {
+  std::vector<actors::CreateRequest::Volume> out;
+  if (j.is_null()) return out;
+  if (!j.is_array()) throw ApiError{"invalid_argument", "volumes is a list of objects"};
+  if (j.as_array().size() > vmm::kVolumeSlots)
+    throw ApiError{"invalid_argument",
+                   "at most " + std::to_string(vmm::kVolumeSlots) + " volumes per sandbox"};
+  for (auto& v : j.as_array()) {
+    if (!v.is_object()) throw ApiError{"invalid_argument", "volumes is a list of objects"};
+    Fields f(v, {"volume", "mount", "read_only"});
+    if (!f.has("volume") || !f.has("mount"))
+      throw ApiError{"invalid_argument", "each volume needs \"volume\" and \"mount\""};
+    out.push_back({f.str("volume"), f.str("mount"), f.boolean("read_only")});
+  }
+  return out;
+}
+
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
   Fields f(c.r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
                         "from_snapshot", "network", "egress", "idle_timeout_seconds",
-                        "on_timeout"});
+                        "on_timeout", "volumes"});
   actors::CreateRequest req;
   req.tenant = c.tenant();
   if (f.has("template") && f.has("from_snapshot"))
@@ -38,6 +56,7 @@ HttpReply create(Call& c) {
   req.from_snapshot = f.str("from_snapshot");
   if (f.has("network")) req.network = f.boolean("network");
   if (f.has("egress")) req.egress = egress_from(f.object("egress"));
+  req.volumes = volumes_from(c.r.json()["volumes"]);
   auto t0 = Clock::now();
   auto created = rt.create(req);
   if (!created && created.error().code == "sandbox_failed")

@@ -634,6 +634,22 @@ Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy, 
   });
 }
 
+Status AgentClient::mount_volume(uint32_t slot, const std::string& path, bool read_only,
+                                 uint64_t size_bytes) {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.mountVolumeRequest();
+    req.setSlot(uint8_t(slot));
+    req.setPath(path);
+    req.setReadOnly(read_only);
+    req.setSizeBytes(size_bytes);
+    return with_deadline<Ok>(io_, req.send().then([](auto r) -> Result<Ok> {
+      if (r.hasError()) return guest_file_error(r.getError());
+      return Ok{};
+    }),
+                             kCallTimeout, "mountVolume");
+  });
+}
+
 Status AgentClient::set_hostname(const std::string& hostname) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.setHostnameRequest();

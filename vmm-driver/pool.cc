@@ -147,6 +147,7 @@ Result<std::unique_ptr<Vm>> restore_with_spare(IoThread& io, SparePool* spares,
                                                bool consume,
                                                const VmPool::NetworkFactory& make_network) {
   if (auto vm = spares ? spares->take(config.name, config.hostname) : nullptr) {
+    vm->set_volumes(config.volumes);
     auto restored = vm->restore_into(snapshot, consume);
     if (restored) return vm;
     // The snapshot is intact (restore_into copies its RAM): a new process can still restore it.

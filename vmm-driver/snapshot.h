@@ -28,7 +28,7 @@
 
 namespace pandastack::vmm {
 
-constexpr int kSnapshotFormat = 3;  // 3: every VM has a virtio-net NIC
+constexpr int kSnapshotFormat = 4;  // 3: every VM has a virtio-net NIC; 4: and volume slots
 
 struct Snapshot {
   std::filesystem::path dir;

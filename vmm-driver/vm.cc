@@ -175,6 +175,19 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
                  : std::string()),
       "-device",
       "virtio-blk-device,drive=root",
+  };
+  // Volume slots: each an empty placeholder disk (4 KiB of zeros) that bind_volumes() puts a
+  // volume file under; the guest finds a slot by its serial. After the root disk: it stays vda.
+  for (uint32_t i = 0; i < kVolumeSlots; ++i) {
+    std::string n = "vol" + std::to_string(i);
+    for (auto& a : {std::string("-blockdev"),
+                    "driver=null-co,node-name=" + n + "-empty,size=4096,read-zeroes=on",
+                    std::string("-blockdev"), "driver=raw,node-name=" + n + ",file=" + n + "-empty",
+                    std::string("-device"),
+                    "virtio-blk-device,drive=" + n + ",serial=pds-" + n + ",id=" + n + "-dev"})
+      args.push_back(a);
+  }
+  for (auto& a : std::initializer_list<std::string>{
       "-device",
       "virtio-serial-device",
       "-chardev",
@@ -198,7 +211,8 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
           : std::string("hubport,id=net0,hubid=0"),
       "-device",
       std::string("virtio-net-device,netdev=net0,mac=") + kGuestMac,
-  };
+  })
+    args.push_back(a);
   if (incoming) {
     args.push_back("-incoming");
     args.push_back("defer");
@@ -983,6 +997,102 @@ Status Vm::attach_layers() {
   return Ok{};
 }
 
+Status Vm::bind_volumes(const std::vector<VolumeBinding>& volumes) {
+  using wire::Json;
+  for (auto& v : volumes) {
+    if (v.slot >= kVolumeSlots)
+      return make_error(ErrorCode::invalid_argument, "no volume slot " + std::to_string(v.slot));
+    auto same = std::find_if(bound_.begin(), bound_.end(), [&](auto& b) { return b.slot == v.slot; });
+    if (same != bound_.end()) {
+      if (*same == v) continue;
+      return make_error(ErrorCode::invalid_argument,
+                        "volume slot " + std::to_string(v.slot) + " is bound already");
+    }
+    std::string n = "vol" + std::to_string(v.slot);
+    // Opened by the daemon (root) and passed: QEMU sees a descriptor, never the path.
+    auto pass = [&](const fs::path& file, bool writable, int64_t fdset) -> Status {
+      int fd = ::open(file.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0)
+        return make_error(ErrorCode::io_error, "cannot open " + file.string() + ": " + strerror(errno));
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return make_error(ErrorCode::io_error, file.string() + " is not a regular file");
+      }
+      Json args = Json::object();
+      args.set("fdset-id", fdset);
+      auto r = qmp_->execute("add-fd", args, seconds(10), fd);
+      ::close(fd);
+      if (!r) return failure(ErrorCode::qmp_error, "passing " + n + ": " + r.error().message);
+      return Ok{};
+    };
+    auto file_node = [](int64_t fdset, bool read_only) {
+      Json f = Json::object();
+      f.set("driver", "file");
+      f.set("filename", "/dev/fdset/" + std::to_string(fdset));
+      f.set("locking", "off");
+      if (read_only) f.set("read-only", true);
+      return f;
+    };
+    struct stat st {};
+    if (::stat(v.file.c_str(), &st) != 0)
+      return make_error(ErrorCode::io_error, "cannot stat " + v.file.string() + ": " + strerror(errno));
+    const int64_t size = int64_t(st.st_size);
+    const int64_t data_set = 100 + 2 * int64_t(v.slot), overlay_set = data_set + 1;
+    auto passed = pass(v.file, !v.read_only, data_set);
+    if (!passed) return passed;
+    Json node;
+    if (!v.read_only) {
+      node = file_node(data_set, false);
+    } else {
+      // The guest's writes (it mounts read-only, but it is not trusted to) land in a throwaway
+      // overlay of the VM's own, on its disk folder.
+      auto overlay = disks() / (n + "-ro.qcow2");
+      std::error_code ec;
+      fs::remove(overlay, ec);
+      auto made = run_tool({"qemu-img", "create", "-q", "-f", "qcow2", overlay.string(),
+                            std::to_string(size)});
+      if (!made) return made;
+      passed = pass(overlay, true, overlay_set);
+      if (!passed) return passed;
+      Json base = Json::object();
+      base.set("driver", "raw");
+      base.set("read-only", true);
+      base.set("file", file_node(data_set, true));
+      node = Json::object();
+      node.set("driver", "qcow2");
+      node.set("file", file_node(overlay_set, false));
+      node.set("backing", base);
+    }
+    node.set("node-name", n + "-data");
+    auto added = qmp_->execute("blockdev-add", node);
+    if (!added) return failure(ErrorCode::qmp_error, "adding " + n + ": " + added.error().message);
+    Json slot = Json::object();
+    slot.set("driver", "raw");
+    slot.set("node-name", n);
+    slot.set("file", n + "-data");
+    Json options = Json::array();
+    options.push(slot);
+    Json reopen = Json::object();
+    reopen.set("options", options);
+    auto reopened = qmp_->execute("blockdev-reopen", reopen);
+    if (!reopened)
+      return failure(ErrorCode::qmp_error, "binding " + n + ": " + reopened.error().message);
+    Json del = Json::object();
+    del.set("node-name", n + "-empty");
+    (void)qmp_->execute("blockdev-del", del);
+    // The slot's new size reaches the guest (a virtio config change): its disk grows from 4 KiB.
+    Json resize = Json::object();
+    resize.set("node-name", n);
+    resize.set("size", size);
+    auto resized = qmp_->execute("block_resize", resize);
+    if (!resized)
+      return failure(ErrorCode::qmp_error, "sizing " + n + ": " + resized.error().message);
+    bound_.push_back(v);
+  }
+  return Ok{};
+}
+
 Status Vm::load(const Snapshot& snap) {
   auto started = steady_clock::now();
   auto st = start_guest(snap);
@@ -1019,6 +1129,11 @@ Status Vm::start_guest(const Snapshot& snap) {
   auto done = wait_migration(*qmp_, seconds(60));
   if (!done) return failure(done.error().code, "loading snapshot state: " + done.error().message);
   auto t_loaded = steady_clock::now();
+  // The guest's volumes are under its slots before it runs: it may have them mounted.
+  if (!config_.volumes.empty()) {
+    auto bound = bind_volumes(config_.volumes);
+    if (!bound) return bound;
+  }
   auto cont = simple(*qmp_, "cont");
   if (!cont) return cont;
   auto attached = wait_agent(deadline);

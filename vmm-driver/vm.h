@@ -33,6 +33,20 @@ inline constexpr const char* kQemuDir = "q";
 // TCG translation cache per VM, MiB (see qemu_args; inside the jail's memory overhead).
 inline constexpr unsigned kTcgCacheMib = 128;
 
+// Every VM has this many volume slots: virtio-blk disks on an empty placeholder (part of every
+// snapshot's device set), bound to volume files on the restore path, never by a boot.
+constexpr uint32_t kVolumeSlots = 4;
+
+// A volume file bound to a slot. The daemon opens it and passes the descriptor to QEMU (QMP
+// add-fd): QEMU never opens a volume by path. A read-only binding gets a throwaway copy-on-write
+// overlay in the VM's disk folder, so nothing the guest does reaches the file.
+struct VolumeBinding {
+  uint32_t slot = 0;
+  std::filesystem::path file;  // a raw ext4 image on a real disk
+  bool read_only = false;
+  bool operator==(const VolumeBinding&) const = default;
+};
+
 struct VmConfig {
   std::string name;               // for logs
   std::string hostname;           // set in the guest after a restore (empty = leave as is)
@@ -64,6 +78,9 @@ struct VmConfig {
   // the API.
   uint32_t cpu_weight = 0;       // 0 = the kernel's default
   uint32_t cpu_max_percent = 0;  // 0 = no ceiling
+  // Bound before the guest runs (a restore: between its state load and `cont`), or at once by
+  // bind_volumes() on a running guest whose slots are unused (a warm pool member).
+  std::vector<VolumeBinding> volumes;
 };
 
 // The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device
@@ -132,6 +149,14 @@ class Vm {
     config_.name = std::move(name);
     config_.hostname = std::move(hostname);
   }
+
+  // Binds `volumes` to their slots (those not bound already): each file is opened here, passed
+  // to QEMU, put under the slot's disk and the slot grown to its size (the guest is told).
+  Status bind_volumes(const std::vector<VolumeBinding>& volumes);
+  // For a spare before restore_into(): the volumes its snapshot's guest had.
+  void set_volumes(std::vector<VolumeBinding> volumes) { config_.volumes = std::move(volumes); }
+  // Slots bound so far.
+  const std::vector<VolumeBinding>& bound_volumes() const { return bound_; }
 
   // Freezes the running guest into a new snapshot at `dir` (memory + disk) and lets it run on.
   // The guest pauses while its device state is saved and its RAM file copied.
@@ -241,6 +266,7 @@ class Vm {
   std::filesystem::path consumed_from_;
   std::unique_ptr<Cgroup> cgroup_;  // a consumed snapshot's folder, removed once running
   std::filesystem::path active_overlay_;
+  std::vector<VolumeBinding> bound_;
   uint32_t jail_uid_ = 0;  // jailed: QEMU's uid (its own among live VMs), else 0
   // The uid the VM's sockets must be served by (a jailed QEMU's own), or -1 for any.
   int64_t peer_uid() const { return config_.jail && jail_uid_ != 0 ? int64_t(jail_uid_) : -1; }

@@ -129,6 +129,12 @@ interface Agent {
   # at once (ENETUNREACH) instead of waiting out timeouts on a NIC that leads nowhere. With one,
   # eth0 is configured and up (address, default route, resolver).
 
+  mountVolume @21 (slot :UInt8, path :Text, readOnly :Bool, sizeBytes :UInt64) -> (error :Error);
+  # Mounts the volume the host bound to block slot `slot` (the virtio-blk disk whose serial is
+  # "pds-vol<slot>") at `path` (made with its parents), as ext4; read-only volumes are mounted
+  # read-only without journal replay. The host grows a slot's capacity when it binds a volume:
+  # the call first waits (at most 2 s) until the guest sees the disk at `sizeBytes`.
+
   endSession @18 () -> ();
   # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session
   # down (calls in flight are cancelled) and waits for the next session preamble.

@@ -37,6 +37,14 @@ struct Egress {
   domains @2 :List(Text);
 }
 
+# A volume a sandbox has: mounted at `mount` from block slot `slot` of its VM.
+struct VolumeMount {
+  volume @0 :Text;
+  mount @1 :Text;
+  readOnly @2 :Bool;
+  slot @3 :UInt32;
+}
+
 struct SandboxEvent {
   atMs @0 :Int64;
   union {
@@ -56,6 +64,7 @@ struct SandboxEvent {
       egress @34 :Egress;
       idleTimeoutSeconds @41 :UInt32;  # 0 = none: hibernated/killed after this long unused
       onTimeout @42 :TimeoutAction;
+      volumes @48 :List(VolumeMount);  # volumes attached at create, each on its own slot
     }
     started @12 :Void;
     execStarted :group {
@@ -104,4 +113,29 @@ struct SandboxEvent {
     fileRemoved @47 :Text;         # a file or folder was removed through the API (path)
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
+}
+
+# Persisted volume lifecycle events (the stream `vol_...` of each volume).
+struct VolumeEvent {
+  atMs @0 :Int64;
+  union {
+    created :group {
+      tenant @1 :Text;
+      name @2 :Text;
+      sizeMib @3 :UInt64;
+      metadata @4 :List(KeyValue);
+    }
+    attached :group {
+      sandbox @5 :Text;
+      mount @6 :Text;
+      readOnly @7 :Bool;
+    }
+    detached :group {
+      sandbox @8 :Text;
+      reason @9 :Text;             # sandbox_ended, create_failed, recovery
+    }
+    resized @10 :UInt64;           # the new size in MiB
+    metadataChanged @11 :List(KeyValue);
+    deleted @12 :Void;
+  }
 }

@@ -114,6 +114,7 @@ void set_error(Builder&& b, int e, const std::string& what) {
 
 void configure_network();
 void take_network_down();
+std::string read_small(const char* path);
 
 std::string resolve(kj::StringPtr path) {
   std::string p(path.cStr());
@@ -1030,6 +1031,41 @@ class AgentImpl final : public w::Agent::Server {
       configure_network();
     else
       take_network_down();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> mountVolume(MountVolumeContext ctx) override {
+    auto p = ctx.getParams();
+    auto fail = [&](int e, const std::string& what) {
+      set_error(ctx.getResults().initError(), e, what);
+      return kj::READY_NOW;
+    };
+    std::string path(p.getPath().cStr());
+    if (path.empty() || path[0] != '/' || path == "/") return fail(EINVAL, "mount path " + path);
+    // The disk whose serial names the slot (the guest has no udev: /sys is the map).
+    std::string serial = "pds-vol" + std::to_string(p.getSlot()), dev;
+    if (DIR* d = ::opendir("/sys/block")) {
+      while (auto* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name.rfind("vd", 0) == 0 && read_small(("/sys/block/" + name + "/serial").c_str()) == serial)
+          dev = name;
+      }
+      ::closedir(d);
+    }
+    if (dev.empty()) return fail(ENODEV, "no disk " + serial);
+    // The host grew the slot when it bound the volume; the kernel applies that asynchronously.
+    auto size_file = "/sys/block/" + dev + "/size";
+    uint64_t want = p.getSizeBytes() / 512;
+    for (int i = 0; i < 4000 && std::strtoull(read_small(size_file.c_str()).c_str(), nullptr, 10) != want; ++i)
+      ::usleep(500);
+    if (std::strtoull(read_small(size_file.c_str()).c_str(), nullptr, 10) != want)
+      return fail(EIO, "disk " + dev + " did not reach " + std::to_string(p.getSizeBytes()) + " bytes");
+    if (int e = mkdir_p(path, 0755); e != 0) return fail(e, path);
+    unsigned long flags = MS_NOATIME | MS_NODEV | MS_NOSUID;
+    if (p.getReadOnly()) flags |= MS_RDONLY;
+    auto node = "/dev/" + dev;
+    if (::mount(node.c_str(), path.c_str(), "ext4", flags, p.getReadOnly() ? "noload" : "") != 0)
+      return fail(errno, "mount " + node + " on " + path);
     return kj::READY_NOW;
   }
 

@@ -396,3 +396,62 @@ TEST_F(SnapshotTest, BakeIsCachedByKey) {
 
 }  // namespace
 }  // namespace pandastack::testing
+
+// A volume file bound to a slot of a restored guest (no boot): mounted, written and synced; the
+// data is on the host file; a second guest sees it read-only (its writes never reach the file);
+// a hibernated guest wakes with its volume bound again and still mounted.
+TEST_F(SnapshotTest, VolumesBindOnTheRestorePathAndKeepTheirData) {
+  auto dir = fs::path("/var/tmp") / ("pst-vol-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto file = dir / "vol.img";
+  ASSERT_EQ(std::system(("truncate -s 64M " + file.string() + " && mkfs.ext4 -q -F " +
+                         file.string() + " >/dev/null")
+                            .c_str()),
+            0);
+  const uint64_t size = 64 << 20;
+  {
+    auto vm = restore(*template_, "vol-a");
+    ASSERT_NE(vm, nullptr);
+    auto bound = vm->bind_volumes({{0, file, false}});
+    ASSERT_TRUE(bound) << bound.error().message;
+    auto mounted = vm->agent().mount_volume(0, "/data", false, size);
+    ASSERT_TRUE(mounted) << mounted.error().message;
+    EXPECT_EQ(run(*vm, "awk '$2 == \"/\" {print $1}' /proc/mounts"), "/dev/vda\n");
+    EXPECT_EQ(run(*vm, "echo kept > /data/f && sync && cat /data/f"), "kept\n");
+    EXPECT_EQ(run(*vm, "df -P /data | tail -1 | awk '{print ($2 > 50000)}'"), "1\n");
+  }
+  {
+    auto c = config("vol-b");
+    c.volumes = {{2, file, true}};
+    auto vm = vmm::Vm::restore(io(), *template_, c);
+    ASSERT_TRUE(vm) << vm.error().message;
+    auto mounted = (*vm)->agent().mount_volume(2, "/mnt/ro", true, size);
+    ASSERT_TRUE(mounted) << mounted.error().message;
+    EXPECT_EQ(run(**vm, "cat /mnt/ro/f"), "kept\n");
+    EXPECT_NE(run(**vm, "touch /mnt/ro/g 2>&1"), "");  // read-only file system
+    // Even a raw write to the disk lands in the VM's own overlay, never in the file.
+    run(**vm, "dd if=/dev/zero of=$(grep -l pds-vol2 /sys/block/*/serial | cut -d/ -f4 | "
+              "sed 's|^|/dev/|') bs=4096 count=16 conv=fsync 2>/dev/null; echo");
+  }
+  {
+    auto c = config("vol-c");
+    c.volumes = {{1, file, false}};
+    auto vm = vmm::Vm::restore(io(), *template_, c);
+    ASSERT_TRUE(vm) << vm.error().message;
+    ASSERT_TRUE((*vm)->agent().mount_volume(1, "/data", false, size));
+    EXPECT_EQ(run(**vm, "cat /data/f"), "kept\n");  // the raw write above did not reach it
+    run(**vm, "echo more > /data/g && sync");
+    auto hib = shm_dir("vol-hib");
+    auto snap = (*vm)->hibernate(hib);
+    ASSERT_TRUE(snap) << snap.error().message;
+    auto loaded = vmm::Snapshot::load(hib);
+    ASSERT_TRUE(loaded);
+    auto w = config("vol-wake");
+    w.volumes = {{1, file, false}};
+    auto woken = vmm::Vm::restore(io(), *loaded, w, /*consume=*/true);
+    ASSERT_TRUE(woken) << woken.error().message;
+    EXPECT_EQ(run(**woken, "cat /data/f /data/g"), "kept\nmore\n");
+    EXPECT_EQ(run(**woken, "echo again > /data/h && sync && cat /data/h"), "again\n");
+  }
+  fs::remove_all(dir);
+}

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "actors/event_codec.h"
+#include "actors/volume_codec.h"
 #include "actors/sandbox.h"
 #include "storage/event_store.h"
 #include "tools/http_client.h"
@@ -115,9 +116,14 @@ std::unique_ptr<storage::EventStore> open_store(const std::string& dir) {
 
 Entry entry_of(const storage::StoredEvent& r) {
   Entry e{r.global_seq, r.version, r.time_ms, r.stream, r.type, Json()};
-  auto ev = actors::decode_event(r.payload);
-  if (ev) {
-    if (auto j = Json::parse(actors::event_to_json(*ev))) e.event = *j;
+  std::optional<std::string> json;
+  if (r.stream.starts_with("vol_")) {
+    if (auto ev = actors::decode_volume_event(r.payload)) json = actors::volume_event_to_json(*ev);
+  } else if (auto ev = actors::decode_event(r.payload)) {
+    json = actors::event_to_json(*ev);
+  }
+  if (json) {
+    if (auto j = Json::parse(*json)) e.event = *j;
   } else {
     e.event = Json::object();
     e.event.set("kind", "undecodable");

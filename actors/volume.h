@@ -1,0 +1,103 @@
+// The volume lifecycle as two pure functions (no CAF, no I/O), like the sandbox's (sandbox.h):
+//
+//   decide(state, command) -> events | error     what a command means in a state
+//   apply(state, event)    -> state              how an event changes the state
+//
+// A volume is a file on a real disk (an ext4 image, volume_files.h) that outlives sandboxes. The
+// volume actor persists decide()'s events in the volume's own stream (`vol_...`), applies them,
+// and only then touches the file. Attachments are recorded here, so "attached read-write to at
+// most one sandbox" is decided by one actor, in order: never by a race between two creates.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/sandbox.h"
+
+namespace pandastack::actors {
+
+enum class VolumeStatus { none, available, deleted };
+const char* to_string(VolumeStatus s);
+
+// Where a volume is attached: a sandbox, the guest path and how.
+struct VolumeAttachment {
+  std::string sandbox;
+  std::string mount;
+  bool read_only = false;
+  bool operator==(const VolumeAttachment&) const = default;
+};
+
+struct VolumeEvent {
+  enum class Kind { created, attached, detached, resized, metadata_changed, deleted };
+  Kind kind = Kind::created;
+  int64_t at_ms = 0;
+  std::string tenant, name;                     // created
+  uint64_t size_mib = 0;                        // created, resized
+  std::map<std::string, std::string> metadata;  // created, metadata_changed
+  VolumeAttachment attachment;                  // attached; detached: its sandbox
+  std::string reason;                           // detached: "sandbox_ended", "create_failed", ...
+};
+const char* to_string(VolumeEvent::Kind k);
+
+struct VolumeState {
+  std::string id;
+  VolumeStatus status = VolumeStatus::none;
+  uint64_t version = 0;
+  std::string tenant, name;
+  uint64_t size_mib = 0;
+  std::map<std::string, std::string> metadata;
+  int64_t created_at_ms = 0;
+  std::vector<VolumeAttachment> attachments;
+
+  bool attached_to(const std::string& sandbox) const;
+};
+
+struct VolumeLimits {
+  uint64_t min_size_mib = 16;      // ext4 with a journal needs room
+  uint64_t max_size_mib = 65536;   // one volume: 64 GiB
+  uint32_t max_name_bytes = 64;
+};
+
+namespace vcmd {
+struct Create {
+  std::string tenant, name;
+  uint64_t size_mib = 0;
+  std::map<std::string, std::string> metadata;
+};
+struct Attach {
+  VolumeAttachment attachment;
+};
+struct Detach {
+  std::string sandbox;
+  std::string reason;
+};
+struct Resize {
+  uint64_t size_mib = 0;
+};
+struct SetMetadata {
+  std::map<std::string, std::string> metadata;
+};
+struct Delete {};
+}  // namespace vcmd
+
+using VolumeCommand = std::variant<vcmd::Create, vcmd::Attach, vcmd::Detach, vcmd::Resize,
+                                   vcmd::SetMetadata, vcmd::Delete>;
+using VolumeDecision = std::variant<std::vector<VolumeEvent>, Rejection>;
+
+// Refusals: invalid_argument, volume_not_found (deleted), volume_in_use (attached read-write
+// elsewhere, or read-only elsewhere for a read-write attach), volume_attached (delete or resize
+// while a sandbox holds it). No events and no rejection = nothing to do (an idempotent repeat).
+VolumeDecision decide(const VolumeState& state, const VolumeCommand& command, int64_t now_ms,
+                      const VolumeLimits& limits = {}, const Limits& sandbox_limits = {});
+
+// The state after `event`. Throws std::logic_error when the event is impossible in `state`.
+VolumeState apply(VolumeState state, const VolumeEvent& event);
+
+// A valid guest mount path: absolute, normalized, not "/", not under a system folder.
+std::optional<Rejection> check_mount_path(const std::string& path);
+
+}  // namespace pandastack::actors

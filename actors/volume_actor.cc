@@ -1,0 +1,121 @@
+#include "actors/volume_actor.h"
+
+#include "actors/volume_codec.h"
+#include "actors/volume_files.h"
+
+namespace pandastack::actors {
+
+VolumeInfo volume_info_of(const VolumeState& s) {
+  VolumeInfo i;
+  i.id = s.id;
+  i.tenant = s.tenant;
+  i.name = s.name;
+  i.status = to_string(s.status);
+  i.size_mib = s.size_mib;
+  i.metadata = s.metadata;
+  i.created_at_ms = s.created_at_ms;
+  i.attachments = s.attachments;
+  i.version = s.version;
+  return i;
+}
+
+namespace {
+
+Answer volume_answer(const VolumeState& s) {
+  Answer a;
+  a.volume = volume_info_of(s);
+  return a;
+}
+
+void pump(VolumeSelf* self) {
+  auto& st = self->state;
+  while (!st.persisting && !st.queue.empty()) {
+    auto [c, rp] = std::move(st.queue.front());
+    st.queue.pop_front();
+    auto d = decide(st.s, c, now_ms(), st.env->config.volume_limits, st.env->config.limits);
+    if (auto* r = std::get_if<Rejection>(&d)) {
+      rp.deliver(Answer::fail(*r));
+      continue;
+    }
+    auto events = std::get<std::vector<VolumeEvent>>(d);
+    if (events.empty()) {
+      rp.deliver(volume_answer(st.s));
+      continue;
+    }
+    st.persisting = true;
+    st.current_rp = rp;
+    st.pending = events;
+    std::vector<storage::NewEvent> ne;
+    for (auto& e : events) ne.push_back({to_string(e.kind), event_format(), encode_volume_event(e)});
+    auto me = caf::actor_cast<caf::actor>(self);
+    st.env->store->append_async(
+        st.s.id, st.s.version, std::move(ne),
+        [me](storage::Result<storage::AppendResult> r) {
+          caf::anon_send(me, persisted_atom::value, r.ok(),
+                         r.ok() ? std::string() : r.error().message);
+        },
+        storage::Durability::synced);
+  }
+}
+
+// After the events are on disk: the file follows the record.
+void effect(VolumeSelf* self, const VolumeEvent& e) {
+  auto& st = self->state;
+  auto file = volume_file(st.env->volumes_dir(), st.s.id);
+  switch (e.kind) {
+    case VolumeEvent::Kind::deleted:
+      remove_volume_file(file);
+      break;
+    case VolumeEvent::Kind::resized:
+      // Rare, and short (a sparse file and resize2fs on an unmounted file system). Recovery
+      // grows a file that a crash left smaller than its record.
+      if (auto grown = grow_volume_file(file, e.size_mib); !grown)
+        spdlog::error("volume {}: growing its file to {} MiB failed: {}", st.s.id, e.size_mib,
+                      grown.error().message);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, VolumeState initial) {
+  auto& st = self->state;
+  st.env = env;
+  st.registry = registry;
+  st.s = std::move(initial);
+  log_exceptions(self, "volume " + st.s.id);
+  return {
+      [=](vol_atom, VolumeCommand c) -> caf::result<Answer> {
+        auto rp = self->make_response_promise();
+        self->state.queue.emplace_back(std::move(c), rp);
+        pump(self);
+        return rp;
+      },
+      [=](persisted_atom, bool ok, std::string err) {
+        auto& st = self->state;
+        st.persisting = false;
+        auto rp = st.current_rp;
+        auto events = std::move(st.pending);
+        st.pending.clear();
+        if (!ok) {
+          spdlog::error("volume {}: events not persisted: {}", st.s.id, err);
+          rp.deliver(Answer::fail({"storage_error", err}));
+          // A create that was never recorded leaves no file behind.
+          if (st.s.status == VolumeStatus::none)
+            remove_volume_file(volume_file(st.env->volumes_dir(), st.s.id));
+        } else {
+          for (auto& e : events) st.s = apply(st.s, e);
+          for (auto& e : events) effect(self, e);
+          rp.deliver(volume_answer(st.s));
+          self->send(st.registry, volinfo_atom::value, volume_info_of(st.s));
+        }
+        pump(self);
+        if (st.s.status != VolumeStatus::available && st.queue.empty() && !st.persisting)
+          self->quit();
+      },
+  };
+}
+
+}  // namespace pandastack::actors

@@ -1,0 +1,33 @@
+// Volume actor: one per volume. Commands (create, attach, detach, resize, metadata, delete) are
+// decided purely (volume.h), their events appended to the volume's stream `vol_...` (synced:
+// every one is acknowledged to someone), applied, and only then is the file touched: removed
+// after volume-deleted, grown after volume-resized. Every change is reported to the registry
+// (its cache answers get and list). A deleted volume's actor ends.
+#pragma once
+
+#include <deque>
+#include <utility>
+
+#include "actors/messages.h"
+#include "actors/volume.h"
+
+namespace pandastack::actors {
+
+struct VolumeActorState {
+  Env* env = nullptr;
+  caf::actor registry;
+  VolumeState s;
+  bool persisting = false;
+  std::deque<std::pair<VolumeCommand, caf::response_promise>> queue;
+  caf::response_promise current_rp;
+  std::vector<VolumeEvent> pending;
+};
+
+using VolumeSelf = caf::stateful_actor<VolumeActorState>;
+
+caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, VolumeState initial);
+
+// The info the API shows for `s`.
+VolumeInfo volume_info_of(const VolumeState& s);
+
+}  // namespace pandastack::actors

@@ -1,0 +1,175 @@
+#include "actors/volume_codec.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/array.h>
+#include <kj/exception.h>
+
+#include <cstring>
+
+#include "wire/events.capnp.h"
+#include "wire/json.h"
+
+namespace pandastack::actors {
+
+namespace w = pandastack::wire::events;
+
+namespace {
+
+template <typename List>
+void put_map(List l, const std::map<std::string, std::string>& m) {
+  unsigned i = 0;
+  for (auto& [k, v] : m) {
+    l[i].setKey(k);
+    l[i].setValue(v);
+    ++i;
+  }
+}
+
+template <typename List>
+std::map<std::string, std::string> get_map(List l) {
+  std::map<std::string, std::string> m;
+  for (auto kv : l) m[kv.getKey().cStr()] = kv.getValue().cStr();
+  return m;
+}
+
+}  // namespace
+
+std::string encode_volume_event(const VolumeEvent& e) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<w::VolumeEvent>();
+  b.setAtMs(e.at_ms);
+  using K = VolumeEvent::Kind;
+  switch (e.kind) {
+    case K::created: {
+      auto c = b.initCreated();
+      c.setTenant(e.tenant);
+      c.setName(e.name);
+      c.setSizeMib(e.size_mib);
+      put_map(c.initMetadata(unsigned(e.metadata.size())), e.metadata);
+      break;
+    }
+    case K::attached: {
+      auto a = b.initAttached();
+      a.setSandbox(e.attachment.sandbox);
+      a.setMount(e.attachment.mount);
+      a.setReadOnly(e.attachment.read_only);
+      break;
+    }
+    case K::detached: {
+      auto d = b.initDetached();
+      d.setSandbox(e.attachment.sandbox);
+      d.setReason(e.reason);
+      break;
+    }
+    case K::resized:
+      b.setResized(e.size_mib);
+      break;
+    case K::metadata_changed:
+      put_map(b.initMetadataChanged(unsigned(e.metadata.size())), e.metadata);
+      break;
+    case K::deleted:
+      b.setDeleted();
+      break;
+  }
+  auto words = capnp::messageToFlatArray(msg);
+  auto bytes = words.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+std::optional<VolumeEvent> decode_volume_event(const std::string& bytes) {
+  if (bytes.size() % sizeof(capnp::word) != 0 || bytes.empty()) return std::nullopt;
+  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  memcpy(words.begin(), bytes.data(), bytes.size());
+  std::optional<VolumeEvent> out;
+  kj::Maybe<kj::Exception> err = kj::runCatchingExceptions([&]() {
+    capnp::FlatArrayMessageReader msg(words);
+    auto r = msg.getRoot<w::VolumeEvent>();
+    VolumeEvent e;
+    e.at_ms = r.getAtMs();
+    using K = VolumeEvent::Kind;
+    switch (r.which()) {
+      case w::VolumeEvent::CREATED: {
+        auto c = r.getCreated();
+        e.kind = K::created;
+        e.tenant = c.getTenant();
+        e.name = c.getName();
+        e.size_mib = c.getSizeMib();
+        e.metadata = get_map(c.getMetadata());
+        break;
+      }
+      case w::VolumeEvent::ATTACHED: {
+        auto a = r.getAttached();
+        e.kind = K::attached;
+        e.attachment.sandbox = a.getSandbox();
+        e.attachment.mount = a.getMount();
+        e.attachment.read_only = a.getReadOnly();
+        break;
+      }
+      case w::VolumeEvent::DETACHED: {
+        auto d = r.getDetached();
+        e.kind = K::detached;
+        e.attachment.sandbox = d.getSandbox();
+        e.reason = d.getReason();
+        break;
+      }
+      case w::VolumeEvent::RESIZED:
+        e.kind = K::resized;
+        e.size_mib = r.getResized();
+        break;
+      case w::VolumeEvent::METADATA_CHANGED:
+        e.kind = K::metadata_changed;
+        e.metadata = get_map(r.getMetadataChanged());
+        break;
+      case w::VolumeEvent::DELETED:
+        e.kind = K::deleted;
+        break;
+      default:
+        return;
+    }
+    out = e;
+  });
+  if (err != nullptr) return std::nullopt;
+  return out;
+}
+
+std::string volume_event_to_json(const VolumeEvent& e) {
+  using wire::Json;
+  Json j = Json::object();
+  j.set("kind", to_string(e.kind));
+  j.set("at_ms", e.at_ms);
+  auto metadata = [&] {
+    Json m = Json::object();
+    for (auto& [k, v] : e.metadata) m.set(k, v);
+    return m;
+  };
+  using K = VolumeEvent::Kind;
+  switch (e.kind) {
+    case K::created:
+      j.set("tenant", e.tenant);
+      j.set("name", e.name);
+      j.set("size_mib", e.size_mib);
+      j.set("metadata", metadata());
+      break;
+    case K::attached:
+      j.set("sandbox", e.attachment.sandbox);
+      j.set("mount", e.attachment.mount);
+      j.set("read_only", e.attachment.read_only);
+      break;
+    case K::detached:
+      j.set("sandbox", e.attachment.sandbox);
+      j.set("reason", e.reason);
+      break;
+    case K::resized:
+      j.set("size_mib", e.size_mib);
+      break;
+    case K::metadata_changed:
+      j.set("metadata", metadata());
+      break;
+    case K::deleted:
+      break;
+  }
+  return j.dump();
+}
+
+}  // namespace pandastack::actors

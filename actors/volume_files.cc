@@ -1,0 +1,103 @@
+#include "actors/volume_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+namespace pandastack::actors {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs a tool to completion (its output discarded unless it fails).
+// `ok_up_to`: exit codes up to this are success (e2fsck's 1 = "errors corrected").
+vmm::Status run(const std::vector<std::string>& argv, int ok_up_to = 0) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0)
+    return vmm::make_error(vmm::ErrorCode::io_error, strerror(errno));
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipefd[1], 1);
+    ::dup2(pipefd[1], 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0 && out.size() < 16384) out.append(buf, size_t(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) > ok_up_to)
+    return vmm::make_error(vmm::ErrorCode::io_error, argv[0] + " failed: " + out.substr(0, 500));
+  return vmm::Ok{};
+}
+
+vmm::Status sync_file(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return vmm::make_error(vmm::ErrorCode::io_error, p.string() + ": " + strerror(errno));
+  int r = ::fsync(fd);
+  ::close(fd);
+  if (r != 0) return vmm::make_error(vmm::ErrorCode::io_error, p.string() + ": " + strerror(errno));
+  return vmm::Ok{};
+}
+
+}  // namespace
+
+fs::path volume_file(const fs::path& dir, const std::string& id) { return dir / (id + ".img"); }
+
+vmm::Status make_volume_file(const fs::path& to, uint64_t size_mib) {
+  std::error_code ec;
+  fs::create_directories(to.parent_path(), ec);
+  ::chmod(to.parent_path().c_str(), 0700);
+  auto tmp = to.parent_path() / (".new-" + to.filename().string());
+  fs::remove(tmp, ec);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return vmm::make_error(vmm::ErrorCode::io_error, tmp.string() + ": " + strerror(errno));
+  int r = ::ftruncate(fd, off_t(size_mib) << 20);
+  int e = errno;
+  ::close(fd);
+  if (r != 0) {
+    fs::remove(tmp, ec);
+    return vmm::make_error(vmm::ErrorCode::io_error, "cannot size " + tmp.string() + ": " + strerror(e));
+  }
+  // No lazy init left for the guest to do in the background; no discard pass over a new file.
+  auto made = run({"mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+                   "-L", "pandastack", tmp.string()});
+  if (made) made = sync_file(tmp);
+  if (made && ::rename(tmp.c_str(), to.c_str()) != 0)
+    made = vmm::make_error(vmm::ErrorCode::io_error, "cannot rename " + tmp.string() + ": " + strerror(errno));
+  if (!made) fs::remove(tmp, ec);
+  return made;
+}
+
+vmm::Status grow_volume_file(const fs::path& file, uint64_t size_mib) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0)
+    return vmm::make_error(vmm::ErrorCode::io_error, file.string() + ": " + strerror(errno));
+  if (uint64_t(st.st_size) < (size_mib << 20) && ::truncate(file.c_str(), off_t(size_mib) << 20) != 0)
+    return vmm::make_error(vmm::ErrorCode::io_error, "cannot grow " + file.string() + ": " + strerror(errno));
+  auto checked = run({"e2fsck", "-f", "-p", file.string()}, 1);  // resize2fs wants a checked fs
+  if (!checked) return checked;
+  auto grown = run({"resize2fs", file.string()});
+  if (!grown) return grown;
+  return sync_file(file);
+}
+
+void remove_volume_file(const fs::path& file) {
+  std::error_code ec;
+  fs::remove(file, ec);
+}
+
+}  // namespace pandastack::actors
