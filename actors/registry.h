@@ -7,6 +7,7 @@
 // detaches them when those sandboxes end.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -56,9 +57,10 @@ void info(RegistrySelf* self, VolumeInfo i);
 using Attached = std::variant<std::vector<SandboxVolume>, Rejection>;
 void attach(RegistrySelf* self, const std::string& tenant, const std::string& sandbox,
             const std::vector<CreateRequest::Volume>& wanted, std::function<void(Attached)> then);
-// Detaches the sandbox from its volumes (idempotent).
+// Detaches the sandbox from its volumes (idempotent); `then` runs once every detach is recorded.
 void detach(RegistrySelf* self, const std::string& sandbox,
-            const std::vector<SandboxVolume>& volumes, const std::string& reason);
+            const std::vector<SandboxVolume>& volumes, const std::string& reason,
+            std::function<void()> then = {});
 }  // namespace registry_volumes
 
 }  // namespace pandastack::actors

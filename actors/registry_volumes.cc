@@ -179,12 +179,21 @@ void attach(RegistrySelf* self, const std::string& tenant, const std::string& sa
 }
 
 void detach(RegistrySelf* self, const std::string& sandbox,
-            const std::vector<SandboxVolume>& volumes, const std::string& reason) {
+            const std::vector<SandboxVolume>& volumes, const std::string& reason,
+            std::function<void()> then) {
+  auto left = std::make_shared<size_t>(1);
+  auto one_done = [left, then]() {
+    if (--*left == 0 && then) then();
+  };
   for (auto& v : volumes) {
     auto a = self->state.volume_actors.find(v.volume);
     if (a == self->state.volume_actors.end()) continue;
-    caf::anon_send(a->second, vol_atom::value, VolumeCommand{vcmd::Detach{sandbox, reason}});
+    ++*left;
+    self->request(a->second, caf::infinite, vol_atom::value,
+                  VolumeCommand{vcmd::Detach{sandbox, reason}})
+        .then([one_done](Answer) { one_done(); }, [one_done](const caf::error&) { one_done(); });
   }
+  one_done();
 }
 
 }  // namespace pandastack::actors::registry_volumes

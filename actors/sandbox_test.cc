@@ -286,7 +286,7 @@ TEST(SandboxDecide, IdleTimeoutEndsInTheOnTimeoutAction) {
   EXPECT_EQ(outcome(decide(apply(s, transition(Transition::snapshotting)), cmd::Reap{true}, kNow)),
             "!sandbox_busy");
   // Over the limit.
-  cmd::Create big{"acme", "base", "", "", 1, 256, 60, {}, false, false, false, {}, 86401, {}};
+  cmd::Create big{"acme", "base", "", "", 1, 256, 60, {}, false, false, false, {}, 86401, {}, {}};
   EXPECT_EQ(outcome(decide(SandboxState{}, big, kNow)), "!invalid_argument");
 }
 
@@ -356,7 +356,7 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
   SandboxState s;
   s.id = "sbx_life";
   std::vector<Command> life = {
-      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false, false, {}, 0, std::nullopt},
+      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false, false, {}, 0, std::nullopt, {}},
       cmd::Started{},
       cmd::Exec{"x1", "make"},
       cmd::ExecFinished{"x1", 0, 1200, false},

@@ -81,6 +81,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         if (!vm) return failed(vm.error().message);
         // A warm pool member's guest already runs: its (unused) slots are bound now. The others
         // were bound before their guest ran.
+        auto t_bind = std::chrono::steady_clock::now();
         if (auto bound = (*vm)->bind_volumes(config.volumes); !bound)
           return failed("volumes: " + bound.error().message);
         if (vols.mount)
@@ -90,6 +91,11 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
             auto m = (*vm)->agent().mount_volume(v.slot, v.mount, v.read_only, size);
             if (!m) return failed("mounting volume " + v.volume + " at " + v.mount + ": " + m.error().message);
           }
+        if (!vols.volumes.empty())
+          spdlog::debug("worker {}: {} volume(s) bound and mounted in {} us", st.id, vols.volumes.size(),
+                        std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::steady_clock::now() - t_bind)
+                            .count());
         WorkerResult r;
         if (auto n = (*vm)->config().network) {
           auto policy = Env::to_policy(net.egress);

@@ -1,5 +1,6 @@
 #include "actors/volume_actor.h"
 
+#include "actors/event_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 

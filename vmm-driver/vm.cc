@@ -999,6 +999,7 @@ Status Vm::attach_layers() {
 
 Status Vm::bind_volumes(const std::vector<VolumeBinding>& volumes) {
   using wire::Json;
+  auto t0 = steady_clock::now();
   for (auto& v : volumes) {
     if (v.slot >= kVolumeSlots)
       return make_error(ErrorCode::invalid_argument, "no volume slot " + std::to_string(v.slot));
@@ -1089,6 +1090,8 @@ Status Vm::bind_volumes(const std::vector<VolumeBinding>& volumes) {
     if (!resized)
       return failure(ErrorCode::qmp_error, "sizing " + n + ": " + resized.error().message);
     bound_.push_back(v);
+    spdlog::debug("vm {}: volume slot {} bound in {} us", config_.name, v.slot,
+                  duration_cast<microseconds>(steady_clock::now() - t0).count());
   }
   return Ok{};
 }

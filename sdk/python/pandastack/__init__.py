@@ -13,9 +13,10 @@ from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DirectoryNotE
                       NotImplementedByServer, PandaStackError, PayloadTooLarge, PermissionDenied,
                       QuotaExceeded, RateLimited, SandboxBusy, SandboxFailed, SandboxHibernated, SandboxNotFound,
                       SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
-                      TransitionFailed, Unauthorized)
-from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
-from ._sync import Sandbox
+                      TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
+                      VolumeNotFound)
+from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo
+from ._sync import Sandbox, Volume
 
 __version__ = "0.2.0"
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "FileExists", "DirectoryNotEmpty", "NoSpace", "GuestIOError", "TransitionFailed",
     "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
     "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
+    "Volume", "VolumeInfo", "VolumeNotFound", "VolumeInUse", "VolumeAttached",
 ]

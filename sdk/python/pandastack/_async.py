@@ -153,6 +153,7 @@ class AsyncSandbox:
                      allow: Optional[Sequence[str]] = None,
                      idle_timeout_seconds: Optional[int] = None,
                      on_timeout: Optional[str] = None,
+                     volumes: Optional[Sequence[Any]] = None,
                      api_key: Optional[str] = None, base_url: Optional[str] = None,
                      timeout: float = 300.0) -> "AsyncSandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
@@ -164,10 +165,15 @@ class AsyncSandbox:
         Timeouts: ``ttl_seconds`` from now, and ``idle_timeout_seconds`` without a command, file
         or process call, stream or running background process; either ends in ``on_timeout``
         (``"kill"``, or ``"hibernate"``: the default when ``persistent``). A hibernated sandbox
-        created with ``auto_wake=True`` wakes on its next exec, file or process call."""
+        created with ``auto_wake=True`` wakes on its next exec, file or process call.
+
+        ``volumes``: volumes to attach and mount before the call returns, each
+        ``{"volume": id_or_Volume, "mount": "/data", "read_only": False}`` or a
+        ``(volume, mount[, read_only])`` tuple (at most 4)."""
         http = _AsyncHttp(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
-                             network, egress, allow, idle_timeout_seconds, on_timeout)
+                             network, egress, allow, idle_timeout_seconds, on_timeout,
+                             volumes)
         r = await http.call("POST", "/v1/sandboxes", json=body)
         return cls(SandboxInfo.from_api(r.json()), http)
 

@@ -91,13 +91,32 @@ def egress_body(mode: Optional[str], allow: Optional[Sequence[str]]) -> Dict[str
     return {"mode": mode or ("allowlist" if cidrs else "deny_all"), "cidrs": cidrs}
 
 
+def volume_body(v: Any) -> Dict[str, Any]:
+    """A volume to attach: {"volume": id or Volume, "mount": path, "read_only": bool}, or a
+    (volume, mount) / (volume, mount, read_only) tuple."""
+    if isinstance(v, Mapping):
+        d = dict(v)
+    else:
+        t = tuple(v)
+        d = {"volume": t[0], "mount": t[1]}
+        if len(t) > 2:
+            d["read_only"] = bool(t[2])
+    vol = d.get("volume")
+    if not isinstance(vol, str) and hasattr(vol, "id"):
+        d["volume"] = vol.id
+    return d
+
+
 def create_body(template: str, ttl_seconds: Optional[int], metadata: Optional[Mapping[str, str]],
                 persistent: bool, auto_wake: bool, from_snapshot: Optional[str],
                 network: Optional[bool] = None, egress: Optional[str] = None,
                 allow: Optional[Sequence[str]] = None, idle_timeout_seconds: Optional[int] = None,
-                on_timeout: Optional[str] = None) -> Dict[str, Any]:
+                on_timeout: Optional[str] = None,
+                volumes: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"template": template, "persistent": persistent,
                             "auto_wake": auto_wake}
+    if volumes:
+        body["volumes"] = [volume_body(v) for v in volumes]
     if idle_timeout_seconds is not None:
         body["idle_timeout_seconds"] = int(idle_timeout_seconds)
     if on_timeout is not None:

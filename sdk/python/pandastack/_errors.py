@@ -72,6 +72,19 @@ class SandboxFailed(SandboxStopped):
     """The sandbox failed (its VM died: ``vm_exited``, or it could not start): it is gone."""
 
 
+class VolumeNotFound(NotFound):
+    """No such volume for this key's tenant (or it was deleted)."""
+
+
+class VolumeInUse(Conflict):
+    """The volume is attached read-write elsewhere (or read-only elsewhere, for a read-write
+    attach): a volume is read-write in one sandbox at a time, read-only in any number."""
+
+
+class VolumeAttached(Conflict):
+    """A running or hibernated sandbox holds the volume: kill it first (delete, grow)."""
+
+
 class InvalidCwd(InvalidArgument):
     """The command's working folder does not exist in the sandbox."""
 
@@ -160,6 +173,9 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "file_not_found": FileNotFound,
     "template_not_found": TemplateNotFound,
     "snapshot_not_found": SnapshotNotFound,
+    "volume_not_found": VolumeNotFound,
+    "volume_in_use": VolumeInUse,
+    "volume_attached": VolumeAttached,
     "sandbox_hibernated": SandboxHibernated,
     "sandbox_stopped": SandboxStopped,
     "sandbox_failed": SandboxFailed,

@@ -89,6 +89,8 @@ class SandboxInfo:
     idle_timeout_seconds: int = 0
     #: what the TTL or the idle timeout does: "kill" or "hibernate"
     on_timeout: str = "kill"
+    #: [{"volume", "mount", "read_only"}]: the volumes attached at create
+    volumes: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "SandboxInfo":
@@ -97,7 +99,28 @@ class SandboxInfo:
                    dict(b.get("metadata", {})), b.get("parent"), list(b.get("snapshots", [])),
                    bool(b.get("network", False)), b.get("egress"),
                    bool(b.get("auto_wake", False)), int(b.get("ttl_seconds", 0)),
-                   int(b.get("idle_timeout_seconds", 0)), str(b.get("on_timeout", "kill")))
+                   int(b.get("idle_timeout_seconds", 0)), str(b.get("on_timeout", "kill")),
+                   list(b.get("volumes", [])))
+
+
+@dataclass
+class VolumeInfo:
+    """A volume as the API describes it."""
+
+    id: str
+    name: str
+    status: str
+    size_mib: int
+    created_at_ms: int
+    metadata: Dict[str, str] = field(default_factory=dict)
+    #: [{"sandbox", "mount", "read_only"}]: the sandboxes holding it
+    attachments: List[Dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "VolumeInfo":
+        return cls(b["id"], b.get("name", ""), b["status"], int(b["size_mib"]),
+                   int(b["created_at_ms"]), dict(b.get("metadata", {})),
+                   list(b.get("attachments", [])))
 
 
 @dataclass

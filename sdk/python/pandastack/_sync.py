@@ -8,7 +8,7 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
+from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo
 
 
 class _Http:
@@ -168,6 +168,7 @@ class Sandbox:
                network: Optional[bool] = None, egress: Optional[str] = None,
                allow: Optional[Sequence[str]] = None,
                idle_timeout_seconds: Optional[int] = None, on_timeout: Optional[str] = None,
+               volumes: Optional[Sequence[Any]] = None,
                api_key: Optional[str] = None, base_url: Optional[str] = None,
                timeout: float = 300.0) -> "Sandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
@@ -179,10 +180,15 @@ class Sandbox:
         Timeouts: ``ttl_seconds`` from now, and ``idle_timeout_seconds`` without a command, file
         or process call, stream or running background process; either ends in ``on_timeout``
         (``"kill"``, or ``"hibernate"``: the default when ``persistent``). A hibernated sandbox
-        created with ``auto_wake=True`` wakes on its next exec, file or process call."""
+        created with ``auto_wake=True`` wakes on its next exec, file or process call.
+
+        ``volumes``: volumes to attach and mount before the call returns, each
+        ``{"volume": id_or_Volume, "mount": "/data", "read_only": False}`` or a
+        ``(volume, mount[, read_only])`` tuple (at most 4)."""
         http = _Http(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
-                             network, egress, allow, idle_timeout_seconds, on_timeout)
+                             network, egress, allow, idle_timeout_seconds, on_timeout,
+                             volumes)
         return cls(SandboxInfo.from_api(http.call("POST", "/v1/sandboxes", json=body).json()), http)
 
     @classmethod
@@ -328,3 +334,69 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return f"Sandbox({self.id!r}, state={self.state!r})"
+
+
+class Volume:
+    """A volume: data that outlives sandboxes (an ext4 file system on the host's disk), attached
+    at a sandbox's create (``Sandbox.create(volumes=[(vol, "/data")])``): read-write in one
+    sandbox at a time, read-only in any number.
+
+    >>> vol = Volume.create(size_mib=1024, name="repo")
+    >>> with Sandbox.create(volumes=[(vol, "/data")]) as sbx:
+    ...     sbx.exec("git clone ... /data/repo")
+    """
+
+    def __init__(self, info: VolumeInfo, http: _Http) -> None:
+        self.info = info
+        self._http = http
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @classmethod
+    def create(cls, size_mib: int, name: str = "", metadata: Optional[Mapping[str, str]] = None, *,
+               api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Volume":
+        http = _Http(api_key, base_url, 120.0)
+        body: Dict[str, Any] = {"size_mib": int(size_mib), "name": name}
+        if metadata:
+            body["metadata"] = dict(metadata)
+        return cls(VolumeInfo.from_api(http.call("POST", "/v1/volumes", json=body).json()), http)
+
+    @classmethod
+    def get(cls, volume_id: str, *, api_key: Optional[str] = None,
+            base_url: Optional[str] = None) -> "Volume":
+        http = _Http(api_key, base_url, 60.0)
+        return cls(VolumeInfo.from_api(http.call("GET", f"/v1/volumes/{c.sid(volume_id)}").json()),
+                   http)
+
+    @classmethod
+    def list(cls, metadata: Optional[Mapping[str, str]] = None, *, api_key: Optional[str] = None,
+             base_url: Optional[str] = None) -> List[VolumeInfo]:
+        http = _Http(api_key, base_url, 60.0)
+        params = {f"metadata.{k}": v for k, v in (metadata or {}).items()}
+        return [VolumeInfo.from_api(v)
+                for v in http.call("GET", "/v1/volumes", params=params).json()["volumes"]]
+
+    def refresh(self) -> VolumeInfo:
+        self.info = VolumeInfo.from_api(self._http.call("GET", f"/v1/volumes/{self.id}").json())
+        return self.info
+
+    def update(self, size_mib: Optional[int] = None,
+               metadata: Optional[Mapping[str, str]] = None) -> VolumeInfo:
+        """Grows it (only larger, while no sandbox holds it) and/or replaces its metadata."""
+        body: Dict[str, Any] = {}
+        if size_mib is not None:
+            body["size_mib"] = int(size_mib)
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        self.info = VolumeInfo.from_api(
+            self._http.call("PATCH", f"/v1/volumes/{self.id}", json=body).json())
+        return self.info
+
+    def delete(self) -> None:
+        """Deletes it and its data (``VolumeAttached`` while a sandbox holds it)."""
+        self._http.call("DELETE", f"/v1/volumes/{self.id}")
+
+    def __repr__(self) -> str:
+        return f"Volume({self.id!r}, size_mib={self.info.size_mib})"
