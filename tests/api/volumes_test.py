@@ -3,13 +3,14 @@
 restore path, exclusive read-write and shared read-only attachments, hibernate/wake, a daemon
 killed after a guest sync, quotas and bad input.
 
-Usage: volumes_test.py --daemon build/bin/pandastackd [--images var/images]
+Usage: volumes_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--images DIR]
 The data folder (where volume files live) is on a real disk (/var/tmp), as in production.
 """
 import argparse
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -189,6 +190,27 @@ class VolumeTest(unittest.TestCase):
         self.assertError(other.call("GET", f"/v1/volumes/{v['id']}"), 404, "volume_not_found")
         self.assertEqual(other.call("GET", "/v1/volumes")[1]["volumes"], [])
 
+    def test_cli(self):
+        env = {**os.environ, "PANDASTACK_API_KEY": self.daemon.key,
+               "PANDASTACK_BASE_URL": self.daemon.url}
+
+        def cli(*a, code=0):
+            r = subprocess.run([harness.ARGS.cli, *a], env=env, capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(r.returncode, code, (a, r.stdout, r.stderr))
+            return r.stdout
+        vid = cli("volume", "create", "--size", "32", "--name", "cli").strip()
+        self.assertTrue(vid.startswith("vol_"), vid)
+        self.assertIn(vid, cli("volume", "list"))
+        sid = cli("sandbox", "create", "--no-network", "--volume", vid + ":/data:ro").strip()
+        self.assertIn(f"{sid}:/data (ro)", cli("volume", "list"))
+        self.assertEqual(self.sh(sid, "touch /data/x 2>/dev/null; echo $?"), "1\n")
+        cli("volume", "delete", vid, code=1)  # volume_attached
+        cli("sandbox", "kill", sid)
+        self.assertIn('"size_mib":48', cli("volume", "grow", vid, "--size", "48", "--json"))
+        cli("volume", "delete", vid)
+        cli("volume", "get", vid, code=1)
+
     def test_synced_data_survives_a_daemon_kill(self):
         v = self.volume()
         sid = self.sandbox({"volume": v["id"], "mount": "/data"})
@@ -213,6 +235,7 @@ class VolumeTest(unittest.TestCase):
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--daemon", required=True)
+    p.add_argument("--cli", required=True)
     p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
     args, rest = p.parse_known_args()
     args.images = os.path.abspath(args.images)

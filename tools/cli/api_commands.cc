@@ -42,6 +42,11 @@ const char* kUsage = R"(usage:
   pandastack files cat ID PATH
   pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path;
                                     a DST ending in / or naming a folder gets SRC's file name)
+  pandastack sandbox create ... [--volume VOL_ID:/mount[:ro]]...   attach volumes (at most 4)
+  pandastack volume create --size MIB [--name N] [--metadata K=V]... [--json]
+  pandastack volume list [--metadata K=V]... [--json]
+  pandastack volume get|delete VOL_ID [--json]
+  pandastack volume grow VOL_ID --size MIB [--json]   (only larger; while no sandbox holds it)
   pandastack template list [--json]
   pandastack snapshot delete SNAPSHOT_ID            creates from it are refused afterwards
 Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7070); --url and
@@ -49,7 +54,7 @@ Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7
 )";
 
 struct Opts {
-  std::vector<std::string> pos, metadata, env, cmd, allow;
+  std::vector<std::string> pos, metadata, env, cmd, allow, volumes;
   std::map<std::string, std::string> flags;
   bool json = false, persistent = false, no_network = false, auto_wake = false;
   bool all = false, no_stdin = false;
@@ -89,12 +94,15 @@ Opts parse(int argc, char** argv, int from) {
       o.env.push_back(value());
     } else if (a == "--allow") {
       o.allow.push_back(value());
+    } else if (a == "--volume") {
+      o.volumes.push_back(value());
     } else if (a == "--no-network") {
       o.no_network = true;
     } else if (a.rfind("--", 0) == 0) {
       static const char* known[] = {"--template", "--ttl",    "--state",        "--count",
                                     "--timeout",  "--cwd",    "--url",          "--key",
-                                    "--egress",   "--on-timeout", "--idle-timeout"};
+                                    "--egress",   "--on-timeout", "--idle-timeout", "--size",
+                                    "--name"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);
@@ -110,7 +118,7 @@ Opts parse(int argc, char** argv, int from) {
 int64_t seconds_flag(const Opts& o, const char* flag) {
   const std::string& v = o.flags.at(flag);
   if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
-    usage(std::string(flag) + " needs a whole number of seconds, not '" + v + "'");
+    usage(std::string(flag) + " needs a whole number, not '" + v + "'");
   return std::atoll(v.c_str());
 }
 
@@ -363,7 +371,8 @@ Json egress_body(const std::string& mode, const std::vector<std::string>& allow)
 }  // namespace
 
 bool is_api_command(const std::string& word) {
-  return word == "sandbox" || word == "files" || word == "template" || word == "snapshot";
+  return word == "sandbox" || word == "files" || word == "template" || word == "snapshot" ||
+         word == "volume";
 }
 
 int api_main(int argc, char** argv) {
@@ -388,6 +397,59 @@ int api_main(int argc, char** argv) {
     for (auto& t : r["templates"].as_array())
       std::printf("%-20s %s\n", t["name"].as_string().c_str(), t["baked"].as_bool() ? "yes" : "no");
     return 0;
+  }
+  if (group == "volume") {
+    auto metadata = [&] {
+      Json m = Json::object();
+      for (auto& [k, v] : pairs(o.metadata, "--metadata")) m.set(k, v);
+      return m;
+    };
+    auto show = [&](const Json& v) {
+      if (o.json) return std::printf("%s\n", v.dump().c_str()), 0;
+      return std::printf("%s\n", v["id"].as_string().c_str()), 0;
+    };
+    if (verb == "create") {
+      need(0);
+      if (!o.flags.count("--size")) usage("volume create needs --size MIB");
+      Json body = Json::object();
+      body.set("size_mib", seconds_flag(o, "--size"));
+      if (o.flags.count("--name")) body.set("name", o.flags.at("--name"));
+      if (!o.metadata.empty()) body.set("metadata", metadata());
+      return show(api.json("POST", "/v1/volumes", body.dump()));
+    }
+    if (verb == "list") {
+      need(0);
+      std::string q;
+      for (auto& [k, v] : pairs(o.metadata, "--metadata"))
+        q += (q.empty() ? "?" : "&") + ("metadata." + tools::url_encode(k)) + "=" +
+             tools::url_encode(v);
+      auto r = api.json("GET", "/v1/volumes" + q);
+      if (o.json) return std::printf("%s\n", r["volumes"].dump().c_str()), 0;
+      std::printf("%-22s %-16s %10s  %s\n", "VOLUME", "NAME", "SIZE_MIB", "ATTACHED TO");
+      for (auto& v : r["volumes"].as_array()) {
+        std::string at;
+        for (auto& a : v["attachments"].as_array())
+          at += (at.empty() ? "" : ", ") + a["sandbox"].as_string() + ":" + a["mount"].as_string() +
+                (a["read_only"].as_bool() ? " (ro)" : "");
+        std::printf("%-22s %-16s %10lld  %s\n", v["id"].as_string().c_str(),
+                    v["name"].as_string().c_str(), (long long)v["size_mib"].as_int(), at.c_str());
+      }
+      return 0;
+    }
+    if (verb == "get" || verb == "delete" || verb == "grow") {
+      need(1);
+      auto path = "/v1/volumes/" + tools::url_encode(o.pos[0]);
+      if (verb == "delete") return api.json("DELETE", path), 0;
+      if (verb == "get") {
+        auto v = api.json("GET", path);
+        return std::printf("%s\n", v.dump().c_str()), 0;
+      }
+      if (!o.flags.count("--size")) usage("volume grow needs --size MIB");
+      Json body = Json::object();
+      body.set("size_mib", seconds_flag(o, "--size"));
+      return show(api.json("PATCH", path, body.dump()));
+    }
+    usage("unknown volume command " + verb);
   }
   if (group == "snapshot" && verb == "delete") {
     need(1);
@@ -417,6 +479,22 @@ int api_main(int argc, char** argv) {
       } else if (o.flags.count("--egress") || !o.allow.empty()) {
         body.set("egress",
                  egress_body(o.flags.count("--egress") ? o.flags.at("--egress") : "", o.allow));
+      }
+      if (!o.volumes.empty()) {
+        Json vols = Json::array();
+        for (auto& spec : o.volumes) {  // VOL_ID:/mount[:ro]
+          auto c1 = spec.find(':');
+          if (c1 == std::string::npos) usage("--volume is VOL_ID:/mount[:ro]");
+          auto rest = spec.substr(c1 + 1);
+          bool ro = rest.size() > 3 && rest.ends_with(":ro");
+          if (ro) rest.resize(rest.size() - 3);
+          Json v = Json::object();
+          v.set("volume", spec.substr(0, c1));
+          v.set("mount", rest);
+          if (ro) v.set("read_only", true);
+          vols.push(v);
+        }
+        body.set("volumes", vols);
       }
       auto s = api.json("POST", "/v1/sandboxes", body.dump());
       if (o.json) return std::printf("%s\n", s.dump().c_str()), 0;

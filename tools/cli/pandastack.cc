@@ -49,7 +49,7 @@ const char* kUsage = R"(usage:
       A Model Context Protocol server on stdio (JSON-RPC, one message per line) with tools for
       agents: create_sandbox, run_command, read_file, write_file, list_dir, fork_sandbox,
       kill_sandbox. Calls the API at --url with --key (same defaults as above).
-  pandastack sandbox|files|template|snapshot ...   (see `pandastack sandbox help`)
+  pandastack sandbox|files|template|snapshot|volume ...   (see `pandastack sandbox help`)
   pandastack help | --version
 )";
 

@@ -181,6 +181,42 @@ class SdkTest(unittest.TestCase):
             sbx.exec("true")
 
 
+class VolumeSdkTest(unittest.TestCase):
+
+    def test_volume_outlives_sandboxes_and_errors_are_typed(self):
+        from pandastack import Volume
+        vol = Volume.create(size_mib=32, name="cache", metadata={"suite": "sdk"})
+        try:
+            self.assertEqual((vol.info.size_mib, vol.info.status), (32, "available"))
+            self.assertIn(vol.id, [v.id for v in Volume.list(metadata={"suite": "sdk"})])
+            with Sandbox.create(volumes=[(vol, "/data")]) as a:
+                self.assertEqual(a.info.volumes, [{"volume": vol.id, "mount": "/data",
+                                                   "read_only": False}])
+                a.exec("echo kept > /data/f && sync")
+                with self.assertRaises(pandastack.VolumeInUse):
+                    Sandbox.create(volumes=[{"volume": vol.id, "mount": "/x", "read_only": True}])
+                with self.assertRaises(pandastack.VolumeAttached):
+                    vol.delete()
+            async def read_back():
+                b = await AsyncSandbox.create(volumes=[(vol.id, "/mnt/v", True)])
+                try:
+                    return (await b.exec("cat /mnt/v/f")).stdout
+                finally:
+                    await b.kill()
+            self.assertEqual(asyncio.run(read_back()), "kept\n")
+            self.assertEqual(vol.update(size_mib=48).size_mib, 48)
+        finally:
+            vol.delete()
+        with self.assertRaises(pandastack.VolumeNotFound):
+            Volume.get(vol.id)
+
+    def test_readme_volume_snippet_runs_verbatim(self):
+        env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..")}
+        out = subprocess.run([sys.executable, "-c", readme_block("volumes-snippet")], env=env,
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual((out.returncode, out.stdout), (0, "kept\n"), out.stderr[-2000:])
+
+
 class ExamplesTest(unittest.TestCase):
     """Every script in examples/ runs against the daemon and says what it should."""
 

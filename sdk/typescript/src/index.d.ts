@@ -25,6 +25,42 @@ export interface CreateOptions extends ClientOptions {
   idleTimeoutSeconds?: number;
   /** What the TTL or the idle timeout does (default: "hibernate" when persistent, else "kill"). */
   onTimeout?: "kill" | "hibernate";
+  /** Volumes to attach, mounted when create returns (at most 4). */
+  volumes?: VolumeMount[];
+}
+
+export interface VolumeMount {
+  volume: string | Volume;
+  mount: string;
+  readOnly?: boolean;
+}
+
+export interface VolumeInfo {
+  id: string;
+  name: string;
+  status: "available" | "deleted";
+  sizeMib: number;
+  createdAtMs: number;
+  metadata: Record<string, string>;
+  attachments: { sandbox: string; mount: string; readOnly: boolean }[];
+}
+
+export interface VolumeCreateOptions extends ClientOptions {
+  sizeMib: number;
+  name?: string;
+  metadata?: Record<string, string>;
+}
+
+/** A volume: data that outlives sandboxes, attached at a sandbox's create. */
+export declare class Volume {
+  readonly info: VolumeInfo;
+  readonly id: string;
+  static create(opts: VolumeCreateOptions): Promise<Volume>;
+  static get(id: string, opts?: ClientOptions): Promise<Volume>;
+  static list(opts?: ClientOptions & { metadata?: Record<string, string> }): Promise<VolumeInfo[]>;
+  /** Grows it (only larger, while detached) and/or replaces its metadata. */
+  update(opts: { sizeMib?: number; metadata?: Record<string, string> }): Promise<VolumeInfo>;
+  delete(): Promise<void>;
 }
 
 export type EgressMode = "deny_all" | "allow_all" | "allowlist";
@@ -68,6 +104,7 @@ export interface SandboxInfo {
   ttlSeconds: number;
   idleTimeoutSeconds: number;
   onTimeout: "kill" | "hibernate";
+  volumes: { volume: string; mount: string; readOnly: boolean }[];
 }
 
 export interface ExecOptions {
@@ -195,6 +232,9 @@ export declare class SandboxNotFoundError extends NotFoundError {}
 export declare class FileNotFoundError extends NotFoundError {}
 export declare class TemplateNotFoundError extends NotFoundError {}
 export declare class SnapshotNotFoundError extends NotFoundError {}
+export declare class VolumeNotFoundError extends NotFoundError {}
+export declare class VolumeInUseError extends ConflictError {}
+export declare class VolumeAttachedError extends ConflictError {}
 export declare class ConflictError extends PandaStackError {}
 export declare class SandboxHibernatedError extends ConflictError {}
 export declare class SandboxStoppedError extends ConflictError {}

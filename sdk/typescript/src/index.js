@@ -27,11 +27,14 @@ export class SandboxNotFoundError extends NotFoundError {}
 export class FileNotFoundError extends NotFoundError {}
 export class TemplateNotFoundError extends NotFoundError {}
 export class SnapshotNotFoundError extends NotFoundError {}
+export class VolumeNotFoundError extends NotFoundError {}
 export class ConflictError extends PandaStackError {}
 export class SandboxHibernatedError extends ConflictError {}
 export class SandboxStoppedError extends ConflictError {}
 export class SandboxFailedError extends SandboxStoppedError {}
 export class SandboxBusyError extends ConflictError {}
+export class VolumeInUseError extends ConflictError {}
+export class VolumeAttachedError extends ConflictError {}
 export class IsADirectoryError extends ConflictError {}
 export class NotADirectoryError extends ConflictError {}
 export class FileExistsError extends ConflictError {}
@@ -63,6 +66,9 @@ const BY_CODE = {
   file_not_found: [FileNotFoundError, 404],
   template_not_found: [TemplateNotFoundError, 404],
   snapshot_not_found: [SnapshotNotFoundError, 404],
+  volume_not_found: [VolumeNotFoundError, 404],
+  volume_in_use: [VolumeInUseError, 409],
+  volume_attached: [VolumeAttachedError, 409],
   sandbox_hibernated: [SandboxHibernatedError, 409],
   sandbox_stopped: [SandboxStoppedError, 409],
   sandbox_failed: [SandboxFailedError, 409],
@@ -322,7 +328,59 @@ function info(b) {
     persistent: b.persistent, metadata: b.metadata ?? {}, parent: b.parent ?? null, snapshots: b.snapshots ?? [],
     network: !!b.network, egress: b.egress ?? null, autoWake: !!b.auto_wake, ttlSeconds: b.ttl_seconds ?? 0,
     idleTimeoutSeconds: b.idle_timeout_seconds ?? 0, onTimeout: b.on_timeout ?? "kill",
+    volumes: (b.volumes ?? []).map((v) => ({ volume: v.volume, mount: v.mount, readOnly: !!v.read_only })),
   };
+}
+
+function volumeInfo(b) {
+  return {
+    id: b.id, name: b.name ?? "", status: b.status, sizeMib: b.size_mib, createdAtMs: b.created_at_ms,
+    metadata: b.metadata ?? {},
+    attachments: (b.attachments ?? []).map((a) => ({ sandbox: a.sandbox, mount: a.mount, readOnly: !!a.read_only })),
+  };
+}
+
+// {volume, mount, read_only} from {volume: id | Volume, mount, readOnly}.
+function volumeBody(v) {
+  const id = typeof v.volume === "string" ? v.volume : v.volume?.id;
+  const out = { volume: id, mount: v.mount };
+  if (v.readOnly !== undefined) out.read_only = !!v.readOnly;
+  return out;
+}
+
+/** A volume: data that outlives sandboxes (ext4 on the host's disk), attached at create:
+ * read-write in one sandbox at a time, read-only in any number. */
+export class Volume {
+  constructor(inf, http) { this.info = inf; this.http = http; }
+  get id() { return this.info.id; }
+  static async create(opts = {}) {
+    const http = new Http(opts);
+    const body = { size_mib: opts.sizeMib, name: opts.name ?? "" };
+    if (opts.metadata) body.metadata = opts.metadata;
+    return new Volume(volumeInfo(await http.json("POST", "/v1/volumes", { json: body })), http);
+  }
+  static async get(id, opts = {}) {
+    const http = new Http(opts);
+    return new Volume(volumeInfo(await http.json("GET", `/v1/volumes/${encodeURIComponent(id)}`)), http);
+  }
+  static async list(opts = {}) {
+    const http = new Http(opts);
+    const query = {};
+    for (const [k, v] of Object.entries(opts.metadata ?? {})) query[`metadata.${k}`] = v;
+    return (await http.json("GET", "/v1/volumes", { query })).volumes.map(volumeInfo);
+  }
+  /** Grows it (only larger, while detached) and/or replaces its metadata. */
+  async update({ sizeMib, metadata } = {}) {
+    const body = {};
+    if (sizeMib !== undefined) body.size_mib = sizeMib;
+    if (metadata !== undefined) body.metadata = metadata;
+    this.info = volumeInfo(await this.http.json("PATCH", `/v1/volumes/${encodeURIComponent(this.id)}`, { json: body }));
+    return this.info;
+  }
+  /** Deletes it and its data (VolumeAttachedError while a sandbox holds it). */
+  async delete() {
+    await this.http.call("DELETE", `/v1/volumes/${encodeURIComponent(this.id)}`);
+  }
 }
 
 function portInfo(p) {
@@ -356,6 +414,7 @@ export class Sandbox {
     if (opts.egress !== undefined || opts.allow) body.egress = egressBody(opts.egress, opts.allow);
     if (opts.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = opts.idleTimeoutSeconds;
     if (opts.onTimeout !== undefined) body.on_timeout = opts.onTimeout;
+    if (opts.volumes?.length) body.volumes = opts.volumes.map(volumeBody);
     return new Sandbox(info(await http.json("POST", "/v1/sandboxes", { json: body })), http);
   }
   /** An existing sandbox of this key's tenant. */

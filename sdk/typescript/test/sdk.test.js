@@ -7,7 +7,8 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import {
   Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
-  UnauthorizedError, ConnectionError, SandboxStoppedError,
+  UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
+  VolumeAttachedError, VolumeNotFoundError,
 } from "../src/index.js";
 
 let daemon, base;
@@ -170,4 +171,22 @@ test("bytes in, exact errors, files helpers, long commands", async () => {
   } finally {
     await sbx.kill().catch(() => {});
   }
+});
+
+test("volumes outlive sandboxes; read-write is exclusive", async () => {
+  const vol = await Volume.create({ sizeMib: 32, name: "ts", metadata: { suite: "ts" } });
+  assert.equal(vol.info.sizeMib, 32);
+  assert.ok((await Volume.list({ metadata: { suite: "ts" } })).some((v) => v.id === vol.id));
+  const a = await Sandbox.create({ volumes: [{ volume: vol, mount: "/data" }] });
+  assert.deepEqual(a.info.volumes, [{ volume: vol.id, mount: "/data", readOnly: false }]);
+  await a.exec("echo ts > /data/f && sync");
+  await assert.rejects(Sandbox.create({ volumes: [{ volume: vol.id, mount: "/x", readOnly: true }] }), VolumeInUseError);
+  await assert.rejects(vol.delete(), VolumeAttachedError);
+  await a.kill();
+  const b = await Sandbox.create({ volumes: [{ volume: vol.id, mount: "/ro", readOnly: true }] });
+  assert.equal((await b.exec("cat /ro/f")).stdout, "ts\n");
+  await b.kill();
+  assert.equal((await vol.update({ sizeMib: 40 })).sizeMib, 40);
+  await vol.delete();
+  await assert.rejects(Volume.get(vol.id), VolumeNotFoundError);
 });

@@ -1,7 +1,8 @@
 // Type-checked (tsc --strict, `npm run typecheck`) against src/index.d.ts: the declarations cover
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
 import {
-  Sandbox, SandboxNotFoundError, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
+  Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
+  type VolumeInfo,
 } from "../src/index.js";
 
 export async function usage(): Promise<string> {
@@ -34,6 +35,13 @@ export async function usage(): Promise<string> {
   const idle = await Sandbox.create({ idleTimeoutSeconds: 60, onTimeout: "hibernate", autoWake: true });
   const t: number = idle.info.idleTimeoutSeconds;
   const all: SandboxInfo[] = await Sandbox.list({ state: "running", metadata: { a: "b" } });
+  const vol = await Volume.create({ sizeMib: 64, name: "cache" });
+  const withVol = await Sandbox.create({ volumes: [{ volume: vol, mount: "/data" }, { volume: vol.id, mount: "/ro", readOnly: true }] });
+  const held: string = withVol.info.volumes[0].mount;
+  const vols: VolumeInfo[] = await Volume.list({ metadata: { a: "b" } });
+  await vol.update({ sizeMib: 128 });
+  await vol.delete();
+  if (held.length + vols.length < 0) return "";
   await Sandbox.deleteSnapshot(await sbx.snapshot());
   try {
     await Sandbox.get("sbx_x");
