@@ -91,6 +91,15 @@ T take(Reply<T>& r) {
 
 std::string text(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
 
+void fill_volume(api::VolumeInfo::Builder b, const actors::VolumeInfo& v) {
+  b.setId(v.id);
+  b.setName(v.name);
+  b.setStatus(v.status);
+  b.setSizeMib(v.size_mib);
+  auto at = b.initAttachedTo(v.attachments.size());
+  for (size_t i = 0; i < v.attachments.size(); ++i) at.set(i, v.attachments[i].sandbox);
+}
+
 void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
   b.setId(i.id);
   b.setTemplate(i.template_name);
@@ -370,6 +379,10 @@ class PlatformImpl final : public api::Platform::Server {
     c.persistent = r.getPersistent();
     c.auto_wake = r.getAutoWake();
     c.from_snapshot = text(r.getFromSnapshot());
+    if (r.getVolumes().size() > vmm::kVolumeSlots)
+      fail({"invalid_argument", "at most 4 volumes per sandbox"});
+    for (auto v : r.getVolumes())
+      c.volumes.push_back({text(v.getVolume()), text(v.getMount()), v.getReadOnly()});
     return offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
         .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
           if (!*r && r->error().code == "sandbox_failed")
@@ -391,6 +404,34 @@ class PlatformImpl final : public api::Platform::Server {
     return offload<actors::SandboxInfo>(
             [rt = &ctx_.rt, t = tenant_, id] { return rt->delete_snapshot(t, id); })
         .then([](std::shared_ptr<Reply<actors::SandboxInfo>> r) { take(*r); });
+  }
+
+  kj::Promise<void> createVolume(CreateVolumeContext context) override {
+    actors::VolumeRequest req;
+    req.tenant = tenant_;
+    req.name = text(context.getParams().getName());
+    req.size_mib = context.getParams().getSizeMib();
+    return offload<actors::VolumeInfo>([rt = &ctx_.rt, req] { return rt->create_volume(req); })
+        .then([context](std::shared_ptr<Reply<actors::VolumeInfo>> r) mutable {
+          fill_volume(context.getResults().initInfo(), take(*r));
+        });
+  }
+
+  kj::Promise<void> listVolumes(ListVolumesContext context) override {
+    return offload<std::vector<actors::VolumeInfo>>(
+               [rt = &ctx_.rt, t = tenant_] { return rt->list_volumes(t); })
+        .then([context](std::shared_ptr<Reply<std::vector<actors::VolumeInfo>>> r) mutable {
+          auto all = take(*r);
+          auto list = context.getResults().initVolumes(all.size());
+          for (size_t i = 0; i < all.size(); ++i) fill_volume(list[i], all[i]);
+        });
+  }
+
+  kj::Promise<void> deleteVolume(DeleteVolumeContext context) override {
+    auto id = text(context.getParams().getId());
+    return offload<actors::VolumeInfo>(
+               [rt = &ctx_.rt, t = tenant_, id] { return rt->delete_volume(t, id); })
+        .then([](std::shared_ptr<Reply<actors::VolumeInfo>> r) { take(*r); });
   }
 
   kj::Promise<void> list(ListContext context) override {

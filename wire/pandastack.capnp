@@ -34,6 +34,21 @@ struct CreateRequest {
   persistent @3 :Bool;
   autoWake @4 :Bool;
   fromSnapshot @5 :Text;
+  volumes @6 :List(VolumeMount);  # at most 4, mounted when create returns
+}
+
+struct VolumeMount {
+  volume @0 :Text;           # vol_...
+  mount @1 :Text;            # absolute guest path
+  readOnly @2 :Bool;
+}
+
+struct VolumeInfo {
+  id @0 :Text;
+  name @1 :Text;
+  status @2 :Text;           # available
+  sizeMib @3 :UInt64;
+  attachedTo @4 :List(Text); # sandbox ids holding it
 }
 
 struct ExecRequest {
@@ -83,6 +98,11 @@ interface Platform {
   deleteSnapshot @3 (snapshotId :Text) -> ();
   # One of this tenant's snapshots (Sandbox.snapshot): creates from it fail afterwards
   # (snapshot_not_found); sandboxes created from it run on.
+  createVolume @4 (name :Text, sizeMib :UInt64) -> (info :VolumeInfo);
+  listVolumes @5 () -> (volumes :List(VolumeInfo));
+  deleteVolume @6 (id :Text) -> ();
+  # Volumes (data that outlives sandboxes), attached with CreateRequest.volumes; errors as REST:
+  # volume_not_found, volume_in_use, volume_attached, quota_exceeded.
 }
 
 interface Sandbox {

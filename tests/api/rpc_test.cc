@@ -406,6 +406,53 @@ TEST_F(RpcTest, DroppingAStreamingCallKillsTheCommand) {
   sandbox.killRequest().send().wait(ws);
 }
 
+// Volumes over RPC: create, attach at a sandbox's create (read back after a kill), the REST
+// error codes, delete.
+TEST_F(RpcTest, VolumesAttachAtCreateAndOutliveTheSandbox) {
+  auto& ws = io_.waitScope;
+  auto conn = io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  capnp::TwoPartyClient client(*conn);
+  auto platform = login(client, daemon_->key);
+  auto cv = platform.createVolumeRequest();
+  cv.setName("rpc");
+  cv.setSizeMib(32);
+  auto made = cv.send().wait(ws);
+  std::string vol = made.getInfo().getId();
+  EXPECT_EQ(made.getInfo().getSizeMib(), 32u);
+  auto with = [&](bool ro) {
+    auto c = platform.createRequest();
+    auto v = c.initRequest().initVolumes(1);
+    v[0].setVolume(vol);
+    v[0].setMount("/data");
+    v[0].setReadOnly(ro);
+    return c;
+  };
+  auto a = with(false).send().wait(ws).getSandbox();
+  auto e = a.execRequest();
+  e.initRequest().setCmd("echo rpc > /data/f && sync");
+  EXPECT_EQ(e.send().wait(ws).getResult().getExitCode(), 0);
+  EXPECT_EQ(error_of([&] { with(true).send().wait(ws); }), "volume_in_use");
+  auto del = [&] {  // a request is sent once
+    auto d = platform.deleteVolumeRequest();
+    d.setId(vol);
+    d.send().wait(ws);
+  };
+  EXPECT_EQ(error_of(del), "volume_attached");
+  a.killRequest().send().wait(ws);
+  auto b = with(true).send().wait(ws).getSandbox();
+  auto r = b.readFileRequest();
+  r.setPath("/data/f");
+  auto read = r.send().wait(ws);
+  auto data = read.getData();
+  EXPECT_EQ(std::string(data.asChars().begin(), data.size()), "rpc\n");
+  auto listed = platform.listVolumesRequest().send().wait(ws);
+  ASSERT_EQ(listed.getVolumes().size(), 1u);
+  EXPECT_EQ(listed.getVolumes()[0].getAttachedTo().size(), 1u);
+  b.killRequest().send().wait(ws);
+  del();
+  EXPECT_EQ(error_of(del), "volume_not_found");
+}
+
 // A key revoked over REST ends what its open RPC sessions may do: their next call fails, on the
 // Platform and on every Sandbox capability it handed out (H8/M1 of the security review).
 TEST_F(RpcTest, ARevokedKeysOpenSessionFailsItsNextCall) {

@@ -104,3 +104,20 @@ test("errors are tool errors with the API's code", async () => {
   assert.equal(bad.isError, true);
   await assert.rejects(client.callTool({ name: "no_such_tool", arguments: {} }));
 });
+
+test("create_sandbox mounts a volume made over REST", async () => {
+  const r = await fetch(`${url}/v1/volumes`, {
+    method: "POST", headers: { Authorization: `Bearer ${key}` }, body: JSON.stringify({ size_mib: 32 }),
+  });
+  assert.equal(r.status, 201);
+  const vol = (await r.json()).id;
+  const created = await client.callTool({ name: "create_sandbox", arguments: { volumes: [{ volume: vol, mount: "/data" }] } });
+  assert.equal(created.isError, false, text(created));
+  const id = text(created).match(/sandbox_id=(sbx_\w+)/)[1];
+  const ran = await client.callTool({ name: "run_command", arguments: { sandbox_id: id, command: "echo v > /data/f && cat /data/f" } });
+  assert.match(text(ran), /^exit_code=0\n--- stdout ---\nv\n/);
+  const bad = await client.callTool({ name: "create_sandbox", arguments: { volumes: [{ volume: vol, mount: "/x" }] } });
+  assert.equal(bad.isError, true);
+  assert.match(text(bad), /volume_in_use/);
+  await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: id } });
+});

@@ -329,8 +329,9 @@ const Tool kTools[] = {
      "Create a new isolated Linux sandbox (a microVM with its own kernel). Returns its id, which "
      "the other tools take as sandbox_id. Sandboxes expire after ttl_seconds (default 900). With "
      "idle_timeout_seconds it is hibernated (on_timeout hibernate) or killed after that long "
-     "unused; with auto_wake a hibernated sandbox wakes on its next command.",
-     R"J({"type":"object","properties":{"template":{"type":"string","description":"base, agent or code-interpreter (default base)"},"ttl_seconds":{"type":"integer","minimum":1},"idle_timeout_seconds":{"type":"integer","minimum":1},"on_timeout":{"type":"string","enum":["kill","hibernate"]},"auto_wake":{"type":"boolean"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"additionalProperties":false})J"},
+     "unused; with auto_wake a hibernated sandbox wakes on its next command. volumes mounts "
+     "existing volumes (their data outlives the sandbox).",
+     R"J({"type":"object","properties":{"template":{"type":"string","description":"base, agent or code-interpreter (default base)"},"ttl_seconds":{"type":"integer","minimum":1},"idle_timeout_seconds":{"type":"integer","minimum":1},"on_timeout":{"type":"string","enum":["kill","hibernate"]},"auto_wake":{"type":"boolean"},"metadata":{"type":"object","additionalProperties":{"type":"string"}},"volumes":{"type":"array","maxItems":4,"description":"volumes (vol_... ids) to mount before it starts; data on them outlives the sandbox","items":{"type":"object","properties":{"volume":{"type":"string"},"mount":{"type":"string","description":"absolute guest path, e.g. /data"},"read_only":{"type":"boolean"}},"required":["volume","mount"],"additionalProperties":false}}},"additionalProperties":false})J"},
     {"run_command",
      "Run a shell command in a sandbox and wait for it. Returns exit_code=N and the command's "
      "stdout and stderr (each truncated to 16 KB).",
@@ -414,6 +415,7 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
       body.set("idle_timeout_seconds", args["idle_timeout_seconds"].as_int());
     if (!str("on_timeout").empty()) body.set("on_timeout", str("on_timeout"));
     if (args["auto_wake"].is_bool()) body.set("auto_wake", args["auto_wake"].as_bool());
+    if (args["volumes"].is_array()) body.set("volumes", args["volumes"]);
     auto r = http.request("POST", "/v1/sandboxes", body.dump());
     if (r.status != 201) return {api_error(r), true};
     auto j = Json::parse(r.body);
