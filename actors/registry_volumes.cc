@@ -127,8 +127,8 @@ void info(RegistrySelf* self, VolumeInfo i) {
 void attach(RegistrySelf* self, const std::string& tenant, const std::string& sandbox,
             const std::vector<CreateRequest::Volume>& wanted, std::function<void(Attached)> then) {
   if (wanted.size() > vmm::kVolumeSlots)
-    return then(Rejection{"invalid_argument", "at most " + std::to_string(vmm::kVolumeSlots) +
-                                                  " volumes per sandbox"});
+    return then(Rejection{"invalid_argument",
+                          "at most " + std::to_string(vmm::kVolumeSlots) + " volumes per sandbox"});
   std::set<std::string> ids, mounts;
   std::vector<SandboxVolume> out;
   std::vector<caf::actor> actors;
@@ -140,7 +140,8 @@ void attach(RegistrySelf* self, const std::string& tenant, const std::string& sa
       return then(Rejection{"invalid_argument", "two volumes at " + w.mount});
     for (auto& m : mounts)
       if (m != w.mount && (w.mount.starts_with(m + "/") || m.starts_with(w.mount + "/")))
-        return then(Rejection{"invalid_argument", "mount paths " + m + " and " + w.mount + " nest"});
+        return then(
+            Rejection{"invalid_argument", "mount paths " + m + " and " + w.mount + " nest"});
     auto a = actor_of(self, tenant, w.volume);
     if (!a) return then(volume_not_found(w.volume));
     actors.push_back(a);

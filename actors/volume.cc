@@ -64,9 +64,7 @@ std::optional<Rejection> check_mount_path(const std::string& p) {
 
 namespace {
 
-Rejection gone(const VolumeState& s) {
-  return {"volume_not_found", "no volume " + s.id};
-}
+Rejection gone(const VolumeState& s) { return {"volume_not_found", "no volume " + s.id}; }
 
 struct Decider {
   const VolumeState& s;
@@ -134,8 +132,8 @@ struct Decider {
     if (s.status != VolumeStatus::available) return gone(s);
     if (c.size_mib == s.size_mib) return std::vector<VolumeEvent>{};
     if (c.size_mib < s.size_mib)
-      return Rejection{"invalid_argument", "a volume only grows (it has " +
-                                               std::to_string(s.size_mib) + " MiB)"};
+      return Rejection{"invalid_argument",
+                       "a volume only grows (it has " + std::to_string(s.size_mib) + " MiB)"};
     if (c.size_mib > limits.max_size_mib)
       return Rejection{"invalid_argument",
                        "size_mib must be at most " + std::to_string(limits.max_size_mib)};

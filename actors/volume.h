@@ -57,8 +57,8 @@ struct VolumeState {
 };
 
 struct VolumeLimits {
-  uint64_t min_size_mib = 16;      // ext4 with a journal needs room
-  uint64_t max_size_mib = 65536;   // one volume: 64 GiB
+  uint64_t min_size_mib = 16;     // ext4 with a journal needs room
+  uint64_t max_size_mib = 65536;  // one volume: 64 GiB
   uint32_t max_name_bytes = 64;
 };
 

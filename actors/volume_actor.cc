@@ -47,7 +47,8 @@ void pump(VolumeSelf* self) {
     st.current_rp = rp;
     st.pending = events;
     std::vector<storage::NewEvent> ne;
-    for (auto& e : events) ne.push_back({to_string(e.kind), event_format(), encode_volume_event(e)});
+    for (auto& e : events)
+      ne.push_back({to_string(e.kind), event_format(), encode_volume_event(e)});
     auto me = caf::actor_cast<caf::actor>(self);
     st.env->store->append_async(
         st.s.id, st.s.version, std::move(ne),

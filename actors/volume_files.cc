@@ -34,7 +34,8 @@ vmm::Status run(const std::vector<std::string>& argv, int ok_up_to = 0) {
   std::string out;
   char buf[4096];
   ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0 && out.size() < 16384) out.append(buf, size_t(n));
+  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0 && out.size() < 16384)
+    out.append(buf, size_t(n));
   ::close(pipefd[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -64,20 +65,24 @@ vmm::Status make_volume_file(const fs::path& to, uint64_t size_mib) {
   auto tmp = to.parent_path() / (".new-" + to.filename().string());
   fs::remove(tmp, ec);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return vmm::make_error(vmm::ErrorCode::io_error, tmp.string() + ": " + strerror(errno));
+  if (fd < 0)
+    return vmm::make_error(vmm::ErrorCode::io_error, tmp.string() + ": " + strerror(errno));
   int r = ::ftruncate(fd, off_t(size_mib) << 20);
   int e = errno;
   ::close(fd);
   if (r != 0) {
     fs::remove(tmp, ec);
-    return vmm::make_error(vmm::ErrorCode::io_error, "cannot size " + tmp.string() + ": " + strerror(e));
+    return vmm::make_error(vmm::ErrorCode::io_error,
+                           "cannot size " + tmp.string() + ": " + strerror(e));
   }
   // No lazy init left for the guest to do in the background; no discard pass over a new file.
-  auto made = run({"mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
-                   "-L", "pandastack", tmp.string()});
+  auto made =
+      run({"mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", "-L",
+           "pandastack", tmp.string()});
   if (made) made = sync_file(tmp);
   if (made && ::rename(tmp.c_str(), to.c_str()) != 0)
-    made = vmm::make_error(vmm::ErrorCode::io_error, "cannot rename " + tmp.string() + ": " + strerror(errno));
+    made = vmm::make_error(vmm::ErrorCode::io_error,
+                           "cannot rename " + tmp.string() + ": " + strerror(errno));
   if (!made) fs::remove(tmp, ec);
   return made;
 }
@@ -86,8 +91,10 @@ vmm::Status grow_volume_file(const fs::path& file, uint64_t size_mib) {
   struct stat st {};
   if (::stat(file.c_str(), &st) != 0)
     return vmm::make_error(vmm::ErrorCode::io_error, file.string() + ": " + strerror(errno));
-  if (uint64_t(st.st_size) < (size_mib << 20) && ::truncate(file.c_str(), off_t(size_mib) << 20) != 0)
-    return vmm::make_error(vmm::ErrorCode::io_error, "cannot grow " + file.string() + ": " + strerror(errno));
+  if (uint64_t(st.st_size) < (size_mib << 20) &&
+      ::truncate(file.c_str(), off_t(size_mib) << 20) != 0)
+    return vmm::make_error(vmm::ErrorCode::io_error,
+                           "cannot grow " + file.string() + ": " + strerror(errno));
   auto checked = run({"e2fsck", "-f", "-p", file.string()}, 1);  // resize2fs wants a checked fs
   if (!checked) return checked;
   auto grown = run({"resize2fs", file.string()});

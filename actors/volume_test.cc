@@ -64,7 +64,8 @@ TEST(Volume, ReadWriteIsExclusiveReadOnlyIsShared) {
   EXPECT_EQ(v.attachments.size(), 2u);
   EXPECT_EQ(refusal(v, attach("sbx_4", false)), "volume_in_use");
   // Detaching a sandbox that does not hold it is nothing.
-  EXPECT_TRUE(std::get<std::vector<VolumeEvent>>(decide(v, vcmd::Detach{"sbx_9", ""}, kNow)).empty());
+  EXPECT_TRUE(
+      std::get<std::vector<VolumeEvent>>(decide(v, vcmd::Detach{"sbx_9", ""}, kNow)).empty());
 }
 
 TEST(Volume, DeleteAndResizeWaitForEveryDetach) {
@@ -82,8 +83,8 @@ TEST(Volume, DeleteAndResizeWaitForEveryDetach) {
 }
 
 TEST(Volume, MountPathsAreCheckedBeforeAnythingIsRecorded) {
-  for (const char* bad : {"data", "/", "/data/", "/a/../etc", "/a//b", "/proc", "/etc/x", "/dev",
-                          "/usr/local"})
+  for (const char* bad :
+       {"data", "/", "/data/", "/a/../etc", "/a//b", "/proc", "/etc/x", "/dev", "/usr/local"})
     EXPECT_TRUE(check_mount_path(bad)) << bad;
   for (const char* good : {"/data", "/workspace/cache", "/mnt/models", "/home/user/repo"})
     EXPECT_FALSE(check_mount_path(good)) << good;

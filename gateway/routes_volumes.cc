@@ -22,8 +22,8 @@ HttpReply create(Call& c) {
   actors::VolumeRequest req;
   req.tenant = c.tenant();
   req.name = f.str("name");
-  req.size_mib = uint64_t(f.integer("size_mib", 0, int64_t(lim.min_size_mib),
-                                    int64_t(lim.max_size_mib)));
+  req.size_mib =
+      uint64_t(f.integer("size_mib", 0, int64_t(lim.min_size_mib), int64_t(lim.max_size_mib)));
   req.metadata = f.string_map("metadata");
   return json_reply(201, volume_json(unwrap(c.gw.rt.create_volume(req))));
 }
@@ -46,8 +46,9 @@ HttpReply change(Call& c) {
     size = uint64_t(f.integer("size_mib", 0, int64_t(lim.min_size_mib), int64_t(lim.max_size_mib)));
   std::optional<std::map<std::string, std::string>> metadata;
   if (f.has("metadata")) metadata = f.string_map("metadata");
-  return json_reply(200, volume_json(unwrap(
-                             c.gw.rt.update_volume(c.tenant(), volume_param(c.r), size, metadata))));
+  return json_reply(
+      200,
+      volume_json(unwrap(c.gw.rt.update_volume(c.tenant(), volume_param(c.r), size, metadata))));
 }
 
 }  // namespace
@@ -60,8 +61,8 @@ std::vector<Route> volume_routes() {
             {"metadata.*"}),
       route(M::GET, "/v1/volumes/{volume_id}", "One volume, with its attachments",
             [](Call& c) {
-              return json_reply(200, volume_json(unwrap(c.gw.rt.get_volume(c.tenant(),
-                                                                           volume_param(c.r)))));
+              return json_reply(
+                  200, volume_json(unwrap(c.gw.rt.get_volume(c.tenant(), volume_param(c.r)))));
             }),
       route(M::PATCH, "/v1/volumes/{volume_id}", "Grow a detached volume and/or set its metadata",
             change),
