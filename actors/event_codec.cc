@@ -5,6 +5,7 @@
 #include <kj/array.h>
 #include <kj/exception.h>
 
+#include "actors/codec_util.h"
 #include "wire/events.capnp.h"
 #include "wire/json.h"
 
@@ -43,22 +44,8 @@ Transition from_wire(w::Transition t) {
   return Transition::snapshotting;
 }
 
-template <typename List>
-void put_map(List l, const std::map<std::string, std::string>& m) {
-  size_t i = 0;
-  for (auto& [k, v] : m) {
-    l[i].setKey(k);
-    l[i].setValue(v);
-    ++i;
-  }
-}
-
-template <typename List>
-std::map<std::string, std::string> get_map(List l) {
-  std::map<std::string, std::string> m;
-  for (auto kv : l) m[kv.getKey().cStr()] = kv.getValue().cStr();
-  return m;
-}
+using codec::get_map;
+using codec::put_map;
 
 void put_egress(w::Egress::Builder b, const Egress& e) {
   b.setMode(e.mode);
@@ -134,7 +121,7 @@ std::string encode_event(const Event& e) {
       c.setNetwork(e.network);
       if (e.network) put_egress(c.initEgress(), e.egress);
       c.setIdleTimeoutSeconds(e.idle_timeout_seconds);
-      c.setOnTimeout(!e.on_timeout                          ? w::TimeoutAction::DEFAULT
+      c.setOnTimeout(!e.on_timeout                            ? w::TimeoutAction::DEFAULT
                      : *e.on_timeout == ReapAction::hibernate ? w::TimeoutAction::HIBERNATE
                                                               : w::TimeoutAction::KILL);
       auto vols = c.initVolumes(unsigned(e.volumes.size()));
@@ -240,159 +227,150 @@ std::string encode_event(const Event& e) {
       b.setFileRemoved(e.path);
       break;
   }
-  auto words = capnp::messageToFlatArray(msg);
-  auto bytes = words.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  return codec::to_bytes(msg);
 }
 
 std::optional<Event> decode_event(const std::string& bytes) {
-  if (bytes.size() % sizeof(capnp::word) != 0 || bytes.empty()) return std::nullopt;
-  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  memcpy(words.begin(), bytes.data(), bytes.size());
-  std::optional<Event> out;
-  kj::Maybe<kj::Exception> err = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader msg(words);
-    auto r = msg.getRoot<w::SandboxEvent>();
-    Event e;
-    e.at_ms = r.getAtMs();
-    using K = Event::Kind;
-    switch (r.which()) {
-      case w::SandboxEvent::CREATED: {
-        auto c = r.getCreated();
-        e.kind = K::created;
-        e.tenant = c.getTenant();
-        e.template_name = c.getTemplate();
-        e.vcpus = c.getVcpus();
-        e.memory_mib = c.getMemoryMib();
-        e.metadata = get_map(c.getMetadata());
-        e.ttl_seconds = c.getTtlSeconds();
-        e.expires_at_ms = c.getExpiresAtMs();
-        e.persistent = c.getPersistent();
-        e.auto_wake = c.getAutoWake();
-        e.parent = c.getParent();
-        e.from_snapshot = c.getFromSnapshot();
-        e.network = c.getNetwork();
-        if (c.hasEgress()) e.egress = get_egress(c.getEgress());
-        e.idle_timeout_seconds = c.getIdleTimeoutSeconds();
-        switch (c.getOnTimeout()) {
-          case w::TimeoutAction::KILL:
-            e.on_timeout = ReapAction::kill;
+  return codec::from_bytes<w::SandboxEvent, Event>(
+      bytes, [](w::SandboxEvent::Reader r) -> std::optional<Event> {
+        Event e;
+        e.at_ms = r.getAtMs();
+        using K = Event::Kind;
+        switch (r.which()) {
+          case w::SandboxEvent::CREATED: {
+            auto c = r.getCreated();
+            e.kind = K::created;
+            e.tenant = c.getTenant();
+            e.template_name = c.getTemplate();
+            e.vcpus = c.getVcpus();
+            e.memory_mib = c.getMemoryMib();
+            e.metadata = get_map(c.getMetadata());
+            e.ttl_seconds = c.getTtlSeconds();
+            e.expires_at_ms = c.getExpiresAtMs();
+            e.persistent = c.getPersistent();
+            e.auto_wake = c.getAutoWake();
+            e.parent = c.getParent();
+            e.from_snapshot = c.getFromSnapshot();
+            e.network = c.getNetwork();
+            if (c.hasEgress()) e.egress = get_egress(c.getEgress());
+            e.idle_timeout_seconds = c.getIdleTimeoutSeconds();
+            switch (c.getOnTimeout()) {
+              case w::TimeoutAction::KILL:
+                e.on_timeout = ReapAction::kill;
+                break;
+              case w::TimeoutAction::HIBERNATE:
+                e.on_timeout = ReapAction::hibernate;
+                break;
+              default:
+                break;
+            }
+            for (auto v : c.getVolumes())
+              e.volumes.push_back({v.getVolume(), v.getMount(), v.getReadOnly(), v.getSlot()});
             break;
-          case w::TimeoutAction::HIBERNATE:
-            e.on_timeout = ReapAction::hibernate;
+          }
+          case w::SandboxEvent::STARTED:
+            e.kind = K::started;
+            break;
+          case w::SandboxEvent::EXEC_STARTED:
+            e.kind = K::exec_started;
+            e.exec_id = r.getExecStarted().getExecId();
+            e.command = r.getExecStarted().getCommand();
+            break;
+          case w::SandboxEvent::EXEC_FINISHED: {
+            auto x = r.getExecFinished();
+            e.kind = K::exec_finished;
+            e.exec_id = x.getExecId();
+            e.exit_code = x.getExitCode();
+            e.duration_ms = x.getDurationMs();
+            e.timed_out = x.getTimedOut();
+            break;
+          }
+          case w::SandboxEvent::TRANSITION_STARTED:
+            e.kind = K::transition_started;
+            e.transition = from_wire(r.getTransitionStarted().getTransition());
+            e.snapshot_id = r.getTransitionStarted().getSnapshotId();
+            break;
+          case w::SandboxEvent::TRANSITION_FAILED:
+            e.kind = K::transition_failed;
+            e.transition = from_wire(r.getTransitionFailed().getTransition());
+            e.reason = r.getTransitionFailed().getReason();
+            break;
+          case w::SandboxEvent::SNAPSHOT_TAKEN:
+            e.kind = K::snapshot_taken;
+            e.snapshot_id = r.getSnapshotTaken();
+            break;
+          case w::SandboxEvent::FORKED:
+            e.kind = K::forked;
+            for (auto c : r.getForked()) e.children.push_back(c);
+            break;
+          case w::SandboxEvent::HIBERNATED:
+            e.kind = K::hibernated;
+            e.snapshot_id = r.getHibernated();
+            break;
+          case w::SandboxEvent::WOKE:
+            e.kind = K::woke;
+            break;
+          case w::SandboxEvent::TTL_CHANGED:
+            e.kind = K::ttl_changed;
+            e.ttl_seconds = r.getTtlChanged().getTtlSeconds();
+            e.expires_at_ms = r.getTtlChanged().getExpiresAtMs();
+            break;
+          case w::SandboxEvent::METADATA_CHANGED:
+            e.kind = K::metadata_changed;
+            e.metadata = get_map(r.getMetadataChanged());
+            break;
+          case w::SandboxEvent::REAPED:
+            e.kind = K::reaped;
+            e.reap_action = r.getReaped() == w::ReapAction::HIBERNATE ? ReapAction::hibernate
+                                                                      : ReapAction::kill;
+            e.reason = r.hasReapReason() ? std::string(r.getReapReason().cStr()) : "ttl";
+            break;
+          case w::SandboxEvent::KILLED:
+            e.kind = K::killed;
+            break;
+          case w::SandboxEvent::FAILED:
+            e.kind = K::failed;
+            e.reason = r.getFailed();
+            break;
+          case w::SandboxEvent::NETWORK_ATTACHED:
+            e.kind = K::network_attached;
+            e.subnet = r.getNetworkAttached();
+            break;
+          case w::SandboxEvent::EGRESS_CHANGED:
+            e.kind = K::egress_changed;
+            e.egress = get_egress(r.getEgressChanged());
+            break;
+          case w::SandboxEvent::PORT_EXPOSED:
+            e.kind = K::port_exposed;
+            e.port = r.getPortExposed();
+            break;
+          case w::SandboxEvent::PORT_UNEXPOSED:
+            e.kind = K::port_unexposed;
+            e.port = r.getPortUnexposed();
+            break;
+          case w::SandboxEvent::SNAPSHOT_DELETED:
+            e.kind = K::snapshot_deleted;
+            e.snapshot_id = r.getSnapshotDeleted().cStr();
+            break;
+          case w::SandboxEvent::PROCESS_STARTED:
+            e.kind = K::process_started;
+            e.pid = r.getProcessStarted().getPid();
+            e.command = r.getProcessStarted().getCommand().cStr();
+            break;
+          case w::SandboxEvent::FILE_WRITTEN:
+            e.kind = K::file_written;
+            e.path = r.getFileWritten().getPath().cStr();
+            e.bytes = r.getFileWritten().getBytes();
+            break;
+          case w::SandboxEvent::FILE_REMOVED:
+            e.kind = K::file_removed;
+            e.path = r.getFileRemoved().cStr();
             break;
           default:
-            break;
+            return std::nullopt;  // a kind this build does not know
         }
-        for (auto v : c.getVolumes())
-          e.volumes.push_back({v.getVolume(), v.getMount(), v.getReadOnly(), v.getSlot()});
-        break;
-      }
-      case w::SandboxEvent::STARTED:
-        e.kind = K::started;
-        break;
-      case w::SandboxEvent::EXEC_STARTED:
-        e.kind = K::exec_started;
-        e.exec_id = r.getExecStarted().getExecId();
-        e.command = r.getExecStarted().getCommand();
-        break;
-      case w::SandboxEvent::EXEC_FINISHED: {
-        auto x = r.getExecFinished();
-        e.kind = K::exec_finished;
-        e.exec_id = x.getExecId();
-        e.exit_code = x.getExitCode();
-        e.duration_ms = x.getDurationMs();
-        e.timed_out = x.getTimedOut();
-        break;
-      }
-      case w::SandboxEvent::TRANSITION_STARTED:
-        e.kind = K::transition_started;
-        e.transition = from_wire(r.getTransitionStarted().getTransition());
-        e.snapshot_id = r.getTransitionStarted().getSnapshotId();
-        break;
-      case w::SandboxEvent::TRANSITION_FAILED:
-        e.kind = K::transition_failed;
-        e.transition = from_wire(r.getTransitionFailed().getTransition());
-        e.reason = r.getTransitionFailed().getReason();
-        break;
-      case w::SandboxEvent::SNAPSHOT_TAKEN:
-        e.kind = K::snapshot_taken;
-        e.snapshot_id = r.getSnapshotTaken();
-        break;
-      case w::SandboxEvent::FORKED:
-        e.kind = K::forked;
-        for (auto c : r.getForked()) e.children.push_back(c);
-        break;
-      case w::SandboxEvent::HIBERNATED:
-        e.kind = K::hibernated;
-        e.snapshot_id = r.getHibernated();
-        break;
-      case w::SandboxEvent::WOKE:
-        e.kind = K::woke;
-        break;
-      case w::SandboxEvent::TTL_CHANGED:
-        e.kind = K::ttl_changed;
-        e.ttl_seconds = r.getTtlChanged().getTtlSeconds();
-        e.expires_at_ms = r.getTtlChanged().getExpiresAtMs();
-        break;
-      case w::SandboxEvent::METADATA_CHANGED:
-        e.kind = K::metadata_changed;
-        e.metadata = get_map(r.getMetadataChanged());
-        break;
-      case w::SandboxEvent::REAPED:
-        e.kind = K::reaped;
-        e.reap_action =
-            r.getReaped() == w::ReapAction::HIBERNATE ? ReapAction::hibernate : ReapAction::kill;
-        e.reason = r.hasReapReason() ? std::string(r.getReapReason().cStr()) : "ttl";
-        break;
-      case w::SandboxEvent::KILLED:
-        e.kind = K::killed;
-        break;
-      case w::SandboxEvent::FAILED:
-        e.kind = K::failed;
-        e.reason = r.getFailed();
-        break;
-      case w::SandboxEvent::NETWORK_ATTACHED:
-        e.kind = K::network_attached;
-        e.subnet = r.getNetworkAttached();
-        break;
-      case w::SandboxEvent::EGRESS_CHANGED:
-        e.kind = K::egress_changed;
-        e.egress = get_egress(r.getEgressChanged());
-        break;
-      case w::SandboxEvent::PORT_EXPOSED:
-        e.kind = K::port_exposed;
-        e.port = r.getPortExposed();
-        break;
-      case w::SandboxEvent::PORT_UNEXPOSED:
-        e.kind = K::port_unexposed;
-        e.port = r.getPortUnexposed();
-        break;
-      case w::SandboxEvent::SNAPSHOT_DELETED:
-        e.kind = K::snapshot_deleted;
-        e.snapshot_id = r.getSnapshotDeleted().cStr();
-        break;
-      case w::SandboxEvent::PROCESS_STARTED:
-        e.kind = K::process_started;
-        e.pid = r.getProcessStarted().getPid();
-        e.command = r.getProcessStarted().getCommand().cStr();
-        break;
-      case w::SandboxEvent::FILE_WRITTEN:
-        e.kind = K::file_written;
-        e.path = r.getFileWritten().getPath().cStr();
-        e.bytes = r.getFileWritten().getBytes();
-        break;
-      case w::SandboxEvent::FILE_REMOVED:
-        e.kind = K::file_removed;
-        e.path = r.getFileRemoved().cStr();
-        break;
-      default:
-        return;  // a kind this build does not know
-    }
-    out = std::move(e);
-  });
-  if (err != nullptr) return std::nullopt;
-  return out;
+        return e;
+      });
 }
 
 wire::Json volumes_json(const std::vector<SandboxVolume>& volumes) {

@@ -1,12 +1,6 @@
 #include "actors/volume_codec.h"
 
-#include <capnp/message.h>
-#include <capnp/serialize.h>
-#include <kj/array.h>
-#include <kj/exception.h>
-
-#include <cstring>
-
+#include "actors/codec_util.h"
 #include "wire/events.capnp.h"
 #include "wire/json.h"
 
@@ -14,26 +8,8 @@ namespace pandastack::actors {
 
 namespace w = pandastack::wire::events;
 
-namespace {
-
-template <typename List>
-void put_map(List l, const std::map<std::string, std::string>& m) {
-  unsigned i = 0;
-  for (auto& [k, v] : m) {
-    l[i].setKey(k);
-    l[i].setValue(v);
-    ++i;
-  }
-}
-
-template <typename List>
-std::map<std::string, std::string> get_map(List l) {
-  std::map<std::string, std::string> m;
-  for (auto kv : l) m[kv.getKey().cStr()] = kv.getValue().cStr();
-  return m;
-}
-
-}  // namespace
+using codec::get_map;
+using codec::put_map;
 
 std::string encode_volume_event(const VolumeEvent& e) {
   capnp::MallocMessageBuilder msg;
@@ -72,65 +48,56 @@ std::string encode_volume_event(const VolumeEvent& e) {
       b.setDeleted();
       break;
   }
-  auto words = capnp::messageToFlatArray(msg);
-  auto bytes = words.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  return codec::to_bytes(msg);
 }
 
 std::optional<VolumeEvent> decode_volume_event(const std::string& bytes) {
-  if (bytes.size() % sizeof(capnp::word) != 0 || bytes.empty()) return std::nullopt;
-  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  memcpy(words.begin(), bytes.data(), bytes.size());
-  std::optional<VolumeEvent> out;
-  kj::Maybe<kj::Exception> err = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader msg(words);
-    auto r = msg.getRoot<w::VolumeEvent>();
-    VolumeEvent e;
-    e.at_ms = r.getAtMs();
-    using K = VolumeEvent::Kind;
-    switch (r.which()) {
-      case w::VolumeEvent::CREATED: {
-        auto c = r.getCreated();
-        e.kind = K::created;
-        e.tenant = c.getTenant();
-        e.name = c.getName();
-        e.size_mib = c.getSizeMib();
-        e.metadata = get_map(c.getMetadata());
-        break;
-      }
-      case w::VolumeEvent::ATTACHED: {
-        auto a = r.getAttached();
-        e.kind = K::attached;
-        e.attachment.sandbox = a.getSandbox();
-        e.attachment.mount = a.getMount();
-        e.attachment.read_only = a.getReadOnly();
-        break;
-      }
-      case w::VolumeEvent::DETACHED: {
-        auto d = r.getDetached();
-        e.kind = K::detached;
-        e.attachment.sandbox = d.getSandbox();
-        e.reason = d.getReason();
-        break;
-      }
-      case w::VolumeEvent::RESIZED:
-        e.kind = K::resized;
-        e.size_mib = r.getResized();
-        break;
-      case w::VolumeEvent::METADATA_CHANGED:
-        e.kind = K::metadata_changed;
-        e.metadata = get_map(r.getMetadataChanged());
-        break;
-      case w::VolumeEvent::DELETED:
-        e.kind = K::deleted;
-        break;
-      default:
-        return;
-    }
-    out = e;
-  });
-  if (err != nullptr) return std::nullopt;
-  return out;
+  return codec::from_bytes<w::VolumeEvent, VolumeEvent>(
+      bytes, [](w::VolumeEvent::Reader r) -> std::optional<VolumeEvent> {
+        VolumeEvent e;
+        e.at_ms = r.getAtMs();
+        using K = VolumeEvent::Kind;
+        switch (r.which()) {
+          case w::VolumeEvent::CREATED: {
+            auto c = r.getCreated();
+            e.kind = K::created;
+            e.tenant = c.getTenant();
+            e.name = c.getName();
+            e.size_mib = c.getSizeMib();
+            e.metadata = get_map(c.getMetadata());
+            break;
+          }
+          case w::VolumeEvent::ATTACHED: {
+            auto a = r.getAttached();
+            e.kind = K::attached;
+            e.attachment.sandbox = a.getSandbox();
+            e.attachment.mount = a.getMount();
+            e.attachment.read_only = a.getReadOnly();
+            break;
+          }
+          case w::VolumeEvent::DETACHED: {
+            auto d = r.getDetached();
+            e.kind = K::detached;
+            e.attachment.sandbox = d.getSandbox();
+            e.reason = d.getReason();
+            break;
+          }
+          case w::VolumeEvent::RESIZED:
+            e.kind = K::resized;
+            e.size_mib = r.getResized();
+            break;
+          case w::VolumeEvent::METADATA_CHANGED:
+            e.kind = K::metadata_changed;
+            e.metadata = get_map(r.getMetadataChanged());
+            break;
+          case w::VolumeEvent::DELETED:
+            e.kind = K::deleted;
+            break;
+          default:
+            return std::nullopt;
+        }
+        return e;
+      });
 }
 
 std::string volume_event_to_json(const VolumeEvent& e) {

@@ -8,42 +8,13 @@
 #include <cstring>
 #include <vector>
 
+#include "vmm-driver/run_tool.h"
+
 namespace pandastack::actors {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Runs a tool to completion (its output discarded unless it fails).
-// `ok_up_to`: exit codes up to this are success (e2fsck's 1 = "errors corrected").
-vmm::Status run(const std::vector<std::string>& argv, int ok_up_to = 0) {
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0)
-    return vmm::make_error(vmm::ErrorCode::io_error, strerror(errno));
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipefd[1], 1);
-    ::dup2(pipefd[1], 2);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0 && out.size() < 16384)
-    out.append(buf, size_t(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) > ok_up_to)
-    return vmm::make_error(vmm::ErrorCode::io_error, argv[0] + " failed: " + out.substr(0, 500));
-  return vmm::Ok{};
-}
 
 vmm::Status sync_file(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -76,9 +47,9 @@ vmm::Status make_volume_file(const fs::path& to, uint64_t size_mib) {
                            "cannot size " + tmp.string() + ": " + strerror(e));
   }
   // No lazy init left for the guest to do in the background; no discard pass over a new file.
-  auto made =
-      run({"mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", "-L",
-           "pandastack", tmp.string()});
+  auto made = vmm::run_tool({"mkfs.ext4", "-q", "-F", "-E",
+                             "nodiscard,lazy_itable_init=0,lazy_journal_init=0", "-L", "pandastack",
+                             tmp.string()});
   if (made) made = sync_file(tmp);
   if (made && ::rename(tmp.c_str(), to.c_str()) != 0)
     made = vmm::make_error(vmm::ErrorCode::io_error,
@@ -95,9 +66,10 @@ vmm::Status grow_volume_file(const fs::path& file, uint64_t size_mib) {
       ::truncate(file.c_str(), off_t(size_mib) << 20) != 0)
     return vmm::make_error(vmm::ErrorCode::io_error,
                            "cannot grow " + file.string() + ": " + strerror(errno));
-  auto checked = run({"e2fsck", "-f", "-p", file.string()}, 1);  // resize2fs wants a checked fs
+  auto checked =
+      vmm::run_tool({"e2fsck", "-f", "-p", file.string()}, 1);  // resize2fs wants a checked fs
   if (!checked) return checked;
-  auto grown = run({"resize2fs", file.string()});
+  auto grown = vmm::run_tool({"resize2fs", file.string()});
   if (!grown) return grown;
   return sync_file(file);
 }

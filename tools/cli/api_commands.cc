@@ -118,7 +118,8 @@ Opts parse(int argc, char** argv, int from) {
 int64_t seconds_flag(const Opts& o, const char* flag) {
   const std::string& v = o.flags.at(flag);
   if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
-    usage(std::string(flag) + " needs a whole number, not '" + v + "'");
+    usage(std::string(flag) + " needs a whole number of " +
+          (std::string(flag) == "--size" ? "MiB" : "seconds") + ", not '" + v + "'");
   return std::atoll(v.c_str());
 }
 
