@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -215,6 +216,13 @@ class VolumeTest(unittest.TestCase):
         v = self.volume()
         sid = self.sandbox({"volume": v["id"], "mount": "/data"})
         self.sh(sid, "echo durable > /data/f && sync")
+        sha = self.sh(sid, "head -c 33554432 /dev/urandom > /data/blob && sync && "
+                           "sha256sum /data/blob | cut -c1-64")
+        # The daemon dies while the guest is still writing (a background process).
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/processes",
+                             {"cmd": "while true; do head -c 1048576 /dev/urandom >> /data/more; done"})
+        self.assertEqual(s, 201, b)
+        time.sleep(1)
         self.__class__.daemon.stop(sig=signal.SIGKILL)
         self.__class__.daemon = Daemon(self.data, self.state, extra=FLAGS)
         self.__class__.api = Api(self.daemon)
@@ -226,6 +234,7 @@ class VolumeTest(unittest.TestCase):
         self.assertEqual(got["attachments"], [])
         b = self.sandbox({"volume": v["id"], "mount": "/data"})
         self.assertEqual(self.sh(b, "cat /data/f"), "durable\n")
+        self.assertEqual(self.sh(b, "sha256sum /data/blob | cut -c1-64"), sha)
         # The audit log has the volume's own stream.
         s, ev = self.api.call("GET", "/v1/audit?limit=10000")
         kinds = [e["type"] for e in ev["events"] if e["stream"] == v["id"]]

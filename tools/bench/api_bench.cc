@@ -1,6 +1,9 @@
 // `pandastack-bench api SCENARIO --url URL --key KEY`: latency through a running daemon's REST API.
 // Reports the client's wall time (p50/p99) and the server-side time each response reports
 // (Server-Timing), so network/HTTP overhead and runtime time can be told apart.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -107,6 +110,57 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     api.call("DELETE", "/v1/volumes/" + vol, "");
     report(json, "create", client, server);
     report(json, "create-volume", vclient, vserver);
+    return 0;
+  }
+  if (scenario == "volume-throughput") {
+    // Sequential write (fsynced) and read of 128 MiB on a volume from inside a guest, against the
+    // same on the host (a file under /var/tmp, the data folder's disk here): MB/s each, n runs.
+    constexpr int kMib = 128;
+    auto vol = api.call("POST", "/v1/volumes", "{\"size_mib\": 512}")["id"].as_string();
+    auto id = api.create("{\"volumes\": [{\"volume\": \"" + vol + "\", \"mount\": \"/data\"}]}");
+    Json body = Json::object();
+    body.set("cmd", "a=$(date +%s%N); dd if=/dev/zero of=/data/f bs=1M count=" +
+                        std::to_string(kMib) +
+                        " conv=fsync 2>/dev/null; b=$(date +%s%N); echo 3 > /proc/sys/vm/drop_caches; "
+                        "c=$(date +%s%N); dd if=/data/f of=/dev/null bs=1M 2>/dev/null; "
+                        "d=$(date +%s%N); echo $((b-a)) $((d-c))");
+    body.set("timeout_seconds", 600);
+    std::vector<double> gw, gr, hw, hr;
+    std::string host_file = "/var/tmp/pandastack-bench-volume." + std::to_string(::getpid());
+    std::vector<char> block(1 << 20, 0);
+    for (int i = 0; i < n; ++i) {
+      auto r = api.call("POST", "/v1/sandboxes/" + id + "/exec", body.dump());
+      double wns = 0, rns = 0;
+      if (std::sscanf(r["stdout"].as_string().c_str(), "%lf %lf", &wns, &rns) != 2 || wns <= 0 ||
+          rns <= 0) {
+        std::fprintf(stderr, "pandastack-bench: guest dd failed: %s\n", r.dump().c_str());
+        return 1;
+      }
+      gw.push_back(kMib * 1.048576 / (wns / 1e9));
+      gr.push_back(kMib * 1.048576 / (rns / 1e9));
+      auto t = Clock::now();
+      int fd = ::open(host_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      for (int m = 0; m < kMib && fd >= 0; ++m)
+        if (::write(fd, block.data(), block.size()) < 0) break;
+      if (fd >= 0) ::fsync(fd);
+      hw.push_back(kMib * 1.048576 / (ms_since(t) / 1e3));
+      if (fd >= 0) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), ::close(fd);
+      t = Clock::now();
+      fd = ::open(host_file.c_str(), O_RDONLY | O_CLOEXEC);
+      while (fd >= 0 && ::read(fd, block.data(), block.size()) > 0) {
+      }
+      if (fd >= 0) ::close(fd);
+      hr.push_back(kMib * 1.048576 / (ms_since(t) / 1e3));
+    }
+    ::unlink(host_file.c_str());
+    api.kill(id);
+    api.call("DELETE", "/v1/volumes/" + vol, "");
+    auto p50 = [](std::vector<double> v) { return summarize(v).p50_ms; };
+    std::printf(
+        "{\"scenario\":\"api-volume-throughput\",\"n\":%d,\"guest_write_mb_s\":%.1f,"
+        "\"guest_read_mb_s\":%.1f,\"host_write_mb_s\":%.1f,\"host_read_mb_s\":%.1f,"
+        "\"write_ratio\":%.2f,\"read_ratio\":%.2f}\n",
+        n, p50(gw), p50(gr), p50(hw), p50(hr), p50(gw) / p50(hw), p50(gr) / p50(hr));
     return 0;
   }
   if (scenario == "create") {
