@@ -365,8 +365,9 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           registry_volumes::detach(self, info.id, info.volumes, "sandbox_ended");
         self->state.infos[info.id] = info;
       },
-      [=](voladmit_atom, std::string tenant, uint64_t size_mib) -> Answer {
-        if (auto r = registry_volumes::admit(self, tenant, size_mib)) return Answer::fail(*r);
+      [=](voladmit_atom, std::string tenant, uint64_t size_mib, uint32_t volumes) -> Answer {
+        if (auto r = registry_volumes::admit(self, tenant, size_mib, volumes))
+          return Answer::fail(*r);
         return Answer{};
       },
       [=](volcreate_atom, std::string id, VolumeRequest req) -> caf::result<Answer> {

@@ -40,8 +40,10 @@ namespace pandastack::actors {
 
 // The registry's volume handling (registry_volumes.cc), called from its behavior.
 namespace registry_volumes {
-// 503-free admission of a new volume against the tenant's volume quotas.
-std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, uint64_t size_mib);
+// Admission against the tenant's volume quotas: `volumes` more volumes (1 for a create, 0 for a
+// grow) and `size_mib` more MiB.
+std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, uint64_t size_mib,
+                               uint32_t volumes = 1);
 // Records a volume whose file is made (`id`): spawns its actor, which records volume-created.
 caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req);
 // A command for the tenant's volume `id` (another tenant's is volume_not_found).

@@ -28,7 +28,8 @@ caf::actor spawn_volume(RegistrySelf* self, VolumeState s) {
 
 }  // namespace
 
-std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, uint64_t size_mib) {
+std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, uint64_t size_mib,
+                               uint32_t volumes) {
   QuotaUse use;
   for (auto& [id, v] : self->state.volumes)
     if (v.tenant == tenant && v.status != "deleted") {
@@ -36,7 +37,7 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, ui
       use.volume_mib += v.size_mib;
     }
   QuotaAsk ask;
-  ask.volumes = 1;
+  ask.volumes = volumes;
   ask.volume_mib = size_mib;
   return check_quotas(self->state.env->quotas_of(tenant), use, ask);
 }

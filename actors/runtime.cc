@@ -244,7 +244,8 @@ Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
                                                    request.metadata}},
                   now_ms(), lim, env.config.limits);
   if (auto* r = std::get_if<Rejection>(&d)) return *r;
-  Answer ok = impl_->ask(caf::make_message(voladmit_atom::value, request.tenant, request.size_mib));
+  Answer ok = impl_->ask(
+      caf::make_message(voladmit_atom::value, request.tenant, request.size_mib, uint32_t(1)));
   if (!ok.ok) return ok.error;
   std::string id = "vol_" + random_base32(16);
   auto file = volume_file(env.volumes_dir(), id);
@@ -276,9 +277,9 @@ Reply<VolumeInfo> Runtime::update_volume(
   Reply<VolumeInfo> out = get_volume(tenant, id);
   if (!out) return out;
   if (size_mib && *size_mib > out->size_mib) {
-    if (auto r = impl_->ask(caf::make_message(voladmit_atom::value, tenant, *size_mib - out->size_mib));
-        !r.ok && r.error.message.find("'volumes'") == std::string::npos)
-      return r.error;  // the size quota (this volume is counted already)
+    auto r = impl_->ask(caf::make_message(voladmit_atom::value, tenant,
+                                          *size_mib - out->size_mib, uint32_t(0)));
+    if (!r.ok) return r.error;  // the size quota (the volume itself is counted already)
   }
   if (size_mib) {
     out = to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,

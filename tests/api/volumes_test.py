@@ -174,6 +174,9 @@ class VolumeTest(unittest.TestCase):
         self.volume()
         self.assertError(self.api.call("POST", "/v1/volumes", {"size_mib": 16}), 429,
                          "quota_exceeded")
+        # At the count limit, growing still answers to the size quota.
+        self.assertError(self.api.call("PATCH", f"/v1/volumes/{v['id']}", {"size_mib": 1000}),
+                         429, "quota_exceeded")
         # Grow (detached), metadata; shrinking is refused.
         s, b = self.api.call("PATCH", f"/v1/volumes/{v['id']}",
                              {"size_mib": 96, "metadata": {"k": "v"}})
