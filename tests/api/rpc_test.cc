@@ -3,6 +3,7 @@
 // files, fork, error codes, tenant isolation. Traffic stays on loopback and a unix socket.
 #include <capnp/rpc-twoparty.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 #include <signal.h>
@@ -36,6 +37,8 @@ class Daemon {
     if (::pipe(out) != 0) std::abort();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // A test that crashes takes its daemon (and so its VMs) with it.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       ::dup2(out[1], 1);
       int log =
           ::open((base_ / "data" / "daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
