@@ -653,8 +653,10 @@ std::string Vm::console_tail(size_t bytes) const {
 
 Status Vm::reconnect_agent(milliseconds timeout) {
   if (agent_) {
-    auto ended = agent_->end_session(timeout);
-    if (!ended) return ended.error();
+    // A session that is over already (end_session() was called) cannot end again: connect anew.
+    if (auto ended = agent_->end_session(timeout); !ended)
+      spdlog::debug("vm {}: ending the agent session before reconnecting: {}", config_.name,
+                    ended.error().message);
   }
   agent_.reset();
   RunDirRef dir(config_.run_dir);
@@ -811,6 +813,32 @@ Status simple(QmpClient& q, const std::string& cmd) {
   auto r = q.execute(cmd);
   if (!r) return r.error();
   return Ok{};
+}
+
+// Runs the guest again after a save that failed: QEMU finishes a failed migration in steps of its
+// own (the state becomes "postmigrate" a moment after the failure is reported), and a `cont`
+// sent in between may not take. So: `cont` until QEMU says the guest runs (at most ~2 s).
+Status resume_after_failed_save(QmpClient& q) {
+  Status last = Ok{};
+  for (int i = 0; i < 40; ++i) {
+    auto st = q.execute("query-status");
+    if (st && (*st)["status"].is_string() && (*st)["status"].as_string() == "running") return Ok{};
+    last = simple(q, "cont");
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return last ? Status(make_error(ErrorCode::qmp_error, "the guest did not run again")) : last;
+}
+
+// After end_session() when the guest runs on (a snapshot, a failed hibernate): a new session on
+// the same channel, else a new connection; logged when neither works.
+void restart_agent_session(Vm& vm) {
+  auto restarted = vm.agent().start_session();
+  if (restarted) return;
+  spdlog::warn("vm {}: agent session restart failed ({}), connecting again", vm.config().name,
+               restarted.error().message);
+  if (auto again = vm.reconnect_agent(seconds(10)); !again)
+    spdlog::error("vm {}: the agent does not answer: {}", vm.config().name,
+                  again.error().message);
 }
 
 Status move_file(const fs::path& from, const fs::path& to) {
@@ -1403,13 +1431,10 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
   // The guest is paused: its RAM file is consistent with the device state just saved.
   if (st) st = copy_ram_file(config_.run_dir / "mem", snap.mem());
   auto t_ram = steady_clock::now();
-  Status resumed = stopped ? simple(*qmp_, "cont") : Status(Ok{});
-  if (quiesced) {
-    auto restarted = agent_->start_session();
-    if (!restarted)
-      spdlog::warn("vm {}: agent session restart failed: {}", config_.name,
-                   restarted.error().message);
-  }
+  Status resumed = !stopped ? Status(Ok{})
+                   : st      ? simple(*qmp_, "cont")
+                             : resume_after_failed_save(*qmp_);
+  if (quiesced) restart_agent_session(*this);
   if (st) st = resumed;
   if (st) st = snap.write_meta();
   if (st && !config_.die_with_parent) st = save_record();  // the disk layers changed
@@ -1445,14 +1470,10 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
     if (moved) fs::rename(snap.mem(), config_.run_dir / "mem", ec);
     remove_snapshot(dir, disk_dir);
     if (alive()) {
-      (void)simple(*qmp_, "cont");
+      if (auto resumed = resume_after_failed_save(*qmp_); !resumed)
+        spdlog::warn("vm {}: after a failed hibernate: {}", config_.name, resumed.error().message);
       // The guest runs on: its agent gets a session again (else every call is "null capability").
-      if (ended) {
-        auto restarted = agent_->start_session();
-        if (!restarted)
-          spdlog::warn("vm {}: agent session restart after a failed hibernate failed: {}",
-                       config_.name, restarted.error().message);
-      }
+      if (ended) restart_agent_session(*this);
     }
     return st.error();
   }
