@@ -1,11 +1,10 @@
 #include "actors/env.h"
 
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 
 #include <fstream>
-
-#include <openssl/rand.h>
-#include <spdlog/spdlog.h>
 
 namespace pandastack::actors {
 

@@ -118,7 +118,6 @@ struct Env {
   // The template's spares (made on first use), or null.
   vmm::SparePool* spares_for(const std::string& template_name, bool networked);
 
-
   // Volume files (actors/volume_files.h): data_dir/volumes, on a real disk.
   std::filesystem::path volumes_dir() const { return config.data_dir / "volumes"; }
   std::filesystem::path run_dir(const std::string& name) const;

@@ -373,6 +373,12 @@ std::optional<Event> decode_event(const std::string& bytes) {
       });
 }
 
+wire::Json string_map_json(const std::map<std::string, std::string>& m) {
+  wire::Json o = wire::Json::object();
+  for (auto& [k, v] : m) o.set(k, v);
+  return o;
+}
+
 wire::Json volumes_json(const std::vector<SandboxVolume>& volumes) {
   using wire::Json;
   Json a = Json::array();
@@ -392,11 +398,7 @@ std::string event_to_json(const Event& e) {
   Json j = Json::object();
   j.set("kind", to_string(e.kind));
   j.set("at_ms", e.at_ms);
-  auto metadata = [&] {
-    Json m = Json::object();
-    for (auto& [k, v] : e.metadata) m.set(k, v);
-    return m;
-  };
+  auto metadata = [&] { return string_map_json(e.metadata); };
   static const char* transitions[] = {"snapshotting", "forking", "hibernating", "waking"};
   switch (e.kind) {
     case Event::Kind::created:
@@ -494,11 +496,7 @@ std::string encode_state(const SandboxState& s) {
     for (auto& x : v) a.push(x);
     return a;
   };
-  auto map = [](const std::map<std::string, std::string>& m) {
-    Json o = Json::object();
-    for (auto& [k, v] : m) o.set(k, v);
-    return o;
-  };
+  auto map = string_map_json;
   Json j = Json::object();
   j.set("id", s.id);
   j.set("status", int(s.status));

@@ -18,15 +18,15 @@ std::optional<Rejection> check_quotas(const Quotas& q, const QuotaUse& u, const 
     const char* name;
     uint64_t limit, used, asked;
   };
-  for (Row r : {Row{"sandboxes", q.sandboxes, u.sandboxes, a.sandboxes},
-                Row{"memory_mib", q.memory_mib, u.memory_mib, a.memory_mib},
-                Row{"snapshots", q.snapshots, u.snapshots, a.snapshots},
-                Row{"snapshot_mib", q.snapshot_mib, u.snapshot_mib, a.snapshot_mib},
-                Row{"hibernated", q.hibernated, u.hibernated, a.hibernated},
-                Row{"hibernated_mib", q.hibernated_mib, u.hibernated_mib, a.hibernated_mib},
-                Row{"ports", q.ports, u.ports, a.ports},
-                Row{"volumes", q.volumes, u.volumes, a.volumes},
-                Row{"volume_mib", q.volume_mib, u.volume_mib, a.volume_mib}})
+  for (Row r :
+       {Row{"sandboxes", q.sandboxes, u.sandboxes, a.sandboxes},
+        Row{"memory_mib", q.memory_mib, u.memory_mib, a.memory_mib},
+        Row{"snapshots", q.snapshots, u.snapshots, a.snapshots},
+        Row{"snapshot_mib", q.snapshot_mib, u.snapshot_mib, a.snapshot_mib},
+        Row{"hibernated", q.hibernated, u.hibernated, a.hibernated},
+        Row{"hibernated_mib", q.hibernated_mib, u.hibernated_mib, a.hibernated_mib},
+        Row{"ports", q.ports, u.ports, a.ports}, Row{"volumes", q.volumes, u.volumes, a.volumes},
+        Row{"volume_mib", q.volume_mib, u.volume_mib, a.volume_mib}})
     if (r.asked > 0 && r.used + r.asked > r.limit)
       return quota_exceeded(r.name, r.limit, r.used, r.asked);
   return std::nullopt;

@@ -189,7 +189,8 @@ Reply<Recovered> recover(Env& env) {
           spdlog::error("recovery: volume {}: its file is missing ({})", id, f.string());
         } else if (size < (v.size_mib << 20)) {
           if (auto g = grow_volume_file(f, v.size_mib); !g)
-            spdlog::error("recovery: volume {}: growing its file failed: {}", id, g.error().message);
+            spdlog::error("recovery: volume {}: growing its file failed: {}", id,
+                          g.error().message);
         }
       }
       out.volumes.push_back(std::move(v));

@@ -140,24 +140,25 @@ caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg,
                             std::optional<Command> c = std::nullopt) {
   auto rp = self->make_response_promise();
   self->request(to, caf::infinite, std::move(msg))
-      .then([rp, self](Answer ans) mutable {
-              // A sandbox that ended (a kill) lets its volumes go before its caller hears of it:
-              // the next create can attach them at once.
-              auto st = ans.info.status;
-              if (ans.ok && !ans.info.volumes.empty() &&
-                  (st == Status::stopped || st == Status::failed)) {
-                auto id = ans.info.id;
-                auto vols = ans.info.volumes;
-                return registry_volumes::detach(self, id, vols, "sandbox_ended",
-                                                [rp, ans]() mutable { rp.deliver(ans); });
-              }
-              rp.deliver(ans);
-            },
-            [rp, self, who, c](const caf::error& e) mutable {
-              if (who && c && e == caf::sec::request_receiver_down)
-                return ended_to(self, who->first, who->second, *c, rp);
-              rp.deliver(Answer::fail({"internal", self->system().render(e)}));
-            });
+      .then(
+          [rp, self](Answer ans) mutable {
+            // A sandbox that ended (a kill) lets its volumes go before its caller hears of it:
+            // the next create can attach them at once.
+            auto st = ans.info.status;
+            if (ans.ok && !ans.info.volumes.empty() &&
+                (st == Status::stopped || st == Status::failed)) {
+              auto id = ans.info.id;
+              auto vols = ans.info.volumes;
+              return registry_volumes::detach(self, id, vols, "sandbox_ended",
+                                              [rp, ans]() mutable { rp.deliver(ans); });
+            }
+            rp.deliver(ans);
+          },
+          [rp, self, who, c](const caf::error& e) mutable {
+            if (who && c && e == caf::sec::request_receiver_down)
+              return ended_to(self, who->first, who->second, *c, rp);
+            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+          });
   return rp;
 }
 
@@ -350,7 +351,6 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       // A sandbox actor retired (its sandbox ended): its state answers for it from now on.
       [=](ended_atom, SandboxState s) {
-        registry_volumes::detach(self, s.id, s.volumes, "sandbox_ended");
         self->state.actors.erase(s.id);
         self->state.infos[s.id] = info_of(s);
         self->state.ended[s.id] = s;
@@ -454,6 +454,5 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
   };
 }
-
 
 }  // namespace pandastack::actors

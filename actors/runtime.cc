@@ -1,6 +1,7 @@
 #include "actors/runtime.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <caf/all.hpp>
@@ -11,8 +12,6 @@
 #include <shared_mutex>
 #include <stop_token>
 
-#include <sys/stat.h>
-
 #include "actors/env.h"
 #include "actors/event_codec.h"
 #include "actors/messages.h"
@@ -20,9 +19,9 @@
 #include "actors/registry.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
+#include "storage/api_keys.h"
 #include "vmm-driver/jail.h"
 #include "vmm-driver/private_dir.h"
-#include "storage/api_keys.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
@@ -118,8 +117,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       auto overlaps = vmm::subid_overlaps(text, policy.uid_base, policy.uid_count);
       if (!overlaps.empty())
         return Rejection{"invalid_argument",
-                         std::string(file) + " gives '" + overlaps[0] + "' ids the QEMU jail uses (" +
-                             std::to_string(policy.uid_base) + "+" +
+                         std::string(file) + " gives '" + overlaps[0] +
+                             "' ids the QEMU jail uses (" + std::to_string(policy.uid_base) + "+" +
                              std::to_string(policy.uid_count) +
                              "): move that user's range or the jail's (vmm-driver/jail.policy)"};
     }
@@ -129,7 +128,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   // kills by what it finds in them, and they hold every tenant's memory, disks and events.
   for (auto& dir : {config.data_dir, config.state_dir, config.disk_dir})
     if (auto st = vmm::private_dir(dir); !st)
-      return Rejection{"invalid_argument", "cannot use " + dir.string() + ": " + st.error().message};
+      return Rejection{"invalid_argument",
+                       "cannot use " + dir.string() + ": " + st.error().message};
   for (auto sub : {"run", "snapshots", "hibernated", "templates"}) {
     fs::create_directories(config.state_dir / sub);
     fs::create_directories(config.disk_dir / sub);
@@ -142,7 +142,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   if (auto saved = env.store->scan("quota/")) {
     for (auto& [key, value] : *saved) {
       auto j = wire::Json::parse(value);
-      auto q = j ? quotas_from_json(*j, config.quotas) : std::variant<Quotas, Rejection>(Rejection{});
+      auto q =
+          j ? quotas_from_json(*j, config.quotas) : std::variant<Quotas, Rejection>(Rejection{});
       if (auto* ok = std::get_if<Quotas>(&q))
         env.tenant_quotas[key.substr(6)] = *ok;
       else
@@ -240,9 +241,10 @@ Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
   // What can be refused without the file is refused before it is made (mkfs is real work).
   VolumeState none;
   none.id = "vol_";
-  auto d = decide(none, VolumeCommand{vcmd::Create{request.tenant, request.name, request.size_mib,
-                                                   request.metadata}},
-                  now_ms(), lim, env.config.limits);
+  auto d = decide(
+      none,
+      VolumeCommand{vcmd::Create{request.tenant, request.name, request.size_mib, request.metadata}},
+      now_ms(), lim, env.config.limits);
   if (auto* r = std::get_if<Rejection>(&d)) return *r;
   Answer ok = impl_->ask(
       caf::make_message(voladmit_atom::value, request.tenant, request.size_mib, uint32_t(1)));
@@ -277,14 +279,15 @@ Reply<VolumeInfo> Runtime::update_volume(
   Reply<VolumeInfo> out = get_volume(tenant, id);
   if (!out) return out;
   if (size_mib && *size_mib > out->size_mib) {
-    auto r = impl_->ask(caf::make_message(voladmit_atom::value, tenant,
-                                          *size_mib - out->size_mib, uint32_t(0)));
+    auto r = impl_->ask(
+        caf::make_message(voladmit_atom::value, tenant, *size_mib - out->size_mib, uint32_t(0)));
     if (!r.ok) return r.error;  // the size quota (the volume itself is counted already)
   }
   if (size_mib) {
-    out = to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
-                                                            VolumeCommand{vcmd::Resize{*size_mib}})),
-                               [](const Answer& a) { return a.volume; });
+    out =
+        to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                                          VolumeCommand{vcmd::Resize{*size_mib}})),
+                             [](const Answer& a) { return a.volume; });
     if (!out) return out;
   }
   if (metadata)
@@ -296,9 +299,9 @@ Reply<VolumeInfo> Runtime::update_volume(
 }
 
 Reply<VolumeInfo> Runtime::delete_volume(const std::string& tenant, const std::string& id) {
-  return to_reply<VolumeInfo>(
-      impl_->ask(caf::make_message(volroute_atom::value, tenant, id, VolumeCommand{vcmd::Delete{}})),
-      [](const Answer& a) { return a.volume; });
+  return to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                                           VolumeCommand{vcmd::Delete{}})),
+                              [](const Answer& a) { return a.volume; });
 }
 
 Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
@@ -501,8 +504,7 @@ Reply<bool> Runtime::check_egress(const std::string& tenant, const std::string& 
   if (!info) return info.error();
   if (!info->network)
     return Rejection{"network_disabled", "sandbox " + id + " was created without a network"};
-  if (auto bad = validate_egress(egress, !impl_->env->config.net.dns_upstream.empty()))
-    return *bad;
+  if (auto bad = validate_egress(egress, !impl_->env->config.net.dns_upstream.empty())) return *bad;
   return true;
 }
 
@@ -524,10 +526,9 @@ namespace {
 std::optional<Rejection> start_error(const std::string& error) {
   if (error.empty()) return std::nullopt;
   if (error.rfind("cwd ", 0) == 0) return Rejection{"invalid_cwd", error};
-  if (error.rfind("exec ", 0) == 0 &&
-      (error.find("No such file") != std::string::npos ||
-       error.find("Permission denied") != std::string::npos ||
-       error.find("Not a directory") != std::string::npos))
+  if (error.rfind("exec ", 0) == 0 && (error.find("No such file") != std::string::npos ||
+                                       error.find("Permission denied") != std::string::npos ||
+                                       error.find("Not a directory") != std::string::npos))
     return Rejection{"command_not_found", error};
   if (error.rfind("exec ", 0) == 0) return Rejection{"exec_failed", error};
   return std::nullopt;
@@ -537,10 +538,14 @@ Rejection rejection_of(const vmm::Error& e) {
   if (e.message == "cancelled") return {"cancelled", "the command was cancelled"};
   // The guest's file error codes: the caller's mistakes are 4xx with their own codes.
   static const std::map<std::string, std::string> guest = {
-      {"not_found", "file_not_found"},       {"is_a_directory", "is_a_directory"},
-      {"not_a_directory", "not_a_directory"}, {"exists", "file_exists"},
-      {"not_empty", "directory_not_empty"},   {"permission_denied", "permission_denied"},
-      {"no_space", "no_space"},               {"invalid_argument", "invalid_argument"},
+      {"not_found", "file_not_found"},
+      {"is_a_directory", "is_a_directory"},
+      {"not_a_directory", "not_a_directory"},
+      {"exists", "file_exists"},
+      {"not_empty", "directory_not_empty"},
+      {"permission_denied", "permission_denied"},
+      {"no_space", "no_space"},
+      {"invalid_argument", "invalid_argument"},
       {"io_error", "io_error"}};
   if (auto it = guest.find(e.guest_code); it != guest.end()) return {it->second, e.message};
   if (auto start = start_error(e.message)) return *start;
@@ -644,9 +649,9 @@ Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
     return cb ? agent.exec_stream(req, cb, t) : agent.exec(req, t);
   });
   // A command that ended without a result (cancelled, the sandbox stopped) ran until now.
-  auto ran_ms = uint32_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::steady_clock::now() - t0)
-                             .count());
+  auto ran_ms = uint32_t(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
   cmd::ExecFinished f{a.exec_id, -1, ran_ms, false};
   if (r) f = {a.exec_id, r->exit_code, uint32_t(r->duration_us / 1000), r->timed_out};
   // Recorded before the answer; a sandbox killed meanwhile refuses it (its execs ended with it).
@@ -687,19 +692,19 @@ void record(Runtime::Impl& impl, const std::string& tenant, const std::string& i
 Reply<uint32_t> Runtime::start_process(const std::string& tenant, const std::string& id,
                                        const vmm::ExecRequest& req) {
   uint32_t limit = impl_->env->config.limits.max_processes;
-  auto pid = leased<uint32_t>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token)
-                                                          -> vmm::Result<uint32_t> {
-    // Counted in the guest (the processes that still run), before another starts.
-    auto running = ag.list_processes();
-    if (!running) return running.error();
-    uint32_t n = 0;
-    for (auto& p : *running) n += p.running;
-    if (n >= limit)
-      return vmm::make_error(vmm::ErrorCode::invalid_argument,
-                             "a sandbox runs at most " + std::to_string(limit) +
-                                 " background processes at once");
-    return ag.start_process(req);
-  });
+  auto pid = leased<uint32_t>(
+      *impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) -> vmm::Result<uint32_t> {
+        // Counted in the guest (the processes that still run), before another starts.
+        auto running = ag.list_processes();
+        if (!running) return running.error();
+        uint32_t n = 0;
+        for (auto& p : *running) n += p.running;
+        if (n >= limit)
+          return vmm::make_error(
+              vmm::ErrorCode::invalid_argument,
+              "a sandbox runs at most " + std::to_string(limit) + " background processes at once");
+        return ag.start_process(req);
+      });
   if (!pid && pid.error().message.find("background processes at once") != std::string::npos)
     return Rejection{"too_many_processes", pid.error().message};
   if (pid) record(*impl_, tenant, id, cmd::RecordProcess{*pid, describe_command(req)});

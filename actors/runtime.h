@@ -106,11 +106,11 @@ struct CreateRequest {
   uint32_t ttl_seconds = 0;  // 0 = the default
   std::map<std::string, std::string> metadata;
   bool persistent = false, auto_wake = false;
-  uint32_t idle_timeout_seconds = 0;      // 0 = none
+  uint32_t idle_timeout_seconds = 0;     // 0 = none
   std::optional<ReapAction> on_timeout;  // nullopt: hibernate when persistent, else kill
-  std::string from_snapshot;     // a snapshot id taken from one of the tenant's sandboxes
-  std::optional<bool> network;   // nullopt: on when the runtime has networking
-  std::optional<Egress> egress;  // nullopt: RuntimeConfig::default_egress
+  std::string from_snapshot;             // a snapshot id taken from one of the tenant's sandboxes
+  std::optional<bool> network;           // nullopt: on when the runtime has networking
+  std::optional<Egress> egress;          // nullopt: RuntimeConfig::default_egress
   // Volumes to attach (up to vmm::kVolumeSlots), mounted in the guest when the create returns.
   struct Volume {
     std::string volume, mount;
@@ -156,7 +156,7 @@ struct AuditQuery {
   std::string tenant;  // empty: every tenant (admin)
   std::string stream;  // empty: every sandbox
   uint64_t after_seq = 0;
-  uint64_t after_version = 0;  // with a stream: only its events after this version
+  uint64_t after_version = 0;      // with a stream: only its events after this version
   int64_t from_ms = 0, to_ms = 0;  // to_ms 0 = no upper bound
   size_t limit = 1000;
 };
@@ -296,8 +296,8 @@ class Runtime {
   // a running or hibernated sandbox holds it), quota_exceeded.
   Reply<VolumeInfo> create_volume(const VolumeRequest& request);
   Reply<VolumeInfo> get_volume(const std::string& tenant, const std::string& id);
-  Reply<std::vector<VolumeInfo>> list_volumes(const std::string& tenant,
-                                              const std::map<std::string, std::string>& metadata = {});
+  Reply<std::vector<VolumeInfo>> list_volumes(
+      const std::string& tenant, const std::map<std::string, std::string>& metadata = {});
   // Grows the volume (size_mib, only larger; while detached) and/or replaces its metadata.
   Reply<VolumeInfo> update_volume(const std::string& tenant, const std::string& id,
                                   std::optional<uint64_t> size_mib,

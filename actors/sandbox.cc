@@ -147,7 +147,6 @@ Status transition_status(Transition t) {
   return Status::running;
 }
 
-
 std::optional<Rejection> check_ttl(uint32_t ttl, const Limits& l) {
   if (ttl > l.max_ttl_seconds)
     return reject("invalid_argument", "ttl_seconds " + std::to_string(ttl) +
@@ -169,10 +168,9 @@ struct Decider {
       return reject("invalid_argument", "vcpus and memory must be positive");
     if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
     if (c.idle_timeout_seconds > limits.max_ttl_seconds)
-      return reject("invalid_argument", "idle_timeout_seconds " +
-                                            std::to_string(c.idle_timeout_seconds) +
-                                            " is over the maximum of " +
-                                            std::to_string(limits.max_ttl_seconds));
+      return reject("invalid_argument",
+                    "idle_timeout_seconds " + std::to_string(c.idle_timeout_seconds) +
+                        " is over the maximum of " + std::to_string(limits.max_ttl_seconds));
     if (auto r = check_metadata(c.metadata, limits)) return *r;
     Event e = ev(Event::Kind::created, now);
     e.idle_timeout_seconds = c.idle_timeout_seconds;
@@ -555,7 +553,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.pending_snapshot.clear();
       s.running_execs.clear();  // they died with the VM
       s.exec_started_ms.clear();
-      s.subnet.reset();         // and its network with it
+      s.subnet.reset();  // and its network with it
       break;
     case K::woke:
       if (s.status != Status::waking) impossible(s, e);
@@ -581,7 +579,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       } else {
         s.status = Status::stopped;
         s.running_execs.clear();
-      s.exec_started_ms.clear();
+        s.exec_started_ms.clear();
         s.subnet.reset();
       }
       break;

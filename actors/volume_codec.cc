@@ -1,6 +1,7 @@
 #include "actors/volume_codec.h"
 
 #include "actors/codec_util.h"
+#include "actors/event_codec.h"
 #include "wire/events.capnp.h"
 #include "wire/json.h"
 
@@ -105,11 +106,7 @@ std::string volume_event_to_json(const VolumeEvent& e) {
   Json j = Json::object();
   j.set("kind", to_string(e.kind));
   j.set("at_ms", e.at_ms);
-  auto metadata = [&] {
-    Json m = Json::object();
-    for (auto& [k, v] : e.metadata) m.set(k, v);
-    return m;
-  };
+  auto metadata = [&] { return string_map_json(e.metadata); };
   using K = VolumeEvent::Kind;
   switch (e.kind) {
     case K::created:

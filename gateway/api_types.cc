@@ -133,9 +133,7 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("ttl_seconds", i.ttl_seconds);
   j.set("idle_timeout_seconds", i.idle_timeout_seconds);
   j.set("on_timeout", i.on_timeout == actors::ReapAction::kill ? "kill" : "hibernate");
-  Json m = Json::object();
-  for (auto& [k, v] : i.metadata) m.set(k, v);
-  j.set("metadata", m);
+  j.set("metadata", actors::string_map_json(i.metadata));
   if (!i.parent.empty()) j.set("parent", i.parent);
   Json snaps = Json::array();
   for (auto& s : i.snapshots) snaps.push(s);
@@ -168,9 +166,7 @@ Json volume_json(const actors::VolumeInfo& v) {
   j.set("name", v.name);
   j.set("status", v.status);
   j.set("size_mib", v.size_mib);
-  Json m = Json::object();
-  for (auto& [k, val] : v.metadata) m.set(k, val);
-  j.set("metadata", m);
+  j.set("metadata", actors::string_map_json(v.metadata));
   j.set("created_at_ms", v.created_at_ms);
   Json at = Json::array();
   for (auto& a : v.attachments) {

@@ -209,8 +209,7 @@ Json comparable(const std::string& state, const std::string& tenant, const std::
 }
 
 Json from_state(const actors::SandboxState& s) {
-  Json m = Json::object();
-  for (auto& [k, v] : s.metadata) m.set(k, v);
+  Json m = actors::string_map_json(s.metadata);
   Json snaps = Json::array();
   for (auto& x : s.snapshots) snaps.push(x);
   return comparable(actors::to_string(s.status), s.tenant, s.template_name, m, s.expires_at_ms,
