@@ -127,6 +127,8 @@ using volroute_atom = caf::atom_constant<caf::atom("volroute")>;
 using vollist_atom = caf::atom_constant<caf::atom("vollist")>;
 using voladmit_atom = caf::atom_constant<caf::atom("voladmit")>;
 using voladopt_atom = caf::atom_constant<caf::atom("voladopt")>;
+using volclone_atom = caf::atom_constant<caf::atom("volclone")>;
+using volremove_atom = caf::atom_constant<caf::atom("volremove")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 template <typename Self>

@@ -52,29 +52,61 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
             });
 }
 
-caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent,
-                              std::string snapshot) {
-  auto rp = self->make_response_promise();
-  if (req.volumes.empty()) {
-    start_sandbox(self, req, parent, snapshot, [rp](Answer ans) mutable { rp.deliver(ans); });
-    return rp;
-  }
+// Creates a sandbox for `req` (its volumes attached first); `then` gets the answer. `inherited`:
+// volumes made for it from a snapshot (registry_volumes::inherit), deleted if it does not start.
+void create_then(RegistrySelf* self, CreateRequest req, std::string parent, std::string snapshot,
+                 std::function<void(Answer)> then, std::vector<std::string> inherited = {}) {
+  if (req.volumes.empty()) return start_sandbox(self, req, parent, snapshot, then);
   // Its volumes are attached (recorded in theirs streams) first: the sandbox's id is named in
   // the attachments, and a create that fails lets them go again.
   std::string id = new_sandbox_id();
   registry_volumes::attach(
       self, req.tenant, id, req.volumes,
-      [self, rp, req, parent, snapshot, id](registry_volumes::Attached r) mutable {
-        if (auto* no = std::get_if<Rejection>(&r)) return rp.deliver(Answer::fail(*no));
+      [self, then, req, parent, snapshot, id, inherited](registry_volumes::Attached r) mutable {
+        if (auto* no = std::get_if<Rejection>(&r)) {
+          registry_volumes::discard(self, inherited);  // after the undo of attach (in order)
+          return then(Answer::fail(*no));
+        }
         auto vols = std::get<std::vector<SandboxVolume>>(r);
         start_sandbox(
             self, req, parent, snapshot,
-            [self, rp, id, vols](Answer ans) mutable {
-              if (!ans.ok) registry_volumes::detach(self, id, vols, "create_failed");
-              rp.deliver(ans);
+            [self, then, id, vols, inherited](Answer ans) mutable {
+              if (!ans.ok)
+                registry_volumes::detach(self, id, vols, "create_failed", [self, inherited] {
+                  registry_volumes::discard(self, inherited);
+                });
+              then(ans);
             },
             id, vols);
       });
+}
+
+// Creates a sandbox from snapshot `snapshot` (a named one, or a fork's) taken of sandbox
+// `source`: with volumes inherited from it (copies of the snapshot's).
+void create_from(RegistrySelf* self, CreateRequest req, std::string parent, std::string snapshot,
+                 const std::vector<SandboxVolume>& source, const std::string& origin,
+                 std::function<void(Answer)> then) {
+  if (source.empty()) return create_then(self, req, parent, snapshot, then);
+  registry_volumes::inherit(
+      self, req.tenant, source, self->state.env->snapshot_dir(snapshot).string(), origin,
+      [self, req, parent, snapshot, source, then](registry_volumes::Inherited r) mutable {
+        if (auto* no = std::get_if<Rejection>(&r)) return then(Answer::fail(*no));
+        req.volumes = std::get<std::vector<CreateRequest::Volume>>(r);
+        std::vector<std::string> inherited;
+        for (auto& v : req.volumes)
+          if (std::none_of(source.begin(), source.end(),
+                           [&](auto& s) { return s.volume == v.volume; }))
+            inherited.push_back(v.volume);
+        create_then(self, req, parent, snapshot, then, inherited);
+      });
+}
+
+caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent,
+                              std::string snapshot,
+                              const std::vector<SandboxVolume>& source = {}) {
+  auto rp = self->make_response_promise();
+  create_from(self, req, parent, snapshot, source, "snapshot:" + snapshot,
+              [rp](Answer ans) mutable { rp.deliver(ans); });
   return rp;
 }
 
@@ -231,6 +263,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
   return {
       [=](create_atom, CreateRequest req) -> caf::result<Answer> {
         std::string snapshot;
+        std::vector<SandboxVolume> source;  // the snapshot's sandbox's volumes
         if (!req.from_snapshot.empty()) {
           // Only a snapshot taken from one of this tenant's sandboxes.
           bool mine = false;
@@ -240,9 +273,15 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
                 if (s == req.from_snapshot) {
                   mine = true;
                   req.template_name = i.template_name;  // the snapshot's VM shape and image
+                  source = i.volumes;
                 }
           if (!mine)
             return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
+          if (!source.empty() && !req.volumes.empty())
+            return Answer::fail(
+                {"invalid_argument",
+                 "snapshot " + req.from_snapshot +
+                     " has volumes: a sandbox made from it gets copies of them, and no others"});
           snapshot = req.from_snapshot;
         }
         QuotaAsk ask;
@@ -253,7 +292,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           ask.hibernated_mib = ask.memory_mib;
         }
         if (auto refused = admit(self, req.tenant, ask)) return Answer::fail(*refused);
-        return create_in(self, req, "", snapshot);
+        return create_in(self, req, "", snapshot, source);
       },
       [=](fork_atom, ForkRequest fr) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
@@ -277,7 +316,10 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         req.network = parent_info.network;  // children get networks of their own, same policy
         req.egress = parent_info.egress;
         for (uint32_t i = 0; i < fr.count; ++i) {
-          start_sandbox(self, req, fr.parent, fr.snapshot_id, [self, rp, col](Answer ans) mutable {
+          // Each child gets copies of the parent's read-write volumes as new volumes of its own
+          // (the snapshot's copies), and shares its read-only ones.
+          create_from(self, req, fr.parent, fr.snapshot_id, parent_info.volumes,
+                      "fork:" + fr.parent, [self, rp, col](Answer ans) mutable {
             if (ans.ok)
               col->infos.push_back(ans.info);
             else
@@ -324,8 +366,24 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](route_atom, std::string tenant, std::string id, Command c) -> caf::result<Answer> {
         auto a = find(tenant, id);
         if (!a) return ended(self, tenant, id, c);
-        auto ask = ask_of(c, self->state.infos[id], self->state.env->config.memory_mib);
+        auto& info = self->state.infos[id];
+        auto ask = ask_of(c, info, self->state.env->config.memory_mib);
         if (auto refused = admit(self, tenant, ask)) return Answer::fail(*refused);
+        if (auto* f = std::get_if<cmd::Fork>(&c)) {
+          // Each child gets a copy of every read-write volume: asked before anything is copied
+          // (and again, in order with other creates, when the copies are recorded).
+          uint64_t mib = 0;
+          uint32_t n = 0;
+          for (auto& v : info.volumes)
+            if (!v.read_only) {
+              ++n;
+              if (auto vi = self->state.volumes.find(v.volume); vi != self->state.volumes.end())
+                mib += vi->second.size_mib;
+            }
+          if (n > 0)
+            if (auto refused = registry_volumes::admit(self, tenant, mib * f->count, n * f->count))
+              return Answer::fail(*refused);
+        }
         return forward(self, a, caf::make_message(cmd_atom::value, c), std::make_pair(tenant, id),
                        c);
       },

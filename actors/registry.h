@@ -28,6 +28,7 @@ struct RegistryState {
   // the next start) for get and list.
   std::map<std::string, caf::actor> volume_actors;
   std::map<std::string, VolumeInfo> volumes;
+  caf::actor volume_files;  // volume_file_worker, spawned on first use
 };
 
 using RegistrySelf = caf::stateful_actor<RegistryState>;
@@ -46,6 +47,19 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, ui
                                uint32_t volumes = 1);
 // Records a volume whose file is made (`id`): spawns its actor, which records volume-created.
 caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req);
+// The volumes a sandbox made from a snapshot gets (a fork's child, a create from a named
+// snapshot), for `source` (the volumes of the snapshot's sandbox): a new volume of the tenant's
+// for each one the snapshot holds a copy of (read-write ones; named snapshots copy read-only ones
+// too), made from that copy and recorded with `origin_kind`:<snapshot's origin>:<volume>, and
+// attached as the source was; the source itself for a read-only one it holds no copy of (a fork
+// shares them). Counted against the volume quotas. `then` gets them in slot order, or why not;
+// nothing is left of a failed one.
+using Inherited = std::variant<std::vector<CreateRequest::Volume>, Rejection>;
+void inherit(RegistrySelf* self, const std::string& tenant, const std::vector<SandboxVolume>& source,
+             const std::string& snapshot_dir, const std::string& origin,
+             std::function<void(Inherited)> then);
+// Deletes volumes `inherit` made for a sandbox that did not start (after their detach).
+void discard(RegistrySelf* self, const std::vector<std::string>& ids);
 // A command for the tenant's volume `id` (another tenant's is volume_not_found).
 caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const std::string& id,
                           VolumeCommand c);

@@ -1,8 +1,14 @@
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <memory>
 #include <set>
 
 #include "actors/registry.h"
 #include "actors/volume_actor.h"
+#include "actors/volume_file_worker.h"
+#include "actors/volume_files.h"
+#include "vmm-driver/snapshot.h"
 #include "vmm-driver/vm.h"
 
 namespace pandastack::actors::registry_volumes {
@@ -26,6 +32,49 @@ caf::actor spawn_volume(RegistrySelf* self, VolumeState s) {
   return a;
 }
 
+caf::actor files(RegistrySelf* self) {
+  auto& f = self->state.volume_files;
+  if (!f) f = self->spawn<caf::detached + caf::linked>(volume_file_worker);
+  return f;
+}
+
+VolumeInfo pending(const std::string& id, const std::string& tenant, uint64_t size_mib) {
+  VolumeInfo p;
+  p.id = id;
+  p.tenant = tenant;
+  p.status = "creating";
+  p.size_mib = size_mib;
+  return p;
+}
+
+// Records volume `id`, whose file is made, without a quota check (the caller made it): its actor
+// records volume-created; `then` gets the answer.
+void record(RegistrySelf* self, const std::string& id, const VolumeRequest& req,
+            const std::string& origin, std::function<void(Answer)> then) {
+  VolumeState s;
+  s.id = id;
+  auto a = spawn_volume(self, s);
+  self->state.volumes[id] = pending(id, req.tenant, req.size_mib);  // counted from now on
+  self->request(
+          a, caf::infinite, vol_atom::value,
+          VolumeCommand{vcmd::Create{req.tenant, req.name, req.size_mib, req.metadata, origin}})
+      .then(
+          [self, then, id](Answer ans) {
+            if (!ans.ok) {
+              self->state.volumes.erase(id);
+              self->state.volume_actors.erase(id);
+            } else {
+              self->state.volumes[id] = ans.volume;
+            }
+            then(ans);
+          },
+          [self, then, id](const caf::error& e) {
+            self->state.volumes.erase(id);
+            self->state.volume_actors.erase(id);
+            then(Answer::fail({"internal", self->system().render(e)}));
+          });
+}
+
 }  // namespace
 
 std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, uint64_t size_mib,
@@ -45,34 +94,94 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, ui
 caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req) {
   // Checked again here, in order with other creates (the facade's check came before the file).
   if (auto r = admit(self, req.tenant, req.size_mib)) return Answer::fail(*r);
-  VolumeState s;
-  s.id = id;
-  auto a = spawn_volume(self, s);
-  VolumeInfo pending;
-  pending.id = id;
-  pending.tenant = req.tenant;
-  pending.status = "creating";
-  pending.size_mib = req.size_mib;
-  self->state.volumes[id] = pending;  // counted against the quota from now on
   auto rp = self->make_response_promise();
-  self->request(a, caf::infinite, vol_atom::value,
-                VolumeCommand{vcmd::Create{req.tenant, req.name, req.size_mib, req.metadata}})
-      .then(
-          [self, rp, id](Answer ans) mutable {
-            if (!ans.ok) {
-              self->state.volumes.erase(id);
-              self->state.volume_actors.erase(id);
-            } else {
-              self->state.volumes[id] = ans.volume;
-            }
-            rp.deliver(ans);
-          },
-          [self, rp, id](const caf::error& e) mutable {
-            self->state.volumes.erase(id);
-            self->state.volume_actors.erase(id);
-            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
-          });
+  record(self, id, req, "", [rp](Answer ans) mutable { rp.deliver(ans); });
   return rp;
+}
+
+void inherit(RegistrySelf* self, const std::string& tenant,
+             const std::vector<SandboxVolume>& source, const std::string& snapshot_dir,
+             const std::string& origin, std::function<void(Inherited)> then) {
+  std::vector<CreateRequest::Volume> wanted;
+  if (source.empty()) return then(wanted);
+  auto snap = vmm::Snapshot::load(snapshot_dir);  // its meta.json: which volumes it holds
+  if (!snap) return then(Rejection{"internal", "snapshot: " + snap.error().message});
+  auto sorted = source;
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.slot < b.slot; });
+  auto* env = self->state.env;
+  std::vector<std::string> ids, pairs, origins;
+  std::vector<VolumeRequest> reqs;
+  uint64_t mib = 0;
+  for (auto& v : sorted) {
+    auto& copies = snap->volume_copies;
+    if (std::find(copies.begin(), copies.end(), v.slot) == copies.end()) {
+      if (!v.read_only)
+        return then(Rejection{"internal", "the snapshot holds no copy of volume " + v.volume});
+      wanted.push_back({v.volume, v.mount, true});  // shared, as the source had it
+      continue;
+    }
+    struct stat st {};
+    if (::stat(snap->volume(v.slot).c_str(), &st) != 0)
+      return then(Rejection{"internal", "the snapshot's copy of volume " + v.volume + " is gone"});
+    VolumeRequest r;
+    r.tenant = tenant;
+    if (auto src = self->state.volumes.find(v.volume); src != self->state.volumes.end()) {
+      r.name = src->second.name;
+      r.metadata = src->second.metadata;
+    }
+    r.size_mib = uint64_t(st.st_size) >> 20;
+    mib += r.size_mib;
+    std::string id = "vol_" + random_base32(16);
+    pairs.push_back(snap->volume(v.slot).string());
+    pairs.push_back(volume_file(env->volumes_dir(), id).string());
+    ids.push_back(id);
+    reqs.push_back(r);
+    origins.push_back(origin + ":" + v.volume);
+    wanted.push_back({id, v.mount, v.read_only});
+  }
+  if (ids.empty()) return then(wanted);
+  if (auto r = admit(self, tenant, mib, uint32_t(ids.size()))) return then(*r);
+  for (size_t i = 0; i < ids.size(); ++i)  // counted while their files are made
+    self->state.volumes[ids[i]] = pending(ids[i], tenant, reqs[i].size_mib);
+  auto forget = [self, ids] {
+    for (auto& id : ids) self->state.volumes.erase(id);
+  };
+  self->request(files(self), caf::infinite, volclone_atom::value, pairs)
+      .then(
+          [self, ids, reqs, origins, wanted, then, forget](std::string err) {
+            if (!err.empty()) {
+              forget();
+              return then(Rejection{"storage_error", "copying the volumes: " + err});
+            }
+            struct Collect {
+              size_t left;
+              std::optional<Rejection> error;
+            };
+            auto col = std::make_shared<Collect>(Collect{ids.size(), std::nullopt});
+            for (size_t i = 0; i < ids.size(); ++i)
+              record(self, ids[i], reqs[i], origins[i], [self, ids, wanted, then, col](Answer a) {
+                if (!a.ok && !col->error) col->error = a.error;
+                if (--col->left > 0) return;
+                if (!col->error) return then(wanted);
+                discard(self, ids);
+                then(*col->error);
+              });
+          },
+          [self, then, forget](const caf::error& e) {
+            forget();
+            then(Rejection{"internal", self->system().render(e)});
+          });
+}
+
+void discard(RegistrySelf* self, const std::vector<std::string>& ids) {
+  std::vector<std::string> unrecorded;
+  for (auto& id : ids) {
+    if (auto a = self->state.volume_actors.find(id); a != self->state.volume_actors.end())
+      caf::anon_send(a->second, vol_atom::value, VolumeCommand{vcmd::Delete{}});  // file too
+    else
+      unrecorded.push_back(volume_file(self->state.env->volumes_dir(), id).string());
+  }
+  if (!unrecorded.empty()) caf::anon_send(files(self), volremove_atom::value, unrecorded);
 }
 
 caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const std::string& id,

@@ -243,7 +243,7 @@ Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
   none.id = "vol_";
   auto d = decide(
       none,
-      VolumeCommand{vcmd::Create{request.tenant, request.name, request.size_mib, request.metadata}},
+      VolumeCommand{vcmd::Create{request.tenant, request.name, request.size_mib, request.metadata, ""}},
       now_ms(), lim, env.config.limits);
   if (auto* r = std::get_if<Rejection>(&d)) return *r;
   Answer ok = impl_->ask(
@@ -489,6 +489,7 @@ Reply<std::vector<SnapshotInfo>> Runtime::snapshots(const std::string& tenant) {
         i.memory_bytes = allocated(snap->mem());
         i.size_bytes = i.memory_bytes + allocated(snap->state());
         for (auto& l : snap->layers) i.size_bytes += allocated(snap->layer(l));
+        for (auto slot : snap->volume_copies) i.size_bytes += allocated(snap->volume(slot));
       }
       out.push_back(i);
     }

@@ -121,6 +121,8 @@ struct CreateRequest {
 // A volume (actors/volume.h): a file on the data disk that outlives sandboxes.
 struct VolumeInfo {
   std::string id, tenant, name;
+  std::string origin;  // "" (made empty), or what it is a copy of: "fork:<sandbox>:<volume>",
+                       // "snapshot:<snapshot>:<volume>"
   std::string status;  // available | deleted
   uint64_t size_mib = 0;
   std::map<std::string, std::string> metadata;

@@ -259,25 +259,14 @@ struct Decider {
     return std::vector<Event>{e};
   }
 
-  // Volumes are outside the VM's snapshot (a file each): a snapshot or fork of a sandbox with
-  // volumes needs them cloned too, which this release does not do yet.
-  std::optional<Rejection> volumes_block(const char* what) const {
-    if (s.volumes.empty()) return std::nullopt;
-    return Rejection{"not_implemented", std::string("a ") + what +
-                                            " of a sandbox with volumes is not supported yet "
-                                            "(its volumes would need cloning)"};
-  }
-
   Decision operator()(const cmd::Snapshot& c) const {
     if (s.status != Status::running) return not_running(s, "snapshot");
-    if (auto r = volumes_block("snapshot")) return *r;
     if (c.snapshot_id.empty()) return reject("invalid_argument", "snapshot id required");
     return start_transition(Transition::snapshotting, c.snapshot_id);
   }
 
   Decision operator()(const cmd::Fork& c) const {
     if (s.status != Status::running) return not_running(s, "fork");
-    if (auto r = volumes_block("fork")) return *r;
     if (c.count == 0 || c.count > limits.max_fork_children)
       return reject("invalid_argument",
                     "count must be 1.." + std::to_string(limits.max_fork_children));

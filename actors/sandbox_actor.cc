@@ -205,7 +205,7 @@ void effect(SandboxSelf* self, const Event& e) {
       switch (e.transition) {
         case Transition::snapshotting:
           self->request(st.worker, caf::infinite, snapshot_atom::value,
-                        st.env->snapshot_dir(e.snapshot_id).string())
+                        st.env->snapshot_dir(e.snapshot_id).string(), /*all_volumes=*/true)
               .then(to(cmd::TransitionDone{},
                        [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
                     lost);
@@ -235,7 +235,7 @@ void effect(SandboxSelf* self, const Event& e) {
             self->state.fork_in_flight = false;
             maybe_retire(self);
           };
-          self->request(st.worker, caf::infinite, snapshot_atom::value, dir)
+          self->request(st.worker, caf::infinite, snapshot_atom::value, dir, /*all_volumes=*/false)
               .then(
                   [self, fr, dir, done](WorkerResult r) {
                     if (!r.ok || self->state.s.status != Status::forking) {

@@ -1,11 +1,12 @@
 #include "actors/vm_worker.h"
 
-#include "actors/volume_files.h"
-
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
+
+#include "actors/volume_files.h"
 
 namespace pandastack::actors {
 
@@ -86,13 +87,22 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           return failed("volumes: " + bound.error().message);
         if (vols.mount)
           for (auto& v : vols.volumes) {
+            // A snapshot's guest has its volumes mounted already (a fork's child, a create from a
+            // snapshot of a sandbox with volumes): its slots are bound to their copies.
+            if (std::find(snap.volume_slots.begin(), snap.volume_slots.end(), v.slot) !=
+                snap.volume_slots.end())
+              continue;
             std::error_code ec;
-            auto size = std::filesystem::file_size(volume_file(st.env->volumes_dir(), v.volume), ec);
+            auto size =
+                std::filesystem::file_size(volume_file(st.env->volumes_dir(), v.volume), ec);
             auto m = (*vm)->agent().mount_volume(v.slot, v.mount, v.read_only, size);
-            if (!m) return failed("mounting volume " + v.volume + " at " + v.mount + ": " + m.error().message);
+            if (!m)
+              return failed("mounting volume " + v.volume + " at " + v.mount + ": " +
+                            m.error().message);
           }
         if (!vols.volumes.empty())
-          spdlog::debug("worker {}: {} volume(s) bound and mounted in {} us", st.id, vols.volumes.size(),
+          spdlog::debug("worker {}: {} volume(s) bound and mounted in {} us", st.id,
+                        vols.volumes.size(),
                         std::chrono::duration_cast<std::chrono::microseconds>(
                             std::chrono::steady_clock::now() - t_bind)
                             .count());
@@ -170,11 +180,14 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
       // off for the moment it takes and the agent's session is handed back first (restores then
       // attach at once); with some, they go on and restores reconnect the stale session. Only
       // this worker replaces or destroys the VM, so it needs no lock to use it.
-      [=](snapshot_atom, std::string dir) -> WorkerResult {
+      // `all_volumes`: a named snapshot copies its read-only volumes too (they may change before
+      // a sandbox is made from it); a fork's children share them.
+      [=](snapshot_atom, std::string dir, bool all_volumes) -> WorkerResult {
         auto& h = *self->state.handle;
         std::unique_lock quiet(h.mu, std::try_to_lock);
         if (!h.vm) return failed("no VM");
-        auto s = h.vm->snapshot(dir, /*quiesce=*/quiet.owns_lock(), self->state.env->disk_twin(dir));
+        auto s = h.vm->snapshot(dir, /*quiesce=*/quiet.owns_lock(), self->state.env->disk_twin(dir),
+                                all_volumes);
         return s ? WorkerResult{} : failed(s.error().message);
       },
       // Why the VM died (it did on its own: the watcher said so).

@@ -2,7 +2,7 @@
 // its VmHandle. Every request blocks (restore, snapshot, hibernate, destroy, egress changes), so
 // none of it runs on CAF's shared threads; the sandbox actor asks and gets a WorkerResult.
 //   restore_atom, snapshot dir, consume, pooled, NetSpec -> WorkerResult (the subnet it got)
-//   snapshot_atom, dir / hibernate_atom, dir / destroy_atom / egress_atom, Egress -> WorkerResult
+//   snapshot_atom, dir, all_volumes / hibernate_atom, dir / destroy_atom / egress_atom, Egress -> WorkerResult
 //   drop_atom, dir: removes a snapshot folder nobody names any more
 #pragma once
 

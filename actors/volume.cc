@@ -98,6 +98,7 @@ struct Decider {
     e.name = c.name;
     e.size_mib = c.size_mib;
     e.metadata = c.metadata;
+    e.origin = c.origin;
     return std::vector<VolumeEvent>{e};
   }
 
@@ -185,6 +186,7 @@ VolumeState apply(VolumeState s, const VolumeEvent& e) {
     s.name = e.name;
     s.size_mib = e.size_mib;
     s.metadata = e.metadata;
+    s.origin = e.origin;
     s.created_at_ms = e.at_ms;
   } else {
     if (s.status != VolumeStatus::available) impossible(s, e);

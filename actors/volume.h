@@ -36,6 +36,7 @@ struct VolumeEvent {
   Kind kind = Kind::created;
   int64_t at_ms = 0;
   std::string tenant, name;                     // created
+  std::string origin;                           // created: "" or what it is a copy of
   uint64_t size_mib = 0;                        // created, resized
   std::map<std::string, std::string> metadata;  // created, metadata_changed
   VolumeAttachment attachment;                  // attached; detached: its sandbox
@@ -48,6 +49,7 @@ struct VolumeState {
   VolumeStatus status = VolumeStatus::none;
   uint64_t version = 0;
   std::string tenant, name;
+  std::string origin;  // "" (made empty), or "fork:<sandbox>:<volume>", "snapshot:<snap>:<volume>"
   uint64_t size_mib = 0;
   std::map<std::string, std::string> metadata;
   int64_t created_at_ms = 0;
@@ -67,6 +69,7 @@ struct Create {
   std::string tenant, name;
   uint64_t size_mib = 0;
   std::map<std::string, std::string> metadata;
+  std::string origin;  // a copy's (its file is made by copying before the command)
 };
 struct Attach {
   VolumeAttachment attachment;

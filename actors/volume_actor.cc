@@ -11,6 +11,7 @@ VolumeInfo volume_info_of(const VolumeState& s) {
   i.id = s.id;
   i.tenant = s.tenant;
   i.name = s.name;
+  i.origin = s.origin;
   i.status = to_string(s.status);
   i.size_mib = s.size_mib;
   i.metadata = s.metadata;

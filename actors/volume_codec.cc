@@ -24,6 +24,7 @@ std::string encode_volume_event(const VolumeEvent& e) {
       c.setName(e.name);
       c.setSizeMib(e.size_mib);
       put_map(c.initMetadata(unsigned(e.metadata.size())), e.metadata);
+      c.setOrigin(e.origin);
       break;
     }
     case K::attached: {
@@ -66,6 +67,7 @@ std::optional<VolumeEvent> decode_volume_event(const std::string& bytes) {
             e.name = c.getName();
             e.size_mib = c.getSizeMib();
             e.metadata = get_map(c.getMetadata());
+            e.origin = c.getOrigin();
             break;
           }
           case w::VolumeEvent::ATTACHED: {
@@ -114,6 +116,7 @@ std::string volume_event_to_json(const VolumeEvent& e) {
       j.set("name", e.name);
       j.set("size_mib", e.size_mib);
       j.set("metadata", metadata());
+      if (!e.origin.empty()) j.set("origin", e.origin);
       break;
     case K::attached:
       j.set("sandbox", e.attachment.sandbox);

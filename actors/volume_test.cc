@@ -30,7 +30,7 @@ std::string refusal(const VolumeState& s, const VolumeCommand& c) {
 VolumeState made() {
   VolumeState s;
   s.id = "vol_a";
-  return run(s, vcmd::Create{"acme", "data", 64, {{"k", "v"}}});
+  return run(s, vcmd::Create{"acme", "data", 64, {{"k", "v"}}, ""});
 }
 
 VolumeCommand attach(std::string sbx, bool ro, std::string mount = "/data") {
@@ -40,14 +40,14 @@ VolumeCommand attach(std::string sbx, bool ro, std::string mount = "/data") {
 TEST(Volume, CreateChecksNameSizeAndMetadata) {
   VolumeState s;
   s.id = "vol_a";
-  EXPECT_EQ(refusal(s, vcmd::Create{"acme", "data", 8, {}}), "invalid_argument");  // too small
-  EXPECT_EQ(refusal(s, vcmd::Create{"acme", "data", 1 << 20, {}}), "invalid_argument");
-  EXPECT_EQ(refusal(s, vcmd::Create{"acme", "no/slash", 64, {}}), "invalid_argument");
+  EXPECT_EQ(refusal(s, vcmd::Create{"acme", "data", 8, {}, ""}), "invalid_argument");  // too small
+  EXPECT_EQ(refusal(s, vcmd::Create{"acme", "data", 1 << 20, {}, ""}), "invalid_argument");
+  EXPECT_EQ(refusal(s, vcmd::Create{"acme", "no/slash", 64, {}, ""}), "invalid_argument");
   auto v = made();
   EXPECT_EQ(v.status, VolumeStatus::available);
   EXPECT_EQ(v.size_mib, 64u);
   EXPECT_EQ(v.version, 1u);
-  EXPECT_EQ(refusal(v, vcmd::Create{"acme", "data", 64, {}}), "invalid_state");
+  EXPECT_EQ(refusal(v, vcmd::Create{"acme", "data", 64, {}, ""}), "invalid_state");
 }
 
 TEST(Volume, ReadWriteIsExclusiveReadOnlyIsShared) {
@@ -105,7 +105,7 @@ TEST(Volume, ApplyRefusesWhatCannotHappen) {
 TEST(Volume, EventsSurviveTheirPersistedForm) {
   VolumeState s;
   s.id = "vol_a";
-  std::vector<VolumeCommand> cmds = {vcmd::Create{"acme", "data", 64, {{"k", "v"}}},
+  std::vector<VolumeCommand> cmds = {vcmd::Create{"acme", "data", 64, {{"k", "v"}}, "fork:sbx_0:vol_b"},
                                      attach("sbx_1", true, "/mnt/x"),
                                      vcmd::Detach{"sbx_1", "sandbox_ended"},
                                      vcmd::Resize{100},
@@ -124,6 +124,7 @@ TEST(Volume, EventsSurviveTheirPersistedForm) {
     }
   }
   EXPECT_EQ(replayed.status, VolumeStatus::deleted);
+  EXPECT_EQ(replayed.origin, "fork:sbx_0:vol_b");
   EXPECT_EQ(replayed.size_mib, 100u);
   EXPECT_EQ(replayed.metadata, (std::map<std::string, std::string>{{"a", "b"}}));
   EXPECT_EQ(replayed.version, s.version);
@@ -148,15 +149,14 @@ TEST(Volume, ASandboxRemembersItsVolumesThroughEventsAndStateSnapshots) {
   auto state = decode_state(encode_state(s));
   ASSERT_TRUE(state);
   EXPECT_EQ(state->volumes, c.volumes);
-  // Snapshots and forks of it are refused for now (501), with the reason.
+  // Snapshots and forks of it are decided like any (the registry copies its volumes).
   s = apply(s, [] {
     Event st;
     st.kind = Event::Kind::started;
     return st;
   }());
   auto f = decide(s, cmd::Fork{"snap", 1}, kNow);
-  ASSERT_TRUE(std::holds_alternative<Rejection>(f));
-  EXPECT_EQ(std::get<Rejection>(f).code, "not_implemented");
+  ASSERT_TRUE(std::holds_alternative<std::vector<Event>>(f));
 }
 
 }  // namespace

@@ -168,6 +168,7 @@ Json volume_json(const actors::VolumeInfo& v) {
   j.set("size_mib", v.size_mib);
   j.set("metadata", actors::string_map_json(v.metadata));
   j.set("created_at_ms", v.created_at_ms);
+  if (!v.origin.empty()) j.set("origin", v.origin);  // what it is a copy of
   Json at = Json::array();
   for (auto& a : v.attachments) {
     Json o = Json::object();

@@ -34,9 +34,16 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
   s.created_unix_ms = (*j)["created_unix_ms"].as_int();
   if ((*j)["disk_dir"].is_string()) s.disk_dir = (*j)["disk_dir"].as_string();
   for (auto& l : (*j)["layers"].as_array()) s.layers.push_back(l.as_string());
+  if ((*j)["volume_slots"].is_array())
+    for (auto& v : (*j)["volume_slots"].as_array()) s.volume_slots.push_back(uint32_t(v.as_int()));
+  if ((*j)["volume_copies"].is_array())
+    for (auto& v : (*j)["volume_copies"].as_array()) s.volume_copies.push_back(uint32_t(v.as_int()));
   if (s.layers.empty()) return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
   for (auto& f : {s.mem(), s.state(), s.disk()})
     if (!fs::exists(f)) return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
+  for (auto slot : s.volume_copies)
+    if (!fs::exists(s.volume(slot)))
+      return make_error(ErrorCode::invalid_argument, "snapshot volume missing: " + s.volume(slot).string());
   for (auto& l : s.layers)
     if (!fs::exists(s.layer(l)))
       return make_error(ErrorCode::invalid_argument, "snapshot layer missing: " + s.layer(l).string());
@@ -57,6 +64,11 @@ Status Snapshot::write_meta() const {
   Json ls = Json::array();
   for (auto& l : layers) ls.push(l);
   j.set("layers", ls);
+  Json slots = Json::array(), copies = Json::array();
+  for (auto v : volume_slots) slots.push(int64_t(v));
+  for (auto v : volume_copies) copies.push(int64_t(v));
+  j.set("volume_slots", slots);
+  j.set("volume_copies", copies);
   if (!disk_dir.empty() && disk_dir != dir) j.set("disk_dir", disk_dir.string());
   auto tmp = dir / "meta.json.tmp";
   {

@@ -42,12 +42,18 @@ struct Snapshot {
   std::string origin;             // "bake:<template>", "snapshot:<vm>", "hibernate:<vm>"
   std::vector<std::string> layers;  // disk layer file names, oldest first; the last is disk.qcow2
   int64_t created_unix_ms = 0;
+  // The volume slots bound when it was taken (their guest has them mounted), and of those the
+  // ones copied into it (volume(slot)): the volumes' state at the same instant as its memory.
+  std::vector<uint32_t> volume_slots, volume_copies;
 
   std::filesystem::path mem() const { return dir / "mem"; }
   std::filesystem::path state() const { return dir / "state"; }
   std::filesystem::path disks() const { return disk_dir.empty() ? dir : disk_dir; }
   std::filesystem::path disk() const { return disks() / "disk.qcow2"; }
   std::filesystem::path layer(const std::string& name) const { return disks() / name; }
+  std::filesystem::path volume(uint32_t slot) const {
+    return disks() / ("volume-" + std::to_string(slot) + ".img");
+  }
 
   // Reads DIR/meta.json; rejects another format version and missing files.
   static Result<Snapshot> load(const std::filesystem::path& dir);

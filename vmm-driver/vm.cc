@@ -668,82 +668,6 @@ Status Vm::reconnect_agent(milliseconds timeout) {
   return Ok{};
 }
 
-Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existing) {
-  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0)
-    return make_error(ErrorCode::io_error, "cannot open " + from.string() + ": " + strerror(errno));
-  int out = into_existing ? ::open(to.c_str(), O_WRONLY | O_CLOEXEC)
-                          : ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (out < 0) {
-    ::close(in);
-    return make_error(ErrorCode::io_error, "cannot open " + to.string() + ": " + strerror(errno));
-  }
-  Status st = Ok{};
-  struct stat sb {};
-  struct stat ob {};
-  ::fstat(in, &sb);
-  if (into_existing) {
-    // The file is mapped (by a waiting QEMU): never truncated, which would take pages from under
-    // the mapping. Emptied by punching it whole (the mapping then reads the new pages).
-    ::fstat(out, &ob);
-    if (ob.st_size != sb.st_size)
-      st = make_error(ErrorCode::invalid_argument,
-                      "RAM file sizes differ: " + from.string() + " " + std::to_string(sb.st_size) +
-                          " bytes, " + to.string() + " " + std::to_string(ob.st_size));
-    else if (::fallocate(out, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, ob.st_size) != 0)
-      st = make_error(ErrorCode::io_error, "cannot empty " + to.string() + ": " + strerror(errno));
-  } else if (::ftruncate(out, sb.st_size) != 0) {
-    st = make_error(ErrorCode::io_error, std::string("ftruncate: ") + strerror(errno));
-  }
-  off_t pos = 0;
-  bool kernel_copy = true;
-  std::vector<char> buffer(1 << 20);
-  while (st && pos < sb.st_size) {
-    off_t data = ::lseek(in, pos, SEEK_DATA);
-    if (data < 0) break;  // ENXIO: only a hole is left
-    off_t hole = ::lseek(in, data, SEEK_HOLE);
-    if (hole < 0) hole = sb.st_size;
-    off_t src = data, dst = data;
-    while (src < hole && kernel_copy) {
-      ssize_t n = ::copy_file_range(in, &src, out, &dst, size_t(hole - src), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) {
-        kernel_copy = false;  // across file systems: copy through a buffer below
-        break;
-      }
-      if (n <= 0) {
-        st = make_error(ErrorCode::io_error,
-                        "copy " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
-        break;
-      }
-    }
-    while (st && src < hole) {
-      size_t want = size_t(std::min<off_t>(hole - src, off_t(buffer.size())));
-      ssize_t n = ::pread(in, buffer.data(), want, src);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        st = make_error(ErrorCode::io_error,
-                        "read " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
-        break;
-      }
-      // Write only non-zero pages, so the copy stays sparse.
-      for (ssize_t off = 0; off < n && st; off += 4096) {
-        size_t len = size_t(std::min<ssize_t>(4096, n - off));
-        const char* p = buffer.data() + off;
-        if (p[0] == 0 && std::memcmp(p, p + 1, len - 1) == 0) continue;
-        if (::pwrite(out, p, len, src + off) != ssize_t(len))
-          st = make_error(ErrorCode::io_error, "write " + to.string() + ": " + strerror(errno));
-      }
-      src += n;
-    }
-    pos = hole;
-  }
-  ::close(in);
-  ::close(out);
-  if (!st && !into_existing) ::unlink(to.c_str());
-  return st;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Snapshots: bake, restore, snapshot (fork), hibernate.
 
@@ -1314,7 +1238,8 @@ Result<Snapshot> new_snapshot(const fs::path& dir, const fs::path& disk_dir) {
 }
 }  // namespace
 
-Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path& disk_dir) {
+Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path& disk_dir,
+                              bool copy_read_only_volumes) {
   auto t0 = steady_clock::now();
   auto made = new_snapshot(dir, disk_dir);
   if (!made) return made.error();
@@ -1332,6 +1257,16 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
   // The guest is paused: its RAM file is consistent with the device state just saved.
   if (st) st = copy_ram_file(config_.run_dir / "mem", snap.mem());
   auto t_ram = steady_clock::now();
+  // Stopped, QEMU has flushed every disk: the volume files are what the guest's memory expects.
+  for (auto& v : bound_) {
+    if (!st) break;
+    snap.volume_slots.push_back(v.slot);
+    if (v.read_only && !copy_read_only_volumes) continue;
+    auto cloned = clone_file(v.file, snap.volume(v.slot));
+    if (!cloned) st = cloned.error();
+    else snap.volume_copies.push_back(v.slot);
+  }
+  auto t_vols = steady_clock::now();
   Status resumed = !stopped ? Status(Ok{})
                    : st      ? simple(*qmp_, "cont")
                              : resume_after_failed_save(*qmp_);
@@ -1344,10 +1279,12 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
     return st.error();
   }
   spdlog::debug(
-      "vm {}: snapshot {}: stop {} us, disk+state {} us, RAM copy {} us, total paused {} us",
+      "vm {}: snapshot {}: stop {} us, disk+state {} us, RAM copy {} us, {} volume copies {} us, "
+      "total paused {} us",
       config_.name, dir.string(), duration_cast<microseconds>(t_stopped - t0).count(),
       duration_cast<microseconds>(t_state - t_stopped).count(),
-      duration_cast<microseconds>(t_ram - t_state).count(),
+      duration_cast<microseconds>(t_ram - t_state).count(), snap.volume_copies.size(),
+      duration_cast<microseconds>(t_vols - t_ram).count(),
       duration_cast<microseconds>(steady_clock::now() - t_stopped).count());
   return snap;
 }
@@ -1360,6 +1297,7 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   bool ended = agent_ && agent_->end_session();
   Status st = simple(*qmp_, "stop");
   if (st) st = save_paused(snap, "hibernate");
+  for (auto& v : bound_) snap.volume_slots.push_back(v.slot);  // they stay where they are
   // The paused guest writes nothing: its RAM file becomes the snapshot's while QEMU still maps it
   // (a rename in one file system). QEMU ends only once the snapshot is complete on disk: a move
   // or a record that fails (a full disk) gives the file back and the guest runs on, nothing lost.

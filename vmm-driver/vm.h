@@ -15,6 +15,7 @@
 
 #include "vmm-driver/agent_client.h"
 #include "vmm-driver/error.h"
+#include "vmm-driver/file_copy.h"
 #include "vmm-driver/qmp.h"
 
 namespace pandastack::vmm {
@@ -93,11 +94,7 @@ std::vector<std::string> qemu_args(const VmConfig& config, bool incoming = false
                                    bool spare = false);
 inline std::vector<std::string> qemu_boot_args(const VmConfig& config) { return qemu_args(config); }
 
-// Copies a (sparse) RAM file: only its data extents, in the kernel (copy_file_range), so no page of
-// the copy is faulted in through a mapping. Holes stay holes. `into_existing`: `to` exists with the
-// same size and may be mapped (a spare QEMU's RAM): it is emptied (holes punched), never truncated.
-Status copy_ram_file(const std::filesystem::path& from, const std::filesystem::path& to,
-                     bool into_existing = false);
+
 
 // Host TSC frequency in kHz from /proc/cpuinfo (0 when unknown).
 unsigned host_tsc_khz();
@@ -163,8 +160,12 @@ class Vm {
   // `quiesce`: when no agent call is in flight, hand the agent's session back first (restores
   // attach at once); pass false when calls may start meanwhile (they would be cancelled).
   // `disk_dir`: where the snapshot's disk layers go (empty = `dir`).
+  // Bound volumes: the read-write ones (and with `copy_read_only_volumes` the others too) are
+  // copied into the snapshot while the guest is paused (clone_file: a reflink, or a sparse copy),
+  // so each copy matches the memory image's page cache and mounted file system.
   Result<Snapshot> snapshot(const std::filesystem::path& dir, bool quiesce = true,
-                            const std::filesystem::path& disk_dir = {});
+                            const std::filesystem::path& disk_dir = {},
+                            bool copy_read_only_volumes = false);
   // Saves the guest into a snapshot at `dir` and stops QEMU: its RAM file moves into the snapshot
   // (no copy). The Vm is dead afterwards (alive() is false); restore(..., consume=true) wakes it.
   Result<Snapshot> hibernate(const std::filesystem::path& dir,

@@ -124,6 +124,7 @@ struct VolumeEvent {
       name @2 :Text;
       sizeMib @3 :UInt64;
       metadata @4 :List(KeyValue);
+      origin @13 :Text;            # "" (made empty), or what it is a copy of (fork:..., snapshot:...)
     }
     attached :group {
       sandbox @5 :Text;

@@ -134,9 +134,85 @@ class VolumeTest(unittest.TestCase):
         self.assertEqual(self.api.call("POST", f"/v1/sandboxes/{sid}/wake", {})[0], 200)
         self.assertEqual(self.sh(sid, "cat /data/f; echo after >> /data/f; sync; cat /data/f"),
                          "before\nbefore\nafter\n")
-        # Snapshots and forks of a sandbox with volumes say so (not yet supported).
-        self.assertError(self.api.call("POST", f"/v1/sandboxes/{sid}/fork", {}), 501,
-                         "not_implemented")
+
+    def volume_of(self, sid, mount):
+        s, info = self.api.call("GET", f"/v1/sandboxes/{sid}")
+        self.assertEqual(s, 200, info)
+        return [v for v in info["volumes"] if v["mount"] == mount][0]
+
+    def test_fork_copies_read_write_volumes_and_shares_read_only_ones(self):
+        v, r = self.volume(), self.volume(size=16)
+        w = self.sandbox({"volume": r["id"], "mount": "/ref"})
+        self.sh(w, "echo reference > /ref/r && sync")
+        self.api.call("DELETE", f"/v1/sandboxes/{w}")
+        p = self.sandbox({"volume": v["id"], "mount": "/data"},
+                         {"volume": r["id"], "mount": "/ref", "read_only": True})
+        # Not synced: the child's copy of the volume matches its copy of the page cache.
+        self.sh(p, "echo one > /data/f")
+        s, b = self.api.call("POST", f"/v1/sandboxes/{p}/fork", {"count": 1})
+        self.assertEqual(s, 201, b)
+        c = b["sandboxes"][0]["id"]
+        mine = self.volume_of(c, "/data")
+        self.assertNotEqual(mine["volume"], v["id"])
+        self.assertFalse(mine["read_only"])
+        self.assertEqual(self.volume_of(c, "/ref"),
+                         {"volume": r["id"], "mount": "/ref", "read_only": True})
+        s, got = self.api.call("GET", f"/v1/volumes/{mine['volume']}")
+        self.assertEqual((got["origin"], got["size_mib"], got["status"]),
+                         (f"fork:{p}:{v['id']}", 64, "available"), got)
+        self.assertEqual(got["attachments"], [{"sandbox": c, "mount": "/data", "read_only": False}])
+        # Copy-on-write in effect: each side's writes stay its own.
+        self.assertEqual(self.sh(c, "cat /data/f /ref/r"), "one\nreference\n")
+        self.sh(c, "echo child > /data/f && sync")
+        self.sh(p, "echo parent > /data/f && sync")
+        self.assertEqual(self.sh(c, "cat /data/f"), "child\n")
+        self.assertEqual(self.sh(p, "cat /data/f"), "parent\n")
+        # The copies count against the volume quota (3): a fork of 2 is refused whole.
+        self.assertError(self.api.call("POST", f"/v1/sandboxes/{p}/fork", {"count": 2}), 429,
+                         "quota_exceeded")
+        s, b = self.api.call("GET", "/v1/volumes")
+        self.assertEqual(len(b["volumes"]), 3, b)
+        s, b = self.api.call("GET", "/v1/sandboxes?state=running")
+        self.assertEqual(sorted(x["id"] for x in b["sandboxes"]), sorted([p, c]))
+        # The child's volume outlives it and is deleted like any other.
+        self.api.call("DELETE", f"/v1/sandboxes/{c}")
+        self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{mine['volume']}")[0], 204)
+        self.assertFalse(os.path.exists(os.path.join(self.data, "volumes",
+                                                     mine["volume"] + ".img")))
+
+    def test_sandboxes_from_a_snapshot_get_copies_of_its_volumes(self):
+        v = self.volume()
+        p = self.sandbox({"volume": v["id"], "mount": "/data"})
+        self.sh(p, "echo at-snapshot > /data/f")
+        s, b = self.api.call("POST", f"/v1/sandboxes/{p}/snapshots", {})
+        self.assertEqual(s, 201, b)
+        snap = b["snapshot_id"]
+        self.sh(p, "echo later > /data/f && sync")
+        s, info = self.api.call("GET", f"/v1/snapshots/{snap}")
+        self.assertGreater(info["size_bytes"], 0, info)
+        self.assertError(self.api.call("POST", "/v1/sandboxes", {
+            "from_snapshot": snap, "volumes": [{"volume": v["id"], "mount": "/x"}]}),
+            400, "invalid_argument")
+        kids = []
+        for _ in range(2):
+            s, b = self.api.call("POST", "/v1/sandboxes", {"from_snapshot": snap})
+            self.assertEqual(s, 201, b)
+            kids.append(b["id"])
+        ids = set()
+        for k in kids:
+            mine = self.volume_of(k, "/data")
+            ids.add(mine["volume"])
+            self.assertEqual(self.sh(k, "cat /data/f"), "at-snapshot\n")
+            self.sh(k, f"echo {k} > /data/f && sync")
+            s, got = self.api.call("GET", f"/v1/volumes/{mine['volume']}")
+            self.assertEqual(got["origin"], f"snapshot:{snap}:{v['id']}", got)
+        self.assertEqual(len(ids | {v["id"]}), 3)
+        # At the quota (3 volumes): one more is refused, and leaves no volume behind.
+        self.assertError(self.api.call("POST", "/v1/sandboxes", {"from_snapshot": snap}), 429,
+                         "quota_exceeded")
+        self.assertEqual(len(self.api.call("GET", "/v1/volumes")[1]["volumes"]), 3)
+        self.assertEqual(self.sh(p, "cat /data/f"), "later\n")
+        self.assertEqual(self.api.call("DELETE", f"/v1/snapshots/{snap}")[0], 204)
 
     def test_bad_input_and_quotas(self):
         self.assertError(self.api.call("POST", "/v1/volumes", {}), 400, "invalid_argument")

@@ -1,0 +1,42 @@
+#include "actors/volume_file_worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "vmm-driver/file_copy.h"
+
+namespace pandastack::actors {
+
+caf::behavior volume_file_worker(caf::event_based_actor* self) {
+  (void)self;
+  return {
+      [](volclone_atom, std::vector<std::string> pairs) -> std::string {
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::string> made;
+        for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+          auto cloned = vmm::clone_file(pairs[i], pairs[i + 1]);
+          if (!cloned) {
+            std::error_code ec;
+            for (auto& f : made) std::filesystem::remove(f, ec);
+            return cloned.error().message;
+          }
+          made.push_back(pairs[i + 1]);
+          spdlog::debug("volume file {} copied from {} ({})", pairs[i + 1], pairs[i],
+                        *cloned ? "reflink" : "sparse copy");
+        }
+        spdlog::debug("{} volume file(s) copied in {} us", made.size(),
+                      std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count());
+        return std::string();
+      },
+      [](volremove_atom, std::vector<std::string> files) {
+        std::error_code ec;
+        for (auto& f : files) std::filesystem::remove(f, ec);
+      },
+  };
+}
+
+}  // namespace pandastack::actors

@@ -1,0 +1,16 @@
+// The volume file worker: a detached actor (its own thread) that copies and removes volume files
+// for the registry, whose own thread must never block on a disk. A fork's children and creates
+// from snapshots get their volumes as copies of a snapshot's (vmm::clone_file: a reflink, or a
+// sparse copy of the data).
+//   volclone_atom, {from, to, from, to, ...} -> std::string ("" = every copy made; else why not,
+//                                                and none of them is left)
+//   volremove_atom, {file, ...}: removes them (missing ones are fine)
+#pragma once
+
+#include "actors/messages.h"
+
+namespace pandastack::actors {
+
+caf::behavior volume_file_worker(caf::event_based_actor* self);
+
+}  // namespace pandastack::actors
