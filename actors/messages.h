@@ -59,6 +59,7 @@ struct ListQuery {
   std::string tenant;
   std::optional<Status> status;
   std::map<std::string, std::string> metadata;
+  bool deleted_volumes = false;  // volumes: deleted ones too (the audit log's ownership check)
 };
 
 // What a restore binds (and a create mounts) of the sandbox's volumes.

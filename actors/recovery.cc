@@ -167,7 +167,7 @@ Reply<Recovered> recover(Env& env) {
   {
     auto vstreams = env.store->streams("vol_");
     if (!vstreams) return Rejection{"storage_error", vstreams.error().message};
-    std::set<std::string> files;
+    std::set<std::string> files = {"snapshots"}, snapshot_files;
     for (auto& id : *vstreams) {
       VolumeState v;
       v.id = id;
@@ -181,6 +181,7 @@ Reply<Recovered> recover(Env& env) {
         v = apply(v, *e);
       }
       if (v.status == VolumeStatus::available) {
+        for (auto& sn : v.snapshots) snapshot_files.insert(sn.id + ".img");
         auto f = volume_file(env.volumes_dir(), id);
         files.insert(f.filename().string());
         std::error_code fe;
@@ -198,6 +199,11 @@ Reply<Recovered> recover(Env& env) {
     for (auto& d : fs::directory_iterator(env.volumes_dir(), ec))
       if (!files.count(d.path().filename().string())) {
         spdlog::info("recovery: removing {} (no volume owns it)", d.path().string());
+        fs::remove(d.path(), ec);
+      }
+    for (auto& d : fs::directory_iterator(env.volumes_dir() / "snapshots", ec))
+      if (!snapshot_files.count(d.path().filename().string())) {
+        spdlog::info("recovery: removing {} (no volume has this snapshot)", d.path().string());
         fs::remove(d.path(), ec);
       }
   }

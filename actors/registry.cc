@@ -435,7 +435,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           VolumeCommand c) -> caf::result<Answer> {
         return registry_volumes::route(self, tenant, id, std::move(c));
       },
-      [=](vollist_atom, ListQuery q) { return registry_volumes::list(self, q.tenant, q.metadata); },
+      [=](vollist_atom, ListQuery q) { return registry_volumes::list(self, q); },
       [=](voladopt_atom, VolumeState s) { registry_volumes::adopt(self, std::move(s)); },
       [=](volinfo_atom, VolumeInfo i) { registry_volumes::info(self, std::move(i)); },
       // A recovered sandbox; `adopt_dir`: the run folder of its VM, still running, to adopt.

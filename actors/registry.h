@@ -63,8 +63,7 @@ void discard(RegistrySelf* self, const std::vector<std::string>& ids);
 // A command for the tenant's volume `id` (another tenant's is volume_not_found).
 caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const std::string& id,
                           VolumeCommand c);
-Answer list(RegistrySelf* self, const std::string& tenant,
-            const std::map<std::string, std::string>& metadata);
+Answer list(RegistrySelf* self, const ListQuery& q);
 // A recovered volume; attachments to sandboxes that are not live any more are detached.
 void adopt(RegistrySelf* self, VolumeState s);
 void info(RegistrySelf* self, VolumeInfo i);

@@ -26,16 +26,17 @@ caf::actor actor_of(RegistrySelf* self, const std::string& tenant, const std::st
   return a == self->state.volume_actors.end() ? caf::actor() : a->second;
 }
 
-caf::actor spawn_volume(RegistrySelf* self, VolumeState s) {
-  auto a = self->spawn(volume_actor, self->state.env, caf::actor_cast<caf::actor>(self), s);
-  self->state.volume_actors[s.id] = a;
-  return a;
-}
-
 caf::actor files(RegistrySelf* self) {
   auto& f = self->state.volume_files;
   if (!f) f = self->spawn<caf::detached + caf::linked>(volume_file_worker);
   return f;
+}
+
+caf::actor spawn_volume(RegistrySelf* self, VolumeState s) {
+  auto a =
+      self->spawn(volume_actor, self->state.env, caf::actor_cast<caf::actor>(self), files(self), s);
+  self->state.volume_actors[s.id] = a;
+  return a;
 }
 
 VolumeInfo pending(const std::string& id, const std::string& tenant, uint64_t size_mib) {
@@ -84,6 +85,7 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, ui
     if (v.tenant == tenant && v.status != "deleted") {
       ++use.volumes;
       use.volume_mib += v.size_mib;
+      for (auto& sn : v.snapshots) use.volume_mib += sn.size_mib;  // their copies take disk too
     }
   QuotaAsk ask;
   ask.volumes = volumes;
@@ -95,7 +97,7 @@ caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req
   // Checked again here, in order with other creates (the facade's check came before the file).
   if (auto r = admit(self, req.tenant, req.size_mib)) return Answer::fail(*r);
   auto rp = self->make_response_promise();
-  record(self, id, req, "", [rp](Answer ans) mutable { rp.deliver(ans); });
+  record(self, id, req, req.origin, [rp](Answer ans) mutable { rp.deliver(ans); });
   return rp;
 }
 
@@ -200,13 +202,13 @@ caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const s
   return rp;
 }
 
-Answer list(RegistrySelf* self, const std::string& tenant,
-            const std::map<std::string, std::string>& metadata) {
+Answer list(RegistrySelf* self, const ListQuery& q) {
   Answer a;
   for (auto& [id, v] : self->state.volumes) {
-    if (v.tenant != tenant || v.status != "available") continue;
+    if (v.tenant != q.tenant) continue;
+    if (v.status != "available" && !(q.deleted_volumes && v.status == "deleted")) continue;
     bool match = true;
-    for (auto& [k, val] : metadata) {
+    for (auto& [k, val] : q.metadata) {
       auto m = v.metadata.find(k);
       match &= m != v.metadata.end() && m->second == val;
     }

@@ -17,6 +17,7 @@
 #include "actors/messages.h"
 #include "actors/recovery.h"
 #include "actors/registry.h"
+#include "actors/runtime_impl.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
@@ -29,29 +30,6 @@ namespace pandastack::actors {
 namespace fs = std::filesystem;
 
 // ---------------------------------------------------------------------------------------------
-
-struct Runtime::Impl {
-  std::unique_ptr<Env> env;
-  std::unique_ptr<storage::KeyStore> keys;
-  std::unique_ptr<caf::actor_system_config> cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  caf::actor registry;
-
-  // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
-  Answer ask(caf::message msg) {
-    caf::scoped_actor self{*sys};
-    Answer out = Answer::fail({"internal", "no answer"});
-    self->request(registry, std::chrono::seconds(300), std::move(msg))
-        .receive([&](Answer& a) { out = std::move(a); },
-                 [&](caf::error& e) {
-                   if (e == caf::sec::request_timeout)
-                     out = Answer::fail({"timeout", "the runtime did not answer within 300 s"});
-                   else
-                     out = Answer::fail({"internal", sys->render(e)});
-                 });
-    return out;
-  }
-};
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -178,13 +156,6 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
                recovered->from_snapshots, recovered->to_adopt.size());
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
-namespace {
-template <typename T, typename F>
-Reply<T> to_reply(const Answer& a, F&& pick) {
-  if (!a.ok) return a.error;
-  return pick(a);
-}
-}  // namespace
 
 namespace {
 bool valid_template_name(const std::string& n) {
@@ -234,75 +205,6 @@ std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
   return std::nullopt;
 }
 }  // namespace
-
-Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
-  auto& env = *impl_->env;
-  const auto& lim = env.config.volume_limits;
-  // What can be refused without the file is refused before it is made (mkfs is real work).
-  VolumeState none;
-  none.id = "vol_";
-  auto d = decide(
-      none,
-      VolumeCommand{vcmd::Create{request.tenant, request.name, request.size_mib, request.metadata, ""}},
-      now_ms(), lim, env.config.limits);
-  if (auto* r = std::get_if<Rejection>(&d)) return *r;
-  Answer ok = impl_->ask(
-      caf::make_message(voladmit_atom::value, request.tenant, request.size_mib, uint32_t(1)));
-  if (!ok.ok) return ok.error;
-  std::string id = "vol_" + random_base32(16);
-  auto file = volume_file(env.volumes_dir(), id);
-  if (auto made = make_volume_file(file, request.size_mib); !made)
-    return Rejection{"storage_error", "cannot make the volume's file: " + made.error().message};
-  Answer a = impl_->ask(caf::make_message(volcreate_atom::value, id, request));
-  if (!a.ok) remove_volume_file(file);
-  return to_reply<VolumeInfo>(a, [](const Answer& x) { return x.volume; });
-}
-
-Reply<VolumeInfo> Runtime::get_volume(const std::string& tenant, const std::string& id) {
-  auto all = list_volumes(tenant);
-  if (!all) return all.error();
-  for (auto& v : *all)
-    if (v.id == id) return v;
-  return Rejection{"volume_not_found", "no volume " + id};
-}
-
-Reply<std::vector<VolumeInfo>> Runtime::list_volumes(
-    const std::string& tenant, const std::map<std::string, std::string>& metadata) {
-  return to_reply<std::vector<VolumeInfo>>(
-      impl_->ask(caf::make_message(vollist_atom::value, ListQuery{tenant, std::nullopt, metadata})),
-      [](const Answer& a) { return a.volumes; });
-}
-
-Reply<VolumeInfo> Runtime::update_volume(
-    const std::string& tenant, const std::string& id, std::optional<uint64_t> size_mib,
-    std::optional<std::map<std::string, std::string>> metadata) {
-  Reply<VolumeInfo> out = get_volume(tenant, id);
-  if (!out) return out;
-  if (size_mib && *size_mib > out->size_mib) {
-    auto r = impl_->ask(
-        caf::make_message(voladmit_atom::value, tenant, *size_mib - out->size_mib, uint32_t(0)));
-    if (!r.ok) return r.error;  // the size quota (the volume itself is counted already)
-  }
-  if (size_mib) {
-    out =
-        to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
-                                                          VolumeCommand{vcmd::Resize{*size_mib}})),
-                             [](const Answer& a) { return a.volume; });
-    if (!out) return out;
-  }
-  if (metadata)
-    out = to_reply<VolumeInfo>(
-        impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
-                                     VolumeCommand{vcmd::SetMetadata{*metadata}})),
-        [](const Answer& a) { return a.volume; });
-  return out;
-}
-
-Reply<VolumeInfo> Runtime::delete_volume(const std::string& tenant, const std::string& id) {
-  return to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
-                                                           VolumeCommand{vcmd::Delete{}})),
-                              [](const Answer& a) { return a.volume; });
-}
 
 Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
@@ -817,8 +719,9 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
     if (!a.ok) return a.error;
     allowed.emplace();
     for (auto& i : a.infos) allowed->insert(i.id);
-    if (auto v = list_volumes(q.tenant))
-      for (auto& i : *v) allowed->insert(i.id);
+    ListQuery vq{q.tenant, {}, {}, /*deleted_volumes=*/true};
+    Answer vols = impl_->ask(caf::make_message(vollist_atom::value, vq));
+    for (auto& i : vols.volumes) allowed->insert(i.id);
     if (!q.stream.empty() && !allowed->count(q.stream)) return not_found(q.stream);
   }
   auto& store = *impl_->env->store;

@@ -128,12 +128,15 @@ struct VolumeInfo {
   std::map<std::string, std::string> metadata;
   int64_t created_at_ms = 0;
   std::vector<VolumeAttachment> attachments;
+  std::vector<VolumeSnapshot> snapshots;
   uint64_t version = 0;
 };
 struct VolumeRequest {
   std::string tenant, name;
-  uint64_t size_mib = 0;
+  uint64_t size_mib = 0;  // from a snapshot: 0 = the snapshot's size, else at least that
   std::map<std::string, std::string> metadata;
+  std::string from_snapshot;  // a volume snapshot (vsnap_...) of one of the tenant's volumes
+  std::string origin;         // set by the runtime: what the new volume is a copy of
 };
 
 // One of a tenant's named snapshots.
@@ -304,7 +307,17 @@ class Runtime {
   Reply<VolumeInfo> update_volume(const std::string& tenant, const std::string& id,
                                   std::optional<uint64_t> size_mib,
                                   std::optional<std::map<std::string, std::string>> metadata);
+  // Deletes it and its snapshots.
   Reply<VolumeInfo> delete_volume(const std::string& tenant, const std::string& id);
+  // A point-in-time copy of the volume (a reflink, else a sparse copy of its data). Held
+  // read-write by a running sandbox: its guest's file system is frozen (fsfreeze, which flushes
+  // it) for the copy and thawed after, so the copy is clean; by a hibernated one: its file is
+  // still. Errors: volume_not_found, volume_attached (its sandbox is mid-transition, or could not
+  // freeze), quota_exceeded (VolumeLimits::max_snapshots, or the tenant's volume MiB: a snapshot
+  // counts its volume's size).
+  Reply<VolumeSnapshot> snapshot_volume(const std::string& tenant, const std::string& id);
+  Reply<VolumeInfo> delete_volume_snapshot(const std::string& tenant, const std::string& id,
+                                           const std::string& snapshot_id);
   // The audit log (read from the event store), oldest first.
   Reply<std::vector<AuditEvent>> audit(const AuditQuery& query);
   // Live sandboxes by status, across tenants.

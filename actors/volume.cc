@@ -31,6 +31,10 @@ const char* to_string(VolumeEvent::Kind k) {
       return "volume-metadata-changed";
     case VolumeEvent::Kind::deleted:
       return "volume-deleted";
+    case VolumeEvent::Kind::snapshotted:
+      return "volume-snapshotted";
+    case VolumeEvent::Kind::snapshot_deleted:
+      return "volume-snapshot-deleted";
   }
   return "?";
 }
@@ -156,6 +160,33 @@ struct Decider {
     return std::vector<VolumeEvent>{e};
   }
 
+  VolumeDecision operator()(const vcmd::Snapshot& c) const {
+    if (s.status != VolumeStatus::available) return gone(s);
+    if (c.snapshot_id.empty()) return Rejection{"invalid_argument", "snapshot id required"};
+    if (s.snapshots.size() >= limits.max_snapshots)
+      return Rejection{"quota_exceeded", "volume " + s.id + " has " +
+                                             std::to_string(s.snapshots.size()) +
+                                             " snapshots, the most it may have: delete one"};
+    for (auto& a : s.attachments)
+      if (!a.read_only && a.sandbox != c.quiesced_by)
+        return Rejection{"volume_attached", "volume " + s.id + " is attached read-write to " +
+                                                "sandbox " + a.sandbox + " and was not quiesced"};
+    auto e = event(VolumeEvent::Kind::snapshotted);
+    e.snapshot = {c.snapshot_id, s.size_mib, now};
+    return std::vector<VolumeEvent>{e};
+  }
+
+  VolumeDecision operator()(const vcmd::DeleteSnapshot& c) const {
+    if (s.status != VolumeStatus::available) return gone(s);
+    if (std::none_of(s.snapshots.begin(), s.snapshots.end(),
+                     [&](auto& x) { return x.id == c.snapshot_id; }))
+      return Rejection{"snapshot_not_found",
+                       "volume " + s.id + " has no snapshot " + c.snapshot_id};
+    auto e = event(VolumeEvent::Kind::snapshot_deleted);
+    e.snapshot.id = c.snapshot_id;
+    return std::vector<VolumeEvent>{e};
+  }
+
   VolumeDecision operator()(const vcmd::Delete&) const {
     if (s.status != VolumeStatus::available) return gone(s);
     if (!s.attachments.empty())
@@ -206,6 +237,12 @@ VolumeState apply(VolumeState s, const VolumeEvent& e) {
       case K::deleted:
         if (!s.attachments.empty()) impossible(s, e);
         s.status = VolumeStatus::deleted;
+        break;
+      case K::snapshotted:
+        s.snapshots.push_back({e.snapshot.id, e.snapshot.size_mib, e.at_ms});
+        break;
+      case K::snapshot_deleted:
+        std::erase_if(s.snapshots, [&](auto& x) { return x.id == e.snapshot.id; });
         break;
       case K::created:
         break;

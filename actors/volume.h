@@ -31,8 +31,26 @@ struct VolumeAttachment {
   bool operator==(const VolumeAttachment&) const = default;
 };
 
+// A point-in-time copy of a volume (`vsnap_...`): a file next to the volume's (a reflink where
+// the file system has them, else a sparse copy), a source for new volumes (from_snapshot).
+struct VolumeSnapshot {
+  std::string id;
+  uint64_t size_mib = 0;  // the volume's size when it was taken
+  int64_t created_at_ms = 0;
+  bool operator==(const VolumeSnapshot&) const = default;
+};
+
 struct VolumeEvent {
-  enum class Kind { created, attached, detached, resized, metadata_changed, deleted };
+  enum class Kind {
+    created,
+    attached,
+    detached,
+    resized,
+    metadata_changed,
+    deleted,
+    snapshotted,       // `snapshot` (its file is made before the event is recorded)
+    snapshot_deleted,  // `snapshot.id`
+  };
   Kind kind = Kind::created;
   int64_t at_ms = 0;
   std::string tenant, name;                     // created
@@ -41,6 +59,7 @@ struct VolumeEvent {
   std::map<std::string, std::string> metadata;  // created, metadata_changed
   VolumeAttachment attachment;                  // attached; detached: its sandbox
   std::string reason;                           // detached: "sandbox_ended", "create_failed", ...
+  VolumeSnapshot snapshot;                      // snapshotted; snapshot_deleted: its id
 };
 const char* to_string(VolumeEvent::Kind k);
 
@@ -54,6 +73,7 @@ struct VolumeState {
   std::map<std::string, std::string> metadata;
   int64_t created_at_ms = 0;
   std::vector<VolumeAttachment> attachments;
+  std::vector<VolumeSnapshot> snapshots;  // oldest first; deleted with the volume
 
   bool attached_to(const std::string& sandbox) const;
 };
@@ -62,6 +82,7 @@ struct VolumeLimits {
   uint64_t min_size_mib = 16;     // ext4 with a journal needs room
   uint64_t max_size_mib = 65536;  // one volume: 64 GiB
   uint32_t max_name_bytes = 64;
+  uint32_t max_snapshots = 16;  // per volume
 };
 
 namespace vcmd {
@@ -85,15 +106,27 @@ struct SetMetadata {
   std::map<std::string, std::string> metadata;
 };
 struct Delete {};
+// A point-in-time copy, named `snapshot_id`. Refused while a sandbox holds the volume read-write,
+// unless it is `quiesced_by` (its guest froze the file system, or it is hibernated).
+struct Snapshot {
+  std::string snapshot_id;
+  std::string quiesced_by;
+};
+struct DeleteSnapshot {
+  std::string snapshot_id;
+};
 }  // namespace vcmd
 
-using VolumeCommand = std::variant<vcmd::Create, vcmd::Attach, vcmd::Detach, vcmd::Resize,
-                                   vcmd::SetMetadata, vcmd::Delete>;
+using VolumeCommand =
+    std::variant<vcmd::Create, vcmd::Attach, vcmd::Detach, vcmd::Resize, vcmd::SetMetadata,
+                 vcmd::Delete, vcmd::Snapshot, vcmd::DeleteSnapshot>;
 using VolumeDecision = std::variant<std::vector<VolumeEvent>, Rejection>;
 
 // Refusals: invalid_argument, volume_not_found (deleted), volume_in_use (attached read-write
 // elsewhere, or read-only elsewhere for a read-write attach), volume_attached (delete or resize
-// while a sandbox holds it). No events and no rejection = nothing to do (an idempotent repeat).
+// while a sandbox holds it; a snapshot while one holds it read-write unquiesced),
+// snapshot_not_found, quota_exceeded (max_snapshots). No events and no rejection = nothing to do
+// (an idempotent repeat).
 VolumeDecision decide(const VolumeState& state, const VolumeCommand& command, int64_t now_ms,
                       const VolumeLimits& limits = {}, const Limits& sandbox_limits = {});
 

@@ -17,6 +17,7 @@ VolumeInfo volume_info_of(const VolumeState& s) {
   i.metadata = s.metadata;
   i.created_at_ms = s.created_at_ms;
   i.attachments = s.attachments;
+  i.snapshots = s.snapshots;
   i.version = s.version;
   return i;
 }
@@ -28,6 +29,8 @@ Answer volume_answer(const VolumeState& s) {
   a.volume = volume_info_of(s);
   return a;
 }
+
+void persist(VolumeSelf* self);
 
 void pump(VolumeSelf* self) {
   auto& st = self->state;
@@ -47,18 +50,40 @@ void pump(VolumeSelf* self) {
     st.persisting = true;
     st.current_rp = rp;
     st.pending = events;
-    std::vector<storage::NewEvent> ne;
-    for (auto& e : events)
-      ne.push_back({to_string(e.kind), event_format(), encode_volume_event(e)});
-    auto me = caf::actor_cast<caf::actor>(self);
-    st.env->store->append_async(
-        st.s.id, st.s.version, std::move(ne),
-        [me](storage::Result<storage::AppendResult> r) {
-          caf::anon_send(me, persisted_atom::value, r.ok(),
-                         r.ok() ? std::string() : r.error().message);
-        },
-        storage::Durability::synced);
+    if (events.front().kind == VolumeEvent::Kind::snapshotted) {
+      // The copy first: recorded only once it exists (a crash between leaves an orphan file,
+      // which recovery removes).
+      auto from = volume_file(st.env->volumes_dir(), st.s.id).string();
+      auto to = volume_snapshot_file(st.env->volumes_dir(), events.front().snapshot.id).string();
+      self->request(st.files, caf::infinite, volclone_atom::value,
+                    std::vector<std::string>{from, to})
+          .then(
+              [self](std::string err) {
+                if (err.empty()) return persist(self);
+                self->send(self, persisted_atom::value, false, "copying the volume: " + err);
+              },
+              [self](const caf::error& e) {
+                self->send(self, persisted_atom::value, false, self->system().render(e));
+              });
+      return;
+    }
+    persist(self);
   }
+}
+
+void persist(VolumeSelf* self) {
+  auto& st = self->state;
+  std::vector<storage::NewEvent> ne;
+  for (auto& e : st.pending)
+    ne.push_back({to_string(e.kind), event_format(), encode_volume_event(e)});
+  auto me = caf::actor_cast<caf::actor>(self);
+  st.env->store->append_async(
+      st.s.id, st.s.version, std::move(ne),
+      [me](storage::Result<storage::AppendResult> r) {
+        caf::anon_send(me, persisted_atom::value, r.ok(),
+                       r.ok() ? std::string() : r.error().message);
+      },
+      storage::Durability::synced);
 }
 
 // After the events are on disk: the file follows the record.
@@ -68,6 +93,11 @@ void effect(VolumeSelf* self, const VolumeEvent& e) {
   switch (e.kind) {
     case VolumeEvent::Kind::deleted:
       remove_volume_file(file);
+      for (auto& sn : st.s.snapshots)
+        remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), sn.id));
+      break;
+    case VolumeEvent::Kind::snapshot_deleted:
+      remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), e.snapshot.id));
       break;
     case VolumeEvent::Kind::resized:
       // Rare, and short (a sparse file and resize2fs on an unmounted file system). Recovery
@@ -83,10 +113,12 @@ void effect(VolumeSelf* self, const VolumeEvent& e) {
 
 }  // namespace
 
-caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, VolumeState initial) {
+caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf::actor files,
+                           VolumeState initial) {
   auto& st = self->state;
   st.env = env;
   st.registry = registry;
+  st.files = files;
   st.s = std::move(initial);
   log_exceptions(self, "volume " + st.s.id);
   return {
@@ -105,9 +137,12 @@ caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, Volu
         if (!ok) {
           spdlog::error("volume {}: events not persisted: {}", st.s.id, err);
           rp.deliver(Answer::fail({"storage_error", err}));
-          // A create that was never recorded leaves no file behind.
+          // A create that was never recorded leaves no file behind, nor a snapshot.
           if (st.s.status == VolumeStatus::none)
             remove_volume_file(volume_file(st.env->volumes_dir(), st.s.id));
+          for (auto& e : events)
+            if (e.kind == VolumeEvent::Kind::snapshotted)
+              remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), e.snapshot.id));
         } else {
           for (auto& e : events) st.s = apply(st.s, e);
           for (auto& e : events) effect(self, e);

@@ -1,8 +1,11 @@
-// Volume actor: one per volume. Commands (create, attach, detach, resize, metadata, delete) are
-// decided purely (volume.h), their events appended to the volume's stream `vol_...` (synced:
-// every one is acknowledged to someone), applied, and only then is the file touched: removed
-// after volume-deleted, grown after volume-resized. Every change is reported to the registry
-// (its cache answers get and list). A deleted volume's actor ends.
+// Volume actor: one per volume. Commands (create, attach, detach, resize, metadata, delete,
+// snapshot, delete snapshot) are decided purely (volume.h), their events appended to the volume's
+// stream `vol_...` (synced: every one is acknowledged to someone), applied, and only then is the
+// file touched: removed after volume-deleted (with its snapshots), grown after volume-resized. A
+// snapshot is the exception: its copy is made first (by the volume file worker, while the
+// actor's queue waits, so no attach can come between), then volume-snapshotted is recorded.
+// Every change is reported to the registry (its cache answers get and list). A deleted volume's
+// actor ends.
 #pragma once
 
 #include <deque>
@@ -16,6 +19,7 @@ namespace pandastack::actors {
 struct VolumeActorState {
   Env* env = nullptr;
   caf::actor registry;
+  caf::actor files;  // the volume file worker
   VolumeState s;
   bool persisting = false;
   std::deque<std::pair<VolumeCommand, caf::response_promise>> queue;
@@ -25,7 +29,8 @@ struct VolumeActorState {
 
 using VolumeSelf = caf::stateful_actor<VolumeActorState>;
 
-caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, VolumeState initial);
+caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf::actor files,
+                           VolumeState initial);
 
 // The info the API shows for `s`.
 VolumeInfo volume_info_of(const VolumeState& s);

@@ -49,6 +49,15 @@ std::string encode_volume_event(const VolumeEvent& e) {
     case K::deleted:
       b.setDeleted();
       break;
+    case K::snapshotted: {
+      auto sn = b.initSnapshotted();
+      sn.setSnapshotId(e.snapshot.id);
+      sn.setSizeMib(e.snapshot.size_mib);
+      break;
+    }
+    case K::snapshot_deleted:
+      b.setSnapshotDeleted(e.snapshot.id);
+      break;
   }
   return codec::to_bytes(msg);
 }
@@ -96,6 +105,16 @@ std::optional<VolumeEvent> decode_volume_event(const std::string& bytes) {
           case w::VolumeEvent::DELETED:
             e.kind = K::deleted;
             break;
+          case w::VolumeEvent::SNAPSHOTTED:
+            e.kind = K::snapshotted;
+            e.snapshot.id = r.getSnapshotted().getSnapshotId();
+            e.snapshot.size_mib = r.getSnapshotted().getSizeMib();
+            e.snapshot.created_at_ms = e.at_ms;
+            break;
+          case w::VolumeEvent::SNAPSHOT_DELETED:
+            e.kind = K::snapshot_deleted;
+            e.snapshot.id = r.getSnapshotDeleted();
+            break;
           default:
             return std::nullopt;
         }
@@ -134,6 +153,13 @@ std::string volume_event_to_json(const VolumeEvent& e) {
       j.set("metadata", metadata());
       break;
     case K::deleted:
+      break;
+    case K::snapshotted:
+      j.set("snapshot_id", e.snapshot.id);
+      j.set("size_mib", e.snapshot.size_mib);
+      break;
+    case K::snapshot_deleted:
+      j.set("snapshot_id", e.snapshot.id);
       break;
   }
   return j.dump();

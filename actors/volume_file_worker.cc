@@ -16,6 +16,10 @@ caf::behavior volume_file_worker(caf::event_based_actor* self) {
         auto t0 = std::chrono::steady_clock::now();
         std::vector<std::string> made;
         for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+          std::error_code dir_ec;
+          auto parent = std::filesystem::path(pairs[i + 1]).parent_path();
+          if (std::filesystem::create_directories(parent, dir_ec))
+            std::filesystem::permissions(parent, std::filesystem::perms::owner_all, dir_ec);
           auto cloned = vmm::clone_file(pairs[i], pairs[i + 1]);
           if (!cloned) {
             std::error_code ec;

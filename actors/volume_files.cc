@@ -29,6 +29,10 @@ vmm::Status sync_file(const fs::path& p) {
 
 fs::path volume_file(const fs::path& dir, const std::string& id) { return dir / (id + ".img"); }
 
+fs::path volume_snapshot_file(const fs::path& dir, const std::string& id) {
+  return dir / "snapshots" / (id + ".img");
+}
+
 vmm::Status make_volume_file(const fs::path& to, uint64_t size_mib) {
   std::error_code ec;
   fs::create_directories(to.parent_path(), ec);

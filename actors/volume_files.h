@@ -14,6 +14,8 @@ namespace pandastack::actors {
 
 // The file of volume `id` under `dir`.
 std::filesystem::path volume_file(const std::filesystem::path& dir, const std::string& id);
+// The file of volume snapshot `id` (vsnap_...) under `dir` (in its snapshots/ folder).
+std::filesystem::path volume_snapshot_file(const std::filesystem::path& dir, const std::string& id);
 // Makes a `size_mib` file with an empty ext4 file system at `to` (written to a temporary name,
 // synced, then renamed: a crash leaves no half-made volume under the final name).
 vmm::Status make_volume_file(const std::filesystem::path& to, uint64_t size_mib);

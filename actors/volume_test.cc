@@ -102,15 +102,44 @@ TEST(Volume, ApplyRefusesWhatCannotHappen) {
   EXPECT_THROW(apply(attached, del), std::logic_error);
 }
 
+TEST(Volume, SnapshotsNeedAStillFileAndAreBounded) {
+  auto v = made();
+  auto s1 = run(v, vcmd::Snapshot{"vsnap_1", ""});
+  ASSERT_EQ(s1.snapshots.size(), 1u);
+  EXPECT_EQ(s1.snapshots[0], (VolumeSnapshot{"vsnap_1", 64, kNow}));
+  // Held read-write: only when that sandbox quiesced it (froze its file system, or hibernated).
+  auto held = run(v, attach("sbx_1", false));
+  EXPECT_EQ(refusal(held, vcmd::Snapshot{"vsnap_2", ""}), "volume_attached");
+  EXPECT_EQ(refusal(held, vcmd::Snapshot{"vsnap_2", "sbx_9"}), "volume_attached");
+  EXPECT_EQ(run(held, vcmd::Snapshot{"vsnap_2", "sbx_1"}).snapshots.size(), 1u);
+  // Read-only holders write nothing.
+  EXPECT_EQ(run(run(v, attach("sbx_1", true)), vcmd::Snapshot{"vsnap_2", ""}).snapshots.size(), 1u);
+  EXPECT_EQ(refusal(v, vcmd::Snapshot{"", ""}), "invalid_argument");
+  VolumeLimits two;
+  two.max_snapshots = 2;
+  auto full = run(s1, vcmd::Snapshot{"vsnap_2", ""});
+  auto d = decide(full, vcmd::Snapshot{"vsnap_3", ""}, kNow, two);
+  ASSERT_TRUE(std::holds_alternative<Rejection>(d));
+  EXPECT_EQ(std::get<Rejection>(d).code, "quota_exceeded");
+  EXPECT_EQ(refusal(full, vcmd::DeleteSnapshot{"vsnap_9"}), "snapshot_not_found");
+  auto one = run(full, vcmd::DeleteSnapshot{"vsnap_1"});
+  ASSERT_EQ(one.snapshots.size(), 1u);
+  EXPECT_EQ(one.snapshots[0].id, "vsnap_2");
+}
+
 TEST(Volume, EventsSurviveTheirPersistedForm) {
   VolumeState s;
   s.id = "vol_a";
-  std::vector<VolumeCommand> cmds = {vcmd::Create{"acme", "data", 64, {{"k", "v"}}, "fork:sbx_0:vol_b"},
-                                     attach("sbx_1", true, "/mnt/x"),
-                                     vcmd::Detach{"sbx_1", "sandbox_ended"},
-                                     vcmd::Resize{100},
-                                     vcmd::SetMetadata{{{"a", "b"}}},
-                                     vcmd::Delete{}};
+  std::vector<VolumeCommand> cmds = {
+      vcmd::Create{"acme", "data", 64, {{"k", "v"}}, "fork:sbx_0:vol_b"},
+      attach("sbx_1", true, "/mnt/x"),
+      vcmd::Detach{"sbx_1", "sandbox_ended"},
+      vcmd::Resize{100},
+      vcmd::SetMetadata{{{"a", "b"}}},
+      vcmd::Snapshot{"vsnap_1", ""},
+      vcmd::Snapshot{"vsnap_2", ""},
+      vcmd::DeleteSnapshot{"vsnap_1"},
+      vcmd::Delete{}};
   VolumeState replayed = s;
   for (auto& c : cmds) {
     auto d = decide(s, c, kNow);
@@ -125,6 +154,7 @@ TEST(Volume, EventsSurviveTheirPersistedForm) {
   }
   EXPECT_EQ(replayed.status, VolumeStatus::deleted);
   EXPECT_EQ(replayed.origin, "fork:sbx_0:vol_b");
+  EXPECT_EQ(replayed.snapshots, (std::vector<VolumeSnapshot>{{"vsnap_2", 100, kNow}}));
   EXPECT_EQ(replayed.size_mib, 100u);
   EXPECT_EQ(replayed.metadata, (std::map<std::string, std::string>{{"a", "b"}}));
   EXPECT_EQ(replayed.version, s.version);

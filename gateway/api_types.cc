@@ -160,6 +160,15 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   return j;
 }
 
+Json volume_snapshot_json(const std::string& volume, const actors::VolumeSnapshot& s) {
+  Json j = Json::object();
+  j.set("id", s.id);
+  j.set("volume", volume);
+  j.set("size_mib", s.size_mib);
+  j.set("created_at_ms", s.created_at_ms);
+  return j;
+}
+
 Json volume_json(const actors::VolumeInfo& v) {
   Json j = Json::object();
   j.set("id", v.id);
@@ -178,6 +187,9 @@ Json volume_json(const actors::VolumeInfo& v) {
     at.push(o);
   }
   j.set("attachments", at);
+  Json snaps = Json::array();
+  for (auto& s : v.snapshots) snaps.push(volume_snapshot_json(v.id, s));
+  j.set("snapshots", snaps);
   j.set("version", v.version);  // events in the volume's stream
   return j;
 }

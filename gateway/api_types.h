@@ -94,6 +94,7 @@ HttpReply list_reply(const char* name, const std::vector<T>& items, F&& to_json)
 
 Json sandbox_json(const actors::SandboxInfo& i);
 Json volume_json(const actors::VolumeInfo& v);
+Json volume_snapshot_json(const std::string& volume, const actors::VolumeSnapshot& s);
 Json exec_json(const vmm::ExecResult& r);
 Json stat_json(const vmm::FileStat& s);
 Json audit_json(const actors::AuditEvent& e);

@@ -1,5 +1,5 @@
-// Volumes: create, list, get, change (grow, metadata), delete. Attaching is part of a sandbox's
-// create (routes_sandboxes.cc: "volumes").
+// Volumes: create (empty, or from a volume snapshot), list, get, change (grow, metadata), delete;
+// volume snapshots. Attaching is part of a sandbox's create (routes_sandboxes.cc: "volumes").
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -15,15 +15,29 @@ std::string volume_param(const Request& r) {
   return id;
 }
 
+std::string snapshot_param(const Request& r) {
+  const std::string& id = r.param("snapshot_id");
+  if (id.size() != 22 || id.rfind("vsnap_", 0) != 0)
+    throw ApiError{"snapshot_not_found", "no volume snapshot " + id.substr(0, 64)};
+  return id;
+}
+
+// {size_mib, name?, metadata?}, or {from_snapshot, size_mib? (default: the snapshot's), ...}.
 HttpReply create(Call& c) {
   const auto& lim = c.gw.rt.config().volume_limits;
-  Fields f(c.r.json(), {"name", "size_mib", "metadata"});
-  if (!f.has("size_mib")) throw ApiError{"invalid_argument", "size_mib is required"};
+  Fields f(c.r.json(), {"name", "size_mib", "metadata", "from_snapshot"});
   actors::VolumeRequest req;
+  req.from_snapshot = f.str("from_snapshot");
+  if (!f.has("size_mib") && req.from_snapshot.empty())
+    throw ApiError{"invalid_argument", "size_mib is required"};
+  if (f.has("from_snapshot") &&
+      (req.from_snapshot.size() != 22 || req.from_snapshot.rfind("vsnap_", 0) != 0))
+    throw ApiError{"snapshot_not_found", "no volume snapshot " + req.from_snapshot.substr(0, 64)};
   req.tenant = c.tenant();
   req.name = f.str("name");
-  req.size_mib =
-      uint64_t(f.integer("size_mib", 0, int64_t(lim.min_size_mib), int64_t(lim.max_size_mib)));
+  if (f.has("size_mib"))
+    req.size_mib =
+        uint64_t(f.integer("size_mib", 0, int64_t(lim.min_size_mib), int64_t(lim.max_size_mib)));
   req.metadata = f.string_map("metadata");
   return json_reply(201, volume_json(unwrap(c.gw.rt.create_volume(req))));
 }
@@ -72,12 +86,30 @@ std::vector<Route> volume_routes() {
               unwrap(c.gw.rt.delete_volume(c.tenant(), volume_param(c.r)));
               return no_content();
             }),
-      route(M::POST, "/v1/volumes/{volume_id}/snapshots", "Snapshot a volume (not yet: 501)",
-            [](Call& c) -> HttpReply {
-              volume_param(c.r);
-              throw ApiError{"not_implemented",
-                             "volume snapshots are not implemented yet (copy the data with a "
-                             "read-only attach meanwhile)"};
+      route(M::POST, "/v1/volumes/{volume_id}/snapshots",
+            "Snapshot a volume (attached read-write: its guest's file system is frozen meanwhile)",
+            [](Call& c) {
+              Fields f(c.r.json(), {});
+              auto id = volume_param(c.r);
+              return json_reply(
+                  201, volume_snapshot_json(id, unwrap(c.gw.rt.snapshot_volume(c.tenant(), id))));
+            }),
+      route(M::GET, "/v1/volumes/{volume_id}/snapshots", "A volume's snapshots, oldest first",
+            [](Call& c) {
+              auto id = volume_param(c.r);
+              auto v = unwrap(c.gw.rt.get_volume(c.tenant(), id));
+              Json list = Json::array();
+              for (auto& s : v.snapshots) list.push(volume_snapshot_json(id, s));
+              Json j = Json::object();
+              j.set("snapshots", list);
+              return json_reply(200, j);
+            }),
+      route(M::DELETE, "/v1/volumes/{volume_id}/snapshots/{snapshot_id}",
+            "Delete a volume snapshot (volumes made from it keep their data)",
+            [](Call& c) {
+              unwrap(c.gw.rt.delete_volume_snapshot(c.tenant(), volume_param(c.r),
+                                                    snapshot_param(c.r)));
+              return no_content();
             }),
   };
 }

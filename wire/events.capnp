@@ -138,5 +138,10 @@ struct VolumeEvent {
     resized @10 :UInt64;           # the new size in MiB
     metadataChanged @11 :List(KeyValue);
     deleted @12 :Void;
+    snapshotted :group {
+      snapshotId @14 :Text;
+      sizeMib @15 :UInt64;
+    }
+    snapshotDeleted @16 :Text;     # its id
   }
 }

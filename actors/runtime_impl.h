@@ -1,0 +1,45 @@
+// The runtime facade's private part (runtime.cc, runtime_volumes.cc): the actor system, the
+// registry and the blocking request to it. Includes CAF: never include it from a public header.
+#pragma once
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <memory>
+
+#include "actors/env.h"
+#include "actors/messages.h"
+#include "actors/runtime.h"
+#include "storage/api_keys.h"
+
+namespace pandastack::actors {
+
+struct Runtime::Impl {
+  std::unique_ptr<Env> env;
+  std::unique_ptr<storage::KeyStore> keys;
+  std::unique_ptr<caf::actor_system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor registry;
+
+  // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
+  Answer ask(caf::message msg) {
+    caf::scoped_actor self{*sys};
+    Answer out = Answer::fail({"internal", "no answer"});
+    self->request(registry, std::chrono::seconds(300), std::move(msg))
+        .receive([&](Answer& a) { out = std::move(a); },
+                 [&](caf::error& e) {
+                   if (e == caf::sec::request_timeout)
+                     out = Answer::fail({"timeout", "the runtime did not answer within 300 s"});
+                   else
+                     out = Answer::fail({"internal", sys->render(e)});
+                 });
+    return out;
+  }
+};
+
+template <typename T, typename F>
+Reply<T> to_reply(const Answer& a, F&& pick) {
+  if (!a.ok) return a.error;
+  return pick(a);
+}
+
+}  // namespace pandastack::actors

@@ -1,0 +1,198 @@
+// The runtime facade's volume calls: create (empty, or from a volume snapshot), get, list,
+// change, delete, and volume snapshots. Blocking work (mkfs, copies) runs here, on the caller's
+// thread, never on the actor system's.
+#include <spdlog/spdlog.h>
+
+#include "actors/runtime_impl.h"
+#include "actors/volume_files.h"
+#include "vmm-driver/file_copy.h"
+
+namespace pandastack::actors {
+
+namespace {
+
+// A new volume `request` asks for, as a copy of one of the tenant's volume snapshots.
+Reply<VolumeInfo> create_from_snapshot(Runtime& rt, Runtime::Impl& impl,
+                                       const VolumeRequest& request) {
+  auto& env = *impl.env;
+  const auto& lim = env.config.volume_limits;
+  auto all = rt.list_volumes(request.tenant);
+  if (!all) return all.error();
+  const VolumeInfo* source = nullptr;
+  const VolumeSnapshot* snap = nullptr;
+  for (auto& v : *all)
+    for (auto& sn : v.snapshots)
+      if (sn.id == request.from_snapshot) {
+        source = &v;
+        snap = &sn;
+      }
+  if (!snap) return Rejection{"snapshot_not_found", "no volume snapshot " + request.from_snapshot};
+  VolumeRequest req = request;
+  if (req.size_mib == 0) req.size_mib = snap->size_mib;
+  if (req.size_mib < snap->size_mib)
+    return Rejection{"invalid_argument",
+                     "size_mib must be at least the snapshot's, " + std::to_string(snap->size_mib)};
+  if (req.name.empty()) req.name = source->name;
+  req.origin = "volume-snapshot:" + snap->id + ":" + source->id;
+  VolumeState none;
+  none.id = "vol_";
+  auto d = decide(
+      none,
+      VolumeCommand{vcmd::Create{req.tenant, req.name, req.size_mib, req.metadata, req.origin}},
+      now_ms(), lim, env.config.limits);
+  if (auto* r = std::get_if<Rejection>(&d)) return *r;
+  Answer ok =
+      impl.ask(caf::make_message(voladmit_atom::value, req.tenant, req.size_mib, uint32_t(1)));
+  if (!ok.ok) return ok.error;
+  std::string id = "vol_" + random_base32(16);
+  auto file = volume_file(env.volumes_dir(), id);
+  auto cloned = vmm::clone_file(volume_snapshot_file(env.volumes_dir(), snap->id), file);
+  if (!cloned)
+    return Rejection{"storage_error", "cannot copy the snapshot: " + cloned.error().message};
+  if (req.size_mib > snap->size_mib)
+    if (auto grown = grow_volume_file(file, req.size_mib); !grown) {
+      remove_volume_file(file);
+      return Rejection{"storage_error", "cannot grow the copy: " + grown.error().message};
+    }
+  Answer a = impl.ask(caf::make_message(volcreate_atom::value, id, req));
+  if (!a.ok) remove_volume_file(file);
+  return to_reply<VolumeInfo>(a, [](const Answer& x) { return x.volume; });
+}
+
+}  // namespace
+
+Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
+  if (!request.from_snapshot.empty()) return create_from_snapshot(*this, *impl_, request);
+  auto& env = *impl_->env;
+  const auto& lim = env.config.volume_limits;
+  // What can be refused without the file is refused before it is made (mkfs is real work).
+  VolumeState none;
+  none.id = "vol_";
+  auto d = decide(none,
+                  VolumeCommand{vcmd::Create{request.tenant, request.name, request.size_mib,
+                                             request.metadata, ""}},
+                  now_ms(), lim, env.config.limits);
+  if (auto* r = std::get_if<Rejection>(&d)) return *r;
+  Answer ok = impl_->ask(
+      caf::make_message(voladmit_atom::value, request.tenant, request.size_mib, uint32_t(1)));
+  if (!ok.ok) return ok.error;
+  std::string id = "vol_" + random_base32(16);
+  auto file = volume_file(env.volumes_dir(), id);
+  if (auto made = make_volume_file(file, request.size_mib); !made)
+    return Rejection{"storage_error", "cannot make the volume's file: " + made.error().message};
+  VolumeRequest req = request;
+  req.origin.clear();
+  Answer a = impl_->ask(caf::make_message(volcreate_atom::value, id, req));
+  if (!a.ok) remove_volume_file(file);
+  return to_reply<VolumeInfo>(a, [](const Answer& x) { return x.volume; });
+}
+
+Reply<VolumeInfo> Runtime::get_volume(const std::string& tenant, const std::string& id) {
+  auto all = list_volumes(tenant);
+  if (!all) return all.error();
+  for (auto& v : *all)
+    if (v.id == id) return v;
+  return Rejection{"volume_not_found", "no volume " + id};
+}
+
+Reply<std::vector<VolumeInfo>> Runtime::list_volumes(
+    const std::string& tenant, const std::map<std::string, std::string>& metadata) {
+  return to_reply<std::vector<VolumeInfo>>(
+      impl_->ask(caf::make_message(vollist_atom::value, ListQuery{tenant, std::nullopt, metadata})),
+      [](const Answer& a) { return a.volumes; });
+}
+
+Reply<VolumeInfo> Runtime::update_volume(
+    const std::string& tenant, const std::string& id, std::optional<uint64_t> size_mib,
+    std::optional<std::map<std::string, std::string>> metadata) {
+  Reply<VolumeInfo> out = get_volume(tenant, id);
+  if (!out) return out;
+  if (size_mib && *size_mib > out->size_mib) {
+    auto r = impl_->ask(
+        caf::make_message(voladmit_atom::value, tenant, *size_mib - out->size_mib, uint32_t(0)));
+    if (!r.ok) return r.error;  // the size quota (the volume itself is counted already)
+  }
+  if (size_mib) {
+    out =
+        to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                                          VolumeCommand{vcmd::Resize{*size_mib}})),
+                             [](const Answer& a) { return a.volume; });
+    if (!out) return out;
+  }
+  if (metadata)
+    out = to_reply<VolumeInfo>(
+        impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                     VolumeCommand{vcmd::SetMetadata{*metadata}})),
+        [](const Answer& a) { return a.volume; });
+  return out;
+}
+
+Reply<VolumeInfo> Runtime::delete_volume(const std::string& tenant, const std::string& id) {
+  return to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                                           VolumeCommand{vcmd::Delete{}})),
+                              [](const Answer& a) { return a.volume; });
+}
+
+Reply<VolumeSnapshot> Runtime::snapshot_volume(const std::string& tenant, const std::string& id) {
+  auto v = get_volume(tenant, id);
+  if (!v) return v.error();
+  Answer ok = impl_->ask(caf::make_message(voladmit_atom::value, tenant, v->size_mib, uint32_t(0)));
+  if (!ok.ok) return ok.error;
+  vcmd::Snapshot c{"vsnap_" + random_base32(16), ""};
+  // Held read-write: by a hibernated sandbox (its file is still), or by a running one whose guest
+  // freezes the file system for the copy.
+  std::optional<std::pair<std::string, std::string>> frozen;  // sandbox, mount
+  for (auto& a : v->attachments) {
+    if (a.read_only) continue;
+    auto sbx = get(tenant, a.sandbox);
+    if (!sbx)
+      return Rejection{"volume_attached", "volume " + id + " is attached to sandbox " + a.sandbox +
+                                              ", which is not answering"};
+    if (sbx->status == Status::hibernated) {
+      c.quiesced_by = a.sandbox;
+    } else if (sbx->status == Status::running) {
+      vmm::ExecRequest freeze;
+      freeze.argv = {"fsfreeze", "--freeze", a.mount};
+      freeze.timeout_ms = 30000;
+      auto r = exec(tenant, a.sandbox, freeze);
+      if (!r || r->exit_code != 0)
+        return Rejection{"volume_attached",
+                         "volume " + id + " is attached read-write to sandbox " + a.sandbox +
+                             ", whose file system at " + a.mount + " could not be frozen: " +
+                             (r ? r->stderr_data.substr(0, 300) : r.error().message)};
+      frozen = std::make_pair(a.sandbox, a.mount);
+      c.quiesced_by = a.sandbox;
+    } else {
+      return Rejection{"volume_attached", "volume " + id + " is attached to sandbox " + a.sandbox +
+                                              ", which is " + to_string(sbx->status) +
+                                              ": try again when it runs or is hibernated"};
+    }
+  }
+  auto snap_id = c.snapshot_id;
+  auto out = to_reply<VolumeInfo>(
+      impl_->ask(caf::make_message(volroute_atom::value, tenant, id, VolumeCommand{c})),
+      [](const Answer& a) { return a.volume; });
+  if (frozen) {
+    vmm::ExecRequest thaw;
+    thaw.argv = {"fsfreeze", "--unfreeze", frozen->second};
+    thaw.timeout_ms = 30000;
+    auto r = exec(tenant, frozen->first, thaw);
+    if (!r || r->exit_code != 0)
+      spdlog::warn("volume {}: thawing {} in sandbox {} failed: {}", id, frozen->second,
+                   frozen->first, r ? r->stderr_data.substr(0, 300) : r.error().message);
+  }
+  if (!out) return out.error();
+  for (auto& sn : out->snapshots)
+    if (sn.id == snap_id) return sn;
+  return Rejection{"internal", "the snapshot is not recorded"};
+}
+
+Reply<VolumeInfo> Runtime::delete_volume_snapshot(const std::string& tenant, const std::string& id,
+                                                  const std::string& snapshot_id) {
+  return to_reply<VolumeInfo>(
+      impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                   VolumeCommand{vcmd::DeleteSnapshot{snapshot_id}})),
+      [](const Answer& a) { return a.volume; });
+}
+
+}  // namespace pandastack::actors
