@@ -44,6 +44,10 @@ const char* kUsage = R"(usage:
                                     a DST ending in / or naming a folder gets SRC's file name)
   pandastack sandbox create ... [--volume VOL_ID:/mount[:ro]]...   attach volumes (at most 4)
   pandastack volume create --size MIB [--name N] [--metadata K=V]... [--json]
+  pandastack volume create --from-snapshot VSNAP_ID [--size MIB] [--name N] [--json]
+  pandastack volume snapshot VOL_ID [--json]         a point-in-time copy (prints its id)
+  pandastack volume snapshots VOL_ID [--json]
+  pandastack volume snapshot-delete VOL_ID VSNAP_ID
   pandastack volume list [--metadata K=V]... [--json]
   pandastack volume get|delete VOL_ID [--json]
   pandastack volume grow VOL_ID --size MIB [--json]   (only larger; while no sandbox holds it)
@@ -102,7 +106,7 @@ Opts parse(int argc, char** argv, int from) {
       static const char* known[] = {"--template", "--ttl",    "--state",        "--count",
                                     "--timeout",  "--cwd",    "--url",          "--key",
                                     "--egress",   "--on-timeout", "--idle-timeout", "--size",
-                                    "--name"};
+                                    "--name",     "--from-snapshot"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);
@@ -411,9 +415,11 @@ int api_main(int argc, char** argv) {
     };
     if (verb == "create") {
       need(0);
-      if (!o.flags.count("--size")) usage("volume create needs --size MIB");
+      bool from = o.flags.count("--from-snapshot");
+      if (!o.flags.count("--size") && !from) usage("volume create needs --size MIB");
       Json body = Json::object();
-      body.set("size_mib", seconds_flag(o, "--size"));
+      if (from) body.set("from_snapshot", o.flags.at("--from-snapshot"));
+      if (o.flags.count("--size")) body.set("size_mib", seconds_flag(o, "--size"));
       if (o.flags.count("--name")) body.set("name", o.flags.at("--name"));
       if (!o.metadata.empty()) body.set("metadata", metadata());
       return show(api.json("POST", "/v1/volumes", body.dump()));
@@ -435,6 +441,24 @@ int api_main(int argc, char** argv) {
         std::printf("%-22s %-16s %10lld  %s\n", v["id"].as_string().c_str(),
                     v["name"].as_string().c_str(), (long long)v["size_mib"].as_int(), at.c_str());
       }
+      return 0;
+    }
+    if (verb == "snapshot" || verb == "snapshots") {
+      need(1);
+      auto path = "/v1/volumes/" + tools::url_encode(o.pos[0]) + "/snapshots";
+      if (verb == "snapshot") return show(api.json("POST", path, "{}"));
+      auto r = api.json("GET", path);
+      if (o.json) return std::printf("%s\n", r["snapshots"].dump().c_str()), 0;
+      std::printf("%-24s %10s  %s\n", "SNAPSHOT", "SIZE_MIB", "CREATED_AT_MS");
+      for (auto& s : r["snapshots"].as_array())
+        std::printf("%-24s %10lld  %lld\n", s["id"].as_string().c_str(),
+                    (long long)s["size_mib"].as_int(), (long long)s["created_at_ms"].as_int());
+      return 0;
+    }
+    if (verb == "snapshot-delete") {
+      need(2);
+      api.json("DELETE", "/v1/volumes/" + tools::url_encode(o.pos[0]) + "/snapshots/" +
+                             tools::url_encode(o.pos[1]));
       return 0;
     }
     if (verb == "get" || verb == "delete" || verb == "grow") {

@@ -15,7 +15,8 @@ from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DirectoryNotE
                       SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
                       TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
                       VolumeNotFound)
-from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo
+from ._models import (ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo,
+                      VolumeSnapshotInfo)
 from ._sync import Sandbox, Volume
 
 __version__ = "0.2.0"
@@ -28,5 +29,6 @@ __all__ = [
     "FileExists", "DirectoryNotEmpty", "NoSpace", "GuestIOError", "TransitionFailed",
     "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
     "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
-    "Volume", "VolumeInfo", "VolumeNotFound", "VolumeInUse", "VolumeAttached",
+    "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
+    "VolumeAttached",
 ]

@@ -115,12 +115,34 @@ class VolumeInfo:
     metadata: Dict[str, str] = field(default_factory=dict)
     #: [{"sandbox", "mount", "read_only"}]: the sandboxes holding it
     attachments: List[Dict[str, Any]] = field(default_factory=list)
+    #: its snapshots, oldest first
+    snapshots: List["VolumeSnapshotInfo"] = field(default_factory=list)
+    #: "" (made empty), or what it is a copy of: "fork:<sandbox>:<volume>",
+    #: "snapshot:<snapshot>:<volume>", "volume-snapshot:<vsnap>:<volume>"
+    origin: str = ""
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "VolumeInfo":
         return cls(b["id"], b.get("name", ""), b["status"], int(b["size_mib"]),
                    int(b["created_at_ms"]), dict(b.get("metadata", {})),
-                   list(b.get("attachments", [])))
+                   list(b.get("attachments", [])),
+                   [VolumeSnapshotInfo.from_api(s) for s in b.get("snapshots", [])],
+                   b.get("origin", ""))
+
+
+@dataclass
+class VolumeSnapshotInfo:
+    """A point-in-time copy of a volume (``Volume.create(from_snapshot=...)`` makes a new
+    volume of it)."""
+
+    id: str
+    volume: str
+    size_mib: int
+    created_at_ms: int
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "VolumeSnapshotInfo":
+        return cls(b["id"], b["volume"], int(b["size_mib"]), int(b["created_at_ms"]))
 
 
 @dataclass

@@ -8,7 +8,8 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo
+from ._models import (ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo,
+                      VolumeSnapshotInfo)
 
 
 class _Http:
@@ -355,10 +356,17 @@ class Volume:
         return self.info.id
 
     @classmethod
-    def create(cls, size_mib: int, name: str = "", metadata: Optional[Mapping[str, str]] = None, *,
+    def create(cls, size_mib: Optional[int] = None, name: str = "",
+               metadata: Optional[Mapping[str, str]] = None, *, from_snapshot: Any = None,
                api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Volume":
+        """A new empty volume of ``size_mib``, or (``from_snapshot``: a snapshot or its id) a
+        copy of a volume snapshot (``size_mib`` defaults to the snapshot's; larger grows it)."""
         http = _Http(api_key, base_url, 120.0)
-        body: Dict[str, Any] = {"size_mib": int(size_mib), "name": name}
+        body: Dict[str, Any] = {"name": name}
+        if size_mib is not None:
+            body["size_mib"] = int(size_mib)
+        if from_snapshot is not None:
+            body["from_snapshot"] = getattr(from_snapshot, "id", from_snapshot)
         if metadata:
             body["metadata"] = dict(metadata)
         return cls(VolumeInfo.from_api(http.call("POST", "/v1/volumes", json=body).json()), http)
@@ -395,8 +403,23 @@ class Volume:
         return self.info
 
     def delete(self) -> None:
-        """Deletes it and its data (``VolumeAttached`` while a sandbox holds it)."""
+        """Deletes it, its data and its snapshots (``VolumeAttached`` while a sandbox holds
+        it)."""
         self._http.call("DELETE", f"/v1/volumes/{self.id}")
+
+    def snapshot(self) -> VolumeSnapshotInfo:
+        """A point-in-time copy. Held read-write by a running sandbox, its file system is frozen
+        (and so flushed) in the guest for the copy."""
+        return VolumeSnapshotInfo.from_api(
+            self._http.call("POST", f"/v1/volumes/{self.id}/snapshots", json={}).json())
+
+    def snapshots(self) -> List[VolumeSnapshotInfo]:
+        return [VolumeSnapshotInfo.from_api(s) for s in
+                self._http.call("GET", f"/v1/volumes/{self.id}/snapshots").json()["snapshots"]]
+
+    def delete_snapshot(self, snapshot: Any) -> None:
+        sid = getattr(snapshot, "id", snapshot)
+        self._http.call("DELETE", f"/v1/volumes/{self.id}/snapshots/{c.sid(sid)}")
 
     def __repr__(self) -> str:
         return f"Volume({self.id!r}, size_mib={self.info.size_mib})"

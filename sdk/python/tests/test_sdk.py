@@ -205,6 +205,18 @@ class VolumeSdkTest(unittest.TestCase):
                     await b.kill()
             self.assertEqual(asyncio.run(read_back()), "kept\n")
             self.assertEqual(vol.update(size_mib=48).size_mib, 48)
+            snap = vol.snapshot()
+            self.assertEqual([s.id for s in vol.snapshots()], [snap.id])
+            copy = Volume.create(from_snapshot=snap)
+            try:
+                self.assertEqual((copy.info.size_mib, copy.info.origin),
+                                 (48, f"volume-snapshot:{snap.id}:{vol.id}"))
+                with Sandbox.create(volumes=[(copy, "/data")]) as b:
+                    self.assertEqual(b.exec("cat /data/f").stdout, "kept\n")
+            finally:
+                copy.delete()
+            vol.delete_snapshot(snap)
+            self.assertEqual(vol.snapshots(), [])
         finally:
             vol.delete()
         with self.assertRaises(pandastack.VolumeNotFound):

@@ -43,10 +43,24 @@ export interface VolumeInfo {
   createdAtMs: number;
   metadata: Record<string, string>;
   attachments: { sandbox: string; mount: string; readOnly: boolean }[];
+  snapshots: VolumeSnapshotInfo[];
+  /** "" (made empty), or what it is a copy of: "fork:<sandbox>:<volume>", "snapshot:<snapshot>:<volume>",
+   * "volume-snapshot:<vsnap>:<volume>". */
+  origin: string;
+}
+
+/** A point-in-time copy of a volume. */
+export interface VolumeSnapshotInfo {
+  id: string;
+  volume: string;
+  sizeMib: number;
+  createdAtMs: number;
 }
 
 export interface VolumeCreateOptions extends ClientOptions {
-  sizeMib: number;
+  /** Required unless fromSnapshot is given (then: at least the snapshot's size; default its size). */
+  sizeMib?: number;
+  fromSnapshot?: string | VolumeSnapshotInfo;
   name?: string;
   metadata?: Record<string, string>;
 }
@@ -61,6 +75,9 @@ export declare class Volume {
   /** Grows it (only larger, while detached) and/or replaces its metadata. */
   update(opts: { sizeMib?: number; metadata?: Record<string, string> }): Promise<VolumeInfo>;
   delete(): Promise<void>;
+  snapshot(): Promise<VolumeSnapshotInfo>;
+  snapshots(): Promise<VolumeSnapshotInfo[]>;
+  deleteSnapshot(snapshot: string | VolumeSnapshotInfo): Promise<void>;
 }
 
 export type EgressMode = "deny_all" | "allow_all" | "allowlist";

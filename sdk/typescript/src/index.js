@@ -337,7 +337,13 @@ function volumeInfo(b) {
     id: b.id, name: b.name ?? "", status: b.status, sizeMib: b.size_mib, createdAtMs: b.created_at_ms,
     metadata: b.metadata ?? {},
     attachments: (b.attachments ?? []).map((a) => ({ sandbox: a.sandbox, mount: a.mount, readOnly: !!a.read_only })),
+    snapshots: (b.snapshots ?? []).map(volumeSnapshotInfo),
+    origin: b.origin ?? "",
   };
+}
+
+function volumeSnapshotInfo(s) {
+  return { id: s.id, volume: s.volume, sizeMib: s.size_mib, createdAtMs: s.created_at_ms };
 }
 
 // {volume, mount, read_only} from {volume: id | Volume, mount, readOnly}.
@@ -355,7 +361,10 @@ export class Volume {
   get id() { return this.info.id; }
   static async create(opts = {}) {
     const http = new Http(opts);
-    const body = { size_mib: opts.sizeMib, name: opts.name ?? "" };
+    const body = { name: opts.name ?? "" };
+    if (opts.sizeMib !== undefined) body.size_mib = opts.sizeMib;
+    if (opts.fromSnapshot !== undefined)
+      body.from_snapshot = typeof opts.fromSnapshot === "string" ? opts.fromSnapshot : opts.fromSnapshot.id;
     if (opts.metadata) body.metadata = opts.metadata;
     return new Volume(volumeInfo(await http.json("POST", "/v1/volumes", { json: body })), http);
   }
@@ -377,9 +386,20 @@ export class Volume {
     this.info = volumeInfo(await this.http.json("PATCH", `/v1/volumes/${encodeURIComponent(this.id)}`, { json: body }));
     return this.info;
   }
-  /** Deletes it and its data (VolumeAttachedError while a sandbox holds it). */
+  /** Deletes it, its data and its snapshots (VolumeAttachedError while a sandbox holds it). */
   async delete() {
     await this.http.call("DELETE", `/v1/volumes/${encodeURIComponent(this.id)}`);
+  }
+  /** A point-in-time copy (held read-write by a running sandbox: its file system is frozen for it). */
+  async snapshot() {
+    return volumeSnapshotInfo(await this.http.json("POST", `/v1/volumes/${encodeURIComponent(this.id)}/snapshots`, { json: {} }));
+  }
+  async snapshots() {
+    return (await this.http.json("GET", `/v1/volumes/${encodeURIComponent(this.id)}/snapshots`)).snapshots.map(volumeSnapshotInfo);
+  }
+  async deleteSnapshot(snapshot) {
+    const sid = typeof snapshot === "string" ? snapshot : snapshot.id;
+    await this.http.call("DELETE", `/v1/volumes/${encodeURIComponent(this.id)}/snapshots/${encodeURIComponent(sid)}`);
   }
 }
 

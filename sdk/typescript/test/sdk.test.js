@@ -187,6 +187,13 @@ test("volumes outlive sandboxes; read-write is exclusive", async () => {
   assert.equal((await b.exec("cat /ro/f")).stdout, "ts\n");
   await b.kill();
   assert.equal((await vol.update({ sizeMib: 40 })).sizeMib, 40);
+  const snap = await vol.snapshot();
+  assert.deepEqual((await vol.snapshots()).map((s) => s.id), [snap.id]);
+  const copy = await Volume.create({ fromSnapshot: snap });
+  assert.equal(copy.info.origin, `volume-snapshot:${snap.id}:${vol.id}`);
+  assert.equal(copy.info.sizeMib, 40);
+  await copy.delete();
+  await vol.deleteSnapshot(snap);
   await vol.delete();
   await assert.rejects(Volume.get(vol.id), VolumeNotFoundError);
 });
