@@ -83,12 +83,14 @@ void create_then(RegistrySelf* self, CreateRequest req, std::string parent, std:
 
 // Creates a sandbox from snapshot `snapshot` (a named one, or a fork's) taken of sandbox
 // `source`: with volumes inherited from it (copies of the snapshot's).
+// `take_copies`: the last one made from it (registry_volumes::inherit).
 void create_from(RegistrySelf* self, CreateRequest req, std::string parent, std::string snapshot,
                  const std::vector<SandboxVolume>& source, const std::string& origin,
-                 std::function<void(Answer)> then) {
+                 bool take_copies, std::function<void(Answer)> then) {
   if (source.empty()) return create_then(self, req, parent, snapshot, then);
   registry_volumes::inherit(
       self, req.tenant, source, self->state.env->snapshot_dir(snapshot).string(), origin,
+      take_copies,
       [self, req, parent, snapshot, source, then](registry_volumes::Inherited r) mutable {
         if (auto* no = std::get_if<Rejection>(&r)) return then(Answer::fail(*no));
         req.volumes = std::get<std::vector<CreateRequest::Volume>>(r);
@@ -105,7 +107,7 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
                               std::string snapshot,
                               const std::vector<SandboxVolume>& source = {}) {
   auto rp = self->make_response_promise();
-  create_from(self, req, parent, snapshot, source, "snapshot:" + snapshot,
+  create_from(self, req, parent, snapshot, source, "snapshot:" + snapshot, false,
               [rp](Answer ans) mutable { rp.deliver(ans); });
   return rp;
 }
@@ -318,8 +320,10 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         for (uint32_t i = 0; i < fr.count; ++i) {
           // Each child gets copies of the parent's read-write volumes as new volumes of its own
           // (the snapshot's copies), and shares its read-only ones.
+          // The last child's copies are the fork snapshot's own (dropped after the fork): taken,
+          // not copied (the file worker does the copies in the order asked).
           create_from(self, req, fr.parent, fr.snapshot_id, parent_info.volumes,
-                      "fork:" + fr.parent, [self, rp, col](Answer ans) mutable {
+                      "fork:" + fr.parent, i + 1 == fr.count, [self, rp, col](Answer ans) mutable {
             if (ans.ok)
               col->infos.push_back(ans.info);
             else

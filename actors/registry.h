@@ -53,10 +53,11 @@ caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req
 // too), made from that copy and recorded with `origin_kind`:<snapshot's origin>:<volume>, and
 // attached as the source was; the source itself for a read-only one it holds no copy of (a fork
 // shares them). Counted against the volume quotas. `then` gets them in slot order, or why not;
-// nothing is left of a failed one.
+// nothing is left of a failed one. `take_copies`: the last sandbox made from the snapshot (a
+// fork's last child) takes the snapshot's copies instead of copying them again.
 using Inherited = std::variant<std::vector<CreateRequest::Volume>, Rejection>;
 void inherit(RegistrySelf* self, const std::string& tenant, const std::vector<SandboxVolume>& source,
-             const std::string& snapshot_dir, const std::string& origin,
+             const std::string& snapshot_dir, const std::string& origin, bool take_copies,
              std::function<void(Inherited)> then);
 // Deletes volumes `inherit` made for a sandbox that did not start (after their detach).
 void discard(RegistrySelf* self, const std::vector<std::string>& ids);

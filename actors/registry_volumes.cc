@@ -103,7 +103,8 @@ caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req
 
 void inherit(RegistrySelf* self, const std::string& tenant,
              const std::vector<SandboxVolume>& source, const std::string& snapshot_dir,
-             const std::string& origin, std::function<void(Inherited)> then) {
+             const std::string& origin, bool take_copies,
+             std::function<void(Inherited)> then) {
   std::vector<CreateRequest::Volume> wanted;
   if (source.empty()) return then(wanted);
   auto snap = vmm::Snapshot::load(snapshot_dir);  // its meta.json: which volumes it holds
@@ -148,7 +149,7 @@ void inherit(RegistrySelf* self, const std::string& tenant,
   auto forget = [self, ids] {
     for (auto& id : ids) self->state.volumes.erase(id);
   };
-  self->request(files(self), caf::infinite, volclone_atom::value, pairs)
+  self->request(files(self), caf::infinite, volclone_atom::value, pairs, take_copies)
       .then(
           [self, ids, reqs, origins, wanted, then, forget](std::string err) {
             if (!err.empty()) {

@@ -56,7 +56,7 @@ void pump(VolumeSelf* self) {
       auto from = volume_file(st.env->volumes_dir(), st.s.id).string();
       auto to = volume_snapshot_file(st.env->volumes_dir(), events.front().snapshot.id).string();
       self->request(st.files, caf::infinite, volclone_atom::value,
-                    std::vector<std::string>{from, to})
+                    std::vector<std::string>{from, to}, false)
           .then(
               [self](std::string err) {
                 if (err.empty()) return persist(self);

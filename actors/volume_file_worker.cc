@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 
@@ -12,7 +13,7 @@ namespace pandastack::actors {
 caf::behavior volume_file_worker(caf::event_based_actor* self) {
   (void)self;
   return {
-      [](volclone_atom, std::vector<std::string> pairs) -> std::string {
+      [](volclone_atom, std::vector<std::string> pairs, bool move) -> std::string {
         auto t0 = std::chrono::steady_clock::now();
         std::vector<std::string> made;
         for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
@@ -20,6 +21,11 @@ caf::behavior volume_file_worker(caf::event_based_actor* self) {
           auto parent = std::filesystem::path(pairs[i + 1]).parent_path();
           if (std::filesystem::create_directories(parent, dir_ec))
             std::filesystem::permissions(parent, std::filesystem::perms::owner_all, dir_ec);
+          // The last user of a copy nobody needs after it (a fork's last child) takes the file.
+          if (move && ::rename(pairs[i].c_str(), pairs[i + 1].c_str()) == 0) {
+            made.push_back(pairs[i + 1]);
+            continue;
+          }
           auto cloned = vmm::clone_file(pairs[i], pairs[i + 1]);
           if (!cloned) {
             std::error_code ec;

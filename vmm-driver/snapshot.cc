@@ -41,9 +41,6 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
   if (s.layers.empty()) return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
   for (auto& f : {s.mem(), s.state(), s.disk()})
     if (!fs::exists(f)) return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
-  for (auto slot : s.volume_copies)
-    if (!fs::exists(s.volume(slot)))
-      return make_error(ErrorCode::invalid_argument, "snapshot volume missing: " + s.volume(slot).string());
   for (auto& l : s.layers)
     if (!fs::exists(s.layer(l)))
       return make_error(ErrorCode::invalid_argument, "snapshot layer missing: " + s.layer(l).string());

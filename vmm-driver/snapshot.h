@@ -44,6 +44,8 @@ struct Snapshot {
   int64_t created_unix_ms = 0;
   // The volume slots bound when it was taken (their guest has them mounted), and of those the
   // ones copied into it (volume(slot)): the volumes' state at the same instant as its memory.
+  // Not needed to restore it (a restore binds volume files of its own): a fork's last child
+  // takes the copies away.
   std::vector<uint32_t> volume_slots, volume_copies;
 
   std::filesystem::path mem() const { return dir / "mem"; }

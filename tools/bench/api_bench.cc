@@ -112,6 +112,54 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     report(json, "create-volume", vclient, vserver);
     return 0;
   }
+  if (scenario == "fork-volume") {
+    // Forks of a sandbox without and of one with a volume (256 MiB, 64 MiB of data on it),
+    // interleaved in one run: what copying the volume (a reflink, or a sparse copy on file
+    // systems without them) adds to a fork. And snapshots of that attached volume (its guest's
+    // file system frozen for the copy).
+    auto vol = api.call("POST", "/v1/volumes", "{\"size_mib\": 256}")["id"].as_string();
+    auto plain = api.create("{}");
+    auto held = api.create("{\"volumes\": [{\"volume\": \"" + vol + "\", \"mount\": \"/data\"}]}");
+    api.call("POST", "/v1/sandboxes/" + held + "/exec",
+             R"({"cmd":"head -c 67108864 /dev/urandom > /data/blob && sync","timeout_seconds":300})");
+    Json kids;
+    auto end_kids = [&] {  // not timed
+      for (auto& k : kids["sandboxes"].as_array()) {
+        auto vols = k["volumes"];
+        api.kill(k["id"].as_string());
+        for (auto& v : vols.as_array())
+          api.call("DELETE", "/v1/volumes/" + v["volume"].as_string(), "");
+      }
+    };
+    auto fork = [&](const std::string& id, double* s) {
+      kids = api.call("POST", "/v1/sandboxes/" + id + "/fork", R"({"count":1})", s);
+    };
+    std::vector<double> vclient, vserver, sclient, sserver;
+    for (int i = 0; i < n; ++i) {
+      sample([&](double* s) { fork(plain, s); });
+      end_kids();
+      pause();
+      double srv = 0;
+      auto t = Clock::now();
+      fork(held, &srv);
+      vclient.push_back(ms_since(t));
+      end_kids();
+      vserver.push_back(srv);
+      pause();
+      t = Clock::now();
+      auto snap = api.call("POST", "/v1/volumes/" + vol + "/snapshots", "{}", &srv);
+      sclient.push_back(ms_since(t));
+      sserver.push_back(srv);
+      api.call("DELETE", "/v1/volumes/" + vol + "/snapshots/" + snap["id"].as_string(), "");
+    }
+    api.kill(plain);
+    api.kill(held);
+    api.call("DELETE", "/v1/volumes/" + vol, "");
+    report(json, "fork", client, server);
+    report(json, "fork-volume", vclient, vserver);
+    report(json, "volume-snapshot", sclient, sserver);
+    return 0;
+  }
   if (scenario == "volume-throughput") {
     // Sequential write (fsynced) and read of 128 MiB on a volume from inside a guest, against the
     // same on the host (a file under /var/tmp, the data folder's disk here): MB/s each, n runs.
