@@ -104,8 +104,7 @@ void create_from(RegistrySelf* self, CreateRequest req, std::string parent, std:
 }
 
 caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string parent,
-                              std::string snapshot,
-                              const std::vector<SandboxVolume>& source = {}) {
+                              std::string snapshot, const std::vector<SandboxVolume>& source = {}) {
   auto rp = self->make_response_promise();
   create_from(self, req, parent, snapshot, source, "snapshot:" + snapshot, false,
               [rp](Answer ans) mutable { rp.deliver(ans); });
@@ -324,24 +323,25 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           // not copied (the file worker does the copies in the order asked).
           create_from(self, req, fr.parent, fr.snapshot_id, parent_info.volumes,
                       "fork:" + fr.parent, i + 1 == fr.count, [self, rp, col](Answer ans) mutable {
-            if (ans.ok)
-              col->infos.push_back(ans.info);
-            else
-              col->error = ans.error;
-            if (--col->left == 0) {
-              if (col->error) {
-                // A fork is all or nothing: the children that did start are killed.
-                for (auto& kid : col->infos)
-                  if (auto a = self->state.actors.find(kid.id); a != self->state.actors.end())
-                    caf::anon_send(a->second, cmd_atom::value, Command{cmd::Kill{}});
-                rp.deliver(Answer::fail(*col->error));
-              } else {
-                Answer a;
-                a.infos = col->infos;
-                rp.deliver(a);
-              }
-            }
-          });
+                        if (ans.ok)
+                          col->infos.push_back(ans.info);
+                        else
+                          col->error = ans.error;
+                        if (--col->left == 0) {
+                          if (col->error) {
+                            // A fork is all or nothing: the children that did start are killed.
+                            for (auto& kid : col->infos)
+                              if (auto a = self->state.actors.find(kid.id);
+                                  a != self->state.actors.end())
+                                caf::anon_send(a->second, cmd_atom::value, Command{cmd::Kill{}});
+                            rp.deliver(Answer::fail(*col->error));
+                          } else {
+                            Answer a;
+                            a.infos = col->infos;
+                            rp.deliver(a);
+                          }
+                        }
+                      });
         }
         return rp;
       },

@@ -120,8 +120,9 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     auto vol = api.call("POST", "/v1/volumes", "{\"size_mib\": 256}")["id"].as_string();
     auto plain = api.create("{}");
     auto held = api.create("{\"volumes\": [{\"volume\": \"" + vol + "\", \"mount\": \"/data\"}]}");
-    api.call("POST", "/v1/sandboxes/" + held + "/exec",
-             R"({"cmd":"head -c 67108864 /dev/urandom > /data/blob && sync","timeout_seconds":300})");
+    api.call(
+        "POST", "/v1/sandboxes/" + held + "/exec",
+        R"({"cmd":"head -c 67108864 /dev/urandom > /data/blob && sync","timeout_seconds":300})");
     Json kids;
     auto end_kids = [&] {  // not timed
       for (auto& k : kids["sandboxes"].as_array()) {
@@ -167,11 +168,11 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     auto vol = api.call("POST", "/v1/volumes", "{\"size_mib\": 512}")["id"].as_string();
     auto id = api.create("{\"volumes\": [{\"volume\": \"" + vol + "\", \"mount\": \"/data\"}]}");
     Json body = Json::object();
-    body.set("cmd", "a=$(date +%s%N); dd if=/dev/zero of=/data/f bs=1M count=" +
-                        std::to_string(kMib) +
-                        " conv=fsync 2>/dev/null; b=$(date +%s%N); echo 3 > /proc/sys/vm/drop_caches; "
-                        "c=$(date +%s%N); dd if=/data/f of=/dev/null bs=1M 2>/dev/null; "
-                        "d=$(date +%s%N); echo $((b-a)) $((d-c))");
+    body.set("cmd",
+             "a=$(date +%s%N); dd if=/dev/zero of=/data/f bs=1M count=" + std::to_string(kMib) +
+                 " conv=fsync 2>/dev/null; b=$(date +%s%N); echo 3 > /proc/sys/vm/drop_caches; "
+                 "c=$(date +%s%N); dd if=/data/f of=/dev/null bs=1M 2>/dev/null; "
+                 "d=$(date +%s%N); echo $((b-a)) $((d-c))");
     body.set("timeout_seconds", 600);
     std::vector<double> gw, gr, hw, hr;
     std::string host_file = "/var/tmp/pandastack-bench-volume." + std::to_string(::getpid());
