@@ -61,7 +61,9 @@ std::pair<std::string, vmm::VmPool::NetworkFactory> Env::pool_mode(bool networke
 
 vmm::RestorePool* Env::pool_for(const std::string& template_name, const vmm::Snapshot& snap,
                                 bool networked) {
-  if (config.pool_size == 0) return nullptr;
+  // A warm member's guest runs before it has a sandbox: one whose snapshot has volumes mounted
+  // (a template's baked data volume) would run on an empty slot. Those restore into spares.
+  if (config.pool_size == 0 || !snap.volume_slots.empty()) return nullptr;
   auto [suffix, factory] = pool_mode(networked);
   std::lock_guard lock(pools_mu);
   auto& [dir, pool] = pools[template_name + suffix];
@@ -114,6 +116,13 @@ vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string
   for (auto& ch : c.hostname)
     if (ch == '_') ch = '-';
   return c;
+}
+
+std::optional<Env::DataVolume> Env::template_data_volume(const std::string& template_name) const {
+  std::ifstream spec(config.images_dir / template_name / "data_volume");
+  DataVolume d;
+  if (!(spec >> d.mib >> d.mount)) return std::nullopt;
+  return d;
 }
 
 vmm::Result<vmm::Snapshot> Env::template_snapshot(const std::string& template_name) {

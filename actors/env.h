@@ -133,6 +133,13 @@ struct Env {
 
   // The template's baked snapshot, staged next to the run folders (bakes once; blocking).
   vmm::Result<vmm::Snapshot> template_snapshot(const std::string& template_name);
+  // A template baked with a data volume (its recipe's data_volume_mib/mount): each sandbox of it
+  // gets a copy of the baked volume at slot 0. Read from IMAGES/<template>/data_volume.
+  struct DataVolume {
+    uint64_t mib = 0;
+    std::string mount;
+  };
+  std::optional<DataVolume> template_data_volume(const std::string& template_name) const;
 };
 
 int64_t now_ms();

@@ -111,6 +111,46 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
   return rp;
 }
 
+caf::actor template_of(RegistrySelf* self, const std::string& name) {
+  auto& t = self->state.templates[name];
+  if (!t) t = self->spawn<caf::detached + caf::linked>(template_actor, self->state.env, name);
+  return t;
+}
+
+// A create of a template baked with a data volume (Env::template_data_volume): the template is
+// baked (once) first, then the sandbox gets a copy of its baked volume at slot 0 (already mounted
+// in the guest it restores), its own volumes after it.
+caf::result<Answer> create_with_data_volume(RegistrySelf* self, CreateRequest req,
+                                            const Env::DataVolume& dv) {
+  if (req.volumes.size() + 1 > vmm::kVolumeSlots)
+    return Answer::fail({"invalid_argument",
+                         "template " + req.template_name + " has a data volume: at most " +
+                             std::to_string(vmm::kVolumeSlots - 1) + " volumes of your own"});
+  auto rp = self->make_response_promise();
+  self->request(template_of(self, req.template_name), caf::infinite, bake_atom::value)
+      .then(
+          [self, rp, req, dv](Answer baked) mutable {
+            if (!baked.ok) return rp.deliver(baked);
+            std::vector<SandboxVolume> source{{"", dv.mount, false, 0}};
+            registry_volumes::inherit(
+                self, req.tenant, source, baked.text, "template:" + req.template_name, false,
+                [self, rp, req](registry_volumes::Inherited r) mutable {
+                  if (auto* no = std::get_if<Rejection>(&r)) return rp.deliver(Answer::fail(*no));
+                  auto data = std::get<std::vector<CreateRequest::Volume>>(r);
+                  std::vector<std::string> inherited;
+                  for (auto& v : data) inherited.push_back(v.volume);
+                  data.insert(data.end(), req.volumes.begin(), req.volumes.end());
+                  req.volumes = data;
+                  create_then(
+                      self, req, "", "", [rp](Answer a) mutable { rp.deliver(a); }, inherited);
+                });
+          },
+          [self, rp](const caf::error& e) mutable {
+            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+          });
+  return rp;
+}
+
 void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& id,
               const Command& c, caf::response_promise rp);
 
@@ -293,6 +333,9 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           ask.hibernated_mib = ask.memory_mib;
         }
         if (auto refused = admit(self, req.tenant, ask)) return Answer::fail(*refused);
+        if (snapshot.empty())
+          if (auto dv = self->state.env->template_data_volume(req.template_name))
+            return create_with_data_volume(self, req, *dv);
         return create_in(self, req, "", snapshot, source);
       },
       [=](fork_atom, ForkRequest fr) -> caf::result<Answer> {
@@ -417,11 +460,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         self->state.infos[s.id] = info_of(s);
         self->state.ended[s.id] = s;
       },
-      [=](template_atom, std::string name) -> caf::actor {
-        auto& t = self->state.templates[name];
-        if (!t) t = self->spawn<caf::detached + caf::linked>(template_actor, self->state.env, name);
-        return t;
-      },
+      [=](template_atom, std::string name) -> caf::actor { return template_of(self, name); },
       [=](info_atom, SandboxInfo info) {
         if (info.status == Status::stopped || info.status == Status::failed)
           registry_volumes::detach(self, info.id, info.volumes, "sandbox_ended");

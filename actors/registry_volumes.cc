@@ -139,7 +139,7 @@ void inherit(RegistrySelf* self, const std::string& tenant,
     pairs.push_back(volume_file(env->volumes_dir(), id).string());
     ids.push_back(id);
     reqs.push_back(r);
-    origins.push_back(origin + ":" + v.volume);
+    origins.push_back(v.volume.empty() ? origin : origin + ":" + v.volume);
     wanted.push_back({id, v.mount, v.read_only});
   }
   if (ids.empty()) return then(wanted);

@@ -109,18 +109,30 @@ recipe_get() { awk -F= -v k="$2" '$0 !~ /^#/ && $1==k {sub(/^[^=]*=/, ""); print
 build_rootfs() {
   local out recipe=$2; out=$(realpath -m "$1")
   [[ -f "$recipe" ]] || die "recipe $recipe not found"
-  local suite packages size files
+  local suite packages size files bake_script
   suite=$(recipe_get "$recipe" suite); packages=$(recipe_get "$recipe" packages)
   size=$(recipe_get "$recipe" size_mb); files=$(recipe_get "$recipe" files)
+  bake_script=$(recipe_get "$recipe" bake_script)
   [[ -n "$suite" && -n "$size" ]] || die "recipe $recipe needs suite= and size_mb="
   local key
   key=$( { echo "$ROOTFS_FORMAT"; cat "$recipe";
+           if [[ -n "$bake_script" ]]; then cat "$(dirname "$recipe")/$bake_script"; fi
            if [[ -n "$files" ]]; then tar -C "$(dirname "$recipe")/$files" -c . --sort=name --mtime=@0; fi; } | sha)
   # Whether the template's sandboxes get a network unless a create says otherwise (recipe key
   # network=on|off, default on): read by the runtime, not part of the image.
   local network; network=$(recipe_get "$recipe" network); network=${network:-on}
   [[ "$network" == on || "$network" == off ]] || die "recipe $recipe: network must be on or off"
   mkdir -p "$out"; echo "$network" > "$out/network"
+  # A data volume baked with the template (recipe keys data_volume_mib, data_volume_mount,
+  # bake_script): read by the driver at bake time, not part of the image.
+  local dv_mib dv_mount; dv_mib=$(recipe_get "$recipe" data_volume_mib)
+  dv_mount=$(recipe_get "$recipe" data_volume_mount)
+  rm -f "$out/data_volume" "$out/bake.sh"
+  if [[ -n "$dv_mib" ]]; then
+    [[ "$dv_mib" =~ ^[0-9]+$ && "$dv_mount" == /* ]] || die "recipe $recipe: data_volume_mib needs a number and data_volume_mount an absolute path"
+    echo "$dv_mib $dv_mount" > "$out/data_volume"
+  fi
+  if [[ -n "$bake_script" ]]; then install -m 0755 "$(dirname "$recipe")/$bake_script" "$out/bake.sh"; fi
   if [[ -f "$out/key" && "$(cat "$out/key")" == "$key" && -f "$out/rootfs.qcow2" ]]; then
     log "rootfs $(basename "$recipe" .recipe) cached ($key)"; return 0
   fi
@@ -134,6 +146,9 @@ build_rootfs() {
   fi
   local r="$tmp/root"
   rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/lib/apt/lists/* "$r"/var/log/*.log
+  # What a baked data volume is mounted over is never seen: not shipped in the image.
+  local dvm; dvm=$(recipe_get "$recipe" data_volume_mount)
+  if [[ -n "$dvm" ]]; then rm -rf "${r:?}${dvm:?}"/*; fi
   echo sandbox > "$r/etc/hostname"
   printf '127.0.0.1 localhost\n127.0.1.1 sandbox\n' > "$r/etc/hosts"
   mkdir -p "$r/workspace"

@@ -122,6 +122,16 @@ Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir, const
   }
   fs::create_hard_link(disk_tmp / snap.layers.back(), disk_tmp / "disk.qcow2", ec);
   if (ec) return fail(make_error(ErrorCode::io_error, "cannot link disk: " + ec.message()));
+  // Volume copies (a template's baked data volume): sources of copies, never written.
+  for (auto slot : snap.volume_copies) {
+    auto to = disk_tmp / snap.volume(slot).filename();
+    fs::create_hard_link(snap.volume(slot), to, ec);
+    if (ec) {
+      auto copied = clone_file(snap.volume(slot), to);
+      if (!copied) return fail(copied.error());
+      ec.clear();
+    }
+  }
   Snapshot staged = snap;
   staged.dir = fs::absolute(dir);
   staged.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);

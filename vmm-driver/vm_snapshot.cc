@@ -570,6 +570,15 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
     st = make_error(ErrorCode::io_error,
                     "cannot make the baked layer root's: " + std::string(strerror(errno)));
   if (st) st = link_or_copy(snap.dir / layer, snap.disk());
+  // A template's baked data volume (TemplateStore): its file becomes the snapshot's copy, the
+  // source of every sandbox's own copy.
+  for (auto& v : bound_) {
+    if (!st) break;
+    snap.volume_slots.push_back(v.slot);
+    if (v.read_only) continue;
+    st = move_file(v.file, snap.volume(v.slot));
+    if (st) snap.volume_copies.push_back(v.slot);
+  }
   if (!st) return st.error();
   layers_ = {layer};
   describe(snap, origin);
