@@ -35,11 +35,12 @@ guest-base: guest-initramfs
 guest: guest-base
 	$(GUEST) rootfs $(IMAGES)/agent guest/templates/agent.recipe
 	$(GUEST) rootfs $(IMAGES)/code-interpreter guest/templates/code-interpreter.recipe
+	$(GUEST) rootfs $(IMAGES)/postgres guest/templates/postgres.recipe
 
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
-integration: build guest-base
+integration: build guest
 	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure -L integration
 
 # Every shipped template: the tests create from each of them.

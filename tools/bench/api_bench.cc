@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -159,6 +160,65 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     report(json, "fork", client, server);
     report(json, "fork-volume", vclient, vserver);
     report(json, "volume-snapshot", sclient, sserver);
+    return 0;
+  }
+  if (scenario == "db-create") {
+    // A database from the postgres template, to its first query from the host: create (a
+    // restore with a copy of the baked data volume, the server already running), a role and
+    // database of its own with a fresh password (psql in the guest), its port exposed, then the
+    // host's `psql -c 'select 1'` through that port (retried until it answers). Needs a daemon
+    // with networking and the host's psql (Debian postgresql-client).
+    std::vector<double> sandbox, role, total;
+    for (int i = 0; i < n; ++i) {
+      std::string password;
+      {
+        unsigned char raw[12];
+        int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || ::read(fd, raw, sizeof raw) != ssize_t(sizeof raw)) return 1;
+        ::close(fd);
+        for (unsigned char c : raw) password += "0123456789abcdef"[c & 15];
+      }
+      auto t0 = Clock::now();
+      double srv = 0;
+      auto created = api.call("POST", "/v1/sandboxes", R"({"template":"postgres"})", &srv);
+      auto id = created["id"].as_string();
+      sandbox.push_back(ms_since(t0));
+      auto t1 = Clock::now();
+      Json exec = Json::object();
+      exec.set("cmd", "runuser -u postgres -- psql -v ON_ERROR_STOP=1 -qc \"CREATE ROLE app LOGIN "
+                      "PASSWORD '" +
+                          password + "'\" -c 'CREATE DATABASE app OWNER app'");
+      exec.set("timeout_seconds", 120);
+      auto r = api.call("POST", "/v1/sandboxes/" + id + "/exec", exec.dump());
+      if (r["exit_code"].as_int() != 0) {
+        std::fprintf(stderr, "pandastack-bench: role: %s\n", r.dump().c_str());
+        return 1;
+      }
+      auto port = api.call("POST", "/v1/sandboxes/" + id + "/ports", R"({"port":5432})");
+      role.push_back(ms_since(t1));
+      ::setenv("PGPASSWORD", password.c_str(), 1);
+      std::string psql = "psql -h " + port["host"].as_string() + " -p " +
+                         std::to_string(port["host_port"].as_int()) +
+                         " -U app -d app -Atqc 'select 1' >/dev/null 2>&1";
+      bool ok = false;
+      for (int attempt = 0; attempt < 600 && !ok; ++attempt) {
+        ok = std::system(psql.c_str()) == 0;
+        if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      total.push_back(ms_since(t0));
+      if (!ok) {
+        std::fprintf(stderr, "pandastack-bench: no answer from the database %s\n", id.c_str());
+        return 1;
+      }
+      auto vols = created["volumes"];
+      api.kill(id);
+      for (auto& v : vols.as_array())
+        api.call("DELETE", "/v1/volumes/" + v["volume"].as_string(), "");
+      pause();
+    }
+    report(json, "db-create-sandbox", sandbox, sandbox);
+    report(json, "db-create-role", role, role);
+    report(json, "db-create", total, total);
     return 0;
   }
   if (scenario == "volume-throughput") {

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The postgres template through the real daemon, real VMs, the real `psql` client and a real
+driver (Debian's python3-psycopg2): a template baked with its cluster made and its server running
+on a data volume, so a sandbox of it is a restore with a copy of that volume, serving at once.
+
+Usage: postgres_test.py --daemon build/bin/pandastackd [--images DIR]
+Traffic goes only to loopback (the host addresses of the sandboxes' exposed ports).
+"""
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import psycopg2
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Api, Daemon  # noqa: E402
+
+
+class PostgresTemplateTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = tempfile.mkdtemp(prefix="pst-pg-", dir="/var/tmp")
+        cls.data = os.path.join(cls.base, "data")
+        cls.state = tempfile.mkdtemp(prefix="pst-pg-state-", dir="/dev/shm")
+        cls.daemon = Daemon(cls.data, cls.state)
+        cls.api = Api(cls.daemon)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop()
+        shutil.rmtree(cls.base, ignore_errors=True)
+        shutil.rmtree(cls.state, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+
+    def database(self, **create):
+        """A postgres sandbox with a role and database of its own (a fresh random password) and
+        its port exposed: (sandbox id, connection parameters)."""
+        s, b = self.api.call("POST", "/v1/sandboxes", {"template": "postgres", **create})
+        self.assertEqual(s, 201, b)
+        sid = b["id"]
+        self.assertEqual([v["mount"] for v in b["volumes"]], ["/var/lib/postgresql"])
+        password = secrets.token_hex(16)
+        # One psql (a process start is slow in a guest under TCG): two statements, each its own
+        # transaction.
+        s, r = self.api.exec(sid, "runuser -u postgres -- psql -v ON_ERROR_STOP=1 -qc "
+                                  f"\"CREATE ROLE app LOGIN PASSWORD '{password}'\" "
+                                  "-c 'CREATE DATABASE app OWNER app'",
+                             timeout_seconds=120)
+        self.assertEqual((s, r.get("exit_code")), (200, 0), r)
+        s, p = self.api.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 5432})
+        self.assertEqual(s, 201, p)
+        return sid, dict(host=p["host"], port=p["host_port"], user="app", password=password,
+                         dbname="app", connect_timeout=30)
+
+    def connect(self, params):
+        deadline = time.time() + 60
+        while True:
+            try:
+                return psycopg2.connect(**params)
+            except psycopg2.OperationalError as e:
+                if "password authentication failed" in str(e) or time.time() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def test_sandboxes_of_the_template_serve_their_own_database(self):
+        a, pa = self.database()
+        b, pb = self.database()
+        self.assertNotEqual(pa["password"], pb["password"])
+        # The real psql client through the exposed port.
+        env = {**os.environ, "PGPASSWORD": pa["password"]}
+        out = subprocess.run(["psql", "-h", pa["host"], "-p", str(pa["port"]), "-U", "app", "-d",
+                              "app", "-Atc", "select 1"], env=env, capture_output=True,
+                             text=True, timeout=120)
+        self.assertEqual((out.returncode, out.stdout), (0, "1\n"), out.stderr)
+        with self.connect(pa) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+            cur.execute("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 10000) g")
+        with self.connect(pa) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*), max(id) FROM t")
+            self.assertEqual(cur.fetchone(), (10000, 10000))
+        # The other sandbox has a copy of the baked volume of its own: no table t there.
+        with self.connect(pb) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_tables WHERE tablename = 't'")
+            self.assertEqual(cur.fetchone(), (0,))
+        # A wrong password is refused; one sandbox's password opens nothing in the other.
+        for bad in (dict(pa, password="wrong"), dict(pb, password=pa["password"])):
+            with self.assertRaises(psycopg2.OperationalError) as e:
+                psycopg2.connect(**bad)
+            self.assertIn("password authentication failed", str(e.exception))
+        for sid in (a, b):
+            vol = self.api.call("GET", f"/v1/sandboxes/{sid}")[1]["volumes"][0]["volume"]
+            s, v = self.api.call("GET", f"/v1/volumes/{vol}")
+            self.assertEqual(v["origin"], "template:postgres", v)
+            self.api.call("DELETE", f"/v1/sandboxes/{sid}")
+            self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{vol}")[0], 204)
+
+    def test_rows_survive_hibernate_and_a_daemon_restart(self):
+        sid, p = self.database(persistent=True)
+        with self.connect(p) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE kept AS SELECT g AS id FROM generate_series(1, 10000) g")
+        self.assertEqual(self.api.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})[0], 200)
+        cls = self.__class__
+        cls.daemon.stop(sig=signal.SIGKILL)
+        cls.daemon = Daemon(cls.data, cls.state)
+        cls.api = self.api = Api(cls.daemon)
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/wake", {})
+        self.assertEqual(s, 200, b)
+        s, ports = self.api.call("GET", f"/v1/sandboxes/{sid}/ports")
+        p = dict(p, host=ports["ports"][0]["host"], port=ports["ports"][0]["host_port"])
+        with self.connect(p) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM kept")
+            self.assertEqual(cur.fetchone(), (10000,))
+        vol = self.api.call("GET", f"/v1/sandboxes/{sid}")[1]["volumes"][0]["volume"]
+        self.api.call("DELETE", f"/v1/sandboxes/{sid}")
+        self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{vol}")[0], 204)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    harness.ARGS = args
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
