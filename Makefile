@@ -6,7 +6,7 @@ JOBS    ?= $(shell nproc)
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan unit integration run bench bench-overhead clean distclean
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan unit integration run bench bench-overhead fuzz clean distclean
 
 all: build
 
@@ -71,6 +71,10 @@ bench: build guest-base
 	$(BUILD)/bin/pandastack-bench driver exec --n 200 --images $(IMAGES) --json
 
 # The daemon's own cost on the reply path: REST exec/create/fork against the driver's, in one run.
+# Every libFuzzer target (tests/fuzz) for FUZZ_SECONDS each (default 30), in build-fuzz with clang.
+fuzz: deps
+	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),30) scripts/fuzz.sh
+
 bench-overhead: build guest-base
 	BUILD=$(BUILD) IMAGES=$(IMAGES) scripts/bench-overhead.sh
 

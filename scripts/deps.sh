@@ -7,7 +7,7 @@ PACKAGES=(
   libssl-dev
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio xz-utils kmod
   iproute2 nftables libnftables-dev python3 python3-httpx nodejs
-  postgresql-client python3-psycopg2
+  postgresql-client python3-psycopg2 clang libclang-rt-14-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

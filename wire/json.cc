@@ -108,6 +108,8 @@ void Json::dump_to(std::string& out) const {
         out += std::to_string(int_);
       } else if (!std::isfinite(num_)) {
         out += "null";
+      } else if (num_ == 0 && std::signbit(num_)) {
+        out += "-0.0";  // "-0" would read back as the integer 0 (found by fuzz_json)
       } else {
         // Shortest of %.15g / %.17g that reads back as the same double.
         char buf[32];
