@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/env.h"
+#include "actors/database.h"
 #include "actors/runtime.h"
 #include "actors/sandbox.h"
 #include "actors/volume.h"
@@ -31,6 +32,8 @@ struct Answer {
   std::string exec_id;
   VolumeInfo volume;
   std::vector<VolumeInfo> volumes;
+  DatabaseState database;
+  std::vector<DatabaseState> databases;
 
   static Answer fail(Rejection r) {
     Answer a;
@@ -90,6 +93,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeCommand)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeInfo)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::DatabaseState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::DatabaseCommand)
 
 namespace pandastack::actors {
 
@@ -129,6 +134,11 @@ using vollist_atom = caf::atom_constant<caf::atom("vollist")>;
 using voladmit_atom = caf::atom_constant<caf::atom("voladmit")>;
 using voladopt_atom = caf::atom_constant<caf::atom("voladopt")>;
 using volclone_atom = caf::atom_constant<caf::atom("volclone")>;
+using db_atom = caf::atom_constant<caf::atom("db")>;
+using dbroute_atom = caf::atom_constant<caf::atom("dbroute")>;
+using dblist_atom = caf::atom_constant<caf::atom("dblist")>;
+using dbadopt_atom = caf::atom_constant<caf::atom("dbadopt")>;
+using dbinfo_atom = caf::atom_constant<caf::atom("dbinfo")>;
 using volremove_atom = caf::atom_constant<caf::atom("volremove")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "actors/event_codec.h"
+#include "actors/database_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 #include "wire/json.h"
@@ -206,6 +207,26 @@ Reply<Recovered> recover(Env& env) {
         spdlog::info("recovery: removing {} (no volume has this snapshot)", d.path().string());
         fs::remove(d.path(), ec);
       }
+  }
+
+  // Managed databases: replayed (their sandboxes and volumes recovered above).
+  {
+    auto dstreams = env.store->streams("db_");
+    if (!dstreams) return Rejection{"storage_error", dstreams.error().message};
+    for (auto& id : *dstreams) {
+      DatabaseState d;
+      d.id = id;
+      auto events = env.store->read_stream(id);
+      if (!events) return Rejection{"storage_error", events.error().message};
+      for (auto& stored : *events) {
+        auto e = decode_database_event(stored.payload);
+        if (!e)
+          return Rejection{"storage_error",
+                           "undecodable event " + std::to_string(stored.version) + " of " + id};
+        d = apply(d, *e);
+      }
+      out.databases.push_back(std::move(d));
+    }
   }
 
   if (config.network) {

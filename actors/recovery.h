@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "actors/env.h"
+#include "actors/database.h"
 #include "actors/volume.h"
 
 namespace pandastack::actors {
 
 struct Recovered {
   std::vector<SandboxState> sandboxes;
+  std::vector<DatabaseState> databases;
   size_t from_snapshots = 0;
   // Running sandboxes whose VM may still run: their actors adopt it (run folder by sandbox id).
   std::map<std::string, std::filesystem::path> to_adopt;

@@ -480,6 +480,15 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       [=](vollist_atom, ListQuery q) { return registry_volumes::list(self, q); },
       [=](voladopt_atom, VolumeState s) { registry_volumes::adopt(self, std::move(s)); },
+      [=](dbroute_atom, std::string tenant, std::string id,
+          DatabaseCommand c) -> caf::result<Answer> {
+        return registry_databases::command(self, tenant, id, std::move(c));
+      },
+      [=](dblist_atom, std::string tenant, bool deleted_too) {
+        return registry_databases::list(self, tenant, deleted_too);
+      },
+      [=](dbadopt_atom, DatabaseState s) { registry_databases::adopt(self, s); },
+      [=](dbinfo_atom, DatabaseState s) { registry_databases::info(self, s); },
       [=](volinfo_atom, VolumeInfo i) { registry_volumes::info(self, std::move(i)); },
       // A recovered sandbox; `adopt_dir`: the run folder of its VM, still running, to adopt.
       [=](adopt_atom, SandboxState s, std::string adopt_dir) {
@@ -526,6 +535,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         self->delayed_send(self, self->state.env->config.reaper_interval, tick_atom::value);
       },
       [=](shutdown_atom) -> caf::result<Answer> {
+        registry_databases::shutdown(self);
         auto rp = self->make_response_promise();
         auto left = std::make_shared<size_t>(0);
         for (auto& [id, i] : self->state.infos) {

@@ -29,6 +29,9 @@ struct RegistryState {
   std::map<std::string, caf::actor> volume_actors;
   std::map<std::string, VolumeInfo> volumes;
   caf::actor volume_files;  // volume_file_worker, spawned on first use
+  // Managed databases: an actor per database not deleted, every database's state for get/list.
+  std::map<std::string, caf::actor> database_actors;
+  std::map<std::string, DatabaseState> databases;
 };
 
 using RegistrySelf = caf::stateful_actor<RegistryState>;
@@ -78,5 +81,18 @@ void detach(RegistrySelf* self, const std::string& sandbox,
             const std::vector<SandboxVolume>& volumes, const std::string& reason,
             std::function<void()> then = {});
 }  // namespace registry_volumes
+
+// The registry's managed databases (registry_databases.cc).
+namespace registry_databases {
+// A command for the tenant's database `id` (another tenant's is database_not_found); a Create
+// spawns its actor.
+caf::result<Answer> command(RegistrySelf* self, const std::string& tenant, const std::string& id,
+                            DatabaseCommand c);
+Answer list(RegistrySelf* self, const std::string& tenant, bool deleted_too);
+void adopt(RegistrySelf* self, const DatabaseState& s);
+void info(RegistrySelf* self, const DatabaseState& s);
+// Ends every database actor (the daemon stops: they hold the registry, it holds them).
+void shutdown(RegistrySelf* self);
+}  // namespace registry_databases
 
 }  // namespace pandastack::actors

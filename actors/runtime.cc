@@ -18,6 +18,7 @@
 #include "actors/recovery.h"
 #include "actors/registry.h"
 #include "actors/runtime_impl.h"
+#include "actors/database_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
@@ -151,6 +152,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   }
   // After the sandboxes: attachments to sandboxes that ended are let go.
   for (auto& v : recovered->volumes) caf::anon_send(impl->registry, voladopt_atom::value, v);
+  for (auto& d : recovered->databases) caf::anon_send(impl->registry, dbadopt_atom::value, d);
   spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots); adopting {} VMs",
                recovered->sandboxes.size(), (config.data_dir / "store").string(),
                recovered->from_snapshots, recovered->to_adopt.size());
@@ -722,6 +724,8 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
     ListQuery vq{q.tenant, {}, {}, /*deleted_volumes=*/true};
     Answer vols = impl_->ask(caf::make_message(vollist_atom::value, vq));
     for (auto& i : vols.volumes) allowed->insert(i.id);
+    Answer dbs = impl_->ask(caf::make_message(dblist_atom::value, q.tenant, true));
+    for (auto& d : dbs.databases) allowed->insert(d.id);
     if (!q.stream.empty() && !allowed->count(q.stream)) return not_found(q.stream);
   }
   auto& store = *impl_->env->store;
@@ -740,6 +744,8 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
     std::string json = "{\"kind\":\"undecodable\"}";
     if (r.stream.starts_with("vol_")) {
       if (auto e = decode_volume_event(r.payload)) json = volume_event_to_json(*e);
+    } else if (r.stream.starts_with("db_")) {
+      if (auto e = decode_database_event(r.payload)) json = database_event_to_json(*e);
     } else if (auto e = decode_event(r.payload)) {
       json = event_to_json(*e);
     }

@@ -139,6 +139,26 @@ struct VolumeRequest {
   std::string origin;         // set by the runtime: what the new volume is a copy of
 };
 
+// A managed database (actors/database.h): PostgreSQL in a sandbox of the postgres template.
+struct DatabaseRequest {
+  std::string tenant, name;
+  std::map<std::string, std::string> metadata;
+};
+struct DatabaseInfo {
+  std::string id, tenant, name;
+  std::string status;  // running | hibernated | deleted
+  std::map<std::string, std::string> metadata;
+  std::string sandbox, volume;  // the sandbox it runs in, its data volume
+  std::string user, database;   // its login role and database
+  std::string host;             // where it listens on the host (an exposed port): while running
+  uint16_t port = 0;
+  std::string password;  // only in the answers of create and rotate_password, never stored
+  int64_t created_at_ms = 0;
+  uint64_t version = 0;
+  // postgresql://user[:password]@host:port/database (the password only when known).
+  std::string connection_uri() const;
+};
+
 // One of a tenant's named snapshots.
 struct SnapshotInfo {
   std::string id, sandbox, template_name;
@@ -318,6 +338,24 @@ class Runtime {
   Reply<VolumeSnapshot> snapshot_volume(const std::string& tenant, const std::string& id);
   Reply<VolumeInfo> delete_volume_snapshot(const std::string& tenant, const std::string& id,
                                            const std::string& snapshot_id);
+  // Managed databases (runtime_databases.cc). A create is a sandbox of the postgres template
+  // (a restore: its server runs already) with a copy of the baked data volume, a login role and
+  // database named after it with a fresh random password (set through psql's stdin: in no event
+  // and no command line), its port 5432 exposed on the host, deny-all egress, no TTL; then
+  // database-created is recorded. Errors: invalid_argument, network_disabled, template_not_found,
+  // quota_exceeded, database_not_found, database_hibernated, start_failed.
+  Reply<DatabaseInfo> create_database(const DatabaseRequest& request);
+  Reply<DatabaseInfo> get_database(const std::string& tenant, const std::string& id);
+  Reply<std::vector<DatabaseInfo>> list_databases(const std::string& tenant);
+  // Kills its sandbox and deletes its data volume, then records database-deleted.
+  Reply<DatabaseInfo> delete_database(const std::string& tenant, const std::string& id);
+  Reply<DatabaseInfo> hibernate_database(const std::string& tenant, const std::string& id);
+  Reply<DatabaseInfo> wake_database(const std::string& tenant, const std::string& id);
+  // A new random password for its role (the old one stops working at once).
+  Reply<DatabaseInfo> rotate_database_password(const std::string& tenant, const std::string& id);
+  // The last `lines` lines of its server log.
+  Reply<std::string> database_logs(const std::string& tenant, const std::string& id,
+                                   uint32_t lines);
   // The audit log (read from the event store), oldest first.
   Reply<std::vector<AuditEvent>> audit(const AuditQuery& query);
   // Live sandboxes by status, across tenants.

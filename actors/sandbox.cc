@@ -1,5 +1,7 @@
 #include "actors/sandbox.h"
 
+#include <limits>
+
 #include <algorithm>
 
 namespace pandastack::actors {
@@ -147,7 +149,13 @@ Status transition_status(Transition t) {
   return Status::running;
 }
 
+// When a sandbox with `ttl` expires, counted from `from_ms` (never, for kNoExpiry).
+int64_t expiry(int64_t from_ms, uint32_t ttl) {
+  return ttl == kNoExpiry ? std::numeric_limits<int64_t>::max() : from_ms + int64_t(ttl) * 1000;
+}
+
 std::optional<Rejection> check_ttl(uint32_t ttl, const Limits& l) {
+  if (ttl == kNoExpiry) return std::nullopt;  // set by the runtime only (a database's sandbox)
   if (ttl > l.max_ttl_seconds)
     return reject("invalid_argument", "ttl_seconds " + std::to_string(ttl) +
                                           " is over the maximum of " +
@@ -182,7 +190,7 @@ struct Decider {
     e.vcpus = c.vcpus;
     e.memory_mib = c.memory_mib;
     e.ttl_seconds = c.ttl_seconds ? c.ttl_seconds : limits.default_ttl_seconds;
-    e.expires_at_ms = now + int64_t(e.ttl_seconds) * 1000;
+    e.expires_at_ms = expiry(now, e.ttl_seconds);
     e.metadata = c.metadata;
     e.persistent = c.persistent;
     e.auto_wake = c.auto_wake;
@@ -338,7 +346,9 @@ struct Decider {
 
   Decision operator()(const cmd::SetTtl& c) const {
     if (!s.live()) return not_running(s, "change its TTL");
-    if (c.ttl_seconds == 0) return reject("invalid_argument", "ttl_seconds must be positive");
+    if (c.ttl_seconds == 0 || c.ttl_seconds == kNoExpiry)
+      return reject("invalid_argument", "ttl_seconds must be positive and at most " +
+                                            std::to_string(limits.max_ttl_seconds));
     if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
     Event e = ev(Event::Kind::ttl_changed, now);
     e.ttl_seconds = c.ttl_seconds;
@@ -548,7 +558,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (s.status != Status::waking) impossible(s, e);
       s.status = Status::running;
       // A woken sandbox gets its TTL afresh (it may have been hibernated at expiry).
-      s.expires_at_ms = e.at_ms + int64_t(s.ttl_seconds) * 1000;
+      s.expires_at_ms = expiry(e.at_ms, s.ttl_seconds);
       s.hibernation_snapshot.clear();
       s.pending_snapshot.clear();
       break;

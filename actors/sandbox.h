@@ -149,6 +149,10 @@ struct SandboxState {
   }
 };
 
+// A TTL that never expires: only the runtime sets it (the sandbox of a managed database, which
+// lives until the database is deleted); the API's TTLs are bounded by Limits::max_ttl_seconds.
+inline constexpr uint32_t kNoExpiry = 0xFFFFFFFFu;
+
 struct Limits {
   uint32_t default_ttl_seconds = 900;
   uint32_t max_ttl_seconds = 24 * 3600;

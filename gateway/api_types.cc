@@ -127,10 +127,12 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("template", i.template_name);
   j.set("state", actors::to_string(i.status));
   j.set("created_at_ms", i.created_at_ms);
-  j.set("expires_at_ms", i.expires_at_ms);
+  // A managed database's sandbox never expires: null.
+  bool never = i.ttl_seconds == actors::kNoExpiry;
+  j.set("expires_at_ms", never ? Json() : Json(i.expires_at_ms));
   j.set("persistent", i.persistent);
   j.set("auto_wake", i.auto_wake);
-  j.set("ttl_seconds", i.ttl_seconds);
+  j.set("ttl_seconds", never ? Json() : Json(int64_t(i.ttl_seconds)));
   j.set("idle_timeout_seconds", i.idle_timeout_seconds);
   j.set("on_timeout", i.on_timeout == actors::ReapAction::kill ? "kill" : "hibernate");
   j.set("metadata", actors::string_map_json(i.metadata));

@@ -25,6 +25,8 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"process_not_found", 404},
       {"port_not_found", 404},
       {"volume_not_found", 404},
+      {"database_not_found", 404},
+      {"database_hibernated", 409},
       {"method_not_allowed", 405},
       {"request_timeout", 408},
       {"is_a_directory", 409},

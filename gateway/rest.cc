@@ -150,7 +150,8 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   pool = std::make_unique<WorkerPool>(limits.worker_threads, limits.max_queued_requests);
   stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
   for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
-                     snapshot_routes(), admin_routes(), quota_routes(), volume_routes()})
+                     snapshot_routes(), admin_routes(), quota_routes(), volume_routes(),
+                     database_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
 }
 

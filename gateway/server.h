@@ -78,6 +78,7 @@ std::vector<Route> snapshot_routes();  // snapshots
 std::vector<Route> admin_routes();     // keys, the audit log
 std::vector<Route> quota_routes();     // quotas: one's own, a tenant's (admin)
 std::vector<Route> volume_routes();    // volumes
+std::vector<Route> database_routes();  // managed databases
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {

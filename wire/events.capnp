@@ -145,3 +145,24 @@ struct VolumeEvent {
     snapshotDeleted @16 :Text;     # its id
   }
 }
+
+# One event of a managed database's stream (`db_...`): actors/database.h. No password is ever in
+# it (shown once to the caller; the server holds its SCRAM verifier).
+struct DatabaseEvent {
+  atMs @0 :Int64;
+  union {
+    created :group {
+      tenant @1 :Text;
+      name @2 :Text;
+      metadata @3 :List(KeyValue);
+      sandbox @4 :Text;            # the sandbox it runs in (template postgres)
+      user @5 :Text;
+      database @6 :Text;
+      volume @7 :Text;             # its data volume
+    }
+    credentialsRotated @8 :Void;
+    hibernated @9 :Void;
+    woken @10 :Void;
+    deleted @11 :Void;
+  }
+}

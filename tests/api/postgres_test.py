@@ -124,6 +124,128 @@ class PostgresTemplateTest(unittest.TestCase):
         self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{vol}")[0], 204)
 
 
+    def test_python_sdk(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "sdk", "python"))
+        import pandastack
+        from pandastack import Database
+        kw = dict(api_key=self.daemon.key, base_url=self.daemon.url)
+        db = Database.create("sdk", metadata={"via": "sdk"}, **kw)
+        try:
+            self.assertTrue(db.info.password and db.info.password in db.connection_uri)
+            with self.connect_uri(db.connection_uri) as conn, conn.cursor() as cur:
+                cur.execute("SELECT current_user, current_database()")
+                self.assertEqual(cur.fetchone(), ("sdk", "sdk"))
+            old = db.connection_uri
+            db.rotate_password()
+            self.assertNotEqual(db.connection_uri, old)
+            with self.connect_uri(db.connection_uri) as conn:
+                pass
+            self.assertIn(db.id, [d.id for d in Database.list(**kw)])
+            self.assertEqual(Database.get(db.id, **kw).info.password, "")
+            self.assertIn("database system is ready", db.logs(1000))
+        finally:
+            db.delete()
+        with self.assertRaises(pandastack.DatabaseNotFound):
+            Database.get(db.id, **kw)
+
+    def connect_uri(self, uri):
+        return psycopg2.connect(uri, connect_timeout=30)
+
+    def assertError(self, got, status, code):
+        s, b = got
+        self.assertEqual((s, b.get("error", {}).get("code")), (status, code), b)
+
+    def test_managed_databases(self):
+        s, a = self.api.call("POST", "/v1/databases", {"name": "shop", "metadata": {"team": "x"}})
+        self.assertEqual(s, 201, a)
+        self.assertTrue(a["id"].startswith("db_") and len(a["id"]) == 19, a)
+        self.assertEqual((a["status"], a["user"], a["database"], a["port"] > 0),
+                         ("running", "shop", "shop", True), a)
+        self.assertIn(":" + a["password"] + "@", a["connection_uri"])
+        s, b = self.api.call("POST", "/v1/databases", {"name": "shop"})
+        self.assertEqual(s, 201, b)
+        self.assertNotEqual(a["password"], b["password"])
+        # GET never shows the password again.
+        s, got = self.api.call("GET", f"/v1/databases/{a['id']}")
+        self.assertNotIn("password", got)
+        self.assertNotIn(a["password"], got["connection_uri"])
+        self.assertEqual(got["connection_uri"],
+                         f"postgresql://shop@{a['host']}:{a['port']}/shop")
+        with psycopg2.connect(a["connection_uri"], connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 10000) g")
+        with psycopg2.connect(b["connection_uri"], connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_tables WHERE tablename = 't'")
+            self.assertEqual(cur.fetchone(), (0,))
+        # Another database's password, a wrong one, the superuser: refused.
+        for uri in (a["connection_uri"].replace(a["password"], b["password"]),
+                    a["connection_uri"].replace(a["password"], "wrong"),
+                    a["connection_uri"].replace("shop:", "postgres:", 1)):
+            with self.assertRaises(psycopg2.OperationalError):
+                psycopg2.connect(uri, connect_timeout=30)
+        # A new password: the old one stops working.
+        s, r = self.api.call("POST", f"/v1/databases/{a['id']}/rotate-password", {})
+        self.assertEqual(s, 200, r)
+        with self.assertRaises(psycopg2.OperationalError):
+            psycopg2.connect(a["connection_uri"], connect_timeout=30)
+        with psycopg2.connect(r["connection_uri"], connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM t")
+            self.assertEqual(cur.fetchone(), (10000,))
+        s, logs = self.api.call("GET", f"/v1/databases/{a['id']}/logs?lines=50")
+        self.assertEqual(s, 200, logs)
+        self.assertIn("password authentication failed", logs["log"])
+        # Hibernated, the daemon killed and restarted, woken: the rows are there, the URI works.
+        s, h = self.api.call("POST", f"/v1/databases/{a['id']}/hibernate", {})
+        self.assertEqual((s, h["status"], h["host"]), (200, "hibernated", ""), h)
+        self.assertError(self.api.call("POST", f"/v1/databases/{a['id']}/rotate-password", {}),
+                         409, "database_hibernated")
+        cls = self.__class__
+        cls.daemon.stop(sig=signal.SIGKILL)
+        cls.daemon = Daemon(cls.data, cls.state)
+        cls.api = self.api = Api(cls.daemon)
+        s, w = self.api.call("POST", f"/v1/databases/{a['id']}/wake", {})
+        self.assertEqual((s, w["status"]), (200, "running"), w)
+        uri = w["connection_uri"].replace("shop@", f"shop:{r['password']}@", 1)
+        with psycopg2.connect(uri, connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM t")
+            self.assertEqual(cur.fetchone(), (10000,))
+        self.assertEqual([d["id"] for d in self.api.call("GET", "/v1/databases")[1]["databases"]],
+                         sorted([a["id"], b["id"]]) if a["id"] < b["id"] else [b["id"], a["id"]])
+        # No password reached the event log.
+        s, ev = self.api.call("GET", "/v1/audit?limit=10000")
+        text = str(ev)
+        for pw in (a["password"], b["password"], r["password"]):
+            self.assertNotIn(pw, text)
+        kinds = [e["type"] for e in ev["events"] if e["stream"] == a["id"]]
+        self.assertEqual(kinds, ["database-created", "database-credentials-rotated",
+                                 "database-hibernated", "database-woken"])
+        # Bad input; backups are not built yet.
+        self.assertError(self.api.call("POST", "/v1/databases", {"name": "Bad-Name"}), 400,
+                         "invalid_argument")
+        self.assertError(self.api.call("POST", "/v1/databases", {}), 400, "invalid_argument")
+        self.assertError(self.api.call("GET", "/v1/databases/db_aaaaaaaaaaaaaaaa"), 404,
+                         "database_not_found")
+        self.assertError(self.api.call("GET", f"/v1/databases/{a['id']}/logs?lines=0"), 400,
+                         "invalid_argument")
+        self.assertError(self.api.call("POST", f"/v1/databases/{a['id']}/backups", {}), 501,
+                         "not_implemented")
+        self.assertError(self.api.call("POST", "/v1/databases", {"name": "x", "from_backup": "b"}),
+                         501, "not_implemented")
+        s, k = self.api.call("POST", "/v1/keys", {"tenant": "dbother"})
+        other = Api(self.daemon, key=k["key"])
+        self.assertError(other.call("GET", f"/v1/databases/{a['id']}"), 404, "database_not_found")
+        self.assertEqual(other.call("GET", "/v1/databases")[1]["databases"], [])
+        # Delete: its sandbox and its data volume go.
+        for d in (a, b):
+            self.assertEqual(self.api.call("DELETE", f"/v1/databases/{d['id']}")[0], 204)
+            self.assertError(self.api.call("GET", f"/v1/databases/{d['id']}"), 404,
+                             "database_not_found")
+            self.assertError(self.api.call("GET", f"/v1/volumes/{d['volume']}"), 404,
+                             "volume_not_found")
+            self.assertEqual(self.api.call("GET", f"/v1/sandboxes/{d['sandbox']}")[1]["state"],
+                             "stopped")
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--daemon", required=True)

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "actors/event_codec.h"
+#include "actors/database_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/sandbox.h"
 #include "storage/event_store.h"
@@ -119,6 +120,9 @@ Entry entry_of(const storage::StoredEvent& r) {
   std::optional<std::string> json;
   if (r.stream.starts_with("vol_")) {
     if (auto ev = actors::decode_volume_event(r.payload)) json = actors::volume_event_to_json(*ev);
+  } else if (r.stream.starts_with("db_")) {
+    if (auto ev = actors::decode_database_event(r.payload))
+      json = actors::database_event_to_json(*ev);
   } else if (auto ev = actors::decode_event(r.payload)) {
     json = actors::event_to_json(*ev);
   }

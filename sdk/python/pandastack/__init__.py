@@ -7,7 +7,8 @@
 Reads PANDASTACK_API_KEY and PANDASTACK_BASE_URL (default http://127.0.0.1:7070).
 """
 from ._async import AsyncSandbox
-from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DirectoryNotEmpty, ExecFailed,
+from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DatabaseHibernated,
+                      DatabaseNotFound, DirectoryNotEmpty, ExecFailed,
                       FileExists, FileNotFound, Forbidden, GuestIOError, HostFull, InvalidArgument,
                       InvalidCwd, IsADirectory, NoSpace, NotADirectory, NotFound,
                       NotImplementedByServer, PandaStackError, PayloadTooLarge, PermissionDenied,
@@ -15,9 +16,9 @@ from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DirectoryNotE
                       SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
                       TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
                       VolumeNotFound)
-from ._models import (ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo,
-                      VolumeSnapshotInfo)
-from ._sync import Sandbox, Volume
+from ._models import (DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo,
+                      VolumeInfo, VolumeSnapshotInfo)
+from ._sync import Database, Sandbox, Volume
 
 __version__ = "0.2.0"
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "FileExists", "DirectoryNotEmpty", "NoSpace", "GuestIOError", "TransitionFailed",
     "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
     "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
+    "Database", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
     "VolumeAttached",
 ]

@@ -85,6 +85,14 @@ class VolumeAttached(Conflict):
     """A running or hibernated sandbox holds the volume: kill it first (delete, grow)."""
 
 
+class DatabaseNotFound(NotFound):
+    """No such database for this key's tenant (or it was deleted)."""
+
+
+class DatabaseHibernated(Conflict):
+    """The database is hibernated: wake it first."""
+
+
 class InvalidCwd(InvalidArgument):
     """The command's working folder does not exist in the sandbox."""
 
@@ -176,6 +184,8 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "volume_not_found": VolumeNotFound,
     "volume_in_use": VolumeInUse,
     "volume_attached": VolumeAttached,
+    "database_not_found": DatabaseNotFound,
+    "database_hibernated": DatabaseHibernated,
     "sandbox_hibernated": SandboxHibernated,
     "sandbox_stopped": SandboxStopped,
     "sandbox_failed": SandboxFailed,

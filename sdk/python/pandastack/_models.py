@@ -191,3 +191,31 @@ def event_from_sse(event: str, data: Dict[str, Any]) -> ExecEvent:
                          timed_out=bool(data.get("timed_out", False)),
                          duration_ms=float(data.get("duration_ms", 0.0)))
     return ExecEvent("error", error_code=data.get("code"), message=data.get("message"))
+
+
+@dataclass
+class DatabaseInfo:
+    """A managed PostgreSQL database as the API describes it. ``password`` (and the password in
+    ``connection_uri``) is there only in the answers of ``Database.create`` and
+    ``rotate_password``: the platform stores no copy."""
+
+    id: str
+    name: str
+    status: str  # running, hibernated
+    host: str
+    port: int
+    user: str
+    database: str
+    connection_uri: str
+    sandbox: str
+    volume: str
+    created_at_ms: int
+    metadata: Dict[str, str] = field(default_factory=dict)
+    password: str = ""
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "DatabaseInfo":
+        return cls(b["id"], b["name"], b["status"], b.get("host", ""), int(b.get("port", 0)),
+                   b["user"], b["database"], b.get("connection_uri", ""), b.get("sandbox", ""),
+                   b.get("volume", ""), int(b["created_at_ms"]), dict(b.get("metadata", {})),
+                   b.get("password", ""))

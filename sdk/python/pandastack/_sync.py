@@ -8,8 +8,8 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import (ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo,
-                      VolumeSnapshotInfo)
+from ._models import (DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo,
+                      VolumeInfo, VolumeSnapshotInfo)
 
 
 class _Http:
@@ -423,3 +423,82 @@ class Volume:
 
     def __repr__(self) -> str:
         return f"Volume({self.id!r}, size_mib={self.info.size_mib})"
+
+
+class Database:
+    """A managed PostgreSQL database: a restore of the ``postgres`` template (its server already
+    running) with a role, database and password of its own, reachable on a host port.
+
+    >>> db = Database.create("shop")
+    >>> db.connection_uri            # with the password: shown this once
+    'postgresql://shop:...@127.0.0.1:41234/shop'
+    """
+
+    def __init__(self, info: DatabaseInfo, http: _Http) -> None:
+        self.info = info
+        self._http = http
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def connection_uri(self) -> str:
+        return self.info.connection_uri
+
+    @classmethod
+    def create(cls, name: str, metadata: Optional[Mapping[str, str]] = None, *,
+               api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Database":
+        http = _Http(api_key, base_url, 300.0)
+        body: Dict[str, Any] = {"name": name}
+        if metadata:
+            body["metadata"] = dict(metadata)
+        return cls(DatabaseInfo.from_api(http.call("POST", "/v1/databases", json=body).json()),
+                   http)
+
+    @classmethod
+    def get(cls, database_id: str, *, api_key: Optional[str] = None,
+            base_url: Optional[str] = None) -> "Database":
+        http = _Http(api_key, base_url, 60.0)
+        return cls(DatabaseInfo.from_api(
+            http.call("GET", f"/v1/databases/{c.sid(database_id)}").json()), http)
+
+    @classmethod
+    def list(cls, *, api_key: Optional[str] = None,
+             base_url: Optional[str] = None) -> List[DatabaseInfo]:
+        http = _Http(api_key, base_url, 60.0)
+        return [DatabaseInfo.from_api(d)
+                for d in http.call("GET", "/v1/databases").json()["databases"]]
+
+    def _action(self, what: str) -> DatabaseInfo:
+        password = self.info.password
+        self.info = DatabaseInfo.from_api(
+            self._http.call("POST", f"/v1/databases/{self.id}/{what}", json={}).json())
+        if not self.info.password and password:  # the URI as this object knew it
+            self.info.password = password
+            self.info.connection_uri = self.info.connection_uri.replace(
+                f"{self.info.user}@", f"{self.info.user}:{password}@", 1)
+        return self.info
+
+    def hibernate(self) -> DatabaseInfo:
+        return self._action("hibernate")
+
+    def wake(self) -> DatabaseInfo:
+        """Resumes it: the same credentials work, maybe on another host port (see ``info``)."""
+        return self._action("wake")
+
+    def rotate_password(self) -> DatabaseInfo:
+        """A new password (the old one stops working); ``info.password`` has it, once."""
+        self.info.password = ""
+        return self._action("rotate-password")
+
+    def logs(self, lines: int = 200) -> str:
+        return self._http.call("GET", f"/v1/databases/{self.id}/logs",
+                               params={"lines": int(lines)}).json()["log"]
+
+    def delete(self) -> None:
+        """Deletes it: its server and its data."""
+        self._http.call("DELETE", f"/v1/databases/{self.id}")
+
+    def __repr__(self) -> str:
+        return f"Database({self.id!r}, status={self.info.status!r})"

@@ -1,0 +1,150 @@
+#include "actors/database.h"
+
+#include <stdexcept>
+
+namespace pandastack::actors {
+
+const char* to_string(DatabaseStatus s) {
+  switch (s) {
+    case DatabaseStatus::none:
+      return "none";
+    case DatabaseStatus::running:
+      return "running";
+    case DatabaseStatus::hibernated:
+      return "hibernated";
+    case DatabaseStatus::deleted:
+      return "deleted";
+  }
+  return "?";
+}
+
+const char* to_string(DatabaseEvent::Kind k) {
+  switch (k) {
+    case DatabaseEvent::Kind::created:
+      return "database-created";
+    case DatabaseEvent::Kind::credentials_rotated:
+      return "database-credentials-rotated";
+    case DatabaseEvent::Kind::hibernated:
+      return "database-hibernated";
+    case DatabaseEvent::Kind::woken:
+      return "database-woken";
+    case DatabaseEvent::Kind::deleted:
+      return "database-deleted";
+  }
+  return "?";
+}
+
+bool valid_database_name(const std::string& n) {
+  if (n.empty() || n.size() > 63 || !(n[0] >= 'a' && n[0] <= 'z')) return false;
+  for (char c : n)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+namespace {
+
+struct Decider {
+  const DatabaseState& s;
+  int64_t now;
+  const Limits& limits;
+
+  std::vector<DatabaseEvent> one(DatabaseEvent::Kind k) const {
+    DatabaseEvent e;
+    e.kind = k;
+    e.at_ms = now;
+    return {e};
+  }
+  Rejection gone() const { return {"database_not_found", "no database " + s.id}; }
+
+  DatabaseDecision operator()(const dbcmd::Create& c) const {
+    if (s.status != DatabaseStatus::none)
+      return Rejection{"invalid_state", "database " + s.id + " exists"};
+    if (!valid_database_name(c.name))
+      return Rejection{"invalid_argument",
+                       "a database name is 1-63 of a-z, 0-9 and '_', starting with a letter"};
+    if (auto r = check_metadata(c.metadata, limits)) return *r;
+    if (c.sandbox.empty() || c.user.empty() || c.database.empty())
+      return Rejection{"invalid_argument", "a database needs its sandbox, user and database"};
+    auto e = one(DatabaseEvent::Kind::created);
+    auto& x = e.front();
+    x.tenant = c.tenant;
+    x.name = c.name;
+    x.metadata = c.metadata;
+    x.sandbox = c.sandbox;
+    x.user = c.user;
+    x.database = c.database;
+    x.volume = c.volume;
+    return e;
+  }
+  DatabaseDecision operator()(const dbcmd::RotatePassword&) const {
+    if (s.status == DatabaseStatus::hibernated)
+      return Rejection{"database_hibernated", "database " + s.id + " is hibernated: wake it"};
+    if (s.status != DatabaseStatus::running) return gone();
+    return one(DatabaseEvent::Kind::credentials_rotated);
+  }
+  DatabaseDecision operator()(const dbcmd::Hibernate&) const {
+    if (s.status == DatabaseStatus::hibernated) return std::vector<DatabaseEvent>{};
+    if (s.status != DatabaseStatus::running) return gone();
+    return one(DatabaseEvent::Kind::hibernated);
+  }
+  DatabaseDecision operator()(const dbcmd::Wake&) const {
+    if (s.status == DatabaseStatus::running) return std::vector<DatabaseEvent>{};
+    if (s.status != DatabaseStatus::hibernated) return gone();
+    return one(DatabaseEvent::Kind::woken);
+  }
+  DatabaseDecision operator()(const dbcmd::Delete&) const {
+    if (s.status == DatabaseStatus::none || s.status == DatabaseStatus::deleted) return gone();
+    return one(DatabaseEvent::Kind::deleted);
+  }
+};
+
+[[noreturn]] void impossible(const DatabaseState& s, const DatabaseEvent& e) {
+  throw std::logic_error("database " + s.id + ": " + to_string(e.kind) + " in state " +
+                         to_string(s.status));
+}
+
+}  // namespace
+
+DatabaseDecision decide(const DatabaseState& state, const DatabaseCommand& command, int64_t now_ms,
+                        const Limits& limits) {
+  return std::visit(Decider{state, now_ms, limits}, command);
+}
+
+DatabaseState apply(DatabaseState s, const DatabaseEvent& e) {
+  using K = DatabaseEvent::Kind;
+  switch (e.kind) {
+    case K::created:
+      if (s.status != DatabaseStatus::none) impossible(s, e);
+      s.status = DatabaseStatus::running;
+      s.tenant = e.tenant;
+      s.name = e.name;
+      s.metadata = e.metadata;
+      s.sandbox = e.sandbox;
+      s.user = e.user;
+      s.database = e.database;
+      s.volume = e.volume;
+      s.created_at_ms = e.at_ms;
+      break;
+    case K::credentials_rotated:
+      if (s.status != DatabaseStatus::running) impossible(s, e);
+      ++s.password_rotations;
+      break;
+    case K::hibernated:
+      if (s.status != DatabaseStatus::running) impossible(s, e);
+      s.status = DatabaseStatus::hibernated;
+      break;
+    case K::woken:
+      if (s.status != DatabaseStatus::hibernated) impossible(s, e);
+      s.status = DatabaseStatus::running;
+      break;
+    case K::deleted:
+      if (s.status != DatabaseStatus::running && s.status != DatabaseStatus::hibernated)
+        impossible(s, e);
+      s.status = DatabaseStatus::deleted;
+      break;
+  }
+  ++s.version;
+  return s;
+}
+
+}  // namespace pandastack::actors

@@ -1,0 +1,89 @@
+#include "actors/database.h"
+
+#include <gtest/gtest.h>
+
+#include "actors/database_codec.h"
+
+namespace pandastack::actors {
+namespace {
+
+constexpr int64_t kNow = 2'000'000;
+
+DatabaseState run(DatabaseState s, const DatabaseCommand& c) {
+  auto d = decide(s, c, kNow);
+  if (auto* r = std::get_if<Rejection>(&d)) {
+    ADD_FAILURE() << r->code << ": " << r->message;
+    return s;
+  }
+  for (auto& e : std::get<std::vector<DatabaseEvent>>(d)) s = apply(s, e);
+  return s;
+}
+
+std::string refusal(const DatabaseState& s, const DatabaseCommand& c) {
+  auto d = decide(s, c, kNow);
+  auto* r = std::get_if<Rejection>(&d);
+  return r ? r->code : "";
+}
+
+dbcmd::Create create(std::string name = "shop") {
+  return {"acme", name, {{"k", "v"}}, "sbx_1", name, name, "vol_1"};
+}
+
+TEST(Database, NamesAreSafeIdentifiers) {
+  EXPECT_TRUE(valid_database_name("shop_2"));
+  for (auto bad : {"", "Shop", "2shop", "a-b", "a b", "x;drop", std::string(64, 'a').c_str()})
+    EXPECT_FALSE(valid_database_name(bad)) << bad;
+  DatabaseState s;
+  s.id = "db_a";
+  EXPECT_EQ(refusal(s, create("bad name")), "invalid_argument");
+}
+
+TEST(Database, LifecycleAndRefusals) {
+  DatabaseState s;
+  s.id = "db_a";
+  EXPECT_EQ(refusal(s, dbcmd::Wake{}), "database_not_found");
+  s = run(s, create());
+  EXPECT_EQ(s.status, DatabaseStatus::running);
+  EXPECT_EQ(s.sandbox + s.user + s.volume, "sbx_1shopvol_1");
+  EXPECT_EQ(refusal(s, create()), "invalid_state");
+  s = run(s, dbcmd::RotatePassword{});
+  EXPECT_EQ(s.password_rotations, 1u);
+  s = run(s, dbcmd::Hibernate{});
+  EXPECT_EQ(s.status, DatabaseStatus::hibernated);
+  EXPECT_EQ(refusal(s, dbcmd::RotatePassword{}), "database_hibernated");
+  EXPECT_TRUE(std::get<std::vector<DatabaseEvent>>(decide(s, dbcmd::Hibernate{}, kNow)).empty());
+  s = run(s, dbcmd::Wake{});
+  EXPECT_EQ(s.status, DatabaseStatus::running);
+  s = run(s, dbcmd::Delete{});
+  EXPECT_EQ(s.status, DatabaseStatus::deleted);
+  EXPECT_EQ(refusal(s, dbcmd::Delete{}), "database_not_found");
+  EXPECT_EQ(s.version, 5u);
+}
+
+TEST(Database, EventsSurviveTheirPersistedFormAndHoldNoPassword) {
+  DatabaseState s, replayed;
+  s.id = replayed.id = "db_a";
+  std::vector<DatabaseCommand> cmds = {create(), dbcmd::RotatePassword{}, dbcmd::Hibernate{},
+                                       dbcmd::Wake{}, dbcmd::Delete{}};
+  for (auto& c : cmds) {
+    auto d = decide(s, c, kNow);
+    for (auto& e : std::get<std::vector<DatabaseEvent>>(d)) {
+      s = apply(s, e);
+      auto back = decode_database_event(encode_database_event(e));
+      ASSERT_TRUE(back) << to_string(e.kind);
+      replayed = apply(replayed, *back);
+      EXPECT_NE(database_event_to_json(*back).find(to_string(e.kind)), std::string::npos);
+      EXPECT_EQ(database_event_to_json(*back).find("password"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(replayed.status, DatabaseStatus::deleted);
+  EXPECT_EQ(replayed.metadata, s.metadata);
+  EXPECT_EQ(replayed.version, s.version);
+  EXPECT_FALSE(decode_database_event("garbage!"));
+  DatabaseEvent impossible;
+  impossible.kind = DatabaseEvent::Kind::woken;
+  EXPECT_THROW(apply(replayed, impossible), std::logic_error);
+}
+
+}  // namespace
+}  // namespace pandastack::actors
