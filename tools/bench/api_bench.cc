@@ -163,61 +163,35 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     return 0;
   }
   if (scenario == "db-create") {
-    // A database from the postgres template, to its first query from the host: create (a
-    // restore with a copy of the baked data volume, the server already running), a role and
-    // database of its own with a fresh password (psql in the guest), its port exposed, then the
-    // host's `psql -c 'select 1'` through that port (retried until it answers). Needs a daemon
-    // with networking and the host's psql (Debian postgresql-client).
-    std::vector<double> sandbox, role, total;
+    // A managed database (POST /v1/databases: a restore of the postgres template, its role and
+    // password set, its port exposed) to its first query from the host: the host's
+    // `psql -c 'select 1'` through the connection URI the create answered with (retried until it
+    // answers). Needs a daemon with networking and the host's psql (Debian postgresql-client).
+    std::vector<double> create, total;
     for (int i = 0; i < n; ++i) {
-      std::string password;
-      {
-        unsigned char raw[12];
-        int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || ::read(fd, raw, sizeof raw) != ssize_t(sizeof raw)) return 1;
-        ::close(fd);
-        for (unsigned char c : raw) password += "0123456789abcdef"[c & 15];
-      }
       auto t0 = Clock::now();
       double srv = 0;
-      auto created = api.call("POST", "/v1/sandboxes", R"({"template":"postgres"})", &srv);
-      auto id = created["id"].as_string();
-      sandbox.push_back(ms_since(t0));
-      auto t1 = Clock::now();
-      Json exec = Json::object();
-      exec.set("cmd", "runuser -u postgres -- psql -v ON_ERROR_STOP=1 -qc \"CREATE ROLE app LOGIN "
-                      "PASSWORD '" +
-                          password + "'\" -c 'CREATE DATABASE app OWNER app'");
-      exec.set("timeout_seconds", 120);
-      auto r = api.call("POST", "/v1/sandboxes/" + id + "/exec", exec.dump());
-      if (r["exit_code"].as_int() != 0) {
-        std::fprintf(stderr, "pandastack-bench: role: %s\n", r.dump().c_str());
-        return 1;
-      }
-      auto port = api.call("POST", "/v1/sandboxes/" + id + "/ports", R"({"port":5432})");
-      role.push_back(ms_since(t1));
-      ::setenv("PGPASSWORD", password.c_str(), 1);
-      std::string psql = "psql -h " + port["host"].as_string() + " -p " +
-                         std::to_string(port["host_port"].as_int()) +
-                         " -U app -d app -Atqc 'select 1' >/dev/null 2>&1";
+      Json body = Json::object();
+      body.set("name", "bench" + std::to_string(i));
+      auto db = api.call("POST", "/v1/databases", body.dump(), &srv);
+      create.push_back(ms_since(t0));
+      std::string psql = "psql '" + db["connection_uri"].as_string() +
+                         "' -Atqc 'select 1' >/dev/null 2>&1";
       bool ok = false;
       for (int attempt = 0; attempt < 600 && !ok; ++attempt) {
         ok = std::system(psql.c_str()) == 0;
         if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       total.push_back(ms_since(t0));
+      auto id = db["id"].as_string();
+      api.call("DELETE", "/v1/databases/" + id, "");
       if (!ok) {
-        std::fprintf(stderr, "pandastack-bench: no answer from the database %s\n", id.c_str());
+        std::fprintf(stderr, "pandastack-bench: no answer from database %s\n", id.c_str());
         return 1;
       }
-      auto vols = created["volumes"];
-      api.kill(id);
-      for (auto& v : vols.as_array())
-        api.call("DELETE", "/v1/volumes/" + v["volume"].as_string(), "");
       pause();
     }
-    report(json, "db-create-sandbox", sandbox, sandbox);
-    report(json, "db-create-role", role, role);
+    report(json, "db-create-api", create, create);
     report(json, "db-create", total, total);
     return 0;
   }
