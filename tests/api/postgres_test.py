@@ -3,7 +3,7 @@
 driver (Debian's python3-psycopg2): a template baked with its cluster made and its server running
 on a data volume, so a sandbox of it is a restore with a copy of that volume, serving at once.
 
-Usage: postgres_test.py --daemon build/bin/pandastackd [--images DIR]
+Usage: postgres_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--images DIR]
 Traffic goes only to loopback (the host addresses of the sandboxes' exposed ports).
 """
 import argparse
@@ -149,6 +149,28 @@ class PostgresTemplateTest(unittest.TestCase):
         with self.assertRaises(pandastack.DatabaseNotFound):
             Database.get(db.id, **kw)
 
+    def test_cli(self):
+        env = {**os.environ, "PANDASTACK_API_KEY": self.daemon.key,
+               "PANDASTACK_BASE_URL": self.daemon.url}
+
+        def cli(*a, code=0):
+            r = subprocess.run([harness.ARGS.cli, *a], env=env, capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(r.returncode, code, (a, r.stdout, r.stderr))
+            return r.stdout
+        uri = cli("db", "create", "clidb").strip()
+        self.assertTrue(uri.startswith("postgresql://clidb:"), uri)
+        with self.connect_uri(uri) as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1")
+        listed = cli("db", "list")
+        self.assertIn("clidb", listed)
+        did = [line.split()[0] for line in listed.splitlines() if " clidb " in line][0]
+        new = cli("db", "rotate-password", did).strip()
+        self.assertNotEqual(new, uri)
+        self.assertIn("database system is ready", cli("db", "logs", did, "--lines", "1000"))
+        cli("db", "delete", did)
+        cli("db", "get", did, code=1)
+
     def connect_uri(self, uri):
         return psycopg2.connect(uri, connect_timeout=30)
 
@@ -249,6 +271,7 @@ class PostgresTemplateTest(unittest.TestCase):
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--daemon", required=True)
+    p.add_argument("--cli", required=True)
     p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
     args, rest = p.parse_known_args()
     args.images = os.path.abspath(args.images)

@@ -48,6 +48,12 @@ const char* kUsage = R"(usage:
   pandastack volume snapshot VOL_ID [--json]         a point-in-time copy (prints its id)
   pandastack volume snapshots VOL_ID [--json]
   pandastack volume snapshot-delete VOL_ID VSNAP_ID
+  pandastack db create NAME [--metadata K=V]... [--json]   prints the connection URI (with the
+                                                password: shown this once)
+  pandastack db list|get DB_ID [--json]
+  pandastack db delete|hibernate|wake DB_ID
+  pandastack db rotate-password DB_ID            prints the new connection URI
+  pandastack db logs DB_ID [--lines N]
   pandastack volume list [--metadata K=V]... [--json]
   pandastack volume get|delete VOL_ID [--json]
   pandastack volume grow VOL_ID --size MIB [--json]   (only larger; while no sandbox holds it)
@@ -106,7 +112,7 @@ Opts parse(int argc, char** argv, int from) {
       static const char* known[] = {"--template", "--ttl",    "--state",        "--count",
                                     "--timeout",  "--cwd",    "--url",          "--key",
                                     "--egress",   "--on-timeout", "--idle-timeout", "--size",
-                                    "--name",     "--from-snapshot"};
+                                    "--name",     "--from-snapshot", "--lines"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);
@@ -377,7 +383,7 @@ Json egress_body(const std::string& mode, const std::vector<std::string>& allow)
 
 bool is_api_command(const std::string& word) {
   return word == "sandbox" || word == "files" || word == "template" || word == "snapshot" ||
-         word == "volume";
+         word == "volume" || word == "db";
 }
 
 int api_main(int argc, char** argv) {
@@ -402,6 +408,46 @@ int api_main(int argc, char** argv) {
     for (auto& t : r["templates"].as_array())
       std::printf("%-20s %s\n", t["name"].as_string().c_str(), t["baked"].as_bool() ? "yes" : "no");
     return 0;
+  }
+  if (group == "db") {
+    auto uri = [&](const Json& d) {
+      if (o.json) return std::printf("%s\n", d.dump().c_str()), 0;
+      return std::printf("%s\n", d["connection_uri"].as_string().c_str()), 0;
+    };
+    if (verb == "create") {
+      need(1);
+      Json body = Json::object();
+      body.set("name", o.pos[0]);
+      if (!o.metadata.empty()) {
+        Json m = Json::object();
+        for (auto& [k, v] : pairs(o.metadata, "--metadata")) m.set(k, v);
+        body.set("metadata", m);
+      }
+      return uri(api.json("POST", "/v1/databases", body.dump()));
+    }
+    if (verb == "list") {
+      need(0);
+      auto r = api.json("GET", "/v1/databases");
+      if (o.json) return std::printf("%s\n", r["databases"].dump().c_str()), 0;
+      std::printf("%-20s %-16s %-11s %s\n", "DATABASE", "NAME", "STATUS", "URI (no password)");
+      for (auto& d : r["databases"].as_array())
+        std::printf("%-20s %-16s %-11s %s\n", d["id"].as_string().c_str(),
+                    d["name"].as_string().c_str(), d["status"].as_string().c_str(),
+                    d["connection_uri"].as_string().c_str());
+      return 0;
+    }
+    need(1);
+    auto path = "/v1/databases/" + tools::url_encode(o.pos[0]);
+    if (verb == "get") return std::printf("%s\n", api.json("GET", path).dump().c_str()), 0;
+    if (verb == "delete") return api.json("DELETE", path), 0;
+    if (verb == "hibernate" || verb == "wake") return api.json("POST", path + "/" + verb, "{}"), 0;
+    if (verb == "rotate-password") return uri(api.json("POST", path + "/rotate-password", "{}"));
+    if (verb == "logs") {
+      std::string lines = o.flags.count("--lines") ? o.flags.at("--lines") : "200";
+      auto r = api.json("GET", path + "/logs?lines=" + tools::url_encode(lines));
+      return std::fputs(r["log"].as_string().c_str(), stdout), 0;
+    }
+    usage("unknown db command " + verb);
   }
   if (group == "volume") {
     auto metadata = [&] {

@@ -252,6 +252,8 @@ export declare class SnapshotNotFoundError extends NotFoundError {}
 export declare class VolumeNotFoundError extends NotFoundError {}
 export declare class VolumeInUseError extends ConflictError {}
 export declare class VolumeAttachedError extends ConflictError {}
+export declare class DatabaseNotFoundError extends NotFoundError {}
+export declare class DatabaseHibernatedError extends ConflictError {}
 export declare class ConflictError extends PandaStackError {}
 export declare class SandboxHibernatedError extends ConflictError {}
 export declare class SandboxStoppedError extends ConflictError {}
@@ -273,3 +275,36 @@ export declare class ExecFailedError extends PandaStackError {}
 export declare class NotImplementedError extends PandaStackError {}
 export declare class TimeoutError extends PandaStackError {}
 export declare class ConnectionError extends PandaStackError {}
+
+export interface DatabaseInfo {
+  id: string;
+  name: string;
+  status: "running" | "hibernated" | "deleted";
+  /** Where it listens on the host while it runs ("" / 0 while hibernated). */
+  host: string;
+  port: number;
+  user: string;
+  database: string;
+  /** postgresql://user[:password]@host:port/database: the password only after create and rotatePassword. */
+  connectionUri: string;
+  password: string;
+  sandbox: string;
+  volume: string;
+  createdAtMs: number;
+  metadata: Record<string, string>;
+}
+
+/** A managed PostgreSQL database: a restore of the postgres template, its server already running. */
+export declare class Database {
+  readonly info: DatabaseInfo;
+  readonly id: string;
+  readonly connectionUri: string;
+  static create(opts: ClientOptions & { name: string; metadata?: Record<string, string> }): Promise<Database>;
+  static get(id: string, opts?: ClientOptions): Promise<Database>;
+  static list(opts?: ClientOptions): Promise<DatabaseInfo[]>;
+  hibernate(): Promise<DatabaseInfo>;
+  wake(): Promise<DatabaseInfo>;
+  rotatePassword(): Promise<DatabaseInfo>;
+  logs(lines?: number): Promise<string>;
+  delete(): Promise<void>;
+}

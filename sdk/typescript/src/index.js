@@ -35,6 +35,8 @@ export class SandboxFailedError extends SandboxStoppedError {}
 export class SandboxBusyError extends ConflictError {}
 export class VolumeInUseError extends ConflictError {}
 export class VolumeAttachedError extends ConflictError {}
+export class DatabaseNotFoundError extends NotFoundError {}
+export class DatabaseHibernatedError extends ConflictError {}
 export class IsADirectoryError extends ConflictError {}
 export class NotADirectoryError extends ConflictError {}
 export class FileExistsError extends ConflictError {}
@@ -69,6 +71,9 @@ const BY_CODE = {
   volume_not_found: [VolumeNotFoundError, 404],
   volume_in_use: [VolumeInUseError, 409],
   volume_attached: [VolumeAttachedError, 409],
+  database_not_found: [DatabaseNotFoundError, 404],
+  database_hibernated: [DatabaseHibernatedError, 409],
+  network_disabled: [ConflictError, 409],
   sandbox_hibernated: [SandboxHibernatedError, 409],
   sandbox_stopped: [SandboxStoppedError, 409],
   sandbox_failed: [SandboxFailedError, 409],
@@ -530,5 +535,51 @@ export class Sandbox {
   /** `await using sbx = await Sandbox.create()` kills the sandbox at the end of the scope. */
   async [Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose")]() {
     try { await this.kill(); } catch (e) { if (!(e instanceof PandaStackError)) throw e; }
+  }
+}
+
+function databaseInfo(b) {
+  return {
+    id: b.id, name: b.name, status: b.status, host: b.host ?? "", port: b.port ?? 0, user: b.user,
+    database: b.database, connectionUri: b.connection_uri ?? "", password: b.password ?? "",
+    sandbox: b.sandbox ?? "", volume: b.volume ?? "", createdAtMs: b.created_at_ms,
+    metadata: b.metadata ?? {},
+  };
+}
+
+/** A managed PostgreSQL database (a restore of the postgres template). The password is in
+ * `info.password` / `connectionUri` only after create and rotatePassword: it is stored nowhere. */
+export class Database {
+  constructor(inf, http) { this.info = inf; this.http = http; }
+  get id() { return this.info.id; }
+  get connectionUri() { return this.info.connectionUri; }
+  static async create(opts = {}) {
+    const http = new Http(opts);
+    const body = { name: opts.name };
+    if (opts.metadata) body.metadata = opts.metadata;
+    return new Database(databaseInfo(await http.json("POST", "/v1/databases", { json: body })), http);
+  }
+  static async get(id, opts = {}) {
+    const http = new Http(opts);
+    return new Database(databaseInfo(await http.json("GET", `/v1/databases/${encodeURIComponent(id)}`)), http);
+  }
+  static async list(opts = {}) {
+    const http = new Http(opts);
+    return (await http.json("GET", "/v1/databases")).databases.map(databaseInfo);
+  }
+  async #action(what) {
+    this.info = databaseInfo(await this.http.json("POST", `/v1/databases/${encodeURIComponent(this.id)}/${what}`, { json: {} }));
+    return this.info;
+  }
+  hibernate() { return this.#action("hibernate"); }
+  /** The same credentials work again, maybe on another host port (info.port). */
+  wake() { return this.#action("wake"); }
+  /** A new password (the old one stops working): info.password, once. */
+  rotatePassword() { return this.#action("rotate-password"); }
+  async logs(lines = 200) {
+    return (await this.http.json("GET", `/v1/databases/${encodeURIComponent(this.id)}/logs`, { query: { lines: String(lines) } })).log;
+  }
+  async delete() {
+    await this.http.call("DELETE", `/v1/databases/${encodeURIComponent(this.id)}`);
   }
 }

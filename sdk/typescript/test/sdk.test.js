@@ -8,7 +8,7 @@ import { createInterface } from "node:readline";
 import {
   Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
   UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
-  VolumeAttachedError, VolumeNotFoundError,
+  VolumeAttachedError, VolumeNotFoundError, Database, DatabaseNotFoundError, ConflictError,
 } from "../src/index.js";
 
 let daemon, base;
@@ -196,4 +196,10 @@ test("volumes outlive sandboxes; read-write is exclusive", async () => {
   await vol.deleteSnapshot(snap);
   await vol.delete();
   await assert.rejects(Volume.get(vol.id), VolumeNotFoundError);
+});
+
+test("databases: typed errors (this daemon runs without networking; psycopg2 covers the rest)", async () => {
+  await assert.rejects(Database.get("db_aaaaaaaaaaaaaaaa"), DatabaseNotFoundError);
+  await assert.rejects(Database.create({ name: "shop" }), (e) => e instanceof ConflictError && e.code === "network_disabled");
+  assert.deepEqual(await Database.list(), []);
 });

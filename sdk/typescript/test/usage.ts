@@ -2,7 +2,7 @@
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
 import {
   Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
-  type VolumeInfo,
+  type VolumeInfo, Database, type DatabaseInfo, type VolumeSnapshotInfo,
 } from "../src/index.js";
 
 export async function usage(): Promise<string> {
@@ -40,7 +40,20 @@ export async function usage(): Promise<string> {
   const held: string = withVol.info.volumes[0].mount;
   const vols: VolumeInfo[] = await Volume.list({ metadata: { a: "b" } });
   await vol.update({ sizeMib: 128 });
+  const snap: VolumeSnapshotInfo = await vol.snapshot();
+  const copy = await Volume.create({ fromSnapshot: snap });
+  await copy.delete();
+  await vol.deleteSnapshot(snap.id);
   await vol.delete();
+  const db = await Database.create({ name: "shop", metadata: { a: "b" } });
+  const uri: string = db.connectionUri;
+  const dbs: DatabaseInfo[] = await Database.list();
+  await db.rotatePassword();
+  await db.hibernate();
+  const woke: DatabaseInfo = await db.wake();
+  const log: string = await db.logs(10);
+  await db.delete();
+  if (uri.length + dbs.length + woke.port + log.length < 0) return "";
   if (held.length + vols.length < 0) return "";
   await Sandbox.deleteSnapshot(await sbx.snapshot());
   try {
