@@ -45,8 +45,8 @@ const text = (r) => r.content.map((c) => c.text).join("");
 test("lists the tools with schemas", async () => {
   const { tools } = await client.listTools();
   assert.deepEqual(tools.map((t) => t.name).sort(), [
-    "create_sandbox", "fork_sandbox", "kill_sandbox", "list_dir", "read_file", "run_command",
-    "write_file",
+    "create_database", "create_sandbox", "fork_sandbox", "kill_sandbox", "list_dir", "read_file",
+    "run_command", "write_file",
   ]);
   for (const t of tools) {
     assert.ok(t.description.length > 20, t.name);
@@ -120,4 +120,12 @@ test("create_sandbox mounts a volume made over REST", async () => {
   assert.equal(bad.isError, true);
   assert.match(text(bad), /volume_in_use/);
   await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: id } });
+});
+
+test("create_database answers with the API's error on a daemon without networking", async () => {
+  const r = await client.callTool({ name: "create_database", arguments: { name: "shop" } });
+  assert.equal(r.isError, true);
+  assert.match(text(r), /^network_disabled: /);
+  const bad = await client.callTool({ name: "create_database", arguments: { name: "Bad Name" } });
+  assert.match(text(bad), /^invalid_argument: /);
 });

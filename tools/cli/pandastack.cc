@@ -49,8 +49,8 @@ const char* kUsage = R"(usage:
   pandastack mcp [--url URL] [--key KEY]
       A Model Context Protocol server on stdio (JSON-RPC, one message per line) with tools for
       agents: create_sandbox, run_command, read_file, write_file, list_dir, fork_sandbox,
-      kill_sandbox. Calls the API at --url with --key (same defaults as above).
-  pandastack sandbox|files|template|snapshot|volume ...   (see `pandastack sandbox help`)
+      create_database, kill_sandbox. Calls the API at --url with --key (same defaults as above).
+  pandastack sandbox|files|template|snapshot|volume|db ...   (see `pandastack sandbox help`)
   pandastack help | --version
 )";
 
@@ -352,6 +352,11 @@ const Tool kTools[] = {
      "several approaches from the same state. Without count: one copy, returned like "
      "create_sandbox (sandbox_id=...); with count: one sandbox_id=... line per copy.",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"count":{"type":"integer","minimum":1,"maximum":16}},"required":["sandbox_id"],"additionalProperties":false})J"},
+    {"create_database",
+     "Create a managed PostgreSQL database (ready in seconds). Returns database_id=... and "
+     "connection_uri=postgresql://user:password@host:port/name: the password is shown only "
+     "this once.",
+     R"J({"type":"object","properties":{"name":{"type":"string","description":"1-63 of a-z, 0-9 and _, starting with a letter: the database's and its user's name"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"required":["name"],"additionalProperties":false})J"},
     {"kill_sandbox", "Stop a sandbox and release it.",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
 };
@@ -405,6 +410,17 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
       return (*j)["error"]["code"].as_string() + ": " + (*j)["error"]["message"].as_string();
     return "HTTP " + std::to_string(r.status);
   };
+  if (name == "create_database") {
+    Json body = Json::object();
+    body.set("name", str("name"));
+    if (args["metadata"].is_object()) body.set("metadata", args["metadata"]);
+    auto r = http.request("POST", "/v1/databases", body.dump());
+    if (r.status != 201) return {api_error(r), true};
+    auto j = Json::parse(r.body);
+    return {"database_id=" + (*j)["id"].as_string() +
+                " connection_uri=" + (*j)["connection_uri"].as_string(),
+            false};
+  }
   std::string id = str("sandbox_id");
   if (name != "create_sandbox" && id.empty())
     return {"invalid_argument: sandbox_id is required", true};
