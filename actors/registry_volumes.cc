@@ -28,7 +28,7 @@ caf::actor actor_of(RegistrySelf* self, const std::string& tenant, const std::st
 
 caf::actor files(RegistrySelf* self) {
   auto& f = self->state.volume_files;
-  if (!f) f = self->spawn<caf::detached + caf::linked>(volume_file_worker);
+  if (!f) f = self->spawn<caf::detached + caf::linked>(volume_file_worker, self->state.env);
   return f;
 }
 

@@ -10,10 +10,23 @@
 
 namespace pandastack::actors {
 
-caf::behavior volume_file_worker(caf::event_based_actor* self) {
+namespace {
+// Whether `p` is below `dir` (lexically: the paths are the daemon's own, never a guest's).
+bool below(const std::filesystem::path& p, const std::filesystem::path& dir) {
+  auto rel = p.lexically_normal().lexically_relative(dir.lexically_normal());
+  return !rel.empty() && *rel.begin() != ".." && rel.is_relative();
+}
+}  // namespace
+
+// (An argument it uses, too: CAF 0.17 dereferences the empty argument tuple of an actor spawned
+// without any, which UBSan reports.)
+caf::behavior volume_file_worker(caf::event_based_actor* self, Env* env) {
   (void)self;
+  auto dir = env->volumes_dir();
   return {
-      [](volclone_atom, std::vector<std::string> pairs, bool move) -> std::string {
+      [dir](volclone_atom, std::vector<std::string> pairs, bool move) -> std::string {
+        for (size_t i = 1; i < pairs.size(); i += 2)
+          if (!below(pairs[i], dir)) return "refused to write " + pairs[i];
         auto t0 = std::chrono::steady_clock::now();
         std::vector<std::string> made;
         for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
@@ -42,9 +55,10 @@ caf::behavior volume_file_worker(caf::event_based_actor* self) {
                           .count());
         return std::string();
       },
-      [](volremove_atom, std::vector<std::string> files) {
+      [dir](volremove_atom, std::vector<std::string> files) {
         std::error_code ec;
-        for (auto& f : files) std::filesystem::remove(f, ec);
+        for (auto& f : files)
+          if (below(f, dir)) std::filesystem::remove(f, ec);
       },
   };
 }

@@ -12,6 +12,8 @@
 
 namespace pandastack::actors {
 
-caf::behavior volume_file_worker(caf::event_based_actor* self);
+// Writes only below `env`'s volumes folder (a copy's target, a removal): nothing else, whatever
+// it is asked.
+caf::behavior volume_file_worker(caf::event_based_actor* self, Env* env);
 
 }  // namespace pandastack::actors
