@@ -51,7 +51,7 @@ test: build guest
 # UndefinedBehaviorSanitizer in its own build folder (the guest images are the normal build's).
 # Any report fails the test that caused it.
 ASAN_BUILD ?= build-asan
-test-asan: deps guest-base
+test-asan: deps guest
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPANDASTACK_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && PANDASTACK_IMAGES=$(IMAGES) \
