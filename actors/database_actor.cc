@@ -34,14 +34,8 @@ void pump(DatabaseSelf* self) {
     std::vector<storage::NewEvent> ne;
     for (auto& e : events)
       ne.push_back({to_string(e.kind), event_format(), encode_database_event(e)});
-    auto me = caf::actor_cast<caf::actor>(self);
-    st.env->store->append_async(
-        st.s.id, st.s.version, std::move(ne),
-        [me](storage::Result<storage::AppendResult> r) {
-          caf::anon_send(me, persisted_atom::value, r.ok(),
-                         r.ok() ? std::string() : r.error().message);
-        },
-        storage::Durability::synced);
+    append_and_report(*st.env, st.s.id, st.s.version, std::move(ne),
+                      caf::actor_cast<caf::actor>(self));
   }
 }
 

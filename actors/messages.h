@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/env.h"
 #include "actors/database.h"
+#include "actors/env.h"
 #include "actors/runtime.h"
 #include "actors/sandbox.h"
 #include "actors/volume.h"
@@ -142,6 +142,20 @@ using dbinfo_atom = caf::atom_constant<caf::atom("dbinfo")>;
 using volremove_atom = caf::atom_constant<caf::atom("volremove")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
+// Appends `events` to `stream` (expected at `version`) and tells `me` when they are on disk:
+// (persisted_atom, ok, error message). The sandbox, volume and database actors' one write path.
+inline void append_and_report(Env& env, const std::string& stream, uint64_t version,
+                              std::vector<storage::NewEvent> events, caf::actor me,
+                              storage::Durability durability = storage::Durability::synced) {
+  env.store->append_async(
+      stream, version, std::move(events),
+      [me](storage::Result<storage::AppendResult> r) {
+        caf::anon_send(me, persisted_atom::value, r.ok(),
+                       r.ok() ? std::string() : r.error().message);
+      },
+      durability);
+}
+
 template <typename Self>
 void log_exceptions(Self* self, std::string what) {
   self->set_exception_handler(

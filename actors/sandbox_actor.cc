@@ -51,9 +51,9 @@ Answer outcome_for(SandboxActorState& st, SandboxActorState::Awaits what) {
   using A = SandboxActorState::Awaits;
   auto status = st.s.status;
   auto fail = [&](const char* code, const std::string& what_failed) {
-    return Answer::fail({code, what_failed + " of sandbox " + st.s.id + " failed: " +
-                                   (st.transition_failure.empty() ? "unknown reason"
-                                                                  : st.transition_failure)});
+    return Answer::fail(
+        {code, what_failed + " of sandbox " + st.s.id + " failed: " +
+                   (st.transition_failure.empty() ? "unknown reason" : st.transition_failure)});
   };
   if (status == Status::failed)
     return Answer::fail(
@@ -112,8 +112,8 @@ void finish_transition(SandboxSelf* self) {
       st.leases_after_wake.clear();
     } else if (!st.transition_failure.empty()) {
       // A wake failed: those who wanted it running hear why.
-      Answer why = Answer::fail({"wake_failed", "waking sandbox " + st.s.id +
-                                                    " failed: " + st.transition_failure});
+      Answer why = Answer::fail(
+          {"wake_failed", "waking sandbox " + st.s.id + " failed: " + st.transition_failure});
       for (auto& [c, rp] : st.after_wake) rp.deliver(why);
       st.after_wake.clear();
       for (auto& rp : st.leases_after_wake) rp.deliver(why);
@@ -373,14 +373,8 @@ void pump(SandboxSelf* self) {
     std::vector<storage::NewEvent> ne;
     for (auto& e : events) ne.push_back({to_string(e.kind), event_format(), encode_event(e)});
     st.pending_events = events;
-    auto me = caf::actor_cast<caf::actor>(self);
-    st.env->store->append_async(
-        st.s.id, st.s.version, std::move(ne),
-        [me](storage::Result<storage::AppendResult> r) {
-          caf::anon_send(me, persisted_atom::value, r.ok(),
-                         r.ok() ? std::string() : r.error().message);
-        },
-        durability_of(events));
+    append_and_report(*st.env, st.s.id, st.s.version, std::move(ne),
+                      caf::actor_cast<caf::actor>(self), durability_of(events));
   }
   maybe_retire(self);
 }
@@ -450,8 +444,8 @@ void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
 
 }  // namespace
 
-caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
-                            SandboxState initial, std::string adopt_dir) {
+caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, SandboxState initial,
+                            std::string adopt_dir) {
   auto& st = self->state;
   st.env = env;
   st.registry = registry;
@@ -470,11 +464,10 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
     st.adopting = true;
     self->request(st.worker, caf::infinite, adoptvm_atom::value, adopt_dir,
                   NetSpec{initial.network, initial.egress, initial.ports, initial.subnet})
-        .then(
-            [self](WorkerResult r) { adoption_done(self, r.ok, r.error); },
-            [self](const caf::error& err) {
-              adoption_done(self, false, self->system().render(err));
-            });
+        .then([self](WorkerResult r) { adoption_done(self, r.ok, r.error); },
+              [self](const caf::error& err) {
+                adoption_done(self, false, self->system().render(err));
+              });
   }
   return {
       [=](cmd_atom, Command c) -> caf::result<Answer> {
