@@ -31,9 +31,9 @@ dbcmd::Create create(std::string name = "shop") {
 
 TEST(Database, NamesAreSafeIdentifiers) {
   EXPECT_TRUE(valid_database_name("shop_2"));
-  for (std::string bad : {std::string(), std::string("Shop"), std::string("2shop"),
-                          std::string("a-b"), std::string("a b"), std::string("x;drop"),
-                          std::string(64, 'a')})
+  for (std::string bad :
+       {std::string(), std::string("Shop"), std::string("2shop"), std::string("a-b"),
+        std::string("a b"), std::string("x;drop"), std::string(64, 'a')})
     EXPECT_FALSE(valid_database_name(bad)) << bad;
   DatabaseState s;
   s.id = "db_a";

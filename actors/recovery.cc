@@ -7,8 +7,8 @@
 #include <map>
 #include <set>
 
-#include "actors/event_codec.h"
 #include "actors/database_codec.h"
+#include "actors/event_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 #include "wire/json.h"

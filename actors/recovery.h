@@ -11,8 +11,8 @@
 #include <map>
 #include <vector>
 
-#include "actors/env.h"
 #include "actors/database.h"
+#include "actors/env.h"
 #include "actors/volume.h"
 
 namespace pandastack::actors {

@@ -123,9 +123,9 @@ caf::actor template_of(RegistrySelf* self, const std::string& name) {
 caf::result<Answer> create_with_data_volume(RegistrySelf* self, CreateRequest req,
                                             const Env::DataVolume& dv) {
   if (req.volumes.size() + 1 > vmm::kVolumeSlots)
-    return Answer::fail({"invalid_argument",
-                         "template " + req.template_name + " has a data volume: at most " +
-                             std::to_string(vmm::kVolumeSlots - 1) + " volumes of your own"});
+    return Answer::fail(
+        {"invalid_argument", "template " + req.template_name + " has a data volume: at most " +
+                                 std::to_string(vmm::kVolumeSlots - 1) + " volumes of your own"});
   auto rp = self->make_response_promise();
   self->request(template_of(self, req.template_name), caf::infinite, bake_atom::value)
       .then(

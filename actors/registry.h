@@ -59,9 +59,9 @@ caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req
 // nothing is left of a failed one. `take_copies`: the last sandbox made from the snapshot (a
 // fork's last child) takes the snapshot's copies instead of copying them again.
 using Inherited = std::variant<std::vector<CreateRequest::Volume>, Rejection>;
-void inherit(RegistrySelf* self, const std::string& tenant, const std::vector<SandboxVolume>& source,
-             const std::string& snapshot_dir, const std::string& origin, bool take_copies,
-             std::function<void(Inherited)> then);
+void inherit(RegistrySelf* self, const std::string& tenant,
+             const std::vector<SandboxVolume>& source, const std::string& snapshot_dir,
+             const std::string& origin, bool take_copies, std::function<void(Inherited)> then);
 // Deletes volumes `inherit` made for a sandbox that did not start (after their detach).
 void discard(RegistrySelf* self, const std::vector<std::string>& ids);
 // A command for the tenant's volume `id` (another tenant's is volume_not_found).

@@ -103,8 +103,7 @@ caf::result<Answer> create(RegistrySelf* self, std::string id, VolumeRequest req
 
 void inherit(RegistrySelf* self, const std::string& tenant,
              const std::vector<SandboxVolume>& source, const std::string& snapshot_dir,
-             const std::string& origin, bool take_copies,
-             std::function<void(Inherited)> then) {
+             const std::string& origin, bool take_copies, std::function<void(Inherited)> then) {
   std::vector<CreateRequest::Volume> wanted;
   if (source.empty()) return then(wanted);
   auto snap = vmm::Snapshot::load(snapshot_dir);  // its meta.json: which volumes it holds

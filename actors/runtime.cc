@@ -12,13 +12,13 @@
 #include <shared_mutex>
 #include <stop_token>
 
+#include "actors/database_codec.h"
 #include "actors/env.h"
 #include "actors/event_codec.h"
 #include "actors/messages.h"
 #include "actors/recovery.h"
 #include "actors/registry.h"
 #include "actors/runtime_impl.h"
-#include "actors/database_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
