@@ -218,6 +218,10 @@ Reply<std::string> Runtime::database_logs(const std::string& tenant, const std::
   r.timeout_ms = 30000;
   auto x = exec(tenant, d->sandbox, r);
   if (!x) return x.error();
+  if (x->exit_code != 0 || x->timed_out)
+    return Rejection{"internal", "reading the server log failed (exit " +
+                                     std::to_string(x->exit_code) +
+                                     "): " + x->stderr_data.substr(0, 500)};
   return x->stdout_data;
 }
 

@@ -53,7 +53,7 @@ class GuestAbuseTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.daemon.stop()
+        code = cls.daemon.stop(reap=True)
         subprocess.run(["umount", "-l", cls.state])
         shutil.rmtree(cls.base, ignore_errors=True)
         assert code == 0, f"daemon exited {code}"

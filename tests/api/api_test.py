@@ -53,7 +53,7 @@ class ApiTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.daemon.stop()
+        code = cls.daemon.stop(reap=True)
         shutil.rmtree(cls.base, ignore_errors=True)
         assert code == 0, f"daemon exited {code}"
 
@@ -636,7 +636,7 @@ class NetworkTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.daemon.stop()
+        code = cls.daemon.stop(reap=True)
         for p in cls.servers:
             p.terminate()
             p.wait()

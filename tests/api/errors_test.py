@@ -31,7 +31,7 @@ class ErrorsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.daemon.stop()
+        code = cls.daemon.stop(reap=True)
         shutil.rmtree(cls.base, ignore_errors=True)
         assert code == 0, f"daemon exited {code}"
 

@@ -66,10 +66,15 @@ class Daemon:
         # queries anywhere.
         return ["--network-prefix", prefix, "--subnet-pool", pool, "--dns-upstream", "off"]
 
-    def stop(self, sig=signal.SIGTERM, timeout=120):
+    def stop(self, sig=signal.SIGTERM, timeout=120, reap=False):
+        """Stops the daemon. Its sandboxes' QEMUs outlive it by design (a restarted daemon adopts
+        them); `reap` (a suite's end) kills those of this daemon's folders too, so a test that
+        failed half-way leaves no VM running on the machine."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(timeout)
+        if reap:
+            reap_vms(*[f for f in (self.state, self.data) if f])
         self.log.close()
         self.proc.stdout.close()
         code = self.proc.returncode
@@ -79,6 +84,28 @@ class Daemon:
                 tail = f.read()[-12000:].decode(errors="replace")
             sys.stderr.write(f"--- daemon exited {code}; the end of its log:\n{tail}\n---\n")
         return code
+
+
+def reap_vms(*folders):
+    """Kills (SIGKILL) every QEMU whose command line names one of `folders`; returns how many."""
+    killed = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if not args or "qemu-system" not in os.path.basename(args[0]):
+            continue
+        if any(os.path.abspath(d) in a for d in folders for a in args):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
 
 
 class Api:

@@ -35,7 +35,7 @@ class VolumeTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.daemon.stop()
+        code = cls.daemon.stop(reap=True)
         shutil.rmtree(cls.base, ignore_errors=True)
         shutil.rmtree(cls.state, ignore_errors=True)
         assert code == 0, f"daemon exited {code}"

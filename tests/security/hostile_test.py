@@ -54,7 +54,7 @@ class HostileTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         # C1: the daemon ends cleanly (a heap corrupted by a dropped stream died here, leaving
-        # QEMUs behind).
+        # QEMUs behind). Not reaped: what is left is the finding.
         code = cls.daemon.stop()
         left = subprocess.run(["pgrep", "-f", cls.base], capture_output=True, text=True).stdout
         shutil.rmtree(cls.base, ignore_errors=True)
@@ -258,7 +258,7 @@ class QuotaTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        code = cls.daemon.stop()
+        code = cls.daemon.stop(reap=True)
         shutil.rmtree(cls.base, ignore_errors=True)
         assert code == 0, f"daemon exited {code}"
 
