@@ -30,6 +30,10 @@ const char* to_string(DatabaseEvent::Kind k) {
       return "database-woken";
     case DatabaseEvent::Kind::deleted:
       return "database-deleted";
+    case DatabaseEvent::Kind::backed_up:
+      return "database-backed-up";
+    case DatabaseEvent::Kind::backup_deleted:
+      return "database-backup-deleted";
   }
   return "?";
 }
@@ -92,6 +96,29 @@ struct Decider {
     if (s.status != DatabaseStatus::hibernated) return gone();
     return one(DatabaseEvent::Kind::woken);
   }
+  DatabaseDecision operator()(const dbcmd::Backup& c) const {
+    if (s.status == DatabaseStatus::hibernated)
+      return Rejection{"database_hibernated", "database " + s.id + " is hibernated: wake it"};
+    if (s.status != DatabaseStatus::running) return gone();
+    if (c.backup.empty()) return Rejection{"invalid_argument", "a backup needs its id"};
+    if (s.backups.size() >= kMaxBackupsPerDatabase)
+      return Rejection{"quota_exceeded", "database " + s.id + " has " +
+                                             std::to_string(s.backups.size()) +
+                                             " backups, the most a database keeps: delete one"};
+    auto e = one(DatabaseEvent::Kind::backed_up);
+    e.front().backup = c.backup;
+    e.front().bytes = c.bytes;
+    return e;
+  }
+  DatabaseDecision operator()(const dbcmd::DeleteBackup& c) const {
+    if (s.status == DatabaseStatus::none || s.status == DatabaseStatus::deleted) return gone();
+    bool known = false;
+    for (auto& b : s.backups) known = known || b.id == c.backup;
+    if (!known) return Rejection{"backup_not_found", "no backup " + c.backup + " of " + s.id};
+    auto e = one(DatabaseEvent::Kind::backup_deleted);
+    e.front().backup = c.backup;
+    return e;
+  }
   DatabaseDecision operator()(const dbcmd::Delete&) const {
     if (s.status == DatabaseStatus::none || s.status == DatabaseStatus::deleted) return gone();
     return one(DatabaseEvent::Kind::deleted);
@@ -141,7 +168,18 @@ DatabaseState apply(DatabaseState s, const DatabaseEvent& e) {
       if (s.status != DatabaseStatus::running && s.status != DatabaseStatus::hibernated)
         impossible(s, e);
       s.status = DatabaseStatus::deleted;
+      s.backups.clear();  // their files go with the database
       break;
+    case K::backed_up:
+      if (s.status != DatabaseStatus::running) impossible(s, e);
+      s.backups.push_back({e.backup, e.bytes, e.at_ms});
+      break;
+    case K::backup_deleted: {
+      auto before = s.backups.size();
+      std::erase_if(s.backups, [&](const DatabaseBackup& b) { return b.id == e.backup; });
+      if (s.backups.size() == before) impossible(s, e);
+      break;
+    }
   }
   ++s.version;
   return s;

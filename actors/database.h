@@ -24,15 +24,34 @@ enum class DatabaseStatus { none, running, hibernated, deleted };
 const char* to_string(DatabaseStatus s);
 
 struct DatabaseEvent {
-  enum class Kind { created, credentials_rotated, hibernated, woken, deleted };
+  enum class Kind {
+    created,
+    credentials_rotated,
+    hibernated,
+    woken,
+    deleted,
+    backed_up,
+    backup_deleted
+  };
   Kind kind = Kind::created;
   int64_t at_ms = 0;
   // created:
   std::string tenant, name;
   std::map<std::string, std::string> metadata;
   std::string sandbox, user, database, volume;
+  // backed_up, backup_deleted:
+  std::string backup;
+  uint64_t bytes = 0;
 };
 const char* to_string(DatabaseEvent::Kind k);
+
+// A logical backup of a database: `pg_dump -Fc` of its database, kept on the host.
+struct DatabaseBackup {
+  std::string id;  // bk_ + 16 base32
+  uint64_t bytes = 0;
+  int64_t created_at_ms = 0;
+};
+constexpr size_t kMaxBackupsPerDatabase = 16;
 
 struct DatabaseState {
   std::string id;
@@ -43,6 +62,7 @@ struct DatabaseState {
   std::string sandbox, user, database, volume;
   int64_t created_at_ms = 0;
   uint32_t password_rotations = 0;
+  std::vector<DatabaseBackup> backups;  // oldest first
 };
 
 namespace dbcmd {
@@ -55,18 +75,26 @@ struct RotatePassword {};
 struct Hibernate {};
 struct Wake {};
 struct Delete {};
+// Records a backup whose file is written (the runtime makes it first).
+struct Backup {
+  std::string backup;
+  uint64_t bytes = 0;
+};
+struct DeleteBackup {
+  std::string backup;
+};
 }  // namespace dbcmd
 
 using DatabaseCommand = std::variant<dbcmd::Create, dbcmd::RotatePassword, dbcmd::Hibernate,
-                                     dbcmd::Wake, dbcmd::Delete>;
+                                     dbcmd::Wake, dbcmd::Delete, dbcmd::Backup, dbcmd::DeleteBackup>;
 using DatabaseDecision = std::variant<std::vector<DatabaseEvent>, Rejection>;
 
 // A valid database name: 1-63 of a-z, 0-9 and '_', starting with a letter (it names the
 // PostgreSQL database and role too, unquoted).
 bool valid_database_name(const std::string& name);
 
-// Refusals: invalid_argument, database_not_found (deleted), database_hibernated (rotate while
-// hibernated). An idempotent repeat (hibernate a hibernated one, wake a running one) is no events.
+// Refusals: invalid_argument, database_not_found (deleted), database_hibernated (rotate or back
+// up while hibernated), quota_exceeded (a 17th backup), backup_not_found. An idempotent repeat (hibernate a hibernated one, wake a running one) is no events.
 DatabaseDecision decide(const DatabaseState& state, const DatabaseCommand& command, int64_t now_ms,
                         const Limits& limits = {});
 

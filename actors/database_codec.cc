@@ -38,6 +38,15 @@ std::string encode_database_event(const DatabaseEvent& e) {
     case K::deleted:
       b.setDeleted();
       break;
+    case K::backed_up: {
+      auto c = b.initBackedUp();
+      c.setBackup(e.backup);
+      c.setBytes(e.bytes);
+      break;
+    }
+    case K::backup_deleted:
+      b.setBackupDeleted(e.backup);
+      break;
   }
   return codec::to_bytes(msg);
 }
@@ -73,6 +82,15 @@ std::optional<DatabaseEvent> decode_database_event(const std::string& bytes) {
           case w::DatabaseEvent::DELETED:
             e.kind = K::deleted;
             break;
+          case w::DatabaseEvent::BACKED_UP:
+            e.kind = K::backed_up;
+            e.backup = r.getBackedUp().getBackup();
+            e.bytes = r.getBackedUp().getBytes();
+            break;
+          case w::DatabaseEvent::BACKUP_DELETED:
+            e.kind = K::backup_deleted;
+            e.backup = r.getBackupDeleted();
+            break;
           default:
             return std::nullopt;
         }
@@ -93,6 +111,9 @@ std::string database_event_to_json(const DatabaseEvent& e) {
     j.set("database", e.database);
     j.set("volume", e.volume);
   }
+  if (e.kind == DatabaseEvent::Kind::backed_up || e.kind == DatabaseEvent::Kind::backup_deleted)
+    j.set("backup", e.backup);
+  if (e.kind == DatabaseEvent::Kind::backed_up) j.set("bytes", int64_t(e.bytes));
   return j.dump();
 }
 

@@ -87,5 +87,48 @@ TEST(Database, EventsSurviveTheirPersistedFormAndHoldNoPassword) {
   EXPECT_THROW(apply(replayed, impossible), std::logic_error);
 }
 
+TEST(Database, BackupsAreRecordedListedAndDeleted) {
+  DatabaseState s;
+  s.id = "db_a";
+  s = run(s, create());
+  s = run(s, dbcmd::Backup{"bk_1", 4096});
+  ASSERT_EQ(s.backups.size(), 1u);
+  EXPECT_EQ(s.backups[0].id, "bk_1");
+  EXPECT_EQ(s.backups[0].bytes, 4096u);
+  EXPECT_EQ(s.backups[0].created_at_ms, kNow);
+  EXPECT_EQ(refusal(s, dbcmd::DeleteBackup{"bk_2"}), "backup_not_found");
+  EXPECT_EQ(refusal(s, dbcmd::Backup{"", 1}), "invalid_argument");
+  for (size_t i = 1; i < kMaxBackupsPerDatabase; ++i)
+    s = run(s, dbcmd::Backup{"bk_n" + std::to_string(i), 1});
+  EXPECT_EQ(refusal(s, dbcmd::Backup{"bk_x", 1}), "quota_exceeded");
+  s = run(s, dbcmd::DeleteBackup{"bk_1"});
+  EXPECT_EQ(s.backups.size(), kMaxBackupsPerDatabase - 1);
+  s = run(s, dbcmd::Hibernate{});
+  EXPECT_EQ(refusal(s, dbcmd::Backup{"bk_y", 1}), "database_hibernated");
+  s = run(s, dbcmd::DeleteBackup{"bk_n1"});  // deleting one needs no server
+  s = run(s, dbcmd::Delete{});
+  EXPECT_TRUE(s.backups.empty());
+  EXPECT_EQ(refusal(s, dbcmd::Backup{"bk_z", 1}), "database_not_found");
+  EXPECT_EQ(refusal(s, dbcmd::DeleteBackup{"bk_n2"}), "database_not_found");
+}
+
+TEST(Database, BackupEventsRoundTrip) {
+  DatabaseEvent e;
+  e.kind = DatabaseEvent::Kind::backed_up;
+  e.at_ms = 7;
+  e.backup = "bk_abc";
+  e.bytes = 1ull << 33;
+  auto back = decode_database_event(encode_database_event(e));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->kind, e.kind);
+  EXPECT_EQ(back->backup, e.backup);
+  EXPECT_EQ(back->bytes, e.bytes);
+  e.kind = DatabaseEvent::Kind::backup_deleted;
+  back = decode_database_event(encode_database_event(e));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->kind, e.kind);
+  EXPECT_EQ(back->backup, "bk_abc");
+}
+
 }  // namespace
 }  // namespace pandastack::actors

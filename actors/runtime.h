@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/database.h"
 #include "actors/quotas.h"
 #include "actors/sandbox.h"
 #include "actors/volume.h"
@@ -143,6 +144,7 @@ struct VolumeRequest {
 struct DatabaseRequest {
   std::string tenant, name;
   std::map<std::string, std::string> metadata;
+  std::string from_backup;  // bk_...: a backup of one of the tenant's databases, restored into it
 };
 struct DatabaseInfo {
   std::string id, tenant, name;
@@ -155,6 +157,8 @@ struct DatabaseInfo {
   std::string password;  // only in the answers of create and rotate_password, never stored
   int64_t created_at_ms = 0;
   uint64_t version = 0;
+  std::vector<DatabaseBackup> backups;
+  std::string restored_from;  // create from_backup: the backup restored
   // postgresql://user[:password]@host:port/database (the password only when known).
   std::string connection_uri() const;
 };
@@ -354,6 +358,12 @@ class Runtime {
   // A new random password for its role (the old one stops working at once).
   Reply<DatabaseInfo> rotate_database_password(const std::string& tenant, const std::string& id);
   // The last `lines` lines of its server log.
+  // A logical backup (pg_dump, custom format) kept on the host under data_dir/backups, at most
+  // kMaxBackupBytes; restored by create_database {from_backup}. Deleted with the database.
+  static constexpr uint64_t kMaxBackupBytes = 256ull << 20;
+  Reply<DatabaseBackup> backup_database(const std::string& tenant, const std::string& id);
+  Reply<DatabaseInfo> delete_database_backup(const std::string& tenant, const std::string& id,
+                                             const std::string& backup);
   Reply<std::string> database_logs(const std::string& tenant, const std::string& id,
                                    uint32_t lines);
   // The audit log (read from the event store), oldest first.

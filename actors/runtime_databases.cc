@@ -1,8 +1,14 @@
 // The runtime facade's managed databases: the work each database command records (a sandbox of
 // the postgres template, its role's password, its exposed port, hibernate, wake, kill) is done
 // here, on the caller's thread, then the database actor records it.
+#include <fcntl.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "actors/runtime_impl.h"
 
@@ -12,6 +18,17 @@ namespace {
 
 constexpr const char* kTemplate = "postgres";
 constexpr uint32_t kPort = 5432;
+// A restore sends the dump into the guest in pieces of this size, onto the data volume.
+constexpr size_t kRestoreChunk = 4 << 20;
+constexpr const char* kRestoreDir = "/var/lib/postgresql/.restore";
+
+namespace fs = std::filesystem;
+
+// Where a database's backups are kept: data_dir/backups/db_.../bk_....dump (ids the daemon made,
+// never a client's string).
+fs::path backups_dir(const Env& env, const std::string& database) {
+  return env.config.data_dir / "backups" / database;
+}
 
 std::string new_password() {
   unsigned char raw[24];
@@ -51,6 +68,7 @@ DatabaseInfo info_of(const DatabaseState& s) {
   i.database = s.database;
   i.created_at_ms = s.created_at_ms;
   i.version = s.version;
+  i.backups = s.backups;
   return i;
 }
 
@@ -73,6 +91,55 @@ Reply<DatabaseInfo> record(Runtime::Impl& impl, const std::string& tenant, const
       [](const Answer& a) { return info_of(a.database); });
 }
 
+// Loads a backup into a fresh database `name` of sandbox `sandbox`: the dump goes onto the data
+// volume in pieces (bounded host and guest memory), then pg_restore reads them as `name`'s
+// objects (no owner or grants from the source: the new role owns everything).
+Reply<bool> restore_dump(Runtime& rt, const std::string& tenant, const std::string& sandbox,
+                         const std::string& name, const fs::path& dump) {
+  int fd = ::open(dump.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return Rejection{"backup_not_found", "the backup's file is gone: " + dump.string()};
+  auto made = rt.mkdir(tenant, sandbox, kRestoreDir, true);
+  if (!made) {
+    ::close(fd);
+    return made.error();
+  }
+  std::string buf(kRestoreChunk, '\0');
+  for (size_t part = 0;; ++part) {
+    size_t have = 0;
+    ssize_t n = 0;
+    while (have < buf.size() && (n = ::read(fd, buf.data() + have, buf.size() - have)) > 0)
+      have += size_t(n);
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return Rejection{"io_error", "reading the backup: " + std::string(strerror(e))};
+    }
+    if (have == 0) break;
+    char file[64];
+    std::snprintf(file, sizeof file, "%s/part-%05zu", kRestoreDir, part);
+    auto w = rt.write_file(tenant, sandbox, file, std::string_view(buf.data(), have), 0600);
+    if (!w) {
+      ::close(fd);
+      return w.error();
+    }
+    if (have < buf.size()) break;
+  }
+  ::close(fd);
+  vmm::ExecRequest r;
+  r.argv = {"sh", "-c",
+            std::string("cat ") + kRestoreDir +
+                "/part-* | runuser -u postgres -- pg_restore -Fc --no-owner --no-acl "
+                "--exit-on-error --single-transaction --role=" +
+                name + " -d " + name + "; rc=$?; rm -rf " + kRestoreDir + "; exit $rc"};
+  r.timeout_ms = 600000;
+  auto x = rt.exec(tenant, sandbox, r);
+  if (!x) return x.error();
+  if (x->exit_code != 0 || x->timed_out)
+    return Rejection{"restore_failed", "pg_restore failed (exit " + std::to_string(x->exit_code) +
+                                           "): " + x->stderr_data.substr(0, 1000)};
+  return true;
+}
+
 }  // namespace
 
 std::string DatabaseInfo::connection_uri() const {
@@ -91,6 +158,16 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
     return Rejection{"network_disabled",
                      "databases are reached through an exposed port: this "
                      "host runs without sandbox networking"};
+  fs::path dump;
+  if (!request.from_backup.empty()) {
+    auto all = list_databases(request.tenant);
+    if (!all) return all.error();
+    for (auto& d : *all)
+      for (auto& b : d.backups)
+        if (b.id == request.from_backup) dump = backups_dir(*impl_->env, d.id) / (b.id + ".dump");
+    if (dump.empty())
+      return Rejection{"backup_not_found", "no backup " + request.from_backup.substr(0, 64)};
+  }
   std::string id = "db_" + random_base32(16);
   CreateRequest sr;
   sr.tenant = request.tenant;
@@ -116,6 +193,13 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
     undo();
     return made.error();
   }
+  if (!dump.empty()) {
+    auto restored = restore_dump(*this, request.tenant, sbx->id, request.name, dump);
+    if (!restored) {
+      undo();
+      return restored.error();
+    }
+  }
   auto exposed = expose_port(request.tenant, sbx->id, kPort);
   if (!exposed) {
     undo();
@@ -135,6 +219,7 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
   }
   fill_address(*this, *out);
   out->password = password;
+  out->restored_from = request.from_backup;
   return out;
 }
 
@@ -165,7 +250,104 @@ Reply<DatabaseInfo> Runtime::delete_database(const std::string& tenant, const st
     auto v = delete_volume(tenant, d->volume);
     if (!v && v.error().code != "volume_not_found") return v.error();
   }
-  return record(*impl_, tenant, id, dbcmd::Delete{});
+  auto out = record(*impl_, tenant, id, dbcmd::Delete{});
+  if (out) {
+    std::error_code ec;
+    fs::remove_all(backups_dir(*impl_->env, id), ec);
+    if (ec) spdlog::warn("database {}: cannot remove its backups: {}", id, ec.message());
+  }
+  return out;
+}
+
+Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const std::string& id) {
+  auto d = get_database(tenant, id);
+  if (!d) return d.error();
+  if (d->status == "hibernated")
+    return Rejection{"database_hibernated", "database " + id + " is hibernated: wake it"};
+  if (d->backups.size() >= kMaxBackupsPerDatabase)  // the actor decides too; this saves the dump
+    return Rejection{"quota_exceeded", "database " + id + " has " +
+                                           std::to_string(d->backups.size()) +
+                                           " backups, the most a database keeps: delete one"};
+  const std::string bk = "bk_" + random_base32(16);
+  const fs::path dir = backups_dir(*impl_->env, id);
+  const fs::path tmp = dir / (bk + ".dump.tmp"), final_path = dir / (bk + ".dump");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Rejection{"io_error", "cannot make " + dir.string() + ": " + ec.message()};
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return Rejection{"io_error", "cannot make " + tmp.string() + ": " + strerror(errno)};
+  uint64_t bytes = 0;
+  bool too_large = false;
+  int write_errno = 0;
+  std::string dump_err;
+  vmm::ExecRequest r;
+  r.argv = {"runuser", "-u", "postgres", "--", "pg_dump", "-Fc", "-d", d->database};
+  r.timeout_ms = 600000;
+  // On a driver thread, one chunk at a time: the dump goes to the file, never held in memory.
+  auto x = exec_stream(tenant, d->sandbox, r, [&](vmm::StreamKind kind, std::string_view data) {
+    if (kind == vmm::StreamKind::err) {
+      if (dump_err.size() < 2000) dump_err.append(data.substr(0, 2000 - dump_err.size()));
+      return;
+    }
+    if (too_large || write_errno != 0) return;
+    if (bytes + data.size() > kMaxBackupBytes) {
+      too_large = true;
+      return;
+    }
+    while (!data.empty()) {
+      ssize_t n = ::write(fd, data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        write_errno = n < 0 ? errno : EIO;
+        return;
+      }
+      bytes += uint64_t(n);
+      data.remove_prefix(size_t(n));
+    }
+  });
+  bool synced = x && ::fsync(fd) == 0;
+  int sync_errno = errno;
+  ::close(fd);
+  auto fail = [&](Rejection why) {
+    fs::remove(tmp, ec);
+    return why;
+  };
+  if (!x) return fail(x.error());
+  if (too_large)
+    return fail({"backup_too_large", "the dump of " + id + " is larger than " +
+                                         std::to_string(kMaxBackupBytes >> 20) + " MiB"});
+  if (x->exit_code != 0 || x->timed_out)
+    return fail({"backup_failed",
+                 "pg_dump failed (exit " + std::to_string(x->exit_code) + "): " + dump_err});
+  if (write_errno != 0 || !synced) {
+    int e = write_errno != 0 ? write_errno : sync_errno;
+    return fail({e == ENOSPC ? "no_space" : "io_error",
+                 "writing the backup: " + std::string(strerror(e))});
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec) return fail({"io_error", "cannot keep the backup: " + ec.message()});
+  if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    (void)::fsync(dfd);  // the rename is on disk before the event says the backup exists
+    ::close(dfd);
+  }
+  auto out = record(*impl_, tenant, id, dbcmd::Backup{bk, bytes});
+  if (!out) {
+    fs::remove(final_path, ec);
+    return out.error();
+  }
+  for (auto& b : out->backups)
+    if (b.id == bk) return b;
+  return Rejection{"internal", "backup " + bk + " was recorded but is not listed"};
+}
+
+Reply<DatabaseInfo> Runtime::delete_database_backup(const std::string& tenant,
+                                                    const std::string& id,
+                                                    const std::string& backup) {
+  auto out = record(*impl_, tenant, id, dbcmd::DeleteBackup{backup});
+  if (!out) return out;
+  std::error_code ec;
+  fs::remove(backups_dir(*impl_->env, id) / (backup + ".dump"), ec);
+  return out;
 }
 
 Reply<DatabaseInfo> Runtime::hibernate_database(const std::string& tenant, const std::string& id) {

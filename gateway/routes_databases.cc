@@ -1,5 +1,6 @@
 // Managed databases: create (PostgreSQL in a sandbox of the postgres template), list, get,
-// delete, hibernate, wake, rotate the password, the server log. Backups are not built yet (501).
+// delete, hibernate, wake, rotate the password, the server log, backups (pg_dump on the host) and
+// restores of them into new databases.
 #include "actors/event_codec.h"
 #include "gateway/server.h"
 
@@ -8,6 +9,16 @@ namespace pandastack::gateway {
 namespace {
 
 using M = kj::HttpMethod;
+
+Json backup_json(const std::string& database, const actors::DatabaseBackup& b) {
+  Json j = Json::object();
+  j.set("id", b.id);
+  j.set("database", database);
+  j.set("bytes", int64_t(b.bytes));
+  j.set("format", "pg_dump-custom");
+  j.set("created_at_ms", b.created_at_ms);
+  return j;
+}
 
 Json database_json(const actors::DatabaseInfo& d) {
   Json j = Json::object();
@@ -26,6 +37,10 @@ Json database_json(const actors::DatabaseInfo& d) {
   j.set("volume", d.volume);
   j.set("created_at_ms", d.created_at_ms);
   j.set("version", d.version);
+  Json backups = Json::array();
+  for (auto& b : d.backups) backups.push(backup_json(d.id, b));
+  j.set("backups", backups);
+  if (!d.restored_from.empty()) j.set("restored_from", d.restored_from);
   return j;
 }
 
@@ -36,15 +51,23 @@ std::string database_param(const Request& r) {
   return id;
 }
 
+bool valid_backup_id(const std::string& id) {
+  return id.size() == 19 && id.rfind("bk_", 0) == 0 &&
+         id.find_first_not_of("abcdefghijklmnopqrstuvwxyz234567", 3) == std::string::npos;
+}
+
 HttpReply create(Call& c) {
   Fields f(c.r.json(), {"name", "metadata", "from_backup"});
-  if (f.has("from_backup"))
-    throw ApiError{"not_implemented", "database backups are not implemented yet"};
   if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
   actors::DatabaseRequest req;
   req.tenant = c.tenant();
   req.name = f.str("name");
   req.metadata = f.string_map("metadata");
+  if (f.has("from_backup")) {
+    req.from_backup = f.str("from_backup");
+    if (!valid_backup_id(req.from_backup))
+      throw ApiError{"backup_not_found", "no backup " + req.from_backup.substr(0, 64)};
+  }
   return json_reply(201, database_json(unwrap(c.gw.rt.create_database(req))));
 }
 
@@ -108,10 +131,30 @@ std::vector<Route> database_routes() {
               return json_reply(200, j);
             },
             {"lines"}),
-      route(M::POST, "/v1/databases/{database_id}/backups", "Back up a database (not yet: 501)",
-            [](Call& c) -> HttpReply {
-              database_param(c.r);
-              throw ApiError{"not_implemented", "database backups are not implemented yet"};
+      route(M::POST, "/v1/databases/{database_id}/backups",
+            "Back up a running database (pg_dump, custom format, kept on the host)",
+            [](Call& c) {
+              Fields fields(c.r.json(), {});
+              auto id = database_param(c.r);
+              return json_reply(201,
+                                backup_json(id, unwrap(c.gw.rt.backup_database(c.tenant(), id))));
+            }),
+      route(M::GET, "/v1/databases/{database_id}/backups", "A database's backups, oldest first",
+            [](Call& c) {
+              auto id = database_param(c.r);
+              auto d = unwrap(c.gw.rt.get_database(c.tenant(), id));
+              return list_reply("backups", d.backups, [&](const actors::DatabaseBackup& b) {
+                return backup_json(id, b);
+              });
+            }),
+      route(M::DELETE, "/v1/databases/{database_id}/backups/{backup_id}", "Delete a backup",
+            [](Call& c) {
+              auto id = database_param(c.r);
+              const std::string& bk = c.r.param("backup_id");
+              if (!valid_backup_id(bk))
+                throw ApiError{"backup_not_found", "no backup " + bk.substr(0, 64)};
+              unwrap(c.gw.rt.delete_database_backup(c.tenant(), id, bk));
+              return no_content();
             }),
   };
 }

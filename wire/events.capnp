@@ -164,5 +164,10 @@ struct DatabaseEvent {
     hibernated @9 :Void;
     woken @10 :Void;
     deleted @11 :Void;
+    backedUp :group {              # a pg_dump (custom format) written to the backups folder
+      backup @12 :Text;            # bk_...
+      bytes @13 :UInt64;
+    }
+    backupDeleted @14 :Text;       # bk_...
   }
 }

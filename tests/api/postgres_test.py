@@ -144,6 +144,20 @@ class PostgresTemplateTest(unittest.TestCase):
             self.assertIn(db.id, [d.id for d in Database.list(**kw)])
             self.assertEqual(Database.get(db.id, **kw).info.password, "")
             self.assertIn("database system is ready", db.logs(1000))
+            with self.connect_uri(db.connection_uri) as conn, conn.cursor() as cur:
+                cur.execute("CREATE TABLE notes AS SELECT 'kept'::text AS v")
+            bk = db.backup()
+            self.assertEqual([b.id for b in db.backups()], [bk.id])
+            copy = Database.create("sdkcopy", from_backup=bk.id, **kw)
+            try:
+                self.assertEqual(copy.info.restored_from, bk.id)
+                with self.connect_uri(copy.connection_uri) as conn, conn.cursor() as cur:
+                    cur.execute("SELECT v FROM notes")
+                    self.assertEqual(cur.fetchall(), [("kept",)])
+            finally:
+                copy.delete()
+            db.delete_backup(bk.id)
+            self.assertEqual(db.backups(), [])
         finally:
             db.delete()
         with self.assertRaises(pandastack.DatabaseNotFound):
@@ -168,6 +182,22 @@ class PostgresTemplateTest(unittest.TestCase):
         new = cli("db", "rotate-password", did).strip()
         self.assertNotEqual(new, uri)
         self.assertIn("database system is ready", cli("db", "logs", did, "--lines", "1000"))
+        r = subprocess.run([harness.ARGS.cli, "db", "psql", did, "--", "-qAt"], env=env,
+                           input="CREATE TABLE t AS SELECT 42 AS x; SELECT x FROM t;",
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "42"), r.stderr)
+        bk = cli("db", "backup", did).strip()
+        self.assertTrue(bk.startswith("bk_"), bk)
+        self.assertIn(bk, cli("db", "backups", did))
+        copy = cli("db", "restore", bk, "clicopy").strip()
+        with self.connect_uri(copy) as conn, conn.cursor() as cur:
+            cur.execute("SELECT x FROM t")
+            self.assertEqual(cur.fetchall(), [(42,)])
+        cli("db", "backup-delete", did, bk)
+        self.assertNotIn(bk, cli("db", "backups", did))
+        copy_id = [line.split()[0] for line in cli("db", "list").splitlines()
+                   if " clicopy " in line][0]
+        cli("db", "delete", copy_id)
         cli("db", "delete", did)
         cli("db", "get", did, code=1)
 
@@ -242,7 +272,7 @@ class PostgresTemplateTest(unittest.TestCase):
         kinds = [e["type"] for e in ev["events"] if e["stream"] == a["id"]]
         self.assertEqual(kinds, ["database-created", "database-credentials-rotated",
                                  "database-hibernated", "database-woken"])
-        # Bad input; backups are not built yet.
+        # Bad input.
         self.assertError(self.api.call("POST", "/v1/databases", {"name": "Bad-Name"}), 400,
                          "invalid_argument")
         self.assertError(self.api.call("POST", "/v1/databases", {}), 400, "invalid_argument")
@@ -250,10 +280,14 @@ class PostgresTemplateTest(unittest.TestCase):
                          "database_not_found")
         self.assertError(self.api.call("GET", f"/v1/databases/{a['id']}/logs?lines=0"), 400,
                          "invalid_argument")
-        self.assertError(self.api.call("POST", f"/v1/databases/{a['id']}/backups", {}), 501,
-                         "not_implemented")
-        self.assertError(self.api.call("POST", "/v1/databases", {"name": "x", "from_backup": "b"}),
-                         501, "not_implemented")
+        for bk in ("b", "bk_aaaaaaaaaaaaaaaa"):
+            self.assertError(self.api.call("POST", "/v1/databases",
+                                           {"name": "x", "from_backup": bk}),
+                             404, "backup_not_found")
+        self.assertError(self.api.call("DELETE", f"/v1/databases/{a['id']}/backups/bk_x"), 404,
+                         "backup_not_found")
+        self.assertError(self.api.call("POST", f"/v1/databases/{a['id']}/backups", {"x": 1}), 400,
+                         "invalid_argument")
         s, k = self.api.call("POST", "/v1/keys", {"tenant": "dbother"})
         other = Api(self.daemon, key=k["key"])
         self.assertError(other.call("GET", f"/v1/databases/{a['id']}"), 404, "database_not_found")
@@ -267,6 +301,75 @@ class PostgresTemplateTest(unittest.TestCase):
                              "volume_not_found")
             self.assertEqual(self.api.call("GET", f"/v1/sandboxes/{d['sandbox']}")[1]["state"],
                              "stopped")
+
+    def test_backup_and_restore(self):
+        s, a = self.api.call("POST", "/v1/databases", {"name": "orig"})
+        self.assertEqual(s, 201, a)
+        with psycopg2.connect(a["connection_uri"], connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE items (id serial PRIMARY KEY, v text NOT NULL)")
+            cur.execute("INSERT INTO items (v) SELECT md5(g::text) FROM generate_series(1, 10000) g")
+            cur.execute("SELECT md5(string_agg(v, ',' ORDER BY id)) FROM items")
+            digest = cur.fetchone()[0]
+        s, bk = self.api.call("POST", f"/v1/databases/{a['id']}/backups", {})
+        self.assertEqual(s, 201, bk)
+        self.assertTrue(bk["id"].startswith("bk_") and len(bk["id"]) == 19, bk)
+        self.assertGreater(bk["bytes"], 1000, bk)
+        self.assertEqual((bk["database"], bk["format"]), (a["id"], "pg_dump-custom"))
+        dump = os.path.join(self.data, "backups", a["id"], bk["id"] + ".dump")
+        self.assertEqual(os.path.getsize(dump), bk["bytes"])
+        s, listed = self.api.call("GET", f"/v1/databases/{a['id']}/backups")
+        self.assertEqual([b["id"] for b in listed["backups"]], [bk["id"]])
+        self.assertEqual([b["id"] for b in
+                          self.api.call("GET", f"/v1/databases/{a['id']}")[1]["backups"]],
+                         [bk["id"]])
+        # Rows written after the backup are not in it.
+        with psycopg2.connect(a["connection_uri"], connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO items (v) VALUES ('later')")
+        # Restored into a new database: its own role owns the rows, which match the backup's.
+        s, c = self.api.call("POST", "/v1/databases", {"name": "copy", "from_backup": bk["id"]})
+        self.assertEqual(s, 201, c)
+        self.assertEqual(c["restored_from"], bk["id"])
+        self.assertNotEqual(c["password"], a["password"])
+        with psycopg2.connect(c["connection_uri"], connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*), md5(string_agg(v, ',' ORDER BY id)) FROM items")
+            self.assertEqual(cur.fetchone(), (10000, digest))
+            cur.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'items'")
+            self.assertEqual(cur.fetchone(), ("copy",))
+            cur.execute("INSERT INTO items (v) VALUES ('mine') RETURNING id")
+            self.assertEqual(cur.fetchone(), (10001,))  # the sequence came along
+        # Another tenant cannot restore it; a hibernated database cannot be backed up.
+        s, k = self.api.call("POST", "/v1/keys", {"tenant": "bkother"})
+        other = Api(self.daemon, key=k["key"])
+        self.assertError(other.call("POST", "/v1/databases", {"name": "steal",
+                                                              "from_backup": bk["id"]}),
+                         404, "backup_not_found")
+        self.assertError(other.call("POST", f"/v1/databases/{a['id']}/backups", {}), 404,
+                         "database_not_found")
+        self.assertEqual(self.api.call("POST", f"/v1/databases/{a['id']}/hibernate", {})[0], 200)
+        self.assertError(self.api.call("POST", f"/v1/databases/{a['id']}/backups", {}), 409,
+                         "database_hibernated")
+        self.assertEqual(self.api.call("POST", f"/v1/databases/{a['id']}/wake", {})[0], 200)
+        s, bk2 = self.api.call("POST", f"/v1/databases/{a['id']}/backups", {})
+        self.assertEqual(s, 201, bk2)
+        self.assertGreater(bk2["bytes"], 0)
+        # Deleting a backup; deleting the database takes the rest.
+        self.assertEqual(
+            self.api.call("DELETE", f"/v1/databases/{a['id']}/backups/{bk['id']}")[0], 204)
+        self.assertFalse(os.path.exists(dump))
+        self.assertError(self.api.call("DELETE", f"/v1/databases/{a['id']}/backups/{bk['id']}"),
+                         404, "backup_not_found")
+        self.assertEqual([b["id"] for b in self.api.call(
+            "GET", f"/v1/databases/{a['id']}/backups")[1]["backups"]], [bk2["id"]])
+        s, ev = self.api.call("GET", "/v1/audit?limit=10000")
+        kinds = [e["type"] for e in ev["events"] if e["stream"] == a["id"]]
+        self.assertEqual(kinds.count("database-backed-up"), 2, kinds)
+        self.assertEqual(kinds.count("database-backup-deleted"), 1, kinds)
+        for d in (a, c):
+            self.assertEqual(self.api.call("DELETE", f"/v1/databases/{d['id']}")[0], 204)
+        self.assertFalse(os.path.exists(os.path.join(self.data, "backups", a["id"])))
+        self.assertError(self.api.call("POST", "/v1/databases",
+                                       {"name": "late", "from_backup": bk2["id"]}),
+                         404, "backup_not_found")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,12 @@ const char* kUsage = R"(usage:
   pandastack db delete|hibernate|wake DB_ID
   pandastack db rotate-password DB_ID            prints the new connection URI
   pandastack db logs DB_ID [--lines N]
+  pandastack db backup DB_ID [--json]           a pg_dump kept on the host (prints its id)
+  pandastack db backups DB_ID [--json]
+  pandastack db backup-delete DB_ID BACKUP_ID
+  pandastack db restore BACKUP_ID NAME [--json]  a new database from a backup (prints its URI)
+  pandastack db psql DB_ID [-- PSQL_ARG...]      psql in the database's guest as the superuser
+                                                (piped stdin is its input: SQL)
   pandastack volume list [--metadata K=V]... [--json]
   pandastack volume get|delete VOL_ID [--json]
   pandastack volume grow VOL_ID --size MIB [--json]   (only larger; while no sandbox holds it)
@@ -425,6 +431,13 @@ int api_main(int argc, char** argv) {
       }
       return uri(api.json("POST", "/v1/databases", body.dump()));
     }
+    if (verb == "restore") {
+      need(2);
+      Json body = Json::object();
+      body.set("from_backup", o.pos[0]);
+      body.set("name", o.pos[1]);
+      return uri(api.json("POST", "/v1/databases", body.dump()));
+    }
     if (verb == "list") {
       need(0);
       auto r = api.json("GET", "/v1/databases");
@@ -436,12 +449,36 @@ int api_main(int argc, char** argv) {
                     d["connection_uri"].as_string().c_str());
       return 0;
     }
-    need(1);
+    need(verb == "backup-delete" ? 2 : 1);
     auto path = "/v1/databases/" + tools::url_encode(o.pos[0]);
     if (verb == "get") return std::printf("%s\n", api.json("GET", path).dump().c_str()), 0;
     if (verb == "delete") return api.json("DELETE", path), 0;
     if (verb == "hibernate" || verb == "wake") return api.json("POST", path + "/" + verb, "{}"), 0;
     if (verb == "rotate-password") return uri(api.json("POST", path + "/rotate-password", "{}"));
+    if (verb == "backup") {
+      auto r = api.json("POST", path + "/backups", "{}");
+      if (o.json) return std::printf("%s\n", r.dump().c_str()), 0;
+      return std::printf("%s\n", r["id"].as_string().c_str()), 0;
+    }
+    if (verb == "backups") {
+      auto r = api.json("GET", path + "/backups");
+      if (o.json) return std::printf("%s\n", r["backups"].dump().c_str()), 0;
+      std::printf("%-20s %12s %s\n", "BACKUP", "BYTES", "CREATED (ms since epoch)");
+      for (auto& b : r["backups"].as_array())
+        std::printf("%-20s %12lld %lld\n", b["id"].as_string().c_str(),
+                    (long long)b["bytes"].as_int(), (long long)b["created_at_ms"].as_int());
+      return 0;
+    }
+    if (verb == "backup-delete") {
+      return api.json("DELETE", path + "/backups/" + tools::url_encode(o.pos[1])), 0;
+    }
+    if (verb == "psql") {
+      auto d = api.json("GET", path);
+      Opts p = o;
+      p.cmd = {"runuser", "-u", "postgres", "--", "psql", "-d", d["database"].as_string()};
+      for (auto& a : o.cmd) p.cmd.push_back(a);
+      return exec(api, p, d["sandbox"].as_string());
+    }
     if (verb == "logs") {
       std::string lines = o.flags.count("--lines") ? o.flags.at("--lines") : "200";
       auto r = api.json("GET", path + "/logs?lines=" + tools::url_encode(lines));

@@ -16,8 +16,8 @@ from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DatabaseHiber
                       SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
                       TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
                       VolumeNotFound)
-from ._models import (DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo,
-                      VolumeInfo, VolumeSnapshotInfo)
+from ._models import (DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo,
+                      SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
 from ._sync import Database, Sandbox, Volume
 
 __version__ = "0.2.0"
@@ -30,7 +30,7 @@ __all__ = [
     "FileExists", "DirectoryNotEmpty", "NoSpace", "GuestIOError", "TransitionFailed",
     "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
     "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
-    "Database", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
+    "Database", "DatabaseBackup", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
     "VolumeAttached",
 ]

@@ -212,10 +212,29 @@ class DatabaseInfo:
     created_at_ms: int
     metadata: Dict[str, str] = field(default_factory=dict)
     password: str = ""
+    backups: List["DatabaseBackup"] = field(default_factory=list)
+    restored_from: str = ""
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "DatabaseInfo":
         return cls(b["id"], b["name"], b["status"], b.get("host", ""), int(b.get("port", 0)),
                    b["user"], b["database"], b.get("connection_uri", ""), b.get("sandbox", ""),
                    b.get("volume", ""), int(b["created_at_ms"]), dict(b.get("metadata", {})),
-                   b.get("password", ""))
+                   b.get("password", ""),
+                   [DatabaseBackup.from_api(x) for x in b.get("backups", [])],
+                   b.get("restored_from", ""))
+
+
+@dataclass
+class DatabaseBackup:
+    """A backup of a database: ``pg_dump`` in its custom format, kept on the host with the
+    database (deleted with it). Restore it with ``Database.create(name, from_backup=id)``."""
+
+    id: str
+    database: str
+    bytes: int
+    created_at_ms: int
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "DatabaseBackup":
+        return cls(b["id"], b["database"], int(b["bytes"]), int(b["created_at_ms"]))

@@ -8,8 +8,8 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import (DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo,
-                      VolumeInfo, VolumeSnapshotInfo)
+from ._models import (DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo,
+                      SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
 
 
 class _Http:
@@ -448,11 +448,16 @@ class Database:
 
     @classmethod
     def create(cls, name: str, metadata: Optional[Mapping[str, str]] = None, *,
-               api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Database":
-        http = _Http(api_key, base_url, 300.0)
+               from_backup: Optional[str] = None, api_key: Optional[str] = None,
+               base_url: Optional[str] = None) -> "Database":
+        """A new database; ``from_backup`` (a ``bk_...`` id of one of your databases' backups)
+        fills it with that backup's tables and rows."""
+        http = _Http(api_key, base_url, 900.0)
         body: Dict[str, Any] = {"name": name}
         if metadata:
             body["metadata"] = dict(metadata)
+        if from_backup:
+            body["from_backup"] = from_backup
         return cls(DatabaseInfo.from_api(http.call("POST", "/v1/databases", json=body).json()),
                    http)
 
@@ -491,6 +496,18 @@ class Database:
         """A new password (the old one stops working); ``info.password`` has it, once."""
         self.info.password = ""
         return self._action("rotate-password")
+
+    def backup(self) -> DatabaseBackup:
+        """A consistent logical backup (``pg_dump``) of the running database, kept on the host."""
+        return DatabaseBackup.from_api(
+            self._http.call("POST", f"/v1/databases/{self.id}/backups", json={}).json())
+
+    def backups(self) -> List[DatabaseBackup]:
+        return [DatabaseBackup.from_api(b) for b in
+                self._http.call("GET", f"/v1/databases/{self.id}/backups").json()["backups"]]
+
+    def delete_backup(self, backup_id: str) -> None:
+        self._http.call("DELETE", f"/v1/databases/{self.id}/backups/{c.sid(backup_id)}")
 
     def logs(self, lines: int = 200) -> str:
         return self._http.call("GET", f"/v1/databases/{self.id}/logs",
