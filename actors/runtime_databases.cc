@@ -154,10 +154,6 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
     return Rejection{"invalid_argument",
                      "a database name is 1-63 of a-z, 0-9 and '_', starting with a letter"};
   if (auto r = check_metadata(request.metadata, cfg.limits)) return *r;
-  if (!cfg.network)
-    return Rejection{"network_disabled",
-                     "databases are reached through an exposed port: this "
-                     "host runs without sandbox networking"};
   fs::path dump;
   if (!request.from_backup.empty()) {
     auto all = list_databases(request.tenant);
@@ -168,6 +164,10 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
     if (dump.empty())
       return Rejection{"backup_not_found", "no backup " + request.from_backup.substr(0, 64)};
   }
+  if (!cfg.network)
+    return Rejection{"network_disabled",
+                     "databases are reached through an exposed port: this "
+                     "host runs without sandbox networking"};
   std::string id = "db_" + random_base32(16);
   CreateRequest sr;
   sr.tenant = request.tenant;

@@ -7,7 +7,7 @@
 Reads PANDASTACK_API_KEY and PANDASTACK_BASE_URL (default http://127.0.0.1:7070).
 """
 from ._async import AsyncSandbox
-from ._errors import (CommandNotFound, Conflict, ConnectionFailed, DatabaseHibernated,
+from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFailed, DatabaseHibernated,
                       DatabaseNotFound, DirectoryNotEmpty, ExecFailed,
                       FileExists, FileNotFound, Forbidden, GuestIOError, HostFull, InvalidArgument,
                       InvalidCwd, IsADirectory, NoSpace, NotADirectory, NotFound,
@@ -30,7 +30,7 @@ __all__ = [
     "FileExists", "DirectoryNotEmpty", "NoSpace", "GuestIOError", "TransitionFailed",
     "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
     "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
-    "Database", "DatabaseBackup", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
+    "BackupNotFound", "Database", "DatabaseBackup", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
     "VolumeAttached",
 ]

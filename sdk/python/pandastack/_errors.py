@@ -89,6 +89,10 @@ class DatabaseNotFound(NotFound):
     """No such database for this key's tenant (or it was deleted)."""
 
 
+class BackupNotFound(NotFound):
+    """No such backup of this key's tenant's databases (deleted, or its database was)."""
+
+
 class DatabaseHibernated(Conflict):
     """The database is hibernated: wake it first."""
 
@@ -185,6 +189,7 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "volume_in_use": VolumeInUse,
     "volume_attached": VolumeAttached,
     "database_not_found": DatabaseNotFound,
+    "backup_not_found": BackupNotFound,
     "database_hibernated": DatabaseHibernated,
     "sandbox_hibernated": SandboxHibernated,
     "sandbox_stopped": SandboxStopped,
@@ -200,6 +205,8 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "io_error": GuestIOError,
     "snapshot_failed": TransitionFailed,
     "fork_failed": TransitionFailed,
+    "backup_failed": TransitionFailed,
+    "restore_failed": TransitionFailed,
     "hibernate_failed": TransitionFailed,
     "wake_failed": TransitionFailed,
     "start_failed": StartFailed,
@@ -208,6 +215,7 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "sandbox_busy": SandboxBusy,
     "body_too_large": PayloadTooLarge,
     "file_too_large": PayloadTooLarge,
+    "backup_too_large": PayloadTooLarge,
     "too_many_execs": RateLimited,
     "too_many_requests": RateLimited,
     "too_many_processes": RateLimited,

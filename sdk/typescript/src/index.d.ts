@@ -254,6 +254,7 @@ export declare class VolumeInUseError extends ConflictError {}
 export declare class VolumeAttachedError extends ConflictError {}
 export declare class DatabaseNotFoundError extends NotFoundError {}
 export declare class DatabaseHibernatedError extends ConflictError {}
+export declare class BackupNotFoundError extends NotFoundError {}
 export declare class ConflictError extends PandaStackError {}
 export declare class SandboxHibernatedError extends ConflictError {}
 export declare class SandboxStoppedError extends ConflictError {}
@@ -292,6 +293,17 @@ export interface DatabaseInfo {
   volume: string;
   createdAtMs: number;
   metadata: Record<string, string>;
+  backups: DatabaseBackup[];
+  /** create with fromBackup: the backup restored. */
+  restoredFrom: string;
+}
+
+/** A backup of a database: pg_dump (custom format) kept on the host, deleted with the database. */
+export interface DatabaseBackup {
+  id: string;
+  database: string;
+  bytes: number;
+  createdAtMs: number;
 }
 
 /** A managed PostgreSQL database: a restore of the postgres template, its server already running. */
@@ -299,12 +311,16 @@ export declare class Database {
   readonly info: DatabaseInfo;
   readonly id: string;
   readonly connectionUri: string;
-  static create(opts: ClientOptions & { name: string; metadata?: Record<string, string> }): Promise<Database>;
+  /** fromBackup: a bk_... id of one of your databases' backups, restored into the new one. */
+  static create(opts: ClientOptions & { name: string; metadata?: Record<string, string>; fromBackup?: string }): Promise<Database>;
   static get(id: string, opts?: ClientOptions): Promise<Database>;
   static list(opts?: ClientOptions): Promise<DatabaseInfo[]>;
   hibernate(): Promise<DatabaseInfo>;
   wake(): Promise<DatabaseInfo>;
   rotatePassword(): Promise<DatabaseInfo>;
+  backup(): Promise<DatabaseBackup>;
+  backups(): Promise<DatabaseBackup[]>;
+  deleteBackup(backupId: string): Promise<void>;
   logs(lines?: number): Promise<string>;
   delete(): Promise<void>;
 }

@@ -37,6 +37,7 @@ export class VolumeInUseError extends ConflictError {}
 export class VolumeAttachedError extends ConflictError {}
 export class DatabaseNotFoundError extends NotFoundError {}
 export class DatabaseHibernatedError extends ConflictError {}
+export class BackupNotFoundError extends NotFoundError {}
 export class IsADirectoryError extends ConflictError {}
 export class NotADirectoryError extends ConflictError {}
 export class FileExistsError extends ConflictError {}
@@ -73,6 +74,10 @@ const BY_CODE = {
   volume_attached: [VolumeAttachedError, 409],
   database_not_found: [DatabaseNotFoundError, 404],
   database_hibernated: [DatabaseHibernatedError, 409],
+  backup_not_found: [BackupNotFoundError, 404],
+  backup_too_large: [PayloadTooLargeError, 413],
+  backup_failed: [TransitionFailedError, 500],
+  restore_failed: [TransitionFailedError, 500],
   network_disabled: [ConflictError, 409],
   sandbox_hibernated: [SandboxHibernatedError, 409],
   sandbox_stopped: [SandboxStoppedError, 409],
@@ -543,8 +548,13 @@ function databaseInfo(b) {
     id: b.id, name: b.name, status: b.status, host: b.host ?? "", port: b.port ?? 0, user: b.user,
     database: b.database, connectionUri: b.connection_uri ?? "", password: b.password ?? "",
     sandbox: b.sandbox ?? "", volume: b.volume ?? "", createdAtMs: b.created_at_ms,
-    metadata: b.metadata ?? {},
+    metadata: b.metadata ?? {}, backups: (b.backups ?? []).map(backupInfo),
+    restoredFrom: b.restored_from ?? "",
   };
+}
+
+function backupInfo(b) {
+  return { id: b.id, database: b.database, bytes: b.bytes, createdAtMs: b.created_at_ms };
 }
 
 /** A managed PostgreSQL database (a restore of the postgres template). The password is in
@@ -557,6 +567,7 @@ export class Database {
     const http = new Http(opts);
     const body = { name: opts.name };
     if (opts.metadata) body.metadata = opts.metadata;
+    if (opts.fromBackup) body.from_backup = opts.fromBackup;
     return new Database(databaseInfo(await http.json("POST", "/v1/databases", { json: body })), http);
   }
   static async get(id, opts = {}) {
@@ -576,6 +587,16 @@ export class Database {
   wake() { return this.#action("wake"); }
   /** A new password (the old one stops working): info.password, once. */
   rotatePassword() { return this.#action("rotate-password"); }
+  /** A logical backup (pg_dump) of the running database, kept on the host. */
+  async backup() {
+    return backupInfo(await this.http.json("POST", `/v1/databases/${encodeURIComponent(this.id)}/backups`, { json: {} }));
+  }
+  async backups() {
+    return (await this.http.json("GET", `/v1/databases/${encodeURIComponent(this.id)}/backups`)).backups.map(backupInfo);
+  }
+  async deleteBackup(backupId) {
+    await this.http.call("DELETE", `/v1/databases/${encodeURIComponent(this.id)}/backups/${encodeURIComponent(backupId)}`);
+  }
   async logs(lines = 200) {
     return (await this.http.json("GET", `/v1/databases/${encodeURIComponent(this.id)}/logs`, { query: { lines: String(lines) } })).log;
   }

@@ -8,7 +8,7 @@ import { createInterface } from "node:readline";
 import {
   Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
   UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
-  VolumeAttachedError, VolumeNotFoundError, Database, DatabaseNotFoundError, ConflictError,
+  VolumeAttachedError, VolumeNotFoundError, Database, DatabaseNotFoundError, BackupNotFoundError, ConflictError,
 } from "../src/index.js";
 
 let daemon, base;
@@ -200,6 +200,7 @@ test("volumes outlive sandboxes; read-write is exclusive", async () => {
 
 test("databases: typed errors (this daemon runs without networking; psycopg2 covers the rest)", async () => {
   await assert.rejects(Database.get("db_aaaaaaaaaaaaaaaa"), DatabaseNotFoundError);
+  await assert.rejects(Database.create({ name: "copy", fromBackup: "bk_aaaaaaaaaaaaaaaa" }), BackupNotFoundError);
   await assert.rejects(Database.create({ name: "shop" }), (e) => e instanceof ConflictError && e.code === "network_disabled");
   assert.deepEqual(await Database.list(), []);
 });

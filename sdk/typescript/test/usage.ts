@@ -2,7 +2,7 @@
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
 import {
   Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
-  type VolumeInfo, Database, type DatabaseInfo, type VolumeSnapshotInfo,
+  type VolumeInfo, Database, type DatabaseInfo, type DatabaseBackup, type VolumeSnapshotInfo,
 } from "../src/index.js";
 
 export async function usage(): Promise<string> {
@@ -52,7 +52,14 @@ export async function usage(): Promise<string> {
   await db.hibernate();
   const woke: DatabaseInfo = await db.wake();
   const log: string = await db.logs(10);
+  const bk: DatabaseBackup = await db.backup();
+  const bks: DatabaseBackup[] = await db.backups();
+  const restored = await Database.create({ name: "copy", fromBackup: bk.id });
+  const from: string = restored.info.restoredFrom;
+  await db.deleteBackup(bks[0].id);
+  await restored.delete();
   await db.delete();
+  if (from.length + bk.bytes < 0) return "";
   if (uri.length + dbs.length + woke.port + log.length < 0) return "";
   if (held.length + vols.length < 0) return "";
   await Sandbox.deleteSnapshot(await sbx.snapshot());
