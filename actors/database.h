@@ -85,8 +85,9 @@ struct DeleteBackup {
 };
 }  // namespace dbcmd
 
-using DatabaseCommand = std::variant<dbcmd::Create, dbcmd::RotatePassword, dbcmd::Hibernate,
-                                     dbcmd::Wake, dbcmd::Delete, dbcmd::Backup, dbcmd::DeleteBackup>;
+using DatabaseCommand =
+    std::variant<dbcmd::Create, dbcmd::RotatePassword, dbcmd::Hibernate, dbcmd::Wake, dbcmd::Delete,
+                 dbcmd::Backup, dbcmd::DeleteBackup>;
 using DatabaseDecision = std::variant<std::vector<DatabaseEvent>, Rejection>;
 
 // A valid database name: 1-63 of a-z, 0-9 and '_', starting with a letter (it names the
@@ -94,7 +95,8 @@ using DatabaseDecision = std::variant<std::vector<DatabaseEvent>, Rejection>;
 bool valid_database_name(const std::string& name);
 
 // Refusals: invalid_argument, database_not_found (deleted), database_hibernated (rotate or back
-// up while hibernated), quota_exceeded (a 17th backup), backup_not_found. An idempotent repeat (hibernate a hibernated one, wake a running one) is no events.
+// up while hibernated), quota_exceeded (a 17th backup), backup_not_found. An idempotent repeat
+// (hibernate a hibernated one, wake a running one) is no events.
 DatabaseDecision decide(const DatabaseState& state, const DatabaseCommand& command, int64_t now_ms,
                         const Limits& limits = {});
 

@@ -192,7 +192,13 @@ caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const s
   if (!a) return Answer::fail(volume_not_found(id));
   auto rp = self->make_response_promise();
   self->request(a, caf::infinite, vol_atom::value, std::move(c))
-      .then([rp](Answer ans) mutable { rp.deliver(ans); },
+      .then(
+          [rp, self](Answer ans) mutable {
+            // The cache has what the caller is told before the caller is told it: a read after
+            // this answer sees it (the actor's own report follows and repeats it).
+            if (ans.ok && !ans.volume.id.empty()) info(self, ans.volume);
+            rp.deliver(ans);
+          },
             [rp, self, id](const caf::error& e) mutable {
               // Its actor ended (the volume was deleted meanwhile).
               if (e == caf::sec::request_receiver_down)

@@ -321,8 +321,8 @@ Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const 
                  "pg_dump failed (exit " + std::to_string(x->exit_code) + "): " + dump_err});
   if (write_errno != 0 || !synced) {
     int e = write_errno != 0 ? write_errno : sync_errno;
-    return fail({e == ENOSPC ? "no_space" : "io_error",
-                 "writing the backup: " + std::string(strerror(e))});
+    return fail(
+        {e == ENOSPC ? "no_space" : "io_error", "writing the backup: " + std::string(strerror(e))});
   }
   fs::rename(tmp, final_path, ec);
   if (ec) return fail({"io_error", "cannot keep the backup: " + ec.message()});

@@ -17,6 +17,8 @@ uint64_t be64(const unsigned char* p) {
 }
 uint32_t be32(const unsigned char* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
 
+constexpr uint32_t kMaxBackingName = 1023;  // the qcow2 spec's limit
+
 struct Header {
   uint64_t backing_offset;
   uint32_t backing_size;
@@ -31,7 +33,20 @@ Result<Header> read_header(int fd, const std::string& name) {
   uint32_t version = be32(h + 4);
   if (version != 2 && version != 3)
     return make_error(ErrorCode::invalid_argument, name + ": unsupported qcow2 version " + std::to_string(version));
-  return Header{be64(h + 8), be32(h + 16), be32(h + 20)};
+  Header out{be64(h + 8), be32(h + 16), be32(h + 20)};
+  // The spec's bounds (QEMU refuses the rest too). The header may come from a QEMU we do not trust
+  // (a VM's overlay becomes a snapshot layer): a 4 GiB name size must not become a 4 GiB string,
+  // nor a cluster_bits of 64 an undefined shift.
+  if (out.cluster_bits < 9 || out.cluster_bits > 21)
+    return make_error(ErrorCode::invalid_argument,
+                      name + ": qcow2 cluster_bits " + std::to_string(out.cluster_bits) + " out of 9..21");
+  const uint64_t header_size = version == 2 ? 72 : 104;  // the name follows the header
+  if (out.backing_offset != 0 &&
+      (out.backing_size > kMaxBackingName || out.backing_offset < header_size ||
+       out.backing_offset >= (uint64_t(1) << out.cluster_bits)))
+    return make_error(ErrorCode::invalid_argument,
+                      name + ": qcow2 backing file name out of the header cluster or over 1023 bytes");
+  return out;
 }
 
 }  // namespace
@@ -44,11 +59,15 @@ Result<std::string> backing_file(const std::filesystem::path& image) {
     ::close(fd);
     return h.error();
   }
-  std::string name(h->backing_size, '\0');
-  bool ok = h->backing_offset == 0 || ::pread(fd, name.data(), name.size(), off_t(h->backing_offset)) == ssize_t(name.size());
+  if (h->backing_offset == 0) {  // no backing file (the size field means nothing then)
+    ::close(fd);
+    return std::string();
+  }
+  std::string name(h->backing_size, '\0');  // at most kMaxBackingName: read_header checked
+  bool ok = ::pread(fd, name.data(), name.size(), off_t(h->backing_offset)) == ssize_t(name.size());
   ::close(fd);
   if (!ok) return make_error(ErrorCode::io_error, "cannot read backing file name of " + image.string());
-  return h->backing_offset == 0 ? std::string() : name;
+  return name;
 }
 
 Status set_backing_file(const std::filesystem::path& image, const std::string& backing) {
@@ -60,7 +79,7 @@ Status set_backing_file(const std::filesystem::path& image, const std::string& b
     st = h.error();
   } else if (h->backing_offset == 0) {
     st = make_error(ErrorCode::invalid_argument, image.string() + " has no backing file to replace");
-  } else if (h->backing_offset + backing.size() > (uint64_t(1) << h->cluster_bits) || backing.size() > 1023) {
+  } else if (h->backing_offset + backing.size() > (uint64_t(1) << h->cluster_bits) || backing.size() > kMaxBackingName) {
     st = make_error(ErrorCode::invalid_argument, "backing file name too long for " + image.string());
   } else {
     unsigned char size_be[4] = {uint8_t(backing.size() >> 24), uint8_t(backing.size() >> 16),

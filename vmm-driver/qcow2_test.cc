@@ -1,5 +1,10 @@
 #include "vmm-driver/qcow2.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -49,6 +54,41 @@ TEST_F(Qcow2Test, RejectsImagesWithoutBackingAndNonQcow2) {
   ASSERT_EQ(sh("head -c 4096 /dev/zero > " + (dir_ / "raw").string()), 0);
   EXPECT_EQ(backing_file(dir_ / "raw").error().code, ErrorCode::invalid_argument);
   EXPECT_EQ(backing_file(dir_ / "missing").error().code, ErrorCode::io_error);
+}
+
+// Headers a hostile QEMU could write into its overlay (found by fuzz_qcow2: a 4 GiB name size
+// became a 4 GiB allocation in the daemon).
+TEST_F(Qcow2Test, RefusesOutOfSpecHeaderFields) {
+  ASSERT_EQ(sh("qemu-img create -q -f qcow2 " + (dir_ / "a.qcow2").string() + " 64M"), 0);
+  ASSERT_EQ(sh("qemu-img create -q -f qcow2 -F qcow2 -b " + (dir_ / "a.qcow2").string() + " " +
+               (dir_ / "top.qcow2").string()),
+            0);
+  auto patch = [&](off_t at, std::initializer_list<unsigned char> bytes) {
+    int fd = ::open((dir_ / "top.qcow2").c_str(), O_WRONLY);
+    std::vector<unsigned char> b(bytes);
+    ASSERT_EQ(::pwrite(fd, b.data(), b.size(), at), ssize_t(b.size()));
+    ::close(fd);
+  };
+  patch(16, {0xff, 0xff, 0xff, 0xf0});  // backing name size ~4 GiB
+  EXPECT_EQ(backing_file(dir_ / "top.qcow2").error().code, ErrorCode::invalid_argument);
+  ASSERT_EQ(sh("cp " + (dir_ / "a.qcow2").string() + " " + (dir_ / "plain.qcow2").string()), 0);
+  {
+    int fd = ::open((dir_ / "plain.qcow2").c_str(), O_WRONLY);
+    unsigned char big[4] = {0xff, 0xff, 0xff, 0xf0};  // no backing file, a huge size field
+    ASSERT_EQ(::pwrite(fd, big, 4, 16), 4);
+    ::close(fd);
+  }
+  EXPECT_EQ(*backing_file(dir_ / "plain.qcow2"), "");
+  patch(16, {0, 0, 0, 5});
+  patch(20, {0, 0, 0, 64});  // cluster_bits
+  EXPECT_EQ(backing_file(dir_ / "top.qcow2").error().code, ErrorCode::invalid_argument);
+  EXPECT_FALSE(set_backing_file(dir_ / "top.qcow2", "/x"));
+  patch(20, {0, 0, 0, 16});
+  patch(8, {0, 0, 0, 0, 0x7f, 0, 0, 0});  // backing name beyond the header cluster
+  EXPECT_EQ(backing_file(dir_ / "top.qcow2").error().code, ErrorCode::invalid_argument);
+  patch(8, {0, 0, 0, 0, 0, 0, 0, 10});  // backing name over the header itself
+  EXPECT_EQ(backing_file(dir_ / "top.qcow2").error().code, ErrorCode::invalid_argument);
+  EXPECT_FALSE(set_backing_file(dir_ / "top.qcow2", "/x"));
 }
 
 }  // namespace

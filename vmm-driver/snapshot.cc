@@ -39,6 +39,12 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
   if ((*j)["volume_copies"].is_array())
     for (auto& v : (*j)["volume_copies"].as_array()) s.volume_copies.push_back(uint32_t(v.as_int()));
   if (s.layers.empty()) return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
+  // A layer is a file of the disk folder, named by the driver: never a path elsewhere.
+  for (auto& l : s.layers)
+    if (l.empty() || l == "." || l == ".." || l.find('/') != std::string::npos ||
+        l.find('\0') != std::string::npos)
+      return make_error(ErrorCode::invalid_argument, "snapshot layer name is not a file name in " +
+                                                         dir.string());
   for (auto& f : {s.mem(), s.state(), s.disk()})
     if (!fs::exists(f)) return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
   for (auto& l : s.layers)

@@ -1,10 +1,11 @@
-// Decoding persisted events and state (actors/event_codec.h, volume_codec.h): recovery reads
-// whatever the store holds. Undecodable bytes are refused, never a crash; what decodes encodes
+// Decoding persisted events and state (actors/event_codec.h, volume_codec.h, database_codec.h):
+// recovery reads whatever the store holds. Undecodable bytes are refused, never a crash; what decodes encodes
 // and decodes again to the same JSON rendering.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
+#include "actors/database_codec.h"
 #include "actors/event_codec.h"
 #include "actors/volume_codec.h"
 
@@ -18,6 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto v = decode_volume_event(bytes)) {
     auto again = decode_volume_event(encode_volume_event(*v));
     if (!again || volume_event_to_json(*again) != volume_event_to_json(*v)) std::abort();
+  }
+  if (auto d = decode_database_event(bytes)) {
+    auto again = decode_database_event(encode_database_event(*d));
+    if (!again || database_event_to_json(*again) != database_event_to_json(*d)) std::abort();
   }
   if (auto s = decode_state(bytes)) (void)encode_state(*s);
   return 0;

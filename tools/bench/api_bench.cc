@@ -167,7 +167,17 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     // password set, its port exposed) to its first query from the host: the host's
     // `psql -c 'select 1'` through the connection URI the create answered with (retried until it
     // answers). Needs a daemon with networking and the host's psql (Debian postgresql-client).
-    std::vector<double> create, total;
+    // Then hibernated (not timed) and woken: from POST .../wake to the first query answered,
+    // through the address the wake answered with and the create's password.
+    std::vector<double> create, total, wake;
+    auto first_query = [](const std::string& uri) {
+      std::string psql = "psql '" + uri + "' -Atqc 'select 1' >/dev/null 2>&1";
+      for (int attempt = 0; attempt < 600; ++attempt) {
+        if (std::system(psql.c_str()) == 0) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      return false;
+    };
     for (int i = 0; i < n; ++i) {
       auto t0 = Clock::now();
       double srv = 0;
@@ -175,15 +185,20 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       body.set("name", "bench" + std::to_string(i));
       auto db = api.call("POST", "/v1/databases", body.dump(), &srv);
       create.push_back(ms_since(t0));
-      std::string psql = "psql '" + db["connection_uri"].as_string() +
-                         "' -Atqc 'select 1' >/dev/null 2>&1";
-      bool ok = false;
-      for (int attempt = 0; attempt < 600 && !ok; ++attempt) {
-        ok = std::system(psql.c_str()) == 0;
-        if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
+      bool ok = first_query(db["connection_uri"].as_string());
       total.push_back(ms_since(t0));
       auto id = db["id"].as_string();
+      if (ok) {
+        api.call("POST", "/v1/databases/" + id + "/hibernate", "{}");
+        pause();
+        auto t1 = Clock::now();
+        auto w = api.call("POST", "/v1/databases/" + id + "/wake", "{}");
+        std::string uri = "postgresql://" + db["user"].as_string() + ":" +
+                          db["password"].as_string() + "@" + w["host"].as_string() + ":" +
+                          std::to_string(w["port"].as_int()) + "/" + db["database"].as_string();
+        ok = first_query(uri);
+        wake.push_back(ms_since(t1));
+      }
       api.call("DELETE", "/v1/databases/" + id, "");
       if (!ok) {
         std::fprintf(stderr, "pandastack-bench: no answer from database %s\n", id.c_str());
@@ -193,6 +208,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
     report(json, "db-create-api", create, create);
     report(json, "db-create", total, total);
+    report(json, "db-wake", wake, wake);
     return 0;
   }
   if (scenario == "volume-throughput") {
