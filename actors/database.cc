@@ -45,6 +45,11 @@ bool valid_database_name(const std::string& n) {
   return true;
 }
 
+Rejection too_many_backups(const std::string& id, size_t kept) {
+  return {"quota_exceeded", "database " + id + " has " + std::to_string(kept) +
+                                " backups, the most a database keeps: delete one"};
+}
+
 namespace {
 
 struct Decider {
@@ -101,10 +106,7 @@ struct Decider {
       return Rejection{"database_hibernated", "database " + s.id + " is hibernated: wake it"};
     if (s.status != DatabaseStatus::running) return gone();
     if (c.backup.empty()) return Rejection{"invalid_argument", "a backup needs its id"};
-    if (s.backups.size() >= kMaxBackupsPerDatabase)
-      return Rejection{"quota_exceeded", "database " + s.id + " has " +
-                                             std::to_string(s.backups.size()) +
-                                             " backups, the most a database keeps: delete one"};
+    if (s.backups.size() >= kMaxBackupsPerDatabase) return too_many_backups(s.id, s.backups.size());
     auto e = one(DatabaseEvent::Kind::backed_up);
     e.front().backup = c.backup;
     e.front().bytes = c.bytes;

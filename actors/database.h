@@ -94,6 +94,10 @@ using DatabaseDecision = std::variant<std::vector<DatabaseEvent>, Rejection>;
 // PostgreSQL database and role too, unquoted).
 bool valid_database_name(const std::string& name);
 
+// The refusal of a backup beyond kMaxBackupsPerDatabase (`kept` already): decide's, and the
+// runtime's before it spends a dump on one.
+Rejection too_many_backups(const std::string& id, size_t kept);
+
 // Refusals: invalid_argument, database_not_found (deleted), database_hibernated (rotate or back
 // up while hibernated), quota_exceeded (a 17th backup), backup_not_found. An idempotent repeat
 // (hibernate a hibernated one, wake a running one) is no events.

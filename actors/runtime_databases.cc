@@ -2,6 +2,7 @@
 // the postgres template, its role's password, its exposed port, hibernate, wake, kill) is done
 // here, on the caller's thread, then the database actor records it.
 #include <fcntl.h>
+#include <kj/io.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -96,35 +97,25 @@ Reply<DatabaseInfo> record(Runtime::Impl& impl, const std::string& tenant, const
 // objects (no owner or grants from the source: the new role owns everything).
 Reply<bool> restore_dump(Runtime& rt, const std::string& tenant, const std::string& sandbox,
                          const std::string& name, const fs::path& dump) {
-  int fd = ::open(dump.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return Rejection{"backup_not_found", "the backup's file is gone: " + dump.string()};
+  kj::AutoCloseFd fd(::open(dump.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.get() < 0)
+    return Rejection{"backup_not_found", "the backup's file is gone: " + dump.string()};
   auto made = rt.mkdir(tenant, sandbox, kRestoreDir, true);
-  if (!made) {
-    ::close(fd);
-    return made.error();
-  }
+  if (!made) return made.error();
   std::string buf(kRestoreChunk, '\0');
   for (size_t part = 0;; ++part) {
     size_t have = 0;
     ssize_t n = 0;
-    while (have < buf.size() && (n = ::read(fd, buf.data() + have, buf.size() - have)) > 0)
+    while (have < buf.size() && (n = ::read(fd.get(), buf.data() + have, buf.size() - have)) > 0)
       have += size_t(n);
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      return Rejection{"io_error", "reading the backup: " + std::string(strerror(e))};
-    }
+    if (n < 0) return Rejection{"io_error", "reading the backup: " + std::string(strerror(errno))};
     if (have == 0) break;
     char file[64];
     std::snprintf(file, sizeof file, "%s/part-%05zu", kRestoreDir, part);
     auto w = rt.write_file(tenant, sandbox, file, std::string_view(buf.data(), have), 0600);
-    if (!w) {
-      ::close(fd);
-      return w.error();
-    }
+    if (!w) return w.error();
     if (have < buf.size()) break;
   }
-  ::close(fd);
   vmm::ExecRequest r;
   r.argv = {"sh", "-c",
             std::string("cat ") + kRestoreDir +
@@ -265,9 +256,7 @@ Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const 
   if (d->status == "hibernated")
     return Rejection{"database_hibernated", "database " + id + " is hibernated: wake it"};
   if (d->backups.size() >= kMaxBackupsPerDatabase)  // the actor decides too; this saves the dump
-    return Rejection{"quota_exceeded", "database " + id + " has " +
-                                           std::to_string(d->backups.size()) +
-                                           " backups, the most a database keeps: delete one"};
+    return too_many_backups(id, d->backups.size());
   const std::string bk = "bk_" + random_base32(16);
   const fs::path dir = backups_dir(*impl_->env, id);
   const fs::path tmp = dir / (bk + ".dump.tmp"), final_path = dir / (bk + ".dump");
