@@ -199,12 +199,12 @@ caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const s
             if (ans.ok && !ans.volume.id.empty()) info(self, ans.volume);
             rp.deliver(ans);
           },
-            [rp, self, id](const caf::error& e) mutable {
-              // Its actor ended (the volume was deleted meanwhile).
-              if (e == caf::sec::request_receiver_down)
-                return rp.deliver(Answer::fail(volume_not_found(id)));
-              rp.deliver(Answer::fail({"internal", self->system().render(e)}));
-            });
+          [rp, self, id](const caf::error& e) mutable {
+            // Its actor ended (the volume was deleted meanwhile).
+            if (e == caf::sec::request_receiver_down)
+              return rp.deliver(Answer::fail(volume_not_found(id)));
+            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+          });
   return rp;
 }
 

@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 #include "vmm-driver/file_copy.h"

@@ -1,8 +1,8 @@
 #include "gateway/http_util.h"
 
-#include "wire/json.h"
-
 #include <cstdio>
+
+#include "wire/json.h"
 
 namespace pandastack::gateway {
 
@@ -176,7 +176,8 @@ std::optional<std::string> base64_decode(std::string_view in) {
       v[k] = value(c);
       if (v[k] < 0) return std::nullopt;
     }
-    uint32_t n = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
+    uint32_t n =
+        (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
     out += char(n >> 16);
     if (pad < 2) out += char((n >> 8) & 0xff);
     if (pad < 1) out += char(n & 0xff);

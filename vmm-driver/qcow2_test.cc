@@ -1,15 +1,12 @@
 #include "vmm-driver/qcow2.h"
 
 #include <fcntl.h>
-#include <unistd.h>
-
-#include <vector>
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 namespace pandastack::vmm::qcow2 {
 namespace {
@@ -42,7 +39,9 @@ TEST_F(Qcow2Test, RewritesTheBackingNameAndQemuImgAgrees) {
   ASSERT_TRUE(set_backing_file(dir_ / "top.qcow2", longer));
   EXPECT_EQ(*backing_file(dir_ / "top.qcow2"), longer);
   EXPECT_EQ(sh("qemu-img check -q " + (dir_ / "top.qcow2").string()), 0);
-  EXPECT_EQ(sh("qemu-img info " + (dir_ / "top.qcow2").string() + " | grep -q 'backing file: " + longer + "'"), 0);
+  EXPECT_EQ(sh("qemu-img info " + (dir_ / "top.qcow2").string() +
+               " | grep -q 'backing file: " + longer + "'"),
+            0);
 }
 
 TEST_F(Qcow2Test, RejectsImagesWithoutBackingAndNonQcow2) {

@@ -16,14 +16,15 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto j = Json::parse(ss.str());
-  if (!j || !j->is_object()) return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
+  if (!j || !j->is_object())
+    return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
   Snapshot s;
   s.dir = dir;
   s.format = int((*j)["format"].as_int());
   if (s.format != kSnapshotFormat)
-    return make_error(ErrorCode::invalid_argument, "snapshot format " + std::to_string(s.format) + " in " +
-                                                       dir.string() + ", this driver reads format " +
-                                                       std::to_string(kSnapshotFormat));
+    return make_error(ErrorCode::invalid_argument,
+                      "snapshot format " + std::to_string(s.format) + " in " + dir.string() +
+                          ", this driver reads format " + std::to_string(kSnapshotFormat));
   s.qemu_version = (*j)["qemu_version"].as_string();
   s.accel = (*j)["accel"].as_string() == "kvm" ? Accel::kvm : Accel::tcg;
   s.memory_mib = unsigned((*j)["memory_mib"].as_int());
@@ -37,19 +38,23 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
   if ((*j)["volume_slots"].is_array())
     for (auto& v : (*j)["volume_slots"].as_array()) s.volume_slots.push_back(uint32_t(v.as_int()));
   if ((*j)["volume_copies"].is_array())
-    for (auto& v : (*j)["volume_copies"].as_array()) s.volume_copies.push_back(uint32_t(v.as_int()));
-  if (s.layers.empty()) return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
+    for (auto& v : (*j)["volume_copies"].as_array())
+      s.volume_copies.push_back(uint32_t(v.as_int()));
+  if (s.layers.empty())
+    return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
   // A layer is a file of the disk folder, named by the driver: never a path elsewhere.
   for (auto& l : s.layers)
     if (l.empty() || l == "." || l == ".." || l.find('/') != std::string::npos ||
         l.find('\0') != std::string::npos)
-      return make_error(ErrorCode::invalid_argument, "snapshot layer name is not a file name in " +
-                                                         dir.string());
+      return make_error(ErrorCode::invalid_argument,
+                        "snapshot layer name is not a file name in " + dir.string());
   for (auto& f : {s.mem(), s.state(), s.disk()})
-    if (!fs::exists(f)) return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
+    if (!fs::exists(f))
+      return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
   for (auto& l : s.layers)
     if (!fs::exists(s.layer(l)))
-      return make_error(ErrorCode::invalid_argument, "snapshot layer missing: " + s.layer(l).string());
+      return make_error(ErrorCode::invalid_argument,
+                        "snapshot layer missing: " + s.layer(l).string());
   return s;
 }
 
@@ -87,22 +92,26 @@ Status Snapshot::write_meta() const {
 
 Status Snapshot::check_compatible(const VmConfig& c, const std::string& qemu) const {
   auto mismatch = [&](const std::string& what, const std::string& snap, const std::string& here) {
-    return make_error(ErrorCode::invalid_argument, "snapshot " + dir.string() + " was made with " + what + " " +
-                                                       snap + ", this VM has " + here);
+    return make_error(ErrorCode::invalid_argument, "snapshot " + dir.string() + " was made with " +
+                                                       what + " " + snap + ", this VM has " + here);
   };
   if (accel != c.accel) return mismatch("accelerator", to_string(accel), to_string(c.accel));
   if (!qemu.empty() && qemu != qemu_version) return mismatch("QEMU", qemu_version, qemu);
-  if (memory_mib != c.memory_mib) return mismatch("memory MiB", std::to_string(memory_mib), std::to_string(c.memory_mib));
+  if (memory_mib != c.memory_mib)
+    return mismatch("memory MiB", std::to_string(memory_mib), std::to_string(c.memory_mib));
   if (vcpus != c.vcpus) return mismatch("vCPUs", std::to_string(vcpus), std::to_string(c.vcpus));
-  if (kernel != fs::absolute(c.kernel).string()) return mismatch("kernel", kernel, fs::absolute(c.kernel).string());
+  if (kernel != fs::absolute(c.kernel).string())
+    return mismatch("kernel", kernel, fs::absolute(c.kernel).string());
   if (initramfs != fs::absolute(c.initramfs).string())
     return mismatch("initramfs", initramfs, fs::absolute(c.initramfs).string());
   return Ok{};
 }
 
-Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir, const fs::path& disk_dir) {
+Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir,
+                                const fs::path& disk_dir) {
   if (auto existing = Snapshot::load(dir)) {
-    if (existing->created_unix_ms == snap.created_unix_ms && existing->layers == snap.layers) return existing;
+    if (existing->created_unix_ms == snap.created_unix_ms && existing->layers == snap.layers)
+      return existing;
   }
   std::error_code ec;
   fs::path tmp = dir.string() + ".tmp";
@@ -110,7 +119,8 @@ Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir, const
   for (auto& d : {tmp, disk_tmp}) {
     fs::remove_all(d, ec);
     fs::create_directories(d, ec);
-    if (ec) return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
+    if (ec)
+      return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
   }
   auto fail = [&](Error e) -> Result<Snapshot> {
     fs::remove_all(tmp, ec);
@@ -124,7 +134,8 @@ Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir, const
   for (auto& l : snap.layers) {
     fs::create_hard_link(snap.layer(l), disk_tmp / l, ec);
     if (ec) fs::copy_file(snap.layer(l), disk_tmp / l, ec);
-    if (ec) return fail(make_error(ErrorCode::io_error, "cannot copy layer " + l + ": " + ec.message()));
+    if (ec)
+      return fail(make_error(ErrorCode::io_error, "cannot copy layer " + l + ": " + ec.message()));
   }
   fs::create_hard_link(disk_tmp / snap.layers.back(), disk_tmp / "disk.qcow2", ec);
   if (ec) return fail(make_error(ErrorCode::io_error, "cannot link disk: " + ec.message()));
@@ -148,11 +159,15 @@ Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir, const
   if (!disk_dir.empty()) {
     fs::remove_all(disk_dir, ec);
     fs::rename(disk_tmp, disk_dir, ec);
-    if (ec) return fail(make_error(ErrorCode::io_error, "cannot install " + disk_dir.string() + ": " + ec.message()));
+    if (ec)
+      return fail(make_error(ErrorCode::io_error,
+                             "cannot install " + disk_dir.string() + ": " + ec.message()));
   }
   fs::remove_all(dir, ec);
   fs::rename(tmp, dir, ec);
-  if (ec) return fail(make_error(ErrorCode::io_error, "cannot install " + dir.string() + ": " + ec.message()));
+  if (ec)
+    return fail(
+        make_error(ErrorCode::io_error, "cannot install " + dir.string() + ": " + ec.message()));
   return staged;
 }
 

@@ -1,6 +1,6 @@
 // Decoding persisted events and state (actors/event_codec.h, volume_codec.h, database_codec.h):
-// recovery reads whatever the store holds. Undecodable bytes are refused, never a crash; what decodes encodes
-// and decodes again to the same JSON rendering.
+// recovery reads whatever the store holds. Undecodable bytes are refused, never a crash; what
+// decodes encodes and decodes again to the same JSON rendering.
 #include <cstdint>
 #include <cstdlib>
 #include <string>

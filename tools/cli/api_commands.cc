@@ -115,9 +115,9 @@ Opts parse(int argc, char** argv, int from) {
     } else if (a == "--no-network") {
       o.no_network = true;
     } else if (a.rfind("--", 0) == 0) {
-      static const char* known[] = {"--template", "--ttl",    "--state",        "--count",
-                                    "--timeout",  "--cwd",    "--url",          "--key",
-                                    "--egress",   "--on-timeout", "--idle-timeout", "--size",
+      static const char* known[] = {"--template", "--ttl",           "--state",        "--count",
+                                    "--timeout",  "--cwd",           "--url",          "--key",
+                                    "--egress",   "--on-timeout",    "--idle-timeout", "--size",
                                     "--name",     "--from-snapshot", "--lines"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
@@ -162,8 +162,8 @@ class Api {
               // A reply may take as long as the command it waits for (--timeout).
               std::chrono::seconds(o.flags.count("--timeout") ? seconds_flag(o, "--timeout") + 60
                                                               : 300)) {
-    bool have_key = o.flags.count("--key") || (std::getenv("PANDASTACK_API_KEY") &&
-                                               *std::getenv("PANDASTACK_API_KEY"));
+    bool have_key = o.flags.count("--key") ||
+                    (std::getenv("PANDASTACK_API_KEY") && *std::getenv("PANDASTACK_API_KEY"));
     if (!have_key) {
       std::fprintf(stderr,
                    "pandastack: no API key: set PANDASTACK_API_KEY or pass --key (make run prints "
@@ -228,8 +228,8 @@ void print_table(const Json& sandboxes) {
   std::stable_sort(rows.begin(), rows.end(), [](const Json* a, const Json* b) {
     return (*a)["created_at_ms"].as_int() < (*b)["created_at_ms"].as_int();
   });
-  std::printf("%-22s %-12s %-18s %-21s %-21s %s\n", "ID", "STATE", "TEMPLATE", "CREATED",
-              "EXPIRES", "METADATA");
+  std::printf("%-22s %-12s %-18s %-21s %-21s %s\n", "ID", "STATE", "TEMPLATE", "CREATED", "EXPIRES",
+              "METADATA");
   for (auto* s : rows)
     std::printf("%-22s %-12s %-18s %-21s %-21s %s\n", (*s)["id"].as_string().c_str(),
                 (*s)["state"].as_string().c_str(), (*s)["template"].as_string().c_str(),
@@ -288,8 +288,7 @@ int exec(Api& api, const Opts& o, const std::string& id) {
     for (auto& a : o.cmd) argv.push(a);
     body.set("argv", argv);
   }
-  if (o.flags.count("--timeout"))
-    body.set("timeout_seconds", seconds_flag(o, "--timeout"));
+  if (o.flags.count("--timeout")) body.set("timeout_seconds", seconds_flag(o, "--timeout"));
   if (o.flags.count("--cwd")) body.set("cwd", o.flags.at("--cwd"));
   if (!o.env.empty()) {
     Json env = Json::object();
