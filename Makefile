@@ -45,7 +45,7 @@ integration: build guest
 
 # Every shipped template: the tests create from each of them.
 test: build guest
-	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) ctest --output-on-failure
+	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) $(CURDIR)/scripts/ctest.sh --output-on-failure
 
 # The unit, API, RPC and security suites again, every host binary built with AddressSanitizer +
 # UndefinedBehaviorSanitizer in its own build folder (the guest images are the normal build's).
@@ -57,7 +57,7 @@ test-asan: deps guest
 	cd $(ASAN_BUILD) && PANDASTACK_IMAGES=$(IMAGES) \
 	  ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=0:quarantine_size_mb=64 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ctest --output-on-failure -L 'unit|asan'
+	  $(CURDIR)/scripts/ctest.sh --output-on-failure -L 'unit|asan'
 
 # The daemon in the foreground: REST on 127.0.0.1:7070, data under ./var, prints the URL and the
 # admin API key (created on first start, kept in var/api-key). Ctrl-C stops it gracefully. Every

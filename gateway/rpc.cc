@@ -100,6 +100,36 @@ void fill_volume(api::VolumeInfo::Builder b, const actors::VolumeInfo& v) {
   for (size_t i = 0; i < v.attachments.size(); ++i) at.set(i, v.attachments[i].sandbox);
 }
 
+void fill_backup(api::DatabaseBackup::Builder b, const actors::DatabaseBackup& k) {
+  b.setId(k.id);
+  b.setBytes(k.bytes);
+  b.setCreatedAtMs(k.created_at_ms);
+}
+
+void fill_database(api::DatabaseInfo::Builder b, const actors::DatabaseInfo& d) {
+  b.setId(d.id);
+  b.setName(d.name);
+  b.setStatus(d.status);
+  auto m = b.initMetadata(d.metadata.size());
+  size_t n = 0;
+  for (auto& [k, v] : d.metadata) {
+    m[n].setKey(k);
+    m[n++].setValue(v);
+  }
+  b.setHost(d.host);
+  b.setPort(d.port);
+  b.setUser(d.user);
+  b.setDatabase(d.database);
+  b.setConnectionUri(d.connection_uri());
+  b.setPassword(d.password);
+  b.setCreatedAtMs(d.created_at_ms);
+  auto bk = b.initBackups(d.backups.size());
+  for (size_t i = 0; i < d.backups.size(); ++i) fill_backup(bk[i], d.backups[i]);
+  b.setRestoredFrom(d.restored_from);
+  b.setSandbox(d.sandbox);
+  b.setVolume(d.volume);
+}
+
 void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
   b.setId(i.id);
   b.setTemplate(i.template_name);
@@ -364,6 +394,86 @@ class SandboxImpl final : public api::Sandbox::Server {
   std::string tenant_, id_;
 };
 
+// One database of the session's tenant (the runtime checks the tenant on every call).
+class DatabaseImpl final : public api::Database::Server {
+ public:
+  DatabaseImpl(RpcServer::Impl& ctx, std::shared_ptr<const Session> session, std::string id)
+      : ctx_(ctx), session_(std::move(session)), tenant_(session_->tenant), id_(std::move(id)) {}
+
+  kj::Promise<void> info(InfoContext context) override {
+    return call(context, [](actors::Runtime& rt, const std::string& t, const std::string& id) {
+      return rt.get_database(t, id);
+    });
+  }
+  kj::Promise<void> hibernate(HibernateContext context) override {
+    return call(context, [](actors::Runtime& rt, const std::string& t, const std::string& id) {
+      return rt.hibernate_database(t, id);
+    });
+  }
+  kj::Promise<void> wake(WakeContext context) override {
+    return call(context, [](actors::Runtime& rt, const std::string& t, const std::string& id) {
+      return rt.wake_database(t, id);
+    });
+  }
+  kj::Promise<void> rotatePassword(RotatePasswordContext context) override {
+    return call(context, [](actors::Runtime& rt, const std::string& t, const std::string& id) {
+      return rt.rotate_database_password(t, id);
+    });
+  }
+  kj::Promise<void> deleteBackup(DeleteBackupContext context) override {
+    auto bk = text(context.getParams().getBackupId());
+    return call(context, [bk](actors::Runtime& rt, const std::string& t, const std::string& id) {
+      return rt.delete_database_backup(t, id, bk);
+    });
+  }
+
+  kj::Promise<void> backup(BackupContext context) override {
+    return offload<actors::DatabaseBackup>(
+               [rt = &ctx_.rt, t = tenant_, id = id_] { return rt->backup_database(t, id); })
+        .then([context](std::shared_ptr<Reply<actors::DatabaseBackup>> r) mutable {
+          fill_backup(context.getResults().initBackup(), take(*r));
+        });
+  }
+
+  kj::Promise<void> logs(LogsContext context) override {
+    uint32_t lines = context.getParams().getLines();
+    if (lines == 0) lines = 200;
+    if (lines > 10000) fail({"invalid_argument", "lines is 1..10000 (0 = 200)"});
+    return offload<std::string>([rt = &ctx_.rt, t = tenant_, id = id_, lines] {
+             return rt->database_logs(t, id, lines);
+           })
+        .then([context](std::shared_ptr<Reply<std::string>> r) mutable {
+          context.getResults().setLog(take(*r));
+        });
+  }
+
+  kj::Promise<void> delete_(DeleteContext) override {
+    return offload<actors::DatabaseInfo>(
+               [rt = &ctx_.rt, t = tenant_, id = id_] { return rt->delete_database(t, id); })
+        .then([](std::shared_ptr<Reply<actors::DatabaseInfo>> r) { take(*r); });
+  }
+
+ private:
+  // The calls that answer the database's info.
+  template <typename Context, typename F>
+  kj::Promise<void> call(Context context, F f) {
+    return offload<actors::DatabaseInfo>(
+               [rt = &ctx_.rt, t = tenant_, id = id_, f] { return f(*rt, t, id); })
+        .then([context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
+          fill_database(context.getResults().initInfo(), take(*r));
+        });
+  }
+
+  template <typename T>
+  kj::Promise<std::shared_ptr<Reply<T>>> offload(std::function<Reply<T>()> f) {
+    return ctx_.offload<T>(session_, std::move(f));
+  }
+
+  RpcServer::Impl& ctx_;
+  std::shared_ptr<const Session> session_;
+  std::string tenant_, id_;
+};
+
 class PlatformImpl final : public api::Platform::Server {
  public:
   PlatformImpl(RpcServer::Impl& ctx, std::shared_ptr<const Session> session)
@@ -434,6 +544,38 @@ class PlatformImpl final : public api::Platform::Server {
         .then([](std::shared_ptr<Reply<actors::VolumeInfo>> r) { take(*r); });
   }
 
+  kj::Promise<void> createDatabase(CreateDatabaseContext context) override {
+    auto r = context.getParams().getRequest();
+    actors::DatabaseRequest req;
+    req.tenant = tenant_;
+    req.name = text(r.getName());
+    for (auto e : r.getMetadata()) req.metadata[text(e.getKey())] = text(e.getValue());
+    req.from_backup = text(r.getFromBackup());
+    return offload<actors::DatabaseInfo>([rt = &ctx_.rt, req] { return rt->create_database(req); })
+        .then([this, context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
+          answer_database(context.getResults(), take(*r));
+        });
+  }
+
+  kj::Promise<void> getDatabase(GetDatabaseContext context) override {
+    auto id = text(context.getParams().getId());
+    return offload<actors::DatabaseInfo>(
+               [rt = &ctx_.rt, t = tenant_, id] { return rt->get_database(t, id); })
+        .then([this, context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
+          answer_database(context.getResults(), take(*r));
+        });
+  }
+
+  kj::Promise<void> listDatabases(ListDatabasesContext context) override {
+    return offload<std::vector<actors::DatabaseInfo>>(
+               [rt = &ctx_.rt, t = tenant_] { return rt->list_databases(t); })
+        .then([context](std::shared_ptr<Reply<std::vector<actors::DatabaseInfo>>> r) mutable {
+          auto all = take(*r);
+          auto list = context.getResults().initDatabases(all.size());
+          for (size_t i = 0; i < all.size(); ++i) fill_database(list[i], all[i]);
+        });
+  }
+
   kj::Promise<void> list(ListContext context) override {
     auto state = text(context.getParams().getState());
     std::optional<actors::Status> status;
@@ -456,6 +598,11 @@ class PlatformImpl final : public api::Platform::Server {
   void answer(Results results, const actors::SandboxInfo& info) {
     results.setSandbox(kj::heap<SandboxImpl>(ctx_, session_, info.id));
     fill_info(results.initInfo(), info);
+  }
+  template <typename Results>
+  void answer_database(Results results, const actors::DatabaseInfo& info) {
+    results.setDatabase(kj::heap<DatabaseImpl>(ctx_, session_, info.id));
+    fill_database(results.initInfo(), info);
   }
 
   template <typename T>

@@ -51,6 +51,36 @@ struct VolumeInfo {
   attachedTo @4 :List(Text); # sandbox ids holding it
 }
 
+struct DatabaseRequest {
+  name @0 :Text;             # the role's and the database's name: [a-z][a-z0-9_]{0,62}
+  metadata @1 :List(Entry);
+  fromBackup @2 :Text;       # bk_...: restore one of the tenant's backups into the new database
+}
+
+struct DatabaseBackup {
+  id @0 :Text;               # bk_...
+  bytes @1 :UInt64;
+  createdAtMs @2 :Int64;     # pg_dump custom format, kept on the host
+}
+
+struct DatabaseInfo {
+  id @0 :Text;               # db_...
+  name @1 :Text;
+  status @2 :Text;           # running, hibernated
+  metadata @3 :List(Entry);
+  host @4 :Text;             # "" while hibernated
+  port @5 :UInt16;
+  user @6 :Text;
+  database @7 :Text;
+  connectionUri @8 :Text;    # with the password only in the answers of create and rotatePassword
+  password @9 :Text;         # only there: it is stored nowhere
+  createdAtMs @10 :Int64;
+  backups @11 :List(DatabaseBackup);
+  restoredFrom @12 :Text;
+  sandbox @13 :Text;
+  volume @14 :Text;
+}
+
 struct ExecRequest {
   argv @0 :List(Text);       # used when non-empty
   cmd @1 :Text;              # else run with /bin/sh -c
@@ -103,6 +133,22 @@ interface Platform {
   deleteVolume @6 (id :Text) -> ();
   # Volumes (data that outlives sandboxes), attached with CreateRequest.volumes; errors as REST:
   # volume_not_found, volume_in_use, volume_attached, quota_exceeded.
+  createDatabase @7 (request :DatabaseRequest) -> (database :Database, info :DatabaseInfo);
+  getDatabase @8 (id :Text) -> (database :Database, info :DatabaseInfo);
+  listDatabases @9 () -> (databases :List(DatabaseInfo));
+  # Managed PostgreSQL (REST's /v1/databases); errors as REST: database_not_found,
+  # database_hibernated, backup_not_found, quota_exceeded, backup_too_large, ...
+}
+
+interface Database {
+  info @0 () -> (info :DatabaseInfo);
+  hibernate @1 () -> (info :DatabaseInfo);
+  wake @2 () -> (info :DatabaseInfo);        # the same URI works again; host/port may change
+  rotatePassword @3 () -> (info :DatabaseInfo);
+  backup @4 () -> (backup :DatabaseBackup);
+  deleteBackup @5 (backupId :Text) -> (info :DatabaseInfo);
+  logs @6 (lines :UInt32) -> (log :Text);   # 0 = 200, at most 10000
+  delete @7 () -> ();                        # its server, its data volume and its backups
 }
 
 interface Sandbox {

@@ -30,8 +30,22 @@ namespace {
 // pandastackd on free loopback ports with its own folders; stopped with SIGTERM.
 class Daemon {
  public:
-  Daemon() {
-    base_ = fs::path("/dev/shm") / ("pst-rpc-" + std::to_string(::getpid()));
+  // `network`: sandbox networks (databases need them) with a prefix and subnets of this test's own,
+  // no resolver upstream; the data folder then on disk (volumes), not tmpfs.
+  explicit Daemon(bool network = false) {
+    std::string tag = std::to_string(::getpid());
+    base_ = network ? fs::path("/var/tmp") / ("pst-rpcdb-" + tag)
+                    : fs::path("/dev/shm") / ("pst-rpc-" + tag);
+    state_ = network ? fs::path("/dev/shm") / ("pst-rpcdb-state-" + tag) : base_ / "state";
+    std::vector<std::string> args = {"--accel", "tcg", "--network", "off"};
+    if (network) {
+      unsigned n = unsigned(::getpid());
+      std::string prefix = "pr";
+      prefix += char('a' + n % 26);
+      prefix += char('a' + (n / 26) % 26);
+      args = {"--accel", "tcg", "--network-prefix", prefix, "--subnet-pool",
+              "10.252." + std::to_string(4 * (n % 64)) + ".0/22", "--dns-upstream", "off"};
+    }
     fs::create_directories(base_ / "data");
     int out[2];
     if (::pipe(out) != 0) std::abort();
@@ -45,10 +59,16 @@ class Daemon {
       ::dup2(log, 2);
       std::string images = std::getenv("PANDASTACK_IMAGES") ? std::getenv("PANDASTACK_IMAGES")
                                                             : PANDASTACK_SOURCE_DIR "/var/images";
-      std::string data = (base_ / "data").string(), state = (base_ / "state").string();
-      ::execl(PANDASTACKD, PANDASTACKD, "--data", data.c_str(), "--state-dir", state.c_str(),
-              "--images", images.c_str(), "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0",
-              "--accel", "tcg", "--network", "off", nullptr);
+      std::string data = (base_ / "data").string();
+      std::string state = state_.string();
+      std::vector<std::string> all = {PANDASTACKD, "--data",   data,          "--state-dir",
+                                      state,       "--images", images,        "--listen",
+                                      "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(PANDASTACKD, argv.data());
       ::_exit(127);
     }
     ::close(out[1]);
@@ -77,11 +97,12 @@ class Daemon {
     ::waitpid(pid_, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "daemon status " << status;
     fs::remove_all(base_);
+    fs::remove_all(state_);
   }
   std::string url, rpc, key, sock;
 
  private:
-  fs::path base_;
+  fs::path base_, state_;
   pid_t pid_ = -1;
 };
 
@@ -538,6 +559,141 @@ TEST_F(RpcTest, NobodyWithoutAKeyMakesTheDaemonHoldMegabytes) {
   auto conn = connect();
   capnp::TwoPartyClient client(*conn);
   EXPECT_NO_THROW(login(client, daemon_->key).listRequest().send().wait(ws));
+}
+
+// Managed databases over RPC against a daemon with sandbox networks: create (the password once),
+// the real psql client through the URI, get/list without the password, backup, rotate the
+// password (the old one is refused), hibernate/wake, logs, another tenant sees nothing, delete.
+class RpcDatabaseTest : public RpcTest {
+ protected:
+  static void SetUpTestSuite() { daemon_ = new Daemon(/*network=*/true); }
+  static void TearDownTestSuite() {
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+};
+
+// psql through a URI: its output (trimmed), or "error: ..." with what it printed.
+std::string psql(const std::string& uri, const std::string& sql) {
+  std::string cmd = "psql '" + uri + "' -qAtc '" + sql + "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return "error: popen";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return status == 0 ? out : "error: " + out;
+}
+
+TEST_F(RpcDatabaseTest, CreateQueryBackupRotateHibernateWakeAndDelete) {
+  auto& ws = io_.waitScope;
+  auto conn = io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  capnp::TwoPartyClient client(*conn);
+  auto platform = login(client, daemon_->key);
+
+  auto bad = [&] {
+    auto c = platform.createDatabaseRequest();
+    c.initRequest().setName("Not A Name");
+    c.send().wait(ws);
+  };
+  EXPECT_EQ(error_of(bad), "invalid_argument");
+
+  auto c = platform.createDatabaseRequest();
+  c.initRequest().setName("rpcdb");
+  auto made = c.send().wait(ws);
+  auto info = made.getInfo();
+  std::string id = info.getId(), uri = info.getConnectionUri(), password = info.getPassword();
+  EXPECT_EQ(id.rfind("db_", 0), 0u);
+  EXPECT_EQ(std::string(info.getStatus().cStr()), "running");
+  EXPECT_FALSE(password.empty());
+  EXPECT_NE(uri.find(":" + password + "@"), std::string::npos) << uri;
+  EXPECT_EQ(psql(uri, "select 40 + 2"), "42");
+  auto db = made.getDatabase();
+
+  // The password is shown once: get and list answer the URI without it.
+  auto got = [&] {
+    auto g = platform.getDatabaseRequest();
+    g.setId(id);
+    return g.send().wait(ws);
+  };
+  auto g = got();
+  EXPECT_EQ(std::string(g.getInfo().getPassword().cStr()), "");
+  EXPECT_EQ(std::string(g.getInfo().getConnectionUri().cStr()).find(password), std::string::npos);
+  auto listed = platform.listDatabasesRequest().send().wait(ws);
+  ASSERT_EQ(listed.getDatabases().size(), 1u);
+  EXPECT_EQ(std::string(listed.getDatabases()[0].getId().cStr()), id);
+
+  EXPECT_EQ(psql(uri, "create table t (n int); insert into t select generate_series(1, 100)"), "");
+  auto bk = db.backupRequest().send().wait(ws).getBackup();
+  std::string backup = bk.getId();
+  EXPECT_EQ(backup.rfind("bk_", 0), 0u);
+  EXPECT_GT(bk.getBytes(), 0u);
+  EXPECT_EQ(db.infoRequest().send().wait(ws).getInfo().getBackups().size(), 1u);
+
+  // A restore into a new database has the rows; then it goes.
+  auto r = platform.createDatabaseRequest();
+  r.initRequest().setName("restored");
+  r.getRequest().setFromBackup(backup);
+  auto restored = r.send().wait(ws);
+  EXPECT_EQ(psql(restored.getInfo().getConnectionUri(), "select count(*) from t"), "100");
+  EXPECT_EQ(std::string(restored.getInfo().getRestoredFrom().cStr()), backup);
+  restored.getDatabase().deleteRequest().send().wait(ws);
+
+  auto rotated = db.rotatePasswordRequest().send().wait(ws).getInfo();
+  std::string fresh = rotated.getConnectionUri();
+  EXPECT_NE(std::string(rotated.getPassword().cStr()), password);
+  EXPECT_EQ(psql(fresh, "select count(*) from t"), "100");
+  EXPECT_EQ(psql(uri, "select 1").rfind("error: ", 0), 0u) << "the old password still works";
+
+  auto h = db.hibernateRequest().send().wait(ws).getInfo();
+  EXPECT_EQ(std::string(h.getStatus().cStr()), "hibernated");
+  EXPECT_EQ(std::string(h.getHost().cStr()), "");
+  auto w = db.wakeRequest().send().wait(ws).getInfo();
+  EXPECT_EQ(std::string(w.getStatus().cStr()), "running");
+  // The same role and password, maybe on another port: the URI of get, with the password added.
+  std::string woke = w.getConnectionUri();
+  auto at = woke.find('@');
+  ASSERT_NE(at, std::string::npos);
+  woke = fresh.substr(0, fresh.find('@')) + woke.substr(at);
+  EXPECT_EQ(psql(woke, "select count(*) from t"), "100");
+
+  auto logs = db.logsRequest();
+  logs.setLines(50);
+  EXPECT_NE(std::string(logs.send().wait(ws).getLog().cStr()), "");
+  auto too_many = [&] {
+    auto l = db.logsRequest();
+    l.setLines(20000);
+    l.send().wait(ws);
+  };
+  EXPECT_EQ(error_of(too_many), "invalid_argument");
+
+  // Another tenant sees nothing of it.
+  pandastack::tools::HttpClient http(daemon_->url, daemon_->key);
+  auto k = http.request("POST", "/v1/keys", R"({"tenant":"rpc-db-other"})");
+  ASSERT_EQ(k.status, 201) << k.body;
+  auto other_conn =
+      io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  capnp::TwoPartyClient other_client(*other_conn);
+  auto other = login(other_client, pandastack::wire::Json::parse(k.body)->operator[]("key").as_string());
+  auto theirs = [&] {
+    auto g2 = other.getDatabaseRequest();
+    g2.setId(id);
+    g2.send().wait(ws);
+  };
+  EXPECT_EQ(error_of(theirs), "database_not_found");
+  EXPECT_EQ(other.listDatabasesRequest().send().wait(ws).getDatabases().size(), 0u);
+
+  auto dropped = [&] {
+    auto d = db.deleteBackupRequest();
+    d.setBackupId(backup);
+    return d.send().wait(ws).getInfo().getBackups().size();
+  };
+  EXPECT_EQ(dropped(), 0u);
+  EXPECT_EQ(error_of([&] { dropped(); }), "backup_not_found");
+  db.deleteRequest().send().wait(ws);
+  EXPECT_EQ(error_of([&] { got(); }), "database_not_found");
 }
 
 }  // namespace
