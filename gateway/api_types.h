@@ -46,6 +46,9 @@ struct Request {
   std::map<std::string, std::string> params;
   std::multimap<std::string, std::string> query;
   std::string authorization;
+  // The headers of the E2B-compatible surface (gateway/e2b.h): E2b-Sandbox-Id, X-Access-Token,
+  // Connect-Timeout-Ms, Content-Type (lower-case names).
+  std::map<std::string, std::string> headers;
   std::string body;
   int conn_fd = -1;          // the client's connection (to notice it hang up), or -1
   std::stop_token cancel;    // fires when the client hung up or the server shuts down

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gateway/acceptor.h"
+#include "gateway/e2b.h"
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -136,7 +137,17 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       h_cache_control(builder.add("Cache-Control")),
       h_allow(builder.add("Allow")),
       h_retry_after(builder.add("Retry-After")),
+      h_x_api_key(builder.add("X-API-KEY")),
+      h_e2b_sandbox_id(builder.add("E2b-Sandbox-Id")),
+      h_x_access_token(builder.add("X-Access-Token")),
+      h_connect_timeout(builder.add("Connect-Timeout-Ms")),
+      h_traffic_token(builder.add("E2B-Traffic-Access-Token")),
       table(builder.build()) {
+  // The E2B surface's access tokens (gateway/e2b.h): a secret of the data folder.
+  std::string error;
+  auto tokens = e2b::Tokens::load((rt.config().data_dir / "e2b-token-secret").string(), &error);
+  if (!tokens) throw std::runtime_error(error);
+  e2b::set_tokens(std::move(*tokens));
   kj::HttpServerSettings settings;
   settings.errorHandler = quiet_errors();
   server = kj::heap<kj::HttpServer>(
@@ -151,7 +162,7 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
   for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
                      snapshot_routes(), admin_routes(), quota_routes(), volume_routes(),
-                     database_routes()})
+                     database_routes(), e2b_api_routes(), e2b_envd_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
 }
 
@@ -251,13 +262,31 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   KJ_IF_MAYBE (a, headers.get(h_authorization)) {
     req.authorization = a->cStr();
   }
+  if (route->style != Route::Style::native) {
+    // E2B's control plane sends our key as X-API-KEY; its sandbox plane a sandbox's token.
+    KJ_IF_MAYBE (k, headers.get(h_x_api_key)) {
+      if (route->style == Route::Style::e2b_api) req.authorization = kj::str("Bearer ", *k).cStr();
+    }
+    auto keep = [&](kj::HttpHeaderId id, const char* name) {
+      KJ_IF_MAYBE (v, headers.get(id)) {
+        if (v->size() <= 4096) req.headers[name] = v->cStr();
+      }
+    };
+    keep(h_e2b_sandbox_id, "e2b-sandbox-id");
+    keep(h_x_access_token, "x-access-token");
+    keep(h_traffic_token, "e2b-traffic-access-token");
+    keep(h_connect_timeout, "connect-timeout-ms");
+    keep(kj::HttpHeaderId::CONTENT_TYPE, "content-type");
+  }
   // A missing or malformed key is refused here, before the body is read or a worker is used.
   if (route->auth && !well_formed_key(bearer_token(req.authorization)))
     return send(response,
-                error_reply("unauthorized",
-                            bearer_token(req.authorization).empty()
-                                ? "missing 'Authorization: Bearer pds_...' header (an API key)"
-                                : "malformed API key (keys look like pds_<id>_<secret>)"),
+                restyle(*route, error_reply("unauthorized",
+                                            bearer_token(req.authorization).empty()
+                                                ? "missing 'Authorization: Bearer pds_...' header "
+                                                  "(an API key)"
+                                                : "malformed API key (keys look like "
+                                                  "pds_<id>_<secret>)")),
                 t0, head);
   size_t limit =
       route->kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
@@ -277,14 +306,18 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   // Large bodies (file uploads) are read only for a key that verifies: nobody without one makes
   // the daemon hold megabytes.
   kj::Promise<bool> admitted = true;
-  if (kind == Route::Kind::raw_body) {
+  if (kind == Route::Kind::raw_body && route->style == Route::Style::e2b_envd) {
+    auto id = req.headers["e2b-sandbox-id"];
+    admitted = bool(e2b::tokens().verify(req.headers["x-access-token"], id));
+  } else if (kind == Route::Kind::raw_body) {
     auto token = bearer_token(req.authorization);
     admitted = offload<bool>([this, token] { return bool(rt.authenticate(token)); }, false);
   }
   return admitted.then([this, req = std::move(req), kind, limit, t0, route, head, &body,
                         &response](bool ok) mutable -> kj::Promise<void> {
     if (!ok)
-      return send(response, error_reply("unauthorized", "unknown or revoked API key"), t0);
+      return send(response,
+                  restyle(*route, error_reply("unauthorized", "unknown or revoked API key")), t0);
     // A body that trickles in is cut off (408) instead of holding its connection and buffer.
     auto slow = timer.afterDelay(limits.body_timeout.count() * kj::MILLISECONDS)
                     .then([]() -> kj::Array<kj::byte> {
@@ -371,13 +404,21 @@ HttpReply Server::handle(const Route& route, const Request& r) {
   try {
     auto call = admit(route, r);
     if (!route.handler) throw ApiError{"route_not_found", "no handler for " + route.pattern};
-    return route.handler(call);
+    return restyle(route, route.handler(call));
   } catch (const ApiError& e) {
-    return error_reply(e.code, e.message);
+    return restyle(route, error_reply(e.code, e.message));
   } catch (const std::exception& e) {
     spdlog::error("gateway: {} {}: {}", method_name(r.method), r.route, e.what());
-    return error_reply("internal", e.what());
+    return restyle(route, error_reply("internal", e.what()));
   }
+}
+
+HttpReply Server::restyle(const Route& route, HttpReply r) {
+  if (route.style == Route::Style::native || r.status < 400 || r.error_code.empty()) return r;
+  if (route.style == Route::Style::e2b_api) return e2b::api_error(r);
+  // envd: /files answers {"code": <status>} like the control plane; Connect calls their codes.
+  if (route.pattern == "/files" && !e2b::sandbox_gone(r.error_code)) return e2b::api_error(r);
+  return e2b::envd_error(r);
 }
 
 std::string Server::guest_path(const Request& r, const char* name) {

@@ -62,6 +62,9 @@ struct Route {
   // Answered on the event loop itself (no worker, no runtime call): liveness must answer even
   // when every worker is busy.
   bool on_loop = false;
+  // native: our API. e2b_api: E2B's control plane (X-API-KEY, errors {"code": status, "message"}).
+  // e2b_envd: E2B's sandbox plane (a sandbox's access token, Connect errors; gateway/e2b.h).
+  enum class Style { native, e2b_api, e2b_envd } style = Style::native;
 };
 
 // A route table entry. `query` lists the parameters it takes.
@@ -79,6 +82,8 @@ std::vector<Route> admin_routes();     // keys, the audit log
 std::vector<Route> quota_routes();     // quotas: one's own, a tenant's (admin)
 std::vector<Route> volume_routes();    // volumes
 std::vector<Route> database_routes();  // managed databases
+std::vector<Route> e2b_api_routes();   // E2B's control plane (e2b_api.cc)
+std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (e2b_envd.cc)
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {
@@ -89,6 +94,9 @@ struct StreamChannel {
   kj::Own<kj::CrossThreadPromiseFulfiller<void>> waiter;
   std::stop_source stop;  // cancels the command in the guest
   size_t limit;
+  // Written when the stream was idle for a keepalive interval (SSE: a comment; Connect: a
+  // keepalive envelope).
+  std::string keepalive = ": keepalive\n\n";
   bool overflowed = false;
 
   explicit StreamChannel(size_t l) : limit(l) {}
@@ -105,6 +113,8 @@ struct Server final : public kj::HttpService {
   Limits limits;
   kj::HttpHeaderTable::Builder builder;
   kj::HttpHeaderId h_authorization, h_server_timing, h_cache_control, h_allow, h_retry_after;
+  kj::HttpHeaderId h_x_api_key, h_e2b_sandbox_id, h_x_access_token, h_connect_timeout,
+      h_traffic_token;
   kj::Own<kj::HttpHeaderTable> table;
   kj::Own<kj::HttpServer> server;
   std::vector<Route> routes;
@@ -150,6 +160,9 @@ struct Server final : public kj::HttpService {
   void count_response(const HttpReply& r);
   kj::Promise<void> stream(const Route& route, Request req,
                            kj::HttpService::Response& response, Clock::time_point t0);
+  // E2B's server-streaming Connect calls (process Start/Connect): envelopes, always 200.
+  kj::Promise<void> connect_stream(const Route& route, Request req,
+                                   kj::HttpService::Response& response, Clock::time_point t0);
   kj::Promise<void> websocket(const Route& route, Request req,
                               kj::HttpService::Response& response, Clock::time_point t0);
   kj::Promise<bool> wait_channel(std::shared_ptr<StreamChannel> ch);
@@ -161,6 +174,8 @@ struct Server final : public kj::HttpService {
   // route's query parameters are checked, in that order, before anything else.
   Call admit(const Route& route, const Request& r);
   HttpReply handle(const Route& route, const Request& r);
+  // An error reply in the route's style (E2B's shapes for the E2B surface).
+  HttpReply restyle(const Route& route, HttpReply r);
   void produce(const Route& route, const Request& r, StreamChannel& ch);
   std::string guest_path(const Request& r, const char* name = "path");
   std::string checked_path(const std::string& p);

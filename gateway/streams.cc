@@ -54,6 +54,7 @@ void StreamChannel::finish(std::string frame) {
 // Server-sent events: a worker produces frames into a channel; the loop writes them.
 kj::Promise<void> Server::stream(const Route& route, Request req,
                                  kj::HttpService::Response& response, Clock::time_point t0) {
+  if (route.style == Route::Style::e2b_envd) return connect_stream(route, std::move(req), response, t0);
   auto ch = std::make_shared<StreamChannel>(limits.max_stream_buffer_bytes);
   auto r = std::make_shared<Request>(std::move(req));
   bool follow = r->q("follow") == "1" || r->q("follow") == "true";
@@ -116,7 +117,7 @@ kj::Promise<void> Server::pump(std::shared_ptr<StreamChannel> ch, kj::AsyncOutpu
       data.swap(ch->pending);
       done = ch->done;
     }
-    if (!news && data.empty()) data = ": keepalive\n\n";  // also finds clients that left
+    if (!news && data.empty()) data = ch->keepalive;  // also finds clients that left
     if (data.empty() && done) return kj::READY_NOW;
     auto buf = kj::heapString(data.data(), data.size());
     auto w = out.write(buf.begin(), buf.size()).attach(kj::mv(buf));

@@ -282,7 +282,7 @@ TEST_F(SnapshotTest, IncompatibleSnapshotIsRefusedWithAReason) {
 
 TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
   vmm::RestorePool pool(io(), *template_, config("pool"), 2);
-  for (int i = 0; i < 200 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
+  for (int i = 0; i < 1500 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
   EXPECT_EQ(pool.ready(), 2u);
   auto a = pool.create("pool-a", "pool-a");
   auto b = pool.create("pool-b", "pool-b");
@@ -292,7 +292,7 @@ TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
   EXPECT_EQ(run(**b, "hostname"), "pool-b\n");
   EXPECT_NE(run(**a, "cat /proc/sys/kernel/random/uuid"),
             run(**b, "cat /proc/sys/kernel/random/uuid"));
-  for (int i = 0; i < 200 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
+  for (int i = 0; i < 1500 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));
   EXPECT_EQ(pool.ready(), 2u) << "the pool did not refill";
 }
 

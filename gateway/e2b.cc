@@ -1,0 +1,212 @@
+// What the E2B-compatible control plane and sandbox plane share (see e2b.h).
+#include "gateway/e2b.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <mutex>
+
+#include "gateway/http_util.h"
+
+namespace pandastack::gateway::e2b {
+
+namespace {
+
+std::string b64url(std::string_view raw) {
+  std::string s = base64_encode(raw);
+  for (auto& c : s) {
+    if (c == '+') c = '-';
+    if (c == '/') c = '_';
+  }
+  while (!s.empty() && s.back() == '=') s.pop_back();
+  return s;
+}
+
+std::optional<std::string> unb64url(std::string_view s) {
+  if (s.size() > 512) return std::nullopt;
+  std::string t(s);
+  for (auto& c : t) {
+    if (c == '-') c = '+';
+    else if (c == '_') c = '/';
+  }
+  while (t.size() % 4) t += '=';
+  return base64_decode(t);
+}
+
+std::string hmac(const std::string& key, const std::string& msg) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(msg.data()),
+       msg.size(), out, &len);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+std::unique_ptr<Tokens> g_tokens;
+
+}  // namespace
+
+std::optional<Tokens> Tokens::load(const std::string& path, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  std::string secret((std::istreambuf_iterator<char>(in)), {});
+  if (secret.size() == 32) return Tokens(secret);
+  secret.assign(32, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()), 32) != 1) {
+    *error = "no random bytes for the E2B token secret";
+    return std::nullopt;
+  }
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || ::write(fd, secret.data(), secret.size()) != ssize_t(secret.size()) ||
+      ::fsync(fd) != 0 || ::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (fd >= 0) ::close(fd);
+    *error = "cannot write " + path;
+    return std::nullopt;
+  }
+  return Tokens(secret);
+}
+
+std::string Tokens::issue(const std::string& tenant, const std::string& sandbox) const {
+  return "e2b1." + b64url(tenant) + "." + b64url(hmac(secret_, tenant + "\n" + sandbox));
+}
+
+std::optional<std::string> Tokens::verify(std::string_view token,
+                                          const std::string& sandbox) const {
+  if (token.size() > 600 || token.rfind("e2b1.", 0) != 0) return std::nullopt;
+  auto rest = token.substr(5);
+  auto dot = rest.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  auto tenant = unb64url(rest.substr(0, dot));
+  auto mac = unb64url(rest.substr(dot + 1));
+  if (!tenant || !mac || tenant->empty()) return std::nullopt;
+  auto want = hmac(secret_, *tenant + "\n" + sandbox);
+  if (mac->size() != want.size() || CRYPTO_memcmp(mac->data(), want.data(), want.size()) != 0)
+    return std::nullopt;
+  return tenant;
+}
+
+void set_tokens(Tokens t) { g_tokens = std::make_unique<Tokens>(std::move(t)); }
+
+const Tokens& tokens() {
+  if (g_tokens) return *g_tokens;
+  // Before set_tokens (tests of parts): a secret of this process only.
+  static const Tokens ephemeral = [] {
+    std::string secret(32, '\0');
+    RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()), 32);
+    return Tokens(secret);
+  }();
+  return ephemeral;
+}
+
+std::string template_for(const std::string& name) {
+  if (name.empty()) return "base";
+  if (name == "code-interpreter-v1" || name == "code-interpreter-stateful") return "code-interpreter";
+  auto colon = name.find(':');  // "base:latest" style tags
+  return colon == std::string::npos ? name : name.substr(0, colon);
+}
+
+namespace {
+std::string message_of(const HttpReply& r) {
+  auto j = Json::parse(r.body);
+  if (j && (*j)["error"].is_object()) return (*j)["error"]["message"].as_string();
+  return r.body;
+}
+}  // namespace
+
+HttpReply api_error(const HttpReply& native) {
+  Json j = Json::object();
+  j.set("code", int64_t(native.status));
+  j.set("message", message_of(native));
+  auto r = json_reply(native.status, j);
+  r.error_code = native.error_code;
+  r.headers = native.headers;
+  return r;
+}
+
+bool sandbox_gone(const std::string& code) {
+  return code == "sandbox_not_found" || code == "sandbox_stopped" || code == "sandbox_failed" ||
+         code == "sandbox_hibernated" || code == "sandbox_not_running" || code == "agent_error";
+}
+
+std::string connect_code(const std::string& code) {
+  if (code.ends_with("_not_found")) return "not_found";
+  if (code == "unauthorized") return "unauthenticated";
+  if (code == "forbidden" || code == "permission_denied") return "permission_denied";
+  if (code == "file_exists") return "already_exists";
+  if (code == "too_many_requests" || code == "quota_exceeded" || code.rfind("too_many", 0) == 0)
+    return "resource_exhausted";
+  if (code == "timeout") return "deadline_exceeded";
+  if (code == "cancelled") return "canceled";
+  if (code == "not_implemented") return "unimplemented";
+  if (code == "no_space") return "resource_exhausted";
+  if (code == "is_a_directory" || code == "not_a_directory" || code == "directory_not_empty" ||
+      code == "invalid_state")
+    return "failed_precondition";
+  if (sandbox_gone(code) || code == "exec_failed" || code == "host_full") return "unavailable";
+  unsigned s = status_for(code);
+  if (s == 400 || s == 413) return "invalid_argument";
+  return "internal";
+}
+
+HttpReply envd_error(const HttpReply& native) {
+  if (sandbox_gone(native.error_code)) {
+    HttpReply r{502, "text/plain", "sandbox is not running: " + message_of(native) + "\n",
+                native.error_code, {}};
+    return r;
+  }
+  auto code = connect_code(native.error_code);
+  static const std::map<std::string, unsigned> status = {
+      {"invalid_argument", 400}, {"failed_precondition", 400}, {"unauthenticated", 401},
+      {"permission_denied", 403}, {"not_found", 404},           {"already_exists", 409},
+      {"resource_exhausted", 429}, {"canceled", 499},           {"internal", 500},
+      {"unimplemented", 501},    {"unavailable", 503},          {"deadline_exceeded", 504}};
+  Json j = Json::object();
+  j.set("code", code);
+  j.set("message", message_of(native));
+  auto r = json_reply(status.at(code), j);
+  r.error_code = native.error_code;
+  return r;
+}
+
+std::string envelope(const Json& message, uint8_t flags) {
+  std::string body = message.dump();
+  std::string out(5, '\0');
+  out[0] = char(flags);
+  uint32_t n = uint32_t(body.size());
+  for (int i = 0; i < 4; ++i) out[1 + i] = char((n >> (8 * (3 - i))) & 0xff);
+  return out + body;
+}
+
+Json read_envelope(const std::string& body) {
+  if (body.size() < 5) throw ApiError{"invalid_argument", "a Connect stream request needs an envelope"};
+  if (body[0] & 1) throw ApiError{"invalid_argument", "compressed envelopes are not supported"};
+  uint32_t n = 0;
+  for (int i = 1; i <= 4; ++i) n = (n << 8) | uint8_t(body[i]);
+  if (n != body.size() - 5) throw ApiError{"invalid_argument", "the envelope's length does not match"};
+  auto j = Json::parse(body.substr(5));
+  if (!j || !j->is_object()) throw ApiError{"invalid_argument", "the envelope is not a JSON object"};
+  return *j;
+}
+
+const Json& field(const Json& j, const char* camel, const char* proto) {
+  if (j.has(camel) || !proto) return j[camel];
+  return j[proto];
+}
+
+std::string rfc3339(int64_t ms) {
+  std::time_t t = std::time_t(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace pandastack::gateway::e2b

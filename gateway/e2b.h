@@ -1,0 +1,70 @@
+// The E2B-compatible surface (../shared/specs/e2b-compat.md): the real, unmodified `e2b` SDK works
+// against pandastackd with E2B_API_URL and E2B_SANDBOX_URL both set to the daemon's URL.
+//   e2b_api.cc    the control plane (/v2/sandboxes, /sandboxes/{id}/...): X-API-KEY, our keys
+//   e2b_envd.cc   the sandbox plane (envd): Connect-RPC process.Process and filesystem.Filesystem
+//                 (JSON, HTTP/1.1), /files, /health; requests carry E2b-Sandbox-Id and the
+//                 sandbox's access token
+// Both map onto the same runtime calls as our REST API. This header holds what they share: the
+// access tokens, the error shapes, the Connect envelope, the sandbox object.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gateway/api_types.h"
+
+namespace pandastack::gateway::e2b {
+
+// The envd version we advertise: >= 0.4.0 (no forced user), >= 0.5.2 (closeStdin), < 0.5.7
+// (uploads are multipart, no octet-stream), < 0.6.2 (no file metadata headers).
+inline constexpr const char* kEnvdVersion = "0.5.2";
+
+// A sandbox's access token (envdAccessToken): "e2b1." + base64url(tenant) + "." +
+// base64url(HMAC-SHA256(secret, tenant + "\n" + sandbox id)). Stateless (survives restarts),
+// scoped to one sandbox of one tenant; the daemon's secret lives in DATA/e2b-token-secret (0600).
+class Tokens {
+ public:
+  // Reads the secret from `path`, or makes one (32 random bytes) there.
+  static std::optional<Tokens> load(const std::string& path, std::string* error);
+  explicit Tokens(std::string secret) : secret_(std::move(secret)) {}
+  std::string issue(const std::string& tenant, const std::string& sandbox) const;
+  // The tenant the token was issued to for `sandbox`, or nullopt when it was not issued for it.
+  std::optional<std::string> verify(std::string_view token, const std::string& sandbox) const;
+
+ private:
+  std::string secret_;
+};
+
+// The tokens of the running server (set once at start).
+void set_tokens(Tokens t);
+const Tokens& tokens();
+
+// E2B template names mapped to ours ("code-interpreter-v1" -> "code-interpreter"); others pass.
+std::string template_for(const std::string& e2b_name);
+
+// Error bodies. Control plane: {"code": <status>, "message"} with our code's status.
+HttpReply api_error(const HttpReply& native);
+// envd unary calls: a Connect error {"code": "not_found", "message"} with its status; a sandbox
+// that is gone or not running is 502 text/plain (the SDK: "sandbox is not running").
+HttpReply envd_error(const HttpReply& native);
+// The Connect code for one of our error codes.
+std::string connect_code(const std::string& code);
+// Whether our error code means "the sandbox itself is not there or not running".
+bool sandbox_gone(const std::string& code);
+
+// One Connect envelope: flags, big-endian length, the JSON.
+std::string envelope(const Json& message, uint8_t flags = 0);
+// The single message of a streaming request's body (one envelope); invalid_argument otherwise.
+Json read_envelope(const std::string& body);
+
+// proto3-JSON: an object member read leniently (camelCase or the proto name).
+const Json& field(const Json& j, const char* camel, const char* proto = nullptr);
+
+// RFC 3339 (UTC, seconds) of a Unix time in milliseconds.
+std::string rfc3339(int64_t ms);
+
+// Metadata keys under which a sandbox's create-time envVars are kept (hidden from E2B answers).
+inline constexpr const char* kEnvPrefix = "e2b.env.";
+
+}  // namespace pandastack::gateway::e2b

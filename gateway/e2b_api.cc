@@ -1,0 +1,252 @@
+// E2B's control plane (../shared/specs/e2b-compat.md §3) on our runtime: create, connect (wake),
+// get, list, kill, timeout, pause, metrics. Authenticated by X-API-KEY with our pds_ keys; errors
+// are E2B's {"code": <status>, "message"} (the server reshapes them: Route::Style::e2b_api).
+#include <algorithm>
+#include <chrono>
+
+#include "gateway/e2b.h"
+#include "gateway/server.h"
+
+namespace pandastack::gateway {
+
+namespace {
+
+using M = kj::HttpMethod;
+using namespace e2b;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The Sandbox object of create and connect (ListedSandbox without the token and domain).
+Json sandbox_obj(const actors::SandboxInfo& s, bool with_token) {
+  Json j = Json::object();
+  j.set("sandboxID", s.id);
+  j.set("templateID", s.template_name);
+  j.set("alias", s.template_name);
+  j.set("clientID", "local");
+  j.set("envdVersion", kEnvdVersion);
+  if (with_token) {
+    auto t = tokens().issue(s.tenant, s.id);
+    j.set("envdAccessToken", t);
+    j.set("trafficAccessToken", t);
+    j.set("domain", nullptr);
+  }
+  return j;
+}
+
+// SandboxDetail / ListedSandbox: the object plus metadata (without the envVars we keep there),
+// times, state and shape.
+Json detail_obj(const actors::SandboxInfo& s, bool with_token) {
+  Json j = sandbox_obj(s, with_token);
+  Json md = Json::object();
+  for (auto& [k, v] : s.metadata)
+    if (k.rfind(kEnvPrefix, 0) != 0) md.set(k, v);
+  j.set("metadata", md);
+  j.set("startedAt", rfc3339(s.created_at_ms));
+  j.set("endAt", rfc3339(s.expires_at_ms ? s.expires_at_ms : s.created_at_ms));
+  j.set("state", s.status == actors::Status::hibernated ? "paused" : "running");
+  j.set("cpuCount", 1);
+  j.set("memoryMB", 256);
+  j.set("diskSizeMB", 1024);
+  Json life = Json::object();
+  life.set("onTimeout", s.on_timeout == actors::ReapAction::hibernate ? "pause" : "kill");
+  life.set("autoResume", s.auto_wake);
+  j.set("lifecycle", life);
+  j.set("allowInternetAccess", s.network && s.egress.mode != "deny_all");
+  return j;
+}
+
+// The sandbox, as E2B sees it: one that ended (killed, failed) no longer exists (404).
+actors::SandboxInfo live(Call& c) {
+  auto s = unwrap(c.gw.rt.get(c.tenant(), c.id));
+  if (s.status == actors::Status::stopped || s.status == actors::Status::failed)
+    throw ApiError{"sandbox_not_found", "sandbox " + c.id + " has ended"};
+  return s;
+}
+
+std::map<std::string, std::string> string_object(const Json& j, const char* what) {
+  std::map<std::string, std::string> out;
+  if (j.is_null()) return out;
+  if (!j.is_object()) throw ApiError{"invalid_argument", std::string(what) + " must be an object"};
+  for (auto& [k, v] : j.as_object()) {
+    if (!v.is_string())
+      throw ApiError{"invalid_argument", std::string(what) + " values must be strings"};
+    out[k] = v.as_string();
+  }
+  return out;
+}
+
+uint32_t timeout_of(const Json& j, uint32_t def, uint32_t max) {
+  const Json& t = j["timeout"];
+  if (t.is_null()) return def;
+  if (!t.is_number() || t.as_double() < 1 || t.as_double() > double(max))
+    throw ApiError{"invalid_argument",
+                   "timeout is 1.." + std::to_string(max) + " seconds"};
+  return uint32_t(t.as_int());
+}
+
+HttpReply create(Call& c) {
+  auto& rt = c.gw.rt;
+  const auto& limits = rt.config().limits;
+  Json b = c.r.json();  // E2B sends fields we do not know (secure, mcp, ...): they are ignored
+  actors::CreateRequest req;
+  req.tenant = c.tenant();
+  std::string tpl = b["templateID"].is_string() ? b["templateID"].as_string() : "base";
+  if (tpl.rfind("snap_", 0) == 0) req.from_snapshot = tpl;
+  else req.template_name = template_for(tpl);
+  req.ttl_seconds = timeout_of(b, 300, limits.max_ttl_seconds);
+  req.metadata = string_object(b["metadata"], "metadata");
+  for (auto& [k, v] : string_object(b["envVars"], "envVars")) req.metadata[kEnvPrefix + k] = v;
+  // lifecycle {onTimeout: "pause", autoResume} arrives as autoPause / autoResume.enabled.
+  if (b["autoPause"].is_bool() && b["autoPause"].as_bool()) {
+    req.persistent = true;
+    req.on_timeout = actors::ReapAction::hibernate;
+  }
+  if (b["autoResume"].is_object() && b["autoResume"]["enabled"].is_bool())
+    req.auto_wake = b["autoResume"]["enabled"].as_bool();
+  if (b["allow_internet_access"].is_bool() && !b["allow_internet_access"].as_bool()) {
+    actors::Egress deny;
+    req.egress = deny;
+  }
+  auto created = rt.create(req);
+  if (!created && created.error().code == "sandbox_failed")
+    throw ApiError{"start_failed", created.error().message};
+  return json_reply(201, sandbox_obj(unwrap(std::move(created)), true));
+}
+
+// connect: a paused sandbox is woken; a running one's TTL grows when the new one is longer.
+HttpReply connect(Call& c) {
+  auto& rt = c.gw.rt;
+  Json b = c.r.json();
+  auto s = live(c);
+  if (s.status == actors::Status::hibernated) s = unwrap(rt.wake(c.tenant(), c.id));
+  if (b.has("timeout") && !b["timeout"].is_null()) {
+    uint32_t t = timeout_of(b, 300, rt.config().limits.max_ttl_seconds);
+    if (s.expires_at_ms < now_ms() + int64_t(t) * 1000) s = unwrap(rt.set_ttl(c.tenant(), c.id, t));
+  }
+  return json_reply(200, sandbox_obj(s, true));
+}
+
+std::optional<actors::Status> one_state(const std::string& v) {
+  if (v == "running") return actors::Status::running;
+  if (v == "paused") return actors::Status::hibernated;
+  throw ApiError{"invalid_argument", "state is running and/or paused"};
+}
+
+// The list's metadata filter arrives encoded as a query string inside the value
+// ("k%3Dv%26a%3Db" once the URL is decoded): each key and value is percent-decoded once more.
+std::string pct_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      auto hex = s.substr(i + 1, 2);
+      if (hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos) {
+        out += char(std::stoi(hex, nullptr, 16));
+        i += 2;
+        continue;
+      }
+    }
+    out += s[i] == '+' ? ' ' : s[i];
+  }
+  return out;
+}
+
+HttpReply list(Call& c) {
+  auto& rt = c.gw.rt;
+  std::vector<actors::Status> states = {actors::Status::running, actors::Status::hibernated};
+  if (auto st = c.r.q("state"); st && !st->empty()) {
+    states.clear();
+    size_t p = 0;
+    while (p <= st->size()) {
+      auto comma = st->find(',', p);
+      if (comma == std::string::npos) comma = st->size();
+      states.push_back(*one_state(st->substr(p, comma - p)));
+      p = comma + 1;
+    }
+  }
+  std::map<std::string, std::string> metadata;
+  if (auto md = c.r.q("metadata"); md && !md->empty()) {
+    std::string s = pct_decode(*md);  // what remained encoded after the URL's own decoding
+    size_t p = 0;
+    while (p < s.size()) {
+      auto amp = s.find('&', p);
+      if (amp == std::string::npos) amp = s.size();
+      auto pair = s.substr(p, amp - p);
+      auto eq = pair.find('=');
+      if (eq == std::string::npos) throw ApiError{"invalid_argument", "metadata is k=v&k2=v2"};
+      metadata[pct_decode(pair.substr(0, eq))] = pct_decode(pair.substr(eq + 1));
+      p = amp + 1;
+    }
+  }
+  std::string tpl = c.r.q("template").value_or("");
+  Json out = Json::array();
+  std::vector<actors::SandboxInfo> all;
+  for (auto st : states) {
+    auto some = unwrap(rt.list(c.tenant(), st, metadata));
+    all.insert(all.end(), some.begin(), some.end());
+  }
+  bool asc = c.r.q("order").value_or("desc") == "asc";
+  std::sort(all.begin(), all.end(), [asc](const auto& a, const auto& b) {
+    return asc ? a.created_at_ms < b.created_at_ms : a.created_at_ms > b.created_at_ms;
+  });
+  int64_t limit = query_int(c.r, "limit", 1000, 1000000);
+  for (auto& s : all) {
+    if (!tpl.empty() && s.template_name != template_for(tpl)) continue;
+    if (int64_t(out.size()) >= limit) break;
+    out.push(detail_obj(s, false));
+  }
+  return json_reply(200, out);
+}
+
+Route api(M m, const char* path, const char* what, Handler h, std::vector<std::string> q = {}) {
+  Route r = route(m, path, what, std::move(h), std::move(q));
+  r.style = Route::Style::e2b_api;
+  return r;
+}
+
+}  // namespace
+
+std::vector<Route> e2b_api_routes() {
+  std::vector<Route> out = {
+      api(M::POST, "/v2/sandboxes", "E2B: create a sandbox (X-API-KEY)", create),
+      api(M::POST, "/sandboxes", "E2B: create a sandbox (SDK 2.7-2.50)", create),
+      api(M::GET, "/v2/sandboxes", "E2B: list sandboxes", list,
+          {"state", "metadata", "template", "order", "limit", "nextToken", "startedAfter"}),
+      api(M::GET, "/sandboxes", "E2B: list running sandboxes", list, {"metadata", "state"}),
+      api(M::GET, "/sandboxes/{id}", "E2B: one sandbox",
+          [](Call& c) { return json_reply(200, detail_obj(live(c), true)); }),
+      api(M::DELETE, "/sandboxes/{id}", "E2B: kill a sandbox",
+          [](Call& c) {
+            live(c);
+            unwrap(c.gw.rt.kill(c.tenant(), c.id));
+            return no_content();
+          }),
+      api(M::POST, "/sandboxes/{id}/timeout", "E2B: a new timeout, counted from now",
+          [](Call& c) {
+            auto t = timeout_of(c.r.json(), 0, c.gw.rt.config().limits.max_ttl_seconds);
+            if (t == 0) throw ApiError{"invalid_argument", "timeout is required"};
+            live(c);
+            unwrap(c.gw.rt.set_ttl(c.tenant(), c.id, t));
+            return no_content();
+          }),
+      api(M::POST, "/sandboxes/{id}/pause", "E2B: pause (hibernate) a sandbox",
+          [](Call& c) {
+            auto s = live(c);
+            if (s.status == actors::Status::hibernated)
+              throw ApiError{"invalid_state", "sandbox " + c.id + " is already paused"};
+            unwrap(c.gw.rt.hibernate(c.tenant(), c.id));
+            return no_content();
+          }),
+      api(M::POST, "/v2/sandboxes/{id}/connect", "E2B: connect (resumes a paused sandbox)", connect),
+      api(M::POST, "/sandboxes/{id}/connect", "E2B: connect (SDK 2.7-2.50)", connect),
+      api(M::POST, "/sandboxes/{id}/resume", "E2B: resume a paused sandbox", connect),
+      api(M::GET, "/sandboxes/{id}/metrics", "E2B: metrics (none kept: an empty list)",
+          [](Call&) { return json_reply(200, Json::array()); }, {"start", "end"}),
+  };
+  return out;
+}
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,497 @@
+// E2B's sandbox plane (envd, ../shared/specs/e2b-compat.md §4-§7) on our runtime:
+// Connect-RPC (JSON over HTTP/1.1) process.Process (Start and Connect stream, List, SendInput,
+// CloseStdin, SendSignal) and filesystem.Filesystem (Stat, ListDir, MakeDir, Move, Remove),
+// GET/POST /files (multipart) and GET /health. Every request names its sandbox in E2b-Sandbox-Id
+// and carries that sandbox's access token (X-Access-Token): the token says the tenant, the
+// runtime checks the sandbox is that tenant's. Not served (501 unimplemented): PTYs, Update,
+// WatchDir.
+#include <spdlog/spdlog.h>
+
+#include "gateway/e2b.h"
+#include "gateway/server.h"
+
+namespace pandastack::gateway {
+
+namespace {
+
+using M = kj::HttpMethod;
+using namespace e2b;
+
+struct Target {
+  std::string tenant, id;
+};
+
+std::string header(const Request& r, const char* name) {
+  auto it = r.headers.find(name);
+  return it == r.headers.end() ? "" : it->second;
+}
+
+// The sandbox a request is for, and whose it is (from its access token).
+Target target(Server& gw, const Request& r) {
+  Target t;
+  t.id = header(r, "e2b-sandbox-id");
+  if (t.id.empty() || t.id.size() > 64)
+    throw ApiError{"sandbox_not_found", "missing E2b-Sandbox-Id header"};
+  std::string token = header(r, "x-access-token");
+  if (token.empty()) token = header(r, "e2b-traffic-access-token");
+  auto tenant = tokens().verify(token, t.id);
+  if (!tenant) throw ApiError{"unauthorized", "missing or wrong access token for " + t.id};
+  t.tenant = *tenant;
+  uint32_t rate = gw.rt.quota_limits(t.tenant).requests_per_second;
+  if (!gw.limiter.take("e2b:" + t.tenant, rate))
+    throw ApiError{"too_many_requests",
+                   "this tenant sent more than " + std::to_string(rate) + " requests per second"};
+  return t;
+}
+
+// Relative paths resolve against the default user's home.
+std::string guest_path(Server& gw, const std::string& p) {
+  if (p.empty()) throw ApiError{"invalid_path", "path is required"};
+  std::string abs = p[0] == '/' ? p : "/root/" + p;
+  while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
+  return gw.checked_path(abs);
+}
+
+std::string str(const Json& j, const char* what) {
+  if (!j.is_string()) throw ApiError{"invalid_argument", std::string(what) + " must be a string"};
+  return j.as_string();
+}
+
+uint32_t pid_of(const Json& m) {
+  const Json& p = m["process"]["pid"];
+  if (!p.is_number() && !(p.is_string() && !p.as_string().empty()))
+    throw ApiError{"invalid_argument", "process.pid is required (tags are not supported)"};
+  int64_t v = p.is_number() ? p.as_int() : std::stoll(p.as_string());
+  if (v <= 0 || v > 0xffffffffLL) throw ApiError{"invalid_argument", "process.pid is out of range"};
+  return uint32_t(v);
+}
+
+std::string permissions(const vmm::FileStat& s) {
+  std::string p = s.type == vmm::FileStat::Type::directory ? "d"
+                  : s.type == vmm::FileStat::Type::symlink ? "l"
+                                                           : "-";
+  const char* rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) p += (s.mode & (0400 >> i)) ? rwx[i] : '-';
+  return p;
+}
+
+// EntryInfo of `path` (its stat).
+Json entry(const std::string& path, const vmm::FileStat& s) {
+  Json j = Json::object();
+  auto slash = path.find_last_of('/');
+  j.set("name", slash == std::string::npos ? path : path.substr(slash + 1));
+  j.set("type", s.type == vmm::FileStat::Type::directory ? "FILE_TYPE_DIRECTORY"
+                : s.type == vmm::FileStat::Type::symlink ? "FILE_TYPE_SYMLINK"
+                : s.type == vmm::FileStat::Type::regular ? "FILE_TYPE_FILE"
+                                                         : "FILE_TYPE_UNSPECIFIED");
+  j.set("path", path);
+  j.set("size", std::to_string(s.size));  // int64: a string in proto3-JSON
+  j.set("mode", int64_t(s.mode & 07777));
+  j.set("permissions", permissions(s));
+  j.set("owner", "root");
+  j.set("group", "root");
+  j.set("modifiedTime", rfc3339(s.mtime_ms));
+  return j;
+}
+
+Json entry_of(Call& c, const Target& t, const std::string& path) {
+  return entry(path, unwrap(c.gw.rt.stat(t.tenant, t.id, path)));
+}
+
+HttpReply ok(Json j = Json::object()) { return json_reply(200, j); }
+
+// ---- process.Process (unary) ----
+
+HttpReply list_processes(Call& c) {
+  auto t = target(c.gw, c.r);
+  Json out = Json::array();
+  for (auto& p : unwrap(c.gw.rt.list_processes(t.tenant, t.id))) {
+    if (!p.running) continue;
+    Json cfg = Json::object();
+    cfg.set("cmd", p.command);
+    cfg.set("args", Json::array());
+    cfg.set("envs", Json::object());
+    Json j = Json::object();
+    j.set("pid", int64_t(p.pid));
+    j.set("config", cfg);
+    out.push(j);
+  }
+  Json j = Json::object();
+  j.set("processes", out);
+  return ok(j);
+}
+
+HttpReply send_signal(Call& c) {
+  auto t = target(c.gw, c.r);
+  Json m = c.r.json();
+  const Json& s = m["signal"];
+  int sig = 9;
+  if (s.is_string()) {
+    if (s.as_string() == "SIGNAL_SIGTERM") sig = 15;
+    else if (s.as_string() != "SIGNAL_SIGKILL")
+      throw ApiError{"invalid_argument", "signal is SIGNAL_SIGKILL or SIGNAL_SIGTERM"};
+  } else if (s.is_number()) {
+    if (s.as_int() != 9 && s.as_int() != 15)
+      throw ApiError{"invalid_argument", "signal is 9 or 15"};
+    sig = int(s.as_int());
+  }
+  uint32_t pid = pid_of(m);
+  bool running = false;  // envd: a process that ended is not found
+  for (auto& p : unwrap(c.gw.rt.list_processes(t.tenant, t.id))) running |= p.pid == pid && p.running;
+  if (!running) throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+  unwrap(c.gw.rt.kill_process(t.tenant, t.id, pid, sig));
+  return ok();
+}
+
+HttpReply send_input(Call& c) {
+  auto t = target(c.gw, c.r);
+  Json m = c.r.json();
+  const Json& in = m["input"];
+  if (in.has("pty")) throw ApiError{"not_implemented", "PTYs are not supported"};
+  auto data = base64_decode(str(in["stdin"], "input.stdin"));
+  if (!data) throw ApiError{"invalid_argument", "input.stdin is not base64"};
+  unwrap(c.gw.rt.write_stdin(t.tenant, t.id, pid_of(m), *data, false));
+  return ok();
+}
+
+HttpReply close_stdin(Call& c) {
+  auto t = target(c.gw, c.r);
+  unwrap(c.gw.rt.write_stdin(t.tenant, t.id, pid_of(c.r.json()), "", true));
+  return ok();
+}
+
+// ---- filesystem.Filesystem ----
+
+HttpReply stat(Call& c) {
+  auto t = target(c.gw, c.r);
+  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
+  Json j = Json::object();
+  j.set("entry", entry_of(c, t, path));
+  return ok(j);
+}
+
+HttpReply list_dir(Call& c) {
+  auto t = target(c.gw, c.r);
+  Json m = c.r.json();
+  auto root = guest_path(c.gw, str(m["path"], "path"));
+  int64_t depth = m["depth"].is_number() ? m["depth"].as_int() : 1;
+  if (depth < 1 || depth > 16) throw ApiError{"invalid_argument", "depth is 1..16"};
+  constexpr size_t kMaxEntries = 100000;  // as one listing of our own API
+  Json entries = Json::array();
+  std::vector<std::pair<std::string, int64_t>> todo = {{root, 1}};
+  while (!todo.empty()) {
+    auto [dir, level] = todo.back();
+    todo.pop_back();
+    auto listed = c.gw.rt.list_dir(t.tenant, t.id, dir);
+    if (!listed && dir != root) continue;  // a folder that went away meanwhile
+    for (auto& s : unwrap(std::move(listed))) {
+      std::string p = (dir == "/" ? "" : dir) + "/" + s.name;
+      entries.push(entry(p, s));
+      if (entries.size() > kMaxEntries)
+        throw ApiError{"invalid_argument", "more than 100000 entries: list less deep"};
+      if (s.type == vmm::FileStat::Type::directory && level < depth) todo.push_back({p, level + 1});
+    }
+  }
+  Json j = Json::object();
+  j.set("entries", entries);
+  return ok(j);
+}
+
+HttpReply make_dir(Call& c) {
+  auto t = target(c.gw, c.r);
+  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
+  if (c.gw.rt.stat(t.tenant, t.id, path))
+    throw ApiError{"file_exists", path + " exists"};
+  unwrap(c.gw.rt.mkdir(t.tenant, t.id, path, true));
+  Json j = Json::object();
+  j.set("entry", entry_of(c, t, path));
+  return ok(j);
+}
+
+HttpReply move(Call& c) {
+  auto t = target(c.gw, c.r);
+  Json m = c.r.json();
+  auto from = guest_path(c.gw, str(m["source"], "source"));
+  auto to = guest_path(c.gw, str(m["destination"], "destination"));
+  unwrap(c.gw.rt.rename(t.tenant, t.id, from, to));
+  Json j = Json::object();
+  j.set("entry", entry_of(c, t, to));
+  return ok(j);
+}
+
+HttpReply remove(Call& c) {
+  auto t = target(c.gw, c.r);
+  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
+  unwrap(c.gw.rt.remove(t.tenant, t.id, path, true));
+  return ok();
+}
+
+// ---- /files ----
+
+HttpReply read_file(Call& c) {
+  auto t = target(c.gw, c.r);
+  auto path = guest_path(c.gw, c.r.q("path").value_or(""));
+  auto data = unwrap(c.gw.rt.read_file(t.tenant, t.id, path, c.gw.limits.max_file_bytes));
+  return HttpReply{200, "application/octet-stream", std::move(data), "", {}};
+}
+
+// The parts of a multipart/form-data body: (filename, content) of each part named "file".
+std::vector<std::pair<std::string, std::string>> multipart(const std::string& content_type,
+                                                           const std::string& body) {
+  auto b = content_type.find("boundary=");
+  if (content_type.rfind("multipart/form-data", 0) != 0 || b == std::string::npos)
+    throw ApiError{"invalid_argument", "uploads are multipart/form-data with a boundary"};
+  std::string boundary = content_type.substr(b + 9);
+  boundary = boundary.substr(0, boundary.find(';'));
+  if (boundary.size() >= 2 && boundary.front() == '"') boundary = boundary.substr(1, boundary.size() - 2);
+  if (boundary.empty() || boundary.size() > 200)
+    throw ApiError{"invalid_argument", "bad multipart boundary"};
+  std::string delim = "--" + boundary;
+  std::vector<std::pair<std::string, std::string>> parts;
+  size_t p = body.find(delim);
+  if (p == std::string::npos) throw ApiError{"invalid_argument", "no multipart part"};
+  while (true) {
+    p += delim.size();
+    if (body.compare(p, 2, "--") == 0) break;  // the closing delimiter
+    if (body.compare(p, 2, "\r\n") != 0) throw ApiError{"invalid_argument", "malformed multipart body"};
+    p += 2;
+    auto head_end = body.find("\r\n\r\n", p);
+    if (head_end == std::string::npos) throw ApiError{"invalid_argument", "malformed multipart part"};
+    std::string head = body.substr(p, head_end - p);
+    auto next = body.find("\r\n" + delim, head_end + 4);
+    if (next == std::string::npos) throw ApiError{"invalid_argument", "unterminated multipart part"};
+    std::string lower = head;
+    for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));
+    auto fn = lower.find("filename=\"");
+    if (lower.find("name=\"file\"") != std::string::npos && fn != std::string::npos) {
+      auto start = fn + 10, end = head.find('"', start);
+      if (end == std::string::npos) throw ApiError{"invalid_argument", "malformed filename"};
+      parts.emplace_back(head.substr(start, end - start),
+                         body.substr(head_end + 4, next - (head_end + 4)));
+      if (parts.size() > 1000) throw ApiError{"invalid_argument", "at most 1000 files per upload"};
+    }
+    p = next + 2;
+  }
+  if (parts.empty()) throw ApiError{"invalid_argument", "no part named \"file\""};
+  return parts;
+}
+
+HttpReply write_files(Call& c) {
+  auto t = target(c.gw, c.r);
+  auto parts = multipart(header(c.r, "content-type"), c.r.body);
+  auto single = c.r.q("path");
+  Json out = Json::array();
+  for (auto& [name, data] : parts) {
+    auto path = guest_path(c.gw, single && parts.size() == 1 ? *single : name);
+    auto slash = path.find_last_of('/');
+    if (slash > 0) unwrap(c.gw.rt.mkdir(t.tenant, t.id, path.substr(0, slash), true));
+    unwrap(c.gw.rt.write_file(t.tenant, t.id, path, data));
+    Json j = Json::object();
+    j.set("name", path.substr(slash + 1));
+    j.set("type", "file");
+    j.set("path", path);
+    out.push(j);
+  }
+  return json_reply(200, out);
+}
+
+HttpReply health(Call& c) {
+  auto t = target(c.gw, c.r);
+  auto s = unwrap(c.gw.rt.get(t.tenant, t.id));
+  if (s.status != actors::Status::running)
+    throw ApiError{"sandbox_not_running", "sandbox " + t.id + " is " + actors::to_string(s.status)};
+  return no_content();
+}
+
+HttpReply unimplemented(Call& c) {
+  target(c.gw, c.r);
+  throw ApiError{"not_implemented", "not supported by pandastackd's envd: " + c.r.route};
+}
+
+Route envd(M m, const char* path, const char* what, Handler h, std::vector<std::string> q = {},
+           Route::Kind kind = Route::Kind::json) {
+  Route r = route(m, path, what, std::move(h), std::move(q), kind, /*auth=*/false);
+  r.style = Route::Style::e2b_envd;
+  return r;
+}
+
+}  // namespace
+
+// ---- process.Process Start / Connect: server streams ----
+
+namespace e2b {
+
+// Runs on a stream worker: the process's events as Connect envelopes, then the end-stream.
+void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
+  std::stop_callback on_shutdown(gw.shutting_down.get_token(), [&ch] { ch.stop.request_stop(); });
+  auto end_stream = [&ch](const std::string& code, const std::string& message) {
+    Json e = Json::object();
+    e.set("code", connect_code(code));
+    e.set("message", message);
+    Json j = Json::object();
+    j.set("error", e);
+    ch.begin();
+    ch.finish(envelope(j, 2));
+  };
+  Target t;
+  uint32_t pid = 0;
+  bool start = r.route == "/process.Process/Start";
+  try {
+    t = target(gw, r);
+    Json m = read_envelope(r.body);
+    if (start) {
+      if (m.has("pty") && !m["pty"].is_null())
+        throw ApiError{"not_implemented", "PTYs are not supported"};
+      const Json& p = m["process"];
+      vmm::ExecRequest e;
+      e.argv.push_back(str(p["cmd"], "process.cmd"));
+      if (p["args"].is_array())
+        for (auto& a : p["args"].as_array()) e.argv.push_back(str(a, "process.args"));
+      // The sandbox's create-time envVars, then the request's (which win).
+      auto info = unwrap(gw.rt.get(t.tenant, t.id));
+      for (auto& [k, v] : info.metadata)
+        if (k.rfind(kEnvPrefix, 0) == 0) e.env[k.substr(std::string(kEnvPrefix).size())] = v;
+      if (p["envs"].is_object())
+        for (auto& [k, v] : p["envs"].as_object()) e.env[k] = str(v, "process.envs");
+      e.cwd = p["cwd"].is_string() ? guest_path(gw, p["cwd"].as_string()) : "/root";
+      // Old clients omit stdin: open.
+      e.keep_stdin_open = !m["stdin"].is_bool() || m["stdin"].as_bool();
+      // Connect-Timeout-Ms is the process's lifetime (none: no limit).
+      auto timeout = header(r, "connect-timeout-ms");
+      if (!timeout.empty()) {
+        if (timeout.size() > 10 || timeout.find_first_not_of("0123456789") != std::string::npos)
+          throw ApiError{"invalid_argument", "Connect-Timeout-Ms is a number of milliseconds"};
+        uint64_t ms = std::stoull(timeout);
+        e.timeout_ms = uint32_t(std::min<uint64_t>(ms, uint64_t(gw.limits.max_exec_timeout_s) * 1000));
+      }
+      if (auto refused = check_exec(e, gw.limits)) throw ApiError{refused->code, refused->message};
+      pid = unwrap(gw.rt.start_process(t.tenant, t.id, e));
+    } else {
+      pid = pid_of(m);
+      bool running = false;
+      for (auto& p : unwrap(gw.rt.list_processes(t.tenant, t.id)))
+        running |= p.pid == pid && p.running;
+      if (!running) throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+    }
+  } catch (const ApiError& e) {
+    if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
+    return end_stream(e.code, e.message);
+  } catch (const std::exception& e) {
+    return end_stream("internal", e.what());
+  }
+  Json started = Json::object(), ev = Json::object(), pj = Json::object();
+  pj.set("pid", int64_t(pid));
+  ev.set("start", pj);
+  started.set("event", ev);
+  ch.push(envelope(started));
+  ch.begin();
+  auto on_output = [&ch](vmm::StreamKind k, std::string_view d) {
+    Json data = Json::object(), ev = Json::object(), msg = Json::object();
+    data.set(k == vmm::StreamKind::out ? "stdout" : "stderr", base64_encode(d));
+    ev.set("data", data);
+    msg.set("event", ev);
+    ch.push(envelope(msg));
+  };
+  auto res = gw.rt.stream_process(t.tenant, t.id, pid, on_output, ch.stop.get_token());
+  bool overflow;
+  {
+    std::lock_guard l(ch.mu);
+    overflow = ch.overflowed;
+  }
+  if (overflow) return end_stream("client_too_slow", "the client read too slowly");
+  if (!res) return end_stream(res.error().code, res.error().message);
+  Json end = Json::object();
+  int code = res->exit_code;
+  bool signalled = code < 0;
+  end.set("exitCode", signalled ? -1 : code);
+  end.set("exited", !signalled);
+  std::string status = signalled ? (code == -9 ? "signal: killed" : "signal: " + std::to_string(-code))
+                                 : "exit status " + std::to_string(code);
+  end.set("status", status);
+  if (code != 0) end.set("error", res->error.empty() ? status : res->error);
+  Json ev2 = Json::object(), msg = Json::object();
+  ev2.set("end", end);
+  msg.set("event", ev2);
+  ch.push(envelope(msg));
+  ch.finish(envelope(Json::object(), 2));
+}
+
+}  // namespace e2b
+
+kj::Promise<void> Server::connect_stream(const Route& route, Request req,
+                                         kj::HttpService::Response& response,
+                                         Clock::time_point t0) {
+  auto ch = std::make_shared<StreamChannel>(limits.max_stream_buffer_bytes);
+  {
+    Json ka = Json::object(), ev = Json::object();
+    ev.set("keepalive", Json::object());
+    ka.set("event", ev);
+    ch->keepalive = e2b::envelope(ka);
+  }
+  auto r = std::make_shared<Request>(std::move(req));
+  bool process = route.pattern == "/process.Process/Start" || route.pattern == "/process.Process/Connect";
+  bool queued = stream_pool->submit([this, r, ch, process] {
+    if (process) return e2b::produce_process(*this, *r, *ch);
+    // WatchDir: not served yet.
+    Json e = Json::object(), j = Json::object();
+    e.set("code", "unimplemented");
+    e.set("message", "WatchDir is not supported by pandastackd's envd");
+    j.set("error", e);
+    ch->begin();
+    ch->finish(e2b::envelope(j, 2));
+  });
+  if (!queued)
+    return send(response, e2b::envd_error(error_reply("too_many_requests", "the server is busy")), t0);
+  auto guard = kj::defer([ch] { ch->stop.request_stop(); });
+  return wait_channel(ch)
+      .then([this, ch, &response, t0](bool) -> kj::Promise<void> {
+        std::unique_lock l(ch->mu);
+        if (ch->early) {
+          auto rep = std::move(*ch->early);
+          l.unlock();
+          return send(response, std::move(rep), t0);
+        }
+        l.unlock();
+        HttpReply ok{200, "application/connect+json", "", "", {}};
+        count_response(ok);
+        kj::HttpHeaders headers(*table);
+        headers.set(kj::HttpHeaderId::CONTENT_TYPE, "application/connect+json");
+        auto out = response.send(200, "OK", headers);
+        auto& ref = *out;
+        return pump(ch, ref).attach(kj::mv(out));
+      })
+      .attach(kj::mv(guard));
+}
+
+std::vector<Route> e2b_envd_routes() {
+  using K = Route::Kind;
+  return {
+      envd(M::POST, "/process.Process/Start", "E2B envd: start a process, stream its events", {},
+           {}, K::stream),
+      envd(M::POST, "/process.Process/Connect", "E2B envd: a running process's events", {}, {},
+           K::stream),
+      envd(M::POST, "/process.Process/List", "E2B envd: running processes", list_processes),
+      envd(M::POST, "/process.Process/SendSignal", "E2B envd: SIGKILL or SIGTERM a process",
+           send_signal),
+      envd(M::POST, "/process.Process/SendInput", "E2B envd: write to a process's stdin",
+           send_input),
+      envd(M::POST, "/process.Process/CloseStdin", "E2B envd: close a process's stdin",
+           close_stdin),
+      envd(M::POST, "/process.Process/Update", "E2B envd: PTY resize (not supported)",
+           unimplemented),
+      envd(M::POST, "/filesystem.Filesystem/Stat", "E2B envd: one entry", stat),
+      envd(M::POST, "/filesystem.Filesystem/ListDir", "E2B envd: a folder's entries", list_dir),
+      envd(M::POST, "/filesystem.Filesystem/MakeDir", "E2B envd: make a folder (and parents)",
+           make_dir),
+      envd(M::POST, "/filesystem.Filesystem/Move", "E2B envd: rename", move),
+      envd(M::POST, "/filesystem.Filesystem/Remove", "E2B envd: remove (recursively)", remove),
+      envd(M::POST, "/filesystem.Filesystem/WatchDir", "E2B envd: watch a folder (not supported)",
+           {}, {}, K::stream),
+      envd(M::GET, "/files", "E2B envd: a file's bytes", read_file, {"path", "username"}),
+      envd(M::POST, "/files", "E2B envd: upload files (multipart)", write_files,
+           {"path", "username"}, K::raw_body),
+      envd(M::GET, "/health", "E2B envd: 204 while the sandbox runs", health),
+  };
+}
+
+}  // namespace pandastack::gateway

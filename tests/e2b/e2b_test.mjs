@@ -1,0 +1,147 @@
+// The real E2B SDK (`e2b` 2.51.0 from npm, unmodified) against a real daemon (PANDASTACKD,
+// PANDASTACK_IMAGES): only the two environment variables change. Run: node --test e2b_test.mjs
+// Traffic goes to the daemon on loopback only; its sandboxes have no network.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+let daemon, base, url, key, Sandbox, CommandExitError, FileNotFoundError, NotFoundError;
+
+before(async () => {
+  base = mkdtempSync("/dev/shm/pst-e2b-");
+  daemon = spawn(process.env.PANDASTACKD, [
+    "--data", join(base, "data"), "--state-dir", join(base, "state"),
+    "--images", process.env.PANDASTACK_IMAGES, "--listen", "127.0.0.1:0",
+    "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", "--network", "off",
+  ], { stdio: ["ignore", "pipe", "ignore"] });
+  for await (const line of createInterface({ input: daemon.stdout })) {
+    const t = line.trim();
+    if (t.startsWith("URL:")) url = t.split(/\s+/)[1];
+    if (t.startsWith("API key:")) key = t.split(/\s+/)[2];
+    if (t.startsWith("(key file")) break;
+  }
+  // What a user sets, and nothing else.
+  process.env.E2B_API_KEY = key;
+  process.env.E2B_API_URL = url;
+  process.env.E2B_SANDBOX_URL = url;
+  ({ Sandbox, CommandExitError, FileNotFoundError, NotFoundError } = await import("e2b"));
+});
+
+after(async () => {
+  const exited = new Promise((r) => daemon.on("exit", r));
+  daemon.kill("SIGTERM");
+  assert.equal(await exited, 0);
+  rmSync(base, { recursive: true, force: true });
+});
+
+test("commands: output, exit codes, envVars, background, kill, stdin", async () => {
+  const sbx = await Sandbox.create({ envs: { FOO: "bar" }, metadata: { who: "e2b-test" } });
+  assert.match(sbx.sandboxId, /^sbx_/);
+  const r = await sbx.commands.run("echo hi; echo err >&2; echo $FOO");
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.stdout, "hi\nbar\n");
+  assert.equal(r.stderr, "err\n");
+  // The request's envs win over the sandbox's.
+  assert.equal((await sbx.commands.run("echo $FOO", { envs: { FOO: "baz" } })).stdout, "baz\n");
+  assert.equal((await sbx.commands.run("pwd", { cwd: "/tmp" })).stdout, "/tmp\n");
+  await assert.rejects(sbx.commands.run("echo out; exit 3"), (e) => {
+    assert.ok(e instanceof CommandExitError, String(e));
+    assert.equal(e.exitCode, 3);
+    assert.equal(e.stdout, "out\n");
+    return true;
+  });
+  // Streaming callbacks see output as it comes.
+  const seen = [];
+  await sbx.commands.run("echo one; echo two", { onStdout: (d) => seen.push(d) });
+  assert.equal(seen.join(""), "one\ntwo\n");
+
+  const bg = await sbx.commands.run("sleep 30", { background: true });
+  assert.ok(bg.pid > 0);
+  const listed = await sbx.commands.list();
+  assert.ok(listed.some((p) => p.pid === bg.pid), JSON.stringify(listed));
+  assert.equal(await sbx.commands.kill(bg.pid), true);
+  await assert.rejects(bg.wait(), CommandExitError);
+  assert.equal(await sbx.commands.kill(bg.pid), false);
+
+  const cat = await sbx.commands.run("cat", { background: true, stdin: true });
+  await sbx.commands.sendStdin(cat.pid, "round trip\n");
+  await sbx.commands.closeStdin(cat.pid);
+  const done = await cat.wait();
+  assert.equal(done.stdout, "round trip\n");
+  await sbx.kill();
+});
+
+test("files: write, read, list, exists, makeDir, rename, remove, getInfo", async () => {
+  const sbx = await Sandbox.create();
+  const info = await sbx.files.write("/tmp/e2b/a.txt", "A");
+  assert.equal(info.path, "/tmp/e2b/a.txt");
+  assert.equal(await sbx.files.read("/tmp/e2b/a.txt"), "A");
+  await sbx.files.write([
+    { path: "/tmp/e2b/b.txt", data: "B" },
+    { path: "/tmp/e2b/sub/c.txt", data: "C" },
+  ]);
+  assert.equal(await sbx.files.read("/tmp/e2b/sub/c.txt"), "C");
+  const bytes = await sbx.files.read("/tmp/e2b/b.txt", { format: "bytes" });
+  assert.deepEqual(Array.from(bytes), [66]);
+  const entries = await sbx.files.list("/tmp/e2b");
+  assert.deepEqual(entries.map((e) => `${e.name}:${e.type}`).sort(), ["a.txt:file", "b.txt:file", "sub:dir"]);
+  assert.equal(await sbx.files.exists("/tmp/e2b/a.txt"), true);
+  assert.equal(await sbx.files.exists("/tmp/e2b/nope"), false);
+  assert.equal(await sbx.files.makeDir("/tmp/e2b/new/deep"), true);
+  assert.equal(await sbx.files.makeDir("/tmp/e2b/new/deep"), false);
+  const moved = await sbx.files.rename("/tmp/e2b/a.txt", "/tmp/e2b/moved.txt");
+  assert.equal(moved.path, "/tmp/e2b/moved.txt");
+  const st = await sbx.files.getInfo("/tmp/e2b/moved.txt");
+  assert.equal(st.size, 1);
+  assert.equal(st.type, "file");
+  await sbx.files.remove("/tmp/e2b/sub");
+  assert.equal(await sbx.files.exists("/tmp/e2b/sub/c.txt"), false);
+  await assert.rejects(sbx.files.read("/tmp/e2b/missing"), FileNotFoundError);
+  await sbx.kill();
+});
+
+test("lifecycle: getInfo, list, setTimeout, metrics, isRunning, pause, connect, kill", async () => {
+  const sbx = await Sandbox.create({ metadata: { suite: "lifecycle" }, timeoutMs: 120_000 });
+  const info = await sbx.getInfo();
+  assert.equal(info.sandboxId, sbx.sandboxId);
+  assert.equal(info.templateId, "base");
+  assert.deepEqual(info.metadata, { suite: "lifecycle" });
+  assert.equal(info.state, "running");
+  await sbx.setTimeout(600_000);
+  const later = await sbx.getInfo();
+  assert.ok(later.endAt.getTime() - Date.now() > 500_000, String(later.endAt));
+  const page = await Sandbox.list({ query: { metadata: { suite: "lifecycle" } } }).nextItems();
+  assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId]);
+  assert.ok(Array.isArray(await sbx.getMetrics()));
+  assert.equal(await sbx.isRunning(), true);
+  await sbx.commands.run("echo kept > /tmp/mark");
+  assert.equal(await sbx.pause(), true);
+  assert.equal((await sbx.getInfo()).state, "paused");
+  assert.equal(await sbx.isRunning(), false);
+  const again = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await again.commands.run("cat /tmp/mark")).stdout, "kept\n");
+  assert.equal(await again.kill(), true);
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false);
+  await assert.rejects(again.commands.run("true"));
+  await assert.rejects(Sandbox.connect(sbx.sandboxId));
+});
+
+test("a wrong key or another tenant's token gets nothing", async () => {
+  await assert.rejects(Sandbox.create({ apiKey: "pds_aaaaaaaaaaaa_" + "a".repeat(40) }));
+  const sbx = await Sandbox.create();
+  // The access token is per sandbox: another sandbox's token is refused for this one.
+  const other = await Sandbox.create();
+  const res = await fetch(`${url}/filesystem.Filesystem/Stat`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "connect-protocol-version": "1",
+               "e2b-sandbox-id": sbx.sandboxId, "x-access-token": other.envdAccessToken ?? "" },
+    body: JSON.stringify({ path: "/tmp" }),
+  });
+  assert.equal(res.status, 401);
+  assert.equal((await res.json()).code, "unauthenticated");
+  await sbx.kill();
+  await other.kill();
+});
