@@ -14,6 +14,11 @@
 
 #include "gateway/api_types.h"
 
+namespace pandastack::gateway {
+struct Server;
+struct StreamChannel;
+}  // namespace pandastack::gateway
+
 namespace pandastack::gateway::e2b {
 
 // The envd version we advertise: >= 0.4.0 (no forced user), >= 0.5.2 (closeStdin), < 0.5.7
@@ -63,6 +68,20 @@ const Json& field(const Json& j, const char* camel, const char* proto = nullptr)
 
 // RFC 3339 (UTC, seconds) of a Unix time in milliseconds.
 std::string rfc3339(int64_t ms);
+
+// The sandbox of an envd request (E2b-Sandbox-Id) and whose it is (its access token);
+// unauthorized without the token, too_many_requests past the tenant's rate (e2b_envd.cc).
+struct Target {
+  std::string tenant, id;
+};
+Target target(Server& gw, const Request& r);
+// One of the E2B headers the server keeps (Request::headers), "" when absent.
+std::string header_of(const Request& r, const char* name);
+
+// The stream producers (on a stream worker): process Start/Connect (e2b_envd.cc), /execute
+// (e2b_code.cc).
+void produce_process(Server& gw, const Request& r, StreamChannel& ch);
+void produce_execute(Server& gw, const Request& r, StreamChannel& ch);
 
 // Metadata keys under which a sandbox's create-time envVars are kept (hidden from E2B answers).
 inline constexpr const char* kEnvPrefix = "e2b.env.";

@@ -17,33 +17,6 @@ namespace {
 using M = kj::HttpMethod;
 using namespace e2b;
 
-struct Target {
-  std::string tenant, id;
-};
-
-std::string header(const Request& r, const char* name) {
-  auto it = r.headers.find(name);
-  return it == r.headers.end() ? "" : it->second;
-}
-
-// The sandbox a request is for, and whose it is (from its access token).
-Target target(Server& gw, const Request& r) {
-  Target t;
-  t.id = header(r, "e2b-sandbox-id");
-  if (t.id.empty() || t.id.size() > 64)
-    throw ApiError{"sandbox_not_found", "missing E2b-Sandbox-Id header"};
-  std::string token = header(r, "x-access-token");
-  if (token.empty()) token = header(r, "e2b-traffic-access-token");
-  auto tenant = tokens().verify(token, t.id);
-  if (!tenant) throw ApiError{"unauthorized", "missing or wrong access token for " + t.id};
-  t.tenant = *tenant;
-  uint32_t rate = gw.rt.quota_limits(t.tenant).requests_per_second;
-  if (!gw.limiter.take("e2b:" + t.tenant, rate))
-    throw ApiError{"too_many_requests",
-                   "this tenant sent more than " + std::to_string(rate) + " requests per second"};
-  return t;
-}
-
 // Relative paths resolve against the default user's home.
 std::string guest_path(Server& gw, const std::string& p) {
   if (p.empty()) throw ApiError{"invalid_path", "path is required"};
@@ -278,7 +251,7 @@ std::vector<std::pair<std::string, std::string>> multipart(const std::string& co
 
 HttpReply write_files(Call& c) {
   auto t = target(c.gw, c.r);
-  auto parts = multipart(header(c.r, "content-type"), c.r.body);
+  auto parts = multipart(header_of(c.r, "content-type"), c.r.body);
   auto single = c.r.q("path");
   Json out = Json::array();
   for (auto& [name, data] : parts) {
@@ -321,6 +294,29 @@ Route envd(M m, const char* path, const char* what, Handler h, std::vector<std::
 
 namespace e2b {
 
+std::string header_of(const Request& r, const char* name) {
+  auto it = r.headers.find(name);
+  return it == r.headers.end() ? "" : it->second;
+}
+
+// The sandbox a request is for, and whose it is (from its access token).
+Target target(Server& gw, const Request& r) {
+  Target t;
+  t.id = header_of(r, "e2b-sandbox-id");
+  if (t.id.empty() || t.id.size() > 64)
+    throw ApiError{"sandbox_not_found", "missing E2b-Sandbox-Id header"};
+  std::string token = header_of(r, "x-access-token");
+  if (token.empty()) token = header_of(r, "e2b-traffic-access-token");
+  auto tenant = tokens().verify(token, t.id);
+  if (!tenant) throw ApiError{"unauthorized", "missing or wrong access token for " + t.id};
+  t.tenant = *tenant;
+  uint32_t rate = gw.rt.quota_limits(t.tenant).requests_per_second;
+  if (!gw.limiter.take("e2b:" + t.tenant, rate))
+    throw ApiError{"too_many_requests",
+                   "this tenant sent more than " + std::to_string(rate) + " requests per second"};
+  return t;
+}
+
 // Runs on a stream worker: the process's events as Connect envelopes, then the end-stream.
 void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
   std::stop_callback on_shutdown(gw.shutting_down.get_token(), [&ch] { ch.stop.request_stop(); });
@@ -357,7 +353,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       // Old clients omit stdin: open.
       e.keep_stdin_open = !m["stdin"].is_bool() || m["stdin"].as_bool();
       // Connect-Timeout-Ms is the process's lifetime (none: no limit).
-      auto timeout = header(r, "connect-timeout-ms");
+      auto timeout = header_of(r, "connect-timeout-ms");
       if (!timeout.empty()) {
         if (timeout.size() > 10 || timeout.find_first_not_of("0123456789") != std::string::npos)
           throw ApiError{"invalid_argument", "Connect-Timeout-Ms is a number of milliseconds"};
@@ -422,7 +418,12 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
                                          kj::HttpService::Response& response,
                                          Clock::time_point t0) {
   auto ch = std::make_shared<StreamChannel>(limits.max_stream_buffer_bytes);
-  {
+  // /execute answers NDJSON (no keepalive: every line must be JSON); the rest Connect envelopes.
+  bool ndjson = route.pattern == "/execute";
+  std::string content_type = ndjson ? "application/x-ndjson" : "application/connect+json";
+  if (ndjson) {
+    ch->keepalive = "";
+  } else {
     Json ka = Json::object(), ev = Json::object();
     ev.set("keepalive", Json::object());
     ka.set("event", ev);
@@ -430,7 +431,8 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
   }
   auto r = std::make_shared<Request>(std::move(req));
   bool process = route.pattern == "/process.Process/Start" || route.pattern == "/process.Process/Connect";
-  bool queued = stream_pool->submit([this, r, ch, process] {
+  bool queued = stream_pool->submit([this, r, ch, process, ndjson] {
+    if (ndjson) return e2b::produce_execute(*this, *r, *ch);
     if (process) return e2b::produce_process(*this, *r, *ch);
     // WatchDir: not served yet.
     Json e = Json::object(), j = Json::object();
@@ -444,7 +446,7 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
     return send(response, e2b::envd_error(error_reply("too_many_requests", "the server is busy")), t0);
   auto guard = kj::defer([ch] { ch->stop.request_stop(); });
   return wait_channel(ch)
-      .then([this, ch, &response, t0](bool) -> kj::Promise<void> {
+      .then([this, ch, &response, t0, content_type](bool) -> kj::Promise<void> {
         std::unique_lock l(ch->mu);
         if (ch->early) {
           auto rep = std::move(*ch->early);
@@ -452,10 +454,10 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
           return send(response, std::move(rep), t0);
         }
         l.unlock();
-        HttpReply ok{200, "application/connect+json", "", "", {}};
+        HttpReply ok{200, content_type, "", "", {}};
         count_response(ok);
         kj::HttpHeaders headers(*table);
-        headers.set(kj::HttpHeaderId::CONTENT_TYPE, "application/connect+json");
+        headers.set(kj::HttpHeaderId::CONTENT_TYPE, kj::str(content_type.c_str()));
         auto out = response.send(200, "OK", headers);
         auto& ref = *out;
         return pump(ch, ref).attach(kj::mv(out));

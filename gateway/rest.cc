@@ -162,7 +162,8 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
   for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
                      snapshot_routes(), admin_routes(), quota_routes(), volume_routes(),
-                     database_routes(), e2b_api_routes(), e2b_envd_routes()})
+                     database_routes(), code_routes(), e2b_api_routes(), e2b_envd_routes(),
+                     e2b_code_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
 }
 
@@ -416,8 +417,11 @@ HttpReply Server::handle(const Route& route, const Request& r) {
 HttpReply Server::restyle(const Route& route, HttpReply r) {
   if (route.style == Route::Style::native || r.status < 400 || r.error_code.empty()) return r;
   if (route.style == Route::Style::e2b_api) return e2b::api_error(r);
-  // envd: /files answers {"code": <status>} like the control plane; Connect calls their codes.
-  if (route.pattern == "/files" && !e2b::sandbox_gone(r.error_code)) return e2b::api_error(r);
+  // envd: /files and the code interpreter answer {"code": <status>} like the control plane;
+  // Connect calls their codes.
+  bool plain = route.pattern == "/files" || route.pattern == "/execute" ||
+               route.pattern.rfind("/contexts", 0) == 0;
+  if (plain && !e2b::sandbox_gone(r.error_code)) return e2b::api_error(r);
   return e2b::envd_error(r);
 }
 

@@ -82,8 +82,10 @@ std::vector<Route> admin_routes();     // keys, the audit log
 std::vector<Route> quota_routes();     // quotas: one's own, a tenant's (admin)
 std::vector<Route> volume_routes();    // volumes
 std::vector<Route> database_routes();  // managed databases
+std::vector<Route> code_routes();      // the code interpreter and its contexts
 std::vector<Route> e2b_api_routes();   // E2B's control plane (e2b_api.cc)
 std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (e2b_envd.cc)
+std::vector<Route> e2b_code_routes();  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {
@@ -106,6 +108,12 @@ struct StreamChannel {
   void fail_early(HttpReply r);
   void finish(std::string frame);
 };
+
+struct Server;
+// The SSE form of a code run (routes_code.cc); a new context's id ("ctx_" + 16 hex).
+void produce_code(Server& gw, const std::string& tenant, const std::string& id, const Request& r,
+                  StreamChannel& ch);
+std::string new_context_id();
 
 struct Server final : public kj::HttpService {
   actors::Runtime& rt;

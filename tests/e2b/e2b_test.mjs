@@ -145,3 +145,37 @@ test("a wrong key or another tenant's token gets nothing", async () => {
   await sbx.kill();
   await other.kill();
 });
+
+test("code interpreter: state across runs, results, charts, errors, contexts", async () => {
+  const { Sandbox: CodeSandbox } = await import("@e2b/code-interpreter");
+  const sbx = await CodeSandbox.create();
+  const first = await sbx.runCode("x = 41\nprint('hello')\nx + 1");
+  assert.deepEqual(first.logs.stdout, ["hello\n"]);
+  assert.equal(first.text, "42");
+  assert.equal(first.error, undefined);
+  // Variables and imports persist between runs.
+  assert.equal((await sbx.runCode("import math\nmath.floor(x / 2)")).text, "20");
+  const seen = [];
+  await sbx.runCode("for i in range(3): print(i)", { onStdout: (m) => seen.push(m.line) });
+  assert.equal(seen.join(""), "0\n1\n2\n");
+  const err = await sbx.runCode("1/0");
+  assert.equal(err.error.name, "ZeroDivisionError");
+  assert.match(err.error.traceback, /ZeroDivisionError/);
+  assert.deepEqual((await sbx.runCode("{'a': [1, 2]}")).results[0].json, { a: [1, 2] });
+  // A matplotlib chart comes back as a PNG.
+  const chart = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()");
+  const png = chart.results.find((r) => r.png);
+  assert.ok(png, JSON.stringify(chart.results.map((r) => Object.keys(r))));
+  assert.equal(Buffer.from(png.png, "base64").subarray(1, 4).toString(), "PNG");
+  // Contexts have their own variables.
+  const ctx = await sbx.createCodeContext({ cwd: "/tmp" });
+  assert.equal((await sbx.runCode("import os\nos.getcwd()", { context: ctx })).text, "'/tmp'");
+  assert.equal((await sbx.runCode("'x' in globals()", { context: ctx })).text, "False");
+  assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
+  await sbx.restartCodeContext(ctx);
+  await sbx.removeCodeContext(ctx);
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
+  // Per-run environment variables.
+  assert.equal((await sbx.runCode("import os\nos.environ['GREETING']", { envs: { GREETING: "hi" } })).text, "'hi'");
+  await sbx.kill();
+});

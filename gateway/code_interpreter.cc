@@ -1,0 +1,154 @@
+#include "gateway/code_interpreter.h"
+
+#include <cstdio>
+
+#include "gateway/repl_script.h"  // generated from guest/repl/pandastack_repl.py (kReplScript)
+
+namespace pandastack::gateway::code {
+
+namespace {
+
+using actors::Rejection;
+using actors::Reply;
+using wire::Json;
+
+// Named after the script's content: a daemon with a changed script never talks to an older one
+// left in a running (or restored) guest.
+constexpr uint64_t fnv1a(const char* s) {
+  uint64_t h = 14695981039346656037ull;
+  for (; *s; ++s) h = (h ^ uint8_t(*s)) * 1099511628211ull;
+  return h;
+}
+const std::string& script_path() {
+  static const std::string path = [] {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "/run/pandastack/repl-%016llx.py",
+                  static_cast<unsigned long long>(fnv1a(kReplScript)));
+    return std::string(buf);
+  }();
+  return path;
+}
+
+vmm::ExecRequest client(std::vector<std::string> args, std::string in, uint32_t timeout_ms) {
+  vmm::ExecRequest e;
+  e.argv = {"python3", script_path()};
+  e.argv.insert(e.argv.end(), args.begin(), args.end());
+  e.stdin_data = std::move(in);
+  e.timeout_ms = timeout_ms;
+  e.cwd = "/";
+  return e;
+}
+
+// Runs the client; installs the script first when the guest does not have it yet.
+Reply<vmm::ExecResult> call(actors::Runtime& rt, const std::string& tenant, const std::string& id,
+                            const vmm::ExecRequest& e, const vmm::OutputCallback& on_output,
+                            std::stop_token stop) {
+  for (int attempt = 0;; ++attempt) {
+    std::string err;  // the client's stderr (streamed runs do not return it in the result)
+    auto tee = [&](vmm::StreamKind k, std::string_view d) {
+      if (k == vmm::StreamKind::err && err.size() < 65536) err.append(d);
+      on_output(k, d);
+    };
+    auto r = on_output ? rt.exec_stream(tenant, id, e, tee, stop) : rt.exec(tenant, id, e, stop);
+    if (!r) return r;
+    if (on_output) r->stderr_data = err;
+    if (r->exit_code == 127 && !r->error.empty())
+      return Rejection{"invalid_state", "no python3 in this sandbox (its template has none): " +
+                                            r->error};
+    bool missing = r->exit_code == 2 && r->stderr_data.find("can't open file") != std::string::npos;
+    if (!missing || attempt > 0) return r;
+    if (auto made = rt.mkdir(tenant, id, "/run/pandastack", true); !made) return made.error();
+    if (auto w = rt.write_file(tenant, id, script_path(), kReplScript, 0644); !w) return w.error();
+  }
+}
+
+}  // namespace
+
+bool valid_context(const std::string& c) {
+  if (c.empty() || c.size() > 64) return false;
+  for (char ch : c)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') return false;
+  return true;
+}
+
+Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::string& id,
+                     const RunRequest& request, const std::function<void(const Json&)>& on_event,
+                     std::stop_token stop) {
+  if (!valid_context(request.context))
+    return Rejection{"invalid_argument", "a context name is 1..64 of A-Z a-z 0-9 _ -"};
+  Json in = Json::object();
+  in.set("code", request.code);
+  Json env = Json::object();
+  for (auto& [k, v] : request.env) env.set(k, v);
+  in.set("env", env);
+  RunResult out;
+  std::string pending;  // a line not complete yet
+  auto on_output = [&](vmm::StreamKind kind, std::string_view d) {
+    if (kind == vmm::StreamKind::err) {
+      if (out.stderr_text.size() < 65536) out.stderr_text.append(d);  // the client's own errors
+      return;
+    }
+    pending.append(d);
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      auto j = Json::parse(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+      if (!j || !j->is_object()) continue;
+      const std::string& type = (*j)["type"].as_string();
+      if (type == "end") out.execution_count = (*j)["execution_count"].as_int();
+      on_event(*j);
+    }
+  };
+  std::string client_err;
+  // (The working folder applies when this run starts the context's server: the home folder.)
+  auto r = call(rt, tenant, id,
+                client({"run", request.context, "/root"}, in.dump(), request.timeout_ms),
+                on_output, stop);
+  if (!r) return r.error();
+  if (r->timed_out) {
+    out.timed_out = true;
+    return out;
+  }
+  if (r->exit_code != 0 && out.execution_count == 0)
+    return Rejection{"exec_failed", "the code interpreter failed (exit " +
+                                        std::to_string(r->exit_code) + "): " + out.stderr_text +
+                                        r->stderr_data};
+  out.stderr_text.clear();
+  return out;
+}
+
+Reply<std::vector<std::string>> contexts(actors::Runtime& rt, const std::string& tenant,
+                                         const std::string& id) {
+  auto r = call(rt, tenant, id, client({"list"}, "", 30000), {}, {});
+  if (!r) return r.error();
+  auto j = Json::parse(r->stdout_data);
+  if (r->exit_code != 0 || !j || !j->is_array())
+    return Rejection{"exec_failed", "cannot list contexts: " + r->stderr_data};
+  std::vector<std::string> out;
+  for (auto& c : j->as_array())
+    if (c.is_string()) out.push_back(c.as_string());
+  return out;
+}
+
+Reply<bool> start(actors::Runtime& rt, const std::string& tenant, const std::string& id,
+                  const std::string& context, const std::string& cwd) {
+  if (!valid_context(context)) return Rejection{"invalid_argument", "bad context name"};
+  std::vector<std::string> args = {"start", context};
+  if (!cwd.empty()) args.push_back(cwd);
+  auto r = call(rt, tenant, id, client(args, "", 60000), {}, {});
+  if (!r) return r.error();
+  if (r->exit_code != 0)
+    return Rejection{"exec_failed", "cannot start the context: " + r->stderr_data};
+  return true;
+}
+
+Reply<bool> stop(actors::Runtime& rt, const std::string& tenant, const std::string& id,
+                 const std::string& context) {
+  if (!valid_context(context)) return Rejection{"invalid_argument", "bad context name"};
+  auto r = call(rt, tenant, id, client({"stop", context}, "", 30000), {}, {});
+  if (!r) return r.error();
+  if (r->exit_code != 0) return Rejection{"exec_failed", "cannot stop the context: " + r->stderr_data};
+  return true;
+}
+
+}  // namespace pandastack::gateway::code

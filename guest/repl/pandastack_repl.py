@@ -1,0 +1,305 @@
+"""PandaStack's code interpreter, inside the guest (python3, standard library only).
+
+One server process per context keeps the context's globals between runs; it listens on a unix
+socket under /run/pandastack/code. Each run is one client process (an exec from the host):
+
+    python3 pandastack_repl.py run CONTEXT [CWD]   < {"code": "...", "env": {...}}   (stdin)
+    python3 pandastack_repl.py start CONTEXT [CWD]
+    python3 pandastack_repl.py stop CONTEXT
+    python3 pandastack_repl.py list
+
+`run` starts the context's server if it is not running, sends the code, and copies the server's
+JSON lines to stdout as they come: {"type": "stdout"|"stderr", "text"}, {"type": "result", "text",
+"png"?, "json"?, "is_main_result"}, {"type": "error", "name", "value", "traceback"}, and last
+{"type": "end", "execution_count"}. When the client dies (the host cancelled the run), the server
+interrupts the code (KeyboardInterrupt); the context survives. The value of the last expression is
+the main result; matplotlib figures left open are results with a PNG (Agg backend).
+"""
+import ast
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+DIR = "/run/pandastack/code"
+
+
+def sock_path(ctx):
+    return os.path.join(DIR, ctx + ".sock")
+
+
+def valid(ctx):
+    return 0 < len(ctx) <= 64 and all(c.isalnum() or c in "-_" for c in ctx)
+
+
+# ---------------------------------------------------------------------------------- server ----
+
+class Out(io.TextIOBase):
+    """sys.stdout / sys.stderr of a run: whole lines (or 8 KiB) become JSON lines to the client;
+    flush() sends what is left."""
+
+    def __init__(self, send, kind):
+        self.send, self.kind, self.buf = send, kind, ""
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        self.buf += s
+        cut = self.buf.rfind("\n") + 1
+        if len(self.buf) > 8192:
+            cut = len(self.buf)
+        if cut:
+            self.send({"type": self.kind, "text": self.buf[:cut]})
+            self.buf = self.buf[cut:]
+        return len(s)
+
+    def flush(self):
+        if self.buf:
+            self.send({"type": self.kind, "text": self.buf})
+            self.buf = ""
+
+
+def figures():
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return []
+    out = []
+    for n in plt.get_fignums():
+        fig = plt.figure(n)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        out.append({"type": "result", "text": repr(fig), "png": base64.b64encode(buf.getvalue()).decode(),
+                    "is_main_result": False})
+    plt.close("all")
+    return out
+
+
+def result_of(value):
+    r = {"type": "result", "text": repr(value), "is_main_result": True}
+    if isinstance(value, (dict, list)):
+        try:
+            r["json"] = json.loads(json.dumps(value))
+        except (TypeError, ValueError):
+            pass
+    png = getattr(value, "_repr_png_", None)
+    if callable(png):
+        try:
+            data = png()
+            if data:
+                r["png"] = base64.b64encode(data).decode()
+        except Exception:
+            pass
+    if type(value).__name__ == "Figure" and hasattr(value, "savefig"):
+        buf = io.BytesIO()
+        value.savefig(buf, format="png")
+        r["png"] = base64.b64encode(buf.getvalue()).decode()
+    return r
+
+
+class Server:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.globals = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.count = 0
+        self.main = threading.main_thread().ident
+
+    def run(self, code, send, env):
+        self.count += 1
+        old = sys.stdout, sys.stderr
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+        sys.stdout, sys.stderr = Out(send, "stdout"), Out(send, "stderr")
+        try:
+            tree = ast.parse(code, "<cell>", "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, "<cell>", "exec"), self.globals)
+            value = eval(compile(last, "<cell>", "eval"), self.globals) if last else None
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for f in figures():
+                send(f)
+            if value is not None:
+                self.globals["_"] = value
+                send(result_of(value))
+        except BaseException as e:  # KeyboardInterrupt too: the context lives on
+            tb = traceback.format_exception(type(e), e, e.__traceback__)
+            # Drop this file's own frame from the traceback.
+            tb = [t for t in tb if __file__ not in t]
+            send({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(tb)})
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.stdout, sys.stderr = old
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        send({"type": "end", "execution_count": self.count})
+
+    def serve(self, listener):
+        while True:
+            try:
+                self.one(listener)
+            except KeyboardInterrupt:  # an interrupt that came as a run ended
+                pass
+
+    def one(self, listener):
+        if True:
+            conn, _ = listener.accept()
+            with conn:
+                f = conn.makefile("rwb")
+                line = f.readline()
+                try:
+                    req = json.loads(line)
+                except ValueError:
+                    return
+                if req.get("op") == "stop":
+                    os.unlink(sock_path(self.ctx))
+                    os._exit(0)
+                lock = threading.Lock()
+                gone = threading.Event()
+
+                def send(msg):
+                    with lock:
+                        if gone.is_set():
+                            return
+                        try:
+                            f.write((json.dumps(msg) + "\n").encode())
+                            f.flush()
+                        except OSError:
+                            gone.set()
+
+                def watch():  # the client went away: interrupt the code
+                    try:
+                        while conn.recv(1):
+                            pass
+                    except OSError:
+                        pass
+                    if not done.is_set():
+                        gone.set()
+                        signal.pthread_kill(self.main, signal.SIGINT)
+
+                done = threading.Event()
+                threading.Thread(target=watch, daemon=True).start()
+                try:
+                    self.run(req.get("code", ""), send, req.get("env") or {})
+                except KeyboardInterrupt:  # arrived after the code ended
+                    pass
+                done.set()
+
+
+def serve(ctx, cwd):
+    os.makedirs(DIR, mode=0o700, exist_ok=True)
+    path = sock_path(ctx)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.unlink(path + ".tmp")
+    except FileNotFoundError:
+        pass
+    listener.bind(path + ".tmp")
+    listener.listen(8)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    if cwd:
+        os.chdir(cwd)
+    os.rename(path + ".tmp", path)  # ready: clients connect from now on
+    Server(ctx).serve(listener)
+
+
+def start_server(ctx, cwd):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        try:  # a fresh interpreter: nothing of this client's state, site-packages included
+            os.execv(sys.executable, [sys.executable, "-u", os.path.abspath(__file__), "serve", ctx, cwd or ""])
+        finally:
+            os._exit(1)
+    os.waitpid(pid, 0)
+
+
+# ---------------------------------------------------------------------------------- client ----
+
+def try_connect(ctx):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(sock_path(ctx))
+        return s
+    except (FileNotFoundError, ConnectionRefusedError):
+        s.close()
+        return None
+
+
+def connect(ctx, cwd, start):
+    s = try_connect(ctx)
+    if s is not None or not start:
+        return s
+    # (Started outside any `except`: the server would inherit the exception being handled and
+    # chain it to every error of the code it runs.)
+    if os.path.exists(sock_path(ctx)):
+        os.unlink(sock_path(ctx))  # a server that died left it
+    start_server(ctx, cwd)
+    deadline = time.monotonic() + 60
+    while True:
+        s = try_connect(ctx)
+        if s is not None:
+            return s
+        if time.monotonic() > deadline:
+            raise SystemExit("the context's server did not start")
+        time.sleep(0.01)
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "list":
+        names = sorted(n[:-5] for n in os.listdir(DIR) if n.endswith(".sock")) if os.path.isdir(DIR) else []
+        print(json.dumps(names))
+        return
+    ctx = args[0]
+    if not valid(ctx):
+        raise SystemExit("bad context name")
+    if cmd == "serve":
+        serve(ctx, args[1] if len(args) > 1 else "")
+        return
+    if cmd == "start":  # the context's server, with its working folder
+        connect(ctx, args[1] if len(args) > 1 else None, True).close()
+        return
+    if cmd == "stop":
+        s = connect(ctx, None, False)
+        if s is not None:
+            s.sendall(b'{"op": "stop"}\n')
+            s.recv(1)
+        return
+    if cmd != "run":
+        raise SystemExit("usage: run|stop|list")
+    req = sys.stdin.read()
+    s = connect(ctx, args[1] if len(args) > 1 else None, True)
+    s.sendall(req.replace("\n", " ").encode() + b"\n")
+    out = sys.stdout.buffer
+    buf = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out.write(chunk)
+        out.flush()
+        buf = (buf + chunk)[-4096:]
+        if b'"type": "end"' in buf:
+            break
+
+
+if __name__ == "__main__":
+    main()
