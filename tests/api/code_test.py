@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The code interpreter through the real daemon and real VMs (the base template's python3):
+state kept between runs, the last expression's value, errors with tracebacks, streaming, an
+interrupt that leaves the context alive, contexts, and the state surviving hibernate/wake and fork.
+
+Usage: code_test.py --daemon build/bin/pandastackd [--images DIR]
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Api, Daemon  # noqa: E402
+
+
+class CodeTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = tempfile.mkdtemp(prefix="pst-code-", dir="/dev/shm")
+        cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
+                            extra=("--network", "off"))
+        cls.api = Api(cls.daemon)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop(reap=True)
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+
+    def run_code(self, sid, code, **kw):
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/code", dict(code=code, **kw))
+        self.assertEqual(s, 200, b)
+        return b
+
+    def test_state_results_errors_and_streaming(self):
+        sid = self.api.create()["id"]
+        r = self.run_code(sid, "x = 41\nprint('hello')\nx + 1")
+        self.assertEqual(r["stdout"], "hello\n")
+        self.assertEqual([x["text"] for x in r["results"]], ["42"])
+        self.assertIsNone(r["error"])
+        self.assertEqual(r["execution_count"], 1)
+        # Variables, imports and the working folder persist.
+        self.run_code(sid, "import os\nos.chdir('/tmp')")
+        r = self.run_code(sid, "(x, os.getcwd())")
+        self.assertEqual(r["results"][0]["text"], "(41, '/tmp')")
+        self.assertEqual(r["execution_count"], 3)
+        r = self.run_code(sid, "{'a': [1, 2]}")
+        self.assertEqual(r["results"][0]["json"], {"a": [1, 2]})
+        r = self.run_code(sid, "def f():\n    return 1/0\nf()")
+        self.assertEqual((r["error"]["name"], r["error"]["value"]), ("ZeroDivisionError", "division by zero"))
+        self.assertIn('line 2, in f', r["error"]["traceback"])
+        self.assertNotIn("pandastack", r["error"]["traceback"])  # our own frames are not shown
+        r = self.run_code(sid, "import sys\nprint('warn', file=sys.stderr)", env={"K": "v"})
+        self.assertEqual(r["stderr"], "warn\n")
+        self.assertEqual(self.run_code(sid, "import os\nos.environ.get('K')", env={"K": "v"})["results"][0]["text"], "'v'")
+        self.assertEqual(self.run_code(sid, "os.environ.get('K')")["results"], [])  # per run only
+        # Streaming: output arrives as it is printed, then the result and the end.
+        events = list(self.api.sse(f"/v1/sandboxes/{sid}/code/stream",
+                                   {"code": "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)\n'done'"}))
+        kinds = [e for e, _ in events]
+        self.assertEqual([d["text"] for e, d in events if e == "stdout"], ["0\n", "1\n", "2\n"])
+        self.assertEqual(kinds[-2:], ["result", "end"])
+        # Bad input.
+        for body, code in (({}, "invalid_argument"), ({"code": "1", "language": "r"}, "invalid_argument"),
+                           ({"code": "1", "context": "../x"}, "invalid_argument")):
+            s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/code", body)
+            self.assertEqual((s, b["error"]["code"]), (400, code), body)
+        s, b = self.api.call("POST", "/v1/sandboxes/sbx_aaaaaaaaaaaaaaaa/code", {"code": "1"})
+        self.assertEqual(s, 404)
+
+    def test_interrupt_keeps_the_context(self):
+        sid = self.api.create()["id"]
+        self.run_code(sid, "kept = 'yes'")
+        t0 = time.monotonic()
+        r = self.run_code(sid, "while True:\n    pass", timeout_seconds=2)
+        self.assertTrue(r["timed_out"], r)
+        self.assertLess(time.monotonic() - t0, 30)
+        # The interrupt reached the code (KeyboardInterrupt), the context lives on.
+        self.assertEqual(self.run_code(sid, "kept")["results"][0]["text"], "'yes'")
+
+    def test_contexts(self):
+        sid = self.api.create()["id"]
+        self.run_code(sid, "a = 1")
+        s, c = self.api.call("POST", f"/v1/sandboxes/{sid}/code/contexts", {"cwd": "/tmp"})
+        self.assertEqual(s, 201, c)
+        self.assertTrue(c["id"].startswith("ctx_"))
+        r = self.run_code(sid, "import os\n('a' in globals(), os.getcwd())", context=c["id"])
+        self.assertEqual(r["results"][0]["text"], "(False, '/tmp')")
+        s, listed = self.api.call("GET", f"/v1/sandboxes/{sid}/code/contexts")
+        self.assertEqual(sorted(x["id"] for x in listed["contexts"]), sorted(["default", c["id"]]))
+        self.run_code(sid, "b = 2", context=c["id"])
+        s, _ = self.api.call("POST", f"/v1/sandboxes/{sid}/code/contexts/{c['id']}/restart")
+        self.assertEqual(s, 200)
+        self.assertEqual(self.run_code(sid, "'b' in globals()", context=c["id"])["results"][0]["text"], "False")
+        s, _ = self.api.call("DELETE", f"/v1/sandboxes/{sid}/code/contexts/{c['id']}")
+        self.assertEqual(s, 204)
+        s, listed = self.api.call("GET", f"/v1/sandboxes/{sid}/code/contexts")
+        self.assertEqual([x["id"] for x in listed["contexts"]], ["default"])
+        self.assertEqual(self.run_code(sid, "a")["results"][0]["text"], "1")
+
+    def test_state_survives_hibernate_wake_and_fork(self):
+        sid = self.api.create()["id"]
+        self.run_code(sid, "import random\nsecret = [random.random() for _ in range(3)]")
+        before = self.run_code(sid, "secret")["results"][0]["text"]
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/hibernate")
+        self.assertEqual(s, 200, b)
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/wake")
+        self.assertEqual(s, 200, b)
+        self.assertEqual(self.run_code(sid, "secret")["results"][0]["text"], before)
+        s, kids = self.api.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1})
+        self.assertEqual(s, 201, kids)
+        kid = kids["sandboxes"][0]["id"]
+        self.assertEqual(self.run_code(kid, "secret")["results"][0]["text"], before)
+        # They diverge from there.
+        self.run_code(kid, "secret = 'child'")
+        self.assertEqual(self.run_code(sid, "secret")["results"][0]["text"], before)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    harness.ARGS = args
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
