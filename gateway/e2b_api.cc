@@ -243,6 +243,58 @@ std::vector<Route> e2b_api_routes() {
       api(M::POST, "/v2/sandboxes/{id}/connect", "E2B: connect (resumes a paused sandbox)", connect),
       api(M::POST, "/sandboxes/{id}/connect", "E2B: connect (SDK 2.7-2.50)", connect),
       api(M::POST, "/sandboxes/{id}/resume", "E2B: resume a paused sandbox", connect),
+      api(M::POST, "/sandboxes/{id}/snapshots", "E2B: snapshot a sandbox (creates from its id)",
+          [](Call& c) {
+            live(c);
+            auto snap = unwrap(c.gw.rt.snapshot(c.tenant(), c.id));
+            Json j = Json::object();
+            j.set("snapshotID", snap);
+            j.set("names", Json::array());  // names are not kept: the id is the name
+            return json_reply(200, j);
+          }),
+      api(M::GET, "/snapshots", "E2B: this tenant's snapshots",
+          [](Call& c) {
+            auto of = c.r.q("sandboxID").value_or("");
+            int64_t limit = query_int(c.r, "limit", 1000, 1000000);
+            Json out = Json::array();
+            for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant()))) {
+              if (!of.empty() && s.sandbox != of) continue;
+              if (int64_t(out.size()) >= limit) break;
+              Json j = Json::object();
+              j.set("snapshotID", s.id);
+              j.set("names", Json::array());
+              out.push(j);
+            }
+            return json_reply(200, out);
+          },
+          {"sandboxID", "name", "limit", "nextToken"}),
+      api(M::DELETE, "/templates/{snapshot}", "E2B: delete a snapshot",
+          [](Call& c) {
+            const std::string& id = c.r.param("snapshot");
+            if (id.rfind("snap_", 0) != 0)
+              throw ApiError{"not_implemented", "only snapshots can be deleted here, not templates"};
+            unwrap(c.gw.rt.delete_snapshot(c.tenant(), id));
+            return no_content();
+          }),
+      api(M::POST, "/sandboxes/{id}/fork", "E2B: copies of a running sandbox",
+          [](Call& c) {
+            Json b = c.r.json();
+            live(c);
+            int64_t count = b["count"].is_number() ? b["count"].as_int() : 1;
+            int64_t most = c.gw.rt.config().limits.max_fork_children;
+            if (count < 1 || count > most)
+              throw ApiError{"invalid_argument", "count is 1.." + std::to_string(most)};
+            auto kids = unwrap(c.gw.rt.fork(c.tenant(), c.id, uint32_t(count)));
+            uint32_t t = timeout_of(b, 0, c.gw.rt.config().limits.max_ttl_seconds);
+            Json out = Json::array();
+            for (auto& k : kids) {
+              if (t) k = unwrap(c.gw.rt.set_ttl(c.tenant(), k.id, t));
+              Json item = Json::object();
+              item.set("sandbox", sandbox_obj(k, true));
+              out.push(item);
+            }
+            return json_reply(200, out);
+          }),
       api(M::GET, "/sandboxes/{id}/metrics", "E2B: metrics (none kept: an empty list)",
           [](Call&) { return json_reply(200, Json::array()); }, {"start", "end"}),
   };

@@ -179,3 +179,20 @@ test("code interpreter: state across runs, results, charts, errors, contexts", a
   assert.equal((await sbx.runCode("import os\nos.environ['GREETING']", { envs: { GREETING: "hi" } })).text, "'hi'");
   await sbx.kill();
 });
+
+test("snapshots and forks", async () => {
+  const sbx = await Sandbox.create();
+  await sbx.files.write("/tmp/state.txt", "from the parent");
+  const snap = await sbx.createSnapshot();
+  assert.match(snap.snapshotId, /^snap_/);
+  const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
+  assert.deepEqual(listed.map((s) => s.snapshotId), [snap.snapshotId]);
+  const restored = await Sandbox.create(snap.snapshotId);
+  assert.equal(await restored.files.read("/tmp/state.txt"), "from the parent");
+  const kids = await Sandbox.fork(sbx.sandboxId, { count: 2 });
+  assert.equal(kids.length, 2);
+  for (const k of kids) assert.equal(await k.files.read("/tmp/state.txt"), "from the parent");
+  for (const k of [restored, ...kids, sbx]) await k.kill();
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false);
+});
