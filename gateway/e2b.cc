@@ -200,6 +200,46 @@ const Json& field(const Json& j, const char* camel, const char* proto) {
   return j[proto];
 }
 
+std::vector<std::pair<std::string, std::string>> multipart(const std::string& content_type,
+                                                           const std::string& body) {
+  auto b = content_type.find("boundary=");
+  if (content_type.rfind("multipart/form-data", 0) != 0 || b == std::string::npos)
+    throw ApiError{"invalid_argument", "uploads are multipart/form-data with a boundary"};
+  std::string boundary = content_type.substr(b + 9);
+  boundary = boundary.substr(0, boundary.find(';'));
+  if (boundary.size() >= 2 && boundary.front() == '"') boundary = boundary.substr(1, boundary.size() - 2);
+  if (boundary.empty() || boundary.size() > 200)
+    throw ApiError{"invalid_argument", "bad multipart boundary"};
+  std::string delim = "--" + boundary;
+  std::vector<std::pair<std::string, std::string>> parts;
+  size_t p = body.find(delim);
+  if (p == std::string::npos) throw ApiError{"invalid_argument", "no multipart part"};
+  while (true) {
+    p += delim.size();
+    if (body.compare(p, 2, "--") == 0) break;  // the closing delimiter
+    if (body.compare(p, 2, "\r\n") != 0) throw ApiError{"invalid_argument", "malformed multipart body"};
+    p += 2;
+    auto head_end = body.find("\r\n\r\n", p);
+    if (head_end == std::string::npos) throw ApiError{"invalid_argument", "malformed multipart part"};
+    std::string head = body.substr(p, head_end - p);
+    auto next = body.find("\r\n" + delim, head_end + 4);
+    if (next == std::string::npos) throw ApiError{"invalid_argument", "unterminated multipart part"};
+    std::string lower = head;
+    for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));
+    auto fn = lower.find("filename=\"");
+    if (lower.find("name=\"file\"") != std::string::npos && fn != std::string::npos) {
+      auto start = fn + 10, end = head.find('"', start);
+      if (end == std::string::npos) throw ApiError{"invalid_argument", "malformed filename"};
+      parts.emplace_back(head.substr(start, end - start),
+                         body.substr(head_end + 4, next - (head_end + 4)));
+      if (parts.size() > 1000) throw ApiError{"invalid_argument", "at most 1000 files per upload"};
+    }
+    p = next + 2;
+  }
+  if (parts.empty()) throw ApiError{"invalid_argument", "no part named \"file\""};
+  return parts;
+}
+
 std::string rfc3339(int64_t ms) {
   std::time_t t = std::time_t(ms / 1000);
   std::tm tm{};

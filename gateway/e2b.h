@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "gateway/api_types.h"
 
@@ -62,6 +64,11 @@ bool sandbox_gone(const std::string& code);
 std::string envelope(const Json& message, uint8_t flags = 0);
 // The single message of a streaming request's body (one envelope); invalid_argument otherwise.
 Json read_envelope(const std::string& body);
+
+// The parts named "file" of a multipart/form-data body, (filename, content) in order;
+// invalid_argument for a malformed body, no boundary or no such part, more than 1000 parts.
+std::vector<std::pair<std::string, std::string>> multipart(const std::string& content_type,
+                                                           const std::string& body);
 
 // proto3-JSON: an object member read leniently (camelCase or the proto name).
 const Json& field(const Json& j, const char* camel, const char* proto = nullptr);

@@ -150,11 +150,15 @@ HttpReply list_dir(Call& c) {
   int64_t depth = m["depth"].is_number() ? m["depth"].as_int() : 1;
   if (depth < 1 || depth > 16) throw ApiError{"invalid_argument", "depth is 1..16"};
   constexpr size_t kMaxEntries = 100000;  // as one listing of our own API
+  constexpr size_t kMaxFolders = 10000;   // guest calls one listing makes
   Json entries = Json::array();
   std::vector<std::pair<std::string, int64_t>> todo = {{root, 1}};
+  size_t folders = 0;
   while (!todo.empty()) {
     auto [dir, level] = todo.back();
     todo.pop_back();
+    if (++folders > kMaxFolders)
+      throw ApiError{"invalid_argument", "more than 10000 folders: list less deep"};
     auto listed = c.gw.rt.list_dir(t.tenant, t.id, dir);
     if (!listed && dir != root) continue;  // a folder that went away meanwhile
     for (auto& s : unwrap(std::move(listed))) {
@@ -206,47 +210,6 @@ HttpReply read_file(Call& c) {
   auto path = guest_path(c.gw, c.r.q("path").value_or(""));
   auto data = unwrap(c.gw.rt.read_file(t.tenant, t.id, path, c.gw.limits.max_file_bytes));
   return HttpReply{200, "application/octet-stream", std::move(data), "", {}};
-}
-
-// The parts of a multipart/form-data body: (filename, content) of each part named "file".
-std::vector<std::pair<std::string, std::string>> multipart(const std::string& content_type,
-                                                           const std::string& body) {
-  auto b = content_type.find("boundary=");
-  if (content_type.rfind("multipart/form-data", 0) != 0 || b == std::string::npos)
-    throw ApiError{"invalid_argument", "uploads are multipart/form-data with a boundary"};
-  std::string boundary = content_type.substr(b + 9);
-  boundary = boundary.substr(0, boundary.find(';'));
-  if (boundary.size() >= 2 && boundary.front() == '"') boundary = boundary.substr(1, boundary.size() - 2);
-  if (boundary.empty() || boundary.size() > 200)
-    throw ApiError{"invalid_argument", "bad multipart boundary"};
-  std::string delim = "--" + boundary;
-  std::vector<std::pair<std::string, std::string>> parts;
-  size_t p = body.find(delim);
-  if (p == std::string::npos) throw ApiError{"invalid_argument", "no multipart part"};
-  while (true) {
-    p += delim.size();
-    if (body.compare(p, 2, "--") == 0) break;  // the closing delimiter
-    if (body.compare(p, 2, "\r\n") != 0) throw ApiError{"invalid_argument", "malformed multipart body"};
-    p += 2;
-    auto head_end = body.find("\r\n\r\n", p);
-    if (head_end == std::string::npos) throw ApiError{"invalid_argument", "malformed multipart part"};
-    std::string head = body.substr(p, head_end - p);
-    auto next = body.find("\r\n" + delim, head_end + 4);
-    if (next == std::string::npos) throw ApiError{"invalid_argument", "unterminated multipart part"};
-    std::string lower = head;
-    for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));
-    auto fn = lower.find("filename=\"");
-    if (lower.find("name=\"file\"") != std::string::npos && fn != std::string::npos) {
-      auto start = fn + 10, end = head.find('"', start);
-      if (end == std::string::npos) throw ApiError{"invalid_argument", "malformed filename"};
-      parts.emplace_back(head.substr(start, end - start),
-                         body.substr(head_end + 4, next - (head_end + 4)));
-      if (parts.size() > 1000) throw ApiError{"invalid_argument", "at most 1000 files per upload"};
-    }
-    p = next + 2;
-  }
-  if (parts.empty()) throw ApiError{"invalid_argument", "no part named \"file\""};
-  return parts;
 }
 
 HttpReply write_files(Call& c) {
@@ -444,25 +407,7 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
   });
   if (!queued)
     return send(response, e2b::envd_error(error_reply("too_many_requests", "the server is busy")), t0);
-  auto guard = kj::defer([ch] { ch->stop.request_stop(); });
-  return wait_channel(ch)
-      .then([this, ch, &response, t0, content_type](bool) -> kj::Promise<void> {
-        std::unique_lock l(ch->mu);
-        if (ch->early) {
-          auto rep = std::move(*ch->early);
-          l.unlock();
-          return send(response, std::move(rep), t0);
-        }
-        l.unlock();
-        HttpReply ok{200, content_type, "", "", {}};
-        count_response(ok);
-        kj::HttpHeaders headers(*table);
-        headers.set(kj::HttpHeaderId::CONTENT_TYPE, kj::str(content_type.c_str()));
-        auto out = response.send(200, "OK", headers);
-        auto& ref = *out;
-        return pump(ch, ref).attach(kj::mv(out));
-      })
-      .attach(kj::mv(guard));
+  return respond(ch, response, t0, content_type);
 }
 
 std::vector<Route> e2b_envd_routes() {

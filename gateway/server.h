@@ -173,6 +173,10 @@ struct Server final : public kj::HttpService {
                                    kj::HttpService::Response& response, Clock::time_point t0);
   kj::Promise<void> websocket(const Route& route, Request req,
                               kj::HttpService::Response& response, Clock::time_point t0);
+  // Answers with what the channel's producer decides: its early reply, or a 200 stream of
+  // `content_type` pumped from the channel.
+  kj::Promise<void> respond(std::shared_ptr<StreamChannel> ch, kj::HttpService::Response& response,
+                            Clock::time_point t0, std::string content_type);
   kj::Promise<bool> wait_channel(std::shared_ptr<StreamChannel> ch);
   kj::Promise<void> pump(std::shared_ptr<StreamChannel> ch, kj::AsyncOutputStream& out);
 

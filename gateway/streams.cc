@@ -66,10 +66,16 @@ kj::Promise<void> Server::stream(const Route& route, Request req,
   }
   bool queued = stream_pool->submit([this, r, ch, &route] { produce(route, *r, *ch); });
   if (!queued) return send(response, error_reply("too_many_requests", "the server is busy"), t0);
+  return respond(ch, response, t0, "text/event-stream");
+}
+
+kj::Promise<void> Server::respond(std::shared_ptr<StreamChannel> ch,
+                                  kj::HttpService::Response& response, Clock::time_point t0,
+                                  std::string content_type) {
   // When this promise ends for any reason (done, client gone, shutdown), the command stops.
   auto guard = kj::defer([ch] { ch->stop.request_stop(); });
   return wait_channel(ch)
-      .then([this, ch, &response, t0](bool) -> kj::Promise<void> {
+      .then([this, ch, &response, t0, content_type](bool) -> kj::Promise<void> {
         std::unique_lock l(ch->mu);
         if (ch->early) {
           auto rep = std::move(*ch->early);
@@ -77,10 +83,10 @@ kj::Promise<void> Server::stream(const Route& route, Request req,
           return send(response, std::move(rep), t0);
         }
         l.unlock();
-        HttpReply ok{200, "text/event-stream", "", "", {}};
+        HttpReply ok{200, content_type, "", "", {}};
         count_response(ok);
         kj::HttpHeaders headers(*table);
-        headers.set(kj::HttpHeaderId::CONTENT_TYPE, "text/event-stream");
+        headers.set(kj::HttpHeaderId::CONTENT_TYPE, kj::str(content_type.c_str()));
         headers.set(h_cache_control, "no-cache");
         auto out = response.send(200, "OK", headers);
         auto& ref = *out;

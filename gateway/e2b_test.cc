@@ -1,0 +1,107 @@
+// The E2B surface's pure parts: access tokens, Connect envelopes, multipart bodies, error codes.
+#include "gateway/e2b.h"
+
+#include <gtest/gtest.h>
+
+namespace pandastack::gateway::e2b {
+namespace {
+
+TEST(E2bTokens, AreScopedToOneSandboxOfOneTenant) {
+  Tokens t(std::string(32, 'k'));
+  auto tok = t.issue("acme", "sbx_aaaaaaaaaaaaaaaa");
+  EXPECT_EQ(tok.rfind("e2b1.", 0), 0u);
+  EXPECT_EQ(t.verify(tok, "sbx_aaaaaaaaaaaaaaaa"), "acme");
+  EXPECT_EQ(t.verify(tok, "sbx_bbbbbbbbbbbbbbbb"), std::nullopt);  // another sandbox
+  // Another tenant's name in the token does not verify with this MAC.
+  auto other = t.issue("evil", "sbx_aaaaaaaaaaaaaaaa");
+  std::string forged = tok.substr(0, 5) + other.substr(5, other.find('.', 5) - 5) +
+                       tok.substr(tok.find('.', 5));
+  EXPECT_EQ(t.verify(forged, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
+  // Another secret (another daemon) does not verify it either.
+  EXPECT_EQ(Tokens(std::string(32, 'j')).verify(tok, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
+  for (const char* bad : {"", "e2b1.", "e2b1..", "e2b1.YWNtZQ", "e2b1.YWNtZQ.", "pds_x", "e2b1.!!.!!"})
+    EXPECT_EQ(t.verify(bad, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt) << bad;
+  EXPECT_EQ(t.verify(std::string(10000, 'a'), "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
+}
+
+TEST(E2bEnvelopes, RoundTripAndRefuseWhatIsNotOne) {
+  Json m = Json::object();
+  m.set("a", 1);
+  auto e = envelope(m, 2);
+  ASSERT_EQ(e.size(), 5 + m.dump().size());
+  EXPECT_EQ(uint8_t(e[0]), 2);
+  EXPECT_EQ(read_envelope(e)["a"].as_int(), 1);
+  auto code = [](const std::string& body) {
+    try {
+      read_envelope(body);
+    } catch (const ApiError& err) {
+      return err.code;
+    }
+    return std::string("ok");
+  };
+  EXPECT_EQ(code(""), "invalid_argument");
+  EXPECT_EQ(code(std::string("\0\0\0\0\5{}", 7)), "invalid_argument");  // length says 5, has 2
+  EXPECT_EQ(code(std::string("\1\0\0\0\2{}", 7)), "invalid_argument");  // compressed
+  EXPECT_EQ(code(std::string("\0\0\0\0\2[]", 7)), "invalid_argument");  // not an object
+  EXPECT_EQ(code(std::string("\0\0\0\0\2{}", 7)), "ok");
+}
+
+TEST(E2bMultipart, PartsInOrderAndClearErrors) {
+  std::string ct = "multipart/form-data; boundary=XyZ";
+  std::string body =
+      "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/a.txt\"\r\n"
+      "Content-Type: application/octet-stream\r\n\r\nA\r\n--XyZ\r\n"
+      "Content-Disposition: form-data; name=\"file\"; filename=\"/tmp/b\"\r\n\r\n"
+      "line1\r\nline2\r\n--XyZ--\r\n";
+  auto parts = multipart(ct, body);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0], (std::pair<std::string, std::string>{"/tmp/a.txt", "A"}));
+  EXPECT_EQ(parts[1], (std::pair<std::string, std::string>{"/tmp/b", "line1\r\nline2"}));
+  EXPECT_EQ(multipart("multipart/form-data; boundary=\"XyZ\"", body).size(), 2u);
+  auto code = [](const std::string& c, const std::string& b) {
+    try {
+      multipart(c, b);
+    } catch (const ApiError& err) {
+      return err.code;
+    }
+    return std::string("ok");
+  };
+  EXPECT_EQ(code("application/json", body), "invalid_argument");
+  EXPECT_EQ(code("multipart/form-data", body), "invalid_argument");  // no boundary
+  EXPECT_EQ(code(ct, ""), "invalid_argument");
+  EXPECT_EQ(code(ct, "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/x\"\r\n\r\nA"),
+            "invalid_argument");  // unterminated
+  EXPECT_EQ(code(ct, "--XyZ\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nA\r\n--XyZ--"),
+            "invalid_argument");  // no file part
+  EXPECT_EQ(code(ct, "--XyZ"), "invalid_argument");  // neither a part nor the closing delimiter
+}
+
+TEST(E2bErrors, OurCodesMapToConnectCodesAndShapes) {
+  EXPECT_EQ(connect_code("file_not_found"), "not_found");
+  EXPECT_EQ(connect_code("process_not_found"), "not_found");
+  EXPECT_EQ(connect_code("unauthorized"), "unauthenticated");
+  EXPECT_EQ(connect_code("file_exists"), "already_exists");
+  EXPECT_EQ(connect_code("invalid_path"), "invalid_argument");
+  EXPECT_EQ(connect_code("not_implemented"), "unimplemented");
+  EXPECT_EQ(connect_code("too_many_requests"), "resource_exhausted");
+  EXPECT_EQ(connect_code("storage_error"), "internal");
+  auto gone = envd_error(error_reply("sandbox_stopped", "sandbox x is stopped"));
+  EXPECT_EQ(gone.status, 502u);
+  auto nf = envd_error(error_reply("file_not_found", "no /x"));
+  EXPECT_EQ(nf.status, 404u);
+  EXPECT_EQ((*Json::parse(nf.body))["code"].as_string(), "not_found");
+  auto api = api_error(error_reply("sandbox_not_found", "no sbx"));
+  EXPECT_EQ(api.status, 404u);
+  EXPECT_EQ((*Json::parse(api.body))["code"].as_int(), 404);
+  EXPECT_EQ((*Json::parse(api.body))["message"].as_string(), "no sbx");
+}
+
+TEST(E2bTemplates, MapByName) {
+  EXPECT_EQ(template_for(""), "base");
+  EXPECT_EQ(template_for("base"), "base");
+  EXPECT_EQ(template_for("code-interpreter-v1"), "code-interpreter");
+  EXPECT_EQ(template_for("agent:latest"), "agent");
+}
+
+}  // namespace
+}  // namespace pandastack::gateway::e2b
