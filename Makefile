@@ -6,7 +6,7 @@ JOBS    ?= $(shell nproc)
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan unit integration run bench bench-overhead fuzz clean distclean
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan test-integrity unit integration run bench bench-overhead fuzz clean distclean
 
 all: build
 
@@ -72,6 +72,13 @@ bench: build guest-base
 
 # The daemon's own cost on the reply path: REST exec/create/fork against the driver's, in one run.
 # Every libFuzzer target (tests/fuzz) for FUZZ_SECONDS each (default 30), in build-fuzz with clang.
+# 100 hibernate/wake cycles and 100 fork generations with 64 MiB files hashed each time (~15 min
+# under TCG); prints a JSON summary line.
+CYCLES ?= 100
+test-integrity: build guest-base
+	PANDASTACK_IMAGES=$(IMAGES) python3 tests/reliability/integrity_test.py \
+	  --daemon $(BUILD)/bin/pandastackd --cycles $(CYCLES)
+
 fuzz: deps
 	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),30) scripts/fuzz.sh
 
