@@ -26,7 +26,7 @@ struct HttpReply {
   unsigned status = 200;
   std::string content_type = "application/json";
   std::string body;
-  std::string error_code;  // for metrics and logs
+  std::string error_code;                                    // for metrics and logs
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones (Retry-After, Allow)
 };
 
@@ -50,8 +50,8 @@ struct Request {
   // Connect-Timeout-Ms, Content-Type (lower-case names).
   std::map<std::string, std::string> headers;
   std::string body;
-  int conn_fd = -1;          // the client's connection (to notice it hang up), or -1
-  std::stop_token cancel;    // fires when the client hung up or the server shuts down
+  int conn_fd = -1;        // the client's connection (to notice it hang up), or -1
+  std::stop_token cancel;  // fires when the client hung up or the server shuts down
 
   std::string param(const std::string& k) const;
   std::optional<std::string> q(const std::string& k) const;

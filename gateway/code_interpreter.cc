@@ -53,8 +53,8 @@ Reply<vmm::ExecResult> call(actors::Runtime& rt, const std::string& tenant, cons
     if (!r) return r;
     if (on_output) r->stderr_data = err;
     if (r->exit_code == 127 && !r->error.empty())
-      return Rejection{"invalid_state", "no python3 in this sandbox (its template has none): " +
-                                            r->error};
+      return Rejection{"invalid_state",
+                       "no python3 in this sandbox (its template has none): " + r->error};
     bool missing = r->exit_code == 2 && r->stderr_data.find("can't open file") != std::string::npos;
     if (!missing || attempt > 0) return r;
     if (auto made = rt.mkdir(tenant, id, "/run/pandastack", true); !made) return made.error();
@@ -101,9 +101,9 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
   };
   std::string client_err;
   // (The working folder applies when this run starts the context's server: the home folder.)
-  auto r = call(rt, tenant, id,
-                client({"run", request.context, "/root"}, in.dump(), request.timeout_ms),
-                on_output, stop);
+  auto r =
+      call(rt, tenant, id, client({"run", request.context, "/root"}, in.dump(), request.timeout_ms),
+           on_output, stop);
   if (!r) return r.error();
   if (r->timed_out) {
     out.timed_out = true;
@@ -147,7 +147,8 @@ Reply<bool> stop(actors::Runtime& rt, const std::string& tenant, const std::stri
   if (!valid_context(context)) return Rejection{"invalid_argument", "bad context name"};
   auto r = call(rt, tenant, id, client({"stop", context}, "", 30000), {}, {});
   if (!r) return r.error();
-  if (r->exit_code != 0) return Rejection{"exec_failed", "cannot stop the context: " + r->stderr_data};
+  if (r->exit_code != 0)
+    return Rejection{"exec_failed", "cannot stop the context: " + r->stderr_data};
   return true;
 }
 

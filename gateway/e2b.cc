@@ -34,8 +34,10 @@ std::optional<std::string> unb64url(std::string_view s) {
   if (s.size() > 512) return std::nullopt;
   std::string t(s);
   for (auto& c : t) {
-    if (c == '-') c = '+';
-    else if (c == '_') c = '/';
+    if (c == '-')
+      c = '+';
+    else if (c == '_')
+      c = '/';
   }
   while (t.size() % 4) t += '=';
   return base64_decode(t);
@@ -44,8 +46,8 @@ std::optional<std::string> unb64url(std::string_view s) {
 std::string hmac(const std::string& key, const std::string& msg) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned len = 0;
-  HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(msg.data()),
-       msg.size(), out, &len);
+  HMAC(EVP_sha256(), key.data(), int(key.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
   return std::string(reinterpret_cast<char*>(out), len);
 }
 
@@ -107,7 +109,8 @@ const Tokens& tokens() {
 
 std::string template_for(const std::string& name) {
   if (name.empty()) return "base";
-  if (name == "code-interpreter-v1" || name == "code-interpreter-stateful") return "code-interpreter";
+  if (name == "code-interpreter-v1" || name == "code-interpreter-stateful")
+    return "code-interpreter";
   auto colon = name.find(':');  // "base:latest" style tags
   return colon == std::string::npos ? name : name.substr(0, colon);
 }
@@ -157,16 +160,21 @@ std::string connect_code(const std::string& code) {
 
 HttpReply envd_error(const HttpReply& native) {
   if (sandbox_gone(native.error_code)) {
-    HttpReply r{502, "text/plain", "sandbox is not running: " + message_of(native) + "\n",
-                native.error_code, {}};
+    HttpReply r{502,
+                "text/plain",
+                "sandbox is not running: " + message_of(native) + "\n",
+                native.error_code,
+                {}};
     return r;
   }
   auto code = connect_code(native.error_code);
   static const std::map<std::string, unsigned> status = {
-      {"invalid_argument", 400}, {"failed_precondition", 400}, {"unauthenticated", 401},
-      {"permission_denied", 403}, {"not_found", 404},           {"already_exists", 409},
-      {"resource_exhausted", 429}, {"canceled", 499},           {"internal", 500},
-      {"unimplemented", 501},    {"unavailable", 503},          {"deadline_exceeded", 504}};
+      {"invalid_argument", 400},   {"failed_precondition", 400},
+      {"unauthenticated", 401},    {"permission_denied", 403},
+      {"not_found", 404},          {"already_exists", 409},
+      {"resource_exhausted", 429}, {"canceled", 499},
+      {"internal", 500},           {"unimplemented", 501},
+      {"unavailable", 503},        {"deadline_exceeded", 504}};
   Json j = Json::object();
   j.set("code", code);
   j.set("message", message_of(native));
@@ -185,13 +193,16 @@ std::string envelope(const Json& message, uint8_t flags) {
 }
 
 Json read_envelope(const std::string& body) {
-  if (body.size() < 5) throw ApiError{"invalid_argument", "a Connect stream request needs an envelope"};
+  if (body.size() < 5)
+    throw ApiError{"invalid_argument", "a Connect stream request needs an envelope"};
   if (body[0] & 1) throw ApiError{"invalid_argument", "compressed envelopes are not supported"};
   uint32_t n = 0;
   for (int i = 1; i <= 4; ++i) n = (n << 8) | uint8_t(body[i]);
-  if (n != body.size() - 5) throw ApiError{"invalid_argument", "the envelope's length does not match"};
+  if (n != body.size() - 5)
+    throw ApiError{"invalid_argument", "the envelope's length does not match"};
   auto j = Json::parse(body.substr(5));
-  if (!j || !j->is_object()) throw ApiError{"invalid_argument", "the envelope is not a JSON object"};
+  if (!j || !j->is_object())
+    throw ApiError{"invalid_argument", "the envelope is not a JSON object"};
   return *j;
 }
 
@@ -207,7 +218,8 @@ std::vector<std::pair<std::string, std::string>> multipart(const std::string& co
     throw ApiError{"invalid_argument", "uploads are multipart/form-data with a boundary"};
   std::string boundary = content_type.substr(b + 9);
   boundary = boundary.substr(0, boundary.find(';'));
-  if (boundary.size() >= 2 && boundary.front() == '"') boundary = boundary.substr(1, boundary.size() - 2);
+  if (boundary.size() >= 2 && boundary.front() == '"')
+    boundary = boundary.substr(1, boundary.size() - 2);
   if (boundary.empty() || boundary.size() > 200)
     throw ApiError{"invalid_argument", "bad multipart boundary"};
   std::string delim = "--" + boundary;
@@ -217,13 +229,16 @@ std::vector<std::pair<std::string, std::string>> multipart(const std::string& co
   while (true) {
     p += delim.size();
     if (body.compare(p, 2, "--") == 0) break;  // the closing delimiter
-    if (body.compare(p, 2, "\r\n") != 0) throw ApiError{"invalid_argument", "malformed multipart body"};
+    if (body.compare(p, 2, "\r\n") != 0)
+      throw ApiError{"invalid_argument", "malformed multipart body"};
     p += 2;
     auto head_end = body.find("\r\n\r\n", p);
-    if (head_end == std::string::npos) throw ApiError{"invalid_argument", "malformed multipart part"};
+    if (head_end == std::string::npos)
+      throw ApiError{"invalid_argument", "malformed multipart part"};
     std::string head = body.substr(p, head_end - p);
     auto next = body.find("\r\n" + delim, head_end + 4);
-    if (next == std::string::npos) throw ApiError{"invalid_argument", "unterminated multipart part"};
+    if (next == std::string::npos)
+      throw ApiError{"invalid_argument", "unterminated multipart part"};
     std::string lower = head;
     for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));
     auto fn = lower.find("filename=\"");

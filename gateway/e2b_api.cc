@@ -83,8 +83,7 @@ uint32_t timeout_of(const Json& j, uint32_t def, uint32_t max) {
   const Json& t = j["timeout"];
   if (t.is_null()) return def;
   if (!t.is_number() || t.as_double() < 1 || t.as_double() > double(max))
-    throw ApiError{"invalid_argument",
-                   "timeout is 1.." + std::to_string(max) + " seconds"};
+    throw ApiError{"invalid_argument", "timeout is 1.." + std::to_string(max) + " seconds"};
   return uint32_t(t.as_int());
 }
 
@@ -95,8 +94,10 @@ HttpReply create(Call& c) {
   actors::CreateRequest req;
   req.tenant = c.tenant();
   std::string tpl = b["templateID"].is_string() ? b["templateID"].as_string() : "base";
-  if (tpl.rfind("snap_", 0) == 0) req.from_snapshot = tpl;
-  else req.template_name = template_for(tpl);
+  if (tpl.rfind("snap_", 0) == 0)
+    req.from_snapshot = tpl;
+  else
+    req.template_name = template_for(tpl);
   req.ttl_seconds = timeout_of(b, 300, limits.max_ttl_seconds);
   req.metadata = string_object(b["metadata"], "metadata");
   for (auto& [k, v] : string_object(b["envVars"], "envVars")) req.metadata[kEnvPrefix + k] = v;
@@ -240,7 +241,8 @@ std::vector<Route> e2b_api_routes() {
             unwrap(c.gw.rt.hibernate(c.tenant(), c.id));
             return no_content();
           }),
-      api(M::POST, "/v2/sandboxes/{id}/connect", "E2B: connect (resumes a paused sandbox)", connect),
+      api(M::POST, "/v2/sandboxes/{id}/connect", "E2B: connect (resumes a paused sandbox)",
+          connect),
       api(M::POST, "/sandboxes/{id}/connect", "E2B: connect (SDK 2.7-2.50)", connect),
       api(M::POST, "/sandboxes/{id}/resume", "E2B: resume a paused sandbox", connect),
       api(M::POST, "/sandboxes/{id}/snapshots", "E2B: snapshot a sandbox (creates from its id)",
@@ -272,7 +274,8 @@ std::vector<Route> e2b_api_routes() {
           [](Call& c) {
             const std::string& id = c.r.param("snapshot");
             if (id.rfind("snap_", 0) != 0)
-              throw ApiError{"not_implemented", "only snapshots can be deleted here, not templates"};
+              throw ApiError{"not_implemented",
+                             "only snapshots can be deleted here, not templates"};
             unwrap(c.gw.rt.delete_snapshot(c.tenant(), id));
             return no_content();
           }),

@@ -27,11 +27,13 @@ Json context_json(const std::string& id, const std::string& cwd) {
 std::string language_of(const Json& j) {
   std::string lang = j["language"].is_string() ? j["language"].as_string() : "python";
   if (lang != "python")
-    throw ApiError{"invalid_argument", "language \"" + lang.substr(0, 32) + "\": only python is served"};
+    throw ApiError{"invalid_argument",
+                   "language \"" + lang.substr(0, 32) + "\": only python is served"};
   return lang;
 }
 
-Route code_route(M m, const char* path, const char* what, Handler h, Route::Kind kind = Route::Kind::json) {
+Route code_route(M m, const char* path, const char* what, Handler h,
+                 Route::Kind kind = Route::Kind::json) {
   Route r = route(m, path, what, std::move(h), {}, kind, /*auth=*/false);
   r.style = Route::Style::e2b_envd;
   return r;
@@ -66,7 +68,8 @@ void produce_execute(Server& gw, const Request& r, StreamChannel& ch) {
   ch.begin();
   auto line = [&ch](const Json& j) { ch.push(j.dump() + "\n"); };
   auto now = [] {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
   };
   auto res = code::run(
       gw.rt, t.tenant, t.id, req,
@@ -109,7 +112,8 @@ std::vector<Route> e2b_code_routes() {
                    auto t = e2b::target(c.gw, c.r);
                    Json b = c.r.json();
                    language_of(b);
-                   std::string cwd = b["cwd"].is_string() ? c.gw.checked_path(b["cwd"].as_string()) : "";
+                   std::string cwd =
+                       b["cwd"].is_string() ? c.gw.checked_path(b["cwd"].as_string()) : "";
                    auto id = new_context_id();
                    unwrap(code::start(c.gw.rt, t.tenant, t.id, id, cwd));
                    return json_reply(200, context_json(id, cwd));

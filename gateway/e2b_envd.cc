@@ -100,7 +100,8 @@ HttpReply send_signal(Call& c) {
   const Json& s = m["signal"];
   int sig = 9;
   if (s.is_string()) {
-    if (s.as_string() == "SIGNAL_SIGTERM") sig = 15;
+    if (s.as_string() == "SIGNAL_SIGTERM")
+      sig = 15;
     else if (s.as_string() != "SIGNAL_SIGKILL")
       throw ApiError{"invalid_argument", "signal is SIGNAL_SIGKILL or SIGNAL_SIGTERM"};
   } else if (s.is_number()) {
@@ -110,7 +111,8 @@ HttpReply send_signal(Call& c) {
   }
   uint32_t pid = pid_of(m);
   bool running = false;  // envd: a process that ended is not found
-  for (auto& p : unwrap(c.gw.rt.list_processes(t.tenant, t.id))) running |= p.pid == pid && p.running;
+  for (auto& p : unwrap(c.gw.rt.list_processes(t.tenant, t.id)))
+    running |= p.pid == pid && p.running;
   if (!running) throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
   unwrap(c.gw.rt.kill_process(t.tenant, t.id, pid, sig));
   return ok();
@@ -177,8 +179,7 @@ HttpReply list_dir(Call& c) {
 HttpReply make_dir(Call& c) {
   auto t = target(c.gw, c.r);
   auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
-  if (c.gw.rt.stat(t.tenant, t.id, path))
-    throw ApiError{"file_exists", path + " exists"};
+  if (c.gw.rt.stat(t.tenant, t.id, path)) throw ApiError{"file_exists", path + " exists"};
   unwrap(c.gw.rt.mkdir(t.tenant, t.id, path, true));
   Json j = Json::object();
   j.set("entry", entry_of(c, t, path));
@@ -321,7 +322,8 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
         if (timeout.size() > 10 || timeout.find_first_not_of("0123456789") != std::string::npos)
           throw ApiError{"invalid_argument", "Connect-Timeout-Ms is a number of milliseconds"};
         uint64_t ms = std::stoull(timeout);
-        e.timeout_ms = uint32_t(std::min<uint64_t>(ms, uint64_t(gw.limits.max_exec_timeout_s) * 1000));
+        e.timeout_ms =
+            uint32_t(std::min<uint64_t>(ms, uint64_t(gw.limits.max_exec_timeout_s) * 1000));
       }
       if (auto refused = check_exec(e, gw.limits)) throw ApiError{refused->code, refused->message};
       pid = unwrap(gw.rt.start_process(t.tenant, t.id, e));
@@ -330,7 +332,8 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       bool running = false;
       for (auto& p : unwrap(gw.rt.list_processes(t.tenant, t.id)))
         running |= p.pid == pid && p.running;
-      if (!running) throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+      if (!running)
+        throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
     }
   } catch (const ApiError& e) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
@@ -364,8 +367,9 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
   bool signalled = code < 0;
   end.set("exitCode", signalled ? -1 : code);
   end.set("exited", !signalled);
-  std::string status = signalled ? (code == -9 ? "signal: killed" : "signal: " + std::to_string(-code))
-                                 : "exit status " + std::to_string(code);
+  std::string status = signalled
+                           ? (code == -9 ? "signal: killed" : "signal: " + std::to_string(-code))
+                           : "exit status " + std::to_string(code);
   end.set("status", status);
   if (code != 0) end.set("error", res->error.empty() ? status : res->error);
   Json ev2 = Json::object(), msg = Json::object();
@@ -393,7 +397,8 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
     ch->keepalive = e2b::envelope(ka);
   }
   auto r = std::make_shared<Request>(std::move(req));
-  bool process = route.pattern == "/process.Process/Start" || route.pattern == "/process.Process/Connect";
+  bool process =
+      route.pattern == "/process.Process/Start" || route.pattern == "/process.Process/Connect";
   bool queued = stream_pool->submit([this, r, ch, process, ndjson] {
     if (ndjson) return e2b::produce_execute(*this, *r, *ch);
     if (process) return e2b::produce_process(*this, *r, *ch);
@@ -406,7 +411,8 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
     ch->finish(e2b::envelope(j, 2));
   });
   if (!queued)
-    return send(response, e2b::envd_error(error_reply("too_many_requests", "the server is busy")), t0);
+    return send(response, e2b::envd_error(error_reply("too_many_requests", "the server is busy")),
+                t0);
   return respond(ch, response, t0, content_type);
 }
 

@@ -14,12 +14,13 @@ TEST(E2bTokens, AreScopedToOneSandboxOfOneTenant) {
   EXPECT_EQ(t.verify(tok, "sbx_bbbbbbbbbbbbbbbb"), std::nullopt);  // another sandbox
   // Another tenant's name in the token does not verify with this MAC.
   auto other = t.issue("evil", "sbx_aaaaaaaaaaaaaaaa");
-  std::string forged = tok.substr(0, 5) + other.substr(5, other.find('.', 5) - 5) +
-                       tok.substr(tok.find('.', 5));
+  std::string forged =
+      tok.substr(0, 5) + other.substr(5, other.find('.', 5) - 5) + tok.substr(tok.find('.', 5));
   EXPECT_EQ(t.verify(forged, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
   // Another secret (another daemon) does not verify it either.
   EXPECT_EQ(Tokens(std::string(32, 'j')).verify(tok, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
-  for (const char* bad : {"", "e2b1.", "e2b1..", "e2b1.YWNtZQ", "e2b1.YWNtZQ.", "pds_x", "e2b1.!!.!!"})
+  for (const char* bad :
+       {"", "e2b1.", "e2b1..", "e2b1.YWNtZQ", "e2b1.YWNtZQ.", "pds_x", "e2b1.!!.!!"})
     EXPECT_EQ(t.verify(bad, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt) << bad;
   EXPECT_EQ(t.verify(std::string(10000, 'a'), "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
 }
@@ -69,10 +70,11 @@ TEST(E2bMultipart, PartsInOrderAndClearErrors) {
   EXPECT_EQ(code("application/json", body), "invalid_argument");
   EXPECT_EQ(code("multipart/form-data", body), "invalid_argument");  // no boundary
   EXPECT_EQ(code(ct, ""), "invalid_argument");
-  EXPECT_EQ(code(ct, "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/x\"\r\n\r\nA"),
-            "invalid_argument");  // unterminated
+  EXPECT_EQ(
+      code(ct, "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/x\"\r\n\r\nA"),
+      "invalid_argument");  // unterminated
   EXPECT_EQ(code(ct, "--XyZ\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nA\r\n--XyZ--"),
-            "invalid_argument");  // no file part
+            "invalid_argument");                     // no file part
   EXPECT_EQ(code(ct, "--XyZ"), "invalid_argument");  // neither a part nor the closing delimiter
 }
 

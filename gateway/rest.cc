@@ -19,8 +19,8 @@ namespace pandastack::gateway {
 
 Route route(kj::HttpMethod m, const char* pattern, const char* summary, Handler h,
             std::vector<std::string> query, Route::Kind kind, bool auth) {
-  return Route{m, pattern, RoutePattern(pattern), summary, kind, auth, std::move(query),
-               std::move(h)};
+  return Route{m,    pattern, RoutePattern(pattern), summary,
+               kind, auth,    std::move(query),      std::move(h)};
 }
 
 namespace {
@@ -87,8 +87,7 @@ class QuietErrors final : public kj::HttpServerErrorHandler {
   kj::Promise<void> handleClientProtocolError(kj::HttpHeaders::ProtocolError protocolError,
                                               kj::HttpService::Response& response) override {
     spdlog::debug("gateway: bad request: {}", protocolError.description.cStr());
-    return kj::HttpServerErrorHandler::handleClientProtocolError(kj::mv(protocolError),
-                                                                 response);
+    return kj::HttpServerErrorHandler::handleClientProtocolError(kj::mv(protocolError), response);
   }
   kj::Promise<void> handleApplicationError(
       kj::Exception exception, kj::Maybe<kj::HttpService::Response&> response) override {
@@ -154,16 +153,18 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       timer, *table,
       [this](kj::AsyncIoStream& conn) -> kj::Own<kj::HttpService> {
         int fd = -1;
-        KJ_IF_MAYBE (f, conn.getFd()) { fd = *f; }
+        KJ_IF_MAYBE (f, conn.getFd()) {
+          fd = *f;
+        }
         return kj::heap<ConnectionService>(*this, fd);
       },
       settings);
   pool = std::make_unique<WorkerPool>(limits.worker_threads, limits.max_queued_requests);
   stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
-  for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
-                     snapshot_routes(), admin_routes(), quota_routes(), volume_routes(),
-                     database_routes(), code_routes(), e2b_api_routes(), e2b_envd_routes(),
-                     e2b_code_routes()})
+  for (auto table :
+       {system_routes(), sandbox_routes(), exec_routes(), file_routes(), snapshot_routes(),
+        admin_routes(), quota_routes(), volume_routes(), database_routes(), code_routes(),
+        e2b_api_routes(), e2b_envd_routes(), e2b_code_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
 }
 
@@ -215,8 +216,7 @@ kj::Promise<void> Server::watch_hangup(int fd, std::shared_ptr<std::stop_source>
 }
 
 kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
-                                         const kj::HttpHeaders& headers,
-                                         kj::AsyncInputStream& body,
+                                         const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                          kj::HttpService::Response& response) {
   auto t0 = Clock::now();
   auto parsed = kj::Url::tryParse(url, kj::Url::HTTP_REQUEST);
@@ -324,51 +324,54 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
                     .then([]() -> kj::Array<kj::byte> {
                       KJ_FAIL_REQUIRE("request_timeout: the request body did not arrive in time");
                     });
-    return body.readAllBytes(limit + 1).exclusiveJoin(kj::mv(slow)).then(
-        [this, req = std::move(req), kind, limit, t0, route, head,
-         &response](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
-          if (bytes.size() > limit)
-            return send(response,
-                        error_reply(kind == Route::Kind::raw_body ? "file_too_large"
-                                                                  : "body_too_large",
-                                    "request body is larger than " + std::to_string(limit) +
-                                        " bytes"),
-                        t0);
-          req.body.assign(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-          if (kind == Route::Kind::stream) return stream(*route, std::move(req), response, t0);
-          if (kind == Route::Kind::websocket)
-            return websocket(*route, std::move(req), response, t0);
-          // A client that hangs up cancels what it asked for (a command stops in the guest)
-          // instead of holding a worker until it ends.
-          auto stop = std::make_shared<std::stop_source>();
-          req.cancel = stop->get_token();
-          kj::Promise<void> watch = kj::NEVER_DONE;
-          if (req.conn_fd >= 0) watch = watch_hangup(req.conn_fd, stop);
-          auto r = std::make_shared<Request>(std::move(req));
-          return offload<HttpReply>(
-                     [this, r, route, stop] {
-                       std::stop_callback on_shutdown(shutting_down.get_token(),
-                                                      [stop] { stop->request_stop(); });
-                       return handle(*route, *r);
-                     },
-                     error_reply("too_many_requests", "the server is busy"))
-              .attach(watch.eagerlyEvaluate(nullptr))
-              .then([this, &response, t0, head](HttpReply rep) {
-                return send(response, std::move(rep), t0, head);
-              });
-        },
-        [this, &response, t0](kj::Exception&& e) -> kj::Promise<void> {
-          if (std::string(e.getDescription().cStr()).find("request_timeout") != std::string::npos)
-            return send(response,
-                        error_reply("request_timeout",
-                                    "the request body did not arrive within " +
-                                        std::to_string(limits.body_timeout.count() / 1000) + " s"),
-                        t0);
-          return send(response,
-                      error_reply("body_too_large", "request body rejected: " +
-                                                        std::string(e.getDescription().cStr())),
-                      t0);
-        });
+    return body.readAllBytes(limit + 1)
+        .exclusiveJoin(kj::mv(slow))
+        .then(
+            [this, req = std::move(req), kind, limit, t0, route, head,
+             &response](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
+              if (bytes.size() > limit)
+                return send(
+                    response,
+                    error_reply(kind == Route::Kind::raw_body ? "file_too_large" : "body_too_large",
+                                "request body is larger than " + std::to_string(limit) + " bytes"),
+                    t0);
+              req.body.assign(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+              if (kind == Route::Kind::stream) return stream(*route, std::move(req), response, t0);
+              if (kind == Route::Kind::websocket)
+                return websocket(*route, std::move(req), response, t0);
+              // A client that hangs up cancels what it asked for (a command stops in the guest)
+              // instead of holding a worker until it ends.
+              auto stop = std::make_shared<std::stop_source>();
+              req.cancel = stop->get_token();
+              kj::Promise<void> watch = kj::NEVER_DONE;
+              if (req.conn_fd >= 0) watch = watch_hangup(req.conn_fd, stop);
+              auto r = std::make_shared<Request>(std::move(req));
+              return offload<HttpReply>(
+                         [this, r, route, stop] {
+                           std::stop_callback on_shutdown(shutting_down.get_token(),
+                                                          [stop] { stop->request_stop(); });
+                           return handle(*route, *r);
+                         },
+                         error_reply("too_many_requests", "the server is busy"))
+                  .attach(watch.eagerlyEvaluate(nullptr))
+                  .then([this, &response, t0, head](HttpReply rep) {
+                    return send(response, std::move(rep), t0, head);
+                  });
+            },
+            [this, &response, t0](kj::Exception&& e) -> kj::Promise<void> {
+              if (std::string(e.getDescription().cStr()).find("request_timeout") !=
+                  std::string::npos)
+                return send(
+                    response,
+                    error_reply("request_timeout",
+                                "the request body did not arrive within " +
+                                    std::to_string(limits.body_timeout.count() / 1000) + " s"),
+                    t0);
+              return send(response,
+                          error_reply("body_too_large", "request body rejected: " +
+                                                            std::string(e.getDescription().cStr())),
+                          t0);
+            });
   });
 }
 
@@ -384,10 +387,10 @@ Call Server::admit(const Route& route, const Request& r) {
   if (route.auth) {
     c.key = auth(r);
     if (!limiter.take(c.key.id, rt.quota_limits(c.key.tenant).requests_per_second))
-      throw ApiError{"too_many_requests", "this key sent more than " +
-                                              std::to_string(rt.quota_limits(c.key.tenant)
-                                                                 .requests_per_second) +
-                                              " requests per second (its tenant's quota)"};
+      throw ApiError{"too_many_requests",
+                     "this key sent more than " +
+                         std::to_string(rt.quota_limits(c.key.tenant).requests_per_second) +
+                         " requests per second (its tenant's quota)"};
   }
   c.id = r.param("id");
   // Another tenant's sandbox does not exist for this key: 404 before anything else is looked at.
@@ -427,8 +430,7 @@ HttpReply Server::restyle(const Route& route, HttpReply r) {
 
 std::string Server::guest_path(const Request& r, const char* name) {
   auto p = r.q(name);
-  if (!p)
-    throw ApiError{"invalid_path", std::string("query parameter '") + name + "' is required"};
+  if (!p) throw ApiError{"invalid_path", std::string("query parameter '") + name + "' is required"};
   if (auto e = check_guest_path(*p, limits.max_path_bytes)) throw ApiError{"invalid_path", *e};
   return *p;
 }
@@ -476,10 +478,9 @@ std::string Server::metrics() {
   auto counts = rt.counts();
   out +=
       "# HELP pandastack_sandboxes Live sandboxes by state.\n# TYPE pandastack_sandboxes gauge\n";
-  for (auto st :
-       {actors::Status::creating, actors::Status::running, actors::Status::snapshotting,
-        actors::Status::forking, actors::Status::hibernating, actors::Status::hibernated,
-        actors::Status::waking, actors::Status::stopped, actors::Status::failed}) {
+  for (auto st : {actors::Status::creating, actors::Status::running, actors::Status::snapshotting,
+                  actors::Status::forking, actors::Status::hibernating, actors::Status::hibernated,
+                  actors::Status::waking, actors::Status::stopped, actors::Status::failed}) {
     auto it = counts.by_status.find(actors::to_string(st));
     out += std::string("pandastack_sandboxes{state=\"") + actors::to_string(st) + "\"} " +
            std::to_string(it == counts.by_status.end() ? 0 : it->second) + "\n";
@@ -642,9 +643,9 @@ std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& l
     return actors::Rejection{"invalid_argument", "the command contains a NUL byte"};
   for (auto& [k, v] : e.env) {
     if (k.empty() || k.find('=') != std::string::npos || has_nul(k))
-      return actors::Rejection{"invalid_argument",
-                               "environment variable names are non-empty, without '=' or NUL: '" +
-                                   k + "'"};
+      return actors::Rejection{
+          "invalid_argument",
+          "environment variable names are non-empty, without '=' or NUL: '" + k + "'"};
     if (has_nul(v))
       return actors::Rejection{"invalid_argument", "the value of " + k + " contains a NUL byte"};
   }
@@ -661,7 +662,6 @@ std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& l
   e.max_output_bytes = limits.max_exec_output_bytes;
   return std::nullopt;
 }
-
 
 struct Gateway::Impl {
   Server server;

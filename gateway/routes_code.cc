@@ -43,13 +43,19 @@ HttpReply run(Call& c) {
         const std::string& type = e["type"].as_string();
         auto add = [&](std::string& to) {
           const std::string& t = e["text"].as_string();
-          if (to.size() + t.size() > kMaxGathered) truncated = true;
-          else to += t;
+          if (to.size() + t.size() > kMaxGathered)
+            truncated = true;
+          else
+            to += t;
         };
-        if (type == "stdout") add(out);
-        else if (type == "stderr") add(err);
-        else if (type == "result") results.push(e);
-        else if (type == "error") error = e;
+        if (type == "stdout")
+          add(out);
+        else if (type == "stderr")
+          add(err);
+        else if (type == "result")
+          results.push(e);
+        else if (type == "error")
+          error = e;
       },
       c.r.cancel));
   Json j = Json::object();

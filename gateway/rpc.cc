@@ -32,8 +32,9 @@ struct Session {
   RateLimiter* limiter = nullptr;
   std::optional<Rejection> check(actors::Runtime& rt) const {
     auto k = rt.authenticate(key);
-    if (!k) return Rejection{k.error().code, "this session's API key no longer works: " +
-                                                 k.error().message};
+    if (!k)
+      return Rejection{k.error().code,
+                       "this session's API key no longer works: " + k.error().message};
     uint32_t rate = rt.quota_limits(k->tenant).requests_per_second;
     if (limiter && !limiter->take(k->id, rate))
       return Rejection{"too_many_requests", "this key sent more than " + std::to_string(rate) +
@@ -67,7 +68,7 @@ struct RpcServer::Impl {
   // The same, after the session's key verified again.
   template <typename T>
   kj::Promise<std::shared_ptr<Reply<T>>> offload(std::shared_ptr<const Session> s,
-                                                  std::function<Reply<T>()> f) {
+                                                 std::function<Reply<T>()> f) {
     return offload<T>([s = std::move(s), rt = &rt, f = std::move(f)]() -> Reply<T> {
       if (auto refused = s->check(*rt)) return *refused;
       return f();
@@ -212,9 +213,9 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto stop = std::make_shared<std::stop_source>();
     auto guard = kj::defer([stop] { stop->request_stop(); });
     return offload<vmm::ExecResult>([t = target(), req, stop] {
-          std::stop_callback on_shutdown(t.shutdown, [stop] { stop->request_stop(); });
-          return t.rt->exec(t.tenant, t.id, req, stop->get_token());
-        })
+             std::stop_callback on_shutdown(t.shutdown, [stop] { stop->request_stop(); });
+             return t.rt->exec(t.tenant, t.id, req, stop->get_token());
+           })
         .then([context](std::shared_ptr<Reply<vmm::ExecResult>> r) mutable {
           fill_result(context.getResults().initResult(), take(*r));
         })
@@ -250,10 +251,9 @@ class SandboxImpl final : public api::Sandbox::Server {
           },
           stop->get_token());
       if (*overflow)
-        r = Rejection{"client_too_slow",
-                      "the output sink did not keep up: more than " +
-                          std::to_string(t.max_buffer >> 20) +
-                          " MiB waited; the command was stopped"};
+        r = Rejection{"client_too_slow", "the output sink did not keep up: more than " +
+                                             std::to_string(t.max_buffer >> 20) +
+                                             " MiB waited; the command was stopped"};
       result->emplace(std::move(r));
       queue->close();
     });
@@ -271,8 +271,8 @@ class SandboxImpl final : public api::Sandbox::Server {
   kj::Promise<void> readFile(ReadFileContext context) override {
     auto path = checked_path(context.getParams().getPath(), ctx_.limits);
     return offload<std::string>([t = target(), path] {
-          return t.rt->read_file(t.tenant, t.id, path, RpcServer::kMaxFileBytes);
-        })
+             return t.rt->read_file(t.tenant, t.id, path, RpcServer::kMaxFileBytes);
+           })
         .then([context](std::shared_ptr<Reply<std::string>> r) mutable {
           auto data = take(*r);
           context.getResults().setData(
@@ -288,15 +288,15 @@ class SandboxImpl final : public api::Sandbox::Server {
       fail({"file_too_large", "files over RPC are at most 32 MiB"});
     std::string data(reinterpret_cast<const char*>(d.begin()), d.size());
     return offload<bool>([t = target(), path, data = std::move(data)] {
-          return t.rt->write_file(t.tenant, t.id, path, data);
-        })
+             return t.rt->write_file(t.tenant, t.id, path, data);
+           })
         .then([](std::shared_ptr<Reply<bool>> r) { take(*r); });
   }
 
   kj::Promise<void> listDir(ListDirContext context) override {
     auto path = checked_path(context.getParams().getPath(), ctx_.limits);
     return offload<std::vector<vmm::FileStat>>(
-            [t = target(), path] { return t.rt->list_dir(t.tenant, t.id, path); })
+               [t = target(), path] { return t.rt->list_dir(t.tenant, t.id, path); })
         .then([context](std::shared_ptr<Reply<std::vector<vmm::FileStat>>> r) mutable {
           static const char* types[] = {"file", "directory", "symlink", "other"};
           auto entries = take(*r);
@@ -320,7 +320,7 @@ class SandboxImpl final : public api::Sandbox::Server {
 
   kj::Promise<void> forkOne(ForkOneContext context) override {
     return offload<std::vector<actors::SandboxInfo>>(
-            [t = target()] { return t.rt->fork(t.tenant, t.id, 1); })
+               [t = target()] { return t.rt->fork(t.tenant, t.id, 1); })
         .then([this, context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
           auto kids = take(*r);
           if (kids.size() != 1) throw KJ_EXCEPTION(FAILED, "internal: a fork made no child");
@@ -333,7 +333,7 @@ class SandboxImpl final : public api::Sandbox::Server {
   kj::Promise<void> fork(ForkContext context) override {
     uint32_t count = context.getParams().getCount();
     return offload<std::vector<actors::SandboxInfo>>(
-            [t = target(), count] { return t.rt->fork(t.tenant, t.id, count); })
+               [t = target(), count] { return t.rt->fork(t.tenant, t.id, count); })
         .then([this, context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
           auto kids = take(*r);
           auto results = context.getResults();
@@ -512,7 +512,7 @@ class PlatformImpl final : public api::Platform::Server {
   kj::Promise<void> deleteSnapshot(DeleteSnapshotContext context) override {
     auto id = text(context.getParams().getSnapshotId());
     return offload<actors::SandboxInfo>(
-            [rt = &ctx_.rt, t = tenant_, id] { return rt->delete_snapshot(t, id); })
+               [rt = &ctx_.rt, t = tenant_, id] { return rt->delete_snapshot(t, id); })
         .then([](std::shared_ptr<Reply<actors::SandboxInfo>> r) { take(*r); });
   }
 
@@ -584,7 +584,7 @@ class PlatformImpl final : public api::Platform::Server {
       if (!status) fail({"invalid_argument", "unknown state '" + state + "'"});
     }
     return offload<std::vector<actors::SandboxInfo>>(
-            [rt = &ctx_.rt, t = tenant_, status] { return rt->list(t, status); })
+               [rt = &ctx_.rt, t = tenant_, status] { return rt->list(t, status); })
         .then([context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
           auto all = take(*r);
           auto list = context.getResults().initSandboxes(all.size());
@@ -714,9 +714,9 @@ kj::Promise<void> RpcServer::Impl::serve(kj::Own<kj::AsyncIoStream> connection) 
 
 RpcServer::Impl::Impl(actors::Runtime& r, kj::Timer& t, Limits l)
     : rt(r), timer(t), limits(l), pool(16, limits.max_queued_requests) {
-  acceptor = std::make_unique<Acceptor>(
-      "rpc", t, l.max_connections,
-      [this](kj::Own<kj::AsyncIoStream> c) { return serve(kj::mv(c)); });
+  acceptor =
+      std::make_unique<Acceptor>("rpc", t, l.max_connections,
+                                 [this](kj::Own<kj::AsyncIoStream> c) { return serve(kj::mv(c)); });
 }
 
 RpcServer::RpcServer(actors::Runtime& runtime, kj::Timer& timer, Limits limits)

@@ -166,13 +166,13 @@ struct Server final : public kj::HttpService {
   kj::Promise<void> send(kj::HttpService::Response& response, HttpReply r, Clock::time_point t0,
                          bool head = false);
   void count_response(const HttpReply& r);
-  kj::Promise<void> stream(const Route& route, Request req,
-                           kj::HttpService::Response& response, Clock::time_point t0);
+  kj::Promise<void> stream(const Route& route, Request req, kj::HttpService::Response& response,
+                           Clock::time_point t0);
   // E2B's server-streaming Connect calls (process Start/Connect): envelopes, always 200.
   kj::Promise<void> connect_stream(const Route& route, Request req,
                                    kj::HttpService::Response& response, Clock::time_point t0);
-  kj::Promise<void> websocket(const Route& route, Request req,
-                              kj::HttpService::Response& response, Clock::time_point t0);
+  kj::Promise<void> websocket(const Route& route, Request req, kj::HttpService::Response& response,
+                              Clock::time_point t0);
   // Answers with what the channel's producer decides: its early reply, or a 200 stream of
   // `content_type` pumped from the channel.
   kj::Promise<void> respond(std::shared_ptr<StreamChannel> ch, kj::HttpService::Response& response,

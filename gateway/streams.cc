@@ -54,15 +54,15 @@ void StreamChannel::finish(std::string frame) {
 // Server-sent events: a worker produces frames into a channel; the loop writes them.
 kj::Promise<void> Server::stream(const Route& route, Request req,
                                  kj::HttpService::Response& response, Clock::time_point t0) {
-  if (route.style == Route::Style::e2b_envd) return connect_stream(route, std::move(req), response, t0);
+  if (route.style == Route::Style::e2b_envd)
+    return connect_stream(route, std::move(req), response, t0);
   auto ch = std::make_shared<StreamChannel>(limits.max_stream_buffer_bytes);
   auto r = std::make_shared<Request>(std::move(req));
   bool follow = r->q("follow") == "1" || r->q("follow") == "true";
   if (route.handler && !follow) {  // the route's plain JSON form (events without ?follow)
     return offload<HttpReply>([this, r, &route] { return handle(route, *r); },
                               error_reply("too_many_requests", "the server is busy"))
-        .then(
-            [this, &response, t0](HttpReply rep) { return send(response, std::move(rep), t0); });
+        .then([this, &response, t0](HttpReply rep) { return send(response, std::move(rep), t0); });
   }
   bool queued = stream_pool->submit([this, r, ch, &route] { produce(route, *r, *ch); });
   if (!queued) return send(response, error_reply("too_many_requests", "the server is busy"), t0);
@@ -95,7 +95,6 @@ kj::Promise<void> Server::respond(std::shared_ptr<StreamChannel> ch,
       .attach(kj::mv(guard));
 }
 
-
 // Resolves when the channel has news (true) or the keepalive interval passed (false).
 kj::Promise<bool> Server::wait_channel(std::shared_ptr<StreamChannel> ch) {
   auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
@@ -109,9 +108,7 @@ kj::Promise<bool> Server::wait_channel(std::shared_ptr<StreamChannel> ch) {
   auto news = paf.promise.then([] { return true; });
   if (!started) return news;  // the worker decides first (reply or stream)
   return news.exclusiveJoin(
-      timer.afterDelay(limits.sse_keepalive.count() * kj::MILLISECONDS).then([] {
-        return false;
-      }));
+      timer.afterDelay(limits.sse_keepalive.count() * kj::MILLISECONDS).then([] { return false; }));
 }
 
 kj::Promise<void> Server::pump(std::shared_ptr<StreamChannel> ch, kj::AsyncOutputStream& out) {

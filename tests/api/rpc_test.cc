@@ -3,10 +3,10 @@
 // files, fork, error codes, tenant isolation. Traffic stays on loopback and a unix socket.
 #include <capnp/rpc-twoparty.h>
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,8 +43,10 @@ class Daemon {
       std::string prefix = "pr";
       prefix += char('a' + n % 26);
       prefix += char('a' + (n / 26) % 26);
-      args = {"--accel", "tcg", "--network-prefix", prefix, "--subnet-pool",
-              "10.252." + std::to_string(4 * (n % 64)) + ".0/22", "--dns-upstream", "off"};
+      args = {"--accel",          "tcg",
+              "--network-prefix", prefix,
+              "--subnet-pool",    "10.252." + std::to_string(4 * (n % 64)) + ".0/22",
+              "--dns-upstream",   "off"};
     }
     fs::create_directories(base_ / "data");
     int out[2];
@@ -61,8 +63,8 @@ class Daemon {
                                                             : PANDASTACK_SOURCE_DIR "/var/images";
       std::string data = (base_ / "data").string();
       std::string state = state_.string();
-      std::vector<std::string> all = {PANDASTACKD, "--data",   data,          "--state-dir",
-                                      state,       "--images", images,        "--listen",
+      std::vector<std::string> all = {PANDASTACKD,   "--data",       data,         "--state-dir",
+                                      state,         "--images",     images,       "--listen",
                                       "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0"};
       all.insert(all.end(), args.begin(), args.end());
       std::vector<char*> argv;
@@ -533,9 +535,8 @@ TEST_F(RpcTest, NobodyWithoutAKeyMakesTheDaemonHoldMegabytes) {
     auto deadline = io_.provider->getTimer().now() + 5 * kj::SECONDS;
     while (n != 0 && n != 99) {
       n = raw->tryRead(b, 1, sizeof b)
-              .exclusiveJoin(io_.provider->getTimer().atTime(deadline).then([] {
-                return size_t(99);
-              }))
+              .exclusiveJoin(
+                  io_.provider->getTimer().atTime(deadline).then([] { return size_t(99); }))
               .wait(ws);
       if (n != 99) total += n;
     }
@@ -676,7 +677,8 @@ TEST_F(RpcDatabaseTest, CreateQueryBackupRotateHibernateWakeAndDelete) {
   auto other_conn =
       io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
   capnp::TwoPartyClient other_client(*other_conn);
-  auto other = login(other_client, pandastack::wire::Json::parse(k.body)->operator[]("key").as_string());
+  auto other =
+      login(other_client, pandastack::wire::Json::parse(k.body)->operator[]("key").as_string());
   auto theirs = [&] {
     auto g2 = other.getDatabaseRequest();
     g2.setId(id);

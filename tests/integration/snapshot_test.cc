@@ -427,8 +427,9 @@ TEST_F(SnapshotTest, VolumesBindOnTheRestorePathAndKeepTheirData) {
     EXPECT_EQ(run(**vm, "cat /mnt/ro/f"), "kept\n");
     EXPECT_EQ(run(**vm, "touch /mnt/ro/g 2>/dev/null; echo $?"), "1\n");  // read-only
     // Even a raw write to the disk lands in the VM's own overlay, never in the file.
-    run(**vm, "dd if=/dev/zero of=$(grep -l pds-vol2 /sys/block/*/serial | cut -d/ -f4 | "
-              "sed 's|^|/dev/|') bs=4096 count=16 conv=fsync 2>/dev/null; echo");
+    run(**vm,
+        "dd if=/dev/zero of=$(grep -l pds-vol2 /sys/block/*/serial | cut -d/ -f4 | "
+        "sed 's|^|/dev/|') bs=4096 count=16 conv=fsync 2>/dev/null; echo");
   }
   {
     auto c = config("vol-c");

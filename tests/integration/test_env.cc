@@ -1,12 +1,10 @@
 #include "tests/integration/test_env.h"
 
 #include <dirent.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
-
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -32,8 +30,8 @@ vmm::IoThread& io() {
 
 std::filesystem::path fresh_run_dir(const std::string& tag) {
   static std::atomic<int> n{0};
-  return std::filesystem::path("/tmp") / ("pst-" + std::to_string(::getpid()) + "-" + tag + "-" +
-                                          std::to_string(n++));
+  return std::filesystem::path("/tmp") /
+         ("pst-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(n++));
 }
 
 vmm::VmConfig base_config(const std::string& tag) {
@@ -101,8 +99,8 @@ class Watchdog : public ::testing::EmptyTestEventListener {
       if (name_.empty() || std::chrono::steady_clock::now() - started_ < kAfter * (reports_ + 1))
         continue;
       ++reports_;
-      std::fprintf(stderr, "WATCHDOG: %s still running after %lld s; its threads:\n",
-                   name_.c_str(), static_cast<long long>(kAfter.count()) * reports_);
+      std::fprintf(stderr, "WATCHDOG: %s still running after %lld s; its threads:\n", name_.c_str(),
+                   static_cast<long long>(kAfter.count()) * reports_);
       lock.unlock();
       dump_threads();
       lock.lock();

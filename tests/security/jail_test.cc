@@ -4,11 +4,11 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,8 +47,8 @@ TEST(Jail, TheLaunchRecordsTheChildBeforeItExecs) {
   fs::path run = fs::path("/dev/shm") / ("pst-jail-rec-" + std::to_string(::getpid()));
   fs::create_directories(run);
   ASSERT_EQ(::chown(run.c_str(), policy.uid_base, policy.uid_base), 0);
-  auto launch =
-      vmm::JailLaunch::prepare(policy, {}, run, {}, policy.uid_base, {"/usr/bin/sleep", "5"}, -1, true);
+  auto launch = vmm::JailLaunch::prepare(policy, {}, run, {}, policy.uid_base,
+                                         {"/usr/bin/sleep", "5"}, -1, true);
   ASSERT_TRUE(launch) << launch.error().message;
   std::string exe_before;
   pid_t seen = -1;
@@ -185,13 +185,17 @@ TEST(Jail, QemuCannotPlantLinksRewriteItsRecordOrSwapItsSockets) {
   for (auto target : {run / "vm.json.tmp", run / "evil", disks / "disk-2.qcow2"})
     EXPECT_EQ(as_uid(uid, [&] { return ::symlink("/etc/shadow", target.c_str()) == 0 ? 0 : 1; }), 1)
         << "QEMU's uid planted " << target;
-  EXPECT_EQ(as_uid(uid, [&] {
-              int fd = ::open((run / "vm.json").c_str(), O_WRONLY);
-              return fd >= 0 ? 0 : 1;
-            }),
+  EXPECT_EQ(as_uid(uid,
+                   [&] {
+                     int fd = ::open((run / "vm.json").c_str(), O_WRONLY);
+                     return fd >= 0 ? 0 : 1;
+                   }),
             1)
       << "QEMU's uid can rewrite the VM's record";
-  EXPECT_EQ(as_uid(uid, [&] { return ::rename((run / "mem").c_str(), (run / "m2").c_str()) == 0 ? 0 : 1; }), 1);
+  EXPECT_EQ(
+      as_uid(uid,
+             [&] { return ::rename((run / "mem").c_str(), (run / "m2").c_str()) == 0 ? 0 : 1; }),
+      1);
   // q/ is QEMU's: replacing its QMP socket with a link to a server of another uid (here: a
   // root-owned socket, like the daemon's RPC socket) makes the daemon refuse the connection.
   fs::path other = fs::path("/dev/shm") / ("pst-other-" + std::to_string(::getpid()) + ".sock");
@@ -204,9 +208,12 @@ TEST(Jail, QemuCannotPlantLinksRewriteItsRecordOrSwapItsSockets) {
   ASSERT_EQ(::listen(srv, 4), 0);
   ::chmod(other.c_str(), 0777);
   auto qmp = run / "q" / "qmp.sock";
-  EXPECT_EQ(as_uid(uid, [&] {
-              return ::unlink(qmp.c_str()) == 0 && ::symlink(other.c_str(), qmp.c_str()) == 0 ? 0 : 1;
-            }),
+  EXPECT_EQ(as_uid(uid,
+                   [&] {
+                     return ::unlink(qmp.c_str()) == 0 && ::symlink(other.c_str(), qmp.c_str()) == 0
+                                ? 0
+                                : 1;
+                   }),
             0)
       << "q/ should be QEMU's to write";
   auto c = vmm::QmpClient::connect(qmp.string(), std::chrono::milliseconds(2000), nullptr, uid);

@@ -16,8 +16,8 @@ from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFaile
                       SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
                       TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
                       VolumeNotFound)
-from ._models import (DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo,
-                      SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
+from ._models import (CodeError, CodeResult, DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult,
+                      Execution, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
 from ._sync import Database, Sandbox, Volume
 
 __version__ = "0.2.0"
@@ -32,5 +32,5 @@ __all__ = [
     "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
     "BackupNotFound", "Database", "DatabaseBackup", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
-    "VolumeAttached",
+    "VolumeAttached", "Execution", "CodeResult", "CodeError",
 ]

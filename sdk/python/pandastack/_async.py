@@ -12,7 +12,7 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import ExecEvent, ExecResult, FileInfo, ProcessInfo, SandboxInfo
+from ._models import ExecEvent, ExecResult, Execution, FileInfo, ProcessInfo, SandboxInfo
 
 
 class _AsyncHttp:
@@ -308,6 +308,35 @@ class AsyncSandbox:
                 return ExecResult(bytes(cap.out), bytes(cap.err), ev.exit_code or 0, ev.timed_out,
                                   ev.duration_ms, cap.out_truncated, cap.err_truncated)
         raise PandaStackError("the command's stream ended without an exit event", code="internal")
+
+    # -- code interpreter -------------------------------------------------------------------------
+
+    async def run_code(self, code: str, context: Optional[str] = None,
+                 env: Optional[Mapping[str, str]] = None,
+                 timeout_seconds: Optional[int] = None) -> Execution:
+        """Runs Python in a context that keeps its variables between runs ("default" unless
+        ``context`` names one from ``create_code_context``). The last expression's value is the
+        main result (``.text``); an exception is ``.error`` (not raised); a run past its timeout is
+        interrupted (``.timed_out``) and the context keeps its state."""
+        body = c.code_body(code, context, env, timeout_seconds)
+        r = await self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/code", json=body,
+                            timeout=c.exec_timeout(timeout_seconds, self._http.timeout))
+        return Execution.from_api(r.json())
+
+    async def create_code_context(self, cwd: Optional[str] = None) -> str:
+        """A new context (its own variables; ``cwd`` its working folder): its id."""
+        body = {"cwd": cwd} if cwd else {}
+        r = await self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/code/contexts", json=body)
+        return str(r.json()["id"])
+
+    async def code_contexts(self) -> List[str]:
+        """The ids of the contexts running in the sandbox."""
+        r = await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/code/contexts")
+        return [x["id"] for x in r.json()["contexts"]]
+
+    async def delete_code_context(self, context: str) -> None:
+        """Ends a context; its variables go."""
+        await self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}/code/contexts/{context}")
 
     async def aclose(self) -> None:
         """Closes the HTTP client (the sandbox keeps running)."""

@@ -38,6 +38,18 @@ def headers(key: str) -> Dict[str, str]:
     return {"Authorization": f"Bearer {key}", "User-Agent": "pandastack-python/0.1"}
 
 
+def code_body(code: str, context: Optional[str], env: Optional[Mapping[str, str]],
+              timeout_seconds: Optional[int]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"code": code}
+    if context:
+        body["context"] = context
+    if env:
+        body["env"] = dict(env)
+    if timeout_seconds is not None:
+        body["timeout_seconds"] = int(timeout_seconds)
+    return body
+
+
 def exec_body(cmd: Command, timeout_seconds: Optional[int], env: Optional[Mapping[str, str]],
               cwd: Optional[str], stdin: Union[str, bytes, None]) -> Dict[str, Any]:
     body: Dict[str, Any] = {"cmd": cmd} if isinstance(cmd, str) else {"argv": list(cmd)}

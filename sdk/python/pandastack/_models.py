@@ -238,3 +238,55 @@ class DatabaseBackup:
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "DatabaseBackup":
         return cls(b["id"], b["database"], int(b["bytes"]), int(b["created_at_ms"]))
+
+
+@dataclass
+class CodeResult:
+    """One result of a code run: the last expression's value (``is_main_result``) or a figure."""
+
+    text: str
+    png: Optional[bytes] = None
+    json: Any = None
+    is_main_result: bool = False
+
+    @classmethod
+    def from_api(cls, r: Dict[str, Any]) -> "CodeResult":
+        png = base64.b64decode(r["png"]) if r.get("png") else None
+        return cls(r.get("text", ""), png, r.get("json"), bool(r.get("is_main_result")))
+
+
+@dataclass
+class CodeError:
+    """The exception a run raised (the context lives on)."""
+
+    name: str
+    value: str
+    traceback: str
+
+
+@dataclass
+class Execution:
+    """What a run of code produced. ``text`` is the main result's text (None without one)."""
+
+    stdout: str
+    stderr: str
+    results: List[CodeResult]
+    error: Optional[CodeError]
+    execution_count: int
+    timed_out: bool = False
+
+    @property
+    def text(self) -> Optional[str]:
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "Execution":
+        e = b.get("error")
+        err = CodeError(e["name"], e["value"], e["traceback"]) if e else None
+        return cls(b.get("stdout", ""), b.get("stderr", ""),
+                   [CodeResult.from_api(r) for r in b.get("results", [])], err,
+                   int(b.get("execution_count", 0)), bool(b.get("timed_out")))
+

@@ -8,7 +8,7 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import (DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, FileInfo, ProcessInfo,
+from ._models import (DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, Execution, FileInfo, ProcessInfo,
                       SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
 
 
@@ -318,6 +318,35 @@ class Sandbox:
         body = c.exec_body(cmd, timeout_seconds, env, cwd, stdin)
         return self._http.sse("POST", f"/v1/sandboxes/{c.sid(self.id)}/exec/stream", json=body,
                               timeout=c.exec_timeout(timeout_seconds, self._http.timeout))
+
+    # -- code interpreter -------------------------------------------------------------------------
+
+    def run_code(self, code: str, context: Optional[str] = None,
+                 env: Optional[Mapping[str, str]] = None,
+                 timeout_seconds: Optional[int] = None) -> Execution:
+        """Runs Python in a context that keeps its variables between runs ("default" unless
+        ``context`` names one from ``create_code_context``). The last expression's value is the
+        main result (``.text``); an exception is ``.error`` (not raised); a run past its timeout is
+        interrupted (``.timed_out``) and the context keeps its state."""
+        body = c.code_body(code, context, env, timeout_seconds)
+        r = self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/code", json=body,
+                            timeout=c.exec_timeout(timeout_seconds, self._http.timeout))
+        return Execution.from_api(r.json())
+
+    def create_code_context(self, cwd: Optional[str] = None) -> str:
+        """A new context (its own variables; ``cwd`` its working folder): its id."""
+        body = {"cwd": cwd} if cwd else {}
+        r = self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/code/contexts", json=body)
+        return str(r.json()["id"])
+
+    def code_contexts(self) -> List[str]:
+        """The ids of the contexts running in the sandbox."""
+        r = self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/code/contexts")
+        return [x["id"] for x in r.json()["contexts"]]
+
+    def delete_code_context(self, context: str) -> None:
+        """Ends a context; its variables go."""
+        self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}/code/contexts/{context}")
 
     # -- context manager ------------------------------------------------------------------------
 

@@ -65,6 +65,21 @@ class SdkTest(unittest.TestCase):
             sid = sbx.id
         self.assertEqual(Sandbox.get(sid).state, "stopped")  # the context manager killed it
 
+    def test_run_code_keeps_state_between_runs(self):
+        with Sandbox.create() as sbx:
+            r = sbx.run_code("x = 41\nprint('hi')\nx + 1")
+            self.assertEqual((r.stdout, r.text, r.error, r.execution_count), ("hi\n", "42", None, 1))
+            self.assertEqual(sbx.run_code("{'k': x}").results[0].json, {"k": 41})
+            err = sbx.run_code("raise ValueError('nope')").error
+            self.assertEqual((err.name, err.value), ("ValueError", "nope"))
+            self.assertTrue(sbx.run_code("while True: pass", timeout_seconds=2).timed_out)
+            ctx = sbx.create_code_context(cwd="/tmp")
+            self.assertEqual(sbx.run_code("import os; os.getcwd()", context=ctx).text, "'/tmp'")
+            self.assertIn(ctx, sbx.code_contexts())
+            sbx.delete_code_context(ctx)
+            self.assertNotIn(ctx, sbx.code_contexts())
+            self.assertEqual(sbx.run_code("x").text, "41")
+
     def test_filesystem_and_processes(self):
         with Sandbox.create(metadata={"suite": "sdk"}) as sbx:
             fs = sbx.filesystem
@@ -462,6 +477,12 @@ class AsyncSdkTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(guest_count(probe, "sleep 307"), 0)
             r = await sbx.exec("echo still here")
             self.assertEqual(r.stdout, "still here\n")
+
+    async def test_run_code(self):
+        async with await AsyncSandbox.create() as sbx:
+            await sbx.run_code("y = 6 * 7")
+            self.assertEqual((await sbx.run_code("y")).text, "42")
+            self.assertEqual(await sbx.code_contexts(), ["default"])
 
     async def test_ten_sandboxes_in_parallel(self):
         async def one(i):

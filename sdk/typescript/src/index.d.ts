@@ -190,6 +190,37 @@ export declare class Processes {
   stream(pid: number, opts?: { signal?: AbortSignal }): AsyncIterable<ExecEvent>;
 }
 
+export interface CodeResult {
+  /** The value's repr. */
+  text: string;
+  /** For a dict or list. */
+  json?: unknown;
+  /** A matplotlib figure (PNG bytes). */
+  png?: Buffer;
+  /** The last expression's value (figures are not). */
+  isMainResult: boolean;
+}
+
+export interface Execution {
+  stdout: string;
+  stderr: string;
+  results: CodeResult[];
+  /** The main result's text. */
+  text?: string;
+  /** The exception the code raised (the context lives on). */
+  error?: { name: string; value: string; traceback: string };
+  executionCount: number;
+  timedOut: boolean;
+}
+
+export interface RunCodeOptions {
+  /** A context id from createCodeContext (default: "default"). */
+  context?: string;
+  /** Environment variables for this run only. */
+  env?: Record<string, string>;
+  timeoutSeconds?: number;
+}
+
 export declare class Sandbox {
   static create(opts?: CreateOptions): Promise<Sandbox>;
   static get(id: string, opts?: ClientOptions): Promise<Sandbox>;
@@ -205,6 +236,11 @@ export declare class Sandbox {
   readonly process: Processes;
   exec(cmd: string | string[], opts?: ExecOptions): Promise<ExecResult>;
   execStream(cmd: string | string[], opts?: ExecOptions): AsyncIterable<ExecEvent>;
+  /** Python in a context that keeps its state between runs. */
+  runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
+  createCodeContext(opts?: { cwd?: string }): Promise<string>;
+  codeContexts(): Promise<string[]>;
+  deleteCodeContext(id: string): Promise<void>;
   snapshot(): Promise<string>;
   /** A copy of the running sandbox (memory, processes, disk); it keeps running. */
   fork(): Promise<Sandbox>;

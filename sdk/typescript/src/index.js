@@ -503,6 +503,34 @@ export class Sandbox {
     return this.http.sse("POST", `/v1/sandboxes/${sid(this.id)}/exec/stream`, { json: execBody(cmd, opts), signal: opts.signal });
   }
 
+  /** Runs Python in a context that keeps its variables between runs ("default" unless `context`
+   * names one from createCodeContext). Resolves to {stdout, stderr, results, error, text,
+   * executionCount, timedOut}: `text` is the last expression's value, `error` an exception the
+   * code raised (not thrown); a run past `timeoutSeconds` is interrupted and the context lives on. */
+  async runCode(code, opts = {}) {
+    const body = { code };
+    if (opts.context) body.context = opts.context;
+    if (opts.env) body.env = opts.env;
+    if (opts.timeoutSeconds !== undefined) body.timeout_seconds = opts.timeoutSeconds;
+    const r = await this.#post("code", body);
+    const results = r.results.map((x) => ({
+      text: x.text, json: x.json, isMainResult: !!x.is_main_result,
+      png: x.png ? Buffer.from(x.png, "base64") : undefined,
+    }));
+    const main = results.find((x) => x.isMainResult);
+    return {
+      stdout: r.stdout, stderr: r.stderr, results, text: main ? main.text : undefined,
+      error: r.error ? { name: r.error.name, value: r.error.value, traceback: r.error.traceback } : undefined,
+      executionCount: r.execution_count, timedOut: !!r.timed_out,
+    };
+  }
+  /** A new code context (its own variables; `cwd` its working folder): resolves to its id. */
+  async createCodeContext(opts = {}) { return (await this.#post("code/contexts", opts.cwd ? { cwd: opts.cwd } : {})).id; }
+  /** The ids of the code contexts running in the sandbox. */
+  async codeContexts() { return (await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/code/contexts`)).contexts.map((c) => c.id); }
+  /** Ends a code context; its variables go. */
+  async deleteCodeContext(id) { await this.http.json("DELETE", `/v1/sandboxes/${sid(this.id)}/code/contexts/${encodeURIComponent(id)}`); }
+
   /** Snapshots the running sandbox; resolves to the snapshot id. */
   async snapshot() { return (await this.#post("snapshots")).snapshot_id; }
   /** fork(): one copy of the running sandbox (a Sandbox); fork(count): a list of `count`. */

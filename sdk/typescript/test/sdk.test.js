@@ -70,6 +70,24 @@ test("commands, streams, files, processes", async () => {
   }
 });
 
+test("runCode keeps state between runs", async () => {
+  const sbx = await Sandbox.create();
+  try {
+    const r = await sbx.runCode("x = 41\nprint('hi')\nx + 1");
+    assert.equal(r.stdout, "hi\n");
+    assert.equal(r.text, "42");
+    assert.equal(r.error, undefined);
+    assert.equal((await sbx.runCode("x")).text, "41");
+    assert.equal((await sbx.runCode("1/0")).error.name, "ZeroDivisionError");
+    const ctx = await sbx.createCodeContext({ cwd: "/tmp" });
+    assert.equal((await sbx.runCode("'x' in globals()", { context: ctx })).text, "False");
+    assert.ok((await sbx.codeContexts()).includes(ctx));
+    await sbx.deleteCodeContext(ctx);
+  } finally {
+    await sbx.kill();
+  }
+});
+
 test("aborting an exec kills the command in the guest", async () => {
   const sbx = await Sandbox.create();
   try {

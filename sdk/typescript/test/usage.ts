@@ -1,6 +1,6 @@
 // Type-checked (tsc --strict, `npm run typecheck`) against src/index.d.ts: the declarations cover
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
-import {
+import { Execution,
   Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
   type VolumeInfo, Database, type DatabaseInfo, type DatabaseBackup, type VolumeSnapshotInfo,
 } from "../src/index.js";
@@ -62,6 +62,12 @@ export async function usage(): Promise<string> {
   if (from.length + bk.bytes < 0) return "";
   if (uri.length + dbs.length + woke.port + log.length < 0) return "";
   if (held.length + vols.length < 0) return "";
+  const ran: Execution = await sbx.runCode("1 + 1", { timeoutSeconds: 30, env: { A: "b" } });
+  const ctx: string = await sbx.createCodeContext({ cwd: "/tmp" });
+  const ctxs: string[] = await sbx.codeContexts();
+  await sbx.deleteCodeContext(ctx);
+  const png: Buffer | undefined = ran.results[0]?.png;
+  if ((ran.text ?? "").length + ctxs.length + (png?.length ?? 0) + (ran.error?.name.length ?? 0) < 0) return "";
   await Sandbox.deleteSnapshot(await sbx.snapshot());
   try {
     await Sandbox.get("sbx_x");
