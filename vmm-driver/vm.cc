@@ -1,5 +1,7 @@
 #include "vmm-driver/vm.h"
 
+#include "vmm-driver/live_record.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -710,45 +712,44 @@ Status Vm::save_record() const {
 }
 
 Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, milliseconds timeout) {
-  using wire::Json;
   std::ifstream in(run_dir / "vm.json");
   if (!in) return make_error(ErrorCode::not_found, "no live record in " + run_dir.string());
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto j = Json::parse(text);
-  if (!j || !j->is_object() || (*j)["format"].as_int() != 1)
-    return make_error(ErrorCode::invalid_argument, "unreadable live record in " + run_dir.string());
-  const Json& r = *j;
+  auto parsed = parse_live_record(text);
+  if (!parsed)
+    return make_error(ErrorCode::invalid_argument,
+                      parsed.error().message + " (in " + run_dir.string() + ")");
+  const LiveRecord& r = *parsed;
   VmConfig c;
-  c.name = r["name"].as_string();
-  c.hostname = r["hostname"].as_string();
+  c.name = r.name;
+  c.hostname = r.hostname;
   c.run_dir = run_dir;
-  c.kernel = r["kernel"].as_string();
-  c.initramfs = r["initramfs"].as_string();
-  c.rootfs = r["rootfs"].as_string();
-  c.vcpus = unsigned(r["vcpus"].as_int());
-  c.memory_mib = unsigned(r["memory_mib"].as_int());
-  c.accel = r["accel"].as_string() == "kvm" ? Accel::kvm : Accel::tcg;
-  c.cpu_model = r["cpu_model"].as_string();
-  c.tsc_khz = unsigned(r["tsc_khz"].as_int());
-  c.qemu_binary = r["qemu_binary"].as_string();
-  c.jail = r["jail"].as_bool();
+  c.kernel = r.kernel;
+  c.initramfs = r.initramfs;
+  c.rootfs = r.rootfs;
+  c.vcpus = r.vcpus;
+  c.memory_mib = r.memory_mib;
+  c.accel = r.accel == "kvm" ? Accel::kvm : Accel::tcg;
+  c.cpu_model = r.cpu_model;
+  c.tsc_khz = r.tsc_khz;
+  c.qemu_binary = r.qemu_binary;
+  c.jail = r.jail;
   c.die_with_parent = false;
-  if (r["disk_dir"].is_string()) c.disk_dir = r["disk_dir"].as_string();
+  c.disk_dir = r.disk_dir;
   std::unique_ptr<Vm> vm(new Vm(io, std::move(c)));
   vm->adopted_ = true;
-  if (r["jail_uid"].is_number() && r["jail_uid"].as_int() > 0) {
-    vm->jail_uid_ = uint32_t(r["jail_uid"].as_int());
+  if (r.jail_uid > 0) {
+    vm->jail_uid_ = r.jail_uid;
     JailUids::claim(vm->jail_uid_);
   }
-  vm->pid_ = pid_t(r["pid"].as_int());
-  vm->start_ticks_ = uint64_t(r["start_ticks"].as_int());
-  vm->qemu_version_ = r["qemu_version"].as_string();
-  for (auto& l : r["layers"].as_array()) vm->layers_.push_back(l.as_string());
-  vm->overlay_seq_ = int(r["overlay_seq"].as_int());
-  vm->active_overlay_ = vm->disks() / r["active_overlay"].as_string();
-  std::vector<fs::path> groups;
-  for (auto& g : r["cgroups"].as_array()) groups.push_back(g.as_string());
-  vm->cgroup_ = Cgroup::adopt(r["cgroup_v2"].as_bool(), std::move(groups));
+  vm->pid_ = pid_t(r.pid);
+  vm->start_ticks_ = r.start_ticks;
+  vm->qemu_version_ = r.qemu_version;
+  vm->layers_ = r.layers;
+  vm->overlay_seq_ = r.overlay_seq;
+  vm->active_overlay_ = vm->disks() / r.active_overlay;
+  std::vector<fs::path> groups(r.cgroups.begin(), r.cgroups.end());
+  vm->cgroup_ = Cgroup::adopt(r.cgroup_v2, std::move(groups));
   if (vm->pid_ <= 0 || !vm->alive()) {
     vm->pid_ = -1;  // nothing to kill; ~Vm cleans the folder
     return make_error(ErrorCode::not_found, "the VM of " + run_dir.string() + " is gone");
@@ -775,17 +776,17 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
 fs::path Vm::disks() const { return config_.disk_dir.empty() ? config_.run_dir : config_.disk_dir; }
 
 bool Vm::kill_recorded(const fs::path& run_dir) {
-  using wire::Json;
   std::ifstream in(run_dir / "vm.json");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto j = Json::parse(text);
   bool killed = false;
   std::error_code ec;
-  if (j && j->is_object()) {
-    const Json& r = *j;
-    pid_t pid = pid_t(r["pid"].as_int());
-    uint64_t ticks = uint64_t(r["start_ticks"].as_int());
-    if (pid > 0 && ticks != 0 && process_start_ticks(pid) == ticks) {
+  auto r = parse_live_record(text);
+  if (!r && in)
+    spdlog::warn("{}: {}: only the run folder goes", run_dir.string(), r.error().message);
+  if (r) {
+    pid_t pid = pid_t(r->pid);
+    uint64_t ticks = r->start_ticks;
+    if (ticks != 0 && process_start_ticks(pid) == ticks) {
       ::kill(pid, SIGKILL);
       killed = true;
       // Not our child: watch /proc until it is gone (its parent, init, reaps it). SIGKILL ends a
@@ -793,11 +794,9 @@ bool Vm::kill_recorded(const fs::path& run_dir) {
       for (int i = 0; i < 500 && process_start_ticks(pid) == ticks; ++i)
         std::this_thread::sleep_for(milliseconds(2));
     }
-    std::vector<fs::path> groups;
-    for (auto& g : r["cgroups"].as_array()) groups.push_back(g.as_string());
-    Cgroup::adopt(r["cgroup_v2"].as_bool(), std::move(groups));  // removed at once: empty now
-    if (r["disk_dir"].is_string() && !r["disk_dir"].as_string().empty())
-      fs::remove_all(r["disk_dir"].as_string(), ec);
+    std::vector<fs::path> groups(r->cgroups.begin(), r->cgroups.end());
+    Cgroup::adopt(r->cgroup_v2, std::move(groups));  // removed at once: empty now
+    if (!r->disk_dir.empty()) fs::remove_all(r->disk_dir, ec);
   }
   fs::remove_all(run_dir, ec);
   fs::remove_all(run_dir.string() + ".jail", ec);

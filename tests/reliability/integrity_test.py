@@ -73,10 +73,10 @@ class IntegrityTest(unittest.TestCase):
         for i in range(CYCLES):
             t0 = time.monotonic()
             s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/hibernate")
-            self.assertEqual(s, 200, b)
+            self.assertEqual((s, b.get("state")), (200, "hibernated"), b)
             t1 = time.monotonic()
             s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/wake")
-            self.assertEqual(s, 200, b)
+            self.assertEqual((s, b.get("state")), (200, "running"), b)
             t2 = time.monotonic()
             hib.append(t1 - t0)
             wake.append(t2 - t1)

@@ -51,6 +51,8 @@ namespace pandastack::tools {
 int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
               const std::string& create_body, const std::string& upstream, int n, int pause_ms,
               bool json);
+int soak_bench(const std::string& url, const std::string& key, const std::string& create_body,
+               int sandboxes, int clients, int seconds);
 }
 
 namespace {
@@ -67,7 +69,9 @@ struct Options {
   std::string create_body = "{}";                   // api mode: the body of every create
   std::string upstream;                             // api net-throughput: the URL guests fetch
   int pause_ms = 1000;  // api create/fork/wake: untimed pause between requests (pools refill)
-  int sandboxes = 5;    // recovery: running sandboxes at the crash
+  int sandboxes = 5;    // recovery: running sandboxes at the crash; api soak: sandboxes used
+  int clients = 16;     // api soak: client threads
+  int seconds = 600;    // api soak: duration
   std::string daemon;   // recovery: the pandastackd binary
 };
 
@@ -78,6 +82,7 @@ int usage() {
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
                "       pandastack-bench api create|create-volume|fork-volume|db-create|volume-throughput|exec|fork|wake|concurrent-create|net-throughput [--url URL] "
                "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] [--pause-ms MS] [--n N] [--json]\n"
+               "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] [--clients C] [--seconds S] [--create-body JSON]\n"
                "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n ROUNDS] [--json]\n");
   return 2;
 }
@@ -534,6 +539,8 @@ int main(int argc, char** argv) {
     else if (a == "--pause-ms" && i + 1 < argc) o.pause_ms = std::atoi(argv[++i]);
     else if (a == "--sandboxes" && i + 1 < argc) o.sandboxes = std::atoi(argv[++i]);
     else if (a == "--daemon" && i + 1 < argc) o.daemon = argv[++i];
+    else if (a == "--clients" && i + 1 < argc) o.clients = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--seconds" && i + 1 < argc) o.seconds = std::max(1, std::atoi(argv[++i]));
     else if (a.rfind("--", 0) == 0) return usage();
     else pos.push_back(a);
   }
@@ -545,6 +552,9 @@ int main(int argc, char** argv) {
     return usage();
   if (pos[0] == "api") {
     if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
+    if (pos[1] == "soak")
+      return tools::soak_bench(o.url, o.key, o.create_body, std::max(1, o.sandboxes), o.clients,
+                               o.seconds);
     return tools::api_bench(pos[1], o.url, o.key, o.create_body, o.upstream, o.n, o.pause_ms, o.json);
   }
   o.mode = pos[0];

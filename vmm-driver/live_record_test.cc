@@ -1,0 +1,68 @@
+// The live record (vm.json) is read with every field checked: what it names gets killed and
+// removed by recovery.
+#include "vmm-driver/live_record.h"
+
+#include <gtest/gtest.h>
+
+#include "wire/json.h"
+
+namespace pandastack::vmm {
+namespace {
+
+using wire::Json;
+
+Json good() {
+  auto j = Json::parse(R"({"format":1,"pid":4242,"start_ticks":123456,"name":"sbx_a.1",
+    "hostname":"h","kernel":"/i/kernel","initramfs":"/i/initramfs","rootfs":"/i/base/rootfs.qcow2",
+    "vcpus":1,"memory_mib":256,"accel":"tcg","cpu_model":"","tsc_khz":0,"qemu_binary":"qemu",
+    "jail":true,"qemu_version":"7.2","layers":["l0.qcow2","l1.qcow2"],"overlay_seq":2,
+    "active_overlay":"overlay-2.qcow2","disk_dir":"/var/lib/ps/disks/sbx_a.1","jail_uid":900001,
+    "cgroup_v2":true,"cgroups":["/sys/fs/cgroup/pandastack/sbx_a.1"]})");
+  return *j;
+}
+
+TEST(LiveRecord, AGoodRecordParses) {
+  auto r = parse_live_record(good().dump());
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->pid, 4242);
+  EXPECT_EQ(r->start_ticks, 123456u);
+  EXPECT_EQ(r->layers, (std::vector<std::string>{"l0.qcow2", "l1.qcow2"}));
+  EXPECT_EQ(r->active_overlay, "overlay-2.qcow2");
+  EXPECT_EQ(r->disk_dir, "/var/lib/ps/disks/sbx_a.1");
+  EXPECT_EQ(r->cgroups, (std::vector<std::string>{"/sys/fs/cgroup/pandastack/sbx_a.1"}));
+  EXPECT_EQ(r->jail_uid, 900001u);
+}
+
+TEST(LiveRecord, PathsThatWouldRemoveOrKillTheWrongThingAreRefused) {
+  auto with = [](const char* key, Json v) {
+    Json j = good();
+    j.set(key, std::move(v));
+    return parse_live_record(j.dump());
+  };
+  for (const char* d : {"/", "/var", "relative/disks", "/var/lib/../../etc", "/var//lib", "/var/lib/."})
+    EXPECT_FALSE(with("disk_dir", d)) << d;
+  EXPECT_TRUE(with("disk_dir", ""));
+  for (const char* g : {"/sys/fs/cgroup", "/sys/fs/cgroup/pandastack", "/etc/pandastack/x",
+                        "/sys/fs/cgroup/pandastack/../../x", "/sys/fs/cgroup/other/x"}) {
+    Json list = Json::array();
+    list.push(g);
+    EXPECT_FALSE(with("cgroups", list)) << g;
+  }
+  for (const char* l : {"", ".", "..", "../l0", "/abs", "a/b"}) {
+    Json list = Json::array();
+    list.push(l);
+    EXPECT_FALSE(with("layers", list)) << l;
+    if (*l) EXPECT_FALSE(with("active_overlay", l)) << l;  // "" = no overlay yet
+  }
+  EXPECT_FALSE(with("pid", 0));
+  EXPECT_FALSE(with("pid", -1));
+  EXPECT_FALSE(with("pid", "42"));
+  EXPECT_FALSE(with("format", 2));
+  EXPECT_FALSE(with("vcpus", 0));
+  EXPECT_FALSE(parse_live_record("not json"));
+  EXPECT_FALSE(parse_live_record("[]"));
+  EXPECT_FALSE(parse_live_record(std::string(2 << 20, ' ')));
+}
+
+}  // namespace
+}  // namespace pandastack::vmm
