@@ -52,7 +52,9 @@ TEST(LiveRecord, PathsThatWouldRemoveOrKillTheWrongThingAreRefused) {
     Json list = Json::array();
     list.push(l);
     EXPECT_FALSE(with("layers", list)) << l;
-    if (*l) EXPECT_FALSE(with("active_overlay", l)) << l;  // "" = no overlay yet
+    if (*l) {  // "" = no overlay yet
+      EXPECT_FALSE(with("active_overlay", l)) << l;
+    }
   }
   EXPECT_FALSE(with("pid", 0));
   EXPECT_FALSE(with("pid", -1));
