@@ -15,7 +15,8 @@ bool plain_name(const std::string& n) {
 
 // Absolute, no "." / ".." / empty segment, no NUL, at most 4096 bytes, at least `depth` segments.
 bool clean_absolute(const std::string& p, size_t depth) {
-  if (p.empty() || p[0] != '/' || p.size() > 4096 || p.find('\0') != std::string::npos) return false;
+  if (p.empty() || p[0] != '/' || p.size() > 4096 || p.find('\0') != std::string::npos)
+    return false;
   size_t segments = 0, start = 1;
   while (start <= p.size()) {
     size_t slash = p.find('/', start);

@@ -24,8 +24,8 @@ struct LiveRecord {
   uint32_t jail_uid = 0;
   std::vector<std::string> layers;  // plain file names in the disk folder
   int overlay_seq = 0;
-  std::string active_overlay;       // a plain file name in the disk folder
-  std::string disk_dir;             // "" or an absolute path without "." or ".." segments
+  std::string active_overlay;  // a plain file name in the disk folder
+  std::string disk_dir;        // "" or an absolute path without "." or ".." segments
   bool cgroup_v2 = false;
   std::vector<std::string> cgroups;  // ours: absolute, under /sys/fs/cgroup/, a pandastack/ folder
 };

@@ -39,7 +39,8 @@ TEST(LiveRecord, PathsThatWouldRemoveOrKillTheWrongThingAreRefused) {
     j.set(key, std::move(v));
     return parse_live_record(j.dump());
   };
-  for (const char* d : {"/", "/var", "relative/disks", "/var/lib/../../etc", "/var//lib", "/var/lib/."})
+  for (const char* d :
+       {"/", "/var", "relative/disks", "/var/lib/../../etc", "/var//lib", "/var/lib/."})
     EXPECT_FALSE(with("disk_dir", d)) << d;
   EXPECT_TRUE(with("disk_dir", ""));
   for (const char* g : {"/sys/fs/cgroup", "/sys/fs/cgroup/pandastack", "/etc/pandastack/x",

@@ -1,7 +1,5 @@
 #include "vmm-driver/vm.h"
 
-#include "vmm-driver/live_record.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +24,7 @@
 
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/jail.h"
+#include "vmm-driver/live_record.h"
 #include "vmm-driver/network.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/run_tool.h"
@@ -38,7 +37,6 @@ namespace pandastack::vmm {
 namespace fs = std::filesystem;
 using namespace std::chrono;
 using namespace detail;
-
 
 const char* to_string(Accel a) { return a == Accel::kvm ? "kvm" : "tcg"; }
 
@@ -166,30 +164,31 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
       args.push_back(a);
   }
   for (auto& a : std::initializer_list<std::string>{
-      "-device",
-      "virtio-serial-device",
-      "-chardev",
-      // Control sockets are relative to QEMU's working directory, its run folder (Vm::spawn): a
-      // socket path must be < 108 bytes, and the folder's own path may be longer than that. They
-      // are made in q/, the one folder QEMU may write to (the run folder itself is root's).
-      "socket,id=agent,path=" + std::string(kQemuDir) + "/agent.sock,server=on,wait=off",
-      "-device",
-      "virtserialport,chardev=agent,name=agent,id=agent",
-      "-chardev",
-      "file,id=console,path=" + run + "/" + kQemuDir + "/console.log",
-      "-serial",
-      "chardev:console",
-      "-qmp",
-      "unix:" + std::string(kQemuDir) + "/qmp.sock,server=on,wait=off",
-      // One NIC, always (the device set is part of the snapshot): on the sandbox's tap, or on a
-      // hub port that leads nowhere for a sandbox without network.
-      "-netdev",
-      c.network && c.network->tap_fd() >= 0
-          ? "tap,id=net0,fd=" + std::to_string(c.network->tap_fd())
-          : std::string("hubport,id=net0,hubid=0"),
-      "-device",
-      std::string("virtio-net-device,netdev=net0,mac=") + kGuestMac,
-  })
+           "-device",
+           "virtio-serial-device",
+           "-chardev",
+           // Control sockets are relative to QEMU's working directory, its run folder (Vm::spawn):
+           // a socket path must be < 108 bytes, and the folder's own path may be longer than that.
+           // They are made in q/, the one folder QEMU may write to (the run folder itself is
+           // root's).
+           "socket,id=agent,path=" + std::string(kQemuDir) + "/agent.sock,server=on,wait=off",
+           "-device",
+           "virtserialport,chardev=agent,name=agent,id=agent",
+           "-chardev",
+           "file,id=console,path=" + run + "/" + kQemuDir + "/console.log",
+           "-serial",
+           "chardev:console",
+           "-qmp",
+           "unix:" + std::string(kQemuDir) + "/qmp.sock,server=on,wait=off",
+           // One NIC, always (the device set is part of the snapshot): on the sandbox's tap, or on
+           // a hub port that leads nowhere for a sandbox without network.
+           "-netdev",
+           c.network && c.network->tap_fd() >= 0
+               ? "tap,id=net0,fd=" + std::to_string(c.network->tap_fd())
+               : std::string("hubport,id=net0,hubid=0"),
+           "-device",
+           std::string("virtio-net-device,netdev=net0,mac=") + kGuestMac,
+       })
     args.push_back(a);
   if (incoming) {
     args.push_back("-incoming");
@@ -211,7 +210,6 @@ std::string tail_of(const fs::path& p, size_t bytes) {
   in.read(s.data(), std::streamsize(s.size()));
   return s;
 }
-
 
 }  // namespace
 
@@ -274,7 +272,7 @@ Status copy_from_cache(const fs::path& cache, const fs::path& to,
 }  // namespace
 
 Status detail::overlay_from_cache(const fs::path& cache, const std::string& backing_name,
-                          const fs::path& to) {
+                                  const fs::path& to) {
   return copy_from_cache(cache, to, [&](const fs::path& tmp) {
     return run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", backing_name,
                      tmp.string()});
@@ -304,10 +302,12 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
   for (auto& d : {c.run_dir, disks()}) {
     fs::remove_all(d, ec);
     fs::create_directories(d, ec);
-    if (ec) return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
+    if (ec)
+      return make_error(ErrorCode::io_error, "cannot create " + d.string() + ": " + ec.message());
   }
   fs::create_directories(c.run_dir / kQemuDir, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create " + (c.run_dir / kQemuDir).string());
+  if (ec)
+    return make_error(ErrorCode::io_error, "cannot create " + (c.run_dir / kQemuDir).string());
   active_overlay_ = disks() / "disk.qcow2";
   if (snap == nullptr) {
     auto base = fs::absolute(c.rootfs);
@@ -324,13 +324,14 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
   layers_ = snap->layers;
   // Every disk of a template has the root filesystem's size: the snapshot's empty overlay is the
   // root filesystem's, naming the snapshot's top layer as its backing file (no qemu-img run).
-  return copy_from_cache(snap->disks() / "overlay.qcow2", active_overlay_, [&](const fs::path& tmp) {
-    auto base = qcow2::backing_file(snap->layer(layers_.front()));
-    if (!base) return Status(base.error());
-    auto made = overlay_from_cache(*base + ".overlay", *base, tmp);
-    if (made) made = qcow2::set_backing_file(tmp, layers_.back());
-    return made;
-  });
+  return copy_from_cache(snap->disks() / "overlay.qcow2", active_overlay_,
+                         [&](const fs::path& tmp) {
+                           auto base = qcow2::backing_file(snap->layer(layers_.front()));
+                           if (!base) return Status(base.error());
+                           auto made = overlay_from_cache(*base + ".overlay", *base, tmp);
+                           if (made) made = qcow2::set_backing_file(tmp, layers_.back());
+                           return made;
+                         });
 }
 
 Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point deadline) {
@@ -365,15 +366,17 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     // writes as root, nor rewrite the VM's record. QEMU owns only its files -- the RAM file (made
     // here when a cold boot has none), the active overlay -- and q/, where it makes its sockets.
     if (!fs::exists(c.run_dir / "mem")) {
-      int fd = ::open((c.run_dir / "mem").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+      int fd = ::open((c.run_dir / "mem").c_str(),
+                      O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
       if (fd >= 0) ::close(fd);
     }
     for (auto& d : {c.run_dir, disks()})
       if (::chown(d.c_str(), 0, 0) != 0 || ::chmod(d.c_str(), 0711) != 0)
-        return make_error(ErrorCode::spawn_failed, "cannot make " + d.string() + " root's: " + strerror(errno));
+        return make_error(ErrorCode::spawn_failed,
+                          "cannot make " + d.string() + " root's: " + strerror(errno));
     for (auto& p : {c.run_dir / kQemuDir, c.run_dir / "mem", active_overlay_})
-      if (fs::exists(p) && (::lchown(p.c_str(), uid, uid) != 0 || ::chmod(p.c_str(), 
-                                                                             fs::is_directory(p) ? 0700 : 0600) != 0))
+      if (fs::exists(p) && (::lchown(p.c_str(), uid, uid) != 0 ||
+                            ::chmod(p.c_str(), fs::is_directory(p) ? 0700 : 0600) != 0))
         return make_error(ErrorCode::spawn_failed,
                           "cannot hand " + p.string() + " to the jail uid: " + strerror(errno));
     std::vector<fs::path> images;
@@ -444,8 +447,9 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   // is noticed within 0.5 ms by `alive()`.
   auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
   RunDirRef dir(c.run_dir);
-  auto qmp = QmpClient::connect(dir.socket("q/qmp.sock"), std::max(milliseconds(1), left),
-                                [this] { return alive(); }, peer_uid());
+  auto qmp = QmpClient::connect(
+      dir.socket("q/qmp.sock"), std::max(milliseconds(1), left), [this] { return alive(); },
+      peer_uid());
   if (!qmp) {
     if (!alive())
       return failure(ErrorCode::spawn_failed, "QEMU exited at start: " + qmp.error().message);
@@ -703,7 +707,9 @@ Status Vm::save_record() const {
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
     if (fd >= 0) ::close(fd);
-    if (!ok) return make_error(ErrorCode::io_error, "cannot write " + tmp.string() + ": " + strerror(errno));
+    if (!ok)
+      return make_error(ErrorCode::io_error,
+                        "cannot write " + tmp.string() + ": " + strerror(errno));
   }
   std::error_code ec;
   fs::rename(tmp, config_.run_dir / "vm.json", ec);
@@ -756,8 +762,7 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   }
   auto deadline = steady_clock::now() + timeout;
   RunDirRef dir(run_dir);
-  auto qmp = QmpClient::connect(dir.socket("q/qmp.sock"), timeout, {},
-                                vm->peer_uid());
+  auto qmp = QmpClient::connect(dir.socket("q/qmp.sock"), timeout, {}, vm->peer_uid());
   if (!qmp)
     return vm->failure(ErrorCode::qmp_error, "cannot reconnect QMP: " + qmp.error().message);
   vm->qmp_ = std::move(*qmp);

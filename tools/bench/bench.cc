@@ -30,19 +30,18 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "storage/event_store.h"
 #include "tools/stats.h"
+#include "vmm-driver/accel.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/pool.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
 #include "vmm-driver/vm.h"
-#include "vmm-driver/accel.h"
-
-#include <thread>
 
 using namespace pandastack;
 using namespace std::chrono;
@@ -53,7 +52,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
               bool json);
 int soak_bench(const std::string& url, const std::string& key, const std::string& create_body,
                int sandboxes, int clients, int seconds);
-}
+}  // namespace pandastack::tools
 
 namespace {
 
@@ -66,8 +65,8 @@ struct Options {
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
   std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
   std::string url = "http://127.0.0.1:7070", key;  // api mode
-  std::string create_body = "{}";                   // api mode: the body of every create
-  std::string upstream;                             // api net-throughput: the URL guests fetch
+  std::string create_body = "{}";                  // api mode: the body of every create
+  std::string upstream;                            // api net-throughput: the URL guests fetch
   int pause_ms = 1000;  // api create/fork/wake: untimed pause between requests (pools refill)
   int sandboxes = 5;    // recovery: running sandboxes at the crash; api soak: sandboxes used
   int clients = 16;     // api soak: client threads
@@ -77,17 +76,27 @@ struct Options {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: pandastack-bench driver boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare [--n N] [--json] [--images DIR] "
+               "usage: pandastack-bench driver "
+               "boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-"
+               "pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare "
+               "[--n N] [--json] [--images DIR] "
                "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
-               "       pandastack-bench api create|create-volume|fork-volume|db-create|volume-throughput|exec|fork|wake|concurrent-create|net-throughput [--url URL] "
-               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] [--pause-ms MS] [--n N] [--json]\n"
-               "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] [--clients C] [--seconds S] [--create-body JSON]\n"
-               "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n ROUNDS] [--json]\n");
+               "       pandastack-bench api "
+               "create|create-volume|fork-volume|db-create|volume-throughput|exec|fork|wake|"
+               "concurrent-create|net-throughput [--url URL] "
+               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
+               "[--pause-ms MS] [--n N] [--json]\n"
+               "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
+               "[--clients C] [--seconds S] [--create-body JSON]\n"
+               "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n "
+               "ROUNDS] [--json]\n");
   return 2;
 }
 
-double ms_since(steady_clock::time_point t) { return duration<double, std::milli>(steady_clock::now() - t).count(); }
+double ms_since(steady_clock::time_point t) {
+  return duration<double, std::milli>(steady_clock::now() - t).count();
+}
 
 class DriverBench {
  public:
@@ -104,12 +113,16 @@ class DriverBench {
     auto s = templates_.baked("base", base_);
     if (!s) return s;
     // Stage it next to the VMs' run folders, so restores copy its RAM file in the kernel.
-    auto staged = vmm::stage_snapshot(*s, o_.run_dir + "/pandastack-bench-template-" + s->dir.filename().string());
-    if (staged) std::fprintf(stderr, "[bench] base template ready in %.0f ms (%s)\n", ms_since(t), staged->dir.c_str());
+    auto staged = vmm::stage_snapshot(
+        *s, o_.run_dir + "/pandastack-bench-template-" + s->dir.filename().string());
+    if (staged)
+      std::fprintf(stderr, "[bench] base template ready in %.0f ms (%s)\n", ms_since(t),
+                   staged->dir.c_str());
     return staged;
   }
 
-  std::unique_ptr<vmm::Vm> restore(const vmm::Snapshot& s, const std::string& tag, std::string* err) {
+  std::unique_ptr<vmm::Vm> restore(const vmm::Snapshot& s, const std::string& tag,
+                                   std::string* err) {
     auto vm = vmm::Vm::restore(io_, s, config(tag));
     if (!vm) {
       *err = vm.error().message;
@@ -139,7 +152,8 @@ class DriverBench {
     vmm::RestorePool pool(io_, *s, config("pool"), size);
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
-      wait_full(pool, size);  // creates arrive spaced out; the pool refills between them (not timed)
+      wait_full(pool,
+                size);  // creates arrive spaced out; the pool refills between them (not timed)
       auto t = steady_clock::now();
       auto vm = pool.create("pool-" + std::to_string(i), "sbx-" + std::to_string(i));
       if (!vm) return fail(vm.error());
@@ -182,8 +196,10 @@ class DriverBench {
     vmm::RestorePool pool(io_, *s, config("ccpool"), k);
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
-      for (int w = 0; w < 12000 && pool.ready() < k; ++w) std::this_thread::sleep_for(milliseconds(10));
-      if (pool.ready() < k) return fail(vmm::make_error(vmm::ErrorCode::timeout, "the pool did not fill"));
+      for (int w = 0; w < 12000 && pool.ready() < k; ++w)
+        std::this_thread::sleep_for(milliseconds(10));
+      if (pool.ready() < k)
+        return fail(vmm::make_error(vmm::ErrorCode::timeout, "the pool did not fill"));
       std::vector<std::unique_ptr<vmm::Vm>> vms(k);
       std::vector<std::string> errs(k);
       std::vector<std::thread> threads;
@@ -191,8 +207,10 @@ class DriverBench {
       for (size_t j = 0; j < k; ++j)
         threads.emplace_back([&, j] {
           auto vm = pool.create("cc-" + std::to_string(j), "cc-" + std::to_string(j));
-          if (vm) vms[j] = std::move(*vm);
-          else errs[j] = vm.error().message;
+          if (vm)
+            vms[j] = std::move(*vm);
+          else
+            errs[j] = vm.error().message;
         });
       for (auto& th : threads) th.join();
       double ms = ms_since(t);
@@ -203,7 +221,8 @@ class DriverBench {
         }
       samples.push_back(ms);
     }
-    report("concurrent-create-pool", samples, {{"sandboxes", std::to_string(k)}, {"pool_size", std::to_string(k)}});
+    report("concurrent-create-pool", samples,
+           {{"sandboxes", std::to_string(k)}, {"pool_size", std::to_string(k)}});
     return 0;
   }
 
@@ -229,12 +248,13 @@ class DriverBench {
   // Waits (untimed) until `pool` has `size` members ready: requests arrive spaced out.
   template <class Pool>
   static void wait_full(Pool& pool, size_t size) {
-    for (int i = 0; i < 4000 && pool.ready() < size; ++i) std::this_thread::sleep_for(milliseconds(5));
+    for (int i = 0; i < 4000 && pool.ready() < size; ++i)
+      std::this_thread::sleep_for(milliseconds(5));
   }
 
   // A restore into a spare of `spares` (when given and one is ready), else into a new process.
-  std::unique_ptr<vmm::Vm> restore_spare(vmm::SparePool* spares, const vmm::Snapshot& s, const std::string& tag,
-                                         bool consume, std::string* err) {
+  std::unique_ptr<vmm::Vm> restore_spare(vmm::SparePool* spares, const vmm::Snapshot& s,
+                                         const std::string& tag, bool consume, std::string* err) {
     auto vm = vmm::restore_with_spare(io_, spares, s, config(tag), consume, nullptr);
     if (!vm) {
       *err = vm.error().message;
@@ -264,18 +284,22 @@ class DriverBench {
       std::vector<std::string> errs(static_cast<size_t>(children));
       std::vector<std::thread> threads;
       for (int j = 0; j < children; ++j)
-        threads.emplace_back(
-            [&, j] { kids[size_t(j)] = restore_spare(pool.get(), *snap, "child", false, &errs[size_t(j)]); });
+        threads.emplace_back([&, j] {
+          kids[size_t(j)] = restore_spare(pool.get(), *snap, "child", false, &errs[size_t(j)]);
+        });
       for (auto& th : threads) th.join();
       double ms = ms_since(t);
       for (int j = 0; j < children; ++j)
-        if (!kids[size_t(j)]) return fail(vmm::make_error(vmm::ErrorCode::boot_failed, errs[size_t(j)]));
+        if (!kids[size_t(j)])
+          return fail(vmm::make_error(vmm::ErrorCode::boot_failed, errs[size_t(j)]));
       samples.push_back(ms);
       kids.clear();
       vmm::remove_snapshot(dir);
     }
-    report((children == 1 ? "fork" : "fork" + std::to_string(children)) + (spares ? "-pool" : ""), samples,
-           spares ? std::vector<std::pair<std::string, std::string>>{{"spares", std::to_string(children)}}
+    report((children == 1 ? "fork" : "fork" + std::to_string(children)) + (spares ? "-pool" : ""),
+           samples,
+           spares ? std::vector<std::pair<std::string, std::string>>{{"spares",
+                                                                      std::to_string(children)}}
                   : std::vector<std::pair<std::string, std::string>>{});
     return 0;
   }
@@ -330,14 +354,17 @@ class DriverBench {
     auto b = tools::summarize(boots), c = tools::summarize(creates);
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.1f", b.p50_ms / c.p50_ms);
-    if (o_.json) std::printf("{\"scenario\":\"compare\",\"boot_over_create_p50\":%s,\"accel\":\"%s\"}\n", ratio,
-                             vmm::to_string(base_.accel));
-    else std::printf("compare      create is %sx faster than a cold boot (p50)\n", ratio);
+    if (o_.json)
+      std::printf("{\"scenario\":\"compare\",\"boot_over_create_p50\":%s,\"accel\":\"%s\"}\n",
+                  ratio, vmm::to_string(base_.accel));
+    else
+      std::printf("compare      create is %sx faster than a cold boot (p50)\n", ratio);
     return 0;
   }
 
   std::filesystem::path run_dir(const std::string& tag) {
-    return o_.run_dir + "/psb-" + std::to_string(::getpid()) + "-" + tag + "-" + std::to_string(seq_++);
+    return o_.run_dir + "/psb-" + std::to_string(::getpid()) + "-" + tag + "-" +
+           std::to_string(seq_++);
   }
 
   vmm::VmConfig config(const std::string& tag) {
@@ -351,10 +378,12 @@ class DriverBench {
               const std::vector<std::pair<std::string, std::string>>& extra = {}) {
     auto s = tools::summarize(samples);
     if (o_.json) {
-      std::printf("%s\n", tools::summary_json(scenario, s, vmm::to_string(base_.accel), extra).c_str());
+      std::printf("%s\n",
+                  tools::summary_json(scenario, s, vmm::to_string(base_.accel), extra).c_str());
     } else {
-      std::printf("%-12s n=%-5zu p50=%9.3f ms  p99=%9.3f ms  min=%9.3f ms  max=%9.3f ms  accel=%s", scenario.c_str(),
-                  s.n, s.p50_ms, s.p99_ms, s.min_ms, s.max_ms, vmm::to_string(base_.accel));
+      std::printf("%-12s n=%-5zu p50=%9.3f ms  p99=%9.3f ms  min=%9.3f ms  max=%9.3f ms  accel=%s",
+                  scenario.c_str(), s.n, s.p50_ms, s.p99_ms, s.min_ms, s.max_ms,
+                  vmm::to_string(base_.accel));
       for (auto& [k, v] : extra) std::printf("  %s=%s", k.c_str(), v.c_str());
       std::printf("\n");
     }
@@ -391,8 +420,8 @@ class DriverBench {
       if (r) in_guest.push_back(double(r->duration_us) / 1000.0);
       if (!r) return fail(r.error());
       if (r->exit_code != 0 || (big_output && r->stdout_data.size() != 1048576)) {
-        std::fprintf(stderr, "pandastack-bench: unexpected exec result (exit %d, %zu bytes)\n", r->exit_code,
-                     r->stdout_data.size());
+        std::fprintf(stderr, "pandastack-bench: unexpected exec result (exit %d, %zu bytes)\n",
+                     r->exit_code, r->stdout_data.size());
         return 1;
       }
       samples.push_back(ms_since(t));
@@ -440,7 +469,8 @@ class DriverBench {
 // `storage` scenarios: the event store on a real RocksDB (synced writes) in a temporary folder.
 int storage_bench(const Options& o) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("pandastack-bench-store-" + std::to_string(::getpid()));
+  fs::path dir =
+      fs::temp_directory_path() / ("pandastack-bench-store-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   auto open = [&] { return storage::EventStore::open({dir, true, 1024, {}}); };
   auto report = [&](const std::string& name, const std::vector<double>& samples,
@@ -480,7 +510,8 @@ int storage_bench(const Options& o) {
     for (auto& l : lat) all.insert(all.end(), l.begin(), l.end());
     char rate[32];
     std::snprintf(rate, sizeof rate, "%.0f", double(all.size()) / secs);
-    report(o.scenario, all, {{"writers", std::to_string(writers)}, {"appends_per_s", rate}, {"synced", "true"}});
+    report(o.scenario, all,
+           {{"writers", std::to_string(writers)}, {"appends_per_s", rate}, {"synced", "true"}});
   } else if (o.scenario == "recovery") {
     const int entities = 10000, per = 100;
     {
@@ -505,7 +536,8 @@ int storage_bench(const Options& o) {
       for (auto& s : *streams) events += (*store)->read_stream(s)->size();
       samples.push_back(ms_since(t));
     }
-    report("recovery", samples, {{"entities", std::to_string(entities)}, {"events", std::to_string(events)}});
+    report("recovery", samples,
+           {{"entities", std::to_string(entities)}, {"events", std::to_string(events)}});
   } else {
     rc = usage();
   }
@@ -526,23 +558,40 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--n" && i + 1 < argc) o.n = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--json") o.json = true;
-    else if (a == "--images" && i + 1 < argc) o.images = argv[++i];
-    else if (a == "--memory" && i + 1 < argc) o.memory = unsigned(std::atoi(argv[++i]));
-    else if (a == "--run-dir" && i + 1 < argc) o.run_dir = argv[++i];
-    else if (a == "--cpu" && i + 1 < argc) o.cpu = argv[++i];
-    else if (a == "--url" && i + 1 < argc) o.url = argv[++i];
-    else if (a == "--key" && i + 1 < argc) o.key = argv[++i];
-    else if (a == "--create-body" && i + 1 < argc) o.create_body = argv[++i];
-    else if (a == "--upstream" && i + 1 < argc) o.upstream = argv[++i];
-    else if (a == "--pause-ms" && i + 1 < argc) o.pause_ms = std::atoi(argv[++i]);
-    else if (a == "--sandboxes" && i + 1 < argc) o.sandboxes = std::atoi(argv[++i]);
-    else if (a == "--daemon" && i + 1 < argc) o.daemon = argv[++i];
-    else if (a == "--clients" && i + 1 < argc) o.clients = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--seconds" && i + 1 < argc) o.seconds = std::max(1, std::atoi(argv[++i]));
-    else if (a.rfind("--", 0) == 0) return usage();
-    else pos.push_back(a);
+    if (a == "--n" && i + 1 < argc)
+      o.n = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--json")
+      o.json = true;
+    else if (a == "--images" && i + 1 < argc)
+      o.images = argv[++i];
+    else if (a == "--memory" && i + 1 < argc)
+      o.memory = unsigned(std::atoi(argv[++i]));
+    else if (a == "--run-dir" && i + 1 < argc)
+      o.run_dir = argv[++i];
+    else if (a == "--cpu" && i + 1 < argc)
+      o.cpu = argv[++i];
+    else if (a == "--url" && i + 1 < argc)
+      o.url = argv[++i];
+    else if (a == "--key" && i + 1 < argc)
+      o.key = argv[++i];
+    else if (a == "--create-body" && i + 1 < argc)
+      o.create_body = argv[++i];
+    else if (a == "--upstream" && i + 1 < argc)
+      o.upstream = argv[++i];
+    else if (a == "--pause-ms" && i + 1 < argc)
+      o.pause_ms = std::atoi(argv[++i]);
+    else if (a == "--sandboxes" && i + 1 < argc)
+      o.sandboxes = std::atoi(argv[++i]);
+    else if (a == "--daemon" && i + 1 < argc)
+      o.daemon = argv[++i];
+    else if (a == "--clients" && i + 1 < argc)
+      o.clients = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--seconds" && i + 1 < argc)
+      o.seconds = std::max(1, std::atoi(argv[++i]));
+    else if (a.rfind("--", 0) == 0)
+      return usage();
+    else
+      pos.push_back(a);
   }
   if (pos.size() == 1 && pos[0] == "recovery") {
     if (o.daemon.empty()) return usage();
@@ -551,11 +600,13 @@ int main(int argc, char** argv) {
   if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))
     return usage();
   if (pos[0] == "api") {
-    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
+    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY"))
+      o.key = std::getenv("PANDASTACK_API_KEY");
     if (pos[1] == "soak")
       return tools::soak_bench(o.url, o.key, o.create_body, std::max(1, o.sandboxes), o.clients,
                                o.seconds);
-    return tools::api_bench(pos[1], o.url, o.key, o.create_body, o.upstream, o.n, o.pause_ms, o.json);
+    return tools::api_bench(pos[1], o.url, o.key, o.create_body, o.upstream, o.n, o.pause_ms,
+                            o.json);
   }
   o.mode = pos[0];
   o.scenario = pos[1];

@@ -122,7 +122,8 @@ int soak_bench(const std::string& url, const std::string& key, const std::string
   std::atomic<bool> done{false};
   std::thread sampler([&] {
     while (!done) {
-      for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 50 && !done; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (daemon > 0) samples.push_back(sample(daemon));
     }
   });
@@ -138,29 +139,37 @@ int soak_bench(const std::string& url, const std::string& key, const std::string
         std::string base = "/v1/sandboxes/" + id;
         unsigned pick = rng() % 4;
         auto t = Clock::now();
-        auto ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+        auto ms = [&] {
+          return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+        };
         if (pick <= 1) {
           auto r = http.request("POST", base + "/exec", R"({"cmd":"echo soak"})");
           if (r.status != 200 || r.body.find("\"stdout\":\"soak\\n\"") == std::string::npos)
             fail("exec -> " + std::to_string(r.status) + " " + r.error + r.body.substr(0, 200));
-          else exec.add(ms());
+          else
+            exec.add(ms());
         } else if (pick == 2) {
           std::string path = base + "/files?path=/tmp/soak-" + std::to_string(c);
           auto w = http.request("PUT", path, payload, "application/octet-stream");
           auto r = http.request("GET", path);
-          if (w.status != 204 && w.status != 200) fail("write -> " + std::to_string(w.status) + " " + w.body.substr(0, 200));
-          else if (r.status != 200 || r.body != payload) fail("read -> " + std::to_string(r.status) + " " + r.body.substr(0, 200));
-          else files.add(ms());
+          if (w.status != 204 && w.status != 200)
+            fail("write -> " + std::to_string(w.status) + " " + w.body.substr(0, 200));
+          else if (r.status != 200 || r.body != payload)
+            fail("read -> " + std::to_string(r.status) + " " + r.body.substr(0, 200));
+          else
+            files.add(ms());
         } else {
           int lines = 0;
-          auto r = http.stream("POST", base + "/exec/stream",
-                               R"({"cmd":"for i in 1 2 3; do echo line$i; done"})",
-                               [&](const std::string& d) {
-                                 for (size_t p = 0; (p = d.find("line", p)) != std::string::npos; ++p) ++lines;
-                               });
+          auto r = http.stream(
+              "POST", base + "/exec/stream", R"({"cmd":"for i in 1 2 3; do echo line$i; done"})",
+              [&](const std::string& d) {
+                for (size_t p = 0; (p = d.find("line", p)) != std::string::npos; ++p) ++lines;
+              });
           if (r.status != 200 || lines < 3)
-            fail("stream -> " + std::to_string(r.status) + " lines=" + std::to_string(lines) + " " + r.error);
-          else stream.add(ms());
+            fail("stream -> " + std::to_string(r.status) + " lines=" + std::to_string(lines) + " " +
+                 r.error);
+          else
+            stream.add(ms());
         }
         ++ops;
       }
@@ -176,21 +185,22 @@ int soak_bench(const std::string& url, const std::string& key, const std::string
     double mx = 0;
     for (auto& s : samples) mx = std::max(mx, double(get(s)));
     char buf[128];
-    std::snprintf(buf, sizeof buf, "{\"start\":%.1f,\"end\":%.1f,\"max\":%.1f}", double(get(samples.front())),
-                  double(get(samples.back())), mx);
+    std::snprintf(buf, sizeof buf, "{\"start\":%.1f,\"end\":%.1f,\"max\":%.1f}",
+                  double(get(samples.front())), double(get(samples.back())), mx);
     return std::string(buf);
   };
   std::printf(
       "{\"scenario\":\"api-soak\",\"seconds\":%.1f,\"sandboxes\":%d,\"clients\":%d,\"ops\":%llu,"
       "\"ops_per_s\":%.1f,\"errors\":%llu,\"exec\":%s,\"files\":%s,\"stream\":%s,"
       "\"daemon_rss_mib\":%s,\"daemon_threads\":%s,\"daemon_fds\":%s}\n",
-      elapsed, sandboxes, clients, static_cast<unsigned long long>(ops.load()), double(ops) / elapsed,
-      static_cast<unsigned long long>(errors.load()), stats_json(exec).c_str(),
-      stats_json(files).c_str(), stats_json(stream).c_str(),
+      elapsed, sandboxes, clients, static_cast<unsigned long long>(ops.load()),
+      double(ops) / elapsed, static_cast<unsigned long long>(errors.load()),
+      stats_json(exec).c_str(), stats_json(files).c_str(), stats_json(stream).c_str(),
       proc([](const ProcSample& s) { return s.rss_mib; }).c_str(),
       proc([](const ProcSample& s) { return s.threads; }).c_str(),
       proc([](const ProcSample& s) { return s.fds; }).c_str());
-  if (!first_error.empty()) std::fprintf(stderr, "pandastack-bench: first error: %s\n", first_error.c_str());
+  if (!first_error.empty())
+    std::fprintf(stderr, "pandastack-bench: first error: %s\n", first_error.c_str());
   std::fflush(stdout);
   return errors == 0 ? 0 : 1;
 }
