@@ -627,7 +627,8 @@ TEST_F(RpcDatabaseTest, CreateQueryBackupRotateHibernateWakeAndDelete) {
   EXPECT_EQ(std::string(listed.getDatabases()[0].getId().cStr()), id);
 
   EXPECT_EQ(psql(uri, "create table t (n int); insert into t select generate_series(1, 100)"), "");
-  auto bk = db.backupRequest().send().wait(ws).getBackup();
+  auto backed = db.backupRequest().send().wait(ws);  // (a Reader lives as long as its response)
+  auto bk = backed.getBackup();
   std::string backup = bk.getId();
   EXPECT_EQ(backup.rfind("bk_", 0), 0u);
   EXPECT_GT(bk.getBytes(), 0u);
@@ -642,16 +643,19 @@ TEST_F(RpcDatabaseTest, CreateQueryBackupRotateHibernateWakeAndDelete) {
   EXPECT_EQ(std::string(restored.getInfo().getRestoredFrom().cStr()), backup);
   restored.getDatabase().deleteRequest().send().wait(ws);
 
-  auto rotated = db.rotatePasswordRequest().send().wait(ws).getInfo();
+  auto rotation = db.rotatePasswordRequest().send().wait(ws);
+  auto rotated = rotation.getInfo();
   std::string fresh = rotated.getConnectionUri();
   EXPECT_NE(std::string(rotated.getPassword().cStr()), password);
   EXPECT_EQ(psql(fresh, "select count(*) from t"), "100");
   EXPECT_EQ(psql(uri, "select 1").rfind("error: ", 0), 0u) << "the old password still works";
 
-  auto h = db.hibernateRequest().send().wait(ws).getInfo();
+  auto hibernation = db.hibernateRequest().send().wait(ws);
+  auto h = hibernation.getInfo();
   EXPECT_EQ(std::string(h.getStatus().cStr()), "hibernated");
   EXPECT_EQ(std::string(h.getHost().cStr()), "");
-  auto w = db.wakeRequest().send().wait(ws).getInfo();
+  auto waking = db.wakeRequest().send().wait(ws);
+  auto w = waking.getInfo();
   EXPECT_EQ(std::string(w.getStatus().cStr()), "running");
   // The same role and password, maybe on another port: the URI of get, with the password added.
   std::string woke = w.getConnectionUri();
