@@ -278,6 +278,18 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
     keep(h_traffic_token, "e2b-traffic-access-token");
     keep(h_connect_timeout, "connect-timeout-ms");
     keep(kj::HttpHeaderId::CONTENT_TYPE, "content-type");
+    // The sandbox plane's token is checked here, on the loop (an HMAC, no runtime call), before
+    // a body is read: nobody without one makes the daemon hold a request body.
+    if (route->style == Route::Style::e2b_envd) {
+      std::string token = req.headers["x-access-token"];
+      if (token.empty()) token = req.headers["e2b-traffic-access-token"];
+      if (!e2b::tokens().verify(token, req.headers["e2b-sandbox-id"]))
+        return send(response,
+                    restyle(*route, error_reply("unauthorized",
+                                                "missing or wrong access token for the sandbox "
+                                                "named by E2b-Sandbox-Id")),
+                    t0, head);
+    }
   }
   // A missing or malformed key is refused here, before the body is read or a worker is used.
   if (route->auth && !well_formed_key(bearer_token(req.authorization)))
@@ -307,10 +319,7 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   // Large bodies (file uploads) are read only for a key that verifies: nobody without one makes
   // the daemon hold megabytes.
   kj::Promise<bool> admitted = true;
-  if (kind == Route::Kind::raw_body && route->style == Route::Style::e2b_envd) {
-    auto id = req.headers["e2b-sandbox-id"];
-    admitted = bool(e2b::tokens().verify(req.headers["x-access-token"], id));
-  } else if (kind == Route::Kind::raw_body) {
+  if (kind == Route::Kind::raw_body && route->style != Route::Style::e2b_envd) {  // (checked above)
     auto token = bearer_token(req.authorization);
     admitted = offload<bool>([this, token] { return bool(rt.authenticate(token)); }, false);
   }

@@ -142,6 +142,13 @@ test("a wrong key or another tenant's token gets nothing", async () => {
   });
   assert.equal(res.status, 401);
   assert.equal((await res.json()).code, "unauthenticated");
+  // Without a token an upload is refused before its body is read.
+  const up = await fetch(`${url}/files?path=/tmp/x`, {
+    method: "POST", headers: { "e2b-sandbox-id": sbx.sandboxId, "content-type": "multipart/form-data; boundary=b" },
+    body: "x".repeat(1 << 20),
+  });
+  assert.equal(up.status, 401);
+  assert.equal((await up.json()).code, 401);
   await sbx.kill();
   await other.kill();
 });
