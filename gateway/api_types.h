@@ -49,6 +49,9 @@ struct Request {
   // The headers of the E2B-compatible surface (gateway/e2b.h): E2b-Sandbox-Id, X-Access-Token,
   // Connect-Timeout-Ms, Content-Type (lower-case names).
   std::map<std::string, std::string> headers;
+  // E2B sandbox plane: the tenant its access token names (verified by the server for the sandbox
+  // named by E2b-Sandbox-Id before anything else; "" elsewhere).
+  std::string token_tenant;
   std::string body;
   int conn_fd = -1;        // the client's connection (to notice it hang up), or -1
   std::stop_token cancel;  // fires when the client hung up or the server shuts down

@@ -206,11 +206,6 @@ Json read_envelope(const std::string& body) {
   return *j;
 }
 
-const Json& field(const Json& j, const char* camel, const char* proto) {
-  if (j.has(camel) || !proto) return j[camel];
-  return j[proto];
-}
-
 std::vector<std::pair<std::string, std::string>> multipart(const std::string& content_type,
                                                            const std::string& body) {
   auto b = content_type.find("boundary=");

@@ -70,14 +70,12 @@ Json read_envelope(const std::string& body);
 std::vector<std::pair<std::string, std::string>> multipart(const std::string& content_type,
                                                            const std::string& body);
 
-// proto3-JSON: an object member read leniently (camelCase or the proto name).
-const Json& field(const Json& j, const char* camel, const char* proto = nullptr);
-
 // RFC 3339 (UTC, seconds) of a Unix time in milliseconds.
 std::string rfc3339(int64_t ms);
 
-// The sandbox of an envd request (E2b-Sandbox-Id) and whose it is (its access token);
-// unauthorized without the token, too_many_requests past the tenant's rate (e2b_envd.cc).
+// The sandbox of an envd request (E2b-Sandbox-Id) and whose it is (the tenant its access token
+// names, verified by the server: Request::token_tenant); too_many_requests past the tenant's
+// rate (e2b_envd.cc).
 struct Target {
   std::string tenant, id;
 };

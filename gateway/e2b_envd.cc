@@ -94,6 +94,13 @@ HttpReply list_processes(Call& c) {
   return ok(j);
 }
 
+// envd: a process that ended is not found (our agent keeps ended ones listed).
+void require_running(Server& gw, const Target& t, uint32_t pid) {
+  for (auto& p : unwrap(gw.rt.list_processes(t.tenant, t.id)))
+    if (p.pid == pid && p.running) return;
+  throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+}
+
 HttpReply send_signal(Call& c) {
   auto t = target(c.gw, c.r);
   Json m = c.r.json();
@@ -110,10 +117,7 @@ HttpReply send_signal(Call& c) {
     sig = int(s.as_int());
   }
   uint32_t pid = pid_of(m);
-  bool running = false;  // envd: a process that ended is not found
-  for (auto& p : unwrap(c.gw.rt.list_processes(t.tenant, t.id)))
-    running |= p.pid == pid && p.running;
-  if (!running) throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+  require_running(c.gw, t, pid);
   unwrap(c.gw.rt.kill_process(t.tenant, t.id, pid, sig));
   return ok();
 }
@@ -265,15 +269,9 @@ std::string header_of(const Request& r, const char* name) {
 
 // The sandbox a request is for, and whose it is (from its access token).
 Target target(Server& gw, const Request& r) {
-  Target t;
-  t.id = header_of(r, "e2b-sandbox-id");
-  if (t.id.empty() || t.id.size() > 64)
-    throw ApiError{"sandbox_not_found", "missing E2b-Sandbox-Id header"};
-  std::string token = header_of(r, "x-access-token");
-  if (token.empty()) token = header_of(r, "e2b-traffic-access-token");
-  auto tenant = tokens().verify(token, t.id);
-  if (!tenant) throw ApiError{"unauthorized", "missing or wrong access token for " + t.id};
-  t.tenant = *tenant;
+  // (The server verified the token for this sandbox before the request got here.)
+  if (r.token_tenant.empty()) throw ApiError{"unauthorized", "no verified access token"};
+  Target t{r.token_tenant, header_of(r, "e2b-sandbox-id")};
   uint32_t rate = gw.rt.quota_limits(t.tenant).requests_per_second;
   if (!gw.limiter.take("e2b:" + t.tenant, rate))
     throw ApiError{"too_many_requests",
@@ -329,11 +327,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       pid = unwrap(gw.rt.start_process(t.tenant, t.id, e));
     } else {
       pid = pid_of(m);
-      bool running = false;
-      for (auto& p : unwrap(gw.rt.list_processes(t.tenant, t.id)))
-        running |= p.pid == pid && p.running;
-      if (!running)
-        throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+      require_running(gw, t, pid);
     }
   } catch (const ApiError& e) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));

@@ -274,21 +274,26 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
       }
     };
     keep(h_e2b_sandbox_id, "e2b-sandbox-id");
-    keep(h_x_access_token, "x-access-token");
-    keep(h_traffic_token, "e2b-traffic-access-token");
     keep(h_connect_timeout, "connect-timeout-ms");
     keep(kj::HttpHeaderId::CONTENT_TYPE, "content-type");
-    // The sandbox plane's token is checked here, on the loop (an HMAC, no runtime call), before
-    // a body is read: nobody without one makes the daemon hold a request body.
+    // The sandbox plane's token is checked here, once, on the loop (an HMAC, no runtime call),
+    // before a body is read: nobody without one makes the daemon hold a request body. The code
+    // interpreter's /contexts carry it as E2B-Traffic-Access-Token.
     if (route->style == Route::Style::e2b_envd) {
-      std::string token = req.headers["x-access-token"];
-      if (token.empty()) token = req.headers["e2b-traffic-access-token"];
-      if (!e2b::tokens().verify(token, req.headers["e2b-sandbox-id"]))
+      std::string token;
+      KJ_IF_MAYBE (v, headers.get(h_x_access_token)) {
+        token = v->cStr();
+      } else KJ_IF_MAYBE (v, headers.get(h_traffic_token)) {
+        token = v->cStr();
+      }
+      auto tenant = e2b::tokens().verify(token, req.headers["e2b-sandbox-id"]);
+      if (!tenant)
         return send(response,
                     restyle(*route, error_reply("unauthorized",
                                                 "missing or wrong access token for the sandbox "
                                                 "named by E2b-Sandbox-Id")),
                     t0, head);
+      req.token_tenant = *tenant;
     }
   }
   // A missing or malformed key is refused here, before the body is read or a worker is used.
