@@ -15,11 +15,7 @@
 #include <vector>
 
 #include "gateway/api_types.h"
-
-namespace pandastack::gateway {
-struct Server;
-struct StreamChannel;
-}  // namespace pandastack::gateway
+#include "gateway/server.h"
 
 namespace pandastack::gateway::e2b {
 
@@ -80,6 +76,11 @@ struct Target {
   std::string tenant, id;
 };
 Target target(Server& gw, const Request& r);
+// A route of the sandbox plane (e2b_envd.cc, e2b_code.cc): no API key (the server checks the
+// sandbox's token instead), E2B's error shapes.
+Route envd_route(kj::HttpMethod m, const char* path, const char* what, Handler h,
+                 std::vector<std::string> query = {}, Route::Kind kind = Route::Kind::json);
+
 // One of the E2B headers the server keeps (Request::headers), "" when absent.
 std::string header_of(const Request& r, const char* name);
 

@@ -32,13 +32,6 @@ std::string language_of(const Json& j) {
   return lang;
 }
 
-Route code_route(M m, const char* path, const char* what, Handler h,
-                 Route::Kind kind = Route::Kind::json) {
-  Route r = route(m, path, what, std::move(h), {}, kind, /*auth=*/false);
-  r.style = Route::Style::e2b_envd;
-  return r;
-}
-
 }  // namespace
 
 namespace e2b {
@@ -105,9 +98,9 @@ void produce_execute(Server& gw, const Request& r, StreamChannel& ch) {
 
 std::vector<Route> e2b_code_routes() {
   return {
-      code_route(M::POST, "/execute", "E2B code interpreter: run code, NDJSON lines as they come",
-                 {}, Route::Kind::stream),
-      code_route(M::POST, "/contexts", "E2B code interpreter: a new context",
+      envd_route(M::POST, "/execute", "E2B code interpreter: run code, NDJSON lines as they come",
+                 {}, {}, Route::Kind::stream),
+      envd_route(M::POST, "/contexts", "E2B code interpreter: a new context",
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
                    Json b = c.r.json();
@@ -118,7 +111,7 @@ std::vector<Route> e2b_code_routes() {
                    unwrap(code::start(c.gw.rt, t.tenant, t.id, id, cwd));
                    return json_reply(200, context_json(id, cwd));
                  }),
-      code_route(M::GET, "/contexts", "E2B code interpreter: the contexts",
+      envd_route(M::GET, "/contexts", "E2B code interpreter: the contexts",
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
                    Json out = Json::array();
@@ -126,13 +119,13 @@ std::vector<Route> e2b_code_routes() {
                      out.push(context_json(id, ""));
                    return json_reply(200, out);
                  }),
-      code_route(M::DELETE, "/contexts/{context}", "E2B code interpreter: remove a context",
+      envd_route(M::DELETE, "/contexts/{context}", "E2B code interpreter: remove a context",
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
                    unwrap(code::stop(c.gw.rt, t.tenant, t.id, c.r.param("context")));
                    return no_content();
                  }),
-      code_route(M::POST, "/contexts/{context}/restart", "E2B code interpreter: restart a context",
+      envd_route(M::POST, "/contexts/{context}/restart", "E2B code interpreter: restart a context",
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
                    const std::string& ctx = c.r.param("context");

@@ -249,18 +249,18 @@ HttpReply unimplemented(Call& c) {
   throw ApiError{"not_implemented", "not supported by pandastackd's envd: " + c.r.route};
 }
 
-Route envd(M m, const char* path, const char* what, Handler h, std::vector<std::string> q = {},
-           Route::Kind kind = Route::Kind::json) {
-  Route r = route(m, path, what, std::move(h), std::move(q), kind, /*auth=*/false);
-  r.style = Route::Style::e2b_envd;
-  return r;
-}
-
 }  // namespace
 
 // ---- process.Process Start / Connect: server streams ----
 
 namespace e2b {
+
+Route envd_route(M m, const char* path, const char* what, Handler h, std::vector<std::string> query,
+                 Route::Kind kind) {
+  Route r = route(m, path, what, std::move(h), std::move(query), kind, /*auth=*/false);
+  r.style = Route::Style::e2b_envd;
+  return r;
+}
 
 std::string header_of(const Request& r, const char* name) {
   auto it = r.headers.find(name);
@@ -413,31 +413,33 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
 std::vector<Route> e2b_envd_routes() {
   using K = Route::Kind;
   return {
-      envd(M::POST, "/process.Process/Start", "E2B envd: start a process, stream its events", {},
-           {}, K::stream),
-      envd(M::POST, "/process.Process/Connect", "E2B envd: a running process's events", {}, {},
-           K::stream),
-      envd(M::POST, "/process.Process/List", "E2B envd: running processes", list_processes),
-      envd(M::POST, "/process.Process/SendSignal", "E2B envd: SIGKILL or SIGTERM a process",
-           send_signal),
-      envd(M::POST, "/process.Process/SendInput", "E2B envd: write to a process's stdin",
-           send_input),
-      envd(M::POST, "/process.Process/CloseStdin", "E2B envd: close a process's stdin",
-           close_stdin),
-      envd(M::POST, "/process.Process/Update", "E2B envd: PTY resize (not supported)",
-           unimplemented),
-      envd(M::POST, "/filesystem.Filesystem/Stat", "E2B envd: one entry", stat),
-      envd(M::POST, "/filesystem.Filesystem/ListDir", "E2B envd: a folder's entries", list_dir),
-      envd(M::POST, "/filesystem.Filesystem/MakeDir", "E2B envd: make a folder (and parents)",
-           make_dir),
-      envd(M::POST, "/filesystem.Filesystem/Move", "E2B envd: rename", move),
-      envd(M::POST, "/filesystem.Filesystem/Remove", "E2B envd: remove (recursively)", remove),
-      envd(M::POST, "/filesystem.Filesystem/WatchDir", "E2B envd: watch a folder (not supported)",
-           {}, {}, K::stream),
-      envd(M::GET, "/files", "E2B envd: a file's bytes", read_file, {"path", "username"}),
-      envd(M::POST, "/files", "E2B envd: upload files (multipart)", write_files,
-           {"path", "username"}, K::raw_body),
-      envd(M::GET, "/health", "E2B envd: 204 while the sandbox runs", health),
+      envd_route(M::POST, "/process.Process/Start", "E2B envd: start a process, stream its events",
+                 {}, {}, K::stream),
+      envd_route(M::POST, "/process.Process/Connect", "E2B envd: a running process's events", {},
+                 {}, K::stream),
+      envd_route(M::POST, "/process.Process/List", "E2B envd: running processes", list_processes),
+      envd_route(M::POST, "/process.Process/SendSignal", "E2B envd: SIGKILL or SIGTERM a process",
+                 send_signal),
+      envd_route(M::POST, "/process.Process/SendInput", "E2B envd: write to a process's stdin",
+                 send_input),
+      envd_route(M::POST, "/process.Process/CloseStdin", "E2B envd: close a process's stdin",
+                 close_stdin),
+      envd_route(M::POST, "/process.Process/Update", "E2B envd: PTY resize (not supported)",
+                 unimplemented),
+      envd_route(M::POST, "/filesystem.Filesystem/Stat", "E2B envd: one entry", stat),
+      envd_route(M::POST, "/filesystem.Filesystem/ListDir", "E2B envd: a folder's entries",
+                 list_dir),
+      envd_route(M::POST, "/filesystem.Filesystem/MakeDir", "E2B envd: make a folder (and parents)",
+                 make_dir),
+      envd_route(M::POST, "/filesystem.Filesystem/Move", "E2B envd: rename", move),
+      envd_route(M::POST, "/filesystem.Filesystem/Remove", "E2B envd: remove (recursively)",
+                 remove),
+      envd_route(M::POST, "/filesystem.Filesystem/WatchDir",
+                 "E2B envd: watch a folder (not supported)", {}, {}, K::stream),
+      envd_route(M::GET, "/files", "E2B envd: a file's bytes", read_file, {"path", "username"}),
+      envd_route(M::POST, "/files", "E2B envd: upload files (multipart)", write_files,
+                 {"path", "username"}, K::raw_body),
+      envd_route(M::GET, "/health", "E2B envd: 204 while the sandbox runs", health),
   };
 }
 
