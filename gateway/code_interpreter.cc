@@ -1,8 +1,7 @@
 #include "gateway/code_interpreter.h"
 
-#include <cstdio>
-
-#include "gateway/repl_script.h"  // generated from guest/repl/pandastack_repl.py (kReplScript)
+#include "gateway/repl_script.h"
+#include "vmm-driver/vm.h"  // generated from guest/repl/pandastack_repl.py (kReplScript)
 
 namespace pandastack::gateway::code {
 
@@ -14,18 +13,8 @@ using wire::Json;
 
 // Named after the script's content: a daemon with a changed script never talks to an older one
 // left in a running (or restored) guest.
-constexpr uint64_t fnv1a(const char* s) {
-  uint64_t h = 14695981039346656037ull;
-  for (; *s; ++s) h = (h ^ uint8_t(*s)) * 1099511628211ull;
-  return h;
-}
 const std::string& script_path() {
-  static const std::string path = [] {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "/run/pandastack/repl-%016llx.py",
-                  static_cast<unsigned long long>(fnv1a(kReplScript)));
-    return std::string(buf);
-  }();
+  static const std::string path = "/run/pandastack/repl-" + vmm::fnv1a_hex(kReplScript) + ".py";
   return path;
 }
 
