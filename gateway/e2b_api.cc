@@ -1,6 +1,8 @@
 // E2B's control plane (../shared/specs/e2b-compat.md §3) on our runtime: create, connect (wake),
 // get, list, kill, timeout, pause, metrics. Authenticated by X-API-KEY with our pds_ keys; errors
 // are E2B's {"code": <status>, "message"} (the server reshapes them: Route::Style::e2b_api).
+#include <kj/encoding.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -140,19 +142,8 @@ std::optional<actors::Status> one_state(const std::string& v) {
 // The list's metadata filter arrives encoded as a query string inside the value
 // ("k%3Dv%26a%3Db" once the URL is decoded): each key and value is percent-decoded once more.
 std::string pct_decode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      auto hex = s.substr(i + 1, 2);
-      if (hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos) {
-        out += char(std::stoi(hex, nullptr, 16));
-        i += 2;
-        continue;
-      }
-    }
-    out += s[i] == '+' ? ' ' : s[i];
-  }
-  return out;
+  auto d = kj::decodeWwwForm(kj::arrayPtr(s.data(), s.size()));  // '+' is a space
+  return std::string(d.begin(), d.size());
 }
 
 HttpReply list(Call& c) {
