@@ -451,7 +451,8 @@ Rejection rejection_of(const vmm::Error& e) {
       {"permission_denied", "permission_denied"},
       {"no_space", "no_space"},
       {"invalid_argument", "invalid_argument"},
-      {"io_error", "io_error"}};
+      {"io_error", "io_error"},
+      {"too_many", "too_many_directories"}};
   if (auto it = guest.find(e.guest_code); it != guest.end()) return {it->second, e.message};
   if (auto start = start_error(e.message)) return *start;
   switch (e.code) {
@@ -646,6 +647,24 @@ Reply<vmm::ExecResult> Runtime::stream_process(const std::string& tenant, const 
                                  [&](vmm::AgentClient& ag, std::stop_token t) {
                                    return ag.stream_process(pid, on_output, t);
                                  });
+}
+
+Reply<bool> Runtime::resize_pty(const std::string& tenant, const std::string& id, uint32_t pid,
+                                uint16_t cols, uint16_t rows) {
+  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&] { return ag.resize_pty(pid, cols, rows); });
+  });
+}
+
+Reply<bool> Runtime::watch(const std::string& tenant, const std::string& id,
+                           const std::string& path, bool recursive,
+                           std::function<void()> on_ready, vmm::WatchCallback on_events,
+                           std::stop_token stop) {
+  ExecSlot slot(*impl_->env, tenant);  // a watch holds a worker as long as a stream does
+  if (slot.refused()) return *slot.refused();
+  return leased<bool>(*impl_, tenant, id, stop, [&](vmm::AgentClient& ag, std::stop_token t) {
+    return as_bool([&] { return ag.watch(path, recursive, on_ready, on_events, t); });
+  });
 }
 
 Reply<std::string> Runtime::read_file(const std::string& tenant, const std::string& id,

@@ -275,6 +275,18 @@ class Runtime {
                                         uint32_t pid, vmm::OutputCallback on_output,
                                         std::stop_token stop = {});
 
+  // The terminal size of a process started with `pty`.
+  Reply<bool> resize_pty(const std::string& tenant, const std::string& id, uint32_t pid,
+                         uint16_t cols, uint16_t rows);
+
+  // Watches a guest directory (vmm::AgentClient::watch): `on_ready` once in place, then batches
+  // of events (on a driver thread: quick, no runtime calls), until `stop` (code `cancelled`), the
+  // directory goes, or the sandbox stops. Holds an exec slot, as a stream does. Errors:
+  // file_not_found, not_a_directory, too_many_directories.
+  Reply<bool> watch(const std::string& tenant, const std::string& id, const std::string& path,
+                    bool recursive, std::function<void()> on_ready, vmm::WatchCallback on_events,
+                    std::stop_token stop);
+
   // Files in the guest. Errors: file_not_found, file_too_large, invalid_argument, agent_error.
   Reply<std::string> read_file(const std::string& tenant, const std::string& id,
                                const std::string& path, uint64_t max_bytes);

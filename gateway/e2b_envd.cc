@@ -1,10 +1,9 @@
 // E2B's sandbox plane (envd, ../shared/specs/e2b-compat.md §4-§7) on our runtime:
-// Connect-RPC (JSON over HTTP/1.1) process.Process (Start and Connect stream, List, SendInput,
-// CloseStdin, SendSignal) and filesystem.Filesystem (Stat, ListDir, MakeDir, Move, Remove),
-// GET/POST /files (multipart) and GET /health. Every request names its sandbox in E2b-Sandbox-Id
-// and carries that sandbox's access token (X-Access-Token): the token says the tenant, the
-// runtime checks the sandbox is that tenant's. Not served (501 unimplemented): PTYs, Update,
-// WatchDir.
+// Connect-RPC (JSON over HTTP/1.1) process.Process (Start and Connect stream, with or without a
+// PTY; List, SendInput, CloseStdin, SendSignal, Update) and filesystem.Filesystem (Stat, ListDir,
+// MakeDir, Move, Remove, WatchDir stream), GET/POST /files (multipart) and GET /health. Every
+// request names its sandbox in E2b-Sandbox-Id and carries that sandbox's access token
+// (X-Access-Token): the token says the tenant, the runtime checks the sandbox is that tenant's.
 #include <spdlog/spdlog.h>
 
 #include "gateway/e2b.h"
@@ -95,10 +94,22 @@ HttpReply list_processes(Call& c) {
 }
 
 // envd: a process that ended is not found (our agent keeps ended ones listed).
-void require_running(Server& gw, const Target& t, uint32_t pid) {
+// The running process `pid` (process_not_found when it is not running).
+vmm::ProcessInfo require_running(Server& gw, const Target& t, uint32_t pid) {
   for (auto& p : unwrap(gw.rt.list_processes(t.tenant, t.id)))
-    if (p.pid == pid && p.running) return;
+    if (p.pid == pid && p.running) return p;
   throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+}
+
+// A PTY's size ({"size":{"cols","rows"}}); each side 1..1000.
+std::pair<uint16_t, uint16_t> pty_size(const Json& pty) {
+  const Json& s = pty["size"];
+  auto side = [&](const char* k) {
+    if (!s[k].is_number() || s[k].as_double() < 1 || s[k].as_double() > 1000)
+      throw ApiError{"invalid_argument", std::string("pty.size.") + k + " is 1..1000"};
+    return uint16_t(s[k].as_int());
+  };
+  return {side("cols"), side("rows")};
 }
 
 HttpReply send_signal(Call& c) {
@@ -126,10 +137,20 @@ HttpReply send_input(Call& c) {
   auto t = target(c.gw, c.r);
   Json m = c.r.json();
   const Json& in = m["input"];
-  if (in.has("pty")) throw ApiError{"not_implemented", "PTYs are not supported"};
-  auto data = base64_decode(str(in["stdin"], "input.stdin"));
-  if (!data) throw ApiError{"invalid_argument", "input.stdin is not base64"};
+  bool pty = in.has("pty");
+  auto data = base64_decode(str(in[pty ? "pty" : "stdin"], pty ? "input.pty" : "input.stdin"));
+  if (!data) throw ApiError{"invalid_argument", "the input is not base64"};
   unwrap(c.gw.rt.write_stdin(t.tenant, t.id, pid_of(m), *data, false));
+  return ok();
+}
+
+// Update: a PTY's new size.
+HttpReply update(Call& c) {
+  auto t = target(c.gw, c.r);
+  Json m = c.r.json();
+  if (!m["pty"].is_object()) return ok();  // nothing to change
+  auto [cols, rows] = pty_size(m["pty"]);
+  unwrap(c.gw.rt.resize_pty(t.tenant, t.id, pid_of(m), cols, rows));
   return ok();
 }
 
@@ -244,11 +265,6 @@ HttpReply health(Call& c) {
   return no_content();
 }
 
-HttpReply unimplemented(Call& c) {
-  target(c.gw, c.r);
-  throw ApiError{"not_implemented", "not supported by pandastackd's envd: " + c.r.route};
-}
-
 }  // namespace
 
 // ---- process.Process Start / Connect: server streams ----
@@ -293,13 +309,12 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
   };
   Target t;
   uint32_t pid = 0;
+  bool pty = false;  // its output is a terminal's
   bool start = r.route == "/process.Process/Start";
   try {
     t = target(gw, r);
     Json m = read_envelope(r.body);
     if (start) {
-      if (m.has("pty") && !m["pty"].is_null())
-        throw ApiError{"not_implemented", "PTYs are not supported"};
       const Json& p = m["process"];
       vmm::ExecRequest e;
       e.argv.push_back(str(p["cmd"], "process.cmd"));
@@ -314,6 +329,10 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       e.cwd = p["cwd"].is_string() ? guest_path(gw, p["cwd"].as_string()) : "/root";
       // Old clients omit stdin: open.
       e.keep_stdin_open = !m["stdin"].is_bool() || m["stdin"].as_bool();
+      if (m["pty"].is_object()) {
+        e.pty = pty = true;
+        std::tie(e.cols, e.rows) = pty_size(m["pty"]);
+      }
       // Connect-Timeout-Ms is the process's lifetime (none: no limit).
       auto timeout = header_of(r, "connect-timeout-ms");
       if (!timeout.empty()) {
@@ -327,7 +346,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       pid = unwrap(gw.rt.start_process(t.tenant, t.id, e));
     } else {
       pid = pid_of(m);
-      require_running(gw, t, pid);
+      pty = require_running(gw, t, pid).pty;
     }
   } catch (const ApiError& e) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
@@ -341,9 +360,9 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
   started.set("event", ev);
   ch.push(envelope(started));
   ch.begin();
-  auto on_output = [&ch](vmm::StreamKind k, std::string_view d) {
+  auto on_output = [&ch, pty](vmm::StreamKind k, std::string_view d) {
     Json data = Json::object(), ev = Json::object(), msg = Json::object();
-    data.set(k == vmm::StreamKind::out ? "stdout" : "stderr", base64_encode(d));
+    data.set(pty ? "pty" : k == vmm::StreamKind::out ? "stdout" : "stderr", base64_encode(d));
     ev.set("data", data);
     msg.set("event", ev);
     ch.push(envelope(msg));
@@ -373,6 +392,68 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
   ch.finish(envelope(Json::object(), 2));
 }
 
+// Runs on a stream worker: WatchDir's start, then a filesystem event per change, until the
+// client leaves (or the folder goes: the end-stream).
+void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
+  std::stop_callback on_shutdown(gw.shutting_down.get_token(), [&ch] { ch.stop.request_stop(); });
+  auto end_stream = [&ch](const std::string& code, const std::string& message) {
+    Json j = Json::object();
+    if (!code.empty()) {
+      Json e = Json::object();
+      e.set("code", connect_code(code));
+      e.set("message", message);
+      j.set("error", e);
+    }
+    ch.begin();
+    ch.finish(envelope(j, 2));
+  };
+  Target t;
+  std::string root;
+  bool recursive = false;
+  try {
+    t = target(gw, r);
+    Json m = read_envelope(r.body);
+    root = guest_path(gw, str(m["path"], "path"));
+    recursive = m["recursive"].is_bool() && m["recursive"].as_bool();
+  } catch (const ApiError& e) {
+    if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
+    return end_stream(e.code, e.message);
+  }
+  auto on_ready = [&ch] {
+    Json j = Json::object();
+    j.set("start", Json::object());
+    ch.push(envelope(j));
+    ch.begin();
+  };
+  auto on_events = [&ch](const std::vector<vmm::WatchEvent>& events) {
+    for (auto& e : events) {
+      const char* type = nullptr;
+      switch (e.kind) {
+        case vmm::WatchEvent::Kind::create: type = "EVENT_TYPE_CREATE"; break;
+        case vmm::WatchEvent::Kind::write: type = "EVENT_TYPE_WRITE"; break;
+        case vmm::WatchEvent::Kind::remove: type = "EVENT_TYPE_REMOVE"; break;
+        case vmm::WatchEvent::Kind::rename: type = "EVENT_TYPE_RENAME"; break;
+        case vmm::WatchEvent::Kind::chmod: type = "EVENT_TYPE_CHMOD"; break;
+        case vmm::WatchEvent::Kind::overflow: break;  // E2B has no word for it
+      }
+      if (type == nullptr || e.path.empty()) continue;
+      Json fs = Json::object(), j = Json::object();
+      fs.set("name", e.path);
+      fs.set("type", type);
+      j.set("filesystem", fs);
+      ch.push(envelope(j));
+    }
+  };
+  auto res = gw.rt.watch(t.tenant, t.id, root, recursive, on_ready, on_events, ch.stop.get_token());
+  if (!res && res.error().code == "cancelled") return end_stream("", "");
+  if (!res) {
+    if (sandbox_gone(res.error().code))
+      return ch.fail_early(envd_error(error_reply(res.error().code, res.error().message)));
+    return end_stream(res.error().code, res.error().message);
+  }
+  end_stream("", "");
+}
+
 }  // namespace e2b
 
 kj::Promise<void> Server::connect_stream(const Route& route, Request req,
@@ -384,6 +465,10 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
   std::string content_type = ndjson ? "application/x-ndjson" : "application/connect+json";
   if (ndjson) {
     ch->keepalive = "";
+  } else if (route.pattern == "/filesystem.Filesystem/WatchDir") {
+    Json ka = Json::object();
+    ka.set("keepalive", Json::object());
+    ch->keepalive = e2b::envelope(ka);
   } else {
     Json ka = Json::object(), ev = Json::object();
     ev.set("keepalive", Json::object());
@@ -396,13 +481,7 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
   bool queued = stream_pool->submit([this, r, ch, process, ndjson] {
     if (ndjson) return e2b::produce_execute(*this, *r, *ch);
     if (process) return e2b::produce_process(*this, *r, *ch);
-    // WatchDir: not served yet.
-    Json e = Json::object(), j = Json::object();
-    e.set("code", "unimplemented");
-    e.set("message", "WatchDir is not supported by pandastackd's envd");
-    j.set("error", e);
-    ch->begin();
-    ch->finish(e2b::envelope(j, 2));
+    e2b::produce_watch(*this, *r, *ch);
   });
   if (!queued)
     return send(response, e2b::envd_error(error_reply("too_many_requests", "the server is busy")),
@@ -424,8 +503,7 @@ std::vector<Route> e2b_envd_routes() {
                  send_input),
       envd_route(M::POST, "/process.Process/CloseStdin", "E2B envd: close a process's stdin",
                  close_stdin),
-      envd_route(M::POST, "/process.Process/Update", "E2B envd: PTY resize (not supported)",
-                 unimplemented),
+      envd_route(M::POST, "/process.Process/Update", "E2B envd: resize a PTY", update),
       envd_route(M::POST, "/filesystem.Filesystem/Stat", "E2B envd: one entry", stat),
       envd_route(M::POST, "/filesystem.Filesystem/ListDir", "E2B envd: a folder's entries",
                  list_dir),
@@ -435,7 +513,7 @@ std::vector<Route> e2b_envd_routes() {
       envd_route(M::POST, "/filesystem.Filesystem/Remove", "E2B envd: remove (recursively)",
                  remove),
       envd_route(M::POST, "/filesystem.Filesystem/WatchDir",
-                 "E2B envd: watch a folder (not supported)", {}, {}, K::stream),
+                 "E2B envd: a folder's changes", {}, {}, K::stream),
       envd_route(M::GET, "/files", "E2B envd: a file's bytes", read_file, {"path", "username"}),
       envd_route(M::POST, "/files", "E2B envd: upload files (multipart)", write_files,
                  {"path", "username"}, K::raw_body),

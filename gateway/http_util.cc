@@ -54,6 +54,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"too_many_processes", 429},
       {"quota_exceeded", 429},
       {"io_error", 422},
+      {"too_many_directories", 422},
       {"internal", 500},
       {"storage_error", 500},
       {"start_failed", 500},

@@ -36,6 +36,9 @@ std::vector<Route> exec_routes() {
       route(M::GET, "/v1/sandboxes/{id}/exec/ws",
             "Run a command over a WebSocket: output out, stdin in; closing kills it", nullptr, {},
             K::websocket),
+      route(M::GET, "/v1/sandboxes/{id}/pty",
+            "A terminal over a WebSocket: a shell on a pseudo-terminal, input, output, resize",
+            nullptr, {}, K::websocket),
       route(M::POST, "/v1/sandboxes/{id}/processes", "Start a background process",
             [](Call& c) {
               auto req = c.gw.exec_request(c.r.json(), false);

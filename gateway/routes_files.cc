@@ -59,6 +59,9 @@ std::vector<Route> file_routes() {
               return json_reply(200, j);
             },
             {"path"}),
+      route(M::GET, "/v1/sandboxes/{id}/files/watch",
+            "Changes in a folder as server-sent events (?path=, ?recursive=1)", nullptr,
+            {"path", "recursive"}, K::stream),
       route(M::GET, "/v1/sandboxes/{id}/files/stat", "Stat a path (?path=)",
             [](Call& c) {
               return json_reply(
@@ -83,6 +86,63 @@ std::vector<Route> file_routes() {
               return no_content();
             }),
   };
+}
+
+const char* watch_kind(vmm::WatchEvent::Kind k) {
+  switch (k) {
+    case vmm::WatchEvent::Kind::create: return "create";
+    case vmm::WatchEvent::Kind::write: return "write";
+    case vmm::WatchEvent::Kind::remove: return "remove";
+    case vmm::WatchEvent::Kind::rename: return "rename";
+    case vmm::WatchEvent::Kind::chmod: return "chmod";
+    case vmm::WatchEvent::Kind::overflow: return "overflow";
+  }
+  return "overflow";
+}
+
+// GET /v1/sandboxes/{id}/files/watch (on a stream worker): `ready` once the watch is in place,
+// then a `change` event per change ({"type","name" (relative to the folder),"path","is_dir"}),
+// until the client leaves; `end` when the folder itself goes, `error` when it cannot be watched.
+void produce_watch(Server& gw, const std::string& tenant, const std::string& id, const Request& r,
+                   StreamChannel& ch) {
+  std::string root;
+  try {
+    root = gw.guest_path(r);
+  } catch (const ApiError& e) {
+    return ch.fail_early(error_reply(e.code, e.message));
+  }
+  std::string prefix = root == "/" ? "/" : root + "/";
+  // Until the watch is in place, an error is a plain reply (404 for a missing folder).
+  auto on_ready = [&ch] {
+    ch.begin();
+    ch.push(sse_frame("ready", Json::object()));
+  };
+  auto on_events = [&ch, &prefix](const std::vector<vmm::WatchEvent>& events) {
+    for (auto& e : events) {
+      Json j = Json::object();
+      j.set("type", watch_kind(e.kind));
+      j.set("name", e.path);
+      j.set("path", e.path.empty() ? prefix.substr(0, prefix.size() > 1 ? prefix.size() - 1 : 1)
+                                   : prefix + e.path);
+      j.set("is_dir", e.is_dir);
+      ch.push(sse_frame("change", j));
+    }
+  };
+  auto res = gw.rt.watch(tenant, id, root, query_flag(r, "recursive"), on_ready, on_events,
+                         ch.stop.get_token());
+  bool started;
+  {
+    std::lock_guard l(ch.mu);
+    started = ch.started;
+  }
+  if (!res && !started) return ch.fail_early(error_reply(res.error().code, res.error().message));
+  if (!res && res.error().code != "cancelled") {
+    Json e = Json::object();
+    e.set("code", res.error().code);
+    e.set("message", res.error().message);
+    return ch.finish(sse_frame("error", e));
+  }
+  ch.finish(sse_frame("end", Json::object()));
 }
 
 }  // namespace pandastack::gateway

@@ -113,6 +113,9 @@ struct Server;
 // The SSE form of a code run (routes_code.cc); a new context's id ("ctx_" + 16 hex).
 void produce_code(Server& gw, const std::string& tenant, const std::string& id, const Request& r,
                   StreamChannel& ch);
+// GET /v1/sandboxes/{id}/files/watch on a stream worker (routes_files.cc).
+void produce_watch(Server& gw, const std::string& tenant, const std::string& id, const Request& r,
+                   StreamChannel& ch);
 std::string new_context_id();
 
 struct Server final : public kj::HttpService {

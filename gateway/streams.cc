@@ -170,6 +170,7 @@ void Server::produce(const Route& route, const Request& r, StreamChannel& ch) {
     ch.finish(sse_frame("exit", j));
   };
   if (r.route == "/v1/sandboxes/{id}/code/stream") return produce_code(*this, tenant, id, r, ch);
+  if (r.route == "/v1/sandboxes/{id}/files/watch") return produce_watch(*this, tenant, id, r, ch);
   if (r.route == "/v1/sandboxes/{id}/exec/stream") {
     ch.begin();
     auto t0 = Clock::now();

@@ -1,9 +1,12 @@
-// The WebSocket exec (GET /v1/sandboxes/{id}/exec/ws): stdin in, output out, the exit, a close.
+// The WebSocket exec (GET /v1/sandboxes/{id}/exec/ws: stdin in, output out, the exit, a close)
+// and the terminal (GET /v1/sandboxes/{id}/pty: the same on a pseudo-terminal, with resizes).
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
 
 namespace {
+
+constexpr int64_t kMaxTerminalSide = 1000;  // columns or rows
 
 // WebSocket exec: the key and the sandbox are checked first (a normal error reply if they fail),
 // then the upgrade. Protocol (text frames are JSON):
@@ -14,12 +17,26 @@ namespace {
 //   server -> {"type":"exit","exit_code":N,"timed_out":false} or {"type":"error",...}, close
 // The command runs as a background process with stdin kept open; when the client closes or
 // goes away, it is killed.
+//
+// Terminal (pty): the first message is the settings as JSON text ({} for the defaults): {"cmd" or "argv" (default:
+// a login shell, bash when the template has it), "env", "cwd", "cols", "rows" (80x24)}; then
+//   server -> {"type":"started","pid":N}
+//   server -> binary frames: the terminal's output, as it comes
+//   client -> binary frames or {"type":"stdin","data":"..."}: typed input;
+//             {"type":"resize","cols":C,"rows":R}: the terminal's new size (the shell gets SIGWINCH)
+//   server -> {"type":"exit","exit_code":N,...} or {"type":"error",...}, close
+struct WsFrame {
+  bool binary = false;
+  std::string data;
+};
+
 struct WsSession {
   Server& gw;
   kj::Own<kj::WebSocket> ws;
   std::string tenant, id;
+  bool pty = false;
   uint32_t pid = 0;
-  std::shared_ptr<CrossThreadQueue<std::string>> out;  // bounded (max_stream_buffer_bytes)
+  std::shared_ptr<CrossThreadQueue<WsFrame>> out;  // bounded (max_stream_buffer_bytes)
   std::shared_ptr<std::stop_source> stop = std::make_shared<std::stop_source>();
 
   struct Outcome {
@@ -31,6 +48,12 @@ struct WsSession {
   kj::Promise<void> send_text(std::string text) {
     auto owned = kj::heapString(text.data(), text.size());
     auto p = ws->send(owned.asArray());
+    return p.attach(kj::mv(owned));
+  }
+  kj::Promise<void> send_binary(std::string data) {
+    auto owned = kj::heapArray<kj::byte>(data.size());
+    memcpy(owned.begin(), data.data(), data.size());
+    auto p = ws->send(owned.asPtr());
     return p.attach(kj::mv(owned));
   }
   kj::Promise<void> fail(const std::string& code, const std::string& message) {
@@ -53,7 +76,7 @@ struct WsSession {
             auto j = Json::parse(m.get<kj::String>().cStr());
             if (!j || !j->is_object())
               throw ApiError{"invalid_json", "the command is not a JSON object"};
-            req = gw.exec_request(*j, true);
+            req = pty ? terminal_request(*j) : gw.exec_request(*j, true);
           } catch (const ApiError& e) {
             return fail(e.code, e.message);
           }
@@ -81,9 +104,27 @@ struct WsSession {
         .catch_([this](kj::Exception&&) { return kill(); });  // the client went away
   }
 
+  // A terminal's settings: the command (a login shell by default) and the size.
+  vmm::ExecRequest terminal_request(const Json& j) {
+    Fields f(j, {"cmd", "argv", "env", "cwd", "cols", "rows"});
+    vmm::ExecRequest e;
+    e.shell = f.str("cmd");
+    e.argv = f.string_list("argv");
+    if (e.shell.empty() && e.argv.empty())
+      e.shell = "if command -v bash >/dev/null; then exec bash -l; else exec sh -l; fi";
+    e.env = f.string_map("env");
+    if (!e.env.count("TERM")) e.env["TERM"] = "xterm-256color";
+    e.cwd = f.str("cwd");
+    if (auto refused = check_exec(e, gw.limits)) throw ApiError{refused->code, refused->message};
+    e.pty = true;
+    e.cols = uint16_t(f.integer("cols", 80, 1, kMaxTerminalSide));
+    e.rows = uint16_t(f.integer("rows", 24, 1, kMaxTerminalSide));
+    return e;
+  }
+
   // The process's output, streamed on a worker into the queue.
   void start_output() {
-    bool queued = gw.stream_pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop,
+    bool queued = gw.stream_pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop, pty = pty,
                                    shutdown = gw.shutting_down.get_token()] {
       std::stop_callback on_shutdown(shutdown, [st] { st->request_stop(); });
       // A client that stops reading: once its unsent output passes the bound, the process is
@@ -91,13 +132,16 @@ struct WsSession {
       auto overflow = std::make_shared<std::atomic<bool>>(false);
       auto r = rt->stream_process(
           t, i, p,
-          [q, st, overflow](vmm::StreamKind k, std::string_view d) {
+          [q, st, overflow, pty](vmm::StreamKind k, std::string_view d) {
             if (*overflow) return;
-            Json j = chunk_json(d);
-            j.set("type", k == vmm::StreamKind::out ? "stdout" : "stderr");
-            auto text = j.dump();
-            size_t n = text.size();
-            if (!q->push(std::move(text), n)) {
+            WsFrame frame{pty, std::string(d)};
+            if (!pty) {
+              Json j = chunk_json(d);
+              j.set("type", k == vmm::StreamKind::out ? "stdout" : "stderr");
+              frame.data = j.dump();
+            }
+            size_t n = frame.data.size();
+            if (!q->push(std::move(frame), n)) {
               *overflow = true;
               st->request_stop();
             }
@@ -119,7 +163,7 @@ struct WsSession {
         j.set("code", r.error().code);
         j.set("message", r.error().message);
       }
-      q->push(j.dump());
+      q->push(WsFrame{false, j.dump()});
       q->close();
     });
     if (!queued) out->close();
@@ -129,9 +173,10 @@ struct WsSession {
     return out->ready().then([this]() -> kj::Promise<void> {
       auto [items, closed] = out->take();
       kj::Promise<void> p = kj::READY_NOW;
-      for (auto& text : items)
-        p = p.then(
-            [this, text = std::move(text)]() mutable { return send_text(std::move(text)); });
+      for (auto& frame : items)
+        p = p.then([this, frame = std::move(frame)]() mutable {
+          return frame.binary ? send_binary(std::move(frame.data)) : send_text(std::move(frame.data));
+        });
       if (closed) return p.then([this] { return ws->close(1000, "exit"); });
       return p.then([this] { return pump_out(); });
     });
@@ -155,6 +200,8 @@ struct WsSession {
               data = (*j)["data"].as_string();
             else if (type == "close_stdin")
               close = true;
+            else if (type == "resize" && pty)
+              return resize(*j).then([this] { return read_in(); });
             else
               return read_in();  // unknown messages are ignored
           }
@@ -164,6 +211,22 @@ struct WsSession {
                               false)
               .then([this](bool) { return read_in(); });
         });
+  }
+
+  // A resize: sizes out of range are ignored (the terminal keeps its size).
+  kj::Promise<void> resize(const Json& j) {
+    auto side = [&](const char* k) -> int64_t {
+      if (!j[k].is_number()) return 0;
+      double v = j[k].as_double();
+      return v >= 1 && v <= kMaxTerminalSide ? int64_t(v) : 0;
+    };
+    int64_t cols = side("cols"), rows = side("rows");
+    if (cols == 0 || rows == 0) return kj::READY_NOW;
+    return gw.pool
+        ->offload<bool>([rt = &gw.rt, t = tenant, i = id, p = pid, cols, rows] {
+          return bool(rt->resize_pty(t, i, p, uint16_t(cols), uint16_t(rows)));
+        }, false)
+        .then([](bool) {});
   }
 
   kj::Promise<void> kill() {
@@ -196,9 +259,10 @@ kj::Promise<void> Server::websocket(const Route& route, Request req,
         if (rep.status != 101) return send(response, std::move(rep), t0);
         count_response(rep);
         kj::HttpHeaders headers(*table);
+        bool pty = r->route == "/v1/sandboxes/{id}/pty";
         auto session = kj::heap<WsSession>(WsSession{
-            *this, response.acceptWebSocket(headers), rep.body, r->param("id"), 0,
-            std::make_shared<CrossThreadQueue<std::string>>(limits.max_stream_buffer_bytes)});
+            *this, response.acceptWebSocket(headers), rep.body, r->param("id"), pty, 0,
+            std::make_shared<CrossThreadQueue<WsFrame>>(limits.max_stream_buffer_bytes)});
         auto p = session->run();
         return p.attach(kj::mv(session));
       });

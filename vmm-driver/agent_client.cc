@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "vmm-driver/io_thread.h"
 #include "wire/agent.capnp.h"
@@ -98,6 +99,9 @@ void fill_request(w::ExecRequest::Builder b, const ExecRequest& r) {
   b.setTimeoutMs(r.timeout_ms);
   b.setMaxOutputBytes(r.max_output_bytes);
   b.setKeepStdinOpen(r.keep_stdin_open);
+  b.setPty(r.pty);
+  b.setCols(r.cols);
+  b.setRows(r.rows);
 }
 
 std::string to_string(capnp::Data::Reader d) {
@@ -163,6 +167,52 @@ std::pair<kj::Own<SinkImpl>, kj::Own<void>> revocable_sink(OutputCallback cb) {
   auto guard = kj::heap(kj::defer([st]() { st->cb = nullptr; }));
   return {kj::heap<SinkImpl>(st), kj::Own<void>(kj::mv(guard))};
 }
+
+// The host's end of a watch: like SinkImpl, revoked when the call ends. A batch is checked before
+// it reaches the callback: at most kMaxWatchBatch events, paths at most kMaxWatchPathBytes.
+struct WatchSinkState {
+  std::function<void()> on_ready;
+  WatchCallback on_events;  // null once revoked
+};
+
+class WatchSinkImpl final : public w::WatchSink::Server {
+ public:
+  explicit WatchSinkImpl(std::shared_ptr<WatchSinkState> st) : st_(kj::mv(st)) {}
+  kj::Promise<void> ready(ReadyContext) override {
+    if (!st_->on_events) return KJ_EXCEPTION(DISCONNECTED, "the watch has ended");
+    if (auto f = std::exchange(st_->on_ready, nullptr)) f();
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> events(EventsContext ctx) override {
+    if (!st_->on_events) return KJ_EXCEPTION(DISCONNECTED, "the watch has ended");
+    auto list = ctx.getParams().getEvents();
+    if (list.size() > kMaxWatchBatch)
+      return KJ_EXCEPTION(FAILED, "the guest sent more watch events in a batch than allowed");
+    std::vector<WatchEvent> out;
+    out.reserve(list.size());
+    for (auto e : list) {
+      if (e.getPath().size() > kMaxWatchPathBytes)
+        return KJ_EXCEPTION(FAILED, "the guest sent a watch path longer than allowed");
+      WatchEvent ev;
+      switch (e.getKind()) {
+        case w::WatchEventKind::CREATE: ev.kind = WatchEvent::Kind::create; break;
+        case w::WatchEventKind::WRITE: ev.kind = WatchEvent::Kind::write; break;
+        case w::WatchEventKind::REMOVE: ev.kind = WatchEvent::Kind::remove; break;
+        case w::WatchEventKind::RENAME: ev.kind = WatchEvent::Kind::rename; break;
+        case w::WatchEventKind::CHMOD: ev.kind = WatchEvent::Kind::chmod; break;
+        default: ev.kind = WatchEvent::Kind::overflow;
+      }
+      ev.path = e.getPath().cStr();
+      ev.is_dir = e.getIsDir();
+      out.push_back(std::move(ev));
+    }
+    st_->on_events(out);
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::shared_ptr<WatchSinkState> st_;
+};
 
 // Lets another thread cancel a call running on the IoThread (std::stop_token -> kj::Canceler).
 struct CancelSlot {
@@ -452,9 +502,44 @@ Result<std::vector<ProcessInfo>> AgentClient::list_processes() {
                                                       std::to_string(kMaxListEntries) +
                                                       " processes");
       for (auto p : r.getProcesses())
-        out.push_back({p.getPid(), p.getCommand().cStr(), p.getRunning(), p.getExitCode(), p.getStartedAtMs()});
+        out.push_back({p.getPid(), p.getCommand().cStr(), p.getRunning(), p.getExitCode(),
+                       p.getStartedAtMs(), p.getPty()});
       return out;
     }), kCallTimeout, "listProcesses");
+  });
+}
+
+Status AgentClient::resize_pty(uint32_t pid, uint16_t cols, uint16_t rows) {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.resizePtyRequest();
+    req.setPid(pid);
+    req.setCols(cols);
+    req.setRows(rows);
+    return with_deadline<Ok>(io_, req.send().then([](auto r) -> Result<Ok> {
+      if (r.getError().size() > 0) return make_error(ErrorCode::invalid_argument, r.getError().cStr());
+      return Ok{};
+    }), kCallTimeout, "resizePty");
+  });
+}
+
+Status AgentClient::watch(const std::string& path, bool recursive, std::function<void()> on_ready,
+                          WatchCallback on_events, std::stop_token stop) {
+  return call_cancellable<Ok>(stop, [&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.watchRequest();
+    req.setPath(path);
+    req.setRecursive(recursive);
+    auto st = std::make_shared<WatchSinkState>(WatchSinkState{std::move(on_ready), std::move(on_events)});
+    auto guard = kj::heap(kj::defer([st]() {
+      st->on_ready = nullptr;
+      st->on_events = nullptr;
+    }));
+    req.setSink(kj::heap<WatchSinkImpl>(st));
+    return req.send()
+        .then([](auto r) -> Result<Ok> {
+          if (r.hasError()) return guest_file_error(r.getError());
+          return Ok{};
+        })
+        .attach(kj::mv(guard));
   });
 }
 

@@ -34,6 +34,10 @@ struct ExecRequest {
   uint32_t timeout_ms = 0;        // 0 = none; enforced in the guest by killing the process group
   uint32_t max_output_bytes = 0;  // per stream; 0 = the agent's default (16 MiB)
   bool keep_stdin_open = false;   // start_process only: stdin stays open for write_stdin
+  // On a new pseudo-terminal of cols x rows (0 = 80x24): output is the terminal's (all as `out`);
+  // a background process's input stays open (write_stdin) and resize_pty applies.
+  bool pty = false;
+  uint16_t cols = 0, rows = 0;
 };
 
 struct ExecResult {
@@ -63,7 +67,20 @@ struct ProcessInfo {
   bool running = false;
   int exit_code = 0;
   uint64_t started_at_ms = 0;
+  bool pty = false;
 };
+
+// A change in a watched directory (wire/agent.capnp WatchEvent). `path` is relative to it.
+struct WatchEvent {
+  enum class Kind { create, write, remove, rename, chmod, overflow };
+  Kind kind = Kind::create;
+  std::string path;
+  bool is_dir = false;
+};
+// What the host takes from a guest per batch of watch events, and per path in them.
+inline constexpr size_t kMaxWatchBatch = 256;
+inline constexpr size_t kMaxWatchPathBytes = 4096;
+using WatchCallback = std::function<void(const std::vector<WatchEvent>&)>;
 
 struct Health {
   std::string version;
@@ -101,6 +118,15 @@ class AgentClient {
   Status write_stdin(uint32_t pid, std::string_view data, bool close = false);
   Result<ExecResult> stream_process(uint32_t pid, OutputCallback on_output, std::stop_token stop = {});
   Result<std::vector<ProcessInfo>> list_processes();
+  // The terminal size of a background process started with `pty` (SIGWINCH to its group).
+  Status resize_pty(uint32_t pid, uint16_t cols, uint16_t rows);
+
+  // Watches the guest directory `path` (with `recursive`, its subdirectories too): `on_ready`
+  // once the watch is in place, then batches of events to `on_events` (both on the IoThread),
+  // until `stop` is requested (code agent_error, "cancelled") or the directory goes (Ok).
+  // Errors: not_found, guest_error (not a directory, too many directories).
+  Status watch(const std::string& path, bool recursive, std::function<void()> on_ready,
+               WatchCallback on_events, std::stop_token stop);
 
   // Reads a whole file (in chunks of 4 MiB). Fails with not_found, or invalid_argument when the
   // file is larger than `max_bytes`.

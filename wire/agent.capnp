@@ -25,6 +25,11 @@ struct ExecRequest {
   timeoutMs @5 :UInt32;      # 0 = no timeout; on expiry the whole process group gets SIGKILL
   maxOutputBytes @6 :UInt32; # cap per stream for buffered exec; 0 = agent default (16 MiB)
   keepStdinOpen @7 :Bool;    # startProcess only: stdin stays open for writeStdin (after `stdin`)
+  pty @8 :Bool;              # run on a new pseudo-terminal (its controlling terminal): stdin,
+                             # stdout and stderr are the terminal; all output comes as stdout;
+                             # a background process's input stays open (writeStdin, resizePty)
+  cols @9 :UInt16;           # the terminal's size; 0 = 80 columns, 24 rows
+  rows @10 :UInt16;
 }
 
 struct ExecResult {
@@ -55,6 +60,7 @@ struct ProcessInfo {
   running @2 :Bool;
   exitCode @3 :Int32;
   startedAtMs @4 :UInt64;
+  pty @5 :Bool;              # runs on a terminal
 }
 
 enum FileType {
@@ -77,6 +83,29 @@ struct Error {
   # "is_a_directory", "permission_denied", "exists", "invalid_argument", "io_error").
   code @0 :Text;
   message @1 :Text;
+}
+
+enum WatchEventKind {
+  create @0;    # made, or moved in
+  write @1;     # its content changed
+  remove @2;
+  rename @3;    # moved away (the new name, when inside the watched tree, comes as a create)
+  chmod @4;     # mode, owner or times changed
+  overflow @5;  # events were lost (the guest kernel's queue overflowed); path is empty
+}
+
+struct WatchEvent {
+  kind @0 :WatchEventKind;
+  path @1 :Text;   # relative to the watched directory
+  isDir @2 :Bool;
+}
+
+interface WatchSink {
+  ready @0 ();
+  # The watch is in place: every change after this call is reported.
+  events @1 (events :List(WatchEvent)) -> stream;
+  # A batch of changes, in order (at most 256 per call). Flow-controlled: while the host is
+  # behind, events wait in the guest kernel's queue (an overflow event says when some were lost).
 }
 
 interface Agent {
@@ -134,6 +163,16 @@ interface Agent {
   # "pds-vol<slot>") at `path` (made with its parents), as ext4; read-only volumes are mounted
   # read-only without journal replay. The host grows a slot's capacity when it binds a volume:
   # the call first waits (at most 2 s) until the guest sees the disk at `sizeBytes`.
+
+  resizePty @22 (pid :UInt32, cols :UInt16, rows :UInt16) -> (error :Text);
+  # Sets the terminal size of a background process started with `pty` (its process group gets
+  # SIGWINCH).
+
+  watch @23 (path :Text, recursive :Bool, sink :WatchSink) -> (error :Error);
+  # Reports changes in the directory `path` (with `recursive`, in its subdirectories too, those
+  # made later included; at most 10,000 directories) to `sink` until the host drops the call.
+  # Returns at once with an error when the path cannot be watched (not_found, not_a_directory,
+  # too_many), or when the directory itself is removed or moved (after a remove event).
 
   endSession @18 () -> ();
   # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session

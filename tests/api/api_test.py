@@ -324,6 +324,93 @@ class ApiTest(unittest.TestCase):
         self.assertEqual(ws.recv()[0], 8)
         ws.sock.close()
 
+    def test_terminal_over_websocket(self):
+        c, sid = self.api, self.sid()
+        ws = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/pty", c.key)
+        self.assertEqual(ws.status, 101)
+        ws.send_json({"cols": 100, "rows": 30})  # the default: a login shell
+        op, msg = ws.recv()
+        self.assertEqual(msg["type"], "started", msg)
+
+        def read_until(marker):
+            out = b""
+            while marker not in out:
+                op, p = ws.recv()
+                self.assertNotEqual(op, 8, out)
+                if op == 2:
+                    out += p
+                else:
+                    self.assertNotIn(p["type"], ("exit", "error"), (p, out))
+            return out
+        # The terminal echoes what is typed; only the output has the computed marker.
+        ws.send_binary(b"tty; stty size; echo mark-$((6*7))\n")
+        out = read_until(b"mark-42")
+        self.assertIn(b"/dev/pts/", out)
+        self.assertIn(b"30 100", out)
+        ws.send_json({"type": "resize", "cols": 120, "rows": 40})
+        ws.send_json({"type": "stdin", "data": "stty size; echo mark-$((6*8))\n"})
+        self.assertIn(b"40 120", read_until(b"mark-48"))
+        # Ctrl-C goes through the terminal's line discipline to the foreground command.
+        ws.send_binary(b"sleep 305; echo after-$((1+1))\n")
+        deadline = time.time() + 15
+        while time.time() < deadline and not guest_has_process(c, sid, "sleep.305"):
+            time.sleep(0.2)
+        ws.send_binary(b"\x03")
+        ws.send_binary(b"echo mark-$((7*7))\n")
+        out = read_until(b"mark-49")
+        self.assertNotIn(b"after-2", out)
+        ws.send_binary(b"exit 3\n")
+        msgs = []
+        while True:
+            op, msg = ws.recv()
+            if op == 8:
+                break
+            if op == 1:
+                msgs.append(msg)
+        self.assertEqual(msgs[-1], {"type": "exit", "exit_code": 3, "timed_out": False})
+        ws.sock.close()
+        # Bad settings are an error message, then the socket closes.
+        ws = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/pty", c.key)
+        ws.send_json({"cols": 0})
+        op, msg = ws.recv()
+        self.assertEqual((msg["type"], msg["code"]), ("error", "invalid_argument"), msg)
+        ws.sock.close()
+
+    def test_watch_a_folder(self):
+        c, sid = self.api, self.sid()
+        base = f"/v1/sandboxes/{sid}/files/watch"
+        self.assertEqual(c.exec(sid, "mkdir -p /tmp/w/sub")[0], 200)
+        events, ready = [], threading.Event()
+
+        def reader():
+            for ev, data in c.sse(base + "?path=/tmp/w&recursive=1", timeout=60):
+                if ev == "ready":
+                    ready.set()
+                    continue
+                events.append((data["type"], data["name"]))
+                self.assertEqual(data["path"], "/tmp/w/" + data["name"])
+                if data["name"] == "done":
+                    break
+        t = threading.Thread(target=reader)
+        t.start()
+        self.assertTrue(ready.wait(30))
+        s, b = c.exec(sid, "echo a > /tmp/w/a.txt; echo b >> /tmp/w/a.txt; mkdir /tmp/w/sub/new; "
+                           "echo c > /tmp/w/sub/new/c.txt; mv /tmp/w/a.txt /tmp/w/b.txt; "
+                           "chmod 600 /tmp/w/b.txt; rm /tmp/w/b.txt; touch /tmp/w/done")
+        self.assertEqual((s, b["exit_code"]), (200, 0), b)
+        t.join(60)
+        self.assertFalse(t.is_alive())
+        want = [("create", "a.txt"), ("write", "a.txt"), ("create", "sub/new"),
+                ("create", "sub/new/c.txt"), ("rename", "a.txt"), ("create", "b.txt"),
+                ("chmod", "b.txt"), ("remove", "b.txt"), ("create", "done")]
+        it = iter(events)
+        self.assertTrue(all(w in it for w in want), events)  # in this order
+        # A missing folder, a file: plain errors before the stream starts.
+        self.assertError(c.call("GET", base + "?path=/tmp/nope"), 404, "file_not_found")
+        c.call("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/w/f", raw=b"x")
+        self.assertError(c.call("GET", base + "?path=/tmp/w/f"), 409, "not_a_directory")
+        self.assertError(c.call("GET", base), 400, "invalid_path")
+
     def test_files(self):
         c, sid = self.api, self.sid()
         base = f"/v1/sandboxes/{sid}/files"
@@ -546,7 +633,7 @@ class ApiTest(unittest.TestCase):
             if "{id}" not in path:
                 continue
             concrete = path.replace("{id}", sid).replace("{pid}", "1")
-            if path.endswith("/exec/ws"):
+            if path.endswith("/exec/ws") or path.endswith("/pty"):
                 ws = WebSocket(self.daemon, concrete, other.key)
                 self.assertEqual((ws.status, ws.body["error"]["code"]), (404, "sandbox_not_found"))
                 ws.sock.close()
