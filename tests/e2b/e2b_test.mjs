@@ -103,6 +103,46 @@ test("files: write, read, list, exists, makeDir, rename, remove, getInfo", async
   await sbx.kill();
 });
 
+test("pty: a terminal, input, resize, exit; watchDir: a folder's changes", async () => {
+  const sbx = await Sandbox.create();
+  const dec = new TextDecoder();
+  let out = "";
+  const term = await sbx.pty.create({ cols: 90, rows: 20, onData: (d) => (out += dec.decode(d, { stream: true })) });
+  const enc = (s) => new TextEncoder().encode(s);
+  const waitFor = async (s) => {
+    for (let i = 0; i < 300 && !out.includes(s); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(out.includes(s), out);
+  };
+  // The terminal echoes what is typed; only the output has the computed marker.
+  await sbx.pty.sendInput(term.pid, enc("tty; stty size; echo m-$((6*7))\n"));
+  await waitFor("m-42");
+  assert.match(out, /\/dev\/pts\//);
+  assert.match(out, /20 90/);
+  await sbx.pty.resize(term.pid, { cols: 120, rows: 40 });
+  await sbx.pty.sendInput(term.pid, enc("stty size; echo m-$((6*8))\n"));
+  await waitFor("m-48");
+  assert.match(out, /40 120/);
+  await sbx.pty.sendInput(term.pid, enc("exit\n"));
+  assert.equal((await term.wait()).exitCode, 0);
+
+  await sbx.files.makeDir("/tmp/watched/sub");
+  const events = [];
+  const handle = await sbx.files.watchDir("/tmp/watched", (e) => events.push([e.type, e.name]), { recursive: true });
+  await sbx.files.write("/tmp/watched/a.txt", "A");
+  await sbx.commands.run("echo b > /tmp/watched/sub/b.txt; rm /tmp/watched/a.txt; touch /tmp/watched/done");
+  for (let i = 0; i < 300 && !events.some(([, n]) => n === "done"); i++) await new Promise((r) => setTimeout(r, 100));
+  await handle.stop();
+  const want = [["create", "a.txt"], ["create", "sub/b.txt"], ["remove", "a.txt"], ["create", "done"]];
+  const seen = events.map((e) => e.join(" "));
+  let at = 0;
+  for (const w of want) {
+    at = seen.indexOf(w.join(" "), at);
+    assert.ok(at >= 0, `${w} in order in ${seen}`);
+  }
+  await assert.rejects(sbx.files.watchDir("/tmp/not-there", () => {}));
+  await sbx.kill();
+});
+
 test("lifecycle: getInfo, list, setTimeout, metrics, isRunning, pause, connect, kill", async () => {
   const sbx = await Sandbox.create({ metadata: { suite: "lifecycle" }, timeoutMs: 120_000 });
   const info = await sbx.getInfo();

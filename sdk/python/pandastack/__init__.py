@@ -17,12 +17,12 @@ from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFaile
                       TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
                       VolumeNotFound)
 from ._models import (CodeError, CodeResult, DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult,
-                      Execution, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
+                      Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
 from ._sync import Database, Sandbox, Volume
 
 __version__ = "0.2.0"
 __all__ = [
-    "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "SandboxInfo", "FileInfo",
+    "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "SandboxInfo", "FileInfo", "FileEvent",
     "ProcessInfo", "PandaStackError", "InvalidArgument", "InvalidCwd", "CommandNotFound",
     "Unauthorized", "Forbidden", "PermissionDenied", "NotFound", "SandboxNotFound",
     "FileNotFound", "TemplateNotFound", "SnapshotNotFound", "Conflict", "SandboxHibernated",

@@ -12,7 +12,7 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import ExecEvent, ExecResult, Execution, FileInfo, ProcessInfo, SandboxInfo
+from ._models import ExecEvent, ExecResult, Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo
 
 
 class _AsyncHttp:
@@ -47,7 +47,7 @@ class _AsyncHttp:
                     c.raise_for(r)
                 async for chunk in r.aiter_bytes():
                     for ev in parser.feed_bytes(chunk):
-                        if ev.kind == "error":
+                        if getattr(ev, "kind", None) == "error":
                             raise error_for(ev.error_code or "internal", ev.message or "", 0)
                         yield ev
         except httpx.TransportError as e:
@@ -100,6 +100,43 @@ class AsyncFilesystem:
     async def rename(self, src: str, dst: str) -> None:
         """Renames (moves) a path."""
         await self._s._http.call("POST", self._path("/rename"), json={"from": src, "to": dst})
+
+    async def watch(self, path: str, recursive: bool = False) -> AsyncFileWatch:
+        """Watches the folder ``path`` (with ``recursive``, its subfolders too, those made later
+        included). Returns once the watch is in place, so every later change is reported:
+        ``async for`` the result for FileEvents; it ends when the folder goes, or after
+        ``close()`` (or at the end of its ``async with`` block)."""
+        params = {"path": path, **({"recursive": "1"} if recursive else {})}
+        return await AsyncFileWatch(self._s._http.sse("GET", self._path("/watch"),
+                                                      params=params))._start()
+
+
+class AsyncFileWatch:
+    """A folder watch in place (``AsyncFilesystem.watch``): ``async for`` it for FileEvents."""
+
+    def __init__(self, events: AsyncIterator[Any]) -> None:
+        self._events = events
+
+    async def _start(self) -> "AsyncFileWatch":
+        first = await self._events.__anext__()  # "ready"; a refused watch raises its error here
+        if getattr(first, "kind", None) != "ready":
+            raise PandaStackError("the watch ended before it started", "internal")
+        return self
+
+    async def __aiter__(self) -> AsyncIterator[FileEvent]:
+        async for ev in self._events:
+            if isinstance(ev, FileEvent):
+                yield ev
+
+    async def close(self) -> None:
+        """Stops watching (closes the stream)."""
+        await self._events.aclose()  # type: ignore[attr-defined]
+
+    async def __aenter__(self) -> "AsyncFileWatch":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
 
 class AsyncProcesses:

@@ -204,9 +204,9 @@ class SseParser:
         self.event = ""
         self.buf = b""
 
-    def feed_bytes(self, chunk: bytes) -> List[ExecEvent]:
+    def feed_bytes(self, chunk: bytes) -> List[Any]:
         self.buf += chunk
-        out: List[ExecEvent] = []
+        out: List[Any] = []
         start = 0
         while True:
             nl = self.buf.find(b"\n", start)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 
 def _output(body: Dict[str, Any], name: str) -> bytes:
@@ -180,8 +180,25 @@ class ProcessInfo:
                    int(b["started_at_ms"]))
 
 
-def event_from_sse(event: str, data: Dict[str, Any]) -> ExecEvent:
-    """An ExecEvent from one server-sent event of an exec or process stream."""
+@dataclass
+class FileEvent:
+    """A change in a watched folder: type is "create", "write", "remove", "rename", "chmod" or
+    "overflow" (changes were lost: the guest's queue overflowed); ``name`` is relative to the
+    folder, ``path`` absolute."""
+
+    type: str
+    name: str
+    path: str
+    is_dir: bool = False
+
+
+def event_from_sse(event: str, data: Dict[str, Any]) -> Union[ExecEvent, FileEvent]:
+    """An ExecEvent from one server-sent event of an exec or process stream (a FileEvent from a
+    folder watch's changes; its start and end are ExecEvents "ready" and "end")."""
+    if event == "change":
+        return FileEvent(data["type"], data["name"], data["path"], bool(data.get("is_dir", False)))
+    if event in ("ready", "end"):
+        return ExecEvent(event)
     if event in ("stdout", "stderr"):
         raw = data.get("data", "")
         payload = base64.b64decode(raw) if data.get("encoding") == "base64" else raw.encode()

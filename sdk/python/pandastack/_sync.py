@@ -8,7 +8,7 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
-from ._models import (DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, Execution, FileInfo, ProcessInfo,
+from ._models import (DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, Execution, FileEvent, FileInfo, ProcessInfo,
                       SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
 
 
@@ -45,7 +45,7 @@ class _Http:
                     c.raise_for(r)
                 for chunk in r.iter_bytes():
                     for ev in parser.feed_bytes(chunk):
-                        if ev.kind == "error":
+                        if getattr(ev, "kind", None) == "error":
                             raise error_for(ev.error_code or "internal", ev.message or "", 0)
                         yield ev
         except httpx.TransportError as e:
@@ -107,6 +107,14 @@ class Filesystem:
         """Renames (moves) a path."""
         self._s._http.call("POST", self._path("/rename"), json={"from": src, "to": dst})
 
+    def watch(self, path: str, recursive: bool = False) -> "FileWatch":
+        """Watches the folder ``path`` (with ``recursive``, its subfolders too, those made later
+        included). Returns once the watch is in place, so every later change is reported: iterate
+        the result for FileEvents; it ends when the folder goes, or after ``close()`` (or at the
+        end of its ``with`` block)."""
+        params = {"path": path, **({"recursive": "1"} if recursive else {})}
+        return FileWatch(self._s._http.sse("GET", self._path("/watch"), params=params))
+
     def upload(self, local_path: str, remote_path: str) -> None:
         """Copies a local file into the sandbox."""
         with open(local_path, "rb") as f:
@@ -116,6 +124,31 @@ class Filesystem:
         """Copies a file from the sandbox to a local path."""
         with open(local_path, "wb") as f:
             f.write(self.read(remote_path))
+
+
+class FileWatch:
+    """A folder watch in place (``Filesystem.watch``): iterate it for FileEvents."""
+
+    def __init__(self, events: Iterator[Any]) -> None:
+        self._events = events
+        first = next(events, None)  # "ready"; a refused watch raises its error here
+        if getattr(first, "kind", None) != "ready":
+            raise PandaStackError("the watch ended before it started", "internal")
+
+    def __iter__(self) -> Iterator[FileEvent]:
+        for ev in self._events:
+            if isinstance(ev, FileEvent):
+                yield ev
+
+    def close(self) -> None:
+        """Stops watching (closes the stream)."""
+        self._events.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> "FileWatch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class Processes:

@@ -98,6 +98,16 @@ class SdkTest(unittest.TestCase):
             fs.download("/tmp/up.bin", local + ".back")
             with open(local + ".back", "rb") as f:
                 self.assertEqual(f.read(), blob)
+            with fs.watch("/tmp/d", recursive=True) as w:
+                sbx.exec("echo x > /tmp/d/sub/new.txt; rm /tmp/d/sub/new.txt")
+                seen = []
+                for ev in w:
+                    seen.append((ev.type, ev.name, ev.path))
+                    if ev.type == "remove":
+                        break
+            self.assertEqual(seen[0], ("create", "sub/new.txt", "/tmp/d/sub/new.txt"), seen)
+            with self.assertRaises(pandastack.FileNotFound):
+                fs.watch("/tmp/no-folder")
             fs.remove("/tmp/d", recursive=True)
             self.assertFalse(fs.exists("/tmp/d"))
             with self.assertRaises(pandastack.FileNotFound):
@@ -480,6 +490,12 @@ class AsyncSdkTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_run_code(self):
         async with await AsyncSandbox.create() as sbx:
+            async with await sbx.filesystem.watch("/tmp") as w:
+                await sbx.exec("touch /tmp/async-mark")
+                async for ev in w:
+                    if ev.name == "async-mark":
+                        self.assertEqual(ev.type, "create")
+                        break
             await sbx.run_code("y = 6 * 7")
             self.assertEqual((await sbx.run_code("y")).text, "42")
             self.assertEqual(await sbx.code_contexts(), ["default"])

@@ -169,6 +169,17 @@ export interface ProcessInfo {
   startedAtMs: number;
 }
 
+export interface FileChange {
+  type: "create" | "write" | "remove" | "rename" | "chmod" | "overflow";
+  /** Relative to the watched folder ("" for overflow). */
+  name: string;
+  path: string;
+  isDir: boolean;
+}
+export interface FileWatch extends AsyncIterable<FileChange> {
+  stop(): void;
+}
+
 export declare class Files {
   write(path: string, data: string | Uint8Array, opts?: { mode?: number }): Promise<void>;
   exists(path: string): Promise<boolean>;
@@ -181,6 +192,8 @@ export declare class Files {
   remove(path: string, opts?: { recursive?: boolean }): Promise<void>;
   mkdir(path: string, opts?: { parents?: boolean }): Promise<void>;
   rename(from: string, to: string): Promise<void>;
+  /** Watches a folder; resolves once the watch is in place. */
+  watch(path: string, opts?: { recursive?: boolean }): Promise<FileWatch>;
 }
 
 export declare class Processes {

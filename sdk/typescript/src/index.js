@@ -216,6 +216,8 @@ function toEvent(kind, d) {
     return { kind, data, text: data.toString("utf8") };
   }
   if (kind === "exit") return { kind, exitCode: d.exit_code, timedOut: !!d.timed_out, durationMs: d.duration_ms ?? 0 };
+  if (kind === "ready" || kind === "end") return { kind };  // a folder watch's start and end
+  if (kind === "change") return { kind, change: { type: d.type, name: d.name, path: d.path, isDir: !!d.is_dir } };
   return { kind: "error", code: d.code, message: d.message };
 }
 
@@ -307,6 +309,26 @@ class Files {
   async mkdir(path, { parents = true } = {}) { await this.s.http.call("POST", this.#p("/mkdir"), { json: { path, parents } }); }
   /** Renames a path. */
   async rename(from, to) { await this.s.http.call("POST", this.#p("/rename"), { json: { from, to } }); }
+  /** Watches the folder `path` (with `recursive`, its subfolders too, those made later included).
+   * Resolves once the watch is in place (every later change is reported) to an async iterable of
+   * changes {type: "create"|"write"|"remove"|"rename"|"chmod"|"overflow", name (relative to the
+   * folder), path, isDir}; it ends when the folder goes or after `stop()`. */
+  async watch(path, { recursive = false } = {}) {
+    const ac = new AbortController();
+    const query = recursive ? { path, recursive: 1 } : { path };
+    const events = this.s.http.sse("GET", this.#p("/watch"), { query, signal: ac.signal });
+    const first = await events.next();
+    if (first.done || first.value.kind !== "ready") throw new PandaStackError("the watch ended before it started", "internal", 0);
+    async function* changes() {
+      try {
+        for await (const ev of events) if (ev.kind === "change") yield ev.change;
+      } catch (e) {
+        if (!ac.signal.aborted) throw e;
+      }
+    }
+    const it = changes();
+    return { [Symbol.asyncIterator]: () => it, stop: () => ac.abort() };
+  }
 }
 
 function fileInfo(e) {

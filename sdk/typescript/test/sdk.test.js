@@ -56,6 +56,16 @@ test("commands, streams, files, processes", async () => {
     await sbx.files.rename("/tmp/t/f.txt", "/tmp/t/g.txt");
     assert.deepEqual((await sbx.files.list("/tmp/t")).map((e) => e.name), ["g.txt"]);
     assert.equal((await sbx.files.stat("/tmp/t/g.txt")).size, 7);
+    const watch = await sbx.files.watch("/tmp/t", { recursive: true });
+    await sbx.exec("mkdir /tmp/t/sub; echo x > /tmp/t/sub/w.txt");
+    const changes = [];
+    for await (const c of watch) {
+      changes.push(`${c.type} ${c.name} ${c.isDir}`);
+      if (c.name === "sub/w.txt") break;
+    }
+    watch.stop();
+    assert.deepEqual(changes.slice(0, 2), ["create sub true", "create sub/w.txt false"]);
+    await assert.rejects(sbx.files.watch("/tmp/no-folder"), FileNotFoundError);
     await sbx.files.remove("/tmp/t", { recursive: true });
     await assert.rejects(sbx.files.read("/tmp/t/g.txt"), FileNotFoundError);
     await assert.rejects(sbx.files.read("/tmp/../etc/passwd"), InvalidArgumentError);
