@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 namespace pandastack::tools {
 
@@ -151,7 +152,8 @@ HttpResponse HttpClient::request(const std::string& method, const std::string& p
 
 HttpResponse HttpClient::request_impl(const std::string& method, const std::string& path,
                                       const std::string& body, const std::string& content_type,
-                                      const std::function<void(const std::string&)>& on_data) {
+                                      const std::function<void(const std::string&)>& on_data,
+                                      const std::string& extra_headers) {
   HttpResponse r;
   if (!valid_url()) {
     r.error = "the URL must look like http://HOST:PORT";
@@ -159,6 +161,7 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
   }
   std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host_ + "\r\n";
   if (!token_.empty()) head += "Authorization: Bearer " + token_ + "\r\n";
+  head += extra_headers;
   if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH")
     head += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
             "\r\n";
@@ -206,6 +209,7 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
       while (!v.empty() && v.front() == ' ') v.erase(0, 1);
       r.headers[k] = v;
     }
+    if (r.status == 101) return r;  // the connection is someone else's protocol now
     auto deliver = [&](std::string chunk) {
       if (on_data)
         on_data(chunk);
@@ -249,6 +253,29 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
     return r;
   }
   return r;
+}
+
+int HttpClient::upgrade(const std::string& path, std::string& leftover, HttpResponse& refused) {
+  close_socket();
+  std::random_device rd;
+  unsigned char nonce[16];
+  for (auto& b : nonce) b = static_cast<unsigned char>(rd());
+  std::string headers = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                        "Sec-WebSocket-Key: " +
+                        base64(std::string_view(reinterpret_cast<char*>(nonce), sizeof nonce)) +
+                        "\r\n";
+  refused = request_impl("GET", path, "", "", nullptr, headers);
+  if (refused.status != 101) {
+    close_socket();
+    return -1;
+  }
+  int fd = fd_;
+  fd_ = -1;
+  leftover.swap(buf_);
+  buf_.clear();
+  timeval none{};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  return fd;
 }
 
 }  // namespace pandastack::tools

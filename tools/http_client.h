@@ -45,11 +45,16 @@ class HttpClient {
                       F&& on_data) {
     return request_impl(method, path, body, "application/json", on_data);
   }
+  // A WebSocket upgrade of GET `path` on a fresh connection. On 101 the socket is the caller's
+  // (returned; blocking, no receive timeout) and `leftover` holds the bytes read past the
+  // response's head; otherwise -1, and `refused` is the reply (or a transport error).
+  int upgrade(const std::string& path, std::string& leftover, HttpResponse& refused);
 
  private:
   HttpResponse request_impl(const std::string& method, const std::string& path,
                             const std::string& body, const std::string& content_type,
-                            const std::function<void(const std::string&)>& on_data);
+                            const std::function<void(const std::string&)>& on_data,
+                            const std::string& extra_headers = "");
   bool connect_socket(std::string& error);
   void close_socket();
   bool read_more(std::string& error);

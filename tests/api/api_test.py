@@ -6,16 +6,21 @@ Traffic goes only to the daemon on 127.0.0.1.
 """
 import argparse
 import base64
+import fcntl
 import hashlib
 import http.client
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -568,6 +573,12 @@ class ApiTest(unittest.TestCase):
         r = cli("sandbox", "exec", sid, "--timeout", "1", "--", "sleep 5")
         self.assertEqual(r.returncode, 124, r.stderr)
         self.assertIn("timed out", r.stderr)
+        # A terminal: piped input is typed, then Ctrl-D; the exit status is the shell's.
+        r = cli("sandbox", "shell", sid, input="tty; stty size; exit 7\n")
+        self.assertEqual(r.returncode, 7, (r.stdout, r.stderr))
+        self.assertIn("/dev/pts/", r.stdout)
+        self.assertIn("24 80", r.stdout)
+        self.cli_shell_on_a_local_terminal(sid, env)
         # Help, version, and a missing key said before any call.
         for args in (("help",), ("sandbox", "--help"), ("sandbox", "help"), ("--version",)):
             r = cli(*args)
@@ -619,6 +630,56 @@ class ApiTest(unittest.TestCase):
         self.assertIn(sid, cli("sandbox", "list", "--all").stdout)
 
     # -- tenancy and keys -----------------------------------------------------------------------
+
+    def cli_shell_on_a_local_terminal(self, sid, env):
+        """`pandastack sandbox shell` on a real local terminal: raw mode (keys such as Ctrl-C go
+        to the sandbox's terminal), the window's size, and a resize that follows (SIGWINCH)."""
+        pid, master = pty.fork()
+        if pid == 0:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+            os.execve(ARGS.cli, [ARGS.cli, "sandbox", "shell", sid], env)
+        out = b""
+
+        def read_until(marker):
+            nonlocal out
+            deadline = time.time() + 60
+            while marker not in out and time.time() < deadline:
+                if select.select([master], [], [], 1)[0]:
+                    try:
+                        out += os.read(master, 65536)
+                    except OSError:
+                        break
+            self.assertIn(marker, out)
+        try:
+            os.write(master, b"stty size; echo m-$((2*21))\r")
+            read_until(b"m-42")
+            self.assertIn(b"33 101", out)
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+            os.write(master, b"sleep 308; echo after-$((1+1))\r")
+            time.sleep(2)
+            os.write(master, b"\x03")  # raw mode: Ctrl-C reaches the sandbox's terminal
+            os.write(master, b"stty size; echo m-$((2*22))\r")
+            read_until(b"m-44")
+            self.assertIn(b"40 120", out)
+            self.assertNotIn(b"after-2", out)
+            os.write(master, b"exit 5\r")
+            read_until(b"exit 5")
+        finally:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                status = -1
+            os.close(master)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 5, out)
 
     def test_tenant_isolation_on_every_route_and_keys(self):
         c, sid = self.api, self.sid()

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/cli/shell.h"
 #include "tools/http_client.h"
 #include "wire/json.h"
 
@@ -33,6 +34,9 @@ const char* kUsage = R"(usage:
   pandastack sandbox exec ID [--timeout S] [--cwd DIR] [--env K=V]... [--no-stdin] [--json] -- CMD [ARG...]
       Streams the command's output; piped stdin (not a terminal) goes to the command (64 KiB at
       most). Exits with its exit code, 128+N when a signal N killed it, 124 when it timed out.
+  pandastack sandbox shell ID [-- CMD [ARG...]]
+      An interactive terminal in the sandbox (a login shell unless CMD is given); the window's
+      size follows. Piped input is typed as it is, then Ctrl-D. Exits with the shell's status.
   pandastack sandbox logs ID [--json]
   pandastack sandbox egress ID deny_all|allow_all|allowlist [--allow CIDR]... [--json]
   pandastack sandbox ports ID [--json]                 exposed guest ports and their host addresses
@@ -672,6 +676,7 @@ int api_main(int argc, char** argv) {
       return 0;
     }
     if (verb == "exec") return exec(api, o, o.pos[0]);
+    if (verb == "shell") return shell(api.http(), o.pos[0], o.cmd);
     if (verb == "logs") {
       auto r = api.json("GET", base + "/events");
       for (auto& e : r["events"].as_array()) {
