@@ -46,7 +46,7 @@ test("lists the tools with schemas", async () => {
   const { tools } = await client.listTools();
   assert.deepEqual(tools.map((t) => t.name).sort(), [
     "create_database", "create_sandbox", "fork_sandbox", "kill_sandbox", "list_dir", "read_file",
-    "run_command", "write_file",
+    "run_code", "run_command", "write_file",
   ]);
   for (const t of tools) {
     assert.ok(t.description.length > 20, t.name);
@@ -82,6 +82,13 @@ test("create, run, write, read, list, fork, kill", async () => {
   assert.equal(elf.isError, false);
   assert.match(text(elf), /^\[binary: \d+ bytes; the first 12288 as base64 follow\]\n/);
   assert.ok(text(elf).length < 20000);
+  // Python with state between calls: the last expression's value, then an error's traceback.
+  await client.callTool({ name: "run_code", arguments: { sandbox_id: id, code: "import math\nx = 6 * 7\nprint('side')" } });
+  const code = await client.callTool({ name: "run_code", arguments: { sandbox_id: id, code: "x + math.floor(0.5)" } });
+  assert.equal(code.isError, false);
+  assert.match(text(code), /^execution_count=2\n--- result ---\n42$/);
+  const oops = await client.callTool({ name: "run_code", arguments: { sandbox_id: id, code: "1/0" } });
+  assert.match(text(oops), /--- error ---\nZeroDivisionError: division by zero\n/);
   const nocmd = await client.callTool({ name: "run_command", arguments: { sandbox_id: id } });
   assert.equal(nocmd.isError, true);
   assert.match(text(nocmd), /^invalid_argument: command is required/);

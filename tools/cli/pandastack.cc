@@ -48,7 +48,7 @@ const char* kUsage = R"(usage:
       daemon at --url (an admin key). Exit 0: identical; 1: differences (listed); 2: error.
   pandastack mcp [--url URL] [--key KEY]
       A Model Context Protocol server on stdio (JSON-RPC, one message per line) with tools for
-      agents: create_sandbox, run_command, read_file, write_file, list_dir, fork_sandbox,
+      agents: create_sandbox, run_command, run_code, read_file, write_file, list_dir, fork_sandbox,
       create_database, kill_sandbox. Calls the API at --url with --key (same defaults as above).
   pandastack sandbox|files|template|snapshot|volume|db ...   (see `pandastack sandbox help`)
   pandastack help | --version
@@ -339,6 +339,12 @@ const Tool kTools[] = {
      "Run a shell command in a sandbox and wait for it. Returns exit_code=N and the command's "
      "stdout and stderr (each truncated to 16 KB).",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"command":{"type":"string","description":"run with /bin/sh -c"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600},"cwd":{"type":"string"}},"required":["sandbox_id","command"],"additionalProperties":false})J"},
+    {"run_code",
+     "Run Python in a sandbox's persistent interpreter: variables, imports and the working "
+     "folder stay between calls of the same context. Returns the output, the value of the last "
+     "expression (result), and an exception's traceback (error). Charts (matplotlib) are "
+     "reported as images with their size.",
+     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"code":{"type":"string"},"context":{"type":"string","description":"a context id (default: the sandbox's default context)"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600}},"required":["sandbox_id","code"],"additionalProperties":false})J"},
     {"read_file", "Read a text file from a sandbox (absolute path; at most 64 KB are shown; a binary file is reported as binary with its first 12 KB in base64).",
      R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
     {"write_file",
@@ -461,6 +467,31 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     };
     text += "\n--- stdout ---\n" + output("stdout");
     text += "\n--- stderr ---\n" + output("stderr");
+    return {text, false};
+  }
+  if (name == "run_code") {
+    if (str("code").empty()) return {"invalid_argument: code is required", true};
+    Json body = Json::object();
+    body.set("code", str("code"));
+    if (!str("context").empty()) body.set("context", str("context"));
+    if (args["timeout_seconds"].is_integer())
+      body.set("timeout_seconds", args["timeout_seconds"].as_int());
+    auto r = http.request("POST", base + "/code", body.dump());
+    if (r.status != 200) return {api_error(r), true};
+    auto j = *Json::parse(r.body);
+    std::string text = "execution_count=" + std::to_string(j["execution_count"].as_int());
+    if (j["timed_out"].as_bool()) text += " (timed out: interrupted, the context lives on)";
+    if (!j["stdout"].as_string().empty()) text += "\n--- stdout ---\n" + for_model(j["stdout"].as_string());
+    if (!j["stderr"].as_string().empty()) text += "\n--- stderr ---\n" + for_model(j["stderr"].as_string());
+    for (auto& res : j["results"].as_array()) {
+      text += res["is_main_result"].as_bool() ? "\n--- result ---\n" : "\n--- display ---\n";
+      if (res["png"].is_string())
+        text += "[image/png, " + std::to_string(res["png"].as_string().size() * 3 / 4) + " bytes]\n";
+      if (res["text"].is_string()) text += for_model(res["text"].as_string());
+    }
+    if (j["error"].is_object())
+      text += "\n--- error ---\n" + j["error"]["name"].as_string() + ": " +
+              j["error"]["value"].as_string() + "\n" + for_model(j["error"]["traceback"].as_string());
     return {text, false};
   }
   if (name == "read_file") {
