@@ -2,7 +2,11 @@
 """Guest abuse against the real daemon (real VMs): what a hostile or careless guest does, and what
 the daemon answers. Each case must end in its documented result while the daemon and another
 sandbox keep working: 60 MB of non-streamed output, a disk filled to ENOSPC, a QEMU killed from the
-host, a fork bomb that starves the guest agent, and a snapshot that fails for want of room.
+host, a fork bomb that starves the guest agent, and a snapshot that fails for want of room. The
+cases that run while a bystander is measured (a busy loop, a memory hog past the guest's RAM, an
+output flood to a client that does not read, 10,000 files, garbage written at the agent's port,
+the fork bomb) must leave the bystander's API latency within 2x of idle: the figures are printed
+(ABUSE lines) and kept in the README.
 
 Usage: abuse_test.py --daemon build/bin/pandastackd [--images var/images]
 The daemon's data folder is on a real disk (guest disks live there) and its state folder on a
@@ -10,12 +14,15 @@ tmpfs of its own (1.5 GiB, mounted by the test: root), so the test can fill it.
 """
 import argparse
 import glob
+import http.client
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -50,6 +57,9 @@ class GuestAbuseTest(unittest.TestCase):
             raise
         cls.api = Api(cls.daemon)
         cls.other = cls.api.create(network=False)["id"]  # a bystander: must not notice a thing
+        cls.bystander_latency()  # warm
+        cls.idle = cls.bystander_latency()
+        print(f"ABUSE idle bystander latency p50 {cls.idle * 1000:.0f} ms", flush=True)
 
     @classmethod
     def tearDownClass(cls):
@@ -68,6 +78,112 @@ class GuestAbuseTest(unittest.TestCase):
         self.assertEqual(s, 200)
         s, b = self.api.exec(self.other, "echo fine")
         self.assertEqual((s, b.get("stdout")), (200, "fine\n"), b)
+
+    @classmethod
+    def bystander_latency(cls, n=5):
+        """The bystander's API latency (s): the sum of the medians of n of each of an exec, a GET
+        and a file read (one figure that moves with any of them)."""
+        calls = (lambda: cls.api.exec(cls.other, "true"),
+                 lambda: cls.api.call("GET", f"/v1/sandboxes/{cls.other}"),
+                 lambda: cls.api.call("GET", f"/v1/sandboxes/{cls.other}/files?path=/etc/hostname"))
+        times = [[], [], []]
+        for _ in range(n):
+            for i, call in enumerate(calls):
+                t0 = time.time()
+                s, b = call()
+                times[i].append(time.time() - t0)
+                assert s == 200, (s, b)
+        return sum(statistics.median(t) for t in times)
+
+    def while_abusing(self, name, abuse, settle=1.0):
+        """Runs `abuse` in a thread; once it has run `settle` s, measures the bystander; asserts
+        its latency stays within 2x of idle; returns what `abuse` returned."""
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=abuse()))
+        t.start()
+        time.sleep(settle)
+        busy = self.bystander_latency()
+        t.join(600)
+        self.assertFalse(t.is_alive(), name)
+        print(f"ABUSE {name}: bystander latency p50 {busy * 1000:.0f} ms "
+              f"(idle {self.idle * 1000:.0f} ms, x{busy / self.idle:.2f})", flush=True)
+        self.assertLess(busy, 2 * self.idle, f"{name}: {busy:.3f} s against {self.idle:.3f} s idle")
+        return out.get("r")
+
+    def test_a_busy_loop_is_stopped_at_its_timeout(self):
+        s, b = self.while_abusing("busy loop", lambda: self.api.exec(
+            self.sid, "while :; do :; done", timeout_seconds=12))
+        self.assertEqual((s, b["timed_out"]), (200, True), b)
+        s, b = self.api.exec(self.sid, "echo alive")
+        self.assertEqual((s, b["stdout"]), (200, "alive\n"))
+
+    def test_a_memory_hog_past_the_guest_ram_is_killed_in_the_guest(self):
+        pid = qemu_pid(self.state, self.sid)
+        ram = int(self.api.exec(self.sid, "awk '/MemTotal/ {print $2}' /proc/meminfo")[1]["stdout"])
+        # Twice the guest's RAM, touched: the guest's OOM killer ends it (the agent, PID 1, is
+        # never its victim); the host's QEMU cannot grow past the guest's RAM.
+        hog = f"head -c {ram * 2}k /dev/zero | tail > /dev/null"
+        s, b = self.while_abusing("memory hog", lambda: self.api.exec(self.sid, hog,
+                                                                         timeout_seconds=120))
+        self.assertEqual(s, 200, b)
+        self.assertNotEqual(b["exit_code"], 0, b)
+        self.assertFalse(b["timed_out"], b)
+        s, b = self.api.exec(self.sid, "dmesg | grep -c 'Out of memory' || true")
+        self.assertGreaterEqual(int(b["stdout"]), 1, b)
+        with open(f"/proc/{pid}/status") as f:
+            rss_kib = int([l.split()[1] for l in f if l.startswith("VmRSS")][0])
+        self.assertLess(rss_kib, ram + 256 * 1024, "QEMU grew past the guest's RAM")
+        s, b = self.api.exec(self.sid, "echo alive")
+        self.assertEqual((s, b["stdout"]), (200, "alive\n"))
+
+    def test_an_output_flood_to_a_client_that_does_not_read_is_stopped(self):
+        rss_before = self.daemon_rss_kib()
+
+        def flood():
+            c = http.client.HTTPConnection(self.daemon.host, self.daemon.port, timeout=120)
+            c.request("POST", f"/v1/sandboxes/{self.sid}/exec/stream",
+                      body=json.dumps({"cmd": "cat /dev/zero", "timeout_seconds": 300}),
+                      headers={"Authorization": "Bearer " + self.daemon.key})
+            r = c.getresponse()
+            time.sleep(12)  # reads nothing while the guest writes as fast as it can
+            rest = r.read()  # then everything the server kept: it ends with the cancel
+            c.close()
+            return r.status, rest
+        status, body = self.while_abusing("output flood, client not reading", flood)
+        self.assertEqual(status, 200)
+        self.assertIn(b"event: error", body[-4096:])
+        self.assertIn(b"cancelled", body[-4096:])
+        self.assertLess(len(body), 64 << 20)  # bounded: the 16 MiB stream buffer and the socket's
+        self.assertLess(self.daemon_rss_kib() - rss_before, 128 * 1024)
+        self.assertFalse(harness.guest_has_process(self.api, self.sid, "cat./dev/zero"))
+
+    def test_ten_thousand_files(self):
+        def make():
+            return self.api.exec(self.sid, "mkdir -p /tmp/many && cd /tmp/many && "
+                                           "seq 1 10000 | xargs touch && ls | wc -l",
+                                 timeout_seconds=300)
+        s, b = self.while_abusing("10,000 files", make)
+        self.assertEqual((s, b["stdout"]), (200, "10000\n"), b)
+        s, b = self.api.call("GET", f"/v1/sandboxes/{self.sid}/files/list?path=/tmp/many")
+        self.assertEqual((s, len(b["entries"])), (200, 10000))
+        s, b = self.api.call("DELETE", f"/v1/sandboxes/{self.sid}/files?path=/tmp/many&recursive=1")
+        self.assertEqual(s, 204, b)
+
+    def test_garbage_written_at_the_agent_port_is_refused_in_the_guest(self):
+        # The agent holds the port: virtio-serial lets one opener at a time, so another guest
+        # process (root) cannot write into the host's session. (A hostile agent itself is the
+        # fuzz target fuzz_agent_client's case.)
+        s, b = self.while_abusing("garbage at the agent's port", lambda: self.api.exec(
+            self.sid, "for p in /dev/vport*; do head -c 4M /dev/urandom > $p; echo $p $?; done "
+                      "2>&1", timeout_seconds=60))
+        self.assertEqual(s, 200, b)
+        self.assertIn("Device or resource busy", b["stdout"], b)
+        s, b = self.api.exec(self.sid, "echo alive")
+        self.assertEqual((s, b["stdout"]), (200, "alive\n"))
+
+    def daemon_rss_kib(self):
+        with open(f"/proc/{self.daemon.proc.pid}/status") as f:
+            return int([l.split()[1] for l in f if l.startswith("VmRSS")][0])
 
     def test_sixty_megabytes_of_output_are_cut_at_16_mib(self):
         s, b = self.api.exec(self.sid, "head -c 60000000 /dev/zero | tr '\\0' a",
@@ -121,7 +237,8 @@ class GuestAbuseTest(unittest.TestCase):
         self.assertEqual(events[-1], "failed")
 
     def test_the_host_enforces_exec_timeouts_when_a_fork_bomb_starves_the_guest(self):
-        s, b = self.api.exec(self.sid, "bomb() { bomb | bomb & }; bomb", timeout_seconds=5)
+        s, b = self.while_abusing("fork bomb", lambda: self.api.exec(
+            self.sid, "bomb() { bomb | bomb & }; bomb", timeout_seconds=5))
         self.assertEqual(s, 200, b)
         t0 = time.time()
         s, b = self.api.exec(self.sid, "echo alive", timeout_seconds=5)
