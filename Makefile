@@ -6,7 +6,7 @@ JOBS    ?= $(shell nproc)
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan test-integrity unit integration run bench bench-overhead fuzz clean distclean
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan test-chaos test-integrity unit integration run bench bench-overhead fuzz clean distclean
 
 all: build
 
@@ -75,6 +75,12 @@ bench: build guest-base
 # 100 hibernate/wake cycles and 100 fork generations with 64 MiB files hashed each time (~15 min
 # under TCG); prints a JSON summary line.
 CYCLES ?= 100
+# Chaos: rounds of 20 clients doing random lifecycle operations, the daemon SIGKILLed at a random
+# moment and restarted, everything checked after each (tests/crash/chaos_test.py). ROUNDS=50.
+test-chaos: build guest-base
+	PANDASTACK_IMAGES=$(IMAGES) python3 tests/crash/chaos_test.py --daemon $(BUILD)/bin/pandastackd \
+	  --cli $(BUILD)/bin/pandastack --rounds $(or $(ROUNDS),50)
+
 test-integrity: build guest-base
 	PANDASTACK_IMAGES=$(IMAGES) python3 tests/reliability/integrity_test.py \
 	  --daemon $(BUILD)/bin/pandastackd --cycles $(CYCLES)

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Chaos: rounds of 20 concurrent clients doing random lifecycle operations (create, exec, write a
+file, snapshot, fork, hibernate, wake, kill, expose a port, change egress) against one real daemon
+(real VMs, sandbox networks), which is SIGKILLed at a random moment and started again on the same
+data. After every restart:
+  - `pandastack audit replay` rebuilds every sandbox from its events and matches the daemon;
+  - every operation the API acknowledged is there: acknowledged creates exist, kills are stopped,
+    snapshots are listed with their sandbox;
+  - every sandbox listed as running answers a command, and every hibernated one wakes; each has
+    the memory it had: a token written in its tmpfs (/dev/shm) when acknowledged (a fork's
+    children have their parent's);
+  - no QEMU, run folder or network namespace exists that no live sandbox (or pool) names.
+
+Usage: chaos_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--rounds N]
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
+import harness  # noqa: E402
+from harness import Api, Daemon  # noqa: E402
+
+CLIENTS = 20
+MAX_LIVE = 8  # sandboxes the clients keep at most (20 TCG guests on 2 cores would crawl)
+
+
+def qemu_processes(folder):
+    """{pid: command line} of every QEMU whose command line names `folder`."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if args and "qemu-system" in os.path.basename(args[0]) and any(folder in a for a in args):
+            out[int(pid)] = " ".join(args)
+    return out
+
+
+class Ledger:
+    """What the API acknowledged, across rounds (guarded by `mu`)."""
+
+    def __init__(self):
+        self.mu = threading.Lock()
+        self.live = set()      # believed live (created or forked, not killed)
+        self.created = set()
+        self.killed = set()
+        self.marks = {}        # sid -> token acknowledged in its /dev/shm/mark
+        self.snapshots = {}    # snapshot id -> sandbox id
+        self.ops = 0
+        self.acked = 0
+        self.statuses = {}  # (op, status) -> count: what the rounds met
+
+
+class Client(threading.Thread):
+    def __init__(self, api, ledger, stop, seed):
+        super().__init__(daemon=True)
+        self.api, self.l, self.stop, self.rng = api, ledger, stop, random.Random(seed)
+
+    def pick(self):
+        with self.l.mu:
+            live = sorted(self.l.live)
+        return self.rng.choice(live) if live else None
+
+    def run(self):
+        ops = ["create"] * 3 + ["exec"] * 4 + ["file"] * 2 + ["snapshot", "fork", "hibernate",
+                                                                  "wake", "wake", "kill", "port",
+                                                                  "egress"]
+        while not self.stop.is_set():
+            op = self.rng.choice(ops)
+            with self.l.mu:
+                crowded = len(self.l.live) >= MAX_LIVE
+            if op in ("create", "fork") and crowded:
+                op = "kill"
+            sid = self.pick()
+            if op != "create" and sid is None:
+                op = "create"
+            self.last = None
+            try:
+                self.one(op, sid)
+                status = self.last
+            except (OSError, harness.http.client.HTTPException, ValueError):
+                status = "gone"  # the daemon died under us: not acknowledged
+            with self.l.mu:
+                self.l.statuses[(op, status)] = self.l.statuses.get((op, status), 0) + 1
+            with self.l.mu:
+                self.l.ops += 1
+
+    def ack(self):
+        with self.l.mu:
+            self.l.acked += 1
+
+    def call(self, *a, **kw):
+        s, b = self.api.call(*a, **kw)
+        self.last = s if s < 300 else f"{s} {b['error']['code'] if isinstance(b, dict) and 'error' in b else ''}"
+        return s, b
+
+    def exec(self, sid, cmd):
+        return self.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd})
+
+    def one(self, op, sid):
+        api, l = self.api, self.l
+        if op == "create":
+            s, b = self.call("POST", "/v1/sandboxes", {"ttl_seconds": 3600})
+            if s != 201:
+                return
+            new = b["id"]
+            with l.mu:
+                l.created.add(new)
+                l.live.add(new)
+            self.ack()
+            token = f"{new}-{self.rng.getrandbits(64):x}"
+            s, b = self.exec(new, f"echo {token} > /dev/shm/mark")
+            if s == 200 and b["exit_code"] == 0:
+                with l.mu:
+                    l.marks[new] = token
+                self.ack()
+        elif op == "exec":
+            if self.exec(sid, "cat /dev/shm/mark")[0] == 200:
+                self.ack()
+        elif op == "file":
+            if self.call("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/chaos.bin",
+                        raw=os.urandom(4096))[0] == 200:
+                self.ack()
+        elif op == "snapshot":
+            s, b = self.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})
+            if s == 201:
+                with l.mu:
+                    l.snapshots[b["snapshot_id"]] = sid
+                self.ack()
+        elif op == "fork":
+            with l.mu:
+                mark = l.marks.get(sid)
+            s, b = self.call("POST", f"/v1/sandboxes/{sid}/fork", {})
+            if s == 201:
+                with l.mu:
+                    for k in b["sandboxes"]:
+                        l.created.add(k["id"])
+                        l.live.add(k["id"])
+                        if mark is not None:
+                            l.marks[k["id"]] = mark
+                self.ack()
+        elif op in ("hibernate", "wake"):
+            if self.call("POST", f"/v1/sandboxes/{sid}/{op}", {})[0] == 200:
+                self.ack()
+        elif op == "kill":
+            if self.call("DELETE", f"/v1/sandboxes/{sid}")[0] == 200:
+                with l.mu:
+                    l.killed.add(sid)
+                    l.live.discard(sid)
+                self.ack()
+        elif op == "port":
+            if self.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 8000})[0] in (200, 201):
+                self.ack()
+        elif op == "egress":
+            mode = self.rng.choice(["deny_all", "allow_all"])
+            if self.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": mode}})[0] == 200:
+                self.ack()
+
+
+class ChaosTest(unittest.TestCase):
+
+    def test_sigkill_under_load_loses_nothing_acknowledged_and_leaves_nothing(self):
+        base = tempfile.mkdtemp(prefix="pst-chaos-", dir="/var/tmp")
+        data, state = os.path.join(base, "data"), os.path.join(base, "state")
+        ledger = Ledger()
+        rng = random.Random(ARGS.seed)
+        d = Daemon(data, state)
+        prefix = Daemon.network_flags(data)[1]
+        try:
+            for rnd in range(ARGS.rounds):
+                api = Api(d)
+                stop = threading.Event()
+                clients = [Client(api, ledger, stop, rng.getrandbits(32)) for _ in range(CLIENTS)]
+                for c in clients:
+                    c.start()
+                time.sleep(rng.uniform(4, 12))
+                d.stop(signal.SIGKILL)  # at a random moment: whatever was in flight
+                stop.set()
+                for c in clients:
+                    c.join(120)
+                d = Daemon(data, state)
+                self.wait_recovered(d)
+                self.check(d, ledger, state, prefix, rnd)
+                if ARGS.verbose:
+                    print(sorted(ledger.statuses.items(), key=lambda x: -x[1])[:20], flush=True)
+                print(f"CHAOS round {rnd + 1}/{ARGS.rounds}: {ledger.ops} operations, "
+                      f"{ledger.acked} acknowledged, {len(ledger.live)} live, "
+                      f"{len(ledger.snapshots)} snapshots", flush=True)
+        finally:
+            d.stop(reap=True)
+            harness.reap_vms(state, data)
+            if os.environ.get("CHAOS_KEEP"):
+                print(f"CHAOS kept {base}", flush=True)
+            else:
+                shutil.rmtree(base, ignore_errors=True)
+
+    def wait_recovered(self, d):
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(d.url + "/healthz", timeout=5) as r:
+                    if json.load(r)["status"] == "ok":
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.fail("the restarted daemon did not finish its recovery in 120 s")
+
+    def check(self, d, ledger, state, prefix, rnd):
+        api = Api(d)
+        r = subprocess.run([ARGS.cli, "audit", "replay", "--data", d.data, "--url", d.url,
+                            "--key", d.key], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, f"round {rnd}: audit replay: {r.stdout}{r.stderr}")
+        s, b = api.call("GET", "/v1/sandboxes")  # every state
+        self.assertEqual(s, 200, b)
+        listed = {x["id"]: x for x in b["sandboxes"]}
+        for sid in list(ledger.created):
+            s, info = api.call("GET", f"/v1/sandboxes/{sid}")
+            self.assertEqual(s, 200, (rnd, sid, info))  # an acknowledged create is kept
+            listed[sid] = info
+        for sid in ledger.killed:
+            self.assertEqual(listed[sid]["state"], "stopped", (rnd, sid, listed[sid]))
+        for snap, sid in ledger.snapshots.items():
+            if sid in ledger.killed:
+                continue
+            self.assertIn(snap, listed[sid].get("snapshots", []), (rnd, snap, sid))
+        live = set()
+        for sid, info in listed.items():
+            st = info["state"]
+            if st == "hibernated":
+                s, b = api.call("POST", f"/v1/sandboxes/{sid}/wake", {})
+                self.assertEqual(s, 200, (rnd, sid, b))
+                st = "running"
+            if st == "running":
+                live.add(sid)
+                s, b = api.exec(sid, "cat /dev/shm/mark 2>/dev/null || true")
+                self.assertEqual(s, 200, (rnd, sid, b))
+                if sid in ledger.marks:
+                    self.assertEqual(b["stdout"].strip(), ledger.marks[sid], (rnd, sid))
+            elif sid in ledger.live and st in ("stopped", "failed"):
+                with ledger.mu:
+                    ledger.live.discard(sid)
+        # Nothing that no live sandbox names (pool members and spares are the daemon's own).
+        time.sleep(1)
+        for f in glob.glob(os.path.join(state, "run", "*", "vm.json")):
+            with open(f) as fh:
+                name = json.load(fh)["name"]
+            self.assertTrue(name.startswith(("pool-", "spare-")) or
+                            any(name.startswith(s) for s in live), (rnd, name))
+        qemus = qemu_processes(state)
+        named = {os.path.basename(os.path.dirname(f))
+                 for f in glob.glob(os.path.join(state, "run", "*", "vm.json"))}
+        strays = {pid: cmd.split("mem-path=")[1].split("/mem,")[0] for pid, cmd in qemus.items()
+                  if "mem-path=" in cmd and
+                  os.path.basename(cmd.split("mem-path=")[1].split("/mem,")[0]) not in named}
+        self.assertEqual(strays, {}, (rnd, "QEMUs without a live record"))
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        ours = [l.split()[0] for l in netns.splitlines() if l.startswith(prefix)]
+        running = sum(1 for sid in live)
+        pooled = sum(1 for f in glob.glob(os.path.join(state, "run", "*", "vm.json"))
+                     if os.path.basename(os.path.dirname(f)).startswith(("pool-", "spare-")))
+        self.assertLessEqual(len(ours), running + pooled + 4, (rnd, ours))
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--cli", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    p.add_argument("--rounds", type=int, default=int(os.environ.get("CHAOS_ROUNDS", "3")))
+    p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", str(int(time.time())))))
+    p.add_argument("--verbose", action="store_true")
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    harness.ARGS = args
+    ARGS = args
+    print(f"CHAOS seed {args.seed}", flush=True)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
