@@ -657,9 +657,8 @@ Reply<bool> Runtime::resize_pty(const std::string& tenant, const std::string& id
 }
 
 Reply<bool> Runtime::watch(const std::string& tenant, const std::string& id,
-                           const std::string& path, bool recursive,
-                           std::function<void()> on_ready, vmm::WatchCallback on_events,
-                           std::stop_token stop) {
+                           const std::string& path, bool recursive, std::function<void()> on_ready,
+                           vmm::WatchCallback on_events, std::stop_token stop) {
   ExecSlot slot(*impl_->env, tenant);  // a watch holds a worker as long as a stream does
   if (slot.refused()) return *slot.refused();
   return leased<bool>(*impl_, tenant, id, stop, [&](vmm::AgentClient& ag, std::stop_token t) {

@@ -429,12 +429,23 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
     for (auto& e : events) {
       const char* type = nullptr;
       switch (e.kind) {
-        case vmm::WatchEvent::Kind::create: type = "EVENT_TYPE_CREATE"; break;
-        case vmm::WatchEvent::Kind::write: type = "EVENT_TYPE_WRITE"; break;
-        case vmm::WatchEvent::Kind::remove: type = "EVENT_TYPE_REMOVE"; break;
-        case vmm::WatchEvent::Kind::rename: type = "EVENT_TYPE_RENAME"; break;
-        case vmm::WatchEvent::Kind::chmod: type = "EVENT_TYPE_CHMOD"; break;
-        case vmm::WatchEvent::Kind::overflow: break;  // E2B has no word for it
+        case vmm::WatchEvent::Kind::create:
+          type = "EVENT_TYPE_CREATE";
+          break;
+        case vmm::WatchEvent::Kind::write:
+          type = "EVENT_TYPE_WRITE";
+          break;
+        case vmm::WatchEvent::Kind::remove:
+          type = "EVENT_TYPE_REMOVE";
+          break;
+        case vmm::WatchEvent::Kind::rename:
+          type = "EVENT_TYPE_RENAME";
+          break;
+        case vmm::WatchEvent::Kind::chmod:
+          type = "EVENT_TYPE_CHMOD";
+          break;
+        case vmm::WatchEvent::Kind::overflow:
+          break;  // E2B has no word for it
       }
       if (type == nullptr || e.path.empty()) continue;
       Json fs = Json::object(), j = Json::object();
@@ -512,8 +523,8 @@ std::vector<Route> e2b_envd_routes() {
       envd_route(M::POST, "/filesystem.Filesystem/Move", "E2B envd: rename", move),
       envd_route(M::POST, "/filesystem.Filesystem/Remove", "E2B envd: remove (recursively)",
                  remove),
-      envd_route(M::POST, "/filesystem.Filesystem/WatchDir",
-                 "E2B envd: a folder's changes", {}, {}, K::stream),
+      envd_route(M::POST, "/filesystem.Filesystem/WatchDir", "E2B envd: a folder's changes", {}, {},
+                 K::stream),
       envd_route(M::GET, "/files", "E2B envd: a file's bytes", read_file, {"path", "username"}),
       envd_route(M::POST, "/files", "E2B envd: upload files (multipart)", write_files,
                  {"path", "username"}, K::raw_body),

@@ -28,19 +28,19 @@ std::vector<Route> file_routes() {
               return HttpReply{200, "application/octet-stream", std::move(data), "", {}};
             },
             {"path"}),
-      route(M::PUT, "/v1/sandboxes/{id}/files",
-            "Write a file (?path=, ?mode=755: its permissions), raw bytes; parents are made",
-            [](Call& c) {
-              auto path = c.gw.guest_path(c.r);
-              unwrap(c.gw.rt.write_file(c.tenant(), c.id, path, c.r.body, file_mode(c.r)));
-              Json j = Json::object();
-              j.set("path", path);
-              j.set("size", uint64_t(c.r.body.size()));
-              return json_reply(200, j);
-            },
-            {"path", "mode"}, K::raw_body),
-      route(M::DELETE, "/v1/sandboxes/{id}/files",
-            "Remove a file or folder (?path=, ?recursive=1)",
+      route(
+          M::PUT, "/v1/sandboxes/{id}/files",
+          "Write a file (?path=, ?mode=755: its permissions), raw bytes; parents are made",
+          [](Call& c) {
+            auto path = c.gw.guest_path(c.r);
+            unwrap(c.gw.rt.write_file(c.tenant(), c.id, path, c.r.body, file_mode(c.r)));
+            Json j = Json::object();
+            j.set("path", path);
+            j.set("size", uint64_t(c.r.body.size()));
+            return json_reply(200, j);
+          },
+          {"path", "mode"}, K::raw_body),
+      route(M::DELETE, "/v1/sandboxes/{id}/files", "Remove a file or folder (?path=, ?recursive=1)",
             [](Call& c) {
               unwrap(c.gw.rt.remove(c.tenant(), c.id, c.gw.guest_path(c.r),
                                     query_flag(c.r, "recursive")));
@@ -90,12 +90,18 @@ std::vector<Route> file_routes() {
 
 const char* watch_kind(vmm::WatchEvent::Kind k) {
   switch (k) {
-    case vmm::WatchEvent::Kind::create: return "create";
-    case vmm::WatchEvent::Kind::write: return "write";
-    case vmm::WatchEvent::Kind::remove: return "remove";
-    case vmm::WatchEvent::Kind::rename: return "rename";
-    case vmm::WatchEvent::Kind::chmod: return "chmod";
-    case vmm::WatchEvent::Kind::overflow: return "overflow";
+    case vmm::WatchEvent::Kind::create:
+      return "create";
+    case vmm::WatchEvent::Kind::write:
+      return "write";
+    case vmm::WatchEvent::Kind::remove:
+      return "remove";
+    case vmm::WatchEvent::Kind::rename:
+      return "rename";
+    case vmm::WatchEvent::Kind::chmod:
+      return "chmod";
+    case vmm::WatchEvent::Kind::overflow:
+      return "overflow";
   }
   return "overflow";
 }

@@ -39,14 +39,14 @@ class PumpLoop final : public kj::TaskSet::ErrorHandler {
            kj::Own<kj::PromiseFulfiller<void>> done)
       : in_(in), kind_(kind), handler_(handler), done_(kj::mv(done)) {}
   void step() {
-    tasks_.add(in_.tryRead(buf_.begin(), 1, buf_.size())
-                   .then([this](size_t n) -> kj::Promise<void> {
-                     if (n == 0) {
-                       finish();
-                       return kj::READY_NOW;
-                     }
-                     return handler_(kind_, buf_.slice(0, n)).then([this]() { step(); });
-                   }));
+    tasks_.add(
+        in_.tryRead(buf_.begin(), 1, buf_.size()).then([this](size_t n) -> kj::Promise<void> {
+          if (n == 0) {
+            finish();
+            return kj::READY_NOW;
+          }
+          return handler_(kind_, buf_.slice(0, n)).then([this]() { step(); });
+        }));
   }
   void taskFailed(kj::Exception&&) override { finish(); }  // a broken pipe ends the stream
 
@@ -131,7 +131,7 @@ kj::OneOf<kj::Own<Command>, std::string> Processes::start(w::ExecRequest::Reader
 }
 
 kj::Promise<RunOutcome> Processes::run(kj::Own<Command> cmd, kj::Array<const kj::byte> stdin_data,
-                            kj::Own<ChunkHandler> handler) {
+                                       kj::Own<ChunkHandler> handler) {
   Command* c = cmd.get();
   auto feed = feed_stdin(kj::mv(c->in), kj::mv(stdin_data));
   auto pumps = kj::joinPromises(kj::arr(pump(*c->out, w::StreamKind::STDOUT, *handler),
@@ -175,7 +175,8 @@ kj::Promise<void> Processes::drain(Command& c, ChunkHandler& handler) {
   return done;
 }
 
-kj::Promise<void> Processes::feed_stdin(kj::Own<kj::AsyncOutputStream> in, kj::Array<const kj::byte> data) {
+kj::Promise<void> Processes::feed_stdin(kj::Own<kj::AsyncOutputStream> in,
+                                        kj::Array<const kj::byte> data) {
   if (data.size() == 0) return kj::READY_NOW;  // `in` closes here: the command sees EOF
   auto p = in->write(data.begin(), data.size());
   return p.attach(kj::mv(in), kj::mv(data))
@@ -183,7 +184,8 @@ kj::Promise<void> Processes::feed_stdin(kj::Own<kj::AsyncOutputStream> in, kj::A
       .eagerlyEvaluate(nullptr);
 }
 
-kj::Promise<void> Processes::pump(kj::AsyncInputStream& in, w::StreamKind kind, ChunkHandler& handler) {
+kj::Promise<void> Processes::pump(kj::AsyncInputStream& in, w::StreamKind kind,
+                                  ChunkHandler& handler) {
   auto paf = kj::newPromiseAndFulfiller<void>();
   auto loop = kj::heap<PumpLoop>(in, kind, handler, kj::mv(paf.fulfiller));
   loop->step();
@@ -219,7 +221,7 @@ kj::Maybe<std::string> Processes::start_background(w::ExecRequest::Reader req, u
       bg->pty = cmd->pty;
       if (cmd->pty) bg->pty_fd = cmd->out_fd;
       if (req.getKeepStdinOpen() || cmd->pty) {  // a terminal's input stays open
-        bg->in = kj::mv(cmd->in);                 // run() feeds nothing; writeStdin does
+        bg->in = kj::mv(cmd->in);                // run() feeds nothing; writeStdin does
         write_stdin(*bg, in_data, false);
         in_data = nullptr;
       }
@@ -293,7 +295,8 @@ kj::Maybe<std::string> Processes::resize(uint32_t pid, uint16_t cols, uint16_t r
   winsize ws{};
   ws.ws_col = cols;
   ws.ws_row = rows;
-  if (::ioctl(b->pty_fd, TIOCSWINSZ, &ws) != 0) return std::string("TIOCSWINSZ: ") + strerror(errno);
+  if (::ioctl(b->pty_fd, TIOCSWINSZ, &ws) != 0)
+    return std::string("TIOCSWINSZ: ") + strerror(errno);
   return nullptr;
 }
 

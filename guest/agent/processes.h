@@ -19,7 +19,7 @@ namespace pandastack::agent {
 namespace w = pandastack::wire::agent;
 
 inline constexpr size_t kDefaultMaxOutput = 16u << 20;  // per stream, buffered exec
-inline constexpr size_t kBackgroundKeep = 1u << 20;     // tail kept per stream of a background process
+inline constexpr size_t kBackgroundKeep = 1u << 20;  // tail kept per stream of a background process
 inline constexpr size_t kPipeChunk = 64u << 10;
 inline constexpr size_t kMaxExitedKept = 256;
 

@@ -1,9 +1,8 @@
 #include "guest/agent/service.h"
 
-#include <kj/debug.h>
-
 #include <dirent.h>
 #include <fcntl.h>
+#include <kj/debug.h>
 #include <linux/random.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -469,7 +468,8 @@ class AgentImpl final : public w::Agent::Server {
     if (DIR* d = ::opendir("/sys/block")) {
       while (auto* e = ::readdir(d)) {
         std::string name = e->d_name;
-        if (name.rfind("vd", 0) == 0 && read_small(("/sys/block/" + name + "/serial").c_str()) == serial)
+        if (name.rfind("vd", 0) == 0 &&
+            read_small(("/sys/block/" + name + "/serial").c_str()) == serial)
           dev = name;
       }
       ::closedir(d);
@@ -478,10 +478,12 @@ class AgentImpl final : public w::Agent::Server {
     // The host grew the slot when it bound the volume; the kernel applies that asynchronously.
     auto size_file = "/sys/block/" + dev + "/size";
     uint64_t want = p.getSizeBytes() / 512;
-    for (int i = 0; i < 4000 && std::strtoull(read_small(size_file.c_str()).c_str(), nullptr, 10) != want; ++i)
+    for (int i = 0;
+         i < 4000 && std::strtoull(read_small(size_file.c_str()).c_str(), nullptr, 10) != want; ++i)
       ::usleep(500);
     if (std::strtoull(read_small(size_file.c_str()).c_str(), nullptr, 10) != want)
-      return fail(EIO, "disk " + dev + " did not reach " + std::to_string(p.getSizeBytes()) + " bytes");
+      return fail(EIO,
+                  "disk " + dev + " did not reach " + std::to_string(p.getSizeBytes()) + " bytes");
     if (int e = mkdir_p(path, 0755); e != 0) return fail(e, path);
     unsigned long flags = MS_NOATIME | MS_NODEV | MS_NOSUID;
     if (p.getReadOnly()) flags |= MS_RDONLY;

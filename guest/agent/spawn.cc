@@ -27,7 +27,8 @@ bool open_terminal(uint16_t cols, uint16_t rows, SpawnResult& r, std::string& sl
     return false;
   }
   char name[64];
-  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 || ::ptsname_r(master, name, sizeof name) != 0) {
+  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 ||
+      ::ptsname_r(master, name, sizeof name) != 0) {
     r.error = std::string("cannot set up a terminal: ") + strerror(errno);
     ::close(master);
     return false;

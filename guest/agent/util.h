@@ -1,13 +1,12 @@
 // Small helpers of the guest agent: logging, clocks, errno codes, paths and file utilities.
 #pragma once
 
+#include <kj/string.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include <cstdint>
 #include <string>
-
-#include <kj/string.h>
 
 #include "wire/agent.capnp.h"
 

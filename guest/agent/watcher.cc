@@ -60,7 +60,8 @@ kj::Own<Watcher> Watcher::open(kj::AsyncIoContext& io, const std::string& root, 
     error = errno;
     return kj::Own<Watcher>();
   }
-  auto watcher = kj::Own<Watcher>(new Watcher(io, fd, r, recursive), kj::_::HeapDisposer<Watcher>::instance);
+  auto watcher =
+      kj::Own<Watcher>(new Watcher(io, fd, r, recursive), kj::_::HeapDisposer<Watcher>::instance);
   int wd = ::inotify_add_watch(fd, r.c_str(), kMask);
   if (wd < 0) {
     error = errno;

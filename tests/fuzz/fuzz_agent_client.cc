@@ -15,9 +15,9 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -198,7 +198,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return;
     }
     auto kio = kj::setupAsyncIo();
-    auto stream = kio.lowLevelProvider->wrapSocketFd(c, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    auto stream =
+        kio.lowLevelProvider->wrapSocketFd(c, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
     capnp::TwoPartyVatNetwork net(*stream, capnp::rpc::twoparty::Side::SERVER);
     auto rpc = capnp::makeRpcServer(net, kj::heap<FakeAgent>(in));
     net.onDisconnect().wait(kio.waitScope);
@@ -227,7 +228,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::unique_lock l(mu);
       if (!cv.wait_for(l, milliseconds(300), [&] { return watched; })) stop.request_stop();
     });
-    (void)a.watch("/", true, [] {}, [](const std::vector<v::WatchEvent>&) {}, stop.get_token());
+    (void)a.watch(
+        "/", true, [] {}, [](const std::vector<v::WatchEvent>&) {}, stop.get_token());
     {
       std::lock_guard l(mu);
       watched = true;

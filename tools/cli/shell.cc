@@ -187,9 +187,8 @@ int shell(tools::HttpClient& http, const std::string& id, const std::vector<std:
       }
     }
     if (done) break;
-    pollfd fds[3] = {{fd, POLLIN, 0},
-                     {input_open ? STDIN_FILENO : -1, POLLIN, 0},
-                     {g_winch_pipe[0], POLLIN, 0}};
+    pollfd fds[3] = {
+        {fd, POLLIN, 0}, {input_open ? STDIN_FILENO : -1, POLLIN, 0}, {g_winch_pipe[0], POLLIN, 0}};
     if (::poll(fds, 3, -1) < 0) {
       if (errno == EINTR) continue;
       break;
