@@ -486,6 +486,27 @@ Reply<T> with_vm(VmHandle& h, std::stop_token user, F&& f) {
   } in_flight(h);
   std::shared_lock l(h.mu);
   if (!h.vm) return Rejection{"sandbox_not_running", "the sandbox's VM is gone"};
+  if (!h.vm->has_agent() || h.vm->agent().disconnected()) {
+    // The connection to the guest agent broke (every call on it fails): connect again, alone
+    // with the VM (calls on the broken connection end at once).
+    l.unlock();
+    {
+      std::unique_lock x(h.mu);
+      if (h.vm && h.vm->alive() && (!h.vm->has_agent() || h.vm->agent().disconnected())) {
+        auto again = h.vm->reconnect_agent();
+        if (again)
+          spdlog::warn("vm {}: the guest agent's connection broke; connected again",
+                       h.vm->config().name);
+        else
+          spdlog::warn("vm {}: the guest agent's connection broke and connecting again failed: {}",
+                       h.vm->config().name, again.error().message);
+      }
+    }
+    l.lock();
+    if (!h.vm) return Rejection{"sandbox_not_running", "the sandbox's VM is gone"};
+    if (!h.vm->has_agent())
+      return Rejection{"agent_error", "the guest agent does not answer a new connection"};
+  }
   auto r = f(h.vm->agent(), mine.get_token());
   if (!r) {
     if (calls->stop_requested() && !user.stop_requested())

@@ -317,7 +317,9 @@ Status AgentClient::reset_session(milliseconds timeout) {
 }
 
 Status AgentClient::start_session() {
-  return on_io<Ok>(io_, [&]() { return begin_session(*conn_).then([]() { return Result<Ok>(Ok{}); }); });
+  auto s = on_io<Ok>(io_, [&]() { return begin_session(*conn_).then([]() { return Result<Ok>(Ok{}); }); });
+  if (s) disconnected_ = false;  // (calls of the ended session failed as disconnected)
+  return s;
 }
 
 template <typename T, typename F>
@@ -325,6 +327,7 @@ Result<T> AgentClient::call(F&& f) {
   ++in_flight_;
   auto r = on_io<T>(io_, std::forward<F>(f));
   --in_flight_;
+  if (!r && r.error().message.rfind("agent disconnected: ", 0) == 0) disconnected_ = true;
   return r;
 }
 
@@ -333,6 +336,7 @@ Result<T> AgentClient::call_cancellable(std::stop_token stop, F&& f) {
   ++in_flight_;
   auto r = cancellable<T>(io_, stop, std::forward<F>(f));
   --in_flight_;
+  if (!r && r.error().message.rfind("agent disconnected: ", 0) == 0) disconnected_ = true;
   return r;
 }
 

@@ -161,6 +161,10 @@ class AgentClient {
 
   // Calls in progress (from any thread). With none, end_session() cancels nothing.
   int in_flight() const { return in_flight_.load(); }
+  // True once a call failed because the connection is gone (the RPC connection broke: the peer
+  // aborted it, e.g. a stale session of a restored agent that read our bytes as its own). Every
+  // later call fails the same way: the owner reconnects (Vm::reconnect_agent).
+  bool disconnected() const { return disconnected_.load(); }
 
   // Deadline for calls that are not commands (files, health after boot, control).
   static constexpr std::chrono::milliseconds kCallTimeout{30000};
@@ -178,6 +182,7 @@ class AgentClient {
   IoThread& io_;
   std::unique_ptr<Conn> conn_;
   std::atomic<int> in_flight_{0};
+  std::atomic<bool> disconnected_{false};
 };
 
 }  // namespace pandastack::vmm

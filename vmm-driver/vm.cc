@@ -649,12 +649,19 @@ Status Vm::reconnect_agent(milliseconds timeout) {
   }
   agent_.reset();
   RunDirRef dir(config_.run_dir);
-  auto a = AgentClient::connect(io_, dir.socket("q/agent.sock"), peer_uid(), timeout);
-  if (!a) return a.error();
-  agent_ = std::move(*a);
-  auto h = agent_->health(timeout);
-  if (!h) return h.error();
-  return Ok{};
+  auto deadline = steady_clock::now() + timeout;
+  for (int attempt = 0;; ++attempt) {
+    auto left = std::max(milliseconds(1), duration_cast<milliseconds>(deadline - steady_clock::now()));
+    auto a = AgentClient::connect(io_, dir.socket("q/agent.sock"), peer_uid(), left);
+    if (!a) return a.error();
+    agent_ = std::move(*a);
+    auto h = agent_->health(left);
+    if (h) return Ok{};
+    if (h.error().code == ErrorCode::timeout || attempt >= 3 || !alive()) return h.error();
+    spdlog::debug("vm {}: agent session dropped ({}), reconnecting", config_.name,
+                  h.error().message);
+    agent_.reset();
+  }
 }
 
 void Vm::set_nice(int nice) {

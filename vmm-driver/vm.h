@@ -192,6 +192,8 @@ class Vm {
   Vm& operator=(const Vm&) = delete;
 
   AgentClient& agent() { return *agent_; }
+  // False after a reconnect_agent() that could not connect (agent() must not be used then).
+  bool has_agent() const { return agent_ != nullptr; }
   QmpClient& qmp() { return *qmp_; }
   const VmConfig& config() const { return config_; }
   const std::string& qemu_version() const { return qemu_version_; }
@@ -199,7 +201,9 @@ class Vm {
   // Time from spawning QEMU to the agent's first answer.
   std::chrono::microseconds boot_time() const { return boot_time_; }
 
-  // Drops the agent connection and connects again (the agent must serve the new session).
+  // Drops the agent connection and connects again (the agent must serve the new session). A
+  // first health answered by a broken connection (a stale session in the guest aborted it) is
+  // tried again on a fresh one, as at a restore.
   Status reconnect_agent(std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   // Sets the priority of every QEMU thread (see VmConfig::nice).

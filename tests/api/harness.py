@@ -86,9 +86,9 @@ class Daemon:
         return code
 
 
-def reap_vms(*folders):
-    """Kills (SIGKILL) every QEMU whose command line names one of `folders`; returns how many."""
-    killed = 0
+def qemu_processes(*folders):
+    """{pid: argv} of every QEMU whose command line names one of `folders`."""
+    out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -100,11 +100,19 @@ def reap_vms(*folders):
         if not args or "qemu-system" not in os.path.basename(args[0]):
             continue
         if any(os.path.abspath(d) in a for d in folders for a in args):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
+            out[int(pid)] = args
+    return out
+
+
+def reap_vms(*folders):
+    """Kills (SIGKILL) every QEMU whose command line names one of `folders`; returns how many."""
+    killed = 0
+    for pid in qemu_processes(*folders):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
     return killed
 
 

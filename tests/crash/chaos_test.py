@@ -36,22 +36,6 @@ CLIENTS = 20
 MAX_LIVE = 8  # sandboxes the clients keep at most (20 TCG guests on 2 cores would crawl)
 
 
-def qemu_processes(folder):
-    """{pid: command line} of every QEMU whose command line names `folder`."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if args and "qemu-system" in os.path.basename(args[0]) and any(folder in a for a in args):
-            out[int(pid)] = " ".join(args)
-    return out
-
-
 class Ledger:
     """What the API acknowledged, across rounds (guarded by `mu`)."""
 
@@ -190,8 +174,8 @@ class ChaosTest(unittest.TestCase):
                 for c in clients:
                     c.start()
                 time.sleep(rng.uniform(4, 12))
+                stop.set()  # no new operations; those in flight meet the kill
                 d.stop(signal.SIGKILL)  # at a random moment: whatever was in flight
-                stop.set()
                 for c in clients:
                     c.join(120)
                 d = Daemon(data, state)
@@ -270,12 +254,25 @@ class ChaosTest(unittest.TestCase):
                 name = json.load(fh)["name"]
             self.assertTrue(name.startswith(("pool-", "spare-")) or
                             any(name.startswith(s) for s in live), (rnd, name))
-        qemus = qemu_processes(state)
-        named = {os.path.basename(os.path.dirname(f))
-                 for f in glob.glob(os.path.join(state, "run", "*", "vm.json"))}
-        strays = {pid: cmd.split("mem-path=")[1].split("/mem,")[0] for pid, cmd in qemus.items()
-                  if "mem-path=" in cmd and
-                  os.path.basename(cmd.split("mem-path=")[1].split("/mem,")[0]) not in named}
+        def strays():
+            """QEMUs of this daemon whose run folder has no live record."""
+            named = {os.path.basename(os.path.dirname(f))
+                     for f in glob.glob(os.path.join(state, "run", "*", "vm.json"))}
+            out = {}
+            for pid, argv in harness.qemu_processes(state).items():
+                cmd = " ".join(argv)
+                if "mem-path=" not in cmd:
+                    continue
+                run = cmd.split("mem-path=")[1].split("/mem,")[0]
+                if os.path.basename(run) not in named:
+                    out[pid] = run
+            return out
+        # A pool member or spare being launched has no record for a moment: a stray is one
+        # that still has none seconds later.
+        first = strays()
+        if first:
+            time.sleep(5)
+        strays = {pid: run for pid, run in strays().items() if pid in first}
         self.assertEqual(strays, {}, (rnd, "QEMUs without a live record"))
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         ours = [l.split()[0] for l in netns.splitlines() if l.startswith(prefix)]
