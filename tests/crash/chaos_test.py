@@ -255,18 +255,20 @@ class ChaosTest(unittest.TestCase):
             self.assertTrue(name.startswith(("pool-", "spare-")) or
                             any(name.startswith(s) for s in live), (rnd, name))
         def strays():
-            """QEMUs of this daemon whose run folder has no live record."""
-            named = {os.path.basename(os.path.dirname(f))
-                     for f in glob.glob(os.path.join(state, "run", "*", "vm.json"))}
-            out = {}
-            for pid, argv in harness.qemu_processes(state).items():
+            """QEMUs of this daemon that no live record names (by pid: a pool member taken by a
+            sandbox keeps its first folder in its command line, its record moves)."""
+            recorded = set()
+            for f in glob.glob(os.path.join(state, "run", "*", "vm.json")):
+                try:
+                    with open(f) as fh:
+                        recorded.add(json.load(fh)["pid"])
+                except (OSError, ValueError, KeyError):
+                    pass
+            def where(argv):
                 cmd = " ".join(argv)
-                if "mem-path=" not in cmd:
-                    continue
-                run = cmd.split("mem-path=")[1].split("/mem,")[0]
-                if os.path.basename(run) not in named:
-                    out[pid] = run
-            return out
+                return cmd.split("mem-path=")[1].split(",")[0] if "mem-path=" in cmd else cmd[:160]
+            return {pid: where(argv) for pid, argv in harness.qemu_processes(state).items()
+                    if pid not in recorded}
         # A pool member or spare being launched has no record for a moment: a stray is one
         # that still has none seconds later.
         first = strays()
