@@ -6,6 +6,8 @@
 // (X-Access-Token): the token says the tenant, the runtime checks the sandbox is that tenant's.
 #include <spdlog/spdlog.h>
 
+#include <cctype>
+
 #include "gateway/e2b.h"
 #include "gateway/server.h"
 
@@ -101,12 +103,13 @@ vmm::ProcessInfo require_running(Server& gw, const Target& t, uint32_t pid) {
   throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
 }
 
-// A PTY's size ({"size":{"cols","rows"}}); each side 1..1000.
+// A PTY's size ({"size":{"cols","rows"}}); each side 1..kMaxTerminalSide.
 std::pair<uint16_t, uint16_t> pty_size(const Json& pty) {
   const Json& s = pty["size"];
   auto side = [&](const char* k) {
-    if (!s[k].is_number() || s[k].as_double() < 1 || s[k].as_double() > 1000)
-      throw ApiError{"invalid_argument", std::string("pty.size.") + k + " is 1..1000"};
+    if (!s[k].is_number() || s[k].as_double() < 1 || s[k].as_double() > kMaxTerminalSide)
+      throw ApiError{"invalid_argument",
+                     std::string("pty.size.") + k + " is 1.." + std::to_string(kMaxTerminalSide)};
     return uint16_t(s[k].as_int());
   };
   return {side("cols"), side("rows")};
@@ -295,18 +298,24 @@ Target target(Server& gw, const Request& r) {
   return t;
 }
 
-// Runs on a stream worker: the process's events as Connect envelopes, then the end-stream.
-void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
-  std::stop_callback on_shutdown(gw.shutting_down.get_token(), [&ch] { ch.stop.request_stop(); });
-  auto end_stream = [&ch](const std::string& code, const std::string& message) {
+namespace {
+// The end-stream envelope of a Connect stream: with an error when `code` is given.
+void finish_stream(StreamChannel& ch, const std::string& code = "", const std::string& message = "") {
+  Json j = Json::object();
+  if (!code.empty()) {
     Json e = Json::object();
     e.set("code", connect_code(code));
     e.set("message", message);
-    Json j = Json::object();
     j.set("error", e);
-    ch.begin();
-    ch.finish(envelope(j, 2));
-  };
+  }
+  ch.begin();
+  ch.finish(envelope(j, 2));
+}
+}  // namespace
+
+// Runs on a stream worker: the process's events as Connect envelopes, then the end-stream.
+void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
+  std::stop_callback on_shutdown(gw.shutting_down.get_token(), [&ch] { ch.stop.request_stop(); });
   Target t;
   uint32_t pid = 0;
   bool pty = false;  // its output is a terminal's
@@ -350,9 +359,9 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
     }
   } catch (const ApiError& e) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
-    return end_stream(e.code, e.message);
+    return finish_stream(ch, e.code, e.message);
   } catch (const std::exception& e) {
-    return end_stream("internal", e.what());
+    return finish_stream(ch, "internal", e.what());
   }
   Json started = Json::object(), ev = Json::object(), pj = Json::object();
   pj.set("pid", int64_t(pid));
@@ -373,8 +382,8 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
     std::lock_guard l(ch.mu);
     overflow = ch.overflowed;
   }
-  if (overflow) return end_stream("client_too_slow", "the client read too slowly");
-  if (!res) return end_stream(res.error().code, res.error().message);
+  if (overflow) return finish_stream(ch, "client_too_slow", "the client read too slowly");
+  if (!res) return finish_stream(ch, res.error().code, res.error().message);
   Json end = Json::object();
   int code = res->exit_code;
   bool signalled = code < 0;
@@ -389,24 +398,13 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
   ev2.set("end", end);
   msg.set("event", ev2);
   ch.push(envelope(msg));
-  ch.finish(envelope(Json::object(), 2));
+  finish_stream(ch);
 }
 
 // Runs on a stream worker: WatchDir's start, then a filesystem event per change, until the
 // client leaves (or the folder goes: the end-stream).
 void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
   std::stop_callback on_shutdown(gw.shutting_down.get_token(), [&ch] { ch.stop.request_stop(); });
-  auto end_stream = [&ch](const std::string& code, const std::string& message) {
-    Json j = Json::object();
-    if (!code.empty()) {
-      Json e = Json::object();
-      e.set("code", connect_code(code));
-      e.set("message", message);
-      j.set("error", e);
-    }
-    ch.begin();
-    ch.finish(envelope(j, 2));
-  };
   Target t;
   std::string root;
   bool recursive = false;
@@ -417,7 +415,7 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
     recursive = m["recursive"].is_bool() && m["recursive"].as_bool();
   } catch (const ApiError& e) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
-    return end_stream(e.code, e.message);
+    return finish_stream(ch, e.code, e.message);
   }
   auto on_ready = [&ch] {
     Json j = Json::object();
@@ -427,27 +425,10 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
   };
   auto on_events = [&ch](const std::vector<vmm::WatchEvent>& events) {
     for (auto& e : events) {
-      const char* type = nullptr;
-      switch (e.kind) {
-        case vmm::WatchEvent::Kind::create:
-          type = "EVENT_TYPE_CREATE";
-          break;
-        case vmm::WatchEvent::Kind::write:
-          type = "EVENT_TYPE_WRITE";
-          break;
-        case vmm::WatchEvent::Kind::remove:
-          type = "EVENT_TYPE_REMOVE";
-          break;
-        case vmm::WatchEvent::Kind::rename:
-          type = "EVENT_TYPE_RENAME";
-          break;
-        case vmm::WatchEvent::Kind::chmod:
-          type = "EVENT_TYPE_CHMOD";
-          break;
-        case vmm::WatchEvent::Kind::overflow:
-          break;  // E2B has no word for it
-      }
-      if (type == nullptr || e.path.empty()) continue;
+      // E2B's names are ours as EVENT_TYPE_*; it has none for an overflow.
+      if (e.kind == vmm::WatchEvent::Kind::overflow || e.path.empty()) continue;
+      std::string type = std::string("EVENT_TYPE_") + vmm::to_string(e.kind);
+      for (auto& c : type) c = char(std::toupper(static_cast<unsigned char>(c)));
       Json fs = Json::object(), j = Json::object();
       fs.set("name", e.path);
       fs.set("type", type);
@@ -456,13 +437,13 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
     }
   };
   auto res = gw.rt.watch(t.tenant, t.id, root, recursive, on_ready, on_events, ch.stop.get_token());
-  if (!res && res.error().code == "cancelled") return end_stream("", "");
+  if (!res && res.error().code == "cancelled") return finish_stream(ch);
   if (!res) {
     if (sandbox_gone(res.error().code))
       return ch.fail_early(envd_error(error_reply(res.error().code, res.error().message)));
-    return end_stream(res.error().code, res.error().message);
+    return finish_stream(ch, res.error().code, res.error().message);
   }
-  end_stream("", "");
+  finish_stream(ch);
 }
 
 }  // namespace e2b

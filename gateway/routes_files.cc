@@ -88,24 +88,6 @@ std::vector<Route> file_routes() {
   };
 }
 
-const char* watch_kind(vmm::WatchEvent::Kind k) {
-  switch (k) {
-    case vmm::WatchEvent::Kind::create:
-      return "create";
-    case vmm::WatchEvent::Kind::write:
-      return "write";
-    case vmm::WatchEvent::Kind::remove:
-      return "remove";
-    case vmm::WatchEvent::Kind::rename:
-      return "rename";
-    case vmm::WatchEvent::Kind::chmod:
-      return "chmod";
-    case vmm::WatchEvent::Kind::overflow:
-      return "overflow";
-  }
-  return "overflow";
-}
-
 // GET /v1/sandboxes/{id}/files/watch (on a stream worker): `ready` once the watch is in place,
 // then a `change` event per change ({"type","name" (relative to the folder),"path","is_dir"}),
 // until the client leaves; `end` when the folder itself goes, `error` when it cannot be watched.
@@ -126,7 +108,7 @@ void produce_watch(Server& gw, const std::string& tenant, const std::string& id,
   auto on_events = [&ch, &prefix](const std::vector<vmm::WatchEvent>& events) {
     for (auto& e : events) {
       Json j = Json::object();
-      j.set("type", watch_kind(e.kind));
+      j.set("type", vmm::to_string(e.kind));
       j.set("name", e.path);
       j.set("path", e.path.empty() ? prefix.substr(0, prefix.size() > 1 ? prefix.size() - 1 : 1)
                                    : prefix + e.path);

@@ -113,6 +113,8 @@ struct Server;
 // The SSE form of a code run (routes_code.cc); a new context's id ("ctx_" + 16 hex).
 void produce_code(Server& gw, const std::string& tenant, const std::string& id, const Request& r,
                   StreamChannel& ch);
+// A terminal's columns or rows, at most (the WebSocket /pty and E2B's PTYs).
+inline constexpr int64_t kMaxTerminalSide = 1000;
 // GET /v1/sandboxes/{id}/files/watch on a stream worker (routes_files.cc).
 void produce_watch(Server& gw, const std::string& tenant, const std::string& id, const Request& r,
                    StreamChannel& ch);

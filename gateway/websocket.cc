@@ -6,8 +6,6 @@ namespace pandastack::gateway {
 
 namespace {
 
-constexpr int64_t kMaxTerminalSide = 1000;  // columns or rows
-
 // WebSocket exec: the key and the sandbox are checked first (a normal error reply if they fail),
 // then the upgrade. Protocol (text frames are JSON):
 //   client -> {"cmd": ...} or {"argv": [...]} (+ env, cwd, timeout_seconds): the command

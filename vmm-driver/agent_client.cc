@@ -513,6 +513,18 @@ Result<std::vector<ProcessInfo>> AgentClient::list_processes() {
   });
 }
 
+const char* to_string(WatchEvent::Kind kind) {
+  switch (kind) {
+    case WatchEvent::Kind::create: return "create";
+    case WatchEvent::Kind::write: return "write";
+    case WatchEvent::Kind::remove: return "remove";
+    case WatchEvent::Kind::rename: return "rename";
+    case WatchEvent::Kind::chmod: return "chmod";
+    case WatchEvent::Kind::overflow: return "overflow";
+  }
+  return "overflow";
+}
+
 Status AgentClient::resize_pty(uint32_t pid, uint16_t cols, uint16_t rows) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.resizePtyRequest();

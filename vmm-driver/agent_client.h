@@ -77,6 +77,8 @@ struct WatchEvent {
   std::string path;
   bool is_dir = false;
 };
+// "create", "write", "remove", "rename", "chmod", "overflow".
+const char* to_string(WatchEvent::Kind kind);
 // What the host takes from a guest per batch of watch events, and per path in them.
 inline constexpr size_t kMaxWatchBatch = 256;
 inline constexpr size_t kMaxWatchPathBytes = 4096;
