@@ -61,13 +61,17 @@ kj::Promise<Result<ExecResult>> host_deadline(IoThread& io, uint32_t timeout_ms,
 }
 
 // Runs `f` (which returns a Promise<Result<T>>) on the IoThread; KJ exceptions become agent_error.
+// A lost connection also sets `*disconnected` (when given).
 template <typename T, typename F>
-Result<T> on_io(IoThread& io, F&& f) {
+Result<T> on_io(IoThread& io, F&& f, std::atomic<bool>* disconnected = nullptr) {
   try {
     return io.run(std::forward<F>(f));
   } catch (const kj::Exception& e) {
     std::string msg = e.getDescription().cStr();
-    if (e.getType() == kj::Exception::Type::DISCONNECTED) msg = "agent disconnected: " + msg;
+    if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+      msg = "agent disconnected: " + msg;
+      if (disconnected != nullptr) *disconnected = true;
+    }
     return make_error(ErrorCode::agent_error, msg);
   }
 }
@@ -221,7 +225,8 @@ struct CancelSlot {
 };
 
 template <typename T, typename F>
-Result<T> cancellable(IoThread& io, std::stop_token stop, F&& make_promise) {
+Result<T> cancellable(IoThread& io, std::stop_token stop, F&& make_promise,
+                      std::atomic<bool>* disconnected) {
   auto slot = std::make_shared<CancelSlot>();
   std::stop_callback on_stop(stop, [&io, slot] {
     auto cancel = [slot] {
@@ -255,7 +260,7 @@ Result<T> cancellable(IoThread& io, std::stop_token stop, F&& make_promise) {
                 kj::throwFatalException(kj::mv(e));
               })
         .attach(kj::mv(canceler));
-  });
+  }, disconnected);
 }
 
 void start_rpc(AgentClient::Conn& conn) {
@@ -325,18 +330,16 @@ Status AgentClient::start_session() {
 template <typename T, typename F>
 Result<T> AgentClient::call(F&& f) {
   ++in_flight_;
-  auto r = on_io<T>(io_, std::forward<F>(f));
+  auto r = on_io<T>(io_, std::forward<F>(f), &disconnected_);
   --in_flight_;
-  if (!r && r.error().message.rfind("agent disconnected: ", 0) == 0) disconnected_ = true;
   return r;
 }
 
 template <typename T, typename F>
 Result<T> AgentClient::call_cancellable(std::stop_token stop, F&& f) {
   ++in_flight_;
-  auto r = cancellable<T>(io_, stop, std::forward<F>(f));
+  auto r = cancellable<T>(io_, stop, std::forward<F>(f), &disconnected_);
   --in_flight_;
-  if (!r && r.error().message.rfind("agent disconnected: ", 0) == 0) disconnected_ = true;
   return r;
 }
 
