@@ -8,9 +8,7 @@
 // crash, a hang, or memory the limits do not bound.
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/fuzz/fake_peer.h"
 #include "vmm-driver/agent_client.h"
 #include "vmm-driver/io_thread.h"
 #include "wire/agent.capnp.h"
@@ -29,16 +28,6 @@ namespace {
 
 namespace w = pandastack::wire::agent;
 using namespace std::chrono;
-
-std::string socket_path() {
-  static const std::string path = [] {
-    ::signal(SIGPIPE, SIG_IGN);
-    char dir[] = "/tmp/fuzz-agent-XXXXXX";
-    if (::mkdtemp(dir) == nullptr) std::abort();
-    return std::string(dir) + "/agent.sock";
-  }();
-  return path;
-}
 
 pandastack::vmm::IoThread& io() {
   static pandastack::vmm::IoThread* t = new pandastack::vmm::IoThread();  // lives for the process
@@ -162,15 +151,8 @@ class FakeAgent final : public w::Agent::Server {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string path = socket_path();
-  ::unlink(path.c_str());
-  int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::listen(listener, 1) != 0)
-    std::abort();
+  const std::string path = fuzz::socket_path("agent");
+  int listener = fuzz::listen_at(path);
   Input in{data, size};
   bool raw = in.byte() & 1;
   std::thread guest([&] {
@@ -183,20 +165,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (n <= 0) break;
       got += size_t(n);
     }
-    if (raw) {
-      size_t off = 0;
-      while (off < in.n) {
-        ssize_t n = ::send(c, in.p + off, in.n - off, MSG_NOSIGNAL);
-        if (n <= 0) break;
-        off += size_t(n);
-      }
-      ::shutdown(c, SHUT_WR);
-      char sink[4096];
-      while (::recv(c, sink, sizeof sink, 0) > 0) {
-      }
-      ::close(c);
-      return;
-    }
+    if (raw) return fuzz::answer_raw(c, in.p, in.n);
     auto kio = kj::setupAsyncIo();
     auto stream =
         kio.lowLevelProvider->wrapSocketFd(c, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
