@@ -27,6 +27,12 @@ namespace {
 
 constexpr size_t kMaxReadChunk = 4u << 20;  // readFile cap per call
 
+// A command that could not start: why, and exit code 127 (as a shell says).
+void fill_start_error(w::ExecResult::Builder r, const std::string& error) {
+  r.setError(error);
+  r.setExitCode(127);
+}
+
 class AgentImpl final : public w::Agent::Server {
  public:
   AgentImpl(Processes& procs, std::string boot_id, std::function<void()> end_session)
@@ -53,9 +59,7 @@ class AgentImpl final : public w::Agent::Server {
     auto started = procs_.start(req);
     KJ_SWITCH_ONEOF(started) {
       KJ_CASE_ONEOF(err, std::string) {
-        auto r = ctx.getResults().initResult();
-        r.setError(err);
-        r.setExitCode(127);
+        fill_start_error(ctx.getResults().initResult(), err);
         return kj::READY_NOW;
       }
       KJ_CASE_ONEOF(cmd, kj::Own<Command>) {
@@ -101,9 +105,7 @@ class AgentImpl final : public w::Agent::Server {
     auto started = procs_.start(req);
     KJ_SWITCH_ONEOF(started) {
       KJ_CASE_ONEOF(err, std::string) {
-        auto r = ctx.getResults().initResult();
-        r.setError(err);
-        r.setExitCode(127);
+        fill_start_error(ctx.getResults().initResult(), err);
         return kj::READY_NOW;
       }
       KJ_CASE_ONEOF(cmd, kj::Own<Command>) {
