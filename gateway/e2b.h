@@ -84,8 +84,8 @@ Route envd_route(kj::HttpMethod m, const char* path, const char* what, Handler h
 // One of the E2B headers the server keeps (Request::headers), "" when absent.
 std::string header_of(const Request& r, const char* name);
 
-// The stream producers (on a stream worker): process Start/Connect and WatchDir (e2b_envd.cc), /execute
-// (e2b_code.cc).
+// The stream producers (on a stream worker): process Start/Connect and WatchDir (e2b_envd.cc),
+// /execute (e2b_code.cc).
 void produce_process(Server& gw, const Request& r, StreamChannel& ch);
 void produce_watch(Server& gw, const Request& r, StreamChannel& ch);
 void produce_execute(Server& gw, const Request& r, StreamChannel& ch);

@@ -16,12 +16,13 @@ namespace {
 // The command runs as a background process with stdin kept open; when the client closes or
 // goes away, it is killed.
 //
-// Terminal (pty): the first message is the settings as JSON text ({} for the defaults): {"cmd" or "argv" (default:
-// a login shell, bash when the template has it), "env", "cwd", "cols", "rows" (80x24)}; then
+// Terminal (pty): the first message is the settings as JSON text ({} for the defaults):
+// {"cmd" or "argv" (default: a login shell, bash when the template has it), "env", "cwd",
+// "cols", "rows" (80x24)}; then
 //   server -> {"type":"started","pid":N}
 //   server -> binary frames: the terminal's output, as it comes
 //   client -> binary frames or {"type":"stdin","data":"..."}: typed input;
-//             {"type":"resize","cols":C,"rows":R}: the terminal's new size (the shell gets SIGWINCH)
+//             {"type":"resize","cols":C,"rows":R}: a new size (the shell gets SIGWINCH)
 //   server -> {"type":"exit","exit_code":N,...} or {"type":"error",...}, close
 struct WsFrame {
   bool binary = false;
@@ -122,8 +123,9 @@ struct WsSession {
 
   // The process's output, streamed on a worker into the queue.
   void start_output() {
-    bool queued = gw.stream_pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop, pty = pty,
-                                   shutdown = gw.shutting_down.get_token()] {
+    bool queued = gw.stream_pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out,
+                                          st = stop, pty = pty,
+                                          shutdown = gw.shutting_down.get_token()] {
       std::stop_callback on_shutdown(shutdown, [st] { st->request_stop(); });
       // A client that stops reading: once its unsent output passes the bound, the process is
       // stopped (as for SSE) and the client told why, instead of the daemon buffering without end.
@@ -173,7 +175,8 @@ struct WsSession {
       kj::Promise<void> p = kj::READY_NOW;
       for (auto& frame : items)
         p = p.then([this, frame = std::move(frame)]() mutable {
-          return frame.binary ? send_binary(std::move(frame.data)) : send_text(std::move(frame.data));
+          return frame.binary ? send_binary(std::move(frame.data))
+                              : send_text(std::move(frame.data));
         });
       if (closed) return p.then([this] { return ws->close(1000, "exit"); });
       return p.then([this] { return pump_out(); });
@@ -221,9 +224,11 @@ struct WsSession {
     int64_t cols = side("cols"), rows = side("rows");
     if (cols == 0 || rows == 0) return kj::READY_NOW;
     return gw.pool
-        ->offload<bool>([rt = &gw.rt, t = tenant, i = id, p = pid, cols, rows] {
-          return bool(rt->resize_pty(t, i, p, uint16_t(cols), uint16_t(rows)));
-        }, false)
+        ->offload<bool>(
+            [rt = &gw.rt, t = tenant, i = id, p = pid, cols, rows] {
+              return bool(rt->resize_pty(t, i, p, uint16_t(cols), uint16_t(rows)));
+            },
+            false)
         .then([](bool) {});
   }
 
@@ -258,9 +263,9 @@ kj::Promise<void> Server::websocket(const Route& route, Request req,
         count_response(rep);
         kj::HttpHeaders headers(*table);
         bool pty = r->route == "/v1/sandboxes/{id}/pty";
-        auto session = kj::heap<WsSession>(WsSession{
-            *this, response.acceptWebSocket(headers), rep.body, r->param("id"), pty, 0,
-            std::make_shared<CrossThreadQueue<WsFrame>>(limits.max_stream_buffer_bytes)});
+        auto session = kj::heap<WsSession>(
+            WsSession{*this, response.acceptWebSocket(headers), rep.body, r->param("id"), pty, 0,
+                      std::make_shared<CrossThreadQueue<WsFrame>>(limits.max_stream_buffer_bytes)});
         auto p = session->run();
         return p.attach(kj::mv(session));
       });

@@ -260,10 +260,10 @@ int HttpClient::upgrade(const std::string& path, std::string& leftover, HttpResp
   std::random_device rd;
   unsigned char nonce[16];
   for (auto& b : nonce) b = static_cast<unsigned char>(rd());
-  std::string headers = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                        "Sec-WebSocket-Key: " +
-                        base64(std::string_view(reinterpret_cast<char*>(nonce), sizeof nonce)) +
-                        "\r\n";
+  std::string headers =
+      "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+      "Sec-WebSocket-Key: " +
+      base64(std::string_view(reinterpret_cast<char*>(nonce), sizeof nonce)) + "\r\n";
   refused = request_impl("GET", path, "", "", nullptr, headers);
   if (refused.status != 101) {
     close_socket();

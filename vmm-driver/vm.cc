@@ -651,7 +651,8 @@ Status Vm::reconnect_agent(milliseconds timeout) {
   RunDirRef dir(config_.run_dir);
   auto deadline = steady_clock::now() + timeout;
   for (int attempt = 0;; ++attempt) {
-    auto left = std::max(milliseconds(1), duration_cast<milliseconds>(deadline - steady_clock::now()));
+    auto left =
+        std::max(milliseconds(1), duration_cast<milliseconds>(deadline - steady_clock::now()));
     auto a = AgentClient::connect(io_, dir.socket("q/agent.sock"), peer_uid(), left);
     if (!a) return a.error();
     agent_ = std::move(*a);

@@ -481,17 +481,20 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     auto j = *Json::parse(r.body);
     std::string text = "execution_count=" + std::to_string(j["execution_count"].as_int());
     if (j["timed_out"].as_bool()) text += " (timed out: interrupted, the context lives on)";
-    if (!j["stdout"].as_string().empty()) text += "\n--- stdout ---\n" + for_model(j["stdout"].as_string());
-    if (!j["stderr"].as_string().empty()) text += "\n--- stderr ---\n" + for_model(j["stderr"].as_string());
+    for (const char* stream : {"stdout", "stderr"})
+      if (!j[stream].as_string().empty())
+        text += std::string("\n--- ") + stream + " ---\n" + for_model(j[stream].as_string());
     for (auto& res : j["results"].as_array()) {
       text += res["is_main_result"].as_bool() ? "\n--- result ---\n" : "\n--- display ---\n";
       if (res["png"].is_string())
-        text += "[image/png, " + std::to_string(res["png"].as_string().size() * 3 / 4) + " bytes]\n";
+        text += "[image/png, " + std::to_string(res["png"].as_string().size() * 3 / 4) +
+                " bytes]\n";
       if (res["text"].is_string()) text += for_model(res["text"].as_string());
     }
     if (j["error"].is_object())
       text += "\n--- error ---\n" + j["error"]["name"].as_string() + ": " +
-              j["error"]["value"].as_string() + "\n" + for_model(j["error"]["traceback"].as_string());
+              j["error"]["value"].as_string() + "\n" +
+              for_model(j["error"]["traceback"].as_string());
     return {text, false};
   }
   if (name == "read_file") {
