@@ -13,6 +13,7 @@ enum class ErrorCode {
   invalid_argument,
   corrupt,   // a record that does not decode
   io_error,  // RocksDB or file system failure
+  no_space,  // the store's disk is full (appends fail until space is back)
   closed,    // the store is shutting down
 };
 

@@ -6,7 +6,11 @@
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
+#include <sys/statvfs.h>
 
 namespace pandastack::storage {
 
@@ -88,8 +92,50 @@ Result<StoredEvent> decode_record(const std::string& stream, uint64_t version,
 }
 
 Error from_status(const rocksdb::Status& s, const std::string& what) {
-  return make_error(s.IsCorruption() ? ErrorCode::corrupt : ErrorCode::io_error,
-                    what + ": " + s.ToString());
+  auto code = s.IsCorruption() ? ErrorCode::corrupt
+               : s.IsNoSpace()  ? ErrorCode::no_space
+                                : ErrorCode::io_error;
+  return make_error(code, what + ": " + s.ToString());
+}
+
+// RocksDB's own log goes to ours (spdlog), not to a LOG file in the store's folder: on a full disk
+// that file is the first writer to fail, and RocksDB 7.8 asserts on the next line it logs there.
+class SpdLogger : public rocksdb::Logger {
+ public:
+  SpdLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char line[1024];
+    vsnprintf(line, sizeof line, format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL)
+      spdlog::error("rocksdb: {}", line);
+    else
+      spdlog::warn("rocksdb: {}", line);
+  }
+};
+
+rocksdb::Options rocksdb_options(bool read_only) {
+  rocksdb::Options opts;
+  opts.create_if_missing = !read_only;
+  opts.paranoid_checks = true;
+  opts.IncreaseParallelism(2);
+  opts.info_log = std::make_shared<SpdLogger>();
+  // Events are small: 16 MiB memtables flush often enough and fit in the free-space reserve.
+  opts.write_buffer_size = 16 << 20;
+  return opts;
+}
+
+// Free space a reopen after a failed write waits for (at least).
+constexpr uint64_t kReopenSpace = 16ull << 20;
+
+Error closed_db() {
+  return make_error(ErrorCode::io_error,
+                    "the event store could not be reopened after a disk error (see the daemon's "
+                    "log); restart the daemon");
 }
 
 }  // namespace
@@ -106,6 +152,8 @@ const char* to_string(ErrorCode code) {
       return "corrupt";
     case ErrorCode::io_error:
       return "io_error";
+    case ErrorCode::no_space:
+      return "no_space";
     case ErrorCode::closed:
       return "closed";
   }
@@ -123,10 +171,7 @@ Result<std::unique_ptr<EventStore>> EventStore::open(Options o) {
   if (!o.read_only) std::filesystem::create_directories(o.dir, ec);
   if (ec)
     return make_error(ErrorCode::io_error, "cannot create " + o.dir.string() + ": " + ec.message());
-  rocksdb::Options opts;
-  opts.create_if_missing = !o.read_only;
-  opts.paranoid_checks = true;
-  opts.IncreaseParallelism(2);
+  auto opts = rocksdb_options(o.read_only);
   rocksdb::DB* raw = nullptr;
   auto s = o.read_only ? rocksdb::DB::OpenForReadOnly(opts, o.dir.string(), &raw)
                        : rocksdb::DB::Open(opts, o.dir.string(), &raw);
@@ -157,6 +202,7 @@ EventStore::~EventStore() {
   }
   cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  std::unique_lock lk(db_mu_);
   if (db_) {
     auto s = db_->Close();
     if (!s.ok()) spdlog::warn("event store close: {}", s.ToString());
@@ -210,6 +256,8 @@ Result<uint64_t> EventStore::head(const std::string& stream) {
   auto it = heads_.find(stream);
   if (it != heads_.end()) return it->second;
   std::string v;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   auto s = db_->Get(rocksdb::ReadOptions(), head_key(stream), &v);
   if (s.IsNotFound()) return uint64_t(0);
   if (!s.ok()) return from_status(s, "cannot read head of " + stream);
@@ -220,8 +268,10 @@ Result<uint64_t> EventStore::head(const std::string& stream) {
 }
 
 void EventStore::sync_wal() {
-  if (!sync_due_) return;
+  if (!sync_due_ || failed_) return;
   sync_due_.reset();
+  std::shared_lock lk(db_mu_);
+  if (!db_) return;
   auto s = db_->SyncWAL();
   if (!s.ok()) spdlog::error("event store: syncing the log failed: {}", s.ToString());
 }
@@ -318,10 +368,20 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
     wo.sync = options_.sync && (need_sync || (sync_due_ && std::chrono::steady_clock::now() >= *sync_due_));
     if (options_.sync && !wo.sync && !sync_due_)
       sync_due_ = std::chrono::steady_clock::now() + options_.lazy_sync_delay;
-    auto s = db_->Write(wo, &wb);
-    if (!s.ok()) {
+    if (failed_) reopen();
+    rocksdb::Status s;
+    std::optional<Error> refused = write_refusal();
+    if (!refused) {
+      std::shared_lock lk(db_mu_);
+      if (db_)
+        s = db_->Write(wo, &wb);
+      else
+        refused = closed_db();
+    }
+    if (!refused && !s.ok()) write_failed(s, "append failed");
+    if (refused || !s.ok()) {
       // Nothing of this batch is durable: fail every append in it (conflicts stay conflicts).
-      auto err = from_status(s, "append failed");
+      auto err = refused ? *refused : from_status(s, "append failed");
       for (auto& r : results)
         if (r && r->ok()) r = err;
       heads_.clear();  // reload from disk: the staged heads were not written
@@ -334,8 +394,72 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(*results[i]));
 }
 
+std::optional<Error> EventStore::write_refusal() const {
+  if (failed_) {
+    std::lock_guard lock(failure_mu_);
+    return failure_;
+  }
+  if (options_.reserve_bytes == 0) return std::nullopt;
+  struct statvfs v {};
+  if (::statvfs(options_.dir.c_str(), &v) != 0) return std::nullopt;
+  uint64_t free = uint64_t(v.f_bavail) * v.f_frsize;
+  if (free >= options_.reserve_bytes) return std::nullopt;
+  return make_error(ErrorCode::no_space,
+                    "the event store's disk (" + options_.dir.string() + ") has " +
+                        std::to_string(free >> 20) + " MiB free, less than its reserve of " +
+                        std::to_string(options_.reserve_bytes >> 20) + " MiB: free some space");
+}
+
+void EventStore::write_failed(const rocksdb::Status& s, const char* what) {
+  auto err = from_status(s, std::string(what) + " failed");
+  err.message += " (writes are refused until the store reopens, once space is back)";
+  {
+    std::lock_guard lock(failure_mu_);
+    failure_ = err;
+  }
+  if (!failed_.exchange(true))
+    spdlog::error("event store: a write failed; writes are refused until it reopens: {}",
+                  s.ToString());
+}
+
+bool EventStore::reopen() {
+  // Only with room to spare: a reopen writes a new log and manifest, and one that fails leaves
+  // the store read-only until the next try.
+  uint64_t need = std::max<uint64_t>(options_.reserve_bytes, kReopenSpace);
+  struct statvfs v {};
+  if (::statvfs(options_.dir.c_str(), &v) == 0 && uint64_t(v.f_bavail) * v.f_frsize < need)
+    return false;
+  std::unique_lock lk(db_mu_);
+  if (db_) {
+    auto s = db_->Close();
+    if (!s.ok()) spdlog::warn("event store: closing after the failure: {}", s.ToString());
+    db_.reset();
+  }
+  rocksdb::DB* raw = nullptr;
+  auto s = rocksdb::DB::Open(rocksdb_options(false), options_.dir.string(), &raw);
+  if (!s.ok()) {
+    spdlog::error("event store: cannot reopen {}: {}; reads go on read-only",
+                  options_.dir.string(), s.ToString());
+    if (rocksdb::DB::OpenForReadOnly(rocksdb_options(true), options_.dir.string(), &raw).ok())
+      db_.reset(raw);
+    return false;
+  }
+  db_.reset(raw);
+  heads_.clear();  // from the reopened store: a failed write may still have reached it
+  std::string g;
+  if (db_->Get(rocksdb::ReadOptions(), kGlobalKey, &g).ok() && g.size() == 8)
+    global_ = get_be64(g.data());
+  sync_due_.reset();
+  failed_ = false;
+  spdlog::info("event store: reopened {} after the failure; writes resume",
+               options_.dir.string());
+  return true;
+}
+
 Result<uint64_t> EventStore::stream_version(const std::string& stream) {
   std::string v;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   auto s = db_->Get(rocksdb::ReadOptions(), head_key(stream), &v);
   if (s.IsNotFound()) return uint64_t(0);
   if (!s.ok()) return from_status(s, "cannot read head of " + stream);
@@ -348,6 +472,8 @@ Result<std::vector<StoredEvent>> EventStore::read_stream(const std::string& stre
   std::vector<StoredEvent> out;
   std::string prefix = "e" + stream;
   prefix += '\0';
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(event_key(stream, std::max<uint64_t>(from, 1))); it->Valid() && out.size() < max;
        it->Next()) {
@@ -363,6 +489,8 @@ Result<std::vector<StoredEvent>> EventStore::read_stream(const std::string& stre
 
 Result<std::vector<StoredEvent>> EventStore::read_all(uint64_t from, size_t max) {
   std::vector<StoredEvent> out;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(global_key(std::max<uint64_t>(from, 1))); it->Valid() && out.size() < max;
        it->Next()) {
@@ -388,12 +516,16 @@ Result<std::vector<StoredEvent>> EventStore::read_all(uint64_t from, size_t max)
 Result<std::vector<StoredEvent>> EventStore::read_time_range(int64_t from_ms, int64_t to_ms,
                                                              size_t max) {
   std::vector<uint64_t> globals;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(time_key(from_ms, 0)); it->Valid() && globals.size() < max; it->Next()) {
-    auto k = it->key();
-    if (k.size() != 17 || k[0] != 't') break;
-    if (int64_t(get_be64(k.data() + 1)) >= to_ms) break;
-    globals.push_back(get_be64(k.data() + 9));
+  {
+    std::shared_lock lk(db_mu_);
+    if (!db_) return closed_db();
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(time_key(from_ms, 0)); it->Valid() && globals.size() < max; it->Next()) {
+      auto k = it->key();
+      if (k.size() != 17 || k[0] != 't') break;
+      if (int64_t(get_be64(k.data() + 1)) >= to_ms) break;
+      globals.push_back(get_be64(k.data() + 9));
+    }
   }
   std::vector<StoredEvent> out;
   for (uint64_t g : globals) {
@@ -406,6 +538,8 @@ Result<std::vector<StoredEvent>> EventStore::read_time_range(int64_t from_ms, in
 
 Result<std::vector<std::string>> EventStore::streams(const std::string& prefix) {
   std::vector<std::string> out;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   std::string p = "h" + prefix;
   for (it->Seek(p); it->Valid(); it->Next()) {
@@ -427,13 +561,21 @@ Status EventStore::save_snapshot(const std::string& stream, const StateSnapshot&
   // only makes the next replay longer. (Also keeps fsync off the actors' threads.)
   rocksdb::WriteOptions wo;
   wo.sync = false;
+  if (auto refused = write_refusal()) return *refused;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   auto s = db_->Put(wo, snapshot_key(stream), v);
-  if (!s.ok()) return from_status(s, "cannot save snapshot of " + stream);
+  if (!s.ok()) {
+    write_failed(s, "saving a snapshot");
+    return from_status(s, "cannot save snapshot of " + stream);
+  }
   return Ok{};
 }
 
 Result<std::optional<StateSnapshot>> EventStore::load_snapshot(const std::string& stream) {
   std::string v;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   auto s = db_->Get(rocksdb::ReadOptions(), snapshot_key(stream), &v);
   if (s.IsNotFound()) return std::optional<StateSnapshot>();
   if (!s.ok()) return from_status(s, "cannot load snapshot of " + stream);
@@ -449,13 +591,21 @@ Result<std::optional<StateSnapshot>> EventStore::load_snapshot(const std::string
 Status EventStore::put(const std::string& key, const std::string& value, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync && options_.sync;
+  if (auto refused = write_refusal()) return *refused;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   auto s = db_->Put(wo, key, value);
-  if (!s.ok()) return from_status(s, "put failed");
+  if (!s.ok()) {
+    write_failed(s, "put");
+    return from_status(s, "put failed");
+  }
   return Ok{};
 }
 
 Result<std::optional<std::string>> EventStore::get(const std::string& key) {
   std::string v;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   auto s = db_->Get(rocksdb::ReadOptions(), key, &v);
   if (s.IsNotFound()) return std::optional<std::string>();
   if (!s.ok()) return from_status(s, "get failed");
@@ -465,14 +615,22 @@ Result<std::optional<std::string>> EventStore::get(const std::string& key) {
 Status EventStore::remove(const std::string& key, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync && options_.sync;
+  if (auto refused = write_refusal()) return *refused;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   auto s = db_->Delete(wo, key);
-  if (!s.ok()) return from_status(s, "delete failed");
+  if (!s.ok()) {
+    write_failed(s, "delete");
+    return from_status(s, "delete failed");
+  }
   return Ok{};
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> EventStore::scan(
     const std::string& prefix) {
   std::vector<std::pair<std::string, std::string>> out;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())
     out.emplace_back(it->key().ToString(), it->value().ToString());

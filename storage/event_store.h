@@ -18,6 +18,13 @@
 // log, and are fsynced by the next synced batch or `lazy_sync_delay` later. Callers block in append() or
 // get a callback from append_async() on the writer thread; never call either from a thread that
 // must not block on disk (CAF workers use append_async).
+//
+// A full disk: writes (appends, snapshots, key records) are refused with `no_space` while the
+// store's file system has less than `reserve_bytes` free, so RocksDB itself rarely meets ENOSPC.
+// When a write fails anyway (ENOSPC, EIO), every later write is refused with that error until the
+// writer reopens the database (once the reserve is free again, at the next append): RocksDB 7.8
+// does not reliably move to a fresh log after a failed log write, and writing to the failed one
+// aborts the process. Reads go on meanwhile; acknowledged appends are in the log the reopen replays.
 #pragma once
 
 #include <atomic>
@@ -30,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -39,6 +47,7 @@
 
 namespace rocksdb {
 class DB;
+class Status;
 }
 
 namespace pandastack::storage {
@@ -89,6 +98,9 @@ class EventStore {
     bool read_only = false;
     // `written` appends are fsynced this long after the first of them at the latest.
     std::chrono::milliseconds lazy_sync_delay{100};
+    // Free space kept on the store's file system: writes below it are refused (no_space). It
+    // covers a memtable flush (16 MiB) and the log's preallocation.
+    uint64_t reserve_bytes = 64ull << 20;
   };
 
   static Result<std::unique_ptr<EventStore>> open(Options options);
@@ -145,8 +157,15 @@ class EventStore {
   void write_batch(std::vector<Pending>& batch);
   void sync_wal();  // fsyncs written-only appends (writer thread only)
   Result<uint64_t> head(const std::string& stream);  // writer thread only (cached)
+  // Why a write may not go to RocksDB now: an earlier failure, or less free space than the reserve.
+  std::optional<Error> write_refusal() const;
+  void write_failed(const rocksdb::Status& s, const char* what);  // refuse writes from now on
+  bool reopen();  // after a failure, once the reserve is free (writer thread only)
 
   Options options_;
+  // Replaced only by reopen() (exclusive); every other use of db_ holds it shared. Null after a
+  // reopen that failed: reads and writes answer io_error.
+  mutable std::shared_mutex db_mu_;
   std::unique_ptr<rocksdb::DB> db_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -156,6 +175,10 @@ class EventStore {
   std::unordered_map<std::string, uint64_t> heads_;  // writer thread only
   // Written but not yet fsynced appends (writer thread only): synced by this time at the latest.
   std::optional<std::chrono::steady_clock::time_point> sync_due_;
+  // A write failed (the disk full, an I/O error): writes are refused with `failure_` until a reopen.
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mu_;
+  Error failure_;
   std::atomic<uint64_t> global_{0};
 };
 

@@ -221,5 +221,110 @@ TEST(EventStoreReadOnly, OpensBesideAWriterAndRefusesAppends) {
   fs::remove_all(dir);
 }
 
+
+// A tmpfs of `mib` MiB mounted for one test (root only), unmounted and removed after it.
+class SmallDisk {
+ public:
+  explicit SmallDisk(int mib)
+      : dir_(fs::temp_directory_path() / ("es-full-" + std::to_string(::getpid()))) {
+    fs::create_directories(dir_);
+    mounted_ = std::system(("mount -t tmpfs -o size=" + std::to_string(mib) + "m tmpfs " +
+                            dir_.string()).c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) [[maybe_unused]] int r = std::system(("umount " + dir_.string()).c_str());
+    fs::remove_all(dir_);
+  }
+  bool mounted() const { return mounted_; }
+  bool grow(int mib) {
+    return std::system(("mount -o remount,size=" + std::to_string(mib) + "m " + dir_.string())
+                           .c_str()) == 0;
+  }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+  bool mounted_ = false;
+};
+
+// Appends of 64 KiB until `failures` of them failed; returns the last acknowledged version.
+uint64_t fill(EventStore& store, int failures, ErrorCode expected, int* failed) {
+  std::string big(64 * 1024, 'x');
+  uint64_t v = *store.stream_version("s");
+  *failed = 0;
+  for (int i = 0; i < 2000 && *failed < failures; ++i) {
+    auto r = store.append("s", v, {{"e", 1, big}}, i % 2 ? Durability::written : Durability::synced);
+    if (r) {
+      v = r->last_version;
+    } else {
+      ++*failed;
+      EXPECT_EQ(r.error().code, expected) << r.error().message;
+    }
+  }
+  return v;
+}
+
+// Past the reserve, writes are refused (no_space) before RocksDB meets the full disk; with room
+// again they go on.
+TEST(EventStoreFullDisk, WritesStopAtTheReserve) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  SmallDisk disk(48);
+  ASSERT_TRUE(disk.mounted());
+  EventStore::Options o;
+  o.dir = disk.dir() / "store";
+  o.reserve_bytes = 24 << 20;
+  auto s = EventStore::open(o);
+  ASSERT_TRUE(s) << s.error().message;
+  int failed = 0;
+  uint64_t v = fill(**s, 3, ErrorCode::no_space, &failed);
+  ASSERT_EQ(failed, 3) << "the reserve was never reached";
+  auto snap = (*s)->save_snapshot("s", StateSnapshot{v, 1, "state"});
+  ASSERT_FALSE(snap);
+  EXPECT_EQ(snap.error().code, ErrorCode::no_space);
+  EXPECT_FALSE((*s)->put("k/x", "v", true));
+  ASSERT_TRUE(disk.grow(128));
+  auto r = (*s)->append("s", v, {{"e", 1, "small"}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(*(*s)->stream_version("s"), v + 1);
+}
+
+// With no reserve, RocksDB meets the full disk: that append fails (no_space), the store refuses
+// writes (not aborts: RocksDB 7.8 aborts on a write to a failed log), reads go on; once space is
+// back the next append reopens it, and nothing acknowledged is lost.
+TEST(EventStoreFullDisk, AFailedWriteReopensTheStoreOnceSpaceIsBack) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  SmallDisk disk(4);
+  ASSERT_TRUE(disk.mounted());
+  EventStore::Options o;
+  o.dir = disk.dir() / "store";
+  o.reserve_bytes = 0;
+  uint64_t acked = 0;
+  {
+    auto s = EventStore::open(o);
+    ASSERT_TRUE(s) << s.error().message;
+    auto& store = **s;
+    int failed = 0;
+    acked = fill(store, 5, ErrorCode::no_space, &failed);
+    ASSERT_EQ(failed, 5) << "the disk never filled";
+    EXPECT_FALSE(store.save_snapshot("s", StateSnapshot{acked, 1, "state"}));
+    EXPECT_FALSE(store.put("k/x", "v", true));
+    EXPECT_EQ(*store.stream_version("s"), acked);  // reads go on
+    auto events = store.read_stream("s");
+    ASSERT_TRUE(events);
+    EXPECT_EQ(events->size(), acked);
+    ASSERT_TRUE(disk.grow(64));
+    auto r = store.append("s", acked, {{"e", 1, "small"}});
+    ASSERT_TRUE(r) << r.error().message;
+    acked = r->last_version;
+    EXPECT_TRUE(store.put("k/x", "v", true));
+  }
+  auto s = EventStore::open(o);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(*(*s)->stream_version("s"), acked);
+  auto all = (*s)->read_all();
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), acked);
+}
+
 }  // namespace
 }  // namespace pandastack::storage
