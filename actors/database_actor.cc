@@ -55,7 +55,7 @@ caf::behavior database_actor(DatabaseSelf* self, Env* env, caf::actor registry,
         pump(self);
         return rp;
       },
-      [=](persisted_atom, bool ok, std::string err) {
+      [=](persisted_atom, bool ok, std::string code, std::string err) {
         auto& st = self->state;
         st.persisting = false;
         auto rp = st.current_rp;
@@ -63,7 +63,7 @@ caf::behavior database_actor(DatabaseSelf* self, Env* env, caf::actor registry,
         st.pending.clear();
         if (!ok) {
           spdlog::error("database {}: events not persisted: {}", st.s.id, err);
-          rp.deliver(Answer::fail({"storage_error", err}));
+          rp.deliver(Answer::fail({code, err}));
         } else {
           for (auto& e : events) st.s = apply(st.s, e);
           rp.deliver(database_answer(st.s));

@@ -219,16 +219,24 @@ std::optional<Rejection> Env::host_admits(uint64_t memory_mib) const {
                                       " MiB of memory available; " + std::to_string(memory_mib) +
                                       " MiB more would leave less than its " +
                                       std::to_string(headroom) + "% headroom: try again later"};
-  struct statvfs v {};
-  if (::statvfs(config.state_dir.c_str(), &v) == 0 && v.f_blocks > 0) {
+  // The file systems a new VM writes to: guest RAM on the state folder; its disk layers on the disk
+  // folder; its events on the data folder (the store: a full store disk fails every write, so
+  // creates stop well before that).
+  auto folder_admits = [&](const std::filesystem::path& dir, const char* what,
+                           uint64_t need) -> std::optional<Rejection> {
+    struct statvfs v {};
+    if (dir.empty() || ::statvfs(dir.c_str(), &v) != 0 || v.f_blocks == 0) return std::nullopt;
     uint64_t size = uint64_t(v.f_blocks) * v.f_frsize, free = uint64_t(v.f_bavail) * v.f_frsize;
-    if (free < memory_mib * 1024 * 1024 + size / 100 * headroom)
-      return Rejection{"host_full", "the state folder " + config.state_dir.string() + " has " +
-                                        std::to_string(free >> 20) + " MiB free; " +
-                                        std::to_string(memory_mib) +
-                                        " MiB more of guest RAM would leave less than its " +
-                                        std::to_string(headroom) + "% headroom"};
-  }
+    if (free >= need + size / 100 * headroom) return std::nullopt;
+    return Rejection{"host_full", std::string("the ") + what + " " + dir.string() + " has " +
+                                      std::to_string(free >> 20) + " MiB free; " +
+                                      (need ? std::to_string(need >> 20) + " MiB more" : "a sandbox") +
+                                      " would leave less than its " + std::to_string(headroom) +
+                                      "% headroom"};
+  };
+  if (auto r = folder_admits(config.state_dir, "state folder", memory_mib << 20)) return r;
+  if (auto r = folder_admits(config.disk_dir, "disk folder", 0)) return r;
+  if (auto r = folder_admits(config.data_dir, "data folder", 0)) return r;
   return std::nullopt;
 }
 

@@ -143,15 +143,20 @@ using volremove_atom = caf::atom_constant<caf::atom("volremove")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 // Appends `events` to `stream` (expected at `version`) and tells `me` when they are on disk:
-// (persisted_atom, ok, error message). The sandbox, volume and database actors' one write path.
+// (persisted_atom, ok, error code, error message); the code is `no_space` when the store's disk is
+// full, `storage_error` otherwise. The sandbox, volume and database actors' one write path.
 inline void append_and_report(Env& env, const std::string& stream, uint64_t version,
                               std::vector<storage::NewEvent> events, caf::actor me,
                               storage::Durability durability = storage::Durability::synced) {
   env.store->append_async(
       stream, version, std::move(events),
       [me](storage::Result<storage::AppendResult> r) {
-        caf::anon_send(me, persisted_atom::value, r.ok(),
-                       r.ok() ? std::string() : r.error().message);
+        std::string code, err;
+        if (!r.ok()) {
+          code = r.error().code == storage::ErrorCode::no_space ? "no_space" : "storage_error";
+          err = r.error().message;
+        }
+        caf::anon_send(me, persisted_atom::value, r.ok(), std::move(code), std::move(err));
       },
       durability);
 }

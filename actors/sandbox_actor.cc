@@ -379,14 +379,14 @@ void pump(SandboxSelf* self) {
   maybe_retire(self);
 }
 
-void on_persisted(SandboxSelf* self, bool ok, const std::string& err,
+void on_persisted(SandboxSelf* self, bool ok, const std::string& code, const std::string& err,
                   const std::vector<Event>& events) {
   auto& st = self->state;
   spdlog::debug("sandbox {}: persisted ok={} {}", st.s.id, ok, err);
   st.persisting = false;
   auto rp = st.current_rp;
   if (!ok) {
-    rp.deliver(Answer::fail({"storage_error", err}));
+    rp.deliver(Answer::fail({code, err}));
     pump(self);
     return;
   }
@@ -541,9 +541,9 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         else if (st.s.live() && st.s.status != Status::hibernated)
           st.vm_dead = true;  // mid-transition: recorded once it ends
       },
-      [=](persisted_atom, bool ok, std::string err) {
+      [=](persisted_atom, bool ok, std::string code, std::string err) {
         auto events = std::move(self->state.pending_events);
-        on_persisted(self, ok, err, events);
+        on_persisted(self, ok, code, err, events);
       },
       [=](get_atom) -> Answer {
         Answer a;

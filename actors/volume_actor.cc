@@ -60,10 +60,12 @@ void pump(VolumeSelf* self) {
           .then(
               [self](std::string err) {
                 if (err.empty()) return persist(self);
-                self->send(self, persisted_atom::value, false, "copying the volume: " + err);
+                self->send(self, persisted_atom::value, false, std::string("storage_error"),
+                           "copying the volume: " + err);
               },
               [self](const caf::error& e) {
-                self->send(self, persisted_atom::value, false, self->system().render(e));
+                self->send(self, persisted_atom::value, false, std::string("storage_error"),
+                           self->system().render(e));
               });
       return;
     }
@@ -122,7 +124,7 @@ caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf:
         pump(self);
         return rp;
       },
-      [=](persisted_atom, bool ok, std::string err) {
+      [=](persisted_atom, bool ok, std::string code, std::string err) {
         auto& st = self->state;
         st.persisting = false;
         auto rp = st.current_rp;
@@ -130,7 +132,7 @@ caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf:
         st.pending.clear();
         if (!ok) {
           spdlog::error("volume {}: events not persisted: {}", st.s.id, err);
-          rp.deliver(Answer::fail({"storage_error", err}));
+          rp.deliver(Answer::fail({code, err}));
           // A create that was never recorded leaves no file behind, nor a snapshot.
           if (st.s.status == VolumeStatus::none)
             remove_volume_file(volume_file(st.env->volumes_dir(), st.s.id));
