@@ -143,7 +143,11 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
       // The driver alone decides who opens which image: QEMU's image locking would stop a snapshot
       // sink from opening the disk its source still holds.
       "-drive",
-      "id=root,file=" + disks + "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off" +
+      // A write the host cannot store (its disk full) is an I/O error in the guest, not a paused
+      // VM nobody resumes (QEMU's default for ENOSPC is to stop the guest).
+      "id=root,file=" + disks +
+          "/disk.qcow2,format=qcow2,if=none,discard=unmap,file.locking=off,werror=report,"
+          "rerror=report" +
           // A spare's disk waits on a placeholder backing node (its header names `null-co://`);
           // restore_into() attaches the snapshot's layers under the named nodes.
           (spare ? ",node-name=" + std::string(kSpareDiskNode) + ",file.node-name=" +
@@ -160,7 +164,8 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
                     "driver=null-co,node-name=" + n + "-empty,size=4096,read-zeroes=on",
                     std::string("-blockdev"), "driver=raw,node-name=" + n + ",file=" + n + "-empty",
                     std::string("-device"),
-                    "virtio-blk-device,drive=" + n + ",serial=pds-" + n + ",id=" + n + "-dev"})
+                    "virtio-blk-device,drive=" + n + ",serial=pds-" + n + ",id=" + n +
+                        "-dev,werror=report,rerror=report"})
       args.push_back(a);
   }
   for (auto& a : std::initializer_list<std::string>{
