@@ -18,6 +18,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -329,6 +330,94 @@ class GuestAbuseTest(unittest.TestCase):
             time.sleep(2)
             s, lst = self.api.call("GET", "/v1/sandboxes?state=running")
             self.assertEqual([x["id"] for x in lst["sandboxes"] if x.get("parent") == self.sid], [])
+
+
+class FullDataDiskTest(unittest.TestCase):
+    """The data folder (the event store and the guests' disks) on a full disk: a 256 MiB tmpfs of
+    its own, filled by the test. Creates are refused before they start (503 host_full), store
+    writes (commands, metadata) are 507 no_space before RocksDB meets the full disk (its reserve),
+    running sandboxes keep their state and files, a guest's disk write is an I/O error in the
+    guest (not a paused VM), and everything works again once space is back, also after a SIGKILL
+    and a restart. (A store write that meets a full disk anyway: storage_test EventStoreFullDisk.)"""
+
+    def test_a_full_data_disk_is_refused_clearly_and_loses_nothing(self):
+        base = tempfile.mkdtemp(prefix="pst-full-", dir="/var/tmp")
+        data, state = os.path.join(base, "data"), os.path.join(base, "state")
+        os.makedirs(data)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=0700", "tmpfs", data],
+                       check=True)
+        d = None
+        try:
+            d = Daemon(data, state, extra=("--network", "off"))
+            api = Api(d)
+            sid = api.create(network=False)["id"]
+            s, b = api.exec(sid, "echo token-1 > /dev/shm/mark")
+            self.assertEqual(s, 200, b)
+            s, b = api.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": (
+                "while [ ! -e /dev/shm/go ]; do sleep 0.2; done; dd if=/dev/urandom"
+                " of=/workspace/x bs=1M count=16 conv=fsync >/dev/shm/out 2>&1;"
+                " echo rc=$? >>/dev/shm/out")})
+            self.assertEqual(s, 201, b)
+            filler = os.path.join(data, "filler")
+            subprocess.run(["dd", "if=/dev/zero", "of=" + filler, "bs=1M"], capture_output=True)
+            s, b = api.call("POST", "/v1/sandboxes", {"network": False})
+            self.assertEqual((s, b["error"]["code"]), (503, "host_full"), b)
+            self.assertIn("MiB free", b["error"]["message"])
+            # Commands are audited before they start: with no room for the record, an exec is
+            # refused (507), nothing runs. Reads and file access go on.
+            s, b = api.exec(sid, "echo hi")
+            self.assertEqual((s, b["error"]["code"]), (507, "no_space"), b)
+            s, info = api.call("GET", f"/v1/sandboxes/{sid}")
+            self.assertEqual((s, info["state"]), (200, "running"), info)
+            s, b = api.call("GET", f"/v1/sandboxes/{sid}/files?path=/dev/shm/mark")
+            self.assertEqual((s, b), (200, b"token-1\n"))
+            # The guest's disk cannot grow: its write fails in the guest, the VM keeps running.
+            # (The writer was started before the disk filled; a file starts it.)
+            t0 = time.time()
+            s, b = api.call("PUT", f"/v1/sandboxes/{sid}/files?path=/dev/shm/go", raw=b"go")
+            self.assertEqual(s, 200, b)
+            out = b""
+            while b"rc=" not in out and time.time() - t0 < 60:
+                time.sleep(0.5)
+                s, out = api.call("GET", f"/v1/sandboxes/{sid}/files?path=/dev/shm/out")
+                out = out if s == 200 else b""
+            self.assertIn(b"rc=", out)
+            self.assertNotIn(b"rc=0", out)
+            s, b = api.call("PATCH", f"/v1/sandboxes/{sid}", {"metadata": {"a": "b"}})
+            self.assertEqual((s, b["error"]["code"]), (507, "no_space"), b)
+            self.assertIn("reserve", b["error"]["message"])
+            # Space back: writes resume.
+            os.unlink(filler)
+            deadline = time.time() + 60
+            while True:
+                meta = {"after": "space"}
+                s, b = api.call("PATCH", f"/v1/sandboxes/{sid}", {"metadata": meta})
+                if s == 200:
+                    break
+                self.assertLess(time.time(), deadline, b)
+                time.sleep(0.5)
+            s, b = api.call("POST", "/v1/sandboxes", {"network": False})
+            self.assertEqual(s, 201, b)
+            # Nothing acknowledged is lost across a SIGKILL and a restart.
+            d.stop(signal.SIGKILL)
+            d = Daemon(data, state, extra=("--network", "off"))
+            api = Api(d)
+            deadline = time.time() + 60
+            while api.call("GET", "/healthz")[1].get("status") != "ok" and time.time() < deadline:
+                time.sleep(0.2)
+            s, info = api.call("GET", f"/v1/sandboxes/{sid}")
+            self.assertEqual((s, info["state"], info["metadata"]), (200, "running", meta), info)
+            s, b = api.exec(sid, "cat /dev/shm/mark")
+            self.assertEqual((s, b["stdout"]), (200, "token-1\n"), b)
+            code = d.stop(reap=True)
+            d = None
+            self.assertEqual(code, 0, "the daemon did not exit cleanly")
+        finally:
+            if d is not None:
+                d.stop(reap=True)
+            harness.reap_vms(state, data)
+            subprocess.run(["umount", "-l", data])
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
