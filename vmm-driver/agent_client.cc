@@ -6,7 +6,9 @@
 #include <capnp/rpc.h>
 #include <kj/async-io.h>
 #include <kj/debug.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -20,12 +22,74 @@ namespace pandastack::vmm {
 namespace w = pandastack::wire::agent;
 using namespace std::chrono;
 
+// The session's view of the agent channel: discards what the agent wrote before its answer to
+// this session's preamble (wire/agent.capnp sessionAckMagic + nonce), then passes bytes through.
+// RPC reads through it, so an earlier session's late bytes (an abort, a late reply) are never
+// read as this session's messages. Reads until the answer are exact-size: no RPC byte is taken.
+class SessionStream final : public kj::AsyncIoStream {
+ public:
+  // `answered` (owned by the connection, which outlives this) is set once the answer is read.
+  SessionStream(kj::AsyncIoStream& inner, uint64_t nonce, std::atomic<bool>& answered)
+      : inner_(inner), nonce_(nonce), answered_flag_(answered) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
+    if (answered_) return inner_.tryRead(buffer, min, max);
+    return seek(0).then([this, buffer, min, max](bool found) -> kj::Promise<size_t> {
+      if (!found) return size_t(0);  // EOF before the answer
+      answered_ = true;
+      answered_flag_ = true;
+      if (skipped_ > 0)
+        spdlog::debug("agent session: {} stale bytes before the agent's answer", skipped_);
+      return inner_.tryRead(buffer, min, max);
+    });
+  }
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    return inner_.write(buffer, size);
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    return inner_.write(pieces);
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return inner_.whenWriteDisconnected(); }
+  void shutdownWrite() override { inner_.shutdownWrite(); }
+  void abortRead() override { inner_.abortRead(); }
+
+ private:
+  // Fills window_ from `have` bytes and slides until it holds the answer. False on EOF.
+  kj::Promise<bool> seek(size_t have) {
+    return inner_.tryRead(window_ + have, 16 - have, 16 - have)
+        .then([this, have](size_t n) mutable -> kj::Promise<bool> {
+          if (n == 0) return false;
+          have += n;
+          if (have < 16) return seek(have);
+          auto magic = w::SESSION_ACK_MAGIC.get();
+          uint64_t got = 0;
+          for (int i = 0; i < 8; ++i) got |= uint64_t(window_[8 + i]) << (8 * i);
+          if (memcmp(window_, magic.begin(), 8) == 0 && got == nonce_) return true;
+          // Slide to the next byte that may start the answer (or past the whole window).
+          auto* start = std::find(window_ + 1, window_ + 16, magic[0]);
+          size_t keep = size_t(window_ + 16 - start);
+          memmove(window_, start, keep);
+          skipped_ += 16 - keep;
+          return seek(keep);
+        });
+  }
+
+  kj::AsyncIoStream& inner_;
+  uint64_t nonce_;
+  std::atomic<bool>& answered_flag_;
+  bool answered_ = false;
+  uint64_t skipped_ = 0;
+  kj::byte window_[16] = {};
+};
+
 struct AgentClient::Conn {
   kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<SessionStream> session;  // over `stream`, one per session
   kj::Own<capnp::TwoPartyVatNetwork> network;
   kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
   w::Agent::Client agent = nullptr;
   kj::Maybe<kj::ForkedPromise<Health>> first_health;
+  std::atomic<bool> answered{false};  // the agent answered this session's preamble
 };
 
 namespace {
@@ -268,7 +332,8 @@ void start_rpc(AgentClient::Conn& conn) {
   // framing): a guest cannot make the daemon take a 512 MiB message (capnp's default).
   capnp::ReaderOptions opts;
   opts.traversalLimitInWords = kMaxGuestMessageBytes / 8;
-  conn.network = kj::heap<capnp::TwoPartyVatNetwork>(*conn.stream, capnp::rpc::twoparty::Side::CLIENT, opts);
+  conn.network =
+      kj::heap<capnp::TwoPartyVatNetwork>(*conn.session, capnp::rpc::twoparty::Side::CLIENT, opts);
   conn.rpc = kj::heap(capnp::makeRpcClient(*conn.network));
   capnp::MallocMessageBuilder vat;
   auto id = vat.initRoot<capnp::rpc::twoparty::VatId>();
@@ -291,7 +356,8 @@ void stop_rpc(AgentClient::Conn& conn) {
   conn.network = nullptr;
 }
 
-// Writes the session preamble (wire/agent.capnp sessionMagic + nonce), then starts RPC.
+// Writes the session preamble (wire/agent.capnp sessionMagic + nonce), then starts RPC over a
+// SessionStream that waits for the agent's answer to it (the first health call resolves after).
 kj::Promise<void> begin_session(AgentClient::Conn& conn) {
   auto magic = w::SESSION_MAGIC.get();
   auto preamble = kj::heapArray<kj::byte>(16);
@@ -300,7 +366,12 @@ kj::Promise<void> begin_session(AgentClient::Conn& conn) {
   uint64_t nonce = (uint64_t(rd()) << 32) | rd();
   for (int i = 0; i < 8; ++i) preamble[8 + i] = kj::byte(nonce >> (8 * i));
   auto p = conn.stream->write(preamble.begin(), preamble.size());
-  return p.attach(kj::mv(preamble)).then([&conn]() { start_rpc(conn); });
+  return p.attach(kj::mv(preamble)).then([&conn, nonce]() {
+    conn.answered = false;
+    conn.network = nullptr;  // (a previous session's, over the previous SessionStream)
+    conn.session = kj::heap<SessionStream>(*conn.stream, nonce, conn.answered);
+    start_rpc(conn);
+  });
 }
 
 }  // namespace
@@ -344,6 +415,8 @@ Result<T> AgentClient::call_cancellable(std::stop_token stop, F&& f) {
 }
 
 AgentClient::AgentClient(IoThread& io, std::unique_ptr<Conn> conn) : io_(io), conn_(std::move(conn)) {}
+
+bool AgentClient::answered() const { return conn_->answered; }
 
 AgentClient::~AgentClient() {
   // Capabilities and the network must die on the thread that owns them.

@@ -161,6 +161,13 @@ class AgentClient {
   // Starts a fresh session after end_session().
   Status start_session();
 
+  // Whether the agent answered this session's preamble (wire/agent.capnp sessionAckMagic). An
+  // agent still in a session it has not seen end reads a new preamble as that session's bytes,
+  // ends it, and waits for the next preamble: no answer comes, connect again.
+  bool answered() const;
+  // How long to wait for that answer from a running guest before connecting again.
+  static constexpr std::chrono::milliseconds kAnswerWait{3000};
+
   // Calls in progress (from any thread). With none, end_session() cancels nothing.
   int in_flight() const { return in_flight_.load(); }
   // True once a call failed because the connection is gone (the RPC connection broke: the peer

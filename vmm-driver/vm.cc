@@ -498,12 +498,17 @@ Status Vm::wait_agent(steady_clock::time_point deadline) {
       if (!c) return c;
     }
     // Wait for the agent, watching that QEMU is still there (a panicking guest makes it exit).
+    auto since = steady_clock::now();
     for (;;) {
       auto h = agent_->health(milliseconds(50));
       if (h) return Ok{};
-      if (h.error().code != ErrorCode::timeout) {
-        // A restored agent may have been mid-session: our preamble ended that stale session
-        // and it now waits for a new one. Start again on a fresh connection.
+      // A restored agent may have been mid-session: our preamble ended that stale session and
+      // it now waits for a new one (it does not answer this one). Start again on a fresh
+      // connection. (A booting guest's agent is not up yet: reconnecting costs it nothing.)
+      bool unanswered = h.error().code == ErrorCode::timeout && attempt < 3 &&
+                        !agent_->answered() &&
+                        steady_clock::now() - since > AgentClient::kAnswerWait;
+      if (h.error().code != ErrorCode::timeout || unanswered) {
         if (attempt < 3 && alive()) {
           spdlog::debug("vm {}: agent session dropped ({}), reconnecting", config_.name,
                         h.error().message);
@@ -661,9 +666,16 @@ Status Vm::reconnect_agent(milliseconds timeout) {
     auto a = AgentClient::connect(io_, dir.socket("q/agent.sock"), peer_uid(), left);
     if (!a) return a.error();
     agent_ = std::move(*a);
-    auto h = agent_->health(left);
+    // The guest runs: an agent that does not answer the preamble soon ended a stale session of
+    // ours with it (AgentClient::answered); it answers the next.
+    auto h = agent_->health(std::min(left, AgentClient::kAnswerWait));
     if (h) return Ok{};
-    if (h.error().code == ErrorCode::timeout || attempt >= 3 || !alive()) return h.error();
+    bool unanswered = h.error().code == ErrorCode::timeout && !agent_->answered();
+    if (h.error().code == ErrorCode::timeout && !unanswered && left > AgentClient::kAnswerWait)
+      h = agent_->health(left - AgentClient::kAnswerWait);
+    if (h) return Ok{};
+    if ((h.error().code == ErrorCode::timeout && !unanswered) || attempt >= 3 || !alive())
+      return h.error();
     spdlog::debug("vm {}: agent session dropped ({}), reconnecting", config_.name,
                   h.error().message);
     agent_.reset();

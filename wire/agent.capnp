@@ -180,7 +180,13 @@ interface Agent {
 }
 
 # Session preamble. Every session starts with the host writing `sessionMagic` (8 bytes) + a nonce
-# (8 bytes) on the raw channel; the agent discards bytes until it has read that, then serves RPC
-# from the next byte. So a host never lands in a stale session: not after a reconnect (QEMU notices
+# (8 bytes) on the raw channel; the agent discards bytes until it has read that, answers it
+# (sessionAckMagic, below), then serves RPC from the next byte. So a host never lands in a stale session: not after a reconnect (QEMU notices
 # a host hang-up only lazily, and throttles VSERPORT_CHANGE), and not after a restore.
 const sessionMagic :Data = "PSTKGO\x00\x01";
+
+# The agent's answer to a preamble, before the first RPC byte of the session: `sessionAckMagic` +
+# the preamble's nonce. The host discards bytes until it has read that: what an earlier session
+# of the agent wrote after its host had gone (an abort, a late reply) is never read as this
+# session's RPC.
+const sessionAckMagic :Data = "PSTKOK\x00\x01";

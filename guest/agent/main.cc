@@ -103,20 +103,26 @@ class Main {
 
  private:
   // Reads the session preamble (sessionMagic + 8-byte nonce) with exact-size reads, so not one
-  // byte of the RPC that follows is consumed. Anything before it is discarded. False on EOF.
+  // byte of the RPC that follows is consumed. Anything before it is discarded. The nonce goes to
+  // `nonce` (8 bytes). False on EOF.
   static kj::Promise<bool> read_preamble(kj::AsyncIoStream& stream,
-                                         kj::Own<kj::Array<kj::byte>> window, size_t have) {
+                                         kj::Own<kj::Array<kj::byte>> window, size_t have,
+                                         kj::byte* nonce) {
     auto* buf = window->begin();
     return stream.tryRead(buf + have, 16 - have, 16 - have)
-        .then([&stream, window = kj::mv(window), have](size_t n) mutable -> kj::Promise<bool> {
+        .then([&stream, window = kj::mv(window), have,
+               nonce](size_t n) mutable -> kj::Promise<bool> {
           if (n == 0) return false;
           have += n;
-          if (have < 16) return read_preamble(stream, kj::mv(window), have);
+          if (have < 16) return read_preamble(stream, kj::mv(window), have, nonce);
           auto magic = w::SESSION_MAGIC.get();
-          if (memcmp(window->begin(), magic.begin(), 8) == 0) return true;
+          if (memcmp(window->begin(), magic.begin(), 8) == 0) {
+            memcpy(nonce, window->begin() + 8, 8);
+            return true;
+          }
           // Not aligned on a preamble: slide by one byte.
           memmove(window->begin(), window->begin() + 1, 15);
-          return read_preamble(stream, kj::mv(window), 15);
+          return read_preamble(stream, kj::mv(window), 15, nonce);
         });
   }
 
@@ -139,7 +145,14 @@ class Main {
     auto stream =
         io.lowLevelProvider->wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC |
                                                   kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK);
-    bool started = read_preamble(*stream, kj::heap(kj::heapArray<kj::byte>(16)), 0)
+    kj::byte ack[16];
+    bool started = read_preamble(*stream, kj::heap(kj::heapArray<kj::byte>(16)), 0, ack + 8)
+                       .then([&](bool ok) -> kj::Promise<bool> {
+                         if (!ok) return false;
+                         // The answer: the host reads RPC only after it (wire/agent.capnp).
+                         memcpy(ack, w::SESSION_ACK_MAGIC.get().begin(), 8);
+                         return stream->write(ack, sizeof ack).then([]() { return true; });
+                       })
                        .catch_([](kj::Exception&&) { return false; })
                        .wait(io.waitScope);
     if (!started) return;  // host went away before starting a session

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -164,6 +165,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ssize_t n = ::recv(c, preamble + got, sizeof preamble - got, 0);
       if (n <= 0) break;
       got += size_t(n);
+    }
+    // The agent's answer to the preamble (wire/agent.capnp sessionAckMagic + its nonce); the
+    // fuzzed bytes follow it.
+    if (got == sizeof preamble) {
+      char ack[16];
+      memcpy(ack, w::SESSION_ACK_MAGIC.get().begin(), 8);
+      memcpy(ack + 8, preamble + 8, 8);
+      if (::send(c, ack, sizeof ack, MSG_NOSIGNAL) != ssize_t(sizeof ack)) return;
     }
     if (raw) return fuzz::answer_raw(c, in.p, in.n);
     auto kio = kj::setupAsyncIo();
