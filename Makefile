@@ -70,24 +70,25 @@ bench: build guest-base
 	$(BUILD)/bin/pandastack-bench driver boot --n 5 --images $(IMAGES) --json
 	$(BUILD)/bin/pandastack-bench driver exec --n 200 --images $(IMAGES) --json
 
-# The daemon's own cost on the reply path: REST exec/create/fork against the driver's, in one run.
-# Every libFuzzer target (tests/fuzz) for FUZZ_SECONDS each (default 30), in build-fuzz with clang.
-# 100 hibernate/wake cycles and 100 fork generations with 64 MiB files hashed each time (~15 min
-# under TCG); prints a JSON summary line.
-CYCLES ?= 100
-# Chaos: rounds of 20 clients doing random lifecycle operations, the daemon SIGKILLed at a random
-# moment and restarted, everything checked after each (tests/crash/chaos_test.py). ROUNDS=50.
+# Chaos: rounds of 20 clients doing random lifecycle operations (QEMUs killed from the host among
+# them), the daemon SIGKILLed at a random moment and restarted, everything checked after each
+# (tests/crash/chaos_test.py). ROUNDS=50; `make test` runs 3 (ctest chaos).
 test-chaos: build guest-base
 	PANDASTACK_IMAGES=$(IMAGES) python3 tests/crash/chaos_test.py --daemon $(BUILD)/bin/pandastackd \
 	  --cli $(BUILD)/bin/pandastack --rounds $(or $(ROUNDS),50)
 
+# 100 hibernate/wake cycles and 100 fork generations with 64 MiB files hashed each time (~15 min
+# under TCG); prints a JSON summary line.
+CYCLES ?= 100
 test-integrity: build guest-base
 	PANDASTACK_IMAGES=$(IMAGES) python3 tests/reliability/integrity_test.py \
 	  --daemon $(BUILD)/bin/pandastackd --cycles $(CYCLES)
 
+# Every libFuzzer target (tests/fuzz) for FUZZ_SECONDS each (default 30), in build-fuzz with clang.
 fuzz: deps
 	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),30) scripts/fuzz.sh
 
+# The daemon's own cost on the reply path: REST exec/create/fork against the driver's, in one run.
 bench-overhead: build guest-base
 	BUILD=$(BUILD) IMAGES=$(IMAGES) scripts/bench-overhead.sh
 

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """Chaos: rounds of 20 concurrent clients doing random lifecycle operations (create, exec, write a
-file, snapshot, fork, hibernate, wake, kill, expose a port, change egress) against one real daemon
-(real VMs, sandbox networks), which is SIGKILLed at a random moment and started again on the same
-data. After every restart:
+file, snapshot, fork, hibernate, wake, kill, expose a port, change egress, SIGKILL a sandbox's QEMU
+from the host) against one real daemon (real VMs, sandbox networks), which is SIGKILLed at a random
+moment and started again on the same data. After every restart:
   - `pandastack audit replay` rebuilds every sandbox from its events and matches the daemon;
   - every operation the API acknowledged is there: acknowledged creates exist, kills are stopped,
     snapshots are listed with their sandbox;
   - every sandbox listed as running answers a command, and every hibernated one wakes; each has
     the memory it had: a token written in its tmpfs (/dev/shm) when acknowledged (a fork's
     children have their parent's);
+  - a sandbox whose QEMU was killed is failed with a reason (or ended as a racing transition said:
+    then it answers like any other);
   - no QEMU, run folder or network namespace exists that no live sandbox (or pool) names.
 
 Usage: chaos_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--rounds N]
+  [--seed S] [--verbose]   (CHAOS_SEED, CHAOS_ROUNDS: the same from the environment)
+CHAOS_KEEP=1 keeps the data and state folders (and copies the console of a sandbox that does not
+answer); CHAOS_HOLD=SECONDS keeps the daemon up that long after such a failure, to look at it.
 """
 import argparse
 import glob
@@ -46,15 +51,18 @@ class Ledger:
         self.killed = set()
         self.marks = {}        # sid -> token acknowledged in its /dev/shm/mark
         self.snapshots = {}    # snapshot id -> sandbox id
+        self.qemu_killed = set()  # sandboxes whose QEMU a client SIGKILLed (from the host)
         self.ops = 0
+        self.failed_after_kill = 0
         self.acked = 0
         self.statuses = {}  # (op, status) -> count: what the rounds met
 
 
 class Client(threading.Thread):
-    def __init__(self, api, ledger, stop, seed):
+    def __init__(self, api, ledger, stop, seed, state):
         super().__init__(daemon=True)
         self.api, self.l, self.stop, self.rng = api, ledger, stop, random.Random(seed)
+        self.state = state
 
     def pick(self):
         with self.l.mu:
@@ -64,7 +72,7 @@ class Client(threading.Thread):
     def run(self):
         ops = ["create"] * 3 + ["exec"] * 4 + ["file"] * 2 + ["snapshot", "fork", "hibernate",
                                                                   "wake", "wake", "kill", "port",
-                                                                  "egress"]
+                                                                  "egress", "qemu_kill"]
         while not self.stop.is_set():
             op = self.rng.choice(ops)
             with self.l.mu:
@@ -151,6 +159,24 @@ class Client(threading.Thread):
         elif op == "port":
             if self.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 8000})[0] in (200, 201):
                 self.ack()
+        elif op == "qemu_kill":
+            # From the host, as the OOM killer or an operator would: the sandbox fails (or, if a
+            # transition raced it, ends as that transition says); nothing of its VM stays.
+            for f in glob.glob(os.path.join(self.state, "run", "*", "vm.json")):
+                try:
+                    with open(f) as fh:
+                        r = json.load(fh)
+                except (OSError, ValueError):
+                    continue
+                if r.get("name", "").startswith(sid):
+                    try:
+                        os.kill(r["pid"], signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+                    with l.mu:
+                        l.qemu_killed.add(sid)
+                    self.last = "qemu killed"
+                    break
         elif op == "egress":
             mode = self.rng.choice(["deny_all", "allow_all"])
             if self.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": mode}})[0] == 200:
@@ -170,7 +196,8 @@ class ChaosTest(unittest.TestCase):
             for rnd in range(ARGS.rounds):
                 api = Api(d)
                 stop = threading.Event()
-                clients = [Client(api, ledger, stop, rng.getrandbits(32)) for _ in range(CLIENTS)]
+                clients = [Client(api, ledger, stop, rng.getrandbits(32), state)
+                           for _ in range(CLIENTS)]
                 for c in clients:
                     c.start()
                 time.sleep(rng.uniform(4, 12))
@@ -185,7 +212,8 @@ class ChaosTest(unittest.TestCase):
                     print(sorted(ledger.statuses.items(), key=lambda x: -x[1])[:20], flush=True)
                 print(f"CHAOS round {rnd + 1}/{ARGS.rounds}: {ledger.ops} operations, "
                       f"{ledger.acked} acknowledged, {len(ledger.live)} live, "
-                      f"{len(ledger.snapshots)} snapshots", flush=True)
+                      f"{len(ledger.snapshots)} snapshots, {len(ledger.qemu_killed)} QEMUs killed "
+                      f"({ledger.failed_after_kill} of their sandboxes failed)", flush=True)
         finally:
             d.stop(reap=True)
             harness.reap_vms(state, data)
@@ -218,12 +246,19 @@ class ChaosTest(unittest.TestCase):
             s, info = api.call("GET", f"/v1/sandboxes/{sid}")
             self.assertEqual(s, 200, (rnd, sid, info))  # an acknowledged create is kept
             listed[sid] = info
-        for sid in ledger.killed:
-            self.assertEqual(listed[sid]["state"], "stopped", (rnd, sid, listed[sid]))
+        for sid in ledger.killed:  # (a sandbox that had failed stays failed when deleted)
+            self.assertIn(listed[sid]["state"], ("stopped", "failed"), (rnd, sid, listed[sid]))
         for snap, sid in ledger.snapshots.items():
             if sid in ledger.killed:
                 continue
             self.assertIn(snap, listed[sid].get("snapshots", []), (rnd, snap, sid))
+        failed_after_kill = 0
+        for sid in ledger.qemu_killed:
+            info = listed.get(sid)
+            if info and info["state"] == "failed":
+                failed_after_kill += 1
+                self.assertTrue(info.get("failure_reason"), (rnd, sid, info))
+        ledger.failed_after_kill = failed_after_kill
         live = set()
         for sid, info in listed.items():
             st = info["state"]
@@ -241,7 +276,11 @@ class ChaosTest(unittest.TestCase):
                         time.sleep(1)
                         s2, b2 = api.exec(sid, "echo retry")
                         print(f"CHAOS retry {i}: {s2} {b2}", flush=True)
-                self.assertEqual(s, 200, (rnd, sid, b))
+                    if os.environ.get("CHAOS_HOLD"):
+                        print(f"CHAOS hold {sid} {d.url} {d.key}", flush=True)
+                        time.sleep(int(os.environ["CHAOS_HOLD"]))
+                self.assertEqual(s, 200, (rnd, sid, b, "its QEMU was killed" if sid in
+                                          ledger.qemu_killed else "", info))
                 if sid in ledger.marks:
                     self.assertEqual(b["stdout"].strip(), ledger.marks[sid], (rnd, sid))
             elif sid in ledger.live and st in ("stopped", "failed"):
