@@ -18,12 +18,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace pandastack::vmm {
 
@@ -242,8 +244,16 @@ uint64_t Cgroup::oom_kills() const {
 
 Cgroup::~Cgroup() {
   for (auto& d : dirs_) {
-    // The group empties when QEMU has been reaped; rmdir fails (harmlessly) otherwise.
-    if (::rmdir(d.c_str()) != 0 && errno != ENOENT) spdlog::warn("cannot remove cgroup {}: {}", d.string(), strerror(errno));
+    // The group empties once QEMU is gone; one that just died (or an adopted one, which init
+    // reaps) may still count for a moment: EBUSY. Retry for at most 500 ms, else it leaks.
+    for (int tries = 0;; ++tries) {
+      if (::rmdir(d.c_str()) == 0 || errno == ENOENT) break;
+      if (errno != EBUSY || tries >= 50) {
+        spdlog::warn("cannot remove cgroup {}: {}", d.string(), strerror(errno));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
 }
 
