@@ -11,7 +11,7 @@ moment and started again on the same data. After every restart:
     children have their parent's);
   - a sandbox whose QEMU was killed is failed with a reason (or ended as a racing transition said:
     then it answers like any other);
-  - no QEMU, run folder or network namespace exists that no live sandbox (or pool) names.
+  - no QEMU, run folder, cgroup or network namespace exists that no live sandbox (or pool) names.
 
 Usage: chaos_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--rounds N]
   [--seed S] [--verbose]   (CHAOS_SEED, CHAOS_ROUNDS: the same from the environment)
@@ -288,6 +288,11 @@ class ChaosTest(unittest.TestCase):
                     ledger.live.discard(sid)
         # Nothing that no live sandbox names (pool members and spares are the daemon's own).
         time.sleep(1)
+        gone = [sid for sid in ledger.created if sid not in live]
+        for root in ("/sys/fs/cgroup/pids/pandastack", "/sys/fs/cgroup/pandastack"):
+            if os.path.isdir(root):
+                left = [c for c in os.listdir(root) if any(sid in c for sid in gone)]
+                self.assertEqual(left, [], (rnd, "cgroups of sandboxes that are gone"))
         for f in glob.glob(os.path.join(state, "run", "*", "vm.json")):
             with open(f) as fh:
                 name = json.load(fh)["name"]
