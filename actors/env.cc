@@ -228,11 +228,11 @@ std::optional<Rejection> Env::host_admits(uint64_t memory_mib) const {
     if (dir.empty() || ::statvfs(dir.c_str(), &v) != 0 || v.f_blocks == 0) return std::nullopt;
     uint64_t size = uint64_t(v.f_blocks) * v.f_frsize, free = uint64_t(v.f_bavail) * v.f_frsize;
     if (free >= need + size / 100 * headroom) return std::nullopt;
-    return Rejection{"host_full", std::string("the ") + what + " " + dir.string() + " has " +
-                                      std::to_string(free >> 20) + " MiB free; " +
-                                      (need ? std::to_string(need >> 20) + " MiB more" : "a sandbox") +
-                                      " would leave less than its " + std::to_string(headroom) +
-                                      "% headroom"};
+    return Rejection{"host_full",
+                     std::string("the ") + what + " " + dir.string() + " has " +
+                         std::to_string(free >> 20) + " MiB free; " +
+                         (need ? std::to_string(need >> 20) + " MiB more" : "a sandbox") +
+                         " would leave less than its " + std::to_string(headroom) + "% headroom"};
   };
   if (auto r = folder_admits(config.state_dir, "state folder", memory_mib << 20)) return r;
   if (auto r = folder_admits(config.disk_dir, "disk folder", 0)) return r;

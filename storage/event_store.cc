@@ -5,12 +5,12 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <sys/statvfs.h>
 
 namespace pandastack::storage {
 
@@ -93,8 +93,8 @@ Result<StoredEvent> decode_record(const std::string& stream, uint64_t version,
 
 Error from_status(const rocksdb::Status& s, const std::string& what) {
   auto code = s.IsCorruption() ? ErrorCode::corrupt
-               : s.IsNoSpace()  ? ErrorCode::no_space
-                                : ErrorCode::io_error;
+              : s.IsNoSpace()  ? ErrorCode::no_space
+                               : ErrorCode::io_error;
   return make_error(code, what + ": " + s.ToString());
 }
 
@@ -438,8 +438,8 @@ bool EventStore::reopen() {
   rocksdb::DB* raw = nullptr;
   auto s = rocksdb::DB::Open(rocksdb_options(false), options_.dir.string(), &raw);
   if (!s.ok()) {
-    spdlog::error("event store: cannot reopen {}: {}; reads go on read-only",
-                  options_.dir.string(), s.ToString());
+    spdlog::error("event store: cannot reopen {}: {}; reads go on read-only", options_.dir.string(),
+                  s.ToString());
     if (rocksdb::DB::OpenForReadOnly(rocksdb_options(true), options_.dir.string(), &raw).ok())
       db_.reset(raw);
     return false;
@@ -451,8 +451,7 @@ bool EventStore::reopen() {
     global_ = get_be64(g.data());
   sync_due_.reset();
   failed_ = false;
-  spdlog::info("event store: reopened {} after the failure; writes resume",
-               options_.dir.string());
+  spdlog::info("event store: reopened {} after the failure; writes resume", options_.dir.string());
   return true;
 }
 

@@ -15,16 +15,17 @@
 // appends), checks each expected version in order, writes them as one synced batch and then
 // completes them: concurrent appends share one fsync (group commit). Appends that ask only to be
 // written (Durability::written: per-command records, intermediate steps) complete once in the
-// log, and are fsynced by the next synced batch or `lazy_sync_delay` later. Callers block in append() or
-// get a callback from append_async() on the writer thread; never call either from a thread that
-// must not block on disk (CAF workers use append_async).
+// log, and are fsynced by the next synced batch or `lazy_sync_delay` later. Callers block in
+// append() or get a callback from append_async() on the writer thread; never call either from a
+// thread that must not block on disk (CAF workers use append_async).
 //
 // A full disk: writes (appends, snapshots, key records) are refused with `no_space` while the
 // store's file system has less than `reserve_bytes` free, so RocksDB itself rarely meets ENOSPC.
 // When a write fails anyway (ENOSPC, EIO), every later write is refused with that error until the
 // writer reopens the database (once the reserve is free again, at the next append): RocksDB 7.8
 // does not reliably move to a fresh log after a failed log write, and writing to the failed one
-// aborts the process. Reads go on meanwhile; acknowledged appends are in the log the reopen replays.
+// aborts the process. Reads go on meanwhile; acknowledged appends are in the log the reopen
+// replays.
 #pragma once
 
 #include <atomic>
@@ -175,7 +176,8 @@ class EventStore {
   std::unordered_map<std::string, uint64_t> heads_;  // writer thread only
   // Written but not yet fsynced appends (writer thread only): synced by this time at the latest.
   std::optional<std::chrono::steady_clock::time_point> sync_due_;
-  // A write failed (the disk full, an I/O error): writes are refused with `failure_` until a reopen.
+  // A write failed (the disk full, an I/O error): writes are refused with `failure_` until a
+  // reopen.
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mu_;
   Error failure_;

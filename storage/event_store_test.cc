@@ -221,24 +221,26 @@ TEST(EventStoreReadOnly, OpensBesideAWriterAndRefusesAppends) {
   fs::remove_all(dir);
 }
 
-
 // A tmpfs of `mib` MiB mounted for one test (root only), unmounted and removed after it.
 class SmallDisk {
  public:
   explicit SmallDisk(int mib)
       : dir_(fs::temp_directory_path() / ("es-full-" + std::to_string(::getpid()))) {
     fs::create_directories(dir_);
-    mounted_ = std::system(("mount -t tmpfs -o size=" + std::to_string(mib) + "m tmpfs " +
-                            dir_.string()).c_str()) == 0;
+    mounted_ =
+        std::system(("mount -t tmpfs -o size=" + std::to_string(mib) + "m tmpfs " + dir_.string())
+                        .c_str()) == 0;
   }
   ~SmallDisk() {
-    if (mounted_) [[maybe_unused]] int r = std::system(("umount " + dir_.string()).c_str());
+    if (mounted_) [[maybe_unused]]
+      int r = std::system(("umount " + dir_.string()).c_str());
     fs::remove_all(dir_);
   }
   bool mounted() const { return mounted_; }
   bool grow(int mib) {
-    return std::system(("mount -o remount,size=" + std::to_string(mib) + "m " + dir_.string())
-                           .c_str()) == 0;
+    return std::system(
+               ("mount -o remount,size=" + std::to_string(mib) + "m " + dir_.string()).c_str()) ==
+           0;
   }
   const fs::path& dir() const { return dir_; }
 
@@ -253,7 +255,8 @@ uint64_t fill(EventStore& store, int failures, ErrorCode expected, int* failed) 
   uint64_t v = *store.stream_version("s");
   *failed = 0;
   for (int i = 0; i < 2000 && *failed < failures; ++i) {
-    auto r = store.append("s", v, {{"e", 1, big}}, i % 2 ? Durability::written : Durability::synced);
+    auto r =
+        store.append("s", v, {{"e", 1, big}}, i % 2 ? Durability::written : Durability::synced);
     if (r) {
       v = r->last_version;
     } else {

@@ -110,20 +110,20 @@ class Main {
                                          kj::byte* nonce) {
     auto* buf = window->begin();
     return stream.tryRead(buf + have, 16 - have, 16 - have)
-        .then([&stream, window = kj::mv(window), have,
-               nonce](size_t n) mutable -> kj::Promise<bool> {
-          if (n == 0) return false;
-          have += n;
-          if (have < 16) return read_preamble(stream, kj::mv(window), have, nonce);
-          auto magic = w::SESSION_MAGIC.get();
-          if (memcmp(window->begin(), magic.begin(), 8) == 0) {
-            memcpy(nonce, window->begin() + 8, 8);
-            return true;
-          }
-          // Not aligned on a preamble: slide by one byte.
-          memmove(window->begin(), window->begin() + 1, 15);
-          return read_preamble(stream, kj::mv(window), 15, nonce);
-        });
+        .then(
+            [&stream, window = kj::mv(window), have, nonce](size_t n) mutable -> kj::Promise<bool> {
+              if (n == 0) return false;
+              have += n;
+              if (have < 16) return read_preamble(stream, kj::mv(window), have, nonce);
+              auto magic = w::SESSION_MAGIC.get();
+              if (memcmp(window->begin(), magic.begin(), 8) == 0) {
+                memcpy(nonce, window->begin() + 8, 8);
+                return true;
+              }
+              // Not aligned on a preamble: slide by one byte.
+              memmove(window->begin(), window->begin() + 1, 15);
+              return read_preamble(stream, kj::mv(window), 15, nonce);
+            });
   }
 
   // Resolves when the host end of the port has stayed disconnected for 300 ms (checked every
