@@ -11,7 +11,8 @@ moment and started again on the same data. After every restart:
     children have their parent's);
   - a sandbox whose QEMU was killed is failed with a reason (or ended as a racing transition said:
     then it answers like any other);
-  - no QEMU, run folder, cgroup or network namespace exists that no live sandbox (or pool) names.
+  - no QEMU, run folder, cgroup, network namespace, snapshot or hibernation folder exists that no
+    live sandbox (or pool) names.
 
 Usage: chaos_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--rounds N]
   [--seed S] [--verbose]   (CHAOS_SEED, CHAOS_ROUNDS: the same from the environment)
@@ -288,6 +289,15 @@ class ChaosTest(unittest.TestCase):
                     ledger.live.discard(sid)
         # Nothing that no live sandbox names (pool members and spares are the daemon's own).
         time.sleep(1)
+        # Snapshot folders: each named by a sandbox's snapshots (recovery removes the others);
+        # hibernation folders: none of a sandbox that is stopped or failed.
+        named = {snap for info in listed.values() for snap in info.get("snapshots", [])}
+        for d in glob.glob(os.path.join(state, "snapshots", "*")):
+            self.assertIn(os.path.basename(d), named, (rnd, "a snapshot folder no sandbox names"))
+        for d in glob.glob(os.path.join(state, "hibernated", "*")):
+            info = listed.get(os.path.basename(d))
+            self.assertFalse(info is not None and info["state"] in ("stopped", "failed"),
+                             (rnd, "the hibernation folder of a sandbox that is gone", d))
         gone = [sid for sid in ledger.created if sid not in live]
         for root in ("/sys/fs/cgroup/pids/pandastack", "/sys/fs/cgroup/pandastack"):
             if os.path.isdir(root):
