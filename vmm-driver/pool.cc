@@ -50,7 +50,14 @@ void VmPool::refill() {
       if (stop_) return;
       c = base_;
       c.nice = kMemberNice;
-      std::string suffix = "-" + std::to_string(seq_++);
+      // A name no folder has: a member taken by a sandbox keeps its folder for the VM's life,
+      // also across a restart of the host (whose pools count from 0 again).
+      std::string suffix;
+      std::error_code ec;
+      do {
+        suffix = "-" + std::to_string(seq_++);
+      } while (std::filesystem::exists(base_.run_dir.string() + suffix, ec) ||
+               (!base_.disk_dir.empty() && std::filesystem::exists(base_.disk_dir.string() + suffix, ec)));
       c.run_dir = base_.run_dir.string() + suffix;
       if (!base_.disk_dir.empty()) c.disk_dir = base_.disk_dir.string() + suffix;
       c.name = c.run_dir.filename().string();
