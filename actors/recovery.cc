@@ -11,6 +11,7 @@
 #include "actors/event_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
+#include "vmm-driver/jail.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
@@ -130,9 +131,13 @@ Reply<Recovered> recover(Env& env) {
   for (auto& root : {config.state_dir / "run", config.disk_dir / "run"})
     for (auto& d : fs::directory_iterator(root, ec)) {
       auto name = d.path().filename().string();
-      bool keep = keep_run.count(name) || (name.size() > 5 && name.ends_with(".jail") &&
-                                           keep_run.count(name.substr(0, name.size() - 5)));
-      if (!keep) fs::remove_all(d.path(), ec);
+      bool jail = name.size() > 5 && name.ends_with(".jail");
+      bool keep = keep_run.count(name) || (jail && keep_run.count(name.substr(0, name.size() - 5)));
+      if (keep) continue;
+      // A folder without a record (its host died before writing one) may still have a cgroup.
+      if (!jail && root == config.state_dir / "run" && !fs::exists(d.path() / "vm.json"))
+        vmm::Cgroup::remove(vmm::Vm::cgroup_name(d.path()));
+      fs::remove_all(d.path(), ec);
     }
 
   // Hibernation folders of sandboxes that are not hibernated (failed, killed meanwhile).

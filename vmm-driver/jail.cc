@@ -241,6 +241,20 @@ uint64_t Cgroup::oom_kills() const {
   return 0;
 }
 
+void Cgroup::remove(const std::string& name) {
+  std::vector<fs::path> dirs;
+  bool v2 = fs::exists("/sys/fs/cgroup/cgroup.controllers");
+  if (v2) {
+    dirs.push_back(fs::path("/sys/fs/cgroup/pandastack") / name);
+  } else {
+    for (const char* c : {"memory", "pids", "cpu"})
+      dirs.push_back(fs::path("/sys/fs/cgroup") / c / own_v1_path(c).substr(1) / "pandastack" / name);
+  }
+  std::error_code ec;
+  std::erase_if(dirs, [&](const fs::path& d) { return !fs::exists(d, ec); });
+  adopt(v2, std::move(dirs));  // the destructor removes them
+}
+
 Cgroup::~Cgroup() {
   for (auto& d : dirs_) {
     // The group empties once QEMU is gone; one that just died (or an adopted one, which init

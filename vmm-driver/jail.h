@@ -72,6 +72,9 @@ class Cgroup {
     g->dirs_ = std::move(dirs);
     return g;
   }
+  // Removes the group `name` wherever create() would have made it (a VM's whose host died before
+  // it recorded the VM): an empty group goes, one with processes in it stays (and is logged).
+  static void remove(const std::string& name);
   ~Cgroup();
   // Moves `pid` into the group (before it executes anything).
   Status add(pid_t pid);

@@ -400,8 +400,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     }
     // Named after the run folder and a hash of its full path: folder names repeat across daemons
     // on one host (pool-base-0, spare-base-0), and two VMs must never share a group.
-    cgroup_ = Cgroup::create(
-        c.run_dir.filename().string() + "-" + fnv1a_hex(fs::absolute(c.run_dir).string()),
+    cgroup_ = Cgroup::create(cgroup_name(c.run_dir),
         uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max,
         c.cpu_weight, c.cpu_max_percent);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
@@ -804,6 +803,10 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
 }
 
 fs::path Vm::disks() const { return config_.disk_dir.empty() ? config_.run_dir : config_.disk_dir; }
+
+std::string Vm::cgroup_name(const fs::path& run_dir) {
+  return run_dir.filename().string() + "-" + fnv1a_hex(fs::absolute(run_dir).string());
+}
 
 bool Vm::kill_recorded(const fs::path& run_dir) {
   std::ifstream in(run_dir / "vm.json");

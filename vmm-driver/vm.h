@@ -186,6 +186,9 @@ class Vm {
   // (a stopped or wedged QEMU dies the same); its cgroups, run folder, jail root and disk folder
   // go. For VMs recovery does not keep (pool members, spares, orphans). True when one was killed.
   static bool kill_recorded(const std::filesystem::path& run_dir);
+  // The name of the cgroup of the VM in `run_dir` (unique on the host: the folder's name and a
+  // hash of its path). Recovery removes the group of a run folder that has no record.
+  static std::string cgroup_name(const std::filesystem::path& run_dir);
 
   ~Vm();
   Vm(const Vm&) = delete;
