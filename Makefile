@@ -6,7 +6,7 @@ JOBS    ?= $(shell nproc)
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan test-chaos test-integrity unit integration run bench bench-overhead fuzz clean distclean
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan test-chaos test-integrity test-soak unit integration run bench bench-overhead fuzz clean distclean
 
 all: build
 
@@ -83,6 +83,14 @@ CYCLES ?= 100
 test-integrity: build guest-base
 	PANDASTACK_IMAGES=$(IMAGES) python3 tests/reliability/integrity_test.py \
 	  --daemon $(BUILD)/bin/pandastackd --cycles $(CYCLES)
+
+# Soak: a daemon of its own under `pandastack-bench api soak` (mixed exec, files, streams) for
+# SECONDS (600) with SANDBOXES (20) and CLIENTS (16); fails on an error or a daemon that grows
+# (tests/reliability/soak_test.py). Run it with no other daemon on the host.
+test-soak: build guest-base
+	PANDASTACK_IMAGES=$(IMAGES) python3 tests/reliability/soak_test.py \
+	  --daemon $(BUILD)/bin/pandastackd --bench $(BUILD)/bin/pandastack-bench \
+	  --seconds $(or $(SECONDS),600) --sandboxes $(or $(SANDBOXES),20) --clients $(or $(CLIENTS),16)
 
 # Every libFuzzer target (tests/fuzz) for FUZZ_SECONDS each (default 30), in build-fuzz with clang.
 fuzz: deps
