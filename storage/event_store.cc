@@ -255,15 +255,8 @@ void EventStore::append_async(std::string stream, uint64_t expected, std::vector
 Result<uint64_t> EventStore::head(const std::string& stream) {
   auto it = heads_.find(stream);
   if (it != heads_.end()) return it->second;
-  std::string v;
-  std::shared_lock lk(db_mu_);
-  if (!db_) return closed_db();
-  auto s = db_->Get(rocksdb::ReadOptions(), head_key(stream), &v);
-  if (s.IsNotFound()) return uint64_t(0);
-  if (!s.ok()) return from_status(s, "cannot read head of " + stream);
-  if (v.size() != 8) return make_error(ErrorCode::corrupt, "bad head record of " + stream);
-  uint64_t h = get_be64(v.data());
-  heads_[stream] = h;
+  auto h = stream_version(stream);
+  if (h) heads_[stream] = *h;
   return h;
 }
 
@@ -394,19 +387,34 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(*results[i]));
 }
 
+std::optional<uint64_t> EventStore::free_bytes() const {
+  struct statvfs v {};
+  if (::statvfs(options_.dir.c_str(), &v) != 0) return std::nullopt;
+  return uint64_t(v.f_bavail) * v.f_frsize;
+}
+
+Status EventStore::direct_write(const char* what, const std::string& failed,
+                                const std::function<rocksdb::Status(rocksdb::DB&)>& op) {
+  if (auto refused = write_refusal()) return *refused;
+  std::shared_lock lk(db_mu_);
+  if (!db_) return closed_db();
+  auto s = op(*db_);
+  if (s.ok()) return Ok{};
+  write_failed(s, what);
+  return from_status(s, failed);
+}
+
 std::optional<Error> EventStore::write_refusal() const {
   if (failed_) {
     std::lock_guard lock(failure_mu_);
     return failure_;
   }
   if (options_.reserve_bytes == 0) return std::nullopt;
-  struct statvfs v {};
-  if (::statvfs(options_.dir.c_str(), &v) != 0) return std::nullopt;
-  uint64_t free = uint64_t(v.f_bavail) * v.f_frsize;
-  if (free >= options_.reserve_bytes) return std::nullopt;
+  auto free = free_bytes();
+  if (!free || *free >= options_.reserve_bytes) return std::nullopt;
   return make_error(ErrorCode::no_space,
                     "the event store's disk (" + options_.dir.string() + ") has " +
-                        std::to_string(free >> 20) + " MiB free, less than its reserve of " +
+                        std::to_string(*free >> 20) + " MiB free, less than its reserve of " +
                         std::to_string(options_.reserve_bytes >> 20) + " MiB: free some space");
 }
 
@@ -425,10 +433,8 @@ void EventStore::write_failed(const rocksdb::Status& s, const char* what) {
 bool EventStore::reopen() {
   // Only with room to spare: a reopen writes a new log and manifest, and one that fails leaves
   // the store read-only until the next try.
-  uint64_t need = std::max<uint64_t>(options_.reserve_bytes, kReopenSpace);
-  struct statvfs v {};
-  if (::statvfs(options_.dir.c_str(), &v) == 0 && uint64_t(v.f_bavail) * v.f_frsize < need)
-    return false;
+  auto free = free_bytes();
+  if (free && *free < std::max<uint64_t>(options_.reserve_bytes, kReopenSpace)) return false;
   std::unique_lock lk(db_mu_);
   if (db_) {
     auto s = db_->Close();
@@ -560,15 +566,8 @@ Status EventStore::save_snapshot(const std::string& stream, const StateSnapshot&
   // only makes the next replay longer. (Also keeps fsync off the actors' threads.)
   rocksdb::WriteOptions wo;
   wo.sync = false;
-  if (auto refused = write_refusal()) return *refused;
-  std::shared_lock lk(db_mu_);
-  if (!db_) return closed_db();
-  auto s = db_->Put(wo, snapshot_key(stream), v);
-  if (!s.ok()) {
-    write_failed(s, "saving a snapshot");
-    return from_status(s, "cannot save snapshot of " + stream);
-  }
-  return Ok{};
+  return direct_write("saving a snapshot", "cannot save snapshot of " + stream,
+                      [&](rocksdb::DB& db) { return db.Put(wo, snapshot_key(stream), v); });
 }
 
 Result<std::optional<StateSnapshot>> EventStore::load_snapshot(const std::string& stream) {
@@ -590,15 +589,7 @@ Result<std::optional<StateSnapshot>> EventStore::load_snapshot(const std::string
 Status EventStore::put(const std::string& key, const std::string& value, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync && options_.sync;
-  if (auto refused = write_refusal()) return *refused;
-  std::shared_lock lk(db_mu_);
-  if (!db_) return closed_db();
-  auto s = db_->Put(wo, key, value);
-  if (!s.ok()) {
-    write_failed(s, "put");
-    return from_status(s, "put failed");
-  }
-  return Ok{};
+  return direct_write("put", "put failed", [&](rocksdb::DB& db) { return db.Put(wo, key, value); });
 }
 
 Result<std::optional<std::string>> EventStore::get(const std::string& key) {
@@ -614,15 +605,8 @@ Result<std::optional<std::string>> EventStore::get(const std::string& key) {
 Status EventStore::remove(const std::string& key, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync && options_.sync;
-  if (auto refused = write_refusal()) return *refused;
-  std::shared_lock lk(db_mu_);
-  if (!db_) return closed_db();
-  auto s = db_->Delete(wo, key);
-  if (!s.ok()) {
-    write_failed(s, "delete");
-    return from_status(s, "delete failed");
-  }
-  return Ok{};
+  return direct_write("delete", "delete failed",
+                      [&](rocksdb::DB& db) { return db.Delete(wo, key); });
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> EventStore::scan(

@@ -158,6 +158,12 @@ class EventStore {
   void write_batch(std::vector<Pending>& batch);
   void sync_wal();  // fsyncs written-only appends (writer thread only)
   Result<uint64_t> head(const std::string& stream);  // writer thread only (cached)
+  std::optional<uint64_t> free_bytes() const;        // on the store's file system
+  // A write outside the writer thread (a state snapshot, a key record): refused as appends are,
+  // then `op` under the shared lock; a failure refuses later writes (`what`; `failed` is the
+  // message's prefix).
+  Status direct_write(const char* what, const std::string& failed,
+                      const std::function<rocksdb::Status(rocksdb::DB&)>& op);
   // Why a write may not go to RocksDB now: an earlier failure, or less free space than the reserve.
   std::optional<Error> write_refusal() const;
   void write_failed(const rocksdb::Status& s, const char* what);  // refuse writes from now on

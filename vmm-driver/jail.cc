@@ -248,7 +248,8 @@ void Cgroup::remove(const std::string& name) {
     dirs.push_back(fs::path("/sys/fs/cgroup/pandastack") / name);
   } else {
     for (const char* c : {"memory", "pids", "cpu"})
-      dirs.push_back(fs::path("/sys/fs/cgroup") / c / own_v1_path(c).substr(1) / "pandastack" / name);
+      dirs.push_back(fs::path("/sys/fs/cgroup") / c / own_v1_path(c).substr(1) / "pandastack" /
+                     name);
   }
   std::error_code ec;
   std::erase_if(dirs, [&](const fs::path& d) { return !fs::exists(d, ec); });
