@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "wire/base64.h"
+
 namespace pandastack::gateway {
 
 // The HTTP status for an error code of the API (see the README's error table). Unknown codes: 500.
@@ -32,9 +34,8 @@ struct RoutePattern {
 // or ".." segment. Returns an error message, or nullopt when the path is acceptable.
 std::optional<std::string> check_guest_path(std::string_view path, size_t max_len);
 
-std::string base64_encode(std::string_view data);
-// Standard base64 with padding; nullopt when `data` is not that.
-std::optional<std::string> base64_decode(std::string_view data);
+using wire::base64_decode;
+using wire::base64_encode;
 
 // Prometheus histogram with fixed buckets (seconds). Not thread-safe: the caller locks.
 struct Histogram {

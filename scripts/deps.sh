@@ -8,6 +8,7 @@ PACKAGES=(
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio xz-utils kmod
   iproute2 nftables libnftables-dev python3 python3-httpx nodejs
   postgresql-client python3-psycopg2 clang libclang-rt-14-dev
+  etcd-server etcd-client
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -13,30 +13,11 @@
 #include <cstring>
 #include <random>
 
+#include "wire/base64.h"
+
 namespace pandastack::tools {
 
-std::string base64(std::string_view data) {
-  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < data.size(); i += 3) {
-    uint32_t v = (uint8_t(data[i]) << 16) | (uint8_t(data[i + 1]) << 8) | uint8_t(data[i + 2]);
-    for (int s : {18, 12, 6, 0}) out += t[(v >> s) & 63];
-  }
-  if (i + 1 == data.size()) {
-    uint32_t v = uint8_t(data[i]) << 16;
-    out += t[v >> 18];
-    out += t[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == data.size()) {
-    uint32_t v = (uint8_t(data[i]) << 16) | (uint8_t(data[i + 1]) << 8);
-    out += t[v >> 18];
-    out += t[(v >> 12) & 63];
-    out += t[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
+std::string base64(std::string_view data) { return wire::base64_encode(data); }
 
 std::string url_encode(const std::string& s) {
   std::string out;
