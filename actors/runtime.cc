@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <stop_token>
 
+#include "actors/cluster.h"
 #include "actors/database_codec.h"
 #include "actors/env.h"
 #include "actors/event_codec.h"
@@ -237,8 +238,15 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
       return Rejection{"template_not_found",
                        "no template '" + r.template_name + "' (build it with make guest)"};
   }
-  return to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)),
-                               [](const Answer& a) { return a.info; });
+  auto made = to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)),
+                                    [](const Answer& a) { return a.info; });
+  if (made) {
+    if (auto no = impl_->claim(made->id)) {
+      (void)kill(r.tenant, made->id);  // nothing half-made: a sandbox no host answers for
+      return *no;
+    }
+  }
+  return made;
 }
 
 Reply<SandboxInfo> Runtime::get(const std::string& tenant, const std::string& id) {
@@ -357,6 +365,7 @@ Reply<SandboxInfo> Runtime::set_metadata(const std::string& tenant, const std::s
 
 Reply<std::string> Runtime::snapshot(const std::string& tenant, const std::string& id) {
   std::string snap = "snap_" + random_base32(16);
+  if (auto no = impl_->claim(snap)) return *no;  // (before it exists: nobody else names it)
   return to_reply<std::string>(impl_->ask(route(tenant, id, cmd::Snapshot{snap})),
                                [](const Answer& a) { return a.text; });
 }
@@ -416,8 +425,17 @@ Reply<bool> Runtime::check_egress(const std::string& tenant, const std::string& 
 Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const std::string& id,
                                               uint32_t count) {
   std::string snap = "snap_" + random_base32(16);
-  return to_reply<std::vector<SandboxInfo>>(impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
-                                            [](const Answer& a) { return a.infos; });
+  if (auto no = impl_->claim(snap)) return *no;
+  auto children = to_reply<std::vector<SandboxInfo>>(
+      impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
+      [](const Answer& a) { return a.infos; });
+  if (children)
+    for (auto& c : *children)
+      if (auto no = impl_->claim(c.id)) {
+        for (auto& k : *children) (void)kill(tenant, k.id);
+        return *no;
+      }
+  return children;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -891,6 +909,23 @@ Reply<std::vector<KeyInfo>> Runtime::list_keys() {
 }
 
 const RuntimeConfig& Runtime::config() const { return impl_->env->config; }
+
+void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
+  impl_->keys->share(std::make_unique<storage::Etcd>(cluster->config().etcd));
+  impl_->cluster = std::move(cluster);
+}
+
+Cluster* Runtime::cluster() const { return impl_->cluster.get(); }
+
+std::optional<Rejection> Runtime::Impl::claim(const std::string& id) {
+  if (!cluster) return std::nullopt;
+  auto r = cluster->claim(id);
+  if (!r)
+    return Rejection{"cluster_unavailable",
+                     "cannot record " + id + " in the cluster's etcd: " + r.error().message};
+  if (!*r) return Rejection{"conflict", id + " is owned by another host"};
+  return std::nullopt;
+}
 
 RecoveryStatus Runtime::recovery() const {
   auto& env = *impl_->env;

@@ -30,6 +30,8 @@
 
 namespace pandastack::actors {
 
+class Cluster;
+
 struct RuntimeConfig {
   std::filesystem::path data_dir;    // the event store lives in data_dir/store
   std::filesystem::path images_dir;  // guest images (make guest)
@@ -404,6 +406,11 @@ class Runtime {
   std::vector<TemplateInfo> templates();
 
   const RuntimeConfig& config() const;
+
+  // Cluster mode (actors/cluster.h): API keys move to etcd, and every sandbox, snapshot, volume
+  // and database this host creates is recorded as its own. Set once, right after start().
+  void join_cluster(std::shared_ptr<Cluster> cluster);
+  Cluster* cluster() const;
 
   struct Impl;
 

@@ -160,6 +160,7 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
                      "databases are reached through an exposed port: this "
                      "host runs without sandbox networking"};
   std::string id = "db_" + random_base32(16);
+  if (auto no = impl_->claim(id)) return *no;  // (cluster mode: before it exists)
   CreateRequest sr;
   sr.tenant = request.tenant;
   sr.template_name = kTemplate;

@@ -19,6 +19,11 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor registry;
+  std::shared_ptr<Cluster> cluster;  // (cluster mode)
+
+  // Cluster mode: records this host as the owner of a new id. A rejection when it cannot be
+  // recorded (etcd unreachable: 503 cluster_unavailable) or another host owns it (409).
+  std::optional<Rejection> claim(const std::string& id);
 
   // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
   Answer ask(caf::message msg) {

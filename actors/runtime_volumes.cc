@@ -45,6 +45,7 @@ Reply<VolumeInfo> create_from_snapshot(Runtime& rt, Runtime::Impl& impl,
       impl.ask(caf::make_message(voladmit_atom::value, req.tenant, req.size_mib, uint32_t(1)));
   if (!ok.ok) return ok.error;
   std::string id = "vol_" + random_base32(16);
+  if (auto no = impl.claim(id)) return *no;  // (cluster mode: before it exists)
   auto file = volume_file(env.volumes_dir(), id);
   auto cloned = vmm::clone_file(volume_snapshot_file(env.volumes_dir(), snap->id), file);
   if (!cloned)
@@ -77,6 +78,7 @@ Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
       caf::make_message(voladmit_atom::value, request.tenant, request.size_mib, uint32_t(1)));
   if (!ok.ok) return ok.error;
   std::string id = "vol_" + random_base32(16);
+  if (auto no = impl_->claim(id)) return *no;
   auto file = volume_file(env.volumes_dir(), id);
   if (auto made = make_volume_file(file, request.size_mib); !made)
     return Rejection{"storage_error", "cannot make the volume's file: " + made.error().message};

@@ -40,6 +40,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"sandbox_busy", 409},
       {"sandbox_not_running", 409},
       {"invalid_state", 409},
+      {"conflict", 409},
       {"network_disabled", 409},
       {"volume_in_use", 409},
       {"volume_attached", 409},
@@ -68,6 +69,10 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"agent_error", 502},
       {"exec_failed", 503},
       {"host_full", 503},
+      {"host_unavailable", 503},     // (cluster) the owner's lease expired
+      {"cluster_unavailable", 503},  // (cluster) etcd cannot be reached
+      {"peer_error", 502},           // (cluster) the owner did not answer a forwarded request
+      {"cluster_disabled", 409},     // a cluster route on a daemon without --cluster
       {"no_space", 507},
       {"not_implemented", 501},
       {"timeout", 504},

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 
+#include "actors/cluster.h"
 #include "actors/runtime.h"
 #include "gateway/acceptor.h"
 #include "gateway/rest.h"
@@ -72,6 +73,13 @@ const char* kUsage = R"(usage: pandastackd [options]
                       are closed at once)
   --body-timeout S    a request body must arrive within S seconds (default 60; else 408)
   --log-level LEVEL   trace|debug|info|warn|error (default info)
+  --cluster URL       join a cluster coordinated by etcd at URL (http://HOST:PORT); off by default
+  --host-id ID        this host's id in the cluster (1-64 of A-Z a-z 0-9 . _ -; needed with --cluster)
+  --advertise HOST:PORT  where peers reach this host (Cap'n Proto; needed with --cluster; port 0
+                      picks a free one, advertised as chosen)
+  --cluster-secret FILE  the secret every host of the cluster shares (at least 16 bytes; peers
+                      without it are refused; needed with --cluster)
+  --lease-ttl S       this host's membership lease (default 5): a host silent that long is down
   --no-jail           run QEMU without the jail (development only)
 )";
 
@@ -103,6 +111,8 @@ int main(int argc, char** argv) {
   gateway::Limits api_limits;
   bool jail = true;
   config.network = true;
+  actors::ClusterConfig cluster;
+  std::string cluster_secret_file;
   std::string dns_upstream;  // "" = from /etc/resolv.conf
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -112,6 +122,16 @@ int main(int argc, char** argv) {
     };
     if (a == "--data")
       data = value();
+    else if (a == "--cluster")
+      cluster.etcd = value();
+    else if (a == "--host-id")
+      cluster.host_id = value();
+    else if (a == "--advertise")
+      cluster.peer = value();
+    else if (a == "--cluster-secret")
+      cluster_secret_file = value();
+    else if (a == "--lease-ttl")
+      cluster.lease_ttl = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--images")
       images = value();
     else if (a == "--state-dir")
@@ -217,6 +237,28 @@ int main(int argc, char** argv) {
   };
   auto [host, port] = split("--listen", listen);
   auto [rpc_host, rpc_port] = split("--rpc-listen", rpc_listen);
+  std::string cluster_secret;
+  std::pair<std::string, uint32_t> peer_addr;
+  if (cluster.etcd.empty()) {
+    if (!cluster.host_id.empty() || !cluster.peer.empty() || !cluster_secret_file.empty())
+      usage_error("--host-id, --advertise and --cluster-secret go with --cluster");
+  } else {
+    bool ok = !cluster.host_id.empty() && cluster.host_id.size() <= 64;
+    for (char c : cluster.host_id)
+      ok &= std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
+    if (!ok) usage_error("--host-id needs 1-64 of A-Z a-z 0-9 . _ -");
+    if (cluster.peer.empty()) usage_error("--cluster needs --advertise HOST:PORT");
+    peer_addr = split("--advertise", cluster.peer);
+    if (cluster_secret_file.empty()) usage_error("--cluster needs --cluster-secret FILE");
+    std::ifstream f(cluster_secret_file);
+    std::string secret((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    if (!f.good() && !f.eof()) usage_error("cannot read " + cluster_secret_file);
+    if (secret.size() < 16) usage_error("the cluster secret must be at least 16 bytes");
+    cluster_secret = secret;
+    if (cluster.lease_ttl.count() < 2 || cluster.lease_ttl.count() > 60)
+      usage_error("--lease-ttl must be within 2..60 seconds");
+  }
 
   fs::create_directories(data);
   data = fs::absolute(data);
@@ -272,6 +314,47 @@ int main(int argc, char** argv) {
   }
   auto runtime = std::move(*started);
 
+  auto addr = io.provider->getNetwork().parseAddress(host, port).wait(io.waitScope);
+  auto listener = addr->listen();
+
+  // Cluster mode: the peer listener first (its port is what this host advertises), then the
+  // membership. Keys are shared through etcd from here on.
+  kj::Own<kj::ConnectionReceiver> peer_listener;
+  std::shared_ptr<actors::Cluster> member;
+  if (!cluster.etcd.empty()) {
+    auto peer = io.provider->getNetwork()
+                    .parseAddress(peer_addr.first, peer_addr.second)
+                    .wait(io.waitScope);
+    peer_listener = peer->listen();
+    cluster.peer = peer_addr.first + ":" + std::to_string(peer_listener->getPort());
+    cluster.url = "http://" + host + ":" + std::to_string(listener->getPort());
+    auto* rt = runtime.get();
+    auto accel_name = config.accel == vmm::Accel::kvm ? "kvm" : "tcg";
+    auto joined = actors::Cluster::join(cluster, [rt, accel_name]() {
+      actors::HostInfo h;
+      std::ifstream mi("/proc/meminfo");
+      std::string key;
+      uint64_t kib = 0;
+      std::string unit;
+      while (mi >> key >> kib >> unit) {
+        if (key == "MemTotal:") h.total_mib = kib / 1024;
+        if (key == "MemAvailable:") h.free_mib = kib / 1024;
+      }
+      auto counts = rt->counts();
+      h.sandboxes = uint32_t(counts.by_status["running"]);
+      for (auto& t : rt->templates())
+        if (t.baked) h.templates.push_back(t.name);
+      h.accel = accel_name;
+      return h;
+    });
+    if (!joined) {
+      spdlog::critical("cannot join the cluster at {}: {}", cluster.etcd, joined.error().message);
+      return 1;
+    }
+    member = std::shared_ptr<actors::Cluster>(std::move(*joined));
+    runtime->join_cluster(member);
+  }
+
   // First start: an admin key, written to DATA/api-key (0600) and printed.
   fs::path key_file = data / "api-key";
   std::string key;
@@ -280,7 +363,7 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot read API keys: {}", keys.error().message);
     return 1;
   }
-  if (keys->empty()) {
+  if (keys->empty()) {  // (in a cluster: the first host to start)
     auto k = runtime->create_key("default", true);
     if (!k) {
       spdlog::critical("cannot create the admin key: {}", k.error().message);
@@ -298,13 +381,18 @@ int main(int argc, char** argv) {
                  key_file.string());
   }  // (a key made before is in the key file: it is not printed, nor logged, again)
 
-  auto addr = io.provider->getNetwork().parseAddress(host, port).wait(io.waitScope);
-  auto listener = addr->listen();
   auto gw = std::make_unique<gateway::Gateway>(*runtime, io.provider->getTimer(), api_limits);
   auto serving = gw->listen(*listener).eagerlyEvaluate([](kj::Exception&& e) {
     spdlog::critical("gateway stopped: {}", e.getDescription().cStr());
   });
   std::string url = "http://" + host + ":" + std::to_string(listener->getPort());
+  kj::Promise<void> peers_serving = kj::NEVER_DONE;
+  if (member) {
+    peers_serving = gw->serve_peers(*io.provider, *peer_listener, cluster_secret, cluster.host_id)
+                        .eagerlyEvaluate([](kj::Exception&& e) {
+                          spdlog::critical("peer service stopped: {}", e.getDescription().cStr());
+                        });
+  }
 
   // Cap'n Proto RPC: TCP and a unix socket in the data folder (owner only).
   auto rpc = std::make_unique<gateway::RpcServer>(*runtime, io.provider->getTimer(), api_limits);
@@ -325,9 +413,14 @@ int main(int argc, char** argv) {
 
   std::printf(
       "PandaStack is running.\n  URL:     %s\n  RPC:     %s (and unix:%s)\n  State:   %s\n"
-      "  API key: %s\n  (key file: %s)\n",
+      "  API key: %s\n%s  (key file: %s)\n",
       url.c_str(), rpc_url.c_str(), sock.c_str(), runtime->config().state_dir.c_str(),
-      key.empty() ? "(in the key file)" : key.c_str(), key_file.c_str());
+      key.empty() ? "(in the key file)" : key.c_str(),
+      member ? ("  Cluster: host " + cluster.host_id + " at " + cluster.etcd + ", peers on " +
+                cluster.peer + "\n")
+                   .c_str()
+             : "",
+      key_file.c_str());
   std::fflush(stdout);
   spdlog::info("listening on {} (accelerator {}, images {})", url,
                config.accel == vmm::Accel::kvm ? "kvm" : "tcg", images.string());
@@ -338,6 +431,8 @@ int main(int argc, char** argv) {
   // Stop serving, then the runtime: persistent sandboxes hibernate, the others are killed.
   { auto drop = kj::mv(serving); }
   { auto drop = kj::mv(rpc_serving); }
+  { auto drop = kj::mv(peers_serving); }
+  if (member) member->leave();  // down for the other hosts at once, not after the lease TTL
   rpc.reset();
   unix_listener = nullptr;
   fs::remove(sock);

@@ -141,6 +141,7 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       h_x_access_token(builder.add("X-Access-Token")),
       h_connect_timeout(builder.add("Connect-Timeout-Ms")),
       h_traffic_token(builder.add("E2B-Traffic-Access-Token")),
+      h_forwarded(builder.add(Peers::kForwardedHeader)),
       table(builder.build()) {
   // The E2B surface's access tokens (gateway/e2b.h): a secret of the data folder.
   std::string error;
@@ -164,11 +165,12 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   for (auto table :
        {system_routes(), sandbox_routes(), exec_routes(), file_routes(), snapshot_routes(),
         admin_routes(), quota_routes(), volume_routes(), database_routes(), code_routes(),
-        e2b_api_routes(), e2b_envd_routes(), e2b_code_routes()})
+        e2b_api_routes(), e2b_envd_routes(), e2b_code_routes(), cluster_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
 }
 
 Server::~Server() {
+  peers.reset();  // (its connections hold requests in flight)
   shutting_down.request_stop();
   stream_pool.reset();  // the streams end (their commands are cancelled)
   pool.reset();         // waits for the runtime calls in flight
@@ -259,6 +261,23 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
     return send(response, std::move(reply), t0);
   }
   req.route = route->pattern;
+  if (peers && route->style == Route::Style::native && headers.get(h_forwarded) == nullptr) {
+    KJ_IF_MAYBE (a, headers.get(h_authorization)) {
+      req.authorization = a->cStr();
+    }
+    std::string id;
+    bool create = false;
+    if (cluster_target(*route, req, id, create))
+      return route_in_cluster(*route, std::move(req), id, create, method, url, headers, body,
+                              response, t0, head);
+  }
+  return serve(*route, std::move(req), headers, body, response, t0, head);
+}
+
+kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::HttpHeaders& headers,
+                                kj::AsyncInputStream& body, kj::HttpService::Response& response,
+                                Clock::time_point t0, bool head) {
+  const Route* route = &route_ref;
   if (route->on_loop) return send(response, handle(*route, req), t0, head);
   KJ_IF_MAYBE (a, headers.get(h_authorization)) {
     req.authorization = a->cStr();
@@ -694,6 +713,13 @@ Gateway::~Gateway() = default;
 
 kj::Promise<void> Gateway::listen(kj::ConnectionReceiver& listener) {
   return impl_->acceptor.listen(listener);
+}
+
+kj::Promise<void> Gateway::serve_peers(kj::AsyncIoProvider& io, kj::ConnectionReceiver& listener,
+                                       std::string secret, std::string self) {
+  auto& s = impl_->server;
+  s.peers = std::make_unique<Peers>(s, io, std::move(secret), std::move(self));
+  return s.peers->listen(listener);
 }
 
 std::string Gateway::openapi() const { return impl_->server.openapi(); }

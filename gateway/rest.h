@@ -46,6 +46,11 @@ class Gateway {
 
   // Serves HTTP on `listener` until the returned promise is cancelled.
   kj::Promise<void> listen(kj::ConnectionReceiver& listener);
+  // Cluster mode: serves peers (wire/cluster.capnp) on `listener` and forwards requests for ids
+  // other hosts own to them. `secret`: the cluster secret; `self`: this host's id. Call once,
+  // before listen() serves requests.
+  kj::Promise<void> serve_peers(kj::AsyncIoProvider& io, kj::ConnectionReceiver& listener,
+                                std::string secret, std::string self);
   // The OpenAPI 3 document of the routes this gateway serves.
   std::string openapi() const;
 

@@ -34,7 +34,7 @@ HttpReply create(Call& c) {
   const auto& limits = rt.config().limits;
   Fields f(c.r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
                         "from_snapshot", "network", "egress", "idle_timeout_seconds",
-                        "on_timeout", "volumes"});
+                        "on_timeout", "volumes", "placement"});
   actors::CreateRequest req;
   req.tenant = c.tenant();
   if (f.has("template") && f.has("from_snapshot"))
@@ -54,6 +54,8 @@ HttpReply create(Call& c) {
     req.on_timeout = a == "kill" ? actors::ReapAction::kill : actors::ReapAction::hibernate;
   }
   req.from_snapshot = f.str("from_snapshot");
+  // (cluster mode: the receiving host placed the create by it, cluster_routes.cc)
+  if (f.has("placement")) Fields(f.object("placement"), {"host"}).str("host");
   if (f.has("network")) req.network = f.boolean("network");
   if (f.has("egress")) req.egress = egress_from(f.object("egress"));
   req.volumes = volumes_from(c.r.json()["volumes"]);
@@ -144,7 +146,11 @@ std::vector<Route> sandbox_routes() {
       route(M::POST, "/v1/sandboxes/{id}/fork",
             "Fork a running sandbox into count children (default 1)",
             [](Call& c) {
-              Fields f(c.r.json(), {"count"});
+              Fields f(c.r.json(), {"count", "hosts"});
+              if (f.has("hosts"))
+                throw ApiError{"not_implemented",
+                               "forks onto other hosts are not built yet: children live on "
+                               "their parent's host (leave out hosts)"};
               const auto& limits = c.gw.rt.config().limits;
               auto count = uint32_t(f.integer("count", 1, 1, limits.max_fork_children));
               auto reply = list_reply("sandboxes", unwrap(c.gw.rt.fork(c.tenant(), c.id, count)),

@@ -22,6 +22,7 @@
 
 #include "gateway/api_types.h"
 #include "gateway/http_util.h"
+#include "gateway/peers.h"
 #include "gateway/rate_limit.h"
 #include "gateway/rest.h"
 #include "gateway/worker_pool.h"
@@ -85,7 +86,8 @@ std::vector<Route> database_routes();  // managed databases
 std::vector<Route> code_routes();      // the code interpreter and its contexts
 std::vector<Route> e2b_api_routes();   // E2B's control plane (e2b_api.cc)
 std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (e2b_envd.cc)
-std::vector<Route> e2b_code_routes();  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
+std::vector<Route> e2b_code_routes();
+std::vector<Route> cluster_routes();   // GET /v1/hosts (cluster_routes.cc)  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {
@@ -127,7 +129,7 @@ struct Server final : public kj::HttpService {
   kj::HttpHeaderTable::Builder builder;
   kj::HttpHeaderId h_authorization, h_server_timing, h_cache_control, h_allow, h_retry_after;
   kj::HttpHeaderId h_x_api_key, h_e2b_sandbox_id, h_x_access_token, h_connect_timeout,
-      h_traffic_token;
+      h_traffic_token, h_forwarded;
   kj::Own<kj::HttpHeaderTable> table;
   kj::Own<kj::HttpServer> server;
   std::vector<Route> routes;
@@ -160,6 +162,23 @@ struct Server final : public kj::HttpService {
   kj::Promise<void> handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                    const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                    kj::HttpService::Response& response);
+  // The request after routing: auth, body, handler (also a peer's forwarded request).
+  kj::Promise<void> serve(const Route& route, Request req, const kj::HttpHeaders& headers,
+                          kj::AsyncInputStream& body, kj::HttpService::Response& response,
+                          Clock::time_point t0, bool head);
+
+  // Cluster mode (cluster_routes.cc). Whether `route` names an id whose owner serves it (`id`),
+  // or is a create that placement decides (`create`).
+  bool cluster_target(const Route& route, const Request& req, std::string& id, bool& create);
+  // Serves the request here, or forwards it to the owner (or the placed host), or answers
+  // host_unavailable.
+  kj::Promise<void> route_in_cluster(const Route& route, Request req, std::string id, bool create,
+                                     kj::HttpMethod method, kj::StringPtr url,
+                                     const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                                     kj::HttpService::Response& response, Clock::time_point t0,
+                                     bool head);
+  std::unique_ptr<Peers> peers;  // (cluster mode)
+
   // Fires `stop` when the client on `fd` hangs up (checked twice a second) while the promise lives.
   kj::Promise<void> watch_hangup(int fd, std::shared_ptr<std::stop_source> stop);
 

@@ -6,6 +6,8 @@
 
 #include <chrono>
 
+#include "storage/etcd.h"
+
 namespace pandastack::storage {
 
 namespace {
@@ -54,7 +56,37 @@ bool valid_chars(const std::string& s) {
   return true;
 }
 
+const std::string kSharedPrefix = "/pandastack/keys/";
+
 }  // namespace
+
+KeyStore::KeyStore(EventStore& db) : db_(db) {}
+KeyStore::~KeyStore() = default;
+
+void KeyStore::share(std::unique_ptr<Etcd> etcd) { shared_ = std::move(etcd); }
+
+Result<std::optional<std::string>> KeyStore::get_record(const std::string& id) {
+  if (!shared_) return db_.get("k" + id);
+  auto kv = shared_->get(kSharedPrefix + id);
+  if (!kv) return kv.error();
+  if (!kv->has_value()) return std::optional<std::string>();
+  return std::optional<std::string>((*kv)->value);
+}
+
+Status KeyStore::put_record(const std::string& id, const std::string& record) {
+  if (!shared_) return db_.put("k" + id, record, true);
+  return shared_->put(kSharedPrefix + id, record);
+}
+
+Status KeyStore::remove_record(const std::string& id) {
+  if (!shared_) return db_.remove("k" + id, true);
+  {
+    std::lock_guard l(cache_mu_);
+    for (auto it = verified_.begin(); it != verified_.end();)
+      it = it->second.first.id == id ? verified_.erase(it) : std::next(it);
+  }
+  return shared_->erase(kSharedPrefix + id);
+}
 
 Result<std::pair<std::string, ApiKey>> KeyStore::create(const std::string& tenant, bool admin) {
   if (tenant.empty() || tenant.size() > 128)
@@ -69,7 +101,7 @@ Result<std::pair<std::string, ApiKey>> KeyStore::create(const std::string& tenan
   k.created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
-  auto put = db_.put("k" + k.id, encode(k, sha256(secret)), true);
+  auto put = put_record(k.id, encode(k, sha256(secret)));
   if (!put) return put.error();
   return std::make_pair("pds_" + k.id + "_" + secret, k);
 }
@@ -81,34 +113,54 @@ Result<ApiKey> KeyStore::verify(const std::string& token) {
     return not_found;
   std::string id = token.substr(4, kIdLen), secret = token.substr(5 + kIdLen);
   if (!valid_chars(id) || !valid_chars(secret)) return not_found;
-  auto rec = db_.get("k" + id);
+  std::string presented = sha256(secret);
+  if (shared_) {
+    std::lock_guard l(cache_mu_);
+    auto it = verified_.find(id + presented);
+    if (it != verified_.end() &&
+        std::chrono::steady_clock::now() - it->second.second < kSharedCacheFor)
+      return it->second.first;
+  }
+  auto rec = get_record(id);
   if (!rec) return rec.error();
   // Hash even when the id is unknown. (The store lookup still takes longer for an id that exists:
   // ids are not secret, and the 200-bit secret is compared in constant time.)
-  std::string presented = sha256(secret);
   ApiKey k;
   std::string stored(32, '\0');
   bool known = rec->has_value() && decode(id, **rec, k, stored);
   bool match = CRYPTO_memcmp(presented.data(), stored.data(), 32) == 0;
   if (!known || !match) return not_found;
+  if (shared_) {
+    std::lock_guard l(cache_mu_);
+    if (verified_.size() > 4096) verified_.clear();  // bounded: re-verified on the next call
+    verified_[id + presented] = {k, std::chrono::steady_clock::now()};
+  }
   return k;
 }
 
 Status KeyStore::revoke(const std::string& id) {
-  auto rec = db_.get("k" + id);
+  auto rec = get_record(id);
   if (!rec) return rec.error();
   if (!rec->has_value()) return make_error(ErrorCode::not_found, "no key " + id);
-  return db_.remove("k" + id, true);
+  return remove_record(id);
 }
 
 Result<std::vector<ApiKey>> KeyStore::list() {
-  auto rows = db_.scan("k");
-  if (!rows) return rows.error();
+  std::vector<std::pair<std::string, std::string>> rows;  // (id, record)
+  if (shared_) {
+    auto kvs = shared_->list(kSharedPrefix);
+    if (!kvs) return kvs.error();
+    for (auto& kv : *kvs) rows.emplace_back(kv.key.substr(kSharedPrefix.size()), kv.value);
+  } else {
+    auto local = db_.scan("k");
+    if (!local) return local.error();
+    for (auto& [key, value] : *local) rows.emplace_back(key.substr(1), value);
+  }
   std::vector<ApiKey> out;
-  for (auto& [key, value] : *rows) {
+  for (auto& [id, value] : rows) {
     ApiKey k;
     std::string hash;
-    if (decode(key.substr(1), value, k, hash)) out.push_back(k);
+    if (decode(id, value, k, hash)) out.push_back(k);
   }
   return out;
 }

@@ -2,7 +2,12 @@
 // compares hashes in constant time. A key belongs to one tenant; admin keys manage keys.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +23,19 @@ struct ApiKey {
   int64_t created_ms = 0;
 };
 
+class Etcd;
+
+// Records live in the event store, or (cluster mode, share()) in etcd under /pandastack/keys/,
+// where every host of the cluster verifies them. A key verified through etcd is remembered for
+// kSharedCacheFor: a revocation on another host takes effect within that.
 class KeyStore {
  public:
-  explicit KeyStore(EventStore& db) : db_(db) {}
+  explicit KeyStore(EventStore& db);
+  ~KeyStore();
+  static constexpr std::chrono::milliseconds kSharedCacheFor{2000};
+
+  // From now on keys are read and written in etcd (the local records are no longer used).
+  void share(std::unique_ptr<Etcd> etcd);
 
   // Creates a key; returns the token (shown once, never stored) and the key's record.
   Result<std::pair<std::string, ApiKey>> create(const std::string& tenant, bool admin);
@@ -30,7 +45,15 @@ class KeyStore {
   Result<std::vector<ApiKey>> list();
 
  private:
+  Result<std::optional<std::string>> get_record(const std::string& id);
+  Status put_record(const std::string& id, const std::string& record);
+  Status remove_record(const std::string& id);
+
   EventStore& db_;
+  std::unique_ptr<Etcd> shared_;
+  std::mutex cache_mu_;
+  // id + SHA-256(secret) -> the key and when it was verified (shared keys only).
+  std::map<std::string, std::pair<ApiKey, std::chrono::steady_clock::time_point>> verified_;
 };
 
 }  // namespace pandastack::storage

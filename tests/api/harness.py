@@ -50,8 +50,9 @@ class Daemon:
         if not self.url:
             raise RuntimeError("daemon did not start; see " + os.path.join(data, "daemon.log"))
         if not self.key.startswith("pds_"):
-            with open(os.path.join(data, "api-key")) as f:
-                self.key = f.read().strip()
+            # (a cluster's later hosts have none: the first host's key serves everywhere)
+            path = os.path.join(data, "api-key")
+            self.key = open(path).read().strip() if os.path.exists(path) else None
         u = urllib.parse.urlparse(self.url)
         self.host, self.port = u.hostname, u.port
 

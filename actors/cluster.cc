@@ -1,0 +1,286 @@
+#include "actors/cluster.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+namespace pandastack::actors {
+
+using namespace std::chrono;
+using storage::ErrorCode;
+using storage::make_error;
+using wire::Json;
+
+namespace {
+
+const std::string kHosts = "/pandastack/hosts/";
+const std::string kOwners = "/pandastack/owners/";
+const std::string kMembers = "/pandastack/members/";
+constexpr auto kCacheFor = milliseconds(1000);
+
+int64_t now_ms() {
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::optional<HostInfo> parse_host(const std::string& text) {
+  auto j = Json::parse(text);
+  if (!j || !j->is_object() || !(*j)["id"].is_string()) return std::nullopt;
+  HostInfo h;
+  h.id = (*j)["id"].as_string();
+  h.peer = (*j)["peer"].is_string() ? (*j)["peer"].as_string() : "";
+  h.url = (*j)["url"].is_string() ? (*j)["url"].as_string() : "";
+  h.accel = (*j)["accel"].is_string() ? (*j)["accel"].as_string() : "";
+  h.free_mib = uint64_t((*j)["free_mib"].as_int());
+  h.total_mib = uint64_t((*j)["total_mib"].as_int());
+  h.sandboxes = uint32_t((*j)["sandboxes"].as_int());
+  h.started_ms = (*j)["started_ms"].as_int();
+  h.updated_ms = (*j)["updated_ms"].as_int();
+  if ((*j)["templates"].is_array())
+    for (auto& t : (*j)["templates"].as_array())
+      if (t.is_string()) h.templates.push_back(t.as_string());
+  return h;
+}
+
+}  // namespace
+
+Json HostInfo::json() const {
+  Json j = Json::object();
+  j.set("id", id);
+  j.set("peer", peer);
+  j.set("url", url);
+  j.set("accel", accel);
+  j.set("free_mib", free_mib);
+  j.set("total_mib", total_mib);
+  j.set("sandboxes", uint64_t(sandboxes));
+  Json ts = Json::array();
+  for (auto& t : templates) ts.push(t);
+  j.set("templates", ts);
+  j.set("started_ms", started_ms);
+  j.set("updated_ms", updated_ms);
+  return j;
+}
+
+Cluster::Cluster(ClusterConfig config, Capacity capacity)
+    : config_(std::move(config)),
+      capacity_(std::move(capacity)),
+      etcd_(std::make_unique<storage::Etcd>(config_.etcd)),
+      reader_(std::make_unique<storage::Etcd>(config_.etcd)),
+      started_ms_(now_ms()) {}
+
+storage::Result<std::unique_ptr<Cluster>> Cluster::join(ClusterConfig config, Capacity capacity) {
+  std::unique_ptr<Cluster> c(new Cluster(std::move(config), std::move(capacity)));
+  if (!c->etcd_->valid())
+    return make_error(ErrorCode::invalid_argument,
+                      "--cluster needs http://HOST:PORT, not " + c->config_.etcd);
+  // Another live host with this id: refuse (two daemons would answer for one host's ids).
+  auto other = c->etcd_->get(kHosts + c->config_.host_id);
+  if (!other) return other.error();
+  if (other->has_value()) {
+    auto h = parse_host((*other)->value);
+    if (h && h->peer != c->config_.peer)
+      return make_error(ErrorCode::conflict,
+                        "host id " + c->config_.host_id + " is held by a live host at " + h->peer +
+                            " (its lease expires within " +
+                            std::to_string(c->config_.lease_ttl.count()) + " s of it stopping)");
+  }
+  if (auto m = c->etcd_->put(kMembers + c->config_.host_id, c->config_.peer); !m) return m.error();
+  auto lease = c->etcd_->grant(c->config_.lease_ttl);
+  if (!lease) return lease.error();
+  c->lease_ = *lease;
+  auto put = c->publish();
+  if (!put) return put.error();
+  c->member_ = true;
+  c->thread_ = std::thread([p = c.get()] { p->keepalive_loop(); });
+  spdlog::info("cluster: host {} joined through {} (lease {} s, peers at {})",
+               c->config_.host_id, c->config_.etcd, c->config_.lease_ttl.count(),
+               c->config_.peer);
+  return c;
+}
+
+Cluster::~Cluster() { leave(); }
+
+void Cluster::leave() {
+  {
+    std::lock_guard l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  member_ = false;
+  if (int64_t lease = lease_.exchange(0); lease != 0) {
+    if (auto r = etcd_->revoke(lease); !r)
+      spdlog::warn("cluster: cannot revoke the lease: {}", r.error().message);
+    else
+      spdlog::info("cluster: host {} left", config_.host_id);
+  }
+}
+
+storage::Status Cluster::publish() {
+  HostInfo h = capacity_ ? capacity_() : HostInfo{};
+  h.id = config_.host_id;
+  h.peer = config_.peer;
+  h.url = config_.url;
+  h.started_ms = started_ms_;
+  h.updated_ms = now_ms();
+  return etcd_->put(kHosts + config_.host_id, h.json().dump(), lease_);
+}
+
+void Cluster::keepalive_loop() {
+  // A third of the TTL between keepalives: two may fail before the lease expires.
+  auto every = duration_cast<milliseconds>(config_.lease_ttl) / 3;
+  for (;;) {
+    {
+      std::unique_lock l(mu_);
+      if (cv_.wait_for(l, every, [this] { return stopping_; })) return;
+    }
+    auto ttl = etcd_->keepalive(lease_);
+    if (ttl && *ttl > 0) {
+      if (!member_) spdlog::info("cluster: host {} is a member again", config_.host_id);
+      member_ = true;
+      if (auto p = publish(); !p)
+        spdlog::warn("cluster: cannot publish this host: {}", p.error().message);
+      continue;
+    }
+    if (!ttl) {
+      spdlog::warn("cluster: lease keepalive failed: {}", ttl.error().message);
+      continue;  // etcd away: the lease may still be current when it is back
+    }
+    // The lease expired (etcd was away longer than the TTL, or restarted without it): a new one.
+    member_ = false;
+    auto lease = etcd_->grant(config_.lease_ttl);
+    if (!lease) {
+      spdlog::warn("cluster: cannot grant a new lease: {}", lease.error().message);
+      continue;
+    }
+    lease_ = *lease;
+    if (auto p = publish(); p) {
+      member_ = true;
+      spdlog::info("cluster: host {} rejoined with a new lease", config_.host_id);
+    }
+  }
+}
+
+storage::Result<std::vector<HostInfo>> Cluster::hosts() {
+  auto rows = reader_->list(kHosts);
+  if (!rows) return rows.error();
+  std::vector<HostInfo> out;
+  for (auto& kv : *rows)
+    if (auto h = parse_host(kv.value)) {
+      h->self = h->id == config_.host_id;
+      out.push_back(std::move(*h));
+    }
+  std::lock_guard l(cache_mu_);
+  hosts_cache_.clear();
+  for (auto& h : out) hosts_cache_[h.id] = h;
+  hosts_at_ = steady_clock::now();
+  return out;
+}
+
+storage::Result<std::map<std::string, std::string>> Cluster::members() {
+  auto rows = reader_->list(kMembers);
+  if (!rows) return rows.error();
+  std::map<std::string, std::string> out;
+  for (auto& kv : *rows) out[kv.key.substr(kMembers.size())] = kv.value;
+  return out;
+}
+
+Owner Cluster::owner(const std::string& id, bool fresh) {
+  auto now = steady_clock::now();
+  if (!fresh) {
+    std::lock_guard l(cache_mu_);
+    auto it = owners_.find(id);
+    if (it != owners_.end() && now - it->second.at < kCacheFor &&
+        (it->second.owner.kind == Owner::Kind::self || now - hosts_at_ < kCacheFor))
+      return it->second.owner;
+  }
+  Owner o;
+  auto rec = reader_->get(kOwners + id);
+  if (!rec) {
+    o.kind = Owner::Kind::error;
+    o.message = rec.error().message;
+    return o;
+  }
+  if (!rec->has_value()) {
+    o.kind = Owner::Kind::unknown;
+    return o;  // (not cached: a create may record it in a moment)
+  }
+  o.host = (*rec)->value;
+  if (o.host == config_.host_id) {
+    o.kind = Owner::Kind::self;
+  } else {
+    bool stale;
+    {
+      std::lock_guard l(cache_mu_);
+      stale = fresh || now - hosts_at_ >= kCacheFor;
+    }
+    if (stale) {
+      auto hs = hosts();
+      if (!hs) {
+        o.kind = Owner::Kind::error;
+        o.message = hs.error().message;
+        return o;
+      }
+    }
+    std::lock_guard l(cache_mu_);
+    auto h = hosts_cache_.find(o.host);
+    if (h == hosts_cache_.end()) {
+      o.kind = Owner::Kind::down;
+    } else {
+      o.kind = Owner::Kind::peer;
+      o.peer = h->second.peer;
+    }
+  }
+  std::lock_guard l(cache_mu_);
+  owners_[id] = Cached{o, now};
+  return o;
+}
+
+storage::Result<bool> Cluster::claim(const std::string& id) {
+  std::optional<storage::EtcdKv> current;
+  auto r = reader_->create(kOwners + id, config_.host_id, 0, &current);
+  if (!r) return r.error();
+  if (!*r && current && current->value == config_.host_id) return true;  // ours already
+  if (*r) {
+    std::lock_guard l(cache_mu_);
+    owners_[id] = Cached{Owner{Owner::Kind::self, config_.host_id, "", ""}, steady_clock::now()};
+  }
+  return *r;
+}
+
+void Cluster::release(const std::string& id) {
+  auto rec = reader_->get(kOwners + id);
+  if (rec && rec->has_value() && (*rec)->value == config_.host_id)
+    (void)reader_->erase(kOwners + id);
+  std::lock_guard l(cache_mu_);
+  owners_.erase(id);
+}
+
+storage::Result<HostInfo> Cluster::place(const std::string& template_name,
+                                         const std::string& pinned) {
+  auto hs = hosts();
+  if (!hs) return hs.error();
+  if (!pinned.empty()) {
+    for (auto& h : *hs)
+      if (h.id == pinned) return h;
+    return make_error(ErrorCode::not_found, "no live host " + pinned);
+  }
+  if (hs->empty()) return make_error(ErrorCode::not_found, "no live host in the cluster");
+  // A baked template saves a bake (seconds); then the most free memory per sandbox it runs
+  // (hosts sharing a machine report the same free memory); equals are drawn at random.
+  auto score = [&](const HostInfo& h) {
+    bool baked = std::find(h.templates.begin(), h.templates.end(), template_name) !=
+                 h.templates.end();
+    return std::make_pair(baked ? 1 : 0, h.free_mib / (uint64_t(h.sandboxes) + 1));
+  };
+  std::vector<const HostInfo*> best;
+  for (auto& h : *hs) {
+    if (!best.empty() && score(h) < score(*best[0])) continue;
+    if (!best.empty() && score(*best[0]) < score(h)) best.clear();
+    best.push_back(&h);
+  }
+  thread_local std::mt19937 rng{std::random_device{}()};
+  return *best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)];
+}
+
+}  // namespace pandastack::actors

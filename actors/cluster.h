@@ -1,0 +1,119 @@
+// This host's membership of a cluster coordinated by etcd (storage/etcd.h), and what the cluster
+// knows: which hosts are up (each holds a lease under which its record lives), and which host
+// owns each sandbox, snapshot, volume and database (a record per id, written once with a
+// create-if-absent transaction, so an id is never owned twice).
+//
+// etcd holds only that: membership, ownership and the shared API keys. Every sandbox's events stay
+// in its owner's RocksDB stream. A host whose lease expired (it died, or lost etcd for longer than
+// the TTL) is down: its records stay, and requests for its ids answer host_unavailable until it
+// comes back, grants a new lease and republishes itself.
+//
+// Layout under /pandastack/: hosts/<host id> (JSON, under the host's lease), members/<host id>
+// (its peer address, kept), owners/<id> (the owner's host id), keys/<key id> (storage/api_keys.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/etcd.h"
+#include "wire/json.h"
+
+namespace pandastack::actors {
+
+struct ClusterConfig {
+  std::string etcd;     // http://HOST:PORT
+  std::string host_id;  // [A-Za-z0-9._-]{1,64}
+  std::string peer;     // HOST:PORT where this host serves its peers (Cap'n Proto)
+  std::string url;      // this host's REST URL (shown in GET /v1/hosts)
+  std::chrono::seconds lease_ttl{5};
+};
+
+struct HostInfo {
+  std::string id, peer, url, accel;
+  bool self = false;
+  uint64_t free_mib = 0, total_mib = 0;
+  uint32_t sandboxes = 0;
+  std::vector<std::string> templates;  // baked here
+  int64_t started_ms = 0, updated_ms = 0;
+  wire::Json json() const;
+};
+
+// Where a request for an id goes.
+struct Owner {
+  enum class Kind { self, peer, down, unknown, error } kind = Kind::unknown;
+  std::string host;     // the owner's id (peer, down)
+  std::string peer;     // its peer address (peer)
+  std::string message;  // (error)
+};
+
+class Cluster {
+ public:
+  // What this host publishes: free and total RAM, running sandboxes, baked templates, accelerator.
+  using Capacity = std::function<HostInfo()>;
+
+  // Connects, grants the lease and publishes this host; fails when etcd cannot be reached or
+  // another live host has this host id.
+  static storage::Result<std::unique_ptr<Cluster>> join(ClusterConfig config, Capacity capacity);
+  ~Cluster();  // leave()
+  // Stops the keepalive and revokes the lease: the host is down for the others at once.
+  void leave();
+
+  const ClusterConfig& config() const { return config_; }
+  storage::Etcd& etcd() { return *etcd_; }
+
+  // The live hosts (self included), by id.
+  storage::Result<std::vector<HostInfo>> hosts();
+  // Every host that ever joined (id -> peer address): the hosts() not among them are down.
+  storage::Result<std::map<std::string, std::string>> members();
+  // The owner of `id` (cached for a second; `fresh` asks etcd).
+  Owner owner(const std::string& id, bool fresh = false);
+  // Records this host as the owner of `id`: false when another host owns it.
+  storage::Result<bool> claim(const std::string& id);
+  // Forgets `id`'s record when this host owns it (a deleted sandbox).
+  void release(const std::string& id);
+  // The host a create goes to: `pinned` when named (it must be up), else the live host with the
+  // most free memory, preferring hosts that have `template_name` baked. Empty on error.
+  storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);
+
+  // Whether this host's lease is current (false while etcd is unreachable past the TTL).
+  bool member() const { return member_; }
+
+ private:
+  Cluster(ClusterConfig config, Capacity capacity);
+  storage::Status publish();
+  void keepalive_loop();
+
+  ClusterConfig config_;
+  Capacity capacity_;
+  std::unique_ptr<storage::Etcd> etcd_;    // the keepalive thread's
+  std::unique_ptr<storage::Etcd> reader_;  // requests'
+  std::atomic<int64_t> lease_{0};
+  std::atomic<bool> member_{false};
+  int64_t started_ms_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  struct Cached {
+    Owner owner;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex cache_mu_;
+  std::map<std::string, Cached> owners_;
+  std::map<std::string, HostInfo> hosts_cache_;
+  std::chrono::steady_clock::time_point hosts_at_{};
+};
+
+}  // namespace pandastack::actors

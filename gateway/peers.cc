@@ -1,0 +1,378 @@
+#include "gateway/peers.h"
+
+#include <capnp/rpc-twoparty.h>
+#include <capnp/rpc.h>
+#include <kj/debug.h>
+#include <openssl/crypto.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "gateway/acceptor.h"
+#include "gateway/server.h"
+#include "wire/cluster.capnp.h"
+
+namespace pandastack::gateway {
+
+namespace wc = pandastack::wire::cluster;
+
+namespace {
+
+// A forwarded body may be a file upload (the owner applies its own limits): messages up to this.
+constexpr uint64_t kMaxPeerMessageBytes = 1ull << 30;
+constexpr auto kLoginTimeout = 10 * kj::SECONDS;
+
+class BytesInput final : public kj::AsyncInputStream {
+ public:
+  explicit BytesInput(kj::Array<kj::byte> b) : bytes_(kj::mv(b)) {}
+  kj::Promise<size_t> tryRead(void* buffer, size_t, size_t max) override {
+    size_t n = std::min(max, bytes_.size() - pos_);
+    memcpy(buffer, bytes_.begin() + pos_, n);
+    pos_ += n;
+    return n;
+  }
+  kj::Maybe<uint64_t> tryGetLength() override { return uint64_t(bytes_.size() - pos_); }
+
+ private:
+  kj::Array<kj::byte> bytes_;
+  size_t pos_ = 0;
+};
+
+// Headers that belong to one connection, not to the request or response they travel with.
+bool hop_by_hop(kj::StringPtr name) {
+  for (const char* h : {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade",
+                        "te", "trailer", "proxy-connection", "x-pandastack-forwarded"})
+    if (strcasecmp(name.cStr(), h) == 0) return true;
+  return false;
+}
+
+template <typename B>
+void copy_headers(const kj::HttpHeaders& from, B&& init) {
+  std::vector<std::pair<kj::StringPtr, kj::StringPtr>> kept;
+  from.forEach([&](kj::StringPtr n, kj::StringPtr v) {
+    if (!hop_by_hop(n)) kept.emplace_back(n, v);
+  });
+  auto list = init(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    list[i].setName(kept[i].first);
+    list[i].setValue(kept[i].second);
+  }
+}
+
+// Headers received from a peer, owning their strings (kj::HttpHeaders only points at them).
+struct OwnedHeaders {
+  kj::Vector<kj::String> strings;
+  kj::HttpHeaders headers;
+  explicit OwnedHeaders(const kj::HttpHeaderTable& t) : headers(t) {}
+  void add(kj::StringPtr n, kj::StringPtr v) {
+    if (hop_by_hop(n)) return;
+    strings.add(kj::str(n));
+    strings.add(kj::str(v));
+    headers.add(strings[strings.size() - 2], strings[strings.size() - 1]);
+  }
+};
+
+// --- The owner's side: a peer's request served as this host's own. ---
+
+class SinkOutput final : public kj::AsyncOutputStream {
+ public:
+  explicit SinkOutput(wc::ResponseSink::Client sink) : sink_(kj::mv(sink)) {}
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    auto r = sink_.writeRequest();
+    r.setData(kj::arrayPtr(static_cast<const kj::byte*>(buffer), size));
+    return r.send();  // (a streaming call: resolves when the peer can take more)
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    size_t total = 0;
+    for (auto& p : pieces) total += p.size();
+    auto r = sink_.writeRequest();
+    auto d = r.initData(total);
+    size_t at = 0;
+    for (auto& p : pieces) {
+      memcpy(d.begin() + at, p.begin(), p.size());
+      at += p.size();
+    }
+    return r.send();
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return kj::NEVER_DONE; }
+
+ private:
+  wc::ResponseSink::Client sink_;
+};
+
+class SinkResponse final : public kj::HttpService::Response {
+ public:
+  explicit SinkResponse(wc::ResponseSink::Client sink) : sink_(kj::mv(sink)) {}
+  kj::Own<kj::AsyncOutputStream> send(uint status, kj::StringPtr text,
+                                      const kj::HttpHeaders& headers,
+                                      kj::Maybe<uint64_t> size) override {
+    auto r = sink_.startRequest();
+    r.setStatus(uint16_t(status));
+    r.setStatusText(text);
+    copy_headers(headers, [&](size_t n) { return r.initHeaders(uint(n)); });
+    KJ_IF_MAYBE (s, size) {
+      r.setLength(int64_t(*s));
+    } else {
+      r.setLength(-1);
+    }
+    started = r.send();
+    return kj::heap<SinkOutput>(sink_);
+  }
+  kj::Own<kj::WebSocket> acceptWebSocket(const kj::HttpHeaders&) override {
+    KJ_FAIL_REQUIRE("a WebSocket is not forwarded between hosts");
+  }
+  kj::Promise<void> finish() {
+    return started.then([sink = sink_]() mutable { return sink.endRequest().send().ignoreResult(); });
+  }
+
+ private:
+  wc::ResponseSink::Client sink_;
+  kj::Promise<void> started = kj::READY_NOW;
+};
+
+class PeerImpl final : public wc::Peer::Server {
+ public:
+  PeerImpl(gateway::Server& server, std::string from)
+      : server_(server), from_(kj::str(from.c_str())) {}
+  kj::Promise<void> http(HttpContext ctx) override {
+    auto p = ctx.getParams();
+    auto rq = p.getRequest();
+    kj::HttpMethod method;
+    KJ_IF_MAYBE (m, kj::tryParseHttpMethod(rq.getMethod())) {
+      method = *m;
+    } else {
+      KJ_FAIL_REQUIRE("unknown HTTP method", rq.getMethod());
+    }
+    struct State {
+      OwnedHeaders headers;
+      kj::String url;
+      kj::Own<kj::AsyncInputStream> body;
+      SinkResponse response;
+      State(const kj::HttpHeaderTable& t, wc::ResponseSink::Client sink)
+          : headers(t), response(kj::mv(sink)) {}
+    };
+    auto st = kj::heap<State>(*server_.table, p.getSink());
+    for (auto h : rq.getHeaders()) st->headers.add(h.getName(), h.getValue());
+    st->headers.add(Peers::kForwardedHeader, from_);
+    st->url = kj::str(rq.getUrl());
+    auto body = rq.getBody();
+    st->body = bytes_input(kj::heapArray<kj::byte>(body.begin(), body.size()));
+    auto& s = *st;
+    return server_.handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response)
+        .then([st = &s]() { return st->response.finish(); })
+        .attach(kj::mv(st));
+  }
+
+ private:
+  gateway::Server& server_;
+  kj::String from_;
+};
+
+class LoginImpl final : public wc::PeerLogin::Server {
+ public:
+  LoginImpl(gateway::Server& server, const std::string& secret, std::shared_ptr<bool> logged_in)
+      : server_(server), secret_(secret), logged_in_(kj::mv(logged_in)) {}
+  kj::Promise<void> login(LoginContext ctx) override {
+    auto p = ctx.getParams();
+    auto s = p.getSecret();
+    if (secret_.empty() || s.size() != secret_.size() ||
+        CRYPTO_memcmp(s.begin(), secret_.data(), secret_.size()) != 0) {
+      spdlog::warn("cluster: a peer presented a wrong cluster secret (host '{}')",
+                   p.getHost().cStr());
+      return KJ_EXCEPTION(FAILED, "wrong cluster secret");
+    }
+    *logged_in_ = true;
+    ctx.getResults().setPeer(kj::heap<PeerImpl>(server_, p.getHost().cStr()));
+    return kj::READY_NOW;
+  }
+
+ private:
+  gateway::Server& server_;
+  const std::string& secret_;
+  std::shared_ptr<bool> logged_in_;
+};
+
+struct PeerConnection {
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+  PeerConnection(kj::Own<kj::AsyncIoStream> s, capnp::rpc::twoparty::Side side,
+                 kj::Maybe<capnp::Capability::Client> bootstrap)
+      : stream(kj::mv(s)),
+        network(*stream, side, options()),
+        rpc(side == capnp::rpc::twoparty::Side::SERVER
+                ? capnp::makeRpcServer(network, KJ_ASSERT_NONNULL(kj::mv(bootstrap)))
+                : capnp::makeRpcClient(network)) {}
+  static capnp::ReaderOptions options() {
+    capnp::ReaderOptions o;
+    o.traversalLimitInWords = kMaxPeerMessageBytes / 8;
+    return o;
+  }
+};
+
+// --- The forwarding side: a peer's answer written to our client. ---
+
+struct ForwardState {
+  kj::HttpService::Response* response;  // null once the forward ended (or was cancelled)
+  const kj::HttpHeaderTable& table;
+  kj::Own<OwnedHeaders> headers;
+  kj::String status_text;
+  kj::Own<kj::AsyncOutputStream> out;
+  bool started = false;
+  ForwardState(kj::HttpService::Response& r, const kj::HttpHeaderTable& t)
+      : response(&r), table(t) {}
+};
+
+class ForwardSink final : public wc::ResponseSink::Server {
+ public:
+  explicit ForwardSink(std::shared_ptr<ForwardState> st) : st_(kj::mv(st)) {}
+  kj::Promise<void> start(StartContext ctx) override {
+    if (st_->response == nullptr || st_->started)
+      return KJ_EXCEPTION(DISCONNECTED, "the forwarded request has ended");
+    auto p = ctx.getParams();
+    st_->headers = kj::heap<OwnedHeaders>(st_->table);
+    for (auto h : p.getHeaders()) st_->headers->add(h.getName(), h.getValue());
+    st_->status_text = kj::str(p.getStatusText());
+    kj::Maybe<uint64_t> length = nullptr;
+    if (p.getLength() >= 0) length = uint64_t(p.getLength());
+    st_->out = st_->response->send(p.getStatus(), st_->status_text, st_->headers->headers, length);
+    st_->started = true;
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> write(WriteContext ctx) override {
+    if (st_->response == nullptr || !st_->out)
+      return KJ_EXCEPTION(DISCONNECTED, "the forwarded request has ended");
+    auto d = ctx.getParams().getData();
+    return st_->out->write(d.begin(), d.size());
+  }
+  kj::Promise<void> end(EndContext) override {
+    st_->out = nullptr;
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::shared_ptr<ForwardState> st_;
+};
+
+}  // namespace
+
+kj::Own<kj::AsyncInputStream> bytes_input(kj::Array<kj::byte> bytes) {
+  return kj::heap<BytesInput>(kj::mv(bytes));
+}
+
+struct Peers::Impl {
+  Server& server;
+  kj::AsyncIoProvider& io;
+  std::string secret, self;
+  std::unique_ptr<Acceptor> acceptor;
+  struct Client {
+    kj::Own<PeerConnection> conn;
+    wc::Peer::Client peer = nullptr;
+    bool broken = false;
+  };
+  std::map<std::string, std::shared_ptr<Client>> clients;
+  kj::TaskSet tasks;
+  struct Errors final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override {
+      spdlog::debug("cluster: peer connection: {}", e.getDescription().cStr());
+    }
+  } errors;
+
+  Impl(Server& s, kj::AsyncIoProvider& i, std::string sec, std::string me)
+      : server(s), io(i), secret(kj::mv(sec)), self(kj::mv(me)), tasks(errors) {}
+
+  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream) {
+    auto logged_in = std::make_shared<bool>(false);
+    auto conn = kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::SERVER,
+                                         capnp::Capability::Client(
+                                             kj::heap<LoginImpl>(server, secret, logged_in)));
+    auto ended = conn->network.onDisconnect();
+    auto deadline = server.timer.afterDelay(kLoginTimeout).then([logged_in]() -> kj::Promise<void> {
+      if (*logged_in) return kj::NEVER_DONE;
+      return KJ_EXCEPTION(DISCONNECTED, "no cluster login within 10 s");
+    });
+    return ended.exclusiveJoin(kj::mv(deadline)).attach(kj::mv(conn));
+  }
+
+  kj::Promise<wc::Peer::Client> connect(const std::string& address) {
+    auto it = clients.find(address);
+    if (it != clients.end() && !it->second->broken) return wc::Peer::Client(it->second->peer);
+    return io.getNetwork()
+        .parseAddress(address)
+        .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); })
+        .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
+          auto c = std::make_shared<Client>();
+          c->conn = kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT,
+                                             nullptr);
+          capnp::MallocMessageBuilder vat;
+          auto id = vat.initRoot<capnp::rpc::twoparty::VatId>();
+          id.setSide(capnp::rpc::twoparty::Side::SERVER);
+          auto login = c->conn->rpc.bootstrap(id).castAs<wc::PeerLogin>();
+          auto req = login.loginRequest();
+          req.setSecret(kj::arrayPtr(reinterpret_cast<const kj::byte*>(secret.data()),
+                                     secret.size()));
+          req.setHost(self);
+          c->peer = req.send().getPeer();  // (pipelined: the first call rides with the login)
+          tasks.add(c->conn->network.onDisconnect().then([c]() { c->broken = true; }));
+          clients[address] = c;
+          return wc::Peer::Client(c->peer);
+        });
+  }
+};
+
+Peers::Peers(Server& server, kj::AsyncIoProvider& io, std::string secret, std::string self)
+    : impl_(std::make_unique<Impl>(server, io, std::move(secret), std::move(self))) {
+  impl_->acceptor = std::make_unique<Acceptor>(
+      "peers", server.timer, server.limits.max_connections,
+      [this](kj::Own<kj::AsyncIoStream> c) { return impl_->serve(kj::mv(c)); });
+}
+
+Peers::~Peers() {
+  impl_->acceptor = nullptr;
+  impl_->clients.clear();
+}
+
+kj::Promise<void> Peers::listen(kj::ConnectionReceiver& listener) {
+  return impl_->acceptor->listen(listener);
+}
+
+kj::Promise<void> Peers::forward(const std::string& address, const std::string& host,
+                                 kj::HttpMethod method, kj::StringPtr url,
+                                 const kj::HttpHeaders& headers, kj::Array<kj::byte> body,
+                                 kj::HttpService::Response& response) {
+  auto st = std::make_shared<ForwardState>(response, *impl_->server.table);
+  auto request = kj::heap<capnp::MallocMessageBuilder>();
+  auto rq = request->initRoot<wc::HttpRequest>();
+  rq.setMethod(kj::str(method));
+  rq.setUrl(url);
+  copy_headers(headers, [&](size_t n) { return rq.initHeaders(uint(n)); });
+  rq.setBody(body);
+  rq.setFromHost(impl_->self);
+  auto fail = [this, st, host](kj::Exception&& e) -> kj::Promise<void> {
+    if (st->started || st->response == nullptr) return kj::READY_NOW;  // (mid-stream: it ends)
+    spdlog::warn("cluster: forwarding to host {} failed: {}", host,
+                 e.getDescription().cStr());
+    HttpReply r = error_reply("peer_error", "host " + host + " did not answer the forwarded request: " +
+                                                std::string(e.getDescription().cStr()));
+    auto t0 = Clock::now();
+    return impl_->server.send(*st->response, std::move(r), t0);
+  };
+  auto guard = kj::defer([st]() { st->response = nullptr; });
+  return impl_->connect(address)
+      .then([st, request = kj::mv(request)](wc::Peer::Client peer) mutable {
+        auto req = peer.httpRequest();
+        req.setRequest(request->getRoot<wc::HttpRequest>().asReader());
+        req.setSink(kj::heap<ForwardSink>(st));
+        return req.send().ignoreResult().attach(kj::mv(request));
+      })
+      .then([this, st, host]() -> kj::Promise<void> {
+        st->out = nullptr;
+        if (st->started) return kj::READY_NOW;
+        return impl_->server.send(*st->response,
+                                  error_reply("peer_error", "host " + host + " sent no response"),
+                                  Clock::now());
+      }, kj::mv(fail))
+      .attach(kj::mv(guard));
+}
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,46 @@
+// Host-to-host forwarding in a cluster (wire/cluster.capnp): the server side, which serves a
+// peer's forwarded request as this host's own, and the client side, which forwards a request for
+// an id another host owns and streams the answer back to the client. Internal to gateway/.
+#pragma once
+
+#include <kj/async-io.h>
+#include <kj/compat/http.h>
+#include <kj/timer.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace pandastack::gateway {
+
+struct Server;
+class Acceptor;
+
+class Peers {
+ public:
+  // `secret`: the cluster secret (every host has the same). `self`: this host's id.
+  Peers(Server& server, kj::AsyncIoProvider& io, std::string secret, std::string self);
+  ~Peers();
+
+  // Serves peers on `listener` until the promise is cancelled.
+  kj::Promise<void> listen(kj::ConnectionReceiver& listener);
+
+  // Forwards a request to the host at `address` (HOST:PORT) and writes its answer to `response`.
+  kj::Promise<void> forward(const std::string& address, const std::string& host,
+                            kj::HttpMethod method, kj::StringPtr url,
+                            const kj::HttpHeaders& headers, kj::Array<kj::byte> body,
+                            kj::HttpService::Response& response);
+
+  // The header a forwarded request carries (its owner serves it without routing it again).
+  static constexpr const char* kForwardedHeader = "X-Pandastack-Forwarded";
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A request body already read, as a stream (for handle_request).
+kj::Own<kj::AsyncInputStream> bytes_input(kj::Array<kj::byte> bytes);
+
+}  // namespace pandastack::gateway
