@@ -6,7 +6,7 @@ JOBS    ?= $(shell nproc)
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan test-chaos test-integrity test-soak unit integration run bench bench-overhead fuzz clean distclean
+.PHONY: all deps configure build guest guest-base guest-kernel guest-initramfs test test-asan test-chaos test-integrity test-soak unit integration run bench bench-overhead bench-cluster fuzz clean distclean
 
 all: build
 
@@ -99,6 +99,11 @@ fuzz: deps
 # The daemon's own cost on the reply path: REST exec/create/fork against the driver's, in one run.
 bench-overhead: build guest-base
 	BUILD=$(BUILD) IMAGES=$(IMAGES) scripts/bench-overhead.sh
+
+# Cluster routing cost: a request through the host that does not own its sandbox against the same
+# request at the owner (two daemons and an etcd of their own), N rounds.
+bench-cluster: build guest-base
+	python3 tests/cluster/bench_cluster.py $(or $(N),200)
 
 clean:
 	rm -rf $(BUILD)

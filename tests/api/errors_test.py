@@ -19,7 +19,7 @@ import harness  # noqa: E402
 from harness import Api, Daemon  # noqa: E402
 
 
-class ErrorsTest(unittest.TestCase):
+class ErrorsTest(harness.LogOnFailure, unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):

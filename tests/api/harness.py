@@ -87,6 +87,25 @@ class Daemon:
         return code
 
 
+class LogOnFailure:
+    """Mixed into a TestCase whose class has a `daemon`: when one of its tests fails, the end of
+    the daemon's log goes to stderr with the failure (CI keeps no data folder to look in)."""
+
+    def run(self, result=None):
+        before = len(result.failures) + len(result.errors) if result is not None else 0
+        out = super().run(result)
+        daemon = getattr(self, "daemon", None)
+        if result is not None and daemon is not None and \
+                len(result.failures) + len(result.errors) > before:
+            try:
+                with open(os.path.join(daemon.data, "daemon.log"), "rb") as f:
+                    tail = f.read()[-8000:].decode(errors="replace")
+                sys.stderr.write(f"--- {self.id()} failed; the end of the daemon's log:\n{tail}\n---\n")
+            except OSError:
+                pass
+        return out
+
+
 def qemu_processes(*folders):
     """{pid: argv} of every QEMU whose command line names one of `folders`."""
     out = {}

@@ -50,6 +50,8 @@ namespace pandastack::tools {
 int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
               const std::string& create_body, const std::string& upstream, int n, int pause_ms,
               bool json);
+int cluster_bench(const std::string& scenario, const std::string& url, const std::string& via,
+                  const std::string& key, int n, bool json);
 int soak_bench(const std::string& url, const std::string& key, const std::string& create_body,
                int sandboxes, int clients, int seconds);
 }  // namespace pandastack::tools
@@ -64,7 +66,7 @@ struct Options {
   unsigned memory = 256;
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
   std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
-  std::string url = "http://127.0.0.1:7070", key;  // api mode
+  std::string url = "http://127.0.0.1:7070", key, via;  // api and cluster modes
   std::string create_body = "{}";                  // api mode: the body of every create
   std::string upstream;                            // api net-throughput: the URL guests fetch
   int pause_ms = 1000;  // api create/fork/wake: untimed pause between requests (pools refill)
@@ -89,6 +91,8 @@ int usage() {
                "[--pause-ms MS] [--n N] [--json]\n"
                "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
                "[--clients C] [--seconds S] [--create-body JSON]\n"
+               "       pandastack-bench cluster route --url OWNER --via OTHER [--key KEY] [--n N] "
+               "[--json]\n"
                "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n "
                "ROUNDS] [--json]\n");
   return 2;
@@ -574,6 +578,8 @@ int main(int argc, char** argv) {
       o.url = argv[++i];
     else if (a == "--key" && i + 1 < argc)
       o.key = argv[++i];
+    else if (a == "--via" && i + 1 < argc)
+      o.via = argv[++i];
     else if (a == "--create-body" && i + 1 < argc)
       o.create_body = argv[++i];
     else if (a == "--upstream" && i + 1 < argc)
@@ -596,6 +602,10 @@ int main(int argc, char** argv) {
   if (pos.size() == 1 && pos[0] == "recovery") {
     if (o.daemon.empty()) return usage();
     return tools::recovery_bench(o.daemon, o.images, o.sandboxes, o.n, o.json);
+  }
+  if (pos.size() == 2 && pos[0] == "cluster") {
+    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
+    return tools::cluster_bench(pos[1], o.url, o.via, o.key, o.n, o.json);
   }
   if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))
     return usage();
