@@ -92,9 +92,8 @@ storage::Result<std::unique_ptr<Cluster>> Cluster::join(ClusterConfig config, Ca
   if (!put) return put.error();
   c->member_ = true;
   c->thread_ = std::thread([p = c.get()] { p->keepalive_loop(); });
-  spdlog::info("cluster: host {} joined through {} (lease {} s, peers at {})",
-               c->config_.host_id, c->config_.etcd, c->config_.lease_ttl.count(),
-               c->config_.peer);
+  spdlog::info("cluster: host {} joined through {} (lease {} s, peers at {})", c->config_.host_id,
+               c->config_.etcd, c->config_.lease_ttl.count(), c->config_.peer);
   return c;
 }
 
@@ -269,8 +268,8 @@ storage::Result<HostInfo> Cluster::place(const std::string& template_name,
   // A baked template saves a bake (seconds); then the most free memory per sandbox it runs
   // (hosts sharing a machine report the same free memory); equals are drawn at random.
   auto score = [&](const HostInfo& h) {
-    bool baked = std::find(h.templates.begin(), h.templates.end(), template_name) !=
-                 h.templates.end();
+    bool baked =
+        std::find(h.templates.begin(), h.templates.end(), template_name) != h.templates.end();
     return std::make_pair(baked ? 1 : 0, h.free_mib / (uint64_t(h.sandboxes) + 1));
   };
   std::vector<const HostInfo*> best;

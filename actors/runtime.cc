@@ -426,9 +426,9 @@ Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const s
                                               uint32_t count) {
   std::string snap = "snap_" + random_base32(16);
   if (auto no = impl_->claim(snap)) return *no;
-  auto children = to_reply<std::vector<SandboxInfo>>(
-      impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
-      [](const Answer& a) { return a.infos; });
+  auto children =
+      to_reply<std::vector<SandboxInfo>>(impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
+                                         [](const Answer& a) { return a.infos; });
   if (children)
     for (auto& c : *children)
       if (auto no = impl_->claim(c.id)) {

@@ -45,7 +45,6 @@ Target target_of(actors::Cluster& cluster, const std::string& id) {
   return {Target::Kind::unavailable, "", "", o.message};
 }
 
-
 // Where a create goes: the pinned host (placement.host), else the owner of what it is made from
 // (a snapshot, a volume: they are on their host), else the host placement scores best.
 Target place(actors::Cluster& cluster, const std::string& text) {
@@ -72,8 +71,7 @@ Target place(actors::Cluster& cluster, const std::string& text) {
 
 }  // namespace
 
-bool Server::cluster_target(const Route& route, const Request& req, std::string& id,
-                            bool& create) {
+bool Server::cluster_target(const Route& route, const Request& req, std::string& id, bool& create) {
   if (route.method == kj::HttpMethod::POST && route.pattern == "/v1/sandboxes") {
     create = true;
     return true;
@@ -104,8 +102,8 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         return std::make_shared<Target>(target_of(*cluster, id));
       },
       std::make_shared<Target>(Target{Target::Kind::unavailable, "", "", "the server is busy"}));
-  return decided.then([this, &route, req = std::move(req), method, url, &headers, &body,
-                       &response, t0, head, cluster](Decided d) mutable -> kj::Promise<void> {
+  return decided.then([this, &route, req = std::move(req), method, url, &headers, &body, &response,
+                       t0, head, cluster](Decided d) mutable -> kj::Promise<void> {
     Target t = *d;
     switch (t.kind) {
       case Target::Kind::here:
@@ -114,11 +112,12 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         // (the same answer serve() would give: it checks the key again)
         return serve(route, std::move(req), headers, body, response, t0, head);
       case Target::Kind::down:
-        return send(response,
-                    error_reply("host_unavailable",
-                                "host " + t.host + " owns this and is down (its lease expired); "
-                                "it answers again once it is back"),
-                    t0, head);
+        return send(
+            response,
+            error_reply("host_unavailable", "host " + t.host +
+                                                " owns this and is down (its lease expired); "
+                                                "it answers again once it is back"),
+            t0, head);
       case Target::Kind::unavailable:
         return send(response, error_reply("cluster_unavailable", "cannot reach etcd: " + t.message),
                     t0, head);
@@ -130,56 +129,54 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       return send(response,
                   error_reply("not_implemented",
                               "WebSockets to a sandbox on another host are not forwarded yet; "
-                              "connect to host " + t.host + " or use the SSE stream"),
+                              "connect to host " +
+                                  t.host + " or use the SSE stream"),
                   t0, head);
     size_t limit =
         route.kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
-    return body.readAllBytes(limit + 1).then(
-        [this, &route, req = std::move(req), method, url, &headers, &response, t0, head, limit,
-         cluster, t](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
-          if (bytes.size() > limit)
-            return send(response,
-                        error_reply(route.kind == Route::Kind::raw_body ? "file_too_large"
-                                                                        : "body_too_large",
-                                    "request body is larger than " + std::to_string(limit) +
-                                        " bytes"),
-                        t0);
-          if (t.kind == Target::Kind::peer)
-            return peers->forward(t.peer, t.host, method, url, headers, kj::mv(bytes), response);
-          // A create: placement. A pinned host, or the snapshot's owner, or the best host.
-          std::string text(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-          auto placed = offload<Decided>(
-              [cluster, text]() -> Decided { return std::make_shared<Target>(place(*cluster, text)); },
-              std::make_shared<Target>(
-                  Target{Target::Kind::unavailable, "", "", "the server is busy"}));
-          return placed.then([this, &route, req = std::move(req), method, url, &headers,
-                              &response, t0, head,
-                              bytes = kj::mv(bytes)](Decided d) mutable -> kj::Promise<void> {
-            Target p = *d;
-            switch (p.kind) {
-              case Target::Kind::peer:
-                return peers->forward(p.peer, p.host, method, url, headers, kj::mv(bytes),
-                                      response);
-              case Target::Kind::down:
-                return send(response,
-                            error_reply("host_unavailable",
-                                        "host " + p.host + " is not up in the cluster" +
-                                            (p.message.empty() ? "" : ": " + p.message)),
-                            t0, head);
-              case Target::Kind::unavailable:
-                return send(response,
-                            error_reply("cluster_unavailable", "cannot place the sandbox: " +
-                                                                   p.message),
-                            t0, head);
-              default:
-                break;
-            }
-            auto in = bytes_input(kj::mv(bytes));
-            auto& stream = *in;
-            return serve(route, std::move(req), headers, stream, response, t0, head)
-                .attach(kj::mv(in));
-          });
-        });
+    return body.readAllBytes(limit + 1).then([this, &route, req = std::move(req), method, url,
+                                              &headers, &response, t0, head, limit, cluster,
+                                              t](kj::Array<kj::byte> bytes) mutable
+                                             -> kj::Promise<void> {
+      if (bytes.size() > limit)
+        return send(
+            response,
+            error_reply(route.kind == Route::Kind::raw_body ? "file_too_large" : "body_too_large",
+                        "request body is larger than " + std::to_string(limit) + " bytes"),
+            t0);
+      if (t.kind == Target::Kind::peer)
+        return peers->forward(t.peer, t.host, method, url, headers, kj::mv(bytes), response);
+      // A create: placement. A pinned host, or the snapshot's owner, or the best host.
+      std::string text(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+      auto placed = offload<Decided>(
+          [cluster, text]() -> Decided { return std::make_shared<Target>(place(*cluster, text)); },
+          std::make_shared<Target>(
+              Target{Target::Kind::unavailable, "", "", "the server is busy"}));
+      return placed.then([this, &route, req = std::move(req), method, url, &headers, &response, t0,
+                          head, bytes = kj::mv(bytes)](Decided d) mutable -> kj::Promise<void> {
+        Target p = *d;
+        switch (p.kind) {
+          case Target::Kind::peer:
+            return peers->forward(p.peer, p.host, method, url, headers, kj::mv(bytes), response);
+          case Target::Kind::down:
+            return send(
+                response,
+                error_reply("host_unavailable", "host " + p.host + " is not up in the cluster" +
+                                                    (p.message.empty() ? "" : ": " + p.message)),
+                t0, head);
+          case Target::Kind::unavailable:
+            return send(
+                response,
+                error_reply("cluster_unavailable", "cannot place the sandbox: " + p.message), t0,
+                head);
+          default:
+            break;
+        }
+        auto in = bytes_input(kj::mv(bytes));
+        auto& stream = *in;
+        return serve(route, std::move(req), headers, stream, response, t0, head).attach(kj::mv(in));
+      });
+    });
   });
 }
 

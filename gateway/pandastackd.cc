@@ -23,8 +23,8 @@
 #include "gateway/acceptor.h"
 #include "gateway/rest.h"
 #include "gateway/rpc.h"
-#include "vmm-driver/images.h"
 #include "vmm-driver/accel.h"
+#include "vmm-driver/images.h"
 #include "vmm-driver/io_thread.h"
 
 namespace fs = std::filesystem;

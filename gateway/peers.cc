@@ -40,8 +40,8 @@ class BytesInput final : public kj::AsyncInputStream {
 
 // Headers that belong to one connection, not to the request or response they travel with.
 bool hop_by_hop(kj::StringPtr name) {
-  for (const char* h : {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade",
-                        "te", "trailer", "proxy-connection", "x-pandastack-forwarded"})
+  for (const char* h : {"connection", "keep-alive", "transfer-encoding", "content-length",
+                        "upgrade", "te", "trailer", "proxy-connection", "x-pandastack-forwarded"})
     if (strcasecmp(name.cStr(), h) == 0) return true;
   return false;
 }
@@ -122,7 +122,8 @@ class SinkResponse final : public kj::HttpService::Response {
     KJ_FAIL_REQUIRE("a WebSocket is not forwarded between hosts");
   }
   kj::Promise<void> finish() {
-    return started.then([sink = sink_]() mutable { return sink.endRequest().send().ignoreResult(); });
+    return started.then(
+        [sink = sink_]() mutable { return sink.endRequest().send().ignoreResult(); });
   }
 
  private:
@@ -283,9 +284,9 @@ struct Peers::Impl {
 
   kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream) {
     auto logged_in = std::make_shared<bool>(false);
-    auto conn = kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::SERVER,
-                                         capnp::Capability::Client(
-                                             kj::heap<LoginImpl>(server, secret, logged_in)));
+    auto conn = kj::heap<PeerConnection>(
+        kj::mv(stream), capnp::rpc::twoparty::Side::SERVER,
+        capnp::Capability::Client(kj::heap<LoginImpl>(server, secret, logged_in)));
     auto ended = conn->network.onDisconnect();
     auto deadline = server.timer.afterDelay(kLoginTimeout).then([logged_in]() -> kj::Promise<void> {
       if (*logged_in) return kj::NEVER_DONE;
@@ -302,15 +303,15 @@ struct Peers::Impl {
         .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); })
         .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
           auto c = std::make_shared<Client>();
-          c->conn = kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT,
-                                             nullptr);
+          c->conn =
+              kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT, nullptr);
           capnp::MallocMessageBuilder vat;
           auto id = vat.initRoot<capnp::rpc::twoparty::VatId>();
           id.setSide(capnp::rpc::twoparty::Side::SERVER);
           auto login = c->conn->rpc.bootstrap(id).castAs<wc::PeerLogin>();
           auto req = login.loginRequest();
-          req.setSecret(kj::arrayPtr(reinterpret_cast<const kj::byte*>(secret.data()),
-                                     secret.size()));
+          req.setSecret(
+              kj::arrayPtr(reinterpret_cast<const kj::byte*>(secret.data()), secret.size()));
           req.setHost(self);
           c->peer = req.send().getPeer();  // (pipelined: the first call rides with the login)
           tasks.add(c->conn->network.onDisconnect().then([c]() { c->broken = true; }));
@@ -350,10 +351,10 @@ kj::Promise<void> Peers::forward(const std::string& address, const std::string& 
   rq.setFromHost(impl_->self);
   auto fail = [this, st, host](kj::Exception&& e) -> kj::Promise<void> {
     if (st->started || st->response == nullptr) return kj::READY_NOW;  // (mid-stream: it ends)
-    spdlog::warn("cluster: forwarding to host {} failed: {}", host,
-                 e.getDescription().cStr());
-    HttpReply r = error_reply("peer_error", "host " + host + " did not answer the forwarded request: " +
-                                                std::string(e.getDescription().cStr()));
+    spdlog::warn("cluster: forwarding to host {} failed: {}", host, e.getDescription().cStr());
+    HttpReply r =
+        error_reply("peer_error", "host " + host + " did not answer the forwarded request: " +
+                                      std::string(e.getDescription().cStr()));
     auto t0 = Clock::now();
     return impl_->server.send(*st->response, std::move(r), t0);
   };
@@ -365,13 +366,15 @@ kj::Promise<void> Peers::forward(const std::string& address, const std::string& 
         req.setSink(kj::heap<ForwardSink>(st));
         return req.send().ignoreResult().attach(kj::mv(request));
       })
-      .then([this, st, host]() -> kj::Promise<void> {
-        st->out = nullptr;
-        if (st->started) return kj::READY_NOW;
-        return impl_->server.send(*st->response,
-                                  error_reply("peer_error", "host " + host + " sent no response"),
-                                  Clock::now());
-      }, kj::mv(fail))
+      .then(
+          [this, st, host]() -> kj::Promise<void> {
+            st->out = nullptr;
+            if (st->started) return kj::READY_NOW;
+            return impl_->server.send(
+                *st->response, error_reply("peer_error", "host " + host + " sent no response"),
+                Clock::now());
+          },
+          kj::mv(fail))
       .attach(kj::mv(guard));
 }
 

@@ -32,9 +32,9 @@ std::vector<actors::CreateRequest::Volume> volumes_from(const Json& j) {
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
-  Fields f(c.r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
-                        "from_snapshot", "network", "egress", "idle_timeout_seconds",
-                        "on_timeout", "volumes", "placement"});
+  Fields f(c.r.json(),
+           {"template", "ttl_seconds", "metadata", "persistent", "auto_wake", "from_snapshot",
+            "network", "egress", "idle_timeout_seconds", "on_timeout", "volumes", "placement"});
   actors::CreateRequest req;
   req.tenant = c.tenant();
   if (f.has("template") && f.has("from_snapshot"))
@@ -138,11 +138,15 @@ std::vector<Route> sandbox_routes() {
       route(M::GET, "/v1/sandboxes", "List sandboxes (?state=, ?metadata.KEY=VALUE, admin ?all=1)",
             list, {"state", "metadata.*", "all"}),
       route(M::GET, "/v1/sandboxes/{id}", "Get a sandbox",
-            [](Call& c) { return json_reply(200, sandbox_json(unwrap(c.gw.rt.get(c.tenant(), c.id)))); }),
+            [](Call& c) {
+              return json_reply(200, sandbox_json(unwrap(c.gw.rt.get(c.tenant(), c.id))));
+            }),
       route(M::PATCH, "/v1/sandboxes/{id}", "Change ttl_seconds, metadata or the egress policy",
             change),
       route(M::DELETE, "/v1/sandboxes/{id}", "Kill a sandbox",
-            [](Call& c) { return json_reply(200, sandbox_json(unwrap(c.gw.rt.kill(c.tenant(), c.id)))); }),
+            [](Call& c) {
+              return json_reply(200, sandbox_json(unwrap(c.gw.rt.kill(c.tenant(), c.id))));
+            }),
       route(M::POST, "/v1/sandboxes/{id}/fork",
             "Fork a running sandbox into count children (default 1)",
             [](Call& c) {
@@ -168,17 +172,18 @@ std::vector<Route> sandbox_routes() {
               Fields f(c.r.json(), {});
               return json_reply(200, sandbox_json(unwrap(c.gw.rt.wake(c.tenant(), c.id))));
             }),
-      route(M::GET, "/v1/sandboxes/{id}/events",
-            "The sandbox's audit events (?follow=1: server-sent events until it ends)",
-            [](Call& c) {
-              query_flag(c.r, "follow");  // (followed streams are served elsewhere; 400 if bad)
-              actors::AuditQuery q;
-              q.tenant = c.tenant();
-              q.stream = c.id;
-              q.limit = 100000;
-              return list_reply("events", unwrap(c.gw.rt.audit(q)), audit_json);
-            },
-            {"follow"}, K::stream),
+      route(
+          M::GET, "/v1/sandboxes/{id}/events",
+          "The sandbox's audit events (?follow=1: server-sent events until it ends)",
+          [](Call& c) {
+            query_flag(c.r, "follow");  // (followed streams are served elsewhere; 400 if bad)
+            actors::AuditQuery q;
+            q.tenant = c.tenant();
+            q.stream = c.id;
+            q.limit = 100000;
+            return list_reply("events", unwrap(c.gw.rt.audit(q)), audit_json);
+          },
+          {"follow"}, K::stream),
       route(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest TCP port on a host address",
             [](Call& c) {
               Fields f(c.r.json(), {"port"});

@@ -188,8 +188,7 @@ Result<bool> Etcd::create(const std::string& key, const std::string& value, int6
   return ok;
 }
 
-Result<bool> Etcd::replace(const std::string& key, const std::string& value,
-                           int64_t mod_revision) {
+Result<bool> Etcd::replace(const std::string& key, const std::string& value, int64_t mod_revision) {
   Json cmp = Json::object();
   cmp.set("key", wire::base64_encode(key));
   cmp.set("target", "MOD");

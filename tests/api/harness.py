@@ -267,3 +267,16 @@ def guest_has_process(api, sid, marker):
     return int(b["stdout"].strip() or 0) > 0
 
 
+def main():
+    """The main of a suite that takes --daemon and --images: sets ARGS, runs unittest with the
+    remaining arguments."""
+    import argparse
+    import unittest
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    ARGS = args
+    unittest.main(module="__main__", argv=[sys.argv[0], *rest], verbosity=2)

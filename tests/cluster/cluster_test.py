@@ -8,7 +8,6 @@ restart loses no ownership record.
 
 Usage: cluster_test.py --daemon build/bin/pandastackd [--images var/images]
 """
-import argparse
 import base64
 import json
 import os
@@ -259,10 +258,4 @@ class ClusterTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--daemon", required=True)
-    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
-    args, rest = p.parse_known_args()
-    args.images = os.path.abspath(args.images)
-    harness.ARGS = args
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    harness.main()

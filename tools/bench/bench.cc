@@ -604,7 +604,8 @@ int main(int argc, char** argv) {
     return tools::recovery_bench(o.daemon, o.images, o.sandboxes, o.n, o.json);
   }
   if (pos.size() == 2 && pos[0] == "cluster") {
-    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
+    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY"))
+      o.key = std::getenv("PANDASTACK_API_KEY");
     return tools::cluster_bench(pos[1], o.url, o.via, o.key, o.n, o.json);
   }
   if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))

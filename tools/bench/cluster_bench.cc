@@ -83,9 +83,10 @@ int cluster_bench(const std::string& scenario, const std::string& url, const std
                                         {"routed_minus_owner_p50_ms", delta}})
                               .c_str());
     else
-      std::printf("%-20s n=%-5zu routed p50=%8.3f ms p99=%8.3f ms   owner p50=%s ms p99=%s ms   "
-                  "cost p50=%s ms\n",
-                  name.c_str(), b.n, b.p50_ms, b.p99_ms, p50, p99, delta);
+      std::printf(
+          "%-20s n=%-5zu routed p50=%8.3f ms p99=%8.3f ms   owner p50=%s ms p99=%s ms   "
+          "cost p50=%s ms\n",
+          name.c_str(), b.n, b.p50_ms, b.p99_ms, p50, p99, delta);
     std::fflush(stdout);
   }
   call(owner, "DELETE", get, "");
