@@ -90,7 +90,6 @@ storage::Result<std::unique_ptr<Cluster>> Cluster::join(ClusterConfig config, Ca
   c->lease_ = *lease;
   auto put = c->publish();
   if (!put) return put.error();
-  c->member_ = true;
   c->thread_ = std::thread([p = c.get()] { p->keepalive_loop(); });
   spdlog::info("cluster: host {} joined through {} (lease {} s, peers at {})", c->config_.host_id,
                c->config_.etcd, c->config_.lease_ttl.count(), c->config_.peer);
@@ -106,7 +105,6 @@ void Cluster::leave() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  member_ = false;
   if (int64_t lease = lease_.exchange(0); lease != 0) {
     if (auto r = etcd_->revoke(lease); !r)
       spdlog::warn("cluster: cannot revoke the lease: {}", r.error().message);
@@ -128,6 +126,7 @@ storage::Status Cluster::publish() {
 void Cluster::keepalive_loop() {
   // A third of the TTL between keepalives: two may fail before the lease expires.
   auto every = duration_cast<milliseconds>(config_.lease_ttl) / 3;
+  bool member = true;  // (false from a lost lease until a new one is published)
   for (;;) {
     {
       std::unique_lock l(mu_);
@@ -135,8 +134,8 @@ void Cluster::keepalive_loop() {
     }
     auto ttl = etcd_->keepalive(lease_);
     if (ttl && *ttl > 0) {
-      if (!member_) spdlog::info("cluster: host {} is a member again", config_.host_id);
-      member_ = true;
+      if (!member) spdlog::info("cluster: host {} is a member again", config_.host_id);
+      member = true;
       if (auto p = publish(); !p)
         spdlog::warn("cluster: cannot publish this host: {}", p.error().message);
       continue;
@@ -146,7 +145,7 @@ void Cluster::keepalive_loop() {
       continue;  // etcd away: the lease may still be current when it is back
     }
     // The lease expired (etcd was away longer than the TTL, or restarted without it): a new one.
-    member_ = false;
+    member = false;
     auto lease = etcd_->grant(config_.lease_ttl);
     if (!lease) {
       spdlog::warn("cluster: cannot grant a new lease: {}", lease.error().message);
@@ -154,7 +153,7 @@ void Cluster::keepalive_loop() {
     }
     lease_ = *lease;
     if (auto p = publish(); p) {
-      member_ = true;
+      member = true;
       spdlog::info("cluster: host {} rejoined with a new lease", config_.host_id);
     }
   }
@@ -184,9 +183,9 @@ storage::Result<std::map<std::string, std::string>> Cluster::members() {
   return out;
 }
 
-Owner Cluster::owner(const std::string& id, bool fresh) {
+Owner Cluster::owner(const std::string& id) {
   auto now = steady_clock::now();
-  if (!fresh) {
+  {
     std::lock_guard l(cache_mu_);
     auto it = owners_.find(id);
     if (it != owners_.end() && now - it->second.at < kCacheFor &&
@@ -211,7 +210,7 @@ Owner Cluster::owner(const std::string& id, bool fresh) {
     bool stale;
     {
       std::lock_guard l(cache_mu_);
-      stale = fresh || now - hosts_at_ >= kCacheFor;
+      stale = now - hosts_at_ >= kCacheFor;
     }
     if (stale) {
       auto hs = hosts();
@@ -230,9 +229,14 @@ Owner Cluster::owner(const std::string& id, bool fresh) {
       o.peer = h->second.peer;
     }
   }
-  std::lock_guard l(cache_mu_);
-  owners_[id] = Cached{o, now};
+  remember(id, o, now);
   return o;
+}
+
+void Cluster::remember(const std::string& id, const Owner& owner, steady_clock::time_point at) {
+  std::lock_guard l(cache_mu_);
+  if (owners_.size() >= kMaxCachedOwners) owners_.clear();  // bounded: looked up again
+  owners_[id] = Cached{owner, at};
 }
 
 storage::Result<bool> Cluster::claim(const std::string& id) {
@@ -240,19 +244,8 @@ storage::Result<bool> Cluster::claim(const std::string& id) {
   auto r = reader_->create(kOwners + id, config_.host_id, 0, &current);
   if (!r) return r.error();
   if (!*r && current && current->value == config_.host_id) return true;  // ours already
-  if (*r) {
-    std::lock_guard l(cache_mu_);
-    owners_[id] = Cached{Owner{Owner::Kind::self, config_.host_id, "", ""}, steady_clock::now()};
-  }
+  if (*r) remember(id, Owner{Owner::Kind::self, config_.host_id, "", ""}, steady_clock::now());
   return *r;
-}
-
-void Cluster::release(const std::string& id) {
-  auto rec = reader_->get(kOwners + id);
-  if (rec && rec->has_value() && (*rec)->value == config_.host_id)
-    (void)reader_->erase(kOwners + id);
-  std::lock_guard l(cache_mu_);
-  owners_.erase(id);
 }
 
 storage::Result<HostInfo> Cluster::place(const std::string& template_name,

@@ -69,36 +69,31 @@ class Cluster {
   void leave();
 
   const ClusterConfig& config() const { return config_; }
-  storage::Etcd& etcd() { return *etcd_; }
 
   // The live hosts (self included), by id.
   storage::Result<std::vector<HostInfo>> hosts();
   // Every host that ever joined (id -> peer address): the hosts() not among them are down.
   storage::Result<std::map<std::string, std::string>> members();
-  // The owner of `id` (cached for a second; `fresh` asks etcd).
-  Owner owner(const std::string& id, bool fresh = false);
+  // The owner of `id` (cached for a second, at most kMaxCachedOwners ids).
+  Owner owner(const std::string& id);
   // Records this host as the owner of `id`: false when another host owns it.
   storage::Result<bool> claim(const std::string& id);
-  // Forgets `id`'s record when this host owns it (a deleted sandbox).
-  void release(const std::string& id);
   // The host a create goes to: `pinned` when named (it must be up), else the live host with the
   // most free memory, preferring hosts that have `template_name` baked. Empty on error.
   storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);
-
-  // Whether this host's lease is current (false while etcd is unreachable past the TTL).
-  bool member() const { return member_; }
 
  private:
   Cluster(ClusterConfig config, Capacity capacity);
   storage::Status publish();
   void keepalive_loop();
+  void remember(const std::string& id, const Owner& owner,
+                std::chrono::steady_clock::time_point at);
 
   ClusterConfig config_;
   Capacity capacity_;
   std::unique_ptr<storage::Etcd> etcd_;    // the keepalive thread's
   std::unique_ptr<storage::Etcd> reader_;  // requests'
   std::atomic<int64_t> lease_{0};
-  std::atomic<bool> member_{false};
   int64_t started_ms_ = 0;
 
   std::mutex mu_;
@@ -111,6 +106,7 @@ class Cluster {
     std::chrono::steady_clock::time_point at;
   };
   std::mutex cache_mu_;
+  static constexpr size_t kMaxCachedOwners = 4096;
   std::map<std::string, Cached> owners_;
   std::map<std::string, HostInfo> hosts_cache_;
   std::chrono::steady_clock::time_point hosts_at_{};

@@ -195,6 +195,18 @@ void expose_ports(vmm::Network& n, const std::set<uint32_t>& ports, const std::s
 
 std::string new_sandbox_id() { return "sbx_" + random_base32(16); }
 
+HostMemory host_memory() {
+  HostMemory m;
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  uint64_t value = 0;
+  while (in >> key >> value >> unit) {
+    if (key == "MemTotal:") m.total_kib = value;
+    if (key == "MemAvailable:") m.available_kib = value;
+  }
+  return m;
+}
+
 Quotas Env::quotas_of(const std::string& tenant) {
   std::lock_guard l(quotas_mu);
   auto it = tenant_quotas.find(tenant);
@@ -204,15 +216,7 @@ Quotas Env::quotas_of(const std::string& tenant) {
 std::optional<Rejection> Env::host_admits(uint64_t memory_mib) const {
   uint32_t headroom = config.host_headroom_percent;
   if (headroom == 0) return std::nullopt;
-  uint64_t total_kib = 0, available_kib = 0;
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t value;
-  std::string unit;
-  while (in >> key >> value >> unit) {
-    if (key == "MemTotal:") total_kib = value;
-    if (key == "MemAvailable:") available_kib = value;
-  }
+  auto [total_kib, available_kib] = host_memory();
   uint64_t need_kib = memory_mib * 1024;
   if (total_kib > 0 && available_kib < need_kib + total_kib * headroom / 100)
     return Rejection{"host_full", "the host has " + std::to_string(available_kib / 1024) +

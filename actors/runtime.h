@@ -216,6 +216,13 @@ struct RuntimeCounts {
   uint64_t vm_exits = 0;  // VMs that died on their own (crash, OOM kill, kill -9), since start
 };
 
+// The host's memory (/proc/meminfo; zeros when it cannot be read): admission and what a cluster
+// host publishes.
+struct HostMemory {
+  uint64_t total_kib = 0, available_kib = 0;
+};
+HostMemory host_memory();
+
 // A result or a refusal with a stable code (see Rejection in sandbox.h).
 template <typename T>
 class Reply {

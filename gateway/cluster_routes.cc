@@ -89,8 +89,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
                                            kj::HttpService::Response& response,
                                            Clock::time_point t0, bool head) {
   auto* cluster = rt.cluster();
-  std::string token;
-  if (req.authorization.size() > 7) token = req.authorization.substr(7);
+  std::string token = bearer_token(req.authorization);
   // The key is checked here too (keys are shared through etcd): nobody without one makes this
   // host read a body or open a peer connection.
   using Decided = std::shared_ptr<Target>;
@@ -107,9 +106,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
     Target t = *d;
     switch (t.kind) {
       case Target::Kind::here:
-        return serve(route, std::move(req), headers, body, response, t0, head);
-      case Target::Kind::unauthorized:
-        // (the same answer serve() would give: it checks the key again)
+      case Target::Kind::unauthorized:  // (serve() checks the key again and answers 401)
         return serve(route, std::move(req), headers, body, response, t0, head);
       case Target::Kind::down:
         return send(

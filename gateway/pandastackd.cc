@@ -332,14 +332,9 @@ int main(int argc, char** argv) {
     auto accel_name = config.accel == vmm::Accel::kvm ? "kvm" : "tcg";
     auto joined = actors::Cluster::join(cluster, [rt, accel_name]() {
       actors::HostInfo h;
-      std::ifstream mi("/proc/meminfo");
-      std::string key;
-      uint64_t kib = 0;
-      std::string unit;
-      while (mi >> key >> kib >> unit) {
-        if (key == "MemTotal:") h.total_mib = kib / 1024;
-        if (key == "MemAvailable:") h.free_mib = kib / 1024;
-      }
+      auto memory = actors::host_memory();
+      h.total_mib = memory.total_kib / 1024;
+      h.free_mib = memory.available_kib / 1024;
       auto counts = rt->counts();
       h.sandboxes = uint32_t(counts.by_status["running"]);
       for (auto& t : rt->templates())

@@ -68,18 +68,6 @@ kj::StringPtr status_text(unsigned s) {
   }
 }
 
-// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive,
-// RFC 7235), or "".
-std::string bearer_token(const std::string& header) {
-  if (header.size() < 7) return "";
-  std::string scheme = header.substr(0, 7);
-  for (auto& c : scheme) c = char(std::tolower((unsigned char)c));
-  if (scheme != "bearer ") return "";
-  auto token = header.substr(7);
-  while (!token.empty() && token.front() == ' ') token.erase(0, 1);
-  return token;
-}
-
 // Logs client-side HTTP trouble (a client that left, a malformed request) as one line, not as
 // an exception with a stack trace.
 class QuietErrors final : public kj::HttpServerErrorHandler {
@@ -126,6 +114,16 @@ class ConnectionService final : public kj::HttpService {
 };
 
 }  // namespace
+
+std::string bearer_token(const std::string& header) {
+  if (header.size() < 7) return "";
+  std::string scheme = header.substr(0, 7);
+  for (auto& c : scheme) c = char(std::tolower((unsigned char)c));
+  if (scheme != "bearer ") return "";
+  auto token = header.substr(7);
+  while (!token.empty() && token.front() == ' ') token.erase(0, 1);
+  return token;
+}
 
 Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
     : rt(r),
@@ -261,10 +259,10 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
     return send(response, std::move(reply), t0);
   }
   req.route = route->pattern;
+  KJ_IF_MAYBE (a, headers.get(h_authorization)) {
+    req.authorization = a->cStr();
+  }
   if (peers && route->style == Route::Style::native && headers.get(h_forwarded) == nullptr) {
-    KJ_IF_MAYBE (a, headers.get(h_authorization)) {
-      req.authorization = a->cStr();
-    }
     std::string id;
     bool create = false;
     if (cluster_target(*route, req, id, create))
@@ -279,9 +277,6 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                                 Clock::time_point t0, bool head) {
   const Route* route = &route_ref;
   if (route->on_loop) return send(response, handle(*route, req), t0, head);
-  KJ_IF_MAYBE (a, headers.get(h_authorization)) {
-    req.authorization = a->cStr();
-  }
   if (route->style != Route::Style::native) {
     // E2B's control plane sends our key as X-API-KEY; its sandbox plane a sandbox's token.
     KJ_IF_MAYBE (k, headers.get(h_x_api_key)) {

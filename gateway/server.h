@@ -42,6 +42,10 @@ struct Call {
   const std::string& tenant() const { return key.tenant; }
 };
 
+// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive,
+// RFC 7235), or "".
+std::string bearer_token(const std::string& header);
+
 // Routes for admin keys only: 403 forbidden for any other.
 inline void admin_only(const Call& c) {
   if (!c.key.admin) throw ApiError{"forbidden", "this route needs an admin key"};
@@ -163,7 +167,8 @@ struct Server final : public kj::HttpService {
   kj::Promise<void> handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                    const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                    kj::HttpService::Response& response);
-  // The request after routing: auth, body, handler (also a peer's forwarded request).
+  // The request after routing (its Authorization read): auth, body, handler (also a peer's
+  // forwarded request).
   kj::Promise<void> serve(const Route& route, Request req, const kj::HttpHeaders& headers,
                           kj::AsyncInputStream& body, kj::HttpService::Response& response,
                           Clock::time_point t0, bool head);

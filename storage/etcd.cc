@@ -36,9 +36,29 @@ EtcdKv read_kv(const Json& kv) {
   return out;
 }
 
-Json put_request(const std::string& key, const std::string& value, int64_t lease) {
+// {"key": base64(key)}: the start of every key-addressed request.
+Json key_request(const std::string& key) {
   Json p = Json::object();
   p.set("key", wire::base64_encode(key));
+  return p;
+}
+
+Json lease_request(int64_t lease) {
+  Json p = Json::object();
+  p.set("ID", std::to_string(lease));
+  return p;
+}
+
+// The first of a range answer's key-values, if any.
+std::optional<EtcdKv> first_kv(const Json& kvs) {
+  if (!kvs.is_array() || kvs.size() == 0) return std::nullopt;
+  return read_kv(kvs.as_array()[0]);
+}
+
+bool succeeded(const Json& txn) { return txn["succeeded"].is_bool() && txn["succeeded"].as_bool(); }
+
+Json put_request(const std::string& key, const std::string& value, int64_t lease) {
+  Json p = key_request(key);
   p.set("value", wire::base64_encode(value));
   if (lease != 0) p.set("lease", std::to_string(lease));
   return p;
@@ -65,9 +85,12 @@ Etcd::~Etcd() = default;
 
 bool Etcd::valid() const { return http_->valid_url(); }
 
-Result<std::string> Etcd::call(const std::string& path, const std::string& body) {
-  std::lock_guard l(mu_);
-  auto r = http_->request("POST", path, body);
+Result<Json> Etcd::call(const std::string& path, const Json& request, bool first_line) {
+  tools::HttpResponse r;
+  {
+    std::lock_guard l(mu_);
+    r = http_->request("POST", path, request.dump());
+  }
   if (r.status == 0)
     return make_error(ErrorCode::io_error, "etcd at " + endpoint_ + ": " + r.error);
   if (r.status != 200) {
@@ -78,15 +101,21 @@ Result<std::string> Etcd::call(const std::string& path, const std::string& body)
     return make_error(r.status == 404 ? ErrorCode::not_found : ErrorCode::io_error,
                       "etcd " + path + ": HTTP " + std::to_string(r.status) + ": " + msg);
   }
-  return std::move(r.body);
+  return parse(first_line ? r.body.substr(0, r.body.find('\n')) : r.body);
+}
+
+Result<Json> Etcd::txn(Json compare, Json success, std::optional<Json> failure) {
+  Json t = Json::object();
+  t.set("compare", Json(Json::Array{std::move(compare)}));
+  t.set("success", Json(Json::Array{std::move(success)}));
+  if (failure) t.set("failure", Json(Json::Array{std::move(*failure)}));
+  return call("/v3/kv/txn", t);
 }
 
 Result<int64_t> Etcd::grant(std::chrono::seconds ttl) {
   Json p = Json::object();
   p.set("TTL", std::to_string(ttl.count()));
-  auto r = call("/v3/lease/grant", p.dump());
-  if (!r) return r.error();
-  auto j = parse(*r);
+  auto j = call("/v3/lease/grant", p);
   if (!j) return j.error();
   int64_t id = as_i64((*j)["ID"]);
   if (id == 0) return make_error(ErrorCode::corrupt, "etcd granted no lease id");
@@ -94,52 +123,36 @@ Result<int64_t> Etcd::grant(std::chrono::seconds ttl) {
 }
 
 Result<int64_t> Etcd::keepalive(int64_t lease) {
-  Json p = Json::object();
-  p.set("ID", std::to_string(lease));
-  auto r = call("/v3/lease/keepalive", p.dump());
-  if (!r) return r.error();
   // The gateway streams keepalive answers: the first line is ours.
-  auto line = r->substr(0, r->find('\n'));
-  auto j = parse(line);
+  auto j = call("/v3/lease/keepalive", lease_request(lease), true);
   if (!j) return j.error();
   const Json& res = (*j)["result"].is_object() ? (*j)["result"] : *j;
   return as_i64(res["TTL"]);
 }
 
 Status Etcd::revoke(int64_t lease) {
-  Json p = Json::object();
-  p.set("ID", std::to_string(lease));
-  auto r = call("/v3/lease/revoke", p.dump());
-  if (!r) return r.error();
+  auto j = call("/v3/lease/revoke", lease_request(lease));
+  if (!j) return j.error();
   return Ok{};
 }
 
 Status Etcd::put(const std::string& key, const std::string& value, int64_t lease) {
-  auto r = call("/v3/kv/put", put_request(key, value, lease).dump());
-  if (!r) return r.error();
+  auto j = call("/v3/kv/put", put_request(key, value, lease));
+  if (!j) return j.error();
   return Ok{};
 }
 
 Result<std::optional<EtcdKv>> Etcd::get(const std::string& key) {
-  Json p = Json::object();
-  p.set("key", wire::base64_encode(key));
-  auto r = call("/v3/kv/range", p.dump());
-  if (!r) return r.error();
-  auto j = parse(*r);
+  auto j = call("/v3/kv/range", key_request(key));
   if (!j) return j.error();
-  const Json& kvs = (*j)["kvs"];
-  if (!kvs.is_array() || kvs.size() == 0) return std::optional<EtcdKv>();
-  return std::optional<EtcdKv>(read_kv(kvs.as_array()[0]));
+  return first_kv((*j)["kvs"]);
 }
 
 Result<std::vector<EtcdKv>> Etcd::list(const std::string& prefix, int64_t limit) {
-  Json p = Json::object();
-  p.set("key", wire::base64_encode(prefix));
+  Json p = key_request(prefix);
   p.set("range_end", wire::base64_encode(etcd_prefix_end(prefix)));
   if (limit > 0) p.set("limit", std::to_string(limit));
-  auto r = call("/v3/kv/range", p.dump());
-  if (!r) return r.error();
-  auto j = parse(*r);
+  auto j = call("/v3/kv/range", p);
   if (!j) return j.error();
   std::vector<EtcdKv> out;
   if ((*j)["kvs"].is_array())
@@ -148,62 +161,43 @@ Result<std::vector<EtcdKv>> Etcd::list(const std::string& prefix, int64_t limit)
 }
 
 Status Etcd::erase(const std::string& key) {
-  Json p = Json::object();
-  p.set("key", wire::base64_encode(key));
-  auto r = call("/v3/kv/deleterange", p.dump());
-  if (!r) return r.error();
+  auto j = call("/v3/kv/deleterange", key_request(key));
+  if (!j) return j.error();
   return Ok{};
 }
 
 Result<bool> Etcd::create(const std::string& key, const std::string& value, int64_t lease,
                           std::optional<EtcdKv>* current) {
-  Json cmp = Json::object();
-  cmp.set("key", wire::base64_encode(key));
+  Json cmp = key_request(key);
   cmp.set("target", "CREATE");
   cmp.set("result", "EQUAL");
   cmp.set("create_revision", "0");
   Json put = Json::object();
   put.set("request_put", put_request(key, value, lease));
   Json range = Json::object();
-  Json get = Json::object();
-  get.set("key", wire::base64_encode(key));
-  range.set("request_range", get);
-  Json t = Json::object();
-  t.set("compare", Json(Json::Array{cmp}));
-  t.set("success", Json(Json::Array{put}));
-  t.set("failure", Json(Json::Array{range}));
-  auto r = call("/v3/kv/txn", t.dump());
-  if (!r) return r.error();
-  auto j = parse(*r);
+  range.set("request_range", key_request(key));
+  auto j = txn(std::move(cmp), std::move(put), std::move(range));
   if (!j) return j.error();
-  bool ok = (*j)["succeeded"].is_bool() && (*j)["succeeded"].as_bool();
+  bool ok = succeeded(*j);
   if (!ok && current != nullptr) {
-    current->reset();
     const Json& resp = (*j)["responses"];
-    if (resp.is_array() && resp.size() > 0) {
-      const Json& kvs = resp.as_array()[0]["response_range"]["kvs"];
-      if (kvs.is_array() && kvs.size() > 0) *current = read_kv(kvs.as_array()[0]);
-    }
+    *current = resp.is_array() && resp.size() > 0
+                   ? first_kv(resp.as_array()[0]["response_range"]["kvs"])
+                   : std::nullopt;
   }
   return ok;
 }
 
 Result<bool> Etcd::replace(const std::string& key, const std::string& value, int64_t mod_revision) {
-  Json cmp = Json::object();
-  cmp.set("key", wire::base64_encode(key));
+  Json cmp = key_request(key);
   cmp.set("target", "MOD");
   cmp.set("result", "EQUAL");
   cmp.set("mod_revision", std::to_string(mod_revision));
   Json put = Json::object();
   put.set("request_put", put_request(key, value, 0));
-  Json t = Json::object();
-  t.set("compare", Json(Json::Array{cmp}));
-  t.set("success", Json(Json::Array{put}));
-  auto r = call("/v3/kv/txn", t.dump());
-  if (!r) return r.error();
-  auto j = parse(*r);
+  auto j = txn(std::move(cmp), std::move(put), std::nullopt);
   if (!j) return j.error();
-  return (*j)["succeeded"].is_bool() && (*j)["succeeded"].as_bool();
+  return succeeded(*j);
 }
 
 }  // namespace pandastack::storage

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "storage/error.h"
+#include "wire/json.h"
 
 namespace pandastack::tools {
 class HttpClient;
@@ -55,7 +56,11 @@ class Etcd {
   Result<bool> replace(const std::string& key, const std::string& value, int64_t mod_revision);
 
  private:
-  Result<std::string> call(const std::string& path, const std::string& body);
+  // POSTs `request` to the gateway; its JSON answer (`first_line`: of a streamed answer).
+  Result<wire::Json> call(const std::string& path, const wire::Json& request,
+                          bool first_line = false);
+  // One comparison, one operation on success, optionally one on failure.
+  Result<wire::Json> txn(wire::Json compare, wire::Json success, std::optional<wire::Json> failure);
 
   std::string endpoint_;
   std::mutex mu_;

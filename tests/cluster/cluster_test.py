@@ -122,6 +122,17 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(s, 200, b)
         return {x["id"] for x in b["sandboxes"]} if isinstance(b, dict) else {x["id"] for x in b}
 
+    def exec_until(self, through, sid, cmd, status, seconds, every):
+        """Runs `cmd` through host `through` until it answers `status` (within `seconds`); the
+        answer's body."""
+        deadline = time.time() + seconds
+        while True:
+            s, b = self.api[through].exec(sid, cmd)
+            if s == status:
+                return b
+            self.assertLess(time.time(), deadline, (s, b))
+            time.sleep(every)
+
     def create_on(self, through, host):
         s, b = self.api[through].call("POST", "/v1/sandboxes",
                                       {"network": False, "placement": {"host": host}})
@@ -204,13 +215,7 @@ class ClusterTest(unittest.TestCase):
         s, b = self.api["a"].exec(sid, "echo before > /tmp/mark; cat /tmp/mark")
         self.assertEqual((s, b["stdout"]), (200, "before\n"))
         self.daemons["c"].stop(sig=signal.SIGKILL)
-        t0 = time.time()
-        while True:
-            s, b = self.api["a"].exec(sid, "true")
-            if s == 503:
-                break
-            self.assertLess(time.time() - t0, LEASE + 3, (s, b))
-            time.sleep(0.2)
+        b = self.exec_until("a", sid, "true", 503, LEASE + 3, 0.2)
         self.assertEqual(b["error"]["code"], "host_unavailable")
         self.assertIn("host c", b["error"]["message"])
         s, hosts = self.api["a"].call("GET", "/v1/hosts")
@@ -218,13 +223,7 @@ class ClusterTest(unittest.TestCase):
         # c comes back (the same folders): it re-adopts its VM, and a reaches it again.
         self.start_host("c")
         self.api["c"] = Api(self.daemons["c"], key=self.key)
-        deadline = time.time() + 60
-        while True:
-            s, b = self.api["a"].exec(sid, "cat /tmp/mark")
-            if s == 200:
-                break
-            self.assertLess(time.time(), deadline, (s, b))
-            time.sleep(0.5)
+        b = self.exec_until("a", sid, "cat /tmp/mark", 200, 60, 0.5)
         self.assertEqual(b["stdout"], "before\n")  # the same VM: its tmpfs state is there
 
     def test_5_etcd_restart_loses_no_owner(self):
@@ -235,13 +234,7 @@ class ClusterTest(unittest.TestCase):
         after = self.etcd.prefix("/pandastack/owners/")
         self.assertEqual(before, after)
         # The hosts' leases survive a short etcd restart (or are granted again): routing works.
-        deadline = time.time() + 3 * LEASE
-        while True:
-            s, b = self.api["c"].exec(sid, "echo again")
-            if s == 200:
-                break
-            self.assertLess(time.time(), deadline, (s, b))
-            time.sleep(0.3)
+        b = self.exec_until("c", sid, "echo again", 200, 3 * LEASE, 0.3)
         self.assertEqual(b["stdout"], "again\n")
 
     def test_6_not_yet_cross_host(self):

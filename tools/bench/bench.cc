@@ -603,16 +603,13 @@ int main(int argc, char** argv) {
     if (o.daemon.empty()) return usage();
     return tools::recovery_bench(o.daemon, o.images, o.sandboxes, o.n, o.json);
   }
-  if (pos.size() == 2 && pos[0] == "cluster") {
-    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY"))
-      o.key = std::getenv("PANDASTACK_API_KEY");
+  // (api and cluster modes)
+  if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
+  if (pos.size() == 2 && pos[0] == "cluster")
     return tools::cluster_bench(pos[1], o.url, o.via, o.key, o.n, o.json);
-  }
   if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))
     return usage();
   if (pos[0] == "api") {
-    if (o.key.empty() && std::getenv("PANDASTACK_API_KEY"))
-      o.key = std::getenv("PANDASTACK_API_KEY");
     if (pos[1] == "soak")
       return tools::soak_bench(o.url, o.key, o.create_body, std::max(1, o.sandboxes), o.clients,
                                o.seconds);
