@@ -9,6 +9,8 @@ HttpReply json_reply(unsigned status, const Json& j) {
   return {status, "application/json", j.dump(), "", {}};
 }
 
+HttpReply busy_reply() { return error_reply("too_many_requests", "the server is busy"); }
+
 HttpReply error_reply(const std::string& code, const std::string& message) {
   HttpReply r{status_for(code), "application/json", error_body(code, message), code, {}};
   // Refused for now, not for good: say when to come back (the SDKs retry after it).

@@ -33,6 +33,8 @@ struct HttpReply {
 HttpReply json_reply(unsigned status, const Json& j);
 HttpReply error_reply(const std::string& code, const std::string& message);
 HttpReply no_content();
+// 429 too_many_requests: every worker is taken and the queue is full.
+HttpReply busy_reply();
 
 // Thrown by request parsing helpers and handlers; becomes an error reply.
 struct ApiError {

@@ -16,7 +16,15 @@ namespace {
 
 // Why a request is served where it is.
 struct Target {
-  enum class Kind { here, peer, down, unauthorized, unavailable, undecided } kind = Kind::here;
+  enum class Kind {
+    here,
+    peer,
+    down,
+    unauthorized,
+    unavailable,
+    undecided,
+    busy
+  } kind = Kind::here;
   std::string host, peer, message;
 };
 
@@ -100,7 +108,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         if (create) return std::make_shared<Target>(Target{Target::Kind::undecided, "", "", ""});
         return std::make_shared<Target>(target_of(*cluster, id));
       },
-      std::make_shared<Target>(Target{Target::Kind::unavailable, "", "", "the server is busy"}));
+      std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
   return decided.then([this, &route, req = std::move(req), method, url, &headers, &body, &response,
                        t0, head, cluster](Decided d) mutable -> kj::Promise<void> {
     Target t = *d;
@@ -118,6 +126,8 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       case Target::Kind::unavailable:
         return send(response, error_reply("cluster_unavailable", "cannot reach etcd: " + t.message),
                     t0, head);
+      case Target::Kind::busy:
+        return send(response, busy_reply(), t0, head);
       case Target::Kind::peer:
       case Target::Kind::undecided:
         break;
@@ -147,8 +157,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       std::string text(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
       auto placed = offload<Decided>(
           [cluster, text]() -> Decided { return std::make_shared<Target>(place(*cluster, text)); },
-          std::make_shared<Target>(
-              Target{Target::Kind::unavailable, "", "", "the server is busy"}));
+          std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
       return placed.then([this, &route, req = std::move(req), method, url, &headers, &response, t0,
                           head, bytes = kj::mv(bytes)](Decided d) mutable -> kj::Promise<void> {
         Target p = *d;
@@ -161,6 +170,8 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
                 error_reply("host_unavailable", "host " + p.host + " is not up in the cluster" +
                                                     (p.message.empty() ? "" : ": " + p.message)),
                 t0, head);
+          case Target::Kind::busy:
+            return send(response, busy_reply(), t0, head);
           case Target::Kind::unavailable:
             return send(
                 response,

@@ -475,9 +475,7 @@ kj::Promise<void> Server::connect_stream(const Route& route, Request req,
     if (process) return e2b::produce_process(*this, *r, *ch);
     e2b::produce_watch(*this, *r, *ch);
   });
-  if (!queued)
-    return send(response, e2b::envd_error(error_reply("too_many_requests", "the server is busy")),
-                t0);
+  if (!queued) return send(response, e2b::envd_error(busy_reply()), t0);
   return respond(ch, response, t0, content_type);
 }
 

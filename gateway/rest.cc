@@ -380,7 +380,7 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                                                           [stop] { stop->request_stop(); });
                            return handle(*route, *r);
                          },
-                         error_reply("too_many_requests", "the server is busy"))
+                         busy_reply())
                   .attach(watch.eagerlyEvaluate(nullptr))
                   .then([this, &response, t0, head](HttpReply rep) {
                     return send(response, std::move(rep), t0, head);

@@ -60,12 +60,11 @@ kj::Promise<void> Server::stream(const Route& route, Request req,
   auto r = std::make_shared<Request>(std::move(req));
   bool follow = r->q("follow") == "1" || r->q("follow") == "true";
   if (route.handler && !follow) {  // the route's plain JSON form (events without ?follow)
-    return offload<HttpReply>([this, r, &route] { return handle(route, *r); },
-                              error_reply("too_many_requests", "the server is busy"))
+    return offload<HttpReply>([this, r, &route] { return handle(route, *r); }, busy_reply())
         .then([this, &response, t0](HttpReply rep) { return send(response, std::move(rep), t0); });
   }
   bool queued = stream_pool->submit([this, r, ch, &route] { produce(route, *r, *ch); });
-  if (!queued) return send(response, error_reply("too_many_requests", "the server is busy"), t0);
+  if (!queued) return send(response, busy_reply(), t0);
   return respond(ch, response, t0, "text/event-stream");
 }
 

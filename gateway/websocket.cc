@@ -257,7 +257,7 @@ kj::Promise<void> Server::websocket(const Route& route, Request req,
                  return error_reply(e.code, e.message);
                }
              },
-             error_reply("too_many_requests", "the server is busy"))
+             busy_reply())
       .then([this, r, &response, t0](HttpReply rep) -> kj::Promise<void> {
         if (rep.status != 101) return send(response, std::move(rep), t0);
         count_response(rep);
