@@ -216,11 +216,14 @@ Result<AppendResult> EventStore::append(const std::string& stream, uint64_t expe
   std::mutex m;
   std::condition_variable cv;
   std::optional<Result<AppendResult>> out;
-  append_async(stream, expected, std::move(events), [&](Result<AppendResult> r) {
-    std::lock_guard lock(m);
-    out.emplace(std::move(r));
-    cv.notify_one();
-  }, durability);
+  append_async(
+      stream, expected, std::move(events),
+      [&](Result<AppendResult> r) {
+        std::lock_guard lock(m);
+        out.emplace(std::move(r));
+        cv.notify_one();
+      },
+      durability);
   std::unique_lock lock(m);
   cv.wait(lock, [&] { return out.has_value(); });
   return std::move(*out);
@@ -358,7 +361,8 @@ void EventStore::write_batch(std::vector<Pending>& batch) {
     bool need_sync = false;
     for (auto& p : batch) need_sync |= p.durability == Durability::synced;
     // One synced write also makes every earlier written one durable (the log is sequential).
-    wo.sync = options_.sync && (need_sync || (sync_due_ && std::chrono::steady_clock::now() >= *sync_due_));
+    wo.sync = options_.sync &&
+              (need_sync || (sync_due_ && std::chrono::steady_clock::now() >= *sync_due_));
     if (options_.sync && !wo.sync && !sync_due_)
       sync_due_ = std::chrono::steady_clock::now() + options_.lazy_sync_delay;
     if (failed_) reopen();

@@ -49,7 +49,7 @@
 namespace rocksdb {
 class DB;
 class Status;
-}
+}  // namespace rocksdb
 
 namespace pandastack::storage {
 

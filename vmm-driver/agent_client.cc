@@ -1,12 +1,11 @@
 #include "vmm-driver/agent_client.h"
 
-#include <sys/socket.h>
-
 #include <capnp/rpc-twoparty.h>
 #include <capnp/rpc.h>
 #include <kj/async-io.h>
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <mutex>
@@ -100,9 +99,9 @@ template <typename T>
 kj::Promise<Result<T>> with_deadline(IoThread& io, kj::Promise<Result<T>> p, milliseconds limit,
                                      std::string what) {
   return p.exclusiveJoin(io.timer().afterDelay(kj_ms(limit)).then([what = kj::mv(what), limit]() {
-    return Result<T>(make_error(ErrorCode::timeout,
-                                what + ": no answer from the guest agent within " +
-                                    std::to_string(limit.count()) + " ms"));
+    return Result<T>(make_error(
+        ErrorCode::timeout,
+        what + ": no answer from the guest agent within " + std::to_string(limit.count()) + " ms"));
   }));
 }
 
@@ -119,7 +118,8 @@ kj::Promise<Result<ExecResult>> host_deadline(IoThread& io, uint32_t timeout_ms,
     r.exit_code = -9;
     r.timed_out = true;
     r.duration_us = uint64_t(duration_cast<microseconds>(limit).count());
-    r.stderr_data = "[pandastack: the guest did not end the command by its timeout; the host did]\n";
+    r.stderr_data =
+        "[pandastack: the guest did not end the command by its timeout; the host did]\n";
     return Result<ExecResult>(r);
   }));
 }
@@ -143,7 +143,8 @@ Result<T> on_io(IoThread& io, F&& f, std::atomic<bool>* disconnected = nullptr) 
 Error guest_file_error(w::Error::Reader e) {
   std::string code = e.getCode().cStr();
   Error err{code == "not_found" ? ErrorCode::not_found
-            : (code == "invalid_argument" ? ErrorCode::invalid_argument : ErrorCode::guest_error),
+                                : (code == "invalid_argument" ? ErrorCode::invalid_argument
+                                                              : ErrorCode::guest_error),
             e.getMessage().cStr(), code};
   return err;
 }
@@ -163,7 +164,8 @@ void fill_request(w::ExecRequest::Builder b, const ExecRequest& r) {
     ++i;
   }
   b.setCwd(r.cwd);
-  b.setStdin(kj::arrayPtr(reinterpret_cast<const kj::byte*>(r.stdin_data.data()), r.stdin_data.size()));
+  b.setStdin(
+      kj::arrayPtr(reinterpret_cast<const kj::byte*>(r.stdin_data.data()), r.stdin_data.size()));
   b.setTimeoutMs(r.timeout_ms);
   b.setMaxOutputBytes(r.max_output_bytes);
   b.setKeepStdinOpen(r.keep_stdin_open);
@@ -193,10 +195,17 @@ FileStat read_stat(w::FileStat::Reader s) {
   FileStat f;
   f.name = s.getName().cStr();
   switch (s.getType()) {
-    case w::FileType::REGULAR: f.type = FileStat::Type::regular; break;
-    case w::FileType::DIRECTORY: f.type = FileStat::Type::directory; break;
-    case w::FileType::SYMLINK: f.type = FileStat::Type::symlink; break;
-    default: f.type = FileStat::Type::other;
+    case w::FileType::REGULAR:
+      f.type = FileStat::Type::regular;
+      break;
+    case w::FileType::DIRECTORY:
+      f.type = FileStat::Type::directory;
+      break;
+    case w::FileType::SYMLINK:
+      f.type = FileStat::Type::symlink;
+      break;
+    default:
+      f.type = FileStat::Type::other;
   }
   f.size = s.getSize();
   f.mode = s.getMode();
@@ -263,12 +272,23 @@ class WatchSinkImpl final : public w::WatchSink::Server {
         return KJ_EXCEPTION(FAILED, "the guest sent a watch path longer than allowed");
       WatchEvent ev;
       switch (e.getKind()) {
-        case w::WatchEventKind::CREATE: ev.kind = WatchEvent::Kind::create; break;
-        case w::WatchEventKind::WRITE: ev.kind = WatchEvent::Kind::write; break;
-        case w::WatchEventKind::REMOVE: ev.kind = WatchEvent::Kind::remove; break;
-        case w::WatchEventKind::RENAME: ev.kind = WatchEvent::Kind::rename; break;
-        case w::WatchEventKind::CHMOD: ev.kind = WatchEvent::Kind::chmod; break;
-        default: ev.kind = WatchEvent::Kind::overflow;
+        case w::WatchEventKind::CREATE:
+          ev.kind = WatchEvent::Kind::create;
+          break;
+        case w::WatchEventKind::WRITE:
+          ev.kind = WatchEvent::Kind::write;
+          break;
+        case w::WatchEventKind::REMOVE:
+          ev.kind = WatchEvent::Kind::remove;
+          break;
+        case w::WatchEventKind::RENAME:
+          ev.kind = WatchEvent::Kind::rename;
+          break;
+        case w::WatchEventKind::CHMOD:
+          ev.kind = WatchEvent::Kind::chmod;
+          break;
+        default:
+          ev.kind = WatchEvent::Kind::overflow;
       }
       ev.path = e.getPath().cStr();
       ev.is_dir = e.getIsDir();
@@ -297,34 +317,41 @@ Result<T> cancellable(IoThread& io, std::stop_token stop, F&& make_promise,
       std::lock_guard lock(slot->mu);
       if (slot->canceler != nullptr) slot->canceler->cancel("cancelled by the host");
     };
-    if (io.on_loop_thread()) cancel();
-    else io.run(cancel);
+    if (io.on_loop_thread())
+      cancel();
+    else
+      io.run(cancel);
   });
-  return on_io<T>(io, [&, slot]() -> kj::Promise<Result<T>> {
-    auto canceler = kj::heap<kj::Canceler>();
-    {
-      std::lock_guard lock(slot->mu);
-      slot->canceler = canceler.get();
-    }
-    if (stop.stop_requested()) canceler->cancel("cancelled by the host");
-    auto p = canceler->wrap(make_promise());
-    return p
-        .then([slot](Result<T> r) {
-                std::lock_guard lock(slot->mu);
-                slot->canceler = nullptr;
-                return r;
-              },
-              [slot](kj::Exception&& e) -> Result<T> {
-                {
+  return on_io<T>(
+      io,
+      [&, slot]() -> kj::Promise<Result<T>> {
+        auto canceler = kj::heap<kj::Canceler>();
+        {
+          std::lock_guard lock(slot->mu);
+          slot->canceler = canceler.get();
+        }
+        if (stop.stop_requested()) canceler->cancel("cancelled by the host");
+        auto p = canceler->wrap(make_promise());
+        return p
+            .then(
+                [slot](Result<T> r) {
                   std::lock_guard lock(slot->mu);
                   slot->canceler = nullptr;
-                }
-                if (std::string(e.getDescription().cStr()).find("cancelled by the host") != std::string::npos)
-                  return make_error(ErrorCode::agent_error, "cancelled");
-                kj::throwFatalException(kj::mv(e));
-              })
-        .attach(kj::mv(canceler));
-  }, disconnected);
+                  return r;
+                },
+                [slot](kj::Exception&& e) -> Result<T> {
+                  {
+                    std::lock_guard lock(slot->mu);
+                    slot->canceler = nullptr;
+                  }
+                  if (std::string(e.getDescription().cStr()).find("cancelled by the host") !=
+                      std::string::npos)
+                    return make_error(ErrorCode::agent_error, "cancelled");
+                  kj::throwFatalException(kj::mv(e));
+                })
+            .attach(kj::mv(canceler));
+      },
+      disconnected);
 }
 
 void start_rpc(AgentClient::Conn& conn) {
@@ -343,8 +370,8 @@ void start_rpc(AgentClient::Conn& conn) {
   conn.first_health = conn.agent.healthRequest()
                           .send()
                           .then([](auto r) {
-                            return Health{r.getVersion().cStr(), r.getProtocolVersion(), r.getUptimeMs(),
-                                          r.getBootId().cStr()};
+                            return Health{r.getVersion().cStr(), r.getProtocolVersion(),
+                                          r.getUptimeMs(), r.getBootId().cStr()};
                           })
                           .fork();
 }
@@ -393,7 +420,8 @@ Status AgentClient::reset_session(milliseconds timeout) {
 }
 
 Status AgentClient::start_session() {
-  auto s = on_io<Ok>(io_, [&]() { return begin_session(*conn_).then([]() { return Result<Ok>(Ok{}); }); });
+  auto s = on_io<Ok>(
+      io_, [&]() { return begin_session(*conn_).then([]() { return Result<Ok>(Ok{}); }); });
   if (s) disconnected_ = false;  // (calls of the ended session failed as disconnected)
   return s;
 }
@@ -414,7 +442,8 @@ Result<T> AgentClient::call_cancellable(std::stop_token stop, F&& f) {
   return r;
 }
 
-AgentClient::AgentClient(IoThread& io, std::unique_ptr<Conn> conn) : io_(io), conn_(std::move(conn)) {}
+AgentClient::AgentClient(IoThread& io, std::unique_ptr<Conn> conn)
+    : io_(io), conn_(std::move(conn)) {}
 
 bool AgentClient::answered() const { return conn_->answered; }
 
@@ -429,8 +458,9 @@ AgentClient::~AgentClient() {
   }
 }
 
-Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const std::string& socket_path,
-                                                           int64_t peer_uid, milliseconds deadline) {
+Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io,
+                                                          const std::string& socket_path,
+                                                          int64_t peer_uid, milliseconds deadline) {
   if (socket_path.size() >= 108)
     return make_error(ErrorCode::invalid_argument, "agent socket path too long: " + socket_path);
   auto until = steady_clock::now() + deadline;
@@ -464,7 +494,8 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const st
       io.run([&]() { conn.reset(); });
     }
     if (steady_clock::now() >= until)
-      return make_error(ErrorCode::timeout, "cannot connect to agent socket " + socket_path + ": " + err);
+      return make_error(ErrorCode::timeout,
+                        "cannot connect to agent socket " + socket_path + ": " + err);
     std::this_thread::sleep_for(microseconds(500));
   }
 }
@@ -472,17 +503,19 @@ Result<std::unique_ptr<AgentClient>> AgentClient::connect(IoThread& io, const st
 Result<Health> AgentClient::health(milliseconds timeout) {
   return call<Health>([&]() -> kj::Promise<Result<Health>> {
     kj::Promise<Health> p = nullptr;
-    KJ_IF_MAYBE(first, conn_->first_health) {
+    KJ_IF_MAYBE (first, conn_->first_health) {
       p = first->addBranch();
     } else {
       p = conn_->agent.healthRequest().send().then([](auto r) {
-        return Health{r.getVersion().cStr(), r.getProtocolVersion(), r.getUptimeMs(), r.getBootId().cStr()};
+        return Health{r.getVersion().cStr(), r.getProtocolVersion(), r.getUptimeMs(),
+                      r.getBootId().cStr()};
       });
     }
     return with_deadline<Health>(io_, p.then([this](Health h) {
       conn_->first_health = nullptr;  // answered: later calls ask afresh
       return Result<Health>(h);
-    }), timeout, "health");
+    }),
+                                 timeout, "health");
   });
 }
 
@@ -490,9 +523,9 @@ Result<ExecResult> AgentClient::exec(const ExecRequest& request, std::stop_token
   return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.execRequest();
     fill_request(req.initRequest(), request);
-    return host_deadline(
-        io_, request.timeout_ms,
-        req.send().then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); }));
+    return host_deadline(io_, request.timeout_ms, req.send().then([](auto r) {
+      return Result<ExecResult>(read_result(r.getResult()));
+    }));
   });
 }
 
@@ -503,10 +536,11 @@ Result<ExecResult> AgentClient::exec_stream(const ExecRequest& request, OutputCa
     fill_request(req.initRequest(), request);
     auto [sink, guard] = revocable_sink(std::move(on_output));
     req.setSink(kj::mv(sink));
-    return host_deadline(io_, request.timeout_ms,
-                         req.send()
-                             .then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); })
-                             .attach(kj::mv(guard)));
+    return host_deadline(
+        io_, request.timeout_ms,
+        req.send()
+            .then([](auto r) { return Result<ExecResult>(read_result(r.getResult())); })
+            .attach(kj::mv(guard)));
   });
 }
 
@@ -517,7 +551,8 @@ Result<uint32_t> AgentClient::start_process(const ExecRequest& request) {
     return with_deadline<uint32_t>(io_, req.send().then([](auto r) -> Result<uint32_t> {
       if (r.getError().size() > 0) return make_error(ErrorCode::guest_error, r.getError().cStr());
       return r.getPid();
-    }), kCallTimeout, "startProcess");
+    }),
+                                   kCallTimeout, "startProcess");
   });
 }
 
@@ -540,7 +575,8 @@ Status AgentClient::kill_process(uint32_t pid, int signal) {
     return with_deadline<Ok>(io_, req.send().then([](auto r) -> Result<Ok> {
       if (r.getError().size() > 0) return make_error(ErrorCode::not_found, r.getError().cStr());
       return Ok{};
-    }), kCallTimeout, "killProcess");
+    }),
+                             kCallTimeout, "killProcess");
   });
 }
 
@@ -551,13 +587,16 @@ Status AgentClient::write_stdin(uint32_t pid, std::string_view data, bool close)
     req.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(data.data()), data.size()));
     req.setClose(close);
     return with_deadline<Ok>(io_, req.send().then([](auto r) -> Result<Ok> {
-      if (r.getError().size() > 0) return make_error(ErrorCode::invalid_argument, r.getError().cStr());
+      if (r.getError().size() > 0)
+        return make_error(ErrorCode::invalid_argument, r.getError().cStr());
       return Ok{};
-    }), kCallTimeout, "writeStdin");
+    }),
+                             kCallTimeout, "writeStdin");
   });
 }
 
-Result<ExecResult> AgentClient::stream_process(uint32_t pid, OutputCallback on_output, std::stop_token stop) {
+Result<ExecResult> AgentClient::stream_process(uint32_t pid, OutputCallback on_output,
+                                               std::stop_token stop) {
   return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.streamProcessRequest();
     req.setPid(pid);
@@ -575,28 +614,36 @@ Result<ExecResult> AgentClient::stream_process(uint32_t pid, OutputCallback on_o
 Result<std::vector<ProcessInfo>> AgentClient::list_processes() {
   using V = std::vector<ProcessInfo>;
   return call<V>([&]() -> kj::Promise<Result<V>> {
-    return with_deadline<V>(io_, conn_->agent.listProcessesRequest().send().then([](auto r) -> Result<V> {
-      V out;
-      if (r.getProcesses().size() > kMaxListEntries)
-        return make_error(ErrorCode::guest_error, "the guest listed more than " +
-                                                      std::to_string(kMaxListEntries) +
-                                                      " processes");
-      for (auto p : r.getProcesses())
-        out.push_back({p.getPid(), p.getCommand().cStr(), p.getRunning(), p.getExitCode(),
-                       p.getStartedAtMs(), p.getPty()});
-      return out;
-    }), kCallTimeout, "listProcesses");
+    return with_deadline<V>(
+        io_, conn_->agent.listProcessesRequest().send().then([](auto r) -> Result<V> {
+          V out;
+          if (r.getProcesses().size() > kMaxListEntries)
+            return make_error(
+                ErrorCode::guest_error,
+                "the guest listed more than " + std::to_string(kMaxListEntries) + " processes");
+          for (auto p : r.getProcesses())
+            out.push_back({p.getPid(), p.getCommand().cStr(), p.getRunning(), p.getExitCode(),
+                           p.getStartedAtMs(), p.getPty()});
+          return out;
+        }),
+        kCallTimeout, "listProcesses");
   });
 }
 
 const char* to_string(WatchEvent::Kind kind) {
   switch (kind) {
-    case WatchEvent::Kind::create: return "create";
-    case WatchEvent::Kind::write: return "write";
-    case WatchEvent::Kind::remove: return "remove";
-    case WatchEvent::Kind::rename: return "rename";
-    case WatchEvent::Kind::chmod: return "chmod";
-    case WatchEvent::Kind::overflow: return "overflow";
+    case WatchEvent::Kind::create:
+      return "create";
+    case WatchEvent::Kind::write:
+      return "write";
+    case WatchEvent::Kind::remove:
+      return "remove";
+    case WatchEvent::Kind::rename:
+      return "rename";
+    case WatchEvent::Kind::chmod:
+      return "chmod";
+    case WatchEvent::Kind::overflow:
+      return "overflow";
   }
   return "overflow";
 }
@@ -608,9 +655,11 @@ Status AgentClient::resize_pty(uint32_t pid, uint16_t cols, uint16_t rows) {
     req.setCols(cols);
     req.setRows(rows);
     return with_deadline<Ok>(io_, req.send().then([](auto r) -> Result<Ok> {
-      if (r.getError().size() > 0) return make_error(ErrorCode::invalid_argument, r.getError().cStr());
+      if (r.getError().size() > 0)
+        return make_error(ErrorCode::invalid_argument, r.getError().cStr());
       return Ok{};
-    }), kCallTimeout, "resizePty");
+    }),
+                             kCallTimeout, "resizePty");
   });
 }
 
@@ -620,7 +669,8 @@ Status AgentClient::watch(const std::string& path, bool recursive, std::function
     auto req = conn_->agent.watchRequest();
     req.setPath(path);
     req.setRecursive(recursive);
-    auto st = std::make_shared<WatchSinkState>(WatchSinkState{std::move(on_ready), std::move(on_events)});
+    auto st =
+        std::make_shared<WatchSinkState>(WatchSinkState{std::move(on_ready), std::move(on_events)});
     auto guard = kj::heap(kj::defer([st]() {
       st->on_ready = nullptr;
       st->on_events = nullptr;
@@ -638,8 +688,8 @@ Status AgentClient::watch(const std::string& path, bool recursive, std::function
 namespace {
 constexpr uint32_t kChunk = 4u << 20;
 
-kj::Promise<Result<std::string>> read_rest(w::Agent::Client agent, std::string path, kj::Own<std::string> acc,
-                                           uint64_t max_bytes) {
+kj::Promise<Result<std::string>> read_rest(w::Agent::Client agent, std::string path,
+                                           kj::Own<std::string> acc, uint64_t max_bytes) {
   auto req = agent.readFileRequest();
   req.setPath(path);
   req.setOffset(acc->size());
@@ -648,21 +698,21 @@ kj::Promise<Result<std::string>> read_rest(w::Agent::Client agent, std::string p
                           max_bytes](auto r) mutable -> kj::Promise<Result<std::string>> {
     if (r.hasError()) return Result<std::string>(guest_file_error(r.getError()));
     if (r.getSize() > max_bytes)
-      return Result<std::string>(make_error(ErrorCode::invalid_argument,
-                                            path + " is " + std::to_string(r.getSize()) +
-                                                " bytes, more than the limit of " + std::to_string(max_bytes)));
+      return Result<std::string>(
+          make_error(ErrorCode::invalid_argument, path + " is " + std::to_string(r.getSize()) +
+                                                      " bytes, more than the limit of " +
+                                                      std::to_string(max_bytes)));
     auto d = r.getData();
     // The guest's word is checked, not trusted: a chunk is at most what was asked, and the whole
     // is at most max_bytes however the guest reports the size.
     if (d.size() > kChunk)
-      return Result<std::string>(make_error(ErrorCode::agent_error,
-                                            "readFile answered " + std::to_string(d.size()) +
-                                                " bytes for a read of at most " +
-                                                std::to_string(kChunk)));
-    if (acc->size() + d.size() > max_bytes)
       return Result<std::string>(make_error(
-          ErrorCode::invalid_argument,
-          path + " is more than the limit of " + std::to_string(max_bytes) + " bytes"));
+          ErrorCode::agent_error, "readFile answered " + std::to_string(d.size()) +
+                                      " bytes for a read of at most " + std::to_string(kChunk)));
+    if (acc->size() + d.size() > max_bytes)
+      return Result<std::string>(
+          make_error(ErrorCode::invalid_argument,
+                     path + " is more than the limit of " + std::to_string(max_bytes) + " bytes"));
     acc->append(reinterpret_cast<const char*>(d.begin()), d.size());
     // A regular file ends at its size; a special file (size 0: /proc, devices) at end of file.
     if (d.size() == 0 || (r.getSize() > 0 && acc->size() >= r.getSize()))
@@ -692,15 +742,17 @@ kj::Promise<Result<Ok>> write_rest(w::Agent::Client agent, std::string path, std
 
 Result<std::string> AgentClient::read_file(const std::string& path, uint64_t max_bytes) {
   return call<std::string>([&]() {
-    return with_deadline<std::string>(io_, read_rest(conn_->agent, path, kj::heap<std::string>(), max_bytes),
-                                      kCallTimeout * 4, "readFile");
+    return with_deadline<std::string>(
+        io_, read_rest(conn_->agent, path, kj::heap<std::string>(), max_bytes), kCallTimeout * 4,
+        "readFile");
   });
 }
 
-Status AgentClient::write_file(const std::string& path, std::string_view data, uint32_t mode, bool make_parents) {
+Status AgentClient::write_file(const std::string& path, std::string_view data, uint32_t mode,
+                               bool make_parents) {
   return call<Ok>([&]() {
-    return with_deadline<Ok>(io_, write_rest(conn_->agent, path, data, 0, mode, make_parents), kCallTimeout * 4,
-                             "writeFile");
+    return with_deadline<Ok>(io_, write_rest(conn_->agent, path, data, 0, mode, make_parents),
+                             kCallTimeout * 4, "writeFile");
   });
 }
 
@@ -713,12 +765,13 @@ Result<std::vector<FileStat>> AgentClient::list_dir(const std::string& path) {
       if (r.hasError()) return guest_file_error(r.getError());
       V out;
       if (r.getEntries().size() > kMaxListEntries)
-        return make_error(ErrorCode::invalid_argument,
-                          "the folder has more than " + std::to_string(kMaxListEntries) +
-                              " entries: list a smaller one");
+        return make_error(ErrorCode::invalid_argument, "the folder has more than " +
+                                                           std::to_string(kMaxListEntries) +
+                                                           " entries: list a smaller one");
       for (auto e : r.getEntries()) out.push_back(read_stat(e));
       return out;
-    }), kCallTimeout, "listDir");
+    }),
+                            kCallTimeout, "listDir");
   });
 }
 
@@ -729,7 +782,8 @@ Result<FileStat> AgentClient::stat(const std::string& path) {
     return with_deadline<FileStat>(io_, req.send().then([](auto r) -> Result<FileStat> {
       if (r.hasError()) return guest_file_error(r.getError());
       return read_stat(r.getStat());
-    }), kCallTimeout, "stat");
+    }),
+                                   kCallTimeout, "stat");
   });
 }
 
@@ -746,7 +800,8 @@ Status AgentClient::remove(const std::string& path, bool recursive) {
     auto req = conn_->agent.removeRequest();
     req.setPath(path);
     req.setRecursive(recursive);
-    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }), kCallTimeout, "remove");
+    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }),
+                             kCallTimeout, "remove");
   });
 }
 
@@ -755,7 +810,8 @@ Status AgentClient::rename(const std::string& from, const std::string& to) {
     auto req = conn_->agent.renameRequest();
     req.setFrom(from);
     req.setTo(to);
-    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }), kCallTimeout, "rename");
+    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }),
+                             kCallTimeout, "rename");
   });
 }
 
@@ -765,7 +821,8 @@ Status AgentClient::mkdir(const std::string& path, bool parents, uint32_t mode) 
     req.setPath(path);
     req.setParents(parents);
     req.setMode(mode);
-    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }), kCallTimeout, "mkdir");
+    return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }),
+                             kCallTimeout, "mkdir");
   });
 }
 
@@ -773,7 +830,8 @@ Status AgentClient::set_clock(int64_t unix_nanos) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.setClockRequest();
     req.setUnixNanos(unix_nanos);
-    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout, "setClock");
+    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }),
+                             kCallTimeout, "setClock");
   });
 }
 
@@ -781,20 +839,21 @@ Status AgentClient::reseed_rng(std::string_view entropy) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.reseedRngRequest();
     req.setEntropy(kj::arrayPtr(reinterpret_cast<const kj::byte*>(entropy.data()), entropy.size()));
-    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout,
-                             "reseedRng");
+    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }),
+                             kCallTimeout, "reseedRng");
   });
 }
 
-Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname,
-                                  bool network) {
+Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy,
+                                  const std::string& hostname, bool network) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     kj::Vector<kj::Promise<void>> calls;
     auto clock = conn_->agent.setClockRequest();
     clock.setUnixNanos(unix_nanos);
     calls.add(clock.send().ignoreResult());
     auto seed = conn_->agent.reseedRngRequest();
-    seed.setEntropy(kj::arrayPtr(reinterpret_cast<const kj::byte*>(entropy.data()), entropy.size()));
+    seed.setEntropy(
+        kj::arrayPtr(reinterpret_cast<const kj::byte*>(entropy.data()), entropy.size()));
     calls.add(seed.send().ignoreResult());
     if (!hostname.empty()) {
       auto h = conn_->agent.setHostnameRequest();
@@ -806,8 +865,9 @@ Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy, 
     calls.add(net.send().ignoreResult().catch_([](kj::Exception&& e) {
       if (e.getType() != kj::Exception::Type::UNIMPLEMENTED) kj::throwFatalException(kj::mv(e));
     }));
-    return with_deadline<Ok>(io_, kj::joinPromises(calls.releaseAsArray()).then([]() { return Result<Ok>(Ok{}); }),
-                             kCallTimeout, "afterRestore");
+    return with_deadline<Ok>(
+        io_, kj::joinPromises(calls.releaseAsArray()).then([]() { return Result<Ok>(Ok{}); }),
+        kCallTimeout, "afterRestore");
   });
 }
 
@@ -831,8 +891,8 @@ Status AgentClient::set_hostname(const std::string& hostname) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.setHostnameRequest();
     req.setHostname(hostname);
-    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }), kCallTimeout,
-                             "setHostname");
+    return with_deadline<Ok>(io_, req.send().then([](auto) { return Result<Ok>(Ok{}); }),
+                             kCallTimeout, "setHostname");
   });
 }
 

@@ -118,7 +118,8 @@ class AgentClient {
   Status kill_process(uint32_t pid, int signal = 0);
   // Writes to a background process started with keep_stdin_open (then closes it when `close`).
   Status write_stdin(uint32_t pid, std::string_view data, bool close = false);
-  Result<ExecResult> stream_process(uint32_t pid, OutputCallback on_output, std::stop_token stop = {});
+  Result<ExecResult> stream_process(uint32_t pid, OutputCallback on_output,
+                                    std::stop_token stop = {});
   Result<std::vector<ProcessInfo>> list_processes();
   // The terminal size of a background process started with `pty` (SIGWINCH to its group).
   Status resize_pty(uint32_t pid, uint16_t cols, uint16_t rows);

@@ -70,16 +70,21 @@ Result<JailPolicy> JailPolicy::parse(const std::string& text) {
     auto words = split_ws(body);
     if (words.empty()) continue;
     auto err = [&](const std::string& what) {
-      return make_error(ErrorCode::invalid_argument, "jail policy line " + std::to_string(n) + ": " + what);
+      return make_error(ErrorCode::invalid_argument,
+                        "jail policy line " + std::to_string(n) + ": " + what);
     };
     std::string reason = hash == std::string::npos ? "" : line.substr(hash + 1);
-    if (reason.find_first_not_of(" \t") == std::string::npos) return err("allowance without a reason: " + body);
+    if (reason.find_first_not_of(" \t") == std::string::npos)
+      return err("allowance without a reason: " + body);
     const std::string& k = words[0];
     auto need = [&](size_t count) { return words.size() == count + 1; };
     using K = Entry::Kind;
     if (k == "namespace" && need(1)) {
-      static const std::map<std::string, int> ns = {{"mount", CLONE_NEWNS}, {"pid", CLONE_NEWPID}, {"ipc", CLONE_NEWIPC},
-                                                    {"uts", CLONE_NEWUTS}, {"net", CLONE_NEWNET}};
+      static const std::map<std::string, int> ns = {{"mount", CLONE_NEWNS},
+                                                    {"pid", CLONE_NEWPID},
+                                                    {"ipc", CLONE_NEWIPC},
+                                                    {"uts", CLONE_NEWUTS},
+                                                    {"net", CLONE_NEWNET}};
       auto it = ns.find(words[1]);
       if (it == ns.end()) return err("unknown namespace " + words[1]);
       p.clone_flags |= it->second;
@@ -97,7 +102,8 @@ Result<JailPolicy> JailPolicy::parse(const std::string& text) {
     } else if (k == "user" && need(2)) {
       p.uid_base = uint32_t(std::stoul(words[1]));
       p.uid_count = uint32_t(std::stoul(words[2]));
-      if (p.uid_base == 0 || p.uid_count == 0) return err("user range must be unprivileged and non-empty");
+      if (p.uid_base == 0 || p.uid_count == 0)
+        return err("user range must be unprivileged and non-empty");
     } else if (k == "no-new-privs" && need(0)) {
       p.no_new_privs = true;
     } else if (k == "seccomp" && need(1)) {
@@ -112,8 +118,10 @@ Result<JailPolicy> JailPolicy::parse(const std::string& text) {
       return err("unknown or malformed allowance: " + body);
     }
   }
-  if (p.root_tmpfs_size.empty()) return make_error(ErrorCode::invalid_argument, "jail policy: no root-tmpfs");
-  if (p.uid_count == 0) return make_error(ErrorCode::invalid_argument, "jail policy: no user range");
+  if (p.root_tmpfs_size.empty())
+    return make_error(ErrorCode::invalid_argument, "jail policy: no root-tmpfs");
+  if (p.uid_count == 0)
+    return make_error(ErrorCode::invalid_argument, "jail policy: no user range");
   return p;
 }
 
@@ -180,7 +188,8 @@ std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_
     fs::path dir = parent / name;
     fs::create_directory(dir, ec);
     if (ec) {
-      spdlog::warn("cgroup v2: cannot create {}: {} (no resource limits)", dir.string(), ec.message());
+      spdlog::warn("cgroup v2: cannot create {}: {} (no resource limits)", dir.string(),
+                   ec.message());
       return nullptr;
     }
     g->dirs_.push_back(dir);
@@ -188,8 +197,8 @@ std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_
     if (pids_max) write_text(dir / "pids.max", std::to_string(pids_max));
     if (cpu_weight) write_text(dir / "cpu.weight", std::to_string(cpu_weight));
     if (cpu_max_percent)
-      write_text(dir / "cpu.max",
-                 std::to_string(kPeriodUs * cpu_max_percent / 100) + " " + std::to_string(kPeriodUs));
+      write_text(dir / "cpu.max", std::to_string(kPeriodUs * cpu_max_percent / 100) + " " +
+                                      std::to_string(kPeriodUs));
     if (cpu_weight) write_text(dir / "io.weight", "default " + std::to_string(cpu_weight));
     return g;
   }
@@ -200,14 +209,16 @@ std::unique_ptr<Cgroup> Cgroup::create(const std::string& name, uint64_t memory_
     uint64_t value;
   };
   uint64_t shares = uint64_t(cpu_weight) * 1024 / 100;
-  for (V1 c : {V1{"memory", "memory.limit_in_bytes", memory_bytes}, V1{"pids", "pids.max", pids_max},
-               V1{"cpu", "cpu.shares", std::max<uint64_t>(shares, cpu_max_percent ? 1024 : 0)}}) {
+  for (V1 c :
+       {V1{"memory", "memory.limit_in_bytes", memory_bytes}, V1{"pids", "pids.max", pids_max},
+        V1{"cpu", "cpu.shares", std::max<uint64_t>(shares, cpu_max_percent ? 1024 : 0)}}) {
     fs::path root = fs::path("/sys/fs/cgroup") / c.controller;
     if (!fs::exists(root / "cgroup.procs") || c.value == 0) continue;
     fs::path dir = root / own_v1_path(c.controller).substr(1) / "pandastack" / name;
     fs::create_directories(dir, ec);
     if (ec || !write_text(dir / c.file, std::to_string(c.value))) {
-      spdlog::warn("cgroup v1 {}: cannot set up {}: {}", c.controller, dir.string(), ec ? ec.message() : "write failed");
+      spdlog::warn("cgroup v1 {}: cannot set up {}: {}", c.controller, dir.string(),
+                   ec ? ec.message() : "write failed");
       fs::remove(dir, ec);
       continue;
     }
@@ -319,11 +330,12 @@ std::vector<std::string> subid_overlaps(const std::string& text, uint32_t base, 
 // ---------------------------------------------------------------------------------------------
 // Launch
 
-Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy, const std::vector<fs::path>& images,
-                                                       const fs::path& run, const fs::path& disk, uint32_t uid,
-                                                       std::vector<std::string> argv,
-                                                       int log_fd, bool die_with_parent,
-                                                       std::vector<int> inherit_fds) {
+Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy,
+                                                        const std::vector<fs::path>& images,
+                                                        const fs::path& run, const fs::path& disk,
+                                                        uint32_t uid, std::vector<std::string> argv,
+                                                        int log_fd, bool die_with_parent,
+                                                        std::vector<int> inherit_fds) {
   auto l = std::unique_ptr<JailLaunch>(new JailLaunch());
   l->inherit_fds_ = std::move(inherit_fds);
   l->die_with_parent_ = die_with_parent;
@@ -336,7 +348,9 @@ Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy
   l->log_fd_ = log_fd;
   std::error_code ec;
   fs::create_directories(l->root_, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot create jail root " + l->root_ + ": " + ec.message());
+  if (ec)
+    return make_error(ErrorCode::io_error,
+                      "cannot create jail root " + l->root_ + ": " + ec.message());
 
   // Paths are stored in a list that never reallocates its strings' buffers once built.
   std::vector<std::tuple<JailLaunch::Step::Op, std::string, std::string, bool>> plan;
@@ -361,26 +375,40 @@ Result<std::unique_ptr<JailLaunch>> JailLaunch::prepare(const JailPolicy& policy
       plan.push_back({Step::touch, l->root_ + inside, "", optional});
     }
     plan.push_back({Step::bind, src, l->root_ + inside, optional});
-    if (is_dev) plan.push_back({Step::remount_dev, l->root_ + inside, "", optional});
-    else if (ro) plan.push_back({Step::remount_ro, l->root_ + inside, "", optional});
+    if (is_dev)
+      plan.push_back({Step::remount_dev, l->root_ + inside, "", optional});
+    else if (ro)
+      plan.push_back({Step::remount_ro, l->root_ + inside, "", optional});
   };
   using K = JailPolicy::Entry::Kind;
   for (auto& e : policy.entries) {
     std::vector<std::string> srcs;
-    if (e.path == "$IMAGES") for (auto& i : images) srcs.push_back(fs::absolute(i).string());
-    else if (e.path == "$RUN") srcs.push_back(fs::absolute(run).string());
+    if (e.path == "$IMAGES")
+      for (auto& i : images) srcs.push_back(fs::absolute(i).string());
+    else if (e.path == "$RUN")
+      srcs.push_back(fs::absolute(run).string());
     else if (e.path == "$DISK") {
       if (!disk.empty() && fs::absolute(disk) != fs::absolute(run))
         srcs.push_back(fs::absolute(disk).string());
-    }
-    else srcs.push_back(e.path);
+    } else
+      srcs.push_back(e.path);
     for (auto& src : srcs) {
       switch (e.kind) {
-        case K::bind_ro: bind(src, true, false, false); break;
-        case K::bind_rw: bind(src, false, false, false); break;
-        case K::dev: bind(src, false, true, false); break;
-        case K::dev_optional: bind(src, false, true, true); break;
-        case K::symlink: plan.push_back({Step::symlink, e.target, l->root_ + src, false}); break;
+        case K::bind_ro:
+          bind(src, true, false, false);
+          break;
+        case K::bind_rw:
+          bind(src, false, false, false);
+          break;
+        case K::dev:
+          bind(src, false, true, false);
+          break;
+        case K::dev_optional:
+          bind(src, false, true, true);
+          break;
+        case K::symlink:
+          plan.push_back({Step::symlink, e.target, l->root_ + src, false});
+          break;
         case K::proc:
           mkdirs("/proc");
           plan.push_back({Step::proc, l->root_ + "/proc", "", false});
@@ -427,24 +455,36 @@ void JailLaunch::child(int err_fd) {
   // The copies of the sandboxes' network namespace mounts would keep those namespaces alive for
   // as long as this QEMU runs: drop them (absent when no sandbox network exists).
   ::umount2("/run/netns", MNT_DETACH);
-  if (::mount("tmpfs", root_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts_.c_str()) != 0) die(-2);
+  if (::mount("tmpfs", root_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts_.c_str()) != 0)
+    die(-2);
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
     int r = 0;
     switch (s.op) {
-      case Step::mkdir: r = (::mkdir(s.a, 0755) == 0 || errno == EEXIST) ? 0 : -1; break;
+      case Step::mkdir:
+        r = (::mkdir(s.a, 0755) == 0 || errno == EEXIST) ? 0 : -1;
+        break;
       case Step::touch: {
         int fd = ::open(s.a, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
         r = fd < 0 ? -1 : ::close(fd);
         break;
       }
-      case Step::bind: r = ::mount(s.a, s.b, nullptr, MS_BIND | MS_REC, nullptr); break;
-      case Step::remount_ro:
-        r = ::mount(nullptr, s.a, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
+      case Step::bind:
+        r = ::mount(s.a, s.b, nullptr, MS_BIND | MS_REC, nullptr);
         break;
-      case Step::remount_dev: r = ::mount(nullptr, s.a, nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, nullptr); break;
-      case Step::symlink: r = ::symlink(s.a, s.b); break;
-      case Step::proc: r = ::mount("proc", s.a, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr); break;
+      case Step::remount_ro:
+        r = ::mount(nullptr, s.a, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                    nullptr);
+        break;
+      case Step::remount_dev:
+        r = ::mount(nullptr, s.a, nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, nullptr);
+        break;
+      case Step::symlink:
+        r = ::symlink(s.a, s.b);
+        break;
+      case Step::proc:
+        r = ::mount("proc", s.a, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+        break;
     }
     if (r != 0 && !s.optional) die(int(i));
   }
@@ -456,11 +496,13 @@ void JailLaunch::child(int err_fd) {
   // Raw system calls, not glibc's wrappers: those broadcast the change to every thread glibc knows
   // of (__nptl_setxid), and this child of a raw clone3 has only the memory of the parent's threads:
   // it waited forever on one that was starting or exiting at the clone (seen as a hung spawn).
-  if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, uid_, uid_, uid_) != 0 ||
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+      ::syscall(SYS_setresgid, uid_, uid_, uid_) != 0 ||
       ::syscall(SYS_setresuid, uid_, uid_, uid_) != 0)
     die(-4);
   if (no_new_privs_ && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(-5);
-  if (die_with_parent_) ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the uid change, which clears it
+  if (die_with_parent_)
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the uid change, which clears it
   int devnull = ::open("/dev/null", O_RDONLY);
   if (devnull < 0) die(-6);
   ::dup2(devnull, 0);
@@ -481,7 +523,8 @@ void JailLaunch::child(int err_fd) {
 Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice,
                                 const std::function<void(pid_t)>& before_exec) {
   int err_pipe[2], go_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return make_error(ErrorCode::spawn_failed, strerror(errno));
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0)
+    return make_error(ErrorCode::spawn_failed, strerror(errno));
   if (::pipe2(go_pipe, O_CLOEXEC) != 0) {
     ::close(err_pipe[0]);
     ::close(err_pipe[1]);
@@ -496,7 +539,9 @@ Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice,
     char go;
     ::close(go_pipe[1]);
     ssize_t n;
-    do { n = ::read(go_pipe[0], &go, 1); } while (n < 0 && errno == EINTR);
+    do {
+      n = ::read(go_pipe[0], &go, 1);
+    } while (n < 0 && errno == EINTR);
     if (n != 1) ::_exit(125);
     child(err_pipe[1]);
   }
@@ -506,7 +551,8 @@ Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice,
   if (pid < 0) {
     ::close(err_pipe[0]);
     ::close(go_pipe[1]);
-    return make_error(ErrorCode::spawn_failed, std::string("clone3 (namespaces need root): ") + strerror(clone_errno));
+    return make_error(ErrorCode::spawn_failed,
+                      std::string("clone3 (namespaces need root): ") + strerror(clone_errno));
   }
   Status placed = cgroup ? cgroup->add(pid_t(pid)) : Status(Ok{});
   // Its priority before it runs: every thread QEMU makes inherits it.
@@ -519,7 +565,9 @@ Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice,
   ::close(go_pipe[1]);
   ChildError e{};
   ssize_t n;
-  do { n = ::read(err_pipe[0], &e, sizeof e); } while (n < 0 && errno == EINTR);
+  do {
+    n = ::read(err_pipe[0], &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
   ::close(err_pipe[0]);
   if (!placed || n == ssize_t(sizeof e)) {
     ::kill(pid_t(pid), SIGKILL);
@@ -528,19 +576,36 @@ Result<pid_t> JailLaunch::start(Cgroup* cgroup, int nice,
     if (!placed) return placed.error();
     std::string where;
     switch (e.step) {
-      case -1: where = "making / private"; break;
-      case -2: where = "mounting the root tmpfs at " + root_; break;
-      case -3: where = "chroot"; break;
-      case -4: where = "dropping to uid " + std::to_string(uid_); break;
-      case -5: where = "no-new-privs"; break;
-      case -6: where = "opening /dev/null"; break;
-      case -7: where = "executing " + argv_[0]; break;
-      case -8: where = "closing inherited descriptors (close_range, Linux 5.11+)"; break;
+      case -1:
+        where = "making / private";
+        break;
+      case -2:
+        where = "mounting the root tmpfs at " + root_;
+        break;
+      case -3:
+        where = "chroot";
+        break;
+      case -4:
+        where = "dropping to uid " + std::to_string(uid_);
+        break;
+      case -5:
+        where = "no-new-privs";
+        break;
+      case -6:
+        where = "opening /dev/null";
+        break;
+      case -7:
+        where = "executing " + argv_[0];
+        break;
+      case -8:
+        where = "closing inherited descriptors (close_range, Linux 5.11+)";
+        break;
       default:
-        where = "step " + std::to_string(e.step) + " (" + std::string(steps_[size_t(e.step)].a) + " " +
-                steps_[size_t(e.step)].b + ")";
+        where = "step " + std::to_string(e.step) + " (" + std::string(steps_[size_t(e.step)].a) +
+                " " + steps_[size_t(e.step)].b + ")";
     }
-    return make_error(ErrorCode::spawn_failed, "jail set-up failed at " + where + ": " + strerror(e.err));
+    return make_error(ErrorCode::spawn_failed,
+                      "jail set-up failed at " + where + ": " + strerror(e.err));
   }
   return pid_t(pid);
 }

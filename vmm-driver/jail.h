@@ -24,12 +24,12 @@ struct JailPolicy {
     std::string path;    // inside the jail ($IMAGES / $RUN not yet expanded)
     std::string target;  // symlink target
   };
-  int clone_flags = 0;             // CLONE_NEW* from `namespace` lines
-  std::string root_tmpfs_size;     // "4m"
+  int clone_flags = 0;          // CLONE_NEW* from `namespace` lines
+  std::string root_tmpfs_size;  // "4m"
   std::vector<Entry> entries;
   uint32_t uid_base = 0, uid_count = 0;
   bool no_new_privs = false;
-  std::string seccomp;             // QEMU -sandbox argument
+  std::string seccomp;  // QEMU -sandbox argument
   uint64_t memory_overhead_bytes = 0;
   uint32_t pids_max = 0;
 
@@ -54,7 +54,8 @@ class JailUids {
 // The ranges of /etc/subuid or /etc/subgid (user namespaces' uid maps) that overlap
 // [base, base + count): "user:start:count" lines. A host user whose subordinate ids cover jail
 // uids could signal or read QEMUs; the daemon refuses to start on an overlap.
-std::vector<std::string> subid_overlaps(const std::string& file_text, uint32_t base, uint32_t count);
+std::vector<std::string> subid_overlaps(const std::string& file_text, uint32_t base,
+                                        uint32_t count);
 
 // Resource limits for one VM's QEMU: a cgroup (v2 when mounted, else v1 memory + pids), removed
 // with this object. Empty (no limits) when the host offers no writable cgroup hierarchy.
@@ -94,12 +95,11 @@ class JailLaunch {
  public:
   // `images`, `run` and `disk` expand $IMAGES / $RUN / $DISK (more than one images folder may be
   // bound read-only; `disk` empty or the run folder itself: $DISK binds nothing).
-  static Result<std::unique_ptr<JailLaunch>> prepare(const JailPolicy& policy, const std::vector<std::filesystem::path>& images,
-                                                    const std::filesystem::path& run,
-                                                    const std::filesystem::path& disk, uint32_t uid,
-                                                    std::vector<std::string> argv, int log_fd,
-                                                    bool die_with_parent,
-                                                    std::vector<int> inherit_fds = {});
+  static Result<std::unique_ptr<JailLaunch>> prepare(
+      const JailPolicy& policy, const std::vector<std::filesystem::path>& images,
+      const std::filesystem::path& run, const std::filesystem::path& disk, uint32_t uid,
+      std::vector<std::string> argv, int log_fd, bool die_with_parent,
+      std::vector<int> inherit_fds = {});
   // Starts the jailed QEMU; returns its pid (in our pid namespace) once it has exec'd, or the
   // step of the jail set-up that failed. With `die_with_parent` the child gets SIGKILL when the
   // calling *thread* exits: call it from a thread that lives as long as the process.

@@ -57,7 +57,8 @@ void VmPool::refill() {
       do {
         suffix = "-" + std::to_string(seq_++);
       } while (std::filesystem::exists(base_.run_dir.string() + suffix, ec) ||
-               (!base_.disk_dir.empty() && std::filesystem::exists(base_.disk_dir.string() + suffix, ec)));
+               (!base_.disk_dir.empty() &&
+                std::filesystem::exists(base_.disk_dir.string() + suffix, ec)));
       c.run_dir = base_.run_dir.string() + suffix;
       if (!base_.disk_dir.empty()) c.disk_dir = base_.disk_dir.string() + suffix;
       c.name = c.run_dir.filename().string();

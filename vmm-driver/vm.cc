@@ -401,8 +401,8 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     // Named after the run folder and a hash of its full path: folder names repeat across daemons
     // on one host (pool-base-0, spare-base-0), and two VMs must never share a group.
     cgroup_ = Cgroup::create(cgroup_name(c.run_dir),
-        uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes, policy.pids_max,
-        c.cpu_weight, c.cpu_max_percent);
+                             uint64_t(c.memory_mib) * 1024 * 1024 + policy.memory_overhead_bytes,
+                             policy.pids_max, c.cpu_weight, c.cpu_max_percent);
     // Spawn from the driver's long-lived IoThread: the parent-death signal follows the thread that
     // created the child, and callers' threads (pool refills, request workers) come and go.
     auto pid = io_.run([&] { return (*launch)->start(cgroup_.get(), c.nice, record); });

@@ -67,8 +67,8 @@ struct Options {
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
   std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
   std::string url = "http://127.0.0.1:7070", key, via;  // api and cluster modes
-  std::string create_body = "{}";                  // api mode: the body of every create
-  std::string upstream;                            // api net-throughput: the URL guests fetch
+  std::string create_body = "{}";                       // api mode: the body of every create
+  std::string upstream;                                 // api net-throughput: the URL guests fetch
   int pause_ms = 1000;  // api create/fork/wake: untimed pause between requests (pools refill)
   int sandboxes = 5;    // recovery: running sandboxes at the crash; api soak: sandboxes used
   int clients = 16;     // api soak: client threads
