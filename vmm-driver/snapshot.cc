@@ -10,36 +10,31 @@ namespace pandastack::vmm {
 namespace fs = std::filesystem;
 using wire::Json;
 
-Result<Snapshot> Snapshot::load(const fs::path& dir) {
-  std::ifstream in(dir / "meta.json");
-  if (!in) return make_error(ErrorCode::not_found, "no snapshot at " + dir.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = Json::parse(ss.str());
-  if (!j || !j->is_object())
+Result<Snapshot> Snapshot::from_json(const Json& j, const fs::path& dir) {
+  if (!j.is_object())
     return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
   Snapshot s;
   s.dir = dir;
-  s.format = int((*j)["format"].as_int());
+  s.format = int(j["format"].as_int());
   if (s.format != kSnapshotFormat)
     return make_error(ErrorCode::invalid_argument,
                       "snapshot format " + std::to_string(s.format) + " in " + dir.string() +
                           ", this driver reads format " + std::to_string(kSnapshotFormat));
-  s.qemu_version = (*j)["qemu_version"].as_string();
-  s.accel = (*j)["accel"].as_string() == "kvm" ? Accel::kvm : Accel::tcg;
-  s.memory_mib = unsigned((*j)["memory_mib"].as_int());
-  s.vcpus = unsigned((*j)["vcpus"].as_int());
-  s.kernel = (*j)["kernel"].as_string();
-  s.initramfs = (*j)["initramfs"].as_string();
-  s.origin = (*j)["origin"].as_string();
-  s.created_unix_ms = (*j)["created_unix_ms"].as_int();
-  if ((*j)["disk_dir"].is_string()) s.disk_dir = (*j)["disk_dir"].as_string();
-  for (auto& l : (*j)["layers"].as_array()) s.layers.push_back(l.as_string());
-  if ((*j)["volume_slots"].is_array())
-    for (auto& v : (*j)["volume_slots"].as_array()) s.volume_slots.push_back(uint32_t(v.as_int()));
-  if ((*j)["volume_copies"].is_array())
-    for (auto& v : (*j)["volume_copies"].as_array())
-      s.volume_copies.push_back(uint32_t(v.as_int()));
+  s.qemu_version = j["qemu_version"].as_string();
+  s.accel = j["accel"].as_string() == "kvm" ? Accel::kvm : Accel::tcg;
+  s.memory_mib = unsigned(j["memory_mib"].as_int());
+  s.vcpus = unsigned(j["vcpus"].as_int());
+  s.kernel = j["kernel"].as_string();
+  s.initramfs = j["initramfs"].as_string();
+  s.origin = j["origin"].as_string();
+  s.created_unix_ms = j["created_unix_ms"].as_int();
+  if (j["disk_dir"].is_string()) s.disk_dir = j["disk_dir"].as_string();
+  if (j["layers"].is_array())
+    for (auto& l : j["layers"].as_array()) s.layers.push_back(l.as_string());
+  if (j["volume_slots"].is_array())
+    for (auto& v : j["volume_slots"].as_array()) s.volume_slots.push_back(uint32_t(v.as_int()));
+  if (j["volume_copies"].is_array())
+    for (auto& v : j["volume_copies"].as_array()) s.volume_copies.push_back(uint32_t(v.as_int()));
   if (s.layers.empty())
     return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
   // A layer is a file of the disk folder, named by the driver: never a path elsewhere.
@@ -48,17 +43,29 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
         l.find('\0') != std::string::npos)
       return make_error(ErrorCode::invalid_argument,
                         "snapshot layer name is not a file name in " + dir.string());
-  for (auto& f : {s.mem(), s.state(), s.disk()})
-    if (!fs::exists(f))
-      return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
-  for (auto& l : s.layers)
-    if (!fs::exists(s.layer(l)))
-      return make_error(ErrorCode::invalid_argument,
-                        "snapshot layer missing: " + s.layer(l).string());
   return s;
 }
 
-Status Snapshot::write_meta() const {
+Result<Snapshot> Snapshot::load(const fs::path& dir) {
+  std::ifstream in(dir / "meta.json");
+  if (!in) return make_error(ErrorCode::not_found, "no snapshot at " + dir.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = Json::parse(ss.str());
+  if (!j) return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
+  auto s = from_json(*j, dir);
+  if (!s) return s;
+  for (auto& f : {s->mem(), s->state(), s->disk()})
+    if (!fs::exists(f))
+      return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
+  for (auto& l : s->layers)
+    if (!fs::exists(s->layer(l)))
+      return make_error(ErrorCode::invalid_argument,
+                        "snapshot layer missing: " + s->layer(l).string());
+  return s;
+}
+
+Json Snapshot::to_json() const {
   Json j = Json::object();
   j.set("format", format);
   j.set("qemu_version", qemu_version);
@@ -78,6 +85,11 @@ Status Snapshot::write_meta() const {
   j.set("volume_slots", slots);
   j.set("volume_copies", copies);
   if (!disk_dir.empty() && disk_dir != dir) j.set("disk_dir", disk_dir.string());
+  return j;
+}
+
+Status Snapshot::write_meta() const {
+  Json j = to_json();
   auto tmp = dir / "meta.json.tmp";
   {
     std::ofstream out(tmp);

@@ -25,6 +25,7 @@
 
 #include "vmm-driver/error.h"
 #include "vmm-driver/vm.h"
+#include "wire/json.h"
 
 namespace pandastack::vmm {
 
@@ -60,6 +61,10 @@ struct Snapshot {
   // Reads DIR/meta.json; rejects another format version and missing files.
   static Result<Snapshot> load(const std::filesystem::path& dir);
   Status write_meta() const;
+  // meta.json's content, and a snapshot at `dir` described by it (its files not checked: a
+  // snapshot received from another host before its files are written).
+  wire::Json to_json() const;
+  static Result<Snapshot> from_json(const wire::Json& j, const std::filesystem::path& dir);
   // Whether a VM configured as `c` under QEMU `qemu_version` can restore this snapshot.
   Status check_compatible(const VmConfig& c, const std::string& qemu_version) const;
 };

@@ -1,0 +1,263 @@
+#include "vmm-driver/snapshot_transfer.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "vmm-driver/qcow2.h"
+#include "vmm-driver/vm_internal.h"
+
+namespace pandastack::vmm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Error io(const std::string& what) {
+  return make_error(ErrorCode::io_error, what + ": " + std::strerror(errno));
+}
+
+bool is_hash(const std::string& h) {
+  if (h.size() != 64) return false;
+  for (char c : h)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// Layer hashes by file identity: layers are never written once they are layers.
+using FileKey = std::tuple<dev_t, ino_t, off_t, int64_t>;
+std::mutex hashes_mu;
+std::map<FileKey, std::string> hashes;
+constexpr size_t kMaxCachedHashes = 4096;
+
+Result<std::string> layer_hash(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return io("cannot stat " + p.string());
+  FileKey key{st.st_dev, st.st_ino, st.st_size,
+              int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  {
+    std::lock_guard l(hashes_mu);
+    if (auto it = hashes.find(key); it != hashes.end()) return it->second;
+  }
+  auto h = sha256_file(p);
+  if (!h) return h;
+  std::lock_guard l(hashes_mu);
+  if (hashes.size() >= kMaxCachedHashes) hashes.clear();
+  hashes[key] = *h;
+  return h;
+}
+
+}  // namespace
+
+Result<std::string> sha256_file(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io("cannot open " + path.string());
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  ssize_t n;
+  while ((n = ::read(fd, buf.data(), buf.size())) > 0) EVP_DigestUpdate(ctx, buf.data(), size_t(n));
+  int err = errno;
+  ::close(fd);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  if (n < 0) {
+    errno = err;
+    return io("cannot read " + path.string());
+  }
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out += digits[md[i] >> 4];
+    out += digits[md[i] & 15];
+  }
+  return out;
+}
+
+Result<SnapshotOffer> offer_of(const Snapshot& snap) {
+  if (!snap.volume_slots.empty() || !snap.volume_copies.empty())
+    return make_error(ErrorCode::invalid_argument,
+                      "the snapshot has volumes, which do not move between hosts");
+  SnapshotOffer o;
+  Snapshot bare = snap;
+  bare.disk_dir.clear();
+  o.meta = bare.to_json();
+  auto size_of = [](const fs::path& p) -> Result<uint64_t> {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return io("cannot stat " + p.string());
+    return uint64_t(st.st_size);
+  };
+  for (const char* name : {"mem", "state"}) {
+    auto s = size_of(snap.dir / name);
+    if (!s) return s.error();
+    o.files.push_back({name, *s, ""});
+  }
+  for (auto& l : snap.layers) {
+    auto s = size_of(snap.layer(l));
+    if (!s) return s.error();
+    auto h = layer_hash(snap.layer(l));
+    if (!h) return h.error();
+    o.files.push_back({l, *s, *h});
+  }
+  return o;
+}
+
+fs::path file_of(const Snapshot& snap, const TransferFile& f) {
+  if (f.name == "mem" || f.name == "state") return snap.dir / f.name;
+  return snap.layer(f.name);
+}
+
+Result<std::vector<Extent>> data_extents(int fd, uint64_t size) {
+  std::vector<Extent> out;
+  off_t at = 0;
+  while (uint64_t(at) < size) {
+    off_t data = ::lseek(fd, at, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // only a hole is left
+      if (errno == EINVAL && at == 0) return std::vector<Extent>{{0, size}};  // no hole support
+      return io("SEEK_DATA");
+    }
+    off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) return io("SEEK_HOLE");
+    if (uint64_t(hole) > size) hole = off_t(size);
+    if (hole > data) out.push_back({uint64_t(data), uint64_t(hole - data)});
+    at = hole;
+  }
+  return out;
+}
+
+Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotOffer& offer,
+                                                                 fs::path dir, fs::path disk_dir,
+                                                                 fs::path layer_cache,
+                                                                 unsigned memory_mib,
+                                                                 const ReceiveLimits& limits) {
+  auto snap = Snapshot::from_json(offer.meta, dir);
+  if (!snap) return snap.error();
+  auto bad = [](const std::string& why) {
+    return make_error(ErrorCode::invalid_argument, "snapshot offer refused: " + why);
+  };
+  if (!snap->volume_slots.empty() || !snap->volume_copies.empty())
+    return bad("it holds volumes");
+  if (snap->layers.size() > limits.max_layers) return bad("too many disk layers");
+  if (offer.files.size() != 2 + snap->layers.size() || offer.files[0].name != "mem" ||
+      offer.files[1].name != "state")
+    return bad("the files are not the snapshot's (mem, state, its layers)");
+  if (snap->memory_mib != memory_mib)
+    return bad("its guest has " + std::to_string(snap->memory_mib) + " MiB, this host's " +
+               std::to_string(memory_mib) + " MiB");
+  if (offer.files[0].size > (uint64_t(memory_mib) << 20) + (64ull << 20))
+    return bad("a RAM file larger than this host's guests");
+  if (offer.files[1].size > limits.max_state_bytes) return bad("a device state too large");
+  for (size_t i = 0; i < snap->layers.size(); ++i) {
+    auto& f = offer.files[2 + i];
+    if (f.name != snap->layers[i]) return bad("layer " + f.name + " is not the snapshot's");
+    if (!is_hash(f.sha256)) return bad("layer " + f.name + " has no SHA-256");
+    if (f.size > limits.max_layer_bytes) return bad("layer " + f.name + " too large");
+  }
+  snap->disk_dir = disk_dir == dir ? fs::path() : disk_dir;
+  std::unique_ptr<SnapshotReceiver> r(new SnapshotReceiver());
+  r->files_ = offer.files;
+  r->cache_ = layer_cache;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!ec) fs::create_directories(snap->disks(), ec);
+  if (!ec) fs::create_directories(layer_cache, ec);
+  if (ec)
+    return make_error(ErrorCode::io_error, "cannot make " + dir.string() + ": " + ec.message());
+  r->snap_ = *snap;  // (from here on, the destructor removes the folders)
+  // Cached layers nothing else holds any more (one link: the cache's) go: the cache keeps the
+  // layers of snapshots and sandboxes that exist, not every layer ever received.
+  for (auto& e : fs::directory_iterator(layer_cache, ec)) {
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
+      fs::remove(e.path(), ec);
+  }
+  r->fds_.assign(offer.files.size(), -1);
+  for (uint32_t i = 0; i < offer.files.size(); ++i) {
+    auto& f = offer.files[i];
+    auto path = file_of(r->snap_, f);
+    if (!f.sha256.empty() && ::link((layer_cache / f.sha256).c_str(), path.c_str()) == 0) continue;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return io("cannot create " + path.string());
+    r->fds_[i] = fd;
+    if (::ftruncate(fd, off_t(f.size)) != 0) return io("cannot size " + path.string());
+    r->missing_.push_back(i);
+  }
+  return r;
+}
+
+SnapshotReceiver::~SnapshotReceiver() {
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+  if (!committed_ && !snap_.dir.empty()) remove_snapshot(snap_.dir, snap_.disk_dir);
+}
+
+Status SnapshotReceiver::write(uint32_t file, uint64_t offset, const void* data, size_t n) {
+  if (committed_ || file >= fds_.size() || fds_[file] < 0)
+    return make_error(ErrorCode::invalid_argument, "a write to a file not being received");
+  if (offset > files_[file].size || n > files_[file].size - offset)
+    return make_error(ErrorCode::invalid_argument,
+                      "a write past the end of " + files_[file].name);
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fds_[file], p, n, off_t(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return io("cannot write " + files_[file].name);
+    }
+    p += w;
+    n -= size_t(w);
+    offset += uint64_t(w);
+    received_ += uint64_t(w);
+  }
+  return Ok{};
+}
+
+Result<Snapshot> SnapshotReceiver::commit() {
+  for (uint32_t i : missing_) {
+    auto& f = files_[i];
+    auto path = file_of(snap_, f);
+    if (::close(fds_[i]) != 0) {
+      fds_[i] = -1;
+      return io("cannot write " + path.string());
+    }
+    fds_[i] = -1;
+    if (f.sha256.empty()) continue;
+    auto h = sha256_file(path);
+    if (!h) return h.error();
+    if (*h != f.sha256)
+      return make_error(ErrorCode::io_error, "layer " + f.name + " arrived damaged (its SHA-256 " +
+                                                 *h + " is not the " + f.sha256 + " offered)");
+    // Root's and read-only, as the sender's layers are (QEMU's jailed users read it).
+    if (::chmod(path.c_str(), 0644) != 0) return io("cannot chmod " + path.string());
+    (void)::link(path.c_str(), (cache_ / f.sha256).c_str());  // (a concurrent receive has it)
+  }
+  // The oldest layer's backing file is the template's root filesystem: it must exist here.
+  auto base = qcow2::backing_file(snap_.layer(snap_.layers.front()));
+  if (base && !base->empty() && base->front() == '/' && !fs::exists(*base))
+    return make_error(ErrorCode::invalid_argument,
+                      "this host lacks the image the snapshot's disk is based on: " + *base);
+  auto linked = detail::link_or_copy(snap_.layer(snap_.layers.back()), snap_.disk());
+  if (!linked) return linked.error();
+  for (auto& f : {snap_.kernel, snap_.initramfs})
+    if (!f.empty() && !fs::exists(f))
+      return make_error(ErrorCode::invalid_argument,
+                        "this host lacks the guest image the snapshot was booted with: " + f);
+  auto meta = snap_.write_meta();
+  if (!meta) return meta.error();
+  auto loaded = Snapshot::load(snap_.dir);
+  if (!loaded) return loaded;
+  committed_ = true;
+  return loaded;
+}
+
+}  // namespace pandastack::vmm

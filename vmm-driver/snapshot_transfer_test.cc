@@ -1,0 +1,157 @@
+#include "vmm-driver/snapshot_transfer.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace pandastack::vmm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class SnapshotTransferTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("transfer-test-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "src");
+    // A snapshot: a sparse RAM file with data at two places, a device state, two qcow2 layers
+    // (the oldest based on an image by its absolute path, as a template's is).
+    ASSERT_EQ(sh("qemu-img create -q -f raw " + (dir_ / "rootfs.img").string() + " 16M"), 0);
+    ASSERT_EQ(sh("qemu-img create -q -f qcow2 -F raw -b " + (dir_ / "rootfs.img").string() + " " +
+                 (dir_ / "src" / "layer-a.qcow2").string()),
+              0);
+    ASSERT_EQ(sh("cd " + (dir_ / "src").string() +
+                 " && qemu-img create -q -f qcow2 -F qcow2 -b layer-a.qcow2 layer-b.qcow2"),
+              0);
+    int fd = ::open((dir_ / "src" / "mem").c_str(), O_WRONLY | O_CREAT, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 32 << 20), 0);
+    ASSERT_EQ(::pwrite(fd, "hello", 5, 4096), 5);
+    ASSERT_EQ(::pwrite(fd, "world", 5, 20 << 20), 5);
+    ::close(fd);
+    std::ofstream(dir_ / "src" / "state") << "device state";
+    fs::create_hard_link(dir_ / "src" / "layer-b.qcow2", dir_ / "src" / "disk.qcow2");
+    Snapshot s;
+    s.dir = dir_ / "src";
+    s.qemu_version = "test";
+    s.memory_mib = 32;
+    s.vcpus = 1;
+    s.kernel = (dir_ / "rootfs.img").string();
+    s.origin = "snapshot:test";
+    s.layers = {"layer-a.qcow2", "layer-b.qcow2"};
+    ASSERT_TRUE(s.write_meta());
+    src_ = *Snapshot::load(s.dir);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  int sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+
+  // Sends what `r` is missing, as the gateway does: data extents only.
+  void send(const SnapshotOffer& o, SnapshotReceiver& r, uint64_t* sent = nullptr) {
+    for (auto i : r.missing()) {
+      auto path = file_of(src_, o.files[i]);
+      int fd = ::open(path.c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      auto extents = data_extents(fd, o.files[i].size);
+      ASSERT_TRUE(extents);
+      for (auto& e : *extents) {
+        std::string buf(e.length, '\0');
+        ASSERT_EQ(::pread(fd, buf.data(), e.length, off_t(e.offset)), ssize_t(e.length));
+        ASSERT_TRUE(r.write(i, e.offset, buf.data(), buf.size()));
+        if (sent) *sent += e.length;
+      }
+      ::close(fd);
+    }
+  }
+  fs::path dir_;
+  Snapshot src_;
+};
+
+TEST_F(SnapshotTransferTest, ArrivesWholeAndASecondTransferTakesTheLayersFromTheCache) {
+  auto offer = offer_of(src_);
+  ASSERT_TRUE(offer) << offer.error().message;
+  ASSERT_EQ(offer->files.size(), 4u);
+  EXPECT_EQ(offer->files[2].sha256, *sha256_file(src_.layer("layer-a.qcow2")));
+  auto r = SnapshotReceiver::open(*offer, dir_ / "dst", dir_ / "dst-disk", dir_ / "cache", 32);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ((*r)->missing().size(), 4u);
+  uint64_t sent = 0;
+  send(*offer, **r, &sent);
+  EXPECT_LT(sent, 8u << 20);  // the RAM file's holes are not sent
+  auto got = (*r)->commit();
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(read_all(got->mem()), read_all(src_.mem()));
+  EXPECT_EQ(read_all(got->state()), "device state");
+  EXPECT_EQ(got->disk_dir, dir_ / "dst-disk");
+  EXPECT_EQ(read_all(got->disk()), read_all(src_.disk()));
+  EXPECT_EQ(got->memory_mib, 32u);
+
+  // The same snapshot again: only mem and state travel.
+  auto again = SnapshotReceiver::open(*offer, dir_ / "dst2", dir_ / "dst2-disk", dir_ / "cache", 32);
+  ASSERT_TRUE(again);
+  EXPECT_EQ((*again)->missing(), (std::vector<uint32_t>{0, 1}));
+  send(*offer, **again);
+  ASSERT_TRUE((*again)->commit());
+  EXPECT_TRUE(Snapshot::load(dir_ / "dst2"));
+}
+
+TEST_F(SnapshotTransferTest, ADamagedLayerOrAnUnfinishedTransferLeavesNothing) {
+  auto offer = offer_of(src_);
+  ASSERT_TRUE(offer);
+  offer->files[3].sha256 = std::string(64, '0');
+  {
+    auto r = SnapshotReceiver::open(*offer, dir_ / "dst", dir_ / "dst-disk", dir_ / "cache", 32);
+    ASSERT_TRUE(r);
+    send(*offer, **r);
+    auto got = (*r)->commit();
+    ASSERT_FALSE(got);
+    EXPECT_NE(got.error().message.find("damaged"), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "dst"));
+  EXPECT_FALSE(fs::exists(dir_ / "dst-disk"));
+  {
+    auto r = SnapshotReceiver::open(*offer, dir_ / "dst", dir_ / "dst-disk", dir_ / "cache", 32);
+    ASSERT_TRUE(r);
+    EXPECT_FALSE((*r)->write(0, 32 << 20, "x", 1));  // past the end
+    EXPECT_FALSE((*r)->write(9, 0, "x", 1));         // no such file
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "dst"));
+}
+
+TEST_F(SnapshotTransferTest, RefusesOffersBeyondItsBounds) {
+  auto offer = offer_of(src_);
+  ASSERT_TRUE(offer);
+  // A RAM file larger than this host's guests.
+  EXPECT_FALSE(SnapshotReceiver::open(*offer, dir_ / "d1", dir_ / "d1", dir_ / "cache", 16));
+  auto renamed = *offer;
+  renamed.files[2].name = "../evil";
+  EXPECT_FALSE(SnapshotReceiver::open(renamed, dir_ / "d2", dir_ / "d2", dir_ / "cache", 32));
+  auto no_hash = *offer;
+  no_hash.files[3].sha256 = "abc";
+  EXPECT_FALSE(SnapshotReceiver::open(no_hash, dir_ / "d4", dir_ / "d4", dir_ / "cache", 32));
+  // (last: the metadata object is shared by the copies)
+  auto path_layer = *offer;
+  auto meta = path_layer.meta;
+  wire::Json layers = wire::Json::array();
+  layers.push("../../etc/passwd");
+  layers.push("layer-b.qcow2");
+  meta.set("layers", layers);
+  path_layer.meta = meta;
+  path_layer.files[2].name = "../../etc/passwd";
+  EXPECT_FALSE(SnapshotReceiver::open(path_layer, dir_ / "d3", dir_ / "d3", dir_ / "cache", 32));
+  EXPECT_FALSE(fs::exists(dir_ / "d3"));
+}
+
+}  // namespace
+}  // namespace pandastack::vmm
