@@ -248,6 +248,17 @@ storage::Result<bool> Cluster::claim(const std::string& id) {
   return *r;
 }
 
+storage::Result<bool> Cluster::hand_over(const std::string& id, const std::string& to) {
+  auto current = reader_->get(kOwners + id);
+  if (!current) return current.error();
+  if (!*current || (*current)->value != config_.host_id) return false;
+  auto moved = reader_->replace(kOwners + id, to, (*current)->mod_revision);
+  if (!moved) return moved.error();
+  std::lock_guard l(cache_mu_);
+  owners_.erase(id);
+  return *moved;
+}
+
 storage::Result<HostInfo> Cluster::place(const std::string& template_name,
                                          const std::string& pinned) {
   auto hs = hosts();

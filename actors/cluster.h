@@ -78,6 +78,9 @@ class Cluster {
   Owner owner(const std::string& id);
   // Records this host as the owner of `id`: false when another host owns it.
   storage::Result<bool> claim(const std::string& id);
+  // Moves the ownership of `id` from this host to host `to` in one compare-and-swap transaction
+  // (a migration): false when this host does not own it (any more).
+  storage::Result<bool> hand_over(const std::string& id, const std::string& to);
   // The host a create goes to: `pinned` when named (it must be up), else the live host with the
   // most free memory, preferring hosts that have `template_name` baked. Empty on error.
   storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);

@@ -178,6 +178,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.egress = s.egress;
   i.ports = s.ports;
   i.volumes = s.volumes;
+  i.moved_to = s.moved_to;
   return i;
 }
 

@@ -226,6 +226,9 @@ std::string encode_event(const Event& e) {
     case K::file_removed:
       b.setFileRemoved(e.path);
       break;
+    case K::migrated:
+      b.setMigrated(e.host);
+      break;
   }
   return codec::to_bytes(msg);
 }
@@ -366,6 +369,10 @@ std::optional<Event> decode_event(const std::string& bytes) {
             e.kind = K::file_removed;
             e.path = r.getFileRemoved().cStr();
             break;
+          case w::SandboxEvent::MIGRATED:
+            e.kind = K::migrated;
+            e.host = r.getMigrated().cStr();
+            break;
           default:
             return std::nullopt;  // a kind this build does not know
         }
@@ -440,6 +447,9 @@ std::string event_to_json(const Event& e) {
       break;
     case Event::Kind::file_removed:
       j.set("path", e.path);
+      break;
+    case Event::Kind::migrated:
+      j.set("host", e.host);
       break;
     case Event::Kind::exec_started:
       j.set("exec_id", e.exec_id);
@@ -531,6 +541,7 @@ std::string encode_state(const SandboxState& s) {
   for (auto p : s.ports) ports.push(p);
   j.set("ports", ports);
   j.set("volumes", volumes_json(s.volumes));
+  if (!s.moved_to.empty()) j.set("moved_to", s.moved_to);
   return j.dump();
 }
 
@@ -605,6 +616,7 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
       s.volumes.push_back({v["volume"].as_string(), v["mount"].as_string(),
                            v["read_only"].as_bool(), uint32_t(v["slot"].as_int())});
     }
+  if (o["moved_to"].is_string()) s.moved_to = o["moved_to"].as_string();
   return s;
 }
 

@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::file_removed); ++k) {
+  for (int k = 0; k <= int(Event::Kind::migrated); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -40,6 +40,7 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.pid = 4242;
     e.path = "/tmp/f";
     e.bytes = 5000000000ull;
+    e.host = "h2";
     auto bytes = encode_event(e);
     auto back = decode_event(bytes);
     ASSERT_TRUE(back) << to_string(e.kind);
@@ -72,6 +73,9 @@ TEST(EventCodec, EveryKindRoundTrips) {
     }
     if (e.kind == Event::Kind::file_removed) {
       EXPECT_EQ(back->path, "/tmp/f");
+    }
+    if (e.kind == Event::Kind::migrated) {
+      EXPECT_EQ(back->host, "h2");
     }
   }
 }

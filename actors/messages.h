@@ -76,6 +76,7 @@ struct ForkRequest {
   uint32_t count = 1;
 };
 
+
 }  // namespace pandastack::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Answer)
@@ -88,6 +89,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::SandboxInfo)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ListQuery)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ForkRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::ImportRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeSpec)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeCommand)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::VolumeInfo)
@@ -140,6 +142,7 @@ using dblist_atom = caf::atom_constant<caf::atom("dblist")>;
 using dbadopt_atom = caf::atom_constant<caf::atom("dbadopt")>;
 using dbinfo_atom = caf::atom_constant<caf::atom("dbinfo")>;
 using volremove_atom = caf::atom_constant<caf::atom("volremove")>;
+using import_atom = caf::atom_constant<caf::atom("import")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 // Appends `events` to `stream` (expected at `version`) and tells `me` when they are on disk:

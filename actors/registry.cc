@@ -25,6 +25,12 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
                    std::vector<SandboxVolume> volumes = {}) {
   SandboxState s;
   s.id = id.empty() ? new_sandbox_id() : id;
+  // A sandbox that moved to another host and comes back goes on with its stream.
+  if (auto back = self->state.ended.find(s.id);
+      back != self->state.ended.end() && !back->second.moved_to.empty()) {
+    s = back->second;
+    self->state.ended.erase(back);
+  }
   cmd::Create c;
   c.tenant = req.tenant;
   c.template_name = req.template_name;
@@ -108,6 +114,36 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
   auto rp = self->make_response_promise();
   create_from(self, req, parent, snapshot, source, "snapshot:" + snapshot, false,
               [rp](Answer ans) mutable { rp.deliver(ans); });
+  return rp;
+}
+
+// Creates one sandbox per id of `ids` ("" = a new id) with `make(index, id, then)`; all or nothing: when one fails, the others that started are killed.
+template <typename Make>
+caf::result<Answer> create_all(RegistrySelf* self, std::vector<std::string> ids, Make make) {
+  auto rp = self->make_response_promise();
+  struct Collect {
+    std::vector<SandboxInfo> infos;
+    std::optional<Rejection> error;
+    size_t left;
+  };
+  auto col = std::make_shared<Collect>(Collect{{}, std::nullopt, ids.size()});
+  for (uint32_t i = 0; i < ids.size(); ++i)
+    make(i, ids[i], [self, rp, col](Answer ans) mutable {
+      if (ans.ok)
+        col->infos.push_back(ans.info);
+      else
+        col->error = ans.error;
+      if (--col->left > 0) return;
+      if (col->error) {
+        for (auto& kid : col->infos)
+          if (auto a = self->state.actors.find(kid.id); a != self->state.actors.end())
+            caf::anon_send(a->second, cmd_atom::value, Command{cmd::Kill{}});
+        return rp.deliver(Answer::fail(*col->error));
+      }
+      Answer a;
+      a.infos = col->infos;
+      rp.deliver(a);
+    });
   return rp;
 }
 
@@ -339,13 +375,6 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         return create_in(self, req, "", snapshot, source);
       },
       [=](fork_atom, ForkRequest fr) -> caf::result<Answer> {
-        auto rp = self->make_response_promise();
-        struct Collect {
-          std::vector<SandboxInfo> infos;
-          std::optional<Rejection> error;
-          uint32_t left;
-        };
-        auto col = std::make_shared<Collect>(Collect{{}, std::nullopt, fr.count});
         const auto& parent_info = self->state.infos[fr.parent];
         CreateRequest req;
         req.tenant = fr.tenant;
@@ -359,34 +388,39 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         req.on_timeout = parent_info.on_timeout;
         req.network = parent_info.network;  // children get networks of their own, same policy
         req.egress = parent_info.egress;
-        for (uint32_t i = 0; i < fr.count; ++i) {
-          // Each child gets copies of the parent's read-write volumes as new volumes of its own
-          // (the snapshot's copies), and shares its read-only ones.
-          // The last child's copies are the fork snapshot's own (dropped after the fork): taken,
-          // not copied (the file worker does the copies in the order asked).
-          create_from(self, req, fr.parent, fr.snapshot_id, parent_info.volumes,
-                      "fork:" + fr.parent, i + 1 == fr.count, [self, rp, col](Answer ans) mutable {
-                        if (ans.ok)
-                          col->infos.push_back(ans.info);
-                        else
-                          col->error = ans.error;
-                        if (--col->left == 0) {
-                          if (col->error) {
-                            // A fork is all or nothing: the children that did start are killed.
-                            for (auto& kid : col->infos)
-                              if (auto a = self->state.actors.find(kid.id);
-                                  a != self->state.actors.end())
-                                caf::anon_send(a->second, cmd_atom::value, Command{cmd::Kill{}});
-                            rp.deliver(Answer::fail(*col->error));
-                          } else {
-                            Answer a;
-                            a.infos = col->infos;
-                            rp.deliver(a);
-                          }
-                        }
-                      });
+        auto volumes = parent_info.volumes;
+        return create_all(self, std::vector<std::string>(fr.count),
+                          [self, req, fr, volumes](uint32_t i, std::string,
+                                                   std::function<void(Answer)> then) {
+                            // Each child gets copies of the parent's read-write volumes as new
+                            // volumes of its own (the snapshot's copies), and shares its read-only
+                            // ones. The last child's copies are the fork snapshot's own (dropped
+                            // after the fork): taken, not copied (the file worker does the copies
+                            // in the order asked).
+                            create_from(self, req, fr.parent, fr.snapshot_id, volumes,
+                                        "fork:" + fr.parent, i + 1 == fr.count, then);
+                          });
+      },
+      [=](import_atom, ImportRequest ir) -> caf::result<Answer> {
+        for (auto& id : ir.ids) {
+          if (id.empty()) continue;
+          auto back = self->state.ended.find(id);
+          bool returning = back != self->state.ended.end() && !back->second.moved_to.empty();
+          if (self->state.actors.count(id) || (self->state.infos.count(id) && !returning))
+            return Answer::fail({"conflict", "sandbox " + id + " exists on this host already"});
         }
-        return rp;
+        QuotaAsk ask;
+        ask.sandboxes = ir.ids.size();
+        ask.memory_mib = self->state.env->config.memory_mib * ir.ids.size();
+        if (ir.create.persistent) {
+          ask.hibernated = ir.ids.size();
+          ask.hibernated_mib = ask.memory_mib;
+        }
+        if (auto refused = admit(self, ir.create.tenant, ask)) return Answer::fail(*refused);
+        return create_all(self, ir.ids,
+                          [self, ir](uint32_t, std::string id, std::function<void(Answer)> then) {
+                            start_sandbox(self, ir.create, ir.parent, ir.snapshot_id, then, id);
+                          });
       },
       [=](get_atom, std::string tenant, std::string id) -> Answer {
         auto it = self->state.infos.find(id);
@@ -400,6 +434,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         Answer a;
         for (auto& [id, i] : self->state.infos) {
           if ((q.tenant != "*" && i.tenant != q.tenant) || i.status == Status::none) continue;
+          if (!i.moved_to.empty()) continue;  // another host runs it now
           if (q.status && i.status != *q.status) continue;
           bool match = true;
           for (auto& [k, v] : q.metadata) {

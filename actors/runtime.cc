@@ -910,23 +910,6 @@ Reply<std::vector<KeyInfo>> Runtime::list_keys() {
 
 const RuntimeConfig& Runtime::config() const { return impl_->env->config; }
 
-void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
-  impl_->keys->share(std::make_unique<storage::Etcd>(cluster->config().etcd));
-  impl_->cluster = std::move(cluster);
-}
-
-Cluster* Runtime::cluster() const { return impl_->cluster.get(); }
-
-std::optional<Rejection> Runtime::Impl::claim(const std::string& id) {
-  if (!cluster) return std::nullopt;
-  auto r = cluster->claim(id);
-  if (!r)
-    return Rejection{"cluster_unavailable",
-                     "cannot record " + id + " in the cluster's etcd: " + r.error().message};
-  if (!*r) return Rejection{"conflict", id + " is owned by another host"};
-  return std::nullopt;
-}
-
 RecoveryStatus Runtime::recovery() const {
   auto& env = *impl_->env;
   return {env.to_adopt.load(), env.adopted.load(), env.adopt_failed.load()};

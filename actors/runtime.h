@@ -92,6 +92,7 @@ struct SandboxInfo {
   Egress egress;
   std::set<uint32_t> ports;  // exposed guest ports
   std::vector<SandboxVolume> volumes;
+  std::string moved_to;  // ended here by a migration to this host (cluster mode)
 };
 
 // Adds what sandbox `i` holds to `u` (its tenant's quota use); `memory_mib` per VM.
@@ -121,6 +122,15 @@ struct CreateRequest {
   };
   std::vector<Volume> volumes;
 };
+// Sandboxes made from a snapshot another host sent (Runtime::start_imported): a cross-host fork's
+// children (`parent` lives on the sending host) or a migrated sandbox (its own id).
+struct ImportRequest {
+  CreateRequest create;         // the source sandbox's settings (template, TTL, metadata, ...)
+  std::string parent;           // a fork's parent, "" for a migration
+  std::string snapshot_id;      // the received snapshot (Runtime::import_folders)
+  std::vector<std::string> ids;  // one per sandbox: "" = a new id
+};
+
 // A volume (actors/volume.h): a file on the data disk that outlives sandboxes.
 struct VolumeInfo {
   std::string id, tenant, name;
@@ -418,6 +428,27 @@ class Runtime {
   // and database this host creates is recorded as its own. Set once, right after start().
   void join_cluster(std::shared_ptr<Cluster> cluster);
   Cluster* cluster() const;
+
+  // Moving sandboxes between hosts (cluster mode; gateway/peer_snapshots.h).
+  // The folder of the tenant's named snapshot `snapshot_id`.
+  Reply<std::string> snapshot_folder(const std::string& tenant, const std::string& snapshot_id);
+  // The folder of the tenant's sandbox `id`'s hibernation (it must be hibernated).
+  Reply<std::string> hibernation_folder(const std::string& tenant, const std::string& id);
+  // Where a snapshot received from another host is staged: a new snapshot id, its folder, its
+  // disk layers' folder, the cache of received layers, this host's guest RAM size.
+  struct ImportFolders {
+    std::string snapshot_id;
+    std::filesystem::path dir, disk_dir, layer_cache;
+    unsigned memory_mib = 0;
+  };
+  ImportFolders import_folders();
+  // Starts sandboxes from a received snapshot (all or none), then removes it. `claim`: records
+  // them as this host's in the cluster (fork children; a migrated id is handed over instead).
+  Reply<std::vector<SandboxInfo>> start_imported(const ImportRequest& request, bool claim);
+  // Ends the tenant's hibernated sandbox `id` here: host `host` runs it now (recorded, its
+  // hibernation removed).
+  Reply<SandboxInfo> migrated_away(const std::string& tenant, const std::string& id,
+                                   const std::string& host);
 
   struct Impl;
 

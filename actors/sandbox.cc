@@ -84,6 +84,8 @@ const char* to_string(Event::Kind k) {
       return "file-written";
     case Event::Kind::file_removed:
       return "file-removed";
+    case Event::Kind::migrated:
+      return "migrated";
     case Event::Kind::failed:
       return "failed";
   }
@@ -169,7 +171,9 @@ struct Decider {
   const Limits& limits;
 
   Decision operator()(const cmd::Create& c) const {
-    if (s.status != Status::none) return reject("already_exists", "sandbox " + s.id + " exists");
+    // (one that moved to another host may come back: its stream goes on)
+    if (s.status != Status::none && s.moved_to.empty())
+      return reject("already_exists", "sandbox " + s.id + " exists");
     if (c.tenant.empty() || c.template_name.empty())
       return reject("invalid_argument", "tenant and template are required");
     if (c.vcpus == 0 || c.memory_mib == 0)
@@ -463,6 +467,14 @@ struct Decider {
     return ending(ev(Event::Kind::killed, now));
   }
 
+  Decision operator()(const cmd::MigratedAway& c) const {
+    if (s.status != Status::hibernated)
+      return reject("conflict", "sandbox " + s.id + " is not hibernated: it cannot have moved");
+    Event e = ev(Event::Kind::migrated, now);
+    e.host = c.host;
+    return ending(e);
+  }
+
   Decision operator()(const cmd::Fail& c) const {
     if (!s.live()) return std::vector<Event>{};
     Event e = ev(Event::Kind::failed, now);
@@ -487,7 +499,13 @@ SandboxState apply(SandboxState s, const Event& e) {
   using K = Event::Kind;
   switch (e.kind) {
     case K::created:
-      if (s.status != Status::none) impossible(s, e);
+      if (s.status != Status::none && s.moved_to.empty()) impossible(s, e);
+      if (!s.moved_to.empty()) {  // back from another host: a new life in the same stream
+        SandboxState back;
+        back.id = s.id;
+        back.version = s.version;
+        s = back;
+      }
       s.status = Status::creating;
       s.tenant = e.tenant;
       s.template_name = e.template_name;
@@ -623,6 +641,12 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::file_removed:
       if (!s.live()) impossible(s, e);
       break;  // audit only
+    case K::migrated:
+      if (s.status != Status::hibernated) impossible(s, e);
+      s.status = Status::stopped;
+      s.moved_to = e.host;
+      s.hibernation_snapshot.clear();
+      break;
   }
   ++s.version;
   return s;

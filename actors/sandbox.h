@@ -82,7 +82,10 @@ struct Event {
     // Audit only (no state changes): what the API did in the guest besides commands.
     process_started,  // a background process `pid`, `command`
     file_written,     // `path`, `bytes`
-    file_removed      // `path`
+    file_removed,     // `path`
+    // It moved to host `host` (a migration, from hibernated): ended here. A created event may
+    // follow in the same stream when it comes back.
+    migrated
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -115,6 +118,7 @@ struct Event {
   uint32_t pid = 0;      // process_started (and `command`)
   std::string path;      // file_written, file_removed
   uint64_t bytes = 0;    // file_written
+  std::string host;      // migrated: the host it moved to
 };
 const char* to_string(Event::Kind k);
 
@@ -143,6 +147,8 @@ struct SandboxState {
   std::optional<uint32_t> subnet;  // while its VM runs with a network: the host subnet it holds
   std::set<uint32_t> ports;        // guest ports exposed on the host (re-exposed at every start)
   std::vector<SandboxVolume> volumes;  // bound at every start; mounted by the create
+  // Ended here by a migration: the host it lives on now (stopped). It may come back (created).
+  std::string moved_to;
 
   bool live() const {
     return status != Status::none && status != Status::stopped && status != Status::failed;
@@ -231,6 +237,10 @@ struct Reap {  // the reaper: the TTL expired, or (idle) the sandbox was unused 
   bool idle = false;
 };
 struct Kill {};
+// Another host runs it now (a migration; it must be hibernated here): it ends here.
+struct MigratedAway {
+  std::string host;
+};
 struct Fail {
   std::string reason;
 };
@@ -250,8 +260,8 @@ using Command = std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::E
                              cmd::ExecFinished, cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake,
                              cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
                              cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort,
-                             cmd::DeleteSnapshot, cmd::Reap, cmd::Kill, cmd::Fail,
-                             cmd::RecordProcess, cmd::RecordFile>;
+                             cmd::DeleteSnapshot, cmd::Reap, cmd::Kill, cmd::MigratedAway,
+                             cmd::Fail, cmd::RecordProcess, cmd::RecordFile>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

@@ -312,6 +312,7 @@ void effect(SandboxSelf* self, const Event& e) {
       caf::anon_send(st.worker, drop_atom::value, st.env->snapshot_dir(e.snapshot_id).string());
       break;
     case Event::Kind::killed:
+    case Event::Kind::migrated:  // (its hibernation was copied to the other host)
     case Event::Kind::failed:
       st.handle->cancel_calls();  // commands in flight end now, not when the worker gets there
       caf::anon_send(st.worker, destroy_atom::value);

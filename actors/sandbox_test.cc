@@ -184,6 +184,38 @@ TEST(SandboxDecide, EveryStateTimesEveryCommand) {
   }
 }
 
+// A migration ends a hibernated sandbox here (it runs on another host now); it may come back,
+// its stream going on with a new life.
+TEST(SandboxDecide, AMigrationEndsAHibernatedSandboxAndItMayComeBack) {
+  for (Status st : {Status::none, Status::creating, Status::running, Status::snapshotting,
+                    Status::forking, Status::hibernating, Status::waking, Status::stopped,
+                    Status::failed})
+    EXPECT_EQ(outcome(decide(in(st), cmd::MigratedAway{"h2"}, kNow + 1)), "!conflict")
+        << to_string(st);
+  SandboxState s = in(Status::hibernated);
+  auto d = decide(s, cmd::MigratedAway{"h2"}, kNow + 1);
+  ASSERT_EQ(outcome(d), "migrated");
+  for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
+  EXPECT_EQ(s.status, Status::stopped);
+  EXPECT_EQ(s.moved_to, "h2");
+  EXPECT_FALSE(s.live());
+  EXPECT_EQ(outcome(decide(s, cmd::Exec{"x1", "true"}, kNow + 2)), "!sandbox_stopped");
+  // Back: a create goes on in the same stream.
+  cmd::Create c;
+  c.tenant = "acme";
+  c.template_name = "base";
+  d = decide(s, c, kNow + 3);
+  ASSERT_EQ(outcome(d), "created");
+  auto version = s.version;
+  for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
+  EXPECT_EQ(s.status, Status::creating);
+  EXPECT_EQ(s.version, version + 1);
+  EXPECT_EQ(s.moved_to, "");
+  EXPECT_EQ(s.id, "sbx_test");
+  // A sandbox that merely ended is never created again.
+  EXPECT_EQ(outcome(decide(in(Status::stopped), c, kNow)), "!already_exists");
+}
+
 // A named snapshot can be deleted whatever state its sandbox is in; only its own, and once.
 TEST(SandboxDecide, DeletingASnapshotInAnyState) {
   for (Status st : {Status::running, Status::hibernated, Status::stopped, Status::failed}) {

@@ -111,6 +111,7 @@ struct SandboxEvent {
       bytes @46 :UInt64;
     }
     fileRemoved @47 :Text;         # a file or folder was removed through the API (path)
+    migrated @49 :Text;            # it moved to this host (a migration): ended here
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
 }
