@@ -143,6 +143,7 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   for (auto& s : i.snapshots) snaps.push(s);
   j.set("snapshots", snaps);
   if (!i.failure_reason.empty()) j.set("failure_reason", i.failure_reason);
+  if (!i.moved_to.empty()) j.set("moved_to", i.moved_to);  // ended here: that host runs it now
   j.set("tenant", i.tenant);
   j.set("version", i.version);  // events in the sandbox's stream
   j.set("network", i.network);

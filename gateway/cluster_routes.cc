@@ -224,13 +224,6 @@ std::vector<Route> cluster_routes() {
               out.set("hosts", hosts);
               return json_reply(200, out);
             }),
-      route(kj::HttpMethod::POST, "/v1/sandboxes/{id}/migrate",
-            "Move a sandbox to another host (not built yet: 501)",
-            [](Call&) -> HttpReply {
-              throw ApiError{"not_implemented",
-                             "migration between hosts is not built yet; a sandbox stays on the "
-                             "host that created it"};
-            }),
       route(kj::HttpMethod::POST, "/v1/hosts/{host_id}/drain",
             "Migrate every sandbox off a host (not built yet: 501)",
             [](Call& c) -> HttpReply {

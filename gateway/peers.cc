@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "gateway/acceptor.h"
+#include "gateway/peer_snapshots.h"
 #include "gateway/server.h"
 #include "wire/cluster.capnp.h"
 
@@ -18,8 +19,6 @@ namespace wc = pandastack::wire::cluster;
 
 namespace {
 
-// A forwarded body may be a file upload (the owner applies its own limits): messages up to this.
-constexpr uint64_t kMaxPeerMessageBytes = 1ull << 30;
 constexpr auto kLoginTimeout = 10 * kj::SECONDS;
 
 class BytesInput final : public kj::AsyncInputStream {
@@ -163,6 +162,11 @@ class PeerImpl final : public wc::Peer::Server {
         .then([st = &s]() { return st->response.finish(); })
         .attach(kj::mv(st));
   }
+  kj::Promise<void> receiveSnapshot(ReceiveSnapshotContext ctx) override {
+    return receive_snapshot(server_, ctx);
+  }
+  kj::Promise<void> start(StartContext ctx) override { return start_from_snapshot(server_, ctx); }
+  kj::Promise<void> discard(DiscardContext ctx) override { return discard_sandboxes(server_, ctx); }
 
  private:
   gateway::Server& server_;
@@ -193,23 +197,6 @@ class LoginImpl final : public wc::PeerLogin::Server {
   std::shared_ptr<bool> logged_in_;
 };
 
-struct PeerConnection {
-  kj::Own<kj::AsyncIoStream> stream;
-  capnp::TwoPartyVatNetwork network;
-  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
-  PeerConnection(kj::Own<kj::AsyncIoStream> s, capnp::rpc::twoparty::Side side,
-                 kj::Maybe<capnp::Capability::Client> bootstrap)
-      : stream(kj::mv(s)),
-        network(*stream, side, options()),
-        rpc(side == capnp::rpc::twoparty::Side::SERVER
-                ? capnp::makeRpcServer(network, KJ_ASSERT_NONNULL(kj::mv(bootstrap)))
-                : capnp::makeRpcClient(network)) {}
-  static capnp::ReaderOptions options() {
-    capnp::ReaderOptions o;
-    o.traversalLimitInWords = kMaxPeerMessageBytes / 8;
-    return o;
-  }
-};
 
 // --- The forwarding side: a peer's answer written to our client. ---
 
@@ -305,10 +292,7 @@ struct Peers::Impl {
           auto c = std::make_shared<Client>();
           c->conn =
               kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT, nullptr);
-          capnp::MallocMessageBuilder vat;
-          auto id = vat.initRoot<capnp::rpc::twoparty::VatId>();
-          id.setSide(capnp::rpc::twoparty::Side::SERVER);
-          auto login = c->conn->rpc.bootstrap(id).castAs<wc::PeerLogin>();
+          auto login = c->conn->bootstrap().castAs<wc::PeerLogin>();
           auto req = login.loginRequest();
           req.setSecret(
               kj::arrayPtr(reinterpret_cast<const kj::byte*>(secret.data()), secret.size()));
@@ -332,6 +316,9 @@ Peers::~Peers() {
   impl_->acceptor = nullptr;
   impl_->clients.clear();
 }
+
+const std::string& Peers::secret() const { return impl_->secret; }
+const std::string& Peers::self() const { return impl_->self; }
 
 kj::Promise<void> Peers::listen(kj::ConnectionReceiver& listener) {
   return impl_->acceptor->listen(listener);

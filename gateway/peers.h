@@ -3,6 +3,8 @@
 // an id another host owns and streams the answer back to the client. Internal to gateway/.
 #pragma once
 
+#include <capnp/rpc-twoparty.h>
+#include <capnp/rpc.h>
 #include <kj/async-io.h>
 #include <kj/compat/http.h>
 #include <kj/timer.h>
@@ -31,6 +33,9 @@ class Peers {
                             const kj::HttpHeaders& headers, kj::Array<kj::byte> body,
                             kj::HttpService::Response& response);
 
+  const std::string& secret() const;
+  const std::string& self() const;
+
   // The header a forwarded request carries (its owner serves it without routing it again).
   static constexpr const char* kForwardedHeader = "X-Pandastack-Forwarded";
 
@@ -38,6 +43,36 @@ class Peers {
 
  private:
   std::unique_ptr<Impl> impl_;
+};
+
+// A forwarded body may be a file upload (the owner applies its own limits), and a snapshot
+// travels in chunks of up to kSnapshotChunk: messages up to this.
+inline constexpr uint64_t kMaxPeerMessageBytes = 1ull << 30;
+
+// One Cap'n Proto connection between two hosts (either side).
+struct PeerConnection {
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+  PeerConnection(kj::Own<kj::AsyncIoStream> s, capnp::rpc::twoparty::Side side,
+                 kj::Maybe<capnp::Capability::Client> bootstrap)
+      : stream(kj::mv(s)),
+        network(*stream, side, options()),
+        rpc(side == capnp::rpc::twoparty::Side::SERVER
+                ? capnp::makeRpcServer(network, KJ_ASSERT_NONNULL(kj::mv(bootstrap)))
+                : capnp::makeRpcClient(network)) {}
+  static capnp::ReaderOptions options() {
+    capnp::ReaderOptions o;
+    o.traversalLimitInWords = kMaxPeerMessageBytes / 8;
+    return o;
+  }
+  // The other host's bootstrap capability (the client side).
+  capnp::Capability::Client bootstrap() {
+    capnp::MallocMessageBuilder vat;
+    auto id = vat.initRoot<capnp::rpc::twoparty::VatId>();
+    id.setSide(capnp::rpc::twoparty::Side::SERVER);
+    return rpc.bootstrap(id);
+  }
 };
 
 // A request body already read, as a stream (for handle_request).

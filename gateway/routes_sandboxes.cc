@@ -148,15 +148,12 @@ std::vector<Route> sandbox_routes() {
               return json_reply(200, sandbox_json(unwrap(c.gw.rt.kill(c.tenant(), c.id))));
             }),
       route(M::POST, "/v1/sandboxes/{id}/fork",
-            "Fork a running sandbox into count children (default 1)",
+            "Fork a running sandbox into count children (default 1), on hosts (cluster mode)",
             [](Call& c) {
               Fields f(c.r.json(), {"count", "hosts"});
-              if (f.has("hosts"))
-                throw ApiError{"not_implemented",
-                               "forks onto other hosts are not built yet: children live on "
-                               "their parent's host (leave out hosts)"};
               const auto& limits = c.gw.rt.config().limits;
               auto count = uint32_t(f.integer("count", 1, 1, limits.max_fork_children));
+              if (f.has("hosts")) return fork_across_hosts(c, count, f.string_list("hosts"));
               auto reply = list_reply("sandboxes", unwrap(c.gw.rt.fork(c.tenant(), c.id, count)),
                                       sandbox_json);
               reply.status = 201;

@@ -90,9 +90,11 @@ std::vector<Route> database_routes();  // managed databases
 std::vector<Route> code_routes();      // the code interpreter and its contexts
 std::vector<Route> e2b_api_routes();   // E2B's control plane (e2b_api.cc)
 std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (e2b_envd.cc)
-std::vector<Route> e2b_code_routes();
-std::vector<Route> cluster_routes();  // GET /v1/hosts (cluster_routes.cc)  // E2B's code
-                                      // interpreter: /execute, /contexts (e2b_code.cc)
+std::vector<Route> e2b_code_routes();  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
+std::vector<Route> cluster_routes();   // GET /v1/hosts (cluster_routes.cc)
+std::vector<Route> cluster_move_routes();  // migrate, drain (cluster_moves.cc)
+// A fork whose children go to `hosts` (round-robin; cluster_moves.cc).
+HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::string>& hosts);
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {

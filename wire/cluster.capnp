@@ -28,10 +28,50 @@ interface ResponseSink {
   end @2 ();
 }
 
+# A snapshot offered to another host (vmm-driver/snapshot_transfer.h): a cross-host fork's or a
+# migration's. The receiver answers which files it lacks (layers it holds by hash are not sent).
+struct SnapshotFile {
+  name @0 :Text;    # "mem", "state" or a disk layer's file name
+  size @1 :UInt64;
+  sha256 @2 :Text;  # layers: their content's hash
+}
+
+struct SnapshotOffer {
+  meta @0 :Text;    # the snapshot's meta.json without its folders
+  files @1 :List(SnapshotFile);
+}
+
+interface SnapshotSink {
+  # `data` of offered file `file` (an index into the offer's files) at `offset`.
+  write @0 (file :UInt32, offset :UInt64, data :Data) -> stream;
+  # Every missing file sent: the receiver checks and keeps it as a snapshot named `snapshot`.
+  commit @1 () -> (snapshot :Text);
+}
+
+# Sandboxes to start from a received snapshot on the receiving host.
+struct StartRequest {
+  snapshot @0 :Text;     # what commit() named
+  tenant @1 :Text;
+  parent @2 :Text;       # a fork's parent (on the sending host); "" for a migration
+  ids @3 :List(Text);    # one per sandbox: "" for a new id (fork children), the sandbox's own
+                         # id for a migration
+  settings @4 :Text;     # the source sandbox as the API shows it (JSON): template, TTL,
+                         # metadata, timeouts, network and egress are taken from it
+  migrated @5 :Bool;     # a migration: the id keeps its owner record (the sender moves it)
+}
+
 interface Peer {
   # Serves `request` as this host's own, writing the response to `sink`. Returns when the
   # response has ended.
   http @0 (request :HttpRequest, sink :ResponseSink);
+  # Receives a snapshot: `missing` lists the offered files to send to `sink`. Dropping the sink
+  # without commit() leaves nothing.
+  receiveSnapshot @1 (offer :SnapshotOffer) -> (sink :SnapshotSink, missing :List(UInt32));
+  # Starts sandboxes from a received snapshot (which is removed afterwards, started or not).
+  # `sandboxes`: a JSON array of them as the API shows them; or `error` {code, message}.
+  start @2 (request :StartRequest) -> (sandboxes :Text, error :Text);
+  # Kills sandboxes this host started for the caller (a fork that failed elsewhere is undone).
+  discard @3 (tenant :Text, ids :List(Text));
 }
 
 interface PeerLogin {

@@ -237,18 +237,83 @@ class ClusterTest(unittest.TestCase):
         b = self.exec_until("c", sid, "echo again", 200, 3 * LEASE, 0.3)
         self.assertEqual(b["stdout"], "again\n")
 
-    def test_6_not_yet_cross_host(self):
+    def mark(self, sid, text):
+        """Leaves state in the guest's memory: a tmpfs file and a background process."""
+        s, b = self.api["a"].exec(
+            sid, f"echo {text} > /tmp/mark; nohup sleep 900 >/dev/null 2>&1 & echo started")
+        self.assertEqual((s, b["stdout"]), (200, "started\n"), b)
+
+    def check_mark(self, sid, text, through="a"):
+        s, b = self.api[through].exec(sid, "cat /tmp/mark; cat /proc/[0-9]*/comm | grep -c '^sleep$'")
+        self.assertEqual((s, b["stdout"]), (200, f"{text}\n1\n"), b)
+
+    def test_6_cross_host_fork(self):
         sid = self.create_on("a", "b")
+        self.mark(sid, "parent")
+        # Through a; children on c and on b (the parent's host).
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 3, "hosts": ["c", "b"]})
+        self.assertEqual(s, 201, b)
+        kids = b["sandboxes"]
+        self.assertEqual(sorted(k["host"] for k in kids), ["b", "c", "c"])
+        owners = self.etcd.prefix("/pandastack/owners/")
+        for k in kids:
+            self.assertEqual(k["parent"], sid)
+            self.assertIn(k["id"], self.local_ids(k["host"]))
+            self.assertEqual(owners.get("/pandastack/owners/" + k["id"]), k["host"])
+            self.check_mark(k["id"], "parent")  # the parent's memory, on either host
+        # The children are theirs: a write in one is not in another, nor in the parent.
+        c_kids = [k["id"] for k in kids if k["host"] == "c"]
+        s, _ = self.api["a"].exec(c_kids[0], "echo child > /tmp/mark")
+        self.check_mark(c_kids[1], "parent")
+        self.check_mark(sid, "parent")
+        # The snapshot the fork shipped is gone from the parent's list.
+        s, b = self.api["b"].call("GET", f"/v1/sandboxes/{sid}")
+        self.assertEqual((s, b["snapshots"]), (200, []), b)
+        # Hosts that are not up, and a cluster-less daemon's hosts, are refused clearly.
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1, "hosts": ["nowhere"]})
+        self.assertEqual((s, b["error"]["code"]), (503, "host_unavailable"), b)
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1, "hosts": ["b", "c"]})
+        self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), b)
+        # A second fork to c sends no disk layer c already has.
         s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1, "hosts": ["c"]})
-        self.assertEqual((s, b["error"]["code"]), (501, "not_implemented"), b)
-        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {"host": "c"})
-        self.assertEqual((s, b["error"]["code"]), (501, "not_implemented"), b)
-        # A same-host fork through another host works: the children live with their parent.
+        self.assertEqual(s, 201, b)
+        self.check_mark(b["sandboxes"][0]["id"], "parent")
+
+    def test_7_migrate(self):
+        sid = self.create_on("a", "b")
+        self.mark(sid, "moving")
+        s, b = self.api["c"].call("POST", f"/v1/sandboxes/{sid}/migrate", {"host": "c"})
+        self.assertEqual(s, 200, b)
+        self.assertEqual((b["id"], b["host"], b["state"]), (sid, "c", "running"))
+        self.assertEqual(self.etcd.prefix("/pandastack/owners/").get("/pandastack/owners/" + sid), "c")
+        self.assertIn(sid, self.local_ids("c"))
+        s, b = self.api["b"].call("GET", f"/v1/sandboxes/{sid}",
+                                  headers={"X-Pandastack-Forwarded": "test"})
+        # Ended on b (its events stay there), recorded as moved to c.
+        self.assertEqual((s, b["state"], b["moved_to"]), (200, "stopped", "c"), b)
+        # Its memory and tmpfs came along; any host reaches it.
+        for h in ("a", "b", "c"):
+            self.check_mark(sid, "moving", through=h)
+        # Back to b, hibernated first: it wakes there.
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/hibernate")
+        self.assertEqual((s, b["state"]), (200, "hibernated"), b)
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {"host": "b"})
+        self.assertEqual((s, b["host"]), (200, "b"), b)
+        self.check_mark(sid, "moving")
+        # Bad asks.
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {"host": "b"})
+        self.assertEqual((s, b["error"]["code"]), (409, "conflict"), b)
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {"host": "nowhere"})
+        self.assertEqual((s, b["error"]["code"]), (503, "host_unavailable"), b)
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {})
+        self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), b)
+
+    def test_8_same_host_fork_through_another_host(self):
+        sid = self.create_on("a", "b")
         s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1})
         self.assertEqual(s, 201, b)
         child = (b["sandboxes"] if isinstance(b, dict) else b)[0]["id"]
         self.assertIn(child, self.local_ids("b"))
-
 
 if __name__ == "__main__":
     harness.main()

@@ -1,0 +1,204 @@
+// Sandboxes moving between hosts of a cluster: a fork whose children go to other hosts, a
+// migration, a drain. Each ships a snapshot to the other host over Cap'n Proto
+// (gateway/peer_snapshots.h) and starts sandboxes from it there; ownership records follow in
+// etcd. Handlers run on the request's worker thread (a session blocks it, never the loop). The
+// request reached this host because it owns the sandbox (gateway/cluster_routes.cc).
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "actors/cluster.h"
+#include "gateway/peer_snapshots.h"
+#include "gateway/server.h"
+
+namespace pandastack::gateway {
+
+namespace {
+
+actors::Cluster& cluster_of(Call& c, const char* what) {
+  auto* cluster = c.gw.rt.cluster();
+  if (cluster == nullptr)
+    throw ApiError{"cluster_disabled", std::string(what) + ": this daemon runs without --cluster"};
+  return *cluster;
+}
+
+// The live host `id` (503 host_unavailable when it is not up).
+actors::HostInfo live_host(actors::Cluster& cluster, const std::string& id) {
+  auto hosts = cluster.hosts();
+  if (!hosts) throw ApiError{"cluster_unavailable", "cannot reach etcd: " + hosts.error().message};
+  for (auto& h : *hosts)
+    if (h.id == id) return h;
+  throw ApiError{"host_unavailable", "host " + id + " is not up in the cluster"};
+}
+
+std::unique_ptr<PeerSession> session_with(Server& gw, const actors::HostInfo& h) {
+  return unwrap(PeerSession::open(h.id, h.peer, gw.peers->secret(), gw.peers->self()));
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A sandbox with volumes stays where its volumes are.
+void no_volumes(const actors::SandboxInfo& s, const char* what) {
+  if (!s.volumes.empty())
+    throw ApiError{"not_implemented", std::string(what) + " of a sandbox with volumes is not " +
+                                          "built: volumes do not move between hosts yet"};
+}
+
+}  // namespace
+
+HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::string>& hosts) {
+  auto& cluster = cluster_of(c, "hosts");
+  if (hosts.empty() || hosts.size() > count)
+    throw ApiError{"invalid_argument", "hosts: a list of 1..count host ids"};
+  // Children go round-robin over the hosts named (a host named twice gets twice the share).
+  std::vector<std::pair<std::string, uint32_t>> share;
+  for (uint32_t i = 0; i < count; ++i) {
+    auto& h = hosts[i % hosts.size()];
+    auto it = std::find_if(share.begin(), share.end(), [&](auto& p) { return p.first == h; });
+    if (it == share.end())
+      share.push_back({h, 1});
+    else
+      ++it->second;
+  }
+  const std::string self = cluster.config().host_id;
+  std::vector<std::pair<actors::HostInfo, uint32_t>> remote;
+  uint32_t local = 0;
+  for (auto& [h, n] : share) {
+    if (h == self)
+      local += n;
+    else
+      remote.push_back({live_host(cluster, h), n});
+  }
+  auto& rt = c.gw.rt;
+  auto parent = unwrap(rt.get(c.tenant(), c.id));
+  if (!remote.empty()) no_volumes(parent, "a fork onto another host");
+  Json children = Json::array();
+  std::vector<std::string> made_here;
+  std::vector<std::pair<std::unique_ptr<PeerSession>, std::vector<std::string>>> made_there;
+  std::string snap;
+  try {
+    if (local > 0)
+      for (auto& kid : unwrap(rt.fork(c.tenant(), c.id, local))) {
+        made_here.push_back(kid.id);
+        auto j = sandbox_json(kid);
+        j.set("host", self);
+        children.push(j);
+      }
+    if (!remote.empty()) {
+      // One snapshot of the parent (recorded on it, deleted once its children run), shipped to
+      // each host in turn.
+      snap = unwrap(rt.snapshot(c.tenant(), c.id));
+      auto folder = unwrap(rt.snapshot_folder(c.tenant(), snap));
+      auto loaded = vmm::Snapshot::load(folder);
+      if (!loaded) throw ApiError{"internal", loaded.error().message};
+      for (auto& [host, n] : remote) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto session = session_with(c.gw, host);
+        auto shipped = unwrap(session->ship(*loaded));
+        double ship_ms = ms_since(t0);
+        PeerSession::Start s{shipped.snapshot,  c.tenant(), c.id, std::vector<std::string>(n),
+                             sandbox_json(parent), false};
+        auto kids = unwrap(session->start(s));
+        std::vector<std::string> ids;
+        for (auto& k : kids) {
+          ids.push_back(k["id"].as_string());
+          auto j = k;
+          j.set("host", host.id);
+          children.push(j);
+        }
+        spdlog::info(
+            "cluster: fork {} -> host {}: {} children; sent {} of {} files, {} bytes in {:.0f} "
+            "ms ({:.0f} MB/s), started in {:.0f} ms",
+            c.id, host.id, n, shipped.files, shipped.files_offered, shipped.bytes, ship_ms,
+            ship_ms > 0 ? double(shipped.bytes) / 1e3 / ship_ms : 0.0, ms_since(t0) - ship_ms);
+        made_there.push_back({std::move(session), ids});
+      }
+    }
+  } catch (...) {
+    // A fork is all or nothing.
+    for (auto& id : made_here) (void)rt.kill(c.tenant(), id);
+    for (auto& [session, ids] : made_there) session->discard(c.tenant(), ids);
+    if (!snap.empty()) (void)rt.delete_snapshot(c.tenant(), snap);
+    throw;
+  }
+  if (!snap.empty()) (void)rt.delete_snapshot(c.tenant(), snap);
+  Json out = Json::object();
+  out.set("sandboxes", children);
+  return json_reply(201, out);
+}
+
+// Moves sandbox `id` of `tenant` to host `to`: hibernated here, its hibernation shipped, started
+// there under the same id, its owner record handed over, then ended here. Returns it as the
+// target shows it.
+Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& id,
+                     const actors::HostInfo& to) {
+  auto& rt = gw.rt;
+  auto& cluster = *rt.cluster();
+  auto info = unwrap(rt.get(tenant, id));
+  no_volumes(info, "a migration");
+  if (info.status != actors::Status::running && info.status != actors::Status::hibernated)
+    throw ApiError{"conflict", "sandbox " + id + " is " + actors::to_string(info.status) +
+                                   ": only a running or hibernated sandbox migrates"};
+  auto t0 = std::chrono::steady_clock::now();
+  bool was_running = info.status == actors::Status::running;
+  if (was_running) unwrap(rt.hibernate(tenant, id));
+  double hibernate_ms = ms_since(t0);
+  auto back = [&] {
+    if (was_running) (void)rt.wake(tenant, id);
+  };
+  std::unique_ptr<PeerSession> session;
+  Json moved;
+  try {
+    auto folder = unwrap(rt.hibernation_folder(tenant, id));
+    auto loaded = vmm::Snapshot::load(folder);
+    if (!loaded) throw ApiError{"internal", loaded.error().message};
+    session = session_with(gw, to);
+    auto shipped = unwrap(session->ship(*loaded));
+    double ship_ms = ms_since(t0) - hibernate_ms;
+    PeerSession::Start s{shipped.snapshot, tenant, "", {id}, sandbox_json(info), true};
+    auto started = unwrap(session->start(s));
+    moved = started.at(0);
+    auto handed = cluster.hand_over(id, to.id);
+    if (!handed || !*handed) {
+      session->discard(tenant, {id});
+      throw ApiError{handed ? "conflict" : "cluster_unavailable",
+                     "cannot hand " + id + " over to host " + to.id + ": " +
+                         (handed ? "this host does not own it any more" : handed.error().message)};
+    }
+    spdlog::info(
+        "cluster: migrated {} to host {}: hibernated in {:.0f} ms, sent {} bytes in {:.0f} ms, "
+        "running there after {:.0f} ms",
+        id, to.id, hibernate_ms, shipped.bytes, ship_ms, ms_since(t0));
+  } catch (...) {
+    back();
+    throw;
+  }
+  // Ended here (recorded as migrated): its hibernation files go, its events stay in this host's
+  // log.
+  if (auto ended = rt.migrated_away(tenant, id, to.id); !ended)
+    spdlog::warn("cluster: migrated {} but could not end it here: {}", id, ended.error().message);
+  moved.set("host", to.id);
+  return moved;
+}
+
+std::vector<Route> cluster_move_routes() {
+  using M = kj::HttpMethod;
+  return {
+      route(M::POST, "/v1/sandboxes/{id}/migrate",
+            "Move a sandbox to another host {host} (cluster mode; tmpfs and memory kept)",
+            [](Call& c) {
+              auto& cluster = cluster_of(c, "migrate");
+              Fields f(c.r.json(), {"host"});
+              auto host = f.str("host");
+              if (host.empty()) throw ApiError{"invalid_argument", "host: required"};
+              if (host == cluster.config().host_id)
+                throw ApiError{"conflict", "sandbox " + c.id + " is on host " + host + " already"};
+              return json_reply(200, migrate_sandbox(c.gw, c.tenant(), c.id,
+                                                     live_host(cluster, host)));
+            }),
+  };
+}
+
+}  // namespace pandastack::gateway

@@ -1,0 +1,321 @@
+// GCC 12's false -Wmaybe-uninitialized in kj's ExceptionOr<T> fulfilled across threads (see
+// rpc.cc), silenced for this file only.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "gateway/peer_snapshots.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "gateway/api_types.h"
+#include "gateway/peers.h"
+#include "gateway/server.h"
+#include "vmm-driver/snapshot_transfer.h"
+
+namespace pandastack::gateway {
+
+namespace wc = pandastack::wire::cluster;
+
+namespace {
+
+// A snapshot travels in writes of at most this (each a streaming call: flow-controlled).
+constexpr size_t kSnapshotChunk = 1 << 20;
+// A peer that stops answering a session's call for this long has failed it.
+constexpr auto kPeerCallTimeout = 120 * kj::SECONDS;
+
+// An id this host makes ("imp_", "sbx_" + 16 base32 characters): a peer's ids become folder
+// names and stream keys here, so nothing else is taken.
+bool valid_id(const std::string& id, const char* prefix) {
+  if (id.size() != 20 || id.rfind(prefix, 0) != 0) return false;
+  for (size_t i = 4; i < id.size(); ++i)
+    if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9'))) return false;
+  return true;
+}
+
+class SinkImpl final : public wc::SnapshotSink::Server {
+ public:
+  SinkImpl(gateway::Server& s, std::shared_ptr<vmm::SnapshotReceiver> r, std::string id)
+      : server_(s), receiver_(std::move(r)), id_(std::move(id)) {}
+  ~SinkImpl() {
+    if (!committed_) spdlog::info("cluster: snapshot {} not committed by its sender: removed", id_);
+  }
+  kj::Promise<void> write(WriteContext ctx) override {
+    auto p = ctx.getParams();
+    auto d = p.getData();
+    auto st = receiver_->write(p.getFile(), p.getOffset(), d.begin(), d.size());
+    if (!st) return KJ_EXCEPTION(FAILED, st.error().message);
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> commit(CommitContext ctx) override {
+    auto r = receiver_;
+    // Hashing the received layers reads them: on a worker, not on the loop.
+    return server_
+        .offload<std::string>(
+            [r]() -> std::string {
+              auto c = r->commit();
+              return c ? "" : c.error().message;
+            },
+            "the host is busy")
+        .then([this, ctx](std::string error) mutable -> kj::Promise<void> {
+          if (!error.empty()) return KJ_EXCEPTION(FAILED, error);
+          committed_ = true;
+          spdlog::info("cluster: received snapshot {} ({} bytes)", id_,
+                       receiver_->bytes_received());
+          ctx.getResults().setSnapshot(id_);
+          return kj::READY_NOW;
+        });
+  }
+
+ private:
+  gateway::Server& server_;
+  std::shared_ptr<vmm::SnapshotReceiver> receiver_;
+  std::string id_;
+  bool committed_ = false;
+};
+
+actors::CreateRequest settings_of(const std::string& tenant, const Json& j) {
+  actors::CreateRequest c;
+  c.tenant = tenant;
+  if (j["template"].is_string()) c.template_name = j["template"].as_string();
+  if (j["ttl_seconds"].is_integer()) c.ttl_seconds = uint32_t(j["ttl_seconds"].as_int());
+  if (j["metadata"].is_object())
+    for (auto& [k, v] : j["metadata"].as_object())
+      if (v.is_string()) c.metadata[k] = v.as_string();
+  c.persistent = j["persistent"].is_bool() && j["persistent"].as_bool();
+  c.auto_wake = j["auto_wake"].is_bool() && j["auto_wake"].as_bool();
+  if (j["idle_timeout_seconds"].is_integer())
+    c.idle_timeout_seconds = uint32_t(j["idle_timeout_seconds"].as_int());
+  if (j["on_timeout"].is_string())
+    c.on_timeout = j["on_timeout"].as_string() == "hibernate" ? actors::ReapAction::hibernate
+                                                               : actors::ReapAction::kill;
+  c.network = j["network"].is_bool() && j["network"].as_bool();
+  if (*c.network && j["egress"].is_object()) c.egress = egress_from(j["egress"]);
+  return c;
+}
+
+Json error_json(const actors::Rejection& r) {
+  Json e = Json::object();
+  e.set("code", r.code);
+  e.set("message", r.message);
+  return e;
+}
+
+}  // namespace
+
+kj::Promise<void> receive_snapshot(Server& server, capnp::CallContext<wc::Peer::ReceiveSnapshotParams, wc::Peer::ReceiveSnapshotResults> ctx) {
+  auto o = ctx.getParams().getOffer();
+  auto meta = Json::parse(o.getMeta().cStr());
+  if (!meta) return KJ_EXCEPTION(FAILED, "snapshot offer refused: its metadata is not JSON");
+  vmm::SnapshotOffer offer;
+  offer.meta = *meta;
+  for (auto f : o.getFiles())
+    offer.files.push_back({f.getName().cStr(), f.getSize(), f.getSha256().cStr()});
+  auto folders = server.rt.import_folders();
+  auto r = vmm::SnapshotReceiver::open(offer, folders.dir, folders.disk_dir, folders.layer_cache,
+                                       folders.memory_mib);
+  if (!r) return KJ_EXCEPTION(FAILED, r.error().message);
+  std::shared_ptr<vmm::SnapshotReceiver> receiver(std::move(*r));
+  auto res = ctx.getResults();
+  auto missing = res.initMissing(uint(receiver->missing().size()));
+  for (size_t i = 0; i < receiver->missing().size(); ++i)
+    missing.set(uint(i), receiver->missing()[i]);
+  res.setSink(kj::heap<SinkImpl>(server, std::move(receiver), folders.snapshot_id));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> start_from_snapshot(Server& server, capnp::CallContext<wc::Peer::StartParams, wc::Peer::StartResults> ctx) {
+  auto p = ctx.getParams().getRequest();
+  actors::ImportRequest ir;
+  ir.snapshot_id = p.getSnapshot();
+  ir.parent = p.getParent();
+  auto settings = Json::parse(p.getSettings().cStr());
+  bool migrated = p.getMigrated();
+  std::string refused;
+  if (!valid_id(ir.snapshot_id, "imp_")) refused = "not a received snapshot's id";
+  if (!settings || !settings->is_object()) refused = "the settings are not a JSON object";
+  if (p.getIds().size() == 0 || p.getIds().size() > server.rt.config().limits.max_fork_children)
+    refused = "a start names 1.." + std::to_string(server.rt.config().limits.max_fork_children) +
+              " sandboxes";
+  for (auto id : p.getIds()) {
+    std::string s = id;
+    if (!s.empty() && !valid_id(s, "sbx_")) refused = "not a sandbox id: " + s;
+    if (s.empty() == migrated) refused = "a migration names its sandbox, a fork's children none";
+    ir.ids.push_back(s);
+  }
+  if (!refused.empty()) return KJ_EXCEPTION(FAILED, "start refused: " + refused);
+  ir.create = settings_of(p.getTenant(), *settings);
+  auto& rt = server.rt;
+  return server
+      .offload<std::string>(
+          [&rt, ir, migrated]() -> std::string {
+            auto started = rt.start_imported(ir, !migrated);
+            Json out = Json::object();
+            if (!started) {
+              out.set("error", error_json(started.error()));
+              return out.dump();
+            }
+            Json list = Json::array();
+            for (auto& s : *started) list.push(sandbox_json(s));
+            out.set("sandboxes", list);
+            return out.dump();
+          },
+          R"({"error":{"code":"too_many_requests","message":"the host is busy"}})")
+      .then([ctx](std::string out) mutable {
+        auto j = Json::parse(out);
+        auto res = ctx.getResults();
+        if ((*j)["error"].is_object())
+          res.setError((*j)["error"].dump());
+        else
+          res.setSandboxes((*j)["sandboxes"].dump());
+      });
+}
+
+kj::Promise<void> discard_sandboxes(Server& server, capnp::CallContext<wc::Peer::DiscardParams, wc::Peer::DiscardResults> ctx) {
+  auto p = ctx.getParams();
+  std::string tenant = p.getTenant();
+  std::vector<std::string> ids;
+  for (auto id : p.getIds()) ids.push_back(id);
+  auto& rt = server.rt;
+  return server
+      .offload<bool>(
+          [&rt, tenant, ids]() {
+            for (auto& id : ids) (void)rt.kill(tenant, id);
+            return true;
+          },
+          false)
+      .ignoreResult();
+}
+
+// --- The sending side. ---
+
+struct PeerSession::Impl {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  kj::Own<PeerConnection> conn;
+  wc::Peer::Client peer = nullptr;
+  std::string host;
+
+  // Waits for `p` on this thread's loop; a peer that does not answer in time fails it.
+  template <typename T>
+  T wait(kj::Promise<T>&& p) {
+    return io.provider->getTimer().timeoutAfter(kPeerCallTimeout, kj::mv(p)).wait(io.waitScope);
+  }
+  actors::Rejection failed(const std::string& what, const kj::Exception& e) const {
+    return {"peer_error",
+            "host " + host + ": " + what + ": " + std::string(e.getDescription().cStr())};
+  }
+};
+
+PeerSession::PeerSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PeerSession::~PeerSession() = default;
+
+actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string& host,
+                                                              const std::string& address,
+                                                              const std::string& secret,
+                                                              const std::string& self) {
+  auto impl = std::make_unique<Impl>();
+  impl->host = host;
+  try {
+    auto addr = impl->wait(impl->io.provider->getNetwork().parseAddress(address));
+    auto stream = impl->wait(addr->connect());
+    impl->conn =
+        kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT, nullptr);
+    auto login = impl->conn->bootstrap().castAs<wc::PeerLogin>().loginRequest();
+    login.setSecret(kj::arrayPtr(reinterpret_cast<const kj::byte*>(secret.data()), secret.size()));
+    login.setHost(self);
+    impl->peer = impl->wait(login.send()).getPeer();
+  } catch (kj::Exception& e) {
+    return actors::Rejection{"host_unavailable", "cannot reach host " + host + " at " + address +
+                                                     ": " + e.getDescription().cStr()};
+  }
+  return std::unique_ptr<PeerSession>(new PeerSession(std::move(impl)));
+}
+
+actors::Reply<PeerSession::Shipped> PeerSession::ship(const vmm::Snapshot& snap) {
+  auto offer = vmm::offer_of(snap);
+  if (!offer) return actors::Rejection{"internal", offer.error().message};
+  Shipped out;
+  out.files_offered = uint32_t(offer->files.size());
+  try {
+    auto req = impl_->peer.receiveSnapshotRequest();
+    auto o = req.initOffer();
+    o.setMeta(offer->meta.dump());
+    auto files = o.initFiles(uint(offer->files.size()));
+    for (size_t i = 0; i < offer->files.size(); ++i) {
+      files[uint(i)].setName(offer->files[i].name);
+      files[uint(i)].setSize(offer->files[i].size);
+      files[uint(i)].setSha256(offer->files[i].sha256);
+    }
+    auto resp = impl_->wait(req.send());
+    auto sink = resp.getSink();
+    for (auto i : resp.getMissing()) {
+      if (i >= offer->files.size()) return actors::Rejection{"peer_error", "a bad missing list"};
+      auto& f = offer->files[i];
+      auto path = vmm::file_of(snap, f);
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return actors::Rejection{"internal", "cannot open " + path.string()};
+      KJ_DEFER(::close(fd));
+      auto extents = vmm::data_extents(fd, f.size);
+      if (!extents) return actors::Rejection{"internal", extents.error().message};
+      for (auto& e : *extents)
+        for (uint64_t at = e.offset; at < e.offset + e.length;) {
+          size_t n = size_t(std::min<uint64_t>(kSnapshotChunk, e.offset + e.length - at));
+          auto w = sink.writeRequest(capnp::MessageSize{n / 8 + 16, 0});
+          w.setFile(i);
+          w.setOffset(at);
+          auto d = w.initData(uint(n));
+          ssize_t got = ::pread(fd, d.begin(), n, off_t(at));
+          if (got != ssize_t(n)) return actors::Rejection{"internal", "cannot read " + path.string()};
+          impl_->wait(w.send());
+          at += n;
+          out.bytes += n;
+        }
+      ++out.files;
+    }
+    out.snapshot = impl_->wait(sink.commitRequest().send()).getSnapshot();
+  } catch (kj::Exception& e) {
+    return impl_->failed("sending the snapshot", e);
+  }
+  return out;
+}
+
+actors::Reply<std::vector<Json>> PeerSession::start(const Start& s) {
+  try {
+    auto req = impl_->peer.startRequest();
+    auto r = req.initRequest();
+    r.setSnapshot(s.snapshot);
+    r.setTenant(s.tenant);
+    r.setParent(s.parent);
+    auto ids = r.initIds(uint(s.ids.size()));
+    for (size_t i = 0; i < s.ids.size(); ++i) ids.set(uint(i), s.ids[i]);
+    r.setSettings(s.settings.dump());
+    r.setMigrated(s.migrated);
+    auto resp = impl_->wait(req.send());
+    if (resp.hasError() && resp.getError().size() > 0) {
+      auto e = Json::parse(resp.getError().cStr());
+      if (!e || !e->is_object()) return actors::Rejection{"peer_error", "a bad error reply"};
+      return actors::Rejection{(*e)["code"].as_string(),
+                               "host " + impl_->host + ": " + (*e)["message"].as_string()};
+    }
+    auto list = Json::parse(resp.getSandboxes().cStr());
+    if (!list || !list->is_array()) return actors::Rejection{"peer_error", "a bad start reply"};
+    return list->as_array();
+  } catch (kj::Exception& e) {
+    return impl_->failed("starting sandboxes", e);
+  }
+}
+
+void PeerSession::discard(const std::string& tenant, const std::vector<std::string>& ids) {
+  try {
+    auto req = impl_->peer.discardRequest();
+    req.setTenant(tenant);
+    auto l = req.initIds(uint(ids.size()));
+    for (size_t i = 0; i < ids.size(); ++i) l.set(uint(i), ids[i]);
+    impl_->wait(req.send());
+  } catch (kj::Exception& e) {
+    spdlog::warn("cluster: could not undo sandboxes on host {}: {}", impl_->host,
+                 e.getDescription().cStr());
+  }
+}
+
+}  // namespace pandastack::gateway
