@@ -46,6 +46,20 @@ void no_volumes(const actors::SandboxInfo& s, const char* what) {
                                           "built: volumes do not move between hosts yet"};
 }
 
+// What a snapshot's trip to another host cost (in the replies of forks and migrations).
+Json transfer_json(const std::string& host, const PeerSession::Shipped& s, double ship_ms,
+                   double start_ms) {
+  Json j = Json::object();
+  j.set("host", host);
+  j.set("bytes", int64_t(s.bytes));
+  j.set("files_sent", s.files);
+  j.set("files_offered", s.files_offered);
+  j.set("transfer_ms", ship_ms);
+  j.set("mb_per_s", ship_ms > 0 ? double(s.bytes) / 1e3 / ship_ms : 0.0);
+  j.set("start_ms", start_ms);
+  return j;
+}
+
 }  // namespace
 
 HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::string>& hosts) {
@@ -74,10 +88,11 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
   auto& rt = c.gw.rt;
   auto parent = unwrap(rt.get(c.tenant(), c.id));
   if (!remote.empty()) no_volumes(parent, "a fork onto another host");
-  Json children = Json::array();
+  Json children = Json::array(), transfers = Json::array();
   std::vector<std::string> made_here;
   std::vector<std::pair<std::unique_ptr<PeerSession>, std::vector<std::string>>> made_there;
   std::string snap;
+  double snapshot_ms = 0;
   try {
     if (local > 0)
       for (auto& kid : unwrap(rt.fork(c.tenant(), c.id, local))) {
@@ -89,7 +104,9 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
     if (!remote.empty()) {
       // One snapshot of the parent (recorded on it, deleted once its children run), shipped to
       // each host in turn.
+      auto t0 = std::chrono::steady_clock::now();
       snap = unwrap(rt.snapshot(c.tenant(), c.id));
+      snapshot_ms = ms_since(t0);
       auto folder = unwrap(rt.snapshot_folder(c.tenant(), snap));
       auto loaded = vmm::Snapshot::load(folder);
       if (!loaded) throw ApiError{"internal", loaded.error().message};
@@ -108,11 +125,13 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
           j.set("host", host.id);
           children.push(j);
         }
+        double start_ms = ms_since(t0) - ship_ms;
         spdlog::info(
             "cluster: fork {} -> host {}: {} children; sent {} of {} files, {} bytes in {:.0f} "
             "ms ({:.0f} MB/s), started in {:.0f} ms",
             c.id, host.id, n, shipped.files, shipped.files_offered, shipped.bytes, ship_ms,
-            ship_ms > 0 ? double(shipped.bytes) / 1e3 / ship_ms : 0.0, ms_since(t0) - ship_ms);
+            ship_ms > 0 ? double(shipped.bytes) / 1e3 / ship_ms : 0.0, start_ms);
+        transfers.push(transfer_json(host.id, shipped, ship_ms, start_ms));
         made_there.push_back({std::move(session), ids});
       }
     }
@@ -126,6 +145,10 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
   if (!snap.empty()) (void)rt.delete_snapshot(c.tenant(), snap);
   Json out = Json::object();
   out.set("sandboxes", children);
+  if (!remote.empty()) {
+    out.set("snapshot_ms", snapshot_ms);
+    out.set("transfers", transfers);
+  }
   return json_reply(201, out);
 }
 
@@ -160,6 +183,8 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
     PeerSession::Start s{shipped.snapshot, tenant, "", {id}, sandbox_json(info), true};
     auto started = unwrap(session->start(s));
     moved = started.at(0);
+    moved.set("transfer", transfer_json(to.id, shipped, ship_ms, ms_since(t0) - hibernate_ms - ship_ms));
+    moved.set("hibernate_ms", hibernate_ms);
     auto handed = cluster.hand_over(id, to.id);
     if (!handed || !*handed) {
       session->discard(tenant, {id});

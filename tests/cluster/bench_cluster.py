@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""`make bench-cluster`: two hosts of a cluster on this machine (their own etcd, data folders and
-ports) and `pandastack-bench cluster route` between them: what a request routed through the host
-that does not own its sandbox costs, against the same request at the owner.
+"""`make bench-cluster`: three hosts of a cluster on this machine (their own etcd, data folders
+and ports) and `pandastack-bench cluster route|fork|migrate` between them, in one run: what a
+request routed through the host that does not own its sandbox costs; a fork whose child lives on
+another host against a same-host fork; a migration.
 
 Usage: bench_cluster.py N (from the repository's root, after make build guest)"""
 import os
@@ -28,12 +29,17 @@ etcd = cluster_test.Etcd(os.path.join(base, "etcd"))
 secret = os.path.join(base, "secret"); open(secret, "w").write("x" * 32)
 ds = {}
 try:  # noqa: E402
-    for h in ("a", "b"):
+    for h in ("a", "b", "c"):
         ds[h] = harness.Daemon(os.path.join(base, h), os.path.join(base, h + "-s"),
             extra=("--cluster", etcd.url, "--host-id", h, "--advertise", "127.0.0.1:0",
                    "--cluster-secret", secret, "--pool-size", "1", "--spare-pool-size", "0"))
-    subprocess.run(["build/bin/pandastack-bench", "cluster", "route", "--url", ds["a"].url,
-                    "--via", ds["b"].url, "--key", ds["a"].key, "--n", sys.argv[1], "--json"])
+    n = int(sys.argv[1])
+    # (a fork or a migration takes a second or two: a tenth of the rounds, at least 10)
+    for scenario, via, rounds in (("route", "b", n), ("fork", "c", max(10, n // 10)),
+                                  ("migrate", "c", max(10, n // 10))):
+        subprocess.run(["build/bin/pandastack-bench", "cluster", scenario, "--url", ds["a"].url,
+                        "--via", ds[via].url, "--key", ds["a"].key, "--n", str(rounds), "--json"],
+                       check=True)
 finally:
     for d in ds.values(): d.stop(reap=True)
     etcd.stop(); shutil.rmtree(base, ignore_errors=True)
