@@ -34,6 +34,7 @@ std::optional<HostInfo> parse_host(const std::string& text) {
   h.free_mib = uint64_t((*j)["free_mib"].as_int());
   h.total_mib = uint64_t((*j)["total_mib"].as_int());
   h.sandboxes = uint32_t((*j)["sandboxes"].as_int());
+  h.draining = (*j)["draining"].is_bool() && (*j)["draining"].as_bool();
   h.started_ms = (*j)["started_ms"].as_int();
   h.updated_ms = (*j)["updated_ms"].as_int();
   if ((*j)["templates"].is_array())
@@ -53,6 +54,7 @@ Json HostInfo::json() const {
   j.set("free_mib", free_mib);
   j.set("total_mib", total_mib);
   j.set("sandboxes", uint64_t(sandboxes));
+  j.set("draining", draining);
   Json ts = Json::array();
   for (auto& t : templates) ts.push(t);
   j.set("templates", ts);
@@ -88,7 +90,7 @@ storage::Result<std::unique_ptr<Cluster>> Cluster::join(ClusterConfig config, Ca
   auto lease = c->etcd_->grant(c->config_.lease_ttl);
   if (!lease) return lease.error();
   c->lease_ = *lease;
-  auto put = c->publish();
+  auto put = c->publish(*c->etcd_);
   if (!put) return put.error();
   c->thread_ = std::thread([p = c.get()] { p->keepalive_loop(); });
   spdlog::info("cluster: host {} joined through {} (lease {} s, peers at {})", c->config_.host_id,
@@ -113,14 +115,15 @@ void Cluster::leave() {
   }
 }
 
-storage::Status Cluster::publish() {
+storage::Status Cluster::publish(storage::Etcd& etcd) {
   HostInfo h = capacity_ ? capacity_() : HostInfo{};
+  h.draining = draining_;
   h.id = config_.host_id;
   h.peer = config_.peer;
   h.url = config_.url;
   h.started_ms = started_ms_;
   h.updated_ms = now_ms();
-  return etcd_->put(kHosts + config_.host_id, h.json().dump(), lease_);
+  return etcd.put(kHosts + config_.host_id, h.json().dump(), lease_);
 }
 
 void Cluster::keepalive_loop() {
@@ -136,7 +139,7 @@ void Cluster::keepalive_loop() {
     if (ttl && *ttl > 0) {
       if (!member) spdlog::info("cluster: host {} is a member again", config_.host_id);
       member = true;
-      if (auto p = publish(); !p)
+      if (auto p = publish(*etcd_); !p)
         spdlog::warn("cluster: cannot publish this host: {}", p.error().message);
       continue;
     }
@@ -152,7 +155,7 @@ void Cluster::keepalive_loop() {
       continue;
     }
     lease_ = *lease;
-    if (auto p = publish(); p) {
+    if (auto p = publish(*etcd_); p) {
       member = true;
       spdlog::info("cluster: host {} rejoined with a new lease", config_.host_id);
     }
@@ -248,6 +251,15 @@ storage::Result<bool> Cluster::claim(const std::string& id) {
   return *r;
 }
 
+storage::Status Cluster::set_draining(bool draining) {
+  draining_ = draining;
+  {
+    std::lock_guard l(cache_mu_);
+    hosts_at_ = {};  // (this host's own view changes at once)
+  }
+  return publish(*reader_);
+}
+
 storage::Result<bool> Cluster::hand_over(const std::string& id, const std::string& to) {
   auto current = reader_->get(kOwners + id);
   if (!current) return current.error();
@@ -265,10 +277,17 @@ storage::Result<HostInfo> Cluster::place(const std::string& template_name,
   if (!hs) return hs.error();
   if (!pinned.empty()) {
     for (auto& h : *hs)
-      if (h.id == pinned) return h;
+      if (h.id == pinned) {
+        if (h.draining)
+          return make_error(ErrorCode::conflict, "host " + pinned + " is draining");
+        return h;
+      }
     return make_error(ErrorCode::not_found, "no live host " + pinned);
   }
-  if (hs->empty()) return make_error(ErrorCode::not_found, "no live host in the cluster");
+  hs->erase(std::remove_if(hs->begin(), hs->end(), [](const HostInfo& h) { return h.draining; }),
+            hs->end());
+  if (hs->empty())
+    return make_error(ErrorCode::not_found, "no live host in the cluster that is not draining");
   // A baked template saves a bake (seconds); then the most free memory per sandbox it runs
   // (hosts sharing a machine report the same free memory); equals are drawn at random.
   auto score = [&](const HostInfo& h) {

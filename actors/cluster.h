@@ -43,6 +43,7 @@ struct HostInfo {
   bool self = false;
   uint64_t free_mib = 0, total_mib = 0;
   uint32_t sandboxes = 0;
+  bool draining = false;               // being drained: placement passes it by
   std::vector<std::string> templates;  // baked here
   int64_t started_ms = 0, updated_ms = 0;
   wire::Json json() const;
@@ -84,10 +85,13 @@ class Cluster {
   // The host a create goes to: `pinned` when named (it must be up), else the live host with the
   // most free memory, preferring hosts that have `template_name` baked. Empty on error.
   storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);
+  // A draining host is passed by when placing creates (its sandboxes are being moved off it).
+  storage::Status set_draining(bool draining);
+  bool draining() const { return draining_; }
 
  private:
   Cluster(ClusterConfig config, Capacity capacity);
-  storage::Status publish();
+  storage::Status publish(storage::Etcd& etcd);
   void keepalive_loop();
   void remember(const std::string& id, const Owner& owner,
                 std::chrono::steady_clock::time_point at);
@@ -97,6 +101,7 @@ class Cluster {
   std::unique_ptr<storage::Etcd> etcd_;    // the keepalive thread's
   std::unique_ptr<storage::Etcd> reader_;  // requests'
   std::atomic<int64_t> lease_{0};
+  std::atomic<bool> draining_{false};
   int64_t started_ms_ = 0;
 
   std::mutex mu_;

@@ -208,6 +208,58 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
   return moved;
 }
 
+// Moves every sandbox off this host (it stops taking creates first): running and hibernated
+// ones migrate, one after another, each to the host placement picks; sandboxes with volumes
+// (and managed databases' sandboxes) stay, and are listed as such.
+Json drain(Server& gw, actors::Cluster& cluster) {
+  if (auto d = cluster.set_draining(true); !d)
+    throw ApiError{"cluster_unavailable", "cannot publish the drain: " + d.error().message};
+  auto all = unwrap(gw.rt.list("*"));
+  Json moved = Json::array(), stayed = Json::array(), failed = Json::array();
+  auto item = [](const std::string& id, const char* k, const std::string& v) {
+    Json j = Json::object();
+    j.set("id", id);
+    j.set(k, v);
+    return j;
+  };
+  for (auto& s : all) {
+    if (s.status != actors::Status::running && s.status != actors::Status::hibernated) continue;
+    if (!s.volumes.empty()) {
+      stayed.push(item(s.id, "reason", "it has volumes, which do not move between hosts"));
+      continue;
+    }
+    try {
+      auto to = cluster.place(s.template_name, "");
+      if (!to) throw ApiError{"host_unavailable", "no host to move it to: " + to.error().message};
+      migrate_sandbox(gw, s.tenant, s.id, *to);
+      moved.push(item(s.id, "host", to->id));
+    } catch (const ApiError& e) {
+      auto j = item(s.id, "code", e.code);
+      j.set("message", e.message);
+      failed.push(j);
+    }
+  }
+  Json out = Json::object();
+  out.set("host", cluster.config().host_id);
+  out.set("draining", true);
+  out.set("moved", moved);
+  out.set("stayed", stayed);
+  out.set("failed", failed);
+  spdlog::info("cluster: host {} drained: {} moved, {} stayed, {} failed",
+               cluster.config().host_id, moved.size(), stayed.size(), failed.size());
+  return out;
+}
+
+// The host a drain route names must be this one (the routing sent it here when it is up).
+actors::Cluster& this_host(Call& c) {
+  admin_only(c);
+  auto& cluster = cluster_of(c, "drain");
+  auto host = c.r.param("host_id");
+  if (host != cluster.config().host_id)
+    throw ApiError{"host_not_found", "no host " + host + " in the cluster"};
+  return cluster;
+}
+
 std::vector<Route> cluster_move_routes() {
   using M = kj::HttpMethod;
   return {
@@ -222,6 +274,23 @@ std::vector<Route> cluster_move_routes() {
                 throw ApiError{"conflict", "sandbox " + c.id + " is on host " + host + " already"};
               return json_reply(200, migrate_sandbox(c.gw, c.tenant(), c.id,
                                                      live_host(cluster, host)));
+            }),
+      route(M::POST, "/v1/hosts/{host_id}/drain",
+            "Migrate every sandbox off a host; it takes no creates until undrained (admin)",
+            [](Call& c) {
+              auto& cluster = this_host(c);
+              Fields f(c.r.json(), {});
+              return json_reply(200, drain(c.gw, cluster));
+            }),
+      route(M::DELETE, "/v1/hosts/{host_id}/drain", "End a host's drain: it takes creates again (admin)",
+            [](Call& c) {
+              auto& cluster = this_host(c);
+              if (auto d = cluster.set_draining(false); !d)
+                throw ApiError{"cluster_unavailable", d.error().message};
+              Json out = Json::object();
+              out.set("host", cluster.config().host_id);
+              out.set("draining", false);
+              return json_reply(200, out);
             }),
   };
 }

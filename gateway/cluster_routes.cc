@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+
 #include "actors/cluster.h"
 #include "gateway/server.h"
 
@@ -34,7 +36,22 @@ const char* routing_param(const std::string& pattern) {
   if (pattern.rfind("/v1/snapshots/{snapshot_id}", 0) == 0) return "snapshot_id";
   if (pattern.rfind("/v1/volumes/{volume_id}", 0) == 0) return "volume_id";
   if (pattern.rfind("/v1/databases/{database_id}", 0) == 0) return "database_id";
+  if (pattern.rfind("/v1/hosts/{host_id}", 0) == 0) return "host_id";  // (the host itself)
   return nullptr;
+}
+
+// A route naming a host goes to that host (its id prefixed "host:" in the routing id).
+constexpr const char* kHostPrefix = "host:";
+
+Target host_target(actors::Cluster& cluster, const std::string& host) {
+  if (host == cluster.config().host_id) return {};
+  auto live = cluster.hosts();
+  if (!live) return {Target::Kind::unavailable, "", "", live.error().message};
+  for (auto& h : *live)
+    if (h.id == host) return {Target::Kind::peer, h.id, h.peer, ""};
+  auto members = cluster.members();
+  if (members && members->count(host)) return {Target::Kind::down, host, "", ""};
+  return {};  // (no such host: the handler says so)
 }
 
 Target target_of(actors::Cluster& cluster, const std::string& id) {
@@ -87,6 +104,7 @@ bool Server::cluster_target(const Route& route, const Request& req, std::string&
   const char* param = routing_param(route.pattern);
   if (param == nullptr) return false;
   id = req.param(param);
+  if (!id.empty() && std::string(param) == "host_id") id = kHostPrefix + id;
   return !id.empty();
 }
 
@@ -106,6 +124,9 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         if (auth && !rt.authenticate(token))
           return std::make_shared<Target>(Target{Target::Kind::unauthorized, "", "", ""});
         if (create) return std::make_shared<Target>(Target{Target::Kind::undecided, "", "", ""});
+        if (id.rfind(kHostPrefix, 0) == 0)
+          return std::make_shared<Target>(
+              host_target(*cluster, id.substr(std::strlen(kHostPrefix))));
         return std::make_shared<Target>(target_of(*cluster, id));
       },
       std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
@@ -223,12 +244,6 @@ std::vector<Route> cluster_routes() {
               out.set("self", cluster->config().host_id);
               out.set("hosts", hosts);
               return json_reply(200, out);
-            }),
-      route(kj::HttpMethod::POST, "/v1/hosts/{host_id}/drain",
-            "Migrate every sandbox off a host (not built yet: 501)",
-            [](Call& c) -> HttpReply {
-              admin_only(c);
-              throw ApiError{"not_implemented", "draining a host needs migration, not built yet"};
             }),
   };
 }

@@ -73,6 +73,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"cluster_unavailable", 503},  // (cluster) etcd cannot be reached
       {"peer_error", 502},           // (cluster) the owner did not answer a forwarded request
       {"cluster_disabled", 409},     // a cluster route on a daemon without --cluster
+      {"host_not_found", 404},       // (cluster) no such host
       {"no_space", 507},
       {"not_implemented", 501},
       {"timeout", 504},

@@ -315,5 +315,43 @@ class ClusterTest(unittest.TestCase):
         child = (b["sandboxes"] if isinstance(b, dict) else b)[0]["id"]
         self.assertIn(child, self.local_ids("b"))
 
+    def test_9_drain(self):
+        running = self.create_on("a", "c")
+        self.mark(running, "drained")
+        asleep = self.create_on("a", "c")
+        self.mark(asleep, "asleep")
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{asleep}/hibernate")
+        self.assertEqual(s, 200, b)
+        # Through a: the route goes to c, which moves everything off itself.
+        s, b = self.api["a"].call("POST", "/v1/hosts/c/drain")
+        self.assertEqual(s, 200, b)
+        self.assertEqual((b["host"], b["draining"], b["failed"]), ("c", True, []), b)
+        moved = {m["id"]: m["host"] for m in b["moved"]}
+        self.assertIn(running, moved)
+        self.assertIn(asleep, moved)
+        self.assertFalse(self.local_ids("c") & set(moved))
+        for sid, text in ((running, "drained"), (asleep, "asleep")):
+            self.assertIn(moved[sid], ("a", "b"))
+            self.check_mark(sid, text)
+        s, hosts = self.api["b"].call("GET", "/v1/hosts")
+        self.assertTrue({h["id"]: h for h in hosts["hosts"]}["c"]["draining"])
+        # A draining host takes no creates: unpinned ones go elsewhere, pinned ones are refused.
+        s, b = self.api["c"].call("POST", "/v1/sandboxes", {"network": False})
+        self.assertEqual(s, 201, b)
+        self.assertNotIn(b["id"], self.local_ids("c"))
+        s, b = self.api["a"].call("POST", "/v1/sandboxes",
+                                  {"network": False, "placement": {"host": "c"}})
+        self.assertEqual((s, b["error"]["code"]), (503, "host_unavailable"), b)
+        self.assertIn("draining", b["error"]["message"])
+        s, b = self.api["a"].call("DELETE", "/v1/hosts/c/drain")
+        self.assertEqual((s, b["draining"]), (200, False), b)
+        s, b = self.api["a"].call("POST", "/v1/hosts/nowhere/drain")
+        self.assertEqual((s, b["error"]["code"]), (404, "host_not_found"), b)
+        # Admins only.
+        s, k = self.api["a"].call("POST", "/v1/keys", {"tenant": "drainer"})
+        s, b = self.api["a"].call("POST", "/v1/hosts/c/drain", key=k["key"])
+        self.assertEqual((s, b["error"]["code"]), (403, "forbidden"), b)
+
+
 if __name__ == "__main__":
     harness.main()
