@@ -154,12 +154,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         break;
     }
     if (route.kind == Route::Kind::websocket && t.kind == Target::Kind::peer)
-      return send(response,
-                  error_reply("not_implemented",
-                              "WebSockets to a sandbox on another host are not forwarded yet; "
-                              "connect to host " +
-                                  t.host + " or use the SSE stream"),
-                  t0, head);
+      return peers->forward_websocket(t.peer, t.host, url, headers, response);
     size_t limit =
         route.kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
     return body.readAllBytes(limit + 1).then([this, &route, req = std::move(req), method, url,

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <deque>
 
 #include "gateway/acceptor.h"
 #include "gateway/peer_snapshots.h"
@@ -65,6 +66,9 @@ struct OwnedHeaders {
   explicit OwnedHeaders(const kj::HttpHeaderTable& t) : headers(t) {}
   void add(kj::StringPtr n, kj::StringPtr v) {
     if (hop_by_hop(n)) return;
+    add_raw(n, v);
+  }
+  void add_raw(kj::StringPtr n, kj::StringPtr v) {
     strings.add(kj::str(n));
     strings.add(kj::str(v));
     headers.add(strings[strings.size() - 2], strings[strings.size() - 1]);
@@ -130,6 +134,156 @@ class SinkResponse final : public kj::HttpService::Response {
   kj::Promise<void> started = kj::READY_NOW;
 };
 
+
+// --- WebSockets: the owner's end. ---
+
+// The client's messages as the owner's handler receives them (fed by UpSink).
+struct Inbox {
+  std::deque<kj::WebSocket::Message> queue;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<kj::WebSocket::Message>>> waiter;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> room;  // a sender waiting for room
+  bool ended = false;
+  uint64_t received = 0;
+  kj::Own<kj::PromiseFulfiller<void>> abort_fulfiller;
+  kj::ForkedPromise<void> aborted = nullptr;
+  static constexpr size_t kMaxQueued = 16;
+
+  Inbox() {
+    auto pf = kj::newPromiseAndFulfiller<void>();
+    abort_fulfiller = kj::mv(pf.fulfiller);
+    aborted = pf.promise.fork();
+  }
+  kj::Promise<void> push(kj::WebSocket::Message m, size_t bytes) {
+    received += bytes;
+    KJ_IF_MAYBE (w, waiter) {
+      (*w)->fulfill(kj::mv(m));
+      waiter = nullptr;
+      return kj::READY_NOW;
+    }
+    queue.push_back(kj::mv(m));
+    if (queue.size() < kMaxQueued) return kj::READY_NOW;
+    auto pf = kj::newPromiseAndFulfiller<void>();
+    room = kj::mv(pf.fulfiller);
+    return kj::mv(pf.promise);
+  }
+  kj::Promise<kj::WebSocket::Message> next() {
+    if (!queue.empty()) {
+      auto m = kj::mv(queue.front());
+      queue.pop_front();
+      KJ_IF_MAYBE (r, room) {
+        (*r)->fulfill();
+        room = nullptr;
+      }
+      return kj::mv(m);
+    }
+    if (ended) return KJ_EXCEPTION(DISCONNECTED, "the forwarding host went away");
+    auto pf = kj::newPromiseAndFulfiller<kj::WebSocket::Message>();
+    waiter = kj::mv(pf.fulfiller);
+    return kj::mv(pf.promise);
+  }
+  void end() {
+    ended = true;
+    KJ_IF_MAYBE (w, waiter) {
+      (*w)->reject(KJ_EXCEPTION(DISCONNECTED, "the forwarding host went away"));
+      waiter = nullptr;
+    }
+    if (abort_fulfiller->isWaiting()) abort_fulfiller->fulfill();
+  }
+};
+
+// `up`: the client's messages, from the forwarding host.
+class UpSink final : public wc::WebSocketSink::Server {
+ public:
+  explicit UpSink(std::shared_ptr<Inbox> in) : in_(kj::mv(in)) {}
+  ~UpSink() { in_->end(); }  // the forwarding host dropped it: the client is gone
+  kj::Promise<void> message(MessageContext ctx) override {
+    auto p = ctx.getParams();
+    auto d = p.getData();
+    if (p.getText())
+      return in_->push(kj::heapString(reinterpret_cast<const char*>(d.begin()), d.size()),
+                       d.size());
+    return in_->push(kj::heapArray<kj::byte>(d.begin(), d.size()), d.size());
+  }
+  kj::Promise<void> close(CloseContext ctx) override {
+    auto p = ctx.getParams();
+    return in_->push(kj::WebSocket::Close{p.getCode(), kj::str(p.getReason())}, 0);
+  }
+
+ private:
+  std::shared_ptr<Inbox> in_;
+};
+
+// The WebSocket the owner's handler talks to: its messages go to `down`, the client's come from
+// the inbox.
+class RelayedWebSocket final : public kj::WebSocket {
+ public:
+  RelayedWebSocket(wc::WebSocketSink::Client down, std::shared_ptr<Inbox> in)
+      : down_(kj::mv(down)), in_(kj::mv(in)) {}
+  kj::Promise<void> send(kj::ArrayPtr<const kj::byte> m) override { return message(m, false); }
+  kj::Promise<void> send(kj::ArrayPtr<const char> m) override {
+    return message(m.asBytes(), true);
+  }
+  kj::Promise<void> close(uint16_t code, kj::StringPtr reason) override {
+    auto r = down_.closeRequest();
+    r.setCode(code);
+    r.setReason(reason);
+    return r.send().ignoreResult();
+  }
+  kj::Promise<void> disconnect() override { return kj::READY_NOW; }
+  void abort() override { in_->end(); }
+  kj::Promise<void> whenAborted() override { return in_->aborted.addBranch(); }
+  kj::Promise<Message> receive(size_t maxSize) override {
+    return in_->next().then([maxSize](Message m) -> kj::Promise<Message> {
+      size_t n = 0;
+      if (m.is<kj::String>()) n = m.get<kj::String>().size();
+      if (m.is<kj::Array<kj::byte>>()) n = m.get<kj::Array<kj::byte>>().size();
+      if (n > maxSize) return KJ_EXCEPTION(FAILED, "WebSocket message too large");
+      return kj::mv(m);
+    });
+  }
+  uint64_t sentByteCount() override { return sent_; }
+  uint64_t receivedByteCount() override { return in_->received; }
+
+ private:
+  kj::Promise<void> message(kj::ArrayPtr<const kj::byte> m, bool text) {
+    sent_ += m.size();
+    auto r = down_.messageRequest(capnp::MessageSize{m.size() / 8 + 8, 0});
+    r.setData(m);
+    r.setText(text);
+    return r.send();
+  }
+  wc::WebSocketSink::Client down_;
+  std::shared_ptr<Inbox> in_;
+  uint64_t sent_ = 0;
+};
+
+// The owner's response to a forwarded WebSocket request: a plain reply goes to the sink; an
+// accepted WebSocket resolves the peer's call with `up`.
+class WsResponse final : public kj::HttpService::Response {
+ public:
+  WsResponse(wc::ResponseSink::Client sink, wc::WebSocketSink::Client down,
+             kj::Own<kj::PromiseFulfiller<wc::WebSocketSink::Client>> accepted)
+      : plain_(kj::mv(sink)), down_(kj::mv(down)), accepted_(kj::mv(accepted)) {}
+  kj::Own<kj::AsyncOutputStream> send(uint status, kj::StringPtr text,
+                                      const kj::HttpHeaders& headers,
+                                      kj::Maybe<uint64_t> size) override {
+    return plain_.send(status, text, headers, size);
+  }
+  kj::Own<kj::WebSocket> acceptWebSocket(const kj::HttpHeaders&) override {
+    auto in = std::make_shared<Inbox>();
+    accepted_->fulfill(kj::heap<UpSink>(in));
+    taken_ = true;
+    return kj::heap<RelayedWebSocket>(kj::mv(down_), kj::mv(in));
+  }
+  kj::Promise<void> finish() { return taken_ ? kj::READY_NOW : plain_.finish(); }
+
+ private:
+  SinkResponse plain_;
+  wc::WebSocketSink::Client down_;
+  kj::Own<kj::PromiseFulfiller<wc::WebSocketSink::Client>> accepted_;
+  bool taken_ = false;
+};
+
 class PeerImpl final : public wc::Peer::Server {
  public:
   PeerImpl(gateway::Server& server, std::string from)
@@ -161,6 +315,42 @@ class PeerImpl final : public wc::Peer::Server {
     return server_.handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response)
         .then([st = &s]() { return st->response.finish(); })
         .attach(kj::mv(st));
+  }
+  kj::Promise<void> webSocket(WebSocketContext ctx) override {
+    auto p = ctx.getParams();
+    auto rq = p.getRequest();
+    struct State {
+      OwnedHeaders headers;
+      kj::String url;
+      kj::Own<kj::AsyncInputStream> body = bytes_input(nullptr);
+      WsResponse response;
+      State(const kj::HttpHeaderTable& t, wc::ResponseSink::Client sink,
+            wc::WebSocketSink::Client down,
+            kj::Own<kj::PromiseFulfiller<wc::WebSocketSink::Client>> accepted)
+          : headers(t), response(kj::mv(sink), kj::mv(down), kj::mv(accepted)) {}
+    };
+    auto accepted = kj::newPromiseAndFulfiller<wc::WebSocketSink::Client>();
+    auto st = kj::heap<State>(*server_.table, p.getSink(), p.getDown(), kj::mv(accepted.fulfiller));
+    for (auto h : rq.getHeaders()) st->headers.add(h.getName(), h.getValue());
+    st->headers.add_raw("Connection", "Upgrade");
+    st->headers.add_raw("Upgrade", "websocket");
+    st->headers.add(Peers::kForwardedHeader, from_);
+    st->url = kj::str(rq.getUrl());
+    auto& s = *st;
+    auto handled = server_
+                       .handle_request(-1, kj::HttpMethod::GET, s.url, s.headers.headers, *s.body,
+                                       s.response)
+                       .then([st = &s]() { return st->response.finish(); })
+                       .attach(kj::mv(st))
+                       .fork();
+    // The WebSocket lives on after this call returns: its handling is kept by the host.
+    server_.peers->keep(handled.addBranch());
+    auto taken = accepted.promise.then([ctx](wc::WebSocketSink::Client up) mutable {
+      auto r = ctx.getResults();
+      r.setUp(kj::mv(up));
+      r.setAccepted(true);
+    });
+    return taken.exclusiveJoin(handled.addBranch());
   }
   kj::Promise<void> receiveSnapshot(ReceiveSnapshotContext ctx) override {
     return receive_snapshot(server_, ctx);
@@ -242,6 +432,83 @@ class ForwardSink final : public wc::ResponseSink::Server {
   std::shared_ptr<ForwardState> st_;
 };
 
+
+// --- WebSockets: the forwarding end. ---
+
+// The client's WebSocket (once accepted), which the owner's messages go to.
+struct Relay {
+  kj::Own<kj::WebSocket> ws;  // null until accepted, and again once the forward ended
+  kj::ForkedPromise<void> ready = nullptr;
+  kj::Own<kj::PromiseFulfiller<void>> ready_fulfiller;
+  kj::ForkedPromise<void> closed = nullptr;  // the owner closed its end
+  kj::Own<kj::PromiseFulfiller<void>> closed_fulfiller;
+  Relay() {
+    auto r = kj::newPromiseAndFulfiller<void>();
+    ready_fulfiller = kj::mv(r.fulfiller);
+    ready = r.promise.fork();
+    auto c = kj::newPromiseAndFulfiller<void>();
+    closed_fulfiller = kj::mv(c.fulfiller);
+    closed = c.promise.fork();
+  }
+};
+
+class DownSink final : public wc::WebSocketSink::Server {
+ public:
+  explicit DownSink(std::shared_ptr<Relay> r) : relay_(kj::mv(r)) {}
+  kj::Promise<void> message(MessageContext ctx) override {
+    auto p = ctx.getParams();
+    auto data = kj::heapArray<kj::byte>(p.getData());
+    bool text = p.getText();
+    return relay_->ready.addBranch().then(
+        [relay = relay_, data = kj::mv(data), text]() mutable -> kj::Promise<void> {
+          if (!relay->ws) return KJ_EXCEPTION(DISCONNECTED, "the client went away");
+          if (text)
+            return relay->ws->send(data.asChars()).attach(kj::mv(data));
+          return relay->ws->send(data.asPtr()).attach(kj::mv(data));
+        });
+  }
+  kj::Promise<void> close(CloseContext ctx) override {
+    auto p = ctx.getParams();
+    uint16_t code = p.getCode();
+    auto reason = kj::str(p.getReason());
+    return relay_->ready.addBranch().then(
+        [relay = relay_, code, reason = kj::mv(reason)]() mutable -> kj::Promise<void> {
+          if (!relay->ws) return kj::READY_NOW;
+          return relay->ws->close(code, reason).then([relay]() {
+            if (relay->closed_fulfiller->isWaiting()) relay->closed_fulfiller->fulfill();
+          });
+        });
+  }
+
+ private:
+  std::shared_ptr<Relay> relay_;
+};
+
+// The client's messages to the owner, until the client closes or goes away.
+kj::Promise<void> pump_up(std::shared_ptr<Relay> relay, wc::WebSocketSink::Client up,
+                          size_t max_message) {
+  if (!relay->ws) return kj::READY_NOW;
+  return relay->ws->receive(max_message).then(
+      [relay, up, max_message](kj::WebSocket::Message m) mutable -> kj::Promise<void> {
+        if (m.is<kj::WebSocket::Close>()) {
+          auto r = up.closeRequest();
+          r.setCode(m.get<kj::WebSocket::Close>().code);
+          r.setReason(m.get<kj::WebSocket::Close>().reason);
+          return r.send().ignoreResult();
+        }
+        auto r = up.messageRequest();
+        if (m.is<kj::String>()) {
+          r.setData(m.get<kj::String>().asBytes());
+          r.setText(true);
+        } else {
+          r.setData(m.get<kj::Array<kj::byte>>());
+        }
+        return r.send().then([relay, up, max_message]() mutable {
+          return pump_up(relay, up, max_message);
+        });
+      });
+}
+
 }  // namespace
 
 kj::Own<kj::AsyncInputStream> bytes_input(kj::Array<kj::byte> bytes) {
@@ -315,6 +582,61 @@ Peers::Peers(Server& server, kj::AsyncIoProvider& io, std::string secret, std::s
 Peers::~Peers() {
   impl_->acceptor = nullptr;
   impl_->clients.clear();
+}
+
+void Peers::keep(kj::Promise<void> task) { impl_->tasks.add(kj::mv(task)); }
+
+kj::Promise<void> Peers::forward_websocket(const std::string& address, const std::string& host,
+                                           kj::StringPtr url, const kj::HttpHeaders& headers,
+                                           kj::HttpService::Response& response) {
+  auto st = std::make_shared<ForwardState>(response, *impl_->server.table);
+  auto relay = std::make_shared<Relay>();
+  auto request = kj::heap<capnp::MallocMessageBuilder>();
+  auto rq = request->initRoot<wc::HttpRequest>();
+  rq.setMethod("GET");
+  rq.setUrl(url);
+  copy_headers(headers, [&](size_t n) { return rq.initHeaders(uint(n)); });
+  rq.setFromHost(impl_->self);
+  size_t max_message = impl_->server.limits.max_body_bytes;
+  auto guard = kj::defer([st, relay]() {
+    st->response = nullptr;
+    relay->ws = nullptr;  // (the owner's late messages find no client)
+  });
+  return impl_->connect(address)
+      .then([st, relay, request = kj::mv(request)](wc::Peer::Client peer) mutable {
+        auto req = peer.webSocketRequest();
+        req.setRequest(request->getRoot<wc::HttpRequest>().asReader());
+        req.setDown(kj::heap<DownSink>(relay));
+        req.setSink(kj::heap<ForwardSink>(st));
+        return req.send().attach(kj::mv(request));
+      })
+      .then(
+          [this, st, relay, host, &response, max_message](
+              capnp::Response<wc::Peer::WebSocketResults> r) -> kj::Promise<void> {
+            if (!r.getAccepted()) {  // a plain answer (an error), written by the sink
+              st->out = nullptr;
+              if (st->started) return kj::READY_NOW;
+              return impl_->server.send(
+                  *st->response, error_reply("peer_error", "host " + host + " sent no response"),
+                  Clock::now());
+            }
+            kj::HttpHeaders none(*impl_->server.table);
+            relay->ws = response.acceptWebSocket(none);
+            relay->ready_fulfiller->fulfill();
+            return pump_up(relay, r.getUp(), max_message).exclusiveJoin(relay->closed.addBranch());
+          },
+          [this, st, host](kj::Exception&& e) -> kj::Promise<void> {
+            if (st->started || st->response == nullptr) return kj::READY_NOW;
+            spdlog::warn("cluster: forwarding a WebSocket to host {} failed: {}", host,
+                         e.getDescription().cStr());
+            return impl_->server.send(
+                *st->response,
+                error_reply("peer_error", "host " + host + " did not answer the forwarded "
+                                              "WebSocket: " +
+                                              std::string(e.getDescription().cStr())),
+                Clock::now());
+          })
+      .attach(kj::mv(guard));
 }
 
 const std::string& Peers::secret() const { return impl_->secret; }

@@ -33,6 +33,14 @@ class Peers {
                             const kj::HttpHeaders& headers, kj::Array<kj::byte> body,
                             kj::HttpService::Response& response);
 
+  // Forwards a WebSocket request: once the owner takes it, the client's WebSocket is accepted
+  // here and messages flow both ways (each direction flow-controlled) until either end closes.
+  kj::Promise<void> forward_websocket(const std::string& address, const std::string& host,
+                                      kj::StringPtr url, const kj::HttpHeaders& headers,
+                                      kj::HttpService::Response& response);
+  // Keeps a forwarded WebSocket's handling running after the call that started it returned.
+  void keep(kj::Promise<void> task);
+
   const std::string& secret() const;
   const std::string& self() const;
 

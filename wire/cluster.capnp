@@ -28,6 +28,12 @@ interface ResponseSink {
   end @2 ();
 }
 
+# One direction of a forwarded WebSocket: its messages, then its close.
+interface WebSocketSink {
+  message @0 (data :Data, text :Bool) -> stream;
+  close @1 (code :UInt16, reason :Text);
+}
+
 # A snapshot offered to another host (vmm-driver/snapshot_transfer.h): a cross-host fork's or a
 # migration's. The receiver answers which files it lacks (layers it holds by hash are not sent).
 struct SnapshotFile {
@@ -72,6 +78,12 @@ interface Peer {
   start @2 (request :StartRequest) -> (sandboxes :Text, error :Text);
   # Kills sandboxes this host started for the caller (a fork that failed elsewhere is undone).
   discard @3 (tenant :Text, ids :List(Text));
+  # A WebSocket request served as this host's own. When the owner takes the WebSocket, the call
+  # returns `up` (the client's messages go there) and the owner's messages go to `down`; when it
+  # answers with a plain response (an error), that goes to `sink` and `up` is null. Dropping
+  # `up` ends the WebSocket on the owner.
+  webSocket @4 (request :HttpRequest, down :WebSocketSink, sink :ResponseSink)
+      -> (up :WebSocketSink, accepted :Bool);
 }
 
 interface PeerLogin {

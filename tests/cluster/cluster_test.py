@@ -23,7 +23,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 import harness  # noqa: E402
-from harness import Api, Daemon  # noqa: E402
+from harness import Api, Daemon, WebSocket  # noqa: E402
 
 LEASE = 3  # seconds
 
@@ -181,12 +181,42 @@ class ClusterTest(unittest.TestCase):
         # A wrong key is refused before anything is forwarded.
         s, b = a.call("GET", f"/v1/sandboxes/{sid}", key="pds_" + "a" * 12 + "_" + "b" * 40)
         self.assertEqual((s, b["error"]["code"]), (401, "unauthorized"))
-        # A WebSocket to another host's sandbox is refused clearly (not forwarded yet).
-        s, b = a.call("GET", f"/v1/sandboxes/{sid}/exec/ws",
-                      headers={"Connection": "Upgrade", "Upgrade": "websocket",
-                               "Sec-WebSocket-Version": "13",
-                               "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode()})
-        self.assertEqual((s, b["error"]["code"]), (501, "not_implemented"))
+        # A WebSocket through a reaches the sandbox on b: stdin in, output out, the exit, a close.
+        ws = WebSocket(self.daemons["a"], f"/v1/sandboxes/{sid}/exec/ws", self.key)
+        self.assertEqual(ws.status, 101)
+        ws.send_json({"cmd": "while read l; do echo got:$l; done; echo bye >&2; exit 5"})
+        self.assertEqual(ws.recv()[1]["type"], "started")
+        ws.send_binary(b"one\n")
+        self.assertEqual(ws.recv()[1], {"type": "stdout", "data": "got:one\n"})
+        ws.send_json({"type": "stdin", "data": "two\n"})
+        self.assertEqual(ws.recv()[1]["data"], "got:two\n")
+        ws.send_json({"type": "close_stdin"})
+        msgs = []
+        while True:
+            op, msg = ws.recv()
+            if op == 8:
+                break
+            msgs.append(msg)
+        self.assertEqual(msgs, [{"type": "stderr", "data": "bye\n"},
+                                {"type": "exit", "exit_code": 5, "timed_out": False}])
+        ws.sock.close()
+        # A client that goes away ends the command on the owner.
+        ws = WebSocket(self.daemons["c"], f"/v1/sandboxes/{sid}/exec/ws", self.key)
+        ws.send_json({"cmd": "echo up; exec sleep 305"})
+        self.assertEqual(ws.recv()[1]["type"], "started")
+        self.assertEqual(ws.recv()[1]["data"], "up\n")
+        ws.close()
+        ws.sock.close()
+        deadline = time.time() + 15
+        while True:
+            s, b = a.exec(sid, "cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'sleep[ ]305' || true")
+            if b.get("stdout") == "0\n" or time.time() > deadline:
+                break
+            time.sleep(0.3)
+        self.assertEqual(b["stdout"], "0\n")
+        # Refused before the upgrade: the owner's plain error, through a.
+        bad = WebSocket(self.daemons["a"], f"/v1/sandboxes/{sid}/exec/ws", other)
+        self.assertEqual((bad.status, bad.body["error"]["code"]), (404, "sandbox_not_found"))
 
     def test_3_placement_and_ownership(self):
         ids = {h: self.create_on("a", h) for h in ("b", "c")}
