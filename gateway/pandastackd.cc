@@ -405,6 +405,7 @@ int main(int argc, char** argv) {
                            spdlog::critical("RPC stopped: {}", e.getDescription().cStr());
                          });
   std::string rpc_url = rpc_host + ":" + std::to_string(rpc_listener->getPort());
+  gw->connect_rpc(rpc.get());  // (cluster mode: RPC clients reach every host's sandboxes)
 
   std::printf(
       "PandaStack is running.\n  URL:     %s\n  RPC:     %s (and unix:%s)\n  State:   %s\n"
@@ -428,6 +429,7 @@ int main(int argc, char** argv) {
   { auto drop = kj::mv(rpc_serving); }
   { auto drop = kj::mv(peers_serving); }
   if (member) member->leave();  // down for the other hosts at once, not after the lease TTL
+  gw->connect_rpc(nullptr);
   rpc.reset();
   unix_listener = nullptr;
   fs::remove(sock);

@@ -11,6 +11,7 @@
 
 #include "gateway/acceptor.h"
 #include "gateway/peer_snapshots.h"
+#include "gateway/rpc.h"
 #include "gateway/server.h"
 #include "wire/cluster.capnp.h"
 
@@ -352,6 +353,13 @@ class PeerImpl final : public wc::Peer::Server {
     });
     return taken.exclusiveJoin(handled.addBranch());
   }
+  kj::Promise<void> platform(PlatformContext ctx) override {
+    if (server_.rpc == nullptr) return KJ_EXCEPTION(FAILED, "this host serves no RPC API");
+    return server_.rpc->platform_for(ctx.getParams().getApiKey())
+        .then([ctx](capnp::Capability::Client p) mutable {
+          ctx.getResults().setPlatform(p.castAs<wire::api::Platform>());
+        });
+  }
   kj::Promise<void> receiveSnapshot(ReceiveSnapshotContext ctx) override {
     return receive_snapshot(server_, ctx);
   }
@@ -582,6 +590,15 @@ Peers::Peers(Server& server, kj::AsyncIoProvider& io, std::string secret, std::s
 Peers::~Peers() {
   impl_->acceptor = nullptr;
   impl_->clients.clear();
+}
+
+kj::Promise<capnp::Capability::Client> Peers::platform(const std::string& address,
+                                                      const std::string& key) {
+  return impl_->connect(address).then([key](wc::Peer::Client peer) -> capnp::Capability::Client {
+    auto req = peer.platformRequest();
+    req.setApiKey(key);
+    return req.send().getPlatform();  // (pipelined: the caller's first call rides with it)
+  });
 }
 
 void Peers::keep(kj::Promise<void> task) { impl_->tasks.add(kj::mv(task)); }

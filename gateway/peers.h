@@ -38,6 +38,9 @@ class Peers {
   kj::Promise<void> forward_websocket(const std::string& address, const std::string& host,
                                       kj::StringPtr url, const kj::HttpHeaders& headers,
                                       kj::HttpService::Response& response);
+  // The public RPC API's Platform of the host at `address` for `key` (Peer.platform).
+  kj::Promise<capnp::Capability::Client> platform(const std::string& address,
+                                                  const std::string& key);
   // Keeps a forwarded WebSocket's handling running after the call that started it returned.
   void keep(kj::Promise<void> task);
 

@@ -13,6 +13,7 @@
 
 #include "gateway/acceptor.h"
 #include "gateway/e2b.h"
+#include "gateway/rpc.h"
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -715,6 +716,15 @@ kj::Promise<void> Gateway::serve_peers(kj::AsyncIoProvider& io, kj::ConnectionRe
   auto& s = impl_->server;
   s.peers = std::make_unique<Peers>(s, io, std::move(secret), std::move(self));
   return s.peers->listen(listener);
+}
+
+void Gateway::connect_rpc(RpcServer* rpc) {
+  auto& s = impl_->server;
+  s.rpc = rpc;
+  if (rpc == nullptr || !s.peers) return;
+  rpc->route_to([&s](const std::string& address, const std::string& key) {
+    return s.peers->platform(address, key);
+  });
 }
 
 std::string Gateway::openapi() const { return impl_->server.openapi(); }

@@ -39,6 +39,8 @@ struct Limits {
 // shell, the size limit on command + stdin, a valid cwd; sets the output cap. The refusal, if any.
 std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& limits);
 
+class RpcServer;
+
 class Gateway {
  public:
   Gateway(actors::Runtime& runtime, kj::Timer& timer, Limits limits = {});
@@ -51,6 +53,9 @@ class Gateway {
   // before listen() serves requests.
   kj::Promise<void> serve_peers(kj::AsyncIoProvider& io, kj::ConnectionReceiver& listener,
                                 std::string secret, std::string self);
+  // Cluster mode: peers reach `rpc` (Peer.platform), and `rpc` reaches the sandboxes other hosts
+  // own through the peers (after serve_peers). nullptr before `rpc` goes.
+  void connect_rpc(RpcServer* rpc);
   // The OpenAPI 3 document of the routes this gateway serves.
   std::string openapi() const;
 

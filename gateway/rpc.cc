@@ -12,6 +12,7 @@
 #include <optional>
 #include <stop_token>
 
+#include "actors/cluster.h"
 #include "gateway/acceptor.h"
 #include "gateway/http_util.h"
 #include "gateway/rate_limit.h"
@@ -51,6 +52,7 @@ struct RpcServer::Impl {
   WorkerPool pool;
   RateLimiter limiter;
   std::unique_ptr<Acceptor> acceptor;
+  RemotePlatform remote;  // (cluster mode)
 
   Impl(actors::Runtime& r, kj::Timer& t, Limits l);
   kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> connection);
@@ -493,20 +495,42 @@ class PlatformImpl final : public api::Platform::Server {
       fail({"invalid_argument", "at most 4 volumes per sandbox"});
     for (auto v : r.getVolumes())
       c.volumes.push_back({text(v.getVolume()), text(v.getMount()), v.getReadOnly()});
-    return offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
-        .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
-          if (!*r && r->error().code == "sandbox_failed")
-            fail({"start_failed", r->error().message});
-          answer(context.getResults(), take(*r));
-        });
+    // In a cluster: made where what it is made from lives, else where placement puts it.
+    std::string from = !c.from_snapshot.empty() ? c.from_snapshot
+                       : c.volumes.empty()      ? ""
+                                                : c.volumes[0].volume;
+    auto elsewhere = from.empty() ? placed(c.template_name) : owner_platform(from);
+    return elsewhere.then([this, context, c](kj::Maybe<api::Platform::Client> remote) mutable
+                          -> kj::Promise<void> {
+      KJ_IF_MAYBE (p, remote) {
+        auto req = p->createRequest();
+        req.setRequest(context.getParams().getRequest());
+        return context.tailCall(kj::mv(req));
+      }
+      return offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
+          .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
+            if (!*r && r->error().code == "sandbox_failed")
+              fail({"start_failed", r->error().message});
+            answer(context.getResults(), take(*r));
+          });
+    });
   }
 
   kj::Promise<void> get(GetContext context) override {
     auto id = text(context.getParams().getId());
-    return offload<actors::SandboxInfo>([rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
-        .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
-          answer(context.getResults(), take(*r));
-        });
+    return owner_platform(id).then([this, context, id](kj::Maybe<api::Platform::Client> remote) mutable
+                                   -> kj::Promise<void> {
+      KJ_IF_MAYBE (p, remote) {
+        auto req = p->getRequest();
+        req.setId(id);
+        return context.tailCall(kj::mv(req));
+      }
+      return offload<actors::SandboxInfo>(
+                 [rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
+          .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
+            answer(context.getResults(), take(*r));
+          });
+    });
   }
 
   kj::Promise<void> deleteSnapshot(DeleteSnapshotContext context) override {
@@ -559,11 +583,19 @@ class PlatformImpl final : public api::Platform::Server {
 
   kj::Promise<void> getDatabase(GetDatabaseContext context) override {
     auto id = text(context.getParams().getId());
-    return offload<actors::DatabaseInfo>(
-               [rt = &ctx_.rt, t = tenant_, id] { return rt->get_database(t, id); })
-        .then([this, context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
-          answer_database(context.getResults(), take(*r));
-        });
+    return owner_platform(id).then([this, context, id](kj::Maybe<api::Platform::Client> remote) mutable
+                                   -> kj::Promise<void> {
+      KJ_IF_MAYBE (p, remote) {
+        auto req = p->getDatabaseRequest();
+        req.setId(id);
+        return context.tailCall(kj::mv(req));
+      }
+      return offload<actors::DatabaseInfo>(
+                 [rt = &ctx_.rt, t = tenant_, id] { return rt->get_database(t, id); })
+          .then([this, context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
+            answer_database(context.getResults(), take(*r));
+          });
+    });
   }
 
   kj::Promise<void> listDatabases(ListDatabasesContext context) override {
@@ -593,6 +625,55 @@ class PlatformImpl final : public api::Platform::Server {
   }
 
  private:
+  // Cluster mode: the Platform of the host that owns `id` when that is another host (the calls
+  // go there; this host proxies them), or null (here: a local id, or an unknown one).
+  kj::Promise<kj::Maybe<api::Platform::Client>> owner_platform(const std::string& id) {
+    auto* cluster = ctx_.rt.cluster();
+    if (cluster == nullptr || !ctx_.remote) return kj::Maybe<api::Platform::Client>(nullptr);
+    return offload<actors::Owner>([cluster, id]() -> Reply<actors::Owner> {
+             return cluster->owner(id);
+           })
+        .then([this](std::shared_ptr<Reply<actors::Owner>> r) {
+          auto o = take(*r);
+          switch (o.kind) {
+            case actors::Owner::Kind::peer:
+              return platform_at(o.peer);
+            case actors::Owner::Kind::down:
+              fail({"host_unavailable", "host " + o.host +
+                                            " owns this and is down (its lease expired); it "
+                                            "answers again once it is back"});
+            case actors::Owner::Kind::error:
+              fail({"cluster_unavailable", "cannot reach etcd: " + o.message});
+            default:
+              return kj::Promise<kj::Maybe<api::Platform::Client>>(
+                  kj::Maybe<api::Platform::Client>(nullptr));
+          }
+        });
+  }
+  // Cluster mode: the Platform of the host placement picks for a create, or null (this one).
+  kj::Promise<kj::Maybe<api::Platform::Client>> placed(const std::string& template_name) {
+    auto* cluster = ctx_.rt.cluster();
+    if (cluster == nullptr || !ctx_.remote) return kj::Maybe<api::Platform::Client>(nullptr);
+    return offload<actors::HostInfo>([cluster, template_name]() -> Reply<actors::HostInfo> {
+             auto h = cluster->place(template_name, "");
+             if (!h) return Rejection{"cluster_unavailable", "cannot place the sandbox: " +
+                                                                 h.error().message};
+             return *h;
+           })
+        .then([this](std::shared_ptr<Reply<actors::HostInfo>> r) {
+          auto h = take(*r);
+          if (h.self)
+            return kj::Promise<kj::Maybe<api::Platform::Client>>(
+                kj::Maybe<api::Platform::Client>(nullptr));
+          return platform_at(h.peer);
+        });
+  }
+  kj::Promise<kj::Maybe<api::Platform::Client>> platform_at(const std::string& peer) {
+    return ctx_.remote(peer, session_->key).then([](capnp::Capability::Client c) {
+      return kj::Maybe<api::Platform::Client>(c.castAs<api::Platform>());
+    });
+  }
+
   // create and get answer alike: the sandbox's capability and its info.
   template <typename Results>
   void answer(Results results, const actors::SandboxInfo& info) {
@@ -658,6 +739,19 @@ class GuardedStream final : public kj::AsyncIoStream {
   std::shared_ptr<Connection> c_;
 };
 
+// The Platform of the tenant `key` belongs to (verified first).
+kj::Promise<api::Platform::Client> platform_for(RpcServer::Impl& ctx, const std::string& key) {
+  return ctx.offload<actors::KeyInfo>([rt = &ctx.rt, key] { return rt->authenticate(key); })
+      .then([&ctx, key](std::shared_ptr<Reply<actors::KeyInfo>> r) -> api::Platform::Client {
+        auto k = take(*r);
+        auto session = std::make_shared<Session>();
+        session->key = key;
+        session->tenant = k.tenant;
+        session->limiter = &ctx.limiter;
+        return kj::heap<PlatformImpl>(ctx, std::move(session));
+      });
+}
+
 class LoginImpl final : public api::Login::Server {
  public:
   LoginImpl(RpcServer::Impl& ctx, std::shared_ptr<Connection> c) : ctx_(ctx), c_(std::move(c)) {}
@@ -666,16 +760,10 @@ class LoginImpl final : public api::Login::Server {
     auto key = text(context.getParams().getApiKey());
     if (!well_formed_key(key))
       fail({"unauthorized", "malformed API key (keys look like pds_<id>_<secret>)"});
-    return ctx_.offload<actors::KeyInfo>([rt = &ctx_.rt, key] { return rt->authenticate(key); })
-        .then([this, context, key](std::shared_ptr<Reply<actors::KeyInfo>> r) mutable {
-          auto k = take(*r);
-          c_->logged_in = true;
-          auto session = std::make_shared<Session>();
-          session->key = key;
-          session->tenant = k.tenant;
-          session->limiter = &ctx_.limiter;
-          context.getResults().setPlatform(kj::heap<PlatformImpl>(ctx_, std::move(session)));
-        });
+    return platform_for(ctx_, key).then([this, context](api::Platform::Client p) mutable {
+      c_->logged_in = true;
+      context.getResults().setPlatform(kj::mv(p));
+    });
   }
 
  private:
@@ -726,6 +814,15 @@ RpcServer::~RpcServer() {
   impl_->shutting_down.request_stop();
   impl_->acceptor = nullptr;  // drops the connections and their capabilities
 }
+
+kj::Promise<capnp::Capability::Client> RpcServer::platform_for(std::string key) {
+  if (!well_formed_key(key))
+    return KJ_EXCEPTION(FAILED, "unauthorized: malformed API key (keys look like pds_<id>_<secret>)");
+  return gateway::platform_for(*impl_, key).then(
+      [](api::Platform::Client p) -> capnp::Capability::Client { return p; });
+}
+
+void RpcServer::route_to(RemotePlatform remote) { impl_->remote = std::move(remote); }
 
 kj::Promise<void> RpcServer::listen(kj::ConnectionReceiver& listener) {
   return impl_->acceptor->listen(listener);

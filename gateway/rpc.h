@@ -3,8 +3,10 @@
 // touches a VMM, a VM socket or the database; runtime calls run on its own worker pool.
 #pragma once
 
+#include <capnp/capability.h>
 #include <kj/async-io.h>
 
+#include <functional>
 #include <memory>
 
 #include "actors/runtime.h"
@@ -23,6 +25,14 @@ class RpcServer {
 
   // Accepts connections on `listener` (TCP or unix socket) until the promise is cancelled.
   kj::Promise<void> listen(kj::ConnectionReceiver& listener);
+
+  // Cluster mode. A Platform for `key` served by this host (a peer's Peer.platform).
+  kj::Promise<capnp::Capability::Client> platform_for(std::string key);
+  // How this host reaches another host's Platform for a key (at its peer address): once set,
+  // get, create and getDatabase for what other hosts own are answered by them (proxied).
+  using RemotePlatform = std::function<kj::Promise<capnp::Capability::Client>(
+      const std::string& address, const std::string& key)>;
+  void route_to(RemotePlatform remote);
 
   // Files over RPC: one message carries the whole file.
   static constexpr size_t kMaxFileBytes = 32 << 20;

@@ -32,6 +32,7 @@ namespace pandastack::gateway {
 using Clock = std::chrono::steady_clock;
 
 struct Server;
+class RpcServer;
 
 // What a handler gets: the server, the request, and who asks (checked before the handler runs).
 struct Call {
@@ -186,6 +187,7 @@ struct Server final : public kj::HttpService {
                                      kj::HttpService::Response& response, Clock::time_point t0,
                                      bool head);
   std::unique_ptr<Peers> peers;  // (cluster mode)
+  RpcServer* rpc = nullptr;      // the host's RPC API, which peers reach (cluster mode)
 
   // Fires `stop` when the client on `fd` hangs up (checked twice a second) while the promise lives.
   kj::Promise<void> watch_hangup(int fd, std::shared_ptr<std::stop_source> stop);

@@ -7,6 +7,8 @@
 
 $import "/capnp/c++.capnp".namespace("pandastack::wire::cluster");
 
+using Api = import "pandastack.capnp";
+
 struct Header {
   name @0 :Text;
   value @1 :Text;
@@ -84,6 +86,10 @@ interface Peer {
   # `up` ends the WebSocket on the owner.
   webSocket @4 (request :HttpRequest, down :WebSocketSink, sink :ResponseSink)
       -> (up :WebSocketSink, accepted :Bool);
+  # The public RPC API (wire/pandastack.capnp) of this host for `apiKey` (verified here, as a
+  # Login would): an RPC client of another host reaches the sandboxes and databases this host
+  # owns through it (the other host proxies the calls).
+  platform @5 (apiKey :Text) -> (platform :Api.Platform);
 }
 
 interface PeerLogin {

@@ -181,6 +181,23 @@ class ClusterTest(unittest.TestCase):
         # A wrong key is refused before anything is forwarded.
         s, b = a.call("GET", f"/v1/sandboxes/{sid}", key="pds_" + "a" * 12 + "_" + "b" * 40)
         self.assertEqual((s, b["error"]["code"]), (401, "unauthorized"))
+        # The RPC API through a: get (the calls proxied to b), exec, a fork there; a create placed.
+        example = os.path.join(os.path.dirname(harness.ARGS.daemon), "pandastack-rpc-example")
+        rpc = ["--connect", "unix:" + os.path.join(self.daemons["a"].data, "rpc.sock"),
+               "--key", self.key]
+        r = subprocess.run([example, *rpc, "--sandbox", sid, "--", "cat", "/tmp/x.bin"],
+                           capture_output=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout), (0, b"\x00\x01data"), r.stderr)
+        r = subprocess.run([example, *rpc, "--sandbox", sid, "--fork", "--", "cat", "/tmp/x.bin"],
+                           capture_output=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout), (0, b"\x00\x01data"), r.stderr)
+        r = subprocess.run([example, *rpc, "--", "sh", "-c", "exit 7"], capture_output=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 7, r.stderr)
+        r = subprocess.run([example, *rpc, "--sandbox", "sbx_nope", "--", "true"],
+                           capture_output=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"sandbox_not_found", r.stderr)
         # A WebSocket through a reaches the sandbox on b: stdin in, output out, the exit, a close.
         ws = WebSocket(self.daemons["a"], f"/v1/sandboxes/{sid}/exec/ws", self.key)
         self.assertEqual(ws.status, 101)
