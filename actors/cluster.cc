@@ -186,12 +186,12 @@ storage::Result<std::map<std::string, std::string>> Cluster::members() {
   return out;
 }
 
-Owner Cluster::owner(const std::string& id) {
+Owner Cluster::owner(const std::string& id, bool fresh) {
   auto now = steady_clock::now();
   {
     std::lock_guard l(cache_mu_);
     auto it = owners_.find(id);
-    if (it != owners_.end() && now - it->second.at < kCacheFor &&
+    if (!fresh && it != owners_.end() && now - it->second.at < kCacheFor &&
         (it->second.owner.kind == Owner::Kind::self || now - hosts_at_ < kCacheFor))
       return it->second.owner;
   }

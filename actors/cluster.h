@@ -75,8 +75,9 @@ class Cluster {
   storage::Result<std::vector<HostInfo>> hosts();
   // Every host that ever joined (id -> peer address): the hosts() not among them are down.
   storage::Result<std::map<std::string, std::string>> members();
-  // The owner of `id` (cached for a second, at most kMaxCachedOwners ids).
-  Owner owner(const std::string& id);
+  // The owner of `id` (cached for a second, at most kMaxCachedOwners ids; `fresh`: asked of
+  // etcd whatever the cache holds).
+  Owner owner(const std::string& id, bool fresh = false);
   // Records this host as the owner of `id`: false when another host owns it.
   storage::Result<bool> claim(const std::string& id);
   // Moves the ownership of `id` from this host to host `to` in one compare-and-swap transaction

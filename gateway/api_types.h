@@ -55,6 +55,8 @@ struct Request {
   // named by E2b-Sandbox-Id before anything else; "" elsewhere).
   std::string token_tenant;
   std::string body;
+  std::string url;         // the path and query as sent
+  bool forwarded = false;  // (cluster mode) another host forwarded it: served here, never routed
   int conn_fd = -1;        // the client's connection (to notice it hang up), or -1
   std::stop_token cancel;  // fires when the client hung up or the server shuts down
 

@@ -54,8 +54,11 @@ Target host_target(actors::Cluster& cluster, const std::string& host) {
   return {};  // (no such host: the handler says so)
 }
 
-Target target_of(actors::Cluster& cluster, const std::string& id) {
+// `forwarded`: a request another host sent here; a cached "not this host" is asked again.
+Target target_of(actors::Cluster& cluster, const std::string& id, bool forwarded) {
   auto o = cluster.owner(id);
+  if (forwarded && (o.kind == actors::Owner::Kind::peer || o.kind == actors::Owner::Kind::down))
+    o = cluster.owner(id, /*fresh=*/true);
   switch (o.kind) {
     case actors::Owner::Kind::self:
     case actors::Owner::Kind::unknown:  // (not recorded: a local id, or none: 404 here)
@@ -83,7 +86,7 @@ Target place(actors::Cluster& cluster, const std::string& text) {
     if (from.empty() && (*j)["volumes"].is_array() && (*j)["volumes"].size() > 0 &&
         (*j)["volumes"].as_array()[0]["volume"].is_string())
       from = (*j)["volumes"].as_array()[0]["volume"].as_string();
-    if (!from.empty() && pinned.empty()) return target_of(cluster, from);
+    if (!from.empty() && pinned.empty()) return target_of(cluster, from, false);
   }
   auto h = cluster.place(tmpl, pinned);
   if (!h) {
@@ -119,15 +122,16 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
   // The key is checked here too (keys are shared through etcd): nobody without one makes this
   // host read a body or open a peer connection.
   using Decided = std::shared_ptr<Target>;
+  bool fresh = req.forwarded;
   auto decided = offload<Decided>(
-      [this, cluster, token, id, create, auth = route.auth]() -> Decided {
+      [this, cluster, token, id, create, fresh, auth = route.auth]() -> Decided {
         if (auth && !rt.authenticate(token))
           return std::make_shared<Target>(Target{Target::Kind::unauthorized, "", "", ""});
         if (create) return std::make_shared<Target>(Target{Target::Kind::undecided, "", "", ""});
         if (id.rfind(kHostPrefix, 0) == 0)
           return std::make_shared<Target>(
               host_target(*cluster, id.substr(std::strlen(kHostPrefix))));
-        return std::make_shared<Target>(target_of(*cluster, id));
+        return std::make_shared<Target>(target_of(*cluster, id, fresh));
       },
       std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
   return decided.then([this, &route, req = std::move(req), method, url, &headers, &body, &response,

@@ -305,6 +305,52 @@ actors::Reply<std::vector<Json>> PeerSession::start(const Start& s) {
   }
 }
 
+namespace {
+// A forwarded request's answer, kept (bounded).
+class KeptAnswer final : public wc::ResponseSink::Server {
+ public:
+  explicit KeptAnswer(std::shared_ptr<PeerSession::HttpAnswer> a) : a_(kj::mv(a)) {}
+  kj::Promise<void> start(StartContext ctx) override {
+    a_->status = ctx.getParams().getStatus();
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> write(WriteContext ctx) override {
+    auto d = ctx.getParams().getData();
+    if (a_->body.size() + d.size() > PeerSession::kMaxBody)
+      return KJ_EXCEPTION(FAILED, "the answer is too large");
+    a_->body.append(reinterpret_cast<const char*>(d.begin()), d.size());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> end(EndContext) override { return kj::READY_NOW; }
+
+ private:
+  std::shared_ptr<PeerSession::HttpAnswer> a_;
+};
+}  // namespace
+
+actors::Reply<PeerSession::HttpAnswer> PeerSession::http(
+    const std::string& method, const std::string& url,
+    const std::vector<std::pair<std::string, std::string>>& headers) {
+  auto answer = std::make_shared<HttpAnswer>();
+  try {
+    auto req = impl_->peer.httpRequest();
+    auto r = req.initRequest();
+    r.setMethod(method);
+    r.setUrl(url);
+    auto hs = r.initHeaders(uint(headers.size()));
+    for (size_t i = 0; i < headers.size(); ++i) {
+      hs[uint(i)].setName(headers[i].first);
+      hs[uint(i)].setValue(headers[i].second);
+    }
+    req.setSink(kj::heap<KeptAnswer>(answer));
+    impl_->wait(req.send());
+  } catch (kj::Exception& e) {
+    return impl_->failed(method + " " + url, e);
+  }
+  if (answer->status == 0) return actors::Rejection{"peer_error", "host " + impl_->host + " sent no response"};
+  return *answer;
+}
+
 void PeerSession::discard(const std::string& tenant, const std::vector<std::string>& ids) {
   try {
     auto req = impl_->peer.discardRequest();

@@ -54,6 +54,15 @@ class PeerSession {
   };
   // Starts sandboxes from a shipped snapshot: them as the API shows them.
   actors::Reply<std::vector<wire::Json>> start(const Start& s);
+  // A request served by the host as a client's (its auth and tenancy checked there): the status
+  // and body of its answer (at most kMaxBody bytes).
+  struct HttpAnswer {
+    unsigned status = 0;
+    std::string body;
+  };
+  static constexpr size_t kMaxBody = 64 << 20;
+  actors::Reply<HttpAnswer> http(const std::string& method, const std::string& url,
+                                 const std::vector<std::pair<std::string, std::string>>& headers);
   // Kills sandboxes start() made (an undo).
   void discard(const std::string& tenant, const std::vector<std::string>& ids);
 

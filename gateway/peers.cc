@@ -308,7 +308,7 @@ class PeerImpl final : public wc::Peer::Server {
     };
     auto st = kj::heap<State>(*server_.table, p.getSink());
     for (auto h : rq.getHeaders()) st->headers.add(h.getName(), h.getValue());
-    st->headers.add(Peers::kForwardedHeader, from_);
+    st->headers.add_raw(Peers::kForwardedHeader, from_);
     st->url = kj::str(rq.getUrl());
     auto body = rq.getBody();
     st->body = bytes_input(kj::heapArray<kj::byte>(body.begin(), body.size()));
@@ -335,7 +335,7 @@ class PeerImpl final : public wc::Peer::Server {
     for (auto h : rq.getHeaders()) st->headers.add(h.getName(), h.getValue());
     st->headers.add_raw("Connection", "Upgrade");
     st->headers.add_raw("Upgrade", "websocket");
-    st->headers.add(Peers::kForwardedHeader, from_);
+    st->headers.add_raw(Peers::kForwardedHeader, from_);
     st->url = kj::str(rq.getUrl());
     auto& s = *st;
     auto handled = server_

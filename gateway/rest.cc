@@ -164,8 +164,10 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   for (auto table :
        {system_routes(), sandbox_routes(), exec_routes(), file_routes(), snapshot_routes(),
         admin_routes(), quota_routes(), volume_routes(), database_routes(), code_routes(),
-        e2b_api_routes(), e2b_envd_routes(), e2b_code_routes(), cluster_routes(), cluster_move_routes()})
+        e2b_api_routes(), e2b_envd_routes(), e2b_code_routes(), cluster_routes(),
+        cluster_move_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
+  spread_lists(routes);
 }
 
 Server::~Server() {
@@ -260,13 +262,18 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
     return send(response, std::move(reply), t0);
   }
   req.route = route->pattern;
+  req.url = url.cStr();
+  req.forwarded = headers.get(h_forwarded) != nullptr;
   KJ_IF_MAYBE (a, headers.get(h_authorization)) {
     req.authorization = a->cStr();
   }
-  if (peers && route->style == Route::Style::native && headers.get(h_forwarded) == nullptr) {
+  if (peers && route->style == Route::Style::native) {
     std::string id;
     bool create = false;
-    if (cluster_target(*route, req, id, create))
+    // A forwarded request is served here, unless it names an id this host does not own any more
+    // (the sender's owner cache was a second old: a migration moved it): then its owner, looked
+    // up afresh, serves it. Creates and lists are never routed twice.
+    if (cluster_target(*route, req, id, create) && !(req.forwarded && create))
       return route_in_cluster(*route, std::move(req), id, create, method, url, headers, body,
                               response, t0, head);
   }

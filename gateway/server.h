@@ -94,6 +94,9 @@ std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (
 std::vector<Route> e2b_code_routes();  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
 std::vector<Route> cluster_routes();   // GET /v1/hosts (cluster_routes.cc)
 std::vector<Route> cluster_move_routes();  // migrate, drain (cluster_moves.cc)
+// The lists of sandboxes, snapshots, volumes and databases: every host's in cluster mode
+// (cluster_fanout.cc).
+void spread_lists(std::vector<Route>& routes);
 // A fork whose children go to `hosts` (round-robin; cluster_moves.cc).
 HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::string>& hosts);
 
