@@ -152,6 +152,15 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
   return json_reply(201, out);
 }
 
+HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full) {
+  auto& cluster = cluster_of(c, "fork");
+  auto parent = unwrap(c.gw.rt.get(c.tenant(), c.id));
+  auto to = cluster.place(parent.template_name, "");
+  if (!to || to->self || !parent.volumes.empty()) throw ApiError{full.code, full.message};
+  spdlog::info("cluster: fork of {}: this host is full, the children go to host {}", c.id, to->id);
+  return fork_across_hosts(c, count, {to->id});
+}
+
 // Moves sandbox `id` of `tenant` to host `to`: hibernated here, its hibernation shipped, started
 // there under the same id, its owner record handed over, then ended here. Returns it as the
 // target shows it.

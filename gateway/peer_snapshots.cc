@@ -8,6 +8,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
+
 #include "gateway/api_types.h"
 #include "gateway/peers.h"
 #include "gateway/server.h"
@@ -145,16 +147,39 @@ kj::Promise<void> start_from_snapshot(Server& server, capnp::CallContext<wc::Pee
   }
   if (!refused.empty()) return KJ_EXCEPTION(FAILED, "start refused: " + refused);
   ir.create = settings_of(p.getTenant(), *settings);
+  std::vector<uint32_t> ports;
+  if (migrated) {
+    // A migrated sandbox keeps its expiry (what is left of its TTL) and its exposed ports.
+    const auto& j = *settings;
+    if (j["expires_at_ms"].is_integer()) {
+      int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+      int64_t left = j["expires_at_ms"].as_int() - now;
+      ir.create.ttl_seconds = uint32_t(std::max<int64_t>(1, (left + 999) / 1000));
+    }
+    if (j["ports"].is_array())
+      for (auto& port : j["ports"].as_array())
+        if (port.is_integer()) ports.push_back(uint32_t(port.as_int()));
+  }
   auto& rt = server.rt;
   return server
       .offload<std::string>(
-          [&rt, ir, migrated]() -> std::string {
+          [&rt, ir, migrated, ports]() -> std::string {
             auto started = rt.start_imported(ir, !migrated);
             Json out = Json::object();
             if (!started) {
               out.set("error", error_json(started.error()));
               return out.dump();
             }
+            for (auto& s : *started)
+              for (auto port : ports)
+                if (auto e = rt.expose_port(s.tenant, s.id, port); !e)
+                  spdlog::warn("cluster: migrated {}: port {} not exposed again: {}", s.id, port,
+                               e.error().message);
+            if (!ports.empty())
+              for (auto& s : *started)
+                if (auto again = rt.get(s.tenant, s.id)) s = *again;
             Json list = Json::array();
             for (auto& s : *started) list.push(sandbox_json(s));
             out.set("sandboxes", list);

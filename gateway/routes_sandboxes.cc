@@ -154,8 +154,11 @@ std::vector<Route> sandbox_routes() {
               const auto& limits = c.gw.rt.config().limits;
               auto count = uint32_t(f.integer("count", 1, 1, limits.max_fork_children));
               if (f.has("hosts")) return fork_across_hosts(c, count, f.string_list("hosts"));
-              auto reply = list_reply("sandboxes", unwrap(c.gw.rt.fork(c.tenant(), c.id, count)),
-                                      sandbox_json);
+              auto children = c.gw.rt.fork(c.tenant(), c.id, count);
+              // In a cluster, a host short of memory places the children on another host.
+              if (!children && children.error().code == "host_full" && c.gw.rt.cluster())
+                return fork_elsewhere(c, count, children.error());
+              auto reply = list_reply("sandboxes", unwrap(std::move(children)), sandbox_json);
               reply.status = 201;
               return reply;
             }),

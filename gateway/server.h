@@ -99,6 +99,8 @@ std::vector<Route> cluster_move_routes();  // migrate, drain (cluster_moves.cc)
 void spread_lists(std::vector<Route>& routes);
 // A fork whose children go to `hosts` (round-robin; cluster_moves.cc).
 HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::string>& hosts);
+// A fork this host is too full for, placed on the host placement picks (else `full` stands).
+HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full);
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {
