@@ -1,11 +1,13 @@
 // Requests that span hosts (cluster mode): the lists of sandboxes, snapshots, volumes and
-// databases are every live host's, merged. The host that receives one asks each other live host
+// databases are every live host's, merged, and so is the audit log (by time, below). The host that receives one asks each other live host
 // the same (as the client, with the client's key: auth and tenancy are checked there), marks each
 // item with its host, and orders them by creation time. A host that does not answer is named in
 // `unreachable_hosts`: the list is partial, and says so. Handlers run on a worker thread.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "actors/cluster.h"
 #include "gateway/peer_snapshots.h"
@@ -19,6 +21,27 @@ int64_t created_at(const Json& item) {
   for (const char* k : {"created_at_ms", "created_at"})
     if (item[k].is_number()) return item[k].as_int();
   return 0;
+}
+
+// Asks host `h` `url` as the client would; the answer's JSON, or why not (into `unreachable`).
+std::optional<Json> ask(Call& c, const actors::HostInfo& h, const std::string& url,
+                        Json& unreachable) {
+  auto fail = [&](const std::string& why) -> std::optional<Json> {
+    spdlog::warn("cluster: host {} did not answer {}: {}", h.id, url, why);
+    Json u = Json::object();
+    u.set("host", h.id);
+    u.set("message", why);
+    unreachable.push(u);
+    return std::nullopt;
+  };
+  auto session = PeerSession::open(h.id, h.peer, c.gw.peers->secret(),
+                                   c.gw.rt.cluster()->config().host_id);
+  if (!session) return fail(session.error().message);
+  auto answer = (*session)->http("GET", url, {{"Authorization", c.r.authorization}});
+  if (!answer) return fail(answer.error().message);
+  auto j = Json::parse(answer->body);
+  if (answer->status != 200 || !j) return fail("status " + std::to_string(answer->status));
+  return j;
 }
 
 HttpReply merged(Call& c, const char* field, HttpReply local) {
@@ -37,28 +60,9 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
   if (!hosts) throw ApiError{"cluster_unavailable", "cannot reach etcd: " + hosts.error().message};
   for (auto& h : *hosts) {
     if (h.id == self) continue;
-    auto fail = [&](const std::string& why) {
-      spdlog::warn("cluster: host {} did not answer {}: {}", h.id, c.r.url, why);
-      Json u = Json::object();
-      u.set("host", h.id);
-      u.set("message", why);
-      unreachable.push(u);
-    };
-    auto session = PeerSession::open(h.id, h.peer, c.gw.peers->secret(), self);
-    if (!session) {
-      fail(session.error().message);
-      continue;
-    }
-    auto answer = (*session)->http("GET", c.r.url, {{"Authorization", c.r.authorization}});
-    if (!answer) {
-      fail(answer.error().message);
-      continue;
-    }
-    auto theirs = Json::parse(answer->body);
-    if (answer->status != 200 || !theirs || !(*theirs)[field].is_array()) {
-      fail("status " + std::to_string(answer->status));
-      continue;
-    }
+    auto theirs = ask(c, h, c.r.url, unreachable);
+    if (!theirs) continue;
+    if (!(*theirs)[field].is_array()) continue;
     for (auto item : (*theirs)[field].as_array()) {
       if (!item.is_object()) continue;
       item.set("host", h.id);
@@ -72,6 +76,100 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
   for (auto& i : items) list.push(i);
   Json out = Json::object();
   out.set(field, list);
+  if (unreachable.size() > 0) out.set("unreachable_hosts", unreachable);
+  return json_reply(200, out);
+}
+
+// The audit cursor of a merged log: "host:seq,host:seq" (each host's sequence is its own).
+std::map<std::string, uint64_t> parse_cursor(const std::string& text) {
+  std::map<std::string, uint64_t> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    auto part = text.substr(at, end - at);
+    auto colon = part.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+      throw ApiError{"invalid_argument", "cursor: host:seq pairs separated by commas"};
+    try {
+      out[part.substr(0, colon)] = std::stoull(part.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw ApiError{"invalid_argument", "cursor: a sequence is a number"};
+    }
+    at = end + 1;
+  }
+  return out;
+}
+
+// The audit log of every live host, merged by time: each host's events keep their order (a
+// k-way merge on the timestamps of the hosts' next events; equal times by host id), each marked
+// with its host. `cursor` (the last reply's next_cursor) says where each host's part goes on.
+HttpReply merged_audit(Call& c, const Handler& local) {
+  auto* cluster = c.gw.rt.cluster();
+  if (cluster == nullptr && c.r.q("cursor"))
+    throw ApiError{"invalid_argument", "cursor is for a cluster's merged log; use after"};
+  if (cluster == nullptr || !c.gw.peers || c.r.forwarded) return local(c);
+  auto cursor = parse_cursor(c.r.q("cursor").value_or(""));
+  size_t limit = size_t(query_int(c.r, "limit", 1000, 10000));
+  uint64_t after_all = uint64_t(query_int(c.r, "after", 0, INT64_MAX));
+  auto hosts = cluster->hosts();
+  if (!hosts) throw ApiError{"cluster_unavailable", "cannot reach etcd: " + hosts.error().message};
+  const std::string self = cluster->config().host_id;
+  struct Part {
+    std::string host;
+    std::vector<Json> events;
+    size_t next = 0;
+    uint64_t last;
+  };
+  std::vector<Part> parts;
+  Json unreachable = Json::array();
+  for (auto& h : *hosts) {
+    uint64_t after = cursor.count(h.id) ? cursor[h.id] : after_all;
+    // The same query for each host, with its own place in its log.
+    std::string query = "after=" + std::to_string(after) + "&limit=" + std::to_string(limit);
+    for (auto& [k, v] : c.r.query)
+      if (k == "from_ms" || k == "to_ms" || k == "all") query += "&" + k + "=" + v;
+    std::optional<Json> got;
+    if (h.id == self) {
+      Request r = c.r;
+      r.query.clear();
+      r.query.emplace("after", std::to_string(after));
+      r.query.emplace("limit", std::to_string(limit));
+      for (auto& [k, v] : c.r.query)
+        if (k == "from_ms" || k == "to_ms" || k == "all") r.query.emplace(k, v);
+      Call mine{c.gw, r, c.key, c.id};
+      got = Json::parse(local(mine).body);
+    } else {
+      got = ask(c, h, "/v1/audit?" + query, unreachable);
+    }
+    Part p{h.id, {}, 0, after};
+    if (got && (*got)["events"].is_array())
+      for (auto e : (*got)["events"].as_array()) {
+        e.set("host", h.id);
+        p.events.push_back(e);
+      }
+    parts.push_back(std::move(p));
+  }
+  std::sort(parts.begin(), parts.end(), [](auto& a, auto& b) { return a.host < b.host; });
+  Json events = Json::array();
+  while (events.size() < limit) {
+    Part* next = nullptr;
+    for (auto& p : parts)
+      if (p.next < p.events.size() &&
+          (!next || p.events[p.next]["time_ms"].as_int() <
+                        next->events[next->next]["time_ms"].as_int()))
+        next = &p;
+    if (!next) break;
+    auto& e = next->events[next->next++];
+    next->last = uint64_t(e["seq"].as_int());
+    events.push(e);
+  }
+  std::string next_cursor;
+  for (auto& p : parts)
+    next_cursor += (next_cursor.empty() ? "" : ",") + p.host + ":" + std::to_string(p.last);
+  Json out = Json::object();
+  out.set("events", events);
+  out.set("next_cursor", next_cursor);
   if (unreachable.size() > 0) out.set("unreachable_hosts", unreachable);
   return json_reply(200, out);
 }
@@ -92,6 +190,11 @@ void spread_lists(std::vector<Route>& routes) {
         };
         r.summary += " (every host's, in cluster mode)";
       }
+    if (r.pattern == "/v1/audit") {
+      r.handler = [local = r.handler](Call& c) { return merged_audit(c, local); };
+      r.query.push_back("cursor");
+      r.summary += "; every host's merged by time in cluster mode (?cursor=)";
+    }
   }
 }
 

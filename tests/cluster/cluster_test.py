@@ -409,5 +409,30 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual((s, b["error"]["code"]), (403, "forbidden"), b)
 
 
+    def test_z_audit_is_merged(self):
+        s, b = self.api["b"].call("GET", "/v1/audit?limit=10000")
+        self.assertEqual(s, 200, b)
+        events = b["events"]
+        self.assertEqual({e["host"] for e in events}, {"a", "b", "c"})
+        times = [e["time_ms"] for e in events]
+        self.assertEqual(times, sorted(times))  # merged by time
+        for h in ("a", "b", "c"):
+            seqs = [e["seq"] for e in events if e["host"] == h]
+            self.assertEqual(seqs, sorted(seqs))  # each host's order kept
+        # Pages of 7 through another host, with the cursor: the same events, once each.
+        paged, cursor = [], ""
+        while True:
+            s, p = self.api["c"].call("GET", "/v1/audit?limit=7" + ("&cursor=" + cursor if cursor else ""))
+            self.assertEqual(s, 200, p)
+            if not p["events"]:
+                break
+            paged += p["events"]
+            cursor = p["next_cursor"]
+        key = lambda e: (e["host"], e["seq"])
+        self.assertEqual(sorted(map(key, paged)), sorted(map(key, events)))
+        s, p = self.api["a"].call("GET", "/v1/audit?cursor=nonsense")
+        self.assertEqual((s, p["error"]["code"]), (400, "invalid_argument"), p)
+
+
 if __name__ == "__main__":
     harness.main()

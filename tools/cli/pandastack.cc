@@ -184,7 +184,11 @@ int audit(const Args& a) {
         out.push_back(x);
       }
       if (!a.sandbox.empty() || n < 10000 || a.from) break;
-      path = "/v1/audit?all=1&limit=10000&after=" + std::to_string((*j)["next_after"].as_int());
+      // (a cluster's merged log goes on by its cursor; one host's by its sequence)
+      if ((*j)["next_cursor"].is_string())
+        path = "/v1/audit?all=1&limit=10000&cursor=" + (*j)["next_cursor"].as_string();
+      else
+        path = "/v1/audit?all=1&limit=10000&after=" + std::to_string((*j)["next_after"].as_int());
     }
   }
   size_t shown = 0;
