@@ -259,10 +259,11 @@ Json drain(Server& gw, actors::Cluster& cluster) {
   return out;
 }
 
-// The host a drain route names must be this one (the routing sent it here when it is up).
+// The host a /v1/hosts/{host_id}/... route names must be this one (the routing sent it here
+// when it is up).
 actors::Cluster& this_host(Call& c) {
   admin_only(c);
-  auto& cluster = cluster_of(c, "drain");
+  auto& cluster = cluster_of(c, "hosts");
   auto host = c.r.param("host_id");
   if (host != cluster.config().host_id)
     throw ApiError{"host_not_found", "no host " + host + " in the cluster"};
@@ -290,6 +291,12 @@ std::vector<Route> cluster_move_routes() {
               auto& cluster = this_host(c);
               Fields f(c.r.json(), {});
               return json_reply(200, drain(c.gw, cluster));
+            }),
+      route(M::GET, "/v1/hosts/{host_id}/metrics",
+            "A host's Prometheus metrics, through any host (admin; cluster mode)",
+            [](Call& c) {
+              this_host(c);
+              return HttpReply{200, "text/plain; version=0.0.4", c.gw.metrics(), "", {}};
             }),
       route(M::DELETE, "/v1/hosts/{host_id}/drain", "End a host's drain: it takes creates again (admin)",
             [](Call& c) {

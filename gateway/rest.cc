@@ -13,6 +13,7 @@
 
 #include "gateway/acceptor.h"
 #include "gateway/e2b.h"
+#include "actors/cluster.h"
 #include "gateway/rpc.h"
 #include "gateway/server.h"
 
@@ -511,6 +512,10 @@ void Server::observe_exec(Clock::time_point t0) {
 
 std::string Server::metrics() {
   std::string out;
+  if (auto* cluster = rt.cluster())
+    out += "# HELP pandastack_cluster_host The host these metrics are of (cluster mode).\n"
+           "# TYPE pandastack_cluster_host gauge\npandastack_cluster_host{host=\"" +
+           cluster->config().host_id + "\"} 1\n";
   auto counts = rt.counts();
   out +=
       "# HELP pandastack_sandboxes Live sandboxes by state.\n# TYPE pandastack_sandboxes gauge\n";

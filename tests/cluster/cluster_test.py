@@ -149,6 +149,14 @@ class ClusterTest(unittest.TestCase):
             self.assertGreater(h["total_mib"], 0)
             self.assertTrue(h["peer"].startswith("127.0.0.1:"))
 
+    def test_1_metrics_per_host(self):
+        for h in ("a", "b", "c"):
+            s, body = self.api["a"].call("GET", f"/v1/hosts/{h}/metrics")
+            self.assertEqual(s, 200)
+            self.assertIn(f'pandastack_cluster_host{{host="{h}"}} 1'.encode(), body)
+        s, b = self.api["a"].call("GET", "/v1/hosts/nowhere/metrics")
+        self.assertEqual((s, b["error"]["code"]), (404, "host_not_found"), b)
+
     def test_2_routing_through_another_host(self):
         sid = self.create_on("a", "b")
         self.assertIn(sid, self.local_ids("b"))
