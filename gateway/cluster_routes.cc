@@ -81,6 +81,7 @@ Target place(actors::Cluster& cluster, const std::string& text) {
   if (j && j->is_object()) {
     if ((*j)["placement"]["host"].is_string()) pinned = (*j)["placement"]["host"].as_string();
     if ((*j)["template"].is_string()) tmpl = (*j)["template"].as_string();
+    if ((*j)["templateID"].is_string()) tmpl = (*j)["templateID"].as_string();  // (E2B's create)
     std::string from;
     if ((*j)["from_snapshot"].is_string()) from = (*j)["from_snapshot"].as_string();
     if (from.empty() && (*j)["volumes"].is_array() && (*j)["volumes"].size() > 0 &&
@@ -100,6 +101,25 @@ Target place(actors::Cluster& cluster, const std::string& text) {
 }  // namespace
 
 bool Server::cluster_target(const Route& route, const Request& req, std::string& id, bool& create) {
+  // E2B's control plane names sandboxes in its paths; its sandbox plane in E2b-Sandbox-Id.
+  if (route.style == Route::Style::e2b_api) {
+    if (route.method == kj::HttpMethod::POST &&
+        (route.pattern == "/sandboxes" || route.pattern == "/v2/sandboxes")) {
+      create = true;
+      return true;
+    }
+    if (route.pattern.rfind("/sandboxes/{id}", 0) != 0 &&
+        route.pattern.rfind("/v2/sandboxes/{id}", 0) != 0)
+      return false;
+    id = req.param("id");
+    return !id.empty();
+  }
+  if (route.style == Route::Style::e2b_envd) {
+    auto it = req.headers.find("e2b-sandbox-id");
+    if (it == req.headers.end()) return false;
+    id = it->second;
+    return !id.empty();
+  }
   if (route.method == kj::HttpMethod::POST && route.pattern == "/v1/sandboxes") {
     create = true;
     return true;
@@ -144,12 +164,15 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       case Target::Kind::down:
         return send(
             response,
-            error_reply("host_unavailable", "host " + t.host +
-                                                " owns this and is down (its lease expired); "
-                                                "it answers again once it is back"),
+            restyle(route, error_reply("host_unavailable",
+                                       "host " + t.host +
+                                           " owns this and is down (its lease expired); it "
+                                           "answers again once it is back")),
             t0, head);
       case Target::Kind::unavailable:
-        return send(response, error_reply("cluster_unavailable", "cannot reach etcd: " + t.message),
+        return send(response,
+                    restyle(route, error_reply("cluster_unavailable",
+                                               "cannot reach etcd: " + t.message)),
                     t0, head);
       case Target::Kind::busy:
         return send(response, busy_reply(), t0, head);

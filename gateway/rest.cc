@@ -1,6 +1,8 @@
 #include "gateway/rest.h"
 
 #include <kj/compat/url.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -274,9 +276,11 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
     // A forwarded request is served here, unless it names an id this host does not own any more
     // (the sender's owner cache was a second old: a migration moved it): then its owner, looked
     // up afresh, serves it. Creates and lists are never routed twice.
-    if (cluster_target(*route, req, id, create) && !(req.forwarded && create))
+    if (cluster_target(*route, req, id, create) && !(req.forwarded && create)) {
+      req.routed = true;
       return route_in_cluster(*route, std::move(req), id, create, method, url, headers, body,
                               response, t0, head);
+    }
   }
   return serve(*route, std::move(req), headers, body, response, t0, head);
 }
@@ -317,6 +321,22 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                                                 "named by E2b-Sandbox-Id")),
                     t0, head);
       req.token_tenant = *tenant;
+    }
+    // In a cluster, E2B's requests go to the host that owns their sandbox too (once their key
+    // or token is known good: tokens are the cluster's, keys are in etcd).
+    bool e2b_create = route->method == kj::HttpMethod::POST &&
+                      (route->pattern == "/sandboxes" || route->pattern == "/v2/sandboxes");
+    if (peers && !req.routed && !(req.forwarded && e2b_create)) {
+      std::string id;
+      bool create = false;
+      if (cluster_target(*route, req, id, create)) {
+        req.routed = true;
+        auto url = kj::heapString(req.url);
+        auto& u = url;
+        return route_in_cluster(*route, std::move(req), id, create, route->method, u, headers,
+                                body, response, t0, head)
+            .attach(kj::mv(url));
+      }
     }
   }
   // A missing or malformed key is refused here, before the body is read or a worker is used.
@@ -726,6 +746,13 @@ kj::Promise<void> Gateway::listen(kj::ConnectionReceiver& listener) {
 kj::Promise<void> Gateway::serve_peers(kj::AsyncIoProvider& io, kj::ConnectionReceiver& listener,
                                        std::string secret, std::string self) {
   auto& s = impl_->server;
+  // E2B access tokens are the cluster's: any host verifies a token another host issued.
+  unsigned char key[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  const std::string label = "pandastack e2b access tokens";
+  HMAC(EVP_sha256(), secret.data(), int(secret.size()),
+       reinterpret_cast<const unsigned char*>(label.data()), label.size(), key, &len);
+  e2b::set_tokens(e2b::Tokens(std::string(reinterpret_cast<char*>(key), len)));
   s.peers = std::make_unique<Peers>(s, io, std::move(secret), std::move(self));
   return s.peers->listen(listener);
 }

@@ -417,9 +417,38 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual((s, b["error"]["code"]), (403, "forbidden"), b)
 
 
+    def test_y_e2b_through_other_hosts(self):
+        """The real E2B SDK: a create through a (placed by the cluster), then the sandbox plane
+        through a host that does not own the sandbox."""
+        e2b = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2b")
+        if not os.path.isdir(os.path.join(e2b, "node_modules", "e2b")):
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=e2b,
+                           check=True, timeout=600)
+
+        def client(api, sandbox, *args):
+            env = dict(os.environ, E2B_API_KEY=self.key, E2B_API_URL=self.daemons[api].url,
+                       E2B_SANDBOX_URL=self.daemons[sandbox].url)
+            r = subprocess.run(["node", "cluster_client.mjs", *args], cwd=e2b, env=env,
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stdout.strip()
+
+        sid = client("a", "a", "create")
+        owner = self.etcd.prefix("/pandastack/owners/").get("/pandastack/owners/" + sid)
+        self.assertIn(owner, ("a", "b", "c"))
+        self.assertIn(sid, self.local_ids(owner))
+        others = [h for h in ("a", "b", "c") if h != owner]
+        s, b = self.api[owner].exec(sid, "echo e2b-mark > /tmp/mark")
+        self.assertEqual(s, 200, b)
+        out = json.loads(client(others[0], others[1], "use", sid))
+        self.assertEqual(out, {"stdout": "through\ne2b-mark\n", "running": True})
+        s, b = self.api["a"].call("GET", f"/v1/sandboxes/{sid}")
+        self.assertEqual((s, b["state"]), (200, "stopped"), b)  # killed through the SDK
+
     def test_z_audit_is_merged(self):
         s, b = self.api["b"].call("GET", "/v1/audit?limit=10000")
         self.assertEqual(s, 200, b)
+        self.assertNotIn("unreachable_hosts", b)
         events = b["events"]
         self.assertEqual({e["host"] for e in events}, {"a", "b", "c"})
         times = [e["time_ms"] for e in events]
