@@ -44,14 +44,18 @@ std::optional<Json> ask(Call& c, const actors::HostInfo& h, const std::string& u
   return j;
 }
 
+// `field`: the list's field in the answer, or "" for an answer that is the list (E2B's).
 HttpReply merged(Call& c, const char* field, HttpReply local) {
   auto* cluster = c.gw.rt.cluster();
   if (cluster == nullptr || !c.gw.peers || c.r.forwarded || local.status != 200) return local;
   auto j = Json::parse(local.body);
-  if (!j || !(*j)[field].is_array()) return local;
+  auto list_of = [field](const Json& answer) -> const Json& {
+    return *field ? answer[field] : answer;
+  };
+  if (!j || !list_of(*j).is_array()) return local;
   const std::string self = cluster->config().host_id;
   std::vector<Json> items;
-  for (auto item : (*j)[field].as_array()) {
+  for (auto item : list_of(*j).as_array()) {
     item.set("host", self);
     items.push_back(item);
   }
@@ -62,18 +66,21 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
     if (h.id == self) continue;
     auto theirs = ask(c, h, c.r.url, unreachable);
     if (!theirs) continue;
-    if (!(*theirs)[field].is_array()) continue;
-    for (auto item : (*theirs)[field].as_array()) {
+    if (!list_of(*theirs).is_array()) continue;
+    for (auto item : list_of(*theirs).as_array()) {
       if (!item.is_object()) continue;
       item.set("host", h.id);
       items.push_back(item);
     }
   }
   std::stable_sort(items.begin(), items.end(), [](const Json& a, const Json& b) {
+    if (a["startedAt"].is_string() && b["startedAt"].is_string())  // (E2B's: RFC 3339, UTC)
+      return a["startedAt"].as_string() < b["startedAt"].as_string();
     return created_at(a) < created_at(b);
   });
   Json list = Json::array();
   for (auto& i : items) list.push(i);
+  if (!*field) return json_reply(200, list);  // (E2B's: no room to say who did not answer)
   Json out = Json::object();
   out.set(field, list);
   if (unreachable.size() > 0) out.set("unreachable_hosts", unreachable);
@@ -182,6 +189,11 @@ void spread_lists(std::vector<Route>& routes) {
                                                               {"/v1/volumes", "volumes"},
                                                               {"/v1/databases", "databases"}};
   for (auto& r : routes) {
+    if (r.method == kj::HttpMethod::GET && r.style == Route::Style::e2b_api &&
+        (r.pattern == "/sandboxes" || r.pattern == "/v2/sandboxes")) {
+      r.handler = [local = r.handler](Call& c) { return merged(c, "", local(c)); };
+      continue;
+    }
     if (r.method != kj::HttpMethod::GET || r.style != Route::Style::native) continue;
     for (auto& [pattern, field] : lists)
       if (r.pattern == pattern) {

@@ -10,6 +10,9 @@ if (what === "create") {
   const sbx = await Sandbox.create({ metadata: { who: "cluster" } });
   console.log(sbx.sandboxId);
 } else if (what === "use") {
+  // Listed through the control plane's host, wherever it runs.
+  const page = await Sandbox.list({ query: { metadata: { who: "cluster" } } }).nextItems();
+  assert.deepEqual(page.map((s) => s.sandboxId), [id]);
   const sbx = await Sandbox.connect(id);
   const r = await sbx.commands.run("echo through; cat /tmp/mark 2>/dev/null || true");
   assert.equal(r.exitCode, 0);
