@@ -278,8 +278,7 @@ storage::Result<HostInfo> Cluster::place(const std::string& template_name,
   if (!pinned.empty()) {
     for (auto& h : *hs)
       if (h.id == pinned) {
-        if (h.draining)
-          return make_error(ErrorCode::conflict, "host " + pinned + " is draining");
+        if (h.draining) return make_error(ErrorCode::conflict, "host " + pinned + " is draining");
         return h;
       }
     return make_error(ErrorCode::not_found, "no live host " + pinned);

@@ -76,7 +76,6 @@ struct ForkRequest {
   uint32_t count = 1;
 };
 
-
 }  // namespace pandastack::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(pandastack::actors::Answer)

@@ -117,7 +117,8 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
   return rp;
 }
 
-// Creates one sandbox per id of `ids` ("" = a new id) with `make(index, id, then)`; all or nothing: when one fails, the others that started are killed.
+// Creates one sandbox per id of `ids` ("" = a new id) with `make(index, id, then)`; all or nothing:
+// when one fails, the others that started are killed.
 template <typename Make>
 caf::result<Answer> create_all(RegistrySelf* self, std::vector<std::string> ids, Make make) {
   auto rp = self->make_response_promise();
@@ -389,17 +390,17 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         req.network = parent_info.network;  // children get networks of their own, same policy
         req.egress = parent_info.egress;
         auto volumes = parent_info.volumes;
-        return create_all(self, std::vector<std::string>(fr.count),
-                          [self, req, fr, volumes](uint32_t i, std::string,
-                                                   std::function<void(Answer)> then) {
-                            // Each child gets copies of the parent's read-write volumes as new
-                            // volumes of its own (the snapshot's copies), and shares its read-only
-                            // ones. The last child's copies are the fork snapshot's own (dropped
-                            // after the fork): taken, not copied (the file worker does the copies
-                            // in the order asked).
-                            create_from(self, req, fr.parent, fr.snapshot_id, volumes,
-                                        "fork:" + fr.parent, i + 1 == fr.count, then);
-                          });
+        return create_all(
+            self, std::vector<std::string>(fr.count),
+            [self, req, fr, volumes](uint32_t i, std::string, std::function<void(Answer)> then) {
+              // Each child gets copies of the parent's read-write volumes as new
+              // volumes of its own (the snapshot's copies), and shares its read-only
+              // ones. The last child's copies are the fork snapshot's own (dropped
+              // after the fork): taken, not copied (the file worker does the copies
+              // in the order asked).
+              create_from(self, req, fr.parent, fr.snapshot_id, volumes, "fork:" + fr.parent,
+                          i + 1 == fr.count, then);
+            });
       },
       [=](import_atom, ImportRequest ir) -> caf::result<Answer> {
         for (auto& id : ir.ids) {

@@ -125,9 +125,9 @@ struct CreateRequest {
 // Sandboxes made from a snapshot another host sent (Runtime::start_imported): a cross-host fork's
 // children (`parent` lives on the sending host) or a migrated sandbox (its own id).
 struct ImportRequest {
-  CreateRequest create;         // the source sandbox's settings (template, TTL, metadata, ...)
-  std::string parent;           // a fork's parent, "" for a migration
-  std::string snapshot_id;      // the received snapshot (Runtime::import_folders)
+  CreateRequest create;          // the source sandbox's settings (template, TTL, metadata, ...)
+  std::string parent;            // a fork's parent, "" for a migration
+  std::string snapshot_id;       // the received snapshot (Runtime::import_folders)
   std::vector<std::string> ids;  // one per sandbox: "" = a new id
 };
 

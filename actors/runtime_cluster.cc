@@ -62,9 +62,9 @@ Runtime::ImportFolders Runtime::import_folders() {
 
 Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& request, bool claim) {
   auto dir = impl_->env->snapshot_dir(request.snapshot_id);
-  auto started = to_reply<std::vector<SandboxInfo>>(
-      impl_->ask(caf::make_message(import_atom::value, request)),
-      [](const Answer& a) { return a.infos; });
+  auto started =
+      to_reply<std::vector<SandboxInfo>>(impl_->ask(caf::make_message(import_atom::value, request)),
+                                         [](const Answer& a) { return a.infos; });
   // Every restore has its own copy of the RAM file and links to the layers: the snapshot goes.
   vmm::remove_snapshot(dir);
   if (started && claim)
@@ -78,9 +78,9 @@ Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& req
 
 Reply<SandboxInfo> Runtime::migrated_away(const std::string& tenant, const std::string& id,
                                           const std::string& host) {
-  return to_reply<SandboxInfo>(
-      impl_->ask(caf::make_message(route_atom::value, tenant, id, Command{cmd::MigratedAway{host}})),
-      [](const Answer& a) { return a.info; });
+  return to_reply<SandboxInfo>(impl_->ask(caf::make_message(route_atom::value, tenant, id,
+                                                            Command{cmd::MigratedAway{host}})),
+                               [](const Answer& a) { return a.info; });
 }
 
 }  // namespace pandastack::actors

@@ -187,9 +187,9 @@ TEST(SandboxDecide, EveryStateTimesEveryCommand) {
 // A migration ends a hibernated sandbox here (it runs on another host now); it may come back,
 // its stream going on with a new life.
 TEST(SandboxDecide, AMigrationEndsAHibernatedSandboxAndItMayComeBack) {
-  for (Status st : {Status::none, Status::creating, Status::running, Status::snapshotting,
-                    Status::forking, Status::hibernating, Status::waking, Status::stopped,
-                    Status::failed})
+  for (Status st :
+       {Status::none, Status::creating, Status::running, Status::snapshotting, Status::forking,
+        Status::hibernating, Status::waking, Status::stopped, Status::failed})
     EXPECT_EQ(outcome(decide(in(st), cmd::MigratedAway{"h2"}, kNow + 1)), "!conflict")
         << to_string(st);
   SandboxState s = in(Status::hibernated);

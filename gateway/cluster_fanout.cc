@@ -1,8 +1,9 @@
 // Requests that span hosts (cluster mode): the lists of sandboxes, snapshots, volumes and
-// databases are every live host's, merged, and so is the audit log (by time, below). The host that receives one asks each other live host
-// the same (as the client, with the client's key: auth and tenancy are checked there), marks each
-// item with its host, and orders them by creation time. A host that does not answer is named in
-// `unreachable_hosts`: the list is partial, and says so. Handlers run on a worker thread.
+// databases are every live host's, merged, and so is the audit log (by time, below). The host that
+// receives one asks each other live host the same (as the client, with the client's key: auth and
+// tenancy are checked there), marks each item with its host, and orders them by creation time. A
+// host that does not answer is named in `unreachable_hosts`: the list is partial, and says so.
+// Handlers run on a worker thread.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -34,8 +35,8 @@ std::optional<Json> ask(Call& c, const actors::HostInfo& h, const std::string& u
     unreachable.push(u);
     return std::nullopt;
   };
-  auto session = PeerSession::open(h.id, h.peer, c.gw.peers->secret(),
-                                   c.gw.rt.cluster()->config().host_id);
+  auto session =
+      PeerSession::open(h.id, h.peer, c.gw.peers->secret(), c.gw.rt.cluster()->config().host_id);
   if (!session) return fail(session.error().message);
   auto answer = (*session)->http("GET", url, {{"Authorization", c.r.authorization}});
   if (!answer) return fail(answer.error().message);
@@ -162,9 +163,8 @@ HttpReply merged_audit(Call& c, const Handler& local) {
   while (events.size() < limit) {
     Part* next = nullptr;
     for (auto& p : parts)
-      if (p.next < p.events.size() &&
-          (!next || p.events[p.next]["time_ms"].as_int() <
-                        next->events[next->next]["time_ms"].as_int()))
+      if (p.next < p.events.size() && (!next || p.events[p.next]["time_ms"].as_int() <
+                                                    next->events[next->next]["time_ms"].as_int()))
         next = &p;
     if (!next) break;
     auto& e = next->events[next->next++];

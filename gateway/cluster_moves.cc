@@ -115,7 +115,7 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
         auto session = session_with(c.gw, host);
         auto shipped = unwrap(session->ship(*loaded));
         double ship_ms = ms_since(t0);
-        PeerSession::Start s{shipped.snapshot,  c.tenant(), c.id, std::vector<std::string>(n),
+        PeerSession::Start s{shipped.snapshot,     c.tenant(), c.id, std::vector<std::string>(n),
                              sandbox_json(parent), false};
         auto kids = unwrap(session->start(s));
         std::vector<std::string> ids;
@@ -192,7 +192,8 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
     PeerSession::Start s{shipped.snapshot, tenant, "", {id}, sandbox_json(info), true};
     auto started = unwrap(session->start(s));
     moved = started.at(0);
-    moved.set("transfer", transfer_json(to.id, shipped, ship_ms, ms_since(t0) - hibernate_ms - ship_ms));
+    moved.set("transfer",
+              transfer_json(to.id, shipped, ship_ms, ms_since(t0) - hibernate_ms - ship_ms));
     moved.set("hibernate_ms", hibernate_ms);
     auto handed = cluster.hand_over(id, to.id);
     if (!handed || !*handed) {
@@ -254,8 +255,8 @@ Json drain(Server& gw, actors::Cluster& cluster) {
   out.set("moved", moved);
   out.set("stayed", stayed);
   out.set("failed", failed);
-  spdlog::info("cluster: host {} drained: {} moved, {} stayed, {} failed",
-               cluster.config().host_id, moved.size(), stayed.size(), failed.size());
+  spdlog::info("cluster: host {} drained: {} moved, {} stayed, {} failed", cluster.config().host_id,
+               moved.size(), stayed.size(), failed.size());
   return out;
 }
 
@@ -282,8 +283,8 @@ std::vector<Route> cluster_move_routes() {
               if (host.empty()) throw ApiError{"invalid_argument", "host: required"};
               if (host == cluster.config().host_id)
                 throw ApiError{"conflict", "sandbox " + c.id + " is on host " + host + " already"};
-              return json_reply(200, migrate_sandbox(c.gw, c.tenant(), c.id,
-                                                     live_host(cluster, host)));
+              return json_reply(200,
+                                migrate_sandbox(c.gw, c.tenant(), c.id, live_host(cluster, host)));
             }),
       route(M::POST, "/v1/hosts/{host_id}/drain",
             "Migrate every sandbox off a host; it takes no creates until undrained (admin)",
@@ -298,7 +299,8 @@ std::vector<Route> cluster_move_routes() {
               this_host(c);
               return HttpReply{200, "text/plain; version=0.0.4", c.gw.metrics(), "", {}};
             }),
-      route(M::DELETE, "/v1/hosts/{host_id}/drain", "End a host's drain: it takes creates again (admin)",
+      route(M::DELETE, "/v1/hosts/{host_id}/drain",
+            "End a host's drain: it takes creates again (admin)",
             [](Call& c) {
               auto& cluster = this_host(c);
               if (auto d = cluster.set_draining(false); !d)

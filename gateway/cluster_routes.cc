@@ -162,18 +162,17 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       case Target::Kind::unauthorized:  // (serve() checks the key again and answers 401)
         return serve(route, std::move(req), headers, body, response, t0, head);
       case Target::Kind::down:
+        return send(response,
+                    restyle(route, error_reply("host_unavailable",
+                                               "host " + t.host +
+                                                   " owns this and is down (its lease expired); it "
+                                                   "answers again once it is back")),
+                    t0, head);
+      case Target::Kind::unavailable:
         return send(
             response,
-            restyle(route, error_reply("host_unavailable",
-                                       "host " + t.host +
-                                           " owns this and is down (its lease expired); it "
-                                           "answers again once it is back")),
+            restyle(route, error_reply("cluster_unavailable", "cannot reach etcd: " + t.message)),
             t0, head);
-      case Target::Kind::unavailable:
-        return send(response,
-                    restyle(route, error_reply("cluster_unavailable",
-                                               "cannot reach etcd: " + t.message)),
-                    t0, head);
       case Target::Kind::busy:
         return send(response, busy_reply(), t0, head);
       case Target::Kind::peer:

@@ -90,7 +90,7 @@ actors::CreateRequest settings_of(const std::string& tenant, const Json& j) {
     c.idle_timeout_seconds = uint32_t(j["idle_timeout_seconds"].as_int());
   if (j["on_timeout"].is_string())
     c.on_timeout = j["on_timeout"].as_string() == "hibernate" ? actors::ReapAction::hibernate
-                                                               : actors::ReapAction::kill;
+                                                              : actors::ReapAction::kill;
   c.network = j["network"].is_bool() && j["network"].as_bool();
   if (*c.network && j["egress"].is_object()) c.egress = egress_from(j["egress"]);
   return c;
@@ -105,7 +105,9 @@ Json error_json(const actors::Rejection& r) {
 
 }  // namespace
 
-kj::Promise<void> receive_snapshot(Server& server, capnp::CallContext<wc::Peer::ReceiveSnapshotParams, wc::Peer::ReceiveSnapshotResults> ctx) {
+kj::Promise<void> receive_snapshot(
+    Server& server,
+    capnp::CallContext<wc::Peer::ReceiveSnapshotParams, wc::Peer::ReceiveSnapshotResults> ctx) {
   auto o = ctx.getParams().getOffer();
   auto meta = Json::parse(o.getMeta().cStr());
   if (!meta) return KJ_EXCEPTION(FAILED, "snapshot offer refused: its metadata is not JSON");
@@ -126,7 +128,8 @@ kj::Promise<void> receive_snapshot(Server& server, capnp::CallContext<wc::Peer::
   return kj::READY_NOW;
 }
 
-kj::Promise<void> start_from_snapshot(Server& server, capnp::CallContext<wc::Peer::StartParams, wc::Peer::StartResults> ctx) {
+kj::Promise<void> start_from_snapshot(
+    Server& server, capnp::CallContext<wc::Peer::StartParams, wc::Peer::StartResults> ctx) {
   auto p = ctx.getParams().getRequest();
   actors::ImportRequest ir;
   ir.snapshot_id = p.getSnapshot();
@@ -196,7 +199,8 @@ kj::Promise<void> start_from_snapshot(Server& server, capnp::CallContext<wc::Pee
       });
 }
 
-kj::Promise<void> discard_sandboxes(Server& server, capnp::CallContext<wc::Peer::DiscardParams, wc::Peer::DiscardResults> ctx) {
+kj::Promise<void> discard_sandboxes(
+    Server& server, capnp::CallContext<wc::Peer::DiscardParams, wc::Peer::DiscardResults> ctx) {
   auto p = ctx.getParams();
   std::string tenant = p.getTenant();
   std::vector<std::string> ids;
@@ -290,7 +294,8 @@ actors::Reply<PeerSession::Shipped> PeerSession::ship(const vmm::Snapshot& snap)
           w.setOffset(at);
           auto d = w.initData(uint(n));
           ssize_t got = ::pread(fd, d.begin(), n, off_t(at));
-          if (got != ssize_t(n)) return actors::Rejection{"internal", "cannot read " + path.string()};
+          if (got != ssize_t(n))
+            return actors::Rejection{"internal", "cannot read " + path.string()};
           impl_->wait(w.send());
           at += n;
           out.bytes += n;
@@ -372,7 +377,8 @@ actors::Reply<PeerSession::HttpAnswer> PeerSession::http(
   } catch (kj::Exception& e) {
     return impl_->failed(method + " " + url, e);
   }
-  if (answer->status == 0) return actors::Rejection{"peer_error", "host " + impl_->host + " sent no response"};
+  if (answer->status == 0)
+    return actors::Rejection{"peer_error", "host " + impl_->host + " sent no response"};
   return *answer;
 }
 

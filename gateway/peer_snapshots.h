@@ -22,11 +22,15 @@ struct Server;
 // The receiving side (PeerImpl's methods).
 kj::Promise<void> receive_snapshot(Server& server,
                                    capnp::CallContext<wire::cluster::Peer::ReceiveSnapshotParams,
-                                                       wire::cluster::Peer::ReceiveSnapshotResults> ctx);
-kj::Promise<void> start_from_snapshot(Server& server,
-                                      capnp::CallContext<wire::cluster::Peer::StartParams, wire::cluster::Peer::StartResults> ctx);
-kj::Promise<void> discard_sandboxes(Server& server,
-                                    capnp::CallContext<wire::cluster::Peer::DiscardParams, wire::cluster::Peer::DiscardResults> ctx);
+                                                      wire::cluster::Peer::ReceiveSnapshotResults>
+                                       ctx);
+kj::Promise<void> start_from_snapshot(
+    Server& server,
+    capnp::CallContext<wire::cluster::Peer::StartParams, wire::cluster::Peer::StartResults> ctx);
+kj::Promise<void> discard_sandboxes(
+    Server& server,
+    capnp::CallContext<wire::cluster::Peer::DiscardParams, wire::cluster::Peer::DiscardResults>
+        ctx);
 
 // The sending side: a session with one host, on the calling thread.
 class PeerSession {

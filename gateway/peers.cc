@@ -135,7 +135,6 @@ class SinkResponse final : public kj::HttpService::Response {
   kj::Promise<void> started = kj::READY_NOW;
 };
 
-
 // --- WebSockets: the owner's end. ---
 
 // The client's messages as the owner's handler receives them (fed by UpSink).
@@ -221,9 +220,7 @@ class RelayedWebSocket final : public kj::WebSocket {
   RelayedWebSocket(wc::WebSocketSink::Client down, std::shared_ptr<Inbox> in)
       : down_(kj::mv(down)), in_(kj::mv(in)) {}
   kj::Promise<void> send(kj::ArrayPtr<const kj::byte> m) override { return message(m, false); }
-  kj::Promise<void> send(kj::ArrayPtr<const char> m) override {
-    return message(m.asBytes(), true);
-  }
+  kj::Promise<void> send(kj::ArrayPtr<const char> m) override { return message(m.asBytes(), true); }
   kj::Promise<void> close(uint16_t code, kj::StringPtr reason) override {
     auto r = down_.closeRequest();
     r.setCode(code);
@@ -338,12 +335,12 @@ class PeerImpl final : public wc::Peer::Server {
     st->headers.add_raw(Peers::kForwardedHeader, from_);
     st->url = kj::str(rq.getUrl());
     auto& s = *st;
-    auto handled = server_
-                       .handle_request(-1, kj::HttpMethod::GET, s.url, s.headers.headers, *s.body,
-                                       s.response)
-                       .then([st = &s]() { return st->response.finish(); })
-                       .attach(kj::mv(st))
-                       .fork();
+    auto handled =
+        server_
+            .handle_request(-1, kj::HttpMethod::GET, s.url, s.headers.headers, *s.body, s.response)
+            .then([st = &s]() { return st->response.finish(); })
+            .attach(kj::mv(st))
+            .fork();
     // The WebSocket lives on after this call returns: its handling is kept by the host.
     server_.peers->keep(handled.addBranch());
     auto taken = accepted.promise.then([ctx](wc::WebSocketSink::Client up) mutable {
@@ -395,7 +392,6 @@ class LoginImpl final : public wc::PeerLogin::Server {
   std::shared_ptr<bool> logged_in_;
 };
 
-
 // --- The forwarding side: a peer's answer written to our client. ---
 
 struct ForwardState {
@@ -440,7 +436,6 @@ class ForwardSink final : public wc::ResponseSink::Server {
   std::shared_ptr<ForwardState> st_;
 };
 
-
 // --- WebSockets: the forwarding end. ---
 
 // The client's WebSocket (once accepted), which the owner's messages go to.
@@ -470,8 +465,7 @@ class DownSink final : public wc::WebSocketSink::Server {
     return relay_->ready.addBranch().then(
         [relay = relay_, data = kj::mv(data), text]() mutable -> kj::Promise<void> {
           if (!relay->ws) return KJ_EXCEPTION(DISCONNECTED, "the client went away");
-          if (text)
-            return relay->ws->send(data.asChars()).attach(kj::mv(data));
+          if (text) return relay->ws->send(data.asChars()).attach(kj::mv(data));
           return relay->ws->send(data.asPtr()).attach(kj::mv(data));
         });
   }
@@ -496,8 +490,8 @@ class DownSink final : public wc::WebSocketSink::Server {
 kj::Promise<void> pump_up(std::shared_ptr<Relay> relay, wc::WebSocketSink::Client up,
                           size_t max_message) {
   if (!relay->ws) return kj::READY_NOW;
-  return relay->ws->receive(max_message).then(
-      [relay, up, max_message](kj::WebSocket::Message m) mutable -> kj::Promise<void> {
+  return relay->ws->receive(max_message)
+      .then([relay, up, max_message](kj::WebSocket::Message m) mutable -> kj::Promise<void> {
         if (m.is<kj::WebSocket::Close>()) {
           auto r = up.closeRequest();
           r.setCode(m.get<kj::WebSocket::Close>().code);
@@ -511,9 +505,8 @@ kj::Promise<void> pump_up(std::shared_ptr<Relay> relay, wc::WebSocketSink::Clien
         } else {
           r.setData(m.get<kj::Array<kj::byte>>());
         }
-        return r.send().then([relay, up, max_message]() mutable {
-          return pump_up(relay, up, max_message);
-        });
+        return r.send().then(
+            [relay, up, max_message]() mutable { return pump_up(relay, up, max_message); });
       });
 }
 
@@ -593,7 +586,7 @@ Peers::~Peers() {
 }
 
 kj::Promise<capnp::Capability::Client> Peers::platform(const std::string& address,
-                                                      const std::string& key) {
+                                                       const std::string& key) {
   return impl_->connect(address).then([key](wc::Peer::Client peer) -> capnp::Capability::Client {
     auto req = peer.platformRequest();
     req.setApiKey(key);
@@ -628,8 +621,8 @@ kj::Promise<void> Peers::forward_websocket(const std::string& address, const std
         return req.send().attach(kj::mv(request));
       })
       .then(
-          [this, st, relay, host, &response, max_message](
-              capnp::Response<wc::Peer::WebSocketResults> r) -> kj::Promise<void> {
+          [this, st, relay, host, &response,
+           max_message](capnp::Response<wc::Peer::WebSocketResults> r) -> kj::Promise<void> {
             if (!r.getAccepted()) {  // a plain answer (an error), written by the sink
               st->out = nullptr;
               if (st->started) return kj::READY_NOW;
@@ -648,7 +641,8 @@ kj::Promise<void> Peers::forward_websocket(const std::string& address, const std
                          e.getDescription().cStr());
             return impl_->server.send(
                 *st->response,
-                error_reply("peer_error", "host " + host + " did not answer the forwarded "
+                error_reply("peer_error", "host " + host +
+                                              " did not answer the forwarded "
                                               "WebSocket: " +
                                               std::string(e.getDescription().cStr())),
                 Clock::now());

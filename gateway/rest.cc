@@ -1,9 +1,9 @@
 #include "gateway/rest.h"
 
 #include <kj/compat/url.h>
+#include <kj/debug.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <kj/debug.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -13,9 +13,9 @@
 #include <set>
 #include <thread>
 
+#include "actors/cluster.h"
 #include "gateway/acceptor.h"
 #include "gateway/e2b.h"
-#include "actors/cluster.h"
 #include "gateway/rpc.h"
 #include "gateway/server.h"
 
@@ -164,11 +164,10 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       settings);
   pool = std::make_unique<WorkerPool>(limits.worker_threads, limits.max_queued_requests);
   stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
-  for (auto table :
-       {system_routes(), sandbox_routes(), exec_routes(), file_routes(), snapshot_routes(),
-        admin_routes(), quota_routes(), volume_routes(), database_routes(), code_routes(),
-        e2b_api_routes(), e2b_envd_routes(), e2b_code_routes(), cluster_routes(),
-        cluster_move_routes()})
+  for (auto table : {system_routes(), sandbox_routes(), exec_routes(), file_routes(),
+                     snapshot_routes(), admin_routes(), quota_routes(), volume_routes(),
+                     database_routes(), code_routes(), e2b_api_routes(), e2b_envd_routes(),
+                     e2b_code_routes(), cluster_routes(), cluster_move_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
   spread_lists(routes);
 }
@@ -333,8 +332,8 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
         req.routed = true;
         auto url = kj::heapString(req.url);
         auto& u = url;
-        return route_in_cluster(*route, std::move(req), id, create, route->method, u, headers,
-                                body, response, t0, head)
+        return route_in_cluster(*route, std::move(req), id, create, route->method, u, headers, body,
+                                response, t0, head)
             .attach(kj::mv(url));
       }
     }
@@ -533,9 +532,10 @@ void Server::observe_exec(Clock::time_point t0) {
 std::string Server::metrics() {
   std::string out;
   if (auto* cluster = rt.cluster())
-    out += "# HELP pandastack_cluster_host The host these metrics are of (cluster mode).\n"
-           "# TYPE pandastack_cluster_host gauge\npandastack_cluster_host{host=\"" +
-           cluster->config().host_id + "\"} 1\n";
+    out +=
+        "# HELP pandastack_cluster_host The host these metrics are of (cluster mode).\n"
+        "# TYPE pandastack_cluster_host gauge\npandastack_cluster_host{host=\"" +
+        cluster->config().host_id + "\"} 1\n";
   auto counts = rt.counts();
   out +=
       "# HELP pandastack_sandboxes Live sandboxes by state.\n# TYPE pandastack_sandboxes gauge\n";

@@ -500,37 +500,37 @@ class PlatformImpl final : public api::Platform::Server {
                        : c.volumes.empty()      ? ""
                                                 : c.volumes[0].volume;
     auto elsewhere = from.empty() ? placed(c.template_name) : owner_platform(from);
-    return elsewhere.then([this, context, c](kj::Maybe<api::Platform::Client> remote) mutable
-                          -> kj::Promise<void> {
-      KJ_IF_MAYBE (p, remote) {
-        auto req = p->createRequest();
-        req.setRequest(context.getParams().getRequest());
-        return context.tailCall(kj::mv(req));
-      }
-      return offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
-          .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
-            if (!*r && r->error().code == "sandbox_failed")
-              fail({"start_failed", r->error().message});
-            answer(context.getResults(), take(*r));
-          });
-    });
+    return elsewhere.then(
+        [this, context, c](kj::Maybe<api::Platform::Client> remote) mutable -> kj::Promise<void> {
+          KJ_IF_MAYBE (p, remote) {
+            auto req = p->createRequest();
+            req.setRequest(context.getParams().getRequest());
+            return context.tailCall(kj::mv(req));
+          }
+          return offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
+              .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
+                if (!*r && r->error().code == "sandbox_failed")
+                  fail({"start_failed", r->error().message});
+                answer(context.getResults(), take(*r));
+              });
+        });
   }
 
   kj::Promise<void> get(GetContext context) override {
     auto id = text(context.getParams().getId());
-    return owner_platform(id).then([this, context, id](kj::Maybe<api::Platform::Client> remote) mutable
-                                   -> kj::Promise<void> {
-      KJ_IF_MAYBE (p, remote) {
-        auto req = p->getRequest();
-        req.setId(id);
-        return context.tailCall(kj::mv(req));
-      }
-      return offload<actors::SandboxInfo>(
-                 [rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
-          .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
-            answer(context.getResults(), take(*r));
-          });
-    });
+    return owner_platform(id).then(
+        [this, context, id](kj::Maybe<api::Platform::Client> remote) mutable -> kj::Promise<void> {
+          KJ_IF_MAYBE (p, remote) {
+            auto req = p->getRequest();
+            req.setId(id);
+            return context.tailCall(kj::mv(req));
+          }
+          return offload<actors::SandboxInfo>(
+                     [rt = &ctx_.rt, t = tenant_, id] { return rt->get(t, id); })
+              .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
+                answer(context.getResults(), take(*r));
+              });
+        });
   }
 
   kj::Promise<void> deleteSnapshot(DeleteSnapshotContext context) override {
@@ -583,19 +583,19 @@ class PlatformImpl final : public api::Platform::Server {
 
   kj::Promise<void> getDatabase(GetDatabaseContext context) override {
     auto id = text(context.getParams().getId());
-    return owner_platform(id).then([this, context, id](kj::Maybe<api::Platform::Client> remote) mutable
-                                   -> kj::Promise<void> {
-      KJ_IF_MAYBE (p, remote) {
-        auto req = p->getDatabaseRequest();
-        req.setId(id);
-        return context.tailCall(kj::mv(req));
-      }
-      return offload<actors::DatabaseInfo>(
-                 [rt = &ctx_.rt, t = tenant_, id] { return rt->get_database(t, id); })
-          .then([this, context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
-            answer_database(context.getResults(), take(*r));
-          });
-    });
+    return owner_platform(id).then(
+        [this, context, id](kj::Maybe<api::Platform::Client> remote) mutable -> kj::Promise<void> {
+          KJ_IF_MAYBE (p, remote) {
+            auto req = p->getDatabaseRequest();
+            req.setId(id);
+            return context.tailCall(kj::mv(req));
+          }
+          return offload<actors::DatabaseInfo>(
+                     [rt = &ctx_.rt, t = tenant_, id] { return rt->get_database(t, id); })
+              .then([this, context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
+                answer_database(context.getResults(), take(*r));
+              });
+        });
   }
 
   kj::Promise<void> listDatabases(ListDatabasesContext context) override {
@@ -630,9 +630,8 @@ class PlatformImpl final : public api::Platform::Server {
   kj::Promise<kj::Maybe<api::Platform::Client>> owner_platform(const std::string& id) {
     auto* cluster = ctx_.rt.cluster();
     if (cluster == nullptr || !ctx_.remote) return kj::Maybe<api::Platform::Client>(nullptr);
-    return offload<actors::Owner>([cluster, id]() -> Reply<actors::Owner> {
-             return cluster->owner(id);
-           })
+    return offload<actors::Owner>(
+               [cluster, id]() -> Reply<actors::Owner> { return cluster->owner(id); })
         .then([this](std::shared_ptr<Reply<actors::Owner>> r) {
           auto o = take(*r);
           switch (o.kind) {
@@ -656,8 +655,9 @@ class PlatformImpl final : public api::Platform::Server {
     if (cluster == nullptr || !ctx_.remote) return kj::Maybe<api::Platform::Client>(nullptr);
     return offload<actors::HostInfo>([cluster, template_name]() -> Reply<actors::HostInfo> {
              auto h = cluster->place(template_name, "");
-             if (!h) return Rejection{"cluster_unavailable", "cannot place the sandbox: " +
-                                                                 h.error().message};
+             if (!h)
+               return Rejection{"cluster_unavailable",
+                                "cannot place the sandbox: " + h.error().message};
              return *h;
            })
         .then([this](std::shared_ptr<Reply<actors::HostInfo>> r) {
@@ -817,9 +817,10 @@ RpcServer::~RpcServer() {
 
 kj::Promise<capnp::Capability::Client> RpcServer::platform_for(std::string key) {
   if (!well_formed_key(key))
-    return KJ_EXCEPTION(FAILED, "unauthorized: malformed API key (keys look like pds_<id>_<secret>)");
-  return gateway::platform_for(*impl_, key).then(
-      [](api::Platform::Client p) -> capnp::Capability::Client { return p; });
+    return KJ_EXCEPTION(FAILED,
+                        "unauthorized: malformed API key (keys look like pds_<id>_<secret>)");
+  return gateway::platform_for(*impl_, key)
+      .then([](api::Platform::Client p) -> capnp::Capability::Client { return p; });
 }
 
 void RpcServer::route_to(RemotePlatform remote) { impl_->remote = std::move(remote); }

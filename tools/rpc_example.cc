@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
     else if (a == "--") {
       for (++i; i < argc; ++i) cmd.push_back(argv[i]);
     } else {
-      std::fprintf(stderr,
-                   "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] [--fork] "
-                   "[--sandbox ID] -- CMD...\n");
+      std::fprintf(
+          stderr,
+          "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] [--fork] "
+          "[--sandbox ID] -- CMD...\n");
       return 2;
     }
   }

@@ -52,7 +52,8 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto j = Json::parse(ss.str());
-  if (!j) return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
+  if (!j)
+    return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
   auto s = from_json(*j, dir);
   if (!s) return s;
   for (auto& f : {s->mem(), s->state(), s->disk()})

@@ -122,7 +122,7 @@ Result<std::vector<Extent>> data_extents(int fd, uint64_t size) {
   while (uint64_t(at) < size) {
     off_t data = ::lseek(fd, at, SEEK_DATA);
     if (data < 0) {
-      if (errno == ENXIO) break;  // only a hole is left
+      if (errno == ENXIO) break;                                              // only a hole is left
       if (errno == EINVAL && at == 0) return std::vector<Extent>{{0, size}};  // no hole support
       return io("SEEK_DATA");
     }
@@ -145,8 +145,7 @@ Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotO
   auto bad = [](const std::string& why) {
     return make_error(ErrorCode::invalid_argument, "snapshot offer refused: " + why);
   };
-  if (!snap->volume_slots.empty() || !snap->volume_copies.empty())
-    return bad("it holds volumes");
+  if (!snap->volume_slots.empty() || !snap->volume_copies.empty()) return bad("it holds volumes");
   if (snap->layers.size() > limits.max_layers) return bad("too many disk layers");
   if (offer.files.size() != 2 + snap->layers.size() || offer.files[0].name != "mem" ||
       offer.files[1].name != "state")
@@ -205,8 +204,7 @@ Status SnapshotReceiver::write(uint32_t file, uint64_t offset, const void* data,
   if (committed_ || file >= fds_.size() || fds_[file] < 0)
     return make_error(ErrorCode::invalid_argument, "a write to a file not being received");
   if (offset > files_[file].size || n > files_[file].size - offset)
-    return make_error(ErrorCode::invalid_argument,
-                      "a write past the end of " + files_[file].name);
+    return make_error(ErrorCode::invalid_argument, "a write past the end of " + files_[file].name);
   auto* p = static_cast<const char*>(data);
   while (n > 0) {
     ssize_t w = ::pwrite(fds_[file], p, n, off_t(offset));

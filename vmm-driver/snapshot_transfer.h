@@ -60,12 +60,9 @@ class SnapshotReceiver {
   // Stages `offer` at `dir` (its disk layers in `disk_dir`, which may be `dir`), linking the
   // layers `layer_cache` (a folder of layers named by hash, on `disk_dir`'s file system) holds.
   // `memory_mib`: this host's guest RAM size (a RAM file may not be larger).
-  static Result<std::unique_ptr<SnapshotReceiver>> open(const SnapshotOffer& offer,
-                                                        std::filesystem::path dir,
-                                                        std::filesystem::path disk_dir,
-                                                        std::filesystem::path layer_cache,
-                                                        unsigned memory_mib,
-                                                        const ReceiveLimits& limits = {});
+  static Result<std::unique_ptr<SnapshotReceiver>> open(
+      const SnapshotOffer& offer, std::filesystem::path dir, std::filesystem::path disk_dir,
+      std::filesystem::path layer_cache, unsigned memory_mib, const ReceiveLimits& limits = {});
   ~SnapshotReceiver();  // not committed: the staging folders are removed
   SnapshotReceiver(const SnapshotReceiver&) = delete;
   SnapshotReceiver& operator=(const SnapshotReceiver&) = delete;

@@ -98,7 +98,8 @@ TEST_F(SnapshotTransferTest, ArrivesWholeAndASecondTransferTakesTheLayersFromThe
   EXPECT_EQ(got->memory_mib, 32u);
 
   // The same snapshot again: only mem and state travel.
-  auto again = SnapshotReceiver::open(*offer, dir_ / "dst2", dir_ / "dst2-disk", dir_ / "cache", 32);
+  auto again =
+      SnapshotReceiver::open(*offer, dir_ / "dst2", dir_ / "dst2-disk", dir_ / "cache", 32);
   ASSERT_TRUE(again);
   EXPECT_EQ((*again)->missing(), (std::vector<uint32_t>{0, 1}));
   send(*offer, **again);

@@ -80,8 +80,8 @@ int fork_bench(HttpClient& a, const std::string& other_host, const std::string& 
   int rc = 0;
   for (int i = 0; i < n + 1; ++i) {  // (the first round of each warms the connections, caches)
     for (bool remote : {false, true}) {
-      std::string body = remote ? R"({"count":1,"hosts":[")" + other_host + R"("]})"
-                                : R"({"count":1})";
+      std::string body =
+          remote ? R"({"count":1,"hosts":[")" + other_host + R"("]})" : R"({"count":1})";
       auto t0 = Clock::now();
       Json r;
       if (!call(a, "POST", "/v1/sandboxes/" + id + "/fork", body, &r)) {
