@@ -63,19 +63,26 @@ std::string fmt(double v) {
   return b;
 }
 
+// A sandbox on host `self` (through `a`) with some state in its memory (a tmpfs file of 16 MiB):
+// its id, or "".
+std::string sandbox_with_state(HttpClient& a, const std::string& self) {
+  Json created;
+  if (!call(a, "POST", "/v1/sandboxes",
+            R"({"network":false,"placement":{"host":")" + self + R"("}})", &created))
+    return "";
+  std::string id = created["id"].as_string();
+  if (!call(a, "POST", "/v1/sandboxes/" + id + "/exec",
+            R"({"cmd":"head -c 16777216 /dev/urandom > /tmp/state"})"))
+    return "";
+  return id;
+}
+
 // Forks of a sandbox on `a`'s host: count 1 on its own host and on `b`'s, alternately; each to
 // its child answering `true` (asked through a, routed when the child is elsewhere), then killed.
 int fork_bench(HttpClient& a, const std::string& other_host, const std::string& self, int n,
                bool json) {
-  Json created;
-  if (!call(a, "POST", "/v1/sandboxes",
-            R"({"network":false,"placement":{"host":")" + self + R"("}})", &created))
-    return 1;
-  std::string id = created["id"].as_string();
-  // Some state in its memory: a tmpfs file of 16 MiB.
-  if (!call(a, "POST", "/v1/sandboxes/" + id + "/exec",
-            R"({"cmd":"head -c 16777216 /dev/urandom > /tmp/state"})"))
-    return 1;
+  std::string id = sandbox_with_state(a, self);
+  if (id.empty()) return 1;
   std::vector<double> same, cross, mbps, bytes, transfer, snapshot;
   int rc = 0;
   for (int i = 0; i < n + 1; ++i) {  // (the first round of each warms the connections, caches)
@@ -118,14 +125,8 @@ int fork_bench(HttpClient& a, const std::string& other_host, const std::string& 
 // A sandbox migrated between a's host and b's, n times, each to it answering `true` there.
 int migrate_bench(HttpClient& a, const std::string& self, const std::string& other_host, int n,
                   bool json) {
-  Json created;
-  if (!call(a, "POST", "/v1/sandboxes",
-            R"({"network":false,"placement":{"host":")" + self + R"("}})", &created))
-    return 1;
-  std::string id = created["id"].as_string();
-  if (!call(a, "POST", "/v1/sandboxes/" + id + "/exec",
-            R"({"cmd":"head -c 16777216 /dev/urandom > /tmp/state"})"))
-    return 1;
+  std::string id = sandbox_with_state(a, self);
+  if (id.empty()) return 1;
   std::vector<double> ms, hibernate, transfer;
   int rc = 0;
   for (int i = 0; i < n; ++i) {
