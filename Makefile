@@ -100,8 +100,9 @@ fuzz: deps
 bench-overhead: build guest-base
 	BUILD=$(BUILD) IMAGES=$(IMAGES) scripts/bench-overhead.sh
 
-# Cluster routing cost: a request through the host that does not own its sandbox against the same
-# request at the owner (two daemons and an etcd of their own), N rounds.
+# The cluster's figures, in one run (three daemons and an etcd of their own): routing through a
+# host that does not own the sandbox (N rounds), cross-host fork against same-host fork, and
+# migration (N/10 rounds, at least 10).
 bench-cluster: build guest-base
 	python3 tests/cluster/bench_cluster.py $(or $(N),200)
 
