@@ -56,7 +56,7 @@ struct Request {
   std::string token_tenant;
   std::string body;
   std::string url;         // the path and query as sent
-  bool forwarded = false;  // (cluster mode) another host forwarded it: served here, never routed
+  bool forwarded = false;  // (cluster mode) another host forwarded it (its creates are served here)
   bool routed = false;     // (cluster mode) its owner was looked up already
   int conn_fd = -1;        // the client's connection (to notice it hang up), or -1
   std::stop_token cancel;  // fires when the client hung up or the server shuts down

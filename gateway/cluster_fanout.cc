@@ -134,21 +134,22 @@ HttpReply merged_audit(Call& c, const Handler& local) {
   for (auto& h : *hosts) {
     uint64_t after = cursor.count(h.id) ? cursor[h.id] : after_all;
     // The same query for each host, with its own place in its log.
-    std::string query = "after=" + std::to_string(after) + "&limit=" + std::to_string(limit);
+    Request r = c.r;
+    r.query = {{"after", std::to_string(after)}, {"limit", std::to_string(limit)}};
     for (auto& [k, v] : c.r.query)
-      if (k == "from_ms" || k == "to_ms" || k == "all") query += "&" + k + "=" + v;
+      if (k == "from_ms" || k == "to_ms" || k == "all") r.query.emplace(k, v);
     std::optional<Json> got;
     if (h.id == self) {
-      Request r = c.r;
-      r.query.clear();
-      r.query.emplace("after", std::to_string(after));
-      r.query.emplace("limit", std::to_string(limit));
-      for (auto& [k, v] : c.r.query)
-        if (k == "from_ms" || k == "to_ms" || k == "all") r.query.emplace(k, v);
       Call mine{c.gw, r, c.key, c.id};
       got = Json::parse(local(mine).body);
     } else {
-      got = ask(c, h, "/v1/audit?" + query, unreachable);
+      std::string url = "/v1/audit";
+      char sep = '?';
+      for (auto& [k, v] : r.query) {
+        url += sep + k + "=" + v;
+        sep = '&';
+      }
+      got = ask(c, h, url, unreachable);
     }
     Part p{h.id, {}, 0, after};
     if (got && (*got)["events"].is_array())

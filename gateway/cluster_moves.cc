@@ -125,13 +125,9 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
           j.set("host", host.id);
           children.push(j);
         }
-        double start_ms = ms_since(t0) - ship_ms;
-        spdlog::info(
-            "cluster: fork {} -> host {}: {} children; sent {} of {} files, {} bytes in {:.0f} "
-            "ms ({:.0f} MB/s), started in {:.0f} ms",
-            c.id, host.id, n, shipped.files, shipped.files_offered, shipped.bytes, ship_ms,
-            ship_ms > 0 ? double(shipped.bytes) / 1e3 / ship_ms : 0.0, start_ms);
-        transfers.push(transfer_json(host.id, shipped, ship_ms, start_ms));
+        auto transfer = transfer_json(host.id, shipped, ship_ms, ms_since(t0) - ship_ms);
+        spdlog::info("cluster: fork {} -> {} children: {}", c.id, n, transfer.dump());
+        transfers.push(transfer);
         made_there.push_back({std::move(session), ids});
       }
     }

@@ -269,18 +269,6 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   KJ_IF_MAYBE (a, headers.get(h_authorization)) {
     req.authorization = a->cStr();
   }
-  if (peers && route->style == Route::Style::native) {
-    std::string id;
-    bool create = false;
-    // A forwarded request is served here, unless it names an id this host does not own any more
-    // (the sender's owner cache was a second old: a migration moved it): then its owner, looked
-    // up afresh, serves it. Creates and lists are never routed twice.
-    if (cluster_target(*route, req, id, create) && !(req.forwarded && create)) {
-      req.routed = true;
-      return route_in_cluster(*route, std::move(req), id, create, method, url, headers, body,
-                              response, t0, head);
-    }
-  }
   return serve(*route, std::move(req), headers, body, response, t0, head);
 }
 
@@ -321,21 +309,23 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                     t0, head);
       req.token_tenant = *tenant;
     }
-    // In a cluster, E2B's requests go to the host that owns their sandbox too (once their key
-    // or token is known good: tokens are the cluster's, keys are in etcd).
-    bool e2b_create = route->method == kj::HttpMethod::POST &&
-                      (route->pattern == "/sandboxes" || route->pattern == "/v2/sandboxes");
-    if (peers && !req.routed && !(req.forwarded && e2b_create)) {
-      std::string id;
-      bool create = false;
-      if (cluster_target(*route, req, id, create)) {
-        req.routed = true;
-        auto url = kj::heapString(req.url);
-        auto& u = url;
-        return route_in_cluster(*route, std::move(req), id, create, route->method, u, headers, body,
-                                response, t0, head)
-            .attach(kj::mv(url));
-      }
+  }
+  // In a cluster, a request goes to the host that owns what it names (E2B's once its token is
+  // known good: tokens are the cluster's), or to the host placement picks for a create. A
+  // forwarded request is served here, unless it names an id this host does not own any more
+  // (the sender's owner cache was a second old: a migration moved it): then its owner, looked up
+  // afresh, serves it. Creates are never placed twice.
+  if (peers && !req.routed) {
+    std::string id;
+    bool create = false;
+    if (cluster_target(*route, req, id, create) && !(req.forwarded && create)) {
+      req.routed = true;
+      auto url = kj::heapString(req.url);
+      auto method = req.method;
+      auto& u = url;
+      return route_in_cluster(*route, std::move(req), id, create, method, u, headers, body,
+                              response, t0, head)
+          .attach(kj::mv(url));
     }
   }
   // A missing or malformed key is refused here, before the body is read or a worker is used.
