@@ -219,6 +219,18 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, co
 }
 
 // What a command asks of its tenant's quotas, for the sandbox `i`.
+// What `n` new sandboxes take of their tenant's quotas (persistent ones may hibernate).
+QuotaAsk creates_ask(RegistrySelf* self, bool persistent, uint32_t n) {
+  QuotaAsk ask;
+  ask.sandboxes = n;
+  ask.memory_mib = uint64_t(self->state.env->config.memory_mib) * n;
+  if (persistent) {
+    ask.hibernated = n;
+    ask.hibernated_mib = ask.memory_mib;
+  }
+  return ask;
+}
+
 QuotaAsk ask_of(const Command& c, const SandboxInfo& i, uint64_t mem) {
   QuotaAsk a;
   if (auto* f = std::get_if<cmd::Fork>(&c)) {
@@ -362,14 +374,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
                      " has volumes: a sandbox made from it gets copies of them, and no others"});
           snapshot = req.from_snapshot;
         }
-        QuotaAsk ask;
-        ask.sandboxes = 1;
-        ask.memory_mib = self->state.env->config.memory_mib;
-        if (req.persistent) {
-          ask.hibernated = 1;
-          ask.hibernated_mib = ask.memory_mib;
-        }
-        if (auto refused = admit(self, req.tenant, ask)) return Answer::fail(*refused);
+        if (auto refused = admit(self, req.tenant, creates_ask(self, req.persistent, 1)))
+          return Answer::fail(*refused);
         if (snapshot.empty())
           if (auto dv = self->state.env->template_data_volume(req.template_name))
             return create_with_data_volume(self, req, *dv);
@@ -410,14 +416,9 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           if (self->state.actors.count(id) || (self->state.infos.count(id) && !returning))
             return Answer::fail({"conflict", "sandbox " + id + " exists on this host already"});
         }
-        QuotaAsk ask;
-        ask.sandboxes = ir.ids.size();
-        ask.memory_mib = self->state.env->config.memory_mib * ir.ids.size();
-        if (ir.create.persistent) {
-          ask.hibernated = ir.ids.size();
-          ask.hibernated_mib = ask.memory_mib;
-        }
-        if (auto refused = admit(self, ir.create.tenant, ask)) return Answer::fail(*refused);
+        if (auto refused = admit(self, ir.create.tenant,
+                                 creates_ask(self, ir.create.persistent, uint32_t(ir.ids.size()))))
+          return Answer::fail(*refused);
         return create_all(self, ir.ids,
                           [self, ir](uint32_t, std::string id, std::function<void(Answer)> then) {
                             start_sandbox(self, ir.create, ir.parent, ir.snapshot_id, then, id);
