@@ -1,8 +1,7 @@
 #include "actors/sandbox.h"
 
-#include <limits>
-
 #include <algorithm>
+#include <limits>
 
 namespace pandastack::actors {
 

@@ -95,7 +95,7 @@ struct Event {
   std::map<std::string, std::string> metadata;  // created, metadata_changed
   int64_t expires_at_ms = 0;                    // created, ttl_changed
   bool persistent = false, auto_wake = false;
-  uint32_t idle_timeout_seconds = 0;      // created: 0 = none
+  uint32_t idle_timeout_seconds = 0;     // created: 0 = none
   std::optional<ReapAction> on_timeout;  // created: nullopt = by persistence (see SandboxState)
   // exec
   std::string exec_id, command;
@@ -109,16 +109,16 @@ struct Event {
   std::string reason;                 // transition_failed, failed; reaped: "ttl" or "idle"
   ReapAction reap_action = ReapAction::kill;
   // network
-  bool network = false;  // created: the sandbox has a network
-  Egress egress;         // created, egress_changed
+  bool network = false;                // created: the sandbox has a network
+  Egress egress;                       // created, egress_changed
   std::vector<SandboxVolume> volumes;  // created
-  uint32_t subnet = 0;   // network_attached
-  uint32_t port = 0;     // port_exposed, port_unexposed
+  uint32_t subnet = 0;                 // network_attached
+  uint32_t port = 0;                   // port_exposed, port_unexposed
   // audit
-  uint32_t pid = 0;      // process_started (and `command`)
-  std::string path;      // file_written, file_removed
-  uint64_t bytes = 0;    // file_written
-  std::string host;      // migrated: the host it moved to
+  uint32_t pid = 0;    // process_started (and `command`)
+  std::string path;    // file_written, file_removed
+  uint64_t bytes = 0;  // file_written
+  std::string host;    // migrated: the host it moved to
 };
 const char* to_string(Event::Kind k);
 
@@ -135,9 +135,9 @@ struct SandboxState {
   // process call, stream or background process for that long) both end in `on_timeout`.
   uint32_t idle_timeout_seconds = 0;
   ReapAction on_timeout = ReapAction::kill;  // created with persistent: hibernate by default
-  std::string pending_snapshot;                      // snapshot id of the transition in progress
-  std::string hibernation_snapshot;                  // while hibernated: what wake restores
-  std::vector<std::string> snapshots;                // taken from this sandbox
+  std::string pending_snapshot;              // snapshot id of the transition in progress
+  std::string hibernation_snapshot;          // while hibernated: what wake restores
+  std::vector<std::string> snapshots;        // taken from this sandbox
   std::map<std::string, std::string> running_execs;  // exec id -> command
   std::map<std::string, int64_t> exec_started_ms;    // exec id -> when it started
   uint64_t execs_finished = 0;
@@ -178,7 +178,7 @@ struct Create {
   bool persistent = false, auto_wake = false;
   bool network = false;
   Egress egress;
-  uint32_t idle_timeout_seconds = 0;      // 0 = none
+  uint32_t idle_timeout_seconds = 0;     // 0 = none
   std::optional<ReapAction> on_timeout;  // nullopt: hibernate when persistent, else kill
   std::vector<SandboxVolume> volumes;    // attached by the registry before the create
 };

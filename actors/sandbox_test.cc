@@ -387,18 +387,31 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
   // create -> exec -> snapshot -> hibernate -> wake -> exec -> kill, applied one by one.
   SandboxState s;
   s.id = "sbx_life";
-  std::vector<Command> life = {
-      cmd::Create{"acme", "base", "", "", 1, 256, 60, {{"a", "1"}}, true, false, false, {}, 0, std::nullopt, {}},
-      cmd::Started{},
-      cmd::Exec{"x1", "make"},
-      cmd::ExecFinished{"x1", 0, 1200, false},
-      cmd::Snapshot{"snap-1"},
-      cmd::TransitionDone{},
-      cmd::Hibernate{"hib-1"},
-      cmd::TransitionDone{},
-      cmd::Wake{},
-      cmd::Started{},
-      cmd::Kill{}};
+  std::vector<Command> life = {cmd::Create{"acme",
+                                           "base",
+                                           "",
+                                           "",
+                                           1,
+                                           256,
+                                           60,
+                                           {{"a", "1"}},
+                                           true,
+                                           false,
+                                           false,
+                                           {},
+                                           0,
+                                           std::nullopt,
+                                           {}},
+                               cmd::Started{},
+                               cmd::Exec{"x1", "make"},
+                               cmd::ExecFinished{"x1", 0, 1200, false},
+                               cmd::Snapshot{"snap-1"},
+                               cmd::TransitionDone{},
+                               cmd::Hibernate{"hib-1"},
+                               cmd::TransitionDone{},
+                               cmd::Wake{},
+                               cmd::Started{},
+                               cmd::Kill{}};
   std::vector<Event> log;
   for (auto& c : life) {
     auto d = decide(s, c, kNow);

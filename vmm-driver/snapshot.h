@@ -39,8 +39,8 @@ struct Snapshot {
   Accel accel = Accel::tcg;
   unsigned memory_mib = 0;
   unsigned vcpus = 0;
-  std::string kernel, initramfs;  // paths the guest was booted with (same machine, same files)
-  std::string origin;             // "bake:<template>", "snapshot:<vm>", "hibernate:<vm>"
+  std::string kernel, initramfs;    // paths the guest was booted with (same machine, same files)
+  std::string origin;               // "bake:<template>", "snapshot:<vm>", "hibernate:<vm>"
   std::vector<std::string> layers;  // disk layer file names, oldest first; the last is disk.qcow2
   int64_t created_unix_ms = 0;
   // The volume slots bound when it was taken (their guest has them mounted), and of those the
@@ -69,10 +69,10 @@ struct Snapshot {
   Status check_compatible(const VmConfig& c, const std::string& qemu_version) const;
 };
 
-// Copies a snapshot to `dir` (typically onto the file system where VMs run, so restores copy its RAM
-// file in the kernel): the RAM file sparsely, layers hard-linked where possible. Reuses `dir` when it
-// already holds this snapshot.
-// With `disk_dir`, its disk layers go there (a real disk) instead of into `dir`.
+// Copies a snapshot to `dir` (typically onto the file system where VMs run, so restores copy its
+// RAM file in the kernel): the RAM file sparsely, layers hard-linked where possible. Reuses `dir`
+// when it already holds this snapshot. With `disk_dir`, its disk layers go there (a real disk)
+// instead of into `dir`.
 Result<Snapshot> stage_snapshot(const Snapshot& snapshot, const std::filesystem::path& dir,
                                 const std::filesystem::path& disk_dir = {});
 

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/event_codec.h"
 #include "actors/database_codec.h"
-#include "actors/volume_codec.h"
+#include "actors/event_codec.h"
 #include "actors/sandbox.h"
+#include "actors/volume_codec.h"
 #include "storage/event_store.h"
 #include "tools/http_client.h"
 #include "wire/json.h"
@@ -331,44 +331,61 @@ struct Tool {
   const char* schema;  // JSON Schema of the arguments
 };
 
-const Tool kTools[] = {
-    {"create_sandbox",
-     "Create a new isolated Linux sandbox (a microVM with its own kernel). Returns its id, which "
-     "the other tools take as sandbox_id. Sandboxes expire after ttl_seconds (default 900). With "
-     "idle_timeout_seconds it is hibernated (on_timeout hibernate) or killed after that long "
-     "unused; with auto_wake a hibernated sandbox wakes on its next command. volumes mounts "
-     "existing volumes (their data outlives the sandbox).",
-     R"J({"type":"object","properties":{"template":{"type":"string","description":"base, agent or code-interpreter (default base)"},"ttl_seconds":{"type":"integer","minimum":1},"idle_timeout_seconds":{"type":"integer","minimum":1},"on_timeout":{"type":"string","enum":["kill","hibernate"]},"auto_wake":{"type":"boolean"},"metadata":{"type":"object","additionalProperties":{"type":"string"}},"volumes":{"type":"array","maxItems":4,"description":"volumes (vol_... ids) to mount before it starts; data on them outlives the sandbox","items":{"type":"object","properties":{"volume":{"type":"string"},"mount":{"type":"string","description":"absolute guest path, e.g. /data"},"read_only":{"type":"boolean"}},"required":["volume","mount"],"additionalProperties":false}}},"additionalProperties":false})J"},
-    {"run_command",
-     "Run a shell command in a sandbox and wait for it. Returns exit_code=N and the command's "
-     "stdout and stderr (each truncated to 16 KB).",
-     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"command":{"type":"string","description":"run with /bin/sh -c"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600},"cwd":{"type":"string"}},"required":["sandbox_id","command"],"additionalProperties":false})J"},
-    {"run_code",
-     "Run Python in a sandbox's persistent interpreter: variables, imports and the working "
-     "folder stay between calls of the same context. Returns the output, the value of the last "
-     "expression (result), and an exception's traceback (error). Charts (matplotlib) are "
-     "reported as images with their size.",
-     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"code":{"type":"string"},"context":{"type":"string","description":"a context id (default: the sandbox's default context)"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600}},"required":["sandbox_id","code"],"additionalProperties":false})J"},
-    {"read_file", "Read a text file from a sandbox (absolute path; at most 64 KB are shown; a binary file is reported as binary with its first 12 KB in base64).",
-     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
-    {"write_file",
-     "Write a text file in a sandbox (absolute path; parent folders are created; replaces the "
-     "file).",
-     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"},"content":{"type":"string"}},"required":["sandbox_id","path","content"],"additionalProperties":false})J"},
-    {"list_dir", "List a folder in a sandbox: one line per entry (type, size, name).",
-     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
-    {"fork_sandbox",
-     "Copy a running sandbox (memory, processes and files) into count new sandboxes, e.g. to try "
-     "several approaches from the same state. Without count: one copy, returned like "
-     "create_sandbox (sandbox_id=...); with count: one sandbox_id=... line per copy.",
-     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"count":{"type":"integer","minimum":1,"maximum":16}},"required":["sandbox_id"],"additionalProperties":false})J"},
-    {"create_database",
-     "Create a managed PostgreSQL database (ready in seconds). Returns database_id=... and "
-     "connection_uri=postgresql://user:password@host:port/name: the password is shown only "
-     "this once.",
-     R"J({"type":"object","properties":{"name":{"type":"string","description":"1-63 of a-z, 0-9 and _, starting with a letter: the database's and its user's name"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"required":["name"],"additionalProperties":false})J"},
-    {"kill_sandbox", "Stop a sandbox and release it.",
-     R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
+const Tool
+    kTools
+        [] =
+            {
+                {"create_sandbox",
+                 "Create a new isolated Linux sandbox (a microVM with its own kernel). Returns its "
+                 "id, which "
+                 "the other tools take as sandbox_id. Sandboxes expire after ttl_seconds (default "
+                 "900). With "
+                 "idle_timeout_seconds it is hibernated (on_timeout hibernate) or killed after "
+                 "that long "
+                 "unused; with auto_wake a hibernated sandbox wakes on its next command. volumes "
+                 "mounts "
+                 "existing volumes (their data outlives the sandbox).",
+                 R"J({"type":"object","properties":{"template":{"type":"string","description":"base, agent or code-interpreter (default base)"},"ttl_seconds":{"type":"integer","minimum":1},"idle_timeout_seconds":{"type":"integer","minimum":1},"on_timeout":{"type":"string","enum":["kill","hibernate"]},"auto_wake":{"type":"boolean"},"metadata":{"type":"object","additionalProperties":{"type":"string"}},"volumes":{"type":"array","maxItems":4,"description":"volumes (vol_... ids) to mount before it starts; data on them outlives the sandbox","items":{"type":"object","properties":{"volume":{"type":"string"},"mount":{"type":"string","description":"absolute guest path, e.g. /data"},"read_only":{"type":"boolean"}},"required":["volume","mount"],"additionalProperties":false}}},"additionalProperties":false})J"},
+                {"run_command",
+                 "Run a shell command in a sandbox and wait for it. Returns exit_code=N and the "
+                 "command's "
+                 "stdout and stderr (each truncated to 16 KB).",
+                 R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"command":{"type":"string","description":"run with /bin/sh -c"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600},"cwd":{"type":"string"}},"required":["sandbox_id","command"],"additionalProperties":false})J"},
+                {"run_code",
+                 "Run Python in a sandbox's persistent interpreter: variables, imports and the "
+                 "working "
+                 "folder stay between calls of the same context. Returns the output, the value of "
+                 "the last "
+                 "expression (result), and an exception's traceback (error). Charts (matplotlib) "
+                 "are "
+                 "reported as images with their size.",
+                 R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"code":{"type":"string"},"context":{"type":"string","description":"a context id (default: the sandbox's default context)"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":3600}},"required":["sandbox_id","code"],"additionalProperties":false})J"},
+                {"read_file",
+                 "Read a text file from a sandbox (absolute path; at most 64 KB are shown; a "
+                 "binary file is reported as binary with its first 12 KB in base64).",
+                 R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
+                {"write_file",
+                 "Write a text file in a sandbox (absolute path; parent folders are created; "
+                 "replaces the "
+                 "file).",
+                 R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"},"content":{"type":"string"}},"required":["sandbox_id","path","content"],"additionalProperties":false})J"},
+                {"list_dir",
+                 "List a folder in a sandbox: one line per entry (type, size, name).", R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"path":{"type":"string"}},"required":["sandbox_id","path"],"additionalProperties":false})J"},
+                {"fork_sandbox",
+                 "Copy a running sandbox (memory, processes and files) into count new sandboxes, "
+                 "e.g. to try "
+                 "several approaches from the same state. Without count: one copy, returned like "
+                 "create_sandbox (sandbox_id=...); with count: one sandbox_id=... line per copy.",
+                 R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"count":{"type":"integer","minimum":1,"maximum":16}},"required":["sandbox_id"],"additionalProperties":false})J"},
+                {"create_database",
+                 "Create a managed PostgreSQL database (ready in seconds). Returns database_id=... "
+                 "and "
+                 "connection_uri=postgresql://user:password@host:port/name: the password is shown "
+                 "only "
+                 "this once.",
+                 R"J({"type":"object","properties":{"name":{"type":"string","description":"1-63 of a-z, 0-9 and _, starting with a letter: the database's and its user's name"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"required":["name"],"additionalProperties":false})J"},
+                {"kill_sandbox", "Stop a sandbox and release it.",
+                 R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
 };
 
 // At most `max` bytes of text, never cut inside a UTF-8 sequence.
@@ -491,8 +508,8 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
     for (auto& res : j["results"].as_array()) {
       text += res["is_main_result"].as_bool() ? "\n--- result ---\n" : "\n--- display ---\n";
       if (res["png"].is_string())
-        text += "[image/png, " + std::to_string(res["png"].as_string().size() * 3 / 4) +
-                " bytes]\n";
+        text +=
+            "[image/png, " + std::to_string(res["png"].as_string().size() * 3 / 4) + " bytes]\n";
       if (res["text"].is_string()) text += for_model(res["text"].as_string());
     }
     if (j["error"].is_object())
