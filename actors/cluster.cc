@@ -260,14 +260,19 @@ storage::Status Cluster::set_draining(bool draining) {
   return publish(*reader_);
 }
 
-storage::Result<bool> Cluster::hand_over(const std::string& id, const std::string& to) {
-  auto current = reader_->get(kOwners + id);
-  if (!current) return current.error();
-  if (!*current || (*current)->value != config_.host_id) return false;
-  auto moved = reader_->replace(kOwners + id, to, (*current)->mod_revision);
+storage::Result<bool> Cluster::hand_over(const std::vector<std::string>& ids,
+                                         const std::string& to) {
+  std::vector<storage::Etcd::Replacement> all;
+  for (auto& id : ids) {
+    auto current = reader_->get(kOwners + id);
+    if (!current) return current.error();
+    if (!*current || (*current)->value != config_.host_id) return false;
+    all.push_back({kOwners + id, to, (*current)->mod_revision});
+  }
+  auto moved = reader_->replace(all);
   if (!moved) return moved.error();
   std::lock_guard l(cache_mu_);
-  owners_.erase(id);
+  for (auto& id : ids) owners_.erase(id);
   return *moved;
 }
 

@@ -80,9 +80,10 @@ class Cluster {
   Owner owner(const std::string& id, bool fresh = false);
   // Records this host as the owner of `id`: false when another host owns it.
   storage::Result<bool> claim(const std::string& id);
-  // Moves the ownership of `id` from this host to host `to` in one compare-and-swap transaction
-  // (a migration): false when this host does not own it (any more).
-  storage::Result<bool> hand_over(const std::string& id, const std::string& to);
+  // Moves the ownership of `ids` (a sandbox and its volumes) from this host to host `to` in one
+  // compare-and-swap transaction (a migration): all move, or none; false when this host does
+  // not own one of them (any more).
+  storage::Result<bool> hand_over(const std::vector<std::string>& ids, const std::string& to);
   // The host a create goes to: `pinned` when named (it must be up), else the live host with the
   // most free memory, preferring hosts that have `template_name` baked. Empty on error.
   storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);

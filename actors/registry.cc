@@ -60,12 +60,14 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
 
 // Creates a sandbox for `req` (its volumes attached first); `then` gets the answer. `inherited`:
 // volumes made for it from a snapshot (registry_volumes::inherit), deleted if it does not start.
+// `given_id`: its id ("" for a new one; a migrated sandbox keeps its own).
 void create_then(RegistrySelf* self, CreateRequest req, std::string parent, std::string snapshot,
-                 std::function<void(Answer)> then, std::vector<std::string> inherited = {}) {
-  if (req.volumes.empty()) return start_sandbox(self, req, parent, snapshot, then);
+                 std::function<void(Answer)> then, std::vector<std::string> inherited = {},
+                 std::string given_id = "") {
+  if (req.volumes.empty()) return start_sandbox(self, req, parent, snapshot, then, given_id);
   // Its volumes are attached (recorded in theirs streams) first: the sandbox's id is named in
   // the attachments, and a create that fails lets them go again.
-  std::string id = new_sandbox_id();
+  std::string id = given_id.empty() ? new_sandbox_id() : given_id;
   registry_volumes::attach(
       self, req.tenant, id, req.volumes,
       [self, then, req, parent, snapshot, id, inherited](registry_volumes::Attached r) mutable {
@@ -419,6 +421,36 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (auto refused = admit(self, ir.create.tenant,
                                  creates_ask(self, ir.create.persistent, uint32_t(ir.ids.size()))))
           return Answer::fail(*refused);
+        if (!ir.arrivals.empty())
+          // A migration with volumes: they are recorded here first (as they were on the host
+          // they left), then attached to it in the slots its guest has them in.
+          return create_all(self, ir.ids, [self, ir](uint32_t, std::string id,
+                                                     std::function<void(Answer)> then) {
+            registry_volumes::arrive(
+                self, ir.create.tenant, ir.arrivals, ir.received, ir.from_host,
+                [self, ir, id, then](registry_volumes::Inherited r) mutable {
+                  if (auto* no = std::get_if<Rejection>(&r)) return then(Answer::fail(*no));
+                  auto req = ir.create;
+                  req.volumes = std::get<std::vector<CreateRequest::Volume>>(r);
+                  std::vector<std::string> vols;
+                  for (auto& v : req.volumes) vols.push_back(v.volume);
+                  create_then(
+                      self, req, ir.parent, ir.snapshot_id,
+                      [self, then, vols, id, from = ir.from_host](Answer ans) mutable {
+                        if (!ans.ok) registry_volumes::send_back(self, vols, from, id);
+                        then(ans);
+                      },
+                      {}, id);
+                });
+          });
+        if (!ir.fork_volumes.empty())
+          // A fork's children: copies of the parent's read-write volumes (the snapshot's), the
+          // last child taking the snapshot's own.
+          return create_all(self, ir.ids, [self, ir](uint32_t i, std::string,
+                                                     std::function<void(Answer)> then) {
+            create_from(self, ir.create, ir.parent, ir.snapshot_id, ir.fork_volumes,
+                        "fork:" + ir.parent, i + 1 == ir.ids.size(), then);
+          });
         return create_all(self, ir.ids,
                           [self, ir](uint32_t, std::string id, std::function<void(Answer)> then) {
                             start_sandbox(self, ir.create, ir.parent, ir.snapshot_id, then, id);

@@ -62,6 +62,16 @@ using Inherited = std::variant<std::vector<CreateRequest::Volume>, Rejection>;
 void inherit(RegistrySelf* self, const std::string& tenant,
              const std::vector<SandboxVolume>& source, const std::string& snapshot_dir,
              const std::string& origin, bool take_copies, std::function<void(Inherited)> then);
+// Records the volumes a migrated sandbox brought (ImportRequest::arrivals; their files in
+// `received` are moved into place first), each as it was on the host it left. All or none: on a
+// refusal, those recorded go back (volume-migrated to `from_host`). `then` gets them in slot
+// order (to attach), or why not.
+void arrive(RegistrySelf* self, const std::string& tenant,
+            const std::vector<VolumeArrival>& arrivals, const std::string& received,
+            const std::string& from_host, std::function<void(Inherited)> then);
+// Sends volumes that arrived with sandbox `sandbox` back to `host` (its start failed).
+void send_back(RegistrySelf* self, const std::vector<std::string>& ids, const std::string& host,
+               const std::string& sandbox);
 // Deletes volumes `inherit` made for a sandbox that did not start (after their detach).
 void discard(RegistrySelf* self, const std::vector<std::string>& ids);
 // A command for the tenant's volume `id` (another tenant's is volume_not_found).

@@ -82,7 +82,7 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, ui
                                uint32_t volumes) {
   QuotaUse use;
   for (auto& [id, v] : self->state.volumes)
-    if (v.tenant == tenant && v.status != "deleted") {
+    if (v.tenant == tenant && v.status != "deleted" && v.status != "moved") {
       ++use.volumes;
       use.volume_mib += v.size_mib;
       for (auto& sn : v.snapshots) use.volume_mib += sn.size_mib;  // their copies take disk too
@@ -173,6 +173,99 @@ void inherit(RegistrySelf* self, const std::string& tenant,
             forget();
             then(Rejection{"internal", self->system().render(e)});
           });
+}
+
+void arrive(RegistrySelf* self, const std::string& tenant,
+            const std::vector<VolumeArrival>& arrivals, const std::string& received,
+            const std::string& from_host, std::function<void(Inherited)> then) {
+  auto sorted = arrivals;
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.slot < b.slot; });
+  auto* env = self->state.env;
+  uint64_t mib = 0;
+  std::vector<std::string> pairs, ids;
+  std::vector<CreateRequest::Volume> wanted;
+  for (auto& a : sorted) {
+    auto& v = a.volume;
+    // Only one this host does not hold (or one that left it before: its stream goes on).
+    if (auto known = self->state.volumes.find(v.id);
+        (known != self->state.volumes.end() && known->second.status != "moved") ||
+        self->state.volume_actors.count(v.id))
+      return then(Rejection{"conflict", "volume " + v.id + " exists on this host already"});
+    mib += v.size_mib;
+    pairs.push_back((std::filesystem::path(received) / (v.id + ".img")).string());
+    pairs.push_back(volume_file(env->volumes_dir(), v.id).string());
+    for (auto& sn : v.snapshots) {
+      mib += sn.size_mib;
+      pairs.push_back((std::filesystem::path(received) / (sn.id + ".img")).string());
+      pairs.push_back(volume_snapshot_file(env->volumes_dir(), sn.id).string());
+    }
+    ids.push_back(v.id);
+    wanted.push_back({v.id, a.mount, a.read_only});
+  }
+  if (ids.empty()) return then(wanted);
+  if (auto r = admit(self, tenant, mib, uint32_t(ids.size()))) return then(*r);
+  // Counted while their files are moved into place (a returning one keeps its stream's version).
+  std::map<std::string, uint64_t> versions;
+  for (auto& a : sorted) {
+    if (auto known = self->state.volumes.find(a.volume.id); known != self->state.volumes.end())
+      versions[a.volume.id] = known->second.version;
+    self->state.volumes[a.volume.id] = pending(a.volume.id, tenant, a.volume.size_mib);
+  }
+  self->request(files(self), caf::infinite, volclone_atom::value, pairs, true)
+      .then(
+          [self, sorted, versions, wanted, then, from_host, tenant](std::string err) {
+            if (!err.empty()) {
+              for (auto& a : sorted) self->state.volumes.erase(a.volume.id);
+              return then(Rejection{"storage_error", "placing the volumes: " + err});
+            }
+            struct Collect {
+              size_t left;
+              std::optional<Rejection> error;
+              std::vector<std::string> recorded;
+            };
+            auto col = std::make_shared<Collect>(Collect{sorted.size(), std::nullopt, {}});
+            for (auto& a : sorted) {
+              VolumeState s;
+              s.id = a.volume.id;
+              if (auto v = versions.find(s.id); v != versions.end()) {
+                s.status = VolumeStatus::moved;
+                s.version = v->second;
+              }
+              auto actor = spawn_volume(self, s);
+              auto& v = a.volume;
+              vcmd::Arrive c{tenant,    v.name,     v.origin,        from_host,
+                             v.size_mib, v.metadata, v.created_at_ms, v.snapshots};
+              auto done = [self, col, wanted, then, from_host, id = s.id](Answer ans) {
+                if (ans.ok) {
+                  self->state.volumes[id] = ans.volume;
+                  col->recorded.push_back(id);
+                } else {
+                  self->state.volumes.erase(id);
+                  self->state.volume_actors.erase(id);
+                  if (!col->error) col->error = ans.error;
+                }
+                if (--col->left > 0) return;
+                if (!col->error) return then(wanted);
+                send_back(self, col->recorded, from_host, "");
+                then(*col->error);
+              };
+              self->request(actor, caf::infinite, vol_atom::value, VolumeCommand{c})
+                  .then(done, [self, done](const caf::error& e) {
+                    done(Answer::fail({"internal", self->system().render(e)}));
+                  });
+            }
+          },
+          [self, sorted, then](const caf::error& e) {
+            for (auto& a : sorted) self->state.volumes.erase(a.volume.id);
+            then(Rejection{"internal", self->system().render(e)});
+          });
+}
+
+void send_back(RegistrySelf* self, const std::vector<std::string>& ids, const std::string& host,
+               const std::string& sandbox) {
+  for (auto& id : ids)
+    if (auto a = self->state.volume_actors.find(id); a != self->state.volume_actors.end())
+      caf::anon_send(a->second, vol_atom::value, VolumeCommand{vcmd::Leave{host, sandbox}});
 }
 
 void discard(RegistrySelf* self, const std::vector<std::string>& ids) {

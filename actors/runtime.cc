@@ -430,11 +430,10 @@ Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const s
       to_reply<std::vector<SandboxInfo>>(impl_->ask(route(tenant, id, cmd::Fork{snap, count})),
                                          [](const Answer& a) { return a.infos; });
   if (children)
-    for (auto& c : *children)
-      if (auto no = impl_->claim(c.id)) {
-        for (auto& k : *children) (void)kill(tenant, k.id);
-        return *no;
-      }
+    if (auto no = claim_all(*children)) {
+      for (auto& k : *children) (void)kill(tenant, k.id);
+      return *no;
+    }
   return children;
 }
 

@@ -122,15 +122,6 @@ struct CreateRequest {
   };
   std::vector<Volume> volumes;
 };
-// Sandboxes made from a snapshot another host sent (Runtime::start_imported): a cross-host fork's
-// children (`parent` lives on the sending host) or a migrated sandbox (its own id).
-struct ImportRequest {
-  CreateRequest create;          // the source sandbox's settings (template, TTL, metadata, ...)
-  std::string parent;            // a fork's parent, "" for a migration
-  std::string snapshot_id;       // the received snapshot (Runtime::import_folders)
-  std::vector<std::string> ids;  // one per sandbox: "" = a new id
-};
-
 // A volume (actors/volume.h): a file on the data disk that outlives sandboxes.
 struct VolumeInfo {
   std::string id, tenant, name;
@@ -144,6 +135,33 @@ struct VolumeInfo {
   std::vector<VolumeSnapshot> snapshots;
   uint64_t version = 0;
 };
+// A volume that came with a migrated sandbox: recorded here as it was on the host it left
+// (`volume`: its id, tenant, name, origin, size, metadata, creation time and snapshots), its
+// files (`<id>.img`, one per snapshot `<snapshot id>.img`) received in ImportRequest::received,
+// then attached to the sandbox at `mount` in slot `slot` (as there).
+struct VolumeArrival {
+  VolumeInfo volume;
+  std::string mount;
+  bool read_only = false;
+  uint32_t slot = 0;
+};
+
+// Sandboxes made from a snapshot another host sent (Runtime::start_imported): a cross-host fork's
+// children (`parent` lives on the sending host) or a migrated sandbox (its own id).
+struct ImportRequest {
+  CreateRequest create;          // the source sandbox's settings (template, TTL, metadata, ...)
+  std::string parent;            // a fork's parent, "" for a migration
+  std::string snapshot_id;       // the received snapshot (Runtime::import_folders)
+  std::vector<std::string> ids;  // one per sandbox: "" = a new id
+  std::string from_host;         // the sending host
+  // A fork: the parent's read-write volumes (the snapshot holds copies of them; each child gets
+  // its own copy, as on one host).
+  std::vector<SandboxVolume> fork_volumes;
+  // A migration: the sandbox's volumes, which moved with it (their files in `received`).
+  std::vector<VolumeArrival> arrivals;
+  std::string received;
+};
+
 struct VolumeRequest {
   std::string tenant, name;
   uint64_t size_mib = 0;  // from a snapshot: 0 = the snapshot's size, else at least that
@@ -445,6 +463,14 @@ class Runtime {
   // Starts sandboxes from a received snapshot (all or none), then removes it. `claim`: records
   // them as this host's in the cluster (fork children; a migrated id is handed over instead).
   Reply<std::vector<SandboxInfo>> start_imported(const ImportRequest& request, bool claim);
+  // The files of the tenant's volume `id`: its own, then its snapshots' (a migration ships them).
+  Reply<std::vector<std::string>> volume_files(const std::string& tenant, const std::string& id);
+  // Records sandboxes made here (and their own volumes) as this host's in the cluster: why not.
+  std::optional<Rejection> claim_all(const std::vector<SandboxInfo>& made);
+  // The tenant's volume `id` went to host `host` with sandbox `sandbox` (recorded as
+  // volume-migrated; its files are removed here).
+  Reply<VolumeInfo> volume_left(const std::string& tenant, const std::string& id,
+                                const std::string& host, const std::string& sandbox);
   // Ends the tenant's hibernated sandbox `id` here: host `host` runs it now (recorded, its
   // hibernation removed).
   Reply<SandboxInfo> migrated_away(const std::string& tenant, const std::string& id,

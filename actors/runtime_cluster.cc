@@ -8,6 +8,7 @@
 #include "actors/messages.h"
 #include "actors/runtime.h"
 #include "actors/runtime_impl.h"
+#include "actors/volume_files.h"
 #include "storage/api_keys.h"
 #include "storage/etcd.h"
 #include "vmm-driver/snapshot.h"
@@ -49,6 +50,16 @@ Reply<std::string> Runtime::hibernation_folder(const std::string& tenant, const 
   return impl_->env->hibernated_dir(id).string();
 }
 
+Reply<std::vector<std::string>> Runtime::volume_files(const std::string& tenant,
+                                                      const std::string& id) {
+  auto v = get_volume(tenant, id);
+  if (!v) return v.error();
+  const auto dir = impl_->env->volumes_dir();
+  std::vector<std::string> out{volume_file(dir, id).string()};
+  for (auto& sn : v->snapshots) out.push_back(volume_snapshot_file(dir, sn.id).string());
+  return out;
+}
+
 Runtime::ImportFolders Runtime::import_folders() {
   auto& env = *impl_->env;
   ImportFolders f;
@@ -62,18 +73,40 @@ Runtime::ImportFolders Runtime::import_folders() {
 
 Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& request, bool claim) {
   auto dir = impl_->env->snapshot_dir(request.snapshot_id);
+  ImportRequest ir = request;
+  // The files carried with it (a migration's volumes) are in the received snapshot's disk
+  // folder: this host's path, never one a peer names.
+  auto snap = vmm::Snapshot::load(dir);
+  if (!snap) return Rejection{"internal", "the received snapshot: " + snap.error().message};
+  ir.received = (snap->disks() / "carried").string();
   auto started =
-      to_reply<std::vector<SandboxInfo>>(impl_->ask(caf::make_message(import_atom::value, request)),
+      to_reply<std::vector<SandboxInfo>>(impl_->ask(caf::make_message(import_atom::value, ir)),
                                          [](const Answer& a) { return a.infos; });
   // Every restore has its own copy of the RAM file and links to the layers: the snapshot goes.
-  vmm::remove_snapshot(dir);
+  vmm::remove_snapshot(dir, snap->disk_dir);
   if (started && claim)
-    for (auto& c : *started)
-      if (auto no = impl_->claim(c.id)) {
-        for (auto& k : *started) (void)kill(request.create.tenant, k.id);
-        return *no;
-      }
+    if (auto no = claim_all(*started)) {
+      for (auto& k : *started) (void)kill(request.create.tenant, k.id);
+      return *no;
+    }
   return started;
+}
+
+std::optional<Rejection> Runtime::claim_all(const std::vector<SandboxInfo>& made) {
+  for (auto& c : made) {
+    if (auto no = impl_->claim(c.id)) return no;
+    for (auto& v : c.volumes)  // (a fork's child has volumes of its own: copies)
+      if (!v.read_only)
+        if (auto no = impl_->claim(v.volume)) return no;
+  }
+  return std::nullopt;
+}
+
+Reply<VolumeInfo> Runtime::volume_left(const std::string& tenant, const std::string& id,
+                                       const std::string& host, const std::string& sandbox) {
+  return to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                                           VolumeCommand{vcmd::Leave{host, sandbox}})),
+                              [](const Answer& a) { return a.volume; });
 }
 
 Reply<SandboxInfo> Runtime::migrated_away(const std::string& tenant, const std::string& id,

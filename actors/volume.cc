@@ -13,6 +13,8 @@ const char* to_string(VolumeStatus s) {
       return "available";
     case VolumeStatus::deleted:
       return "deleted";
+    case VolumeStatus::moved:
+      return "moved";
   }
   return "?";
 }
@@ -35,6 +37,10 @@ const char* to_string(VolumeEvent::Kind k) {
       return "volume-snapshotted";
     case VolumeEvent::Kind::snapshot_deleted:
       return "volume-snapshot-deleted";
+    case VolumeEvent::Kind::arrived:
+      return "volume-arrived";
+    case VolumeEvent::Kind::migrated:
+      return "volume-migrated";
   }
   return "?";
 }
@@ -187,6 +193,38 @@ struct Decider {
     return std::vector<VolumeEvent>{e};
   }
 
+  VolumeDecision operator()(const vcmd::Arrive& c) const {
+    if (s.status != VolumeStatus::none && s.status != VolumeStatus::moved)
+      return Rejection{"conflict", "volume " + s.id + " exists on this host already"};
+    if (c.size_mib < limits.min_size_mib || c.size_mib > limits.max_size_mib)
+      return Rejection{"invalid_argument", "size_mib out of bounds"};
+    if (c.snapshots.size() > limits.max_snapshots)
+      return Rejection{"invalid_argument", "more snapshots than a volume may have"};
+    if (c.from_host.empty()) return Rejection{"invalid_argument", "the host it came from"};
+    auto e = event(VolumeEvent::Kind::arrived);
+    e.tenant = c.tenant;
+    e.name = c.name;
+    e.origin = c.origin;
+    e.size_mib = c.size_mib;
+    e.metadata = c.metadata;
+    e.created_at_ms = c.created_at_ms;
+    e.snapshots = c.snapshots;
+    e.host = c.from_host;
+    return std::vector<VolumeEvent>{e};
+  }
+
+  VolumeDecision operator()(const vcmd::Leave& c) const {
+    if (s.status != VolumeStatus::available) return gone(s);
+    for (auto& a : s.attachments)
+      if (a.sandbox != c.sandbox)
+        return Rejection{"volume_in_use", "volume " + s.id + " is attached to sandbox " +
+                                              a.sandbox + " too: it stays on this host"};
+    auto e = event(VolumeEvent::Kind::migrated);
+    e.host = c.host;
+    e.attachment.sandbox = c.sandbox;
+    return std::vector<VolumeEvent>{e};
+  }
+
   VolumeDecision operator()(const vcmd::Delete&) const {
     if (s.status != VolumeStatus::available) return gone(s);
     if (!s.attachments.empty())
@@ -210,7 +248,19 @@ VolumeDecision decide(const VolumeState& state, const VolumeCommand& command, in
 
 VolumeState apply(VolumeState s, const VolumeEvent& e) {
   using K = VolumeEvent::Kind;
-  if (e.kind == K::created) {
+  if (e.kind == K::arrived) {
+    // As it was on the host it came from; the stream goes on where it left (a volume back).
+    if (s.status != VolumeStatus::none && s.status != VolumeStatus::moved) impossible(s, e);
+    s.status = VolumeStatus::available;
+    s.tenant = e.tenant;
+    s.name = e.name;
+    s.size_mib = e.size_mib;
+    s.metadata = e.metadata;
+    s.origin = e.origin;
+    s.created_at_ms = e.created_at_ms;
+    s.attachments.clear();
+    s.snapshots = e.snapshots;
+  } else if (e.kind == K::created) {
     if (s.status != VolumeStatus::none) impossible(s, e);
     s.status = VolumeStatus::available;
     s.tenant = e.tenant;
@@ -244,7 +294,13 @@ VolumeState apply(VolumeState s, const VolumeEvent& e) {
       case K::snapshot_deleted:
         std::erase_if(s.snapshots, [&](auto& x) { return x.id == e.snapshot.id; });
         break;
+      case K::migrated:
+        s.status = VolumeStatus::moved;
+        s.attachments.clear();
+        s.snapshots.clear();  // (their files went with it)
+        break;
       case K::created:
+      case K::arrived:
         break;
     }
   }

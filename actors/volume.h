@@ -20,7 +20,8 @@
 
 namespace pandastack::actors {
 
-enum class VolumeStatus { none, available, deleted };
+// `moved`: it went to another host of a cluster with its sandbox (a migration); it may come back.
+enum class VolumeStatus { none, available, deleted, moved };
 const char* to_string(VolumeStatus s);
 
 // Where a volume is attached: a sandbox, the guest path and how.
@@ -50,6 +51,8 @@ struct VolumeEvent {
     deleted,
     snapshotted,       // `snapshot` (its file is made before the event is recorded)
     snapshot_deleted,  // `snapshot.id`
+    arrived,           // from `host` (a migration): the volume as it was there, unattached
+    migrated,          // to `host`, with its sandbox: its files went with it
   };
   Kind kind = Kind::created;
   int64_t at_ms = 0;
@@ -60,6 +63,9 @@ struct VolumeEvent {
   VolumeAttachment attachment;                  // attached; detached: its sandbox
   std::string reason;                           // detached: "sandbox_ended", "create_failed", ...
   VolumeSnapshot snapshot;                      // snapshotted; snapshot_deleted: its id
+  std::string host;                             // arrived: from; migrated: to
+  int64_t created_at_ms = 0;                    // arrived
+  std::vector<VolumeSnapshot> snapshots;        // arrived
 };
 const char* to_string(VolumeEvent::Kind k);
 
@@ -106,6 +112,19 @@ struct SetMetadata {
   std::map<std::string, std::string> metadata;
 };
 struct Delete {};
+// A volume another host sent (its file and its snapshots' files are in place): it goes on here
+// as it was there. Only a volume this host does not hold (or one that moved away before).
+struct Arrive {
+  std::string tenant, name, origin, from_host;
+  uint64_t size_mib = 0;
+  std::map<std::string, std::string> metadata;
+  int64_t created_at_ms = 0;
+  std::vector<VolumeSnapshot> snapshots;
+};
+// The volume went to host `host` with sandbox `sandbox` (the only one it may be attached to).
+struct Leave {
+  std::string host, sandbox;
+};
 // A point-in-time copy, named `snapshot_id`. Refused while a sandbox holds the volume read-write,
 // unless it is `quiesced_by` (its guest froze the file system, or it is hibernated).
 struct Snapshot {
@@ -119,7 +138,7 @@ struct DeleteSnapshot {
 
 using VolumeCommand =
     std::variant<vcmd::Create, vcmd::Attach, vcmd::Detach, vcmd::Resize, vcmd::SetMetadata,
-                 vcmd::Delete, vcmd::Snapshot, vcmd::DeleteSnapshot>;
+                 vcmd::Delete, vcmd::Snapshot, vcmd::DeleteSnapshot, vcmd::Arrive, vcmd::Leave>;
 using VolumeDecision = std::variant<std::vector<VolumeEvent>, Rejection>;
 
 // Refusals: invalid_argument, volume_not_found (deleted), volume_in_use (attached read-write

@@ -82,15 +82,20 @@ void persist(VolumeSelf* self) {
                     caf::actor_cast<caf::actor>(self));
 }
 
-// After the events are on disk: the file follows the record.
-void effect(VolumeSelf* self, const VolumeEvent& e) {
+// The files of volume `s` (its own and its snapshots').
+void remove_files(Env& env, const VolumeState& s) {
+  remove_volume_file(volume_file(env.volumes_dir(), s.id));
+  for (auto& sn : s.snapshots) remove_volume_file(volume_snapshot_file(env.volumes_dir(), sn.id));
+}
+
+// After the events are on disk: the file follows the record. `before`: the state they changed.
+void effect(VolumeSelf* self, const VolumeEvent& e, const VolumeState& before) {
   auto& st = self->state;
   auto file = volume_file(st.env->volumes_dir(), st.s.id);
   switch (e.kind) {
     case VolumeEvent::Kind::deleted:
-      remove_volume_file(file);
-      for (auto& sn : st.s.snapshots)
-        remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), sn.id));
+    case VolumeEvent::Kind::migrated:  // (another host has them now)
+      remove_files(*st.env, before);
       break;
     case VolumeEvent::Kind::snapshot_deleted:
       remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), e.snapshot.id));
@@ -133,15 +138,25 @@ caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf:
         if (!ok) {
           spdlog::error("volume {}: events not persisted: {}", st.s.id, err);
           rp.deliver(Answer::fail({code, err}));
-          // A create that was never recorded leaves no file behind, nor a snapshot.
+          // A create (or an arrival) that was never recorded leaves no file behind, nor a
+          // snapshot.
           if (st.s.status == VolumeStatus::none)
             remove_volume_file(volume_file(st.env->volumes_dir(), st.s.id));
-          for (auto& e : events)
+          for (auto& e : events) {
             if (e.kind == VolumeEvent::Kind::snapshotted)
               remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), e.snapshot.id));
+            if (e.kind == VolumeEvent::Kind::arrived) {
+              VolumeState came = st.s;
+              came.snapshots = e.snapshots;
+              remove_files(*st.env, came);
+            }
+          }
         } else {
-          for (auto& e : events) st.s = apply(st.s, e);
-          for (auto& e : events) effect(self, e);
+          for (auto& e : events) {
+            auto before = st.s;
+            st.s = apply(st.s, e);
+            effect(self, e, before);
+          }
           rp.deliver(volume_answer(st.s));
           self->send(st.registry, volinfo_atom::value, volume_info_of(st.s));
         }

@@ -58,6 +58,26 @@ std::string encode_volume_event(const VolumeEvent& e) {
     case K::snapshot_deleted:
       b.setSnapshotDeleted(e.snapshot.id);
       break;
+    case K::arrived: {
+      auto a = b.initArrived();
+      a.setFromHost(e.host);
+      a.setTenant(e.tenant);
+      a.setName(e.name);
+      a.setSizeMib(e.size_mib);
+      put_map(a.initMetadata(unsigned(e.metadata.size())), e.metadata);
+      a.setOrigin(e.origin);
+      a.setCreatedAtMs(e.created_at_ms);
+      auto sn = a.initSnapshots(unsigned(e.snapshots.size()));
+      for (unsigned i = 0; i < sn.size(); ++i) {
+        sn[i].setId(e.snapshots[i].id);
+        sn[i].setSizeMib(e.snapshots[i].size_mib);
+        sn[i].setCreatedAtMs(e.snapshots[i].created_at_ms);
+      }
+      break;
+    }
+    case K::migrated:
+      b.setMigrated(e.host);
+      break;
   }
   return codec::to_bytes(msg);
 }
@@ -115,6 +135,24 @@ std::optional<VolumeEvent> decode_volume_event(const std::string& bytes) {
             e.kind = K::snapshot_deleted;
             e.snapshot.id = r.getSnapshotDeleted();
             break;
+          case w::VolumeEvent::ARRIVED: {
+            auto a = r.getArrived();
+            e.kind = K::arrived;
+            e.host = a.getFromHost();
+            e.tenant = a.getTenant();
+            e.name = a.getName();
+            e.size_mib = a.getSizeMib();
+            e.metadata = get_map(a.getMetadata());
+            e.origin = a.getOrigin();
+            e.created_at_ms = a.getCreatedAtMs();
+            for (auto sn : a.getSnapshots())
+              e.snapshots.push_back({sn.getId(), sn.getSizeMib(), sn.getCreatedAtMs()});
+            break;
+          }
+          case w::VolumeEvent::MIGRATED:
+            e.kind = K::migrated;
+            e.host = r.getMigrated();
+            break;
           default:
             return std::nullopt;
         }
@@ -160,6 +198,22 @@ std::string volume_event_to_json(const VolumeEvent& e) {
       break;
     case K::snapshot_deleted:
       j.set("snapshot_id", e.snapshot.id);
+      break;
+    case K::arrived: {
+      j.set("from_host", e.host);
+      j.set("tenant", e.tenant);
+      j.set("name", e.name);
+      j.set("size_mib", e.size_mib);
+      j.set("metadata", metadata());
+      if (!e.origin.empty()) j.set("origin", e.origin);
+      j.set("created_at_ms", e.created_at_ms);
+      Json sn = Json::array();
+      for (auto& x : e.snapshots) sn.push(x.id);
+      j.set("snapshots", sn);
+      break;
+    }
+    case K::migrated:
+      j.set("host", e.host);
       break;
   }
   return j.dump();

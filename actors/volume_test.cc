@@ -139,6 +139,9 @@ TEST(Volume, EventsSurviveTheirPersistedForm) {
       vcmd::Snapshot{"vsnap_1", ""},
       vcmd::Snapshot{"vsnap_2", ""},
       vcmd::DeleteSnapshot{"vsnap_1"},
+      vcmd::Leave{"h2", ""},
+      vcmd::Arrive{"acme", "data", "fork:sbx_0:vol_b", "h2", 100, {{"a", "b"}}, 5,
+                   {{"vsnap_2", 100, kNow}}},
       vcmd::Delete{}};
   VolumeState replayed = s;
   for (auto& c : cmds) {
@@ -159,6 +162,36 @@ TEST(Volume, EventsSurviveTheirPersistedForm) {
   EXPECT_EQ(replayed.metadata, (std::map<std::string, std::string>{{"a", "b"}}));
   EXPECT_EQ(replayed.version, s.version);
   EXPECT_FALSE(decode_volume_event("garbage!"));
+}
+
+TEST(Volume, AVolumeMovesWithItsSandboxAndMayComeBack) {
+  auto v = run(made(), vcmd::Snapshot{"vsnap_1", ""});
+  v = run(v, attach("sbx_1", false));
+  // Only with the one sandbox it is attached to.
+  EXPECT_EQ(refusal(v, vcmd::Leave{"h2", "sbx_2"}), "volume_in_use");
+  auto shared = run(run(made(), attach("sbx_1", true)), attach("sbx_2", true));
+  EXPECT_EQ(refusal(shared, vcmd::Leave{"h2", "sbx_1"}), "volume_in_use");
+  auto left = run(v, vcmd::Leave{"h2", "sbx_1"});
+  EXPECT_EQ(left.status, VolumeStatus::moved);
+  EXPECT_TRUE(left.attachments.empty());
+  EXPECT_TRUE(left.snapshots.empty());
+  EXPECT_EQ(refusal(left, attach("sbx_3", false)), "volume_not_found");
+  EXPECT_EQ(refusal(left, vcmd::Leave{"h3", "sbx_1"}), "volume_not_found");
+  // On the other host it arrives as it was (unattached: its sandbox attaches it there), and it
+  // may come back here, its stream going on.
+  vcmd::Arrive back{"acme", "data", "", "h2", 80, {{"k", "w"}}, 777, {{"vsnap_1", 64, 555}}};
+  EXPECT_EQ(refusal(v, back), "conflict");
+  auto returned = run(left, back);
+  EXPECT_EQ(returned.status, VolumeStatus::available);
+  EXPECT_EQ(returned.size_mib, 80u);
+  EXPECT_EQ(returned.created_at_ms, 777);
+  EXPECT_EQ(returned.snapshots, (std::vector<VolumeSnapshot>{{"vsnap_1", 64, 555}}));
+  EXPECT_EQ(returned.version, left.version + 1);
+  VolumeState fresh;
+  fresh.id = "vol_a";
+  EXPECT_EQ(run(fresh, back).metadata, (std::map<std::string, std::string>{{"k", "w"}}));
+  back.from_host.clear();
+  EXPECT_EQ(refusal(fresh, back), "invalid_argument");
 }
 
 TEST(Volume, ASandboxRemembersItsVolumesThroughEventsAndStateSnapshots) {

@@ -5,7 +5,9 @@
 // request reached this host because it owns the sandbox (gateway/cluster_routes.cc).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "actors/cluster.h"
 #include "gateway/peer_snapshots.h"
@@ -39,11 +41,45 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A sandbox with volumes stays where its volumes are.
-void no_volumes(const actors::SandboxInfo& s, const char* what) {
-  if (!s.volumes.empty())
-    throw ApiError{"not_implemented", std::string(what) + " of a sandbox with volumes is not " +
-                                          "built: volumes do not move between hosts yet"};
+// A fork's children on another host get copies of the parent's read-write volumes (its
+// snapshot holds them); read-only volumes are shared with the parent, so they stay on its host.
+Json fork_volumes(const actors::SandboxInfo& parent) {
+  Json out = Json::array();
+  for (auto& v : parent.volumes) {
+    if (v.read_only)
+      throw ApiError{"not_implemented",
+                     "a fork onto another host of a sandbox with a read-only volume (" + v.volume +
+                         "): read-only volumes are shared with the parent and stay on its host"};
+    Json j = Json::object();
+    j.set("volume", v.volume);
+    j.set("mount", v.mount);
+    j.set("slot", int64_t(v.slot));
+    out.push(j);
+  }
+  return out;
+}
+
+// The volumes that move with a migrated sandbox: each attached to it alone (else it stays, and
+// so does the sandbox), as the API shows them plus where the sandbox has them; their files in
+// `files` (each volume's, then its snapshots').
+Json moving_volumes(actors::Runtime& rt, const actors::SandboxInfo& s,
+                    std::vector<std::filesystem::path>& files) {
+  Json out = Json::array();
+  for (auto& v : s.volumes) {
+    auto vi = unwrap(rt.get_volume(s.tenant, v.volume));
+    for (auto& a : vi.attachments)
+      if (a.sandbox != s.id)
+        throw ApiError{"volume_in_use", "volume " + v.volume + " is attached to sandbox " +
+                                            a.sandbox + " too: it cannot move to another host " +
+                                            "(nor can " + s.id + ")"};
+    for (auto& f : unwrap(rt.volume_files(s.tenant, v.volume))) files.push_back(f);
+    auto j = volume_json(vi);
+    j.set("mount", v.mount);
+    j.set("read_only", v.read_only);
+    j.set("slot", int64_t(v.slot));
+    out.push(j);
+  }
+  return out;
 }
 
 // What a snapshot's trip to another host cost (in the replies of forks and migrations).
@@ -87,7 +123,7 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
   }
   auto& rt = c.gw.rt;
   auto parent = unwrap(rt.get(c.tenant(), c.id));
-  if (!remote.empty()) no_volumes(parent, "a fork onto another host");
+  Json volumes = remote.empty() ? Json::array() : fork_volumes(parent);
   Json children = Json::array(), transfers = Json::array();
   std::vector<std::string> made_here;
   std::vector<std::pair<std::unique_ptr<PeerSession>, std::vector<std::string>>> made_there;
@@ -116,7 +152,7 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
         auto shipped = unwrap(session->ship(*loaded));
         double ship_ms = ms_since(t0);
         PeerSession::Start s{shipped.snapshot,     c.tenant(), c.id, std::vector<std::string>(n),
-                             sandbox_json(parent), false};
+                             sandbox_json(parent), false,     volumes};
         auto kids = unwrap(session->start(s));
         std::vector<std::string> ids;
         for (auto& k : kids) {
@@ -152,23 +188,30 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
   auto& cluster = cluster_of(c, "fork");
   auto parent = unwrap(c.gw.rt.get(c.tenant(), c.id));
   auto to = cluster.place(parent.template_name, "");
-  if (!to || to->self || !parent.volumes.empty()) throw ApiError{full.code, full.message};
+  if (!to || to->self ||
+      std::any_of(parent.volumes.begin(), parent.volumes.end(), [](auto& v) { return v.read_only; }))
+    throw ApiError{full.code, full.message};
   spdlog::info("cluster: fork of {}: this host is full, the children go to host {}", c.id, to->id);
   return fork_across_hosts(c, count, {to->id});
 }
 
-// Moves sandbox `id` of `tenant` to host `to`: hibernated here, its hibernation shipped, started
-// there under the same id, its owner record handed over, then ended here. Returns it as the
-// target shows it.
+// Moves sandbox `id` of `tenant` to host `to`: hibernated here, its hibernation shipped with its
+// volumes' files, started there under the same id (its volumes under theirs), its owner record
+// and its volumes' handed over in one transaction, then ended here. Returns it as the target
+// shows it.
 Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& id,
                      const actors::HostInfo& to) {
   auto& rt = gw.rt;
   auto& cluster = *rt.cluster();
   auto info = unwrap(rt.get(tenant, id));
-  no_volumes(info, "a migration");
   if (info.status != actors::Status::running && info.status != actors::Status::hibernated)
     throw ApiError{"conflict", "sandbox " + id + " is " + actors::to_string(info.status) +
                                    ": only a running or hibernated sandbox migrates"};
+  std::vector<std::filesystem::path> carried;
+  Json volumes = moving_volumes(rt, info, carried);
+  std::vector<std::string> owned{id}, volume_ids;
+  for (auto& v : info.volumes) volume_ids.push_back(v.volume);
+  owned.insert(owned.end(), volume_ids.begin(), volume_ids.end());
   auto t0 = std::chrono::steady_clock::now();
   bool was_running = info.status == actors::Status::running;
   if (was_running) unwrap(rt.hibernate(tenant, id));
@@ -183,17 +226,17 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
     auto loaded = vmm::Snapshot::load(folder);
     if (!loaded) throw ApiError{"internal", loaded.error().message};
     session = session_with(gw, to);
-    auto shipped = unwrap(session->ship(*loaded));
+    auto shipped = unwrap(session->ship(*loaded, carried));
     double ship_ms = ms_since(t0) - hibernate_ms;
-    PeerSession::Start s{shipped.snapshot, tenant, "", {id}, sandbox_json(info), true};
+    PeerSession::Start s{shipped.snapshot, tenant, "", {id}, sandbox_json(info), true, volumes};
     auto started = unwrap(session->start(s));
     moved = started.at(0);
     moved.set("transfer",
               transfer_json(to.id, shipped, ship_ms, ms_since(t0) - hibernate_ms - ship_ms));
     moved.set("hibernate_ms", hibernate_ms);
-    auto handed = cluster.hand_over(id, to.id);
+    auto handed = cluster.hand_over(owned, to.id);
     if (!handed || !*handed) {
-      session->discard(tenant, {id});
+      session->discard(tenant, {id}, volume_ids);
       throw ApiError{handed ? "conflict" : "cluster_unavailable",
                      "cannot hand " + id + " over to host " + to.id + ": " +
                          (handed ? "this host does not own it any more" : handed.error().message)};
@@ -210,18 +253,22 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
   // log.
   if (auto ended = rt.migrated_away(tenant, id, to.id); !ended)
     spdlog::warn("cluster: migrated {} but could not end it here: {}", id, ended.error().message);
+  for (auto& v : volume_ids)
+    if (auto left = rt.volume_left(tenant, v, to.id, id); !left)
+      spdlog::warn("cluster: volume {} moved with {} but could not end it here: {}", v, id,
+                   left.error().message);
   moved.set("host", to.id);
   return moved;
 }
 
 // Moves every sandbox off this host (it stops taking creates first): running and hibernated
-// ones migrate, one after another, each to the host placement picks; sandboxes with volumes
-// (and managed databases' sandboxes) stay, and are listed as such.
+// ones migrate with their volumes, one after another, each to the host placement picks. One
+// that cannot move (a volume shared with another sandbox) is listed as failed, with why.
 Json drain(Server& gw, actors::Cluster& cluster) {
   if (auto d = cluster.set_draining(true); !d)
     throw ApiError{"cluster_unavailable", "cannot publish the drain: " + d.error().message};
   auto all = unwrap(gw.rt.list("*"));
-  Json moved = Json::array(), stayed = Json::array(), failed = Json::array();
+  Json moved = Json::array(), failed = Json::array();
   auto item = [](const std::string& id, const char* k, const std::string& v) {
     Json j = Json::object();
     j.set("id", id);
@@ -230,10 +277,6 @@ Json drain(Server& gw, actors::Cluster& cluster) {
   };
   for (auto& s : all) {
     if (s.status != actors::Status::running && s.status != actors::Status::hibernated) continue;
-    if (!s.volumes.empty()) {
-      stayed.push(item(s.id, "reason", "it has volumes, which do not move between hosts"));
-      continue;
-    }
     try {
       auto to = cluster.place(s.template_name, "");
       if (!to) throw ApiError{"host_unavailable", "no host to move it to: " + to.error().message};
@@ -249,10 +292,9 @@ Json drain(Server& gw, actors::Cluster& cluster) {
   out.set("host", cluster.config().host_id);
   out.set("draining", true);
   out.set("moved", moved);
-  out.set("stayed", stayed);
   out.set("failed", failed);
-  spdlog::info("cluster: host {} drained: {} moved, {} stayed, {} failed", cluster.config().host_id,
-               moved.size(), stayed.size(), failed.size());
+  spdlog::info("cluster: host {} drained: {} moved, {} failed", cluster.config().host_id,
+               moved.size(), failed.size());
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "gateway/peers.h"
 #include "gateway/server.h"
 #include "vmm-driver/snapshot_transfer.h"
+#include "vmm-driver/vm.h"
 
 namespace pandastack::gateway {
 
@@ -26,13 +27,64 @@ constexpr size_t kSnapshotChunk = 1 << 20;
 // A peer that stops answering a session's call for this long has failed it.
 constexpr auto kPeerCallTimeout = 120 * kj::SECONDS;
 
-// An id this host makes ("imp_", "sbx_" + 16 base32 characters): a peer's ids become folder
-// names and stream keys here, so nothing else is taken.
-bool valid_id(const std::string& id, const char* prefix) {
-  if (id.size() != 20 || id.rfind(prefix, 0) != 0) return false;
-  for (size_t i = 4; i < id.size(); ++i)
+// An id a host makes ("imp_", "sbx_", "vol_", "vsnap_" + 16 base32 characters): a peer's ids
+// become folder names, file names and stream keys here, so nothing else is taken.
+bool valid_id(const std::string& id, const std::string& prefix) {
+  if (id.size() != prefix.size() + 16 || id.rfind(prefix, 0) != 0) return false;
+  for (size_t i = prefix.size(); i < id.size(); ++i)
     if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9'))) return false;
   return true;
+}
+
+// The volumes of a start (StartRequest.volumes) into `ir`: a migration's arrivals, or a fork's
+// parent volumes. Why not, or "".
+std::string volumes_of(const Json& list, bool migrated, actors::ImportRequest& ir) {
+  if (!list.is_array()) return "volumes: not a JSON array";
+  if (list.size() > vmm::kVolumeSlots) return "volumes: more than a sandbox has";
+  auto str = [](const Json& j, const char* k) {
+    return j[k].is_string() ? j[k].as_string() : std::string();
+  };
+  auto num = [](const Json& j, const char* k) { return j[k].is_integer() ? j[k].as_int() : -1; };
+  for (auto& v : list.as_array()) {
+    if (!v.is_object()) return "volumes: not objects";
+    int64_t slot = num(v, "slot");
+    if (slot < 0 || slot >= int64_t(vmm::kVolumeSlots)) return "volumes: a bad slot";
+    bool ro = v["read_only"].is_bool() && v["read_only"].as_bool();
+    std::string mount = str(v, "mount");
+    if (auto bad = actors::check_mount_path(mount)) return "volumes: " + bad->message;
+    if (!migrated) {
+      // (the parent's id names the copies' origin; read-only volumes stay on their host)
+      std::string id = str(v, "volume");
+      if (!valid_id(id, "vol_") || ro) return "volumes: a fork's are its parent's read-write ones";
+      ir.fork_volumes.push_back({id, mount, false, uint32_t(slot)});
+      continue;
+    }
+    actors::VolumeArrival a;
+    a.mount = mount;
+    a.read_only = ro;
+    a.slot = uint32_t(slot);
+    auto& vi = a.volume;
+    vi.id = str(v, "id");
+    if (!valid_id(vi.id, "vol_")) return "volumes: not a volume id: " + vi.id;
+    vi.tenant = ir.create.tenant;
+    vi.name = str(v, "name");
+    vi.origin = str(v, "origin");
+    if (num(v, "size_mib") <= 0) return "volumes: a bad size";
+    vi.size_mib = uint64_t(num(v, "size_mib"));
+    vi.created_at_ms = std::max<int64_t>(0, num(v, "created_at_ms"));
+    if (v["metadata"].is_object())
+      for (auto& [k, x] : v["metadata"].as_object())
+        if (x.is_string()) vi.metadata[k] = x.as_string();
+    if (v["snapshots"].is_array())
+      for (auto& sn : v["snapshots"].as_array()) {
+        if (!sn.is_object() || !valid_id(str(sn, "id"), "vsnap_") || num(sn, "size_mib") <= 0)
+          return "volumes: a bad volume snapshot";
+        vi.snapshots.push_back({str(sn, "id"), uint64_t(num(sn, "size_mib")),
+                                std::max<int64_t>(0, num(sn, "created_at_ms"))});
+      }
+    ir.arrivals.push_back(std::move(a));
+  }
+  return "";
 }
 
 class SinkImpl final : public wc::SnapshotSink::Server {
@@ -129,9 +181,11 @@ kj::Promise<void> receive_snapshot(
 }
 
 kj::Promise<void> start_from_snapshot(
-    Server& server, capnp::CallContext<wc::Peer::StartParams, wc::Peer::StartResults> ctx) {
+    Server& server, const std::string& from,
+    capnp::CallContext<wc::Peer::StartParams, wc::Peer::StartResults> ctx) {
   auto p = ctx.getParams().getRequest();
   actors::ImportRequest ir;
+  ir.from_host = from;
   ir.snapshot_id = p.getSnapshot();
   ir.parent = p.getParent();
   auto settings = Json::parse(p.getSettings().cStr());
@@ -150,6 +204,11 @@ kj::Promise<void> start_from_snapshot(
   }
   if (!refused.empty()) return KJ_EXCEPTION(FAILED, "start refused: " + refused);
   ir.create = settings_of(p.getTenant(), *settings);
+  if (p.hasVolumes() && p.getVolumes().size() > 0) {
+    auto vols = Json::parse(p.getVolumes().cStr());
+    refused = vols ? volumes_of(*vols, migrated, ir) : "volumes: not JSON";
+    if (!refused.empty()) return KJ_EXCEPTION(FAILED, "start refused: " + refused);
+  }
   std::vector<uint32_t> ports;
   if (migrated) {
     // A migrated sandbox keeps its expiry (what is left of its TTL) and its exposed ports.
@@ -200,16 +259,25 @@ kj::Promise<void> start_from_snapshot(
 }
 
 kj::Promise<void> discard_sandboxes(
-    Server& server, capnp::CallContext<wc::Peer::DiscardParams, wc::Peer::DiscardResults> ctx) {
+    Server& server, const std::string& from,
+    capnp::CallContext<wc::Peer::DiscardParams, wc::Peer::DiscardResults> ctx) {
   auto p = ctx.getParams();
   std::string tenant = p.getTenant();
-  std::vector<std::string> ids;
+  std::vector<std::string> ids, volumes;
   for (auto id : p.getIds()) ids.push_back(id);
+  for (auto id : p.getVolumes()) volumes.push_back(id);
   auto& rt = server.rt;
   return server
       .offload<bool>(
-          [&rt, tenant, ids]() {
+          [&rt, tenant, ids, volumes, from]() {
             for (auto& id : ids) (void)rt.kill(tenant, id);
+            // Volumes that came with a migrated sandbox go back (the host that sent them still
+            // has their files and their owner records).
+            for (auto& v : volumes)
+              if (auto left = rt.volume_left(tenant, v, from, ids.empty() ? "" : ids.front());
+                  !left)
+                spdlog::warn("cluster: volume {} not given back to host {}: {}", v, from,
+                             left.error().message);
             return true;
           },
           false)
@@ -260,8 +328,9 @@ actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string&
   return std::unique_ptr<PeerSession>(new PeerSession(std::move(impl)));
 }
 
-actors::Reply<PeerSession::Shipped> PeerSession::ship(const vmm::Snapshot& snap) {
-  auto offer = vmm::offer_of(snap);
+actors::Reply<PeerSession::Shipped> PeerSession::ship(
+    const vmm::Snapshot& snap, const std::vector<std::filesystem::path>& carried) {
+  auto offer = vmm::offer_of(snap, carried);
   if (!offer) return actors::Rejection{"internal", offer.error().message};
   Shipped out;
   out.files_offered = uint32_t(offer->files.size());
@@ -280,7 +349,7 @@ actors::Reply<PeerSession::Shipped> PeerSession::ship(const vmm::Snapshot& snap)
     for (auto i : resp.getMissing()) {
       if (i >= offer->files.size()) return actors::Rejection{"peer_error", "a bad missing list"};
       auto& f = offer->files[i];
-      auto path = vmm::file_of(snap, f);
+      auto& path = offer->paths[i];
       int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) return actors::Rejection{"internal", "cannot open " + path.string()};
       KJ_DEFER(::close(fd));
@@ -320,6 +389,7 @@ actors::Reply<std::vector<Json>> PeerSession::start(const Start& s) {
     for (size_t i = 0; i < s.ids.size(); ++i) ids.set(uint(i), s.ids[i]);
     r.setSettings(s.settings.dump());
     r.setMigrated(s.migrated);
+    r.setVolumes(s.volumes.dump());
     auto resp = impl_->wait(req.send());
     if (resp.hasError() && resp.getError().size() > 0) {
       auto e = Json::parse(resp.getError().cStr());
@@ -382,12 +452,15 @@ actors::Reply<PeerSession::HttpAnswer> PeerSession::http(
   return *answer;
 }
 
-void PeerSession::discard(const std::string& tenant, const std::vector<std::string>& ids) {
+void PeerSession::discard(const std::string& tenant, const std::vector<std::string>& ids,
+                          const std::vector<std::string>& volumes) {
   try {
     auto req = impl_->peer.discardRequest();
     req.setTenant(tenant);
     auto l = req.initIds(uint(ids.size()));
     for (size_t i = 0; i < ids.size(); ++i) l.set(uint(i), ids[i]);
+    auto v = req.initVolumes(uint(volumes.size()));
+    for (size_t i = 0; i < volumes.size(); ++i) v.set(uint(i), volumes[i]);
     impl_->wait(req.send());
   } catch (kj::Exception& e) {
     spdlog::warn("cluster: could not undo sandboxes on host {}: {}", impl_->host,

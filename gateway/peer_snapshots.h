@@ -6,6 +6,7 @@
 // to gateway/.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,11 +25,12 @@ kj::Promise<void> receive_snapshot(Server& server,
                                    capnp::CallContext<wire::cluster::Peer::ReceiveSnapshotParams,
                                                       wire::cluster::Peer::ReceiveSnapshotResults>
                                        ctx);
+// (`from`: the host of the peer that called, as it logged in.)
 kj::Promise<void> start_from_snapshot(
-    Server& server,
+    Server& server, const std::string& from,
     capnp::CallContext<wire::cluster::Peer::StartParams, wire::cluster::Peer::StartResults> ctx);
 kj::Promise<void> discard_sandboxes(
-    Server& server,
+    Server& server, const std::string& from,
     capnp::CallContext<wire::cluster::Peer::DiscardParams, wire::cluster::Peer::DiscardResults>
         ctx);
 
@@ -47,14 +49,17 @@ class PeerSession {
     uint64_t bytes = 0;    // sent (data extents of the files the host lacked)
     uint32_t files = 0, files_offered = 0;
   };
-  // Sends `snap` (only the files the host lacks; only their data extents).
-  actors::Reply<Shipped> ship(const vmm::Snapshot& snap);
+  // Sends `snap` (only the files the host lacks; only their data extents), with files
+  // `carried` along (a migrated sandbox's volumes: vmm::offer_of).
+  actors::Reply<Shipped> ship(const vmm::Snapshot& snap,
+                              const std::vector<std::filesystem::path>& carried = {});
 
   struct Start {
     std::string snapshot, tenant, parent;
     std::vector<std::string> ids;
     wire::Json settings;  // the source sandbox as the API shows it
     bool migrated = false;
+    wire::Json volumes = wire::Json::array();  // StartRequest.volumes
   };
   // Starts sandboxes from a shipped snapshot: them as the API shows them.
   actors::Reply<std::vector<wire::Json>> start(const Start& s);
@@ -67,8 +72,9 @@ class PeerSession {
   static constexpr size_t kMaxBody = 64 << 20;
   actors::Reply<HttpAnswer> http(const std::string& method, const std::string& url,
                                  const std::vector<std::pair<std::string, std::string>>& headers);
-  // Kills sandboxes start() made (an undo).
-  void discard(const std::string& tenant, const std::vector<std::string>& ids);
+  // Kills sandboxes start() made (an undo); `volumes` that came with a migrated one go back.
+  void discard(const std::string& tenant, const std::vector<std::string>& ids,
+               const std::vector<std::string>& volumes = {});
 
   struct Impl;
 

@@ -360,8 +360,12 @@ class PeerImpl final : public wc::Peer::Server {
   kj::Promise<void> receiveSnapshot(ReceiveSnapshotContext ctx) override {
     return receive_snapshot(server_, ctx);
   }
-  kj::Promise<void> start(StartContext ctx) override { return start_from_snapshot(server_, ctx); }
-  kj::Promise<void> discard(DiscardContext ctx) override { return discard_sandboxes(server_, ctx); }
+  kj::Promise<void> start(StartContext ctx) override {
+    return start_from_snapshot(server_, from_.cStr(), ctx);
+  }
+  kj::Promise<void> discard(DiscardContext ctx) override {
+    return discard_sandboxes(server_, from_.cStr(), ctx);
+  }
 
  private:
   gateway::Server& server_;

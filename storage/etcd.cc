@@ -104,11 +104,12 @@ Result<Json> Etcd::call(const std::string& path, const Json& request, bool first
   return parse(first_line ? r.body.substr(0, r.body.find('\n')) : r.body);
 }
 
-Result<Json> Etcd::txn(Json compare, Json success, std::optional<Json> failure) {
+Result<Json> Etcd::txn(Json::Array compare, Json::Array success,
+                       std::optional<Json::Array> failure) {
   Json t = Json::object();
-  t.set("compare", Json(Json::Array{std::move(compare)}));
-  t.set("success", Json(Json::Array{std::move(success)}));
-  if (failure) t.set("failure", Json(Json::Array{std::move(*failure)}));
+  t.set("compare", Json(std::move(compare)));
+  t.set("success", Json(std::move(success)));
+  if (failure) t.set("failure", Json(std::move(*failure)));
   return call("/v3/kv/txn", t);
 }
 
@@ -176,7 +177,7 @@ Result<bool> Etcd::create(const std::string& key, const std::string& value, int6
   put.set("request_put", put_request(key, value, lease));
   Json range = Json::object();
   range.set("request_range", key_request(key));
-  auto j = txn(std::move(cmp), std::move(put), std::move(range));
+  auto j = txn({std::move(cmp)}, {std::move(put)}, Json::Array{std::move(range)});
   if (!j) return j.error();
   bool ok = succeeded(*j);
   if (!ok && current != nullptr) {
@@ -189,13 +190,22 @@ Result<bool> Etcd::create(const std::string& key, const std::string& value, int6
 }
 
 Result<bool> Etcd::replace(const std::string& key, const std::string& value, int64_t mod_revision) {
-  Json cmp = key_request(key);
-  cmp.set("target", "MOD");
-  cmp.set("result", "EQUAL");
-  cmp.set("mod_revision", std::to_string(mod_revision));
-  Json put = Json::object();
-  put.set("request_put", put_request(key, value, 0));
-  auto j = txn(std::move(cmp), std::move(put), std::nullopt);
+  return replace({{key, value, mod_revision}});
+}
+
+Result<bool> Etcd::replace(const std::vector<Replacement>& all) {
+  Json::Array cmps, puts;
+  for (auto& r : all) {
+    Json cmp = key_request(r.key);
+    cmp.set("target", "MOD");
+    cmp.set("result", "EQUAL");
+    cmp.set("mod_revision", std::to_string(r.mod_revision));
+    cmps.push_back(std::move(cmp));
+    Json put = Json::object();
+    put.set("request_put", put_request(r.key, r.value, 0));
+    puts.push_back(std::move(put));
+  }
+  auto j = txn(std::move(cmps), std::move(puts), std::nullopt);
   if (!j) return j.error();
   return succeeded(*j);
 }

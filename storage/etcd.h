@@ -54,13 +54,20 @@ class Etcd {
                       std::optional<EtcdKv>* current = nullptr);
   // A transaction: writes `value` only if `key`'s mod revision is still `mod_revision`.
   Result<bool> replace(const std::string& key, const std::string& value, int64_t mod_revision);
+  // One transaction over several keys: all are written, or none (a revision moved).
+  struct Replacement {
+    std::string key, value;
+    int64_t mod_revision = 0;
+  };
+  Result<bool> replace(const std::vector<Replacement>& all);
 
  private:
   // POSTs `request` to the gateway; its JSON answer (`first_line`: of a streamed answer).
   Result<wire::Json> call(const std::string& path, const wire::Json& request,
                           bool first_line = false);
-  // One comparison, one operation on success, optionally one on failure.
-  Result<wire::Json> txn(wire::Json compare, wire::Json success, std::optional<wire::Json> failure);
+  // Comparisons (all must hold), the operations on success, optionally those on failure.
+  Result<wire::Json> txn(wire::Json::Array compare, wire::Json::Array success,
+                         std::optional<wire::Json::Array> failure);
 
   std::string endpoint_;
   std::mutex mu_;

@@ -112,6 +112,26 @@ TEST_F(EtcdTest, CreateIsOnceAndReplaceComparesRevisions) {
   EXPECT_EQ((*etcd_->get("/owner/x"))->value, "h3");
 }
 
+TEST_F(EtcdTest, ReplacingSeveralKeysIsAllOrNothing) {
+  ASSERT_TRUE(etcd_->create("/owner/a", "h1"));
+  ASSERT_TRUE(etcd_->create("/owner/b", "h1"));
+  auto a = *etcd_->get("/owner/a");
+  auto b = *etcd_->get("/owner/b");
+  // One revision is stale: neither key moves.
+  auto stale = etcd_->replace(
+      {{"/owner/a", "h2", a->mod_revision}, {"/owner/b", "h2", b->mod_revision + 1}});
+  ASSERT_TRUE(stale);
+  EXPECT_FALSE(*stale);
+  EXPECT_EQ((*etcd_->get("/owner/a"))->value, "h1");
+  EXPECT_EQ((*etcd_->get("/owner/b"))->value, "h1");
+  auto moved =
+      etcd_->replace({{"/owner/a", "h2", a->mod_revision}, {"/owner/b", "h2", b->mod_revision}});
+  ASSERT_TRUE(moved);
+  EXPECT_TRUE(*moved);
+  EXPECT_EQ((*etcd_->get("/owner/a"))->value, "h2");
+  EXPECT_EQ((*etcd_->get("/owner/b"))->value, "h2");
+}
+
 TEST_F(EtcdTest, ConcurrentCreatesHaveOneWinner) {
   std::atomic<int> wins{0};
   std::vector<std::thread> ts;

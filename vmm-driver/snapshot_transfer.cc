@@ -9,6 +9,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string_view>
 #include <tuple>
 
 #include "vmm-driver/qcow2.h"
@@ -83,37 +85,55 @@ Result<std::string> sha256_file(const fs::path& path) {
   return out;
 }
 
-Result<SnapshotOffer> offer_of(const Snapshot& snap) {
-  if (!snap.volume_slots.empty() || !snap.volume_copies.empty())
-    return make_error(ErrorCode::invalid_argument,
-                      "the snapshot has volumes, which do not move between hosts");
+namespace {
+
+// A carried file's name: a volume's or a volume snapshot's id, ".img" (never a path).
+bool is_carried_name(const std::string& n) {
+  std::string_view v(n);
+  if (!v.ends_with(".img")) return false;
+  v.remove_suffix(4);
+  size_t us = v.find('_');
+  if (us == std::string_view::npos || (v.substr(0, us) != "vol" && v.substr(0, us) != "vsnap"))
+    return false;
+  auto rest = v.substr(us + 1);
+  if (rest.empty() || rest.size() > 40) return false;
+  for (char c : rest)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
+  return true;
+}
+
+std::string copy_name(uint32_t slot) { return "volume-" + std::to_string(slot) + ".img"; }
+
+}  // namespace
+
+Result<SnapshotOffer> offer_of(const Snapshot& snap, const std::vector<fs::path>& carried) {
   SnapshotOffer o;
   Snapshot bare = snap;
   bare.disk_dir.clear();
   o.meta = bare.to_json();
-  auto size_of = [](const fs::path& p) -> Result<uint64_t> {
+  auto add = [&](const std::string& name, const fs::path& path, std::string sha) -> Status {
     struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) return io("cannot stat " + p.string());
-    return uint64_t(st.st_size);
+    if (::stat(path.c_str(), &st) != 0) return io("cannot stat " + path.string());
+    if (!S_ISREG(st.st_mode)) return io(path.string() + " is not a regular file");
+    o.files.push_back({name, uint64_t(st.st_size), std::move(sha)});
+    o.paths.push_back(path);
+    return Ok{};
   };
-  for (const char* name : {"mem", "state"}) {
-    auto s = size_of(snap.dir / name);
-    if (!s) return s.error();
-    o.files.push_back({name, *s, ""});
-  }
+  for (const char* name : {"mem", "state"})
+    if (auto a = add(name, snap.dir / name, ""); !a) return a.error();
   for (auto& l : snap.layers) {
-    auto s = size_of(snap.layer(l));
-    if (!s) return s.error();
     auto h = layer_hash(snap.layer(l));
     if (!h) return h.error();
-    o.files.push_back({l, *s, *h});
+    if (auto a = add(l, snap.layer(l), *h); !a) return a.error();
+  }
+  for (auto slot : snap.volume_copies)
+    if (auto a = add(copy_name(slot), snap.volume(slot), ""); !a) return a.error();
+  for (auto& c : carried) {
+    if (!is_carried_name(c.filename().string()))
+      return make_error(ErrorCode::invalid_argument, "not a volume file: " + c.string());
+    if (auto a = add(c.filename().string(), c, ""); !a) return a.error();
   }
   return o;
-}
-
-fs::path file_of(const Snapshot& snap, const TransferFile& f) {
-  if (f.name == "mem" || f.name == "state") return snap.dir / f.name;
-  return snap.layer(f.name);
 }
 
 Result<std::vector<Extent>> data_extents(int fd, uint64_t size) {
@@ -145,11 +165,12 @@ Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotO
   auto bad = [](const std::string& why) {
     return make_error(ErrorCode::invalid_argument, "snapshot offer refused: " + why);
   };
-  if (!snap->volume_slots.empty() || !snap->volume_copies.empty()) return bad("it holds volumes");
   if (snap->layers.size() > limits.max_layers) return bad("too many disk layers");
-  if (offer.files.size() != 2 + snap->layers.size() || offer.files[0].name != "mem" ||
-      offer.files[1].name != "state")
-    return bad("the files are not the snapshot's (mem, state, its layers)");
+  const size_t copies = snap->volume_copies.size(), fixed = 2 + snap->layers.size() + copies;
+  if (copies > kVolumeSlots) return bad("more volume copies than volume slots");
+  if (offer.files.size() < fixed || offer.files[0].name != "mem" || offer.files[1].name != "state")
+    return bad("the files are not the snapshot's (mem, state, its layers, its volume copies)");
+  if (offer.files.size() - fixed > limits.max_carried) return bad("too many files carried along");
   if (snap->memory_mib != memory_mib)
     return bad("its guest has " + std::to_string(snap->memory_mib) + " MiB, this host's " +
                std::to_string(memory_mib) + " MiB");
@@ -162,13 +183,31 @@ Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotO
     if (!is_hash(f.sha256)) return bad("layer " + f.name + " has no SHA-256");
     if (f.size > limits.max_layer_bytes) return bad("layer " + f.name + " too large");
   }
+  std::set<std::string> names;
+  for (size_t i = 2 + snap->layers.size(); i < offer.files.size(); ++i) {
+    auto& f = offer.files[i];
+    size_t k = i - 2 - snap->layers.size();
+    if (k < copies ? f.name != copy_name(snap->volume_copies[k]) : !is_carried_name(f.name))
+      return bad("file " + f.name + " is not a volume copy or a volume's file");
+    if (!f.sha256.empty()) return bad("a volume's file offered by hash");
+    if (f.size > limits.max_volume_bytes) return bad("file " + f.name + " too large");
+    if (!names.insert(f.name).second) return bad("file " + f.name + " offered twice");
+  }
   snap->disk_dir = disk_dir == dir ? fs::path() : disk_dir;
   std::unique_ptr<SnapshotReceiver> r(new SnapshotReceiver());
   r->files_ = offer.files;
   r->cache_ = layer_cache;
+  for (size_t i = 0; i < offer.files.size(); ++i) {
+    auto& n = offer.files[i].name;
+    r->paths_.push_back(i < 2                           ? dir / n
+                        : i < 2 + snap->layers.size()   ? snap->layer(n)
+                        : i < fixed                     ? snap->disks() / n
+                                                        : snap->disks() / "carried" / n);
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!ec) fs::create_directories(snap->disks(), ec);
+  if (!ec && offer.files.size() > fixed) fs::create_directories(snap->disks() / "carried", ec);
   if (!ec) fs::create_directories(layer_cache, ec);
   if (ec)
     return make_error(ErrorCode::io_error, "cannot make " + dir.string() + ": " + ec.message());
@@ -183,7 +222,7 @@ Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotO
   r->fds_.assign(offer.files.size(), -1);
   for (uint32_t i = 0; i < offer.files.size(); ++i) {
     auto& f = offer.files[i];
-    auto path = file_of(r->snap_, f);
+    auto& path = r->paths_[i];
     if (!f.sha256.empty() && ::link((layer_cache / f.sha256).c_str(), path.c_str()) == 0) continue;
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return io("cannot create " + path.string());
@@ -223,7 +262,7 @@ Status SnapshotReceiver::write(uint32_t file, uint64_t offset, const void* data,
 Result<Snapshot> SnapshotReceiver::commit() {
   for (uint32_t i : missing_) {
     auto& f = files_[i];
-    auto path = file_of(snap_, f);
+    auto& path = paths_[i];
     if (::close(fds_[i]) != 0) {
       fds_[i] = -1;
       return io("cannot write " + path.string());

@@ -24,22 +24,26 @@
 namespace pandastack::vmm {
 
 struct TransferFile {
-  std::string name;  // "mem", "state", or a disk layer's file name
+  // "mem", "state", a disk layer's file name, a volume copy's ("volume-<slot>.img"), or a
+  // carried file's ("<volume or volume snapshot id>.img")
+  std::string name;
   uint64_t size = 0;
-  std::string sha256;  // layers: their content's hash (64 hex digits); "" for mem and state
+  std::string sha256;  // layers: their content's hash (64 hex digits); "" for the others
 };
 
 struct SnapshotOffer {
-  wire::Json meta;                  // Snapshot::to_json(), its folders left out
-  std::vector<TransferFile> files;  // mem, state, then the layers oldest first
+  wire::Json meta;  // Snapshot::to_json(), its folders left out
+  // mem, state, the layers oldest first, the snapshot's volume copies (Snapshot::volume_copies,
+  // in order), then the files carried along (a migration's volumes).
+  std::vector<TransferFile> files;
+  std::vector<std::filesystem::path> paths;  // the sender's: where each file is (not sent)
 };
 
-// What a snapshot's sender offers. A layer's hash is computed once per layer file (they are
-// immutable: cached by device, inode, size and modification time). Snapshots holding volume
-// copies are refused (volumes do not move between hosts).
-Result<SnapshotOffer> offer_of(const Snapshot& snap);
-// Where offer file `f` of `snap` is.
-std::filesystem::path file_of(const Snapshot& snap, const TransferFile& f);
+// What a snapshot's sender offers, with files `carried` along (a migrated sandbox's volumes and
+// their snapshots: regular files named `<id>.img`). A layer's hash is computed once per layer
+// file (they are immutable: cached by device, inode, size and modification time).
+Result<SnapshotOffer> offer_of(const Snapshot& snap,
+                               const std::vector<std::filesystem::path>& carried = {});
 
 struct Extent {
   uint64_t offset = 0, length = 0;
@@ -53,6 +57,8 @@ struct ReceiveLimits {
   uint64_t max_state_bytes = 256ull << 20;
   uint64_t max_layer_bytes = 256ull << 30;
   size_t max_layers = 256;
+  uint64_t max_volume_bytes = 64ull << 30;  // a volume copy or a carried file (a volume's limit)
+  size_t max_carried = 4 * 17;              // 4 volume slots, each volume with 16 snapshots
 };
 
 class SnapshotReceiver {
@@ -69,6 +75,8 @@ class SnapshotReceiver {
 
   // Indexes (into the offer's files) of the files the sender must send.
   const std::vector<uint32_t>& missing() const { return missing_; }
+  // Where the carried files are once committed (by their names): `<snapshot disks>/carried`.
+  std::filesystem::path carried_dir() const { return snap_.disks() / "carried"; }
   // `n` bytes of file `file` at `offset` (within its size; only a missing file).
   Status write(uint32_t file, uint64_t offset, const void* data, size_t n);
   // Every missing file sent: checks the layers' hashes, adds them to the layer cache, writes
@@ -80,6 +88,7 @@ class SnapshotReceiver {
   SnapshotReceiver() = default;
   Snapshot snap_;
   std::vector<TransferFile> files_;
+  std::vector<std::filesystem::path> paths_;  // where each offered file goes
   std::vector<int> fds_;  // open while missing, -1 otherwise
   std::vector<uint32_t> missing_;
   std::filesystem::path cache_;

@@ -60,7 +60,7 @@ class SnapshotTransferTest : public ::testing::Test {
   // Sends what `r` is missing, as the gateway does: data extents only.
   void send(const SnapshotOffer& o, SnapshotReceiver& r, uint64_t* sent = nullptr) {
     for (auto i : r.missing()) {
-      auto path = file_of(src_, o.files[i]);
+      auto path = o.paths[i];
       int fd = ::open(path.c_str(), O_RDONLY);
       ASSERT_GE(fd, 0);
       auto extents = data_extents(fd, o.files[i].size);
@@ -152,6 +152,52 @@ TEST_F(SnapshotTransferTest, RefusesOffersBeyondItsBounds) {
   path_layer.files[2].name = "../../etc/passwd";
   EXPECT_FALSE(SnapshotReceiver::open(path_layer, dir_ / "d3", dir_ / "d3", dir_ / "cache", 32));
   EXPECT_FALSE(fs::exists(dir_ / "d3"));
+}
+
+TEST_F(SnapshotTransferTest, VolumeCopiesAndVolumesCarriedAlongArriveAndNamesAreChecked) {
+  // A snapshot with a copy of the volume in slot 1, and a volume's file carried along.
+  auto copy = src_.volume(1);
+  {
+    std::ofstream(copy) << "volume copy";
+    std::ofstream(dir_ / "vol_abc.img") << "a volume";
+  }
+  auto s = src_;
+  s.volume_slots = {1};
+  s.volume_copies = {1};
+  ASSERT_TRUE(s.write_meta());
+  auto offer = offer_of(s, {dir_ / "vol_abc.img"});
+  ASSERT_TRUE(offer) << offer.error().message;
+  ASSERT_EQ(offer->files.size(), 6u);
+  EXPECT_EQ(offer->files[4].name, "volume-1.img");
+  EXPECT_EQ(offer->files[5].name, "vol_abc.img");
+  EXPECT_FALSE(offer_of(s, {dir_ / "src" / "state"}));  // only volume files are carried
+  auto r = SnapshotReceiver::open(*offer, dir_ / "dst", dir_ / "dst-disk", dir_ / "cache", 32);
+  ASSERT_TRUE(r) << r.error().message;
+  send(*offer, **r);
+  auto carried = (*r)->carried_dir();
+  auto got = (*r)->commit();
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(read_all(got->volume(1)), "volume copy");
+  EXPECT_EQ(got->volume_copies, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(read_all(carried / "vol_abc.img"), "a volume");
+  EXPECT_EQ(carried, dir_ / "dst-disk" / "carried");
+  // A carried name is a volume's file name, never a path; a copy is the snapshot's.
+  for (std::string bad : {"../vol_abc.img", "vol_ABC.img", "vol_.img", "abc.img", "vol_a/b.img"}) {
+    auto o = *offer;
+    o.files[5].name = bad;
+    EXPECT_FALSE(SnapshotReceiver::open(o, dir_ / "d5", dir_ / "d5", dir_ / "cache", 32)) << bad;
+  }
+  auto o = *offer;
+  o.files[4].name = "volume-2.img";
+  EXPECT_FALSE(SnapshotReceiver::open(o, dir_ / "d6", dir_ / "d6", dir_ / "cache", 32));
+  o = *offer;
+  o.files.push_back(o.files[5]);  // twice
+  EXPECT_FALSE(SnapshotReceiver::open(o, dir_ / "d7", dir_ / "d7", dir_ / "cache", 32));
+  o = *offer;
+  o.files.pop_back();
+  o.files.pop_back();  // the copy its metadata names is not offered
+  EXPECT_FALSE(SnapshotReceiver::open(o, dir_ / "d8", dir_ / "d8", dir_ / "cache", 32));
+  EXPECT_FALSE(fs::exists(dir_ / "d5"));
 }
 
 }  // namespace

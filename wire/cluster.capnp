@@ -66,6 +66,10 @@ struct StartRequest {
   settings @4 :Text;     # the source sandbox as the API shows it (JSON): template, TTL,
                          # metadata, timeouts, network and egress are taken from it
   migrated @5 :Bool;     # a migration: the id keeps its owner record (the sender moves it)
+  volumes @6 :Text;      # JSON array. A migration: the volumes that move with the sandbox
+                         # (their files carried with the snapshot): each as the API shows it,
+                         # plus mount, read_only and slot. A fork: the parent's read-write
+                         # volumes {volume, mount, slot} (the snapshot holds their copies).
 }
 
 interface Peer {
@@ -78,8 +82,9 @@ interface Peer {
   # Starts sandboxes from a received snapshot (which is removed afterwards, started or not).
   # `sandboxes`: a JSON array of them as the API shows them; or `error` {code, message}.
   start @2 (request :StartRequest) -> (sandboxes :Text, error :Text);
-  # Kills sandboxes this host started for the caller (a fork that failed elsewhere is undone).
-  discard @3 (tenant :Text, ids :List(Text));
+  # Kills sandboxes this host started for the caller (a fork that failed elsewhere is undone,
+  # a migration that could not hand over): `volumes` that came with a migrated one go back.
+  discard @3 (tenant :Text, ids :List(Text), volumes :List(Text));
   # A WebSocket request served as this host's own. When the owner takes the WebSocket, the call
   # returns `up` (the client's messages go there) and the owner's messages go to `down`; when it
   # answers with a plain response (an error), that goes to `sink` and `up` is null. Dropping

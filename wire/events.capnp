@@ -144,7 +144,24 @@ struct VolumeEvent {
       sizeMib @15 :UInt64;
     }
     snapshotDeleted @16 :Text;     # its id
+    arrived :group {               # from another host of a cluster (a migration), unattached
+      fromHost @17 :Text;
+      tenant @18 :Text;
+      name @19 :Text;
+      sizeMib @20 :UInt64;
+      metadata @21 :List(KeyValue);
+      origin @22 :Text;
+      createdAtMs @23 :Int64;
+      snapshots @24 :List(VolumeSnapshotRecord);
+    }
+    migrated @25 :Text;            # to this host (with its sandbox; its files went too)
   }
+}
+
+struct VolumeSnapshotRecord {
+  id @0 :Text;
+  sizeMib @1 :UInt64;
+  createdAtMs @2 :Int64;
 }
 
 # One event of a managed database's stream (`db_...`): actors/database.h. No password is ever in

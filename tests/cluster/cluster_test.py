@@ -372,6 +372,93 @@ class ClusterTest(unittest.TestCase):
         s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {})
         self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), b)
 
+    def volume_on(self, host, name):
+        s, v = self.api[host].call("POST", "/v1/volumes", {"name": name, "size_mib": 64})
+        self.assertEqual(s, 201, v)
+        return v["id"]
+
+    def owner(self, id):
+        return self.etcd.prefix("/pandastack/owners/").get("/pandastack/owners/" + id)
+
+    def test_7_volumes_move_with_their_sandbox(self):
+        vid = self.volume_on("b", "moving")
+        s, snap = self.api["a"].call("POST", f"/v1/volumes/{vid}/snapshots")
+        self.assertEqual(s, 201, snap)
+        # Placed with its volume (on b), through a.
+        s, b = self.api["a"].call("POST", "/v1/sandboxes",
+                                  {"network": False, "volumes": [{"volume": vid, "mount": "/data"}]})
+        self.assertEqual(s, 201, b)
+        sid = b["id"]
+        self.assertIn(sid, self.local_ids("b"))
+        s, b = self.api["a"].exec(sid, "echo kept > /data/f && sync && echo ok")
+        self.assertEqual((s, b["stdout"]), (200, "ok\n"), b)
+        self.mark(sid, "with-volume")
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {"host": "c"})
+        self.assertEqual((s, b.get("host")), (200, "c"), b)
+        # Sandbox and volume are c's, in etcd and in every host's answers; the volume keeps its
+        # id, name, snapshot and data, and is attached as before.
+        self.assertEqual((self.owner(sid), self.owner(vid)), ("c", "c"))
+        self.check_mark(sid, "with-volume", through="b")
+        s, b = self.api["a"].exec(sid, "cat /data/f; echo more >> /data/f; sync")
+        self.assertEqual((s, b["stdout"]), (200, "kept\n"), b)
+        s, v = self.api["b"].call("GET", f"/v1/volumes/{vid}")
+        self.assertEqual(s, 200, v)
+        self.assertEqual((v["name"], [a["sandbox"] for a in v["attachments"]],
+                          [x["id"] for x in v["snapshots"]]), ("moving", [sid], [snap["id"]]), v)
+        s, listed = self.api["a"].call("GET", "/v1/volumes")
+        mine = [x for x in listed["volumes"] if x["id"] == vid]
+        self.assertEqual([x.get("host") for x in mine], ["c"], listed)
+        # b ended it (volume-migrated), and lists it no more.
+        s, local = self.api["b"].call("GET", "/v1/volumes", headers={"X-Pandastack-Forwarded": "t"})
+        self.assertNotIn(vid, [x["id"] for x in local["volumes"]])
+        # Back to b, hibernated first: the volume's stream goes on there.
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/hibernate")
+        self.assertEqual(s, 200, b)
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/migrate", {"host": "b"})
+        self.assertEqual((s, b.get("host")), (200, "b"), b)
+        self.assertEqual(self.owner(vid), "b")
+        s, b = self.api["c"].exec(sid, "cat /data/f")
+        self.assertEqual((s, b["stdout"]), (200, "kept\nmore\n"), b)
+        # A new volume from the snapshot that travelled there and back, on b.
+        s, v2 = self.api["b"].call("POST", "/v1/volumes", {"from_snapshot": snap["id"]})
+        self.assertEqual(s, 201, v2)
+
+        # A cross-host fork: each child on c gets its own copy of the volume.
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 2, "hosts": ["c"]})
+        self.assertEqual(s, 201, b)
+        kids = [k["id"] for k in b["sandboxes"]]
+        copies = set()
+        for k in kids:
+            s, kb = self.api["a"].call("GET", f"/v1/sandboxes/{k}")
+            copy = kb["volumes"][0]["volume"]
+            self.assertNotEqual(copy, vid)
+            copies.add(copy)
+            self.assertEqual(self.owner(copy), "c")
+            s, out = self.api["a"].exec(k, f"cat /data/f; echo {k} >> /data/f")
+            self.assertEqual((s, out["stdout"]), (200, "kept\nmore\n"), out)
+            s, cv = self.api["b"].call("GET", f"/v1/volumes/{copy}")
+            self.assertEqual((s, cv["origin"]), (200, f"fork:{sid}:{vid}"), cv)
+        self.assertEqual(len(copies), 2)
+        s, out = self.api["a"].exec(sid, "cat /data/f")
+        self.assertEqual(out["stdout"], "kept\nmore\n", out)  # the parent's is its own
+
+        # A volume shared read-only by two sandboxes moves with neither; a read-only volume
+        # does not go to another host's fork children (it stays with the parent).
+        ro = self.volume_on("b", "shared")
+        sids = []
+        for _ in range(2):
+            s, b = self.api["a"].call("POST", "/v1/sandboxes", {
+                "network": False, "volumes": [{"volume": ro, "mount": "/ro", "read_only": True}]})
+            self.assertEqual(s, 201, b)
+            sids.append(b["id"])
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sids[0]}/migrate", {"host": "c"})
+        self.assertEqual((s, b["error"]["code"]), (409, "volume_in_use"), b)
+        self.assertEqual(self.owner(sids[0]), "b")
+        s, b = self.api["a"].exec(sids[0], "echo still")
+        self.assertEqual((s, b["stdout"]), (200, "still\n"), b)
+        s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sids[0]}/fork", {"count": 1, "hosts": ["c"]})
+        self.assertEqual((s, b["error"]["code"]), (501, "not_implemented"), b)
+
     def test_8_same_host_fork_through_another_host(self):
         sid = self.create_on("a", "b")
         s, b = self.api["a"].call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1})
@@ -382,6 +469,13 @@ class ClusterTest(unittest.TestCase):
     def test_9_drain(self):
         running = self.create_on("a", "c")
         self.mark(running, "drained")
+        vid = self.volume_on("c", "drained")
+        s, b = self.api["a"].call("POST", "/v1/sandboxes",
+                                  {"network": False, "volumes": [{"volume": vid, "mount": "/v"}]})
+        self.assertEqual(s, 201, b)
+        with_volume = b["id"]
+        s, b = self.api["a"].exec(with_volume, "echo on-volume > /v/f && sync && echo ok")
+        self.assertEqual((s, b["stdout"]), (200, "ok\n"), b)
         asleep = self.create_on("a", "c")
         self.mark(asleep, "asleep")
         s, b = self.api["a"].call("POST", f"/v1/sandboxes/{asleep}/hibernate")
@@ -397,6 +491,9 @@ class ClusterTest(unittest.TestCase):
         for sid, text in ((running, "drained"), (asleep, "asleep")):
             self.assertIn(moved[sid], ("a", "b"))
             self.check_mark(sid, text)
+        self.assertEqual(self.owner(vid), moved[with_volume])
+        s, b = self.api["a"].exec(with_volume, "cat /v/f")
+        self.assertEqual((s, b["stdout"]), (200, "on-volume\n"), b)
         s, hosts = self.api["b"].call("GET", "/v1/hosts")
         self.assertTrue({h["id"]: h for h in hosts["hosts"]}["c"]["draining"])
         # A draining host takes no creates: unpinned ones go elsewhere, pinned ones are refused.
