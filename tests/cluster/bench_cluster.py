@@ -2,7 +2,7 @@
 """`make bench-cluster`: three hosts of a cluster on this machine (their own etcd, data folders
 and ports) and `pandastack-bench cluster route|fork|migrate` between them, in one run: what a
 request routed through the host that does not own its sandbox costs; a fork whose child lives on
-another host against a same-host fork; a migration.
+another host against a same-host fork; a migration, without and with a volume.
 
 Usage: bench_cluster.py N (from the repository's root, after make build guest)"""
 import os
@@ -36,7 +36,8 @@ try:  # noqa: E402
     n = int(sys.argv[1])
     # (a fork or a migration takes a second or two: a tenth of the rounds, at least 10)
     for scenario, via, rounds in (("route", "b", n), ("fork", "c", max(10, n // 10)),
-                                  ("migrate", "c", max(10, n // 10))):
+                                  ("migrate", "c", max(10, n // 10)),
+                                  ("migrate-volume", "c", max(10, n // 10))):
         subprocess.run(["build/bin/pandastack-bench", "cluster", scenario, "--url", ds["a"].url,
                         "--via", ds[via].url, "--key", ds["a"].key, "--n", str(rounds), "--json"],
                        check=True)

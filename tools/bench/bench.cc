@@ -92,7 +92,7 @@ int usage() {
       "[--pause-ms MS] [--n N] [--json]\n"
       "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
       "[--clients C] [--seconds S] [--create-body JSON]\n"
-      "       pandastack-bench cluster route|fork|migrate --url A --via B [--key KEY] [--n N] "
+      "       pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B [--key KEY] [--n N] "
       "[--json]\n"
       "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n "
       "ROUNDS] [--json]\n");

@@ -8,6 +8,8 @@
 //            against a same-host fork in the same run (target: cross-host <= 1.0 s p50); the
 //            transfer's MB/s and bytes.
 //   migrate  a sandbox moved A -> B -> A ..., to it answering an exec on its new host.
+//   migrate-volume
+//            the same with a 256 MiB volume holding 64 MiB of data, which moves with it.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -63,16 +65,26 @@ std::string fmt(double v) {
   return b;
 }
 
-// A sandbox on host `self` (through `a`) with some state in its memory (a tmpfs file of 16 MiB):
-// its id, or "".
-std::string sandbox_with_state(HttpClient& a, const std::string& self) {
+// A sandbox on host `self` (through `a`, a host of that host) with some state in its memory (a
+// tmpfs file of 16 MiB): its id, or "". `volume`: with a 256 MiB volume at /data holding 64 MiB.
+std::string sandbox_with_state(HttpClient& a, const std::string& self, bool volume = false) {
+  std::string volumes;
+  if (volume) {
+    Json v;
+    if (!call(a, "POST", "/v1/volumes", R"({"name":"bench","size_mib":256})", &v)) return "";
+    volumes = R"(,"volumes":[{"volume":")" + v["id"].as_string() + R"(","mount":"/data"}])";
+  }
   Json created;
   if (!call(a, "POST", "/v1/sandboxes",
-            R"({"network":false,"placement":{"host":")" + self + R"("}})", &created))
+            R"({"network":false,"placement":{"host":")" + self + R"("})" + volumes + "}",
+            &created))
     return "";
   std::string id = created["id"].as_string();
   if (!call(a, "POST", "/v1/sandboxes/" + id + "/exec",
             R"({"cmd":"head -c 16777216 /dev/urandom > /tmp/state"})"))
+    return "";
+  if (volume && !call(a, "POST", "/v1/sandboxes/" + id + "/exec",
+                      R"({"cmd":"head -c 67108864 /dev/urandom > /data/state && sync"})"))
     return "";
   return id;
 }
@@ -124,10 +136,10 @@ int fork_bench(HttpClient& a, const std::string& other_host, const std::string& 
 
 // A sandbox migrated between a's host and b's, n times, each to it answering `true` there.
 int migrate_bench(HttpClient& a, const std::string& self, const std::string& other_host, int n,
-                  bool json) {
-  std::string id = sandbox_with_state(a, self);
+                  bool json, bool volume) {
+  std::string id = sandbox_with_state(a, self, volume);
   if (id.empty()) return 1;
-  std::vector<double> ms, hibernate, transfer;
+  std::vector<double> ms, hibernate, transfer, bytes;
   int rc = 0;
   for (int i = 0; i < n; ++i) {
     std::string to = i % 2 == 0 ? other_host : self;
@@ -141,11 +153,17 @@ int migrate_bench(HttpClient& a, const std::string& self, const std::string& oth
     ms.push_back(ms_since(t0));
     hibernate.push_back(r["hibernate_ms"].as_double());
     transfer.push_back(r["transfer"]["transfer_ms"].as_double());
+    bytes.push_back(r["transfer"]["bytes"].as_double());
   }
+  Json info;
+  call(a, "GET", "/v1/sandboxes/" + id, "", &info);
   call(a, "DELETE", "/v1/sandboxes/" + id, "");
-  report("cluster-migrate", ms, json,
+  if (volume && info["volumes"].is_array() && info["volumes"].size() > 0)
+    call(a, "DELETE", "/v1/volumes/" + info["volumes"].as_array()[0]["volume"].as_string(), "");
+  report(volume ? "cluster-migrate-volume" : "cluster-migrate", ms, json,
          {{"hibernate_p50_ms", fmt(summarize(hibernate).p50_ms)},
-          {"transfer_p50_ms", fmt(summarize(transfer).p50_ms)}});
+          {"transfer_p50_ms", fmt(summarize(transfer).p50_ms)},
+          {"transfer_p50_bytes", fmt(summarize(bytes).p50_ms)}});
   return rc;
 }
 
@@ -153,10 +171,12 @@ int migrate_bench(HttpClient& a, const std::string& self, const std::string& oth
 
 int cluster_bench(const std::string& scenario, const std::string& url, const std::string& via,
                   const std::string& key, int n, bool json) {
-  if ((scenario != "route" && scenario != "fork" && scenario != "migrate") || url.empty() ||
-      via.empty()) {
+  if ((scenario != "route" && scenario != "fork" && scenario != "migrate" &&
+       scenario != "migrate-volume") ||
+      url.empty() || via.empty()) {
     std::fprintf(stderr,
-                 "usage: pandastack-bench cluster route|fork|migrate --url A --via B [--n N]\n");
+                 "usage: pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B "
+                 "[--n N]\n");
     return 2;
   }
   if (scenario != "route") {
@@ -165,7 +185,8 @@ int cluster_bench(const std::string& scenario, const std::string& url, const std
     if (!call(a, "GET", "/v1/hosts", "", &ha) || !call(b, "GET", "/v1/hosts", "", &hb)) return 1;
     std::string self = ha["self"].as_string(), other = hb["self"].as_string();
     return scenario == "fork" ? fork_bench(a, other, self, n, json)
-                              : migrate_bench(a, self, other, n, json);
+                              : migrate_bench(a, self, other, n, json,
+                                              scenario == "migrate-volume");
   }
   HttpClient owner(url, key), other(via, key);
   Json hosts;
