@@ -1,5 +1,7 @@
 #include "actors/env.h"
 
+#include "vmm-driver/images.h"
+
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
@@ -119,10 +121,40 @@ vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string
 }
 
 std::optional<Env::DataVolume> Env::template_data_volume(const std::string& template_name) const {
-  std::ifstream spec(config.images_dir / template_name / "data_volume");
+  std::ifstream spec(vmm::template_dir(config.images_dir, config.custom_templates_dir, template_name) /
+                     "data_volume");
   DataVolume d;
   if (!(spec >> d.mib >> d.mount)) return std::nullopt;
   return d;
+}
+
+void Env::forget_template(const std::string& template_name) {
+  std::vector<std::unique_ptr<vmm::RestorePool>> gone_pools;  // (stopped outside the lock)
+  std::vector<std::unique_ptr<vmm::SparePool>> gone_spares;
+  {
+    std::lock_guard lock(pools_mu);
+    for (auto it = pools.begin(); it != pools.end();) {
+      if (it->first == template_name || it->first == template_name + "-nonet") {
+        gone_pools.push_back(std::move(it->second.second));
+        it = pools.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = spares.begin(); it != spares.end();) {
+      if (it->first == template_name || it->first == template_name + "-nonet") {
+        gone_spares.push_back(std::move(it->second));
+        it = spares.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::lock_guard lock(staged_mu);
+  if (auto it = staged.find(template_name); it != staged.end()) {
+    vmm::remove_snapshot(it->second.dir, it->second.disk_dir);
+    staged.erase(it);
+  }
 }
 
 vmm::Result<vmm::Snapshot> Env::template_snapshot(const std::string& template_name) {

@@ -131,6 +131,8 @@ struct Env {
   vmm::VmConfig vm_config(const std::string& template_name, const std::string& id,
                           const std::string& run_name) const;
 
+  // A deleted custom template: its warm pools and spares stop, its staged snapshot goes.
+  void forget_template(const std::string& template_name);
   // The template's baked snapshot, staged next to the run folders (bakes once; blocking).
   vmm::Result<vmm::Snapshot> template_snapshot(const std::string& template_name);
   // A template baked with a data volume (its recipe's data_volume_mib/mount): each sandbox of it

@@ -20,9 +20,11 @@
 #include "actors/recovery.h"
 #include "actors/registry.h"
 #include "actors/runtime_impl.h"
+#include "actors/custom_template_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
+#include "vmm-driver/images.h"
 #include "vmm-driver/jail.h"
 #include "vmm-driver/private_dir.h"
 #include "wire/json.h"
@@ -37,6 +39,7 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Runtime::~Runtime() {
   if (!impl_ || !impl_->sys) return;
+  impl_->builds.reset();  // running template builds are cancelled first
   impl_->ask(caf::make_message(shutdown_atom::value));
   impl_->env->watcher->mute();  // no report of a VM's end reaches an actor from now on
   caf::anon_send_exit(impl_->registry, caf::exit_reason::user_shutdown);
@@ -74,6 +77,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   impl->env = std::make_unique<Env>();
   Env& env = *impl->env;
   if (config.disk_dir.empty()) config.disk_dir = fs::absolute(config.data_dir) / "disks";
+  if (config.custom_templates_dir.empty())
+    config.custom_templates_dir = fs::absolute(config.data_dir) / "templates";
   if (config.state_dir.empty())
     config.state_dir =
         "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
@@ -130,7 +135,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
         spdlog::warn("quotas of {}: unreadable record, the defaults apply", key.substr(6));
     }
   }
-  env.templates = std::make_unique<vmm::TemplateStore>(env.io, config.images_dir);
+  env.templates = std::make_unique<vmm::TemplateStore>(env.io, config.images_dir,
+                                                       config.custom_templates_dir);
   if (config.network) {
     auto pool = vmm::SubnetPool::parse(config.net.pool_cidr);
     if (!pool) return Rejection{"invalid_argument", "subnet pool: " + pool.error().message};
@@ -141,6 +147,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
 
   auto recovered = recover(env);
   if (!recovered) return recovered.error();
+  impl->builds = std::make_unique<TemplateBuilds>(env);
+  if (auto no = impl->builds->recover()) return *no;
   impl->cfg = std::make_unique<caf::actor_system_config>();
   impl->cfg->set("scheduler.policy", caf::atom("sharing"));
   impl->sys = std::make_unique<caf::actor_system>(*impl->cfg);
@@ -161,7 +169,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
 }
 
 namespace {
-bool valid_template_name(const std::string& n) {
+bool valid_shipped_name(const std::string& n) {
   if (n.empty() || n.size() > 64 || n == "kernel" || n == "initramfs") return false;
   for (char c : n)
     if (!(std::islower((unsigned char)c) || std::isdigit((unsigned char)c) || c == '-' || c == '_'))
@@ -175,7 +183,7 @@ std::vector<TemplateInfo> Runtime::templates() {
   std::error_code ec;
   for (auto& d : fs::directory_iterator(impl_->env->config.images_dir, ec)) {
     auto name = d.path().filename().string();
-    if (!valid_template_name(name) || !fs::exists(d.path() / "rootfs.qcow2")) continue;
+    if (!valid_shipped_name(name) || !fs::exists(d.path() / "rootfs.qcow2")) continue;
     bool baked = fs::exists(d.path() / "baked") && !fs::is_empty(d.path() / "baked", ec);
     out.push_back({name, baked});
   }
@@ -213,16 +221,21 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
   const auto& cfg = impl_->env->config;
   // The name is checked before any path is made of it (the network default is read below).
-  if (r.from_snapshot.empty() && !valid_template_name(r.template_name))
+  if (r.from_snapshot.empty() && !valid_shipped_name(r.template_name))
     return Rejection{"invalid_argument",
                      "template names are 1-64 characters of a-z, 0-9, '-' and '_'"};
+  // The tenant's own template of that name, if it has one (actors/template_builds.h).
+  if (r.from_snapshot.empty())
+    if (auto id = impl_->builds->resolve(r.tenant, r.template_name)) r.template_name = *id;
+  const auto template_dir =
+      vmm::template_dir(cfg.images_dir, cfg.custom_templates_dir, r.template_name);
   if (r.network.value_or(false) && !cfg.network)
     return Rejection{"network_disabled", "sandbox networking is off on this host"};
   if (!r.network) {
     // The template's default (IMAGES/<template>/network, from its recipe), else on. (From a
     // snapshot: the registry names its template; the daemon's default applies.)
     std::ifstream f;
-    if (r.from_snapshot.empty()) f.open(cfg.images_dir / r.template_name / "network");
+    if (r.from_snapshot.empty()) f.open(template_dir / "network");
     std::string word;
     f >> word;
     r.network = cfg.network && word != "off";
@@ -234,7 +247,7 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
     return Rejection{"invalid_argument", "an egress policy needs a network (network: false given)"};
   }
   if (r.from_snapshot.empty()) {
-    if (!fs::exists(impl_->env->config.images_dir / r.template_name / "rootfs.qcow2"))
+    if (!fs::exists(template_dir / "rootfs.qcow2"))
       return Rejection{"template_not_found",
                        "no template '" + r.template_name + "' (build it with make guest)"};
   }
@@ -782,6 +795,7 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
     for (auto& i : vols.volumes) allowed->insert(i.id);
     Answer dbs = impl_->ask(caf::make_message(dblist_atom::value, q.tenant, true));
     for (auto& d : dbs.databases) allowed->insert(d.id);
+    for (auto& t : impl_->builds->list(q.tenant, true)) allowed->insert("tpl_" + t.id);
     if (!q.stream.empty() && !allowed->count(q.stream)) return not_found(q.stream);
   }
   auto& store = *impl_->env->store;
@@ -802,6 +816,8 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
       if (auto e = decode_volume_event(r.payload)) json = volume_event_to_json(*e);
     } else if (r.stream.starts_with("db_")) {
       if (auto e = decode_database_event(r.payload)) json = database_event_to_json(*e);
+    } else if (r.stream.starts_with("tpl_")) {
+      if (auto e = decode_template_event(r.payload)) json = template_event_to_json(*e);
     } else if (auto e = decode_event(r.payload)) {
       json = event_to_json(*e);
     }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/custom_template.h"
 #include "actors/database.h"
 #include "actors/quotas.h"
 #include "actors/sandbox.h"
@@ -31,6 +32,7 @@
 namespace pandastack::actors {
 
 class Cluster;
+struct BuildProgress;
 
 struct RuntimeConfig {
   std::filesystem::path data_dir;    // the event store lives in data_dir/store
@@ -41,6 +43,12 @@ struct RuntimeConfig {
   // Guest disks (every VM's overlays, snapshots' and hibernations' disk layers): a folder on a
   // real disk mirroring state_dir's layout, so disk writes are not host RAM. Empty: data_dir/disks.
   std::filesystem::path disk_dir;
+  // Custom templates' images (actors/custom_template.h). Empty: data_dir/templates.
+  std::filesystem::path custom_templates_dir;
+  // The guest image build (guest/build-image.sh) custom template builds run; empty: they are
+  // not offered (501). Its templates/ folder beside it holds the shipped recipes they build on.
+  std::filesystem::path template_builder;
+  uint32_t max_template_builds = 1;  // at once on this host (more: 429)
   vmm::Accel accel = vmm::Accel::tcg;
   unsigned vcpus = 1;
   unsigned memory_mib = 256;
@@ -439,6 +447,20 @@ class Runtime {
 
   // Templates whose image is built (IMAGES/<name>/rootfs.qcow2).
   std::vector<TemplateInfo> templates();
+
+  // Custom templates (actors/template_builds.h): a build starts at once, and runs on.
+  Reply<TemplateState> build_template(const std::string& tenant, const std::string& name,
+                                      const TemplateSpec& spec);
+  Reply<TemplateState> custom_template(const std::string& tenant, const std::string& name);
+  std::vector<TemplateState> custom_templates(const std::string& tenant);
+  // Makes the tenant's running sandbox `id` (its disk and memory, at this instant) its template
+  // `name`: ready at once, every sandbox of it a restore of that instant.
+  Reply<TemplateState> publish_template(const std::string& tenant, const std::string& id,
+                                        const std::string& name);
+  // Refused (template_in_use) while the tenant has sandboxes of it that have not ended.
+  Reply<TemplateState> delete_template(const std::string& tenant, const std::string& name);
+  // Its latest build's progress since this start (null: none).
+  std::shared_ptr<BuildProgress> template_build(const std::string& tenant, const std::string& name);
 
   const RuntimeConfig& config() const;
 

@@ -9,6 +9,7 @@
 #include "actors/env.h"
 #include "actors/messages.h"
 #include "actors/runtime.h"
+#include "actors/template_builds.h"
 #include "storage/api_keys.h"
 
 namespace pandastack::actors {
@@ -20,6 +21,7 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system> sys;
   caf::actor registry;
   std::shared_ptr<Cluster> cluster;  // (cluster mode)
+  std::unique_ptr<TemplateBuilds> builds;  // (after env: it goes first)
 
   // Cluster mode: records this host as the owner of a new id. A rejection when it cannot be
   // recorded (etcd unreachable: 503 cluster_unavailable) or another host owns it (409).

@@ -126,7 +126,7 @@ actors::Egress egress_from(const Json& j) {
 Json sandbox_json(const actors::SandboxInfo& i) {
   Json j = Json::object();
   j.set("id", i.id);
-  j.set("template", i.template_name);
+  j.set("template", actors::template_display_name(i.template_name));  // (a custom one: its name)
   j.set("state", actors::to_string(i.status));
   j.set("created_at_ms", i.created_at_ms);
   // A managed database's sandbox never expires: null.

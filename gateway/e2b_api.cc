@@ -26,8 +26,8 @@ int64_t now_ms() {
 Json sandbox_obj(const actors::SandboxInfo& s, bool with_token) {
   Json j = Json::object();
   j.set("sandboxID", s.id);
-  j.set("templateID", s.template_name);
-  j.set("alias", s.template_name);
+  j.set("templateID", actors::template_display_name(s.template_name));
+  j.set("alias", actors::template_display_name(s.template_name));
   j.set("clientID", "local");
   j.set("envdVersion", kEnvdVersion);
   if (with_token) {
@@ -186,7 +186,7 @@ HttpReply list(Call& c) {
   });
   int64_t limit = query_int(c.r, "limit", 1000, 1000000);
   for (auto& s : all) {
-    if (!tpl.empty() && s.template_name != template_for(tpl)) continue;
+    if (!tpl.empty() && actors::template_display_name(s.template_name) != template_for(tpl)) continue;
     if (int64_t(out.size()) >= limit) break;
     out.push(detail_obj(s, false));
   }

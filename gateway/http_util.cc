@@ -44,6 +44,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"network_disabled", 409},
       {"volume_in_use", 409},
       {"volume_attached", 409},
+      {"template_in_use", 409},
       {"cancelled", 409},
       {"client_too_slow", 409},
       {"body_too_large", 413},

@@ -35,6 +35,9 @@ namespace {
 const char* kUsage = R"(usage: pandastackd [options]
   --data DIR          event store, API key file (default ./var)
   --images DIR        guest images from `make guest` (default DATA/images)
+  --template-builder FILE  the guest image build custom template builds run (default: the
+                      guest/build-image.sh of the source tree this binary was built from;
+                      "none": builds are not offered)
   --state-dir DIR     VM run folders, snapshots, hibernated RAM (default /dev/shm/pandastack-<hash>)
   --disk-dir DIR      guest disks: overlays and snapshot disk layers, on a real disk (default DATA/disks)
   --listen HOST:PORT  REST API (default 127.0.0.1:7070; port 0 picks a free one)
@@ -104,7 +107,7 @@ uint32_t parse_u32(const std::string& flag, const std::string& v) {
 int main(int argc, char** argv) {
   // Logs go to stderr; stdout carries only the URL and key lines.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("pandastackd"));
-  fs::path data = "var", images, state_dir, disk_dir;
+  fs::path data = "var", images, state_dir, disk_dir, template_builder;
   std::string listen = "127.0.0.1:7070", rpc_listen = "127.0.0.1:7071", accel = "auto",
               level = "info";
   actors::RuntimeConfig config;
@@ -134,6 +137,8 @@ int main(int argc, char** argv) {
       cluster.lease_ttl = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--images")
       images = value();
+    else if (a == "--template-builder")
+      template_builder = value();
     else if (a == "--state-dir")
       state_dir = value();
     else if (a == "--disk-dir")
@@ -289,6 +294,10 @@ int main(int argc, char** argv) {
 
   config.data_dir = data;
   config.images_dir = images;
+  if (template_builder.empty())
+    template_builder = fs::path(PANDASTACK_SOURCE_DIR) / "guest" / "build-image.sh";
+  if (template_builder != "none" && fs::exists(template_builder))
+    config.template_builder = fs::absolute(template_builder);
   config.state_dir = state_dir;
   config.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);
   config.jail = jail;

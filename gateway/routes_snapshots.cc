@@ -11,7 +11,7 @@ Json snapshot_json(const actors::SnapshotInfo& s) {
   Json j = Json::object();
   j.set("id", s.id);
   j.set("sandbox", s.sandbox);
-  j.set("template", s.template_name);
+  j.set("template", actors::template_display_name(s.template_name));
   j.set("created_at_ms", s.created_at_ms);
   j.set("size_bytes", s.size_bytes);  // what it holds: RAM (host memory) and disk layers
   j.set("memory_bytes", s.memory_bytes);

@@ -32,16 +32,6 @@ std::vector<Route> system_routes() {
       route(M::GET, "/openapi.json", "This document",
             [](Call& c) { return HttpReply{200, "application/json", c.gw.openapi(), "", {}}; },
             {}, K::json, false),
-      route(M::GET, "/v1/templates", "List templates",
-            [](Call& c) {
-              return list_reply("templates", c.gw.rt.templates(),
-                                [](const actors::TemplateInfo& t) {
-                                  Json j = Json::object();
-                                  j.set("name", t.name);
-                                  j.set("baked", t.baked);
-                                  return j;
-                                });
-            }),
   };
   routes[0].on_loop = true;  // /healthz: reads counters only
   return routes;

@@ -135,7 +135,7 @@ void fill_database(api::DatabaseInfo::Builder b, const actors::DatabaseInfo& d) 
 
 void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
   b.setId(i.id);
-  b.setTemplate(i.template_name);
+  b.setTemplate(actors::template_display_name(i.template_name));
   b.setState(actors::to_string(i.status));
   b.setCreatedAtMs(i.created_at_ms);
   b.setExpiresAtMs(i.expires_at_ms);

@@ -89,6 +89,8 @@ std::vector<Route> quota_routes();     // quotas: one's own, a tenant's (admin)
 std::vector<Route> volume_routes();    // volumes
 std::vector<Route> database_routes();  // managed databases
 std::vector<Route> code_routes();      // the code interpreter and its contexts
+std::vector<Route> template_routes();  // templates: shipped ones, custom builds
+Json template_json(const actors::TemplateState& t);  // a custom template as the API shows it
 std::vector<Route> e2b_api_routes();   // E2B's control plane (e2b_api.cc)
 std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (e2b_envd.cc)
 std::vector<Route> e2b_code_routes();  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
@@ -228,6 +230,7 @@ struct Server final : public kj::HttpService {
   // An error reply in the route's style (E2B's shapes for the E2B surface).
   HttpReply restyle(const Route& route, HttpReply r);
   void produce(const Route& route, const Request& r, StreamChannel& ch);
+  void produce_build(const std::string& tenant, const std::string& name, StreamChannel& ch);
   std::string guest_path(const Request& r, const char* name = "path");
   std::string checked_path(const std::string& p);
   vmm::ExecRequest exec_request(const Json& j, bool with_timeout);

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "actors/template_builds.h"
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -168,6 +169,7 @@ void Server::produce(const Route& route, const Request& r, StreamChannel& ch) {
     j.set("duration_ms", double(res->duration_us) / 1000.0);
     ch.finish(sse_frame("exit", j));
   };
+  if (r.route == "/v1/templates/{name}/build") return produce_build(tenant, r.param("name"), ch);
   if (r.route == "/v1/sandboxes/{id}/code/stream") return produce_code(*this, tenant, id, r, ch);
   if (r.route == "/v1/sandboxes/{id}/files/watch") return produce_watch(*this, tenant, id, r, ch);
   if (r.route == "/v1/sandboxes/{id}/exec/stream") {
@@ -206,6 +208,53 @@ void Server::produce(const Route& route, const Request& r, StreamChannel& ch) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   ch.finish(": end\n\n");
+}
+
+// A template build's progress: `stage` {stage, percent} when it changes, `log` {n, line} per line
+// of its log (the lines kept: its last BuildProgress::kMaxLines), then `end` (the template). A
+// build that ended before this start of the daemon: its end alone (its log's tail in it).
+void Server::produce_build(const std::string& tenant, const std::string& name, StreamChannel& ch) {
+  auto t = rt.custom_template(tenant, name);
+  if (!t) return ch.fail_early(error_reply(t.error().code, t.error().message));
+  auto progress = rt.template_build(tenant, name);
+  ch.begin();
+  if (progress) {
+    std::string stage;
+    int percent = -1;
+    uint64_t next = 0;
+    for (;;) {
+      std::vector<std::pair<uint64_t, std::string>> lines;
+      bool done;
+      {
+        std::unique_lock l(progress->mu);
+        progress->cv.wait_for(l, std::chrono::milliseconds(500), [&] {
+          return progress->done || progress->stage != stage || progress->percent != percent ||
+                 next < progress->first_line + progress->lines.size();
+        });
+        if (progress->stage != stage || progress->percent != percent) {
+          stage = progress->stage;
+          percent = progress->percent;
+          Json j = Json::object();
+          j.set("stage", stage);
+          j.set("percent", percent);
+          ch.push(sse_frame("stage", j));
+        }
+        next = std::max(next, progress->first_line);
+        for (; next < progress->first_line + progress->lines.size(); ++next)
+          lines.push_back({next, progress->lines[size_t(next - progress->first_line)]});
+        done = progress->done;
+      }
+      for (auto& [n, line] : lines) {
+        Json j = Json::object();
+        j.set("n", int64_t(n));
+        j.set("line", wire::is_valid_utf8(line) ? line : std::string("(not UTF-8)"));
+        ch.push(sse_frame("log", j));
+      }
+      if (done || ch.stop.stop_requested()) break;
+    }
+    if (auto again = rt.custom_template(tenant, name)) t = std::move(again);
+  }
+  ch.finish(sse_frame("end", template_json(*t)));
 }
 
 }  // namespace pandastack::gateway

@@ -7,6 +7,8 @@
 #   build-image.sh rootfs    OUT_DIR RECIPE          debootstrap minbase + recipe -> ext4 -> qcow2
 #
 # Needs root (debootstrap), apt-get, dpkg, xz, cpio, busybox-static, e2fsprogs, qemu-utils.
+# PANDASTACK_DEBOOTSTRAP_CACHE: a folder debootstrap keeps packages in; PANDASTACK_BUILD_VERBOSE:
+# debootstrap's output as it runs (the daemon's template builds stream it).
 set -euo pipefail
 
 log() { echo "[guest] $*" >&2; }
@@ -141,7 +143,16 @@ build_rootfs() {
   log "debootstrap $suite (+ $packages) — about a minute"
   local inc=()
   if [[ -n "$packages" ]]; then inc=(--include="$packages"); fi
-  if ! debootstrap --variant=minbase "${inc[@]}" "$suite" "$tmp/root" "$mirror" > "$tmp/debootstrap.log" 2>&1; then
+  # The daemon's template builds keep downloaded packages between builds.
+  if [[ -n "${PANDASTACK_DEBOOTSTRAP_CACHE:-}" ]]; then
+    mkdir -p "$PANDASTACK_DEBOOTSTRAP_CACHE"; inc+=(--cache-dir="$(realpath "$PANDASTACK_DEBOOTSTRAP_CACHE")")
+  fi
+  if [[ -n "${PANDASTACK_BUILD_VERBOSE:-}" ]]; then
+    # (pipefail: the pipeline fails when debootstrap does)
+    if ! debootstrap --variant=minbase "${inc[@]}" "$suite" "$tmp/root" "$mirror" 2>&1 | tee "$tmp/debootstrap.log" >&2; then
+      die "debootstrap failed"
+    fi
+  elif ! debootstrap --variant=minbase "${inc[@]}" "$suite" "$tmp/root" "$mirror" > "$tmp/debootstrap.log" 2>&1; then
     tail -30 "$tmp/debootstrap.log" >&2; die "debootstrap failed"
   fi
   local r="$tmp/root"

@@ -2,6 +2,7 @@
 // captured (16 KiB at most) and returned in the error when it fails.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,5 +12,13 @@ namespace pandastack::vmm {
 
 // `ok_up_to`: exit codes up to this are success (e2fsck's 1 = "errors corrected").
 Status run_tool(const std::vector<std::string>& argv, int ok_up_to = 0);
+
+// Runs a long host tool (an image build), in a process group of its own, handing each line of
+// its output (stdout and stderr) to `on_line` as it comes; `env` entries ("K=V") are added to
+// the daemon's environment. `cancelled` is polled (every 200 ms): when it answers true, the
+// whole group is killed. Fails with the exit status when the tool does not exit 0.
+Status run_logged(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                  const std::function<void(const std::string&)>& on_line,
+                  const std::function<bool()>& cancelled = {});
 
 }  // namespace pandastack::vmm

@@ -41,15 +41,22 @@ std::string read_file(const fs::path& p) {
 }
 }  // namespace
 
-TemplateStore::TemplateStore(IoThread& io, fs::path images_dir) : io_(io), images_(fs::absolute(images_dir)) {}
+TemplateStore::TemplateStore(IoThread& io, fs::path images_dir, fs::path custom_dir)
+    : io_(io),
+      images_(fs::absolute(images_dir)),
+      custom_(custom_dir.empty() ? fs::path() : fs::absolute(custom_dir)) {}
+
+fs::path TemplateStore::dir(const std::string& template_name) const {
+  return template_dir(images_, custom_, template_name);
+}
 
 VmConfig TemplateStore::config(const std::string& template_name, const fs::path& run_dir) const {
-  return config_for_template(images_, template_name, run_dir);
+  return config_for_template(images_, template_name, run_dir, custom_);
 }
 
 Result<std::string> TemplateStore::key(const std::string& template_name, const VmConfig& shape) const {
-  auto rootfs_key = images_ / template_name / "key";
-  if (!fs::exists(images_ / template_name / "rootfs.qcow2") || !fs::exists(rootfs_key))
+  auto rootfs_key = dir(template_name) / "key";
+  if (!fs::exists(dir(template_name) / "rootfs.qcow2") || !fs::exists(rootfs_key))
     return make_error(ErrorCode::not_found, "template '" + template_name + "' is not built (make guest)");
   std::string qemu = qemu_version_line(shape.qemu_binary);
   if (qemu.empty()) return make_error(ErrorCode::spawn_failed, "cannot run " + shape.qemu_binary + " --version");
@@ -65,8 +72,7 @@ namespace {
 
 // A template with a baked data volume (IMAGES/<template>/data_volume: "<MiB> <mount>", written by
 // the image build from its recipe): an empty ext4 volume bound to slot 0 of the freshly booted
-// guest, mounted, and the template's bake.sh run in the guest as root (say, a database cluster
-// made on it and its server started). The bake then takes the volume file into the snapshot.
+// guest and mounted. The bake then takes the volume file into the snapshot.
 Status bake_data_volume(Vm& vm, const fs::path& image_dir, const fs::path& tmp) {
   std::ifstream spec(image_dir / "data_volume");
   if (!spec) return Ok{};
@@ -94,6 +100,14 @@ Status bake_data_volume(Vm& vm, const fs::path& image_dir, const fs::path& tmp) 
   if (!bound) return bound;
   auto mounted = vm.agent().mount_volume(0, mount, false, mib << 20);
   if (!mounted) return mounted;
+  spdlog::info("bake: data volume of {} MiB at {} prepared", mib, mount);
+  return Ok{};
+}
+
+// The template's bake.sh (IMAGES/<template>/bake.sh: a recipe's bake_script, a custom template's
+// run commands), run in the freshly booted guest as root, after its data volume is mounted; its
+// output's lines go to `log` (when given).
+Status run_bake_script(Vm& vm, const fs::path& image_dir, const BakeLog& log) {
   std::ifstream script_file(image_dir / "bake.sh");
   if (!script_file) return Ok{};
   std::stringstream script;
@@ -104,19 +118,24 @@ Status bake_data_volume(Vm& vm, const fs::path& image_dir, const fs::path& tmp) 
   run.timeout_ms = 600000;
   auto r = vm.agent().exec(run);
   if (!r) return r.error();
+  if (log)
+    for (auto* out : {&r->stdout_data, &r->stderr_data}) {
+      std::istringstream lines(*out);
+      for (std::string line; std::getline(lines, line);) log(line);
+    }
   if (r->exit_code != 0)
     return make_error(ErrorCode::invalid_argument,
                       "the template's bake.sh failed (exit " + std::to_string(r->exit_code) +
                           "): " + r->stderr_data.substr(r->stderr_data.size() > 2000
                                                             ? r->stderr_data.size() - 2000
                                                             : 0));
-  spdlog::info("bake: data volume of {} MiB at {} prepared", mib, mount);
   return Ok{};
 }
 
 }  // namespace
 
-Result<Snapshot> TemplateStore::baked(const std::string& template_name, const VmConfig& shape) {
+Result<Snapshot> TemplateStore::baked(const std::string& template_name, const VmConfig& shape,
+                                      const BakeLog& log) {
   auto k = key(template_name, shape);
   if (!k) return k.error();
   std::mutex* lock;
@@ -127,7 +146,7 @@ Result<Snapshot> TemplateStore::baked(const std::string& template_name, const Vm
     lock = l.get();
   }
   std::lock_guard bake_lock(*lock);
-  fs::path root = images_ / template_name / "baked";
+  fs::path root = dir(template_name) / "baked";
   fs::path dir = root / *k;
   if (auto snap = Snapshot::load(dir)) return snap;
   std::error_code ec;
@@ -149,7 +168,9 @@ Result<Snapshot> TemplateStore::baked(const std::string& template_name, const Vm
     fs::remove_all(tmp, ec);
     return vm.error();
   }
-  if (auto prepared = bake_data_volume(**vm, images_ / template_name, tmp); !prepared) {
+  auto prepared = bake_data_volume(**vm, this->dir(template_name), tmp);
+  if (prepared) prepared = run_bake_script(**vm, this->dir(template_name), log);
+  if (!prepared) {
     vm->reset();
     fs::remove_all(tmp, ec);
     return prepared.error();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,23 +20,33 @@ namespace pandastack::vmm {
 
 class IoThread;
 
+// Where a bake's script output goes, line by line (a custom template's build log).
+using BakeLog = std::function<void(const std::string&)>;
+
 class TemplateStore {
  public:
-  TemplateStore(IoThread& io, std::filesystem::path images_dir);
+  // Custom templates' pieces are in `custom_dir` (vmm::template_dir).
+  TemplateStore(IoThread& io, std::filesystem::path images_dir,
+                std::filesystem::path custom_dir = {});
 
   // A VmConfig for `template_name` running in `run_dir` with the default shape.
   VmConfig config(const std::string& template_name, const std::filesystem::path& run_dir) const;
 
   // The baked snapshot of `template_name` for the shape of `shape` (accel, memory, vCPUs, CPU
   // model), baking it first if needed. Concurrent callers for one template share one bake.
-  Result<Snapshot> baked(const std::string& template_name, const VmConfig& shape);
+  // The template's bake.sh (if any) runs in the guest before the snapshot; its output goes to
+  // `log`.
+  Result<Snapshot> baked(const std::string& template_name, const VmConfig& shape,
+                         const BakeLog& log = {});
 
   // The cache key for a template and shape (exposed for tests).
   Result<std::string> key(const std::string& template_name, const VmConfig& shape) const;
 
  private:
+  std::filesystem::path dir(const std::string& template_name) const;
+
   IoThread& io_;
-  std::filesystem::path images_;
+  std::filesystem::path images_, custom_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<std::mutex>> bake_locks_;
 };

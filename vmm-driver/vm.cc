@@ -386,8 +386,13 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
                           "cannot hand " + p.string() + " to the jail uid: " + strerror(errno));
     std::vector<fs::path> images;
     for (auto& p : {c.kernel, c.initramfs, c.rootfs}) {
-      auto dir = fs::absolute(p).parent_path();
-      if (std::find(images.begin(), images.end(), dir) == images.end()) images.push_back(dir);
+      // (a published template's root file system is a link to the one its disk chain ends in)
+      std::error_code ec;
+      auto real = fs::canonical(p, ec);
+      for (auto& f : {fs::absolute(p), ec ? fs::absolute(p) : real}) {
+        auto dir = f.parent_path();
+        if (std::find(images.begin(), images.end(), dir) == images.end()) images.push_back(dir);
+      }
     }
     auto argv = args;
     argv[0] =

@@ -189,3 +189,37 @@ struct DatabaseEvent {
     backupDeleted @14 :Text;       # bk_...
   }
 }
+
+# One event of a custom template's stream (`tpl_<name>.<tenant hash>`): actors/custom_template.h.
+struct TemplateEvent {
+  atMs @0 :Int64;
+  union {
+    buildStarted :group {
+      tenant @1 :Text;
+      name @2 :Text;
+      from @3 :Text;                # the shipped template it builds on
+      packages @4 :List(Text);
+      files @5 :List(KeyValue);     # guest path -> content
+      run @6 :List(Text);           # shell commands run as root in the guest before the bake
+      env @7 :List(KeyValue);
+      network @8 :Bool;
+    }
+    built :group {
+      buildMs @9 :UInt64;
+      sizeBytes @10 :UInt64;
+    }
+    buildFailed :group {
+      error @11 :Text;
+      logTail @12 :Text;
+    }
+    deleted @13 :Void;
+    published :group {             # made from a sandbox (its disk and memory), ready at once
+      tenant @14 :Text;
+      name @15 :Text;
+      sandbox @16 :Text;
+      from @17 :Text;              # the template the sandbox was made from
+      sizeBytes @18 :UInt64;
+      network @19 :Bool;
+    }
+  }
+}

@@ -13,12 +13,14 @@ from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFaile
                       InvalidCwd, IsADirectory, NoSpace, NotADirectory, NotFound,
                       NotImplementedByServer, PandaStackError, PayloadTooLarge, PermissionDenied,
                       QuotaExceeded, RateLimited, SandboxBusy, SandboxFailed, SandboxHibernated, SandboxNotFound,
-                      SandboxStopped, SnapshotNotFound, StartFailed, TemplateNotFound, Timeout,
+                      SandboxStopped, SnapshotNotFound, StartFailed, TemplateBuildFailed, TemplateInUse,
+                      TemplateNotFound, Timeout,
                       TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
                       VolumeNotFound)
 from ._models import (CodeError, CodeResult, DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult,
-                      Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo, VolumeSnapshotInfo)
-from ._sync import Database, Sandbox, Volume
+                      Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo, VolumeSnapshotInfo,
+                      BuildProgress, TemplateInfo)
+from ._sync import Database, Sandbox, Template, Volume
 
 __version__ = "0.2.0"
 __all__ = [
@@ -33,4 +35,5 @@ __all__ = [
     "BackupNotFound", "Database", "DatabaseBackup", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
     "VolumeAttached", "Execution", "CodeResult", "CodeError",
+    "Template", "TemplateInfo", "BuildProgress", "TemplateBuildFailed", "TemplateInUse",
 ]

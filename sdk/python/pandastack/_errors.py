@@ -169,6 +169,20 @@ class NotImplementedByServer(PandaStackError):
     """The server does not implement this yet (HTTP 501)."""
 
 
+class TemplateInUse(Conflict):
+    """Sandboxes of the template have not ended: it cannot be deleted yet."""
+
+
+class TemplateBuildFailed(PandaStackError):
+    """A template build ended in failure; ``log_tail`` has the end of its log."""
+
+    code = "template_build_failed"
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message, code=self.code, status=0)
+        self.log_tail = log_tail
+
+
 class ConnectionFailed(PandaStackError):
     """The daemon could not be reached."""
 
@@ -188,6 +202,7 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "volume_not_found": VolumeNotFound,
     "volume_in_use": VolumeInUse,
     "volume_attached": VolumeAttached,
+    "template_in_use": TemplateInUse,
     "database_not_found": DatabaseNotFound,
     "backup_not_found": BackupNotFound,
     "database_hibernated": DatabaseHibernated,

@@ -307,3 +307,38 @@ class Execution:
                    [CodeResult.from_api(r) for r in b.get("results", [])], err,
                    int(b.get("execution_count", 0)), bool(b.get("timed_out")))
 
+
+
+@dataclass
+class TemplateInfo:
+    """A template as the API describes it: a shipped one (``kind`` "shipped") or one of yours
+    (``kind`` "custom": ``status`` building, ready or failed)."""
+
+    name: str
+    kind: str
+    status: str
+    from_: str = ""
+    packages: List[str] = field(default_factory=list)
+    run: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)
+    build_ms: int = 0
+    size_bytes: int = 0
+    error: str = ""
+    log_tail: str = ""
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "TemplateInfo":
+        return cls(b["name"], b.get("kind", "custom"), b.get("status", "ready"), b.get("from", ""),
+                   list(b.get("packages", [])), list(b.get("run", [])), dict(b.get("env", {})),
+                   int(b.get("build_ms", 0)), int(b.get("size_bytes", 0)), b.get("error", ""),
+                   b.get("log_tail", ""))
+
+
+@dataclass
+class BuildProgress:
+    """One step of a template build, as ``Template.build(on_progress=...)`` gets it: a stage
+    change (``line`` empty) or a line of the build's log."""
+
+    stage: str
+    percent: int
+    line: str = ""

@@ -254,6 +254,43 @@ class VolumeSdkTest(unittest.TestCase):
         self.assertEqual((out.returncode, out.stdout), (0, "kept\n"), out.stderr[-2000:])
 
 
+class TemplateSdkTest(unittest.TestCase):
+
+    def test_a_failed_build_raises_with_its_log_and_progress(self):
+        from pandastack import Template
+        shipped = {t.name: t.kind for t in Template.list()}
+        self.assertEqual(shipped.get("base"), "shipped")
+        seen = []
+        with self.assertRaises(pandastack.TemplateBuildFailed) as e:
+            Template.build("sdk-bad", packages=["no-such-package-pandastack"],
+                           on_progress=seen.append)
+        self.assertIn("root file system", e.exception.message)
+        stages = [p.stage for p in seen if not p.line]
+        self.assertIn("rootfs", stages)
+        self.assertEqual(stages[-1], "failed")
+        self.assertTrue(any(p.line for p in seen))
+        t = Template.get("sdk-bad")
+        self.assertEqual((t.info.status, t.info.kind), ("failed", "custom"))
+        with self.assertRaises(pandastack.InvalidArgument):
+            Template.build("Bad Name")
+        t.delete()
+        with self.assertRaises(pandastack.TemplateNotFound):
+            Template.get("sdk-bad")
+
+
+    def test_publish_a_sandbox_as_a_template(self):
+        from pandastack import Template
+        with Sandbox.create() as src:
+            src.exec("echo set-up-by-hand > /opt/marker")
+            t = src.publish_template("sdk-published")
+        self.assertEqual((t.info.status, t.info.from_), ("ready", "base"))
+        with Sandbox.create(template="sdk-published") as sbx:
+            self.assertEqual(sbx.exec("cat /opt/marker").stdout, "set-up-by-hand\n")
+            with self.assertRaises(pandastack.TemplateInUse):
+                t.delete()
+        t.delete()
+
+
 class ExamplesTest(unittest.TestCase):
     """Every script in examples/ runs against the daemon and says what it should."""
 

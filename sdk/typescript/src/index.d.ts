@@ -66,6 +66,46 @@ export interface VolumeCreateOptions extends ClientOptions {
 }
 
 /** A volume: data that outlives sandboxes, attached at a sandbox's create. */
+export interface TemplateInfo {
+  name: string;
+  kind: "shipped" | "custom";
+  status: "building" | "ready" | "failed";
+  from: string;
+  packages: string[];
+  run: string[];
+  env: Record<string, string>;
+  buildMs: number;
+  sizeBytes: number;
+  error: string;
+  logTail: string;
+}
+
+export interface BuildProgress {
+  stage: string;
+  percent: number;
+  /** a line of the build's log ("" for a stage change) */
+  line: string;
+}
+
+export interface TemplateBuildOptions extends ClientOptions {
+  from?: string;
+  packages?: string[];
+  files?: Record<string, string>;
+  run?: string[];
+  env?: Record<string, string>;
+  network?: boolean;
+  onProgress?: (p: BuildProgress) => void;
+}
+
+export declare class Template {
+  readonly info: TemplateInfo;
+  readonly name: string;
+  static build(name: string, opts?: TemplateBuildOptions): Promise<Template>;
+  static get(name: string, opts?: ClientOptions): Promise<Template>;
+  static list(opts?: ClientOptions): Promise<TemplateInfo[]>;
+  delete(): Promise<void>;
+}
+
 export declare class Volume {
   readonly info: VolumeInfo;
   readonly id: string;
@@ -271,6 +311,8 @@ export declare class Sandbox {
   events(): Promise<unknown[]>;
   refresh(): Promise<SandboxInfo>;
   [Symbol.asyncDispose](): Promise<void>;
+  /** Makes this running sandbox (its disk and memory, now) a template of yours. */
+  publishTemplate(name: string): Promise<Template>;
 }
 
 export interface SnapshotInfo {
@@ -301,6 +343,10 @@ export declare class SnapshotNotFoundError extends NotFoundError {}
 export declare class VolumeNotFoundError extends NotFoundError {}
 export declare class VolumeInUseError extends ConflictError {}
 export declare class VolumeAttachedError extends ConflictError {}
+export declare class TemplateInUseError extends ConflictError {}
+export declare class TemplateBuildFailedError extends PandaStackError {
+  readonly logTail: string;
+}
 export declare class DatabaseNotFoundError extends NotFoundError {}
 export declare class DatabaseHibernatedError extends ConflictError {}
 export declare class BackupNotFoundError extends NotFoundError {}

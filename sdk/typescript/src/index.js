@@ -35,6 +35,11 @@ export class SandboxFailedError extends SandboxStoppedError {}
 export class SandboxBusyError extends ConflictError {}
 export class VolumeInUseError extends ConflictError {}
 export class VolumeAttachedError extends ConflictError {}
+export class TemplateInUseError extends ConflictError {}
+/** A template build that ended in failure: `logTail` has the end of its log. */
+export class TemplateBuildFailedError extends PandaStackError {
+  constructor(message, logTail) { super(message, "template_build_failed", 0); this.logTail = logTail; }
+}
 export class DatabaseNotFoundError extends NotFoundError {}
 export class DatabaseHibernatedError extends ConflictError {}
 export class BackupNotFoundError extends NotFoundError {}
@@ -72,6 +77,7 @@ const BY_CODE = {
   volume_not_found: [VolumeNotFoundError, 404],
   volume_in_use: [VolumeInUseError, 409],
   volume_attached: [VolumeAttachedError, 409],
+  template_in_use: [TemplateInUseError, 409],
   database_not_found: [DatabaseNotFoundError, 404],
   database_hibernated: [DatabaseHibernatedError, 409],
   backup_not_found: [BackupNotFoundError, 404],
@@ -179,6 +185,24 @@ class Http {
   async json(method, path, opts) {
     const res = await this.call(method, path, opts);
     return res.status === 204 ? null : res.json();
+  }
+
+  /** Server-sent events as they come: {event, data} (data parsed). */
+  async *events(method, path, opts) {
+    const res = await this.call(method, path, opts);
+    const decoder = new TextDecoder();
+    let buf = "";
+    let event = "";
+    for await (const chunk of res.body) {
+      buf += decoder.decode(chunk, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, "");
+        buf = buf.slice(nl + 1);
+        if (line.startsWith("event: ")) event = line.slice(7);
+        else if (line.startsWith("data: ")) yield { event, data: JSON.parse(line.slice(6)) };
+      }
+    }
   }
 
   /** Server-sent events of an exec or process stream, as ExecEvents; an error event (the sandbox
@@ -388,6 +412,56 @@ function volumeBody(v) {
 
 /** A volume: data that outlives sandboxes (ext4 on the host's disk), attached at create:
  * read-write in one sandbox at a time, read-only in any number. */
+function templateInfo(t) {
+  return {
+    name: t.name, kind: t.kind ?? "custom", status: t.status ?? "ready", from: t.from ?? "",
+    packages: t.packages ?? [], run: t.run ?? [], env: t.env ?? {}, buildMs: t.build_ms ?? 0,
+    sizeBytes: t.size_bytes ?? 0, error: t.error ?? "", logTail: t.log_tail ?? "",
+  };
+}
+
+/** Templates: the shipped ones and your own (a shipped one plus Debian packages, files,
+ * environment and commands run as root in its guest, baked once). */
+export class Template {
+  constructor(inf, http) { this.info = inf; this.http = http; }
+  get name() { return this.info.name; }
+  /** Builds template `name` and waits for it; `onProgress({stage, percent, line})` gets each
+   * stage change (line "") and each log line. Throws TemplateBuildFailedError when it fails. */
+  static async build(name, opts = {}) {
+    const http = new Http(opts);
+    const body = {
+      name, from: opts.from ?? "base", packages: opts.packages ?? [], files: opts.files ?? {},
+      run: opts.run ?? [], env: opts.env ?? {}, network: opts.network ?? true,
+    };
+    await http.json("POST", "/v1/templates", { json: body });
+    let stage = "queued", percent = 0, end = null;
+    for await (const { event, data } of http.events("GET", `/v1/templates/${sid(name)}/build`)) {
+      if (event === "stage") {
+        stage = data.stage; percent = data.percent;
+        opts.onProgress?.({ stage, percent, line: "" });
+      } else if (event === "log") {
+        opts.onProgress?.({ stage, percent, line: data.line });
+      } else if (event === "end") {
+        end = data;
+      }
+    }
+    if (!end) throw new PandaStackError("the build's progress stream ended early", "stream_ended", 0);
+    const info = templateInfo(end);
+    if (info.status !== "ready") throw new TemplateBuildFailedError(info.error || "the build failed", info.logTail);
+    return new Template(info, http);
+  }
+  static async get(name, opts = {}) {
+    const http = new Http(opts);
+    return new Template(templateInfo(await http.json("GET", `/v1/templates/${sid(name)}`)), http);
+  }
+  static async list(opts = {}) {
+    const http = new Http(opts);
+    return (await http.json("GET", "/v1/templates")).templates.map(templateInfo);
+  }
+  /** Deletes it (TemplateInUseError while sandboxes of it have not ended). */
+  async delete() { await this.http.call("DELETE", `/v1/templates/${sid(this.name)}`); }
+}
+
 export class Volume {
   constructor(inf, http) { this.info = inf; this.http = http; }
   get id() { return this.info.id; }
@@ -570,6 +644,12 @@ export class Sandbox {
   }
   /** Stops forwarding guest `port`. */
   async unexposePort(port) { await this.http.json("DELETE", `/v1/sandboxes/${sid(this.id)}/ports/${Number(port)}`); }
+  /** Makes this running sandbox (its disk and memory, now) a template of yours. */
+  async publishTemplate(name) {
+    const t = await this.http.json("POST", `/v1/sandboxes/${sid(this.id)}/template`, { json: { name } });
+    return new Template(templateInfo(t), this.http);
+  }
+
   /** Exposed guest ports and their host addresses (hostPort null while the sandbox is not running). */
   async ports() { return (await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/ports`)).ports.map(portInfo); }
   /** Replaces the egress policy: "deny_all", "allow_all", or an allowlist of IPv4 CIDRs. */

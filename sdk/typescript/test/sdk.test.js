@@ -9,6 +9,7 @@ import {
   Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
   UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
   VolumeAttachedError, VolumeNotFoundError, Database, DatabaseNotFoundError, BackupNotFoundError, ConflictError,
+  Template, TemplateBuildFailedError, TemplateNotFoundError,
 } from "../src/index.js";
 
 let daemon, base;
@@ -231,4 +232,32 @@ test("databases: typed errors (this daemon runs without networking; psycopg2 cov
   await assert.rejects(Database.create({ name: "copy", fromBackup: "bk_aaaaaaaaaaaaaaaa" }), BackupNotFoundError);
   await assert.rejects(Database.create({ name: "shop" }), (e) => e instanceof ConflictError && e.code === "network_disabled");
   assert.deepEqual(await Database.list(), []);
+});
+
+test("templates: a failed build throws with its log; progress as it goes", async () => {
+  const all = await Template.list();
+  assert.equal(all.find((t) => t.name === "base")?.kind, "shipped");
+  const seen = [];
+  await assert.rejects(
+    Template.build("ts-bad", { packages: ["no-such-package-pandastack"], onProgress: (p) => seen.push(p) }),
+    (e) => e instanceof TemplateBuildFailedError && e.message.includes("root file system"));
+  const stages = seen.filter((p) => p.line === "").map((p) => p.stage);
+  assert.ok(stages.includes("rootfs"), JSON.stringify(stages));
+  assert.equal(stages.at(-1), "failed");
+  const t = await Template.get("ts-bad");
+  assert.equal(t.info.status, "failed");
+  await t.delete();
+  await assert.rejects(Template.get("ts-bad"), TemplateNotFoundError);
+});
+
+test("templates: a running sandbox published as a template", async () => {
+  const src = await Sandbox.create();
+  await src.exec("echo by-hand > /opt/marker");
+  const t = await src.publishTemplate("ts-published");
+  await src.kill();
+  assert.equal(t.info.status, "ready");
+  const sbx = await Sandbox.create({ template: "ts-published" });
+  assert.equal((await sbx.exec("cat /opt/marker")).stdout, "by-hand\n");
+  await sbx.kill();
+  await t.delete();
 });

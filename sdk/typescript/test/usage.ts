@@ -3,7 +3,24 @@
 import { Execution,
   Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
   type VolumeInfo, Database, type DatabaseInfo, type DatabaseBackup, type VolumeSnapshotInfo,
+  Template, TemplateBuildFailedError, type TemplateInfo, type BuildProgress,
 } from "../src/index.js";
+
+export async function templates(): Promise<string> {
+  const seen: BuildProgress[] = [];
+  try {
+    const t = await Template.build("ml", {
+      packages: ["python3-numpy"], run: ["mkdir -p /workspace/data"], env: { MODE: "x" },
+      files: { "/etc/motd": "hi" }, onProgress: (p) => seen.push(p),
+    });
+    const all: TemplateInfo[] = await Template.list();
+    await t.delete();
+    return `${t.info.sizeBytes}${all.length}${seen.length}`;
+  } catch (e) {
+    if (e instanceof TemplateBuildFailedError) return e.logTail;
+    throw e;
+  }
+}
 
 export async function usage(): Promise<string> {
   await using sbx = await Sandbox.create({ template: "base", ttlSeconds: 600, metadata: { a: "b" } });

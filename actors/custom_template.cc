@@ -1,0 +1,284 @@
+#include "actors/custom_template.h"
+
+#include <openssl/evp.h>
+
+#include <stdexcept>
+
+namespace pandastack::actors {
+
+const char* to_string(TemplateStatus s) {
+  switch (s) {
+    case TemplateStatus::none:
+      return "none";
+    case TemplateStatus::building:
+      return "building";
+    case TemplateStatus::ready:
+      return "ready";
+    case TemplateStatus::failed:
+      return "failed";
+    case TemplateStatus::deleted:
+      return "deleted";
+  }
+  return "?";
+}
+
+const char* to_string(TemplateEvent::Kind k) {
+  switch (k) {
+    case TemplateEvent::Kind::build_started:
+      return "template-build-started";
+    case TemplateEvent::Kind::built:
+      return "template-built";
+    case TemplateEvent::Kind::build_failed:
+      return "template-build-failed";
+    case TemplateEvent::Kind::deleted:
+      return "template-deleted";
+    case TemplateEvent::Kind::published:
+      return "template-published";
+  }
+  return "?";
+}
+
+bool valid_template_name(const std::string& n, const TemplateLimits& limits) {
+  if (n.empty() || n.size() > limits.max_name_bytes || n[0] == '-') return false;
+  for (char c : n)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  return true;
+}
+
+std::string template_id(const std::string& tenant, const std::string& name) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(tenant.data(), tenant.size(), md, &len, EVP_sha256(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string h;
+  for (unsigned i = 0; i < 6; ++i) {
+    h += hex[md[i] >> 4];
+    h += hex[md[i] & 15];
+  }
+  return name + "." + h;
+}
+
+std::string template_display_name(const std::string& id) {
+  auto dot = id.find('.');
+  return dot == std::string::npos ? id : id.substr(0, dot);
+}
+
+namespace {
+
+Rejection bad(const std::string& why) { return {"invalid_argument", why}; }
+
+// A Debian package name (policy 5.6.1), optionally with an architecture qualifier.
+bool valid_package(const std::string& p) {
+  if (p.size() < 2 || p.size() > 128) return false;
+  if (!((p[0] >= 'a' && p[0] <= 'z') || (p[0] >= '0' && p[0] <= '9'))) return false;
+  for (char c : p)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' ||
+          c == ':'))
+      return false;
+  return true;
+}
+
+// A file a template puts in its root filesystem: an absolute, normalized path, not into the
+// guest's agent or its system's own bookkeeping.
+std::optional<std::string> bad_file_path(const std::string& p) {
+  if (p.empty() || p[0] != '/' || p.back() == '/') return "must be an absolute file path";
+  if (p.size() > 256) return "is longer than 256 bytes";
+  for (char c : p)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\')
+      return "has control characters";
+  if (p.find("//") != std::string::npos || p.find("/./") != std::string::npos ||
+      p.find("/../") != std::string::npos || p.ends_with("/..") || p.ends_with("/."))
+    return "must be normalized (no //, . or ..)";
+  for (const char* sys : {"/proc", "/sys", "/dev", "/run", "/sbin/init", "/init",
+                          "/usr/local/bin/pandastack-agent", "/var/lib/dpkg"}) {
+    std::string s = sys;
+    if (p == s || p.starts_with(s + "/")) return "is the guest system's own";
+  }
+  return std::nullopt;
+}
+
+bool valid_env_key(const std::string& k) {
+  if (k.empty() || k.size() > 128 || (k[0] >= '0' && k[0] <= '9')) return false;
+  for (char c : k)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+      return false;
+  return true;
+}
+
+std::optional<Rejection> check_spec(const TemplateSpec& s, const TemplateLimits& l) {
+  if (s.from.empty()) return bad("from: a shipped template");
+  if (s.packages.size() > l.max_packages)
+    return bad("packages: at most " + std::to_string(l.max_packages));
+  for (auto& p : s.packages)
+    if (!valid_package(p)) return bad("packages: not a Debian package name: '" + p + "'");
+  if (s.files.size() > l.max_files) return bad("files: at most " + std::to_string(l.max_files));
+  size_t bytes = 0;
+  for (auto& [path, content] : s.files) {
+    if (auto why = bad_file_path(path)) return bad("files: '" + path + "' " + *why);
+    if (content.find('\0') != std::string::npos)
+      return bad("files: '" + path + "': text only (no NUL bytes)");
+    bytes += content.size();
+  }
+  if (bytes > l.max_files_bytes)
+    return bad("files: at most " + std::to_string(l.max_files_bytes) + " bytes in all");
+  if (s.run.size() > l.max_run) return bad("run: at most " + std::to_string(l.max_run));
+  for (auto& c : s.run)
+    if (c.empty() || c.size() > l.max_command_bytes || c.find('\0') != std::string::npos)
+      return bad("run: each command 1.." + std::to_string(l.max_command_bytes) + " bytes");
+  if (s.env.size() > l.max_env) return bad("env: at most " + std::to_string(l.max_env));
+  for (auto& [k, v] : s.env) {
+    if (!valid_env_key(k)) return bad("env: not a variable name: '" + k + "'");
+    if (v.size() > 4096 || v.find('\0') != std::string::npos || v.find('\n') != std::string::npos)
+      return bad("env: " + k + ": at most 4096 bytes, one line");
+  }
+  return std::nullopt;
+}
+
+struct Decider {
+  const TemplateState& s;
+  int64_t now;
+  const TemplateLimits& limits;
+
+  TemplateEvent event(TemplateEvent::Kind k) const {
+    TemplateEvent e;
+    e.kind = k;
+    e.at_ms = now;
+    return e;
+  }
+
+  TemplateDecision operator()(const tcmd::Build& c) const {
+    if (!valid_template_name(c.name, limits))
+      return bad("name: 1.." + std::to_string(limits.max_name_bytes) +
+                 " of a-z, 0-9 and '-', not starting with '-'");
+    if (s.status == TemplateStatus::building)
+      return Rejection{"conflict", "template " + c.name + " is being built"};
+    if (s.status == TemplateStatus::ready)
+      return Rejection{"conflict", "template " + c.name + " exists: delete it first"};
+    if (auto r = check_spec(c.spec, limits)) return *r;
+    auto e = event(TemplateEvent::Kind::build_started);
+    e.tenant = c.tenant;
+    e.name = c.name;
+    e.spec = c.spec;
+    return std::vector<TemplateEvent>{e};
+  }
+
+  TemplateDecision operator()(const tcmd::Publish& c) const {
+    if (!valid_template_name(c.name, limits))
+      return bad("name: 1.." + std::to_string(limits.max_name_bytes) +
+                 " of a-z, 0-9 and '-', not starting with '-'");
+    if (s.status == TemplateStatus::building)
+      return Rejection{"conflict", "template " + c.name + " is being built"};
+    if (s.status == TemplateStatus::ready)
+      return Rejection{"conflict", "template " + c.name + " exists: delete it first"};
+    auto e = event(TemplateEvent::Kind::published);
+    e.tenant = c.tenant;
+    e.name = c.name;
+    e.sandbox = c.sandbox;
+    e.spec.from = c.from;
+    e.spec.network = c.network;
+    e.size_bytes = c.size_bytes;
+    return std::vector<TemplateEvent>{e};
+  }
+
+  TemplateDecision operator()(const tcmd::Finish& c) const {
+    if (s.status != TemplateStatus::building)
+      return Rejection{"invalid_state", "template " + s.name + " is not being built"};
+    auto e = event(TemplateEvent::Kind::built);
+    e.build_ms = c.build_ms;
+    e.size_bytes = c.size_bytes;
+    return std::vector<TemplateEvent>{e};
+  }
+
+  TemplateDecision operator()(const tcmd::Fail& c) const {
+    if (s.status != TemplateStatus::building)
+      return Rejection{"invalid_state", "template " + s.name + " is not being built"};
+    auto e = event(TemplateEvent::Kind::build_failed);
+    e.error = c.error;
+    e.log_tail = c.log_tail;
+    return std::vector<TemplateEvent>{e};
+  }
+
+  TemplateDecision operator()(const tcmd::Delete& c) const {
+    if (s.status == TemplateStatus::none || s.status == TemplateStatus::deleted)
+      return Rejection{"template_not_found", "no template " + template_display_name(s.id)};
+    if (s.status == TemplateStatus::building)
+      return Rejection{"conflict", "template " + s.name + " is being built"};
+    if (c.in_use > 0)
+      return Rejection{"template_in_use", std::to_string(c.in_use) + " sandbox(es) of template " +
+                                              s.name + " have not ended"};
+    return std::vector<TemplateEvent>{event(TemplateEvent::Kind::deleted)};
+  }
+};
+
+[[noreturn]] void impossible(const TemplateState& s, const TemplateEvent& e) {
+  throw std::logic_error("template " + s.id + ": " + to_string(e.kind) + " in state " +
+                         to_string(s.status));
+}
+
+}  // namespace
+
+TemplateDecision decide(const TemplateState& state, const TemplateCommand& command, int64_t now_ms,
+                        const TemplateLimits& limits) {
+  return std::visit(Decider{state, now_ms, limits}, command);
+}
+
+TemplateState apply(TemplateState s, const TemplateEvent& e) {
+  using K = TemplateEvent::Kind;
+  switch (e.kind) {
+    case K::build_started:
+      if (s.status == TemplateStatus::building || s.status == TemplateStatus::ready)
+        impossible(s, e);
+      s.status = TemplateStatus::building;
+      s.sandbox.clear();
+      s.tenant = e.tenant;
+      s.name = e.name;
+      s.spec = e.spec;
+      s.created_at_ms = e.at_ms;
+      s.ended_at_ms = 0;
+      s.build_ms = s.size_bytes = 0;
+      s.error.clear();
+      s.log_tail.clear();
+      break;
+    case K::built:
+      if (s.status != TemplateStatus::building) impossible(s, e);
+      s.status = TemplateStatus::ready;
+      s.build_ms = e.build_ms;
+      s.size_bytes = e.size_bytes;
+      s.ended_at_ms = e.at_ms;
+      break;
+    case K::build_failed:
+      if (s.status != TemplateStatus::building) impossible(s, e);
+      s.status = TemplateStatus::failed;
+      s.error = e.error;
+      s.log_tail = e.log_tail;
+      s.ended_at_ms = e.at_ms;
+      break;
+    case K::published:
+      if (s.status == TemplateStatus::building || s.status == TemplateStatus::ready)
+        impossible(s, e);
+      {
+        TemplateState fresh;
+        fresh.id = s.id;
+        fresh.version = s.version;
+        fresh.status = TemplateStatus::ready;
+        s = std::move(fresh);
+      }
+      s.tenant = e.tenant;
+      s.name = e.name;
+      s.spec = e.spec;
+      s.sandbox = e.sandbox;
+      s.size_bytes = e.size_bytes;
+      s.created_at_ms = s.ended_at_ms = e.at_ms;
+      break;
+    case K::deleted:
+      if (s.status != TemplateStatus::ready && s.status != TemplateStatus::failed)
+        impossible(s, e);
+      s.status = TemplateStatus::deleted;
+      s.ended_at_ms = e.at_ms;
+      break;
+  }
+  ++s.version;
+  return s;
+}
+
+}  // namespace pandastack::actors

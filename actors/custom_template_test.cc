@@ -1,0 +1,141 @@
+#include "actors/custom_template.h"
+
+#include <gtest/gtest.h>
+
+#include "actors/custom_template_codec.h"
+
+namespace pandastack::actors {
+namespace {
+
+constexpr int64_t kNow = 5'000;
+
+TemplateState run(TemplateState s, const TemplateCommand& c) {
+  auto d = decide(s, c, kNow);
+  if (auto* r = std::get_if<Rejection>(&d)) {
+    ADD_FAILURE() << r->code << ": " << r->message;
+    return s;
+  }
+  for (auto& e : std::get<std::vector<TemplateEvent>>(d)) s = apply(s, e);
+  return s;
+}
+
+std::string refusal(const TemplateState& s, const TemplateCommand& c) {
+  auto d = decide(s, c, kNow);
+  auto* r = std::get_if<Rejection>(&d);
+  return r ? r->code : "";
+}
+
+TemplateSpec spec() {
+  TemplateSpec s;
+  s.packages = {"jq", "python3-numpy", "libc6:amd64"};
+  s.files = {{"/etc/motd", "hello"}};
+  s.run = {"echo hi > /workspace/hi"};
+  s.env = {{"MODE", "test"}};
+  return s;
+}
+
+TEST(CustomTemplate, ABuildIsOneAtATimeAndAReadyTemplateIsDeletedFirst) {
+  TemplateState s;
+  s.id = template_id("acme", "ml");
+  auto building = run(s, tcmd::Build{"acme", "ml", spec()});
+  EXPECT_EQ(building.status, TemplateStatus::building);
+  EXPECT_EQ(refusal(building, tcmd::Build{"acme", "ml", spec()}), "conflict");
+  EXPECT_EQ(refusal(building, tcmd::Delete{0}), "conflict");
+  auto ready = run(building, tcmd::Finish{1234, 99});
+  EXPECT_EQ(ready.status, TemplateStatus::ready);
+  EXPECT_EQ(ready.build_ms, 1234u);
+  EXPECT_EQ(refusal(ready, tcmd::Build{"acme", "ml", spec()}), "conflict");
+  EXPECT_EQ(refusal(ready, tcmd::Delete{2}), "template_in_use");
+  auto gone = run(ready, tcmd::Delete{0});
+  EXPECT_EQ(gone.status, TemplateStatus::deleted);
+  EXPECT_EQ(refusal(gone, tcmd::Delete{0}), "template_not_found");
+  // Built again after a delete, and after a failure.
+  auto again = run(gone, tcmd::Build{"acme", "ml", spec()});
+  auto failed = run(again, tcmd::Fail{"boom", "tail"});
+  EXPECT_EQ(failed.status, TemplateStatus::failed);
+  EXPECT_EQ(failed.error, "boom");
+  EXPECT_EQ(refusal(failed, tcmd::Finish{1, 1}), "invalid_state");
+  EXPECT_EQ(run(failed, tcmd::Build{"acme", "ml", spec()}).status, TemplateStatus::building);
+}
+
+TEST(CustomTemplate, ASandboxPublishedIsReadyAtOnce) {
+  TemplateState s;
+  s.id = template_id("acme", "mine");
+  auto ready = run(s, tcmd::Publish{"acme", "mine", "sbx_1", "base", 77, false});
+  EXPECT_EQ(ready.status, TemplateStatus::ready);
+  EXPECT_EQ(ready.sandbox, "sbx_1");
+  EXPECT_EQ(ready.spec.from, "base");
+  EXPECT_FALSE(ready.spec.network);
+  EXPECT_EQ(refusal(ready, tcmd::Publish{"acme", "mine", "sbx_2", "base", 1, true}), "conflict");
+  EXPECT_EQ(refusal(s, tcmd::Publish{"acme", "Mine", "sbx_2", "base", 1, true}),
+            "invalid_argument");
+  auto back = decode_template_event(encode_template_event([&] {
+    TemplateEvent e;
+    e.kind = TemplateEvent::Kind::published;
+    e.tenant = "acme";
+    e.name = "mine";
+    e.sandbox = "sbx_1";
+    e.spec.from = "base";
+    e.size_bytes = 77;
+    return e;
+  }()));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->sandbox, "sbx_1");
+  EXPECT_EQ(back->size_bytes, 77u);
+}
+
+TEST(CustomTemplate, ASpecIsCheckedBeforeAnythingIsBuilt) {
+  TemplateState s;
+  s.id = "x";
+  auto with = [](auto change) {
+    auto sp = spec();
+    change(sp);
+    return tcmd::Build{"acme", "ok", sp};
+  };
+  EXPECT_EQ(refusal(s, tcmd::Build{"acme", "Bad_Name", spec()}), "invalid_argument");
+  EXPECT_EQ(refusal(s, tcmd::Build{"acme", "-x", spec()}), "invalid_argument");
+  EXPECT_EQ(refusal(s, tcmd::Build{"acme", std::string(41, 'a'), spec()}), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.packages = {"jq; rm -rf /"}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.packages = {"-f"}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"relative", ""}}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/a/../etc/x", ""}}; })),
+            "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/proc/x", ""}}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/x", std::string(2 << 20, 'a')}}; })),
+            "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/x", std::string("a\0b", 3)}}; })),
+            "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.run = {""}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.run = std::vector<std::string>(33, "true"); })),
+            "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.env = {{"1X", "v"}}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.env = {{"X", "a\nb"}}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto&) {})), "");
+}
+
+TEST(CustomTemplate, IdsKeepTenantsApartAndEventsSurviveTheirPersistedForm) {
+  EXPECT_NE(template_id("acme", "ml"), template_id("other", "ml"));
+  EXPECT_EQ(template_display_name(template_id("acme", "ml")), "ml");
+  EXPECT_EQ(template_display_name("base"), "base");
+  TemplateState s, replayed;
+  s.id = replayed.id = template_id("acme", "ml");
+  for (TemplateCommand c : std::vector<TemplateCommand>{tcmd::Build{"acme", "ml", spec()},
+                                                        tcmd::Finish{10, 20}, tcmd::Delete{0}}) {
+    auto d = decide(s, c, kNow);
+    for (auto& e : std::get<std::vector<TemplateEvent>>(d)) {
+      s = apply(s, e);
+      auto back = decode_template_event(encode_template_event(e));
+      ASSERT_TRUE(back);
+      replayed = apply(replayed, *back);
+      EXPECT_NE(template_event_to_json(*back).find(to_string(e.kind)), std::string::npos);
+    }
+  }
+  EXPECT_EQ(replayed.spec, spec());
+  EXPECT_EQ(replayed.status, TemplateStatus::deleted);
+  EXPECT_EQ(replayed.size_bytes, 20u);
+  EXPECT_EQ(replayed.version, 3u);
+  EXPECT_FALSE(decode_template_event("nope"));
+}
+
+}  // namespace
+}  // namespace pandastack::actors

@@ -1,0 +1,65 @@
+// The runtime facade's custom templates (actors/template_builds.h does the work).
+#include "actors/runtime_impl.h"
+
+namespace pandastack::actors {
+
+Reply<TemplateState> Runtime::build_template(const std::string& tenant, const std::string& name,
+                                             const TemplateSpec& spec) {
+  return impl_->builds->build(tenant, name, spec);
+}
+
+Reply<TemplateState> Runtime::custom_template(const std::string& tenant, const std::string& name) {
+  return impl_->builds->get(tenant, name);
+}
+
+std::vector<TemplateState> Runtime::custom_templates(const std::string& tenant) {
+  return impl_->builds->list(tenant);
+}
+
+Reply<TemplateState> Runtime::delete_template(const std::string& tenant, const std::string& name) {
+  auto t = impl_->builds->get(tenant, name);
+  if (!t) return t;
+  auto all = list(tenant);
+  if (!all) return all.error();
+  size_t in_use = 0;
+  for (auto& s : *all)
+    if (s.template_name == t->id && s.status != Status::stopped && s.status != Status::failed)
+      ++in_use;
+  return impl_->builds->remove(tenant, name, in_use);
+}
+
+Reply<TemplateState> Runtime::publish_template(const std::string& tenant, const std::string& id,
+                                               const std::string& name) {
+  auto info = get(tenant, id);
+  if (!info) return info.error();
+  if (!info->volumes.empty())
+    return Rejection{"not_implemented",
+                     "publishing a sandbox with volumes as a template is not built: its volumes "
+                     "are data of their own (copy what the template needs onto its disk)"};
+  if (auto no = impl_->builds->check_publish(tenant, name)) return *no;
+  // A named snapshot (its memory and disk at one instant), copied into the template, then gone.
+  auto snap = snapshot(tenant, id);
+  if (!snap) return snap.error();
+  auto drop = [&] { (void)delete_snapshot(tenant, *snap); };
+  auto folder = snapshot_folder(tenant, *snap);
+  if (!folder) {
+    drop();
+    return folder.error();
+  }
+  auto loaded = vmm::Snapshot::load(*folder);
+  if (!loaded) {
+    drop();
+    return Rejection{"internal", "the sandbox's snapshot: " + loaded.error().message};
+  }
+  auto published = impl_->builds->publish(tenant, name, id, info->template_name,
+                                          info->network, *loaded);
+  drop();
+  return published;
+}
+
+std::shared_ptr<BuildProgress> Runtime::template_build(const std::string& tenant,
+                                                       const std::string& name) {
+  return impl_->builds->progress(tenant, name);
+}
+
+}  // namespace pandastack::actors

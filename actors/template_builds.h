@@ -1,0 +1,102 @@
+// Custom template builds (actors/custom_template.h holds the lifecycle, decided purely): a build
+// writes a recipe (the shipped template it builds on, plus the tenant's Debian packages, files,
+// environment and commands), runs the guest image build on it (guest/build-image.sh: debootstrap
+// into an ext4 root file system), then bakes the template once (a cold boot, the commands run in
+// the guest as root, a snapshot): a create of it restores that snapshot like a shipped
+// template's. Each build runs on a thread of its own (at most RuntimeConfig::max_template_builds
+// at once); its progress (stage, percent, log lines) can be followed while it runs. A failed
+// build leaves nothing behind but its record (the error and its log's tail). Every command is
+// decided, persisted in the template's stream, then applied, one at a time per host (a mutex,
+// not an actor: a build is a long blocking job, its records are a few events).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/custom_template.h"
+#include "actors/runtime.h"
+#include "vmm-driver/snapshot.h"
+
+namespace pandastack::actors {
+
+struct Env;
+
+// What a running build is doing, for whoever follows it (GET /v1/templates/{name}/build).
+struct BuildProgress {
+  static constexpr size_t kMaxLines = 4000;  // the log kept: its last lines
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::string stage = "queued";  // queued, recipe, rootfs, bake, ready | failed
+  int percent = 0;
+  std::deque<std::string> lines;
+  uint64_t first_line = 0;  // the number of lines.front() (lines dropped before it)
+  bool done = false;
+  std::string status, error;  // when done: ready | failed
+
+  void line(std::string l);
+  void at(std::string stage, int percent);  // (percent only grows)
+  void finish(std::string status, std::string error);
+  std::string tail(size_t n) const;  // the last n lines, joined
+};
+
+class TemplateBuilds {
+ public:
+  explicit TemplateBuilds(Env& env);
+  ~TemplateBuilds();  // running builds are cancelled (killed), then joined
+  TemplateBuilds(const TemplateBuilds&) = delete;
+  TemplateBuilds& operator=(const TemplateBuilds&) = delete;
+
+  // Replays every template stream. A build a restart interrupted is recorded failed; images no
+  // ready template owns are removed.
+  std::optional<Rejection> recover();
+
+  // Starts a build of `tenant`'s template `name`: its record (building) at once.
+  Reply<TemplateState> build(const std::string& tenant, const std::string& name,
+                             const TemplateSpec& spec);
+  // Makes `snapshot` (a named snapshot of the tenant's sandbox `sandbox`, made from template
+  // `from`, an id) the tenant's template `name`, ready at once: its sandboxes restore it. The
+  // snapshot is copied (its RAM file sparsely, its layers linked); the caller deletes it.
+  Reply<TemplateState> publish(const std::string& tenant, const std::string& name,
+                               const std::string& sandbox, const std::string& from, bool network,
+                               const vmm::Snapshot& snapshot);
+  // Why `tenant` may not publish a template `name` now (before its snapshot is taken).
+  std::optional<Rejection> check_publish(const std::string& tenant, const std::string& name);
+  Reply<TemplateState> get(const std::string& tenant, const std::string& name);
+  // The tenant's templates (deleted ones too when asked), by name.
+  std::vector<TemplateState> list(const std::string& tenant, bool deleted_too = false);
+  // `in_use`: the tenant's sandboxes of it that have not ended.
+  Reply<TemplateState> remove(const std::string& tenant, const std::string& name, size_t in_use);
+  // The progress of the tenant's template's latest build (null: no build since this start).
+  std::shared_ptr<BuildProgress> progress(const std::string& tenant, const std::string& name);
+  // The template id a create of `tenant` naming `name` means: its ready custom template.
+  std::optional<std::string> resolve(const std::string& tenant, const std::string& name);
+
+ private:
+  // decide, persist, apply, under mu_.
+  Reply<TemplateState> command(const std::string& id, const TemplateCommand& c);
+  void run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress);
+  // Writes the build's recipe (and its files folder, its bake script) into `work`: the recipe.
+  Reply<std::filesystem::path> write_recipe(const TemplateSpec& spec,
+                                            const std::filesystem::path& work);
+
+  Env& env_;
+  std::mutex mu_;
+  std::map<std::string, TemplateState> states_;  // by id
+  std::map<std::string, std::shared_ptr<BuildProgress>> progress_;
+  std::vector<std::thread> threads_;
+  uint32_t running_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace pandastack::actors

@@ -1,0 +1,130 @@
+// Templates: the shipped ones (`make guest`) and a tenant's own (actors/template_builds.h):
+// build (POST, progress as server-sent events), list, get, delete.
+#include "actors/event_codec.h"
+#include "actors/template_builds.h"
+#include "gateway/server.h"
+
+namespace pandastack::gateway {
+
+namespace {
+
+using M = kj::HttpMethod;
+
+Json custom_json(const actors::TemplateState& t) {
+  Json j = Json::object();
+  j.set("name", t.name);
+  j.set("kind", "custom");
+  j.set("status", actors::to_string(t.status));
+  j.set("from", actors::template_display_name(t.spec.from));
+  if (!t.sandbox.empty()) j.set("sandbox", t.sandbox);  // published from it
+  Json p = Json::array();
+  for (auto& x : t.spec.packages) p.push(x);
+  j.set("packages", p);
+  Json files = Json::array();
+  for (auto& [path, content] : t.spec.files) files.push(path);
+  j.set("files", files);
+  Json run = Json::array();
+  for (auto& c : t.spec.run) run.push(c);
+  j.set("run", run);
+  j.set("env", actors::string_map_json(t.spec.env));
+  j.set("network", t.spec.network);
+  j.set("created_at_ms", t.created_at_ms);
+  if (t.ended_at_ms > 0) j.set("ended_at_ms", t.ended_at_ms);
+  if (t.status == actors::TemplateStatus::ready) {
+    j.set("build_ms", int64_t(t.build_ms));
+    j.set("size_bytes", int64_t(t.size_bytes));
+  }
+  if (t.status == actors::TemplateStatus::failed) {
+    j.set("error", t.error);
+    j.set("log_tail", t.log_tail);
+  }
+  return j;
+}
+
+std::string name_param(const Request& r) {
+  std::string n = r.param("name");
+  if (n.empty() || n.size() > 64) throw ApiError{"template_not_found", "no such template"};
+  return n;
+}
+
+HttpReply build(Call& c) {
+  Fields f(c.r.json(), {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
+                        "vcpus"});
+  if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
+  const auto& cfg = c.gw.rt.config();
+  // One shape per host (its guests' memory and vCPUs): a template may not ask for another.
+  if (f.has("memory_mib") &&
+      f.integer("memory_mib", 0, 1, 1 << 20) != int64_t(cfg.memory_mib))
+    throw ApiError{"not_implemented", "templates of another memory size than this host's " +
+                                          std::to_string(cfg.memory_mib) + " MiB are not built"};
+  if (f.has("vcpus") && f.integer("vcpus", 0, 1, 1024) != int64_t(cfg.vcpus))
+    throw ApiError{"not_implemented", "templates with another vCPU count than this host's " +
+                                          std::to_string(cfg.vcpus) + " are not built"};
+  actors::TemplateSpec spec;
+  spec.from = f.str("from", "base");
+  spec.packages = f.string_list("packages");
+  spec.files = f.string_map("files");
+  spec.run = f.string_list("run");
+  spec.env = f.string_map("env");
+  spec.network = f.boolean("network", true);
+  auto t = unwrap(c.gw.rt.build_template(c.tenant(), f.str("name"), spec));
+  auto j = custom_json(t);
+  j.set("progress", "/v1/templates/" + t.name + "/build");
+  return json_reply(202, j);
+}
+
+}  // namespace
+
+Json template_json(const actors::TemplateState& t) { return custom_json(t); }
+
+std::vector<Route> template_routes() {
+  return {
+      route(M::GET, "/v1/templates", "List templates: the shipped ones and your own",
+            [](Call& c) {
+              Json list = Json::array();
+              for (auto& t : c.gw.rt.templates()) {
+                Json j = Json::object();
+                j.set("name", t.name);
+                j.set("kind", "shipped");
+                j.set("status", "ready");
+                j.set("baked", t.baked);
+                list.push(j);
+              }
+              for (auto& t : c.gw.rt.custom_templates(c.tenant())) list.push(custom_json(t));
+              Json out = Json::object();
+              out.set("templates", list);
+              return json_reply(200, out);
+            }),
+      route(M::POST, "/v1/templates",
+            "Build a template of your own {name, from, packages, files, run, env, network}: 202, "
+            "then follow GET /v1/templates/{name}/build",
+            build),
+      route(M::POST, "/v1/sandboxes/{id}/template",
+            "Publish a running sandbox (its disk and memory, now) as a template of yours {name}",
+            [](Call& c) {
+              Fields f(c.r.json(), {"name"});
+              if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
+              return json_reply(201, custom_json(unwrap(c.gw.rt.publish_template(
+                                         c.tenant(), c.id, f.str("name")))));
+            }),
+      route(M::GET, "/v1/templates/{name}", "One of your templates",
+            [](Call& c) {
+              return json_reply(200,
+                                custom_json(unwrap(c.gw.rt.custom_template(c.tenant(),
+                                                                           name_param(c.r)))));
+            }),
+      route(M::DELETE, "/v1/templates/{name}",
+            "Delete one of your templates (409 while sandboxes of it have not ended)",
+            [](Call& c) {
+              return json_reply(200,
+                                custom_json(unwrap(c.gw.rt.delete_template(c.tenant(),
+                                                                           name_param(c.r)))));
+            }),
+      // (served by Server::produce: no plain form)
+      route(M::GET, "/v1/templates/{name}/build",
+            "A build's progress as server-sent events: stage, log lines, then its end",
+            nullptr, {}, Route::Kind::stream),
+  };
+}
+
+}  // namespace pandastack::gateway

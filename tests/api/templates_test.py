@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Custom templates through the real daemon: a real build (Debian's debootstrap of `base` plus
+jq, files, environment and commands run in the guest, then the bake), its progress as
+server-sent events, sandboxes made from it, tenancy, a restart, delete (refused while a sandbox
+of it runs), failed builds that leave nothing (a failing command, an unknown package), two
+builds of one name, and bad input.
+
+Usage: templates_test.py --daemon build/bin/pandastackd [--images DIR]
+The data folder (template images, the package cache) is on a real disk (/var/tmp).
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Api, Daemon  # noqa: E402
+
+FLAGS = ("--network", "off", "--pool-size", "1", "--spare-pool-size", "0")
+
+
+class TemplateTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = tempfile.mkdtemp(prefix="pst-tpl-", dir="/var/tmp")
+        cls.data = os.path.join(cls.base, "data")
+        cls.state = tempfile.mkdtemp(prefix="pst-tpl-state-", dir="/dev/shm")
+        cls.daemon = Daemon(cls.data, cls.state, extra=FLAGS)
+        cls.api = Api(cls.daemon)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop(reap=True)
+        shutil.rmtree(cls.base, ignore_errors=True)
+        shutil.rmtree(cls.state, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+
+    def assertError(self, got, status, code):
+        s, b = got
+        self.assertEqual((s, b.get("error", {}).get("code") if isinstance(b, dict) else b),
+                         (status, code), b)
+
+    def follow(self, name):
+        """The build's events: (stages [(stage, percent)], log lines, the end's template)."""
+        stages, lines, end = [], [], None
+        for event, data in self.api.sse(f"/v1/templates/{name}/build", timeout=900):
+            if event == "stage":
+                stages.append((data["stage"], data["percent"]))
+            elif event == "log":
+                lines.append(data["line"])
+            elif event == "end":
+                end = data
+        return stages, lines, end
+
+    def custom_dirs(self):
+        d = os.path.join(self.data, "templates")
+        return os.listdir(d) if os.path.isdir(d) else []
+
+    def test_1_a_build_its_progress_and_its_sandboxes(self):
+        spec = {"name": "jq-tools", "packages": ["jq"],
+                "files": {"/etc/pandastack-test": "hello from a file\n"},
+                "env": {"MODE": "it's on"},
+                "run": ["echo built: $MODE > /workspace/marker", "jq --version > /workspace/jqv"]}
+        s, t = self.api.call("POST", "/v1/templates", spec)
+        self.assertEqual((s, t["status"], t["name"]), (202, "building", "jq-tools"), t)
+        # One build of a name at a time; one build on this host at a time.
+        self.assertError(self.api.call("POST", "/v1/templates", spec), 409, "conflict")
+        self.assertError(self.api.call("POST", "/v1/templates", dict(spec, name="other")),
+                         429, "too_many_requests")
+        stages, lines, end = self.follow("jq-tools")
+        self.assertEqual(end["status"], "ready", (end, lines[-30:]))
+        names = [st for st, _ in stages]
+        for st in ("rootfs", "bake", "ready"):
+            self.assertIn(st, names, stages)
+        percents = [p for _, p in stages]
+        self.assertEqual(percents, sorted(percents), stages)
+        self.assertEqual(percents[-1], 100)
+        self.assertTrue(any(l.startswith("I: ") for l in lines), lines[:20])  # debootstrap's
+        self.assertIn("+ echo built: $MODE > /workspace/marker", lines)  # the commands'
+        self.assertGreater(end["size_bytes"], 1 << 20)
+        self.assertGreater(end["build_ms"], 0)
+        # Listed with the shipped ones.
+        s, b = self.api.call("GET", "/v1/templates")
+        kinds = {t["name"]: t["kind"] for t in b["templates"]}
+        self.assertEqual((kinds.get("base"), kinds.get("jq-tools")), ("shipped", "custom"), b)
+        # A sandbox of it: its package, its files, what its commands left, its environment.
+        s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "jq-tools"})
+        self.assertEqual((s, sbx.get("template")), (201, "jq-tools"), sbx)
+        sid = sbx["id"]
+        s, r = self.api.exec(sid, "jq -n '1+1'; cat /etc/pandastack-test /workspace/marker; "
+                                  ". /etc/profile.d/pandastack-template.sh; echo $MODE")
+        self.assertEqual((s, r["stdout"]), (200, "2\nhello from a file\nbuilt: it's on\nit's on\n"), r)
+        # Another tenant neither sees it nor makes sandboxes of it.
+        s, k = self.api.call("POST", "/v1/keys", {"tenant": "other"})
+        other = Api(self.daemon, key=k["key"])
+        self.assertError(other.call("POST", "/v1/sandboxes", {"template": "jq-tools"}),
+                         404, "template_not_found")
+        self.assertError(other.call("GET", "/v1/templates/jq-tools"), 404, "template_not_found")
+        s, b = other.call("GET", "/v1/templates")
+        self.assertNotIn("jq-tools", [t["name"] for t in b["templates"]])
+        # A restart keeps it (its stream is replayed).
+        self.__class__.daemon.stop()
+        self.__class__.daemon = Daemon(self.data, self.state, extra=FLAGS)
+        self.__class__.api = self.api = Api(self.__class__.daemon)
+        s, t = self.api.call("GET", "/v1/templates/jq-tools")
+        self.assertEqual((s, t["status"]), (200, "ready"), t)
+        s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "jq-tools"})
+        self.assertEqual(s, 201, sbx)
+        s, r = self.api.exec(sbx["id"], "jq -n '2*3'")
+        self.assertEqual(r["stdout"], "6\n", r)
+        # Deleted only once no sandbox of it is left.
+        self.assertError(self.api.call("DELETE", "/v1/templates/jq-tools"), 409, "template_in_use")
+        self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+        s, t = self.api.call("DELETE", "/v1/templates/jq-tools")
+        self.assertEqual((s, t["status"]), (200, "deleted"), t)
+        self.assertError(self.api.call("GET", "/v1/templates/jq-tools"), 404, "template_not_found")
+        self.assertError(self.api.call("POST", "/v1/sandboxes", {"template": "jq-tools"}),
+                         404, "template_not_found")
+        self.assertEqual(self.custom_dirs(), [])
+        # Its life is in the audit log.
+        s, ev = self.api.call("GET", "/v1/audit?limit=10000")
+        kinds = [e["type"] for e in ev["events"] if e["stream"].startswith("tpl_jq-tools.")]
+        self.assertEqual(kinds, ["template-build-started", "template-built", "template-deleted"])
+
+    def test_2_failed_builds_leave_nothing(self):
+        s, t = self.api.call("POST", "/v1/templates",
+                             {"name": "bad-run", "run": ["echo about to fail", "exit 3"]})
+        self.assertEqual(s, 202, t)
+        stages, lines, end = self.follow("bad-run")
+        self.assertEqual(end["status"], "failed", end)
+        self.assertIn("bake", end["error"])
+        self.assertIn("about to fail", end["log_tail"])
+        self.assertEqual(stages[-1][0], "failed")
+        self.assertEqual(self.custom_dirs(), [])
+        self.assertError(self.api.call("POST", "/v1/sandboxes", {"template": "bad-run"}),
+                         404, "template_not_found")
+        # An unknown package: the root file system build fails.
+        s, t = self.api.call("POST", "/v1/templates",
+                             {"name": "bad-pkg", "packages": ["no-such-package-pandastack"]})
+        self.assertEqual(s, 202, t)
+        stages, lines, end = self.follow("bad-pkg")
+        self.assertEqual(end["status"], "failed", end)
+        self.assertIn("root file system", end["error"])
+        self.assertEqual(self.custom_dirs(), [])
+        # A failed template is listed with why, and may be built again (or deleted).
+        s, t = self.api.call("GET", "/v1/templates/bad-pkg")
+        self.assertEqual((t["status"], bool(t["error"])), ("failed", True), t)
+        s, t = self.api.call("DELETE", "/v1/templates/bad-pkg")
+        self.assertEqual(s, 200, t)
+
+    def test_4_publish_a_sandbox(self):
+        s, src = self.api.call("POST", "/v1/sandboxes", {})
+        self.assertEqual(s, 201, src)
+        s, r = self.api.exec(src["id"], "echo on-disk > /opt/marker; echo in-memory > /tmp/mem; "
+                                        "nohup sleep 900 >/dev/null 2>&1 & echo ok")
+        self.assertEqual(r["stdout"], "ok\n", r)
+        s, t = self.api.call("POST", f"/v1/sandboxes/{src['id']}/template", {"name": "mine"})
+        self.assertEqual((s, t.get("status"), t.get("sandbox"), t.get("from")),
+                         (201, "ready", src["id"], "base"), t)
+        # Its sandboxes start from that instant: disk, tmpfs and the running process.
+        kids = []
+        for _ in range(2):
+            s, k = self.api.call("POST", "/v1/sandboxes", {"template": "mine"})
+            self.assertEqual((s, k.get("template")), (201, "mine"), k)
+            kids.append(k["id"])
+        check = "cat /opt/marker /tmp/mem; cat /proc/[0-9]*/comm | grep -c '^sleep$'"
+        for k in kids:
+            s, r = self.api.exec(k, check)
+            self.assertEqual(r["stdout"], "on-disk\nin-memory\n1\n", r)
+        self.api.exec(kids[0], "echo changed > /opt/marker")
+        s, r = self.api.exec(kids[1], "cat /opt/marker")
+        self.assertEqual(r["stdout"], "on-disk\n")  # each its own
+        s, r = self.api.exec(src["id"], "cat /tmp/mem")
+        self.assertEqual((s, r["stdout"]), (200, "in-memory\n"), r)  # the source runs on
+        s, b = self.api.call("GET", f"/v1/sandboxes/{src['id']}")
+        self.assertEqual(b["snapshots"], [])  # (the snapshot it took is gone)
+        self.assertError(self.api.call("POST", f"/v1/sandboxes/{src['id']}/template",
+                                       {"name": "mine"}), 409, "conflict")
+        self.assertError(self.api.call("POST", f"/v1/sandboxes/{src['id']}/template",
+                                       {"name": "No"}), 400, "invalid_argument")
+        self.assertError(self.api.call("POST", f"/v1/sandboxes/{src['id']}/template",
+                                       {"name": "base"}), 409, "conflict")
+        # One published from a sandbox of it keeps it.
+        s, t2 = self.api.call("POST", f"/v1/sandboxes/{kids[0]}/template", {"name": "mine2"})
+        self.assertEqual((s, t2.get("from")), (201, "mine"), t2)
+        for k in kids + [src["id"]]:
+            self.api.call("DELETE", f"/v1/sandboxes/{k}")
+        self.assertError(self.api.call("DELETE", "/v1/templates/mine"), 409, "template_in_use")
+        s, k = self.api.call("POST", "/v1/sandboxes", {"template": "mine2"})
+        s, r = self.api.exec(k["id"], "cat /opt/marker")
+        self.assertEqual(r["stdout"], "changed\n", r)
+        self.api.call("DELETE", f"/v1/sandboxes/{k['id']}")
+        for name in ("mine2", "mine"):
+            s, t = self.api.call("DELETE", f"/v1/templates/{name}")
+            self.assertEqual(s, 200, t)
+        self.assertEqual(self.custom_dirs(), [])
+
+    def test_3_bad_input(self):
+        bad = [({"name": "Bad"}, 400, "invalid_argument"),
+               ({}, 400, "invalid_argument"),
+               ({"name": "x", "packages": ["jq; reboot"]}, 400, "invalid_argument"),
+               ({"name": "x", "files": {"etc/x": "y"}}, 400, "invalid_argument"),
+               ({"name": "x", "files": {"/proc/x": "y"}}, 400, "invalid_argument"),
+               ({"name": "x", "from": "postgres"}, 400, "invalid_argument"),
+               ({"name": "x", "from": "nothing"}, 400, "invalid_argument"),
+               ({"name": "x", "env": {"1A": "b"}}, 400, "invalid_argument"),
+               ({"name": "x", "run": ["true"] * 33}, 400, "invalid_argument"),
+               ({"name": "x", "memory_mib": 4096}, 501, "not_implemented"),
+               ({"name": "base"}, 409, "conflict"),
+               ({"name": "x", "surprise": 1}, 400, "invalid_argument")]
+        for body, status, code in bad:
+            self.assertError(self.api.call("POST", "/v1/templates", body), status, code)
+        self.assertError(self.api.call("GET", "/v1/templates/nothing/build"), 404,
+                         "template_not_found")
+        self.assertError(self.api.call("DELETE", "/v1/templates/nothing"), 404,
+                         "template_not_found")
+        self.assertEqual(self.custom_dirs(), [])
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--images", default=os.environ.get("PANDASTACK_IMAGES", "var/images"))
+    args, rest = p.parse_known_args()
+    args.images = os.path.abspath(args.images)
+    harness.ARGS = args
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
