@@ -49,6 +49,7 @@ struct RuntimeConfig {
   // not offered (501). Its templates/ folder beside it holds the shipped recipes they build on.
   std::filesystem::path template_builder;
   uint32_t max_template_builds = 1;  // at once on this host (more: 429)
+  uint32_t max_templates = 10;       // custom templates per tenant (built, building or failed)
   vmm::Accel accel = vmm::Accel::tcg;
   unsigned vcpus = 1;
   unsigned memory_mib = 256;

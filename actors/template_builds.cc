@@ -200,6 +200,7 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
   {
     std::lock_guard g(mu_);
     if (stopping_) return Rejection{"unavailable", "the daemon is stopping"};
+    if (auto no = over_quota(tenant, id)) return *no;
     if (running_ >= cfg.max_template_builds) {
       auto it = states_.find(id);
       if (it != states_.end() && it->second.status == TemplateStatus::building)
@@ -346,11 +347,25 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   finish(std::nullopt);
 }
 
+std::optional<Rejection> TemplateBuilds::over_quota(const std::string& tenant,
+                                                    const std::string& id) const {
+  size_t n = 0;
+  for (auto& [other, s] : states_)
+    if (s.tenant == tenant && other != id && s.status != TemplateStatus::deleted &&
+        s.status != TemplateStatus::none)
+      ++n;
+  if (n >= env_.config.max_templates)
+    return Rejection{"quota_exceeded", "you have " + std::to_string(n) +
+                                           " templates, the most you may have: delete one"};
+  return std::nullopt;
+}
+
 std::optional<Rejection> TemplateBuilds::check_publish(const std::string& tenant,
                                                        const std::string& name) {
   if (fs::exists(env_.config.images_dir / name) && !name.empty())
     return Rejection{"conflict", "'" + name + "' is a shipped template's name"};
   std::lock_guard g(mu_);
+  if (auto no = over_quota(tenant, template_id(tenant, name))) return no;
   TemplateState none;
   auto it = states_.find(template_id(tenant, name));
   auto d = decide(it == states_.end() ? none : it->second,

@@ -83,6 +83,8 @@ class TemplateBuilds {
   std::optional<std::string> resolve(const std::string& tenant, const std::string& name);
 
  private:
+  // quota_exceeded when `tenant` has max_templates others than `id` (under mu_).
+  std::optional<Rejection> over_quota(const std::string& tenant, const std::string& id) const;
   // decide, persist, apply, under mu_.
   Reply<TemplateState> command(const std::string& id, const TemplateCommand& c);
   void run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress);

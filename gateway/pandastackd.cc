@@ -68,6 +68,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --quota-rps N, --quota-volumes N, --quota-volume-mib N
                       every tenant's quotas unless an admin set its own (PUT /v1/quotas/{tenant});
                       defaults 50, 32768, 100, 65536, 50, 32768, 64, 32, 500, 100, 262144
+  --quota-templates N custom templates per tenant: built, building or failed (default 10)
+  --template-builds N template builds at once on this host (default 1; more: 429)
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
@@ -189,6 +191,10 @@ int main(int argc, char** argv) {
       config.quotas.volume_mib = parse_u32(a, value());
     else if (a == "--quota-rps")
       config.quotas.requests_per_second = parse_u32(a, value());
+    else if (a == "--quota-templates")
+      config.max_templates = parse_u32(a, value());
+    else if (a == "--template-builds")
+      config.max_template_builds = parse_u32(a, value());
     else if (a == "--host-headroom")
       config.host_headroom_percent = parse_u32(a, value());
     else if (a == "--vm-cpu-weight")

@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Api, Daemon  # noqa: E402
 
-FLAGS = ("--network", "off", "--pool-size", "1", "--spare-pool-size", "0")
+FLAGS = ("--network", "off", "--pool-size", "1", "--spare-pool-size", "0",
+         "--quota-templates", "3")
 
 
 class TemplateTest(unittest.TestCase):
@@ -188,6 +189,21 @@ class TemplateTest(unittest.TestCase):
         # One published from a sandbox of it keeps it.
         s, t2 = self.api.call("POST", f"/v1/sandboxes/{kids[0]}/template", {"name": "mine2"})
         self.assertEqual((s, t2.get("from")), (201, "mine"), t2)
+        # At most 3 templates per tenant here (--quota-templates 3).
+        def customs():
+            s, b = self.api.call("GET", "/v1/templates")
+            return [t["name"] for t in b["templates"] if t["kind"] == "custom"]
+        fillers = []
+        while len(customs()) < 3:
+            fillers.append(f"fill-{len(fillers)}")
+            s, t = self.api.call("POST", f"/v1/sandboxes/{kids[1]}/template", {"name": fillers[-1]})
+            self.assertEqual(s, 201, t)
+        self.assertError(self.api.call("POST", f"/v1/sandboxes/{kids[1]}/template",
+                                       {"name": "one-more"}), 429, "quota_exceeded")
+        self.assertError(self.api.call("POST", "/v1/templates", {"name": "one-more"}),
+                         429, "quota_exceeded")
+        for f in fillers:
+            self.assertEqual(self.api.call("DELETE", f"/v1/templates/{f}")[0], 200)
         for k in kids + [src["id"]]:
             self.api.call("DELETE", f"/v1/sandboxes/{k}")
         self.assertError(self.api.call("DELETE", "/v1/templates/mine"), 409, "template_in_use")

@@ -1,10 +1,12 @@
-// Decoding persisted events and state (actors/event_codec.h, volume_codec.h, database_codec.h):
+// Decoding persisted events and state (actors/event_codec.h, volume_codec.h, database_codec.h,
+// custom_template_codec.h):
 // recovery reads whatever the store holds. Undecodable bytes are refused, never a crash; what
 // decodes encodes and decodes again to the same JSON rendering.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
+#include "actors/custom_template_codec.h"
 #include "actors/database_codec.h"
 #include "actors/event_codec.h"
 #include "actors/volume_codec.h"
@@ -23,6 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto d = decode_database_event(bytes)) {
     auto again = decode_database_event(encode_database_event(*d));
     if (!again || database_event_to_json(*again) != database_event_to_json(*d)) std::abort();
+  }
+  if (auto t = decode_template_event(bytes)) {
+    auto again = decode_template_event(encode_template_event(*t));
+    if (!again || template_event_to_json(*again) != template_event_to_json(*t)) std::abort();
   }
   if (auto s = decode_state(bytes)) (void)encode_state(*s);
   return 0;
