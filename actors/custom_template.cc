@@ -139,6 +139,25 @@ struct Decider {
   int64_t now;
   const TemplateLimits& limits;
 
+  // A template made under `name`: a valid name, and none of it building or ready.
+  std::optional<Rejection> check_new(const std::string& name) const {
+    if (!valid_template_name(name, limits))
+      return bad("name: 1.." + std::to_string(limits.max_name_bytes) +
+                 " of a-z, 0-9 and '-', not starting with '-'");
+    if (s.status == TemplateStatus::building)
+      return Rejection{"conflict", "template " + name + " is being built"};
+    if (s.status == TemplateStatus::ready)
+      return Rejection{"conflict", "template " + name + " exists: delete it first"};
+    return std::nullopt;
+  }
+
+  // Finish and Fail end a build.
+  std::optional<Rejection> check_building() const {
+    if (s.status != TemplateStatus::building)
+      return Rejection{"invalid_state", "template " + s.name + " is not being built"};
+    return std::nullopt;
+  }
+
   TemplateEvent event(TemplateEvent::Kind k) const {
     TemplateEvent e;
     e.kind = k;
@@ -147,13 +166,7 @@ struct Decider {
   }
 
   TemplateDecision operator()(const tcmd::Build& c) const {
-    if (!valid_template_name(c.name, limits))
-      return bad("name: 1.." + std::to_string(limits.max_name_bytes) +
-                 " of a-z, 0-9 and '-', not starting with '-'");
-    if (s.status == TemplateStatus::building)
-      return Rejection{"conflict", "template " + c.name + " is being built"};
-    if (s.status == TemplateStatus::ready)
-      return Rejection{"conflict", "template " + c.name + " exists: delete it first"};
+    if (auto r = check_new(c.name)) return *r;
     if (auto r = check_spec(c.spec, limits)) return *r;
     auto e = event(TemplateEvent::Kind::build_started);
     e.tenant = c.tenant;
@@ -163,13 +176,7 @@ struct Decider {
   }
 
   TemplateDecision operator()(const tcmd::Publish& c) const {
-    if (!valid_template_name(c.name, limits))
-      return bad("name: 1.." + std::to_string(limits.max_name_bytes) +
-                 " of a-z, 0-9 and '-', not starting with '-'");
-    if (s.status == TemplateStatus::building)
-      return Rejection{"conflict", "template " + c.name + " is being built"};
-    if (s.status == TemplateStatus::ready)
-      return Rejection{"conflict", "template " + c.name + " exists: delete it first"};
+    if (auto r = check_new(c.name)) return *r;
     auto e = event(TemplateEvent::Kind::published);
     e.tenant = c.tenant;
     e.name = c.name;
@@ -181,8 +188,7 @@ struct Decider {
   }
 
   TemplateDecision operator()(const tcmd::Finish& c) const {
-    if (s.status != TemplateStatus::building)
-      return Rejection{"invalid_state", "template " + s.name + " is not being built"};
+    if (auto r = check_building()) return *r;
     auto e = event(TemplateEvent::Kind::built);
     e.build_ms = c.build_ms;
     e.size_bytes = c.size_bytes;
@@ -190,8 +196,7 @@ struct Decider {
   }
 
   TemplateDecision operator()(const tcmd::Fail& c) const {
-    if (s.status != TemplateStatus::building)
-      return Rejection{"invalid_state", "template " + s.name + " is not being built"};
+    if (auto r = check_building()) return *r;
     auto e = event(TemplateEvent::Kind::build_failed);
     e.error = c.error;
     e.log_tail = c.log_tail;
@@ -271,8 +276,7 @@ TemplateState apply(TemplateState s, const TemplateEvent& e) {
       s.created_at_ms = s.ended_at_ms = e.at_ms;
       break;
     case K::deleted:
-      if (s.status != TemplateStatus::ready && s.status != TemplateStatus::failed)
-        impossible(s, e);
+      if (s.status != TemplateStatus::ready && s.status != TemplateStatus::failed) impossible(s, e);
       s.status = TemplateStatus::deleted;
       s.ended_at_ms = e.at_ms;
       break;

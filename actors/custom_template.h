@@ -50,9 +50,9 @@ struct TemplateEvent {
   enum class Kind { build_started, built, build_failed, deleted, published };
   Kind kind = Kind::build_started;
   int64_t at_ms = 0;
-  std::string tenant, name;  // build_started, published
-  TemplateSpec spec;         // build_started; published: from, network
-  std::string sandbox;       // published: the sandbox it was made from
+  std::string tenant, name;               // build_started, published
+  TemplateSpec spec;                      // build_started; published: from, network
+  std::string sandbox;                    // published: the sandbox it was made from
   uint64_t build_ms = 0, size_bytes = 0;  // built (size_bytes: published too)
   std::string error, log_tail;            // build_failed
 };

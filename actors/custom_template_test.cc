@@ -98,12 +98,15 @@ TEST(CustomTemplate, ASpecIsCheckedBeforeAnythingIsBuilt) {
   EXPECT_EQ(refusal(s, with([](auto& p) { p.packages = {"jq; rm -rf /"}; })), "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.packages = {"-f"}; })), "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"relative", ""}}; })), "invalid_argument");
-  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/a/../etc/x", ""}}; })),
-            "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/a/../etc/x", ""}}; })), "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/proc/x", ""}}; })), "invalid_argument");
-  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/x", std::string(2 << 20, 'a')}}; })),
+  EXPECT_EQ(refusal(s, with([](auto& p) {
+                      p.files = {{"/x", std::string(2 << 20, 'a')}};
+                    })),
             "invalid_argument");
-  EXPECT_EQ(refusal(s, with([](auto& p) { p.files = {{"/x", std::string("a\0b", 3)}}; })),
+  EXPECT_EQ(refusal(s, with([](auto& p) {
+                      p.files = {{"/x", std::string("a\0b", 3)}};
+                    })),
             "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.run = {""}; })), "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.run = std::vector<std::string>(33, "true"); })),

@@ -1,12 +1,12 @@
 #include "actors/env.h"
 
-#include "vmm-driver/images.h"
-
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 
 #include <fstream>
+
+#include "vmm-driver/images.h"
 
 namespace pandastack::actors {
 
@@ -121,8 +121,9 @@ vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string
 }
 
 std::optional<Env::DataVolume> Env::template_data_volume(const std::string& template_name) const {
-  std::ifstream spec(vmm::template_dir(config.images_dir, config.custom_templates_dir, template_name) /
-                     "data_volume");
+  std::ifstream spec(
+      vmm::template_dir(config.images_dir, config.custom_templates_dir, template_name) /
+      "data_volume");
   DataVolume d;
   if (!(spec >> d.mib >> d.mount)) return std::nullopt;
   return d;

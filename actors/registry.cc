@@ -424,33 +424,33 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (!ir.arrivals.empty())
           // A migration with volumes: they are recorded here first (as they were on the host
           // they left), then attached to it in the slots its guest has them in.
-          return create_all(self, ir.ids, [self, ir](uint32_t, std::string id,
-                                                     std::function<void(Answer)> then) {
-            registry_volumes::arrive(
-                self, ir.create.tenant, ir.arrivals, ir.received, ir.from_host,
-                [self, ir, id, then](registry_volumes::Inherited r) mutable {
-                  if (auto* no = std::get_if<Rejection>(&r)) return then(Answer::fail(*no));
-                  auto req = ir.create;
-                  req.volumes = std::get<std::vector<CreateRequest::Volume>>(r);
-                  std::vector<std::string> vols;
-                  for (auto& v : req.volumes) vols.push_back(v.volume);
-                  create_then(
-                      self, req, ir.parent, ir.snapshot_id,
-                      [self, then, vols, id, from = ir.from_host](Answer ans) mutable {
-                        if (!ans.ok) registry_volumes::send_back(self, vols, from, id);
-                        then(ans);
-                      },
-                      {}, id);
-                });
-          });
+          return create_all(
+              self, ir.ids, [self, ir](uint32_t, std::string id, std::function<void(Answer)> then) {
+                registry_volumes::arrive(
+                    self, ir.create.tenant, ir.arrivals, ir.received, ir.from_host,
+                    [self, ir, id, then](registry_volumes::Inherited r) mutable {
+                      if (auto* no = std::get_if<Rejection>(&r)) return then(Answer::fail(*no));
+                      auto req = ir.create;
+                      req.volumes = std::get<std::vector<CreateRequest::Volume>>(r);
+                      std::vector<std::string> vols;
+                      for (auto& v : req.volumes) vols.push_back(v.volume);
+                      create_then(
+                          self, req, ir.parent, ir.snapshot_id,
+                          [self, then, vols, id, from = ir.from_host](Answer ans) mutable {
+                            if (!ans.ok) registry_volumes::send_back(self, vols, from, id);
+                            then(ans);
+                          },
+                          {}, id);
+                    });
+              });
         if (!ir.fork_volumes.empty())
           // A fork's children: copies of the parent's read-write volumes (the snapshot's), the
           // last child taking the snapshot's own.
-          return create_all(self, ir.ids, [self, ir](uint32_t i, std::string,
-                                                     std::function<void(Answer)> then) {
-            create_from(self, ir.create, ir.parent, ir.snapshot_id, ir.fork_volumes,
-                        "fork:" + ir.parent, i + 1 == ir.ids.size(), then);
-          });
+          return create_all(
+              self, ir.ids, [self, ir](uint32_t i, std::string, std::function<void(Answer)> then) {
+                create_from(self, ir.create, ir.parent, ir.snapshot_id, ir.fork_volumes,
+                            "fork:" + ir.parent, i + 1 == ir.ids.size(), then);
+              });
         return create_all(self, ir.ids,
                           [self, ir](uint32_t, std::string id, std::function<void(Answer)> then) {
                             start_sandbox(self, ir.create, ir.parent, ir.snapshot_id, then, id);

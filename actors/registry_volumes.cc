@@ -233,7 +233,7 @@ void arrive(RegistrySelf* self, const std::string& tenant,
               }
               auto actor = spawn_volume(self, s);
               auto& v = a.volume;
-              vcmd::Arrive c{tenant,    v.name,     v.origin,        from_host,
+              vcmd::Arrive c{tenant,     v.name,     v.origin,        from_host,
                              v.size_mib, v.metadata, v.created_at_ms, v.snapshots};
               auto done = [self, col, wanted, then, from_host, id = s.id](Answer ans) {
                 if (ans.ok) {

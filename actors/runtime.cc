@@ -13,6 +13,7 @@
 #include <stop_token>
 
 #include "actors/cluster.h"
+#include "actors/custom_template_codec.h"
 #include "actors/database_codec.h"
 #include "actors/env.h"
 #include "actors/event_codec.h"
@@ -20,7 +21,6 @@
 #include "actors/recovery.h"
 #include "actors/registry.h"
 #include "actors/runtime_impl.h"
-#include "actors/custom_template_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
@@ -135,8 +135,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
         spdlog::warn("quotas of {}: unreadable record, the defaults apply", key.substr(6));
     }
   }
-  env.templates = std::make_unique<vmm::TemplateStore>(env.io, config.images_dir,
-                                                       config.custom_templates_dir);
+  env.templates =
+      std::make_unique<vmm::TemplateStore>(env.io, config.images_dir, config.custom_templates_dir);
   if (config.network) {
     auto pool = vmm::SubnetPool::parse(config.net.pool_cidr);
     if (!pool) return Rejection{"invalid_argument", "subnet pool: " + pool.error().message};

@@ -104,9 +104,10 @@ std::optional<Rejection> Runtime::claim_all(const std::vector<SandboxInfo>& made
 
 Reply<VolumeInfo> Runtime::volume_left(const std::string& tenant, const std::string& id,
                                        const std::string& host, const std::string& sandbox) {
-  return to_reply<VolumeInfo>(impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
-                                                           VolumeCommand{vcmd::Leave{host, sandbox}})),
-                              [](const Answer& a) { return a.volume; });
+  return to_reply<VolumeInfo>(
+      impl_->ask(caf::make_message(volroute_atom::value, tenant, id,
+                                   VolumeCommand{vcmd::Leave{host, sandbox}})),
+      [](const Answer& a) { return a.volume; });
 }
 
 Reply<SandboxInfo> Runtime::migrated_away(const std::string& tenant, const std::string& id,

@@ -51,8 +51,8 @@ Reply<TemplateState> Runtime::publish_template(const std::string& tenant, const 
     drop();
     return Rejection{"internal", "the sandbox's snapshot: " + loaded.error().message};
   }
-  auto published = impl_->builds->publish(tenant, name, id, info->template_name,
-                                          info->network, *loaded);
+  auto published =
+      impl_->builds->publish(tenant, name, id, info->template_name, info->network, *loaded);
   drop();
   return published;
 }

@@ -88,11 +88,11 @@ uint64_t disk_usage(const fs::path& dir) {
 // debootstrap's progress lines, as a share of the root file system stage (5..70%).
 int rootfs_percent(const std::string& line) {
   static const std::pair<const char*, int> marks[] = {
-      {"I: Retrieving Release", 8},   {"I: Resolving dependencies", 12},
-      {"I: Retrieving ", 20},         {"I: Validating ", 30},
-      {"I: Extracting ", 40},         {"I: Installing core", 48},
-      {"I: Unpacking required", 52},  {"I: Configuring required", 56},
-      {"I: Unpacking the base", 60},  {"I: Configuring the base", 64},
+      {"I: Retrieving Release", 8},     {"I: Resolving dependencies", 12},
+      {"I: Retrieving ", 20},           {"I: Validating ", 30},
+      {"I: Extracting ", 40},           {"I: Installing core", 48},
+      {"I: Unpacking required", 52},    {"I: Configuring required", 56},
+      {"I: Unpacking the base", 60},    {"I: Configuring the base", 64},
       {"I: Base system installed", 68}, {"[guest] rootfs ready", 70}};
   int p = 0;
   for (auto& [prefix, pct] : marks)
@@ -186,8 +186,7 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
                      "template builds are not offered by this daemon (no guest image build: "
                      "--template-builder)"};
   if (!valid_template_name(name))
-    return Rejection{"invalid_argument",
-                     "name: 1..40 of a-z, 0-9 and '-', not starting with '-'"};
+    return Rejection{"invalid_argument", "name: 1..40 of a-z, 0-9 and '-', not starting with '-'"};
   // Only a shipped template's recipe, one without a baked data volume.
   auto recipe = cfg.template_builder.parent_path() / "templates" / (spec.from + ".recipe");
   if (!valid_template_name(spec.from) || !fs::exists(recipe) ||
@@ -206,8 +205,9 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
       if (it != states_.end() && it->second.status == TemplateStatus::building)
         return Rejection{"conflict", "template " + name + " is being built"};
       return Rejection{"too_many_requests",
-                       std::to_string(running_) + " template build(s) running on this host, the "
-                       "most it runs at once: try again when one has ended"};
+                       std::to_string(running_) +
+                           " template build(s) running on this host, the "
+                           "most it runs at once: try again when one has ended"};
     }
     ++running_;  // (taken before the record: two builds of one name race to the record below)
   }
@@ -263,7 +263,8 @@ Reply<std::filesystem::path> TemplateBuilds::write_recipe(const TemplateSpec& sp
   if (!spec.run.empty()) {
     r << "bake_script=bake.sh\n";
     std::ofstream b(work / "bake.sh");
-    b << "#!/bin/sh\n# The template's commands, run as root in its guest before the bake.\nset -e\n";
+    b << "#!/bin/sh\n# The template's commands, run as root in its guest before the bake.\nset "
+         "-e\n";
     for (auto& [k, v] : spec.env) b << "export " << k << "=" << sh_quote(v) << "\n";
     b << "cd /workspace 2>/dev/null || cd /\n";
     for (auto& c : spec.run) b << "echo " << sh_quote("+ " + c) << "\n" << c << "\n";
@@ -313,12 +314,11 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   auto recipe = write_recipe(spec, work);
   if (!recipe) return finish(recipe.error().message);
   progress->at("rootfs", 5);
-  log("building the root file system: " + spec.from + (spec.packages.empty() ? "" : " + ") +
-      [&] {
-        std::string p;
-        for (auto& x : spec.packages) p += (p.empty() ? "" : " ") + x;
-        return p;
-      }());
+  log("building the root file system: " + spec.from + (spec.packages.empty() ? "" : " + ") + [&] {
+    std::string p;
+    for (auto& x : spec.packages) p += (p.empty() ? "" : " ") + x;
+    return p;
+  }());
   auto built = vmm::run_logged(
       {cfg.template_builder.string(), "rootfs", image.string(), recipe->string()},
       {"PANDASTACK_DEBOOTSTRAP_CACHE=" + (cfg.data_dir / "template-cache").string(),
@@ -335,8 +335,10 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   }
   if (cancelled()) return finish("the daemon stopped");
   // The guest reads it through its jail's bind mount: readable, not writable, by others.
-  fs::permissions(image, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                             fs::perms::others_read | fs::perms::others_exec, ec);
+  fs::permissions(image,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
   progress->at("bake", 75);
   log("baking: a cold boot, the template's commands in the guest, a snapshot");
   auto baked = env_.templates->baked(id, env_.vm_config(id, "shape", "shape"), log);
@@ -389,8 +391,10 @@ Reply<TemplateState> TemplateBuilds::publish(const std::string& tenant, const st
     return Rejection{"storage_error", "publishing the template: " + why};
   };
   if (ec) return fail(ec.message());
-  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                           fs::perms::others_read | fs::perms::others_exec, ec);
+  fs::permissions(dir,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
   // Its disk chain ends in the root file system of the template its sandbox was made from (that
   // one cannot be deleted while this one exists); its key names this snapshot.
   auto base = vmm::template_dir(cfg.images_dir, cfg.custom_templates_dir, from) / "rootfs.qcow2";

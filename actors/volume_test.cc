@@ -140,8 +140,8 @@ TEST(Volume, EventsSurviveTheirPersistedForm) {
       vcmd::Snapshot{"vsnap_2", ""},
       vcmd::DeleteSnapshot{"vsnap_1"},
       vcmd::Leave{"h2", ""},
-      vcmd::Arrive{"acme", "data", "fork:sbx_0:vol_b", "h2", 100, {{"a", "b"}}, 5,
-                   {{"vsnap_2", 100, kNow}}},
+      vcmd::Arrive{
+          "acme", "data", "fork:sbx_0:vol_b", "h2", 100, {{"a", "b"}}, 5, {{"vsnap_2", 100, kNow}}},
       vcmd::Delete{}};
   VolumeState replayed = s;
   for (auto& c : cmds) {

@@ -151,8 +151,8 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
         auto session = session_with(c.gw, host);
         auto shipped = unwrap(session->ship(*loaded));
         double ship_ms = ms_since(t0);
-        PeerSession::Start s{shipped.snapshot,     c.tenant(), c.id, std::vector<std::string>(n),
-                             sandbox_json(parent), false,     volumes};
+        PeerSession::Start s{shipped.snapshot,     c.tenant(), c.id,   std::vector<std::string>(n),
+                             sandbox_json(parent), false,      volumes};
         auto kids = unwrap(session->start(s));
         std::vector<std::string> ids;
         for (auto& k : kids) {
@@ -188,8 +188,9 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
   auto& cluster = cluster_of(c, "fork");
   auto parent = unwrap(c.gw.rt.get(c.tenant(), c.id));
   auto to = cluster.place(parent.template_name, "");
-  if (!to || to->self ||
-      std::any_of(parent.volumes.begin(), parent.volumes.end(), [](auto& v) { return v.read_only; }))
+  if (!to || to->self || std::any_of(parent.volumes.begin(), parent.volumes.end(), [](auto& v) {
+        return v.read_only;
+      }))
     throw ApiError{full.code, full.message};
   spdlog::info("cluster: fork of {}: this host is full, the children go to host {}", c.id, to->id);
   return fork_across_hosts(c, count, {to->id});

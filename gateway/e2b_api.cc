@@ -186,7 +186,8 @@ HttpReply list(Call& c) {
   });
   int64_t limit = query_int(c.r, "limit", 1000, 1000000);
   for (auto& s : all) {
-    if (!tpl.empty() && actors::template_display_name(s.template_name) != template_for(tpl)) continue;
+    if (!tpl.empty() && actors::template_display_name(s.template_name) != template_for(tpl))
+      continue;
     if (int64_t(out.size()) >= limit) break;
     out.push(detail_obj(s, false));
   }

@@ -48,13 +48,12 @@ std::string name_param(const Request& r) {
 }
 
 HttpReply build(Call& c) {
-  Fields f(c.r.json(), {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
-                        "vcpus"});
+  Fields f(c.r.json(),
+           {"name", "from", "packages", "files", "run", "env", "network", "memory_mib", "vcpus"});
   if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
   const auto& cfg = c.gw.rt.config();
   // One shape per host (its guests' memory and vCPUs): a template may not ask for another.
-  if (f.has("memory_mib") &&
-      f.integer("memory_mib", 0, 1, 1 << 20) != int64_t(cfg.memory_mib))
+  if (f.has("memory_mib") && f.integer("memory_mib", 0, 1, 1 << 20) != int64_t(cfg.memory_mib))
     throw ApiError{"not_implemented", "templates of another memory size than this host's " +
                                           std::to_string(cfg.memory_mib) + " MiB are not built"};
   if (f.has("vcpus") && f.integer("vcpus", 0, 1, 1024) != int64_t(cfg.vcpus))
@@ -104,26 +103,25 @@ std::vector<Route> template_routes() {
             [](Call& c) {
               Fields f(c.r.json(), {"name"});
               if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
-              return json_reply(201, custom_json(unwrap(c.gw.rt.publish_template(
-                                         c.tenant(), c.id, f.str("name")))));
+              return json_reply(
+                  201,
+                  custom_json(unwrap(c.gw.rt.publish_template(c.tenant(), c.id, f.str("name")))));
             }),
       route(M::GET, "/v1/templates/{name}", "One of your templates",
             [](Call& c) {
-              return json_reply(200,
-                                custom_json(unwrap(c.gw.rt.custom_template(c.tenant(),
-                                                                           name_param(c.r)))));
+              return json_reply(
+                  200, custom_json(unwrap(c.gw.rt.custom_template(c.tenant(), name_param(c.r)))));
             }),
       route(M::DELETE, "/v1/templates/{name}",
             "Delete one of your templates (409 while sandboxes of it have not ended)",
             [](Call& c) {
-              return json_reply(200,
-                                custom_json(unwrap(c.gw.rt.delete_template(c.tenant(),
-                                                                           name_param(c.r)))));
+              return json_reply(
+                  200, custom_json(unwrap(c.gw.rt.delete_template(c.tenant(), name_param(c.r)))));
             }),
       // (served by Server::produce: no plain form)
       route(M::GET, "/v1/templates/{name}/build",
-            "A build's progress as server-sent events: stage, log lines, then its end",
-            nullptr, {}, Route::Kind::stream),
+            "A build's progress as server-sent events: stage, log lines, then its end", nullptr, {},
+            Route::Kind::stream),
   };
 }
 

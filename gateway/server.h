@@ -90,6 +90,7 @@ std::vector<Route> volume_routes();    // volumes
 std::vector<Route> database_routes();  // managed databases
 std::vector<Route> code_routes();      // the code interpreter and its contexts
 std::vector<Route> template_routes();  // templates: shipped ones, custom builds
+std::vector<Route> dashboard_routes();  // the dashboard's page and files (dashboard.cc)
 Json template_json(const actors::TemplateState& t);  // a custom template as the API shows it
 std::vector<Route> e2b_api_routes();   // E2B's control plane (e2b_api.cc)
 std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (e2b_envd.cc)

@@ -9,6 +9,7 @@ PACKAGES=(
   iproute2 nftables libnftables-dev python3 python3-httpx nodejs
   postgresql-client python3-psycopg2 clang libclang-rt-14-dev
   etcd-server etcd-client
+  chromium fonts-dejavu-core
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -20,7 +20,8 @@ inline std::filesystem::path template_dir(const std::filesystem::path& images_di
 
 // A VmConfig for booting `template_name` from `images_dir` (a custom template's root file system
 // from `custom_dir`), running in `run_dir`.
-inline VmConfig config_for_template(const std::filesystem::path& images_dir, const std::string& template_name,
+inline VmConfig config_for_template(const std::filesystem::path& images_dir,
+                                    const std::string& template_name,
                                     const std::filesystem::path& run_dir,
                                     const std::filesystem::path& custom_dir = {}) {
   VmConfig c;

@@ -199,10 +199,10 @@ Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotO
   r->cache_ = layer_cache;
   for (size_t i = 0; i < offer.files.size(); ++i) {
     auto& n = offer.files[i].name;
-    r->paths_.push_back(i < 2                           ? dir / n
-                        : i < 2 + snap->layers.size()   ? snap->layer(n)
-                        : i < fixed                     ? snap->disks() / n
-                                                        : snap->disks() / "carried" / n);
+    r->paths_.push_back(i < 2                         ? dir / n
+                        : i < 2 + snap->layers.size() ? snap->layer(n)
+                        : i < fixed                   ? snap->disks() / n
+                                                      : snap->disks() / "carried" / n);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

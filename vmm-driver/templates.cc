@@ -124,11 +124,10 @@ Status run_bake_script(Vm& vm, const fs::path& image_dir, const BakeLog& log) {
       for (std::string line; std::getline(lines, line);) log(line);
     }
   if (r->exit_code != 0)
-    return make_error(ErrorCode::invalid_argument,
-                      "the template's bake.sh failed (exit " + std::to_string(r->exit_code) +
-                          "): " + r->stderr_data.substr(r->stderr_data.size() > 2000
-                                                            ? r->stderr_data.size() - 2000
-                                                            : 0));
+    return make_error(
+        ErrorCode::invalid_argument,
+        "the template's bake.sh failed (exit " + std::to_string(r->exit_code) + "): " +
+            r->stderr_data.substr(r->stderr_data.size() > 2000 ? r->stderr_data.size() - 2000 : 0));
   return Ok{};
 }
 

@@ -77,25 +77,25 @@ struct Options {
 };
 
 int usage() {
-  std::fprintf(
-      stderr,
-      "usage: pandastack-bench driver "
-      "boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-"
-      "pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare "
-      "[--n N] [--json] [--images DIR] "
-      "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
-      "       pandastack-bench storage append|append16|recovery [--n N]\n"
-      "       pandastack-bench api "
-      "create|create-volume|fork-volume|db-create|volume-throughput|exec|fork|wake|"
-      "concurrent-create|net-throughput [--url URL] "
-      "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
-      "[--pause-ms MS] [--n N] [--json]\n"
-      "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
-      "[--clients C] [--seconds S] [--create-body JSON]\n"
-      "       pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B [--key KEY] [--n N] "
-      "[--json]\n"
-      "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n "
-      "ROUNDS] [--json]\n");
+  std::fprintf(stderr,
+               "usage: pandastack-bench driver "
+               "boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-"
+               "pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare "
+               "[--n N] [--json] [--images DIR] "
+               "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
+               "       pandastack-bench storage append|append16|recovery [--n N]\n"
+               "       pandastack-bench api "
+               "create|create-volume|fork-volume|db-create|volume-throughput|exec|fork|wake|"
+               "concurrent-create|net-throughput [--url URL] "
+               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
+               "[--pause-ms MS] [--n N] [--json]\n"
+               "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
+               "[--clients C] [--seconds S] [--create-body JSON]\n"
+               "       pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B "
+               "[--key KEY] [--n N] "
+               "[--json]\n"
+               "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n "
+               "ROUNDS] [--json]\n");
   return 2;
 }
 

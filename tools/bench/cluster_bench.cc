@@ -76,8 +76,7 @@ std::string sandbox_with_state(HttpClient& a, const std::string& self, bool volu
   }
   Json created;
   if (!call(a, "POST", "/v1/sandboxes",
-            R"({"network":false,"placement":{"host":")" + self + R"("})" + volumes + "}",
-            &created))
+            R"({"network":false,"placement":{"host":")" + self + R"("})" + volumes + "}", &created))
     return "";
   std::string id = created["id"].as_string();
   if (!call(a, "POST", "/v1/sandboxes/" + id + "/exec",
@@ -174,9 +173,10 @@ int cluster_bench(const std::string& scenario, const std::string& url, const std
   if ((scenario != "route" && scenario != "fork" && scenario != "migrate" &&
        scenario != "migrate-volume") ||
       url.empty() || via.empty()) {
-    std::fprintf(stderr,
-                 "usage: pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B "
-                 "[--n N]\n");
+    std::fprintf(
+        stderr,
+        "usage: pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B "
+        "[--n N]\n");
     return 2;
   }
   if (scenario != "route") {
@@ -184,9 +184,9 @@ int cluster_bench(const std::string& scenario, const std::string& url, const std
     Json ha, hb;
     if (!call(a, "GET", "/v1/hosts", "", &ha) || !call(b, "GET", "/v1/hosts", "", &hb)) return 1;
     std::string self = ha["self"].as_string(), other = hb["self"].as_string();
-    return scenario == "fork" ? fork_bench(a, other, self, n, json)
-                              : migrate_bench(a, self, other, n, json,
-                                              scenario == "migrate-volume");
+    return scenario == "fork"
+               ? fork_bench(a, other, self, n, json)
+               : migrate_bench(a, self, other, n, json, scenario == "migrate-volume");
   }
   HttpClient owner(url, key), other(via, key);
   Json hosts;

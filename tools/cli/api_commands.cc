@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -135,8 +136,7 @@ Opts parse(int argc, char** argv, int from) {
       static const char* known[] = {"--template", "--ttl",           "--state",        "--count",
                                     "--timeout",  "--cwd",           "--url",          "--key",
                                     "--egress",   "--on-timeout",    "--idle-timeout", "--size",
-                                    "--name",     "--from-snapshot", "--lines",
-                                    "--from"};
+                                    "--name",     "--from-snapshot", "--lines",        "--from"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);
@@ -296,6 +296,30 @@ void write_all(int fd, const std::string& data) {
   }
 }
 
+// Server-sent events from a stream's chunks: `on_event(event, data)` per data line.
+class SseReader {
+ public:
+  explicit SseReader(std::function<void(const std::string&, const Json&)> on_event)
+      : on_event_(std::move(on_event)) {}
+  void feed(const std::string& chunk) {
+    buf_ += chunk;
+    size_t nl;
+    while ((nl = buf_.find('\n')) != std::string::npos) {
+      std::string line = buf_.substr(0, nl);
+      buf_.erase(0, nl + 1);
+      if (line.rfind("event: ", 0) == 0) {
+        event_ = line.substr(7);
+      } else if (line.rfind("data: ", 0) == 0) {
+        if (auto d = Json::parse(line.substr(6))) on_event_(event_, *d);
+      }
+    }
+  }
+
+ private:
+  std::function<void(const std::string&, const Json&)> on_event_;
+  std::string buf_, event_;
+};
+
 int exec(Api& api, const Opts& o, const std::string& id) {
   if (o.cmd.empty()) usage("sandbox exec needs -- CMD [ARG...]");
   Json body = Json::object();
@@ -348,37 +372,26 @@ int exec(Api& api, const Opts& o, const std::string& id) {
     return exit_code(r["exit_code"].as_int(), r["timed_out"].as_bool());
   }
   // Streamed: output as it comes, then the command's exit code.
-  std::string buf, event;
   int code = 1;
   bool done = false;
-  auto r = api.http().stream("POST", path + "/stream", body.dump(), [&](const std::string& chunk) {
-    buf += chunk;
-    size_t nl;
-    while ((nl = buf.find('\n')) != std::string::npos) {
-      std::string line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      if (line.rfind("event: ", 0) == 0) {
-        event = line.substr(7);
-      } else if (line.rfind("data: ", 0) == 0) {
-        auto d = Json::parse(line.substr(6));
-        if (!d) continue;
-        if (event == "stdout" || event == "stderr") {
-          std::string data = (*d)["data"].as_string();
-          if ((*d)["encoding"].is_string()) data = base64_decode(data);
-          write_all(event == "stdout" ? 1 : 2, data);
-        } else if (event == "exit") {
-          bool timed_out = (*d)["timed_out"].as_bool();
-          code = exit_code((*d)["exit_code"].as_int(), timed_out);
-          if (timed_out) std::fprintf(stderr, "pandastack: the command timed out\n");
-          done = true;
-        } else if (event == "error") {
-          std::fprintf(stderr, "pandastack: %s: %s\n", (*d)["code"].as_string().c_str(),
-                       (*d)["message"].as_string().c_str());
-          done = true;
-        }
-      }
+  SseReader sse([&](const std::string& event, const Json& d) {
+    if (event == "stdout" || event == "stderr") {
+      std::string data = d["data"].as_string();
+      if (d["encoding"].is_string()) data = base64_decode(data);
+      write_all(event == "stdout" ? 1 : 2, data);
+    } else if (event == "exit") {
+      bool timed_out = d["timed_out"].as_bool();
+      code = exit_code(d["exit_code"].as_int(), timed_out);
+      if (timed_out) std::fprintf(stderr, "pandastack: the command timed out\n");
+      done = true;
+    } else if (event == "error") {
+      std::fprintf(stderr, "pandastack: %s: %s\n", d["code"].as_string().c_str(),
+                   d["message"].as_string().c_str());
+      done = true;
     }
   });
+  auto r = api.http().stream("POST", path + "/stream", body.dump(),
+                             [&](const std::string& chunk) { sse.feed(chunk); });
   if (r.status != 200) Api::fail(r);
   if (!done) std::fprintf(stderr, "pandastack: the stream ended early\n");
   return code;
@@ -411,47 +424,37 @@ int template_build(Api& api, const Opts& o, const std::string& name) {
   if (o.no_network) body.set("network", false);
   api.json("POST", "/v1/templates", body.dump());
   const bool bar = !o.json && ::isatty(2);
-  std::string buf, event;
   Json end;
   auto draw = [&](const std::string& stage, int64_t pct, const std::string& last) {
     int filled = int(pct * 30 / 100);
-    std::fprintf(stderr, "\r\033[K[%s%s] %3lld%% %-7s %.40s", std::string(size_t(filled), '#').c_str(),
+    std::fprintf(stderr, "\r\033[K[%s%s] %3lld%% %-7s %.40s",
+                 std::string(size_t(filled), '#').c_str(),
                  std::string(size_t(30 - filled), ' ').c_str(), static_cast<long long>(pct),
                  stage.c_str(), last.c_str());
   };
   std::string stage = "queued", last;
   int64_t pct = 0;
-  auto r = api.http().stream("GET", "/v1/templates/" + tools::url_encode(name) + "/build", "",
-                             [&](const std::string& chunk) {
-    buf += chunk;
-    size_t nl;
-    while ((nl = buf.find('\n')) != std::string::npos) {
-      std::string line = buf.substr(0, nl);
-      buf.erase(0, nl + 1);
-      if (line.rfind("event: ", 0) == 0) {
-        event = line.substr(7);
-        continue;
-      }
-      if (line.rfind("data: ", 0) != 0) continue;
-      auto d = Json::parse(line.substr(6));
-      if (!d) continue;
-      if (event == "stage") {
-        stage = (*d)["stage"].as_string();
-        pct = (*d)["percent"].as_int();
-        if (o.json) continue;
-        if (bar) draw(stage, pct, last);
-        else std::printf("== %s %lld%%\n", stage.c_str(), static_cast<long long>(pct));
-      } else if (event == "log") {
-        last = (*d)["line"].as_string();
-        if (o.json) continue;
-        if (bar) draw(stage, pct, last);
-        else std::printf("%s\n", last.c_str());
-      } else if (event == "end") {
-        end = *d;
-      }
-      std::fflush(stdout);
+  SseReader sse([&](const std::string& event, const Json& d) {
+    if (event == "stage") {
+      stage = d["stage"].as_string();
+      pct = d["percent"].as_int();
+      if (bar)
+        draw(stage, pct, last);
+      else if (!o.json)
+        std::printf("== %s %lld%%\n", stage.c_str(), static_cast<long long>(pct));
+    } else if (event == "log") {
+      last = d["line"].as_string();
+      if (bar)
+        draw(stage, pct, last);
+      else if (!o.json)
+        std::printf("%s\n", last.c_str());
+    } else if (event == "end") {
+      end = d;
     }
+    std::fflush(stdout);
   });
+  auto r = api.http().stream("GET", "/v1/templates/" + tools::url_encode(name) + "/build", "",
+                             [&](const std::string& chunk) { sse.feed(chunk); });
   if (bar) std::fprintf(stderr, "\n");
   if (r.status != 200) Api::fail(r);
   if (!end.is_object()) {
@@ -530,15 +533,16 @@ int api_main(int argc, char** argv) {
     need(2);
     Json body = Json::object();
     body.set("name", o.pos[1]);
-    auto t = api.json("POST", "/v1/sandboxes/" + tools::url_encode(o.pos[0]) + "/template",
-                      body.dump());
+    auto t =
+        api.json("POST", "/v1/sandboxes/" + tools::url_encode(o.pos[0]) + "/template", body.dump());
     if (o.json) return std::printf("%s\n", t.dump().c_str()), 0;
     std::printf("template %s ready (from %s)\n", t["name"].as_string().c_str(), o.pos[0].c_str());
     return 0;
   }
   if (group == "template" && (verb == "get" || verb == "delete")) {
     need(1);
-    auto t = api.json(verb == "get" ? "GET" : "DELETE", "/v1/templates/" + tools::url_encode(o.pos[0]));
+    auto t =
+        api.json(verb == "get" ? "GET" : "DELETE", "/v1/templates/" + tools::url_encode(o.pos[0]));
     if (o.json || verb == "get") std::printf("%s\n", t.dump().c_str());
     return 0;
   }

@@ -200,7 +200,12 @@ class Http {
         const line = buf.slice(0, nl).replace(/\r$/, "");
         buf = buf.slice(nl + 1);
         if (line.startsWith("event: ")) event = line.slice(7);
-        else if (line.startsWith("data: ")) yield { event, data: JSON.parse(line.slice(6)) };
+        else if (line.startsWith("data: ")) {
+          const data = JSON.parse(line.slice(6));
+          const kind = event;
+          event = "";
+          yield { event: kind, data };
+        }
       }
     }
   }
@@ -208,24 +213,10 @@ class Http {
   /** Server-sent events of an exec or process stream, as ExecEvents; an error event (the sandbox
    * stopped or hibernated meanwhile) throws its typed error. */
   async *sse(method, path, opts) {
-    const res = await this.call(method, path, opts);
-    const decoder = new TextDecoder();
-    let buf = "";
-    let event = "";
-    for await (const chunk of res.body) {
-      buf += decoder.decode(chunk, { stream: true });
-      let nl;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, nl).replace(/\r$/, "");
-        buf = buf.slice(nl + 1);
-        if (line.startsWith("event: ")) event = line.slice(7);
-        else if (line.startsWith("data: ")) {
-          const ev = toEvent(event, JSON.parse(line.slice(6)));
-          event = "";
-          if (ev.kind === "error") throw errorFor(ev.code, ev.message, 0);
-          yield ev;
-        }
-      }
+    for await (const { event, data } of this.events(method, path, opts)) {
+      const ev = toEvent(event, data);
+      if (ev.kind === "error") throw errorFor(ev.code, ev.message, 0);
+      yield ev;
     }
   }
 }
