@@ -84,7 +84,7 @@ async function sandboxes() {
       <th>Expires</th><th>Metadata</th></tr></thead><tbody id="rows"></tbody></table>`;
   const templates = (await api.get("/v1/templates")).templates.filter((t) => t.status === "ready");
   document.getElementById("template").innerHTML =
-    templates.map((t) => `<option>${esc(t.name)}</option>`).join("");
+    templates.map((t) => `<option${t.name === "base" ? " selected" : ""}>${esc(t.name)}</option>`).join("");
   document.getElementById("create").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     try {
@@ -274,7 +274,7 @@ async function templates() {
     <section class="card" aria-labelledby="h-build"><h2 id="h-build">Build a template</h2>
       <form id="build">
         <div class="row">
-          <label>Name <input id="t-name" required pattern="[a-z0-9][a-z0-9-]{0,39}"></label>
+          <label>Name <input id="t-name" required maxlength="40"></label>
           <label>From <select id="t-from"><option>base</option><option>code-interpreter</option></select></label>
           <label style="flex:1">Debian packages (space separated) <input id="t-packages" placeholder="jq git"></label>
         </div>
@@ -381,7 +381,7 @@ const hosts = () => table("Hosts", "/v1/hosts", "hosts", [
 ], "No hosts.");
 
 async function metrics() {
-  main.innerHTML = `<h1>Metrics</h1><div id="err"></div><div id="charts" class="grid"></div>`;
+  main.innerHTML = `<h1>Metrics</h1><div id="err"></div><div id="charts" class="grid charts"></div>`;
   const draw = async () => {
     try {
       const series = parseMetrics(await api.text("/metrics"));
