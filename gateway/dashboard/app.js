@@ -82,20 +82,20 @@ async function sandboxes() {
     <div id="err"></div>
     <table aria-label="Sandboxes"><thead><tr><th>ID</th><th>State</th><th>Template</th><th>Age</th>
       <th>Expires</th><th>Metadata</th></tr></thead><tbody id="rows"></tbody></table>`;
-  const templates = (await api.get("/v1/templates")).templates.filter((t) => t.status === "ready");
-  document.getElementById("template").innerHTML =
-    templates.map((t) => `<option${t.name === "base" ? " selected" : ""}>${esc(t.name)}</option>`).join("");
   document.getElementById("create").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     try {
       const s = await api.post("/v1/sandboxes", {
-        template: document.getElementById("template").value,
+        template: document.getElementById("template").value || "base",
         ttl_seconds: Number(document.getElementById("ttl").value) || undefined,
       });
       toast(`Created ${s.id}`);
       location.hash = `#/sandboxes/${s.id}`;
     } catch (e) { document.getElementById("err").innerHTML = errorBox(e); }
   });
+  const templates = (await api.get("/v1/templates")).templates.filter((t) => t.status === "ready");
+  document.getElementById("template").innerHTML =
+    templates.map((t) => `<option${t.name === "base" ? " selected" : ""}>${esc(t.name)}</option>`).join("");
   const draw = async () => {
     try {
       const list = (await api.get("/v1/sandboxes")).sandboxes;
@@ -148,7 +148,7 @@ async function sandbox(id) {
       </form></section>
     <div class="grid">
       <section class="card" aria-labelledby="h-net"><h2 id="h-net">Network and ports</h2><div id="net"></div></section>
-      <section class="card" aria-labelledby="h-snaps"><h2 id="h-snaps">Snapshots and forks</h2><div id="snaps"></div></section>
+      <section class="card" aria-labelledby="h-snaps"><h2 id="h-snaps">Snapshots and fork tree</h2><div id="snaps"></div></section>
     </div>`;
   const err = (e) => { document.getElementById("err").innerHTML = e ? errorBox(e) : ""; };
   const draw = async () => {
@@ -167,16 +167,21 @@ async function sandbox(id) {
       ? `<p>Egress: <code>${esc(s.egress?.mode ?? "")}</code> ${esc((s.egress?.cidrs || []).join(" "))}</p>
          <p>Ports: ${esc((s.ports || []).join(", ") || "none exposed")}</p>`
       : `<p class="muted">No network.</p>`;
-    document.getElementById("snaps").innerHTML = (s.snapshots || []).length
-      ? `<ul>${s.snapshots.map((x) => `<li class="mono">${esc(x)}</li>`).join("")}</ul>`
-      : `<p class="muted">No snapshots.</p>`;
+    // The fork tree around it: its parent, and its children (sandboxes forked from it).
+    const all = (await api.get("/v1/sandboxes")).sandboxes;
+    const link = (x) => `<a class="mono" href="#/sandboxes/${esc(x)}">${esc(x)}</a>`;
+    const kids = all.filter((x) => x.parent === id);
+    document.getElementById("snaps").innerHTML =
+      `<p>Snapshots: ${(s.snapshots || []).map((x) => `<span class="mono">${esc(x)}</span>`).join(", ") || "none"}</p>
+       <ul class="tree" aria-label="Fork tree"><li>${s.parent ? `${link(s.parent)} (parent)<ul><li>` : ""}<strong class="mono">${esc(id)}</strong>
+       ${kids.length ? `<ul>${kids.map((k) => `<li>${link(k.id)} ${state(k.state)}</li>`).join("")}</ul>` : ""}
+       ${s.parent ? "</li></ul>" : ""}</li></ul>`;
     const ev = (await api.get(`${base}/events`)).events;
     document.getElementById("events").innerHTML = ev.slice(-200).reverse().map((e) =>
       `<li><span class="muted">${when(e.time_ms)}</span> <strong>${esc(e.type)}</strong></li>`).join("");
     return s;
   };
-  try { await draw(); } catch (e) { return err(e); }
-  every(2000, async () => { try { await draw(); err(); } catch (e) { err(e); } });
+  // (its forms work before its first data arrives: every handler is in place first)
   main.querySelectorAll("button[data-act]").forEach((b) => b.addEventListener("click", async () => {
     const act = b.dataset.act;
     b.disabled = true;
@@ -260,6 +265,8 @@ async function sandbox(id) {
     } catch (e) { err(e); }
   });
   list();
+  try { await draw(); } catch (e) { return err(e); }
+  every(2000, async () => { try { await draw(); err(); } catch (e) { err(e); } });
 }
 
 // ------------------------------------------------------------------------------------------

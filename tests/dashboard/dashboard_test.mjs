@@ -137,6 +137,18 @@ test("hibernate and wake show as they happen, with their events", async () => {
   const events = page.locator("#events");
   await events.getByText("hibernated", { exact: true }).waitFor();
   await events.getByText("woke", { exact: true }).waitFor();
+  // A fork shows in its fork tree (and the child's page shows its parent).
+  await page.getByRole("button", { name: "Fork" }).click();
+  const tree = page.getByLabel("Fork tree");
+  const child = tree.getByRole("link");
+  await child.first().waitFor({ timeout: 60000 });
+  const childId = (await child.first().textContent()).trim();
+  assert.match(childId, /^sbx_/);
+  const parentId = page.url().split("/").pop();
+  await child.first().click();
+  await page.waitForURL(new RegExp(childId));
+  await page.getByLabel("Fork tree").getByRole("link", { name: parentId }).waitFor();
+  await shot("fork-tree");
   // The list page shows it, live.
   await page.getByRole("link", { name: "Sandboxes" }).first().click();
   await page.getByRole("cell", { name: "running" }).first().waitFor();
