@@ -139,7 +139,9 @@ build_rootfs() {
     log "rootfs $(basename "$recipe" .recipe) cached ($key)"; return 0
   fi
   local mirror; mirror=$(apt_mirror)
-  local tmp; tmp=$(mktemp -d /var/tmp/pandastack-rootfs.XXXXXX); trap 'rm -rf "$tmp"' RETURN
+  # (EXIT too: a failure dies inside this function; what debootstrap mounted goes first)
+  local tmp; tmp=$(mktemp -d /var/tmp/pandastack-rootfs.XXXXXX)
+  trap 'if [[ -n "${tmp:-}" ]]; then umount -R "$tmp/root/proc" "$tmp/root/sys" 2>/dev/null || true; rm -rf "$tmp"; fi' RETURN EXIT
   log "debootstrap $suite (+ $packages) — about a minute"
   local inc=()
   if [[ -n "$packages" ]]; then inc=(--include="$packages"); fi
