@@ -54,7 +54,7 @@ build_kernel() {
     log "kernel $pkg cached"; return 0
   fi
   log "fetching kernel $pkg"
-  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  local tmp; tmp=$(mktemp -d); trap 'if [[ -n "${tmp:-}" ]]; then rm -rf "$tmp"; fi' RETURN EXIT
   (cd "$tmp" && chmod 0755 . && apt-get download -q "$pkg" >/dev/null 2>&1) || die "apt-get download $pkg failed"
   dpkg -x "$tmp"/*.deb "$tmp/x"
   local version=${pkg#linux-image-}
@@ -90,7 +90,7 @@ build_initramfs() {
   if [[ -f "$out/key" && "$(cat "$out/key")" == "$key" && -f "$out/initramfs.cpio" ]]; then
     log "initramfs cached"; return 0
   fi
-  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  local tmp; tmp=$(mktemp -d); trap 'if [[ -n "${tmp:-}" ]]; then rm -rf "$tmp"; fi' RETURN EXIT
   mkdir -p "$tmp"/{bin,dev,proc,sys,newroot,lib/modules}
   cp /bin/busybox "$tmp/bin/busybox"
   ln -s busybox "$tmp/bin/sh"
