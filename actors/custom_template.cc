@@ -45,6 +45,13 @@ bool valid_template_name(const std::string& n, const TemplateLimits& limits) {
   return true;
 }
 
+std::optional<Rejection> check_template_name(const std::string& name,
+                                             const TemplateLimits& limits) {
+  if (valid_template_name(name, limits)) return std::nullopt;
+  return Rejection{"invalid_argument", "name: 1.." + std::to_string(limits.max_name_bytes) +
+                                           " of a-z, 0-9 and '-', not starting with '-'"};
+}
+
 std::string template_id(const std::string& tenant, const std::string& name) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -141,9 +148,7 @@ struct Decider {
 
   // A template made under `name`: a valid name, and none of it building or ready.
   std::optional<Rejection> check_new(const std::string& name) const {
-    if (!valid_template_name(name, limits))
-      return bad("name: 1.." + std::to_string(limits.max_name_bytes) +
-                 " of a-z, 0-9 and '-', not starting with '-'");
+    if (auto r = check_template_name(name, limits)) return r;
     if (s.status == TemplateStatus::building)
       return Rejection{"conflict", "template " + name + " is being built"};
     if (s.status == TemplateStatus::ready)
@@ -220,6 +225,21 @@ struct Decider {
                          to_string(s.status));
 }
 
+// A template's new life (a build started, or a sandbox published): nothing of an earlier one
+// (failed or deleted) is kept but its id and its stream's version.
+TemplateState begun(const TemplateState& s, const TemplateEvent& e, TemplateStatus status) {
+  if (s.status == TemplateStatus::building || s.status == TemplateStatus::ready) impossible(s, e);
+  TemplateState fresh;
+  fresh.id = s.id;
+  fresh.version = s.version;
+  fresh.status = status;
+  fresh.tenant = e.tenant;
+  fresh.name = e.name;
+  fresh.spec = e.spec;
+  fresh.created_at_ms = e.at_ms;
+  return fresh;
+}
+
 }  // namespace
 
 TemplateDecision decide(const TemplateState& state, const TemplateCommand& command, int64_t now_ms,
@@ -231,18 +251,7 @@ TemplateState apply(TemplateState s, const TemplateEvent& e) {
   using K = TemplateEvent::Kind;
   switch (e.kind) {
     case K::build_started:
-      if (s.status == TemplateStatus::building || s.status == TemplateStatus::ready)
-        impossible(s, e);
-      s.status = TemplateStatus::building;
-      s.sandbox.clear();
-      s.tenant = e.tenant;
-      s.name = e.name;
-      s.spec = e.spec;
-      s.created_at_ms = e.at_ms;
-      s.ended_at_ms = 0;
-      s.build_ms = s.size_bytes = 0;
-      s.error.clear();
-      s.log_tail.clear();
+      s = begun(s, e, TemplateStatus::building);
       break;
     case K::built:
       if (s.status != TemplateStatus::building) impossible(s, e);
@@ -259,21 +268,10 @@ TemplateState apply(TemplateState s, const TemplateEvent& e) {
       s.ended_at_ms = e.at_ms;
       break;
     case K::published:
-      if (s.status == TemplateStatus::building || s.status == TemplateStatus::ready)
-        impossible(s, e);
-      {
-        TemplateState fresh;
-        fresh.id = s.id;
-        fresh.version = s.version;
-        fresh.status = TemplateStatus::ready;
-        s = std::move(fresh);
-      }
-      s.tenant = e.tenant;
-      s.name = e.name;
-      s.spec = e.spec;
+      s = begun(s, e, TemplateStatus::ready);
       s.sandbox = e.sandbox;
       s.size_bytes = e.size_bytes;
-      s.created_at_ms = s.ended_at_ms = e.at_ms;
+      s.ended_at_ms = e.at_ms;
       break;
     case K::deleted:
       if (s.status != TemplateStatus::ready && s.status != TemplateStatus::failed) impossible(s, e);

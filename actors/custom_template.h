@@ -107,6 +107,9 @@ TemplateState apply(TemplateState state, const TemplateEvent& event);
 
 // A template name a tenant may use: 1..40 of [a-z0-9-], starting with a letter or digit.
 bool valid_template_name(const std::string& name, const TemplateLimits& limits = {});
+// invalid_argument (saying what a name is) unless `name` is a valid one.
+std::optional<Rejection> check_template_name(const std::string& name,
+                                             const TemplateLimits& limits = {});
 // The template id of `tenant`'s template `name` (its stream is "tpl_" + it, its image folder it).
 std::string template_id(const std::string& tenant, const std::string& name);
 // The name of a template id ("ml" for "ml.1a2b...", a shipped template's name unchanged).

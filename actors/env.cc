@@ -134,20 +134,15 @@ void Env::forget_template(const std::string& template_name) {
   std::vector<std::unique_ptr<vmm::SparePool>> gone_spares;
   {
     std::lock_guard lock(pools_mu);
-    for (auto it = pools.begin(); it != pools.end();) {
-      if (it->first == template_name || it->first == template_name + "-nonet") {
-        gone_pools.push_back(std::move(it->second.second));
-        it = pools.erase(it);
-      } else {
-        ++it;
+    for (auto networked : {true, false}) {  // (keyed by template and network mode: pool_mode)
+      auto key = template_name + pool_mode(networked).first;
+      if (auto p = pools.find(key); p != pools.end()) {
+        gone_pools.push_back(std::move(p->second.second));
+        pools.erase(p);
       }
-    }
-    for (auto it = spares.begin(); it != spares.end();) {
-      if (it->first == template_name || it->first == template_name + "-nonet") {
-        gone_spares.push_back(std::move(it->second));
-        it = spares.erase(it);
-      } else {
-        ++it;
+      if (auto s = spares.find(key); s != spares.end()) {
+        gone_spares.push_back(std::move(s->second));
+        spares.erase(s);
       }
     }
   }

@@ -220,7 +220,6 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, co
   return std::nullopt;
 }
 
-// What a command asks of its tenant's quotas, for the sandbox `i`.
 // What `n` new sandboxes take of their tenant's quotas (persistent ones may hibernate).
 QuotaAsk creates_ask(RegistrySelf* self, bool persistent, uint32_t n) {
   QuotaAsk ask;
@@ -233,6 +232,7 @@ QuotaAsk creates_ask(RegistrySelf* self, bool persistent, uint32_t n) {
   return ask;
 }
 
+// What a command asks of its tenant's quotas, for the sandbox `i`.
 QuotaAsk ask_of(const Command& c, const SandboxInfo& i, uint64_t mem) {
   QuotaAsk a;
   if (auto* f = std::get_if<cmd::Fork>(&c)) {

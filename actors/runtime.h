@@ -486,8 +486,9 @@ class Runtime {
   // Starts sandboxes from a received snapshot (all or none), then removes it. `claim`: records
   // them as this host's in the cluster (fork children; a migrated id is handed over instead).
   Reply<std::vector<SandboxInfo>> start_imported(const ImportRequest& request, bool claim);
-  // The files of the tenant's volume `id`: its own, then its snapshots' (a migration ships them).
-  Reply<std::vector<std::string>> volume_files(const std::string& tenant, const std::string& id);
+  // The files of volume `v` (as get_volume answered it: the tenant's): its own, then its
+  // snapshots' (a migration ships them).
+  std::vector<std::string> volume_files(const VolumeInfo& v);
   // Records sandboxes made here (and their own volumes) as this host's in the cluster: why not.
   std::optional<Rejection> claim_all(const std::vector<SandboxInfo>& made);
   // The tenant's volume `id` went to host `host` with sandbox `sandbox` (recorded as

@@ -12,6 +12,7 @@
 #include "storage/api_keys.h"
 #include "storage/etcd.h"
 #include "vmm-driver/snapshot.h"
+#include "vmm-driver/snapshot_transfer.h"
 
 namespace pandastack::actors {
 
@@ -50,13 +51,10 @@ Reply<std::string> Runtime::hibernation_folder(const std::string& tenant, const 
   return impl_->env->hibernated_dir(id).string();
 }
 
-Reply<std::vector<std::string>> Runtime::volume_files(const std::string& tenant,
-                                                      const std::string& id) {
-  auto v = get_volume(tenant, id);
-  if (!v) return v.error();
+std::vector<std::string> Runtime::volume_files(const VolumeInfo& v) {
   const auto dir = impl_->env->volumes_dir();
-  std::vector<std::string> out{volume_file(dir, id).string()};
-  for (auto& sn : v->snapshots) out.push_back(volume_snapshot_file(dir, sn.id).string());
+  std::vector<std::string> out{volume_file(dir, v.id).string()};
+  for (auto& sn : v.snapshots) out.push_back(volume_snapshot_file(dir, sn.id).string());
   return out;
 }
 
@@ -78,7 +76,7 @@ Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& req
   // folder: this host's path, never one a peer names.
   auto snap = vmm::Snapshot::load(dir);
   if (!snap) return Rejection{"internal", "the received snapshot: " + snap.error().message};
-  ir.received = (snap->disks() / "carried").string();
+  ir.received = vmm::carried_dir(*snap).string();
   auto started =
       to_reply<std::vector<SandboxInfo>>(impl_->ask(caf::make_message(import_atom::value, ir)),
                                          [](const Answer& a) { return a.infos; });

@@ -100,9 +100,29 @@ int rootfs_percent(const std::string& line) {
   return p;
 }
 
+// The guest reads a template's folder through its jail's bind mount: readable, not writable, by
+// others.
+void open_to_jails(const fs::path& dir, std::error_code& ec) {
+  fs::permissions(dir,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
+}
+
 }  // namespace
 
 TemplateBuilds::TemplateBuilds(Env& env) : env_(env) {}
+
+fs::path TemplateBuilds::shipped_recipe(const std::string& from) const {
+  return env_.config.template_builder.parent_path() / "templates" / (from + ".recipe");
+}
+
+std::optional<Rejection> TemplateBuilds::check_name(const std::string& name) const {
+  if (auto no = check_template_name(name)) return no;  // (before a path is made of it)
+  if (fs::exists(env_.config.images_dir / name))
+    return Rejection{"conflict", "'" + name + "' is a shipped template's name"};
+  return std::nullopt;
+}
 
 TemplateBuilds::~TemplateBuilds() {
   std::vector<std::thread> threads;
@@ -185,16 +205,13 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
     return Rejection{"not_implemented",
                      "template builds are not offered by this daemon (no guest image build: "
                      "--template-builder)"};
-  if (!valid_template_name(name))
-    return Rejection{"invalid_argument", "name: 1..40 of a-z, 0-9 and '-', not starting with '-'"};
+  if (auto no = check_name(name)) return *no;
   // Only a shipped template's recipe, one without a baked data volume.
-  auto recipe = cfg.template_builder.parent_path() / "templates" / (spec.from + ".recipe");
+  auto recipe = shipped_recipe(spec.from);
   if (!valid_template_name(spec.from) || !fs::exists(recipe) ||
       !recipe_get(recipe, "data_volume_mib").empty())
     return Rejection{"invalid_argument",
                      "from: a shipped template without a data volume (base, code-interpreter)"};
-  if (fs::exists(cfg.images_dir / name))
-    return Rejection{"conflict", "'" + name + "' is a shipped template's name"};
   std::string id = template_id(tenant, name);
   {
     std::lock_guard g(mu_);
@@ -226,7 +243,7 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
 
 Reply<std::filesystem::path> TemplateBuilds::write_recipe(const TemplateSpec& spec,
                                                           const fs::path& work) {
-  auto base = env_.config.template_builder.parent_path() / "templates" / (spec.from + ".recipe");
+  auto base = shipped_recipe(spec.from);
   std::string packages = recipe_get(base, "packages");
   for (auto& p : spec.packages) packages += (packages.empty() ? "" : ",") + p;
   uint64_t size_mb = 1024;
@@ -334,11 +351,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
                   (tail.empty() ? "" : ": " + tail.substr(0, tail.size() - 1)));
   }
   if (cancelled()) return finish("the daemon stopped");
-  // The guest reads it through its jail's bind mount: readable, not writable, by others.
-  fs::permissions(image,
-                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                      fs::perms::others_read | fs::perms::others_exec,
-                  ec);
+  open_to_jails(image, ec);
   progress->at("bake", 75);
   log("baking: a cold boot, the template's commands in the guest, a snapshot");
   auto baked = env_.templates->baked(id, env_.vm_config(id, "shape", "shape"), log);
@@ -364,8 +377,7 @@ std::optional<Rejection> TemplateBuilds::over_quota(const std::string& tenant,
 
 std::optional<Rejection> TemplateBuilds::check_publish(const std::string& tenant,
                                                        const std::string& name) {
-  if (fs::exists(env_.config.images_dir / name) && !name.empty())
-    return Rejection{"conflict", "'" + name + "' is a shipped template's name"};
+  if (auto no = check_name(name)) return no;
   std::lock_guard g(mu_);
   if (auto no = over_quota(tenant, template_id(tenant, name))) return no;
   TemplateState none;
@@ -391,10 +403,7 @@ Reply<TemplateState> TemplateBuilds::publish(const std::string& tenant, const st
     return Rejection{"storage_error", "publishing the template: " + why};
   };
   if (ec) return fail(ec.message());
-  fs::permissions(dir,
-                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                      fs::perms::others_read | fs::perms::others_exec,
-                  ec);
+  open_to_jails(dir, ec);
   // Its disk chain ends in the root file system of the template its sandbox was made from (that
   // one cannot be deleted while this one exists); its key names this snapshot.
   auto base = vmm::template_dir(cfg.images_dir, cfg.custom_templates_dir, from) / "rootfs.qcow2";

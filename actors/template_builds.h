@@ -83,6 +83,10 @@ class TemplateBuilds {
   std::optional<std::string> resolve(const std::string& tenant, const std::string& name);
 
  private:
+  // The recipe of shipped template `from` (beside the guest image build).
+  std::filesystem::path shipped_recipe(const std::string& from) const;
+  // Why `name` cannot name a custom template: not a valid name, or a shipped template's.
+  std::optional<Rejection> check_name(const std::string& name) const;
   // quota_exceeded when `tenant` has max_templates others than `id` (under mu_).
   std::optional<Rejection> over_quota(const std::string& tenant, const std::string& id) const;
   // decide, persist, apply, under mu_.

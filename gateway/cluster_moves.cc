@@ -72,7 +72,7 @@ Json moving_volumes(actors::Runtime& rt, const actors::SandboxInfo& s,
         throw ApiError{"volume_in_use", "volume " + v.volume + " is attached to sandbox " +
                                             a.sandbox + " too: it cannot move to another host " +
                                             "(nor can " + s.id + ")"};
-    for (auto& f : unwrap(rt.volume_files(s.tenant, v.volume))) files.push_back(f);
+    for (auto& f : rt.volume_files(vi)) files.push_back(f);
     auto j = volume_json(vi);
     j.set("mount", v.mount);
     j.set("read_only", v.read_only);

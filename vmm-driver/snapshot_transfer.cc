@@ -202,12 +202,12 @@ Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotO
     r->paths_.push_back(i < 2                         ? dir / n
                         : i < 2 + snap->layers.size() ? snap->layer(n)
                         : i < fixed                   ? snap->disks() / n
-                                                      : snap->disks() / "carried" / n);
+                                                      : vmm::carried_dir(*snap) / n);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!ec) fs::create_directories(snap->disks(), ec);
-  if (!ec && offer.files.size() > fixed) fs::create_directories(snap->disks() / "carried", ec);
+  if (!ec && offer.files.size() > fixed) fs::create_directories(vmm::carried_dir(*snap), ec);
   if (!ec) fs::create_directories(layer_cache, ec);
   if (ec)
     return make_error(ErrorCode::io_error, "cannot make " + dir.string() + ": " + ec.message());

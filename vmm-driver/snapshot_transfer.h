@@ -61,6 +61,9 @@ struct ReceiveLimits {
   size_t max_carried = 4 * 17;              // 4 volume slots, each volume with 16 snapshots
 };
 
+// Where a received snapshot keeps the files carried along with it (by their names).
+inline std::filesystem::path carried_dir(const Snapshot& snap) { return snap.disks() / "carried"; }
+
 class SnapshotReceiver {
  public:
   // Stages `offer` at `dir` (its disk layers in `disk_dir`, which may be `dir`), linking the
@@ -75,8 +78,8 @@ class SnapshotReceiver {
 
   // Indexes (into the offer's files) of the files the sender must send.
   const std::vector<uint32_t>& missing() const { return missing_; }
-  // Where the carried files are once committed (by their names): `<snapshot disks>/carried`.
-  std::filesystem::path carried_dir() const { return snap_.disks() / "carried"; }
+  // Where the carried files are once committed (by their names): carried_dir(the snapshot).
+  std::filesystem::path carried_dir() const { return vmm::carried_dir(snap_); }
   // `n` bytes of file `file` at `offset` (within its size; only a missing file).
   Status write(uint32_t file, uint64_t offset, const void* data, size_t n);
   // Every missing file sent: checks the layers' hashes, adds them to the layer cache, writes
