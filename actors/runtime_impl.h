@@ -20,7 +20,7 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor registry;
-  std::shared_ptr<Cluster> cluster;  // (cluster mode)
+  std::shared_ptr<Cluster> cluster;        // (cluster mode)
   std::unique_ptr<TemplateBuilds> builds;  // (after env: it goes first)
 
   // Cluster mode: records this host as the owner of a new id. A rejection when it cannot be

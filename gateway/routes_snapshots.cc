@@ -38,8 +38,7 @@ std::vector<Route> snapshot_routes() {
             }),
       route(M::GET, "/v1/snapshots", "List this tenant's snapshots (with their sizes)",
             [](Call& c) {
-              return list_reply("snapshots", unwrap(c.gw.rt.snapshots(c.tenant())),
-                                snapshot_json);
+              return list_reply("snapshots", unwrap(c.gw.rt.snapshots(c.tenant())), snapshot_json);
             }),
       route(M::GET, "/v1/snapshots/{snapshot_id}", "One snapshot",
             [](Call& c) {

@@ -79,20 +79,20 @@ Route route(kj::HttpMethod m, const char* pattern, const char* summary, Handler 
             bool auth = true);
 
 // One table per resource.
-std::vector<Route> system_routes();    // health, metrics, openapi, templates
-std::vector<Route> sandbox_routes();   // create, list, get, change, kill, lifecycle, ports, events
-std::vector<Route> exec_routes();      // exec, streams, WebSocket, background processes
-std::vector<Route> file_routes();      // files
-std::vector<Route> snapshot_routes();  // snapshots
-std::vector<Route> admin_routes();     // keys, the audit log
-std::vector<Route> quota_routes();     // quotas: one's own, a tenant's (admin)
-std::vector<Route> volume_routes();    // volumes
-std::vector<Route> database_routes();  // managed databases
-std::vector<Route> code_routes();      // the code interpreter and its contexts
-std::vector<Route> template_routes();  // templates: shipped ones, custom builds
+std::vector<Route> system_routes();     // health, metrics, openapi, templates
+std::vector<Route> sandbox_routes();    // create, list, get, change, kill, lifecycle, ports, events
+std::vector<Route> exec_routes();       // exec, streams, WebSocket, background processes
+std::vector<Route> file_routes();       // files
+std::vector<Route> snapshot_routes();   // snapshots
+std::vector<Route> admin_routes();      // keys, the audit log
+std::vector<Route> quota_routes();      // quotas: one's own, a tenant's (admin)
+std::vector<Route> volume_routes();     // volumes
+std::vector<Route> database_routes();   // managed databases
+std::vector<Route> code_routes();       // the code interpreter and its contexts
+std::vector<Route> template_routes();   // templates: shipped ones, custom builds
 std::vector<Route> dashboard_routes();  // the dashboard's page and files (dashboard.cc)
 Json template_json(const actors::TemplateState& t);  // a custom template as the API shows it
-std::vector<Route> e2b_api_routes();   // E2B's control plane (e2b_api.cc)
+std::vector<Route> e2b_api_routes();                 // E2B's control plane (e2b_api.cc)
 std::vector<Route> e2b_envd_routes();  // E2B's envd: processes, files, health (e2b_envd.cc)
 std::vector<Route> e2b_code_routes();  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
 std::vector<Route> cluster_routes();   // GET /v1/hosts (cluster_routes.cc)

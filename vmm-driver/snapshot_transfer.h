@@ -92,7 +92,7 @@ class SnapshotReceiver {
   Snapshot snap_;
   std::vector<TransferFile> files_;
   std::vector<std::filesystem::path> paths_;  // where each offered file goes
-  std::vector<int> fds_;  // open while missing, -1 otherwise
+  std::vector<int> fds_;                      // open while missing, -1 otherwise
   std::vector<uint32_t> missing_;
   std::filesystem::path cache_;
   uint64_t received_ = 0;

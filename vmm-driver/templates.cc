@@ -1,8 +1,7 @@
 #include "vmm-driver/templates.h"
 
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -54,18 +53,24 @@ VmConfig TemplateStore::config(const std::string& template_name, const fs::path&
   return config_for_template(images_, template_name, run_dir, custom_);
 }
 
-Result<std::string> TemplateStore::key(const std::string& template_name, const VmConfig& shape) const {
+Result<std::string> TemplateStore::key(const std::string& template_name,
+                                       const VmConfig& shape) const {
   auto rootfs_key = dir(template_name) / "key";
   if (!fs::exists(dir(template_name) / "rootfs.qcow2") || !fs::exists(rootfs_key))
-    return make_error(ErrorCode::not_found, "template '" + template_name + "' is not built (make guest)");
+    return make_error(ErrorCode::not_found,
+                      "template '" + template_name + "' is not built (make guest)");
   std::string qemu = qemu_version_line(shape.qemu_binary);
-  if (qemu.empty()) return make_error(ErrorCode::spawn_failed, "cannot run " + shape.qemu_binary + " --version");
+  if (qemu.empty())
+    return make_error(ErrorCode::spawn_failed, "cannot run " + shape.qemu_binary + " --version");
   std::string material = "format=" + std::to_string(kSnapshotFormat) + "\nqemu=" + qemu +
-                         "\nrootfs=" + read_file(rootfs_key) + "\ninitramfs=" + read_file(images_ / "initramfs" / "key") +
-                         "\nkernel=" + read_file(images_ / "kernel" / "key") + "\naccel=" + to_string(shape.accel) +
-                         "\nmemory=" + std::to_string(shape.memory_mib) + "\nvcpus=" + std::to_string(shape.vcpus) +
-                         "\ncpu=" + shape.cpu_model;
-  return std::string(to_string(shape.accel)) + "-" + std::to_string(shape.memory_mib) + "m-" + fnv1a_hex(material);
+                         "\nrootfs=" + read_file(rootfs_key) +
+                         "\ninitramfs=" + read_file(images_ / "initramfs" / "key") +
+                         "\nkernel=" + read_file(images_ / "kernel" / "key") +
+                         "\naccel=" + to_string(shape.accel) +
+                         "\nmemory=" + std::to_string(shape.memory_mib) +
+                         "\nvcpus=" + std::to_string(shape.vcpus) + "\ncpu=" + shape.cpu_model;
+  return std::string(to_string(shape.accel)) + "-" + std::to_string(shape.memory_mib) + "m-" +
+         fnv1a_hex(material);
 }
 
 namespace {
@@ -90,10 +95,11 @@ Status bake_data_volume(Vm& vm, const fs::path& image_dir, const fs::path& tmp) 
     if (!f) return make_error(ErrorCode::io_error, "cannot create " + file.string());
   }
   fs::resize_file(file, mib << 20, ec);
-  if (ec) return make_error(ErrorCode::io_error, "cannot size " + file.string() + ": " + ec.message());
-  auto made = run_tool({"mkfs.ext4", "-q", "-F", "-E",
-                        "nodiscard,lazy_itable_init=0,lazy_journal_init=0", "-L", "pandastack",
-                        file.string()});
+  if (ec)
+    return make_error(ErrorCode::io_error, "cannot size " + file.string() + ": " + ec.message());
+  auto made =
+      run_tool({"mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+                "-L", "pandastack", file.string()});
   if (!made) return made;
   fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write, ec);
   auto bound = vm.bind_volumes({VolumeBinding{0, file, false}});
@@ -186,7 +192,8 @@ Result<Snapshot> TemplateStore::baked(const std::string& template_name, const Vm
   if (ec) return make_error(ErrorCode::io_error, "cannot install baked template: " + ec.message());
   // Older bakes of this template are stale now.
   for (auto& e : fs::directory_iterator(root, ec)) {
-    if (e.path() != dir && e.path().filename().string().rfind(".tmp-", 0) != 0) fs::remove_all(e.path(), ec);
+    if (e.path() != dir && e.path().filename().string().rfind(".tmp-", 0) != 0)
+      fs::remove_all(e.path(), ec);
   }
   spdlog::info("template {}: baked into {}", template_name, dir.string());
   return Snapshot::load(dir);
