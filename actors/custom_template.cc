@@ -132,6 +132,10 @@ std::optional<Rejection> check_spec(const TemplateSpec& s, const TemplateLimits&
   for (auto& c : s.run)
     if (c.empty() || c.size() > l.max_command_bytes || c.find('\0') != std::string::npos)
       return bad("run: each command 1.." + std::to_string(l.max_command_bytes) + " bytes");
+  if (s.memory_mib != 0 && (s.memory_mib < l.min_memory_mib || s.memory_mib > l.max_memory_mib))
+    return bad("memory_mib: " + std::to_string(l.min_memory_mib) + ".." +
+               std::to_string(l.max_memory_mib));
+  if (s.vcpus > l.max_vcpus) return bad("vcpus: 1.." + std::to_string(l.max_vcpus));
   if (s.env.size() > l.max_env) return bad("env: at most " + std::to_string(l.max_env));
   for (auto& [k, v] : s.env) {
     if (!valid_env_key(k)) return bad("env: not a variable name: '" + k + "'");
@@ -188,6 +192,8 @@ struct Decider {
     e.sandbox = c.sandbox;
     e.spec.from = c.from;
     e.spec.network = c.network;
+    e.spec.memory_mib = c.memory_mib;
+    e.spec.vcpus = c.vcpus;
     e.size_bytes = c.size_bytes;
     return std::vector<TemplateEvent>{e};
   }

@@ -33,6 +33,10 @@ struct TemplateSpec {
   std::vector<std::string> run;
   std::map<std::string, std::string> env;
   bool network = true;  // its sandboxes get a network unless a create says otherwise
+  // Its guests' shape, baked into its snapshot: every sandbox of it has this much memory and
+  // these vCPUs (a create may not ask for more). 0: the host's default (--memory-mib, --vcpus),
+  // which the gateway fills in; records written before templates had shapes have 0.
+  uint32_t memory_mib = 0, vcpus = 0;
   bool operator==(const TemplateSpec&) const = default;
 };
 
@@ -44,15 +48,17 @@ struct TemplateLimits {
   size_t max_run = 32;
   size_t max_command_bytes = 4096;
   size_t max_env = 64;
+  uint32_t min_memory_mib = 128, max_memory_mib = 65536;
+  uint32_t max_vcpus = 32;
 };
 
 struct TemplateEvent {
   enum class Kind { build_started, built, build_failed, deleted, published };
   Kind kind = Kind::build_started;
   int64_t at_ms = 0;
-  std::string tenant, name;               // build_started, published
-  TemplateSpec spec;                      // build_started; published: from, network
-  std::string sandbox;                    // published: the sandbox it was made from
+  std::string tenant, name;  // build_started, published
+  TemplateSpec spec;         // build_started; published: from, network, memory_mib, vcpus
+  std::string sandbox;       // published: the sandbox it was made from
   uint64_t build_ms = 0, size_bytes = 0;  // built (size_bytes: published too)
   std::string error, log_tail;            // build_failed
 };
@@ -86,6 +92,7 @@ struct Publish {
   std::string tenant, name, sandbox, from;
   uint64_t size_bytes = 0;
   bool network = true;
+  uint32_t memory_mib = 0, vcpus = 0;  // the sandbox's shape (its snapshot's)
 };
 // `in_use`: sandboxes of it that have not ended (their number).
 struct Delete {

@@ -30,6 +30,8 @@ std::string encode_template_event(const TemplateEvent& e) {
       for (unsigned i = 0; i < r.size(); ++i) r.set(i, e.spec.run[i]);
       put_map(s.initEnv(unsigned(e.spec.env.size())), e.spec.env);
       s.setNetwork(e.spec.network);
+      s.setMemoryMib(e.spec.memory_mib);
+      s.setVcpus(e.spec.vcpus);
       break;
     }
     case K::built: {
@@ -55,6 +57,8 @@ std::string encode_template_event(const TemplateEvent& e) {
       p.setFrom(e.spec.from);
       p.setSizeBytes(e.size_bytes);
       p.setNetwork(e.spec.network);
+      p.setMemoryMib(e.spec.memory_mib);
+      p.setVcpus(e.spec.vcpus);
       break;
     }
   }
@@ -79,6 +83,8 @@ std::optional<TemplateEvent> decode_template_event(const std::string& bytes) {
             for (auto c : s.getRun()) e.spec.run.push_back(c);
             e.spec.env = get_map(s.getEnv());
             e.spec.network = s.getNetwork();
+            e.spec.memory_mib = s.getMemoryMib();
+            e.spec.vcpus = s.getVcpus();
             break;
           }
           case w::TemplateEvent::BUILT:
@@ -103,6 +109,8 @@ std::optional<TemplateEvent> decode_template_event(const std::string& bytes) {
             e.spec.from = p.getFrom();
             e.size_bytes = p.getSizeBytes();
             e.spec.network = p.getNetwork();
+            e.spec.memory_mib = p.getMemoryMib();
+            e.spec.vcpus = p.getVcpus();
             break;
           }
           default:
@@ -135,6 +143,8 @@ std::string template_event_to_json(const TemplateEvent& e) {
       j.set("run", list(e.spec.run));
       j.set("env", string_map_json(e.spec.env));
       j.set("network", e.spec.network);
+      j.set("memory_mib", e.spec.memory_mib);
+      j.set("vcpus", e.spec.vcpus);
       break;
     }
     case K::built:
@@ -152,6 +162,8 @@ std::string template_event_to_json(const TemplateEvent& e) {
       j.set("sandbox", e.sandbox);
       j.set("from", e.spec.from);
       j.set("size_bytes", e.size_bytes);
+      j.set("memory_mib", e.spec.memory_mib);
+      j.set("vcpus", e.spec.vcpus);
       break;
   }
   return j.dump();

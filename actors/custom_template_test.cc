@@ -31,6 +31,8 @@ TemplateSpec spec() {
   s.files = {{"/etc/motd", "hello"}};
   s.run = {"echo hi > /workspace/hi"};
   s.env = {{"MODE", "test"}};
+  s.memory_mib = 512;
+  s.vcpus = 2;
   return s;
 }
 
@@ -61,8 +63,10 @@ TEST(CustomTemplate, ABuildIsOneAtATimeAndAReadyTemplateIsDeletedFirst) {
 TEST(CustomTemplate, ASandboxPublishedIsReadyAtOnce) {
   TemplateState s;
   s.id = template_id("acme", "mine");
-  auto ready = run(s, tcmd::Publish{"acme", "mine", "sbx_1", "base", 77, false});
+  auto ready = run(s, tcmd::Publish{"acme", "mine", "sbx_1", "base", 77, false, 384, 2});
   EXPECT_EQ(ready.status, TemplateStatus::ready);
+  EXPECT_EQ(ready.spec.memory_mib, 384u);  // the sandbox's shape
+  EXPECT_EQ(ready.spec.vcpus, 2u);
   EXPECT_EQ(ready.sandbox, "sbx_1");
   EXPECT_EQ(ready.spec.from, "base");
   EXPECT_FALSE(ready.spec.network);
@@ -77,10 +81,14 @@ TEST(CustomTemplate, ASandboxPublishedIsReadyAtOnce) {
     e.sandbox = "sbx_1";
     e.spec.from = "base";
     e.size_bytes = 77;
+    e.spec.memory_mib = 384;
+    e.spec.vcpus = 2;
     return e;
   }()));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->sandbox, "sbx_1");
+  EXPECT_EQ(back->spec.memory_mib, 384u);
+  EXPECT_EQ(back->spec.vcpus, 2u);
   EXPECT_EQ(back->size_bytes, 77u);
 }
 
@@ -113,6 +121,11 @@ TEST(CustomTemplate, ASpecIsCheckedBeforeAnythingIsBuilt) {
             "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.env = {{"1X", "v"}}; })), "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.env = {{"X", "a\nb"}}; })), "invalid_argument");
+  // Its shape: memory within the limits, vCPUs at most max_vcpus (0: the host's default).
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.memory_mib = 64; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.memory_mib = 70000; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.vcpus = 33; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.memory_mib = p.vcpus = 0; })), "");
   EXPECT_EQ(refusal(s, with([](auto&) {})), "");
 }
 

@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "actors/custom_template.h"
 #include "vmm-driver/images.h"
 
 namespace pandastack::actors {
@@ -107,8 +108,9 @@ vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string
                              const std::string& run_name) const {
   auto c = templates->config(template_name, run_dir(run_name));
   c.accel = config.accel;
-  c.vcpus = config.vcpus;
-  c.memory_mib = config.memory_mib;
+  auto shape = template_shape(template_name);
+  c.vcpus = shape.vcpus;
+  c.memory_mib = shape.memory_mib;
   c.jail = config.jail;
   c.disk_dir = disk_twin(c.run_dir);
   c.die_with_parent = !config.vms_outlive_host;
@@ -118,6 +120,35 @@ vmm::VmConfig Env::vm_config(const std::string& template_name, const std::string
   for (auto& ch : c.hostname)
     if (ch == '_') ch = '-';
   return c;
+}
+
+Env::Shape Env::template_shape(const std::string& template_name) const {
+  Shape s{config.memory_mib, config.vcpus};
+  std::ifstream f(vmm::template_dir(config.images_dir, config.custom_templates_dir, template_name) /
+                  "shape");
+  uint32_t mib = 0, vcpus = 0;
+  // (the daemon's own file; bounded anyway: a bad one is the host's shape, and logged)
+  if (f >> mib >> vcpus) {
+    if (mib >= 64 && mib <= (1u << 20) && vcpus >= 1 && vcpus <= 1024) return {mib, vcpus};
+    spdlog::warn("template {}: its shape file says {} MiB and {} vCPUs: the host's shape is used",
+                 template_name, mib, vcpus);
+  }
+  return s;
+}
+
+std::optional<Rejection> Env::shape_admits(const Shape& shape, uint32_t memory_mib, uint32_t vcpus,
+                                           const std::string& template_name) {
+  auto name = template_display_name(template_name);
+  if (memory_mib > shape.memory_mib)
+    return Rejection{"exceeds_template", "template " + name + " is baked with " +
+                                             std::to_string(shape.memory_mib) +
+                                             " MiB of memory: a sandbox of it may not ask for " +
+                                             std::to_string(memory_mib)};
+  if (vcpus > shape.vcpus)
+    return Rejection{"exceeds_template",
+                     "template " + name + " is baked with " + std::to_string(shape.vcpus) +
+                         " vCPUs: a sandbox of it may not ask for " + std::to_string(vcpus)};
+  return std::nullopt;
 }
 
 std::optional<Env::DataVolume> Env::template_data_volume(const std::string& template_name) const {
@@ -207,6 +238,8 @@ SandboxInfo info_of(const SandboxState& s) {
   i.ports = s.ports;
   i.volumes = s.volumes;
   i.moved_to = s.moved_to;
+  i.vcpus = s.vcpus;
+  i.memory_mib = s.memory_mib;
   return i;
 }
 

@@ -126,8 +126,19 @@ struct Env {
   // The disk twin of a state_dir folder (config.disk_dir, same layout): where its disks live.
   std::filesystem::path disk_twin(const std::filesystem::path& state_folder) const;
 
+  // A template's guest shape: a custom template's own (IMAGES/<template>/shape: "<memory MiB>
+  // <vCPUs>", written by its build or publish), else the host's (--memory-mib, --vcpus).
+  struct Shape {
+    uint32_t memory_mib = 0, vcpus = 0;
+  };
+  Shape template_shape(const std::string& template_name) const;
+  // Why a create asking for `memory_mib` and `vcpus` (0: not asked) may not have a sandbox of
+  // `shape`: exceeds_template when it asks for more than the template was baked with.
+  static std::optional<Rejection> shape_admits(const Shape& shape, uint32_t memory_mib,
+                                               uint32_t vcpus, const std::string& template_name);
+
   // `run_name`: the VM's run folder (one per VM incarnation, so a VM still being torn down never
-  // shares files with its successor).
+  // shares files with its successor). Its memory and vCPUs are the template's (template_shape).
   vmm::VmConfig vm_config(const std::string& template_name, const std::string& id,
                           const std::string& run_name) const;
 

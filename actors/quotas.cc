@@ -32,7 +32,8 @@ std::optional<Rejection> check_quotas(const Quotas& q, const QuotaUse& u, const 
   return std::nullopt;
 }
 
-void count_use(const SandboxInfo& i, uint64_t mem, QuotaUse& u) {
+void count_use(const SandboxInfo& i, uint64_t default_mem, QuotaUse& u) {
+  uint64_t mem = i.memory_mib != 0 ? i.memory_mib : default_mem;
   bool live = i.status != Status::none && i.status != Status::stopped &&
               i.status != Status::failed && i.status != Status::hibernated;
   if (live) {

@@ -42,8 +42,9 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
   c.on_timeout = req.on_timeout;
   c.parent = parent;
   c.from_snapshot = snapshot;
-  c.vcpus = self->state.env->config.vcpus;
-  c.memory_mib = self->state.env->config.memory_mib;
+  auto shape = self->state.env->template_shape(req.template_name);
+  c.vcpus = shape.vcpus;
+  c.memory_mib = shape.memory_mib;
   c.network = req.network.value_or(false);
   if (c.network) c.egress = req.egress.value_or(Egress{});
   c.volumes = std::move(volumes);
@@ -220,11 +221,13 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, co
   return std::nullopt;
 }
 
-// What `n` new sandboxes take of their tenant's quotas (persistent ones may hibernate).
-QuotaAsk creates_ask(RegistrySelf* self, bool persistent, uint32_t n) {
+// What `n` new sandboxes of `template_name` take of their tenant's quotas (persistent ones may
+// hibernate): its shape's memory each.
+QuotaAsk creates_ask(RegistrySelf* self, const std::string& template_name, bool persistent,
+                     uint32_t n) {
   QuotaAsk ask;
   ask.sandboxes = n;
-  ask.memory_mib = uint64_t(self->state.env->config.memory_mib) * n;
+  ask.memory_mib = uint64_t(self->state.env->template_shape(template_name).memory_mib) * n;
   if (persistent) {
     ask.hibernated = n;
     ask.hibernated_mib = ask.memory_mib;
@@ -232,8 +235,10 @@ QuotaAsk creates_ask(RegistrySelf* self, bool persistent, uint32_t n) {
   return ask;
 }
 
-// What a command asks of its tenant's quotas, for the sandbox `i`.
-QuotaAsk ask_of(const Command& c, const SandboxInfo& i, uint64_t mem) {
+// What a command asks of its tenant's quotas, for the sandbox `i` (its memory: its record's, or
+// `default_mem`).
+QuotaAsk ask_of(const Command& c, const SandboxInfo& i, uint64_t default_mem) {
+  uint64_t mem = i.memory_mib != 0 ? i.memory_mib : default_mem;
   QuotaAsk a;
   if (auto* f = std::get_if<cmd::Fork>(&c)) {
     a.sandboxes = f->count;
@@ -376,7 +381,12 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
                      " has volumes: a sandbox made from it gets copies of them, and no others"});
           snapshot = req.from_snapshot;
         }
-        if (auto refused = admit(self, req.tenant, creates_ask(self, req.persistent, 1)))
+        // Its guest is its template's shape (the snapshot's): a create may not ask for more.
+        if (auto no = Env::shape_admits(self->state.env->template_shape(req.template_name),
+                                        req.memory_mib, req.vcpus, req.template_name))
+          return Answer::fail(*no);
+        if (auto refused =
+                admit(self, req.tenant, creates_ask(self, req.template_name, req.persistent, 1)))
           return Answer::fail(*refused);
         if (snapshot.empty())
           if (auto dv = self->state.env->template_data_volume(req.template_name))
@@ -419,7 +429,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
             return Answer::fail({"conflict", "sandbox " + id + " exists on this host already"});
         }
         if (auto refused = admit(self, ir.create.tenant,
-                                 creates_ask(self, ir.create.persistent, uint32_t(ir.ids.size()))))
+                                 creates_ask(self, ir.create.template_name, ir.create.persistent,
+                                             uint32_t(ir.ids.size()))))
           return Answer::fail(*refused);
         if (!ir.arrivals.empty())
           // A migration with volumes: they are recorded here first (as they were on the host

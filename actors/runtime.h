@@ -101,10 +101,12 @@ struct SandboxInfo {
   Egress egress;
   std::set<uint32_t> ports;  // exposed guest ports
   std::vector<SandboxVolume> volumes;
-  std::string moved_to;  // ended here by a migration to this host (cluster mode)
+  std::string moved_to;                // ended here by a migration to this host (cluster mode)
+  uint32_t vcpus = 0, memory_mib = 0;  // its guest's shape (its template's)
 };
 
-// Adds what sandbox `i` holds to `u` (its tenant's quota use); `memory_mib` per VM.
+// Adds what sandbox `i` holds to `u` (its tenant's quota use): its memory per VM (`memory_mib`
+// when its record has none).
 void count_use(const SandboxInfo& i, uint64_t memory_mib, QuotaUse& u);
 
 // An exposed guest port: where the host forwards it from (host_port 0 while the VM is not running).
@@ -130,6 +132,9 @@ struct CreateRequest {
     bool read_only = false;
   };
   std::vector<Volume> volumes;
+  // The guest shape asked for (0: not asked). A sandbox has its template's (baked into its
+  // snapshot): asking for more is refused (exceeds_template); asking for less gets the template's.
+  uint32_t memory_mib = 0, vcpus = 0;
 };
 // A volume (actors/volume.h): a file on the data disk that outlives sandboxes.
 struct VolumeInfo {

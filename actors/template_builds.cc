@@ -151,6 +151,7 @@ std::optional<Rejection> TemplateBuilds::recover() {
                          "undecodable event " + std::to_string(stored.version) + " of " + stream};
       s = apply(s, *e);
     }
+    s.spec = with_shape(s.spec);  // (records from before templates had shapes: the host's)
     states_[s.id] = s;
   }
   // Builds a restart cut short failed; what they left goes.
@@ -199,8 +200,9 @@ Reply<TemplateState> TemplateBuilds::command(const std::string& id, const Templa
 }
 
 Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std::string& name,
-                                           const TemplateSpec& spec) {
+                                           const TemplateSpec& asked) {
   auto& cfg = env_.config;
+  auto spec = with_shape(asked);
   if (cfg.template_builder.empty() || !fs::exists(cfg.template_builder))
     return Rejection{"not_implemented",
                      "template builds are not offered by this daemon (no guest image build: "
@@ -213,6 +215,8 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
     return Rejection{"invalid_argument",
                      "from: a shipped template without a data volume (base, code-interpreter)"};
   std::string id = template_id(tenant, name);
+  // Its bake boots one guest of its shape here.
+  if (auto no = env_.host_admits(spec.memory_mib)) return *no;
   {
     std::lock_guard g(mu_);
     if (stopping_) return Rejection{"unavailable", "the daemon is stopping"};
@@ -239,6 +243,12 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
   progress_[id] = progress;
   threads_.emplace_back([this, id, spec, progress] { run(id, spec, progress); });
   return started;
+}
+
+TemplateSpec TemplateBuilds::with_shape(TemplateSpec spec) const {
+  if (spec.memory_mib == 0) spec.memory_mib = env_.config.memory_mib;
+  if (spec.vcpus == 0) spec.vcpus = env_.config.vcpus;
+  return spec;
 }
 
 Reply<std::filesystem::path> TemplateBuilds::write_recipe(const TemplateSpec& spec,
@@ -351,6 +361,8 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
                   (tail.empty() ? "" : ": " + tail.substr(0, tail.size() - 1)));
   }
   if (cancelled()) return finish("the daemon stopped");
+  // Its guests' shape (Env::template_shape): the bake's guest is the first of them.
+  std::ofstream(image / "shape") << spec.memory_mib << " " << spec.vcpus << "\n";
   open_to_jails(image, ec);
   progress->at("bake", 75);
   log("baking: a cold boot, the template's commands in the guest, a snapshot");
@@ -411,11 +423,13 @@ Reply<TemplateState> TemplateBuilds::publish(const std::string& tenant, const st
   if (ec) return fail(ec.message());
   std::ofstream(dir / "key") << "published:" << snapshot.dir.filename().string() << "\n";
   std::ofstream(dir / "network") << (network ? "on" : "off") << "\n";
+  std::ofstream(dir / "shape") << snapshot.memory_mib << " " << snapshot.vcpus << "\n";
   auto key = env_.templates->key(id, env_.vm_config(id, "shape", "shape"));
   if (!key) return fail(key.error().message);
   auto staged = vmm::stage_snapshot(snapshot, dir / "baked" / *key);
   if (!staged) return fail(staged.error().message);
-  auto r = command(id, tcmd::Publish{tenant, name, sandbox, from, disk_usage(dir), network});
+  auto r = command(id, tcmd::Publish{tenant, name, sandbox, from, disk_usage(dir), network,
+                                     snapshot.memory_mib, snapshot.vcpus});
   if (!r) fs::remove_all(dir, ec);
   return r;
 }

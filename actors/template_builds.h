@@ -61,7 +61,8 @@ class TemplateBuilds {
   // ready template owns are removed.
   std::optional<Rejection> recover();
 
-  // Starts a build of `tenant`'s template `name`: its record (building) at once.
+  // Starts a build of `tenant`'s template `name`: its record (building) at once. A shape not
+  // asked for (0) is the host's; host_full when this host cannot boot a guest of it.
   Reply<TemplateState> build(const std::string& tenant, const std::string& name,
                              const TemplateSpec& spec);
   // Makes `snapshot` (a named snapshot of the tenant's sandbox `sandbox`, made from template
@@ -89,6 +90,8 @@ class TemplateBuilds {
   std::optional<Rejection> check_name(const std::string& name) const;
   // quota_exceeded when `tenant` has max_templates others than `id` (under mu_).
   std::optional<Rejection> over_quota(const std::string& tenant, const std::string& id) const;
+  // `spec` with the host's shape where it names none.
+  TemplateSpec with_shape(TemplateSpec spec) const;
   // decide, persist, apply, under mu_.
   Reply<TemplateState> command(const std::string& id, const TemplateCommand& c);
   void run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress);

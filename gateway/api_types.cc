@@ -128,6 +128,8 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("id", i.id);
   j.set("template", actors::template_display_name(i.template_name));  // (a custom one: its name)
   j.set("state", actors::to_string(i.status));
+  j.set("memory_mib", int64_t(i.memory_mib));  // its guest's shape: its template's
+  j.set("vcpus", int64_t(i.vcpus));
   j.set("created_at_ms", i.created_at_ms);
   // A managed database's sandbox never expires: null.
   bool never = i.ttl_seconds == actors::kNoExpiry;

@@ -50,8 +50,8 @@ Json detail_obj(const actors::SandboxInfo& s, bool with_token) {
   j.set("startedAt", rfc3339(s.created_at_ms));
   j.set("endAt", rfc3339(s.expires_at_ms ? s.expires_at_ms : s.created_at_ms));
   j.set("state", s.status == actors::Status::hibernated ? "paused" : "running");
-  j.set("cpuCount", 1);
-  j.set("memoryMB", 256);
+  j.set("cpuCount", int64_t(s.vcpus));
+  j.set("memoryMB", int64_t(s.memory_mib));
   j.set("diskSizeMB", 1024);
   Json life = Json::object();
   life.set("onTimeout", s.on_timeout == actors::ReapAction::hibernate ? "pause" : "kill");

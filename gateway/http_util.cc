@@ -13,6 +13,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"invalid_path", 400},
       {"invalid_cwd", 400},
       {"command_not_found", 400},
+      {"exceeds_template", 400},  // a create asking for more memory or vCPUs than its template
       {"unauthorized", 401},
       {"forbidden", 403},
       {"permission_denied", 403},

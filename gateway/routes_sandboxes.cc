@@ -32,9 +32,9 @@ std::vector<actors::CreateRequest::Volume> volumes_from(const Json& j) {
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
-  Fields f(c.r.json(),
-           {"template", "ttl_seconds", "metadata", "persistent", "auto_wake", "from_snapshot",
-            "network", "egress", "idle_timeout_seconds", "on_timeout", "volumes", "placement"});
+  Fields f(c.r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
+                        "from_snapshot", "network", "egress", "idle_timeout_seconds", "on_timeout",
+                        "volumes", "placement", "memory_mib", "vcpus"});
   actors::CreateRequest req;
   req.tenant = c.tenant();
   if (f.has("template") && f.has("from_snapshot"))
@@ -59,6 +59,9 @@ HttpReply create(Call& c) {
   if (f.has("network")) req.network = f.boolean("network");
   if (f.has("egress")) req.egress = egress_from(f.object("egress"));
   req.volumes = volumes_from(c.r.json()["volumes"]);
+  // At most its template's shape (exceeds_template): a sandbox has the shape it was baked with.
+  req.memory_mib = uint32_t(f.integer("memory_mib", 0, 1, 1 << 20));
+  req.vcpus = uint32_t(f.integer("vcpus", 0, 1, 1024));
   auto t0 = Clock::now();
   auto created = rt.create(req);
   if (!created && created.error().code == "sandbox_failed")

@@ -28,6 +28,8 @@ Json custom_json(const actors::TemplateState& t) {
   j.set("run", run);
   j.set("env", actors::string_map_json(t.spec.env));
   j.set("network", t.spec.network);
+  j.set("memory_mib", int64_t(t.spec.memory_mib));  // its sandboxes' shape
+  j.set("vcpus", int64_t(t.spec.vcpus));
   j.set("created_at_ms", t.created_at_ms);
   if (t.ended_at_ms > 0) j.set("ended_at_ms", t.ended_at_ms);
   if (t.status == actors::TemplateStatus::ready) {
@@ -51,14 +53,6 @@ HttpReply build(Call& c) {
   Fields f(c.r.json(),
            {"name", "from", "packages", "files", "run", "env", "network", "memory_mib", "vcpus"});
   if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
-  const auto& cfg = c.gw.rt.config();
-  // One shape per host (its guests' memory and vCPUs): a template may not ask for another.
-  if (f.has("memory_mib") && f.integer("memory_mib", 0, 1, 1 << 20) != int64_t(cfg.memory_mib))
-    throw ApiError{"not_implemented", "templates of another memory size than this host's " +
-                                          std::to_string(cfg.memory_mib) + " MiB are not built"};
-  if (f.has("vcpus") && f.integer("vcpus", 0, 1, 1024) != int64_t(cfg.vcpus))
-    throw ApiError{"not_implemented", "templates with another vCPU count than this host's " +
-                                          std::to_string(cfg.vcpus) + " are not built"};
   actors::TemplateSpec spec;
   spec.from = f.str("from", "base");
   spec.packages = f.string_list("packages");
@@ -66,6 +60,9 @@ HttpReply build(Call& c) {
   spec.run = f.string_list("run");
   spec.env = f.string_map("env");
   spec.network = f.boolean("network", true);
+  // Its guests' shape (0: the host's default); the range is checked with the rest of the spec.
+  spec.memory_mib = uint32_t(f.integer("memory_mib", 0, 1, 1 << 20));
+  spec.vcpus = uint32_t(f.integer("vcpus", 0, 1, 1024));
   auto t = unwrap(c.gw.rt.build_template(c.tenant(), f.str("name"), spec));
   auto j = custom_json(t);
   j.set("progress", "/v1/templates/" + t.name + "/build");
@@ -87,6 +84,9 @@ std::vector<Route> template_routes() {
                 j.set("kind", "shipped");
                 j.set("status", "ready");
                 j.set("baked", t.baked);
+                const auto& cfg = c.gw.rt.config();  // (the host's shape)
+                j.set("memory_mib", int64_t(cfg.memory_mib));
+                j.set("vcpus", int64_t(cfg.vcpus));
                 list.push(j);
               }
               for (auto& t : c.gw.rt.custom_templates(c.tenant())) list.push(custom_json(t));
@@ -95,8 +95,8 @@ std::vector<Route> template_routes() {
               return json_reply(200, out);
             }),
       route(M::POST, "/v1/templates",
-            "Build a template of your own {name, from, packages, files, run, env, network}: 202, "
-            "then follow GET /v1/templates/{name}/build",
+            "Build a template of your own {name, from, packages, files, run, env, network, "
+            "memory_mib, vcpus}: 202, then follow GET /v1/templates/{name}/build",
             build),
       route(M::POST, "/v1/sandboxes/{id}/template",
             "Publish a running sandbox (its disk and memory, now) as a template of yours {name}",

@@ -150,6 +150,8 @@ void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
   auto s = b.initSnapshots(i.snapshots.size());
   for (size_t j = 0; j < i.snapshots.size(); ++j) s.set(j, i.snapshots[j]);
   b.setFailureReason(i.failure_reason);
+  b.setMemoryMib(i.memory_mib);
+  b.setVcpus(i.vcpus);
 }
 
 void fill_result(api::ExecResult::Builder b, const vmm::ExecResult& r) {
@@ -491,6 +493,8 @@ class PlatformImpl final : public api::Platform::Server {
     c.persistent = r.getPersistent();
     c.auto_wake = r.getAutoWake();
     c.from_snapshot = text(r.getFromSnapshot());
+    c.memory_mib = r.getMemoryMib();
+    c.vcpus = r.getVcpus();
     if (r.getVolumes().size() > vmm::kVolumeSlots)
       fail({"invalid_argument", "at most 4 volumes per sandbox"});
     for (auto v : r.getVolumes())

@@ -203,6 +203,8 @@ struct TemplateEvent {
       run @6 :List(Text);           # shell commands run as root in the guest before the bake
       env @7 :List(KeyValue);
       network @8 :Bool;
+      memoryMib @20 :UInt32;        # its guests' shape (0: the host's default, older records)
+      vcpus @21 :UInt32;
     }
     built :group {
       buildMs @9 :UInt64;
@@ -220,6 +222,8 @@ struct TemplateEvent {
       from @17 :Text;              # the template the sandbox was made from
       sizeBytes @18 :UInt64;
       network @19 :Bool;
+      memoryMib @22 :UInt32;        # the sandbox's shape
+      vcpus @23 :UInt32;
     }
   }
 }

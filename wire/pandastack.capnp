@@ -25,6 +25,8 @@ struct SandboxInfo {
   parent @7 :Text;
   snapshots @8 :List(Text);
   failureReason @9 :Text;
+  memoryMib @10 :UInt32;     # its guest's shape: its template's
+  vcpus @11 :UInt32;
 }
 
 struct CreateRequest {
@@ -35,6 +37,8 @@ struct CreateRequest {
   autoWake @4 :Bool;
   fromSnapshot @5 :Text;
   volumes @6 :List(VolumeMount);  # at most 4, mounted when create returns
+  memoryMib @7 :UInt32;      # 0 = the template's; more than the template's is refused
+  vcpus @8 :UInt32;          #   (exceeds_template): a sandbox has its template's shape
 }
 
 struct VolumeMount {

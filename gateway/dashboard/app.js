@@ -157,6 +157,7 @@ async function sandbox(id) {
       <table><tbody>
         <tr><th>State</th><td id="state">${state(s.state)}</td></tr>
         <tr><th>Template</th><td>${esc(s.template)}</td></tr>
+        <tr><th>Shape</th><td>${esc(s.memory_mib)} MiB, ${esc(s.vcpus)} vCPU${s.vcpus === 1 ? "" : "s"}</td></tr>
         <tr><th>Created</th><td>${when(s.created_at_ms)} (${age(s.created_at_ms)} ago)</td></tr>
         <tr><th>Expires</th><td>${s.expires_at_ms ? when(s.expires_at_ms) : "never"}</td></tr>
         <tr><th>Metadata</th><td class="mono">${esc(JSON.stringify(s.metadata || {}))}</td></tr>
@@ -277,13 +278,15 @@ async function templates() {
     <h1>Templates</h1>
     <div id="err"></div>
     <table aria-label="Templates"><thead><tr><th>Name</th><th>Kind</th><th>Status</th><th>From</th>
-      <th>Packages</th><th>Build</th><th>Size</th><th></th></tr></thead><tbody id="rows"></tbody></table>
+      <th>Packages</th><th>Memory</th><th>vCPUs</th><th>Build</th><th>Size</th><th></th></tr></thead><tbody id="rows"></tbody></table>
     <section class="card" aria-labelledby="h-build"><h2 id="h-build">Build a template</h2>
       <form id="build">
         <div class="row">
           <label>Name <input id="t-name" required maxlength="40"></label>
           <label>From <select id="t-from"><option>base</option><option>code-interpreter</option></select></label>
           <label style="flex:1">Debian packages (space separated) <input id="t-packages" placeholder="jq git"></label>
+          <label>Memory (MiB) <input id="t-memory" type="number" min="128" max="65536" step="64" placeholder="host default"></label>
+          <label>vCPUs <input id="t-vcpus" type="number" min="1" max="32" placeholder="host default"></label>
         </div>
         <label>Commands run as root in the guest (one per line)
           <textarea id="t-run" rows="3" class="mono"></textarea></label>
@@ -302,6 +305,7 @@ async function templates() {
     document.getElementById("rows").innerHTML = list.map((t) => `
       <tr><td>${esc(t.name)}</td><td>${esc(t.kind)}</td><td>${state(t.status)}</td><td>${esc(t.from ?? "")}</td>
       <td class="mono">${esc((t.packages || []).join(" "))}</td>
+      <td>${esc(t.memory_mib ?? "")} MiB</td><td>${esc(t.vcpus ?? "")}</td>
       <td>${t.build_ms ? `${(t.build_ms / 1000).toFixed(1)} s` : ""}</td>
       <td>${t.size_bytes ? `${(t.size_bytes / 1e6).toFixed(0)} MB` : ""}</td>
       <td>${t.kind === "custom" && t.status !== "building" ? `<button type="button" class="danger" data-delete="${esc(t.name)}">Delete</button>` : ""}</td></tr>`).join("");
@@ -319,6 +323,10 @@ async function templates() {
       packages: document.getElementById("t-packages").value.split(/\s+/).filter(Boolean),
       run: document.getElementById("t-run").value.split("\n").filter((l) => l.trim()),
     };
+    const memory = document.getElementById("t-memory").value;
+    const vcpus = document.getElementById("t-vcpus").value;
+    if (memory) body.memory_mib = Number(memory);
+    if (vcpus) body.vcpus = Number(vcpus);
     const log = document.getElementById("log");
     document.getElementById("progress").hidden = false;
     log.textContent = "";

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Custom templates through the real daemon: a real build (Debian's debootstrap of `base` plus
-jq, files, environment and commands run in the guest, then the bake), its progress as
-server-sent events, sandboxes made from it, tenancy, a restart, delete (refused while a sandbox
-of it runs), failed builds that leave nothing (a failing command, an unknown package), two
-builds of one name, and bad input.
+jq, files, environment and commands run in the guest, then the bake) with a shape of its own
+(384 MiB, 2 vCPUs: its sandboxes', their wakes' and forks' guests, the quota use, creates asking
+for more refused), its progress as server-sent events, sandboxes made from it, tenancy, a
+restart, delete (refused while a sandbox of it runs), failed builds that leave nothing (a
+failing command, an unknown package), two builds of one name, publish, and bad input.
 
 Usage: templates_test.py --daemon build/bin/pandastackd [--images DIR]
 The data folder (template images, the package cache) is on a real disk (/var/tmp).
@@ -58,6 +59,17 @@ class TemplateTest(unittest.TestCase):
                 end = data
         return stages, lines, end
 
+    def check_shape(self, sid):
+        """The sandbox's guest has 2 vCPUs and 384 MiB (less what the kernel keeps), as its
+        record says."""
+        s, b = self.api.call("GET", f"/v1/sandboxes/{sid}")
+        self.assertEqual((b["memory_mib"], b["vcpus"]), (384, 2), b)
+        s, r = self.api.exec(sid, "nproc; awk '/MemTotal/ {print $2}' /proc/meminfo")
+        self.assertEqual(s, 200, r)
+        cpus, kib = r["stdout"].split()
+        self.assertEqual(cpus, "2", r)
+        self.assertTrue(300 * 1024 < int(kib) <= 384 * 1024, r)
+
     def custom_dirs(self):
         d = os.path.join(self.data, "templates")
         return os.listdir(d) if os.path.isdir(d) else []
@@ -66,7 +78,8 @@ class TemplateTest(unittest.TestCase):
         spec = {"name": "jq-tools", "packages": ["jq"],
                 "files": {"/etc/pandastack-test": "hello from a file\n"},
                 "env": {"MODE": "it's on"},
-                "run": ["echo built: $MODE > /workspace/marker", "jq --version > /workspace/jqv"]}
+                "run": ["echo built: $MODE > /workspace/marker", "jq --version > /workspace/jqv"],
+                "memory_mib": 384, "vcpus": 2}
         s, t = self.api.call("POST", "/v1/templates", spec)
         self.assertEqual((s, t["status"], t["name"]), (202, "building", "jq-tools"), t)
         # One build of a name at a time; one build on this host at a time.
@@ -85,6 +98,7 @@ class TemplateTest(unittest.TestCase):
         self.assertIn("+ echo built: $MODE > /workspace/marker", lines)  # the commands'
         self.assertGreater(end["size_bytes"], 1 << 20)
         self.assertGreater(end["build_ms"], 0)
+        self.assertEqual((end["memory_mib"], end["vcpus"]), (384, 2), end)
         # Listed with the shipped ones.
         s, b = self.api.call("GET", "/v1/templates")
         kinds = {t["name"]: t["kind"] for t in b["templates"]}
@@ -96,6 +110,42 @@ class TemplateTest(unittest.TestCase):
         s, r = self.api.exec(sid, "jq -n '1+1'; cat /etc/pandastack-test /workspace/marker; "
                                   ". /etc/profile.d/pandastack-template.sh; echo $MODE")
         self.assertEqual((s, r["stdout"]), (200, "2\nhello from a file\nbuilt: it's on\nit's on\n"), r)
+        self.check_shape(sid)
+        # A create may not ask for more than the template's shape; asking for less gets it.
+        self.assertError(self.api.call("POST", "/v1/sandboxes",
+                                       {"template": "jq-tools", "memory_mib": 512}),
+                         400, "exceeds_template")
+        self.assertError(self.api.call("POST", "/v1/sandboxes",
+                                       {"template": "jq-tools", "vcpus": 3}),
+                         400, "exceeds_template")
+        self.assertError(self.api.call("POST", "/v1/sandboxes", {"memory_mib": 4096}),
+                         400, "exceeds_template")  # (base: the host's 256 MiB)
+        s, small = self.api.call("POST", "/v1/sandboxes",
+                                 {"template": "jq-tools", "memory_mib": 256, "vcpus": 1})
+        self.assertEqual((s, small.get("memory_mib"), small.get("vcpus")), (201, 384, 2), small)
+        # The quota counts each sandbox's own memory.
+        s, q = self.api.call("GET", "/v1/quotas")
+        self.assertEqual(q["use"]["memory_mib"], 2 * 384, q)
+        self.api.call("DELETE", f"/v1/sandboxes/{small['id']}")
+        # Its fork's children and its wakes have its shape too.
+        s, f = self.api.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1})
+        self.assertEqual(s, 201, f)
+        child = f["sandboxes"][0]["id"]
+        self.check_shape(child)
+        self.api.call("DELETE", f"/v1/sandboxes/{child}")
+        s, h = self.api.call("POST", f"/v1/sandboxes/{sid}/hibernate")
+        self.assertEqual((s, h.get("state")), (200, "hibernated"), h)
+        s, w = self.api.call("POST", f"/v1/sandboxes/{sid}/wake")
+        self.assertEqual((s, w.get("state")), (200, "running"), w)
+        self.check_shape(sid)
+        # Published, its sandbox's shape is the new template's.
+        s, pub = self.api.call("POST", f"/v1/sandboxes/{sid}/template", {"name": "jq-pub"})
+        self.assertEqual((s, pub.get("memory_mib"), pub.get("vcpus")), (201, 384, 2), pub)
+        s, ps = self.api.call("POST", "/v1/sandboxes", {"template": "jq-pub"})
+        self.assertEqual(s, 201, ps)
+        self.check_shape(ps["id"])
+        self.api.call("DELETE", f"/v1/sandboxes/{ps['id']}")
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/jq-pub")[0], 200)
         # Another tenant neither sees it nor makes sandboxes of it.
         s, k = self.api.call("POST", "/v1/keys", {"tenant": "other"})
         other = Api(self.daemon, key=k["key"])
@@ -226,7 +276,11 @@ class TemplateTest(unittest.TestCase):
                ({"name": "x", "from": "nothing"}, 400, "invalid_argument"),
                ({"name": "x", "env": {"1A": "b"}}, 400, "invalid_argument"),
                ({"name": "x", "run": ["true"] * 33}, 400, "invalid_argument"),
-               ({"name": "x", "memory_mib": 4096}, 501, "not_implemented"),
+               ({"name": "x", "memory_mib": 64}, 400, "invalid_argument"),
+               ({"name": "x", "memory_mib": 1 << 21}, 400, "invalid_argument"),
+               ({"name": "x", "vcpus": 33}, 400, "invalid_argument"),
+               ({"name": "x", "vcpus": 0}, 400, "invalid_argument"),
+               ({"name": "x", "memory_mib": 65536}, 503, "host_full"),  # (more than this host)
                ({"name": "base"}, 409, "conflict"),
                ({"name": "x", "surprise": 1}, 400, "invalid_argument")]
         for body, status, code in bad:

@@ -28,7 +28,9 @@ using wire::Json;
 const char* kUsage = R"(usage:
   pandastack sandbox create [--template T] [--ttl S] [--metadata K=V]... [--persistent]
                             [--idle-timeout S] [--on-timeout kill|hibernate] [--auto-wake]
-                            [--no-network | --egress deny_all|allow_all|allowlist] [--allow CIDR]... [--json]
+                            [--no-network | --egress deny_all|allow_all|allowlist] [--allow CIDR]...
+                            [--memory MIB] [--vcpus N] [--json]
+      (a sandbox has its template's memory and vCPUs: asking for more is refused)
   pandastack sandbox list [--state S | --all] [--metadata K=V]... [--json]   (live ones by default)
   pandastack sandbox get|hibernate|wake|kill|snapshot ID [--json]
   pandastack sandbox fork ID [--count N] [--json]
@@ -70,7 +72,8 @@ const char* kUsage = R"(usage:
   pandastack volume grow VOL_ID --size MIB [--json]   (only larger; while no sandbox holds it)
   pandastack template list [--json]
   pandastack template build NAME [--from T] [--package P]... [--run CMD]... [--env K=V]...
-                            [--file GUEST_PATH=LOCAL_FILE]... [--no-network] [--json]
+                            [--file GUEST_PATH=LOCAL_FILE]... [--no-network]
+                            [--memory MIB] [--vcpus N] [--json]
       Builds a template of your own (Debian packages, files, commands run as root in its guest,
       then baked): a progress bar on a terminal, its log lines otherwise. Exits 1 if it fails.
   pandastack template publish SANDBOX_ID NAME [--json]   a running sandbox (its disk and memory,
@@ -133,10 +136,10 @@ Opts parse(int argc, char** argv, int from) {
     } else if (a == "--no-network") {
       o.no_network = true;
     } else if (a.rfind("--", 0) == 0) {
-      static const char* known[] = {"--template", "--ttl",           "--state",        "--count",
-                                    "--timeout",  "--cwd",           "--url",          "--key",
-                                    "--egress",   "--on-timeout",    "--idle-timeout", "--size",
-                                    "--name",     "--from-snapshot", "--lines",        "--from"};
+      static const char* known[] = {
+          "--template", "--ttl",           "--state",  "--count",      "--timeout",      "--cwd",
+          "--url",      "--key",           "--egress", "--on-timeout", "--idle-timeout", "--size",
+          "--name",     "--from-snapshot", "--lines",  "--from",       "--memory",       "--vcpus"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);
@@ -148,13 +151,24 @@ Opts parse(int argc, char** argv, int from) {
   return o;
 }
 
-// A flag that must be a whole number of seconds (a usage error otherwise, not a request).
+// A flag that must be a whole number of seconds, MiB (--size, --memory) or vCPUs (a usage error
+// otherwise, not a request).
 int64_t seconds_flag(const Opts& o, const char* flag) {
   const std::string& v = o.flags.at(flag);
+  std::string f = flag;
   if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
-    usage(std::string(flag) + " needs a whole number of " +
-          (std::string(flag) == "--size" ? "MiB" : "seconds") + ", not '" + v + "'");
+    usage(f + " needs a whole number of " +
+          (f == "--size" || f == "--memory" ? "MiB"
+           : f == "--vcpus"                 ? "vCPUs"
+                                            : "seconds") +
+          ", not '" + v + "'");
   return std::atoll(v.c_str());
+}
+
+// --memory and --vcpus, as memory_mib and vcpus in `body`.
+void set_shape(Json& body, const Opts& o) {
+  if (o.flags.count("--memory")) body.set("memory_mib", seconds_flag(o, "--memory"));
+  if (o.flags.count("--vcpus")) body.set("vcpus", seconds_flag(o, "--vcpus"));
 }
 
 std::map<std::string, std::string> pairs(const std::vector<std::string>& kvs, const char* what) {
@@ -261,10 +275,13 @@ void print_sandbox(const Json& s, bool json) {
     std::printf("%s\n", s.dump().c_str());
     return;
   }
-  std::printf("id:        %s\nstate:     %s\ntemplate:  %s\ncreated:   %s\nexpires:   %s\n",
-              s["id"].as_string().c_str(), s["state"].as_string().c_str(),
-              s["template"].as_string().c_str(), when(s["created_at_ms"].as_int()).c_str(),
-              when(s["expires_at_ms"].as_int()).c_str());
+  std::printf(
+      "id:        %s\nstate:     %s\ntemplate:  %s\nshape:     %lld MiB, %lld vCPUs\n"
+      "created:   %s\nexpires:   %s\n",
+      s["id"].as_string().c_str(), s["state"].as_string().c_str(),
+      s["template"].as_string().c_str(), (long long)s["memory_mib"].as_int(),
+      (long long)s["vcpus"].as_int(), when(s["created_at_ms"].as_int()).c_str(),
+      when(s["expires_at_ms"].as_int()).c_str());
   if (!meta_text(s["metadata"]).empty())
     std::printf("metadata:  %s\n", meta_text(s["metadata"]).c_str());
 }
@@ -422,6 +439,7 @@ int template_build(Api& api, const Opts& o, const std::string& name) {
   }
   body.set("files", files);
   if (o.no_network) body.set("network", false);
+  set_shape(body, o);
   api.json("POST", "/v1/templates", body.dump());
   const bool bar = !o.json && ::isatty(2);
   Json end;
@@ -468,9 +486,9 @@ int template_build(Api& api, const Opts& o, const std::string& name) {
     return 1;
   }
   if (!o.json)
-    std::printf("template %s ready (%.1f s, %.1f MB)\n", name.c_str(),
-                double(end["build_ms"].as_int()) / 1000.0,
-                double(end["size_bytes"].as_int()) / 1e6);
+    std::printf("template %s ready (%.1f s, %.1f MB; %lld MiB, %lld vCPUs)\n", name.c_str(),
+                double(end["build_ms"].as_int()) / 1000.0, double(end["size_bytes"].as_int()) / 1e6,
+                (long long)end["memory_mib"].as_int(), (long long)end["vcpus"].as_int());
   return 0;
 }
 
@@ -517,12 +535,14 @@ int api_main(int argc, char** argv) {
   if (group == "template" && verb == "list") {
     auto r = api.json("GET", "/v1/templates");
     if (o.json) return std::printf("%s\n", r.dump().c_str()), 0;
-    std::printf("%-24s %-8s %s\n", "TEMPLATE", "KIND", "STATUS");
+    std::printf("%-24s %-8s %-8s %-5s %s\n", "TEMPLATE", "KIND", "MEMORY", "VCPUS", "STATUS");
     for (auto& t : r["templates"].as_array())
-      std::printf("%-24s %-8s %s\n", t["name"].as_string().c_str(), t["kind"].as_string().c_str(),
-                  t["kind"].as_string() == "shipped"
-                      ? (t["baked"].as_bool() ? "ready (baked)" : "ready")
-                      : t["status"].as_string().c_str());
+      std::printf(
+          "%-24s %-8s %-8s %-5lld %s\n", t["name"].as_string().c_str(),
+          t["kind"].as_string().c_str(), (std::to_string(t["memory_mib"].as_int()) + "M").c_str(),
+          (long long)t["vcpus"].as_int(),
+          t["kind"].as_string() == "shipped" ? (t["baked"].as_bool() ? "ready (baked)" : "ready")
+                                             : t["status"].as_string().c_str());
     return 0;
   }
   if (group == "template" && verb == "build") {
@@ -700,6 +720,7 @@ int api_main(int argc, char** argv) {
       need(0);
       Json body = Json::object();
       body.set("template", o.flags.count("--template") ? o.flags.at("--template") : "base");
+      set_shape(body, o);
       if (o.flags.count("--ttl")) body.set("ttl_seconds", seconds_flag(o, "--ttl"));
       if (o.flags.count("--idle-timeout"))
         body.set("idle_timeout_seconds", seconds_flag(o, "--idle-timeout"));

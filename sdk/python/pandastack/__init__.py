@@ -8,7 +8,7 @@ Reads PANDASTACK_API_KEY and PANDASTACK_BASE_URL (default http://127.0.0.1:7070)
 """
 from ._async import AsyncSandbox
 from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFailed, DatabaseHibernated,
-                      DatabaseNotFound, DirectoryNotEmpty, ExecFailed,
+                      DatabaseNotFound, DirectoryNotEmpty, ExceedsTemplate, ExecFailed,
                       FileExists, FileNotFound, Forbidden, GuestIOError, HostFull, InvalidArgument,
                       InvalidCwd, IsADirectory, NoSpace, NotADirectory, NotFound,
                       NotImplementedByServer, PandaStackError, PayloadTooLarge, PermissionDenied,
@@ -36,4 +36,5 @@ __all__ = [
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
     "VolumeAttached", "Execution", "CodeResult", "CodeError",
     "Template", "TemplateInfo", "BuildProgress", "TemplateBuildFailed", "TemplateInUse",
+    "ExceedsTemplate",
 ]

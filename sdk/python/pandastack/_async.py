@@ -191,6 +191,7 @@ class AsyncSandbox:
                      idle_timeout_seconds: Optional[int] = None,
                      on_timeout: Optional[str] = None,
                      volumes: Optional[Sequence[Any]] = None,
+                     memory_mib: Optional[int] = None, vcpus: Optional[int] = None,
                      api_key: Optional[str] = None, base_url: Optional[str] = None,
                      timeout: float = 300.0) -> "AsyncSandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
@@ -206,11 +207,14 @@ class AsyncSandbox:
 
         ``volumes``: volumes to attach and mount before the call returns, each
         ``{"volume": id_or_Volume, "mount": "/data", "read_only": False}`` or a
-        ``(volume, mount[, read_only])`` tuple (at most 4)."""
+        ``(volume, mount[, read_only])`` tuple (at most 4).
+
+        ``memory_mib``, ``vcpus``: the guest's shape is its template's (baked into its
+        snapshot); asking for more raises ``ExceedsTemplate``."""
         http = _AsyncHttp(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
                              network, egress, allow, idle_timeout_seconds, on_timeout,
-                             volumes)
+                             volumes, memory_mib, vcpus)
         r = await http.call("POST", "/v1/sandboxes", json=body)
         return cls(SandboxInfo.from_api(r.json()), http)
 

@@ -124,9 +124,14 @@ def create_body(template: str, ttl_seconds: Optional[int], metadata: Optional[Ma
                 network: Optional[bool] = None, egress: Optional[str] = None,
                 allow: Optional[Sequence[str]] = None, idle_timeout_seconds: Optional[int] = None,
                 on_timeout: Optional[str] = None,
-                volumes: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
+                volumes: Optional[Sequence[Any]] = None, memory_mib: Optional[int] = None,
+                vcpus: Optional[int] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"template": template, "persistent": persistent,
                             "auto_wake": auto_wake}
+    if memory_mib is not None:
+        body["memory_mib"] = int(memory_mib)
+    if vcpus is not None:
+        body["vcpus"] = int(vcpus)
     if volumes:
         body["volumes"] = [volume_body(v) for v in volumes]
     if idle_timeout_seconds is not None:

@@ -97,6 +97,10 @@ class DatabaseHibernated(Conflict):
     """The database is hibernated: wake it first."""
 
 
+class ExceedsTemplate(InvalidArgument):
+    """A create asked for more memory or vCPUs than its template was baked with."""
+
+
 class InvalidCwd(InvalidArgument):
     """The command's working folder does not exist in the sandbox."""
 
@@ -193,6 +197,7 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "invalid_json": InvalidArgument,
     "invalid_argument": InvalidArgument,
     "invalid_path": InvalidArgument,
+    "exceeds_template": ExceedsTemplate,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
     "sandbox_not_found": SandboxNotFound,

@@ -91,6 +91,9 @@ class SandboxInfo:
     on_timeout: str = "kill"
     #: [{"volume", "mount", "read_only"}]: the volumes attached at create
     volumes: List[Dict[str, Any]] = field(default_factory=list)
+    #: its guest's shape: its template's
+    memory_mib: int = 0
+    vcpus: int = 0
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "SandboxInfo":
@@ -100,7 +103,8 @@ class SandboxInfo:
                    bool(b.get("network", False)), b.get("egress"),
                    bool(b.get("auto_wake", False)), int(b.get("ttl_seconds", 0)),
                    int(b.get("idle_timeout_seconds", 0)), str(b.get("on_timeout", "kill")),
-                   list(b.get("volumes", [])))
+                   list(b.get("volumes", [])), int(b.get("memory_mib", 0)),
+                   int(b.get("vcpus", 0)))
 
 
 @dataclass
@@ -325,13 +329,16 @@ class TemplateInfo:
     size_bytes: int = 0
     error: str = ""
     log_tail: str = ""
+    #: its sandboxes' shape
+    memory_mib: int = 0
+    vcpus: int = 0
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "TemplateInfo":
         return cls(b["name"], b.get("kind", "custom"), b.get("status", "ready"), b.get("from", ""),
                    list(b.get("packages", [])), list(b.get("run", [])), dict(b.get("env", {})),
                    int(b.get("build_ms", 0)), int(b.get("size_bytes", 0)), b.get("error", ""),
-                   b.get("log_tail", ""))
+                   b.get("log_tail", ""), int(b.get("memory_mib", 0)), int(b.get("vcpus", 0)))
 
 
 @dataclass

@@ -206,6 +206,7 @@ class Sandbox:
                allow: Optional[Sequence[str]] = None,
                idle_timeout_seconds: Optional[int] = None, on_timeout: Optional[str] = None,
                volumes: Optional[Sequence[Any]] = None,
+               memory_mib: Optional[int] = None, vcpus: Optional[int] = None,
                api_key: Optional[str] = None, base_url: Optional[str] = None,
                timeout: float = 300.0) -> "Sandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
@@ -221,11 +222,14 @@ class Sandbox:
 
         ``volumes``: volumes to attach and mount before the call returns, each
         ``{"volume": id_or_Volume, "mount": "/data", "read_only": False}`` or a
-        ``(volume, mount[, read_only])`` tuple (at most 4)."""
+        ``(volume, mount[, read_only])`` tuple (at most 4).
+
+        ``memory_mib``, ``vcpus``: the guest's shape is its template's (baked into its
+        snapshot); asking for more raises ``ExceedsTemplate``."""
         http = _Http(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
                              network, egress, allow, idle_timeout_seconds, on_timeout,
-                             volumes)
+                             volumes, memory_mib, vcpus)
         return cls(SandboxInfo.from_api(http.call("POST", "/v1/sandboxes", json=body).json()), http)
 
     @classmethod
@@ -519,15 +523,21 @@ class Template:
     def build(cls, name: str, *, from_: str = "base", packages: Sequence[str] = (),
               files: Optional[Mapping[str, str]] = None, run: Sequence[str] = (),
               env: Optional[Mapping[str, str]] = None, network: bool = True,
+              memory_mib: Optional[int] = None, vcpus: Optional[int] = None,
               on_progress: Optional[Any] = None, timeout: float = 1800.0,
               api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Template":
         """Builds template ``name`` and waits for it: ``on_progress(BuildProgress)`` gets each
         stage change and each log line. Raises ``TemplateBuildFailed`` (with the log's tail)
-        when the build fails; ``Conflict`` while one of that name is being built or exists."""
+        when the build fails; ``Conflict`` while one of that name is being built or exists.
+        ``memory_mib``, ``vcpus``: every sandbox of it gets this shape (by default the host's)."""
         http = _Http(api_key, base_url, timeout)
         body: Dict[str, Any] = {"name": name, "from": from_, "packages": list(packages),
                                 "files": dict(files or {}), "run": list(run),
                                 "env": dict(env or {}), "network": network}
+        if memory_mib is not None:
+            body["memory_mib"] = int(memory_mib)
+        if vcpus is not None:
+            body["vcpus"] = int(vcpus)
         http.call("POST", "/v1/templates", json=body)
         stage, percent, end = "queued", 0, None
         try:

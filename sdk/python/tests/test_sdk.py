@@ -284,6 +284,11 @@ class TemplateSdkTest(unittest.TestCase):
             src.exec("echo set-up-by-hand > /opt/marker")
             t = src.publish_template("sdk-published")
         self.assertEqual((t.info.status, t.info.from_), ("ready", "base"))
+        self.assertEqual((t.info.memory_mib, t.info.vcpus),
+                         (src.info.memory_mib, src.info.vcpus))  # the sandbox's shape
+        self.assertGreater(src.info.memory_mib, 0)
+        with self.assertRaises(pandastack.ExceedsTemplate):
+            Sandbox.create(template="sdk-published", memory_mib=t.info.memory_mib + 1)
         with Sandbox.create(template="sdk-published") as sbx:
             self.assertEqual(sbx.exec("cat /opt/marker").stdout, "set-up-by-hand\n")
             with self.assertRaises(pandastack.TemplateInUse):

@@ -27,6 +27,10 @@ export interface CreateOptions extends ClientOptions {
   onTimeout?: "kill" | "hibernate";
   /** Volumes to attach, mounted when create returns (at most 4). */
   volumes?: VolumeMount[];
+  /** A sandbox has its template's shape (baked into its snapshot): asking for more memory or
+   * vCPUs than that throws ExceedsTemplateError. */
+  memoryMib?: number;
+  vcpus?: number;
 }
 
 export interface VolumeMount {
@@ -78,6 +82,9 @@ export interface TemplateInfo {
   sizeBytes: number;
   error: string;
   logTail: string;
+  /** its sandboxes' shape */
+  memoryMib: number;
+  vcpus: number;
 }
 
 export interface BuildProgress {
@@ -94,6 +101,9 @@ export interface TemplateBuildOptions extends ClientOptions {
   run?: string[];
   env?: Record<string, string>;
   network?: boolean;
+  /** Every sandbox of it gets this shape (default: the host's). */
+  memoryMib?: number;
+  vcpus?: number;
   onProgress?: (p: BuildProgress) => void;
 }
 
@@ -162,6 +172,9 @@ export interface SandboxInfo {
   idleTimeoutSeconds: number;
   onTimeout: "kill" | "hibernate";
   volumes: { volume: string; mount: string; readOnly: boolean }[];
+  /** its guest's shape: its template's */
+  memoryMib: number;
+  vcpus: number;
 }
 
 export interface ExecOptions {
@@ -331,6 +344,7 @@ export declare class PandaStackError extends Error {
 }
 export declare class InvalidArgumentError extends PandaStackError {}
 export declare class InvalidCwdError extends InvalidArgumentError {}
+export declare class ExceedsTemplateError extends InvalidArgumentError {}
 export declare class CommandNotFoundError extends InvalidArgumentError {}
 export declare class UnauthorizedError extends PandaStackError {}
 export declare class ForbiddenError extends PandaStackError {}

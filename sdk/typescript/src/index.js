@@ -18,6 +18,7 @@ export class PandaStackError extends Error {
 }
 export class InvalidArgumentError extends PandaStackError {}
 export class InvalidCwdError extends InvalidArgumentError {}
+export class ExceedsTemplateError extends InvalidArgumentError {}
 export class CommandNotFoundError extends InvalidArgumentError {}
 export class UnauthorizedError extends PandaStackError {}
 export class ForbiddenError extends PandaStackError {}
@@ -66,6 +67,7 @@ const BY_CODE = {
   invalid_argument: [InvalidArgumentError, 400],
   invalid_path: [InvalidArgumentError, 400],
   invalid_cwd: [InvalidCwdError, 400],
+  exceeds_template: [ExceedsTemplateError, 400],
   command_not_found: [CommandNotFoundError, 400],
   unauthorized: [UnauthorizedError, 401],
   forbidden: [ForbiddenError, 403],
@@ -376,6 +378,7 @@ function info(b) {
     network: !!b.network, egress: b.egress ?? null, autoWake: !!b.auto_wake, ttlSeconds: b.ttl_seconds ?? 0,
     idleTimeoutSeconds: b.idle_timeout_seconds ?? 0, onTimeout: b.on_timeout ?? "kill",
     volumes: (b.volumes ?? []).map((v) => ({ volume: v.volume, mount: v.mount, readOnly: !!v.read_only })),
+    memoryMib: b.memory_mib ?? 0, vcpus: b.vcpus ?? 0,
   };
 }
 
@@ -408,6 +411,7 @@ function templateInfo(t) {
     name: t.name, kind: t.kind ?? "custom", status: t.status ?? "ready", from: t.from ?? "",
     packages: t.packages ?? [], run: t.run ?? [], env: t.env ?? {}, buildMs: t.build_ms ?? 0,
     sizeBytes: t.size_bytes ?? 0, error: t.error ?? "", logTail: t.log_tail ?? "",
+    memoryMib: t.memory_mib ?? 0, vcpus: t.vcpus ?? 0,
   };
 }
 
@@ -424,6 +428,8 @@ export class Template {
       name, from: opts.from ?? "base", packages: opts.packages ?? [], files: opts.files ?? {},
       run: opts.run ?? [], env: opts.env ?? {}, network: opts.network ?? true,
     };
+    if (opts.memoryMib !== undefined) body.memory_mib = opts.memoryMib;
+    if (opts.vcpus !== undefined) body.vcpus = opts.vcpus;
     await http.json("POST", "/v1/templates", { json: body });
     let stage = "queued", percent = 0, end = null;
     for await (const { event, data } of http.events("GET", `/v1/templates/${sid(name)}/build`)) {
@@ -532,6 +538,8 @@ export class Sandbox {
     if (opts.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = opts.idleTimeoutSeconds;
     if (opts.onTimeout !== undefined) body.on_timeout = opts.onTimeout;
     if (opts.volumes?.length) body.volumes = opts.volumes.map(volumeBody);
+    if (opts.memoryMib !== undefined) body.memory_mib = opts.memoryMib;
+    if (opts.vcpus !== undefined) body.vcpus = opts.vcpus;
     return new Sandbox(info(await http.json("POST", "/v1/sandboxes", { json: body })), http);
   }
   /** An existing sandbox of this key's tenant. */

@@ -9,7 +9,7 @@ import {
   Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
   UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
   VolumeAttachedError, VolumeNotFoundError, Database, DatabaseNotFoundError, BackupNotFoundError, ConflictError,
-  Template, TemplateBuildFailedError, TemplateNotFoundError,
+  Template, TemplateBuildFailedError, TemplateNotFoundError, ExceedsTemplateError,
 } from "../src/index.js";
 
 let daemon, base;
@@ -256,6 +256,10 @@ test("templates: a running sandbox published as a template", async () => {
   const t = await src.publishTemplate("ts-published");
   await src.kill();
   assert.equal(t.info.status, "ready");
+  assert.ok(src.info.memoryMib > 0);
+  assert.deepEqual([t.info.memoryMib, t.info.vcpus], [src.info.memoryMib, src.info.vcpus]);
+  await assert.rejects(Sandbox.create({ template: "ts-published", vcpus: t.info.vcpus + 1 }),
+    ExceedsTemplateError);
   const sbx = await Sandbox.create({ template: "ts-published" });
   assert.equal((await sbx.exec("cat /opt/marker")).stdout, "by-hand\n");
   await sbx.kill();
