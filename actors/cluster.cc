@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <random>
 
+#include "actors/custom_template.h"
+
 namespace pandastack::actors {
 
 using namespace std::chrono;
@@ -292,11 +294,21 @@ storage::Result<HostInfo> Cluster::place(const std::string& template_name,
             hs->end());
   if (hs->empty())
     return make_error(ErrorCode::not_found, "no live host in the cluster that is not draining");
+  // A tenant's own template (its id: `<name>.<tenant hash>`) is on the hosts that built or
+  // published it, and only there; one no live host has is the shipped template of that name
+  // (a custom template may not take a shipped one's name).
+  auto has = [&](const std::string& t) {
+    return std::any_of(hs->begin(), hs->end(), [&](const HostInfo& h) {
+      return std::find(h.templates.begin(), h.templates.end(), t) != h.templates.end();
+    });
+  };
+  std::string wanted = template_name;
+  if (auto dot = wanted.find('.'); dot != std::string::npos && !has(wanted))
+    wanted = wanted.substr(0, dot);
   // A baked template saves a bake (seconds); then the most free memory per sandbox it runs
   // (hosts sharing a machine report the same free memory); equals are drawn at random.
   auto score = [&](const HostInfo& h) {
-    bool baked =
-        std::find(h.templates.begin(), h.templates.end(), template_name) != h.templates.end();
+    bool baked = std::find(h.templates.begin(), h.templates.end(), wanted) != h.templates.end();
     return std::make_pair(baked ? 1 : 0, h.free_mib / (uint64_t(h.sandboxes) + 1));
   };
   std::vector<const HostInfo*> best;
@@ -307,6 +319,10 @@ storage::Result<HostInfo> Cluster::place(const std::string& template_name,
   }
   thread_local std::mt19937 rng{std::random_device{}()};
   return *best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)];
+}
+
+std::string placement_name(const std::string& tenant, const std::string& name) {
+  return !tenant.empty() && valid_template_name(name) ? template_id(tenant, name) : name;
 }
 
 }  // namespace pandastack::actors

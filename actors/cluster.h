@@ -85,7 +85,9 @@ class Cluster {
   // not own one of them (any more).
   storage::Result<bool> hand_over(const std::vector<std::string>& ids, const std::string& to);
   // The host a create goes to: `pinned` when named (it must be up), else the live host with the
-  // most free memory, preferring hosts that have `template_name` baked. Empty on error.
+  // most free memory, preferring hosts that have `template_name` baked. A custom template's id
+  // (placement_name) goes to a host that has it; one no live host has is taken for the shipped
+  // template of its name. Empty on error.
   storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);
   // A draining host is passed by when placing creates (its sandboxes are being moved off it).
   storage::Status set_draining(bool draining);
@@ -121,5 +123,9 @@ class Cluster {
   std::map<std::string, HostInfo> hosts_cache_;
   std::chrono::steady_clock::time_point hosts_at_{};
 };
+
+// What Cluster::place knows `tenant`'s create naming template `name` by: the id its own
+// template of that name would have (hosts list the ready ones they hold), else `name`.
+std::string placement_name(const std::string& tenant, const std::string& name);
 
 }  // namespace pandastack::actors

@@ -1,5 +1,6 @@
-// Requests that span hosts (cluster mode): the lists of sandboxes, snapshots, volumes and
-// databases are every live host's, merged, and so is the audit log (by time, below). The host that
+// Requests that span hosts (cluster mode): the lists of sandboxes, snapshots, volumes,
+// databases and templates (a tenant's own live on the host that built them) are every live
+// host's, merged, and so is the audit log (by time, below). The host that
 // receives one asks each other live host the same (as the client, with the client's key: auth and
 // tenancy are checked there), marks each item with its host, and orders them by creation time. A
 // host that does not answer is named in `unreachable_hosts`: the list is partial, and says so.
@@ -57,7 +58,8 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
   const std::string self = cluster->config().host_id;
   std::vector<Json> items;
   for (auto item : list_of(*j).as_array()) {
-    item.set("host", self);
+    if (!(item["kind"].is_string() && item["kind"].as_string() == "shipped"))
+      item.set("host", self);
     items.push_back(item);
   }
   Json unreachable = Json::array();
@@ -70,6 +72,8 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
     if (!list_of(*theirs).is_array()) continue;
     for (auto item : list_of(*theirs).as_array()) {
       if (!item.is_object()) continue;
+      // Shipped templates are every host's: listed once (this host's), without a host.
+      if (item["kind"].is_string() && item["kind"].as_string() == "shipped") continue;
       item.set("host", h.id);
       items.push_back(item);
     }
@@ -188,7 +192,8 @@ void spread_lists(std::vector<Route>& routes) {
   static const std::pair<const char*, const char*> lists[] = {{"/v1/sandboxes", "sandboxes"},
                                                               {"/v1/snapshots", "snapshots"},
                                                               {"/v1/volumes", "volumes"},
-                                                              {"/v1/databases", "databases"}};
+                                                              {"/v1/databases", "databases"},
+                                                              {"/v1/templates", "templates"}};
   for (auto& r : routes) {
     if (r.method == kj::HttpMethod::GET && r.style == Route::Style::e2b_api &&
         (r.pattern == "/sandboxes" || r.pattern == "/v2/sandboxes")) {

@@ -74,8 +74,9 @@ Target target_of(actors::Cluster& cluster, const std::string& id, bool forwarded
 }
 
 // Where a create goes: the pinned host (placement.host), else the owner of what it is made from
-// (a snapshot, a volume: they are on their host), else the host placement scores best.
-Target place(actors::Cluster& cluster, const std::string& text) {
+// (a snapshot, a volume: they are on their host), else the host placement scores best (for
+// `tenant`'s own template of that name: the host that has it).
+Target place(actors::Cluster& cluster, const std::string& text, const std::string& tenant) {
   auto j = Json::parse(text);
   std::string pinned, tmpl = "base";
   if (j && j->is_object()) {
@@ -89,7 +90,7 @@ Target place(actors::Cluster& cluster, const std::string& text) {
       from = (*j)["volumes"].as_array()[0]["volume"].as_string();
     if (!from.empty() && pinned.empty()) return target_of(cluster, from, false);
   }
-  auto h = cluster.place(tmpl, pinned);
+  auto h = cluster.place(actors::placement_name(tenant, tmpl), pinned);
   if (!h) {
     if (!pinned.empty()) return {Target::Kind::down, pinned, "", h.error().message};
     return {Target::Kind::unavailable, "", "", h.error().message};
@@ -155,7 +156,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       },
       std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
   return decided.then([this, &route, req = std::move(req), method, url, &headers, &body, &response,
-                       t0, head, cluster](Decided d) mutable -> kj::Promise<void> {
+                       t0, head, cluster, token](Decided d) mutable -> kj::Promise<void> {
     Target t = *d;
     switch (t.kind) {
       case Target::Kind::here:
@@ -184,8 +185,8 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
     size_t limit =
         route.kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
     return body.readAllBytes(limit + 1).then([this, &route, req = std::move(req), method, url,
-                                              &headers, &response, t0, head, limit, cluster,
-                                              t](kj::Array<kj::byte> bytes) mutable
+                                              &headers, &response, t0, head, limit, cluster, t,
+                                              token](kj::Array<kj::byte> bytes) mutable
                                              -> kj::Promise<void> {
       if (bytes.size() > limit)
         return send(
@@ -198,7 +199,10 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       // A create: placement. A pinned host, or the snapshot's owner, or the best host.
       std::string text(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
       auto placed = offload<Decided>(
-          [cluster, text]() -> Decided { return std::make_shared<Target>(place(*cluster, text)); },
+          [this, cluster, text, token]() -> Decided {
+            auto key = rt.authenticate(token);  // (checked before the body was read)
+            return std::make_shared<Target>(place(*cluster, text, key ? key->tenant : ""));
+          },
           std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
       return placed.then([this, &route, req = std::move(req), method, url, &headers, &response, t0,
                           head, bytes = kj::mv(bytes)](Decided d) mutable -> kj::Promise<void> {

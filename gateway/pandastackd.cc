@@ -354,6 +354,9 @@ int main(int argc, char** argv) {
       h.sandboxes = uint32_t(counts.by_status["running"]);
       for (auto& t : rt->templates())
         if (t.baked) h.templates.push_back(t.name);
+      // Tenants' own templates live here alone: creates of them are placed here (by their id).
+      for (auto& t : rt->custom_templates("*"))
+        if (t.status == actors::TemplateStatus::ready) h.templates.push_back(t.id);
       h.accel = accel_name;
       return h;
     });

@@ -657,13 +657,14 @@ class PlatformImpl final : public api::Platform::Server {
   kj::Promise<kj::Maybe<api::Platform::Client>> placed(const std::string& template_name) {
     auto* cluster = ctx_.rt.cluster();
     if (cluster == nullptr || !ctx_.remote) return kj::Maybe<api::Platform::Client>(nullptr);
-    return offload<actors::HostInfo>([cluster, template_name]() -> Reply<actors::HostInfo> {
-             auto h = cluster->place(template_name, "");
-             if (!h)
-               return Rejection{"cluster_unavailable",
-                                "cannot place the sandbox: " + h.error().message};
-             return *h;
-           })
+    return offload<actors::HostInfo>(
+               [cluster, template_name, tenant = tenant_]() -> Reply<actors::HostInfo> {
+                 auto h = cluster->place(actors::placement_name(tenant, template_name), "");
+                 if (!h)
+                   return Rejection{"cluster_unavailable",
+                                    "cannot place the sandbox: " + h.error().message};
+                 return *h;
+               })
         .then([this](std::shared_ptr<Reply<actors::HostInfo>> r) {
           auto h = take(*r);
           if (h.self)

@@ -466,6 +466,36 @@ class ClusterTest(unittest.TestCase):
         child = (b["sandboxes"] if isinstance(b, dict) else b)[0]["id"]
         self.assertIn(child, self.local_ids("b"))
 
+    def test_8_a_custom_template_is_created_where_it_lives(self):
+        # A tenant's own template (here: published from a sandbox on c) lives on c alone: a
+        # create naming it through another host is placed there.
+        src = self.create_on("a", "c")
+        s, t = self.api["b"].call("POST", f"/v1/sandboxes/{src}/template", {"name": "placed"})
+        self.assertEqual((s, t.get("status")), (201, "ready"), t)
+        # Listed through any host: the shipped ones once, this one with its host.
+        s, l = self.api["a"].call("GET", "/v1/templates")
+        names = [(x["name"], x.get("host")) for x in l["templates"]]
+        self.assertEqual(names.count(("base", None)), 1, names)
+        self.assertIn(("placed", "c"), names)
+        deadline = time.time() + 3 * LEASE  # (until c's heartbeat lists it)
+        while True:
+            s, b = self.api["b"].call("POST", "/v1/sandboxes",
+                                      {"template": "placed", "network": False})
+            if s == 201 or time.time() > deadline:
+                break
+            self.assertEqual((s, b["error"]["code"]), (404, "template_not_found"), b)
+            time.sleep(0.5)
+        self.assertEqual((s, b.get("template")), (201, "placed"), b)
+        self.assertIn(b["id"], self.local_ids("c"))
+        # Another tenant's create of that name is not sent there: it has no such template.
+        s, k = self.api["a"].call("POST", "/v1/keys", {"tenant": "placer"})
+        s, e = self.api["a"].call("POST", "/v1/sandboxes", {"template": "placed"}, key=k["key"])
+        self.assertEqual((s, e["error"]["code"]), (404, "template_not_found"), e)
+        for sid in (b["id"], src):
+            self.assertEqual(self.api["a"].call("DELETE", f"/v1/sandboxes/{sid}")[0], 200)
+        s, t = self.api["c"].call("DELETE", "/v1/templates/placed")
+        self.assertEqual(s, 200, t)
+
     def test_9_drain(self):
         running = self.create_on("a", "c")
         self.mark(running, "drained")
