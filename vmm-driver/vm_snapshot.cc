@@ -346,9 +346,12 @@ Status Vm::personalize() {
   std::string entropy(64, '\0');
   if (::getrandom(entropy.data(), entropy.size(), 0) != ssize_t(entropy.size()))
     return make_error(ErrorCode::io_error, "getrandom failed");
-  return agent_->after_restore(
+  auto done = agent_->after_restore(
       duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(), entropy,
       config_.hostname, config_.network != nullptr);
+  // With the guest console's tail: what the agent saw (a session it ended, a stall) says why.
+  if (!done) return failure(done.error().code, done.error().message);
+  return done;
 }
 
 Result<std::unique_ptr<Vm>> Vm::restore(IoThread& io, const Snapshot& snap, VmConfig config,
