@@ -1,7 +1,8 @@
-// storage_crash_writer DIR: appends to the event store under load (4 threads, one stream each)
-// and prints "STREAM VERSION" on stdout after each append is acknowledged, until killed. Two
-// threads append synced (fsynced before the acknowledgement), two only written (in the log,
-// fsynced later): both must survive a SIGKILL of this process.
+// storage_crash_writer DIR: appends to the event store under load (4 threads, one stream each:
+// c0..c3, as event_store_crash_test expects) and prints "STREAM VERSION" on stdout after each
+// append is acknowledged, until killed. Two threads append synced (fsynced before the
+// acknowledgement), two only written (in the log, fsynced later): both must survive a SIGKILL of
+// this process.
 // Payloads are a function of (stream, version), so a reader can check every event.
 
 #include <unistd.h>
