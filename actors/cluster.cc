@@ -297,19 +297,18 @@ storage::Result<HostInfo> Cluster::place(const std::string& template_name,
   // A tenant's own template (its id: `<name>.<tenant hash>`) is on the hosts that built or
   // published it, and only there; one no live host has is the shipped template of that name
   // (a custom template may not take a shipped one's name).
-  auto has = [&](const std::string& t) {
-    return std::any_of(hs->begin(), hs->end(), [&](const HostInfo& h) {
-      return std::find(h.templates.begin(), h.templates.end(), t) != h.templates.end();
-    });
+  auto lists = [](const HostInfo& h, const std::string& t) {
+    return std::find(h.templates.begin(), h.templates.end(), t) != h.templates.end();
   };
   std::string wanted = template_name;
-  if (auto dot = wanted.find('.'); dot != std::string::npos && !has(wanted))
+  if (auto dot = wanted.find('.');
+      dot != std::string::npos &&
+      std::none_of(hs->begin(), hs->end(), [&](const HostInfo& h) { return lists(h, wanted); }))
     wanted = wanted.substr(0, dot);
   // A baked template saves a bake (seconds); then the most free memory per sandbox it runs
   // (hosts sharing a machine report the same free memory); equals are drawn at random.
   auto score = [&](const HostInfo& h) {
-    bool baked = std::find(h.templates.begin(), h.templates.end(), wanted) != h.templates.end();
-    return std::make_pair(baked ? 1 : 0, h.free_mib / (uint64_t(h.sandboxes) + 1));
+    return std::make_pair(lists(h, wanted) ? 1 : 0, h.free_mib / (uint64_t(h.sandboxes) + 1));
   };
   std::vector<const HostInfo*> best;
   for (auto& h : *hs) {

@@ -221,13 +221,12 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, co
   return std::nullopt;
 }
 
-// What `n` new sandboxes of `template_name` take of their tenant's quotas (persistent ones may
-// hibernate): its shape's memory each.
-QuotaAsk creates_ask(RegistrySelf* self, const std::string& template_name, bool persistent,
-                     uint32_t n) {
+// What `n` new sandboxes of `memory_mib` each (their template's shape) take of their tenant's
+// quotas (persistent ones may hibernate).
+QuotaAsk creates_ask(uint64_t memory_mib, bool persistent, uint32_t n) {
   QuotaAsk ask;
   ask.sandboxes = n;
-  ask.memory_mib = uint64_t(self->state.env->template_shape(template_name).memory_mib) * n;
+  ask.memory_mib = memory_mib * n;
   if (persistent) {
     ask.hibernated = n;
     ask.hibernated_mib = ask.memory_mib;
@@ -382,11 +381,11 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           snapshot = req.from_snapshot;
         }
         // Its guest is its template's shape (the snapshot's): a create may not ask for more.
-        if (auto no = Env::shape_admits(self->state.env->template_shape(req.template_name),
-                                        req.memory_mib, req.vcpus, req.template_name))
+        auto shape = self->state.env->template_shape(req.template_name);
+        if (auto no = Env::shape_admits(shape, req.memory_mib, req.vcpus, req.template_name))
           return Answer::fail(*no);
         if (auto refused =
-                admit(self, req.tenant, creates_ask(self, req.template_name, req.persistent, 1)))
+                admit(self, req.tenant, creates_ask(shape.memory_mib, req.persistent, 1)))
           return Answer::fail(*refused);
         if (snapshot.empty())
           if (auto dv = self->state.env->template_data_volume(req.template_name))
@@ -428,9 +427,10 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           if (self->state.actors.count(id) || (self->state.infos.count(id) && !returning))
             return Answer::fail({"conflict", "sandbox " + id + " exists on this host already"});
         }
-        if (auto refused = admit(self, ir.create.tenant,
-                                 creates_ask(self, ir.create.template_name, ir.create.persistent,
-                                             uint32_t(ir.ids.size()))))
+        if (auto refused =
+                admit(self, ir.create.tenant,
+                      creates_ask(env->template_shape(ir.create.template_name).memory_mib,
+                                  ir.create.persistent, uint32_t(ir.ids.size()))))
           return Answer::fail(*refused);
         if (!ir.arrivals.empty())
           // A migration with volumes: they are recorded here first (as they were on the host

@@ -109,6 +109,11 @@ void open_to_jails(const fs::path& dir, std::error_code& ec) {
                   ec);
 }
 
+// A template's guest shape, as Env::template_shape reads it: "<memory MiB> <vCPUs>".
+void write_shape(const fs::path& dir, uint32_t memory_mib, uint32_t vcpus) {
+  std::ofstream(dir / "shape") << memory_mib << " " << vcpus << "\n";
+}
+
 }  // namespace
 
 TemplateBuilds::TemplateBuilds(Env& env) : env_(env) {}
@@ -362,7 +367,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   }
   if (cancelled()) return finish("the daemon stopped");
   // Its guests' shape (Env::template_shape): the bake's guest is the first of them.
-  std::ofstream(image / "shape") << spec.memory_mib << " " << spec.vcpus << "\n";
+  write_shape(image, spec.memory_mib, spec.vcpus);
   open_to_jails(image, ec);
   progress->at("bake", 75);
   log("baking: a cold boot, the template's commands in the guest, a snapshot");
@@ -423,7 +428,7 @@ Reply<TemplateState> TemplateBuilds::publish(const std::string& tenant, const st
   if (ec) return fail(ec.message());
   std::ofstream(dir / "key") << "published:" << snapshot.dir.filename().string() << "\n";
   std::ofstream(dir / "network") << (network ? "on" : "off") << "\n";
-  std::ofstream(dir / "shape") << snapshot.memory_mib << " " << snapshot.vcpus << "\n";
+  write_shape(dir, snapshot.memory_mib, snapshot.vcpus);
   auto key = env_.templates->key(id, env_.vm_config(id, "shape", "shape"));
   if (!key) return fail(key.error().message);
   auto staged = vmm::stage_snapshot(snapshot, dir / "baked" / *key);

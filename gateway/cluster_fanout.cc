@@ -55,11 +55,14 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
     return *field ? answer[field] : answer;
   };
   if (!j || !list_of(*j).is_array()) return local;
+  // Shipped templates are every host's: listed once (this host's), without a host.
+  auto everyones = [](const Json& item) {
+    return item["kind"].is_string() && item["kind"].as_string() == "shipped";
+  };
   const std::string self = cluster->config().host_id;
   std::vector<Json> items;
   for (auto item : list_of(*j).as_array()) {
-    if (!(item["kind"].is_string() && item["kind"].as_string() == "shipped"))
-      item.set("host", self);
+    if (!everyones(item)) item.set("host", self);
     items.push_back(item);
   }
   Json unreachable = Json::array();
@@ -71,9 +74,7 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
     if (!theirs) continue;
     if (!list_of(*theirs).is_array()) continue;
     for (auto item : list_of(*theirs).as_array()) {
-      if (!item.is_object()) continue;
-      // Shipped templates are every host's: listed once (this host's), without a host.
-      if (item["kind"].is_string() && item["kind"].as_string() == "shipped") continue;
+      if (!item.is_object() || everyones(item)) continue;
       item.set("host", h.id);
       items.push_back(item);
     }
