@@ -845,7 +845,8 @@ Status AgentClient::reseed_rng(std::string_view entropy) {
 }
 
 Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy,
-                                  const std::string& hostname, bool network) {
+                                  const std::string& hostname, bool network,
+                                  milliseconds timeout) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     kj::Vector<kj::Promise<void>> calls;
     auto clock = conn_->agent.setClockRequest();
@@ -867,7 +868,7 @@ Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy,
     }));
     return with_deadline<Ok>(
         io_, kj::joinPromises(calls.releaseAsArray()).then([]() { return Result<Ok>(Ok{}); }),
-        kCallTimeout, "afterRestore");
+        timeout, "afterRestore");
   });
 }
 

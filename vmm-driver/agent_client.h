@@ -150,7 +150,7 @@ class AgentClient {
   // `network`: whether the sandbox has one (the guest takes eth0 down without). An agent that
   // predates setNetwork (a hibernated guest from an older release) leaves eth0 as it was.
   Status after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname,
-                       bool network);
+                       bool network, std::chrono::milliseconds timeout = kCallTimeout);
   // Mounts the volume bound to block slot `slot` at `path` (wire/agent.capnp mountVolume).
   Status mount_volume(uint32_t slot, const std::string& path, bool read_only, uint64_t size_bytes);
   // Ends the agent's RPC session (wire/agent.capnp endSession): calls in flight are cancelled and

@@ -129,7 +129,12 @@ class Vm {
   // the guest still has the snapshot's clock, random state and hostname. For warm pools only.
   Status start_guest(const Snapshot& snapshot);
   // Makes a started guest this VM's own: clock set, RNG reseeded from host entropy, hostname.
+  // An agent that does not take them within kPersonalizeWait is reconnected to (a fresh
+  // connection and session) and sent them once more.
   Status personalize();
+  static constexpr std::chrono::milliseconds kPersonalizeWait{10000};
+  // How often personalize() had to reconnect (a test reads it).
+  int personalize_retries() const { return personalize_retries_; }
 
   // A spare: a QEMU process of `config`'s shape spawned ahead for no snapshot in particular
   // (`-incoming defer`, an empty RAM file, its disk an empty overlay on a placeholder). It holds
@@ -267,6 +272,7 @@ class Vm {
   std::unique_ptr<QmpClient> qmp_;
   std::unique_ptr<AgentClient> agent_;
   std::chrono::microseconds boot_time_{0};
+  int personalize_retries_ = 0;
   std::string qemu_version_;
   // Frozen disk layers under the active overlay, oldest first, hard-linked in the run folder.
   std::vector<std::string> layers_;

@@ -346,9 +346,29 @@ Status Vm::personalize() {
   std::string entropy(64, '\0');
   if (::getrandom(entropy.data(), entropy.size(), 0) != ssize_t(entropy.size()))
     return make_error(ErrorCode::io_error, "getrandom failed");
-  auto done = agent_->after_restore(
-      duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(), entropy,
-      config_.hostname, config_.network != nullptr);
+  auto send = [&](milliseconds timeout) {
+    return agent_->after_restore(
+        duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(), entropy,
+        config_.hostname, config_.network != nullptr, timeout);
+  };
+  auto done = send(kPersonalizeWait);
+  // The agent answered this session's health call, and yet may have ended the session since: a
+  // restored guest can see the host's reconnect (wait_agent's, after a stale session) as a lasting
+  // hang-up, end the session and wait for the next preamble, or for a host it thinks is gone (the
+  // calls then time out, or fail as a channel error). They are idempotent: once, on a fresh
+  // connection and session, they are sent again.
+  if (!done && alive() &&
+      (done.error().code == ErrorCode::timeout || done.error().code == ErrorCode::agent_error ||
+       agent_->disconnected())) {
+    spdlog::warn("vm {}: the guest agent did not take its clock, entropy and name ({}); "
+                 "reconnecting and sending them again",
+                 config_.name, done.error().message);
+    ++personalize_retries_;
+    agent_.reset();
+    auto attached = wait_agent(steady_clock::now() + config_.boot_timeout);
+    if (!attached) return attached;
+    done = send(AgentClient::kCallTimeout);
+  }
   // With the guest console's tail: what the agent saw (a session it ended, a stall) says why.
   if (!done) return failure(done.error().code, done.error().message);
   return done;
