@@ -14,7 +14,7 @@ function(pandastack_module)
   if(M_TESTS)
     add_executable(${M_NAME}_test ${M_TESTS})
     target_link_libraries(${M_NAME}_test PRIVATE pandastack::${M_NAME} ${M_TEST_DEPS}
-                          GTest::gtest GTest::gtest_main)
+                          GTest::gtest pandastack::test_main)
     gtest_discover_tests(${M_NAME}_test DISCOVERY_TIMEOUT 60
                          PROPERTIES LABELS unit)
   endif()

@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")"
 [[ -x node_modules/.bin/tsc ]] || npm ci --no-audit --no-fund --loglevel=error
 node_modules/.bin/tsc -p tsconfig.json
-exec node --test test/
+# The usual report on stdout, the per-case watchdog (tests/support/watchdog-reporter.mjs) on stderr.
+exec node --test --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=../../tests/support/watchdog-reporter.mjs --test-reporter-destination=stderr test/

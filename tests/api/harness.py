@@ -271,7 +271,6 @@ def main():
     """The main of a suite that takes --daemon and --images: sets ARGS, runs unittest with the
     remaining arguments."""
     import argparse
-    import unittest
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--daemon", required=True)
@@ -279,4 +278,13 @@ def main():
     args, rest = p.parse_known_args()
     args.images = os.path.abspath(args.images)
     ARGS = args
+    run_unittests(rest)
+
+
+def run_unittests(rest):
+    """Runs the __main__ module's cases (unittest arguments `rest`) under the per-case watchdog
+    (watchdog.py)."""
+    import unittest
+    import watchdog
+    watchdog.install()
     unittest.main(module="__main__", argv=[sys.argv[0], *rest], verbosity=2)

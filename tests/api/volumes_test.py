@@ -392,4 +392,4 @@ if __name__ == "__main__":
     args, rest = p.parse_known_args()
     args.images = os.path.abspath(args.images)
     harness.ARGS = args
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    harness.run_unittests(rest)

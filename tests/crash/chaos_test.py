@@ -351,4 +351,4 @@ if __name__ == "__main__":
     harness.ARGS = args
     ARGS = args
     print(f"CHAOS seed {args.seed}", flush=True)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    harness.run_unittests(rest)

@@ -8,4 +8,6 @@ cd "$(dirname "$0")"
 command -v chromium >/dev/null || { echo "dashboard test: Debian's chromium is not installed (make deps)" >&2; exit 1; }
 export PANDASTACK_IMAGES="${PANDASTACK_IMAGES:-$(cd ../.. && pwd)/var/images}"
 export DASHBOARD_ARTIFACTS="${DASHBOARD_ARTIFACTS:-$(cd ../.. && pwd)/build/test-artifacts/dashboard}"
-exec node --test --test-concurrency=1 dashboard_test.mjs
+# The usual report on stdout, the per-case watchdog (tests/support/watchdog-reporter.mjs) on stderr.
+exec node --test --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=../support/watchdog-reporter.mjs --test-reporter-destination=stderr --test-concurrency=1 dashboard_test.mjs

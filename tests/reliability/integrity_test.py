@@ -122,4 +122,4 @@ if __name__ == "__main__":
     args.images = os.path.abspath(args.images)
     harness.ARGS = args
     CYCLES = args.cycles
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    harness.run_unittests(rest)

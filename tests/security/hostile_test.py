@@ -447,4 +447,4 @@ if __name__ == "__main__":
     args.images = os.path.abspath(args.images)
     args.cli = None
     harness.ARGS = args
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    harness.run_unittests(rest)

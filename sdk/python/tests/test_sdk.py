@@ -566,4 +566,4 @@ if __name__ == "__main__":
     args, rest = p.parse_known_args()
     args.images = os.path.abspath(args.images)
     api_test.ARGS = args
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    api_test.run_unittests(rest)
