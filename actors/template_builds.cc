@@ -353,8 +353,9 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   }());
   auto built = vmm::run_logged(
       {cfg.template_builder.string(), "rootfs", image.string(), recipe->string()},
+      // (a tenant's image never goes to the shipped images' cache outside the data folder)
       {"PANDASTACK_DEBOOTSTRAP_CACHE=" + (cfg.data_dir / "template-cache").string(),
-       "PANDASTACK_BUILD_VERBOSE=1"},
+       "PANDASTACK_BUILD_VERBOSE=1", "PANDASTACK_IMAGE_CACHE=off"},
       [&](const std::string& l) {
         log(l);
         if (int p = rootfs_percent(l)) progress->at("rootfs", p);

@@ -9,6 +9,13 @@
 # Needs root (debootstrap), apt-get, dpkg, xz, cpio, busybox-static, e2fsprogs, qemu-utils.
 # PANDASTACK_DEBOOTSTRAP_CACHE: a folder debootstrap keeps packages in; PANDASTACK_BUILD_VERBOSE:
 # debootstrap's output as it runs (the daemon's template builds stream it).
+#
+# The kernel and the shipped root file systems are also kept outside the checkout, in
+# PANDASTACK_IMAGE_CACHE (default /var/cache/pandastack/images as root, else
+# ~/.cache/pandastack/images; "off" for none), one entry per piece under the same key as above
+# with the sha256 of each of its files: a fresh clone on the same machine copies them (a copy
+# whose hash differs is thrown away and built anew), a fresh machine builds them. Only the newest
+# entry of each piece is kept.
 set -euo pipefail
 
 log() { echo "[guest] $*" >&2; }
@@ -25,6 +32,50 @@ virtio_console virtio_blk failover net_failover virtio_net crc16 mbcache jbd2 cr
 crc32c-intel ext4"
 
 sha() { sha256sum | cut -c1-16; }
+
+image_cache() {
+  local c=${PANDASTACK_IMAGE_CACHE:-}
+  if [[ -z "$c" ]]; then
+    if [[ $(id -u) -eq 0 ]]; then c=/var/cache/pandastack/images; else c=${XDG_CACHE_HOME:-$HOME/.cache}/pandastack/images; fi
+  fi
+  [[ "$c" == off ]] || echo "$c"
+}
+
+# cache_fetch PIECE KEY OUT FILE...: copies the cached FILEs (paths relative to the entry) of PIECE
+# under KEY into OUT, each checked against the entry's SHA256SUMS. False (OUT untouched) when
+# there is no such entry or a copy does not match (the entry is then removed).
+cache_fetch() {
+  local piece=$1 key=$2 out=$3; shift 3
+  local cache; cache=$(image_cache); [[ -n "$cache" ]] || return 1
+  local entry="$cache/$piece/$key"
+  [[ -f "$entry/SHA256SUMS" ]] || return 1
+  local tmp; tmp=$(mktemp -d "$out.cache.XXXXXX")
+  local f
+  for f in "$@"; do
+    mkdir -p "$tmp/$(dirname "$f")"
+    cp -a "$entry/$f" "$tmp/$f" 2>/dev/null || { rm -rf "$tmp"; return 1; }
+  done
+  if ! (cd "$tmp" && sha256sum --quiet --strict -c "$entry/SHA256SUMS" >/dev/null 2>&1); then
+    log "cached $piece $key does not match its hashes: dropped, building it"
+    rm -rf "$tmp" "$entry"; return 1
+  fi
+  for f in "$@"; do mkdir -p "$out/$(dirname "$f")"; mv -f "$tmp/$f" "$out/$f"; done
+  rm -rf "$tmp"
+}
+
+# cache_store PIECE KEY OUT FILE...: keeps OUT's FILEs as PIECE's entry under KEY (replacing the
+# piece's older entries). A failure to write the cache is not a build failure.
+cache_store() {
+  local piece=$1 key=$2 out=$3; shift 3
+  local cache; cache=$(image_cache); [[ -n "$cache" ]] || return 0
+  mkdir -p "$cache/$piece" 2>/dev/null || return 0
+  local tmp; tmp=$(mktemp -d "$cache/$piece/.new.XXXXXX") || return 0
+  if (cd "$out" && cp -a --parents "$@" "$tmp/" && sha256sum "$@" > "$tmp/SHA256SUMS"); then
+    rm -rf "${cache:?}/$piece"/[!.]*
+    mv "$tmp" "$cache/$piece/$key" && log "kept $piece in $cache/$piece/$key"
+  fi
+  rm -rf "$tmp"
+}
 
 # The Debian mirror apt is configured with (never hard-coded: the machine's apt config decides).
 apt_mirror() {
@@ -53,6 +104,12 @@ build_kernel() {
   if [[ -f "$out/key" && "$(cat "$out/key")" == "$key" && -f "$out/vmlinux" ]]; then
     log "kernel $pkg cached"; return 0
   fi
+  local m kept=(vmlinux version)
+  for m in $MODULES; do kept+=("modules/$m.ko"); done
+  rm -rf "$out"; mkdir -p "$out"
+  if cache_fetch kernel "$key" "$out" "${kept[@]}"; then
+    echo "$key" > "$out/key"; log "kernel $pkg from the image cache"; return 0
+  fi
   log "fetching kernel $pkg"
   local tmp; tmp=$(mktemp -d); trap 'if [[ -n "${tmp:-}" ]]; then rm -rf "$tmp"; fi' RETURN EXIT
   (cd "$tmp" && chmod 0755 . && apt-get download -q "$pkg" >/dev/null 2>&1) || die "apt-get download $pkg failed"
@@ -69,7 +126,7 @@ build_kernel() {
   head -c 4 "$tmp/vmlinux" | grep -q 'ELF' || die "extracted kernel is not an ELF file"
   rm -rf "$out"; mkdir -p "$out/modules"
   mv "$tmp/vmlinux" "$out/vmlinux"
-  local m f
+  local f
   for m in $MODULES; do
     f=$(find "$tmp/x/lib/modules/$version" \( -name "$m.ko" -o -name "$m.ko.xz" \
         -o -name "${m//_/-}.ko" -o -name "${m//-/_}.ko" \) | head -1)
@@ -78,6 +135,7 @@ build_kernel() {
   done
   echo "$version" > "$out/version"
   echo "$key" > "$out/key"
+  cache_store kernel "$key" "$out" "${kept[@]}"
   log "kernel $version ready in $out"
 }
 
@@ -138,6 +196,10 @@ build_rootfs() {
   if [[ -f "$out/key" && "$(cat "$out/key")" == "$key" && -f "$out/rootfs.qcow2" ]]; then
     log "rootfs $(basename "$recipe" .recipe) cached ($key)"; return 0
   fi
+  local piece; piece="rootfs-$(basename "$recipe" .recipe)"
+  if cache_fetch "$piece" "$key" "$out" rootfs.qcow2; then
+    echo "$key" > "$out/key"; log "rootfs $(basename "$recipe" .recipe) from the image cache ($key)"; return 0
+  fi
   local mirror; mirror=$(apt_mirror)
   # (EXIT too: a failure dies inside this function; what debootstrap mounted goes first)
   local tmp; tmp=$(mktemp -d /var/tmp/pandastack-rootfs.XXXXXX)
@@ -172,6 +234,7 @@ build_rootfs() {
   qemu-img convert -q -f raw -O qcow2 "$tmp/rootfs.ext4" "$out/rootfs.qcow2.tmp"
   mv "$out/rootfs.qcow2.tmp" "$out/rootfs.qcow2"
   echo "$key" > "$out/key"
+  cache_store "$piece" "$key" "$out" rootfs.qcow2
   log "rootfs ready: $out/rootfs.qcow2 ($(du -h "$out/rootfs.qcow2" | cut -f1))"
 }
 
