@@ -665,6 +665,7 @@ Status Vm::reconnect_agent(milliseconds timeout) {
   RunDirRef dir(config_.run_dir);
   auto deadline = steady_clock::now() + timeout;
   for (int attempt = 0;; ++attempt) {
+    reconnect_retries_ = attempt;
     auto left =
         std::max(milliseconds(1), duration_cast<milliseconds>(deadline - steady_clock::now()));
     auto a = AgentClient::connect(io_, dir.socket("q/agent.sock"), peer_uid(), left);

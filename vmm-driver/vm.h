@@ -213,6 +213,12 @@ class Vm {
   // first health answered by a broken connection (a stale session in the guest aborted it) is
   // tried again on a fresh one, as at a restore.
   Status reconnect_agent(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // How many fresh connections the last reconnect_agent() needed beyond its first (0: the agent
+  // answered the first preamble).
+  int reconnect_retries() const { return reconnect_retries_; }
+  // Closes the agent connection without ending the session, as a host process that dies does
+  // (agent() must not be used until reconnect_agent()).
+  void drop_agent() { agent_.reset(); }
 
   // Sets the priority of every QEMU thread (see VmConfig::nice).
   void set_nice(int nice);
@@ -273,6 +279,7 @@ class Vm {
   std::unique_ptr<AgentClient> agent_;
   std::chrono::microseconds boot_time_{0};
   int personalize_retries_ = 0;
+  int reconnect_retries_ = 0;
   std::string qemu_version_;
   // Frozen disk layers under the active overlay, oldest first, hard-linked in the run folder.
   std::vector<std::string> layers_;

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -32,6 +33,68 @@
 
 namespace pandastack::agent {
 namespace {
+
+// One session's view of the port. A session ends on the host's word only: endSession, a protocol
+// error, or the next host's preamble. Never on the port's connection state: the guest learns of
+// the host's close and open from control messages that the kernel handles apart from the data (a
+// reconnecting host's new session can be read, and answered, before the old connection's close
+// is seen), so a port that reads as closed says nothing about the session that runs. While it
+// reads as closed, reads wait; a new preamble where the next message would start (capnp reads a
+// message's first word alone; "PSTK" is no segment count) ends the session and is handed over to
+// the next one (`handed_over`), so that host is answered at once.
+class SessionStream final : public kj::AsyncIoStream {
+ public:
+  SessionStream(kj::AsyncIoStream& port, kj::Timer& timer, kj::Vector<kj::byte>& handed_over)
+      : port_(port), timer_(timer), handed_over_(handed_over) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min_bytes, size_t max_bytes) override {
+    bool first_word = min_bytes == 8 && max_bytes == 8;
+    return fill(static_cast<kj::byte*>(buffer), min_bytes, max_bytes, 0, first_word);
+  }
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    return port_.write(buffer, size);
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    return port_.write(pieces);
+  }
+  // The port's state does not end a session (above).
+  kj::Promise<void> whenWriteDisconnected() override { return kj::NEVER_DONE; }
+  void shutdownWrite() override {}
+
+ private:
+  // `closed`: the port read as closed since this read began. Bytes after that which open with a
+  // preamble come from a host that replaced one which died inside a message: they end the
+  // session too (the partial message is dropped).
+  kj::Promise<size_t> fill(kj::byte* buf, size_t min, size_t max, size_t have, bool first_word,
+                           bool closed = false) {
+    return port_.tryRead(buf + have, min - have, max - have)
+        .then([this, buf, min, max, have, first_word,
+               closed](size_t n) mutable -> kj::Promise<size_t> {
+          auto magic = w::SESSION_MAGIC.get();
+          if (closed && n > 0 && memcmp(buf + have, magic.begin(), std::min(n, size_t(8))) == 0) {
+            handed_over_.addAll(buf + have, buf + have + n);
+            return size_t(0);  // a premature end: the session ends as by a protocol error
+          }
+          have += n;
+          if (have < min) {  // the port reads as closed: wait for the host's next bytes
+            closed = closed || n == 0;
+            return timer_.afterDelay(50 * kj::MILLISECONDS)
+                .then([this, buf, min, max, have, first_word, closed]() {
+                  return fill(buf, min, max, have, first_word, closed);
+                });
+          }
+          if (first_word && memcmp(buf, magic.begin(), 8) == 0) {
+            handed_over_.addAll(buf, buf + have);
+            return size_t(0);  // the end of this session's messages
+          }
+          return have;
+        });
+  }
+
+  kj::AsyncIoStream& port_;
+  kj::Timer& timer_;
+  kj::Vector<kj::byte>& handed_over_;
+};
 
 class Main {
  public:
@@ -103,16 +166,18 @@ class Main {
 
  private:
   // Reads the session preamble (sessionMagic + 8-byte nonce) with exact-size reads, so not one
-  // byte of the RPC that follows is consumed. Anything before it is discarded. The nonce goes to
-  // `nonce` (8 bytes). False on EOF.
-  static kj::Promise<bool> read_preamble(kj::AsyncIoStream& stream,
-                                         kj::Own<kj::Array<kj::byte>> window, size_t have,
-                                         kj::byte* nonce) {
+  // byte of the RPC that follows is consumed. Anything before it is discarded; the first `have`
+  // bytes of `window` were read already. The nonce goes to `nonce` (8 bytes). False on EOF.
+  kj::Promise<bool> read_preamble(kj::AsyncIoStream& stream, kj::Own<kj::Array<kj::byte>> window,
+                                  size_t have, kj::byte* nonce) {
     auto* buf = window->begin();
     return stream.tryRead(buf + have, 16 - have, 16 - have)
-        .then(
-            [&stream, window = kj::mv(window), have, nonce](size_t n) mutable -> kj::Promise<bool> {
-              if (n == 0) return false;
+        .then([this, &stream, window = kj::mv(window), have,
+               nonce](size_t n) mutable -> kj::Promise<bool> {
+              if (n == 0) {  // the port reads as closed: what came of a preamble is kept
+                handed_over_.addAll(window->begin(), window->begin() + have);
+                return false;
+              }
               have += n;
               if (have < 16) return read_preamble(stream, kj::mv(window), have, nonce);
               auto magic = w::SESSION_MAGIC.get();
@@ -126,40 +191,36 @@ class Main {
             });
   }
 
-  // Resolves when the host end of the port has stayed disconnected for 300 ms (checked every
-  // 100 ms). A reconnecting host closes and reopens the port in quick succession, and the guest
-  // may see that close late: only a lasting hang-up (the host is gone) ends the session.
-  static kj::Promise<void> watch_hangup(kj::AsyncIoContext& io, int fd, int down = 0) {
-    return io.provider->getTimer()
-        .afterDelay(100 * kj::MILLISECONDS)
-        .then([&io, fd, down]() -> kj::Promise<void> {
-          int now_down = host_connected(fd) ? 0 : down + 1;
-          if (now_down >= 3) return kj::READY_NOW;
-          return watch_hangup(io, fd, now_down);
-        });
-  }
-
-  // Serves one session: preamble, then RPC until the host disconnects or ends the session.
+  // Serves one session: preamble, then RPC until the host ends it (endSession, a protocol error,
+  // the next host's preamble: SessionStream).
   void serve_session(kj::AsyncIoContext& io, Processes& procs, int fd, const std::string& boot_id) {
     // The stream must not own (or shut down) the port: it stays open across sessions.
-    auto stream =
+    auto port =
         io.lowLevelProvider->wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC |
                                                   kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK);
     kj::byte ack[16];
-    bool started = read_preamble(*stream, kj::heap(kj::heapArray<kj::byte>(16)), 0, ack + 8)
+    // A preamble's first bytes that the last session read where its next message would start
+    // (SessionStream): the rest of it follows on the port.
+    auto window = kj::heap(kj::heapArray<kj::byte>(16));
+    size_t have = std::min(handed_over_.size(), size_t(15));
+    memcpy(window->begin(), handed_over_.begin(), have);
+    handed_over_.clear();
+    auto preamble = read_preamble(*port, kj::mv(window), have, ack + 8);
+    bool started = preamble
                        .then([&](bool ok) -> kj::Promise<bool> {
                          if (!ok) return false;
                          // The answer: the host reads RPC only after it (wire/agent.capnp).
                          memcpy(ack, w::SESSION_ACK_MAGIC.get().begin(), 8);
-                         return stream->write(ack, sizeof ack).then([]() { return true; });
+                         return port->write(ack, sizeof ack).then([]() { return true; });
                        })
                        .catch_([](kj::Exception&&) { return false; })
                        .wait(io.waitScope);
     if (!started) return;  // host went away before starting a session
+    SessionStream stream(*port, io.provider->getTimer(), handed_over_);
     capnp::ReaderOptions opts;
     opts.traversalLimitInWords = 64u
                                  << 20;  // 512 MiB of traversal per message; chunks are <= 4 MiB
-    capnp::TwoPartyVatNetwork network(*stream, capnp::rpc::twoparty::Side::SERVER, opts);
+    capnp::TwoPartyVatNetwork network(stream, capnp::rpc::twoparty::Side::SERVER, opts);
     auto ended = kj::newPromiseAndFulfiller<void>();
     end_session_ = kj::mv(ended.fulfiller);
     uint64_t id = ++session_id_;
@@ -167,11 +228,7 @@ class Main {
                                       if (id == session_id_ && end_session_->isWaiting())
                                         end_session_->fulfill();
                                     }));
-    // A host can vanish without a byte (its process died): QEMU closes the chardev and the port
-    // reports POLLHUP, which a pending read does not notice. Watch for it, so that the next host
-    // finds the agent waiting for its preamble instead of reading it as part of a dead session.
     bool by_host = network.onDisconnect()
-                       .exclusiveJoin(watch_hangup(io, fd))
                        .then([]() { return false; })
                        .exclusiveJoin(ended.promise.then([]() {
                          // Let the endSession reply (queued this turn) be written first.
@@ -179,11 +236,17 @@ class Main {
                              []() { return kj::evalLast([]() { return true; }); });
                        }))
                        .wait(io.waitScope);
-    log_line(by_host ? "session ended by the host" : "host disconnected");
+    if (by_host)
+      log_line("session ended by the host");
+    else if (!handed_over_.empty())
+      log_line("session ended by a new host's preamble");
+    else
+      log_line("session ended by a protocol error");
   }
 
   kj::ProcessContext& context_;
   kj::Own<kj::PromiseFulfiller<void>> end_session_;
+  kj::Vector<kj::byte> handed_over_;  // see SessionStream
   uint64_t session_id_ = 0;
   bool init_ = false;
   std::string port_;

@@ -311,6 +311,27 @@ TEST_F(DriverTest, ClockRngAndHostname) {
   EXPECT_EQ(run("hostname"), "sbx-test\n");
 }
 
+// A host that dies mid-session (no endSession) leaves the guest's session open; the next host's
+// preamble ends it and starts its own at once (guest/agent/main.cc SessionStream), without the
+// fresh connection a lost preamble costs. The session does not end on the port's state either:
+// that is what made a live session end under load (the agent-session flake).
+TEST_F(DriverTest, ANewHostAfterOneThatDiedMidSessionIsAnsweredAtOnce) {
+  ExecRequest sleeper = sh("sleep 300");
+  sleeper.timeout_ms = 0;
+  auto pid = agent().start_process(sleeper);
+  ASSERT_TRUE(pid);
+  for (int i = 0; i < 3; ++i) {
+    vm_->drop_agent();
+    auto rc = vm_->reconnect_agent();
+    ASSERT_TRUE(rc) << rc.error().message << "\n" << vm_->console_tail(2000);
+    EXPECT_EQ(vm_->reconnect_retries(), 0) << vm_->console_tail(2000);
+    EXPECT_EQ(run("echo again"), "again\n");
+  }
+  EXPECT_NE(vm_->console_tail(4000).find("session ended by a new host's preamble"),
+            std::string::npos);
+  ASSERT_TRUE(agent().kill_process(*pid));
+}
+
 TEST_F(DriverTest, AgentSurvivesHostReconnect) {
   ExecRequest sleeper = sh("sleep 300");
   sleeper.timeout_ms = 0;
