@@ -281,25 +281,49 @@ caf::message route(const std::string& tenant, const std::string& id, Command c) 
 }
 }  // namespace
 
-Reply<SandboxInfo> Runtime::hibernate(const std::string& tenant, const std::string& id) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Hibernate{})),
+Reply<SandboxInfo> Runtime::Impl::sandbox_command(const std::string& tenant,
+                                                  const std::string& id, Command c) {
+  return to_reply<SandboxInfo>(ask(route(tenant, id, std::move(c))),
                                [](const Answer& a) { return a.info; });
+}
+
+std::optional<Rejection> Runtime::Impl::refuse_database_sandbox(const std::string& tenant,
+                                                                const std::string& id) {
+  Answer a = ask(caf::make_message(get_atom::value, tenant, id));
+  if (!a.ok) return std::nullopt;  // the command itself answers (sandbox_not_found, ...)
+  auto it = a.info.metadata.find(kDatabaseKey);
+  if (it == a.info.metadata.end()) return std::nullopt;
+  // The entry alone proves nothing (a tenant may write any metadata): the database's own record
+  // must name this sandbox.
+  Answer dbs = ask(caf::make_message(dblist_atom::value, tenant, false));
+  if (!dbs.ok) return dbs.error;
+  bool owned = false;
+  for (auto& d : dbs.databases)
+    owned = owned || (d.id == it->second && d.sandbox == id && d.status != DatabaseStatus::deleted);
+  if (!owned) return std::nullopt;
+  return Rejection{"managed_by_database", "sandbox " + id + " runs database " + it->second +
+                                              ": manage it through /v1/databases/" + it->second};
+}
+
+Reply<SandboxInfo> Runtime::hibernate(const std::string& tenant, const std::string& id) {
+  if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
+  return impl_->sandbox_command(tenant, id, cmd::Hibernate{});
 }
 
 Reply<SandboxInfo> Runtime::wake(const std::string& tenant, const std::string& id) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Wake{})),
-                               [](const Answer& a) { return a.info; });
+  if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
+  return impl_->sandbox_command(tenant, id, cmd::Wake{});
 }
 
 Reply<SandboxInfo> Runtime::kill(const std::string& tenant, const std::string& id) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::Kill{})),
-                               [](const Answer& a) { return a.info; });
+  if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
+  return impl_->sandbox_command(tenant, id, cmd::Kill{});
 }
 
 Reply<SandboxInfo> Runtime::set_ttl(const std::string& tenant, const std::string& id,
                                     uint32_t ttl) {
-  return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetTtl{ttl})),
-                               [](const Answer& a) { return a.info; });
+  if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
+  return impl_->sandbox_command(tenant, id, cmd::SetTtl{ttl});
 }
 
 namespace {
@@ -348,6 +372,7 @@ Reply<std::vector<PortInfo>> Runtime::expose_port(const std::string& tenant, con
 
 Reply<std::vector<PortInfo>> Runtime::unexpose_port(const std::string& tenant,
                                                     const std::string& id, uint32_t port) {
+  if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
   Answer a = impl_->ask(route(tenant, id, cmd::UnexposePort{port}));
   if (!a.ok) return a.error;
   return ports_after(*impl_, tenant, id, a.info, [&](vmm::Network& n) -> vmm::Status {
@@ -366,12 +391,14 @@ Reply<SandboxInfo> Runtime::set_egress(const std::string& tenant, const std::str
                                        const Egress& egress) {
   Egress e = egress;
   if (auto bad = validate_egress(e, !impl_->env->config.net.dns_upstream.empty())) return *bad;
+  if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
   return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetEgress{e})),
                                [](const Answer& a) { return a.info; });
 }
 
 Reply<SandboxInfo> Runtime::set_metadata(const std::string& tenant, const std::string& id,
                                          const std::map<std::string, std::string>& metadata) {
+  if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
   return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetMetadata{metadata})),
                                [](const Answer& a) { return a.info; });
 }

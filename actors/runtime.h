@@ -192,7 +192,11 @@ struct DatabaseRequest {
 };
 struct DatabaseInfo {
   std::string id, tenant, name;
-  std::string status;  // running | hibernated | deleted
+  // From its sandbox's real state, not only from what was asked: running, hibernated, starting
+  // (its sandbox is being made), failed (its sandbox was stopped or failed: failure_reason),
+  // deleted.
+  std::string status;
+  std::string failure_reason;  // failed: why
   std::map<std::string, std::string> metadata;
   std::string sandbox, volume;  // the sandbox it runs in, its data volume
   std::string user, database;   // its login role and database

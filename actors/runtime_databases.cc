@@ -56,6 +56,13 @@ Reply<bool> run_sql(Runtime& rt, const std::string& tenant, const std::string& s
   return true;
 }
 
+// A failed database's refusal: its data volume is kept until the database is deleted.
+Rejection failed(const DatabaseInfo& d) {
+  return {"database_failed",
+          "database " + d.id + " failed (" + d.failure_reason + "); its data volume " + d.volume +
+              " is kept until the database is deleted"};
+}
+
 DatabaseInfo info_of(const DatabaseState& s) {
   DatabaseInfo i;
   i.id = s.id;
@@ -71,6 +78,52 @@ DatabaseInfo info_of(const DatabaseState& s) {
   i.version = s.version;
   i.backups = s.backups;
   return i;
+}
+
+// The status a database reports: its record says what was asked (running, hibernated, deleted),
+// its sandbox what is. A restart hibernates or fails a sandbox without a database command, its VM
+// can die: what the sandbox is wins, and a database without a serving sandbox is failed with why.
+void derive(DatabaseInfo& i, const SandboxInfo* s) {
+  if (i.status == "deleted") return;
+  if (!s) {
+    i.status = "failed";
+    i.failure_reason = "its sandbox " + i.sandbox + " is gone";
+    return;
+  }
+  switch (s->status) {
+    case Status::running:
+    case Status::snapshotting:
+    case Status::forking:
+      i.status = "running";
+      return;
+    case Status::hibernating:
+    case Status::hibernated:
+    case Status::waking:
+      i.status = "hibernated";
+      return;
+    case Status::creating:
+      i.status = "starting";
+      return;
+    case Status::failed:
+      i.status = "failed";
+      i.failure_reason = "its sandbox " + s->id + " failed: " + s->failure_reason;
+      return;
+    case Status::none:
+    case Status::stopped:
+      i.status = "failed";
+      i.failure_reason = "its sandbox " + i.sandbox + " was stopped";
+      return;
+  }
+}
+
+// The refusal of a command that needs the server: a hibernated, starting or failed database.
+std::optional<Rejection> not_serving(const DatabaseInfo& d) {
+  if (d.status == "running") return std::nullopt;
+  if (d.status == "hibernated")
+    return Rejection{"database_hibernated", "database " + d.id + " is hibernated: wake it"};
+  if (d.status == "failed") return failed(d);
+  if (d.status == "deleted") return Rejection{"database_not_found", "no database " + d.id};
+  return Rejection{"database_not_running", "database " + d.id + " is " + d.status};
 }
 
 // Where it listens on the host, while it runs.
@@ -168,11 +221,11 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
   sr.ttl_seconds = kNoExpiry;
   sr.network = true;
   sr.egress = Egress{};  // deny_all: the server reaches nothing
-  sr.metadata = {{"pandastack.database", id}};
+  sr.metadata = {{kDatabaseKey, id}};
   auto sbx = create(sr);
   if (!sbx) return sbx.error();
   auto undo = [&] {
-    (void)kill(request.tenant, sbx->id);
+    (void)impl_->sandbox_command(request.tenant, sbx->id, cmd::Kill{});
     for (auto& v : sbx->volumes) (void)delete_volume(request.tenant, v.volume);
   };
   std::string password = new_password();
@@ -226,9 +279,15 @@ Reply<DatabaseInfo> Runtime::get_database(const std::string& tenant, const std::
 Reply<std::vector<DatabaseInfo>> Runtime::list_databases(const std::string& tenant) {
   Answer a = impl_->ask(caf::make_message(dblist_atom::value, tenant, false));
   if (!a.ok) return a.error;
+  auto sandboxes = list(tenant);
+  if (!sandboxes) return sandboxes.error();
+  std::map<std::string, const SandboxInfo*> by_id;
+  for (auto& s : *sandboxes) by_id[s.id] = &s;
   std::vector<DatabaseInfo> out;
   for (auto& s : a.databases) {
     out.push_back(info_of(s));
+    auto it = by_id.find(s.sandbox);
+    derive(out.back(), it == by_id.end() ? nullptr : it->second);
     fill_address(*this, out.back());
   }
   return out;
@@ -237,7 +296,7 @@ Reply<std::vector<DatabaseInfo>> Runtime::list_databases(const std::string& tena
 Reply<DatabaseInfo> Runtime::delete_database(const std::string& tenant, const std::string& id) {
   auto d = get_database(tenant, id);
   if (!d) return d;
-  (void)kill(tenant, d->sandbox);  // an already ended sandbox is fine
+  (void)impl_->sandbox_command(tenant, d->sandbox, cmd::Kill{});  // an ended one is fine
   if (!d->volume.empty()) {
     auto v = delete_volume(tenant, d->volume);
     if (!v && v.error().code != "volume_not_found") return v.error();
@@ -254,8 +313,7 @@ Reply<DatabaseInfo> Runtime::delete_database(const std::string& tenant, const st
 Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const std::string& id) {
   auto d = get_database(tenant, id);
   if (!d) return d.error();
-  if (d->status == "hibernated")
-    return Rejection{"database_hibernated", "database " + id + " is hibernated: wake it"};
+  if (auto no = not_serving(*d)) return *no;
   if (d->backups.size() >= kMaxBackupsPerDatabase)  // the actor decides too; this saves the dump
     return too_many_backups(id, d->backups.size());
   const std::string bk = "bk_" + random_base32(16);
@@ -343,31 +401,34 @@ Reply<DatabaseInfo> Runtime::delete_database_backup(const std::string& tenant,
 Reply<DatabaseInfo> Runtime::hibernate_database(const std::string& tenant, const std::string& id) {
   auto d = get_database(tenant, id);
   if (!d) return d;
-  if (d->status == "running") {
-    auto h = hibernate(tenant, d->sandbox);
+  if (d->status == "failed") return failed(*d);
+  if (d->status != "hibernated") {
+    auto h = impl_->sandbox_command(tenant, d->sandbox, cmd::Hibernate{});
     if (!h) return h.error();
   }
-  return record(*impl_, tenant, id, dbcmd::Hibernate{});
+  auto out = record(*impl_, tenant, id, dbcmd::Hibernate{});
+  if (!out) return out;
+  return get_database(tenant, id);
 }
 
 Reply<DatabaseInfo> Runtime::wake_database(const std::string& tenant, const std::string& id) {
   auto d = get_database(tenant, id);
   if (!d) return d;
-  if (d->status == "hibernated") {
-    auto w = wake(tenant, d->sandbox);
+  if (d->status == "failed") return failed(*d);
+  if (d->status != "running") {
+    auto w = impl_->sandbox_command(tenant, d->sandbox, cmd::Wake{});
     if (!w) return w.error();
   }
   auto out = record(*impl_, tenant, id, dbcmd::Wake{});
-  if (out) fill_address(*this, *out);
-  return out;
+  if (!out) return out;
+  return get_database(tenant, id);  // as it is now: running, on its new port
 }
 
 Reply<DatabaseInfo> Runtime::rotate_database_password(const std::string& tenant,
                                                       const std::string& id) {
   auto d = get_database(tenant, id);
   if (!d) return d;
-  if (d->status == "hibernated")
-    return Rejection{"database_hibernated", "database " + id + " is hibernated: wake it"};
+  if (auto no = not_serving(*d)) return *no;
   std::string password = new_password();
   auto set = run_sql(*this, tenant, d->sandbox,
                      "ALTER ROLE " + d->user + " PASSWORD '" + password + "';\n");
@@ -383,8 +444,7 @@ Reply<std::string> Runtime::database_logs(const std::string& tenant, const std::
                                           uint32_t lines) {
   auto d = get_database(tenant, id);
   if (!d) return d.error();
-  if (d->status == "hibernated")
-    return Rejection{"database_hibernated", "database " + id + " is hibernated: wake it"};
+  if (auto no = not_serving(*d)) return *no;
   vmm::ExecRequest r;
   r.argv = {"tail", "-n", std::to_string(lines), "/var/log/postgresql/postgresql-15-main.log"};
   r.timeout_ms = 30000;

@@ -14,6 +14,9 @@
 
 namespace pandastack::actors {
 
+// The metadata entry that marks a database's sandbox (its value: the database's id).
+inline constexpr const char* kDatabaseKey = "pandastack.database";
+
 struct Runtime::Impl {
   std::unique_ptr<Env> env;
   std::unique_ptr<storage::KeyStore> keys;
@@ -28,6 +31,14 @@ struct Runtime::Impl {
   std::optional<Rejection> claim(const std::string& id);
 
   // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
+  // A lifecycle command of sandbox `id` as it is, without the ownership check of Runtime's public
+  // commands: what the database runtime does to its own sandboxes.
+  Reply<SandboxInfo> sandbox_command(const std::string& tenant, const std::string& id, Command c);
+  // managed_by_database when sandbox `id` runs a database (its metadata kDatabaseKey names it):
+  // such a sandbox is managed through /v1/databases only.
+  std::optional<Rejection> refuse_database_sandbox(const std::string& tenant,
+                                                   const std::string& id);
+
   Answer ask(caf::message msg) {
     caf::scoped_actor self{*sys};
     Answer out = Answer::fail({"internal", "no answer"});

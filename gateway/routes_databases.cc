@@ -25,6 +25,7 @@ Json database_json(const actors::DatabaseInfo& d) {
   j.set("id", d.id);
   j.set("name", d.name);
   j.set("status", d.status);
+  if (!d.failure_reason.empty()) j.set("failure_reason", d.failure_reason);
   j.set("metadata", actors::string_map_json(d.metadata));
   j.set("host", d.host);  // "" while hibernated
   j.set("port", int64_t(d.port));

@@ -113,6 +113,7 @@ void fill_database(api::DatabaseInfo::Builder b, const actors::DatabaseInfo& d) 
   b.setId(d.id);
   b.setName(d.name);
   b.setStatus(d.status);
+  b.setFailureReason(d.failure_reason);
   auto m = b.initMetadata(d.metadata.size());
   size_t n = 0;
   for (auto& [k, v] : d.metadata) {

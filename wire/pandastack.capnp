@@ -70,7 +70,7 @@ struct DatabaseBackup {
 struct DatabaseInfo {
   id @0 :Text;               # db_...
   name @1 :Text;
-  status @2 :Text;           # running, hibernated
+  status @2 :Text;           # running, hibernated, starting, failed (failureReason): its sandbox's real state
   metadata @3 :List(Entry);
   host @4 :Text;             # "" while hibernated
   port @5 :UInt16;
@@ -83,6 +83,7 @@ struct DatabaseInfo {
   restoredFrom @12 :Text;
   sandbox @13 :Text;
   volume @14 :Text;
+  failureReason @15 :Text;   # failed: why (its sandbox was stopped or failed); the data volume is kept
 }
 
 struct ExecRequest {

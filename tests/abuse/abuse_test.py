@@ -13,7 +13,6 @@ The daemon's data folder is on a real disk (guest disks live there) and its stat
 tmpfs of its own (1.5 GiB, mounted by the test: root), so the test can fill it.
 """
 import argparse
-import glob
 import http.client
 import json
 import os
@@ -29,17 +28,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 import harness  # noqa: E402
-from harness import Api, Daemon  # noqa: E402
-
-
-def qemu_pid(state, sid):
-    """The pid of the QEMU running sandbox `sid` (from its live record)."""
-    for f in glob.glob(os.path.join(state, "run", "*", "vm.json")):
-        with open(f) as fh:
-            r = json.load(fh)
-        if r["name"].startswith(sid):
-            return r["pid"]
-    return None
+from harness import Api, Daemon, qemu_pid  # noqa: E402
 
 
 class GuestAbuseTest(unittest.TestCase):

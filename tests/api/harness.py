@@ -2,6 +2,7 @@
 SSE client (Api), a WebSocket client, and helpers. Python's standard library only; traffic goes
 only to the daemon on 127.0.0.1."""
 import base64
+import glob
 import hashlib
 import http.client
 import json
@@ -104,6 +105,17 @@ class LogOnFailure:
             except OSError:
                 pass
         return out
+
+
+def qemu_pid(state, sid):
+    """The pid of the QEMU running sandbox `sid` of the daemon whose state folder is `state`
+    (from its live record), or None."""
+    for f in glob.glob(os.path.join(state, "run", "*", "vm.json")):
+        with open(f) as fh:
+            r = json.load(fh)
+        if r["name"].startswith(sid):
+            return r["pid"]
+    return None
 
 
 def qemu_processes(*folders):

@@ -302,6 +302,70 @@ class PostgresTemplateTest(unittest.TestCase):
             self.assertEqual(self.api.call("GET", f"/v1/sandboxes/{d['sandbox']}")[1]["state"],
                              "stopped")
 
+    def test_a_database_reports_what_its_sandbox_is(self):
+        """exploratory-test-3 defects 1 and 2: a database said `running` on port 0 after a
+        graceful restart (and its wake did nothing), or after its sandbox was killed, hibernated
+        through /v1/sandboxes or its QEMU killed. Now the sandbox routes refuse a database's
+        sandbox, and the database's status is its sandbox's real state."""
+        s, a = self.api.call("POST", "/v1/databases", {"name": "honest"})
+        self.assertEqual(s, 201, a)
+        sbx = a["sandbox"]
+        for method, path, body in (("DELETE", f"/v1/sandboxes/{sbx}", None),
+                                   ("POST", f"/v1/sandboxes/{sbx}/hibernate", {}),
+                                   ("POST", f"/v1/sandboxes/{sbx}/wake", {}),
+                                   ("PATCH", f"/v1/sandboxes/{sbx}", {"ttl_seconds": 60}),
+                                   ("PATCH", f"/v1/sandboxes/{sbx}", {"metadata": {}}),
+                                   ("DELETE", f"/v1/sandboxes/{sbx}/ports/5432", None)):
+            s, b = self.api.call(method, path, body)
+            self.assertEqual((s, b.get("error", {}).get("code")), (409, "managed_by_database"),
+                             (method, path, b))
+            self.assertIn(a["id"], b["error"]["message"])
+        self.assertEqual(self.api.call("GET", f"/v1/sandboxes/{sbx}")[1]["state"], "running")
+        # A sandbox that only claims to be a database's is not one.
+        s, fake = self.api.call("POST", "/v1/sandboxes",
+                                {"template": "base", "metadata": {"pandastack.database": a["id"]}})
+        self.assertEqual(s, 201, fake)
+        self.assertEqual(self.api.call("DELETE", f"/v1/sandboxes/{fake['id']}")[0], 200)
+        # A graceful restart hibernates it: it says so, and a wake brings it back on a new port.
+        cls = self.__class__
+        self.assertEqual(cls.daemon.stop(), 0)
+        cls.daemon = Daemon(cls.data, cls.state)
+        cls.api = self.api = Api(cls.daemon)
+        s, got = self.api.call("GET", f"/v1/databases/{a['id']}")
+        self.assertEqual((s, got["status"], got["host"], got["port"], got["connection_uri"]),
+                         (200, "hibernated", "", 0, ""), got)
+        self.assertError(self.api.call("POST", f"/v1/databases/{a['id']}/rotate-password", {}),
+                         409, "database_hibernated")
+        s, w = self.api.call("POST", f"/v1/databases/{a['id']}/wake", {})
+        self.assertEqual((s, w["status"], w["port"] > 0), (200, "running", True), w)
+        uri = w["connection_uri"].replace("honest@", f"honest:{a['password']}@", 1)
+        with psycopg2.connect(uri, connect_timeout=30) as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            self.assertEqual(cur.fetchone(), (1,))
+        # Its VM dies: failed, with the reason; nothing answers success; delete still cleans up.
+        pid = harness.qemu_pid(self.state, sbx)
+        self.assertIsNotNone(pid)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            got = self.api.call("GET", f"/v1/databases/{a['id']}")[1]
+            if got["status"] != "running":
+                break
+            time.sleep(0.2)
+        self.assertEqual(got["status"], "failed", got)
+        self.assertIn("QEMU was killed by signal 9", got["failure_reason"])
+        self.assertEqual((got["host"], got["port"]), ("", 0), got)
+        for path in ("wake", "hibernate", "rotate-password", "backups"):
+            s, b = self.api.call("POST", f"/v1/databases/{a['id']}/{path}", {})
+            self.assertEqual((s, b["error"]["code"]), (409, "database_failed"), (path, b))
+            self.assertIn(a["volume"], b["error"]["message"])
+        self.assertError(self.api.call("GET", f"/v1/databases/{a['id']}/logs"), 409,
+                         "database_failed")
+        self.assertEqual(self.api.call("GET", f"/v1/volumes/{a['volume']}")[0], 200)
+        self.assertEqual(self.api.call("DELETE", f"/v1/databases/{a['id']}")[0], 204)
+        self.assertError(self.api.call("GET", f"/v1/volumes/{a['volume']}"), 404,
+                         "volume_not_found")
+
     def test_backup_and_restore(self):
         s, a = self.api.call("POST", "/v1/databases", {"name": "orig"})
         self.assertEqual(s, 201, a)

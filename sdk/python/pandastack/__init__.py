@@ -7,7 +7,8 @@
 Reads PANDASTACK_API_KEY and PANDASTACK_BASE_URL (default http://127.0.0.1:7070).
 """
 from ._async import AsyncSandbox
-from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFailed, DatabaseHibernated,
+from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFailed, DatabaseFailed,
+                      DatabaseHibernated, ManagedByDatabase,
                       DatabaseNotFound, DirectoryNotEmpty, ExceedsTemplate, ExecFailed,
                       FileExists, FileNotFound, Forbidden, GuestIOError, HostFull, InvalidArgument,
                       InvalidCwd, IsADirectory, NoSpace, NotADirectory, NotFound,
@@ -33,6 +34,7 @@ __all__ = [
     "StartFailed", "ExecFailed", "PayloadTooLarge", "RateLimited", "Timeout",
     "NotImplementedByServer", "ConnectionFailed", "QuotaExceeded", "HostFull",
     "BackupNotFound", "Database", "DatabaseBackup", "DatabaseInfo", "DatabaseNotFound", "DatabaseHibernated",
+    "DatabaseFailed", "ManagedByDatabase",
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
     "VolumeAttached", "Execution", "CodeResult", "CodeError",
     "Template", "TemplateInfo", "BuildProgress", "TemplateBuildFailed", "TemplateInUse",

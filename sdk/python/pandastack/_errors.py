@@ -97,6 +97,14 @@ class DatabaseHibernated(Conflict):
     """The database is hibernated: wake it first."""
 
 
+class DatabaseFailed(Conflict):
+    """The database's sandbox was stopped or failed (its data volume is kept until a delete)."""
+
+
+class ManagedByDatabase(Conflict):
+    """The sandbox runs a managed database: manage it through the database."""
+
+
 class ExceedsTemplate(InvalidArgument):
     """A create asked for more memory or vCPUs than its template was baked with."""
 
@@ -211,6 +219,8 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "database_not_found": DatabaseNotFound,
     "backup_not_found": BackupNotFound,
     "database_hibernated": DatabaseHibernated,
+    "database_failed": DatabaseFailed,
+    "managed_by_database": ManagedByDatabase,
     "sandbox_hibernated": SandboxHibernated,
     "sandbox_stopped": SandboxStopped,
     "sandbox_failed": SandboxFailed,

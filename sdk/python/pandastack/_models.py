@@ -222,7 +222,7 @@ class DatabaseInfo:
 
     id: str
     name: str
-    status: str  # running, hibernated
+    status: str  # running, hibernated, starting, failed (failure_reason), deleted
     host: str
     port: int
     user: str
@@ -235,6 +235,7 @@ class DatabaseInfo:
     password: str = ""
     backups: List["DatabaseBackup"] = field(default_factory=list)
     restored_from: str = ""
+    failure_reason: str = ""
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "DatabaseInfo":
@@ -243,7 +244,7 @@ class DatabaseInfo:
                    b.get("volume", ""), int(b["created_at_ms"]), dict(b.get("metadata", {})),
                    b.get("password", ""),
                    [DatabaseBackup.from_api(x) for x in b.get("backups", [])],
-                   b.get("restored_from", ""))
+                   b.get("restored_from", ""), b.get("failure_reason", ""))
 
 
 @dataclass

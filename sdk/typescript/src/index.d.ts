@@ -363,6 +363,8 @@ export declare class TemplateBuildFailedError extends PandaStackError {
 }
 export declare class DatabaseNotFoundError extends NotFoundError {}
 export declare class DatabaseHibernatedError extends ConflictError {}
+export declare class DatabaseFailedError extends ConflictError {}
+export declare class ManagedByDatabaseError extends ConflictError {}
 export declare class BackupNotFoundError extends NotFoundError {}
 export declare class ConflictError extends PandaStackError {}
 export declare class SandboxHibernatedError extends ConflictError {}
@@ -389,7 +391,9 @@ export declare class ConnectionError extends PandaStackError {}
 export interface DatabaseInfo {
   id: string;
   name: string;
-  status: "running" | "hibernated" | "deleted";
+  /** Its sandbox's real state (failed: failureReason / failure_reason says why). */
+  status: "running" | "hibernated" | "starting" | "failed" | "deleted";
+  failureReason: string;
   /** Where it listens on the host while it runs ("" / 0 while hibernated). */
   host: string;
   port: number;

@@ -43,6 +43,8 @@ export class TemplateBuildFailedError extends PandaStackError {
 }
 export class DatabaseNotFoundError extends NotFoundError {}
 export class DatabaseHibernatedError extends ConflictError {}
+export class DatabaseFailedError extends ConflictError {}
+export class ManagedByDatabaseError extends ConflictError {}
 export class BackupNotFoundError extends NotFoundError {}
 export class IsADirectoryError extends ConflictError {}
 export class NotADirectoryError extends ConflictError {}
@@ -82,6 +84,8 @@ const BY_CODE = {
   template_in_use: [TemplateInUseError, 409],
   database_not_found: [DatabaseNotFoundError, 404],
   database_hibernated: [DatabaseHibernatedError, 409],
+  database_failed: [DatabaseFailedError, 409],
+  managed_by_database: [ManagedByDatabaseError, 409],
   backup_not_found: [BackupNotFoundError, 404],
   backup_too_large: [PayloadTooLargeError, 413],
   backup_failed: [TransitionFailedError, 500],
@@ -678,7 +682,7 @@ function databaseInfo(b) {
     database: b.database, connectionUri: b.connection_uri ?? "", password: b.password ?? "",
     sandbox: b.sandbox ?? "", volume: b.volume ?? "", createdAtMs: b.created_at_ms,
     metadata: b.metadata ?? {}, backups: (b.backups ?? []).map(backupInfo),
-    restoredFrom: b.restored_from ?? "",
+    restoredFrom: b.restored_from ?? "", failureReason: b.failure_reason ?? "",
   };
 }
 
