@@ -268,27 +268,34 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
   return out;
 }
 
+namespace {
+// A database as it is: its record, its status derived from its sandbox, its address.
+Reply<DatabaseInfo> observe(Runtime& rt, const DatabaseState& s) {
+  DatabaseInfo i = info_of(s);
+  auto sandbox = rt.get(s.tenant, s.sandbox);
+  if (!sandbox && sandbox.error().code != "sandbox_not_found") return sandbox.error();
+  derive(i, sandbox ? &*sandbox : nullptr);
+  fill_address(rt, i);
+  return i;
+}
+}  // namespace
+
 Reply<DatabaseInfo> Runtime::get_database(const std::string& tenant, const std::string& id) {
-  auto all = list_databases(tenant);
-  if (!all) return all.error();
-  for (auto& d : *all)
-    if (d.id == id) return d;
+  Answer a = impl_->ask(caf::make_message(dblist_atom::value, tenant, false));
+  if (!a.ok) return a.error;
+  for (auto& s : a.databases)
+    if (s.id == id) return observe(*this, s);
   return Rejection{"database_not_found", "no database " + id};
 }
 
 Reply<std::vector<DatabaseInfo>> Runtime::list_databases(const std::string& tenant) {
   Answer a = impl_->ask(caf::make_message(dblist_atom::value, tenant, false));
   if (!a.ok) return a.error;
-  auto sandboxes = list(tenant);
-  if (!sandboxes) return sandboxes.error();
-  std::map<std::string, const SandboxInfo*> by_id;
-  for (auto& s : *sandboxes) by_id[s.id] = &s;
   std::vector<DatabaseInfo> out;
   for (auto& s : a.databases) {
-    out.push_back(info_of(s));
-    auto it = by_id.find(s.sandbox);
-    derive(out.back(), it == by_id.end() ? nullptr : it->second);
-    fill_address(*this, out.back());
+    auto d = observe(*this, s);
+    if (!d) return d.error();
+    out.push_back(std::move(*d));
   }
   return out;
 }

@@ -30,7 +30,6 @@ struct Runtime::Impl {
   // recorded (etcd unreachable: 503 cluster_unavailable) or another host owns it (409).
   std::optional<Rejection> claim(const std::string& id);
 
-  // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
   // A lifecycle command of sandbox `id` as it is, without the ownership check of Runtime's public
   // commands: what the database runtime does to its own sandboxes.
   Reply<SandboxInfo> sandbox_command(const std::string& tenant, const std::string& id, Command c);
@@ -39,6 +38,7 @@ struct Runtime::Impl {
   std::optional<Rejection> refuse_database_sandbox(const std::string& tenant,
                                                    const std::string& id);
 
+  // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
   Answer ask(caf::message msg) {
     caf::scoped_actor self{*sys};
     Answer out = Answer::fail({"internal", "no answer"});
