@@ -281,8 +281,8 @@ caf::message route(const std::string& tenant, const std::string& id, Command c) 
 }
 }  // namespace
 
-Reply<SandboxInfo> Runtime::Impl::sandbox_command(const std::string& tenant,
-                                                  const std::string& id, Command c) {
+Reply<SandboxInfo> Runtime::Impl::sandbox_command(const std::string& tenant, const std::string& id,
+                                                  Command c) {
   return to_reply<SandboxInfo>(ask(route(tenant, id, std::move(c))),
                                [](const Answer& a) { return a.info; });
 }

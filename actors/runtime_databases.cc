@@ -58,9 +58,9 @@ Reply<bool> run_sql(Runtime& rt, const std::string& tenant, const std::string& s
 
 // A failed database's refusal: its data volume is kept until the database is deleted.
 Rejection failed(const DatabaseInfo& d) {
-  return {"database_failed",
-          "database " + d.id + " failed (" + d.failure_reason + "); its data volume " + d.volume +
-              " is kept until the database is deleted"};
+  return {"database_failed", "database " + d.id + " failed (" + d.failure_reason +
+                                 "); its data volume " + d.volume +
+                                 " is kept until the database is deleted"};
 }
 
 DatabaseInfo info_of(const DatabaseState& s) {

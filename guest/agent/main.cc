@@ -174,21 +174,21 @@ class Main {
     return stream.tryRead(buf + have, 16 - have, 16 - have)
         .then([this, &stream, window = kj::mv(window), have,
                nonce](size_t n) mutable -> kj::Promise<bool> {
-              if (n == 0) {  // the port reads as closed: what came of a preamble is kept
-                handed_over_.addAll(window->begin(), window->begin() + have);
-                return false;
-              }
-              have += n;
-              if (have < 16) return read_preamble(stream, kj::mv(window), have, nonce);
-              auto magic = w::SESSION_MAGIC.get();
-              if (memcmp(window->begin(), magic.begin(), 8) == 0) {
-                memcpy(nonce, window->begin() + 8, 8);
-                return true;
-              }
-              // Not aligned on a preamble: slide by one byte.
-              memmove(window->begin(), window->begin() + 1, 15);
-              return read_preamble(stream, kj::mv(window), 15, nonce);
-            });
+          if (n == 0) {  // the port reads as closed: what came of a preamble is kept
+            handed_over_.addAll(window->begin(), window->begin() + have);
+            return false;
+          }
+          have += n;
+          if (have < 16) return read_preamble(stream, kj::mv(window), have, nonce);
+          auto magic = w::SESSION_MAGIC.get();
+          if (memcmp(window->begin(), magic.begin(), 8) == 0) {
+            memcpy(nonce, window->begin() + 8, 8);
+            return true;
+          }
+          // Not aligned on a preamble: slide by one byte.
+          memmove(window->begin(), window->begin() + 1, 15);
+          return read_preamble(stream, kj::mv(window), 15, nonce);
+        });
   }
 
   // Serves one session: preamble, then RPC until the host ends it (endSession, a protocol error,
