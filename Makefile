@@ -3,6 +3,8 @@
 BUILD   ?= build
 IMAGES  ?= $(CURDIR)/var/images
 JOBS    ?= $(shell nproc)
+# Debian's interpreter: the python3 first on PATH may be another one without our packages.
+PYTHON  ?= /usr/bin/python3
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
@@ -85,21 +87,21 @@ bench: build guest-base
 # them), the daemon SIGKILLed at a random moment and restarted, everything checked after each
 # (tests/crash/chaos_test.py). ROUNDS=50; `make test` runs 3 (ctest chaos).
 test-chaos: build guest-base
-	PANDASTACK_IMAGES=$(IMAGES) python3 tests/crash/chaos_test.py --daemon $(BUILD)/bin/pandastackd \
+	PANDASTACK_IMAGES=$(IMAGES) $(PYTHON) tests/crash/chaos_test.py --daemon $(BUILD)/bin/pandastackd \
 	  --cli $(BUILD)/bin/pandastack --rounds $(or $(ROUNDS),50)
 
 # 100 hibernate/wake cycles and 100 fork generations with 64 MiB files hashed each time (~15 min
 # under TCG); prints a JSON summary line.
 CYCLES ?= 100
 test-integrity: build guest-base
-	PANDASTACK_IMAGES=$(IMAGES) python3 tests/reliability/integrity_test.py \
+	PANDASTACK_IMAGES=$(IMAGES) $(PYTHON) tests/reliability/integrity_test.py \
 	  --daemon $(BUILD)/bin/pandastackd --cycles $(CYCLES)
 
 # Soak: a daemon of its own under `pandastack-bench api soak` (mixed exec, files, streams) for
 # SECONDS (600) with SANDBOXES (20) and CLIENTS (16); fails on an error or a daemon that grows
 # (tests/reliability/soak_test.py). Run it with no other daemon on the host.
 test-soak: build guest-base
-	PANDASTACK_IMAGES=$(IMAGES) python3 tests/reliability/soak_test.py \
+	PANDASTACK_IMAGES=$(IMAGES) $(PYTHON) tests/reliability/soak_test.py \
 	  --daemon $(BUILD)/bin/pandastackd --bench $(BUILD)/bin/pandastack-bench \
 	  --seconds $(or $(SECONDS),600) --sandboxes $(or $(SANDBOXES),20) --clients $(or $(CLIENTS),16)
 
@@ -115,7 +117,7 @@ bench-overhead: build guest-base
 # host that does not own the sandbox (N rounds), cross-host fork against same-host fork, and
 # migration (N/10 rounds, at least 10).
 bench-cluster: build guest-base
-	python3 tests/cluster/bench_cluster.py $(or $(N),200)
+	$(PYTHON) tests/cluster/bench_cluster.py $(or $(N),200)
 
 clean:
 	rm -rf $(BUILD)

@@ -65,18 +65,23 @@ Json HostInfo::json() const {
   return j;
 }
 
+std::optional<tools::TlsFiles> etcd_tls(const ClusterConfig& c) {
+  if (!c.tls) return std::nullopt;
+  return c.tls->etcd_files();
+}
+
 Cluster::Cluster(ClusterConfig config, Capacity capacity)
     : config_(std::move(config)),
       capacity_(std::move(capacity)),
-      etcd_(std::make_unique<storage::Etcd>(config_.etcd)),
-      reader_(std::make_unique<storage::Etcd>(config_.etcd)),
+      etcd_(std::make_unique<storage::Etcd>(config_.etcd, etcd_tls(config_))),
+      reader_(std::make_unique<storage::Etcd>(config_.etcd, etcd_tls(config_))),
       started_ms_(now_ms()) {}
 
 storage::Result<std::unique_ptr<Cluster>> Cluster::join(ClusterConfig config, Capacity capacity) {
   std::unique_ptr<Cluster> c(new Cluster(std::move(config), std::move(capacity)));
   if (!c->etcd_->valid())
     return make_error(ErrorCode::invalid_argument,
-                      "--cluster needs http://HOST:PORT, not " + c->config_.etcd);
+                      "--cluster " + c->config_.etcd + ": " + c->etcd_->setup_error());
   // Another live host with this id: refuse (two daemons would answer for one host's ids).
   auto other = c->etcd_->get(kHosts + c->config_.host_id);
   if (!other) return other.error();

@@ -25,17 +25,20 @@
 #include <thread>
 #include <vector>
 
+#include "actors/cluster_tls.h"
 #include "storage/etcd.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
 
 struct ClusterConfig {
-  std::string etcd;     // http://HOST:PORT
+  std::string etcd;     // https://HOST:PORT (http:// only for an insecure cluster)
   std::string host_id;  // [A-Za-z0-9._-]{1,64}
   std::string peer;     // HOST:PORT where this host serves its peers (Cap'n Proto)
   std::string url;      // this host's REST URL (shown in GET /v1/hosts)
   std::chrono::seconds lease_ttl{5};
+  // The host's credentials; none only for an --insecure-cluster (plain etcd, a shared secret).
+  std::optional<ClusterTls> tls;
 };
 
 struct HostInfo {
@@ -56,6 +59,9 @@ struct Owner {
   std::string peer;     // its peer address (peer)
   std::string message;  // (error)
 };
+
+// What this host's etcd client presents and trusts (none: an insecure cluster).
+std::optional<tools::TlsFiles> etcd_tls(const ClusterConfig& c);
 
 class Cluster {
  public:

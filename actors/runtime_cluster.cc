@@ -17,7 +17,9 @@
 namespace pandastack::actors {
 
 void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
-  impl_->keys->share(std::make_unique<storage::Etcd>(cluster->config().etcd));
+  auto& c = cluster->config();
+  impl_->keys->share(std::make_unique<storage::Etcd>(c.etcd, etcd_tls(c)),
+                     c.tls ? c.tls->records_key : std::string());
   impl_->cluster = std::move(cluster);
 }
 

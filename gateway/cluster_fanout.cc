@@ -36,8 +36,7 @@ std::optional<Json> ask(Call& c, const actors::HostInfo& h, const std::string& u
     unreachable.push(u);
     return std::nullopt;
   };
-  auto session =
-      PeerSession::open(h.id, h.peer, c.gw.peers->secret(), c.gw.rt.cluster()->config().host_id);
+  auto session = PeerSession::open(h.id, h.peer, c.gw.peers->auth());
   if (!session) return fail(session.error().message);
   auto answer = (*session)->http("GET", url, {{"Authorization", c.r.authorization}});
   if (!answer) return fail(answer.error().message);

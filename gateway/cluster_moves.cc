@@ -34,7 +34,7 @@ actors::HostInfo live_host(actors::Cluster& cluster, const std::string& id) {
 }
 
 std::unique_ptr<PeerSession> session_with(Server& gw, const actors::HostInfo& h) {
-  return unwrap(PeerSession::open(h.id, h.peer, gw.peers->secret(), gw.peers->self()));
+  return unwrap(PeerSession::open(h.id, h.peer, gw.peers->auth()));
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -78,12 +78,16 @@ const char* kUsage = R"(usage: pandastackd [options]
                       are closed at once)
   --body-timeout S    a request body must arrive within S seconds (default 60; else 408)
   --log-level LEVEL   trace|debug|info|warn|error (default info)
-  --cluster URL       join a cluster coordinated by etcd at URL (http://HOST:PORT); off by default
+  --cluster URL       join a cluster coordinated by etcd at URL (https://HOST:PORT, with
+                      --cluster-tls; http:// only with --insecure-cluster); off by default
   --host-id ID        this host's id in the cluster (1-64 of A-Z a-z 0-9 . _ -; needed with --cluster)
   --advertise HOST:PORT  where peers reach this host (Cap'n Proto; needed with --cluster; port 0
                       picks a free one, advertised as chosen)
-  --cluster-secret FILE  the secret every host of the cluster shares (at least 16 bytes; peers
-                      without it are refused; needed with --cluster)
+  --cluster-tls DIR   this host's cluster credentials (scripts/cluster-certs.sh host DIR ID):
+                      etcd and peers over mutual TLS under the cluster CA; needed with --cluster
+  --insecure-cluster  local experiments only: plain-HTTP etcd and plain peer connections
+                      authenticated by a shared secret (--cluster-secret FILE, >= 16 bytes);
+                      anyone on the network can read and forge cluster traffic
   --lease-ttl S       this host's membership lease (default 5): a host silent that long is down
   --no-jail           run QEMU without the jail (development only)
 )";
@@ -117,7 +121,8 @@ int main(int argc, char** argv) {
   bool jail = true;
   config.network = true;
   actors::ClusterConfig cluster;
-  std::string cluster_secret_file;
+  std::string cluster_secret_file, cluster_tls_dir;
+  bool insecure_cluster = false;
   std::string dns_upstream;  // "" = from /etc/resolv.conf
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -135,6 +140,10 @@ int main(int argc, char** argv) {
       cluster.peer = value();
     else if (a == "--cluster-secret")
       cluster_secret_file = value();
+    else if (a == "--cluster-tls")
+      cluster_tls_dir = value();
+    else if (a == "--insecure-cluster")
+      insecure_cluster = true;
     else if (a == "--lease-ttl")
       cluster.lease_ttl = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--images")
@@ -248,11 +257,14 @@ int main(int argc, char** argv) {
   };
   auto [host, port] = split("--listen", listen);
   auto [rpc_host, rpc_port] = split("--rpc-listen", rpc_listen);
-  std::string cluster_secret;
+  gateway::PeerAuth peer_auth;
   std::pair<std::string, uint32_t> peer_addr;
   if (cluster.etcd.empty()) {
-    if (!cluster.host_id.empty() || !cluster.peer.empty() || !cluster_secret_file.empty())
-      usage_error("--host-id, --advertise and --cluster-secret go with --cluster");
+    if (!cluster.host_id.empty() || !cluster.peer.empty() || !cluster_secret_file.empty() ||
+        !cluster_tls_dir.empty() || insecure_cluster)
+      usage_error(
+          "--host-id, --advertise, --cluster-tls, --cluster-secret and --insecure-cluster go "
+          "with --cluster");
   } else {
     bool ok = !cluster.host_id.empty() && cluster.host_id.size() <= 64;
     for (char c : cluster.host_id)
@@ -260,13 +272,38 @@ int main(int argc, char** argv) {
     if (!ok) usage_error("--host-id needs 1-64 of A-Z a-z 0-9 . _ -");
     if (cluster.peer.empty()) usage_error("--cluster needs --advertise HOST:PORT");
     peer_addr = split("--advertise", cluster.peer);
-    if (cluster_secret_file.empty()) usage_error("--cluster needs --cluster-secret FILE");
-    std::ifstream f(cluster_secret_file);
-    std::string secret((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-    if (!f.good() && !f.eof()) usage_error("cannot read " + cluster_secret_file);
-    if (secret.size() < 16) usage_error("the cluster secret must be at least 16 bytes");
-    cluster_secret = secret;
+    peer_auth.self = cluster.host_id;
+    bool https = cluster.etcd.rfind("https://", 0) == 0;
+    if (insecure_cluster) {
+      if (https || !cluster_tls_dir.empty())
+        usage_error(
+            "--insecure-cluster is plain http:// etcd and a shared secret; with TLS, "
+            "leave it out");
+      if (cluster_secret_file.empty())
+        usage_error("--insecure-cluster needs --cluster-secret FILE");
+      std::ifstream f(cluster_secret_file);
+      std::string secret((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+      if (!f.good() && !f.eof()) usage_error("cannot read " + cluster_secret_file);
+      if (secret.size() < 16) usage_error("the cluster secret must be at least 16 bytes");
+      peer_auth.secret = secret;
+      spdlog::warn(
+          "cluster: INSECURE: etcd over plain HTTP and peers authenticated by a shared "
+          "secret sent in the clear; anyone on the network can read and forge cluster "
+          "traffic (local experiments only; use --cluster-tls)");
+    } else {
+      if (!https)
+        usage_error(
+            "--cluster needs https://HOST:PORT and --cluster-tls DIR (plain http:// "
+            "etcd only with --insecure-cluster)");
+      if (cluster_tls_dir.empty()) usage_error("--cluster needs --cluster-tls DIR");
+      if (!cluster_secret_file.empty())
+        usage_error("--cluster-secret goes with --insecure-cluster (TLS needs no shared secret)");
+      auto tls = actors::ClusterTls::load(cluster_tls_dir, cluster.host_id);
+      if (!tls) usage_error("--cluster-tls: " + tls.error().message);
+      cluster.tls = *tls;
+      peer_auth.tls = *tls;
+    }
     if (cluster.lease_ttl.count() < 2 || cluster.lease_ttl.count() > 60)
       usage_error("--lease-ttl must be within 2..60 seconds");
   }
@@ -401,7 +438,7 @@ int main(int argc, char** argv) {
   std::string url = "http://" + host + ":" + std::to_string(listener->getPort());
   kj::Promise<void> peers_serving = kj::NEVER_DONE;
   if (member) {
-    peers_serving = gw->serve_peers(*io.provider, *peer_listener, cluster_secret, cluster.host_id)
+    peers_serving = gw->serve_peers(*io.provider, *peer_listener, std::move(peer_auth))
                         .eagerlyEvaluate([](kj::Exception&& e) {
                           spdlog::critical("peer service stopped: {}", e.getDescription().cStr());
                         });

@@ -288,6 +288,7 @@ kj::Promise<void> discard_sandboxes(
 
 struct PeerSession::Impl {
   kj::AsyncIoContext io = kj::setupAsyncIo();
+  std::unique_ptr<PeerTransport> transport;
   kj::Own<PeerConnection> conn;
   wc::Peer::Client peer = nullptr;
   std::string host;
@@ -308,18 +309,21 @@ PeerSession::~PeerSession() = default;
 
 actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string& host,
                                                               const std::string& address,
-                                                              const std::string& secret,
-                                                              const std::string& self) {
+                                                              const PeerAuth& auth) {
   auto impl = std::make_unique<Impl>();
   impl->host = host;
   try {
-    auto addr = impl->wait(impl->io.provider->getNetwork().parseAddress(address));
-    auto stream = impl->wait(addr->connect());
+    // (this thread's own TLS context: the session's loop is this thread's)
+    impl->transport = std::make_unique<PeerTransport>(auth, impl->io.provider->getTimer());
+    auto stream =
+        impl->wait(impl->transport->connect(impl->io.provider->getNetwork(), address, host));
     impl->conn =
         kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT, nullptr);
     auto login = impl->conn->bootstrap().castAs<wc::PeerLogin>().loginRequest();
-    login.setSecret(kj::arrayPtr(reinterpret_cast<const kj::byte*>(secret.data()), secret.size()));
-    login.setHost(self);
+    if (!impl->transport->secure())
+      login.setSecret(
+          kj::arrayPtr(reinterpret_cast<const kj::byte*>(auth.secret.data()), auth.secret.size()));
+    login.setHost(auth.self);
     impl->peer = impl->wait(login.send()).getPeer();
   } catch (kj::Exception& e) {
     return actors::Rejection{"host_unavailable", "cannot reach host " + host + " at " + address +

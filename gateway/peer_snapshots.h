@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
+#include "gateway/peer_transport.h"
 #include "vmm-driver/snapshot.h"
 #include "wire/cluster.capnp.h"
 #include "wire/json.h"
@@ -37,11 +38,11 @@ kj::Promise<void> discard_sandboxes(
 // The sending side: a session with one host, on the calling thread.
 class PeerSession {
  public:
-  // Connects to the host `host` at `address` (HOST:PORT) and logs in with the cluster secret.
+  // Connects to the host `host` at `address` (HOST:PORT; over mutual TLS its certificate must
+  // name `host`) and logs in.
   static actors::Reply<std::unique_ptr<PeerSession>> open(const std::string& host,
                                                           const std::string& address,
-                                                          const std::string& secret,
-                                                          const std::string& self);
+                                                          const PeerAuth& auth);
   ~PeerSession();
 
   struct Shipped {

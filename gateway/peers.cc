@@ -10,6 +10,7 @@
 #include <deque>
 
 #include "gateway/acceptor.h"
+#include "gateway/guarded_stream.h"
 #include "gateway/peer_snapshots.h"
 #include "gateway/rpc.h"
 #include "gateway/server.h"
@@ -372,28 +373,50 @@ class PeerImpl final : public wc::Peer::Server {
   kj::String from_;
 };
 
+// A connection's login: whether it happened, and how to close the connection at once (on the
+// first bad credential: no second guess on the same connection).
+struct LoginState {
+  std::shared_ptr<PreLogin> pre;
+  kj::Own<kj::PromiseFulfiller<void>> refused;
+};
+
 class LoginImpl final : public wc::PeerLogin::Server {
  public:
-  LoginImpl(gateway::Server& server, const std::string& secret, std::shared_ptr<bool> logged_in)
-      : server_(server), secret_(secret), logged_in_(kj::mv(logged_in)) {}
+  // `cert_host`: the host id the connection's certificate proved ("": an insecure cluster).
+  LoginImpl(gateway::Server& server, const PeerAuth& auth, std::string cert_host,
+            std::shared_ptr<LoginState> state)
+      : server_(server), auth_(auth), cert_host_(std::move(cert_host)), state_(std::move(state)) {}
   kj::Promise<void> login(LoginContext ctx) override {
     auto p = ctx.getParams();
-    auto s = p.getSecret();
-    if (secret_.empty() || s.size() != secret_.size() ||
-        CRYPTO_memcmp(s.begin(), secret_.data(), secret_.size()) != 0) {
-      spdlog::warn("cluster: a peer presented a wrong cluster secret (host '{}')",
-                   p.getHost().cStr());
-      return KJ_EXCEPTION(FAILED, "wrong cluster secret");
+    std::string host;
+    if (!cert_host_.empty()) {  // mutual TLS: the certificate is the identity
+      host = cert_host_;
+      if (p.getHost() != host)
+        return refuse("host '" + host + "' logged in as '" + std::string(p.getHost().cStr()) + "'");
+    } else {
+      auto s = p.getSecret();
+      const auto& secret = auth_.secret;
+      if (secret.empty() || s.size() != secret.size() ||
+          CRYPTO_memcmp(s.begin(), secret.data(), secret.size()) != 0)
+        return refuse("a wrong cluster secret (host '" + std::string(p.getHost().cStr()) + "')");
+      host = p.getHost().cStr();
     }
-    *logged_in_ = true;
-    ctx.getResults().setPeer(kj::heap<PeerImpl>(server_, p.getHost().cStr()));
+    if (host == auth_.self) return refuse("a peer presented this host's own id " + host);
+    state_->pre->logged_in = true;
+    ctx.getResults().setPeer(kj::heap<PeerImpl>(server_, host));
     return kj::READY_NOW;
   }
 
  private:
+  kj::Promise<void> refuse(const std::string& why) {
+    spdlog::warn("cluster: peer login refused: {}; the connection is closed", why);
+    if (state_->refused->isWaiting()) state_->refused->fulfill();
+    return KJ_EXCEPTION(FAILED, "cluster login refused");
+  }
   gateway::Server& server_;
-  const std::string& secret_;
-  std::shared_ptr<bool> logged_in_;
+  const PeerAuth& auth_;
+  std::string cert_host_;
+  std::shared_ptr<LoginState> state_;
 };
 
 // --- The forwarding side: a peer's answer written to our client. ---
@@ -523,14 +546,15 @@ kj::Own<kj::AsyncInputStream> bytes_input(kj::Array<kj::byte> bytes) {
 struct Peers::Impl {
   Server& server;
   kj::AsyncIoProvider& io;
-  std::string secret, self;
+  PeerAuth auth;
+  PeerTransport transport;
   std::unique_ptr<Acceptor> acceptor;
   struct Client {
     kj::Own<PeerConnection> conn;
     wc::Peer::Client peer = nullptr;
     bool broken = false;
   };
-  std::map<std::string, std::shared_ptr<Client>> clients;
+  std::map<std::string, std::shared_ptr<Client>> clients;  // by host id + address
   kj::TaskSet tasks;
   struct Errors final : public kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&& e) override {
@@ -538,47 +562,64 @@ struct Peers::Impl {
     }
   } errors;
 
-  Impl(Server& s, kj::AsyncIoProvider& i, std::string sec, std::string me)
-      : server(s), io(i), secret(kj::mv(sec)), self(kj::mv(me)), tasks(errors) {}
+  Impl(Server& s, kj::AsyncIoProvider& i, PeerAuth a)
+      : server(s), io(i), auth(std::move(a)), transport(auth, s.timer), tasks(errors) {}
 
-  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream) {
-    auto logged_in = std::make_shared<bool>(false);
-    auto conn = kj::heap<PeerConnection>(
-        kj::mv(stream), capnp::rpc::twoparty::Side::SERVER,
-        capnp::Capability::Client(kj::heap<LoginImpl>(server, secret, logged_in)));
-    auto ended = conn->network.onDisconnect();
-    auto deadline = server.timer.afterDelay(kLoginTimeout).then([logged_in]() -> kj::Promise<void> {
-      if (*logged_in) return kj::NEVER_DONE;
+  // One accepted connection: at most kPeerPreLoginBytes and kLoginTimeout until it logged in
+  // (the TLS handshake included), closed on the first refused login.
+  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> raw) {
+    auto pre = std::make_shared<PreLogin>(kPeerPreLoginBytes);
+    auto deadline = server.timer.afterDelay(kLoginTimeout).then([pre]() -> kj::Promise<void> {
+      if (pre->logged_in) return kj::NEVER_DONE;
       return KJ_EXCEPTION(DISCONNECTED, "no cluster login within 10 s");
     });
-    return ended.exclusiveJoin(kj::mv(deadline)).attach(kj::mv(conn));
+    auto session = transport.accept(kj::heap<GuardedStream>(kj::mv(raw), pre))
+                       .then(
+                           [this, pre](PeerTransport::Accepted a) -> kj::Promise<void> {
+                             auto refused = kj::newPromiseAndFulfiller<void>();
+                             auto state = std::make_shared<LoginState>();
+                             state->pre = pre;
+                             state->refused = kj::mv(refused.fulfiller);
+                             auto conn = kj::heap<PeerConnection>(
+                                 kj::mv(a.stream), capnp::rpc::twoparty::Side::SERVER,
+                                 capnp::Capability::Client(
+                                     kj::heap<LoginImpl>(server, auth, std::move(a.host), state)));
+                             auto ended = conn->network.onDisconnect();
+                             return ended.exclusiveJoin(kj::mv(refused.promise))
+                                 .attach(kj::mv(conn), kj::mv(state));
+                           },
+                           [](kj::Exception&& e) {
+                             spdlog::warn("cluster: a peer connection failed its TLS handshake: {}",
+                                          e.getDescription().cStr());
+                           });
+    return session.exclusiveJoin(kj::mv(deadline));
   }
 
-  kj::Promise<wc::Peer::Client> connect(const std::string& address) {
-    auto it = clients.find(address);
+  kj::Promise<wc::Peer::Client> connect(const std::string& host, const std::string& address) {
+    std::string key = host + "@" + address;
+    auto it = clients.find(key);
     if (it != clients.end() && !it->second->broken) return wc::Peer::Client(it->second->peer);
-    return io.getNetwork()
-        .parseAddress(address)
-        .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); })
-        .then([this, address](kj::Own<kj::AsyncIoStream> stream) {
+    return transport.connect(io.getNetwork(), address, host)
+        .then([this, key](kj::Own<kj::AsyncIoStream> stream) {
           auto c = std::make_shared<Client>();
           c->conn =
               kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT, nullptr);
           auto login = c->conn->bootstrap().castAs<wc::PeerLogin>();
           auto req = login.loginRequest();
-          req.setSecret(
-              kj::arrayPtr(reinterpret_cast<const kj::byte*>(secret.data()), secret.size()));
-          req.setHost(self);
+          if (!transport.secure())  // (with TLS the certificate said who we are)
+            req.setSecret(kj::arrayPtr(reinterpret_cast<const kj::byte*>(auth.secret.data()),
+                                       auth.secret.size()));
+          req.setHost(auth.self);
           c->peer = req.send().getPeer();  // (pipelined: the first call rides with the login)
           tasks.add(c->conn->network.onDisconnect().then([c]() { c->broken = true; }));
-          clients[address] = c;
+          clients[key] = c;
           return wc::Peer::Client(c->peer);
         });
   }
 };
 
-Peers::Peers(Server& server, kj::AsyncIoProvider& io, std::string secret, std::string self)
-    : impl_(std::make_unique<Impl>(server, io, std::move(secret), std::move(self))) {
+Peers::Peers(Server& server, kj::AsyncIoProvider& io, PeerAuth auth)
+    : impl_(std::make_unique<Impl>(server, io, std::move(auth))) {
   impl_->acceptor = std::make_unique<Acceptor>(
       "peers", server.timer, server.limits.max_connections,
       [this](kj::Own<kj::AsyncIoStream> c) { return impl_->serve(kj::mv(c)); });
@@ -589,13 +630,15 @@ Peers::~Peers() {
   impl_->clients.clear();
 }
 
-kj::Promise<capnp::Capability::Client> Peers::platform(const std::string& address,
+kj::Promise<capnp::Capability::Client> Peers::platform(const std::string& host,
+                                                       const std::string& address,
                                                        const std::string& key) {
-  return impl_->connect(address).then([key](wc::Peer::Client peer) -> capnp::Capability::Client {
-    auto req = peer.platformRequest();
-    req.setApiKey(key);
-    return req.send().getPlatform();  // (pipelined: the caller's first call rides with it)
-  });
+  return impl_->connect(host, address)
+      .then([key](wc::Peer::Client peer) -> capnp::Capability::Client {
+        auto req = peer.platformRequest();
+        req.setApiKey(key);
+        return req.send().getPlatform();  // (pipelined: the caller's first call rides with it)
+      });
 }
 
 void Peers::keep(kj::Promise<void> task) { impl_->tasks.add(kj::mv(task)); }
@@ -610,13 +653,13 @@ kj::Promise<void> Peers::forward_websocket(const std::string& address, const std
   rq.setMethod("GET");
   rq.setUrl(url);
   copy_headers(headers, [&](size_t n) { return rq.initHeaders(uint(n)); });
-  rq.setFromHost(impl_->self);
+  rq.setFromHost(impl_->auth.self);
   size_t max_message = impl_->server.limits.max_body_bytes;
   auto guard = kj::defer([st, relay]() {
     st->response = nullptr;
     relay->ws = nullptr;  // (the owner's late messages find no client)
   });
-  return impl_->connect(address)
+  return impl_->connect(host, address)
       .then([st, relay, request = kj::mv(request)](wc::Peer::Client peer) mutable {
         auto req = peer.webSocketRequest();
         req.setRequest(request->getRoot<wc::HttpRequest>().asReader());
@@ -654,8 +697,8 @@ kj::Promise<void> Peers::forward_websocket(const std::string& address, const std
       .attach(kj::mv(guard));
 }
 
-const std::string& Peers::secret() const { return impl_->secret; }
-const std::string& Peers::self() const { return impl_->self; }
+const PeerAuth& Peers::auth() const { return impl_->auth; }
+const std::string& Peers::self() const { return impl_->auth.self; }
 
 kj::Promise<void> Peers::listen(kj::ConnectionReceiver& listener) {
   return impl_->acceptor->listen(listener);
@@ -672,7 +715,7 @@ kj::Promise<void> Peers::forward(const std::string& address, const std::string& 
   rq.setUrl(url);
   copy_headers(headers, [&](size_t n) { return rq.initHeaders(uint(n)); });
   rq.setBody(body);
-  rq.setFromHost(impl_->self);
+  rq.setFromHost(impl_->auth.self);
   auto fail = [this, st, host](kj::Exception&& e) -> kj::Promise<void> {
     if (st->started || st->response == nullptr) return kj::READY_NOW;  // (mid-stream: it ends)
     spdlog::warn("cluster: forwarding to host {} failed: {}", host, e.getDescription().cStr());
@@ -683,7 +726,7 @@ kj::Promise<void> Peers::forward(const std::string& address, const std::string& 
     return impl_->server.send(*st->response, std::move(r), t0);
   };
   auto guard = kj::defer([st]() { st->response = nullptr; });
-  return impl_->connect(address)
+  return impl_->connect(host, address)
       .then([st, request = kj::mv(request)](wc::Peer::Client peer) mutable {
         auto req = peer.httpRequest();
         req.setRequest(request->getRoot<wc::HttpRequest>().asReader());

@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "gateway/peer_transport.h"
+
 namespace pandastack::gateway {
 
 struct Server;
@@ -20,8 +22,8 @@ class Acceptor;
 
 class Peers {
  public:
-  // `secret`: the cluster secret (every host has the same). `self`: this host's id.
-  Peers(Server& server, kj::AsyncIoProvider& io, std::string secret, std::string self);
+  // `auth`: this host's id and credentials (its certificate, or an insecure cluster's secret).
+  Peers(Server& server, kj::AsyncIoProvider& io, PeerAuth auth);
   ~Peers();
 
   // Serves peers on `listener` until the promise is cancelled.
@@ -38,13 +40,14 @@ class Peers {
   kj::Promise<void> forward_websocket(const std::string& address, const std::string& host,
                                       kj::StringPtr url, const kj::HttpHeaders& headers,
                                       kj::HttpService::Response& response);
-  // The public RPC API's Platform of the host at `address` for `key` (Peer.platform).
-  kj::Promise<capnp::Capability::Client> platform(const std::string& address,
+  // The public RPC API's Platform of host `host` at `address` for `key` (Peer.platform).
+  kj::Promise<capnp::Capability::Client> platform(const std::string& host,
+                                                  const std::string& address,
                                                   const std::string& key);
   // Keeps a forwarded WebSocket's handling running after the call that started it returned.
   void keep(kj::Promise<void> task);
 
-  const std::string& secret() const;
+  const PeerAuth& auth() const;
   const std::string& self() const;
 
   // The header a forwarded request carries (its owner serves it without routing it again).
@@ -56,9 +59,11 @@ class Peers {
   std::unique_ptr<Impl> impl_;
 };
 
-// A forwarded body may be a file upload (the owner applies its own limits), and a snapshot
-// travels in chunks of up to kSnapshotChunk: messages up to this.
-inline constexpr uint64_t kMaxPeerMessageBytes = 1ull << 30;
+// After login: a forwarded body or answer write may be a whole file (up to the 64 MiB file
+// limit), and a snapshot travels in chunks of 1 MiB: messages up to this. Before login a
+// connection is cut off at kPeerPreLoginBytes (a TLS handshake and a login take a few KiB).
+inline constexpr uint64_t kMaxPeerMessageBytes = (64ull << 20) + (1ull << 20);
+inline constexpr size_t kPeerPreLoginBytes = 64 << 10;
 
 // One Cap'n Proto connection between two hosts (either side).
 struct PeerConnection {

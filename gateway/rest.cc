@@ -735,16 +735,22 @@ kj::Promise<void> Gateway::listen(kj::ConnectionReceiver& listener) {
 }
 
 kj::Promise<void> Gateway::serve_peers(kj::AsyncIoProvider& io, kj::ConnectionReceiver& listener,
-                                       std::string secret, std::string self) {
+                                       PeerAuth auth) {
   auto& s = impl_->server;
-  // E2B access tokens are the cluster's: any host verifies a token another host issued.
-  unsigned char key[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  const std::string label = "pandastack e2b access tokens";
-  HMAC(EVP_sha256(), secret.data(), int(secret.size()),
-       reinterpret_cast<const unsigned char*>(label.data()), label.size(), key, &len);
-  e2b::set_tokens(e2b::Tokens(std::string(reinterpret_cast<char*>(key), len)));
-  s.peers = std::make_unique<Peers>(s, io, std::move(secret), std::move(self));
+  // E2B access tokens are the cluster's: any host verifies a token another host issued. Their
+  // key is the cluster's own (e2b-tokens.key), never derived from a peer credential; only an
+  // insecure cluster derives it from its shared secret.
+  if (auth.tls) {
+    e2b::set_tokens(e2b::Tokens(auth.tls->e2b_tokens_key));
+  } else {
+    unsigned char key[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    const std::string label = "pandastack e2b access tokens";
+    HMAC(EVP_sha256(), auth.secret.data(), int(auth.secret.size()),
+         reinterpret_cast<const unsigned char*>(label.data()), label.size(), key, &len);
+    e2b::set_tokens(e2b::Tokens(std::string(reinterpret_cast<char*>(key), len)));
+  }
+  s.peers = std::make_unique<Peers>(s, io, std::move(auth));
   return s.peers->listen(listener);
 }
 
@@ -752,8 +758,8 @@ void Gateway::connect_rpc(RpcServer* rpc) {
   auto& s = impl_->server;
   s.rpc = rpc;
   if (rpc == nullptr || !s.peers) return;
-  rpc->route_to([&s](const std::string& address, const std::string& key) {
-    return s.peers->platform(address, key);
+  rpc->route_to([&s](const std::string& host, const std::string& address, const std::string& key) {
+    return s.peers->platform(host, address, key);
   });
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "actors/runtime.h"
+#include "gateway/peer_transport.h"
 
 namespace pandastack::gateway {
 
@@ -52,7 +53,7 @@ class Gateway {
   // other hosts own to them. `secret`: the cluster secret; `self`: this host's id. Call once,
   // before listen() serves requests.
   kj::Promise<void> serve_peers(kj::AsyncIoProvider& io, kj::ConnectionReceiver& listener,
-                                std::string secret, std::string self);
+                                PeerAuth auth);
   // Cluster mode: peers reach `rpc` (Peer.platform), and `rpc` reaches the sandboxes other hosts
   // own through the peers (after serve_peers). nullptr before `rpc` goes.
   void connect_rpc(RpcServer* rpc);

@@ -14,6 +14,7 @@
 
 #include "actors/cluster.h"
 #include "gateway/acceptor.h"
+#include "gateway/guarded_stream.h"
 #include "gateway/http_util.h"
 #include "gateway/rate_limit.h"
 #include "gateway/worker_pool.h"
@@ -641,7 +642,7 @@ class PlatformImpl final : public api::Platform::Server {
           auto o = take(*r);
           switch (o.kind) {
             case actors::Owner::Kind::peer:
-              return platform_at(o.peer);
+              return platform_at(o.host, o.peer);
             case actors::Owner::Kind::down:
               fail({"host_unavailable", "host " + o.host +
                                             " owns this and is down (its lease expired); it "
@@ -671,11 +672,12 @@ class PlatformImpl final : public api::Platform::Server {
           if (h.self)
             return kj::Promise<kj::Maybe<api::Platform::Client>>(
                 kj::Maybe<api::Platform::Client>(nullptr));
-          return platform_at(h.peer);
+          return platform_at(h.id, h.peer);
         });
   }
-  kj::Promise<kj::Maybe<api::Platform::Client>> platform_at(const std::string& peer) {
-    return ctx_.remote(peer, session_->key).then([](capnp::Capability::Client c) {
+  kj::Promise<kj::Maybe<api::Platform::Client>> platform_at(const std::string& host,
+                                                            const std::string& peer) {
+    return ctx_.remote(host, peer, session_->key).then([](capnp::Capability::Client c) {
       return kj::Maybe<api::Platform::Client>(c.castAs<api::Platform>());
     });
   }
@@ -709,41 +711,7 @@ constexpr auto kLoginTimeout = 10 * kj::SECONDS;
 // The largest message after login: a 32 MiB file plus its framing (the default is 64 MiB).
 constexpr uint64_t kMaxMessageWords = (RpcServer::kMaxFileBytes + (1 << 20)) / 8;
 
-struct Connection {
-  bool logged_in = false;
-  size_t read_before_login = 0;
-};
-
-// The connection's bytes, cut off when a client that has not logged in sends more than a login.
-class GuardedStream final : public kj::AsyncIoStream {
- public:
-  GuardedStream(kj::Own<kj::AsyncIoStream> inner, std::shared_ptr<Connection> c)
-      : inner_(kj::mv(inner)), c_(std::move(c)) {}
-  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
-    if (c_->logged_in) return inner_->tryRead(buffer, min, max);
-    size_t left = kPreLoginBytes - std::min(kPreLoginBytes, c_->read_before_login);
-    if (left == 0) return size_t(0);  // end of stream: the RPC system drops the connection
-    max = std::min(max, left);
-    min = std::min(min, max);
-    return inner_->tryRead(buffer, min, max).then([c = c_](size_t n) {
-      c->read_before_login += n;
-      return n;
-    });
-  }
-  kj::Promise<void> write(const void* buffer, size_t size) override {
-    return inner_->write(buffer, size);
-  }
-  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
-    return inner_->write(pieces);
-  }
-  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
-  void shutdownWrite() override { inner_->shutdownWrite(); }
-  void abortRead() override { inner_->abortRead(); }
-
- private:
-  kj::Own<kj::AsyncIoStream> inner_;
-  std::shared_ptr<Connection> c_;
-};
+using Connection = PreLogin;
 
 // The Platform of the tenant `key` belongs to (verified first).
 kj::Promise<api::Platform::Client> platform_for(RpcServer::Impl& ctx, const std::string& key) {
@@ -793,7 +761,7 @@ struct RpcConnection {
 }  // namespace
 
 kj::Promise<void> RpcServer::Impl::serve(kj::Own<kj::AsyncIoStream> connection) {
-  auto c = std::make_shared<Connection>();
+  auto c = std::make_shared<Connection>(kPreLoginBytes);
   capnp::ReaderOptions options;
   options.traversalLimitInWords = kMaxMessageWords;
   auto conn = kj::heap<RpcConnection>(kj::heap<GuardedStream>(kj::mv(connection), c),

@@ -28,10 +28,11 @@ class RpcServer {
 
   // Cluster mode. A Platform for `key` served by this host (a peer's Peer.platform).
   kj::Promise<capnp::Capability::Client> platform_for(std::string key);
-  // How this host reaches another host's Platform for a key (at its peer address): once set,
+  // How this host reaches another host's Platform for a key (host `host` at its peer address
+  // `address`; its certificate must name `host`): once set,
   // get, create and getDatabase for what other hosts own are answered by them (proxied).
   using RemotePlatform = std::function<kj::Promise<capnp::Capability::Client>(
-      const std::string& address, const std::string& key)>;
+      const std::string& host, const std::string& address, const std::string& key)>;
   void route_to(RemotePlatform remote);
 
   // Files over RPC: one message carries the whole file.

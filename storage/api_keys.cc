@@ -1,8 +1,11 @@
 #include "storage/api_keys.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 
@@ -63,19 +66,59 @@ const std::string kSharedPrefix = "/pandastack/keys/";
 KeyStore::KeyStore(EventStore& db) : db_(db) {}
 KeyStore::~KeyStore() = default;
 
-void KeyStore::share(std::unique_ptr<Etcd> etcd) { shared_ = std::move(etcd); }
+void KeyStore::share(std::unique_ptr<Etcd> etcd, std::string records_key) {
+  shared_ = std::move(etcd);
+  records_key_ = std::move(records_key);
+}
+
+namespace {
+constexpr size_t kMacLen = 32;
+}
+
+std::string KeyStore::seal(const std::string& id, const std::string& record) const {
+  if (records_key_.empty()) return record;
+  // Bound to the id: a valid record copied under another id does not verify.
+  std::string input = "pandastack key record v1";
+  input += '\0';
+  input += id;
+  input += '\0';
+  input += record;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  HMAC(EVP_sha256(), records_key_.data(), int(records_key_.size()),
+       reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac, &len);
+  return record + std::string(reinterpret_cast<char*>(mac), kMacLen);
+}
+
+std::optional<std::string> KeyStore::open(const std::string& id, const std::string& sealed) const {
+  if (records_key_.empty()) return sealed;
+  if (sealed.size() < kMacLen) return std::nullopt;
+  std::string record = sealed.substr(0, sealed.size() - kMacLen);
+  std::string expected = seal(id, record);
+  if (CRYPTO_memcmp(expected.data() + record.size(), sealed.data() + record.size(), kMacLen) != 0)
+    return std::nullopt;
+  return record;
+}
 
 Result<std::optional<std::string>> KeyStore::get_record(const std::string& id) {
   if (!shared_) return db_.get("k" + id);
   auto kv = shared_->get(kSharedPrefix + id);
   if (!kv) return kv.error();
   if (!kv->has_value()) return std::optional<std::string>();
-  return std::optional<std::string>((*kv)->value);
+  auto record = open(id, (*kv)->value);
+  if (!record) {
+    spdlog::warn(
+        "api keys: the record of key {} in etcd does not carry the cluster's MAC "
+        "(written by something that does not hold records.key): ignored",
+        id);
+    return std::optional<std::string>();
+  }
+  return record;
 }
 
 Status KeyStore::put_record(const std::string& id, const std::string& record) {
   if (!shared_) return db_.put("k" + id, record, true);
-  return shared_->put(kSharedPrefix + id, record);
+  return shared_->put(kSharedPrefix + id, seal(id, record));
 }
 
 Status KeyStore::remove_record(const std::string& id) {
@@ -150,7 +193,10 @@ Result<std::vector<ApiKey>> KeyStore::list() {
   if (shared_) {
     auto kvs = shared_->list(kSharedPrefix);
     if (!kvs) return kvs.error();
-    for (auto& kv : *kvs) rows.emplace_back(kv.key.substr(kSharedPrefix.size()), kv.value);
+    for (auto& kv : *kvs) {
+      std::string id = kv.key.substr(kSharedPrefix.size());
+      if (auto record = open(id, kv.value)) rows.emplace_back(id, *record);
+    }
   } else {
     auto local = db_.scan("k");
     if (!local) return local.error();

@@ -78,8 +78,12 @@ std::string etcd_prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-Etcd::Etcd(const std::string& endpoint, std::chrono::milliseconds timeout)
-    : endpoint_(endpoint), http_(std::make_unique<tools::HttpClient>(endpoint, "", timeout)) {}
+Etcd::Etcd(const std::string& endpoint, std::optional<tools::TlsFiles> tls,
+           std::chrono::milliseconds timeout)
+    : endpoint_(endpoint),
+      http_(std::make_unique<tools::HttpClient>(endpoint, "", timeout, std::move(tls))) {}
+
+const std::string& Etcd::setup_error() const { return http_->setup_error(); }
 
 Etcd::~Etcd() = default;
 

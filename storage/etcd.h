@@ -17,11 +17,8 @@
 #include <vector>
 
 #include "storage/error.h"
+#include "tools/http_client.h"
 #include "wire/json.h"
-
-namespace pandastack::tools {
-class HttpClient;
-}
 
 namespace pandastack::storage {
 
@@ -32,9 +29,13 @@ struct EtcdKv {
 
 class Etcd {
  public:
-  // `endpoint`: http://HOST:PORT of one etcd member.
-  explicit Etcd(const std::string& endpoint,
+  // `endpoint`: https://HOST:PORT of one etcd member, with `tls` (the cluster CA and this
+  // host's certificate, which etcd's --client-cert-auth checks), or http://HOST:PORT (only with
+  // --insecure-cluster).
+  explicit Etcd(const std::string& endpoint, std::optional<tools::TlsFiles> tls = std::nullopt,
                 std::chrono::milliseconds timeout = std::chrono::seconds(3));
+  // Why the client cannot be used (a bad URL, unreadable TLS files), or "".
+  const std::string& setup_error() const;
   ~Etcd();
   bool valid() const;
 

@@ -161,7 +161,7 @@ TEST_F(EtcdTest, KeysUnderALeaseGoWithIt) {
 }
 
 TEST_F(EtcdTest, AnUnreachableEtcdIsAnError) {
-  Etcd nobody("http://127.0.0.1:1", milliseconds(300));
+  Etcd nobody("http://127.0.0.1:1", std::nullopt, milliseconds(300));
   auto r = nobody.get("/x");
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::io_error);

@@ -4,9 +4,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -41,26 +45,67 @@ std::optional<double> HttpResponse::server_ms() const {
   return std::strtod(it->second.c_str() + p + 4, nullptr);
 }
 
+namespace {
+
+std::string openssl_error(const std::string& what) {
+  unsigned long e = ERR_get_error();
+  char b[256] = "";
+  if (e != 0) ERR_error_string_n(e, b, sizeof b);
+  ERR_clear_error();
+  return what + (e != 0 ? std::string(": ") + b : std::string());
+}
+
+}  // namespace
+
 HttpClient::HttpClient(const std::string& base_url, std::string token,
-                       std::chrono::milliseconds timeout)
+                       std::chrono::milliseconds timeout, std::optional<TlsFiles> tls)
     : token_(std::move(token)), timeout_(timeout) {
   std::string u = base_url;
-  if (u.rfind("http://", 0) != 0) return;
-  u = u.substr(7);
+  bool https = u.rfind("https://", 0) == 0;
+  if (!https && u.rfind("http://", 0) != 0) {
+    setup_error_ = "the URL must look like http://HOST:PORT or https://HOST:PORT";
+    return;
+  }
+  u = u.substr(https ? 8 : 7);
   while (!u.empty() && u.back() == '/') u.pop_back();
   auto colon = u.rfind(':');
   if (colon == std::string::npos) {
     host_ = u;
-    port_ = 80;
+    port_ = https ? 443 : 80;
   } else {
     host_ = u.substr(0, colon);
     port_ = std::atoi(u.c_str() + colon + 1);
   }
+  if (port_ <= 0) setup_error_ = "the URL has no valid port: " + base_url;
+  if (!https) return;
+  if (!tls || tls->ca.empty()) {
+    setup_error_ = "an https:// URL needs the CA to verify the server with";
+    return;
+  }
+  tls_ = SSL_CTX_new(TLS_client_method());
+  if (tls_ == nullptr) {
+    setup_error_ = openssl_error("TLS context");
+    return;
+  }
+  SSL_CTX_set_min_proto_version(tls_, TLS1_2_VERSION);
+  SSL_CTX_set_verify(tls_, SSL_VERIFY_PEER, nullptr);
+  if (SSL_CTX_load_verify_locations(tls_, tls->ca.c_str(), nullptr) != 1)
+    setup_error_ = openssl_error("CA " + tls->ca);
+  else if (!tls->cert.empty() &&
+           (SSL_CTX_use_certificate_chain_file(tls_, tls->cert.c_str()) != 1 ||
+            SSL_CTX_use_PrivateKey_file(tls_, tls->key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(tls_) != 1))
+    setup_error_ = openssl_error("client certificate " + tls->cert + " / " + tls->key);
 }
 
-HttpClient::~HttpClient() { close_socket(); }
+HttpClient::~HttpClient() {
+  close_socket();
+  if (tls_ != nullptr) SSL_CTX_free(tls_);
+}
 
 void HttpClient::close_socket() {
+  if (ssl_ != nullptr) SSL_free(ssl_);
+  ssl_ = nullptr;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   buf_.clear();
@@ -81,6 +126,7 @@ bool HttpClient::connect_socket(std::string& error) {
     tv.tv_sec = timeout_.count() / 1000;
     tv.tv_usec = (timeout_.count() % 1000) * 1000;
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (::connect(fd_, a->ai_addr, a->ai_addrlen) == 0) break;
@@ -89,12 +135,68 @@ bool HttpClient::connect_socket(std::string& error) {
     fd_ = -1;
   }
   ::freeaddrinfo(res);
-  return fd_ >= 0;
+  if (fd_ < 0 || tls_ == nullptr) return fd_ >= 0;
+  // TLS: the server's certificate must chain to our CA and name the host we dialled.
+  ssl_ = SSL_new(tls_);
+  bool ok = ssl_ != nullptr && SSL_set_fd(ssl_, fd_) == 1;
+  if (ok) {
+    in6_addr ip6;
+    in_addr ip4;
+    bool is_ip = ::inet_pton(AF_INET, host_.c_str(), &ip4) == 1 ||
+                 ::inet_pton(AF_INET6, host_.c_str(), &ip6) == 1;
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl_);
+    ok = is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, host_.c_str()) == 1
+               : (SSL_set_tlsext_host_name(ssl_, host_.c_str()) == 1 &&
+                  X509_VERIFY_PARAM_set1_host(param, host_.c_str(), 0) == 1);
+  }
+  if (ok && SSL_connect(ssl_) != 1) {
+    long v = SSL_get_verify_result(ssl_);
+    error = v != X509_V_OK
+                ? "TLS: the server's certificate: " + std::string(X509_verify_cert_error_string(v))
+                : openssl_error("TLS handshake with " + host_);
+    close_socket();
+    return false;
+  }
+  if (!ok) {
+    error = openssl_error("TLS session");
+    close_socket();
+    return false;
+  }
+  return true;
+}
+
+bool HttpClient::send_all(const std::string& msg) {
+  size_t off = 0;
+  while (off < msg.size()) {
+    if (ssl_ != nullptr) {
+      int n = SSL_write(ssl_, msg.data() + off, int(std::min<size_t>(msg.size() - off, 1 << 30)));
+      if (n <= 0) return false;
+      off += size_t(n);
+      continue;
+    }
+    ssize_t n = ::send(fd_, msg.data() + off, msg.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += size_t(n);
+  }
+  return true;
 }
 
 bool HttpClient::read_more(std::string& error) {
   char tmp[65536];
   ssize_t n;
+  if (ssl_ != nullptr) {
+    n = SSL_read(ssl_, tmp, int(sizeof tmp));
+    if (n <= 0) {
+      int e = SSL_get_error(ssl_, int(n));
+      error = e == SSL_ERROR_ZERO_RETURN ? "connection closed"
+              : e == SSL_ERROR_SYSCALL   ? std::string("recv: ") + std::strerror(errno)
+                                         : openssl_error("TLS read");
+      return false;
+    }
+    buf_.append(tmp, size_t(n));
+    return true;
+  }
   do {
     n = ::recv(fd_, tmp, sizeof tmp, 0);
   } while (n < 0 && errno == EINTR);
@@ -137,7 +239,7 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
                                       const std::string& extra_headers) {
   HttpResponse r;
   if (!valid_url()) {
-    r.error = "the URL must look like http://HOST:PORT";
+    r.error = setup_error_;
     return r;
   }
   std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host_ + "\r\n";
@@ -151,17 +253,7 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (fd_ < 0 && !connect_socket(r.error)) return r;
     bool reused = attempt == 0 && buf_.empty();
-    size_t off = 0;
-    bool sent = true;
-    while (off < msg.size()) {
-      ssize_t n = ::send(fd_, msg.data() + off, msg.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        sent = false;
-        break;
-      }
-      off += size_t(n);
-    }
+    bool sent = send_all(msg);
     std::string line;
     if (!sent || !read_line(line, r.error)) {
       close_socket();
@@ -238,6 +330,11 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
 
 int HttpClient::upgrade(const std::string& path, std::string& leftover, HttpResponse& refused) {
   close_socket();
+  if (tls_ != nullptr) {  // (the socket handed over would carry TLS records)
+    refused = HttpResponse{};
+    refused.error = "WebSocket upgrades over https:// are not supported by this client";
+    return -1;
+  }
   std::random_device rd;
   unsigned char nonce[16];
   for (auto& b : nonce) b = static_cast<unsigned char>(rd());

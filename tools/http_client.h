@@ -1,5 +1,6 @@
-// A small blocking HTTP/1.1 client over one keep-alive TCP connection (loopback use: the CLI and
-// the API benchmark). Handles Content-Length and chunked bodies; no TLS, no redirects.
+// A small blocking HTTP/1.1 client over one keep-alive TCP connection (the CLI, the API benchmark,
+// and etcd). Handles Content-Length and chunked bodies; no redirects. https:// URLs speak TLS
+// (OpenSSL, TLS 1.2+) against the given CA only, with an optional client certificate.
 #pragma once
 
 #include <chrono>
@@ -8,6 +9,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+struct ssl_ctx_st;
+struct ssl_st;
 
 namespace pandastack::tools {
 
@@ -25,16 +29,27 @@ std::string url_encode(const std::string& s);
 // Standard base64 (with padding).
 std::string base64(std::string_view data);
 
+// What an https:// client trusts and presents (PEM files).
+struct TlsFiles {
+  std::string ca;    // the only CA(s) a server's certificate may chain to
+  std::string cert;  // the client certificate ("" = none)
+  std::string key;   // its private key
+};
+
 class HttpClient {
  public:
-  // `base_url`: http://HOST:PORT (a path prefix is not supported).
+  // `base_url`: http://HOST:PORT, or https://HOST:PORT with `tls` (a path prefix is not
+  // supported). The server's certificate must name HOST (DNS or IP SAN).
   HttpClient(const std::string& base_url, std::string bearer_token,
-             std::chrono::milliseconds timeout = std::chrono::seconds(300));
+             std::chrono::milliseconds timeout = std::chrono::seconds(300),
+             std::optional<TlsFiles> tls = std::nullopt);
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
-  bool valid_url() const { return port_ > 0; }
+  bool valid_url() const { return port_ > 0 && setup_error_.empty(); }
+  // Why the client cannot be used (a bad URL, unreadable TLS files), or "".
+  const std::string& setup_error() const { return setup_error_; }
   // Sends one request (reconnecting once if the kept-alive connection was closed).
   HttpResponse request(const std::string& method, const std::string& path,
                        const std::string& body = "",
@@ -60,8 +75,11 @@ class HttpClient {
   bool read_more(std::string& error);
   bool read_line(std::string& line, std::string& error);
   bool read_exact(size_t n, std::string& out, std::string& error);
+  bool send_all(const std::string& msg);
 
-  std::string host_, token_;
+  std::string host_, token_, setup_error_;
+  ssl_ctx_st* tls_ = nullptr;  // https: the context every connection's session comes from
+  ssl_st* ssl_ = nullptr;      // the connection's session
   int port_ = 0;
   std::chrono::milliseconds timeout_;
   int fd_ = -1;

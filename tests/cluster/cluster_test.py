@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -36,20 +37,47 @@ def free_port():
     return port
 
 
+CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                     "cluster-certs.sh")
+
+
+def make_pki(folder, hosts):
+    """The cluster CA and keys, etcd's certificate, an operator's client certificate and one
+    certificate per host (scripts/cluster-certs.sh)."""
+    for args in (["init", folder], ["etcd", folder], ["client", folder, "operator"],
+                 *[["host", folder, h] for h in hosts]):
+        subprocess.run([CERTS, *args], check=True, stdout=subprocess.DEVNULL)
+
+
 class Etcd:
-    def __init__(self, folder):
-        self.folder = folder
+    """etcd with TLS and client-certificate auth (as a cluster must run it); `call` is an
+    operator's request (its own client certificate)."""
+
+    def __init__(self, folder, pki):
+        """`pki` None: plain HTTP (an --insecure-cluster's etcd)."""
+        self.folder, self.pki = folder, pki
         self.client, self.peer = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.client}"
+        self.url = f"{'https' if pki else 'http'}://127.0.0.1:{self.client}"
+        self.ctx = None
+        if pki:
+            self.ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.pem"))
+            self.ctx.load_cert_chain(os.path.join(pki, "clients", "operator.pem"),
+                                     os.path.join(pki, "clients", "operator.key"))
         self.start()
 
     def start(self):
         peer = f"http://127.0.0.1:{self.peer}"
         self.log = open(self.folder + ".log", "ab")
+        tls = []
+        if self.pki:
+            e = os.path.join(self.pki, "etcd")
+            tls = ["--cert-file", os.path.join(e, "server.pem"), "--key-file",
+                   os.path.join(e, "server.key"), "--client-cert-auth", "--trusted-ca-file",
+                   os.path.join(e, "ca.pem")]
         self.proc = subprocess.Popen(
             ["etcd", "--data-dir", self.folder, "--listen-client-urls", self.url,
              "--advertise-client-urls", self.url, "--listen-peer-urls", peer,
-             "--initial-advertise-peer-urls", peer, "--initial-cluster", "default=" + peer],
+             "--initial-advertise-peer-urls", peer, "--initial-cluster", "default=" + peer, *tls],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -68,7 +96,7 @@ class Etcd:
     def call(self, path, body):
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
                                      method="POST")
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=5, context=self.ctx) as r:
             return json.loads(r.read())
 
     def prefix(self, p):
@@ -85,11 +113,9 @@ class ClusterTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.base = tempfile.mkdtemp(prefix="pst-cluster-", dir="/dev/shm")
-        cls.etcd = Etcd(os.path.join(cls.base, "etcd"))
-        cls.secret = os.path.join(cls.base, "secret")
-        with open(cls.secret, "w") as f:
-            f.write(base64.b64encode(os.urandom(24)).decode())
-        os.chmod(cls.secret, 0o600)
+        cls.pki = os.path.join(cls.base, "pki")
+        make_pki(cls.pki, ("a", "b", "c"))
+        cls.etcd = Etcd(os.path.join(cls.base, "etcd"), cls.pki)
         cls.daemons = {}
         for h in ("a", "b", "c"):
             cls.start_host(h)
@@ -103,7 +129,7 @@ class ClusterTest(unittest.TestCase):
         cls.daemons[h] = Daemon(
             data, os.path.join(cls.base, h + "-state"),
             extra=("--cluster", cls.etcd.url, "--host-id", h, "--advertise", "127.0.0.1:0",
-                   "--cluster-secret", cls.secret, "--lease-ttl", str(LEASE),
+                   "--cluster-tls", os.path.join(cls.pki, "hosts", h), "--lease-ttl", str(LEASE),
                    "--pool-size", "1", "--spare-pool-size", "0"))
 
     @classmethod
