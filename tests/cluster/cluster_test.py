@@ -104,7 +104,7 @@ class Etcd:
         end = p[:-1] + chr(ord(p[-1]) + 1)
         r = self.call("/v3/kv/range", {"key": base64.b64encode(p.encode()).decode(),
                                        "range_end": base64.b64encode(end.encode()).decode()})
-        return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
+        return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(errors="replace")
                 for kv in r.get("kvs", [])}
 
 
