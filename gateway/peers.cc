@@ -311,7 +311,7 @@ class PeerImpl final : public wc::Peer::Server {
     auto body = rq.getBody();
     st->body = bytes_input(kj::heapArray<kj::byte>(body.begin(), body.size()));
     auto& s = *st;
-    return server_.handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response)
+    return server_.handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response, true)
         .then([st = &s]() { return st->response.finish(); })
         .attach(kj::mv(st));
   }
@@ -336,12 +336,12 @@ class PeerImpl final : public wc::Peer::Server {
     st->headers.add_raw(Peers::kForwardedHeader, from_);
     st->url = kj::str(rq.getUrl());
     auto& s = *st;
-    auto handled =
-        server_
-            .handle_request(-1, kj::HttpMethod::GET, s.url, s.headers.headers, *s.body, s.response)
-            .then([st = &s]() { return st->response.finish(); })
-            .attach(kj::mv(st))
-            .fork();
+    auto handled = server_
+                       .handle_request(-1, kj::HttpMethod::GET, s.url, s.headers.headers, *s.body,
+                                       s.response, true)
+                       .then([st = &s]() { return st->response.finish(); })
+                       .attach(kj::mv(st))
+                       .fork();
     // The WebSocket lives on after this call returns: its handling is kept by the host.
     server_.peers->keep(handled.addBranch());
     auto taken = accepted.promise.then([ctx](wc::WebSocketSink::Client up) mutable {

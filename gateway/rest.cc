@@ -223,7 +223,7 @@ kj::Promise<void> Server::watch_hangup(int fd, std::shared_ptr<std::stop_source>
 
 kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                          const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
-                                         kj::HttpService::Response& response) {
+                                         kj::HttpService::Response& response, bool from_peer) {
   auto t0 = Clock::now();
   auto parsed = kj::Url::tryParse(url, kj::Url::HTTP_REQUEST);
   Request req;
@@ -266,7 +266,7 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   }
   req.route = route->pattern;
   req.url = url.cStr();
-  req.forwarded = headers.get(h_forwarded) != nullptr;
+  req.forwarded = from_peer && headers.get(h_forwarded) != nullptr;
   KJ_IF_MAYBE (a, headers.get(h_authorization)) {
     req.authorization = a->cStr();
   }

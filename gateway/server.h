@@ -174,10 +174,12 @@ struct Server final : public kj::HttpService {
                             kj::HttpService::Response& response) override {
     return handle_request(-1, method, url, headers, body, response);
   }
-  // The same, for a request on connection `fd` (-1: unknown).
+  // The same, for a request on connection `fd` (-1: unknown). `from_peer`: a request another
+  // host forwarded (gateway/peers.cc); only then does the forwarding header count (a client's
+  // is ignored: it would skip placement, drains and fan-out).
   kj::Promise<void> handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                    const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
-                                   kj::HttpService::Response& response);
+                                   kj::HttpService::Response& response, bool from_peer = false);
   // The request after routing (its Authorization read): auth, body, handler (also a peer's
   // forwarded request).
   kj::Promise<void> serve(const Route& route, Request req, const kj::HttpHeaders& headers,

@@ -170,6 +170,22 @@ class TrustTest(unittest.TestCase):
         self.assertNotIn(self.key.encode(), sent)
         self.assertNotIn(b"Bearer", sent)
 
+    # --- L1: the forwarding header is the peer server's ---
+
+    def test_a_clients_forwarding_header_is_ignored(self):
+        # Draining h1: a create through it is placed elsewhere or refused, never served on h1
+        # because the client claims to be a peer.
+        s, b = self.api["h1"].call("POST", "/v1/hosts/h1/drain")
+        self.assertIn(s, (200, 202), b)
+        try:
+            s, b = self.api["h1"].call("POST", "/v1/sandboxes",
+                                       {"network": False, "placement": {"host": "h1"}},
+                                       headers={"X-Pandastack-Forwarded": "h9"})
+            self.assertEqual(s, 503, b)
+        finally:
+            s, b = self.api["h1"].call("DELETE", "/v1/hosts/h1/drain")
+            self.assertIn(s, (200, 202), b)
+
     # --- H1/L3: the peer port ---
 
     def tls_to_peer(self, ctx):
