@@ -5,6 +5,8 @@
 #pragma once
 
 #include <kj/async-io.h>
+#include <kj/debug.h>
+#include <kj/timer.h>
 
 #include <algorithm>
 #include <memory>
@@ -47,5 +49,18 @@ class GuardedStream final : public kj::AsyncIoStream {
   kj::Own<kj::AsyncIoStream> inner_;
   std::shared_ptr<PreLogin> c_;
 };
+
+// How long a connection may take to log in.
+inline constexpr auto kLoginTimeout = 10 * kj::SECONDS;
+
+// Fails (DISCONNECTED: the connection is dropped) when `c` has not logged in within
+// kLoginTimeout; never resolves once it has. `what`: the error's description.
+inline kj::Promise<void> login_deadline(kj::Timer& timer, std::shared_ptr<PreLogin> c,
+                                        const char* what) {
+  return timer.afterDelay(kLoginTimeout).then([c = std::move(c), what]() -> kj::Promise<void> {
+    if (c->logged_in) return kj::NEVER_DONE;
+    return KJ_EXCEPTION(DISCONNECTED, what);
+  });
+}
 
 }  // namespace pandastack::gateway

@@ -319,11 +319,7 @@ actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string&
         impl->wait(impl->transport->connect(impl->io.provider->getNetwork(), address, host));
     impl->conn =
         kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT, nullptr);
-    auto login = impl->conn->bootstrap().castAs<wc::PeerLogin>().loginRequest();
-    if (!impl->transport->secure())
-      login.setSecret(
-          kj::arrayPtr(reinterpret_cast<const kj::byte*>(auth.secret.data()), auth.secret.size()));
-    login.setHost(auth.self);
+    auto login = login_request(impl->conn->bootstrap().castAs<wc::PeerLogin>(), auth);
     impl->peer = impl->wait(login.send()).getPeer();
   } catch (kj::Exception& e) {
     return actors::Rejection{"host_unavailable", "cannot reach host " + host + " at " + address +

@@ -22,8 +22,6 @@ namespace wc = pandastack::wire::cluster;
 
 namespace {
 
-constexpr auto kLoginTimeout = 10 * kj::SECONDS;
-
 class BytesInput final : public kj::AsyncInputStream {
  public:
   explicit BytesInput(kj::Array<kj::byte> b) : bytes_(kj::mv(b)) {}
@@ -539,6 +537,16 @@ kj::Promise<void> pump_up(std::shared_ptr<Relay> relay, wc::WebSocketSink::Clien
 
 }  // namespace
 
+capnp::Request<wc::PeerLogin::LoginParams, wc::PeerLogin::LoginResults> login_request(
+    wc::PeerLogin::Client login, const PeerAuth& auth) {
+  auto req = login.loginRequest();
+  if (!auth.tls)  // (with TLS the certificate said who we are: no secret travels)
+    req.setSecret(
+        kj::arrayPtr(reinterpret_cast<const kj::byte*>(auth.secret.data()), auth.secret.size()));
+  req.setHost(auth.self);
+  return req;
+}
+
 kj::Own<kj::AsyncInputStream> bytes_input(kj::Array<kj::byte> bytes) {
   return kj::heap<BytesInput>(kj::mv(bytes));
 }
@@ -569,10 +577,7 @@ struct Peers::Impl {
   // (the TLS handshake included), closed on the first refused login.
   kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> raw) {
     auto pre = std::make_shared<PreLogin>(kPeerPreLoginBytes);
-    auto deadline = server.timer.afterDelay(kLoginTimeout).then([pre]() -> kj::Promise<void> {
-      if (pre->logged_in) return kj::NEVER_DONE;
-      return KJ_EXCEPTION(DISCONNECTED, "no cluster login within 10 s");
-    });
+    auto deadline = login_deadline(server.timer, pre, "no cluster login within 10 s");
     auto session = transport.accept(kj::heap<GuardedStream>(kj::mv(raw), pre))
                        .then(
                            [this, pre](PeerTransport::Accepted a) -> kj::Promise<void> {
@@ -604,13 +609,9 @@ struct Peers::Impl {
           auto c = std::make_shared<Client>();
           c->conn =
               kj::heap<PeerConnection>(kj::mv(stream), capnp::rpc::twoparty::Side::CLIENT, nullptr);
-          auto login = c->conn->bootstrap().castAs<wc::PeerLogin>();
-          auto req = login.loginRequest();
-          if (!transport.secure())  // (with TLS the certificate said who we are)
-            req.setSecret(kj::arrayPtr(reinterpret_cast<const kj::byte*>(auth.secret.data()),
-                                       auth.secret.size()));
-          req.setHost(auth.self);
-          c->peer = req.send().getPeer();  // (pipelined: the first call rides with the login)
+          c->peer = login_request(c->conn->bootstrap().castAs<wc::PeerLogin>(), auth)
+                        .send()
+                        .getPeer();  // (pipelined: the first call rides with the login)
           tasks.add(c->conn->network.onDisconnect().then([c]() { c->broken = true; }));
           clients[key] = c;
           return wc::Peer::Client(c->peer);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "gateway/peer_transport.h"
+#include "wire/cluster.capnp.h"
 
 namespace pandastack::gateway {
 
@@ -90,6 +91,10 @@ struct PeerConnection {
     return rpc.bootstrap(id);
   }
 };
+
+// A login to the host whose PeerLogin is `login`, as `auth` logs in (both sending sides).
+capnp::Request<wire::cluster::PeerLogin::LoginParams, wire::cluster::PeerLogin::LoginResults>
+login_request(wire::cluster::PeerLogin::Client login, const PeerAuth& auth);
 
 // A request body already read, as a stream (for handle_request).
 kj::Own<kj::AsyncInputStream> bytes_input(kj::Array<kj::byte> bytes);

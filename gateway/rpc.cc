@@ -707,7 +707,6 @@ class PlatformImpl final : public api::Platform::Server {
 // What one connection may do before it logged in: a login's bytes (64 KiB) within 10 s. Until
 // then nobody without a key makes the daemon hold more than that per connection.
 constexpr size_t kPreLoginBytes = 64 << 10;
-constexpr auto kLoginTimeout = 10 * kj::SECONDS;
 // The largest message after login: a 32 MiB file plus its framing (the default is 64 MiB).
 constexpr uint64_t kMaxMessageWords = (RpcServer::kMaxFileBytes + (1 << 20)) / 8;
 
@@ -767,11 +766,7 @@ kj::Promise<void> RpcServer::Impl::serve(kj::Own<kj::AsyncIoStream> connection) 
   auto conn = kj::heap<RpcConnection>(kj::heap<GuardedStream>(kj::mv(connection), c),
                                       kj::heap<LoginImpl>(*this, c), options);
   auto ended = conn->network.onDisconnect();
-  auto login_deadline = timer.afterDelay(kLoginTimeout).then([c]() -> kj::Promise<void> {
-    if (c->logged_in) return kj::NEVER_DONE;
-    return KJ_EXCEPTION(DISCONNECTED, "no login within 10 s");
-  });
-  return ended.exclusiveJoin(kj::mv(login_deadline)).attach(kj::mv(conn));
+  return ended.exclusiveJoin(login_deadline(timer, c, "no login within 10 s")).attach(kj::mv(conn));
 }
 
 RpcServer::Impl::Impl(actors::Runtime& r, kj::Timer& t, Limits l)
