@@ -45,9 +45,13 @@ struct RuntimeConfig {
   std::filesystem::path disk_dir;
   // Custom templates' images (actors/custom_template.h). Empty: data_dir/templates.
   std::filesystem::path custom_templates_dir;
-  // The guest image build (guest/build-image.sh) custom template builds run; empty: they are
-  // not offered (501). Its templates/ folder beside it holds the shipped recipes they build on.
-  std::filesystem::path template_builder;
+  // Custom template builds (actors/template_builds.h): offered (false: 501), each within this
+  // time (its builder VM and its package downloads), fetching at most this many MiB of .deb
+  // files; the host's package cache keeps at most cache MiB (pruned oldest first).
+  bool template_builds = true;
+  std::chrono::seconds template_build_timeout{1800};
+  uint64_t template_packages_max_mib = 2048;
+  uint64_t template_cache_max_mib = 2048;
   uint32_t max_template_builds = 1;  // at once on this host (more: 429)
   uint32_t max_templates = 10;       // custom templates per tenant (built, building or failed)
   vmm::Accel accel = vmm::Accel::tcg;

@@ -10,14 +10,16 @@
 #include "actors/custom_template_codec.h"
 #include "actors/env.h"
 #include "actors/event_codec.h"
+#include "actors/template_builder.h"
+#include "actors/template_packages.h"
 #include "vmm-driver/images.h"
-#include "vmm-driver/run_tool.h"
 
 namespace pandastack::actors {
 
 namespace fs = std::filesystem;
 
 void BuildProgress::line(std::string l) {
+  if (l.size() > kMaxLineBytes) l.resize(kMaxLineBytes);
   std::lock_guard g(mu);
   lines.push_back(std::move(l));
   if (lines.size() > kMaxLines) {
@@ -56,23 +58,6 @@ namespace {
 
 const std::string kStream = "tpl_";
 
-std::string recipe_get(const fs::path& recipe, const std::string& key) {
-  std::ifstream in(recipe);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    auto eq = line.find('=');
-    if (eq != std::string::npos && line.substr(0, eq) == key) return line.substr(eq + 1);
-  }
-  return "";
-}
-
-// A value in single quotes for sh.
-std::string sh_quote(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // Bytes a folder takes on disk.
 uint64_t disk_usage(const fs::path& dir) {
   uint64_t total = 0;
@@ -83,21 +68,6 @@ uint64_t disk_usage(const fs::path& dir) {
       total += uint64_t(st.st_blocks) * 512;
   }
   return total;
-}
-
-// debootstrap's progress lines, as a share of the root file system stage (5..70%).
-int rootfs_percent(const std::string& line) {
-  static const std::pair<const char*, int> marks[] = {
-      {"I: Retrieving Release", 8},     {"I: Resolving dependencies", 12},
-      {"I: Retrieving ", 20},           {"I: Validating ", 30},
-      {"I: Extracting ", 40},           {"I: Installing core", 48},
-      {"I: Unpacking required", 52},    {"I: Configuring required", 56},
-      {"I: Unpacking the base", 60},    {"I: Configuring the base", 64},
-      {"I: Base system installed", 68}, {"[guest] rootfs ready", 70}};
-  int p = 0;
-  for (auto& [prefix, pct] : marks)
-    if (line.rfind(prefix, 0) == 0) p = pct;
-  return p;
 }
 
 // The guest reads a template's folder through its jail's bind mount: readable, not writable, by
@@ -118,8 +88,13 @@ void write_shape(const fs::path& dir, uint32_t memory_mib, uint32_t vcpus) {
 
 TemplateBuilds::TemplateBuilds(Env& env) : env_(env) {}
 
-fs::path TemplateBuilds::shipped_recipe(const std::string& from) const {
-  return env_.config.template_builder.parent_path() / "templates" / (from + ".recipe");
+std::optional<Rejection> TemplateBuilds::check_from(const std::string& from) const {
+  auto dir = env_.config.images_dir / from;  // (a valid name first: no path is made of another)
+  if (!valid_template_name(from) || !fs::is_regular_file(dir / "rootfs.qcow2") ||
+      fs::exists(dir / "data_volume"))
+    return Rejection{"invalid_argument",
+                     "from: a shipped template without a data volume (base, code-interpreter)"};
+  return std::nullopt;
 }
 
 std::optional<Rejection> TemplateBuilds::check_name(const std::string& name) const {
@@ -208,17 +183,11 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
                                            const TemplateSpec& asked) {
   auto& cfg = env_.config;
   auto spec = with_shape(asked);
-  if (cfg.template_builder.empty() || !fs::exists(cfg.template_builder))
+  if (!cfg.template_builds)
     return Rejection{"not_implemented",
-                     "template builds are not offered by this daemon (no guest image build: "
-                     "--template-builder)"};
+                     "template builds are not offered by this daemon (--template-builds 0)"};
   if (auto no = check_name(name)) return *no;
-  // Only a shipped template's recipe, one without a baked data volume.
-  auto recipe = shipped_recipe(spec.from);
-  if (!valid_template_name(spec.from) || !fs::exists(recipe) ||
-      !recipe_get(recipe, "data_volume_mib").empty())
-    return Rejection{"invalid_argument",
-                     "from: a shipped template without a data volume (base, code-interpreter)"};
+  if (auto no = check_from(spec.from)) return *no;
   std::string id = template_id(tenant, name);
   // Its bake boots one guest of its shape here.
   if (auto no = env_.host_admits(spec.memory_mib)) return *no;
@@ -254,55 +223,6 @@ TemplateSpec TemplateBuilds::with_shape(TemplateSpec spec) const {
   if (spec.memory_mib == 0) spec.memory_mib = env_.config.memory_mib;
   if (spec.vcpus == 0) spec.vcpus = env_.config.vcpus;
   return spec;
-}
-
-Reply<std::filesystem::path> TemplateBuilds::write_recipe(const TemplateSpec& spec,
-                                                          const fs::path& work) {
-  auto base = shipped_recipe(spec.from);
-  std::string packages = recipe_get(base, "packages");
-  for (auto& p : spec.packages) packages += (packages.empty() ? "" : ",") + p;
-  uint64_t size_mb = 1024;
-  try {
-    size_mb = std::stoull(recipe_get(base, "size_mb")) + 1024;  // room for what it adds
-  } catch (...) {
-  }
-  std::error_code ec;
-  fs::create_directories(work, ec);
-  if (ec) return Rejection{"storage_error", "cannot make " + work.string() + ": " + ec.message()};
-  std::ofstream r(work / "template.recipe");
-  r << "# A custom template's recipe (written by the daemon)\n";
-  r << "suite=" << recipe_get(base, "suite") << "\n";
-  r << "packages=" << packages << "\n";
-  r << "size_mb=" << size_mb << "\n";
-  r << "network=" << (spec.network ? "on" : "off") << "\n";
-  // Its environment for login shells of its sandboxes too (the commands below get it exported).
-  auto files = spec.files;
-  if (!spec.env.empty()) {
-    std::string profile;
-    for (auto& [k, v] : spec.env) profile += "export " + k + "=" + sh_quote(v) + "\n";
-    files["/etc/profile.d/pandastack-template.sh"] = profile;
-  }
-  if (!files.empty()) {
-    r << "files=files\n";
-    for (auto& [path, content] : files) {
-      auto f = work / "files" / path.substr(1);  // (checked: absolute, normalized)
-      fs::create_directories(f.parent_path(), ec);
-      std::ofstream out(f, std::ios::binary);
-      out << content;
-      if (!out) return Rejection{"storage_error", "cannot write " + f.string()};
-    }
-  }
-  if (!spec.run.empty()) {
-    r << "bake_script=bake.sh\n";
-    std::ofstream b(work / "bake.sh");
-    b << "#!/bin/sh\n# The template's commands, run as root in its guest before the bake.\nset "
-         "-e\n";
-    for (auto& [k, v] : spec.env) b << "export " << k << "=" << sh_quote(v) << "\n";
-    b << "cd /workspace 2>/dev/null || cd /\n";
-    for (auto& c : spec.run) b << "echo " << sh_quote("+ " + c) << "\n" << c << "\n";
-  }
-  if (!r) return Rejection{"storage_error", "cannot write the recipe"};
-  return work / "template.recipe";
 }
 
 void TemplateBuilds::run(std::string id, TemplateSpec spec,
@@ -342,36 +262,48 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
     std::lock_guard g(mu_);
     return stopping_;
   };
-  progress->at("recipe", 2);
-  auto recipe = write_recipe(spec, work);
-  if (!recipe) return finish(recipe.error().message);
-  progress->at("rootfs", 5);
-  log("building the root file system: " + spec.from + (spec.packages.empty() ? "" : " + ") + [&] {
-    std::string p;
-    for (auto& x : spec.packages) p += (p.empty() ? "" : " ") + x;
-    return p;
-  }());
-  auto built = vmm::run_logged(
-      {cfg.template_builder.string(), "rootfs", image.string(), recipe->string()},
-      // (a tenant's image never goes to the shipped images' cache outside the data folder)
-      {"PANDASTACK_DEBOOTSTRAP_CACHE=" + (cfg.data_dir / "template-cache").string(),
-       "PANDASTACK_BUILD_VERBOSE=1", "PANDASTACK_IMAGE_CACHE=off"},
-      [&](const std::string& l) {
-        log(l);
-        if (int p = rootfs_percent(l)) progress->at("rootfs", p);
-      },
-      cancelled);
-  if (!built) {
-    auto tail = progress->tail(5);
-    return finish("the root file system build failed: " + built.error().message +
-                  (tail.empty() ? "" : ": " + tail.substr(0, tail.size() - 1)));
+  const auto deadline = std::chrono::steady_clock::now() + cfg.template_build_timeout;
+  auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
+  progress->at("packages", 2);
+  PackageFetch fetch;
+  fetch.cache = cfg.data_dir / "template-cache" / "debs";
+  fetch.cache_max_bytes = cfg.template_cache_max_mib << 20;
+  fetch.max_bytes = cfg.template_packages_max_mib << 20;
+  fetch.log = log;
+  fetch.cancelled = [&] { return cancelled() || timed_out(); };
+  if (!spec.packages.empty()) {
+    std::string names;
+    for (auto& p : spec.packages) names += (names.empty() ? "" : " ") + p;
+    log("fetching packages (as files, on the host): " + names);
   }
+  auto packages = fetch_packages(spec.packages, work, fetch);
   if (cancelled()) return finish("the daemon stopped");
+  if (timed_out()) return finish("the build took longer than its limit of " +
+                                 std::to_string(cfg.template_build_timeout.count()) + " s");
+  if (!packages) return finish(packages.error().message);
+  progress->at("builder", 10);
+  BuilderJob job;
+  job.id = id;
+  job.spec = spec;
+  job.packages = *packages;
+  job.out_dir = image;
+  job.deadline = deadline;
+  job.log = log;
+  job.at = [&](int p) { progress->at("builder", 10 + p * 65 / 100); };
+  fs::remove_all(image, ec);
+  auto built = build_in_vm(env_, job);
+  fs::remove_all(work, ec);  // (the package image: the builder is done with it)
+  if (cancelled()) return finish("the daemon stopped");
+  if (!built) return finish(built.error().message);
+  // Its key names this build alone: no other template (another tenant's of the same spec
+  // included) shares its bakes or their staged copies.
+  std::ofstream(image / "key") << "built:" << id << ":" << random_base32(16) << "\n";
+  std::ofstream(image / "network") << (spec.network ? "on" : "off") << "\n";
   // Its guests' shape (Env::template_shape): the bake's guest is the first of them.
   write_shape(image, spec.memory_mib, spec.vcpus);
   open_to_jails(image, ec);
   progress->at("bake", 75);
-  log("baking: a cold boot, the template's commands in the guest, a snapshot");
+  log("baking: a cold boot of the built disk, a snapshot");
   auto baked = env_.templates->baked(id, env_.vm_config(id, "shape", "shape"), log);
   if (!baked) return finish("the bake failed: " + baked.error().message);
   progress->at("bake", 95);

@@ -1,11 +1,13 @@
 // Custom template builds (actors/custom_template.h holds the lifecycle, decided purely): a build
-// writes a recipe (the shipped template it builds on, plus the tenant's Debian packages, files,
-// environment and commands), runs the guest image build on it (guest/build-image.sh: debootstrap
-// into an ext4 root file system), then bakes the template once (a cold boot, the commands run in
-// the guest as root, a snapshot): a create of it restores that snapshot like a shipped
-// template's. Each build runs on a thread of its own (at most RuntimeConfig::max_template_builds
-// at once); its progress (stage, percent, log lines) can be followed while it runs. A failed
-// build leaves nothing behind but its record (the error and its log's tail). Every command is
+// fetches the tenant's Debian packages as inert files (actors/template_packages.h), runs the rest
+// in a builder microVM of the shipped template it builds on (actors/template_builder.h: packages,
+// files, environment and commands, all in the guest), whose disk becomes the template's root
+// file system, then bakes the template once (a cold boot and a snapshot): a create of it restores
+// that snapshot like a shipped template's. Nothing a tenant chose is unpacked, run, mounted or
+// written through a path on the host. Each build runs on a thread of its own (at most
+// RuntimeConfig::max_template_builds at once), within RuntimeConfig::template_build_timeout; its
+// progress (stage, percent, log lines) can be followed while it runs. A failed build leaves
+// nothing behind but its record (the error and its log's tail). Every command is
 // decided, persisted in the template's stream, then applied, one at a time per host (a mutex,
 // not an actor: a build is a long blocking job, its records are a few events).
 #pragma once
@@ -37,7 +39,8 @@ struct BuildProgress {
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::string stage = "queued";  // queued, recipe, rootfs, bake, ready | failed
+  static constexpr size_t kMaxLineBytes = 4096;  // a longer line is cut
+  std::string stage = "queued";  // queued, packages, builder, bake, ready | failed
   int percent = 0;
   std::deque<std::string> lines;
   uint64_t first_line = 0;  // the number of lines.front() (lines dropped before it)
@@ -84,8 +87,8 @@ class TemplateBuilds {
   std::optional<std::string> resolve(const std::string& tenant, const std::string& name);
 
  private:
-  // The recipe of shipped template `from` (beside the guest image build).
-  std::filesystem::path shipped_recipe(const std::string& from) const;
+  // Why a build may not start from `from`: a shipped template without a baked data volume.
+  std::optional<Rejection> check_from(const std::string& from) const;
   // Why `name` cannot name a custom template: not a valid name, or a shipped template's.
   std::optional<Rejection> check_name(const std::string& name) const;
   // quota_exceeded when `tenant` has max_templates others than `id` (under mu_).
@@ -95,9 +98,6 @@ class TemplateBuilds {
   // decide, persist, apply, under mu_.
   Reply<TemplateState> command(const std::string& id, const TemplateCommand& c);
   void run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress);
-  // Writes the build's recipe (and its files folder, its bake script) into `work`: the recipe.
-  Reply<std::filesystem::path> write_recipe(const TemplateSpec& spec,
-                                            const std::filesystem::path& work);
 
   Env& env_;
   std::mutex mu_;

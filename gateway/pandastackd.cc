@@ -35,9 +35,6 @@ namespace {
 const char* kUsage = R"(usage: pandastackd [options]
   --data DIR          event store, API key file (default ./var)
   --images DIR        guest images from `make guest` (default DATA/images)
-  --template-builder FILE  the guest image build custom template builds run (default: the
-                      guest/build-image.sh of the source tree this binary was built from;
-                      "none": builds are not offered)
   --state-dir DIR     VM run folders, snapshots, hibernated RAM (default /dev/shm/pandastack-<hash>)
   --disk-dir DIR      guest disks: overlays and snapshot disk layers, on a real disk (default DATA/disks)
   --listen HOST:PORT  REST API (default 127.0.0.1:7070; port 0 picks a free one)
@@ -69,7 +66,10 @@ const char* kUsage = R"(usage: pandastackd [options]
                       every tenant's quotas unless an admin set its own (PUT /v1/quotas/{tenant});
                       defaults 50, 32768, 100, 65536, 50, 32768, 64, 32, 500, 100, 262144
   --quota-templates N custom templates per tenant: built, building or failed (default 10)
-  --template-builds N template builds at once on this host (default 1; more: 429)
+  --template-builds N template builds at once on this host (default 1; more: 429; 0: builds
+                      are not offered, 501)
+  --template-build-timeout S  the most one build may take (default 1800 s)
+  --template-packages-mib N   the most .deb files one build may fetch (default 2048 MiB)
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
@@ -113,7 +113,7 @@ uint32_t parse_u32(const std::string& flag, const std::string& v) {
 int main(int argc, char** argv) {
   // Logs go to stderr; stdout carries only the URL and key lines.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("pandastackd"));
-  fs::path data = "var", images, state_dir, disk_dir, template_builder;
+  fs::path data = "var", images, state_dir, disk_dir;
   std::string listen = "127.0.0.1:7070", rpc_listen = "127.0.0.1:7071", accel = "auto",
               level = "info";
   actors::RuntimeConfig config;
@@ -148,8 +148,10 @@ int main(int argc, char** argv) {
       cluster.lease_ttl = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--images")
       images = value();
-    else if (a == "--template-builder")
-      template_builder = value();
+    else if (a == "--template-build-timeout")
+      config.template_build_timeout = std::chrono::seconds(parse_u32(a, value()));
+    else if (a == "--template-packages-mib")
+      config.template_packages_max_mib = parse_u32(a, value());
     else if (a == "--state-dir")
       state_dir = value();
     else if (a == "--disk-dir")
@@ -337,10 +339,7 @@ int main(int argc, char** argv) {
 
   config.data_dir = data;
   config.images_dir = images;
-  if (template_builder.empty())
-    template_builder = fs::path(PANDASTACK_SOURCE_DIR) / "guest" / "build-image.sh";
-  if (template_builder != "none" && fs::exists(template_builder))
-    config.template_builder = fs::absolute(template_builder);
+  config.template_builds = config.max_template_builds > 0;
   config.state_dir = state_dir;
   config.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);
   config.jail = jail;

@@ -6,16 +6,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace pandastack::vmm {
 
-Status run_tool(const std::vector<std::string>& argv, int ok_up_to) {
+Status run_tool(const std::vector<std::string>& argv, int ok_up_to,
+                std::chrono::milliseconds timeout) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return make_error(ErrorCode::io_error, strerror(errno));
   pid_t pid = ::fork();
   if (pid == 0) {
+    ::setpgid(0, 0);
     ::dup2(pipefd[1], 1);
     ::dup2(pipefd[1], 2);
     std::vector<char*> args;
@@ -25,16 +29,40 @@ Status run_tool(const std::vector<std::string>& argv, int ok_up_to) {
     ::_exit(127);
   }
   ::close(pipefd[1]);
+  if (pid < 0) {
+    ::close(pipefd[0]);
+    return make_error(ErrorCode::spawn_failed, "cannot fork: " + std::string(strerror(errno)));
+  }
+  ::setpgid(pid, pid);  // (both sides: whichever runs first)
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string out;
   char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0 && out.size() < 16384) out.append(buf, size_t(n));
+  bool killed = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(-pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    pollfd p{pipefd[0], POLLIN, 0};
+    int r = ::poll(&p, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (out.size() < 16384) out.append(buf, size_t(n));
+  }
   ::close(pipefd[0]);
   int status = 0;
-  while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) > ok_up_to)
+  if (killed)
+    return make_error(ErrorCode::timeout, argv[0] + " did not finish within " +
+                                              std::to_string(timeout.count()) + " ms");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) > ok_up_to)
     return make_error(ErrorCode::spawn_failed, argv[0] + " failed: " + out);
   return Ok{};
 }

@@ -1,7 +1,9 @@
-// Runs a short host tool (qemu-img, mkfs.ext4, e2fsck, resize2fs) to completion, its output
-// captured (16 KiB at most) and returned in the error when it fails.
+// Runs a short host tool (qemu-img, mkfs.ext4) on the host's own artifacts to completion, its
+// output captured (16 KiB at most) and returned in the error when it fails. Every run has a
+// deadline: a tool still running at it is killed (its process group) and the run fails.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -10,8 +12,11 @@
 
 namespace pandastack::vmm {
 
-// `ok_up_to`: exit codes up to this are success (e2fsck's 1 = "errors corrected").
-Status run_tool(const std::vector<std::string>& argv, int ok_up_to = 0);
+constexpr std::chrono::seconds kToolTimeout{120};
+
+// `ok_up_to`: exit codes up to this are success.
+Status run_tool(const std::vector<std::string>& argv, int ok_up_to = 0,
+                std::chrono::milliseconds timeout = kToolTimeout);
 
 // Runs a long host tool (an image build), in a process group of its own, handing each line of
 // its output (stdout and stderr) to `on_line` as it comes; `env` entries ("K=V") are added to

@@ -394,6 +394,16 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
         if (std::find(images.begin(), images.end(), dir) == images.end()) images.push_back(dir);
       }
     }
+    // (a built template's root file system is a layer on the one it was built from: the files
+    // its chain names, as the daemon wrote them, are QEMU's to read too)
+    auto layer = fs::absolute(c.rootfs);
+    for (int depth = 0; depth < 4; ++depth) {
+      auto backing = qcow2::backing_file(layer);
+      if (!backing || backing->empty() || (*backing)[0] != '/') break;
+      layer = fs::path(*backing).lexically_normal();
+      auto dir = layer.parent_path();
+      if (std::find(images.begin(), images.end(), dir) == images.end()) images.push_back(dir);
+    }
     auto argv = args;
     argv[0] =
         c.qemu_binary.find('/') == std::string::npos ? "/usr/bin/" + c.qemu_binary : c.qemu_binary;

@@ -204,6 +204,8 @@ class Vm {
   bool has_agent() const { return agent_ != nullptr; }
   QmpClient& qmp() { return *qmp_; }
   const VmConfig& config() const { return config_; }
+  // The qcow2 the guest's root disk writes to (its run folder's overlay).
+  const std::filesystem::path& disk_file() const { return active_overlay_; }
   const std::string& qemu_version() const { return qemu_version_; }
   pid_t pid() const { return pid_; }
   // Time from spawning QEMU to the agent's first answer.

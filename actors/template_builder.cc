@@ -1,0 +1,219 @@
+#include "actors/template_builder.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "actors/env.h"
+#include "vmm-driver/qcow2.h"
+#include "vmm-driver/run_tool.h"
+#include "vmm-driver/vm.h"
+#include "wire/json.h"
+
+namespace pandastack::actors {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kPackagesMount = "/run/pandastack-build";
+
+// Installs the .deb files at kPackagesMount that the guest does not have at that version: dpkg
+// unpacks them together, then configures them (their maintainer scripts run in the guest).
+const char* const kInstallScript = R"(set -e
+export DEBIAN_FRONTEND=noninteractive
+cd /run/pandastack-build
+need=""
+for f in *.deb; do
+  p=$(dpkg-deb -f "$f" Package); v=$(dpkg-deb -f "$f" Version)
+  have=$(dpkg-query -W -f='${Version} ${db:Status-Abbrev}\n' "$p" 2>/dev/null | head -1 || true)
+  case "$have" in "$v ii"*) continue ;; esac
+  need="$need /run/pandastack-build/$f"
+done
+if [ -z "$need" ]; then echo "packages: the guest has them all"; exit 0; fi
+echo "packages: installing$need"
+dpkg --force-confold -i $need
+rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/* 2>/dev/null || true
+)";
+
+// The root disk grew by the host's block_resize: once the guest's kernel sees it, its file
+// system grows online into it.
+std::string grow_script(uint64_t bytes) {
+  return "set -e\nwant=" + std::to_string(bytes / 512) +
+         "\nfor i in $(seq 1 400); do [ \"$(cat /sys/block/vda/size)\" = \"$want\" ] && break; "
+         "sleep 0.05; done\n[ \"$(cat /sys/block/vda/size)\" = \"$want\" ] || { echo \"the root "
+         "disk did not grow\" >&2; exit 1; }\nresize2fs /dev/vda 2>&1 | tail -1\n";
+}
+
+// A value in single quotes for sh.
+std::string sh_quote(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+uint32_t left_ms(steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now()).count();
+  return uint32_t(std::clamp<int64_t>(left, 1, int64_t(UINT32_MAX)));
+}
+
+// Runs `script` as root in the guest (sh -s), each line of its output to `log`.
+std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what,
+                                    const std::string& script, steady_clock::time_point deadline,
+                                    const std::function<void(const std::string&)>& log) {
+  if (steady_clock::now() >= deadline)
+    return Rejection{"timeout", "the build's time ran out before " + what};
+  vmm::ExecRequest run;
+  run.shell = "sh -s";
+  run.stdin_data = script;
+  run.timeout_ms = left_ms(deadline);
+  std::string partial[2];
+  auto on_output = [&](vmm::StreamKind k, std::string_view data) {
+    auto& line = partial[k == vmm::StreamKind::err ? 1 : 0];
+    for (char c : data) {
+      if (c == '\n' || c == '\r') {
+        if (!line.empty() && log) log(line);
+        line.clear();
+      } else if (line.size() < 4096) {
+        line += c;
+      }
+    }
+  };
+  auto r = vm.agent().exec_stream(run, on_output);
+  for (auto& l : partial)
+    if (!l.empty() && log) log(l);
+  if (!r) return Rejection{"build_failed", what + ": " + r.error().message};
+  if (r->timed_out)
+    return Rejection{"timeout", what + " did not finish before the build's deadline"};
+  if (!r->error.empty()) return Rejection{"build_failed", what + ": " + r->error};
+  if (r->exit_code != 0)
+    return Rejection{"build_failed", what + " failed (exit " + std::to_string(r->exit_code) + ")"};
+  return std::nullopt;
+}
+
+}  // namespace
+
+Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
+  auto& spec = job.spec;
+  auto log = [&](const std::string& l) {
+    if (job.log) job.log(l);
+  };
+  auto at = [&](int p) {
+    if (job.at) job.at(p);
+  };
+  // The shipped template it builds on (checked by the caller): a root file system we made.
+  auto from_rootfs = fs::absolute(env.config.images_dir / spec.from / "rootfs.qcow2");
+  auto base_size = vmm::qcow2::virtual_size(from_rootfs);
+  if (!base_size) return Rejection{"internal", base_size.error().message};
+  const uint64_t size = *base_size + (job.grow_mib << 20);
+
+  auto c = env.vm_config(spec.from, "build-" + job.id, "build-" + job.id);
+  c.memory_mib = spec.memory_mib;
+  c.vcpus = spec.vcpus;
+  c.name = "build-" + job.id;
+  c.hostname = "builder";
+  c.die_with_parent = true;  // (a builder never outlives the daemon: a restart fails its build)
+  c.network = nullptr;       // no network: the packages come on a disk
+  c.boot_timeout = std::min<milliseconds>(milliseconds(left_ms(job.deadline)), c.boot_timeout);
+  log("builder: booting a " + std::to_string(c.memory_mib) + " MiB guest of " + spec.from +
+      " (no network)");
+  auto booted = vmm::Vm::boot(env.io, c);
+  if (!booted) return Rejection{"build_failed", "the builder VM: " + booted.error().message};
+  auto& vm = **booted;
+  at(10);
+
+  wire::Json resize = wire::Json::object();
+  resize.set("device", "root");
+  resize.set("size", int64_t(size));
+  if (auto r = vm.qmp().execute("block_resize", resize); !r)
+    return Rejection{"build_failed", "growing the builder's disk: " + r.error().message};
+  if (auto no = run_script(vm, "growing the root file system", grow_script(size), job.deadline,
+                           log))
+    return *no;
+  at(15);
+
+  if (!job.packages.image.empty()) {
+    std::error_code ec;
+    auto bytes = fs::file_size(job.packages.image, ec);
+    if (ec) return Rejection{"storage_error", "the package image: " + ec.message()};
+    auto bound = vm.bind_volumes({vmm::VolumeBinding{0, job.packages.image, true}});
+    if (!bound) return Rejection{"build_failed", "attaching the packages: " + bound.error().message};
+    auto mounted = vm.agent().mount_volume(0, kPackagesMount, true, bytes);
+    if (!mounted)
+      return Rejection{"build_failed", "mounting the packages: " + mounted.error().message};
+    if (auto no = run_script(vm, "installing the packages", kInstallScript, job.deadline, log))
+      return *no;
+  }
+  at(60);
+
+  // The tenant's files and environment: written by the agent, so every path is the guest's.
+  auto files = spec.files;
+  if (!spec.env.empty()) {
+    std::string profile;
+    for (auto& [k, v] : spec.env) profile += "export " + k + "=" + sh_quote(v) + "\n";
+    files["/etc/profile.d/pandastack-template.sh"] = profile;
+  }
+  for (auto& [path, content] : files) {
+    auto written = vm.agent().write_file(path, content, 0644, true);
+    if (!written)
+      return Rejection{"build_failed", "writing " + path + ": " + written.error().message};
+  }
+  if (!files.empty()) log("builder: " + std::to_string(files.size()) + " files written");
+  at(70);
+
+  if (!spec.run.empty()) {
+    std::string script = "set -e\n";
+    for (auto& [k, v] : spec.env) script += "export " + k + "=" + sh_quote(v) + "\n";
+    script += "cd /workspace 2>/dev/null || cd /\n";
+    for (auto& cmd : spec.run) script += "echo " + sh_quote("+ " + cmd) + "\n" + cmd + "\n";
+    if (auto no = run_script(vm, "the template's commands", script, job.deadline, log)) return *no;
+  }
+  at(90);
+
+  // The disk as the guest leaves it: everything written out, the file system clean.
+  if (auto no = run_script(vm, "finishing the disk",
+                           std::string("umount ") + kPackagesMount + " 2>/dev/null || true\nrmdir " +
+                               kPackagesMount +
+                               " 2>/dev/null || true\nsync\nmount -o remount,ro / 2>/dev/null || "
+                               "true\nsync\n",
+                           job.deadline, log))
+    return *no;
+  std::error_code ec;
+  fs::create_directories(job.out_dir, ec);
+  auto out = job.out_dir / "rootfs.qcow2";
+  auto tmp = job.out_dir / "rootfs.qcow2.tmp";
+  fs::remove(tmp, ec);
+  (void)vm.qmp().execute("quit", {}, std::chrono::seconds(10));
+  fs::create_hard_link(vm.disk_file(), tmp, ec);
+  if (ec) {
+    ec.clear();
+    fs::copy_file(vm.disk_file(), tmp, ec);
+  }
+  booted->reset();  // (its run folder goes; the disk lives on as `tmp`)
+  if (ec) return Rejection{"storage_error", "keeping the builder's disk: " + ec.message()};
+  // Root's own file from here: its backing name is the one the daemon means, whatever the
+  // builder's QEMU wrote; its size is the one it was given.
+  if (::chown(tmp.c_str(), 0, 0) != 0 || ::chmod(tmp.c_str(), 0644) != 0)
+    return Rejection{"storage_error", "cannot take over " + tmp.string()};
+  auto named = vmm::qcow2::set_backing_file(tmp, from_rootfs.string());
+  auto got = vmm::qcow2::virtual_size(tmp);
+  if (!named || !got || *got != size) {
+    fs::remove(tmp, ec);
+    return Rejection{"build_failed", "the builder's disk is not the image it was given"};
+  }
+  fs::rename(tmp, out, ec);
+  if (ec) return Rejection{"storage_error", "installing the root file system: " + ec.message()};
+  // Its sandboxes' empty overlay, made here without opening the image (qemu-img -u): no host
+  // tool reads what the builder wrote.
+  auto overlay = vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
+                                out.string(), (out.string() + ".overlay"), std::to_string(size)});
+  if (!overlay) return Rejection{"storage_error", overlay.error().message};
+  at(100);
+  return size;
+}
+
+}  // namespace pandastack::actors

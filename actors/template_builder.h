@@ -1,0 +1,42 @@
+// A custom template's builder microVM: the tenant's part of a build happens in a guest, never on
+// the host (security review 3, C1 and H5). One cold boot of the `from` template's guest, jailed
+// like every sandbox, with no network and the build's shape; its root disk grown (the guest
+// grows its file system online); the packages installed by dpkg in the guest from a read-only
+// image of .deb files (actors/template_packages.h); the tenant's files written by the agent (so
+// every path resolves inside the guest: a symlink of the tree points into the guest's own tree);
+// its environment for login shells; its `run` commands as root. The guest then syncs and stops,
+// and its disk overlay (a qcow2 on the `from` template's root file system) becomes the template's
+// root file system, its backing name rewritten by the daemon to the one it means. The host
+// handles only opaque images, as it does for any sandbox's disk.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "actors/custom_template.h"
+#include "actors/runtime.h"
+#include "actors/template_packages.h"
+
+namespace pandastack::actors {
+
+struct Env;
+
+struct BuilderJob {
+  std::string id;     // the template's id (names the builder's run folder)
+  TemplateSpec spec;  // its shape filled in
+  PackageImage packages;
+  std::filesystem::path out_dir;  // the template's folder: rootfs.qcow2 and its overlay go here
+  uint64_t grow_mib = 1024;       // room added to the `from` root file system
+  std::chrono::steady_clock::time_point deadline;
+  std::function<void(const std::string&)> log;
+  std::function<void(int percent)> at;  // progress within the build stage (0..100)
+};
+
+// Runs the build in a builder VM and writes out_dir/rootfs.qcow2. Fails with the reason (a
+// command that failed, the deadline, a guest that died) and leaves no rootfs behind.
+Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job);
+
+}  // namespace pandastack::actors
