@@ -101,8 +101,8 @@ void effect(VolumeSelf* self, const VolumeEvent& e, const VolumeState& before) {
       remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), e.snapshot.id));
       break;
     case VolumeEvent::Kind::resized:
-      // Rare, and short (a sparse file and resize2fs on an unmounted file system). Recovery
-      // grows a file that a crash left smaller than its record.
+      // Short: the file grows sparsely (its file system grows in the guest at its next mount).
+      // Recovery grows a file that a crash left smaller than its record.
       if (auto grown = grow_volume_file(file, e.size_mib); !grown)
         spdlog::error("volume {}: growing its file to {} MiB failed: {}", st.s.id, e.size_mib,
                       grown.error().message);

@@ -63,19 +63,22 @@ vmm::Status make_volume_file(const fs::path& to, uint64_t size_mib) {
 }
 
 vmm::Status grow_volume_file(const fs::path& file, uint64_t size_mib) {
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0)
+  // Only the file grows (sparsely): its file system is the guest's and grows in the guest, online,
+  // the next time it is mounted read-write (the agent's mountVolume). The host never reads it.
+  int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
     return vmm::make_error(vmm::ErrorCode::io_error, file.string() + ": " + strerror(errno));
-  if (uint64_t(st.st_size) < (size_mib << 20) &&
-      ::truncate(file.c_str(), off_t(size_mib) << 20) != 0)
+  struct stat st {};
+  int r = ::fstat(fd, &st);
+  if (r == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) < (size_mib << 20))
+    r = ::ftruncate(fd, off_t(size_mib) << 20);
+  if (r == 0) r = ::fsync(fd);
+  int e = errno;
+  ::close(fd);
+  if (r != 0)
     return vmm::make_error(vmm::ErrorCode::io_error,
-                           "cannot grow " + file.string() + ": " + strerror(errno));
-  auto checked =
-      vmm::run_tool({"e2fsck", "-f", "-p", file.string()}, 1);  // resize2fs wants a checked fs
-  if (!checked) return checked;
-  auto grown = vmm::run_tool({"resize2fs", file.string()});
-  if (!grown) return grown;
-  return sync_file(file);
+                           "cannot grow " + file.string() + ": " + strerror(e));
+  return vmm::Ok{};
 }
 
 void remove_volume_file(const fs::path& file) {

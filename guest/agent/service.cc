@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +32,25 @@ constexpr size_t kMaxReadChunk = 4u << 20;  // readFile cap per call
 void fill_start_error(w::ExecResult::Builder r, const std::string& error) {
   r.setError(error);
   r.setExitCode(127);
+}
+
+// Grows the ext4 file system mounted at `path` to `disk_bytes` (EXT4_IOC_RESIZE_FS, what an
+// online resize2fs does); nothing to do when it fills its disk already. 0 or an errno.
+int grow_to_disk(const std::string& path, uint64_t disk_bytes) {
+  constexpr unsigned long kExt4ResizeFs = _IOW('f', 16, uint64_t);  // <linux/ext4.h>'s
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  struct statvfs st {};
+  int e = 0;
+  if (::fstatvfs(fd, &st) != 0 || st.f_frsize == 0) {
+    e = errno != 0 ? errno : EINVAL;
+  } else {
+    uint64_t blocks = disk_bytes / st.f_frsize;
+    // (the kernel answers 0 at once for the size the file system has)
+    if (::ioctl(fd, kExt4ResizeFs, &blocks) != 0) e = errno;
+  }
+  ::close(fd);
+  return e;
 }
 
 class AgentImpl final : public w::Agent::Server {
@@ -492,6 +512,14 @@ class AgentImpl final : public w::Agent::Server {
     auto node = "/dev/" + dev;
     if (::mount(node.c_str(), path.c_str(), "ext4", flags, p.getReadOnly() ? "noload" : "") != 0)
       return fail(errno, "mount " + node + " on " + path);
+    // A volume the host grew (it only extends the file: it never reads the guest's file system)
+    // grows here, online, by the guest's own kernel, into the whole disk.
+    if (!p.getReadOnly()) {
+      if (int e = grow_to_disk(path, want * 512); e != 0) {
+        ::umount2(path.c_str(), MNT_DETACH);
+        return fail(e, "growing the file system on " + node + " to its disk's size");
+      }
+    }
     return kj::READY_NOW;
   }
 
