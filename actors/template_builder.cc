@@ -62,9 +62,11 @@ uint32_t left_ms(steady_clock::time_point deadline) {
 }
 
 // Runs `script` as root in the guest (sh -s), each line of its output to `log`.
-std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what,
-                                    const std::string& script, steady_clock::time_point deadline,
-                                    const std::function<void(const std::string&)>& log) {
+std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what, const std::string& script,
+                                    steady_clock::time_point deadline,
+                                    const std::function<void(const std::string&)>& log,
+                                    std::stop_token stop = {}) {
+  if (stop.stop_requested()) return Rejection{"unavailable", "the daemon stopped"};
   if (steady_clock::now() >= deadline)
     return Rejection{"timeout", "the build's time ran out before " + what};
   vmm::ExecRequest run;
@@ -83,7 +85,8 @@ std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what,
       }
     }
   };
-  auto r = vm.agent().exec_stream(run, on_output);
+  auto r = vm.agent().exec_stream(run, on_output, stop);
+  if (stop.stop_requested()) return Rejection{"unavailable", "the daemon stopped"};
   for (auto& l : partial)
     if (!l.empty() && log) log(l);
   if (!r) return Rejection{"build_failed", what + ": " + r.error().message};
@@ -131,8 +134,8 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   resize.set("size", int64_t(size));
   if (auto r = vm.qmp().execute("block_resize", resize); !r)
     return Rejection{"build_failed", "growing the builder's disk: " + r.error().message};
-  if (auto no = run_script(vm, "growing the root file system", grow_script(size), job.deadline,
-                           log))
+  if (auto no = run_script(vm, "growing the root file system", grow_script(size), job.deadline, log,
+                           job.stop))
     return *no;
   at(15);
 
@@ -145,7 +148,8 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
     auto mounted = vm.agent().mount_volume(0, kPackagesMount, true, bytes);
     if (!mounted)
       return Rejection{"build_failed", "mounting the packages: " + mounted.error().message};
-    if (auto no = run_script(vm, "installing the packages", kInstallScript, job.deadline, log))
+    if (auto no =
+            run_script(vm, "installing the packages", kInstallScript, job.deadline, log, job.stop))
       return *no;
   }
   at(60);
@@ -170,17 +174,18 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
     for (auto& [k, v] : spec.env) script += "export " + k + "=" + sh_quote(v) + "\n";
     script += "cd /workspace 2>/dev/null || cd /\n";
     for (auto& cmd : spec.run) script += "echo " + sh_quote("+ " + cmd) + "\n" + cmd + "\n";
-    if (auto no = run_script(vm, "the template's commands", script, job.deadline, log)) return *no;
+    if (auto no = run_script(vm, "the template's commands", script, job.deadline, log, job.stop))
+      return *no;
   }
   at(90);
 
   // The disk as the guest leaves it: everything written out, the file system clean.
   if (auto no = run_script(vm, "finishing the disk",
-                           std::string("umount ") + kPackagesMount + " 2>/dev/null || true\nrmdir " +
-                               kPackagesMount +
+                           std::string("umount ") + kPackagesMount +
+                               " 2>/dev/null || true\nrmdir " + kPackagesMount +
                                " 2>/dev/null || true\nsync\nmount -o remount,ro / 2>/dev/null || "
                                "true\nsync\n",
-                           job.deadline, log))
+                           job.deadline, log, job.stop))
     return *no;
   std::error_code ec;
   fs::create_directories(job.out_dir, ec);

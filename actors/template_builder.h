@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <stop_token>
 #include <string>
 
 #include "actors/custom_template.h"
@@ -31,6 +32,7 @@ struct BuilderJob {
   std::filesystem::path out_dir;  // the template's folder: rootfs.qcow2 and its overlay go here
   uint64_t grow_mib = 1024;       // room added to the `from` root file system
   std::chrono::steady_clock::time_point deadline;
+  std::stop_token stop;  // the daemon stopping: the guest's command is killed, the build fails
   std::function<void(const std::string&)> log;
   std::function<void(int percent)> at;  // progress within the build stage (0..100)
 };

@@ -109,6 +109,7 @@ TemplateBuilds::~TemplateBuilds() {
   {
     std::lock_guard g(mu_);
     stopping_ = true;
+    stop_.request_stop();
     threads.swap(threads_);
   }
   for (auto& t : threads)
@@ -153,6 +154,9 @@ std::optional<Rejection> TemplateBuilds::recover() {
     }
   }
   fs::remove_all(env_.config.data_dir / "template-builds", ec);
+  // (what the package cache held before it was .deb files apt checked: debootstrap's)
+  for (auto& d : fs::directory_iterator(env_.config.data_dir / "template-cache", ec))
+    if (d.path().filename() != "debs") fs::remove_all(d.path(), ec);
   return std::nullopt;
 }
 
@@ -288,6 +292,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   job.packages = *packages;
   job.out_dir = image;
   job.deadline = deadline;
+  job.stop = stop_.get_token();
   job.log = log;
   job.at = [&](int p) { progress->at("builder", 10 + p * 65 / 100); };
   fs::remove_all(image, ec);

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,6 +107,7 @@ class TemplateBuilds {
   std::vector<std::thread> threads_;
   uint32_t running_ = 0;
   bool stopping_ = false;
+  std::stop_source stop_;  // requested when stopping: builders' guest commands are killed
 };
 
 }  // namespace pandastack::actors

@@ -282,6 +282,28 @@ class TemplateTest(unittest.TestCase):
             self.assertEqual(s, 200, t)
         self.assertEqual(self.custom_dirs(), [])
 
+    def test_5_a_build_over_its_time_fails_and_leaves_nothing(self):
+        """A build's bound: past --template-build-timeout its guest command is killed, the build
+        fails with why, and nothing of it is left."""
+        self.__class__.daemon.stop()
+        self.__class__.daemon = Daemon(self.data, self.state,
+                                       extra=FLAGS + ("--template-build-timeout", "30"))
+        self.__class__.api = self.api = Api(self.__class__.daemon)
+        try:
+            s, t = self.api.call("POST", "/v1/templates",
+                                 {"name": "slow", "run": ["echo sleeping", "sleep 600"]})
+            self.assertEqual(s, 202, t)
+            stages, lines, end = self.follow("slow")
+            self.assertEqual(end["status"], "failed", end)
+            self.assertIn("did not finish before the build's deadline", end["error"])
+            self.assertLess(end["ended_at_ms"] - end["created_at_ms"], 120_000, end)
+            self.assertEqual(self.custom_dirs(), [])
+            self.assertEqual(self.api.call("DELETE", "/v1/templates/slow")[0], 200)
+        finally:
+            self.__class__.daemon.stop()
+            self.__class__.daemon = Daemon(self.data, self.state, extra=FLAGS)
+            self.__class__.api = self.api = Api(self.__class__.daemon)
+
     def test_3_bad_input(self):
         bad = [({"name": "Bad"}, 400, "invalid_argument"),
                ({}, 400, "invalid_argument"),
