@@ -17,6 +17,8 @@ std::vector<TemplateState> Runtime::custom_templates(const std::string& tenant) 
 }
 
 Reply<TemplateState> Runtime::delete_template(const std::string& tenant, const std::string& name) {
+  if (impl_->builds->shipped(name))
+    return Rejection{"conflict", "'" + name + "' is a shipped template: it cannot be deleted"};
   auto t = impl_->builds->get(tenant, name);
   if (!t) return t;
   auto all = list(tenant);

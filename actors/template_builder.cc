@@ -158,8 +158,13 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   auto files = spec.files;
   if (!spec.env.empty()) {
     std::string profile;
-    for (auto& [k, v] : spec.env) profile += "export " + k + "=" + sh_quote(v) + "\n";
+    std::string entries;  // (for every process the agent starts: guest/agent/spawn.cc)
+    for (auto& [k, v] : spec.env) {
+      profile += "export " + k + "=" + sh_quote(v) + "\n";
+      entries += k + "=" + v + std::string(1, '\0');
+    }
     files["/etc/profile.d/pandastack-template.sh"] = profile;
+    files["/etc/pandastack/env"] = entries;
   }
   for (auto& [path, content] : files) {
     auto written = vm.agent().write_file(path, content, 0644, true);

@@ -88,6 +88,10 @@ void write_shape(const fs::path& dir, uint32_t memory_mib, uint32_t vcpus) {
 
 TemplateBuilds::TemplateBuilds(Env& env) : env_(env) {}
 
+bool TemplateBuilds::shipped(const std::string& name) const {
+  return valid_template_name(name) && fs::exists(env_.config.images_dir / name / "rootfs.qcow2");
+}
+
 std::optional<Rejection> TemplateBuilds::check_from(const std::string& from) const {
   auto dir = env_.config.images_dir / from;  // (a valid name first: no path is made of another)
   if (!valid_template_name(from) || !fs::is_regular_file(dir / "rootfs.qcow2") ||
@@ -109,7 +113,7 @@ TemplateBuilds::~TemplateBuilds() {
   {
     std::lock_guard g(mu_);
     stopping_ = true;
-    stop_.request_stop();
+    for (auto& [id, p] : progress_) p->cancel.request_stop();
     threads.swap(threads_);
   }
   for (auto& t : threads)
@@ -262,9 +266,10 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
     std::lock_guard g(mu_);
     --running_;
   };
-  auto cancelled = [this] {
+  auto cancelled = [&] { return progress->cancel.stop_requested(); };
+  auto why_cancelled = [this] {
     std::lock_guard g(mu_);
-    return stopping_;
+    return std::string(stopping_ ? "the daemon stopped" : "the build was cancelled (DELETE)");
   };
   const auto deadline = std::chrono::steady_clock::now() + cfg.template_build_timeout;
   auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
@@ -281,7 +286,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
     log("fetching packages (as files, on the host): " + names);
   }
   auto packages = fetch_packages(spec.packages, work, fetch);
-  if (cancelled()) return finish("the daemon stopped");
+  if (cancelled()) return finish(why_cancelled());
   if (timed_out()) return finish("the build took longer than its limit of " +
                                  std::to_string(cfg.template_build_timeout.count()) + " s");
   if (!packages) return finish(packages.error().message);
@@ -292,13 +297,13 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   job.packages = *packages;
   job.out_dir = image;
   job.deadline = deadline;
-  job.stop = stop_.get_token();
+  job.stop = progress->cancel.get_token();
   job.log = log;
   job.at = [&](int p) { progress->at("builder", 10 + p * 65 / 100); };
   fs::remove_all(image, ec);
   auto built = build_in_vm(env_, job);
   fs::remove_all(work, ec);  // (the package image: the builder is done with it)
-  if (cancelled()) return finish("the daemon stopped");
+  if (cancelled()) return finish(why_cancelled());
   if (!built) return finish(built.error().message);
   // Its key names this build alone: no other template (another tenant's of the same spec
   // included) shares its bakes or their staged copies.
@@ -399,8 +404,21 @@ std::vector<TemplateState> TemplateBuilds::list(const std::string& tenant, bool 
 
 Reply<TemplateState> TemplateBuilds::remove(const std::string& tenant, const std::string& name,
                                             size_t in_use) {
+  if (shipped(name))
+    return Rejection{"conflict", "'" + name + "' is a shipped template: it cannot be deleted"};
   auto s = get(tenant, name);
   if (!s) return s;
+  if (s->status == TemplateStatus::building) {
+    auto p = progress(tenant, name);
+    if (p) {
+      p->cancel.request_stop();
+      std::unique_lock l(p->mu);
+      if (!p->cv.wait_for(l, std::chrono::seconds(120), [&] { return p->done; }))
+        return Rejection{"conflict", "template " + name + " is still stopping its build"};
+    }
+    s = get(tenant, name);
+    if (!s) return s;
+  }
   {
     // Templates published from sandboxes of it have their disks based on its root file system.
     std::lock_guard g(mu_);

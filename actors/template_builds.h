@@ -47,6 +47,7 @@ struct BuildProgress {
   uint64_t first_line = 0;  // the number of lines.front() (lines dropped before it)
   bool done = false;
   std::string status, error;  // when done: ready | failed
+  std::stop_source cancel;    // requested: the build stops (its guest command killed) and fails
 
   void line(std::string l);
   void at(std::string stage, int percent);  // (percent only grows)
@@ -80,10 +81,13 @@ class TemplateBuilds {
   Reply<TemplateState> get(const std::string& tenant, const std::string& name);
   // The tenant's templates (deleted ones too when asked), by name.
   std::vector<TemplateState> list(const std::string& tenant, bool deleted_too = false);
-  // `in_use`: the tenant's sandboxes of it that have not ended.
+  // `in_use`: the tenant's sandboxes of it that have not ended. A build still running is
+  // cancelled first (and waited for): it ends failed, then the template is deleted.
   Reply<TemplateState> remove(const std::string& tenant, const std::string& name, size_t in_use);
   // The progress of the tenant's template's latest build (null: no build since this start).
   std::shared_ptr<BuildProgress> progress(const std::string& tenant, const std::string& name);
+  // Whether `name` is a shipped template's (IMAGES/<name>).
+  bool shipped(const std::string& name) const;
   // The template id a create of `tenant` naming `name` means: its ready custom template.
   std::optional<std::string> resolve(const std::string& tenant, const std::string& name);
 
@@ -107,7 +111,6 @@ class TemplateBuilds {
   std::vector<std::thread> threads_;
   uint32_t running_ = 0;
   bool stopping_ = false;
-  std::stop_source stop_;  // requested when stopping: builders' guest commands are killed
 };
 
 }  // namespace pandastack::actors

@@ -69,6 +69,16 @@ void pump(VolumeSelf* self) {
               });
       return;
     }
+    if (events.front().kind == VolumeEvent::Kind::resized) {
+      // The file first (it only grows, sparsely: its file system grows in the guest at its next
+      // mount): recorded only once it has the size, a grow that cannot be made records nothing.
+      auto file = volume_file(st.env->volumes_dir(), st.s.id);
+      if (auto grown = grow_volume_file(file, events.front().size_mib); !grown) {
+        self->send(self, persisted_atom::value, false, std::string("volume_grow_failed"),
+                   "growing the volume's file: " + grown.error().message);
+        return;
+      }
+    }
     persist(self);
   }
 }
@@ -91,7 +101,6 @@ void remove_files(Env& env, const VolumeState& s) {
 // After the events are on disk: the file follows the record. `before`: the state they changed.
 void effect(VolumeSelf* self, const VolumeEvent& e, const VolumeState& before) {
   auto& st = self->state;
-  auto file = volume_file(st.env->volumes_dir(), st.s.id);
   switch (e.kind) {
     case VolumeEvent::Kind::deleted:
     case VolumeEvent::Kind::migrated:  // (another host has them now)
@@ -99,13 +108,6 @@ void effect(VolumeSelf* self, const VolumeEvent& e, const VolumeState& before) {
       break;
     case VolumeEvent::Kind::snapshot_deleted:
       remove_volume_file(volume_snapshot_file(st.env->volumes_dir(), e.snapshot.id));
-      break;
-    case VolumeEvent::Kind::resized:
-      // Short: the file grows sparsely (its file system grows in the guest at its next mount).
-      // Recovery grows a file that a crash left smaller than its record.
-      if (auto grown = grow_volume_file(file, e.size_mib); !grown)
-        spdlog::error("volume {}: growing its file to {} MiB failed: {}", st.s.id, e.size_mib,
-                      grown.error().message);
       break;
     default:
       break;

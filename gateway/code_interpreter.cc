@@ -72,27 +72,44 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
   in.set("env", env);
   RunResult out;
   std::string pending;  // a line not complete yet
+  // The caller's stop, and ours: a line over its bound kills the command.
+  std::stop_source own;
+  std::stop_callback linked(stop, [&own] { own.request_stop(); });
+  bool overflow = false;
   auto on_output = [&](vmm::StreamKind kind, std::string_view d) {
     if (kind == vmm::StreamKind::err) {
       if (out.stderr_text.size() < 65536) out.stderr_text.append(d);  // the client's own errors
       return;
     }
+    if (overflow) return;
+    size_t from = pending.size(), start = 0, nl;  // (only the new bytes are searched)
     pending.append(d);
-    size_t nl;
-    while ((nl = pending.find('\n')) != std::string::npos) {
-      auto j = Json::parse(pending.substr(0, nl));
-      pending.erase(0, nl + 1);
+    while ((nl = pending.find('\n', from)) != std::string::npos) {
+      auto j = Json::parse(std::string_view(pending).substr(start, nl - start));
+      start = from = nl + 1;
       if (!j || !j->is_object()) continue;
       const std::string& type = (*j)["type"].as_string();
       if (type == "end") out.execution_count = (*j)["execution_count"].as_int();
       on_event(*j);
+    }
+    pending.erase(0, start);
+    // (what is left is one line not complete yet: at most the bound plus one chunk is held)
+    if (pending.size() > kMaxEventLineBytes) {
+      overflow = true;
+      pending.clear();
+      pending.shrink_to_fit();
+      own.request_stop();
     }
   };
   std::string client_err;
   // (The working folder applies when this run starts the context's server: the home folder.)
   auto r =
       call(rt, tenant, id, client({"run", request.context, "/root"}, in.dump(), request.timeout_ms),
-           on_output, stop);
+           on_output, own.get_token());
+  if (overflow)
+    return Rejection{"output_too_large", "the code interpreter wrote a line over " +
+                                             std::to_string(kMaxEventLineBytes >> 20) +
+                                             " MiB: the run was stopped"};
   if (!r) return r.error();
   if (r->timed_out) {
     out.timed_out = true;

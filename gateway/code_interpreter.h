@@ -33,6 +33,12 @@ struct RunResult {
   bool timed_out = false;
 };
 
+// The most one line of the guest's client may hold (an event: a result's image included). The
+// client is a script in the guest, which guest root can rewrite: a longer line fails the run
+// with output_too_large (the command is killed) rather than grow the daemon (security review 3,
+// H3).
+constexpr size_t kMaxEventLineBytes = size_t(8) << 20;
+
 // Context names: 1..64 of [A-Za-z0-9_-].
 bool valid_context(const std::string& c);
 

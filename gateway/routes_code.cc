@@ -12,8 +12,10 @@ namespace {
 
 using M = kj::HttpMethod;
 
-// The most output one answer gathers (stdout and stderr each); the rest is cut (`truncated`).
+// The most output one answer gathers (stdout, stderr and results each, results also by count);
+// the rest is cut (`truncated`).
 constexpr size_t kMaxGathered = 16 << 20;
+constexpr size_t kMaxResults = 1000;
 
 code::RunRequest run_request(Server& gw, const Request& r) {
   Fields f(r.json(), {"code", "context", "language", "env", "timeout_seconds"});
@@ -37,6 +39,7 @@ HttpReply run(Call& c) {
   Json results = Json::array(), error;
   std::string out, err;
   bool truncated = false;
+  size_t results_bytes = 0;  // (results are bounded like the text: kMaxGathered, then truncated)
   auto gathered = unwrap(code::run(
       c.gw.rt, c.tenant(), c.id, req,
       [&](const Json& e) {
@@ -52,9 +55,15 @@ HttpReply run(Call& c) {
           add(out);
         else if (type == "stderr")
           add(err);
-        else if (type == "result")
-          results.push(e);
-        else if (type == "error")
+        else if (type == "result") {
+          auto bytes = e.dump().size();
+          if (results_bytes + bytes > kMaxGathered || results.size() >= kMaxResults) {
+            truncated = true;
+          } else {
+            results_bytes += bytes;
+            results.push(e);
+          }
+        } else if (type == "error")
           error = e;
       },
       c.r.cancel));

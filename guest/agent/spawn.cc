@@ -18,6 +18,29 @@ namespace pandastack::agent {
 
 namespace {
 
+// Adds the entries of /etc/pandastack/env ("K=V" entries, each ended by a NUL; at most 64 KiB,
+// else none) to `env`. Every process the agent starts gets them, as a Dockerfile's ENV.
+void template_env(std::map<std::string, std::string>& env) {
+  constexpr size_t kMax = 64 << 10;
+  int fd = ::open("/etc/pandastack/env", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  std::string data(kMax + 1, '\0');
+  ssize_t n = ::read(fd, data.data(), data.size());
+  ::close(fd);
+  if (n <= 0 || size_t(n) > kMax) return;
+  data.resize(size_t(n));
+  size_t at = 0;
+  while (at < data.size()) {
+    auto end = data.find('\0', at);
+    if (end == std::string::npos) break;  // (an entry not ended: not taken)
+    auto kv = std::string_view(data).substr(at, end - at);
+    auto eq = kv.find('=');
+    if (eq != std::string_view::npos && eq > 0)
+      env[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+    at = end + 1;
+  }
+}
+
 // A new pseudo-terminal of cols x rows: its master in r.in and r.out (two descriptors, so that
 // the writer and the reader can be closed apart), the slave's path in `slave`.
 bool open_terminal(uint16_t cols, uint16_t rows, SpawnResult& r, std::string& slave) {
@@ -81,6 +104,8 @@ SpawnResult spawn(w::ExecRequest::Reader req) {
     auto eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  // A custom template's environment (its `env`, written by its build): under the request's own.
+  template_env(env);
   for (auto v : req.getEnv()) env[v.getName().cStr()] = v.getValue().cStr();
   std::vector<std::string> envs;
   for (auto& [k, v] : env) envs.push_back(k + "=" + v);

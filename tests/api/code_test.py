@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The code interpreter through the real daemon and real VMs (the base template's python3):
 state kept between runs, the last expression's value, errors with tracebacks, streaming, an
-interrupt that leaves the context alive, contexts, and the state surviving hibernate/wake and fork.
+interrupt that leaves the context alive, contexts, the state surviving hibernate/wake and fork,
+and a guest that rewrites its client to flood the daemon (security review 3, H3: bounded).
 
 Usage: code_test.py --daemon build/bin/pandastackd [--images DIR]
 """
@@ -73,6 +74,39 @@ class CodeTest(unittest.TestCase):
             self.assertEqual((s, b["error"]["code"]), (400, code), body)
         s, b = self.api.call("POST", "/v1/sandboxes/sbx_aaaaaaaaaaaaaaaa/code", {"code": "1"})
         self.assertEqual(s, 404)
+
+    def test_a_rewritten_client_cannot_grow_the_daemon(self):
+        """H3: guest root replaces the interpreter's client (a script in the guest) with one that
+        writes a line that never ends, or thousands of results: the daemon holds a bounded line
+        (the run fails with 413 output_too_large, its command killed) and a bounded answer."""
+        sid = self.api.create()["id"]
+        self.run_code(sid, "1")  # (the client is installed)
+        s, r = self.api.exec(sid, "ls /run/pandastack/repl-*.py")
+        self.assertEqual(s, 200, r)
+        script = r["stdout"].split()[0]
+        flood = ("import sys\nw = sys.stdout.buffer\nchunk = b'x' * (1 << 20)\n"
+                 "for _ in range(64):\n    w.write(chunk); w.flush()\n")
+        s, r = self.api.call("PUT", f"/v1/sandboxes/{sid}/files?path={script}", raw=flood)
+        self.assertEqual(s, 200, r)
+        def rss_mib():
+            with open(f"/proc/{self.daemon.proc.pid}/status") as f:
+                return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
+        rss0 = rss_mib()
+        t0 = time.time()
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/code", {"code": "1"})
+        self.assertEqual((s, b.get("error", {}).get("code")), (413, "output_too_large"), b)
+        self.assertLess(time.time() - t0, 60)
+        self.assertLess(rss_mib() - rss0, 40, "the daemon held the guest's 64 MiB line")
+        s, r = self.api.exec(sid, "pgrep -f 'repl-[0-9a-f]*[.]py' || true")
+        self.assertEqual(r["stdout"], "", r)  # (killed at the bound, not left writing)
+        many = ("import json, sys\nfor i in range(3000):\n"
+                "    print(json.dumps({'type': 'result', 'text': str(i), 'is_main_result': False}))\n"
+                "print(json.dumps({'type': 'end', 'execution_count': 1}))\n")
+        s, r = self.api.call("PUT", f"/v1/sandboxes/{sid}/files?path={script}", raw=many)
+        self.assertEqual(s, 200, r)
+        b = self.run_code(sid, "1")
+        self.assertEqual((len(b["results"]), b["truncated"]), (1000, True), len(b["results"]))
+        self.api.call("DELETE", f"/v1/sandboxes/{sid}")
 
     def test_interrupt_keeps_the_context(self):
         sid = self.api.create()["id"]

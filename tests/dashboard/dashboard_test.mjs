@@ -161,12 +161,13 @@ test("a template build's progress, live", async () => {
   await page.getByRole("cell", { name: "base", exact: true }).waitFor();
   assert.deepEqual(await unlabelled(), []);
   await page.getByLabel("Name").fill("from-browser");
-  await page.getByLabel("Debian packages (space separated)").fill("no-such-package-pandastack");
+  await page.getByLabel("Commands run as root in the guest (one per line)")
+    .fill("echo step-one\nsleep 4\nexit 3");
   await page.getByRole("button", { name: "Build" }).click();
   const log = page.locator("#log");
-  const early = await text(log, /I: /, 120000);
+  const early = await text(log, /\+ echo step-one/, 120000);
   assert.ok(!early.includes("Failed:"), "the log came all at once");
-  await text(log, /Failed: the root file system build failed/, 300000);
+  await text(log, /Failed: the template's commands failed \(exit 3\)/, 300000);
   assert.equal(await page.locator("#stage").textContent(), "failed");
   await page.getByRole("cell", { name: "failed" }).waitFor();
   await shot("templates");

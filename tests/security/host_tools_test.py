@@ -15,8 +15,10 @@ Usage: host_tools_test.py --daemon build/bin/pandastackd [--images var/images]
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
@@ -57,12 +59,16 @@ class HostToolsTest(unittest.TestCase):
         assert code == 0, f"daemon exited {code}"
 
     def assertNoHostToolRan(self):
-        ran = open(self.marker).read() if os.path.exists(self.marker) else ""
+        ran = ""
+        if os.path.exists(self.marker):
+            with open(self.marker) as f:
+                ran = f.read()
         self.assertEqual(ran, "", "a forbidden host tool ran")
 
     def assertCanariesIntact(self):
         for target, (canary, content) in self.canaries.items():
-            self.assertEqual(open(canary).read(), content, f"{target} was written")
+            with open(canary) as f:
+                self.assertEqual(f.read(), content, f"{target} was written")
 
     def build(self, api, name, **spec):
         s, t = api.call("POST", "/v1/templates", dict(name=name, **spec))
@@ -98,6 +104,10 @@ class HostToolsTest(unittest.TestCase):
         self.assertIn("echo tenant-", out.splitlines()[1])
         self.assertIn("tenant-localtime\nran-in-the-guest\nprint('tenant')\n", out)
         self.assertIn("/etc/alternatives/awk", self.sh(tenant, sbx["id"], "cat /opt/awk-link"))
+        # The template's env reaches every command (exploratory test 3, #16); a request's wins.
+        self.assertEqual(self.sh(tenant, sbx["id"], "echo $WHO"), "tenant\n")
+        s, r = tenant.exec(sbx["id"], "echo $WHO", env={"WHO": "request"})
+        self.assertEqual(r.get("stdout"), "request\n", r)
         tenant.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
         # The template's root file system is a layer on the shipped one, the daemon's file.
         d = os.path.join(self.data, "templates")
@@ -128,7 +138,11 @@ class HostToolsTest(unittest.TestCase):
         d = os.path.join(self.data, "templates")
         ids = [x for x in os.listdir(d) if x.startswith("same.")]
         self.assertEqual(len(ids), 2, ids)
-        k1, k2 = (open(os.path.join(d, i, "key")).read() for i in ids)
+        keys = []
+        for i in ids:
+            with open(os.path.join(d, i, "key")) as f:
+                keys.append(f.read())
+        k1, k2 = keys
         self.assertNotEqual(k1, k2)
         a.call("DELETE", f"/v1/sandboxes/{sa['id']}")
         for api in (a, b):
@@ -169,6 +183,61 @@ class HostToolsTest(unittest.TestCase):
         s, vv = self.api.call("GET", f"/v1/volumes/{vid}")
         self.assertEqual((s, vv.get("attachments")), (200, []), vv)
         self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{vid}")[0], 204)
+        self.assertNoHostToolRan()
+
+    def wait_for_line(self, name, text):
+        for event, data in self.api.sse(f"/v1/templates/{name}/build", timeout=300):
+            if event == "log" and text in data["line"]:
+                return
+            if event == "end":
+                self.fail(f"the build ended before '{text}': {data}")
+
+    def qemus(self):
+        out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True)
+        mine = []
+        for p in out.stdout.split():
+            try:
+                with open(f"/proc/{p}/cmdline") as f:
+                    if os.path.basename(self.base) in f.read():
+                        mine.append(p)
+            except OSError:
+                pass  # (ended meanwhile)
+        return mine
+
+    def test_4_a_build_is_cancelled_by_delete_and_by_a_stop(self):
+        """A build can be cancelled (DELETE kills its guest command; exploratory test 3, #19);
+        a daemon stopped mid-build stops at once and leaves no work folder, mount or QEMU (#7);
+        a shipped template cannot be deleted (409, not 404)."""
+        s, b = self.api.call("DELETE", "/v1/templates/base")
+        self.assertEqual((s, b["error"]["code"]), (409, "conflict"), b)
+        slow = {"run": ["echo sleeping", "sleep 600"]}
+        s, t = self.api.call("POST", "/v1/templates", dict(name="slow", **slow))
+        self.assertEqual(s, 202, t)
+        self.wait_for_line("slow", "+ sleep 600")
+        t0 = time.time()
+        s, d = self.api.call("DELETE", "/v1/templates/slow")
+        self.assertEqual((s, d.get("status")), (200, "deleted"), d)
+        self.assertLess(time.time() - t0, 30)
+        self.assertEqual(os.listdir(os.path.join(self.data, "templates")), [])
+        self.assertEqual(self.qemus(), [])
+        # A stop mid-build.
+        s, t = self.api.call("POST", "/v1/templates", dict(name="cut", **slow))
+        self.assertEqual(s, 202, t)
+        self.wait_for_line("cut", "+ sleep 600")
+        t0 = time.time()
+        self.__class__.daemon.stop()
+        self.assertLess(time.time() - t0, 30)
+        self.assertEqual(self.qemus(), [])
+        mounts = open("/proc/self/mounts").read()
+        self.assertNotIn(self.base, mounts)
+        self.__class__.daemon = Daemon(self.data, self.daemon.state, extra=FLAGS)
+        self.__class__.api = self.api = Api(self.__class__.daemon)
+        s, t = self.api.call("GET", "/v1/templates/cut")
+        self.assertEqual(t.get("status"), "failed", t)
+        self.assertFalse(os.path.exists(os.path.join(self.data, "template-builds", "cut")))
+        self.assertEqual(os.listdir(os.path.join(self.data, "template-builds"))
+                         if os.path.isdir(os.path.join(self.data, "template-builds")) else [], [])
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/cut")[0], 200)
         self.assertNoHostToolRan()
 
 

@@ -264,9 +264,9 @@ class TemplateSdkTest(unittest.TestCase):
         with self.assertRaises(pandastack.TemplateBuildFailed) as e:
             Template.build("sdk-bad", packages=["no-such-package-pandastack"],
                            on_progress=seen.append)
-        self.assertIn("root file system", e.exception.message)
+        self.assertIn("Unable to locate package", e.exception.message)
         stages = [p.stage for p in seen if not p.line]
-        self.assertIn("rootfs", stages)
+        self.assertIn("packages", stages)
         self.assertEqual(stages[-1], "failed")
         self.assertTrue(any(p.line for p in seen))
         t = Template.get("sdk-bad")
