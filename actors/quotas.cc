@@ -86,6 +86,7 @@ Json use_json(const QuotaUse& u) {
   j.set("execs", int64_t(u.execs));
   j.set("volumes", int64_t(u.volumes));
   j.set("volume_mib", int64_t(u.volume_mib));
+  j.set("templates", int64_t(u.templates));
   return j;
 }
 

@@ -51,6 +51,7 @@ struct QuotaUse {
   uint32_t execs = 0;
   uint32_t volumes = 0;
   uint64_t volume_mib = 0;
+  uint32_t templates = 0;  // custom templates (built, building or failed): --quota-templates
 };
 
 // "quota 'sandboxes' exceeded: limit 5, in use 5, asked 1" (quota_exceeded). The gateway turns

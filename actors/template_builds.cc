@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -93,12 +94,21 @@ bool TemplateBuilds::shipped(const std::string& name) const {
 }
 
 std::optional<Rejection> TemplateBuilds::check_from(const std::string& from) const {
-  auto dir = env_.config.images_dir / from;  // (a valid name first: no path is made of another)
-  if (!valid_template_name(from) || !fs::is_regular_file(dir / "rootfs.qcow2") ||
-      fs::exists(dir / "data_volume"))
-    return Rejection{"invalid_argument",
-                     "from: a shipped template without a data volume (base, code-interpreter)"};
-  return std::nullopt;
+  auto buildable = [&](const std::string& name) {
+    auto dir = env_.config.images_dir / name;  // (a valid name first: no path is made of another)
+    return valid_template_name(name) && fs::is_regular_file(dir / "rootfs.qcow2") &&
+           !fs::exists(dir / "data_volume");
+  };
+  if (buildable(from)) return std::nullopt;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (auto& d : fs::directory_iterator(env_.config.images_dir, ec))
+    if (buildable(d.path().filename().string())) names.push_back(d.path().filename().string());
+  std::sort(names.begin(), names.end());
+  std::string list;
+  for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return Rejection{"invalid_argument",
+                   "from: a shipped template without a data volume (" + list + ")"};
 }
 
 std::optional<Rejection> TemplateBuilds::check_name(const std::string& name) const {
@@ -240,9 +250,23 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   auto image = cfg.custom_templates_dir / id;
   auto work = cfg.data_dir / "template-builds" / id;
   std::error_code ec;
-  auto log = [&](const std::string& l) { progress->line(l); };
-  auto finish = [&](std::optional<std::string> error) {
+  // What a tenant reads (its log, its error) names no host folder.
+  auto scrub = [&](std::string text) {
+    for (auto& [dir, name] :
+         {std::pair{cfg.custom_templates_dir, "TEMPLATES"}, std::pair{cfg.disk_dir, "DISKS"},
+          std::pair{cfg.state_dir, "STATE"}, std::pair{cfg.images_dir, "IMAGES"},
+          std::pair{cfg.data_dir, "DATA"}}) {
+      auto d = dir.string();
+      if (d.empty() || d == "/") continue;
+      for (size_t at; (at = text.find(d)) != std::string::npos;) text.replace(at, d.size(), name);
+    }
+    return text;
+  };
+  auto log = [&](const std::string& l) { progress->line(scrub(l)); };
+  auto finish = [&](std::optional<std::string> raw_error) {
     fs::remove_all(work, ec);
+    std::optional<std::string> error;
+    if (raw_error) error = scrub(*raw_error);
     if (error) {
       fs::remove_all(image, ec);  // nothing half-made
       auto tail = progress->tail(40);

@@ -102,10 +102,9 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
     }
   };
   std::string client_err;
-  // (The working folder applies when this run starts the context's server: the home folder.)
-  auto r =
-      call(rt, tenant, id, client({"run", request.context, "/root"}, in.dump(), request.timeout_ms),
-           on_output, own.get_token());
+  // (A context this run starts works in /workspace, as commands and the files API do.)
+  auto r = call(rt, tenant, id, client({"run", request.context}, in.dump(), request.timeout_ms),
+                on_output, own.get_token());
   if (overflow)
     return Rejection{"output_too_large", "the code interpreter wrote a line over " +
                                              std::to_string(kMaxEventLineBytes >> 20) +
@@ -143,6 +142,7 @@ Reply<bool> start(actors::Runtime& rt, const std::string& tenant, const std::str
   if (!cwd.empty()) args.push_back(cwd);
   auto r = call(rt, tenant, id, client(args, "", 60000), {}, {});
   if (!r) return r.error();
+  if (r->exit_code == 3) return Rejection{"invalid_cwd", "cwd: " + r->stderr_data};
   if (r->exit_code != 0)
     return Rejection{"exec_failed", "cannot start the context: " + r->stderr_data};
   return true;

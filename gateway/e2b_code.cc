@@ -20,7 +20,7 @@ Json context_json(const std::string& id, const std::string& cwd) {
   Json j = Json::object();
   j.set("id", id);
   j.set("language", "python");
-  j.set("cwd", cwd.empty() ? "/root" : cwd);
+  j.set("cwd", cwd.empty() ? "/workspace" : cwd);
   return j;
 }
 

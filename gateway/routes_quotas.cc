@@ -25,7 +25,12 @@ std::vector<Route> quota_routes() {
       route(M::GET, "/v1/quotas", "This key's tenant's quotas and what it uses of them",
             [](Call& c) {
               auto [q, use] = unwrap(c.gw.rt.quotas(c.tenant()));
-              return json_reply(200, quotas_reply(c.tenant(), q, use));
+              auto j = quotas_reply(c.tenant(), q, use);
+              // (a host-wide limit, --quota-templates: not one a tenant's quotas set)
+              auto limits = j["limits"];
+              limits.set("templates", int64_t(c.gw.rt.config().max_templates));
+              j.set("limits", limits);
+              return json_reply(200, j);
             }),
       route(M::GET, "/v1/quotas/{tenant}", "A tenant's quotas and use (admin)",
             [](Call& c) {

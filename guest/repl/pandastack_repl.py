@@ -209,8 +209,8 @@ def serve(ctx, cwd):
     listener.bind(path + ".tmp")
     listener.listen(8)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    if cwd:
-        os.chdir(cwd)
+    # Where commands and the files API are: a context starts there however it was started.
+    os.chdir(cwd or ("/workspace" if os.path.isdir("/workspace") else "/"))
     os.rename(path + ".tmp", path)  # ready: clients connect from now on
     Server(ctx).serve(listener)
 
@@ -275,7 +275,11 @@ def main():
         serve(ctx, args[1] if len(args) > 1 else "")
         return
     if cmd == "start":  # the context's server, with its working folder
-        connect(ctx, args[1] if len(args) > 1 else None, True).close()
+        cwd = args[1] if len(args) > 1 else None
+        if cwd and not os.path.isdir(cwd):
+            sys.stderr.write(f"no folder {cwd}\n")
+            sys.exit(3)
+        connect(ctx, cwd, True).close()
         return
     if cmd == "stop":
         s = connect(ctx, None, False)

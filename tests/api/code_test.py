@@ -137,6 +137,19 @@ class CodeTest(unittest.TestCase):
         s, listed = self.api.call("GET", f"/v1/sandboxes/{sid}/code/contexts")
         self.assertEqual([x["id"] for x in listed["contexts"]], ["default"])
         self.assertEqual(self.run_code(sid, "a")["results"][0]["text"], "1")
+        # Every context starts in /workspace unless told (exploratory test 3, #13): the default
+        # one, one made without cwd, one named by a run, a restarted one; a missing cwd is 400.
+        s, plain = self.api.call("POST", f"/v1/sandboxes/{sid}/code/contexts", {})
+        self.assertEqual(s, 201, plain)
+        for ctx in ("default", plain["id"], "named-by-a-run"):
+            r = self.run_code(sid, "import os\nos.getcwd()", context=ctx)
+            self.assertEqual(r["results"][0]["text"], "'/workspace'", ctx)
+        s, r = self.api.call("POST", f"/v1/sandboxes/{sid}/code/contexts/{plain['id']}/restart")
+        self.assertEqual(s, 200, r)
+        r = self.run_code(sid, "import os\nos.getcwd()", context=plain["id"])
+        self.assertEqual(r["results"][0]["text"], "'/workspace'")
+        s, r = self.api.call("POST", f"/v1/sandboxes/{sid}/code/contexts", {"cwd": "/nonexistent"})
+        self.assertEqual((s, r["error"]["code"]), (400, "invalid_cwd"), r)
 
     def test_state_survives_hibernate_wake_and_fork(self):
         sid = self.api.create()["id"]

@@ -11,6 +11,7 @@ Usage: templates_test.py --daemon build/bin/pandastackd [--images DIR]
 The data folder (template images, the package cache) is on a real disk (/var/tmp).
 """
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -213,6 +214,7 @@ class TemplateTest(unittest.TestCase):
         stages, lines, end = self.follow("bad-pkg")
         self.assertEqual(end["status"], "failed", end)
         self.assertIn("Unable to locate package no-such-package-pandastack", end["error"])
+        self.assertNotIn(self.base, json.dumps([end, lines]))  # (no host folder shown)
         self.assertEqual(self.custom_dirs(), [])
         # A failed template is listed with why, and may be built again (or deleted).
         s, t = self.api.call("GET", "/v1/templates/bad-pkg")

@@ -308,6 +308,12 @@ class VolumeTest(unittest.TestCase):
         self.volume()
         self.assertError(self.api.call("POST", "/v1/volumes", {"size_mib": 16}), 429,
                          "quota_exceeded")
+        # The quota answer shows the use it enforces (exploratory test 3, #14), templates too.
+        s, q = self.api.call("GET", "/v1/quotas")
+        self.assertEqual((q["use"]["volumes"], q["limits"]["volumes"]), (3, 3), q)
+        self.assertGreater(q["use"]["volume_mib"], 0, q)
+        self.assertIn("templates", q["use"])
+        self.assertIn("templates", q["limits"])
         # At the count limit, growing still answers to the size quota.
         self.assertError(self.api.call("PATCH", f"/v1/volumes/{v['id']}", {"size_mib": 1000}),
                          429, "quota_exceeded")

@@ -12,6 +12,7 @@ long `templates` suite builds base + jq the same way under the same namespace.
 
 Usage: host_tools_test.py --daemon build/bin/pandastackd [--images var/images]
 """
+import json
 import os
 import shutil
 import stat
@@ -234,6 +235,7 @@ class HostToolsTest(unittest.TestCase):
         self.__class__.api = self.api = Api(self.__class__.daemon)
         s, t = self.api.call("GET", "/v1/templates/cut")
         self.assertEqual(t.get("status"), "failed", t)
+        self.assertNotIn(self.base, json.dumps(t))  # (no host folder in what a tenant reads)
         self.assertFalse(os.path.exists(os.path.join(self.data, "template-builds", "cut")))
         self.assertEqual(os.listdir(os.path.join(self.data, "template-builds"))
                          if os.path.isdir(os.path.join(self.data, "template-builds")) else [], [])
