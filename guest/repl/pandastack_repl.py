@@ -12,8 +12,12 @@ socket under /run/pandastack/code. Each run is one client process (an exec from 
 JSON lines to stdout as they come: {"type": "stdout"|"stderr", "text"}, {"type": "result", "text",
 "png"?, "json"?, "is_main_result"}, {"type": "error", "name", "value", "traceback"}, and last
 {"type": "end", "execution_count"}. When the client dies (the host cancelled the run), the server
-interrupts the code (KeyboardInterrupt); the context survives. The value of the last expression is
-the main result; matplotlib figures left open are results with a PNG (Agg backend).
+interrupts the code (KeyboardInterrupt); the context survives. Code that ignores the interrupt
+(it catches KeyboardInterrupt and goes on) gets a second one after INTERRUPT_GRACE seconds, and
+after as long again its server ends: the context's state is lost, and the next run (a fresh
+server) says so on stderr first. `stop` kills the server by its pid file, so a busy context
+restarts or goes at once. The value of the last expression is the main result; matplotlib
+figures left open are results with a PNG (Agg backend).
 """
 import ast
 import base64
@@ -28,10 +32,19 @@ import time
 import traceback
 
 DIR = "/run/pandastack/code"
+INTERRUPT_GRACE = 5  # seconds an interrupted run has to end before the next step
 
 
 def sock_path(ctx):
     return os.path.join(DIR, ctx + ".sock")
+
+
+def pid_path(ctx):
+    return os.path.join(DIR, ctx + ".pid")
+
+
+def lost_path(ctx):
+    return os.path.join(DIR, ctx + ".lost")
 
 
 def valid(ctx):
@@ -164,7 +177,11 @@ class Server:
                 except ValueError:
                     return
                 if req.get("op") == "stop":
-                    os.unlink(sock_path(self.ctx))
+                    for p in (sock_path(self.ctx), pid_path(self.ctx)):
+                        try:
+                            os.unlink(p)
+                        except FileNotFoundError:
+                            pass
                     os._exit(0)
                 lock = threading.Lock()
                 gone = threading.Event()
@@ -185,9 +202,22 @@ class Server:
                             pass
                     except OSError:
                         pass
-                    if not done.is_set():
-                        gone.set()
+                    if done.is_set():
+                        return
+                    gone.set()
+                    for _ in range(2):
                         signal.pthread_kill(self.main, signal.SIGINT)
+                        if done.wait(INTERRUPT_GRACE):
+                            return
+                    # It ignores interrupts: the context ends, its state lost (and said so).
+                    with open(lost_path(self.ctx), "w") as m:
+                        m.write("the context's code ignored interrupts: its server was ended\n")
+                    for p in (sock_path(self.ctx), pid_path(self.ctx)):
+                        try:
+                            os.unlink(p)
+                        except FileNotFoundError:
+                            pass
+                    os._exit(1)
 
                 done = threading.Event()
                 threading.Thread(target=watch, daemon=True).start()
@@ -208,6 +238,8 @@ def serve(ctx, cwd):
         pass
     listener.bind(path + ".tmp")
     listener.listen(8)
+    with open(pid_path(ctx), "w") as f:
+        f.write(str(os.getpid()))
     os.environ.setdefault("MPLBACKEND", "Agg")
     # Where commands and the files API are: a context starts there however it was started.
     os.chdir(cwd or ("/workspace" if os.path.isdir("/workspace") else "/"))
@@ -232,6 +264,43 @@ def start_server(ctx, cwd):
 
 
 # ---------------------------------------------------------------------------------- client ----
+
+def try_connect_quietly(ctx):
+    s = try_connect(ctx)
+    if s is not None:
+        s.close()
+    return s
+
+
+def kill_server(ctx):
+    try:
+        with open(pid_path(ctx)) as f:
+            pid = int(f.read().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        pid = 0
+    if pid > 0:
+        try:  # (only our server of this context: a pid the kernel gave to another is left alone)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"serve" in argv and ctx.encode() in argv:
+                os.kill(pid, signal.SIGKILL)
+                for _ in range(500):
+                    if not os.path.exists(f"/proc/{pid}"):
+                        break
+                    time.sleep(0.01)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    else:  # (a server from before pid files: ask it)
+        s = try_connect(ctx)
+        if s is not None:
+            s.sendall(b'{"op": "stop"}\n')
+            s.recv(1)
+    for p in (sock_path(ctx), pid_path(ctx), lost_path(ctx)):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
 
 def try_connect(ctx):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -281,29 +350,44 @@ def main():
             sys.exit(3)
         connect(ctx, cwd, True).close()
         return
-    if cmd == "stop":
-        s = connect(ctx, None, False)
-        if s is not None:
-            s.sendall(b'{"op": "stop"}\n')
-            s.recv(1)
+    if cmd == "stop":  # at once, busy or not: the server is killed by its pid
+        kill_server(ctx)
         return
     if cmd != "run":
         raise SystemExit("usage: run|stop|list")
     req = sys.stdin.read()
-    s = connect(ctx, args[1] if len(args) > 1 else None, True)
-    s.sendall(req.replace("\n", " ").encode() + b"\n")
     out = sys.stdout.buffer
-    buf = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        out.write(chunk)
-        out.flush()
-        buf = (buf + chunk)[-4096:]
-        if b'"type": "end"' in buf:
-            break
-
+    for attempt in range(2):
+        # A server that ended because its code ignored interrupts: this run gets a fresh one and
+        # is told so (once).
+        if os.path.exists(lost_path(ctx)) and try_connect_quietly(ctx) is None:
+            with open(lost_path(ctx)) as f:
+                lost = f.read().strip()
+            os.unlink(lost_path(ctx))
+            msg = {"type": "stderr", "text": f"[pandastack] {lost}; this run has a fresh context "
+                                             "(its variables and imports are gone)\n"}
+            out.write((json.dumps(msg) + "\n").encode())
+            out.flush()
+        s = connect(ctx, args[1] if len(args) > 1 else None, True)
+        s.sendall(req.replace("\n", " ").encode() + b"\n")
+        buf, got = b"", 0
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            got += len(chunk)
+            out.write(chunk)
+            out.flush()
+            buf = (buf + chunk)[-4096:]
+            if b'"type": "end"' in buf:
+                return
+        # The server went before answering: a run that waited behind a wedged cell tries once
+        # more on the fresh server.
+        if got or not os.path.exists(lost_path(ctx)):
+            return
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -106,6 +107,36 @@ class CodeTest(unittest.TestCase):
         self.assertEqual(s, 200, r)
         b = self.run_code(sid, "1")
         self.assertEqual((len(b["results"]), b["truncated"]), (1000, True), len(b["results"]))
+        self.api.call("DELETE", f"/v1/sandboxes/{sid}")
+
+    def test_a_context_that_ignores_interrupts_is_restarted_and_says_so(self):
+        """Exploratory test 3, #5: a cell that catches KeyboardInterrupt and goes on does not
+        wedge its context: the run waiting behind it gets a fresh context, told so on stderr;
+        restart works on a busy context at once."""
+        sid = self.api.create()["id"]
+        self.run_code(sid, "x = 1")
+        stubborn = ("import time\nfor i in range(3):\n    try:\n        time.sleep(100)\n"
+                    "    except KeyboardInterrupt:\n        print('caught', i, flush=True)")
+        r = self.run_code(sid, stubborn, timeout_seconds=3)
+        self.assertTrue(r["timed_out"], r)
+        t0 = time.monotonic()
+        r = self.run_code(sid, "1+1", timeout_seconds=60)
+        self.assertEqual(r["results"][0]["text"], "2", r)
+        self.assertIn("fresh context", r["stderr"], r)
+        self.assertLess(time.monotonic() - t0, 30)
+        self.assertEqual(self.run_code(sid, "'x' in globals()")["results"][0]["text"], "False")
+        # A restart of a busy context does not wait for its cell.
+        busy = threading.Thread(target=self.api.call, args=(
+            "POST", f"/v1/sandboxes/{sid}/code", {"code": "import time\ntime.sleep(40)",
+                                                 "timeout_seconds": 60}))
+        busy.start()
+        time.sleep(3)
+        t0 = time.monotonic()
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/code/contexts/default/restart")
+        self.assertEqual(s, 200, b)
+        self.assertLess(time.monotonic() - t0, 15)
+        busy.join(60)
+        self.assertEqual(self.run_code(sid, "2+2")["results"][0]["text"], "4")
         self.api.call("DELETE", f"/v1/sandboxes/{sid}")
 
     def test_interrupt_keeps_the_context(self):
