@@ -1,6 +1,7 @@
 // The code interpreter (gateway/code_interpreter.h): run Python in a context that keeps its
 // variables between runs, as one JSON answer or as server-sent events; list, create, restart and
 // delete contexts.
+#include <algorithm>
 #include <random>
 
 #include "gateway/code_interpreter.h"
@@ -46,10 +47,12 @@ HttpReply run(Call& c) {
         const std::string& type = e["type"].as_string();
         auto add = [&](std::string& to) {
           const std::string& t = e["text"].as_string();
-          if (to.size() + t.size() > kMaxGathered)
+          if (to.size() + t.size() > kMaxGathered) {  // (what fits is kept, as exec keeps it)
             truncated = true;
-          else
+            to.append(t, 0, kMaxGathered - std::min(kMaxGathered, to.size()));
+          } else {
             to += t;
+          }
         };
         if (type == "stdout")
           add(out);

@@ -139,6 +139,25 @@ class CodeTest(unittest.TestCase):
         self.assertEqual(self.run_code(sid, "2+2")["results"][0]["text"], "4")
         self.api.call("DELETE", f"/v1/sandboxes/{sid}")
 
+    def test_output_is_as_fast_as_exec_and_kept_up_to_its_bound(self):
+        """Exploratory test 3, #11 and #12: 20,000 printed lines come within a few times exec's
+        time for the same lines (writes gather into messages), and one write over 16 MiB keeps
+        its first 16 MiB (truncated), as exec does."""
+        sid = self.api.create()["id"]
+        self.run_code(sid, "1")
+        t0 = time.monotonic()
+        s, r = self.api.exec(sid, "python3 -c 'for i in range(20000): print(\"x\" * 99)'")
+        exec_s = time.monotonic() - t0
+        self.assertEqual(len(r["stdout"]), 20000 * 100)
+        t0 = time.monotonic()
+        r = self.run_code(sid, "for i in range(20000):\n    print('x' * 99)", timeout_seconds=120)
+        code_s = time.monotonic() - t0
+        self.assertEqual(len(r["stdout"]), 20000 * 100)
+        self.assertLess(code_s, 3 * exec_s + 2, (code_s, exec_s))
+        r = self.run_code(sid, "print('\\n'.join(['x' * 99] * 170000))", timeout_seconds=300)
+        self.assertEqual((len(r["stdout"]), r["truncated"]), (16 << 20, True))
+        self.api.call("DELETE", f"/v1/sandboxes/{sid}")
+
     def test_interrupt_keeps_the_context(self):
         sid = self.api.create()["id"]
         self.run_code(sid, "kept = 'yes'")
