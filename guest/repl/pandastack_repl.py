@@ -47,6 +47,14 @@ def lost_path(ctx):
     return os.path.join(DIR, ctx + ".lost")
 
 
+def remove(*paths):
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
 def valid(ctx):
     return 0 < len(ctx) <= 64 and all(c.isalnum() or c in "-_" for c in ctx)
 
@@ -210,11 +218,7 @@ class Server:
                 except ValueError:
                     return
                 if req.get("op") == "stop":
-                    for p in (sock_path(self.ctx), pid_path(self.ctx)):
-                        try:
-                            os.unlink(p)
-                        except FileNotFoundError:
-                            pass
+                    remove(sock_path(self.ctx), pid_path(self.ctx))
                     os._exit(0)
                 lock = threading.Lock()
                 gone = threading.Event()
@@ -245,11 +249,7 @@ class Server:
                     # It ignores interrupts: the context ends, its state lost (and said so).
                     with open(lost_path(self.ctx), "w") as m:
                         m.write("the context's code ignored interrupts: its server was ended\n")
-                    for p in (sock_path(self.ctx), pid_path(self.ctx)):
-                        try:
-                            os.unlink(p)
-                        except FileNotFoundError:
-                            pass
+                    remove(sock_path(self.ctx), pid_path(self.ctx))
                     os._exit(1)
 
                 done = threading.Event()
@@ -328,11 +328,7 @@ def kill_server(ctx):
         if s is not None:
             s.sendall(b'{"op": "stop"}\n')
             s.recv(1)
-    for p in (sock_path(ctx), pid_path(ctx), lost_path(ctx)):
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+    remove(sock_path(ctx), pid_path(ctx), lost_path(ctx))
 
 
 def try_connect(ctx):
