@@ -29,10 +29,6 @@ Route route(kj::HttpMethod m, const char* pattern, const char* summary, Handler 
 
 namespace {
 
-// A body over its limit that is read and thrown away (so the client reads the 413) when it is at
-// most this large.
-constexpr uint64_t kDrainMaxBytes = uint64_t(256) << 20;
-
 kj::StringPtr status_text(unsigned s) {
   switch (s) {
     case 200:
@@ -183,25 +179,6 @@ Server::~Server() {
   stream_pool.reset();  // the streams end (their commands are cancelled)
   pool.reset();         // waits for the runtime calls in flight
 }
-
-namespace {
-
-// Reads and throws away `left` bytes of `in` (or until it ends), 64 KiB at a time.
-kj::Promise<void> drain_into(kj::AsyncInputStream& in, uint64_t left, kj::Array<kj::byte> buf) {
-  if (left == 0) return kj::READY_NOW;
-  size_t n = size_t(std::min<uint64_t>(left, buf.size()));
-  auto read = in.tryRead(buf.begin(), 1, n);
-  return read.then([&in, left, buf = kj::mv(buf)](size_t got) mutable -> kj::Promise<void> {
-    if (got == 0) return kj::READY_NOW;
-    return drain_into(in, left - std::min<uint64_t>(left, got), kj::mv(buf));
-  });
-}
-
-kj::Promise<void> drain(kj::AsyncInputStream& in, uint64_t bytes) {
-  return drain_into(in, bytes, kj::heapArray<kj::byte>(64 * 1024));
-}
-
-}  // namespace
 
 kj::Promise<void> Server::send(kj::HttpService::Response& response, HttpReply r,
                                Clock::time_point t0, bool head) {
@@ -365,32 +342,12 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
   size_t limit =
       route->kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
   KJ_IF_MAYBE (len, body.tryGetLength()) {
-    if (*len > limit) {
-      auto too_large =
+    if (*len > limit)
+      return send(
+          response,
           error_reply(route->kind == Route::Kind::raw_body ? "file_too_large" : "body_too_large",
-                      "request body is larger than " + std::to_string(limit) + " bytes");
-      // A client that sends its whole body before it reads (Python's httpx, the CLI) sees a
-      // connection reset, not this answer, when it comes first: for a key that verifies, a body
-      // up to kDrainMaxBytes is read and thrown away first (64 KiB at a time, within the body
-      // deadline). Nobody without a key makes the daemon read it.
-      bool keyed = route->auth || !req.token_tenant.empty();
-      if (!keyed || *len > kDrainMaxBytes) return send(response, too_large, t0);
-      kj::Promise<bool> admitted = true;
-      if (route->auth) {
-        auto token = bearer_token(req.authorization);
-        admitted = offload<bool>([this, token] { return bool(rt.authenticate(token)); }, false);
-      }
-      return admitted.then([this, &body, &response, t0, too_large,
-                            length = *len](bool ok) mutable -> kj::Promise<void> {
-        if (!ok) return send(response, too_large, t0);
-        auto slow = timer.afterDelay(limits.body_timeout.count() * kj::MILLISECONDS);
-        return drain(body, length)
-            .exclusiveJoin(kj::mv(slow))
-            .then([this, &response, t0, too_large]() mutable {
-              return send(response, too_large, t0);
-            });
-      });
-    }
+                      "request body is larger than " + std::to_string(limit) + " bytes"),
+          t0);
   }
   auto kind = route->kind;
   if (kind == Route::Kind::websocket && !headers.isWebSocket())
