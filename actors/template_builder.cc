@@ -144,7 +144,8 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
     auto bytes = fs::file_size(job.packages.image, ec);
     if (ec) return Rejection{"storage_error", "the package image: " + ec.message()};
     auto bound = vm.bind_volumes({vmm::VolumeBinding{0, job.packages.image, true}});
-    if (!bound) return Rejection{"build_failed", "attaching the packages: " + bound.error().message};
+    if (!bound)
+      return Rejection{"build_failed", "attaching the packages: " + bound.error().message};
     auto mounted = vm.agent().mount_volume(0, kPackagesMount, true, bytes);
     if (!mounted)
       return Rejection{"build_failed", "mounting the packages: " + mounted.error().message};
@@ -219,8 +220,9 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   if (ec) return Rejection{"storage_error", "installing the root file system: " + ec.message()};
   // Its sandboxes' empty overlay, made here without opening the image (qemu-img -u): no host
   // tool reads what the builder wrote.
-  auto overlay = vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
-                                out.string(), (out.string() + ".overlay"), std::to_string(size)});
+  auto overlay =
+      vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
+                     out.string(), (out.string() + ".overlay"), std::to_string(size)});
   if (!overlay) return Rejection{"storage_error", overlay.error().message};
   at(100);
   return size;

@@ -311,8 +311,9 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   }
   auto packages = fetch_packages(spec.packages, work, fetch);
   if (cancelled()) return finish(why_cancelled());
-  if (timed_out()) return finish("the build took longer than its limit of " +
-                                 std::to_string(cfg.template_build_timeout.count()) + " s");
+  if (timed_out())
+    return finish("the build took longer than its limit of " +
+                  std::to_string(cfg.template_build_timeout.count()) + " s");
   if (!packages) return finish(packages.error().message);
   progress->at("builder", 10);
   BuilderJob job;

@@ -41,7 +41,7 @@ struct BuildProgress {
   mutable std::mutex mu;
   std::condition_variable cv;
   static constexpr size_t kMaxLineBytes = 4096;  // a longer line is cut
-  std::string stage = "queued";  // queued, packages, builder, bake, ready | failed
+  std::string stage = "queued";                  // queued, packages, builder, bake, ready | failed
   int percent = 0;
   std::deque<std::string> lines;
   uint64_t first_line = 0;  // the number of lines.front() (lines dropped before it)

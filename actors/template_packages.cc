@@ -40,8 +40,8 @@ std::vector<std::string> apt_get(const fs::path& status, const fs::path& archive
 bool valid_deb_name(const std::string& n) {
   if (n.size() < 5 || n.size() > 255 || !n.ends_with(".deb") || n[0] == '.') return false;
   for (char c : n)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '+' || c == '-' || c == '_' || c == '~' || c == ':' || c == '%'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '+' || c == '-' || c == '_' || c == '~' || c == ':' || c == '%'))
       return false;
   return true;
 }
@@ -99,7 +99,8 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
   auto debs = work / "debs";
   fs::create_directories(debs / "partial", ec);
   fs::create_directories(how.cache, ec);
-  if (ec) return Rejection{"storage_error", "cannot make " + how.cache.string() + ": " + ec.message()};
+  if (ec)
+    return Rejection{"storage_error", "cannot make " + how.cache.string() + ": " + ec.message()};
   fs::permissions(how.cache, fs::perms::owner_all, ec);
   auto status = work / "dpkg-status";
   std::ofstream(status).flush();
@@ -112,8 +113,8 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
   auto args = apt_get(status, debs);
   args.insert(args.end(), {"--print-uris", "install"});
   args.insert(args.end(), packages.begin(), packages.end());
-  auto listed =
-      vmm::run_logged(args, {}, [&](const std::string& l) { lines.push_back(l); }, how.cancelled);
+  auto listed = vmm::run_logged(
+      args, {}, [&](const std::string& l) { lines.push_back(l); }, how.cancelled);
   if (!listed) {
     for (auto& l : lines) log(l);
     return apt_failed("resolving the packages failed (" + listed.error().message + ")", lines);
@@ -156,7 +157,8 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
         log(l);
       },
       how.cancelled);
-  if (!fetched) return apt_failed("downloading the packages failed (" + fetched.error().message + ")", lines);
+  if (!fetched)
+    return apt_failed("downloading the packages failed (" + fetched.error().message + ")", lines);
   fs::remove_all(debs / "partial", ec);
   for (auto& f : files) {
     if (!fs::is_regular_file(debs / f, ec))
@@ -175,7 +177,8 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
 
   // An ext4 image of them: room for the files, their blocks and the file system's own.
   out.image = work / "packages.img";
-  uint64_t mib = (out.deb_bytes + out.deb_bytes / 8 + (uint64_t(files.size()) << 13)) / (1 << 20) + 16;
+  uint64_t mib =
+      (out.deb_bytes + out.deb_bytes / 8 + (uint64_t(files.size()) << 13)) / (1 << 20) + 16;
   {
     std::ofstream f(out.image, std::ios::binary);
     if (!f) return Rejection{"storage_error", "cannot create " + out.image.string()};

@@ -48,7 +48,8 @@ std::vector<Route> quota_routes() {
               spdlog::info("gateway: quotas of tenant {} set by key {}", tenant, c.key.id);
               return json_reply(200, quotas_reply(tenant, q, std::nullopt));
             }),
-      route(M::DELETE, "/v1/quotas/{tenant}", "Forget a tenant's own quotas: the defaults apply (admin)",
+      route(M::DELETE, "/v1/quotas/{tenant}",
+            "Forget a tenant's own quotas: the defaults apply (admin)",
             [](Call& c) {
               admin_only(c);
               auto tenant = c.r.param("tenant");

@@ -60,7 +60,8 @@ Result<Header> read_header(int fd, const std::string& name) {
 Result<uint64_t> virtual_size(const std::filesystem::path& image) {
   int fd = ::open(image.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return make_error(ErrorCode::io_error, "cannot open " + image.string() + ": " + strerror(errno));
+    return make_error(ErrorCode::io_error,
+                      "cannot open " + image.string() + ": " + strerror(errno));
   auto header = read_header(fd, image.string());
   unsigned char size[8];
   bool read = ::pread(fd, size, sizeof size, 24) == ssize_t(sizeof size);

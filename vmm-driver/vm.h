@@ -55,7 +55,7 @@ struct VmConfig {
   // Where its disk overlays live: a folder on a real disk (created and removed with the Vm), so
   // guest disk writes are not host RAM (the run folder is on tmpfs); empty = run_dir.
   std::filesystem::path disk_dir;
-  std::filesystem::path kernel;   // uncompressed vmlinux (PVH)
+  std::filesystem::path kernel;  // uncompressed vmlinux (PVH)
   std::filesystem::path initramfs;
   std::filesystem::path rootfs;  // base qcow2; each Vm writes to its own overlay on it
   unsigned vcpus = 1;
@@ -93,8 +93,6 @@ struct VmConfig {
 std::vector<std::string> qemu_args(const VmConfig& config, bool incoming = false,
                                    bool spare = false);
 inline std::vector<std::string> qemu_boot_args(const VmConfig& config) { return qemu_args(config); }
-
-
 
 // Host TSC frequency in kHz from /proc/cpuinfo (0 when unknown).
 unsigned host_tsc_khz();
