@@ -241,6 +241,12 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
         unwatch_vm(*self->state.env, h);
         h.cancel_calls();
         std::unique_lock l(h.mu);
+        // A graceful end: what the guest wrote to its volumes reaches their files (a guest that
+        // does not sync within 2 s loses what it had not written, as a crash would).
+        if (h.vm)
+          if (auto synced = h.vm->sync_volumes(std::chrono::seconds(2)); !synced)
+            spdlog::info("worker {}: ending without a volume sync: {}", self->state.id,
+                         synced.error().message);
         h.vm.reset();
         return WorkerResult{};
       },

@@ -97,6 +97,20 @@ Result<LiveRecord> parse_live_record(std::string_view text) {
       rec.cgroups.push_back(g.as_string());
     }
   }
+  if (!r["volumes"].is_null()) {
+    if (!r["volumes"].is_array() || r["volumes"].as_array().size() > 64) return bad("volumes");
+    for (auto& x : r["volumes"].as_array()) {
+      LiveRecord::Volume vol;
+      if (!x.is_object() || !x["slot"].is_integer() || x["slot"].as_int() < 0 ||
+          x["slot"].as_int() > 63 || !x["file"].is_string() ||
+          !clean_absolute(x["file"].as_string(), 2))
+        return bad("a volume is not a slot and an absolute file");
+      vol.slot = uint32_t(x["slot"].as_int());
+      vol.file = x["file"].as_string();
+      vol.read_only = x["read_only"].is_bool() && x["read_only"].as_bool();
+      rec.volumes.push_back(std::move(vol));
+    }
+  }
   return rec;
 }
 

@@ -28,6 +28,14 @@ struct LiveRecord {
   std::string disk_dir;        // "" or an absolute path without "." or ".." segments
   bool cgroup_v2 = false;
   std::vector<std::string> cgroups;  // ours: absolute, under /sys/fs/cgroup/, a pandastack/ folder
+  // The volume files bound to its slots (Vm::bind_volumes): an adopted VM snapshots and forks
+  // them like any other. Only opened (by root, O_NOFOLLOW, a regular file), never removed.
+  struct Volume {
+    uint32_t slot = 0;
+    std::string file;  // absolute, no "." / ".." segments
+    bool read_only = false;
+  };
+  std::vector<Volume> volumes;
 };
 
 // Parses and checks a record's text (at most 1 MiB). invalid_argument with the reason otherwise.

@@ -67,5 +67,37 @@ TEST(LiveRecord, PathsThatWouldRemoveOrKillTheWrongThingAreRefused) {
   EXPECT_FALSE(parse_live_record(std::string(2 << 20, ' ')));
 }
 
+// An adopted VM's volumes come from its record (exploratory test 3 #3: without them its forks
+// and snapshots left the volumes out).
+TEST(LiveRecord, VolumeBindingsRoundTripAndBadOnesAreRefused) {
+  auto with_volume = [](Json v) {
+    Json j = good();
+    Json list = Json::array();
+    list.push(std::move(v));
+    j.set("volumes", list);
+    return parse_live_record(j.dump());
+  };
+  auto vol = [](Json slot, Json file, bool ro) {
+    Json v = Json::object();
+    v.set("slot", std::move(slot));
+    v.set("file", std::move(file));
+    v.set("read_only", ro);
+    return v;
+  };
+  auto r = with_volume(vol(2, "/var/lib/ps/volumes/vol_a/data.img", true));
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->volumes.size(), 1u);
+  EXPECT_EQ(r->volumes[0].slot, 2u);
+  EXPECT_EQ(r->volumes[0].file, "/var/lib/ps/volumes/vol_a/data.img");
+  EXPECT_TRUE(r->volumes[0].read_only);
+  EXPECT_TRUE(parse_live_record(good().dump())->volumes.empty());  // older records: none
+  for (const char* f : {"", "relative/v.img", "/v", "/var/../etc/shadow"})
+    EXPECT_FALSE(with_volume(vol(0, f, false))) << f;
+  EXPECT_FALSE(with_volume(vol(-1, "/a/b", false)));
+  EXPECT_FALSE(with_volume(vol(64, "/a/b", false)));
+  EXPECT_FALSE(with_volume(vol("0", "/a/b", false)));
+  EXPECT_FALSE(with_volume(Json("/a/b")));
+}
+
 }  // namespace
 }  // namespace pandastack::vmm

@@ -740,6 +740,15 @@ Status Vm::save_record() const {
     for (auto& d : cgroup_->dirs()) groups.push(d.string());
   j.set("cgroup_v2", cgroup_ ? cgroup_->v2() : false);
   j.set("cgroups", groups);
+  Json volumes = Json::array();
+  for (auto& v : bound_) {
+    Json x = Json::object();
+    x.set("slot", int64_t(v.slot));
+    x.set("file", v.file.string());
+    x.set("read_only", v.read_only);
+    volumes.push(x);
+  }
+  j.set("volumes", volumes);
   auto tmp = config_.run_dir / "vm.json.tmp";
   {
     // Never through a symlink, never readable by others: the record decides what recovery kills.
@@ -796,6 +805,11 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   vm->active_overlay_ = vm->disks() / r.active_overlay;
   std::vector<fs::path> groups(r.cgroups.begin(), r.cgroups.end());
   vm->cgroup_ = Cgroup::adopt(r.cgroup_v2, std::move(groups));
+  for (auto& v : r.volumes) {
+    if (v.slot >= kVolumeSlots) continue;
+    vm->bound_.push_back(VolumeBinding{v.slot, v.file, v.read_only});
+  }
+  vm->config_.volumes = vm->bound_;
   if (vm->pid_ <= 0 || !vm->alive()) {
     vm->pid_ = -1;  // nothing to kill; ~Vm cleans the folder
     return make_error(ErrorCode::not_found, "the VM of " + run_dir.string() + " is gone");

@@ -131,6 +131,8 @@ class Vm {
   // connection and session) and sent them once more.
   Status personalize();
   static constexpr std::chrono::milliseconds kPersonalizeWait{10000};
+  // How long hibernate waits for the guest's volume sync (sync_volumes).
+  static constexpr std::chrono::milliseconds kHibernateSync{30000};
   // How often personalize() had to reconnect (a test reads it).
   int personalize_retries() const { return personalize_retries_; }
 
@@ -157,6 +159,11 @@ class Vm {
   void set_volumes(std::vector<VolumeBinding> volumes) { config_.volumes = std::move(volumes); }
   // Slots bound so far.
   const std::vector<VolumeBinding>& bound_volumes() const { return bound_; }
+  // With a read-write volume bound: the guest writes its dirty pages out (`sync`) so that the
+  // volume files hold what the guest has written. Hibernate does it first (a volume snapshot of
+  // a hibernated sandbox copies the file); so does a sandbox's graceful end. Ok at once with no
+  // read-write volume; an error when the guest does not finish within `timeout`.
+  Status sync_volumes(std::chrono::milliseconds timeout);
 
   // Freezes the running guest into a new snapshot at `dir` (memory + disk) and lets it run on.
   // The guest pauses while its device state is saved and its RAM file copied.

@@ -533,6 +533,12 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   auto made = new_snapshot(dir, disk_dir);
   if (!made) return made.error();
   Snapshot snap = *made;
+  // What the guest wrote to its volumes is in its page cache: out to the files first, so that a
+  // volume snapshot taken while it sleeps (a copy of the file) holds it. A guest that does not
+  // finish still hibernates (its memory image has the pages; a later wake writes them).
+  if (auto synced = sync_volumes(kHibernateSync); !synced)
+    spdlog::warn("vm {}: hibernating without a volume sync: {}", config_.name,
+                 synced.error().message);
   // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
   bool ended = agent_ && agent_->end_session();
   Status st = simple(*qmp_, "stop");

@@ -26,6 +26,7 @@ using std::chrono::steady_clock;
 Status Vm::bind_volumes(const std::vector<VolumeBinding>& volumes) {
   using wire::Json;
   auto t0 = steady_clock::now();
+  size_t before = bound_.size();
   for (auto& v : volumes) {
     if (v.slot >= kVolumeSlots)
       return make_error(ErrorCode::invalid_argument, "no volume slot " + std::to_string(v.slot));
@@ -122,6 +123,25 @@ Status Vm::bind_volumes(const std::vector<VolumeBinding>& volumes) {
     spdlog::debug("vm {}: volume slot {} bound in {} us", config_.name, v.slot,
                   duration_cast<microseconds>(steady_clock::now() - t0).count());
   }
+  // An adopting host must know them (snapshots and forks copy them): on record at once.
+  if (bound_.size() != before && !config_.die_with_parent) return save_record();
+  return Ok{};
+}
+
+Status Vm::sync_volumes(std::chrono::milliseconds timeout) {
+  bool writable = std::any_of(bound_.begin(), bound_.end(), [](auto& v) { return !v.read_only; });
+  if (!writable || !agent_ || !alive()) return Ok{};
+  ExecRequest sync;
+  sync.argv = {"sync"};
+  sync.timeout_ms = uint32_t(timeout.count());
+  auto t0 = steady_clock::now();
+  auto r = agent_->exec(sync);
+  if (!r) return make_error(r.error().code, "sync in the guest: " + r.error().message);
+  if (r->timed_out || r->exit_code != 0)
+    return make_error(ErrorCode::timeout, "sync in the guest did not finish within " +
+                                              std::to_string(timeout.count()) + " ms");
+  spdlog::debug("vm {}: guest sync for its volumes in {} us", config_.name,
+                duration_cast<microseconds>(steady_clock::now() - t0).count());
   return Ok{};
 }
 

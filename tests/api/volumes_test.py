@@ -127,12 +127,24 @@ class VolumeTest(unittest.TestCase):
                              {"persistent": True, "volumes": [{"volume": v["id"], "mount": "/data"}]})
         self.assertEqual(s, 201, b)
         sid = b["id"]
-        self.sh(sid, "echo before > /data/f && sync")
+        self.sh(sid, "echo before > /data/f")  # not synced: hibernate writes it out
         self.assertEqual(self.api.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})[0], 200)
-        # Still held while hibernated; its file is still, so it can be snapshotted.
+        # Still held while hibernated; its file is still, so it can be snapshotted, and the copy
+        # has what the guest wrote (exploratory test 3 #4).
         self.assertError(self.api.call("DELETE", f"/v1/volumes/{v['id']}"), 409, "volume_attached")
         s, snap = self.api.call("POST", f"/v1/volumes/{v['id']}/snapshots", {})
         self.assertEqual(s, 201, snap)
+        s, copy = self.api.call("POST", "/v1/volumes", {"from_snapshot": snap["id"]})
+        self.assertEqual(s, 201, copy)
+        reader = self.sandbox({"volume": copy["id"], "mount": "/data"})
+        self.assertEqual(self.sh(reader, "cat /data/f"), "before\n")
+        # A graceful kill writes the guest's volume pages out too (#20): the next holder sees them.
+        self.sh(reader, "echo unsynced > /data/g")
+        self.api.call("DELETE", f"/v1/sandboxes/{reader}")
+        reader = self.sandbox({"volume": copy["id"], "mount": "/data"})
+        self.assertEqual(self.sh(reader, "cat /data/g"), "unsynced\n")
+        self.api.call("DELETE", f"/v1/sandboxes/{reader}")
+        self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{copy['id']}")[0], 204)
         self.assertEqual(self.api.call("POST", f"/v1/sandboxes/{sid}/wake", {})[0], 200)
         self.assertEqual(self.sh(sid, "cat /data/f; echo after >> /data/f; sync; cat /data/f"),
                          "before\nbefore\nafter\n")
@@ -378,6 +390,25 @@ class VolumeTest(unittest.TestCase):
         self.api = self.__class__.api
         # The sandbox was re-adopted with its volume; after it ends the data is on the volume.
         self.assertEqual(self.sh(sid, "cat /data/f"), "durable\n")
+        # The adopted VM forks and snapshots its volume like any other (exploratory test 3 #3:
+        # the fork failed and the snapshot left the volume out).
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1})
+        self.assertEqual(s, 201, b)
+        child = b["sandboxes"][0]["id"]
+        self.assertEqual(self.sh(child, "cat /data/f"), "durable\n")
+        s, b = self.api.call("POST", f"/v1/sandboxes/{sid}/snapshots", {})
+        self.assertEqual(s, 201, b)
+        snap = b["snapshot_id"]
+        mine = self.volume_of(child, "/data")["volume"]
+        self.api.call("DELETE", f"/v1/sandboxes/{child}")
+        self.api.call("DELETE", f"/v1/volumes/{mine}")
+        s, b = self.api.call("POST", "/v1/sandboxes", {"from_snapshot": snap})
+        self.assertEqual(s, 201, b)
+        self.assertEqual(self.sh(b["id"], "cat /data/f"), "durable\n")
+        copy = self.volume_of(b["id"], "/data")["volume"]
+        self.api.call("DELETE", f"/v1/sandboxes/{b['id']}")
+        self.api.call("DELETE", f"/v1/volumes/{copy}")
+        self.assertEqual(self.api.call("DELETE", f"/v1/snapshots/{snap}")[0], 204)
         self.api.call("DELETE", f"/v1/sandboxes/{sid}")
         s, got = self.api.call("GET", f"/v1/volumes/{v['id']}")
         self.assertEqual(got["attachments"], [])
