@@ -38,10 +38,19 @@ const char* to_string(DatabaseEvent::Kind k) {
   return "?";
 }
 
+const char* const kDatabaseNameRule =
+    "a database name is 1-63 of a-z, 0-9 and '_', starting with a letter, and not one PostgreSQL "
+    "keeps for itself (pg_*, postgres, template0, template1, public, none, current_user, "
+    "current_role, session_user)";
+
 bool valid_database_name(const std::string& n) {
   if (n.empty() || n.size() > 63 || !(n[0] >= 'a' && n[0] <= 'z')) return false;
   for (char c : n)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  if (n.rfind("pg_", 0) == 0) return false;
+  for (const char* kept : {"postgres", "template0", "template1", "public", "none", "current_user",
+                           "current_role", "session_user"})
+    if (n == kept) return false;
   return true;
 }
 
@@ -68,9 +77,7 @@ struct Decider {
   DatabaseDecision operator()(const dbcmd::Create& c) const {
     if (s.status != DatabaseStatus::none)
       return Rejection{"invalid_state", "database " + s.id + " exists"};
-    if (!valid_database_name(c.name))
-      return Rejection{"invalid_argument",
-                       "a database name is 1-63 of a-z, 0-9 and '_', starting with a letter"};
+    if (!valid_database_name(c.name)) return Rejection{"invalid_argument", kDatabaseNameRule};
     if (auto r = check_metadata(c.metadata, limits)) return *r;
     if (c.sandbox.empty() || c.user.empty() || c.database.empty())
       return Rejection{"invalid_argument", "a database needs its sandbox, user and database"};

@@ -90,9 +90,11 @@ using DatabaseCommand =
                  dbcmd::Backup, dbcmd::DeleteBackup>;
 using DatabaseDecision = std::variant<std::vector<DatabaseEvent>, Rejection>;
 
-// A valid database name: 1-63 of a-z, 0-9 and '_', starting with a letter (it names the
-// PostgreSQL database and role too, unquoted).
+// A valid database name: 1-63 of a-z, 0-9 and '_', starting with a letter, and none of the
+// names PostgreSQL keeps for itself (pg_*, postgres, template0/1, public, none and the
+// current_*/session_user role words). It names the database and its role (quoted in SQL).
 bool valid_database_name(const std::string& name);
+extern const char* const kDatabaseNameRule;  // the sentence a refusal says
 
 // The refusal of a backup beyond kMaxBackupsPerDatabase (`kept` already): decide's, and the
 // runtime's before it spends a dump on one.

@@ -35,6 +35,12 @@ TEST(Database, NamesAreSafeIdentifiers) {
        {std::string(), std::string("Shop"), std::string("2shop"), std::string("a-b"),
         std::string("a b"), std::string("x;drop"), std::string(64, 'a')})
     EXPECT_FALSE(valid_database_name(bad)) << bad;
+  // PostgreSQL's own names fail at once, not after a whole create (exploratory test 3 #8).
+  for (std::string kept : {"postgres", "template0", "template1", "pg_x", "public", "none",
+                           "current_user", "session_user"})
+    EXPECT_FALSE(valid_database_name(kept)) << kept;
+  for (std::string keyword : {"user", "select", "table", "pgx", "postgres2"})  // quoted in SQL
+    EXPECT_TRUE(valid_database_name(keyword)) << keyword;
   DatabaseState s;
   s.id = "db_a";
   EXPECT_EQ(refusal(s, create("bad name")), "invalid_argument");

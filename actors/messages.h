@@ -142,6 +142,7 @@ using dbadopt_atom = caf::atom_constant<caf::atom("dbadopt")>;
 using dbinfo_atom = caf::atom_constant<caf::atom("dbinfo")>;
 using volremove_atom = caf::atom_constant<caf::atom("volremove")>;
 using import_atom = caf::atom_constant<caf::atom("import")>;
+using unfork_atom = caf::atom_constant<caf::atom("unfork")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 // Appends `events` to `stream` (expected at `version`) and tells `me` when they are on disk:

@@ -120,8 +120,33 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
   return rp;
 }
 
+// Undoes children of a fork that did not happen (one of them failed, or the parent ended
+// meanwhile): each is killed, then its read-write volumes (copies made for it) are detached and
+// deleted, files too. Nothing of a cancelled fork stays (exploratory test 3 #6).
+void unfork(RegistrySelf* self, const std::vector<std::string>& kids) {
+  for (auto& kid : kids) {
+    auto a = self->state.actors.find(kid);
+    auto i = self->state.infos.find(kid);
+    if (a == self->state.actors.end() || i == self->state.infos.end()) continue;
+    std::vector<SandboxVolume> own;
+    for (auto& v : i->second.volumes)
+      if (!v.read_only) own.push_back(v);
+    auto undo_volumes = [self, kid, own] {
+      if (own.empty()) return;
+      registry_volumes::detach(self, kid, own, "fork_cancelled", [self, own] {
+        std::vector<std::string> ids;
+        for (auto& v : own) ids.push_back(v.volume);
+        registry_volumes::discard(self, ids);
+      });
+    };
+    self->request(a->second, caf::infinite, cmd_atom::value, Command{cmd::Kill{}})
+        .then([undo_volumes](Answer) { undo_volumes(); },
+              [undo_volumes](const caf::error&) { undo_volumes(); });
+  }
+}
+
 // Creates one sandbox per id of `ids` ("" = a new id) with `make(index, id, then)`; all or nothing:
-// when one fails, the others that started are killed.
+// when one fails, the others that started are undone (unfork).
 template <typename Make>
 caf::result<Answer> create_all(RegistrySelf* self, std::vector<std::string> ids, Make make) {
   auto rp = self->make_response_promise();
@@ -139,9 +164,9 @@ caf::result<Answer> create_all(RegistrySelf* self, std::vector<std::string> ids,
         col->error = ans.error;
       if (--col->left > 0) return;
       if (col->error) {
-        for (auto& kid : col->infos)
-          if (auto a = self->state.actors.find(kid.id); a != self->state.actors.end())
-            caf::anon_send(a->second, cmd_atom::value, Command{cmd::Kill{}});
+        std::vector<std::string> kids;
+        for (auto& kid : col->infos) kids.push_back(kid.id);
+        unfork(self, kids);
         return rp.deliver(Answer::fail(*col->error));
       }
       Answer a;
@@ -419,6 +444,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
                           i + 1 == fr.count, then);
             });
       },
+      [=](unfork_atom, std::vector<std::string> kids) { unfork(self, kids); },
       [=](import_atom, ImportRequest ir) -> caf::result<Answer> {
         for (auto& id : ir.ids) {
           if (id.empty()) continue;

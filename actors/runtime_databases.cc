@@ -42,17 +42,21 @@ std::string new_password() {
 
 // Runs SQL as the server's superuser (peer login in the guest), the statements on psql's stdin:
 // nothing of it is in the exec's recorded command line.
+// `secret`: text of `sql` (a password) that a refusal's message never shows.
 Reply<bool> run_sql(Runtime& rt, const std::string& tenant, const std::string& sandbox,
-                    const std::string& sql) {
+                    const std::string& sql, const std::string& secret = "") {
   vmm::ExecRequest r;
   r.argv = {"runuser", "-u", "postgres", "--", "psql", "-v", "ON_ERROR_STOP=1", "-qAt"};
   r.stdin_data = sql;
   r.timeout_ms = 120000;
   auto x = rt.exec(tenant, sandbox, r);
   if (!x) return x.error();
-  if (x->exit_code != 0)
-    return Rejection{"start_failed",
-                     "the database server refused: " + x->stderr_data.substr(0, 500)};
+  if (x->exit_code != 0) {
+    std::string why = x->stderr_data.substr(0, 500);
+    for (size_t at; !secret.empty() && (at = why.find(secret)) != std::string::npos;)
+      why.replace(at, secret.size(), "<password>");
+    return Rejection{"start_failed", "the database server refused: " + why};
+  }
   return true;
 }
 
@@ -194,9 +198,7 @@ std::string DatabaseInfo::connection_uri() const {
 
 Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
   const auto& cfg = impl_->env->config;
-  if (!valid_database_name(request.name))
-    return Rejection{"invalid_argument",
-                     "a database name is 1-63 of a-z, 0-9 and '_', starting with a letter"};
+  if (!valid_database_name(request.name)) return Rejection{"invalid_argument", kDatabaseNameRule};
   if (auto r = check_metadata(request.metadata, cfg.limits)) return *r;
   fs::path dump;
   if (!request.from_backup.empty()) {
@@ -231,9 +233,10 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
   std::string password = new_password();
   // The role and database share the database's name; a superuser-free owner.
   auto made = run_sql(*this, request.tenant, sbx->id,
-                      "CREATE ROLE " + request.name + " LOGIN PASSWORD '" + password +
-                          "';\nCREATE DATABASE " + request.name + " OWNER " + request.name +
-                          ";\nREVOKE CONNECT ON DATABASE postgres FROM PUBLIC;\n");
+                      "CREATE ROLE \"" + request.name + "\" LOGIN PASSWORD '" + password +
+                          "';\nCREATE DATABASE \"" + request.name + "\" OWNER \"" + request.name +
+                          "\";\nREVOKE CONNECT ON DATABASE postgres FROM PUBLIC;\n",
+                      password);
   if (!made) {
     undo();
     return made.error();

@@ -256,10 +256,11 @@ void effect(SandboxSelf* self, const Event& e) {
                               st.fork_in_flight = false;
                               if (a.ok && st.s.status != Status::forking) {
                                 // Killed (or failed) meanwhile: the fork is cancelled and its
-                                // children must not outlive it, unknown to anyone.
-                                for (auto& kid : a.infos)
-                                  caf::anon_send(st.registry, route_atom::value, st.s.tenant,
-                                                 kid.id, Command{cmd::Kill{}});
+                                // children (and their volume copies) must not outlive it,
+                                // unknown to anyone.
+                                std::vector<std::string> kids;
+                                for (auto& kid : a.infos) kids.push_back(kid.id);
+                                caf::anon_send(st.registry, unfork_atom::value, std::move(kids));
                                 return done();
                               }
                               if (!a.ok) {

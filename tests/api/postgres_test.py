@@ -215,8 +215,10 @@ class PostgresTemplateTest(unittest.TestCase):
         self.assertEqual((a["status"], a["user"], a["database"], a["port"] > 0),
                          ("running", "shop", "shop", True), a)
         self.assertIn(":" + a["password"] + "@", a["connection_uri"])
-        s, b = self.api.call("POST", "/v1/databases", {"name": "shop"})
+        # A SQL keyword is a name like any other (quoted in SQL; exploratory test 3 #8).
+        s, b = self.api.call("POST", "/v1/databases", {"name": "user"})
         self.assertEqual(s, 201, b)
+        self.assertEqual((b["user"], b["database"]), ("user", "user"), b)
         self.assertNotEqual(a["password"], b["password"])
         # GET never shows the password again.
         s, got = self.api.call("GET", f"/v1/databases/{a['id']}")
@@ -276,6 +278,10 @@ class PostgresTemplateTest(unittest.TestCase):
         self.assertError(self.api.call("POST", "/v1/databases", {"name": "Bad-Name"}), 400,
                          "invalid_argument")
         self.assertError(self.api.call("POST", "/v1/databases", {}), 400, "invalid_argument")
+        # PostgreSQL's own names: refused before anything starts.
+        for kept in ("postgres", "pg_x", "template1", "public"):
+            self.assertError(self.api.call("POST", "/v1/databases", {"name": kept}), 400,
+                             "invalid_argument")
         self.assertError(self.api.call("GET", "/v1/databases/db_aaaaaaaaaaaaaaaa"), 404,
                          "database_not_found")
         self.assertError(self.api.call("GET", f"/v1/databases/{a['id']}/logs?lines=0"), 400,

@@ -194,6 +194,40 @@ class VolumeTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.data, "volumes",
                                                      mine["volume"] + ".img")))
 
+    def test_a_fork_cancelled_by_its_parents_end_leaves_no_volume_copies(self):
+        # Exploratory test 3 #6: the parent killed while it forks; whatever the race's outcome,
+        # every copy left belongs to a running child.
+        import threading
+        for delay in (0.1, 0.3, 0.6):
+            v = self.volume()
+            p = self.sandbox({"volume": v["id"], "mount": "/data"})
+            self.sh(p, "head -c 20000000 /dev/urandom > /data/blob && sync")
+            answer = {}
+
+            def fork():
+                answer["r"] = self.api.call("POST", f"/v1/sandboxes/{p}/fork", {"count": 2})
+            t = threading.Thread(target=fork)
+            t.start()
+            time.sleep(delay)
+            self.api.call("DELETE", f"/v1/sandboxes/{p}")
+            t.join()
+            deadline = time.monotonic() + 30
+            while True:
+                vols = self.api.call("GET", "/v1/volumes")[1]["volumes"]
+                copies = [x for x in vols if x.get("origin", "").startswith(f"fork:{p}:")]
+                running = {x["id"] for x in
+                           self.api.call("GET", "/v1/sandboxes?state=running")[1]["sandboxes"]}
+                stray = [x["id"] for x in copies
+                         if not any(a["sandbox"] in running for a in x["attachments"])]
+                if not stray or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(stray, [], (delay, answer, copies))
+            files = set(os.listdir(os.path.join(self.data, "volumes")))
+            for x in stray:
+                self.assertNotIn(x + ".img", files)
+            self.tearDown()
+
     def test_sandboxes_from_a_snapshot_get_copies_of_its_volumes(self):
         v = self.volume()
         p = self.sandbox({"volume": v["id"], "mount": "/data"})

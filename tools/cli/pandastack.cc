@@ -383,7 +383,7 @@ const Tool
                  "connection_uri=postgresql://user:password@host:port/name: the password is shown "
                  "only "
                  "this once.",
-                 R"J({"type":"object","properties":{"name":{"type":"string","description":"1-63 of a-z, 0-9 and _, starting with a letter: the database's and its user's name"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"required":["name"],"additionalProperties":false})J"},
+                 R"J({"type":"object","properties":{"name":{"type":"string","description":"1-63 of a-z, 0-9 and _, starting with a letter, not pg_* or postgres, template0, template1, public: the database's and its user's name"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"required":["name"],"additionalProperties":false})J"},
                 {"kill_sandbox", "Stop a sandbox and release it.",
                  R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
 };
