@@ -352,6 +352,15 @@ class FindingsTest(unittest.TestCase):
             self.assertEqual(sbx.exec("/workspace/run.sh").stdout, "ran\n")
             big = sbx.exec("head -c 17000000 /dev/zero | tr '\\0' a")
             self.assertEqual((len(big.stdout_bytes), big.stdout_truncated), (16 << 20, True))
+            # Bodies over the server's limits are reported as such, not as a connection reset
+            # (exploratory test 3 #9): the daemon reads what the client sends before it reads.
+            with self.assertRaises(pandastack.PayloadTooLarge) as e:
+                sbx.exec("wc -c", stdin=b"x" * (10 << 20))
+            self.assertEqual(e.exception.code, "body_too_large")
+            with self.assertRaises(pandastack.PayloadTooLarge) as e:
+                sbx.files.write("/workspace/big.bin", b"\0" * ((64 << 20) + 1))
+            self.assertEqual(e.exception.code, "file_too_large")
+            self.assertEqual(sbx.exec("echo alive").stdout, "alive\n")
 
     def test_http_timeouts_follow_the_command(self):
         # A client whose default timeout is 1 s still waits for a 3 s command (it said 10 s).
