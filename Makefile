@@ -86,7 +86,7 @@ bench: build guest-base
 # Chaos: rounds of 20 clients doing random lifecycle operations (QEMUs killed from the host among
 # them), the daemon SIGKILLed at a random moment and restarted, everything checked after each
 # (tests/crash/chaos_test.py). ROUNDS=50; `make test` runs 3 (ctest chaos).
-test-chaos: build guest-base
+test-chaos: build guest
 	PANDASTACK_IMAGES=$(IMAGES) $(PYTHON) tests/crash/chaos_test.py --daemon $(BUILD)/bin/pandastackd \
 	  --cli $(BUILD)/bin/pandastack --rounds $(or $(ROUNDS),50)
 

@@ -120,25 +120,30 @@ caf::result<Answer> create_in(RegistrySelf* self, CreateRequest req, std::string
   return rp;
 }
 
-// Undoes children of a fork that did not happen (one of them failed, or the parent ended
-// meanwhile): each is killed, then its read-write volumes (copies made for it) are detached and
-// deleted, files too. Nothing of a cancelled fork stays (exploratory test 3 #6).
+// Undoes sandboxes that must not be: children of a fork that did not happen (one of them
+// failed, or the parent ended meanwhile; exploratory test 3 #6), a database's sandbox that no
+// database names (after a restart). Each is killed, then its read-write volumes (made for it)
+// are detached and deleted, files too (a volume attached elsewhere meanwhile refuses that).
 void unfork(RegistrySelf* self, const std::vector<std::string>& kids) {
   for (auto& kid : kids) {
-    auto a = self->state.actors.find(kid);
     auto i = self->state.infos.find(kid);
-    if (a == self->state.actors.end() || i == self->state.infos.end()) continue;
+    if (i == self->state.infos.end()) continue;
     std::vector<SandboxVolume> own;
     for (auto& v : i->second.volumes)
       if (!v.read_only) own.push_back(v);
     auto undo_volumes = [self, kid, own] {
       if (own.empty()) return;
-      registry_volumes::detach(self, kid, own, "fork_cancelled", [self, own] {
+      registry_volumes::detach(self, kid, own, "sandbox_undone", [self, own] {
         std::vector<std::string> ids;
         for (auto& v : own) ids.push_back(v.volume);
         registry_volumes::discard(self, ids);
       });
     };
+    auto a = self->state.actors.find(kid);
+    if (a == self->state.actors.end()) {  // ended already: its volumes only
+      undo_volumes();
+      continue;
+    }
     self->request(a->second, caf::infinite, cmd_atom::value, Command{cmd::Kill{}})
         .then([undo_volumes](Answer) { undo_volumes(); },
               [undo_volumes](const caf::error&) { undo_volumes(); });

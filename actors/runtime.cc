@@ -162,6 +162,28 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   // After the sandboxes: attachments to sandboxes that ended are let go.
   for (auto& v : recovered->volumes) caf::anon_send(impl->registry, voladopt_atom::value, v);
   for (auto& d : recovered->databases) caf::anon_send(impl->registry, dbadopt_atom::value, d);
+  // A database's sandbox that no database names (a create cut short before its record, a delete
+  // cut short after it) goes, with its data volume: nothing runs or holds disk for nobody.
+  std::set<std::string> databases;
+  for (auto& d : recovered->databases)
+    if (d.status != DatabaseStatus::deleted) databases.insert(d.id);
+  std::set<std::string> volumes;
+  for (auto& v : recovered->volumes)
+    if (v.status == VolumeStatus::available) volumes.insert(v.id);
+  std::vector<std::string> orphans;
+  for (auto& s : recovered->sandboxes) {
+    auto m = s.metadata.find(kDatabaseKey);
+    if (m == s.metadata.end() || databases.count(m->second)) continue;
+    bool ended = s.status == Status::stopped || s.status == Status::failed;
+    bool holds = std::any_of(s.volumes.begin(), s.volumes.end(),
+                             [&](auto& v) { return volumes.count(v.volume) > 0; });
+    if (!ended || holds) orphans.push_back(s.id);
+  }
+  if (!orphans.empty()) {
+    spdlog::info("runtime: {} database sandbox(es) without a database go, with their volumes",
+                 orphans.size());
+    caf::anon_send(impl->registry, unfork_atom::value, orphans);
+  }
   spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots); adopting {} VMs",
                recovered->sandboxes.size(), (config.data_dir / "store").string(),
                recovered->from_snapshots, recovered->to_adopt.size());

@@ -12,7 +12,15 @@ moment and started again on the same data. After every restart:
   - a sandbox whose QEMU was killed is failed with a reason (or ended as a racing transition said:
     then it answers like any other);
   - no QEMU, run folder, cgroup, network namespace, snapshot or hibernation folder exists that no
-    live sandbox (or pool) names.
+    live sandbox (or pool) names;
+  - volumes: every attachment names a live sandbox; a running holder reads the token it synced
+    to the volume; a volume whose holder ended keeps its token (the next sandbox reads it); every
+    acknowledged volume snapshot is listed; every volume's file exists and no file lacks a
+    volume;
+  - databases (at most two, created, written to, hibernated and woken by the clients): one that
+    says `running` has a port and answers with every row whose insert was acknowledged; a
+    hibernated one wakes and does the same; a failed one has a reason (never `running` without
+    a server).
 
 Usage: chaos_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--rounds N]
   [--seed S] [--verbose]   (CHAOS_SEED, CHAOS_ROUNDS: the same from the environment)
@@ -33,6 +41,8 @@ import threading
 import time
 import unittest
 import urllib.request
+
+import psycopg2  # Debian's python3-psycopg2
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 import harness  # noqa: E402
@@ -57,6 +67,11 @@ class Ledger:
         self.failed_after_kill = 0
         self.acked = 0
         self.statuses = {}  # (op, status) -> count: what the rounds met
+        self.volumes = {}    # volume id -> {"sid": holder or None, "mark": synced token or None}
+        self.vsnaps = {}     # volume snapshot id -> volume id
+        self.dbs = {}        # database id -> {"password", "user", "rows": acknowledged tokens}
+        self.db_busy = set()  # databases a client is creating or using (one client each)
+        self.violations = []  # what a client saw that must never be
 
 
 class Client(threading.Thread):
@@ -73,15 +88,17 @@ class Client(threading.Thread):
     def run(self):
         ops = ["create"] * 3 + ["exec"] * 4 + ["file"] * 2 + ["snapshot", "fork", "hibernate",
                                                                   "wake", "wake", "kill", "port",
-                                                                  "egress", "qemu_kill"]
+                                                                  "egress", "qemu_kill", "volume",
+                                                                  "volume", "volume_snapshot",
+                                                                  "database"]
         while not self.stop.is_set():
             op = self.rng.choice(ops)
             with self.l.mu:
                 crowded = len(self.l.live) >= MAX_LIVE
-            if op in ("create", "fork") and crowded:
+            if op in ("create", "fork", "volume") and crowded:
                 op = "kill"
             sid = self.pick()
-            if op != "create" and sid is None:
+            if op not in ("create", "volume", "database") and sid is None:
                 op = "create"
             self.last = None
             try:
@@ -156,6 +173,9 @@ class Client(threading.Thread):
                 with l.mu:
                     l.killed.add(sid)
                     l.live.discard(sid)
+                    for v in l.volumes.values():
+                        if v["sid"] == sid:
+                            v["sid"] = None
                 self.ack()
         elif op == "port":
             if self.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 8000})[0] in (200, 201):
@@ -178,10 +198,127 @@ class Client(threading.Thread):
                         l.qemu_killed.add(sid)
                     self.last = "qemu killed"
                     break
+        elif op == "volume":
+            self.volume_op()
+        elif op == "volume_snapshot":
+            with l.mu:
+                held = sorted(v for v, x in l.volumes.items() if x["sid"] in l.live)
+            if held:
+                vid = self.rng.choice(held)
+                s, b = self.call("POST", f"/v1/volumes/{vid}/snapshots", {})
+                if s == 201:
+                    with l.mu:
+                        l.vsnaps[b["id"]] = vid
+                    self.ack()
+        elif op == "database":
+            self.database_op()
         elif op == "egress":
             mode = self.rng.choice(["deny_all", "allow_all"])
             if self.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": mode}})[0] == 200:
                 self.ack()
+
+
+    def volume_op(self):
+        """A sandbox with a volume at /data: a new volume, or (at most 6) one whose holder ended,
+        which must still have the token synced to it."""
+        l = self.l
+        with l.mu:
+            free = sorted(v for v, x in l.volumes.items() if x["sid"] is None)
+            many = len(l.volumes) >= 6
+        if many and not free:
+            return
+        if free and (many or self.rng.random() < 0.5):
+            vid = self.rng.choice(free)
+            with l.mu:
+                if l.volumes[vid]["sid"] is not None:
+                    return
+                l.volumes[vid]["sid"] = "taking"  # one client at a time
+        else:
+            s, b = self.call("POST", "/v1/volumes", {"size_mib": 16})
+            if s != 201:
+                return
+            vid = b["id"]
+            with l.mu:
+                l.volumes[vid] = {"sid": "taking", "mark": None}
+            self.ack()
+        s, b = self.call("POST", "/v1/sandboxes", {"ttl_seconds": 3600, "volumes": [
+            {"volume": vid, "mount": "/data"}]})
+        if s != 201:
+            with l.mu:
+                l.volumes[vid]["sid"] = None
+            return
+        new = b["id"]
+        with l.mu:
+            l.created.add(new)
+            l.live.add(new)
+            l.volumes[vid]["sid"] = new
+            mark = l.volumes[vid]["mark"]
+        self.ack()
+        if mark is not None:
+            s, b = self.exec(new, "cat /data/mark")
+            if s == 200 and b["stdout"].strip() != mark:
+                with l.mu:
+                    l.violations.append(("a volume lost its synced token", vid, new, mark, b))
+        token = f"{vid}-{self.rng.getrandbits(64):x}"
+        s, b = self.exec(new, f"echo {token} > /data/mark.new && sync && mv /data/mark.new "
+                              f"/data/mark && sync")
+        if s == 200 and b["exit_code"] == 0:
+            with l.mu:
+                l.volumes[vid]["mark"] = token
+            self.ack()
+
+    def database_op(self):
+        """At most two databases: create one, or on one no other client uses, insert a row,
+        hibernate or wake it."""
+        l = self.l
+        with l.mu:
+            idle = sorted(d for d in l.dbs if d not in l.db_busy)
+            creating = "creating" in l.db_busy
+            if not idle and (len(l.dbs) >= 2 or creating):
+                return
+            if idle and (len(l.dbs) >= 2 or creating or self.rng.random() < 0.7):
+                db = self.rng.choice(idle)
+            else:
+                db = "creating"
+            l.db_busy.add(db)
+        try:
+            if db == "creating":
+                s, b = self.call("POST", "/v1/databases", {"name": f"chaos{self.rng.getrandbits(16)}"})
+                if s == 201:
+                    with l.mu:
+                        l.dbs[b["id"]] = {"password": b["password"], "user": b["user"],
+                                          "rows": set()}
+                    self.ack()
+                return
+            what = self.rng.choice(["insert", "insert", "hibernate", "wake"])
+            if what in ("hibernate", "wake"):
+                if self.call("POST", f"/v1/databases/{db}/{what}", {})[0] == 200:
+                    self.ack()
+                return
+            s, info = self.call("GET", f"/v1/databases/{db}")
+            if s != 200 or info["status"] != "running":
+                return
+            token = f"{self.rng.getrandbits(64):x}"
+            try:
+                with db_connect(info, l.dbs[db]["password"]) as conn, conn.cursor() as cur:
+                    cur.execute("CREATE TABLE IF NOT EXISTS chaos (token text)")
+                    cur.execute("INSERT INTO chaos VALUES (%s)", (token,))
+                with l.mu:
+                    l.dbs[db]["rows"].add(token)
+                self.last = "inserted"
+                self.ack()
+            except psycopg2.Error as e:
+                self.last = f"psql {type(e).__name__}"
+        finally:
+            with l.mu:
+                l.db_busy.discard(db)
+
+
+def db_connect(info, password):
+    conn = psycopg2.connect(host=info["host"], port=info["port"], user=info["user"],
+                            password=password, dbname=info["database"], connect_timeout=30)
+    conn.autocommit = True
+    return conn
 
 
 class ChaosTest(unittest.TestCase):
@@ -192,8 +329,10 @@ class ChaosTest(unittest.TestCase):
         ledger = Ledger()
         rng = random.Random(ARGS.seed)
         d = Daemon(data, state)
+        ARGS_DATA[:] = [data]
         prefix = Daemon.network_flags(data)[1]
         try:
+            self.seed_resources(Api(d), ledger)
             for rnd in range(ARGS.rounds):
                 api = Api(d)
                 stop = threading.Event()
@@ -222,6 +361,23 @@ class ChaosTest(unittest.TestCase):
                 print(f"CHAOS kept {base}", flush=True)
             else:
                 shutil.rmtree(base, ignore_errors=True)
+
+    def seed_resources(self, api, ledger):
+        """A database and a sandbox with a volume from the start (under load a round is often
+        too short to make them): the clients write to, hibernate and wake them every round."""
+        s, b = api.call("POST", "/v1/databases", {"name": "chaos"})
+        self.assertEqual(s, 201, b)
+        ledger.dbs[b["id"]] = {"password": b["password"], "user": b["user"], "rows": set()}
+        s, v = api.call("POST", "/v1/volumes", {"size_mib": 16})
+        self.assertEqual(s, 201, v)
+        s, b = api.call("POST", "/v1/sandboxes", {"ttl_seconds": 3600, "volumes": [
+            {"volume": v["id"], "mount": "/data"}]})
+        self.assertEqual(s, 201, b)
+        s, r = api.exec(b["id"], f"echo {v['id']}-seed > /data/mark && sync")
+        self.assertEqual((s, r.get("exit_code")), (200, 0), r)
+        ledger.created.add(b["id"])
+        ledger.live.add(b["id"])
+        ledger.volumes[v["id"]] = {"sid": b["id"], "mark": f"{v['id']}-seed"}
 
     def wait_recovered(self, d):
         deadline = time.time() + 120
@@ -253,6 +409,14 @@ class ChaosTest(unittest.TestCase):
             if sid in ledger.killed:
                 continue
             self.assertIn(snap, listed[sid].get("snapshots", []), (rnd, snap, sid))
+        self.assertEqual(ledger.violations, [], rnd)
+        dbs = self.check_databases(api, ledger, rnd)
+        for sid, info in list(listed.items()):  # a database's sandbox: checked through its database
+            if "pandastack.database" in info.get("metadata", {}):
+                # ... and a live one belongs to a database (a create cut short leaves none).
+                if info["state"] in ("running", "hibernated"):
+                    self.assertIn(sid, dbs, (rnd, "a database sandbox no database names", info))
+                del listed[sid]
         failed_after_kill = 0
         for sid in ledger.qemu_killed:
             info = listed.get(sid)
@@ -287,6 +451,8 @@ class ChaosTest(unittest.TestCase):
             elif sid in ledger.live and st in ("stopped", "failed"):
                 with ledger.mu:
                     ledger.live.discard(sid)
+        self.check_volumes(api, ledger, listed, rnd)
+        live |= dbs  # their VMs are live too
         # Nothing that no live sandbox names (pool members and spares are the daemon's own).
         time.sleep(1)
         # Snapshot folders: each named by a sandbox's snapshots (recovery removes the others);
@@ -337,6 +503,65 @@ class ChaosTest(unittest.TestCase):
                      if os.path.basename(os.path.dirname(f)).startswith(("pool-", "spare-")))
         self.assertLessEqual(len(ours), running + pooled + 4, (rnd, ours))
 
+    def check_databases(self, api, ledger, rnd):
+        """Each database's state is what it is: running answers with its rows, hibernated wakes,
+        failed says why. Returns the sandboxes of the live ones."""
+        s, b = api.call("GET", "/v1/databases")
+        self.assertEqual(s, 200, b)
+        listed = {x["id"]: x for x in b["databases"]}
+        live = {x["sandbox"] for x in b["databases"] if x["status"] != "failed"}
+        for db, known in ledger.dbs.items():
+            info = listed.get(db)
+            self.assertIsNotNone(info, (rnd, "an acknowledged database is gone", db))
+            if info["status"] == "hibernated":
+                s, info = api.call("POST", f"/v1/databases/{db}/wake", {})
+                self.assertEqual(s, 200, (rnd, db, info))
+            if info["status"] == "failed":
+                self.assertTrue(info.get("failure_reason"), (rnd, db, info))
+                continue
+            self.assertEqual(info["status"], "running", (rnd, db, info))
+            self.assertGreater(info["port"], 0, (rnd, db, info))
+            live.add(info["sandbox"])
+            with db_connect(info, known["password"]) as conn, conn.cursor() as cur:
+                cur.execute("CREATE TABLE IF NOT EXISTS chaos (token text)")
+                cur.execute("SELECT token FROM chaos")
+                have = {r[0] for r in cur.fetchall()}
+            self.assertEqual(known["rows"] - have, set(), (rnd, db, "acknowledged rows lost"))
+        return live
+
+    def check_volumes(self, api, ledger, listed, rnd):
+        s, b = api.call("GET", "/v1/volumes")
+        self.assertEqual(s, 200, b)
+        vols = {v["id"]: v for v in b["volumes"]}
+        for vid, v in vols.items():
+            for a in v["attachments"]:
+                holder = listed.get(a["sandbox"])
+                if holder is None:  # a database's data volume
+                    continue
+                self.assertIn(holder["state"], ("running", "hibernated"),
+                              (rnd, vid, "attached to a sandbox that is not live", holder))
+        for vid, known in ledger.volumes.items():
+            self.assertIn(vid, vols, (rnd, "an acknowledged volume is gone", vid))
+            holders = [a["sandbox"] for a in vols[vid]["attachments"]]
+            running = [h for h in holders if listed.get(h, {}).get("state") == "running"]
+            if running and known["mark"] is not None:
+                s, r = api.exec(running[0], "cat /data/mark")
+                self.assertEqual((s, r.get("stdout", "").strip()), (200, known["mark"]),
+                                 (rnd, vid, running[0]))
+            if not holders:
+                known["sid"] = None  # free for the next round's clients
+            elif known["sid"] not in holders:
+                known["sid"] = holders[0]
+        for snap, vid in ledger.vsnaps.items():
+            s, b = api.call("GET", f"/v1/volumes/{vid}/snapshots")
+            self.assertEqual(s, 200, (rnd, vid, b))
+            self.assertIn(snap, [x["id"] for x in b["snapshots"]], (rnd, vid))
+        files = {f[:-4] for f in os.listdir(os.path.join(ARGS_DATA[0], "volumes"))
+                 if f.endswith(".img")}
+        self.assertEqual(files, set(vols), (rnd, "volume files and volumes differ"))
+
+
+ARGS_DATA = []
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

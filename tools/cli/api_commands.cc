@@ -242,6 +242,9 @@ std::string when(int64_t ms) {
   return buf;
 }
 
+// A sandbox's expiry: null for one that never expires (a database's).
+std::string expiry_text(const Json& ms) { return ms.is_integer() ? when(ms.as_int()) : "never"; }
+
 std::string meta_text(const Json& m) {
   std::string out;
   if (m.is_object())
@@ -266,7 +269,7 @@ void print_table(const Json& sandboxes) {
     std::printf("%-22s %-12s %-18s %-21s %-21s %s\n", (*s)["id"].as_string().c_str(),
                 (*s)["state"].as_string().c_str(), (*s)["template"].as_string().c_str(),
                 when((*s)["created_at_ms"].as_int()).c_str(),
-                ended(*s) ? "-" : when((*s)["expires_at_ms"].as_int()).c_str(),
+                ended(*s) ? "-" : expiry_text((*s)["expires_at_ms"]).c_str(),
                 meta_text((*s)["metadata"]).c_str());
 }
 
@@ -281,7 +284,7 @@ void print_sandbox(const Json& s, bool json) {
       s["id"].as_string().c_str(), s["state"].as_string().c_str(),
       s["template"].as_string().c_str(), (long long)s["memory_mib"].as_int(),
       (long long)s["vcpus"].as_int(), when(s["created_at_ms"].as_int()).c_str(),
-      when(s["expires_at_ms"].as_int()).c_str());
+      expiry_text(s["expires_at_ms"]).c_str());
   if (!meta_text(s["metadata"]).empty())
     std::printf("metadata:  %s\n", meta_text(s["metadata"]).c_str());
 }

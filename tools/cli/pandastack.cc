@@ -220,7 +220,9 @@ Json from_state(const actors::SandboxState& s) {
   Json m = actors::string_map_json(s.metadata);
   Json snaps = Json::array();
   for (auto& x : s.snapshots) snaps.push(x);
-  return comparable(actors::to_string(s.status), s.tenant, s.template_name, m, s.expires_at_ms,
+  // A sandbox that never expires (a database's) says so with null: 0 on both sides.
+  int64_t expires = s.ttl_seconds == actors::kNoExpiry ? 0 : s.expires_at_ms;
+  return comparable(actors::to_string(s.status), s.tenant, s.template_name, m, expires,
                     s.persistent, s.parent, snaps, s.version);
 }
 
