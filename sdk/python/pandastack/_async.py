@@ -116,6 +116,7 @@ class AsyncFileWatch:
 
     def __init__(self, events: AsyncIterator[Any]) -> None:
         self._events = events
+        self._closed = asyncio.Event()
 
     async def _start(self) -> "AsyncFileWatch":
         first = await self._events.__anext__()  # "ready"; a refused watch raises its error here
@@ -124,13 +125,34 @@ class AsyncFileWatch:
         return self
 
     async def __aiter__(self) -> AsyncIterator[FileEvent]:
-        async for ev in self._events:
+        # Each next event raced against close(): another task's close ends this iteration.
+        while not self._closed.is_set():
+            nxt = asyncio.ensure_future(self._events.__anext__())
+            stop = asyncio.ensure_future(self._closed.wait())
+            done, _ = await asyncio.wait({nxt, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if nxt not in done:
+                nxt.cancel()
+                try:
+                    await nxt
+                except BaseException:  # noqa: BLE001 (the stream is being ended)
+                    pass
+                return
+            stop.cancel()
+            try:
+                ev = nxt.result()
+            except StopAsyncIteration:
+                return
             if isinstance(ev, FileEvent):
                 yield ev
 
     async def close(self) -> None:
-        """Stops watching (closes the stream)."""
-        await self._events.aclose()  # type: ignore[attr-defined]
+        """Stops watching (closes the stream). Safe from another task: an ``async for`` waiting
+        for the next event there ends."""
+        self._closed.set()
+        try:
+            await self._events.aclose()  # type: ignore[attr-defined]
+        except RuntimeError:
+            pass  # its next event is being awaited by another task, which now ends it
 
     async def __aenter__(self) -> "AsyncFileWatch":
         return self

@@ -1,6 +1,7 @@
 """The synchronous client: ``Sandbox``."""
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union, Sequence, overload
 
@@ -41,8 +42,11 @@ class _Http:
         """The events of a stream; an error event (the sandbox was stopped meanwhile, ...) raises
         its typed error, so a plain `for` loop does not end quietly."""
         parser = c.SseParser()
+        on_open = kw.pop("on_open", None)
         try:
             with self.client.stream(method, path, **kw) as r:
+                if on_open is not None:
+                    on_open(r)
                 if r.status_code >= 300:
                     r.read()
                     c.raise_for(r)
@@ -116,7 +120,8 @@ class Filesystem:
         the result for FileEvents; it ends when the folder goes, or after ``close()`` (or at the
         end of its ``with`` block)."""
         params = {"path": path, **({"recursive": "1"} if recursive else {})}
-        return FileWatch(self._s._http.sse("GET", self._path("/watch"), params=params))
+        return FileWatch(lambda opened: self._s._http.sse("GET", self._path("/watch"),
+                                                          params=params, on_open=opened))
 
     def upload(self, local_path: str, remote_path: str) -> None:
         """Copies a local file into the sandbox."""
@@ -132,20 +137,42 @@ class Filesystem:
 class FileWatch:
     """A folder watch in place (``Filesystem.watch``): iterate it for FileEvents."""
 
-    def __init__(self, events: Iterator[Any]) -> None:
-        self._events = events
-        first = next(events, None)  # "ready"; a refused watch raises its error here
+    def __init__(self, open_events: Any) -> None:
+        self._closed = False
+        self._response: Any = None
+
+        def opened(r: Any) -> None:
+            self._response = r
+        self._events = open_events(opened)
+        first = next(self._events, None)  # "ready"; a refused watch raises its error here
         if getattr(first, "kind", None) != "ready":
             raise PandaStackError("the watch ended before it started", "internal")
 
     def __iter__(self) -> Iterator[FileEvent]:
-        for ev in self._events:
-            if isinstance(ev, FileEvent):
-                yield ev
+        try:
+            for ev in self._events:
+                if isinstance(ev, FileEvent):
+                    yield ev
+        except Exception:
+            if self._closed:  # close() from another thread cut the stream: the end, not an error
+                return
+            raise
 
     def close(self) -> None:
-        """Stops watching (closes the stream)."""
-        self._events.close()  # type: ignore[attr-defined]
+        """Stops watching (closes the stream). Safe from another thread: an iteration blocked
+        waiting for the next event there ends."""
+        self._closed = True
+        stream = getattr(self._response, "extensions", {}).get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked read
+            except OSError:
+                pass
+        try:
+            self._events.close()  # type: ignore[attr-defined]
+        except ValueError:
+            pass  # being iterated in another thread: that iteration ends now
 
     def __enter__(self) -> "FileWatch":
         return self

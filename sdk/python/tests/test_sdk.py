@@ -108,6 +108,24 @@ class SdkTest(unittest.TestCase):
             self.assertEqual(seen[0], ("create", "sub/new.txt", "/tmp/d/sub/new.txt"), seen)
             with self.assertRaises(pandastack.FileNotFound):
                 fs.watch("/tmp/no-folder")
+            # close() from another thread ends an iteration waiting for the next event
+            # (exploratory test 3 #15).
+            import threading
+            w = fs.watch("/tmp/d")
+            got, errors = [], []
+
+            def iterate():
+                try:
+                    got.extend(w)
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    errors.append(e)
+            t = threading.Thread(target=iterate)
+            t.start()
+            time.sleep(0.5)
+            w.close()
+            t.join(10)
+            self.assertFalse(t.is_alive(), "the iteration did not end")
+            self.assertEqual((got, errors), ([], []))
             fs.remove("/tmp/d", recursive=True)
             self.assertFalse(fs.exists("/tmp/d"))
             with self.assertRaises(pandastack.FileNotFound):
@@ -547,6 +565,16 @@ class AsyncSdkTest(unittest.IsolatedAsyncioTestCase):
                     if ev.name == "async-mark":
                         self.assertEqual(ev.type, "create")
                         break
+            # close() from another task ends an `async for` waiting for the next event.
+            await sbx.exec("mkdir -p /tmp/aw")
+            w2 = await sbx.filesystem.watch("/tmp/aw")
+
+            async def iterate():
+                return [e async for e in w2]
+            t = asyncio.create_task(iterate())
+            await asyncio.sleep(0.5)
+            await w2.close()
+            self.assertEqual(await asyncio.wait_for(t, 10), [])
             await sbx.run_code("y = 6 * 7")
             self.assertEqual((await sbx.run_code("y")).text, "42")
             self.assertEqual(await sbx.code_contexts(), ["default"])
