@@ -112,6 +112,16 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
   if (!r) return r.error();
   if (r->timed_out) {
     out.timed_out = true;
+    // Its error says so (the guest's KeyboardInterrupt reaches no one: the client was ended).
+    if (!out.error) {
+      Json e = Json::object();
+      e.set("type", "error");
+      e.set("name", "TimeoutError");
+      e.set("value", "the run did not finish within " + std::to_string(request.timeout_ms / 1000) +
+                         " s: it was interrupted (KeyboardInterrupt in its context)");
+      e.set("traceback", "");
+      out.error = e;
+    }
     return out;
   }
   if (r->exit_code != 0 && out.execution_count == 0)
@@ -153,6 +163,7 @@ Reply<bool> stop(actors::Runtime& rt, const std::string& tenant, const std::stri
   if (!valid_context(context)) return Rejection{"invalid_argument", "bad context name"};
   auto r = call(rt, tenant, id, client({"stop", context}, "", 30000), {}, {});
   if (!r) return r.error();
+  if (r->exit_code == 4) return Rejection{"context_not_found", "no code context " + context};
   if (r->exit_code != 0)
     return Rejection{"exec_failed", "cannot stop the context: " + r->stderr_data};
   return true;

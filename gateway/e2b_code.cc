@@ -129,7 +129,8 @@ std::vector<Route> e2b_code_routes() {
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
                    const std::string& ctx = c.r.param("context");
-                   unwrap(code::stop(c.gw.rt, t.tenant, t.id, ctx));
+                   auto stopped = code::stop(c.gw.rt, t.tenant, t.id, ctx);
+                   if (!stopped && stopped.error().code != "context_not_found") unwrap(stopped);
                    unwrap(code::start(c.gw.rt, t.tenant, t.id, ctx, ""));
                    return no_content();
                  }),

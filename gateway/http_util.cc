@@ -22,6 +22,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"snapshot_not_found", 404},
       {"template_not_found", 404},
       {"file_not_found", 404},
+      {"context_not_found", 404},
       {"key_not_found", 404},
       {"process_not_found", 404},
       {"port_not_found", 404},

@@ -74,6 +74,7 @@ HttpReply run(Call& c) {
   j.set("results", results);
   j.set("stdout", out);
   j.set("stderr", err);
+  if (error.is_null() && gathered.error) error = *gathered.error;  // (a timeout's)
   j.set("error", error);
   j.set("execution_count", gathered.execution_count);
   j.set("timed_out", gathered.timed_out);
@@ -141,7 +142,8 @@ std::vector<Route> code_routes() {
             [](Call& c) {
               Fields f(c.r.json(), {});
               auto ctx = context_param(c.r);
-              unwrap(code::stop(c.gw.rt, c.tenant(), c.id, ctx));
+              auto stopped = code::stop(c.gw.rt, c.tenant(), c.id, ctx);
+              if (!stopped && stopped.error().code != "context_not_found") unwrap(stopped);
               unwrap(code::start(c.gw.rt, c.tenant(), c.id, ctx, ""));
               return json_reply(200, context_json(ctx, ""));
             }),

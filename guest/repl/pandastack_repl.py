@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+import linecache
 import traceback
 
 DIR = "/run/pandastack/code"
@@ -168,13 +169,17 @@ class Server:
 
         flushing = threading.Thread(target=flusher, daemon=True)
         flushing.start()
+        # Its source lines for tracebacks (a function defined here and failing in a later
+        # cell shows its own line: each cell has its own name).
+        name = f"<cell {self.count}>"
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         try:
-            tree = ast.parse(code, "<cell>", "exec")
+            tree = ast.parse(code, name, "exec")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
-            exec(compile(tree, "<cell>", "exec"), self.globals)
-            value = eval(compile(last, "<cell>", "eval"), self.globals) if last else None
+            exec(compile(tree, name, "exec"), self.globals)
+            value = eval(compile(last, name, "eval"), self.globals) if last else None
             sys.stdout.flush()
             sys.stderr.flush()
             for f in figures():
@@ -184,8 +189,8 @@ class Server:
                 send(result_of(value))
         except BaseException as e:  # KeyboardInterrupt too: the context lives on
             tb = traceback.format_exception(type(e), e, e.__traceback__)
-            # Drop this file's own frame from the traceback.
-            tb = [t for t in tb if __file__ not in t]
+            # Drop this file's own frame, and the parser's (a SyntaxError), from the traceback.
+            tb = [t for t in tb if __file__ not in t and ast.__file__ not in t]
             send({"type": "error", "name": type(e).__name__, "value": str(e), "traceback": "".join(tb)})
         finally:
             ended.set()
@@ -306,6 +311,8 @@ def try_connect_quietly(ctx):
 
 
 def kill_server(ctx):
+    """Ends the context's server; False when it had none (no such context)."""
+    found = False
     try:
         with open(pid_path(ctx)) as f:
             pid = int(f.read().strip() or 0)
@@ -316,6 +323,7 @@ def kill_server(ctx):
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
             if b"serve" in argv and ctx.encode() in argv:
+                found = True
                 os.kill(pid, signal.SIGKILL)
                 for _ in range(500):
                     if not os.path.exists(f"/proc/{pid}"):
@@ -326,9 +334,12 @@ def kill_server(ctx):
     else:  # (a server from before pid files: ask it)
         s = try_connect(ctx)
         if s is not None:
+            found = True
             s.sendall(b'{"op": "stop"}\n')
             s.recv(1)
+    found = found or os.path.exists(lost_path(ctx))  # one that ended wedged: still a context
     remove(sock_path(ctx), pid_path(ctx), lost_path(ctx))
+    return found
 
 
 def try_connect(ctx):
@@ -380,7 +391,9 @@ def main():
         connect(ctx, cwd, True).close()
         return
     if cmd == "stop":  # at once, busy or not: the server is killed by its pid
-        kill_server(ctx)
+        if not kill_server(ctx):
+            sys.stderr.write(f"no context {ctx}\n")
+            sys.exit(4)
         return
     if cmd != "run":
         raise SystemExit("usage: run|stop|list")

@@ -58,6 +58,12 @@ class CodeTest(unittest.TestCase):
         self.assertEqual((r["error"]["name"], r["error"]["value"]), ("ZeroDivisionError", "division by zero"))
         self.assertIn('line 2, in f', r["error"]["traceback"])
         self.assertNotIn("pandastack", r["error"]["traceback"])  # our own frames are not shown
+        # With the cell's source lines; a SyntaxError without the parser's own frame
+        # (exploratory test 3 #21).
+        self.assertIn("return 1/0", r["error"]["traceback"])
+        r = self.run_code(sid, "x = (")
+        self.assertEqual(r["error"]["name"], "SyntaxError", r)
+        self.assertNotIn("ast.py", r["error"]["traceback"])
         r = self.run_code(sid, "import sys\nprint('warn', file=sys.stderr)", env={"K": "v"})
         self.assertEqual(r["stderr"], "warn\n")
         self.assertEqual(self.run_code(sid, "import os\nos.environ.get('K')", env={"K": "v"})["results"][0]["text"], "'v'")
@@ -164,6 +170,7 @@ class CodeTest(unittest.TestCase):
         t0 = time.monotonic()
         r = self.run_code(sid, "while True:\n    pass", timeout_seconds=2)
         self.assertTrue(r["timed_out"], r)
+        self.assertEqual(r["error"]["name"], "TimeoutError", r)  # not null (#21)
         self.assertLess(time.monotonic() - t0, 30)
         # The interrupt reached the code (KeyboardInterrupt), the context lives on.
         self.assertEqual(self.run_code(sid, "kept")["results"][0]["text"], "'yes'")
@@ -184,6 +191,8 @@ class CodeTest(unittest.TestCase):
         self.assertEqual(self.run_code(sid, "'b' in globals()", context=c["id"])["results"][0]["text"], "False")
         s, _ = self.api.call("DELETE", f"/v1/sandboxes/{sid}/code/contexts/{c['id']}")
         self.assertEqual(s, 204)
+        s, b = self.api.call("DELETE", f"/v1/sandboxes/{sid}/code/contexts/{c['id']}")
+        self.assertEqual((s, b["error"]["code"]), (404, "context_not_found"), b)
         s, listed = self.api.call("GET", f"/v1/sandboxes/{sid}/code/contexts")
         self.assertEqual([x["id"] for x in listed["contexts"]], ["default"])
         self.assertEqual(self.run_code(sid, "a")["results"][0]["text"], "1")
