@@ -271,7 +271,9 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   if (r.from_snapshot.empty()) {
     if (!fs::exists(template_dir / "rootfs.qcow2"))
       return Rejection{"template_not_found",
-                       "no template '" + r.template_name + "' (build it with make guest)"};
+                       "no template '" + r.template_name +
+                           "' (GET /v1/templates lists them; build one with POST /v1/templates "
+                           "or `pandastack template build`)"};
   }
   auto made = to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)),
                                     [](const Answer& a) { return a.info; });

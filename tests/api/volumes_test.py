@@ -392,11 +392,25 @@ class VolumeTest(unittest.TestCase):
         self.assertIn(vid, cli("volume", "list"))
         sid = cli("sandbox", "create", "--no-network", "--volume", vid + ":/data:ro").strip()
         self.assertIn(f"{sid}:/data (ro)", cli("volume", "list"))
+        # Text unless --json, dates as dates; global options may come first; a refused stream
+        # says why (exploratory test 3 #18).
+        shown = cli("volume", "get", vid)
+        self.assertIn("size:      32 MiB", shown)
+        self.assertIn(f"attached:  {sid}:/data (ro)", shown)
+        self.assertIn('"size_mib":32', cli("volume", "get", vid, "--json"))
+        r = subprocess.run([harness.ARGS.cli, "--url", self.daemon.url, "--key", self.daemon.key,
+                            "volume", "list"], capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, vid in r.stdout), (0, True), r)
+        r = subprocess.run([harness.ARGS.cli, "sandbox", "exec", "sbx_aaaaaaaaaaaaaaaa", "--",
+                            "true"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("sandbox_not_found", r.stderr)
         self.assertEqual(self.sh(sid, "touch /data/x 2>/dev/null; echo $?"), "1\n")
         cli("volume", "delete", vid, code=1)  # volume_attached
         snap = cli("volume", "snapshot", vid).strip()
         self.assertTrue(snap.startswith("vsnap_"), snap)
         self.assertIn(snap, cli("volume", "snapshots", vid))
+        self.assertRegex(cli("volume", "snapshots", vid), r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ")
         copy = cli("volume", "create", "--from-snapshot", snap).strip()
         self.assertTrue(copy.startswith("vol_"), copy)
         cli("volume", "delete", copy)

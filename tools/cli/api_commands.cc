@@ -410,9 +410,15 @@ int exec(Api& api, const Opts& o, const std::string& id) {
       done = true;
     }
   });
-  auto r = api.http().stream("POST", path + "/stream", body.dump(),
-                             [&](const std::string& chunk) { sse.feed(chunk); });
-  if (r.status != 200) Api::fail(r);
+  std::string head;  // the first bytes: a refusal's JSON body when the status is not 200
+  auto r = api.http().stream("POST", path + "/stream", body.dump(), [&](const std::string& chunk) {
+    if (head.size() < 65536) head.append(chunk, 0, 65536 - head.size());
+    sse.feed(chunk);
+  });
+  if (r.status != 200) {
+    if (r.body.empty()) r.body = head;
+    Api::fail(r);
+  }
   if (!done) std::fprintf(stderr, "pandastack: the stream ended early\n");
   return code;
 }
@@ -474,10 +480,17 @@ int template_build(Api& api, const Opts& o, const std::string& name) {
     }
     std::fflush(stdout);
   });
+  std::string head;  // (as in exec)
   auto r = api.http().stream("GET", "/v1/templates/" + tools::url_encode(name) + "/build", "",
-                             [&](const std::string& chunk) { sse.feed(chunk); });
+                             [&](const std::string& chunk) {
+                               if (head.size() < 65536) head.append(chunk, 0, 65536 - head.size());
+                               sse.feed(chunk);
+                             });
   if (bar) std::fprintf(stderr, "\n");
-  if (r.status != 200) Api::fail(r);
+  if (r.status != 200) {
+    if (r.body.empty()) r.body = head;
+    Api::fail(r);
+  }
   if (!end.is_object()) {
     std::fprintf(stderr, "pandastack: the build's stream ended early\n");
     return 1;
@@ -605,7 +618,20 @@ int api_main(int argc, char** argv) {
     }
     need(verb == "backup-delete" ? 2 : 1);
     auto path = "/v1/databases/" + tools::url_encode(o.pos[0]);
-    if (verb == "get") return std::printf("%s\n", api.json("GET", path).dump().c_str()), 0;
+    if (verb == "get") {
+      auto d = api.json("GET", path);
+      if (o.json) return std::printf("%s\n", d.dump().c_str()), 0;
+      std::printf(
+          "id:        %s\nname:      %s\nstatus:    %s\nuri:       %s\nsandbox:   %s\n"
+          "volume:    %s\ncreated:   %s\nbackups:   %zu\n",
+          d["id"].as_string().c_str(), d["name"].as_string().c_str(),
+          d["status"].as_string().c_str(), d["connection_uri"].as_string().c_str(),
+          d["sandbox"].as_string().c_str(), d["volume"].as_string().c_str(),
+          when(d["created_at_ms"].as_int()).c_str(), d["backups"].as_array().size());
+      if (d["failure_reason"].is_string())
+        std::printf("failure:   %s\n", d["failure_reason"].as_string().c_str());
+      return 0;
+    }
     if (verb == "delete") return api.json("DELETE", path), 0;
     if (verb == "hibernate" || verb == "wake") return api.json("POST", path + "/" + verb, "{}"), 0;
     if (verb == "rotate-password") return uri(api.json("POST", path + "/rotate-password", "{}"));
@@ -617,10 +643,10 @@ int api_main(int argc, char** argv) {
     if (verb == "backups") {
       auto r = api.json("GET", path + "/backups");
       if (o.json) return std::printf("%s\n", r["backups"].dump().c_str()), 0;
-      std::printf("%-20s %12s %s\n", "BACKUP", "BYTES", "CREATED (ms since epoch)");
+      std::printf("%-20s %12s %s\n", "BACKUP", "BYTES", "CREATED");
       for (auto& b : r["backups"].as_array())
-        std::printf("%-20s %12lld %lld\n", b["id"].as_string().c_str(),
-                    (long long)b["bytes"].as_int(), (long long)b["created_at_ms"].as_int());
+        std::printf("%-20s %12lld %s\n", b["id"].as_string().c_str(),
+                    (long long)b["bytes"].as_int(), when(b["created_at_ms"].as_int()).c_str());
       return 0;
     }
     if (verb == "backup-delete") {
@@ -686,10 +712,10 @@ int api_main(int argc, char** argv) {
       if (verb == "snapshot") return show(api.json("POST", path, "{}"));
       auto r = api.json("GET", path);
       if (o.json) return std::printf("%s\n", r["snapshots"].dump().c_str()), 0;
-      std::printf("%-24s %10s  %s\n", "SNAPSHOT", "SIZE_MIB", "CREATED_AT_MS");
+      std::printf("%-24s %10s  %s\n", "SNAPSHOT", "SIZE_MIB", "CREATED");
       for (auto& s : r["snapshots"].as_array())
-        std::printf("%-24s %10lld  %lld\n", s["id"].as_string().c_str(),
-                    (long long)s["size_mib"].as_int(), (long long)s["created_at_ms"].as_int());
+        std::printf("%-24s %10lld  %s\n", s["id"].as_string().c_str(),
+                    (long long)s["size_mib"].as_int(), when(s["created_at_ms"].as_int()).c_str());
       return 0;
     }
     if (verb == "snapshot-delete") {
@@ -704,7 +730,20 @@ int api_main(int argc, char** argv) {
       if (verb == "delete") return api.json("DELETE", path), 0;
       if (verb == "get") {
         auto v = api.json("GET", path);
-        return std::printf("%s\n", v.dump().c_str()), 0;
+        if (o.json) return std::printf("%s\n", v.dump().c_str()), 0;
+        std::string at;
+        for (auto& a : v["attachments"].as_array())
+          at += (at.empty() ? "" : ", ") + a["sandbox"].as_string() + ":" + a["mount"].as_string() +
+                (a["read_only"].as_bool() ? " (ro)" : "");
+        std::printf(
+            "id:        %s\nname:      %s\nsize:      %lld MiB\nstatus:    %s\n"
+            "attached:  %s\norigin:    %s\ncreated:   %s\nsnapshots: %zu\n",
+            v["id"].as_string().c_str(), v["name"].as_string().c_str(),
+            (long long)v["size_mib"].as_int(), v["status"].as_string().c_str(),
+            at.empty() ? "-" : at.c_str(),
+            v["origin"].is_string() ? v["origin"].as_string().c_str() : "-",
+            when(v["created_at_ms"].as_int()).c_str(), v["snapshots"].as_array().size());
+        return 0;
       }
       if (!o.flags.count("--size")) usage("volume grow needs --size MIB");
       Json body = Json::object();

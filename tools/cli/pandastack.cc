@@ -664,6 +664,36 @@ int main(int argc, char** argv) {
     std::printf("pandastack 0.2.0\n");
     return 0;
   }
+  // Options that hold for every command may come before it too (`pandastack --url U sandbox
+  // list`): they move behind its group and verb, where each command reads them.
+  std::vector<std::string> lead;
+  int first = 1;
+  while (first < argc) {
+    std::string s = argv[first];
+    bool valued = s == "--url" || s == "--key" || s == "--timeout" || s == "--data";
+    if (valued && first + 1 < argc) {
+      lead.insert(lead.end(), {s, argv[first + 1]});
+      first += 2;
+    } else if (s == "--json") {
+      lead.push_back(s);
+      ++first;
+    } else {
+      break;
+    }
+  }
+  static std::vector<std::string> moved;
+  static std::vector<char*> moved_argv;
+  if (!lead.empty() && first < argc) {
+    moved = {argv[0], argv[first]};
+    int verb = first + 1;
+    if (pandastack::cli::is_api_command(argv[first]) && verb < argc) moved.push_back(argv[verb++]);
+    moved.insert(moved.end(), lead.begin(), lead.end());
+    for (int i = verb; i < argc; ++i) moved.push_back(argv[i]);
+    for (auto& m : moved) moved_argv.push_back(m.data());
+    moved_argv.push_back(nullptr);
+    argc = int(moved.size());
+    argv = moved_argv.data();
+  }
   if (argc > 1 && pandastack::cli::is_api_command(argv[1]))
     return pandastack::cli::api_main(argc, argv);
   std::vector<std::string> pos;

@@ -86,8 +86,11 @@ class RawMode {
     ::cfmakeraw(&raw);
     active_ = ::tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
   }
-  ~RawMode() {
+  ~RawMode() { restore(); }
+  // The terminal as it was (before anything is printed for the user to read).
+  void restore() {
     if (active_) ::tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    active_ = false;
   }
   RawMode(const RawMode&) = delete;
   RawMode& operator=(const RawMode&) = delete;
@@ -223,6 +226,7 @@ int shell(tools::HttpClient& http, const std::string& id, const std::vector<std:
     }
   }
   ::close(fd);
+  raw.restore();  // (an error printed in raw mode would staircase)
   if (!failure.empty()) {
     std::fprintf(stderr, "\r\npandastack: %s\n", failure.c_str());
     return 1;
