@@ -779,12 +779,35 @@ Reply<std::string> Runtime::read_file(const std::string& tenant, const std::stri
   return r;
 }
 
-Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
-                                const std::string& path, std::string_view data, uint32_t mode) {
-  auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.write_file(path, data, mode, true); });
+Reply<vmm::FileRange> Runtime::read_file_range(const std::string& tenant, const std::string& id,
+                                               const std::string& path, uint64_t offset,
+                                               uint64_t length) {
+  return leased<vmm::FileRange>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return ag.read_range(path, offset, length);
   });
-  if (r) record(*impl_, tenant, id, cmd::RecordFile{path, data.size(), false});
+}
+
+Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
+                                const std::string& path, std::string_view data, uint32_t mode,
+                                uint64_t offset) {
+  std::optional<uint64_t> found;  // a part's file of another size
+  auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
+    return as_bool([&]() -> vmm::Status {
+      if (offset == 0) return ag.write_file(path, data, mode, true);
+      auto st = ag.stat(path);
+      if (!st) return st.error();
+      if (st->size != offset) {
+        found = st->size;
+        return vmm::Ok{};
+      }
+      return ag.write_file(path, data, mode, false, /*append=*/true);
+    });
+  });
+  if (r && found)
+    return Rejection{"offset_mismatch", path + " is " + std::to_string(*found) +
+                                            " bytes: its next part goes at offset " +
+                                            std::to_string(*found)};
+  if (r) record(*impl_, tenant, id, cmd::RecordFile{path, offset + data.size(), false});
   return r;
 }
 

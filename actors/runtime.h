@@ -349,8 +349,14 @@ class Runtime {
   // Files in the guest. Errors: file_not_found, file_too_large, invalid_argument, agent_error.
   Reply<std::string> read_file(const std::string& tenant, const std::string& id,
                                const std::string& path, uint64_t max_bytes);
+  // `offset` > 0: a later part of a file written in parts: `data` goes at its end when it is
+  // exactly `offset` bytes long (offset_mismatch, naming its size, otherwise: a client resumes
+  // there); 0 replaces the file.
   Reply<bool> write_file(const std::string& tenant, const std::string& id, const std::string& path,
-                         std::string_view data, uint32_t mode = 0);
+                         std::string_view data, uint32_t mode = 0, uint64_t offset = 0);
+  // Up to `length` bytes from `offset`, and the file's size (a file read in parts).
+  Reply<vmm::FileRange> read_file_range(const std::string& tenant, const std::string& id,
+                                        const std::string& path, uint64_t offset, uint64_t length);
   Reply<std::vector<vmm::FileStat>> list_dir(const std::string& tenant, const std::string& id,
                                              const std::string& path);
   Reply<vmm::FileStat> stat(const std::string& tenant, const std::string& id,

@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string, unsigned>>& error_codes() {
       {"template_not_found", 404},
       {"file_not_found", 404},
       {"context_not_found", 404},
+      {"offset_mismatch", 409},
       {"key_not_found", 404},
       {"process_not_found", 404},
       {"port_not_found", 404},

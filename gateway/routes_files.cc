@@ -17,29 +17,57 @@ uint32_t file_mode(const Request& r) {
   return uint32_t(std::stoul(*m, nullptr, 8));
 }
 
+// ?offset= / ?length= of a file written or read in parts: 0..2^62, `fallback` when absent.
+uint64_t byte_count(const Request& r, const char* name, uint64_t fallback) {
+  auto v = r.q(name);
+  if (!v) return fallback;
+  if (v->empty() || v->size() > 19 || v->find_first_not_of("0123456789") != std::string::npos ||
+      std::stoull(*v) > (uint64_t(1) << 62))
+    throw ApiError{"invalid_argument", std::string(name) + " is a byte count, 0..2^62"};
+  return std::stoull(*v);
+}
+
 }  // namespace
 
 std::vector<Route> file_routes() {
   return {
-      route(M::GET, "/v1/sandboxes/{id}/files", "Read a file (?path=), raw bytes",
+      route(M::GET, "/v1/sandboxes/{id}/files",
+            "Read a file (?path=), raw bytes; ?offset=&length= a part of it (a larger file)",
             [](Call& c) {
-              auto data = unwrap(c.gw.rt.read_file(c.tenant(), c.id, c.gw.guest_path(c.r),
-                                                   c.gw.limits.max_file_bytes));
-              return HttpReply{200, "application/octet-stream", std::move(data), "", {}};
+              auto path = c.gw.guest_path(c.r);
+              const uint64_t limit = c.gw.limits.max_file_bytes;
+              if (c.r.q("offset") || c.r.q("length")) {
+                uint64_t offset = byte_count(c.r, "offset", 0);
+                uint64_t length = byte_count(c.r, "length", limit);
+                if (length > limit)
+                  throw ApiError{"invalid_argument", "length is at most " + std::to_string(limit) +
+                                                         " bytes (the file limit)"};
+                auto part = unwrap(c.gw.rt.read_file_range(c.tenant(), c.id, path, offset, length));
+                return HttpReply{200, "application/octet-stream", std::move(part.data), "", {}};
+              }
+              auto got = c.gw.rt.read_file(c.tenant(), c.id, path, limit);
+              if (!got && got.error().code == "file_too_large")
+                throw ApiError{"file_too_large",
+                               got.error().message +
+                                   ": read it in parts (?offset=&length=, its size from "
+                                   "GET .../files/stat)"};
+              return HttpReply{200, "application/octet-stream", unwrap(std::move(got)), "", {}};
             },
-            {"path"}),
+            {"path", "offset", "length"}),
       route(
           M::PUT, "/v1/sandboxes/{id}/files",
-          "Write a file (?path=, ?mode=755: its permissions), raw bytes; parents are made",
+          "Write a file (?path=, ?mode=755: its permissions), raw bytes; parents are made; "
+          "?offset=N: a later part of a larger file (appended when it is N bytes long)",
           [](Call& c) {
             auto path = c.gw.guest_path(c.r);
-            unwrap(c.gw.rt.write_file(c.tenant(), c.id, path, c.r.body, file_mode(c.r)));
+            uint64_t offset = byte_count(c.r, "offset", 0);
+            unwrap(c.gw.rt.write_file(c.tenant(), c.id, path, c.r.body, file_mode(c.r), offset));
             Json j = Json::object();
             j.set("path", path);
-            j.set("size", uint64_t(c.r.body.size()));
+            j.set("size", uint64_t(offset + c.r.body.size()));
             return json_reply(200, j);
           },
-          {"path", "mode"}, K::raw_body),
+          {"path", "mode", "offset"}, K::raw_body),
       route(M::DELETE, "/v1/sandboxes/{id}/files", "Remove a file or folder (?path=, ?recursive=1)",
             [](Call& c) {
               unwrap(c.gw.rt.remove(c.tenant(), c.id, c.gw.guest_path(c.r),

@@ -721,21 +721,42 @@ kj::Promise<Result<std::string>> read_rest(w::Agent::Client agent, std::string p
   });
 }
 
+// Reads up to `want` bytes of `path` from `start` (the bytes read so far are in `acc`).
+kj::Promise<Result<FileRange>> range_rest(w::Agent::Client agent, std::string path, uint64_t start,
+                                          uint64_t want, kj::Own<FileRange> acc) {
+  auto req = agent.readFileRequest();
+  req.setPath(path);
+  req.setOffset(start + acc->data.size());
+  req.setLength(uint32_t(std::min<uint64_t>(kChunk, want - acc->data.size())));
+  return req.send().then([agent, path = kj::mv(path), start, want,
+                          acc = kj::mv(acc)](auto r) mutable -> kj::Promise<Result<FileRange>> {
+    if (r.hasError()) return Result<FileRange>(guest_file_error(r.getError()));
+    auto d = r.getData();
+    if (d.size() > kChunk || acc->data.size() + d.size() > want)
+      return Result<FileRange>(
+          make_error(ErrorCode::agent_error, "readFile answered more bytes than were asked"));
+    acc->size = r.getSize();
+    acc->data.append(reinterpret_cast<const char*>(d.begin()), d.size());
+    if (d.size() == 0 || acc->data.size() >= want) return Result<FileRange>(kj::mv(*acc));
+    return range_rest(kj::mv(agent), kj::mv(path), start, want, kj::mv(acc));
+  });
+}
+
 kj::Promise<Result<Ok>> write_rest(w::Agent::Client agent, std::string path, std::string_view data,
-                                   size_t offset, uint32_t mode, bool parents) {
+                                   size_t offset, uint32_t mode, bool parents, bool append) {
   auto req = agent.writeFileRequest();
   req.setPath(path);
   size_t n = std::min<size_t>(kChunk, data.size() - offset);
   req.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(data.data() + offset), n));
   req.setMode(mode);
-  req.setMakeParents(parents && offset == 0);
-  req.setTruncate(offset == 0);
-  req.setAppend(offset != 0);
-  return req.send().then([agent, path = kj::mv(path), data, offset, n, mode,
-                          parents](auto r) mutable -> kj::Promise<Result<Ok>> {
+  req.setMakeParents(parents && offset == 0 && !append);
+  req.setTruncate(offset == 0 && !append);
+  req.setAppend(offset != 0 || append);
+  return req.send().then([agent, path = kj::mv(path), data, offset, n, mode, parents,
+                          append](auto r) mutable -> kj::Promise<Result<Ok>> {
     if (r.hasError()) return Result<Ok>(guest_file_error(r.getError()));
     if (offset + n >= data.size()) return Result<Ok>(Ok{});
-    return write_rest(kj::mv(agent), kj::mv(path), data, offset + n, mode, parents);
+    return write_rest(kj::mv(agent), kj::mv(path), data, offset + n, mode, parents, append);
   });
 }
 }  // namespace
@@ -748,10 +769,20 @@ Result<std::string> AgentClient::read_file(const std::string& path, uint64_t max
   });
 }
 
+Result<FileRange> AgentClient::read_range(const std::string& path, uint64_t offset,
+                                          uint64_t length) {
+  return call<FileRange>([&]() {
+    return with_deadline<FileRange>(
+        io_, range_rest(conn_->agent, path, offset, length, kj::heap<FileRange>()),
+        kCallTimeout * 4, "readFile");
+  });
+}
+
 Status AgentClient::write_file(const std::string& path, std::string_view data, uint32_t mode,
-                               bool make_parents) {
+                               bool make_parents, bool append) {
   return call<Ok>([&]() {
-    return with_deadline<Ok>(io_, write_rest(conn_->agent, path, data, 0, mode, make_parents),
+    return with_deadline<Ok>(io_,
+                             write_rest(conn_->agent, path, data, 0, mode, make_parents, append),
                              kCallTimeout * 4, "writeFile");
   });
 }

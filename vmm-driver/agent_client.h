@@ -61,6 +61,12 @@ struct FileStat {
   int64_t mtime_ms = 0;
 };
 
+// A part of a file (AgentClient::read_range) and the whole file's size.
+struct FileRange {
+  std::string data;
+  uint64_t size = 0;
+};
+
 struct ProcessInfo {
   uint32_t pid = 0;
   std::string command;
@@ -134,9 +140,13 @@ class AgentClient {
   // Reads a whole file (in chunks of 4 MiB). Fails with not_found, or invalid_argument when the
   // file is larger than `max_bytes`.
   Result<std::string> read_file(const std::string& path, uint64_t max_bytes = uint64_t(1) << 30);
+  // Up to `length` bytes of a file from `offset` (in chunks of 4 MiB; fewer at its end), and
+  // the file's size. Fails with not_found.
+  Result<FileRange> read_range(const std::string& path, uint64_t offset, uint64_t length);
   // Replaces a file's contents (mode 0 = 0644); creates parent folders when `make_parents`.
+  // `append`: the data goes at the file's end instead (its other bytes stay).
   Status write_file(const std::string& path, std::string_view data, uint32_t mode = 0,
-                    bool make_parents = true);
+                    bool make_parents = true, bool append = false);
   Result<std::vector<FileStat>> list_dir(const std::string& path);
   Result<FileStat> stat(const std::string& path);
   Status remove(const std::string& path, bool recursive);

@@ -145,6 +145,16 @@ class ApiTest(unittest.TestCase):
         # A file larger than the limit is refused from its Content-Length, before any upload.
         self.assertIn("file_too_large",
                       self.raw_head("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/big", (64 << 20) + 1))
+        # A file in parts (?offset=): appended where the file ends, refused elsewhere (#10).
+        f = f"/v1/sandboxes/{sid}/files?path=/tmp/parts"
+        self.assertEqual(c.call("PUT", f, raw=b"abc")[0], 200)
+        self.assertEqual(c.call("PUT", f + "&offset=3", raw=b"def")[1]["size"], 6)
+        self.assertError(c.call("PUT", f + "&offset=3", raw=b"x"), 409, "offset_mismatch")
+        self.assertError(c.call("PUT", f + "&offset=-1", raw=b"x"), 400, "invalid_argument")
+        self.assertEqual(c.call("GET", f)[1], b"abcdef")
+        self.assertEqual(c.call("GET", f + "&offset=2&length=3")[1], b"cde")
+        self.assertEqual(c.call("GET", f + "&offset=5&length=100")[1], b"f")
+        self.assertError(c.call("GET", f + f"&length={(64 << 20) + 1}"), 400, "invalid_argument")
         # Path traversal and malformed paths.
         for p in ("/tmp/../etc/passwd", "tmp/a", "", "/a/./b", "/" + "a" * 5000):
             self.assertError(c.call("GET", f"/v1/sandboxes/{sid}/files?path=" +

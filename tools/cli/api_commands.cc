@@ -908,17 +908,27 @@ int api_main(int argc, char** argv) {
       auto [src_id, src] = location(o.pos[0]);
       auto [dst_id, dst] = location(o.pos[1]);
       if (src_id.empty() == dst_id.empty()) usage("files cp: exactly one side must be ID:/path");
+      // Files of any size, 32 MiB per request (?offset=): never whole in memory.
+      constexpr uint64_t kPart = uint64_t(32) << 20;
       if (!src_id.empty()) {
-        auto data = api.call("GET", "/v1/sandboxes/" + tools::url_encode(src_id) +
-                                        "/files?path=" + tools::url_encode(src));
+        std::string base =
+            "/v1/sandboxes/" + tools::url_encode(src_id) + "/files?path=" + tools::url_encode(src);
+        auto st = api.json("GET", "/v1/sandboxes/" + tools::url_encode(src_id) +
+                                      "/files/stat?path=" + tools::url_encode(src));
+        uint64_t size = uint64_t(st["size"].as_int());
         std::ofstream out(dst, std::ios::binary);
-        out << data;
+        if (!out) return std::fprintf(stderr, "pandastack: cannot write %s\n", dst.c_str()), 1;
+        if (size <= 2 * kPart) {
+          out << api.call("GET", base);
+        } else {
+          for (uint64_t off = 0; off < size; off += kPart)
+            out << api.call("GET", base + "&offset=" + std::to_string(off) +
+                                       "&length=" + std::to_string(kPart));
+        }
         if (!out) return std::fprintf(stderr, "pandastack: cannot write %s\n", dst.c_str()), 1;
       } else {
         std::ifstream in(src, std::ios::binary);
         if (!in) return std::fprintf(stderr, "pandastack: cannot read %s\n", src.c_str()), 1;
-        std::stringstream ss;
-        ss << in.rdbuf();
         std::string base = "/v1/sandboxes/" + tools::url_encode(dst_id) + "/files";
         // Into a folder (cp's way): DST ends in '/' or names a folder in the sandbox.
         bool into = !dst.empty() && dst.back() == '/';
@@ -931,8 +941,17 @@ int api_main(int argc, char** argv) {
           dst += (dst.back() == '/' ? "" : "/") +
                  (slash == std::string::npos ? src : src.substr(slash + 1));
         }
-        api.call("PUT", base + "?path=" + tools::url_encode(dst), ss.str(),
-                 "application/octet-stream");
+        std::string part(kPart, '\0');
+        uint64_t off = 0;
+        do {
+          in.read(part.data(), std::streamsize(kPart));
+          auto n = size_t(in.gcount());
+          api.call("PUT",
+                   base + "?path=" + tools::url_encode(dst) +
+                       (off ? "&offset=" + std::to_string(off) : std::string()),
+                   part.substr(0, n), "application/octet-stream");
+          off += n;
+        } while (in);
       }
       return 0;
     }

@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union, Seq
 import httpx
 
 from . import _common as c
-from ._errors import NotFound, PandaStackError, SandboxStopped, error_for
+from ._errors import NotFound, PandaStackError, PayloadTooLarge, SandboxStopped, error_for
 from ._models import ExecEvent, ExecResult, Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo
 
 
@@ -64,14 +64,30 @@ class AsyncFilesystem:
         return f"/v1/sandboxes/{c.sid(self._s.id)}/files{sub}"
 
     async def write(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
-        """Writes a whole file (parents are created); ``mode`` e.g. ``0o755``."""
+        """Writes a whole file (parents are created); ``mode`` e.g. ``0o755``. A file over the
+        server's 64 MiB per request goes in parts of 32 MiB."""
         content = data.encode() if isinstance(data, str) else data
         params = {"path": path, **({"mode": format(mode, "o")} if mode is not None else {})}
-        await self._s._http.call("PUT", self._path(), params=params, content=content)
+        if len(content) <= c.FILE_LIMIT:
+            await self._s._http.call("PUT", self._path(), params=params, content=content)
+            return
+        view = memoryview(content)
+        for off in range(0, len(content), c.FILE_PART):
+            await self._s._http.call("PUT", self._path(),
+                                     params={**params, "offset": str(off)} if off else params,
+                                     content=bytes(view[off:off + c.FILE_PART]))
 
     async def read(self, path: str) -> bytes:
-        """Reads a whole file."""
-        return (await self._s._http.call("GET", self._path(), params={"path": path})).content
+        """Reads a whole file (one over 64 MiB in parts of 32 MiB)."""
+        try:
+            return (await self._s._http.call("GET", self._path(), params={"path": path})).content
+        except PayloadTooLarge:
+            size = (await self.stat(path)).size
+            parts = []
+            for off in range(0, size, c.FILE_PART):
+                parts.append((await self._s._http.call("GET", self._path(), params={
+                    "path": path, "offset": str(off), "length": str(c.FILE_PART)})).content)
+            return b"".join(parts)
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """Reads a whole file as text."""

@@ -15,6 +15,9 @@ from ._models import ExecEvent, event_from_sse
 # What the API buffers of a non-streamed command's output, per stream (the async client, which
 # runs commands over the stream, keeps the same cap).
 MAX_OUTPUT = 16 << 20
+# The server's file limit per request; larger files go in parts of FILE_PART bytes (?offset=).
+FILE_LIMIT = 64 << 20
+FILE_PART = 32 << 20
 # The server's default command timeout (exec without timeout_seconds).
 DEFAULT_EXEC_TIMEOUT = 60
 # Retries of requests the server refused for now (429 busy, 503) before giving up.

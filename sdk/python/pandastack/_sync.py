@@ -1,6 +1,7 @@
 """The synchronous client: ``Sandbox``."""
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union, Sequence, overload
@@ -10,7 +11,8 @@ import httpx
 from . import _common as c
 import json
 
-from ._errors import NotFound, PandaStackError, SandboxStopped, TemplateBuildFailed, error_for
+from ._errors import (NotFound, PandaStackError, PayloadTooLarge, SandboxStopped,
+                      TemplateBuildFailed, error_for)
 from ._models import (BuildProgress, DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, Execution, FileEvent,
                       FileInfo, ProcessInfo, SandboxInfo, TemplateInfo, VolumeInfo, VolumeSnapshotInfo)
 
@@ -70,14 +72,32 @@ class Filesystem:
 
     def write(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
         """Writes a whole file (parents are created). ``mode`` (e.g. ``0o755``) sets its
-        permissions; without it a new file is 0644 and an existing one keeps its mode."""
+        permissions; without it a new file is 0644 and an existing one keeps its mode. A file
+        over the server's 64 MiB per request goes in parts of 32 MiB."""
         content = data.encode() if isinstance(data, str) else data
         params = {"path": path, **({"mode": format(mode, "o")} if mode is not None else {})}
-        self._s._http.call("PUT", self._path(), params=params, content=content)
+        if len(content) <= c.FILE_LIMIT:
+            self._s._http.call("PUT", self._path(), params=params, content=content)
+            return
+        view = memoryview(content)
+        for off in range(0, len(content), c.FILE_PART):
+            self._put_part(path, params, off, bytes(view[off:off + c.FILE_PART]))
+
+    def _put_part(self, path: str, params: Dict[str, str], off: int, part: bytes) -> None:
+        self._s._http.call("PUT", self._path(), params={**params, "offset": str(off)} if off
+                           else params, content=part)
 
     def read(self, path: str) -> bytes:
-        """Reads a whole file."""
-        return self._s._http.call("GET", self._path(), params={"path": path}).content
+        """Reads a whole file (one over 64 MiB in parts of 32 MiB)."""
+        try:
+            return self._s._http.call("GET", self._path(), params={"path": path}).content
+        except PayloadTooLarge:
+            size = self.stat(path).size
+            return b"".join(self._get_part(path, off) for off in range(0, size, c.FILE_PART))
+
+    def _get_part(self, path: str, off: int) -> bytes:
+        return self._s._http.call("GET", self._path(), params={
+            "path": path, "offset": str(off), "length": str(c.FILE_PART)}).content
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """Reads a whole file as text."""
@@ -124,14 +144,29 @@ class Filesystem:
                                                           params=params, on_open=opened))
 
     def upload(self, local_path: str, remote_path: str) -> None:
-        """Copies a local file into the sandbox."""
+        """Copies a local file into the sandbox (a large one 32 MiB at a time: never whole in
+        memory)."""
         with open(local_path, "rb") as f:
-            self.write(remote_path, f.read())
+            if os.fstat(f.fileno()).st_size <= c.FILE_LIMIT:
+                self.write(remote_path, f.read())
+                return
+            off = 0
+            while True:
+                part = f.read(c.FILE_PART)
+                if not part:
+                    return
+                self._put_part(remote_path, {"path": remote_path}, off, part)
+                off += len(part)
 
     def download(self, remote_path: str, local_path: str) -> None:
-        """Copies a file from the sandbox to a local path."""
+        """Copies a file from the sandbox to a local path (a large one 32 MiB at a time)."""
+        size = self.stat(remote_path).size
         with open(local_path, "wb") as f:
-            f.write(self.read(remote_path))
+            if size <= c.FILE_LIMIT:
+                f.write(self.read(remote_path))
+                return
+            for off in range(0, size, c.FILE_PART):
+                f.write(self._get_part(remote_path, off))
 
 
 class FileWatch:
