@@ -234,6 +234,7 @@ export interface FileWatch extends AsyncIterable<FileChange> {
 }
 
 export declare class Files {
+  /** A file over 64 MiB goes in parts of 32 MiB. */
   write(path: string, data: string | Uint8Array, opts?: { mode?: number }): Promise<void>;
   exists(path: string): Promise<boolean>;
   upload(localPath: string, remotePath: string): Promise<void>;

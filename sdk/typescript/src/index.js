@@ -289,13 +289,26 @@ function sid(id) {
   return encodeURIComponent(id);
 }
 
+// The server's file limit per request; larger files go in parts (?offset=).
+const FILE_LIMIT = 64 * 1024 * 1024;
+const FILE_PART = 32 * 1024 * 1024;
+
 class Files {
   constructor(sbx) { this.s = sbx; }
   #p(sub = "") { return `/v1/sandboxes/${sid(this.s.id)}/files${sub}`; }
-  /** Writes a whole file (parents are created). `mode` (e.g. 0o755) sets its permissions. */
+  /** Writes a whole file (parents are created). `mode` (e.g. 0o755) sets its permissions. A file
+   * over the server's 64 MiB per request goes in parts of 32 MiB (`?offset=`). */
   async write(path, data, { mode } = {}) {
     const query = mode === undefined ? { path } : { path, mode: mode.toString(8) };
-    await this.s.http.call("PUT", this.#p(), { query, body: typeof data === "string" ? data : Buffer.from(data) });
+    const body = typeof data === "string" ? Buffer.from(data) : Buffer.from(data);
+    if (body.length <= FILE_LIMIT) {
+      await this.s.http.call("PUT", this.#p(), { query, body });
+      return;
+    }
+    for (let off = 0; off < body.length; off += FILE_PART)
+      await this.s.http.call("PUT", this.#p(), {
+        query: off ? { ...query, offset: off } : query, body: body.subarray(off, off + FILE_PART),
+      });
   }
   /** True when the path exists. */
   async exists(path) {
@@ -311,10 +324,21 @@ class Files {
     const { writeFile } = await import("node:fs/promises");
     await writeFile(localPath, await this.read(remotePath));
   }
-  /** Reads a whole file as bytes. */
+  /** Reads a whole file as bytes (one over 64 MiB in parts of 32 MiB). */
   async read(path) {
-    const res = await this.s.http.call("GET", this.#p(), { query: { path } });
-    return Buffer.from(await res.arrayBuffer());
+    try {
+      const res = await this.s.http.call("GET", this.#p(), { query: { path } });
+      return Buffer.from(await res.arrayBuffer());
+    } catch (e) {
+      if (!(e instanceof PayloadTooLargeError)) throw e;
+    }
+    const { size } = await this.stat(path);
+    const parts = [];
+    for (let off = 0; off < size; off += FILE_PART) {
+      const res = await this.s.http.call("GET", this.#p(), { query: { path, offset: off, length: FILE_PART } });
+      parts.push(Buffer.from(await res.arrayBuffer()));
+    }
+    return Buffer.concat(parts);
   }
   /** Reads a whole file as text. */
   async readText(path) { return (await this.read(path)).toString("utf8"); }

@@ -70,6 +70,13 @@ test("commands, streams, files, processes", async () => {
     await sbx.files.remove("/tmp/t", { recursive: true });
     await assert.rejects(sbx.files.read("/tmp/t/g.txt"), FileNotFoundError);
     await assert.rejects(sbx.files.read("/tmp/../etc/passwd"), InvalidArgumentError);
+    // Files over the server's 64 MiB per request go in and out in parts.
+    const big = Buffer.alloc(80 * 1024 * 1024);
+    for (let i = 0; i < big.length; i += 4096) big.writeUInt32LE(i, i);
+    await sbx.files.write("/tmp/big.bin", big);
+    assert.equal((await sbx.files.stat("/tmp/big.bin")).size, big.length);
+    assert.ok((await sbx.files.read("/tmp/big.bin")).equals(big));
+    await sbx.files.remove("/tmp/big.bin");
     const pid = await sbx.process.start("echo bg; sleep 0.2");
     assert.ok((await sbx.process.list()).some((p) => p.pid === pid));
     let out = "";
