@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import urllib.parse
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -22,6 +23,8 @@ FILE_PART = 32 << 20
 DEFAULT_EXEC_TIMEOUT = 60
 # Retries of requests the server refused for now (429 busy, 503) before giving up.
 RETRIES = 3
+# How long a command waits, retrying, while its sandbox runs its most commands at once.
+EXEC_QUEUE_SECONDS = 120.0
 
 DEFAULT_BASE_URL = "http://127.0.0.1:7070"
 Command = Union[str, Sequence[str]]
@@ -88,11 +91,22 @@ def sid(sandbox_id: str) -> str:
     return urllib.parse.quote(sandbox_id, safe="")
 
 
-def retry_after(response: httpx.Response, attempt: int) -> Optional[float]:
-    """Seconds to wait before retrying a refused request, or None to give up."""
+def retry_after(response: httpx.Response, attempt: int, waited: float = 0.0) -> Optional[float]:
+    """Seconds to wait before retrying a refused request, or None to give up. `waited`: seconds
+    spent waiting on this request so far."""
     # Only what the server says to retry (Retry-After): a quota refusal stands until use drops.
-    if (response.status_code not in (429, 503) or "Retry-After" not in response.headers
-            or attempt >= RETRIES):
+    if response.status_code not in (429, 503) or "Retry-After" not in response.headers:
+        return None
+    # A sandbox running its most commands at once: a burst of calls queues here (jittered, so
+    # they go in as its commands end) for up to EXEC_QUEUE_SECONDS rather than failing.
+    if response.status_code == 429 and waited < EXEC_QUEUE_SECONDS:
+        try:
+            busy = response.json().get("error", {}).get("code") == "too_many_execs"
+        except ValueError:
+            busy = False
+        if busy:
+            return random.uniform(0.1, 0.6)
+    if attempt >= RETRIES:
         return None
     try:
         return min(float(response.headers.get("Retry-After", "1")), 5.0)

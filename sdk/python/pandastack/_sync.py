@@ -26,16 +26,17 @@ class _Http:
                                    timeout=httpx.Timeout(timeout, connect=10.0))
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        attempt = 0
+        attempt, waited = 0, 0.0
         while True:
             try:
                 r = self.client.request(method, path, **kw)
             except httpx.TransportError as e:
                 raise c.transport_error(e) from e
-            wait = c.retry_after(r, attempt)
+            wait = c.retry_after(r, attempt, waited)
             if wait is None:
                 break
             time.sleep(wait)  # the server refused it for now (busy): nothing was done
+            waited += wait
             attempt += 1
         c.raise_for(r)
         return r

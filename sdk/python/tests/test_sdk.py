@@ -391,6 +391,15 @@ class FindingsTest(unittest.TestCase):
             finally:
                 shutil.rmtree(tmp)
 
+    def test_a_burst_of_commands_queues_instead_of_failing(self):
+        # Exploratory test 3 #17: 30 at once on one sandbox (16 run at a time): every one runs.
+        from concurrent.futures import ThreadPoolExecutor
+        with Sandbox.create(network=False) as sbx:
+            with ThreadPoolExecutor(30) as pool:
+                got = list(pool.map(lambda i: sbx.exec(f"sleep 1; echo {i}").stdout,
+                                    range(30)))
+            self.assertEqual(got, [f"{i}\n" for i in range(30)])
+
     def test_http_timeouts_follow_the_command(self):
         # A client whose default timeout is 1 s still waits for a 3 s command (it said 10 s).
         with Sandbox.create(network=False) as owner:

@@ -135,6 +135,8 @@ function errorFor(code, message, status) {
 const MAX_OUTPUT = 16 << 20;
 // Requests the server refused for now (429, 503) are retried this many times after Retry-After.
 const RETRIES = 3;
+// How long a command waits, retrying, while its sandbox runs its most commands at once.
+const EXEC_QUEUE_MS = 120000;
 
 function config(opts = {}) {
   const apiKey = opts.apiKey ?? process.env.PANDASTACK_API_KEY ?? "";
@@ -156,6 +158,7 @@ class Http {
     const headers = { ...this.headers };
     if (json !== undefined) headers["Content-Type"] = "application/json";
     let res;
+    let waited = 0;
     for (let attempt = 0; ; ++attempt) {
       try {
         res = await fetch(url, {
@@ -170,8 +173,16 @@ class Http {
       }
       // Refused for now (busy): nothing was done; wait as told and try again.
       // Only what the server says to retry (Retry-After): a quota refusal stands until use drops.
-      if ((res.status !== 429 && res.status !== 503) || !res.headers.has("retry-after") || attempt >= RETRIES) break;
-      const wait = Math.min(Number(res.headers.get("retry-after") ?? "1") || 1, 5);
+      if ((res.status !== 429 && res.status !== 503) || !res.headers.has("retry-after")) break;
+      // A sandbox running its most commands at once: a burst of calls queues here (jittered)
+      // for up to EXEC_QUEUE_MS rather than failing.
+      let busy = false;
+      if (res.status === 429 && waited < EXEC_QUEUE_MS) {
+        try { busy = (await res.clone().json()).error?.code === "too_many_execs"; } catch {}
+      }
+      if (!busy && attempt >= RETRIES) break;
+      const wait = busy ? 0.1 + Math.random() * 0.5 : Math.min(Number(res.headers.get("retry-after") ?? "1") || 1, 5);
+      waited += wait * 1000;
       await res.arrayBuffer();
       await new Promise((r) => setTimeout(r, wait * 1000));
     }
