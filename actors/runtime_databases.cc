@@ -60,6 +60,33 @@ Reply<bool> run_sql(Runtime& rt, const std::string& tenant, const std::string& s
   return true;
 }
 
+// The server's own TLS key and certificate (a P-256 key, self-signed, its CN the database's id):
+// the template's bake made one that every database of it would share (security review 3, L4).
+// Written where the server's configuration names them, then the server reloads; a server
+// without TLS is left so.
+Reply<bool> fresh_tls_key(Runtime& rt, const std::string& tenant, const std::string& sandbox,
+                          const std::string& id) {
+  vmm::ExecRequest r;
+  r.argv = {"sh", "-ec",
+            "q() { runuser -u postgres -- psql -qAtc \"$1\"; }\n"
+            "[ \"$(q 'show ssl')\" = on ] || exit 0\n"
+            "k=$(q 'show ssl_key_file'); c=$(q 'show ssl_cert_file')\n"
+            "umask 077\n"
+            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 "
+            "-subj \"/CN=$1\" -keyout \"$k.new\" -out \"$c.new\" 2>/dev/null\n"
+            "chown root:ssl-cert \"$k.new\" && chmod 640 \"$k.new\" && chmod 644 \"$c.new\"\n"
+            "mv \"$k.new\" \"$k\" && mv \"$c.new\" \"$c\"\n"
+            "q 'select pg_reload_conf()' >/dev/null\n",
+            "fresh-tls", id};
+  r.timeout_ms = 60000;
+  auto x = rt.exec(tenant, sandbox, r);
+  if (!x) return x.error();
+  if (x->exit_code != 0)
+    return Rejection{"start_failed",
+                     "cannot make the server's TLS key: " + x->stderr_data.substr(0, 500)};
+  return true;
+}
+
 // A failed database's refusal: its data volume is kept until the database is deleted.
 Rejection failed(const DatabaseInfo& d) {
   return {"database_failed", "database " + d.id + " failed (" + d.failure_reason +
@@ -240,6 +267,10 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
   if (!made) {
     undo();
     return made.error();
+  }
+  if (auto tls = fresh_tls_key(*this, request.tenant, sbx->id, id); !tls) {
+    undo();
+    return tls.error();
   }
   if (!dump.empty()) {
     auto restored = restore_dump(*this, request.tenant, sbx->id, request.name, dump);

@@ -24,6 +24,20 @@ import harness  # noqa: E402
 from harness import Api, Daemon  # noqa: E402
 
 
+def server_cert(host, port):
+    """The certificate a PostgreSQL server presents (its SSLRequest, then TLS), DER bytes."""
+    import socket
+    import ssl
+    with socket.create_connection((host, port), timeout=30) as raw:
+        raw.sendall((8).to_bytes(4, "big") + (80877103).to_bytes(4, "big"))
+        assert raw.recv(1) == b"S", "the server does not speak TLS"
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        with ctx.wrap_socket(raw) as tls:
+            return tls.getpeercert(binary_form=True)
+
+
 class PostgresTemplateTest(unittest.TestCase):
 
     @classmethod
@@ -220,6 +234,10 @@ class PostgresTemplateTest(unittest.TestCase):
         self.assertEqual(s, 201, b)
         self.assertEqual((b["user"], b["database"]), ("user", "user"), b)
         self.assertNotEqual(a["password"], b["password"])
+        # Each database presents a TLS key of its own (security review 3, L4), named for it.
+        certs = [server_cert(d["host"], d["port"]) for d in (a, b)]
+        self.assertNotEqual(certs[0], certs[1])
+        self.assertIn(a["id"].encode(), certs[0])  # its CN
         # GET never shows the password again.
         s, got = self.api.call("GET", f"/v1/databases/{a['id']}")
         self.assertNotIn("password", got)
