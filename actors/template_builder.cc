@@ -73,12 +73,13 @@ std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what, const 
   run.shell = "sh -s";
   run.stdin_data = script;
   run.timeout_ms = left_ms(deadline);
-  std::string partial[2];
+  std::string partial[2], last;  // last: the last line it printed (a failure's reason)
   auto on_output = [&](vmm::StreamKind k, std::string_view data) {
     auto& line = partial[k == vmm::StreamKind::err ? 1 : 0];
     for (char c : data) {
       if (c == '\n' || c == '\r') {
         if (!line.empty() && log) log(line);
+        if (!line.empty()) last = line;
         line.clear();
       } else if (line.size() < 4096) {
         line += c;
@@ -88,13 +89,17 @@ std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what, const 
   auto r = vm.agent().exec_stream(run, on_output, stop);
   if (stop.stop_requested()) return Rejection{"unavailable", "the daemon stopped"};
   for (auto& l : partial)
-    if (!l.empty() && log) log(l);
+    if (!l.empty()) {
+      if (log) log(l);
+      last = l;
+    }
   if (!r) return Rejection{"build_failed", what + ": " + r.error().message};
   if (r->timed_out)
     return Rejection{"timeout", what + " did not finish before the build's deadline"};
   if (!r->error.empty()) return Rejection{"build_failed", what + ": " + r->error};
   if (r->exit_code != 0)
-    return Rejection{"build_failed", what + " failed (exit " + std::to_string(r->exit_code) + ")"};
+    return Rejection{"build_failed", what + " failed (exit " + std::to_string(r->exit_code) +
+                                         (last.empty() ? ")" : "): " + last.substr(0, 512))};
   return std::nullopt;
 }
 

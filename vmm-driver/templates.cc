@@ -129,11 +129,15 @@ Status run_bake_script(Vm& vm, const fs::path& image_dir, const BakeLog& log) {
       std::istringstream lines(*out);
       for (std::string line; std::getline(lines, line);) log(line);
     }
-  if (r->exit_code != 0)
-    return make_error(
-        ErrorCode::invalid_argument,
-        "the template's bake.sh failed (exit " + std::to_string(r->exit_code) + "): " +
-            r->stderr_data.substr(r->stderr_data.size() > 2000 ? r->stderr_data.size() - 2000 : 0));
+  if (r->exit_code != 0) {
+    // Why, from what it printed last (stderr, else stdout): never an empty reason.
+    const std::string& said = r->stderr_data.empty() ? r->stdout_data : r->stderr_data;
+    std::string why = said.substr(said.size() > 2000 ? said.size() - 2000 : 0);
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+    return make_error(ErrorCode::invalid_argument,
+                      "the template's bake.sh failed (exit " + std::to_string(r->exit_code) +
+                          "): " + (why.empty() ? "it printed nothing" : why));
+  }
   return Ok{};
 }
 

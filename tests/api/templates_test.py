@@ -201,7 +201,7 @@ class TemplateTest(unittest.TestCase):
         self.assertEqual(s, 202, t)
         stages, lines, end = self.follow("bad-run")
         self.assertEqual(end["status"], "failed", end)
-        self.assertIn("the template's commands failed (exit 3)", end["error"])
+        self.assertIn("the template's commands failed (exit 3): + exit 3", end["error"])
         self.assertIn("about to fail", end["log_tail"])
         self.assertEqual(stages[-1][0], "failed")
         self.assertEqual(self.custom_dirs(), [])
