@@ -180,7 +180,8 @@ Json volume_json(const actors::VolumeInfo& v) {
   Json j = Json::object();
   j.set("id", v.id);
   j.set("name", v.name);
-  j.set("status", v.status);
+  // "in_use" while a sandbox holds it (exploratory test 3 #20), else what its record says.
+  j.set("status", v.status == "available" && !v.attachments.empty() ? "in_use" : v.status);
   j.set("size_mib", v.size_mib);
   j.set("metadata", actors::string_map_json(v.metadata));
   j.set("created_at_ms", v.created_at_ms);

@@ -264,6 +264,26 @@ class GuestAbuseTest(unittest.TestCase):
         self.assertEqual(s, 201, b)
         self.assertEqual(self.api.call("DELETE", f"/v1/snapshots/{b['snapshot_id']}")[0], 204)
 
+    def test_a_volume_larger_than_the_free_disk_is_refused(self):
+        # Exploratory test 3 #20: the volume folder is a 256 MiB tmpfs here; a volume (or a grow)
+        # its guest could not fill without filling the host's disk is refused before its file.
+        vols = os.path.join(self.base, "data", "volumes")
+        os.makedirs(vols, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=0700", "tmpfs", vols],
+                       check=True)
+        try:
+            s, b = self.api.call("POST", "/v1/volumes", {"size_mib": 512})
+            self.assertEqual((s, b["error"]["code"]), (503, "host_full"), b)
+            self.assertIn("volume folder", b["error"]["message"])
+            s, v = self.api.call("POST", "/v1/volumes", {"size_mib": 64})
+            self.assertEqual(s, 201, v)
+            s, b = self.api.call("PATCH", f"/v1/volumes/{v['id']}", {"size_mib": 400})
+            self.assertEqual((s, b["error"]["code"]), (503, "host_full"), b)
+            self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{v['id']}")[0], 204)
+            self.assertEqual(os.listdir(vols), [])
+        finally:
+            subprocess.run(["umount", vols], check=True)
+
     def test_a_hibernation_that_cannot_be_written_loses_nothing(self):
         # The hibernated folder full (a 16 MiB tmpfs over it): the guest's RAM does not fit. The
         # VM keeps running, its memory intact (before, QEMU was killed first: the sandbox came

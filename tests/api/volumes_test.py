@@ -173,7 +173,7 @@ class VolumeTest(unittest.TestCase):
                          {"volume": r["id"], "mount": "/ref", "read_only": True})
         s, got = self.api.call("GET", f"/v1/volumes/{mine['volume']}")
         self.assertEqual((got["origin"], got["size_mib"], got["status"]),
-                         (f"fork:{p}:{v['id']}", 64, "available"), got)
+                         (f"fork:{p}:{v['id']}", 64, "in_use"), got)
         self.assertEqual(got["attachments"], [{"sandbox": c, "mount": "/data", "read_only": False}])
         # Copy-on-write in effect: each side's writes stay its own.
         self.assertEqual(self.sh(c, "cat /data/f /ref/r"), "one\nreference\n")
