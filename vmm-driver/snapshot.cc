@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "vmm-driver/images.h"
+#include "vmm-driver/qcow2.h"
 #include "wire/json.h"
 
 namespace pandastack::vmm {
@@ -194,6 +196,36 @@ void remove_snapshot(const fs::path& dir, const fs::path& disk_dir) {
     fs::remove_all((*j)["disk_dir"].as_string(), ec);
   if (!disk_dir.empty()) fs::remove_all(disk_dir, ec);
   fs::remove_all(dir, ec);
+}
+
+Status check_layer_chain(const Snapshot& snap, const std::filesystem::path& rootfs) {
+  namespace fs = std::filesystem;
+  auto refuse = [&](const std::string& layer, const std::string& why) {
+    return make_error(ErrorCode::invalid_argument,
+                      "snapshot " + snap.dir.filename().string() + ": layer " + layer + " " + why);
+  };
+  for (size_t i = 0; i < snap.layers.size(); ++i) {
+    const auto& l = snap.layers[i];
+    auto backing = qcow2::backing_file(snap.layer(l));
+    if (!backing) return backing.error();
+    if (i > 0) {
+      if (*backing != snap.layers[i - 1])
+        return refuse(l, "names a backing file that is not the layer before it");
+      continue;
+    }
+    fs::path base(*backing);
+    if (!base.is_absolute() || base.lexically_normal() != base || base.filename() != "rootfs.qcow2" ||
+        !safe_template_name(base.parent_path().filename().string()))
+      return refuse(l, "is not backed by a template's root file system");
+    if (rootfs.empty()) continue;
+    std::error_code e1, e2;
+    auto want = fs::canonical(fs::absolute(rootfs), e1);
+    auto got = fs::weakly_canonical(base, e2);
+    if (e1 || e2 || want != got)
+      return refuse(l, "is backed by " + base.string() + ", not by the template's " +
+                           rootfs.string());
+  }
+  return Ok{};
 }
 
 }  // namespace pandastack::vmm

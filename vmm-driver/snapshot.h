@@ -69,6 +69,17 @@ struct Snapshot {
   Status check_compatible(const VmConfig& c, const std::string& qemu_version) const;
 };
 
+// The disk-layer chain rule (security review 3, M2). A layer's header names its backing file,
+// and a QEMU (a layer is its overlay until frozen) or a peer (a layer it sent) writes headers:
+// the oldest layer must be backed by a template's root file system, every other layer by the
+// layer before it (its file name), or the snapshot is refused. Root never opens, nor hands to a
+// tool, a name it read from a header.
+//   `rootfs` given: the oldest layer's backing is that file (compared canonically: a published
+//   template's root file system is a link to the one its chain ends in).
+//   `rootfs` empty (a snapshot received before its template is known): the oldest layer's
+//   backing is an absolute, normal path `.../<template name>/rootfs.qcow2`.
+Status check_layer_chain(const Snapshot& snap, const std::filesystem::path& rootfs = {});
+
 // Copies a snapshot to `dir` (typically onto the file system where VMs run, so restores copy its
 // RAM file in the kernel): the RAM file sparsely, layers hard-linked where possible. Reuses `dir`
 // when it already holds this snapshot. With `disk_dir`, its disk layers go there (a real disk)

@@ -278,9 +278,13 @@ Result<Snapshot> SnapshotReceiver::commit() {
     if (::chmod(path.c_str(), 0644) != 0) return io("cannot chmod " + path.string());
     (void)::link(path.c_str(), (cache_ / f.sha256).c_str());  // (a concurrent receive has it)
   }
-  // The oldest layer's backing file is the template's root filesystem: it must exist here.
+  // The layers' headers are the sender's: each must name the layer before it, the oldest a
+  // template's root file system (start checks it is the template it names), which must exist.
+  auto chain = check_layer_chain(snap_);
+  if (!chain) return chain.error();
   auto base = qcow2::backing_file(snap_.layer(snap_.layers.front()));
-  if (base && !base->empty() && base->front() == '/' && !fs::exists(*base))
+  if (!base) return base.error();
+  if (!fs::exists(*base))
     return make_error(ErrorCode::invalid_argument,
                       "this host lacks the image the snapshot's disk is based on: " + *base);
   auto linked = detail::link_or_copy(snap_.layer(snap_.layers.back()), snap_.disk());

@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "vmm-driver/qcow2.h"
 
 namespace pandastack::vmm {
 namespace {
@@ -28,8 +31,9 @@ class SnapshotTransferTest : public ::testing::Test {
     fs::create_directories(dir_ / "src");
     // A snapshot: a sparse RAM file with data at two places, a device state, two qcow2 layers
     // (the oldest based on an image by its absolute path, as a template's is).
-    ASSERT_EQ(sh("qemu-img create -q -f raw " + (dir_ / "rootfs.img").string() + " 16M"), 0);
-    ASSERT_EQ(sh("qemu-img create -q -f qcow2 -F raw -b " + (dir_ / "rootfs.img").string() + " " +
+    fs::create_directories(dir_ / "images" / "base");
+    ASSERT_EQ(sh("qemu-img create -q -f raw " + rootfs().string() + " 16M"), 0);
+    ASSERT_EQ(sh("qemu-img create -q -f qcow2 -F raw -b " + rootfs().string() + " " +
                  (dir_ / "src" / "layer-a.qcow2").string()),
               0);
     ASSERT_EQ(sh("cd " + (dir_ / "src").string() +
@@ -48,13 +52,15 @@ class SnapshotTransferTest : public ::testing::Test {
     s.qemu_version = "test";
     s.memory_mib = 32;
     s.vcpus = 1;
-    s.kernel = (dir_ / "rootfs.img").string();
+    s.kernel = rootfs().string();
     s.origin = "snapshot:test";
     s.layers = {"layer-a.qcow2", "layer-b.qcow2"};
     ASSERT_TRUE(s.write_meta());
     src_ = *Snapshot::load(s.dir);
   }
   void TearDown() override { fs::remove_all(dir_); }
+  // The template's root file system the oldest layer is based on (a raw image here).
+  fs::path rootfs() const { return dir_ / "images" / "base" / "rootfs.qcow2"; }
   int sh(const std::string& cmd) { return std::system(cmd.c_str()); }
 
   // Sends what `r` is missing, as the gateway does: data extents only.
@@ -152,6 +158,46 @@ TEST_F(SnapshotTransferTest, RefusesOffersBeyondItsBounds) {
   path_layer.files[2].name = "../../etc/passwd";
   EXPECT_FALSE(SnapshotReceiver::open(path_layer, dir_ / "d3", dir_ / "d3", dir_ / "cache", 32));
   EXPECT_FALSE(fs::exists(dir_ / "d3"));
+}
+
+// Security review 3, M2: a layer's header is the sender's (or a QEMU's) to write. A snapshot
+// whose oldest layer names anything but a template's root file system, or whose later layer
+// names anything but the layer before it, is refused at commit and at restore
+// (check_layer_chain); nothing named by such a header is opened.
+TEST_F(SnapshotTransferTest, LayersThatNameOtherBackingFilesAreRefused) {
+  auto fifo = dir_ / "a-fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (auto [layer, backing] : std::vector<std::pair<std::string, std::string>>{
+           {"layer-a.qcow2", fifo.string()},                     // not a template's
+           {"layer-a.qcow2", "/etc/../etc/base/rootfs.qcow2"},  // not normal
+           {"layer-a.qcow2", "base/rootfs.qcow2"},               // relative
+           {"layer-b.qcow2", "/etc/passwd"},                     // not the layer before
+           {"layer-b.qcow2", "layer-b.qcow2"}}) {
+    SCOPED_TRACE(layer + " -> " + backing);
+    fs::remove_all(dir_ / "bad");
+    ASSERT_EQ(sh("cp -a " + src_.dir.string() + " " + (dir_ / "bad").string()), 0);
+    ASSERT_TRUE(qcow2::set_backing_file(dir_ / "bad" / layer, backing));
+    auto bad = src_;
+    bad.dir = dir_ / "bad";
+    EXPECT_FALSE(check_layer_chain(bad));
+    EXPECT_FALSE(check_layer_chain(bad, rootfs()));
+    auto offer = offer_of(bad);
+    ASSERT_TRUE(offer);
+    fs::remove_all(dir_ / "cache");
+    auto r = SnapshotReceiver::open(*offer, dir_ / "dst", dir_ / "dst-disk", dir_ / "cache", 32);
+    ASSERT_TRUE(r);
+    send(*offer, **r);
+    auto got = (*r)->commit();
+    ASSERT_FALSE(got);
+    EXPECT_NE(got.error().message.find(layer), std::string::npos) << got.error().message;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "dst"));
+  // The good chain passes, against its template's root file system and no other.
+  EXPECT_TRUE(check_layer_chain(src_));
+  EXPECT_TRUE(check_layer_chain(src_, rootfs()));
+  fs::create_directories(dir_ / "images" / "other");
+  std::ofstream(dir_ / "images" / "other" / "rootfs.qcow2") << "x";
+  EXPECT_FALSE(check_layer_chain(src_, dir_ / "images" / "other" / "rootfs.qcow2"));
 }
 
 TEST_F(SnapshotTransferTest, VolumeCopiesAndVolumesCarriedAlongArriveAndNamesAreChecked) {

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "vmm-driver/images.h"
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/jail.h"
 #include "vmm-driver/live_record.h"
@@ -322,6 +323,10 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
     if (spare) return spare_overlay(base, active_overlay_);
     return overlay_from_cache(base.string() + ".overlay", base.string(), active_overlay_);
   }
+  // The chain QEMU will open is the one we made: the template's root file system under the
+  // snapshot's layers (a header QEMU or a peer rewrote is refused, never followed by root).
+  auto chain = check_layer_chain(*snap, c.rootfs);
+  if (!chain) return chain;
   for (auto& l : snap->layers) {
     auto linked = link_or_copy(snap->layer(l), disks() / l);
     if (!linked) return linked;
@@ -331,9 +336,8 @@ Status Vm::prepare(const Snapshot* snap, bool spare) {
   // root filesystem's, naming the snapshot's top layer as its backing file (no qemu-img run).
   return copy_from_cache(snap->disks() / "overlay.qcow2", active_overlay_,
                          [&](const fs::path& tmp) {
-                           auto base = qcow2::backing_file(snap->layer(layers_.front()));
-                           if (!base) return Status(base.error());
-                           auto made = overlay_from_cache(*base + ".overlay", *base, tmp);
+                           auto base = fs::absolute(c.rootfs).string();
+                           auto made = overlay_from_cache(base + ".overlay", base, tmp);
                            if (made) made = qcow2::set_backing_file(tmp, layers_.back());
                            return made;
                          });
@@ -395,13 +399,23 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
       }
     }
     // (a built template's root file system is a layer on the one it was built from: the files
-    // its chain names, as the daemon wrote them, are QEMU's to read too)
+    // its chain names, as the daemon wrote them, are QEMU's to read too; only a template's
+    // folder in the images or custom templates folder is ever bound)
     auto layer = fs::absolute(c.rootfs);
+    const fs::path roots[] = {fs::absolute(c.kernel).parent_path().parent_path(),
+                              layer.parent_path().parent_path()};
     for (int depth = 0; depth < 4; ++depth) {
       auto backing = qcow2::backing_file(layer);
       if (!backing || backing->empty() || (*backing)[0] != '/') break;
-      layer = fs::path(*backing).lexically_normal();
+      layer = fs::path(*backing);
       auto dir = layer.parent_path();
+      if (layer.lexically_normal() != layer || layer.filename() != "rootfs.qcow2" ||
+          !safe_template_name(dir.filename().string()) ||
+          std::find(std::begin(roots), std::end(roots), dir.parent_path()) == std::end(roots)) {
+        spdlog::warn("vm {}: {}'s backing file {} is no template's: not bound into the jail",
+                     c.name, c.rootfs.string(), layer.string());
+        break;
+      }
       if (std::find(images.begin(), images.end(), dir) == images.end()) images.push_back(dir);
     }
     auto argv = args;

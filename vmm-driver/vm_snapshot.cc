@@ -222,6 +222,9 @@ Status Vm::restore_into(const Snapshot& snap, bool consume) {
   if (snap.layers.empty() || !layers_.empty())
     return make_error(ErrorCode::invalid_argument,
                       "restore_into needs a spare and a snapshot with disk layers");
+  // (the chain QEMU opens is the one we made: Vm::prepare)
+  auto chain = check_layer_chain(snap, config_.rootfs);
+  if (!chain) return chain;
   for (auto& l : snap.layers) {
     auto linked = link_or_copy(snap.layer(l), disks() / l);
     if (!linked) return linked;
@@ -427,6 +430,11 @@ Status Vm::freeze_disk(const fs::path& dir) {
     ::chown(active_overlay_.c_str(), 0, 0);
     ::chmod(active_overlay_.c_str(), 0644);
   }
+  // Its header was QEMU's to write: the backing name is set again to the one we gave it (the
+  // root file system, or the layer before it), never kept as QEMU left it (check_layer_chain).
+  auto renamed = qcow2::set_backing_file(
+      active_overlay_, layers_.empty() ? fs::absolute(config_.rootfs).string() : layers_.back());
+  if (!renamed) return renamed;
   active_overlay_ = next;
   layers_.push_back(name);
   for (auto& l : layers_) {
@@ -598,6 +606,10 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
        ::chmod((snap.dir / layer).c_str(), 0644) != 0))
     st = make_error(ErrorCode::io_error,
                     "cannot make the baked layer root's: " + std::string(strerror(errno)));
+  // (its backing name as we gave it, whatever QEMU wrote into the header: check_layer_chain)
+  if (st)
+    st = qcow2::set_backing_file(
+        snap.dir / layer, layers_.empty() ? fs::absolute(config_.rootfs).string() : layers_.back());
   if (st) st = link_or_copy(snap.dir / layer, snap.disk());
   // A template's baked data volume (TemplateStore): its file becomes the snapshot's copy, the
   // source of every sandbox's own copy.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include "tests/integration/test_env.h"
 #include "vmm-driver/pool.h"
+#include "vmm-driver/qcow2.h"
 #include "vmm-driver/templates.h"
 #include "vmm-driver/vm.h"
 
@@ -230,6 +232,39 @@ TEST_F(SnapshotTest, StateSurvivesSnapshotCreateAndTheParentRunsOn) {
   EXPECT_LT(guest_clock_skew_s(*child), 1.0);
   expect_state(*parent.vm, parent.blob_sha);
   vmm::remove_snapshot(snap_dir);
+}
+
+// Security review 3, M2: a QEMU writes its overlay's header, and a layer is that overlay frozen.
+// A backing name QEMU wrote is replaced when the layer freezes, and a snapshot whose layer names
+// anything else is refused at restore: root never opens the name or makes a file beside it.
+TEST_F(SnapshotTest, BackingNamesAQemuWritesNeverReachRoot) {
+  auto vm = restore(*template_, "m2");
+  ASSERT_NE(vm, nullptr);
+  auto canary_dir = shm_dir("m2-canary");
+  fs::create_directories(canary_dir);
+  auto canary = canary_dir / "canary";
+  ASSERT_EQ(::mkfifo(canary.c_str(), 0600), 0);  // (opening it would hang)
+  // What a compromised QEMU does to its own overlay.
+  ASSERT_TRUE(vmm::qcow2::set_backing_file(vm->disk_file(), canary.string()));
+  auto snap_dir = shm_dir("m2-snap");
+  auto snap = vm->snapshot(snap_dir);
+  ASSERT_TRUE(snap) << snap.error().message;
+  EXPECT_TRUE(vmm::check_layer_chain(*snap, config("m2x").rootfs));
+  auto child = restore(*snap, "m2child");
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(run(*child, "echo ok"), "ok\n");
+  child.reset();
+  // A frozen layer rewritten afterwards: the restore is refused.
+  ASSERT_TRUE(vmm::qcow2::set_backing_file(snap->layer(snap->layers.back()), canary.string()));
+  auto refused = vmm::Vm::restore(io(), *snap, config("m2refused"));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("layer"), std::string::npos) << refused.error().message;
+  std::vector<std::string> beside;
+  for (auto& e : fs::directory_iterator(canary_dir)) beside.push_back(e.path().filename());
+  EXPECT_EQ(beside, std::vector<std::string>{"canary"});
+  vm.reset();
+  vmm::remove_snapshot(snap_dir);
+  fs::remove_all(canary_dir);
 }
 
 TEST_F(SnapshotTest, ForksDivergeIndependentlyAndForksOfForksWork) {
