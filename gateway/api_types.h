@@ -52,8 +52,9 @@ struct Request {
   // Connect-Timeout-Ms, Content-Type (lower-case names).
   std::map<std::string, std::string> headers;
   // E2B sandbox plane: the tenant its access token names (verified by the server for the sandbox
-  // named by E2b-Sandbox-Id before anything else; "" elsewhere).
-  std::string token_tenant;
+  // named by E2b-Sandbox-Id before anything else; "" elsewhere), and the API key it was issued
+  // for (e2b::target checks the key is still there).
+  std::string token_tenant, token_key;
   std::string body;
   std::string url;         // the path and query as sent
   bool forwarded = false;  // (cluster mode) another host forwarded it (its creates are served here)

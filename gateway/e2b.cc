@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "gateway/http_util.h"
 
@@ -75,23 +76,46 @@ std::optional<Tokens> Tokens::load(const std::string& path, std::string* error) 
   return Tokens(secret);
 }
 
-std::string Tokens::issue(const std::string& tenant, const std::string& sandbox) const {
-  return "e2b1." + b64url(tenant) + "." + b64url(hmac(secret_, tenant + "\n" + sandbox));
+std::string Tokens::mac(const std::string& tenant, const std::string& key_id, int64_t expires,
+                        const std::string& sandbox) const {
+  return hmac(secret_, "e2b2\n" + tenant + "\n" + key_id + "\n" + std::to_string(expires) +
+                           "\n" + sandbox);
 }
 
-std::optional<std::string> Tokens::verify(std::string_view token,
-                                          const std::string& sandbox) const {
-  if (token.size() > 600 || token.rfind("e2b1.", 0) != 0) return std::nullopt;
-  auto rest = token.substr(5);
-  auto dot = rest.find('.');
-  if (dot == std::string_view::npos) return std::nullopt;
-  auto tenant = unb64url(rest.substr(0, dot));
-  auto mac = unb64url(rest.substr(dot + 1));
-  if (!tenant || !mac || tenant->empty()) return std::nullopt;
-  auto want = hmac(secret_, *tenant + "\n" + sandbox);
-  if (mac->size() != want.size() || CRYPTO_memcmp(mac->data(), want.data(), want.size()) != 0)
+std::string Tokens::issue(const std::string& tenant, const std::string& key_id,
+                          const std::string& sandbox) const {
+  int64_t expires = int64_t(std::time(nullptr)) + kLifetime;
+  return "e2b2." + b64url(tenant) + "." + key_id + "." + std::to_string(expires) + "." +
+         b64url(mac(tenant, key_id, expires, sandbox));
+}
+
+std::optional<Tokens::Claims> Tokens::verify(std::string_view token, const std::string& sandbox,
+                                             int64_t now) const {
+  if (token.size() > 600 || token.rfind("e2b2.", 0) != 0) return std::nullopt;
+  std::vector<std::string_view> parts;
+  for (size_t at = 5;;) {
+    size_t dot = token.find('.', at);
+    parts.push_back(token.substr(at, dot == std::string_view::npos ? dot : dot - at));
+    if (dot == std::string_view::npos) break;
+    at = dot + 1;
+  }
+  if (parts.size() != 4) return std::nullopt;
+  auto tenant = unb64url(parts[0]);
+  std::string key_id(parts[1]);
+  auto got = unb64url(parts[3]);
+  if (!tenant || !got || tenant->empty() || key_id.empty() || key_id.size() > 64 ||
+      parts[2].empty() || parts[2].size() > 12)
     return std::nullopt;
-  return tenant;
+  int64_t expires = 0;
+  for (char c : parts[2]) {
+    if (c < '0' || c > '9') return std::nullopt;
+    expires = expires * 10 + (c - '0');
+  }
+  auto want = mac(*tenant, key_id, expires, sandbox);
+  if (got->size() != want.size() || CRYPTO_memcmp(got->data(), want.data(), want.size()) != 0)
+    return std::nullopt;
+  if (expires <= now) return std::nullopt;
+  return Claims{*tenant, key_id, expires};
 }
 
 void set_tokens(Tokens t) { g_tokens = std::make_unique<Tokens>(std::move(t)); }

@@ -23,19 +23,36 @@ namespace pandastack::gateway::e2b {
 // (uploads are multipart, no octet-stream), < 0.6.2 (no file metadata headers).
 inline constexpr const char* kEnvdVersion = "0.5.2";
 
-// A sandbox's access token (envdAccessToken): "e2b1." + base64url(tenant) + "." +
-// base64url(HMAC-SHA256(secret, tenant + "\n" + sandbox id)). Stateless (survives restarts),
-// scoped to one sandbox of one tenant; the daemon's secret lives in DATA/e2b-token-secret (0600).
+// A sandbox's access token (envdAccessToken): "e2b2." + base64url(tenant) + "." + key id + "." +
+// expiry (Unix seconds) + "." + base64url(HMAC-SHA256(secret, those and the sandbox id)).
+// Stateless (survives restarts), scoped to one sandbox of one tenant, and bound to the API key
+// that asked for it: it stops working when that key is revoked (checked per request, within the
+// key cache's 2 s) or when it expires (kLifetime after it was issued; create, connect and get
+// issue a fresh one). The secret lives in DATA/e2b-tokens.key (0600), never derived from another
+// credential (security review 3, H1 and M4).
 class Tokens {
  public:
+  // E2B's longest sandbox lifetime (24 h): an SDK object that lives longer connects again.
+  static constexpr int64_t kLifetime = 24 * 3600;
   // Reads the secret from `path`, or makes one (32 random bytes) there.
   static std::optional<Tokens> load(const std::string& path, std::string* error);
   explicit Tokens(std::string secret) : secret_(std::move(secret)) {}
-  std::string issue(const std::string& tenant, const std::string& sandbox) const;
-  // The tenant the token was issued to for `sandbox`, or nullopt when it was not issued for it.
-  std::optional<std::string> verify(std::string_view token, const std::string& sandbox) const;
+  // A token for `sandbox` of `tenant` asked for with key `key_id`, valid until now + kLifetime.
+  std::string issue(const std::string& tenant, const std::string& key_id,
+                    const std::string& sandbox) const;
+  struct Claims {
+    std::string tenant, key_id;
+    int64_t expires = 0;  // Unix seconds
+  };
+  // Whom the token was issued to for `sandbox`, when it was, by this daemon's secret, and has
+  // not expired at `now` (Unix seconds); nullopt otherwise. The key's liveness is the caller's
+  // to check (e2b::target).
+  std::optional<Claims> verify(std::string_view token, const std::string& sandbox,
+                               int64_t now) const;
 
  private:
+  std::string mac(const std::string& tenant, const std::string& key_id, int64_t expires,
+                  const std::string& sandbox) const;
   std::string secret_;
 };
 

@@ -22,16 +22,17 @@ int64_t now_ms() {
       .count();
 }
 
-// The Sandbox object of create and connect (ListedSandbox without the token and domain).
-Json sandbox_obj(const actors::SandboxInfo& s, bool with_token) {
+// The Sandbox object of create and connect (ListedSandbox without the token and domain); with a
+// fresh access token when `key` (the key that asks) is given.
+Json sandbox_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
   Json j = Json::object();
   j.set("sandboxID", s.id);
   j.set("templateID", actors::template_display_name(s.template_name));
   j.set("alias", actors::template_display_name(s.template_name));
   j.set("clientID", "local");
   j.set("envdVersion", kEnvdVersion);
-  if (with_token) {
-    auto t = tokens().issue(s.tenant, s.id);
+  if (key) {
+    auto t = tokens().issue(s.tenant, key->id, s.id);
     j.set("envdAccessToken", t);
     j.set("trafficAccessToken", t);
     j.set("domain", nullptr);
@@ -41,8 +42,8 @@ Json sandbox_obj(const actors::SandboxInfo& s, bool with_token) {
 
 // SandboxDetail / ListedSandbox: the object plus metadata (without the envVars we keep there),
 // times, state and shape.
-Json detail_obj(const actors::SandboxInfo& s, bool with_token) {
-  Json j = sandbox_obj(s, with_token);
+Json detail_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
+  Json j = sandbox_obj(s, key);
   Json md = Json::object();
   for (auto& [k, v] : s.metadata)
     if (k.rfind(kEnvPrefix, 0) != 0) md.set(k, v);
@@ -117,7 +118,7 @@ HttpReply create(Call& c) {
   auto created = rt.create(req);
   if (!created && created.error().code == "sandbox_failed")
     throw ApiError{"start_failed", created.error().message};
-  return json_reply(201, sandbox_obj(unwrap(std::move(created)), true));
+  return json_reply(201, sandbox_obj(unwrap(std::move(created)), &c.key));
 }
 
 // connect: a paused sandbox is woken; a running one's TTL grows when the new one is longer.
@@ -130,7 +131,7 @@ HttpReply connect(Call& c) {
     uint32_t t = timeout_of(b, 300, rt.config().limits.max_ttl_seconds);
     if (s.expires_at_ms < now_ms() + int64_t(t) * 1000) s = unwrap(rt.set_ttl(c.tenant(), c.id, t));
   }
-  return json_reply(200, sandbox_obj(s, true));
+  return json_reply(200, sandbox_obj(s, &c.key));
 }
 
 std::optional<actors::Status> one_state(const std::string& v) {
@@ -189,7 +190,7 @@ HttpReply list(Call& c) {
     if (!tpl.empty() && actors::template_display_name(s.template_name) != template_for(tpl))
       continue;
     if (int64_t(out.size()) >= limit) break;
-    out.push(detail_obj(s, false));
+    out.push(detail_obj(s, nullptr));
   }
   return json_reply(200, out);
 }
@@ -210,7 +211,7 @@ std::vector<Route> e2b_api_routes() {
           {"state", "metadata", "template", "order", "limit", "nextToken", "startedAfter"}),
       api(M::GET, "/sandboxes", "E2B: list running sandboxes", list, {"metadata", "state"}),
       api(M::GET, "/sandboxes/{id}", "E2B: one sandbox",
-          [](Call& c) { return json_reply(200, detail_obj(live(c), true)); }),
+          [](Call& c) { return json_reply(200, detail_obj(live(c), &c.key)); }),
       api(M::DELETE, "/sandboxes/{id}", "E2B: kill a sandbox",
           [](Call& c) {
             live(c);
@@ -285,7 +286,7 @@ std::vector<Route> e2b_api_routes() {
             for (auto& k : kids) {
               if (t) k = unwrap(c.gw.rt.set_ttl(c.tenant(), k.id, t));
               Json item = Json::object();
-              item.set("sandbox", sandbox_obj(k, true));
+              item.set("sandbox", sandbox_obj(k, &c.key));
               out.push(item);
             }
             return json_reply(200, out);

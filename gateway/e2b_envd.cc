@@ -290,6 +290,11 @@ std::string header_of(const Request& r, const char* name) {
 Target target(Server& gw, const Request& r) {
   // (The server verified the token for this sandbox before the request got here.)
   if (r.token_tenant.empty()) throw ApiError{"unauthorized", "no verified access token"};
+  // A token ends with the key it was issued under (revoked: within the key cache's 2 s).
+  auto key = gw.rt.key_by_id(r.token_key);
+  if (!key || key->tenant != r.token_tenant)
+    throw ApiError{"unauthorized",
+                   "the access token's API key was revoked: connect again with a live key"};
   Target t{r.token_tenant, header_of(r, "e2b-sandbox-id")};
   uint32_t rate = gw.rt.quota_limits(t.tenant).requests_per_second;
   if (!gw.limiter.take("e2b:" + t.tenant, rate))

@@ -3,26 +3,59 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
+#include <vector>
+
 namespace pandastack::gateway::e2b {
 namespace {
 
-TEST(E2bTokens, AreScopedToOneSandboxOfOneTenant) {
+// Security review 3, M4: a token is scoped to one sandbox of one tenant, names the key it was
+// issued under (target() refuses it once that key is revoked), and expires.
+TEST(E2bTokens, AreScopedToOneSandboxOfOneTenantAndExpire) {
   Tokens t(std::string(32, 'k'));
-  auto tok = t.issue("acme", "sbx_aaaaaaaaaaaaaaaa");
-  EXPECT_EQ(tok.rfind("e2b1.", 0), 0u);
-  EXPECT_EQ(t.verify(tok, "sbx_aaaaaaaaaaaaaaaa"), "acme");
-  EXPECT_EQ(t.verify(tok, "sbx_bbbbbbbbbbbbbbbb"), std::nullopt);  // another sandbox
-  // Another tenant's name in the token does not verify with this MAC.
-  auto other = t.issue("evil", "sbx_aaaaaaaaaaaaaaaa");
-  std::string forged =
-      tok.substr(0, 5) + other.substr(5, other.find('.', 5) - 5) + tok.substr(tok.find('.', 5));
-  EXPECT_EQ(t.verify(forged, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
+  const int64_t now = int64_t(std::time(nullptr));
+  auto tok = t.issue("acme", "keyaaaaaaaaa", "sbx_aaaaaaaaaaaaaaaa");
+  EXPECT_EQ(tok.rfind("e2b2.", 0), 0u);
+  auto claims = t.verify(tok, "sbx_aaaaaaaaaaaaaaaa", now);
+  ASSERT_TRUE(claims);
+  EXPECT_EQ(claims->tenant, "acme");
+  EXPECT_EQ(claims->key_id, "keyaaaaaaaaa");
+  EXPECT_NEAR(double(claims->expires), double(now + Tokens::kLifetime), 5);
+  EXPECT_EQ(t.verify(tok, "sbx_bbbbbbbbbbbbbbbb", now), std::nullopt);  // another sandbox
+  // Expired: a day later it is no token.
+  EXPECT_EQ(t.verify(tok, "sbx_aaaaaaaaaaaaaaaa", now + Tokens::kLifetime + 10), std::nullopt);
+  // Any part changed (tenant, key, expiry) does not verify with this MAC.
+  auto parts = [](const std::string& s) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    for (size_t dot; (dot = s.find('.', at)) != std::string::npos; at = dot + 1)
+      out.push_back(s.substr(at, dot - at));
+    out.push_back(s.substr(at));
+    return out;
+  };
+  auto p = parts(tok);
+  ASSERT_EQ(p.size(), 5u);
+  auto other = parts(t.issue("evil", "keybbbbbbbbb", "sbx_aaaaaaaaaaaaaaaa"));
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (auto& x : v) out += (out.empty() ? "" : ".") + x;
+    return out;
+  };
+  for (int i : {1, 2}) {
+    auto forged = p;
+    forged[i] = other[i];
+    EXPECT_EQ(t.verify(join(forged), "sbx_aaaaaaaaaaaaaaaa", now), std::nullopt) << i;
+  }
+  auto later = p;
+  later[3] = std::to_string(now + 10 * Tokens::kLifetime);
+  EXPECT_EQ(t.verify(join(later), "sbx_aaaaaaaaaaaaaaaa", now), std::nullopt);
   // Another secret (another daemon) does not verify it either.
-  EXPECT_EQ(Tokens(std::string(32, 'j')).verify(tok, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
-  for (const char* bad :
-       {"", "e2b1.", "e2b1..", "e2b1.YWNtZQ", "e2b1.YWNtZQ.", "pds_x", "e2b1.!!.!!"})
-    EXPECT_EQ(t.verify(bad, "sbx_aaaaaaaaaaaaaaaa"), std::nullopt) << bad;
-  EXPECT_EQ(t.verify(std::string(10000, 'a'), "sbx_aaaaaaaaaaaaaaaa"), std::nullopt);
+  EXPECT_EQ(Tokens(std::string(32, 'j')).verify(tok, "sbx_aaaaaaaaaaaaaaaa", now), std::nullopt);
+  // The old never-expiring form is no token any more.
+  for (const char* bad : {"", "e2b1.YWNtZQ.abc", "e2b2.", "e2b2....", "e2b2.YWNtZQ.k.1.", "pds_x",
+                          "e2b2.!!.k.1.!!", "e2b2.YWNtZQ.k.-1.YWJj", "e2b2.YWNtZQ.k.1.a.b"})
+    EXPECT_EQ(t.verify(bad, "sbx_aaaaaaaaaaaaaaaa", now), std::nullopt) << bad;
+  EXPECT_EQ(t.verify(std::string(10000, 'a'), "sbx_aaaaaaaaaaaaaaaa", now), std::nullopt);
 }
 
 TEST(E2bEnvelopes, RoundTripAndRefuseWhatIsNotOne) {

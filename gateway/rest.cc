@@ -316,14 +316,16 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
       } else KJ_IF_MAYBE (v, headers.get(h_traffic_token)) {
         token = v->cStr();
       }
-      auto tenant = e2b::tokens().verify(token, req.headers["e2b-sandbox-id"]);
-      if (!tenant)
+      auto claims = e2b::tokens().verify(token, req.headers["e2b-sandbox-id"],
+                                         int64_t(std::time(nullptr)));
+      if (!claims)
         return send(response,
                     restyle(*route, error_reply("unauthorized",
-                                                "missing or wrong access token for the sandbox "
-                                                "named by E2b-Sandbox-Id")),
+                                                "missing, wrong or expired access token for the "
+                                                "sandbox named by E2b-Sandbox-Id")),
                     t0, head);
-      req.token_tenant = *tenant;
+      req.token_tenant = claims->tenant;
+      req.token_key = claims->key_id;
     }
   }
   // In a cluster, a request goes to the host that owns what it names (E2B's once its token is

@@ -127,6 +127,7 @@ Status KeyStore::remove_record(const std::string& id) {
     std::lock_guard l(cache_mu_);
     for (auto it = verified_.begin(); it != verified_.end();)
       it = it->second.first.id == id ? verified_.erase(it) : std::next(it);
+    found_.erase(id);
   }
   return shared_->erase(kSharedPrefix + id);
 }
@@ -177,6 +178,28 @@ Result<ApiKey> KeyStore::verify(const std::string& token) {
     std::lock_guard l(cache_mu_);
     if (verified_.size() > 4096) verified_.clear();  // bounded: re-verified on the next call
     verified_[id + presented] = {k, std::chrono::steady_clock::now()};
+  }
+  return k;
+}
+
+Result<ApiKey> KeyStore::find(const std::string& id) {
+  auto not_found = make_error(ErrorCode::not_found, "no key " + id);
+  if (id.size() != kIdLen || !valid_chars(id)) return not_found;
+  if (shared_) {
+    std::lock_guard l(cache_mu_);
+    auto it = found_.find(id);
+    if (it != found_.end() && std::chrono::steady_clock::now() - it->second.second < kSharedCacheFor)
+      return it->second.first;
+  }
+  auto rec = get_record(id);
+  if (!rec) return rec.error();
+  ApiKey k;
+  std::string hash;
+  if (!rec->has_value() || !decode(id, **rec, k, hash)) return not_found;
+  if (shared_) {
+    std::lock_guard l(cache_mu_);
+    if (found_.size() > 4096) found_.clear();  // bounded: read again on the next call
+    found_[id] = {k, std::chrono::steady_clock::now()};
   }
   return k;
 }

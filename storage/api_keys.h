@@ -45,6 +45,9 @@ class KeyStore {
   Result<std::pair<std::string, ApiKey>> create(const std::string& tenant, bool admin);
   // The key `token` belongs to; not_found for unknown, revoked or malformed tokens.
   Result<ApiKey> verify(const std::string& token);
+  // Key `id` as it is now (not_found once revoked): for credentials issued under a key, which
+  // end with it (E2B access tokens). Shared keys are remembered for kSharedCacheFor.
+  Result<ApiKey> find(const std::string& id);
   Status revoke(const std::string& id);
   Result<std::vector<ApiKey>> list();
 
@@ -63,6 +66,8 @@ class KeyStore {
   std::mutex cache_mu_;
   // id + SHA-256(secret) -> the key and when it was verified (shared keys only).
   std::map<std::string, std::pair<ApiKey, std::chrono::steady_clock::time_point>> verified_;
+  // id -> the key and when it was read (find(); shared keys only).
+  std::map<std::string, std::pair<ApiKey, std::chrono::steady_clock::time_point>> found_;
 };
 
 }  // namespace pandastack::storage

@@ -38,8 +38,15 @@ TEST_F(KeyStoreTest, CreateVerifyRevoke) {
   EXPECT_EQ(v->tenant, "acme");
   EXPECT_FALSE(v->admin);
   EXPECT_EQ(v->id, k->second.id);
+  // By its id too (what credentials issued under a key check: E2B access tokens).
+  auto f = keys_->find(k->second.id);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->tenant, "acme");
+  EXPECT_EQ(keys_->find("nosuchkeyaaa").error().code, ErrorCode::not_found);
+  EXPECT_EQ(keys_->find("../../etc").error().code, ErrorCode::not_found);
   ASSERT_TRUE(keys_->revoke(k->second.id));
   EXPECT_EQ(keys_->verify(token).error().code, ErrorCode::not_found);
+  EXPECT_EQ(keys_->find(k->second.id).error().code, ErrorCode::not_found);
   EXPECT_EQ(keys_->revoke(k->second.id).error().code, ErrorCode::not_found);
 }
 

@@ -193,6 +193,31 @@ test("a wrong key or another tenant's token gets nothing", async () => {
   await other.kill();
 });
 
+// Security review 3, M4: an access token names the key it was issued under and expires; once that
+// key is revoked its tokens stop working (within the key cache's 2 s), whoever holds one.
+test("an access token ends with the key it was issued under", async () => {
+  const admin = { "authorization": `Bearer ${key}`, "content-type": "application/json" };
+  const newKey = async () => (await fetch(`${url}/v1/keys`, {
+    method: "POST", headers: admin, body: JSON.stringify({ tenant: "e2b-revoked" }),
+  })).json();
+  const made = await newKey(), kept = await newKey();
+  const sbx = await Sandbox.create({ apiKey: made.key });
+  assert.match(sbx.envdAccessToken, /^e2b2\./);
+  assert.equal((await sbx.commands.run("echo live")).stdout, "live\n");
+  const held = await Sandbox.connect(sbx.sandboxId, { apiKey: made.key });
+  const revoked = await fetch(`${url}/v1/keys/${made.id}`, { method: "DELETE", headers: admin });
+  assert.equal(revoked.status, 204);
+  await new Promise((r) => setTimeout(r, 2500));
+  for (const s of [sbx, held]) {
+    await assert.rejects(s.commands.run("echo still"), (e) => /revoked/.test(String(e)));
+    await assert.rejects(s.files.read("/etc/hostname"), (e) => /revoked/.test(String(e)));
+  }
+  // The tenant's other key is untouched: a token it asks for works.
+  const again = await Sandbox.connect(sbx.sandboxId, { apiKey: kept.key });
+  assert.equal((await again.commands.run("echo again")).stdout, "again\n");
+  await again.kill();
+});
+
 test("code interpreter: state across runs, results, charts, errors, contexts", async () => {
   const { Sandbox: CodeSandbox } = await import("@e2b/code-interpreter");
   const sbx = await CodeSandbox.create();
