@@ -214,9 +214,6 @@ std::vector<TemplateInfo> Runtime::templates() {
   return out;
 }
 
-namespace {
-// Checks and normalizes an egress policy; domain allowlists are refused until the platform
-// resolver exists (501 at the gateway), never silently ignored.
 std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
   auto mode = vmm::egress_mode_from_string(e.mode);
   if (!mode)
@@ -237,7 +234,6 @@ std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
   e.domains = v->domains;
   return std::nullopt;
 }
-}  // namespace
 
 Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
@@ -975,6 +971,16 @@ Reply<KeyInfo> Runtime::authenticate(const std::string& token) {
   if (!k) {
     if (k.error().code == storage::ErrorCode::not_found)
       return Rejection{"unauthorized", "unknown or revoked API key"};
+    return Rejection{"storage_error", k.error().message};
+  }
+  return key_info(*k);
+}
+
+Reply<KeyInfo> Runtime::key_by_id(const std::string& key_id) {
+  auto k = impl_->keys->find(key_id);
+  if (!k) {
+    if (k.error().code == storage::ErrorCode::not_found)
+      return Rejection{"unauthorized", "the API key this was issued under is revoked"};
     return Rejection{"storage_error", k.error().message};
   }
   return key_info(*k);

@@ -451,6 +451,9 @@ class Runtime {
 
   // API keys. authenticate() fails with `unauthorized` for unknown, revoked or malformed keys.
   Reply<KeyInfo> authenticate(const std::string& token);
+  // Key `key_id` while it exists (unauthorized once revoked): credentials issued under a key
+  // (E2B access tokens) end with it.
+  Reply<KeyInfo> key_by_id(const std::string& key_id);
   // The token is returned once and never stored.
   Reply<std::pair<std::string, KeyInfo>> create_key(const std::string& tenant, bool admin);
   Reply<bool> revoke_key(const std::string& key_id);
@@ -494,17 +497,24 @@ class Runtime {
   Reply<std::string> snapshot_folder(const std::string& tenant, const std::string& snapshot_id);
   // The folder of the tenant's sandbox `id`'s hibernation (it must be hibernated).
   Reply<std::string> hibernation_folder(const std::string& tenant, const std::string& id);
-  // Where a snapshot received from another host is staged: a new snapshot id, its folder, its
-  // disk layers' folder, the cache of received layers, this host's guest RAM size.
+  // Where a snapshot of `tenant`'s received from another host is staged: a new snapshot id, its
+  // folder, its disk layers' folder, the cache of the tenant's received layers (a layer is
+  // linked into a snapshot of the tenant it arrived for only: a peer that names another
+  // tenant's layer by its hash gets nothing), this host's guest RAM size.
   struct ImportFolders {
     std::string snapshot_id;
     std::filesystem::path dir, disk_dir, layer_cache;
     unsigned memory_mib = 0;
   };
-  ImportFolders import_folders();
+  ImportFolders import_folders(const std::string& tenant);
   // Starts sandboxes from a received snapshot (all or none), then removes it. `claim`: records
   // them as this host's in the cluster (fork children; a migrated id is handed over instead).
+  // The sender's settings are checked as a create's are: invalid_argument for a template name
+  // that is not one (it becomes a path here), template_not_found for one this host lacks or
+  // another tenant's custom template, and the create's own limits (metadata, TTL, egress).
   Reply<std::vector<SandboxInfo>> start_imported(const ImportRequest& request, bool claim);
+  // Removes a received snapshot that will not be started.
+  void discard_import(const std::string& snapshot_id);
   // The files of volume `v` (as get_volume answered it: the tenant's): its own, then its
   // snapshots' (a migration ships them).
   std::vector<std::string> volume_files(const VolumeInfo& v);

@@ -2,8 +2,10 @@
 // receives from another one (a cross-host fork's children, a migrated sandbox; the snapshots
 // travel over Cap'n Proto, gateway/peer_snapshots.h).
 #include <caf/all.hpp>
+#include <filesystem>
 
 #include "actors/cluster.h"
+#include "actors/custom_template.h"
 #include "actors/env.h"
 #include "actors/messages.h"
 #include "actors/runtime.h"
@@ -11,10 +13,13 @@
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
 #include "storage/etcd.h"
+#include "vmm-driver/images.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/snapshot_transfer.h"
 
 namespace pandastack::actors {
+
+namespace fs = std::filesystem;
 
 void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
   auto& c = cluster->config();
@@ -60,20 +65,49 @@ std::vector<std::string> Runtime::volume_files(const VolumeInfo& v) {
   return out;
 }
 
-Runtime::ImportFolders Runtime::import_folders() {
+Runtime::ImportFolders Runtime::import_folders(const std::string& tenant) {
   auto& env = *impl_->env;
   ImportFolders f;
   f.snapshot_id = "imp_" + random_base32(16);
   f.dir = env.snapshot_dir(f.snapshot_id);
   f.disk_dir = env.disk_twin(f.dir);
-  f.layer_cache = env.config.disk_dir / "layer-cache";
+  // (the template id's tenant hash: a folder name for any tenant name)
+  auto tag = template_id(tenant, "t");
+  f.layer_cache = env.config.disk_dir / "layer-cache" / tag.substr(2);
   f.memory_mib = env.config.memory_mib;
   return f;
+}
+
+void Runtime::discard_import(const std::string& snapshot_id) {
+  auto dir = impl_->env->snapshot_dir(snapshot_id);
+  vmm::remove_snapshot(dir, impl_->env->disk_twin(dir));
 }
 
 Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& request, bool claim) {
   auto dir = impl_->env->snapshot_dir(request.snapshot_id);
   ImportRequest ir = request;
+  // The sender's template name becomes paths here (its folder, bound into the jail): only a
+  // shipped template's name or this tenant's own template id, and one this host has.
+  const auto& name = ir.create.template_name;
+  const auto& cfg = impl_->env->config;
+  std::optional<Rejection> bad;
+  auto dot = name.find('.');
+  if (!vmm::safe_template_name(name))
+    bad = Rejection{"invalid_argument", "the sender's template name is not one"};
+  else if (dot != std::string::npos && template_id(ir.create.tenant, name.substr(0, dot)) != name)
+    bad = Rejection{"template_not_found", "template " + name + " is not tenant " +
+                                              ir.create.tenant + "'s"};
+  else if (!fs::exists(vmm::template_dir(cfg.images_dir, cfg.custom_templates_dir, name) /
+                       "rootfs.qcow2"))
+    bad = Rejection{"template_not_found", "this host has no template " + name};
+  else if (ir.create.network.value_or(false) && !cfg.network)
+    bad = Rejection{"network_disabled", "sandbox networking is off on this host"};
+  else if (ir.create.network.value_or(false) && ir.create.egress)
+    bad = validate_egress(*ir.create.egress, !cfg.net.dns_upstream.empty());
+  if (bad) {
+    discard_import(request.snapshot_id);
+    return *bad;
+  }
   // The files carried with it (a migration's volumes) are in the received snapshot's disk
   // folder: this host's path, never one a peer names.
   auto snap = vmm::Snapshot::load(dir);

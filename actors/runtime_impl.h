@@ -54,6 +54,10 @@ struct Runtime::Impl {
   }
 };
 
+// Checks and normalizes an egress policy (runtime.cc); domain allowlists are refused until the
+// platform resolver exists (`have_resolver`), never silently ignored.
+std::optional<Rejection> validate_egress(Egress& e, bool have_resolver);
+
 template <typename T, typename F>
 Reply<T> to_reply(const Answer& a, F&& pick) {
   if (!a.ok) return a.error;

@@ -33,8 +33,11 @@ actors::HostInfo live_host(actors::Cluster& cluster, const std::string& id) {
   throw ApiError{"host_unavailable", "host " + id + " is not up in the cluster"};
 }
 
-std::unique_ptr<PeerSession> session_with(Server& gw, const actors::HostInfo& h) {
-  return unwrap(PeerSession::open(h.id, h.peer, gw.peers->auth()));
+// A session with host `h` for the request whose API key is `key` (the host checks it before it
+// takes a snapshot or starts a sandbox).
+std::unique_ptr<PeerSession> session_with(Server& gw, const actors::HostInfo& h,
+                                          const std::string& key) {
+  return unwrap(PeerSession::open(h.id, h.peer, gw.peers->auth(), key));
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -148,8 +151,8 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
       if (!loaded) throw ApiError{"internal", loaded.error().message};
       for (auto& [host, n] : remote) {
         auto t0 = std::chrono::steady_clock::now();
-        auto session = session_with(c.gw, host);
-        auto shipped = unwrap(session->ship(*loaded));
+        auto session = session_with(c.gw, host, bearer_token(c.r.authorization));
+        auto shipped = unwrap(session->ship(c.tenant(), *loaded));
         double ship_ms = ms_since(t0);
         PeerSession::Start s{shipped.snapshot,     c.tenant(), c.id,   std::vector<std::string>(n),
                              sandbox_json(parent), false,      volumes};
@@ -199,9 +202,9 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
 // Moves sandbox `id` of `tenant` to host `to`: hibernated here, its hibernation shipped with its
 // volumes' files, started there under the same id (its volumes under theirs), its owner record
 // and its volumes' handed over in one transaction, then ended here. Returns it as the target
-// shows it.
+// shows it. `key`: the request's API key (the tenant's, or an admin's for a drain).
 Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& id,
-                     const actors::HostInfo& to) {
+                     const actors::HostInfo& to, const std::string& key) {
   auto& rt = gw.rt;
   auto& cluster = *rt.cluster();
   auto info = unwrap(rt.get(tenant, id));
@@ -226,8 +229,8 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
     auto folder = unwrap(rt.hibernation_folder(tenant, id));
     auto loaded = vmm::Snapshot::load(folder);
     if (!loaded) throw ApiError{"internal", loaded.error().message};
-    session = session_with(gw, to);
-    auto shipped = unwrap(session->ship(*loaded, carried));
+    session = session_with(gw, to, key);
+    auto shipped = unwrap(session->ship(tenant, *loaded, carried));
     double ship_ms = ms_since(t0) - hibernate_ms;
     PeerSession::Start s{shipped.snapshot, tenant, "", {id}, sandbox_json(info), true, volumes};
     auto started = unwrap(session->start(s));
@@ -265,7 +268,7 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
 // Moves every sandbox off this host (it stops taking creates first): running and hibernated
 // ones migrate with their volumes, one after another, each to the host placement picks. One
 // that cannot move (a volume shared with another sandbox) is listed as failed, with why.
-Json drain(Server& gw, actors::Cluster& cluster) {
+Json drain(Server& gw, actors::Cluster& cluster, const std::string& key) {
   if (auto d = cluster.set_draining(true); !d)
     throw ApiError{"cluster_unavailable", "cannot publish the drain: " + d.error().message};
   auto all = unwrap(gw.rt.list("*"));
@@ -281,7 +284,7 @@ Json drain(Server& gw, actors::Cluster& cluster) {
     try {
       auto to = cluster.place(s.template_name, "");
       if (!to) throw ApiError{"host_unavailable", "no host to move it to: " + to.error().message};
-      migrate_sandbox(gw, s.tenant, s.id, *to);
+      migrate_sandbox(gw, s.tenant, s.id, *to, key);
       moved.push(item(s.id, "host", to->id));
     } catch (const ApiError& e) {
       auto j = item(s.id, "code", e.code);
@@ -322,15 +325,15 @@ std::vector<Route> cluster_move_routes() {
               if (host.empty()) throw ApiError{"invalid_argument", "host: required"};
               if (host == cluster.config().host_id)
                 throw ApiError{"conflict", "sandbox " + c.id + " is on host " + host + " already"};
-              return json_reply(200,
-                                migrate_sandbox(c.gw, c.tenant(), c.id, live_host(cluster, host)));
+              return json_reply(200, migrate_sandbox(c.gw, c.tenant(), c.id, live_host(cluster, host),
+                                                     bearer_token(c.r.authorization)));
             }),
       route(M::POST, "/v1/hosts/{host_id}/drain",
             "Migrate every sandbox off a host; it takes no creates until undrained (admin)",
             [](Call& c) {
               auto& cluster = this_host(c);
               Fields f(c.r.json(), {});
-              return json_reply(200, drain(c.gw, cluster));
+              return json_reply(200, drain(c.gw, cluster, bearer_token(c.r.authorization)));
             }),
       route(M::GET, "/v1/hosts/{host_id}/metrics",
             "A host's Prometheus metrics, through any host (admin; cluster mode)",

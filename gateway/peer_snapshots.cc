@@ -10,6 +10,7 @@
 
 #include <chrono>
 
+#include "actors/cluster.h"
 #include "gateway/api_types.h"
 #include "gateway/peers.h"
 #include "gateway/server.h"
@@ -89,8 +90,13 @@ std::string volumes_of(const Json& list, bool migrated, actors::ImportRequest& i
 
 class SinkImpl final : public wc::SnapshotSink::Server {
  public:
-  SinkImpl(gateway::Server& s, std::shared_ptr<vmm::SnapshotReceiver> r, std::string id)
-      : server_(s), receiver_(std::move(r)), id_(std::move(id)) {}
+  SinkImpl(gateway::Server& s, std::shared_ptr<PeerScope> scope,
+           std::shared_ptr<vmm::SnapshotReceiver> r, std::string id, std::string tenant)
+      : server_(s),
+        scope_(std::move(scope)),
+        receiver_(std::move(r)),
+        id_(std::move(id)),
+        tenant_(std::move(tenant)) {}
   ~SinkImpl() {
     if (!committed_) spdlog::info("cluster: snapshot {} not committed by its sender: removed", id_);
   }
@@ -104,18 +110,21 @@ class SinkImpl final : public wc::SnapshotSink::Server {
   kj::Promise<void> commit(CommitContext ctx) override {
     auto r = receiver_;
     // Hashing the received layers reads them: on a worker, not on the loop.
+    using Committed = std::shared_ptr<vmm::Result<vmm::Snapshot>>;
     return server_
-        .offload<std::string>(
-            [r]() -> std::string {
-              auto c = r->commit();
-              return c ? "" : c.error().message;
-            },
-            "the host is busy")
-        .then([this, ctx](std::string error) mutable -> kj::Promise<void> {
-          if (!error.empty()) return KJ_EXCEPTION(FAILED, error);
+        .offload<Committed>([r]() { return std::make_shared<vmm::Result<vmm::Snapshot>>(r->commit()); },
+                            nullptr)
+        .then([this, ctx](Committed c) mutable -> kj::Promise<void> {
+          if (!c) return KJ_EXCEPTION(OVERLOADED, "the host is busy");
+          if (!*c) return KJ_EXCEPTION(FAILED, c->error().message);
           committed_ = true;
-          spdlog::info("cluster: received snapshot {} ({} bytes)", id_,
-                       receiver_->bytes_received());
+          {
+            // Only a start on this connection, for this tenant, may use it.
+            std::lock_guard lock(scope_->mu);
+            scope_->received[id_] = {tenant_, (*c)->dir, (*c)->disk_dir};
+          }
+          spdlog::info("cluster: received snapshot {} of tenant {} from host {} ({} bytes)", id_,
+                       tenant_, scope_->host, receiver_->bytes_received());
           ctx.getResults().setSnapshot(id_);
           return kj::READY_NOW;
         });
@@ -123,8 +132,9 @@ class SinkImpl final : public wc::SnapshotSink::Server {
 
  private:
   gateway::Server& server_;
+  std::shared_ptr<PeerScope> scope_;
   std::shared_ptr<vmm::SnapshotReceiver> receiver_;
-  std::string id_;
+  std::string id_, tenant_;
   bool committed_ = false;
 };
 
@@ -157,57 +167,107 @@ Json error_json(const actors::Rejection& r) {
 
 }  // namespace
 
+PeerScope::~PeerScope() {
+  // Received and never started (the sender went away): nothing of it stays.
+  for (auto& [id, r] : received) {
+    spdlog::info("cluster: snapshot {} from host {} was never started: removed", id, host);
+    vmm::remove_snapshot(r.dir, r.disk_dir);
+  }
+}
+
+std::string peer_may_act(actors::Runtime& rt, const std::string& key, const std::string& tenant) {
+  if (tenant.empty()) return "no tenant named";
+  auto k = rt.authenticate(key);
+  if (!k) return "the API key of the request does not verify here";
+  if (!k->admin && k->tenant != tenant) return "the API key is not tenant " + tenant + "'s";
+  return "";
+}
+
 kj::Promise<void> receive_snapshot(
-    Server& server,
+    Server& server, std::shared_ptr<PeerScope> scope,
     capnp::CallContext<wc::Peer::ReceiveSnapshotParams, wc::Peer::ReceiveSnapshotResults> ctx) {
-  auto o = ctx.getParams().getOffer();
-  auto meta = Json::parse(o.getMeta().cStr());
-  if (!meta) return KJ_EXCEPTION(FAILED, "snapshot offer refused: its metadata is not JSON");
-  vmm::SnapshotOffer offer;
-  offer.meta = *meta;
-  for (auto f : o.getFiles())
-    offer.files.push_back({f.getName().cStr(), f.getSize(), f.getSha256().cStr()});
-  auto folders = server.rt.import_folders();
-  auto r = vmm::SnapshotReceiver::open(offer, folders.dir, folders.disk_dir, folders.layer_cache,
-                                       folders.memory_mib);
-  if (!r) return KJ_EXCEPTION(FAILED, r.error().message);
-  std::shared_ptr<vmm::SnapshotReceiver> receiver(std::move(*r));
-  auto res = ctx.getResults();
-  auto missing = res.initMissing(uint(receiver->missing().size()));
-  for (size_t i = 0; i < receiver->missing().size(); ++i)
-    missing.set(uint(i), receiver->missing()[i]);
-  res.setSink(kj::heap<SinkImpl>(server, std::move(receiver), folders.snapshot_id));
-  return kj::READY_NOW;
+  auto params = ctx.getParams();
+  std::string tenant = params.getTenant(), key = params.getApiKey();
+  auto& rt = server.rt;
+  // Nothing is written before the peer shows it acts for the tenant (a key it was given).
+  return server
+      .offload<std::string>([&rt, key, tenant] { return peer_may_act(rt, key, tenant); },
+                            "the host is busy")
+      .then([&server, scope, tenant, ctx](std::string refused) mutable -> kj::Promise<void> {
+        if (!refused.empty()) {
+          spdlog::warn("cluster: a snapshot from host {} refused: {}", scope->host, refused);
+          return KJ_EXCEPTION(FAILED, "snapshot refused: " + refused);
+        }
+        auto o = ctx.getParams().getOffer();
+        auto meta = Json::parse(o.getMeta().cStr());
+        if (!meta) return KJ_EXCEPTION(FAILED, "snapshot offer refused: its metadata is not JSON");
+        vmm::SnapshotOffer offer;
+        offer.meta = *meta;
+        for (auto f : o.getFiles())
+          offer.files.push_back({f.getName().cStr(), f.getSize(), f.getSha256().cStr()});
+        auto folders = server.rt.import_folders(tenant);
+        auto r = vmm::SnapshotReceiver::open(offer, folders.dir, folders.disk_dir,
+                                             folders.layer_cache, folders.memory_mib);
+        if (!r) return KJ_EXCEPTION(FAILED, r.error().message);
+        std::shared_ptr<vmm::SnapshotReceiver> receiver(std::move(*r));
+        auto res = ctx.getResults();
+        auto missing = res.initMissing(uint(receiver->missing().size()));
+        for (size_t i = 0; i < receiver->missing().size(); ++i)
+          missing.set(uint(i), receiver->missing()[i]);
+        res.setSink(kj::heap<SinkImpl>(server, scope, std::move(receiver), folders.snapshot_id,
+                                       tenant));
+        return kj::READY_NOW;
+      });
 }
 
 kj::Promise<void> start_from_snapshot(
-    Server& server, const std::string& from,
+    Server& server, std::shared_ptr<PeerScope> scope,
     capnp::CallContext<wc::Peer::StartParams, wc::Peer::StartResults> ctx) {
   auto p = ctx.getParams().getRequest();
   actors::ImportRequest ir;
-  ir.from_host = from;
+  ir.from_host = scope->host;
   ir.snapshot_id = p.getSnapshot();
   ir.parent = p.getParent();
   auto settings = Json::parse(p.getSettings().cStr());
   bool migrated = p.getMigrated();
+  std::string tenant = p.getTenant(), key = p.getApiKey();
   std::string refused;
   if (!valid_id(ir.snapshot_id, "imp_")) refused = "not a received snapshot's id";
   if (!settings || !settings->is_object()) refused = "the settings are not a JSON object";
   if (p.getIds().size() == 0 || p.getIds().size() > server.rt.config().limits.max_fork_children)
     refused = "a start names 1.." + std::to_string(server.rt.config().limits.max_fork_children) +
               " sandboxes";
+  if (migrated != ir.parent.empty() || (!migrated && !valid_id(ir.parent, "sbx_")))
+    refused = "a fork names its parent, a migration none";
   for (auto id : p.getIds()) {
     std::string s = id;
     if (!s.empty() && !valid_id(s, "sbx_")) refused = "not a sandbox id: " + s;
     if (s.empty() == migrated) refused = "a migration names its sandbox, a fork's children none";
     ir.ids.push_back(s);
   }
-  if (!refused.empty()) return KJ_EXCEPTION(FAILED, "start refused: " + refused);
-  ir.create = settings_of(p.getTenant(), *settings);
+  if (refused.empty()) {
+    // Only a snapshot this peer sent on this connection, for this tenant: it is used once.
+    std::lock_guard lock(scope->mu);
+    auto it = scope->received.find(ir.snapshot_id);
+    if (it == scope->received.end())
+      refused = "snapshot " + ir.snapshot_id + " was not sent on this connection";
+    else if (it->second.tenant != tenant)
+      refused = "snapshot " + ir.snapshot_id + " was sent for another tenant";
+    else
+      scope->received.erase(it);  // (start_imported removes it, started or not)
+  }
+  if (!refused.empty()) {
+    spdlog::warn("cluster: a start from host {} refused: {}", scope->host, refused);
+    return KJ_EXCEPTION(FAILED, "start refused: " + refused);
+  }
+  ir.create = settings_of(tenant, *settings);
   if (p.hasVolumes() && p.getVolumes().size() > 0) {
     auto vols = Json::parse(p.getVolumes().cStr());
     refused = vols ? volumes_of(*vols, migrated, ir) : "volumes: not JSON";
-    if (!refused.empty()) return KJ_EXCEPTION(FAILED, "start refused: " + refused);
+    if (!refused.empty()) {
+      server.rt.discard_import(ir.snapshot_id);
+      return KJ_EXCEPTION(FAILED, "start refused: " + refused);
+    }
   }
   std::vector<uint32_t> ports;
   if (migrated) {
@@ -227,12 +287,33 @@ kj::Promise<void> start_from_snapshot(
   auto& rt = server.rt;
   return server
       .offload<std::string>(
-          [&rt, ir, migrated, ports]() -> std::string {
-            auto started = rt.start_imported(ir, !migrated);
+          [&rt, ir, migrated, ports, key, scope]() -> std::string {
             Json out = Json::object();
+            auto refuse = [&](const std::string& code, const std::string& why) {
+              spdlog::warn("cluster: a start from host {} refused: {}", scope->host, why);
+              rt.discard_import(ir.snapshot_id);
+              out.set("error", error_json({code, why}));
+              return out.dump();
+            };
+            // It acts for the tenant whose key it presents, on what etcd says it owns: a fork's
+            // parent, or the sandbox it hands over.
+            if (auto no = peer_may_act(rt, key, ir.create.tenant); !no.empty())
+              return refuse("unauthorized", no);
+            if (auto* cluster = rt.cluster()) {
+              const auto& subject = migrated ? ir.ids.front() : ir.parent;
+              auto owner = cluster->owner(subject, true);
+              if (owner.host != scope->host)
+                return refuse("forbidden", "host " + scope->host + " does not own " + subject);
+            }
+            auto started = rt.start_imported(ir, !migrated);
             if (!started) {
               out.set("error", error_json(started.error()));
               return out.dump();
+            }
+            {
+              std::lock_guard lock(scope->mu);
+              for (auto& s : *started) scope->started[s.id] = s.tenant;
+              for (auto& a : ir.arrivals) scope->volumes.insert(a.volume.id);
             }
             for (auto& s : *started)
               for (auto port : ports)
@@ -259,14 +340,36 @@ kj::Promise<void> start_from_snapshot(
 }
 
 kj::Promise<void> discard_sandboxes(
-    Server& server, const std::string& from,
+    Server& server, std::shared_ptr<PeerScope> scope,
     capnp::CallContext<wc::Peer::DiscardParams, wc::Peer::DiscardResults> ctx) {
   auto p = ctx.getParams();
   std::string tenant = p.getTenant();
   std::vector<std::string> ids, volumes;
-  for (auto id : p.getIds()) ids.push_back(id);
-  for (auto id : p.getVolumes()) volumes.push_back(id);
+  {
+    // Only what this peer started on this connection (and the volumes that came with it).
+    std::lock_guard lock(scope->mu);
+    for (auto id : p.getIds()) {
+      auto it = scope->started.find(id);
+      if (it != scope->started.end() && it->second == tenant) {
+        ids.push_back(id);
+        scope->started.erase(it);
+      } else {
+        spdlog::warn("cluster: host {} asked to discard {} of tenant {}, which it did not start "
+                     "on its connection: refused",
+                     scope->host, id.cStr(), tenant);
+      }
+    }
+    for (auto id : p.getVolumes()) {
+      if (scope->volumes.erase(id))
+        volumes.push_back(id);
+      else
+        spdlog::warn("cluster: host {} asked to give back volume {}, which did not come with "
+                     "its migration: refused",
+                     scope->host, id.cStr());
+    }
+  }
   auto& rt = server.rt;
+  const std::string from = scope->host;
   return server
       .offload<bool>(
           [&rt, tenant, ids, volumes, from]() {
@@ -292,6 +395,7 @@ struct PeerSession::Impl {
   kj::Own<PeerConnection> conn;
   wc::Peer::Client peer = nullptr;
   std::string host;
+  std::string api_key;  // the request's, presented with every snapshot and start
 
   // Waits for `p` on this thread's loop; a peer that does not answer in time fails it.
   template <typename T>
@@ -309,9 +413,11 @@ PeerSession::~PeerSession() = default;
 
 actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string& host,
                                                               const std::string& address,
-                                                              const PeerAuth& auth) {
+                                                              const PeerAuth& auth,
+                                                              const std::string& api_key) {
   auto impl = std::make_unique<Impl>();
   impl->host = host;
+  impl->api_key = api_key;
   try {
     // (this thread's own TLS context: the session's loop is this thread's)
     impl->transport = std::make_unique<PeerTransport>(auth, impl->io.provider->getTimer());
@@ -329,13 +435,16 @@ actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string&
 }
 
 actors::Reply<PeerSession::Shipped> PeerSession::ship(
-    const vmm::Snapshot& snap, const std::vector<std::filesystem::path>& carried) {
+    const std::string& tenant, const vmm::Snapshot& snap,
+    const std::vector<std::filesystem::path>& carried) {
   auto offer = vmm::offer_of(snap, carried);
   if (!offer) return actors::Rejection{"internal", offer.error().message};
   Shipped out;
   out.files_offered = uint32_t(offer->files.size());
   try {
     auto req = impl_->peer.receiveSnapshotRequest();
+    req.setTenant(tenant);
+    req.setApiKey(impl_->api_key);
     auto o = req.initOffer();
     o.setMeta(offer->meta.dump());
     auto files = o.initFiles(uint(offer->files.size()));
@@ -390,6 +499,7 @@ actors::Reply<std::vector<Json>> PeerSession::start(const Start& s) {
     r.setSettings(s.settings.dump());
     r.setMigrated(s.migrated);
     r.setVolumes(s.volumes.dump());
+    r.setApiKey(impl_->api_key);
     auto resp = impl_->wait(req.send());
     if (resp.hasError() && resp.getError().size() > 0) {
       auto e = Json::parse(resp.getError().cStr());

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,28 +24,55 @@ namespace pandastack::gateway {
 
 struct Server;
 
-// The receiving side (PeerImpl's methods).
-kj::Promise<void> receive_snapshot(Server& server,
+// What a logged-in peer may act on, one per login (gateway/peers.cc's PeerImpl): a peer is
+// trusted with nothing beyond it (security review 3, H1). It starts sandboxes only from a
+// snapshot it sent on this connection, for the tenant that snapshot was received for (whose API
+// key it presented), and discards only what it started on this connection. A snapshot received
+// and never started is removed when the connection ends.
+struct PeerScope {
+  explicit PeerScope(std::string h) : host(std::move(h)) {}
+  ~PeerScope();
+  PeerScope(const PeerScope&) = delete;
+  PeerScope& operator=(const PeerScope&) = delete;
+
+  const std::string host;  // the peer's host id (its certificate's)
+  std::mutex mu;
+  struct Received {
+    std::string tenant;
+    std::filesystem::path dir, disk_dir;
+  };
+  std::map<std::string, Received> received;   // snapshot id: committed, not started yet
+  std::map<std::string, std::string> started;  // sandbox id -> tenant
+  std::set<std::string> volumes;               // arrived with a migration started here
+};
+
+// The receiving side (PeerImpl's methods), each within `scope`.
+kj::Promise<void> receive_snapshot(Server& server, std::shared_ptr<PeerScope> scope,
                                    capnp::CallContext<wire::cluster::Peer::ReceiveSnapshotParams,
                                                       wire::cluster::Peer::ReceiveSnapshotResults>
                                        ctx);
-// (`from`: the host of the peer that called, as it logged in.)
 kj::Promise<void> start_from_snapshot(
-    Server& server, const std::string& from,
+    Server& server, std::shared_ptr<PeerScope> scope,
     capnp::CallContext<wire::cluster::Peer::StartParams, wire::cluster::Peer::StartResults> ctx);
 kj::Promise<void> discard_sandboxes(
-    Server& server, const std::string& from,
+    Server& server, std::shared_ptr<PeerScope> scope,
     capnp::CallContext<wire::cluster::Peer::DiscardParams, wire::cluster::Peer::DiscardResults>
         ctx);
+
+// Whether API key `key` verifies and may act for `tenant` (its own key, or an admin's): "" when
+// it may, else why not. Blocking (a key lookup): on a worker.
+std::string peer_may_act(actors::Runtime& rt, const std::string& key, const std::string& tenant);
 
 // The sending side: a session with one host, on the calling thread.
 class PeerSession {
  public:
   // Connects to the host `host` at `address` (HOST:PORT; over mutual TLS its certificate must
-  // name `host`) and logs in.
+  // name `host`) and logs in. `api_key`: the key of the request this session serves; the host
+  // checks it before it takes a snapshot or starts a sandbox (PeerScope).
   static actors::Reply<std::unique_ptr<PeerSession>> open(const std::string& host,
                                                           const std::string& address,
-                                                          const PeerAuth& auth);
+                                                          const PeerAuth& auth,
+                                                          const std::string& api_key = "");
   ~PeerSession();
 
   struct Shipped {
@@ -50,9 +80,9 @@ class PeerSession {
     uint64_t bytes = 0;    // sent (data extents of the files the host lacked)
     uint32_t files = 0, files_offered = 0;
   };
-  // Sends `snap` (only the files the host lacks; only their data extents), with files
-  // `carried` along (a migrated sandbox's volumes: vmm::offer_of).
-  actors::Reply<Shipped> ship(const vmm::Snapshot& snap,
+  // Sends `snap` of `tenant` (only the files the host lacks; only their data extents), with
+  // files `carried` along (a migrated sandbox's volumes: vmm::offer_of).
+  actors::Reply<Shipped> ship(const std::string& tenant, const vmm::Snapshot& snap,
                               const std::vector<std::filesystem::path>& carried = {});
 
   struct Start {

@@ -284,7 +284,7 @@ class WsResponse final : public kj::HttpService::Response {
 class PeerImpl final : public wc::Peer::Server {
  public:
   PeerImpl(gateway::Server& server, std::string from)
-      : server_(server), from_(kj::str(from.c_str())) {}
+      : server_(server), from_(kj::str(from.c_str())), scope_(std::make_shared<PeerScope>(from)) {}
   kj::Promise<void> http(HttpContext ctx) override {
     auto p = ctx.getParams();
     auto rq = p.getRequest();
@@ -357,18 +357,19 @@ class PeerImpl final : public wc::Peer::Server {
         });
   }
   kj::Promise<void> receiveSnapshot(ReceiveSnapshotContext ctx) override {
-    return receive_snapshot(server_, ctx);
+    return receive_snapshot(server_, scope_, ctx);
   }
   kj::Promise<void> start(StartContext ctx) override {
-    return start_from_snapshot(server_, from_.cStr(), ctx);
+    return start_from_snapshot(server_, scope_, ctx);
   }
   kj::Promise<void> discard(DiscardContext ctx) override {
-    return discard_sandboxes(server_, from_.cStr(), ctx);
+    return discard_sandboxes(server_, scope_, ctx);
   }
 
  private:
   gateway::Server& server_;
   kj::String from_;
+  std::shared_ptr<PeerScope> scope_;  // what this login may act on
 };
 
 // A connection's login: whether it happened, and how to close the connection at once (on the

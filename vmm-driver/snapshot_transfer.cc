@@ -165,6 +165,7 @@ Result<std::unique_ptr<SnapshotReceiver>> SnapshotReceiver::open(const SnapshotO
   auto bad = [](const std::string& why) {
     return make_error(ErrorCode::invalid_argument, "snapshot offer refused: " + why);
   };
+  if (snap->layers.empty()) return bad("no disk layers");
   if (snap->layers.size() > limits.max_layers) return bad("too many disk layers");
   const size_t copies = snap->volume_copies.size(), fixed = 2 + snap->layers.size() + copies;
   if (copies > kVolumeSlots) return bad("more volume copies than volume slots");

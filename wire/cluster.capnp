@@ -2,7 +2,11 @@
 # request for an id another host owns forwards it over this: the request as it came (method,
 # URL, headers, body), the response streamed back through a sink with flow control. The owner
 # serves it as its own client's request: it authenticates the key and checks the tenant again.
-# Peers authenticate with the cluster's shared secret (a file every host is given).
+# Peers authenticate with their certificates (mutual TLS under the cluster CA; an insecure
+# cluster's shared secret only with --insecure-cluster). A logged-in peer's authority is scoped:
+# it moves snapshots and starts sandboxes only for a tenant whose API key it presents (the key of
+# the request it serves), only from a snapshot it sent in the same session, and discards only what
+# it started in that session (gateway/peer_snapshots.cc).
 @0xcfee688706cc487c;
 
 $import "/capnp/c++.capnp".namespace("pandastack::wire::cluster");
@@ -70,6 +74,8 @@ struct StartRequest {
                          # (their files carried with the snapshot): each as the API shows it,
                          # plus mount, read_only and slot. A fork: the parent's read-write
                          # volumes {volume, mount, slot} (the snapshot holds their copies).
+  apiKey @7 :Text;       # the API key of the request the sender serves: it must verify on the
+                         # receiver and be `tenant`'s (or an admin's)
 }
 
 interface Peer {
@@ -78,12 +84,16 @@ interface Peer {
   http @0 (request :HttpRequest, sink :ResponseSink);
   # Receives a snapshot: `missing` lists the offered files to send to `sink`. Dropping the sink
   # without commit() leaves nothing.
-  receiveSnapshot @1 (offer :SnapshotOffer) -> (sink :SnapshotSink, missing :List(UInt32));
+  # `tenant`: whose snapshot it is; `apiKey` (the request's) must verify here and be the
+  # tenant's (or an admin's). Only `start` on this connection may use what commit() names.
+  receiveSnapshot @1 (offer :SnapshotOffer, tenant :Text, apiKey :Text)
+      -> (sink :SnapshotSink, missing :List(UInt32));
   # Starts sandboxes from a received snapshot (which is removed afterwards, started or not).
   # `sandboxes`: a JSON array of them as the API shows them; or `error` {code, message}.
   start @2 (request :StartRequest) -> (sandboxes :Text, error :Text);
-  # Kills sandboxes this host started for the caller (a fork that failed elsewhere is undone,
-  # a migration that could not hand over): `volumes` that came with a migrated one go back.
+  # Kills sandboxes this host started for the caller on this connection (a fork that failed
+  # elsewhere is undone, a migration that could not hand over): `volumes` that came with a
+  # migrated one go back. Ids the caller did not start on this connection are refused.
   discard @3 (tenant :Text, ids :List(Text), volumes :List(Text));
   # A WebSocket request served as this host's own. When the owner takes the WebSocket, the call
   # returns `up` (the client's messages go there) and the owner's messages go to `down`; when it

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "actors/custom_template.h"
 #include "actors/event_codec.h"
 #include "storage/event_store.h"
 #include "tests/integration/test_env.h"
@@ -88,6 +89,40 @@ class RuntimeTest : public ::testing::Test {
   actors::RuntimeConfig config_;
   std::unique_ptr<Runtime> rt_;
 };
+
+// Security review 3, M1: a peer's start names a template, which becomes paths here (its folder,
+// bound into the jail). Only a shipped template's name or the tenant's own template id that this
+// host has is taken; the received snapshot goes whatever the answer.
+TEST_F(RuntimeTest, AnImportNamesOnlyATemplateOfItsTenant) {
+  auto folders = rt_->import_folders("acme");
+  fs::create_directories(folders.dir);
+  for (auto [name, code] : std::vector<std::pair<std::string, std::string>>{
+           {"../../../../etc", "invalid_argument"},
+           {"base/../../x", "invalid_argument"},
+           {"kernel", "invalid_argument"},
+           {"", "invalid_argument"},
+           {"jq." + actors::template_id("victim", "jq").substr(3), "template_not_found"},
+           {actors::template_id("victim", "jq"), "template_not_found"},  // another tenant's
+           {actors::template_id("acme", "jq"), "template_not_found"},    // none here
+           {"no-such-template", "template_not_found"}}) {
+    SCOPED_TRACE(name);
+    actors::ImportRequest ir;
+    ir.snapshot_id = folders.snapshot_id;
+    ir.ids = {""};
+    ir.parent = "sbx_aaaaaaaaaaaaaaaa";
+    ir.create.tenant = "acme";
+    ir.create.template_name = name;
+    auto r = rt_->start_imported(ir, false);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, code) << r.error().message;
+    EXPECT_FALSE(fs::exists(folders.dir));
+    fs::create_directories(folders.dir);
+  }
+  fs::remove_all(folders.dir);
+  EXPECT_TRUE(rt_->list("acme")->empty());
+  // The layer cache is the tenant's own.
+  EXPECT_NE(rt_->import_folders("acme").layer_cache, rt_->import_folders("victim").layer_cache);
+}
 
 TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
   actors::CreateRequest req;
