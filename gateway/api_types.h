@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -61,6 +62,8 @@ struct Request {
   bool routed = false;     // (cluster mode) its owner was looked up already
   int conn_fd = -1;        // the client's connection (to notice it hang up), or -1
   std::stop_token cancel;  // fires when the client hung up or the server shuts down
+  // (a request another host forwarded) fired when that host cancels the call: its client hung up
+  std::shared_ptr<std::stop_source> peer_stop;
 
   std::string param(const std::string& k) const;
   std::optional<std::string> q(const std::string& k) const;

@@ -140,6 +140,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
                                            Clock::time_point t0, bool head) {
   auto* cluster = rt.cluster();
   std::string token = bearer_token(req.authorization);
+  const int fd = req.conn_fd;  // (a forward ends when its client hangs up: security review 3, L2)
   // The key is checked here too (keys are shared through etcd): nobody without one makes this
   // host read a body or open a peer connection.
   using Decided = std::shared_ptr<Target>;
@@ -156,7 +157,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       },
       std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
   return decided.then([this, &route, req = std::move(req), method, url, &headers, &body, &response,
-                       t0, head, cluster, token](Decided d) mutable -> kj::Promise<void> {
+                       t0, head, cluster, token, fd](Decided d) mutable -> kj::Promise<void> {
     Target t = *d;
     switch (t.kind) {
       case Target::Kind::here:
@@ -186,7 +187,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         route.kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
     return body.readAllBytes(limit + 1).then([this, &route, req = std::move(req), method, url,
                                               &headers, &response, t0, head, limit, cluster, t,
-                                              token](kj::Array<kj::byte> bytes) mutable
+                                              token, fd](kj::Array<kj::byte> bytes) mutable
                                              -> kj::Promise<void> {
       if (bytes.size() > limit)
         return send(
@@ -195,7 +196,8 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
                         "request body is larger than " + std::to_string(limit) + " bytes"),
             t0);
       if (t.kind == Target::Kind::peer)
-        return peers->forward(t.peer, t.host, method, url, headers, kj::mv(bytes), response);
+        return until_hangup(
+            fd, peers->forward(t.peer, t.host, method, url, headers, kj::mv(bytes), response));
       // A create: placement. A pinned host, or the snapshot's owner, or the best host.
       std::string text(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
       auto placed = offload<Decided>(
@@ -205,11 +207,12 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
           },
           std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
       return placed.then([this, &route, req = std::move(req), method, url, &headers, &response, t0,
-                          head, bytes = kj::mv(bytes)](Decided d) mutable -> kj::Promise<void> {
+                          head, fd, bytes = kj::mv(bytes)](Decided d) mutable -> kj::Promise<void> {
         Target p = *d;
         switch (p.kind) {
           case Target::Kind::peer:
-            return peers->forward(p.peer, p.host, method, url, headers, kj::mv(bytes), response);
+            return until_hangup(
+                fd, peers->forward(p.peer, p.host, method, url, headers, kj::mv(bytes), response));
           case Target::Kind::down:
             return send(
                 response,

@@ -309,9 +309,21 @@ class PeerImpl final : public wc::Peer::Server {
     auto body = rq.getBody();
     st->body = bytes_input(kj::heapArray<kj::byte>(body.begin(), body.size()));
     auto& s = *st;
-    return server_.handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response, true)
-        .then([st = &s]() { return st->response.finish(); })
-        .attach(kj::mv(st));
+    // The forwarding host cancels the call when its client hangs up: what the request asked for
+    // is cancelled here as a hang-up of our own client's would be (security review 3, L2).
+    ctx.allowCancellation();
+    auto stop = std::make_shared<std::stop_source>();
+    auto done = std::make_shared<bool>(false);
+    auto cancelled = kj::defer([stop, done]() {
+      if (!*done) stop->request_stop();
+    });
+    return server_
+        .handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response, true, stop)
+        .then([st = &s, done]() {
+          *done = true;
+          return st->response.finish();
+        })
+        .attach(kj::mv(st), kj::mv(cancelled));
   }
   kj::Promise<void> webSocket(WebSocketContext ctx) override {
     auto p = ctx.getParams();

@@ -236,14 +236,21 @@ kj::Promise<void> Server::watch_hangup(int fd, std::shared_ptr<std::stop_source>
   });
 }
 
+kj::Promise<void> Server::until_hangup(int fd, kj::Promise<void> p) {
+  if (fd < 0) return p;
+  return p.exclusiveJoin(watch_hangup(fd, std::make_shared<std::stop_source>()));
+}
+
 kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                          const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
-                                         kj::HttpService::Response& response, bool from_peer) {
+                                         kj::HttpService::Response& response, bool from_peer,
+                                         std::shared_ptr<std::stop_source> peer_stop) {
   auto t0 = Clock::now();
   auto parsed = kj::Url::tryParse(url, kj::Url::HTTP_REQUEST);
   Request req;
   req.method = method;
   req.conn_fd = fd;
+  req.peer_stop = std::move(peer_stop);
   std::vector<std::string> segments;
   KJ_IF_MAYBE (u, parsed) {
     for (auto& s : u->path) segments.emplace_back(s.cStr());
@@ -425,7 +432,7 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                 return websocket(*route, std::move(req), response, t0);
               // A client that hangs up cancels what it asked for (a command stops in the guest)
               // instead of holding a worker until it ends.
-              auto stop = std::make_shared<std::stop_source>();
+              auto stop = req.peer_stop ? req.peer_stop : std::make_shared<std::stop_source>();
               req.cancel = stop->get_token();
               kj::Promise<void> watch = kj::NEVER_DONE;
               if (req.conn_fd >= 0) watch = watch_hangup(req.conn_fd, stop);

@@ -177,9 +177,12 @@ struct Server final : public kj::HttpService {
   // The same, for a request on connection `fd` (-1: unknown). `from_peer`: a request another
   // host forwarded (gateway/peers.cc); only then does the forwarding header count (a client's
   // is ignored: it would skip placement, drains and fan-out).
+  // `peer_stop` (a forwarded request): fired when the forwarding host cancels the call, it
+  // cancels what the request asked for as a hang-up would.
   kj::Promise<void> handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                    const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
-                                   kj::HttpService::Response& response, bool from_peer = false);
+                                   kj::HttpService::Response& response, bool from_peer = false,
+                                   std::shared_ptr<std::stop_source> peer_stop = nullptr);
   // The request after routing (its Authorization read): auth, body, handler (also a peer's
   // forwarded request).
   kj::Promise<void> serve(const Route& route, Request req, const kj::HttpHeaders& headers,
@@ -201,6 +204,9 @@ struct Server final : public kj::HttpService {
 
   // Fires `stop` when the client on `fd` hangs up (checked twice a second) while the promise lives.
   kj::Promise<void> watch_hangup(int fd, std::shared_ptr<std::stop_source> stop);
+  // `p`, cancelled when the client on `fd` (-1: none known) hangs up first (a forward to the
+  // owner: the cancelled call cancels the command there).
+  kj::Promise<void> until_hangup(int fd, kj::Promise<void> p);
 
   // Event loop side.
   template <typename T>

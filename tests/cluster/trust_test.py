@@ -17,7 +17,10 @@ VMs: nothing here boots one). Each case failed on the main before mutual TLS:
   a snapshot without a key of the tenant it names, or start sandboxes from a snapshot it did not
   send on its connection.
 
-One sandbox is made (on h1, for the hostile-peer case); nothing else boots a VM.
+- L2: a command sent through a host that does not own its sandbox ends on the owner when its
+  client hangs up.
+
+Two sandboxes are made (on h1: the hostile-peer and hang-up cases); nothing else boots a VM.
 
 Usage: PANDASTACK_PEER_PROBE=build/bin/pandastack-peer-probe \
        trust_test.py --daemon build/bin/pandastackd [--images var/images]
@@ -43,7 +46,7 @@ sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", "api"))
 import harness  # noqa: E402
 from cluster_test import CERTS, Etcd, make_pki  # noqa: E402
-from harness import Api, Daemon  # noqa: E402
+from harness import Api, Daemon, guest_has_process  # noqa: E402
 
 
 def rss_kib(pid):
@@ -265,6 +268,34 @@ class TrustTest(unittest.TestCase):
             self.assertEqual([x["id"] for x in b["sandboxes"]], [sbx["id"]], b)
         finally:
             victim.call("DELETE", "/v1/sandboxes/" + sbx["id"])
+
+    # --- L2: a forwarded request ends with its client ---
+
+    def test_a_forwarded_command_ends_when_its_client_hangs_up(self):
+        s, sbx = self.api["h1"].call("POST", "/v1/sandboxes",
+                                     {"network": False, "placement": {"host": "h1"}})
+        self.assertEqual(s, 201, sbx)
+        sid, owner = sbx["id"], self.api["h1"]
+        try:
+            d = self.daemons["h2"]  # not the owner: it forwards
+            sock = socket.create_connection((d.host, d.port))
+            body = '{"cmd":"sleep 3002","timeout_seconds":3600}'
+            sock.sendall((f"POST /v1/sandboxes/{sid}/exec HTTP/1.1\r\nHost: x\r\n"
+                          f"Authorization: Bearer {self.key}\r\n"
+                          f"Content-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+            deadline = time.time() + 20
+            while not guest_has_process(owner, sid, "sleep 3002") and time.time() < deadline:
+                time.sleep(0.2)
+            self.assertTrue(guest_has_process(owner, sid, "sleep 3002"))
+            sock.close()
+            deadline = time.time() + 10
+            while guest_has_process(owner, sid, "sleep 3002") and time.time() < deadline:
+                time.sleep(0.3)
+            self.assertFalse(guest_has_process(owner, sid, "sleep 3002"),
+                             "the forwarded command outlived its client")
+        finally:
+            owner.call("DELETE", "/v1/sandboxes/" + sid)
 
     # --- H2: bounded before login ---
 
