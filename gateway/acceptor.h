@@ -1,7 +1,8 @@
 // Accepting connections so that no client can stop the daemon from accepting more: a failed
 // accept (EMFILE when the descriptors run out, ENFILE, ENOBUFS) pauses and tries again instead of
 // ending the listener (kj's own loops end on the first failure), and connections beyond a cap
-// are closed at once instead of taking descriptors and memory from everyone else.
+// (in all, and optionally per source address) are closed at once instead of taking descriptors
+// and memory from everyone else.
 #pragma once
 
 #include <kj/async-io.h>
@@ -10,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <string>
 
 namespace pandastack::gateway {
@@ -17,8 +19,10 @@ namespace pandastack::gateway {
 class Acceptor final : private kj::TaskSet::ErrorHandler {
  public:
   // `serve` owns one accepted connection until its promise ends. `name` labels the logs.
+  // `max_per_source` (0: no cap of its own): connections open at once from one IP address.
   Acceptor(std::string name, kj::Timer& timer, size_t max_connections,
-           kj::Function<kj::Promise<void>(kj::Own<kj::AsyncIoStream>)> serve);
+           kj::Function<kj::Promise<void>(kj::Own<kj::AsyncIoStream>)> serve,
+           size_t max_per_source = 0);
 
   // Accepts on `listener` until the promise is cancelled. Several listeners may share one
   // Acceptor (and its cap).
@@ -36,6 +40,8 @@ class Acceptor final : private kj::TaskSet::ErrorHandler {
   size_t max_;
   kj::Function<kj::Promise<void>(kj::Own<kj::AsyncIoStream>)> serve_;
   size_t open_ = 0;
+  size_t max_per_source_;
+  std::map<std::string, size_t> by_source_;  // (only with a per-source cap)
   std::atomic<uint64_t> refused_{0}, accept_failures_{0};
   kj::TaskSet tasks_;
 };

@@ -636,7 +636,8 @@ Peers::Peers(Server& server, kj::AsyncIoProvider& io, PeerAuth auth)
     : impl_(std::make_unique<Impl>(server, io, std::move(auth))) {
   impl_->acceptor = std::make_unique<Acceptor>(
       "peers", server.timer, server.limits.max_connections,
-      [this](kj::Own<kj::AsyncIoStream> c) { return impl_->serve(kj::mv(c)); });
+      [this](kj::Own<kj::AsyncIoStream> c) { return impl_->serve(kj::mv(c)); },
+      kPeerConnectionsPerSource);
 }
 
 Peers::~Peers() {

@@ -65,6 +65,9 @@ class Peers {
 // connection is cut off at kPeerPreLoginBytes (a TLS handshake and a login take a few KiB).
 inline constexpr uint64_t kMaxPeerMessageBytes = (64ull << 20) + (1ull << 20);
 inline constexpr size_t kPeerPreLoginBytes = 64 << 10;
+// Connections open at once from one address: a host keeps one for forwarding plus one per move
+// or list fan-out in flight; more are refused at accept (before a handshake is read).
+inline constexpr size_t kPeerConnectionsPerSource = 64;
 
 // One Cap'n Proto connection between two hosts (either side).
 struct PeerConnection {

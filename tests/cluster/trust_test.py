@@ -11,7 +11,7 @@ VMs: nothing here boots one). Each case failed on the main before mutual TLS:
 - H1/L3: the peer port refuses a client without a certificate, and one whose certificate another
   CA issued; a host's certificate must name its --host-id.
 - H2: 64 MiB of junk sent to the peer port before any login costs the daemon < 32 MiB, and the
-  connection is closed long before the junk ends.
+  connection is closed long before the junk ends; one address holds at most 64 connections.
 - H1 (scoped authority): a hostile peer with a certificate of the cluster's own CA
   (tests/cluster/peer_probe.cc) cannot discard a sandbox it did not start on its connection, send
   a snapshot without a key of the tenant it names, or start sandboxes from a snapshot it did not
@@ -298,6 +298,29 @@ class TrustTest(unittest.TestCase):
             owner.call("DELETE", "/v1/sandboxes/" + sid)
 
     # --- H2: bounded before login ---
+
+    def test_one_source_holds_at_most_64_peer_connections(self):
+        host, port = self.peer["h1"].rsplit(":", 1)
+        conns = [socket.create_connection((host, int(port)), timeout=10) for _ in range(80)]
+        time.sleep(1)
+        closed = 0
+        for c in conns:
+            c.setblocking(False)
+            try:
+                if c.recv(1) == b"":
+                    closed += 1
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        for c in conns:
+            c.close()
+        # (the other host's own connections come from this address too)
+        self.assertGreaterEqual(closed, 80 - 64, closed)
+        time.sleep(0.5)
+        s, b = self.api["h2"].call("GET", "/v1/sandboxes")  # h2 still reaches h1
+        self.assertEqual(s, 200, b)
+        self.assertEqual(b.get("unreachable_hosts", []), [], b)
 
     def test_junk_before_login_is_cut_off_and_costs_little(self):
         pid = self.daemons["h1"].proc.pid
