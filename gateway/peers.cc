@@ -38,6 +38,64 @@ class BytesInput final : public kj::AsyncInputStream {
   size_t pos_ = 0;
 };
 
+// A forwarded body the owner reads from the forwarding host's BodySource, part by part.
+class SourceInput final : public kj::AsyncInputStream {
+ public:
+  SourceInput(wc::BodySource::Client source, uint64_t length)
+      : source_(kj::mv(source)), left_(length) {}
+  kj::Promise<size_t> tryRead(void* buffer, size_t min, size_t max) override {
+    return read(static_cast<kj::byte*>(buffer), min, max, 0);
+  }
+  kj::Maybe<uint64_t> tryGetLength() override { return left_ + (pending_.size() - pos_); }
+
+ private:
+  kj::Promise<size_t> read(kj::byte* out, size_t min, size_t max, size_t done) {
+    if (pending_.size() > pos_) {
+      size_t n = std::min(max - done, pending_.size() - pos_);
+      memcpy(out + done, pending_.begin() + pos_, n);
+      pos_ += n;
+      done += n;
+    }
+    if (done >= min || done == max || ended_) return done;
+    auto r = source_.readRequest();
+    r.setMax(uint32_t(kPeerPart));
+    return r.send().then([this, out, min, max, done](capnp::Response<wc::BodySource::ReadResults> got)
+                             -> kj::Promise<size_t> {
+      auto d = got.getData();
+      if (d.size() == 0 || d.size() > kPeerPart || d.size() > left_) {
+        if (d.size() > 0) return KJ_EXCEPTION(FAILED, "a forwarded body larger than it said");
+        ended_ = true;
+        return done;
+      }
+      left_ -= d.size();
+      pending_ = kj::heapArray<kj::byte>(d);
+      pos_ = 0;
+      return read(out, min, max, done);
+    });
+  }
+  wc::BodySource::Client source_;
+  uint64_t left_;  // not yet pulled
+  kj::Array<kj::byte> pending_;
+  size_t pos_ = 0;
+  bool ended_ = false;
+};
+
+// The forwarding host's side: the body it read, handed out part by part.
+class BodySourceImpl final : public wc::BodySource::Server {
+ public:
+  explicit BodySourceImpl(kj::Array<kj::byte> body) : body_(kj::mv(body)) {}
+  kj::Promise<void> read(ReadContext ctx) override {
+    size_t n = std::min<size_t>({ctx.getParams().getMax(), kPeerPart, body_.size() - pos_});
+    ctx.getResults(capnp::MessageSize{n / 8 + 8, 0}).setData(body_.slice(pos_, pos_ + n));
+    pos_ += n;
+    return kj::READY_NOW;
+  }
+
+ private:
+  kj::Array<kj::byte> body_;
+  size_t pos_ = 0;
+};
+
 // Headers that belong to one connection, not to the request or response they travel with.
 bool hop_by_hop(kj::StringPtr name) {
   for (const char* h : {"connection", "keep-alive", "transfer-encoding", "content-length",
@@ -80,22 +138,28 @@ struct OwnedHeaders {
 class SinkOutput final : public kj::AsyncOutputStream {
  public:
   explicit SinkOutput(wc::ResponseSink::Client sink) : sink_(kj::mv(sink)) {}
+  // In parts of at most kPeerPart, one after another (each a streaming call: it resolves when
+  // the peer can take more). The caller keeps `buffer` alive until the promise resolves.
   kj::Promise<void> write(const void* buffer, size_t size) override {
-    auto r = sink_.writeRequest();
-    r.setData(kj::arrayPtr(static_cast<const kj::byte*>(buffer), size));
-    return r.send();  // (a streaming call: resolves when the peer can take more)
+    auto bytes = static_cast<const kj::byte*>(buffer);
+    size_t n = std::min(size, kPeerPart);
+    auto r = sink_.writeRequest(capnp::MessageSize{n / 8 + 8, 0});
+    r.setData(kj::arrayPtr(bytes, n));
+    auto sent = r.send();
+    if (n == size) return sent;
+    return sent.then([this, bytes, n, size]() { return write(bytes + n, size - n); });
   }
   kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
     size_t total = 0;
     for (auto& p : pieces) total += p.size();
-    auto r = sink_.writeRequest();
-    auto d = r.initData(total);
+    auto joined = kj::heapArray<kj::byte>(total);
     size_t at = 0;
     for (auto& p : pieces) {
-      memcpy(d.begin() + at, p.begin(), p.size());
+      memcpy(joined.begin() + at, p.begin(), p.size());
       at += p.size();
     }
-    return r.send();
+    auto& ref = joined;
+    return write(ref.begin(), ref.size()).attach(kj::mv(joined));
   }
   kj::Promise<void> whenWriteDisconnected() override { return kj::NEVER_DONE; }
 
@@ -306,8 +370,12 @@ class PeerImpl final : public wc::Peer::Server {
     for (auto h : rq.getHeaders()) st->headers.add(h.getName(), h.getValue());
     st->headers.add_raw(Peers::kForwardedHeader, from_);
     st->url = kj::str(rq.getUrl());
-    auto body = rq.getBody();
-    st->body = bytes_input(kj::heapArray<kj::byte>(body.begin(), body.size()));
+    if (rq.hasBodySource()) {
+      st->body = kj::heap<SourceInput>(rq.getBodySource(), rq.getBodyLength());
+    } else {
+      auto body = rq.getBody();
+      st->body = bytes_input(kj::heapArray<kj::byte>(body.begin(), body.size()));
+    }
     auto& s = *st;
     // The forwarding host cancels the call when its client hangs up: what the request asked for
     // is cancelled here as a hang-up of our own client's would be (security review 3, L2).
@@ -729,7 +797,7 @@ kj::Promise<void> Peers::forward(const std::string& address, const std::string& 
   rq.setMethod(kj::str(method));
   rq.setUrl(url);
   copy_headers(headers, [&](size_t n) { return rq.initHeaders(uint(n)); });
-  rq.setBody(body);
+  if (body.size() <= kInlineBody) rq.setBody(body);  // (a larger one: a BodySource, below)
   rq.setFromHost(impl_->auth.self);
   auto fail = [this, st, host](kj::Exception&& e) -> kj::Promise<void> {
     if (st->started || st->response == nullptr) return kj::READY_NOW;  // (mid-stream: it ends)
@@ -742,9 +810,14 @@ kj::Promise<void> Peers::forward(const std::string& address, const std::string& 
   };
   auto guard = kj::defer([st]() { st->response = nullptr; });
   return impl_->connect(host, address)
-      .then([st, request = kj::mv(request)](wc::Peer::Client peer) mutable {
+      .then([st, request = kj::mv(request), body = kj::mv(body)](wc::Peer::Client peer) mutable {
         auto req = peer.httpRequest();
         req.setRequest(request->getRoot<wc::HttpRequest>().asReader());
+        if (body.size() > kInlineBody) {
+          auto r = req.getRequest();
+          r.setBodyLength(body.size());
+          r.setBodySource(kj::heap<BodySourceImpl>(kj::mv(body)));
+        }
         req.setSink(kj::heap<ForwardSink>(st));
         return req.send().ignoreResult().attach(kj::mv(request));
       })

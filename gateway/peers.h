@@ -60,10 +60,15 @@ class Peers {
   std::unique_ptr<Impl> impl_;
 };
 
-// After login: a forwarded body or answer write may be a whole file (up to the 64 MiB file
-// limit), and a snapshot travels in chunks of 1 MiB: messages up to this. Before login a
-// connection is cut off at kPeerPreLoginBytes (a TLS handshake and a login take a few KiB).
-inline constexpr uint64_t kMaxPeerMessageBytes = (64ull << 20) + (1ull << 20);
+// What one message carries at most: forwarded bodies and answers, and snapshots, travel in
+// parts of kPeerPart; a body up to kInlineBody rides in the request itself.
+inline constexpr size_t kPeerPart = 1 << 20;
+inline constexpr size_t kInlineBody = 64 << 10;
+// After login: a part plus headers, except the public RPC API proxied for another host's client
+// (Peer.platform), whose readFile/writeFile carry up to RpcServer::kMaxFileBytes (32 MiB) in one
+// call: messages up to that plus 1 MiB. Before login a connection is cut off at
+// kPeerPreLoginBytes (a TLS handshake and a login take a few KiB).
+inline constexpr uint64_t kMaxPeerMessageBytes = (32ull << 20) + (1ull << 20);
 inline constexpr size_t kPeerPreLoginBytes = 64 << 10;
 // Connections open at once from one address: a host keeps one for forwarding plus one per move
 // or list fan-out in flight; more are refused at accept (before a handshake is read).

@@ -22,14 +22,23 @@ struct HttpRequest {
   method @0 :Text;        # GET, POST, ...
   url @1 :Text;           # path and query, as the client sent them
   headers @2 :List(Header);
-  body @3 :Data;          # (bounded by the receiving host's body limits)
+  body @3 :Data;          # a body of at most kInlineBody (64 KiB); larger ones: bodySource
   fromHost @4 :Text;      # the forwarding host's id (logs)
+  bodySource @5 :BodySource;  # a larger body, pulled in parts of at most 1 MiB
+  bodyLength @6 :UInt64;      # (with bodySource) its length
+}
+
+# A forwarded request's body, read by the owner part by part (no message carries more than a
+# part: the peer port's messages stay small).
+interface BodySource {
+  # The next at most `max` bytes (at most 1 MiB); empty at the end.
+  read @0 (max :UInt32) -> (data :Data);
 }
 
 interface ResponseSink {
   # The status line and headers, once, first. `length` -1: not known (a stream).
   start @0 (status :UInt16, statusText :Text, headers :List(Header), length :Int64) -> stream;
-  write @1 (data :Data) -> stream;
+  write @1 (data :Data) -> stream;  # at most 1 MiB a call
   # The end of the body.
   end @2 ();
 }
