@@ -28,8 +28,8 @@ inline constexpr const char* kEnvdVersion = "0.5.2";
 // Stateless (survives restarts), scoped to one sandbox of one tenant, and bound to the API key
 // that asked for it: it stops working when that key is revoked (checked per request, within the
 // key cache's 2 s) or when it expires (kLifetime after it was issued; create, connect and get
-// issue a fresh one). The secret lives in DATA/e2b-tokens.key (0600), never derived from another
-// credential (security review 3, H1 and M4).
+// issue a fresh one). The secret is DATA/e2b-token-secret (0600) on one host, the cluster's
+// e2b-tokens.key in a cluster; never derived from another credential (security review 3, H1, M4).
 class Tokens {
  public:
   // E2B's longest sandbox lifetime (24 h): an SDK object that lives longer connects again.
