@@ -45,7 +45,16 @@ Reply<Recovered> recover(Env& env) {
       run_dirs[vm_name.substr(0, vm_name.find('.'))] = d.path();
     }
   }
+  // Retired sandboxes (ended long ago, forgotten: registry.h) are not replayed.
+  std::set<std::string> retired;
+  {
+    auto marks = env.store->scan(kRetiredPrefix);
+    if (!marks) return Rejection{"storage_error", marks.error().message};
+    for (auto& [k, v] : *marks) retired.insert(k.substr(std::string_view(kRetiredPrefix).size()));
+  }
+  out.retired = retired.size();
   for (auto& id : *streams) {
+    if (retired.count(id)) continue;
     SandboxState s;
     s.id = id;
     // The newest state snapshot, then the events after it.

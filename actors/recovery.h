@@ -1,10 +1,10 @@
 // Recovery at start, before any actor runs: every sandbox stream is replayed (from its newest
-// state snapshot); running sandboxes whose VM outlived the previous host process are listed for
-// adoption (their actors take the VM and its network over once the API is up: a restart does
-// not wait for VMs); sandboxes whose VM is gone or that were caught mid-transition are recorded
-// failed(host_restart), hibernated ones whose snapshot is gone failed(hibernation_snapshot_lost);
-// then every other VM is killed by its record (no QMP), and every run folder, snapshot folder,
-// hibernation and network that no sandbox owns is removed.
+// state snapshot) but those of retired sandboxes; running sandboxes whose VM outlived the previous
+// host process are listed for adoption (their actors take the VM and its network over once the API
+// is up: a restart does not wait for VMs); sandboxes whose VM is gone or that were caught
+// mid-transition are recorded failed(host_restart), hibernated ones whose snapshot is gone
+// failed(hibernation_snapshot_lost); then every other VM is killed by its record (no QMP), and
+// every run folder, snapshot folder, hibernation and network that no sandbox owns is removed.
 #pragma once
 
 #include <filesystem>
@@ -21,6 +21,7 @@ struct Recovered {
   std::vector<SandboxState> sandboxes;
   std::vector<DatabaseState> databases;
   size_t from_snapshots = 0;
+  size_t retired = 0;  // streams skipped: retired sandboxes (RuntimeConfig::ended_retention)
   // Running sandboxes whose VM may still run: their actors adopt it (run folder by sandbox id).
   std::map<std::string, std::filesystem::path> to_adopt;
   // Every volume (deleted ones too); files no volume names are removed, and a file a crash left

@@ -18,6 +18,61 @@ caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s, std::string adopt_d
   return a;
 }
 
+// Sandbox `s` ended (its actor retired, or it ended before this process started): its recorded
+// state answers for it until it is retired.
+void note_ended(RegistrySelf* self, const SandboxState& s) {
+  auto& st = self->state;
+  int64_t now = now_ms();
+  st.infos[s.id] = info_of(s);
+  st.ended[s.id] = s;
+  st.ended_since[s.id] = now;
+  st.ended_queue.emplace_back(now, s.id);
+}
+
+// Whether an ended sandbox may be forgotten: nothing refers to it any more (its named snapshots,
+// a database that still names it, a move to another host it may come back from).
+bool retirable(RegistrySelf* self, const SandboxState& s) {
+  if (s.live() || !s.snapshots.empty() || !s.moved_to.empty()) return false;
+  if (auto db = s.metadata.find(kDatabaseKey); db != s.metadata.end()) {
+    auto d = self->state.databases.find(db->second);
+    if (d != self->state.databases.end() && d->second.status != DatabaseStatus::deleted)
+      return false;
+  }
+  return true;
+}
+
+// Forgets ended sandboxes older than the retention, and the oldest beyond kMaxEndedRecords: the
+// registry's memory, its lists and quota tallies, and the next start's recovery stay flat however
+// many sandboxes a host has made. Each gets a tombstone (retired_key) so recovery skips it.
+void retire_ended(RegistrySelf* self) {
+  auto& st = self->state;
+  const auto& cfg = st.env->config;
+  int64_t cutoff =
+      now_ms() - std::chrono::duration_cast<std::chrono::milliseconds>(cfg.ended_retention).count();
+  size_t retired = 0;
+  while (!st.ended_queue.empty()) {
+    auto [at, id] = st.ended_queue.front();
+    auto since = st.ended_since.find(id);
+    if (since != st.ended_since.end() && since->second == at && at > cutoff &&
+        st.ended_since.size() <= RuntimeConfig::kMaxEndedRecords)
+      break;
+    st.ended_queue.pop_front();
+    if (since == st.ended_since.end() || since->second != at) continue;  // stale
+    st.ended_since.erase(since);
+    auto e = st.ended.find(id);
+    if (e == st.ended.end() || !retirable(self, e->second)) continue;  // kept while referred to
+    st.ended.erase(e);
+    st.infos.erase(id);
+    if (auto put = st.env->store->put(retired_key(id), "", false); !put)
+      spdlog::warn(
+          "registry: {} retired, but its tombstone was not written ({}); the next start "
+          "recovers it as ended",
+          id, put.error().message);
+    ++retired;
+  }
+  if (retired) spdlog::debug("registry: retired {} ended sandboxes", retired);
+}
+
 // Spawns a sandbox actor and sends it the Create command for `req`; `then` gets its answer.
 template <typename Then>
 void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::string& parent,
@@ -30,6 +85,7 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
       back != self->state.ended.end() && !back->second.moved_to.empty()) {
     s = back->second;
     self->state.ended.erase(back);
+    self->state.ended_since.erase(s.id);
   }
   cmd::Create c;
   c.tenant = req.tenant;
@@ -349,6 +405,7 @@ void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& 
   if (!st.ended.count(id)) return void(rp.deliver(Answer::fail(not_running(s, "change it"))));
   auto actor = spawn_sandbox(self, s);
   st.ended.erase(id);
+  st.ended_since.erase(id);
   self->request(actor, caf::infinite, cmd_atom::value, c)
       .then([rp](Answer ans) mutable { rp.deliver(ans); },
             [rp, self](const caf::error& e) mutable {
@@ -568,8 +625,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       // A sandbox actor retired (its sandbox ended): its state answers for it from now on.
       [=](ended_atom, SandboxState s) {
         self->state.actors.erase(s.id);
-        self->state.infos[s.id] = info_of(s);
-        self->state.ended[s.id] = s;
+        note_ended(self, s);
       },
       [=](template_atom, std::string name) -> caf::actor { return template_of(self, name); },
       [=](info_atom, SandboxInfo info) {
@@ -606,8 +662,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (s.live()) {
           spawn_sandbox(self, s, adopt_dir);
         } else {
-          self->state.infos[s.id] = info_of(s);
-          self->state.ended[s.id] = s;  // answers for it (and its named snapshots)
+          note_ended(self, s);  // answers for it (and its named snapshots)
         }
       },
       [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {
@@ -626,6 +681,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
             return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
           actor = spawn_sandbox(self, e->second);
           self->state.ended.erase(e);
+          self->state.ended_since.erase(owner);
         }
         return forward(self, actor,
                        caf::make_message(cmd_atom::value, Command{cmd::DeleteSnapshot{snapshot}}));
@@ -643,6 +699,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           else
             caf::anon_send(a->second, tick_atom::value);  // it knows whether it is idle
         }
+        retire_ended(self);
         self->delayed_send(self, self->state.env->config.reaper_interval, tick_atom::value);
       },
       [=](shutdown_atom) -> caf::result<Answer> {

@@ -1,12 +1,13 @@
 // Registry actor: owns the id space (sbx_ + 16 random base32 characters), spawns sandbox actors
 // and routes to them after a tenant check (another tenant's id is sandbox_not_found), keeps a
 // cache of every sandbox's info for get/list, runs the TTL reaper (a tick every
-// reaper_interval), spawns template actors on first use, creates fork children, and drives the
-// graceful shutdown. When it ends, every sandbox actor ends with it. It also spawns the volume
-// actors and attaches volumes to the sandboxes created with them (registry_volumes.cc), and
-// detaches them when those sandboxes end.
+// reaper_interval) and retires ended sandboxes (RuntimeConfig::ended_retention), spawns template
+// actors on first use, creates fork children, and drives the graceful shutdown. When it ends, every
+// sandbox actor ends with it. It also spawns the volume actors and attaches volumes to the
+// sandboxes created with them (registry_volumes.cc), and detaches them when those sandboxes end.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -24,6 +25,11 @@ struct RegistryState {
   // their state answers for them, and their actor is spawned again when a command must record
   // something (deleting one of their snapshots).
   std::map<std::string, SandboxState> ended;
+  // When each entered `ended`, and the order they retire in (RuntimeConfig::ended_retention; a
+  // queue entry whose time is not ended_since's any more is stale: the sandbox came back
+  // meanwhile).
+  std::map<std::string, int64_t> ended_since;
+  std::deque<std::pair<int64_t, std::string>> ended_queue;
   // Volumes: an actor per volume not deleted, and every volume's info (deleted ones too, until
   // the next start) for get and list.
   std::map<std::string, caf::actor> volume_actors;

@@ -184,9 +184,11 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
                  orphans.size());
     caf::anon_send(impl->registry, unfork_atom::value, orphans);
   }
-  spdlog::info("runtime: {} sandboxes recovered from {} ({} from state snapshots); adopting {} VMs",
-               recovered->sandboxes.size(), (config.data_dir / "store").string(),
-               recovered->from_snapshots, recovered->to_adopt.size());
+  spdlog::info(
+      "runtime: {} sandboxes recovered from {} ({} from state snapshots, {} retired skipped); "
+      "adopting {} VMs",
+      recovered->sandboxes.size(), (config.data_dir / "store").string(), recovered->from_snapshots,
+      recovered->retired, recovered->to_adopt.size());
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 

@@ -59,6 +59,12 @@ struct RuntimeConfig {
   unsigned memory_mib = 256;
   Limits limits;
   std::chrono::milliseconds reaper_interval{1000};
+  // An ended sandbox (stopped or failed) answers get, list and kill for this long after it
+  // ended, then it is retired: forgotten by the registry, skipped by recovery (its events stay in
+  // the audit log). At most kMaxEndedRecords are kept however young. Sandboxes holding named
+  // snapshots, running a database or moved to another host are kept while they do.
+  std::chrono::seconds ended_retention{900};
+  static constexpr size_t kMaxEndedRecords = 2000;
   // A state snapshot of a sandbox every this many events; recovery replays only the tail after it.
   uint32_t snapshot_every = 64;
   // QEMU processes kept pre-spawned per template (waiting for the baked state: they hold no guest

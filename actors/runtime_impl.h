@@ -14,9 +14,6 @@
 
 namespace pandastack::actors {
 
-// The metadata entry that marks a database's sandbox (its value: the database's id).
-inline constexpr const char* kDatabaseKey = "pandastack.database";
-
 struct Runtime::Impl {
   std::unique_ptr<Env> env;
   std::unique_ptr<storage::KeyStore> keys;

@@ -155,6 +155,14 @@ struct SandboxState {
   }
 };
 
+// The metadata entry that marks a database's sandbox (its value: the database's id).
+inline constexpr const char* kDatabaseKey = "pandastack.database";
+
+// A retired sandbox (ended, then forgotten after RuntimeConfig::ended_retention): this key in the
+// event store marks its stream as one recovery skips. Its events stay (the audit log keeps them).
+inline std::string retired_key(const std::string& sandbox_id) { return "retired/" + sandbox_id; }
+inline constexpr const char* kRetiredPrefix = "retired/";
+
 // A TTL that never expires: only the runtime sets it (the sandbox of a managed database, which
 // lives until the database is deleted); the API's TTLs are bounded by Limits::max_ttl_seconds.
 inline constexpr uint32_t kNoExpiry = 0xFFFFFFFFu;

@@ -44,6 +44,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --vcpus N           guest vCPUs (default 1)
   --default-ttl S     sandbox TTL when a create names none (default 900)
   --max-ttl S         largest TTL a create or PATCH may ask for (default 86400)
+  --ended-retention S an ended sandbox answers get/list for S seconds, then is forgotten (its
+                      events stay in the audit log; at most 2000 are kept) (default 900)
   --pool-size N       QEMU processes kept pre-spawned per template (default 2; 0 = none)
   --spare-pool-size N spare QEMU processes per template for forks, wakes and creates from
                       snapshots (default 1; 0 = none)
@@ -170,6 +172,8 @@ int main(int argc, char** argv) {
       config.limits.default_ttl_seconds = parse_u32(a, value());
     else if (a == "--max-ttl")
       config.limits.max_ttl_seconds = parse_u32(a, value());
+    else if (a == "--ended-retention")
+      config.ended_retention = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--pool-size")
       config.pool_size = parse_u32(a, value());
     else if (a == "--spare-pool-size")

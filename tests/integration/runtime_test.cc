@@ -384,6 +384,46 @@ TEST_F(RuntimeTest, EndedSandboxesGiveTheirThreadsBack) {
   }
 }
 
+// Long uptimes stay flat (issue 32): an ended sandbox answers for its retention, then is
+// forgotten by the registry (get is 404, lists and quota tallies pass it by) and by the next
+// start's recovery; one that a named snapshot refers to stays until the snapshot goes. Its events
+// stay in the store.
+TEST_F(RuntimeTest, EndedSandboxesRetireAfterTheirRetention) {
+  rt_.reset();
+  config_.ended_retention = seconds(1);
+  start();
+  auto plain = create(), kept = create();
+  auto snap = rt_->snapshot("acme", kept.id);
+  ASSERT_TRUE(snap) << snap.error().message;
+  ASSERT_TRUE(rt_->kill("acme", plain.id));
+  ASSERT_TRUE(rt_->kill("acme", kept.id));
+  auto got = rt_->get("acme", plain.id);
+  ASSERT_TRUE(got) << "an ended sandbox answers within its retention";
+  EXPECT_EQ(got->status, Status::stopped);
+  auto gone = [&](const std::string& id) {
+    for (int i = 0; i < 100; ++i) {
+      auto g = rt_->get("acme", id);
+      if (!g) return g.error().code;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    return std::string("still answered after 10 s");
+  };
+  EXPECT_EQ(gone(plain.id), "sandbox_not_found");
+  auto listed = rt_->list("acme");
+  ASSERT_TRUE(listed);
+  for (auto& i : *listed) EXPECT_NE(i.id, plain.id);
+  EXPECT_TRUE(rt_->get("acme", kept.id)) << "its named snapshot keeps it";
+  restart();
+  EXPECT_EQ(rt_->get("acme", plain.id).error().code, "sandbox_not_found")
+      << "recovery skips a retired sandbox";
+  ASSERT_TRUE(rt_->get("acme", kept.id));
+  ASSERT_TRUE(rt_->delete_snapshot("acme", *snap));
+  EXPECT_EQ(gone(kept.id), "sandbox_not_found") << "once its snapshot is gone, it retires too";
+  auto types = event_types(plain.id);
+  ASSERT_FALSE(types.empty()) << "a retired sandbox's events stay";
+  EXPECT_EQ(types.front(), "created");
+}
+
 TEST_F(RuntimeTest, ExecWakesAnAutoWakeSandbox) {
   actors::CreateRequest req;
   req.auto_wake = true;
