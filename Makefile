@@ -8,7 +8,7 @@ PYTHON  ?= /usr/bin/python3
 AGENT   := $(BUILD)/bin/pandastack-agent
 GUEST   := guest/build-image.sh
 
-.PHONY: all deps configure build build-asan guest guest-base guest-kernel guest-initramfs test test-long test-asan test-chaos test-integrity test-soak unit integration run bench bench-overhead bench-cluster fuzz clean distclean
+.PHONY: all deps configure build build-asan guest guest-base guest-kernel guest-initramfs test test-long test-asan test-chaos test-integrity test-soak unit integration run bench bench-overhead bench-cluster bench-churn fuzz clean distclean
 
 all: build
 
@@ -104,6 +104,13 @@ test-soak: build guest-base
 	PANDASTACK_IMAGES=$(IMAGES) $(PYTHON) tests/reliability/soak_test.py \
 	  --daemon $(BUILD)/bin/pandastackd --bench $(BUILD)/bin/pandastack-bench \
 	  --seconds $(or $(SECONDS),600) --sandboxes $(or $(SANDBOXES),20) --clients $(or $(CLIENTS),16)
+
+# Churn: N (10000) sandboxes created and killed one after another by a daemon of its own, which is
+# restarted after N/10 and after N: create p50, RSS and start-up time at both, and their ratios
+# (tests/reliability/churn_bench.py). Run it with no other daemon on the host.
+bench-churn: build guest-base
+	PANDASTACK_IMAGES=$(IMAGES) $(PYTHON) tests/reliability/churn_bench.py \
+	  --daemon $(BUILD)/bin/pandastackd --bench $(BUILD)/bin/pandastack-bench --n $(or $(N),10000)
 
 # Every libFuzzer target (tests/fuzz) for FUZZ_SECONDS each (default 30), in build-fuzz with clang.
 fuzz: deps

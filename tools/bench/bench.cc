@@ -54,6 +54,8 @@ int cluster_bench(const std::string& scenario, const std::string& url, const std
                   const std::string& key, int n, bool json);
 int soak_bench(const std::string& url, const std::string& key, const std::string& create_body,
                int sandboxes, int clients, int seconds);
+int churn_bench(const std::string& url, const std::string& key, const std::string& create_body,
+                int n, int window, pid_t daemon);
 }  // namespace pandastack::tools
 
 namespace {
@@ -74,6 +76,8 @@ struct Options {
   int clients = 16;     // api soak: client threads
   int seconds = 600;    // api soak: duration
   std::string daemon;   // recovery: the pandastackd binary
+  int window = 0;       // api churn: creates per reported window (0: n/10)
+  int daemon_pid = 0;   // api churn: the daemon's process (0: the one pandastackd)
 };
 
 int usage() {
@@ -91,6 +95,8 @@ int usage() {
                "[--pause-ms MS] [--n N] [--json]\n"
                "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
                "[--clients C] [--seconds S] [--create-body JSON]\n"
+               "       pandastack-bench api churn [--url URL] [--key KEY] [--n N] [--window W] "
+               "[--daemon-pid PID] [--create-body JSON]\n"
                "       pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B "
                "[--key KEY] [--n N] "
                "[--json]\n"
@@ -595,6 +601,10 @@ int main(int argc, char** argv) {
       o.clients = std::max(1, std::atoi(argv[++i]));
     else if (a == "--seconds" && i + 1 < argc)
       o.seconds = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--window" && i + 1 < argc)
+      o.window = std::atoi(argv[++i]);
+    else if (a == "--daemon-pid" && i + 1 < argc)
+      o.daemon_pid = std::atoi(argv[++i]);
     else if (a.rfind("--", 0) == 0)
       return usage();
     else
@@ -611,6 +621,8 @@ int main(int argc, char** argv) {
   if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))
     return usage();
   if (pos[0] == "api") {
+    if (pos[1] == "churn")
+      return tools::churn_bench(o.url, o.key, o.create_body, o.n, o.window, o.daemon_pid);
     if (pos[1] == "soak")
       return tools::soak_bench(o.url, o.key, o.create_body, std::max(1, o.sandboxes), o.clients,
                                o.seconds);

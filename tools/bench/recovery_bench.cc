@@ -67,7 +67,8 @@ Daemon start(const std::string& daemon, const std::vector<std::string>& args) {
     while (std::fgets(buf, sizeof buf, f)) {
     }
     std::fclose(f);
-  }).detach();
+  })
+      .detach();
   return d;
 }
 
@@ -81,15 +82,15 @@ int recovery_bench(const std::string& daemon, const std::string& images, int san
                    bool json) {
   auto base = fs::path("/var/tmp") / ("pandastack-bench-recovery-" + std::to_string(::getpid()));
   fs::create_directories(base);
-  std::vector<std::string> args = {"--data",        (base / "data").string(),
-                                   "--state-dir",   "/dev/shm/pandastack-bench-recovery-state",
-                                   "--images",      images,
-                                   "--listen",      "127.0.0.1:0",
-                                   "--rpc-listen",  "127.0.0.1:0",
-                                   "--accel",       "tcg",
+  std::vector<std::string> args = {"--data",           (base / "data").string(),
+                                   "--state-dir",      "/dev/shm/pandastack-bench-recovery-state",
+                                   "--images",         images,
+                                   "--listen",         "127.0.0.1:0",
+                                   "--rpc-listen",     "127.0.0.1:0",
+                                   "--accel",          "tcg",
                                    "--network-prefix", "pbr",
-                                   "--subnet-pool", "10.254.0.0/22",
-                                   "--dns-upstream", "off"};
+                                   "--subnet-pool",    "10.254.0.0/22",
+                                   "--dns-upstream",   "off"};
   auto d = start(daemon, args);
   std::string key;
   std::ifstream(base / "data" / "api-key") >> key;
