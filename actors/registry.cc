@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "actors/deadlines.h"
 #include "actors/sandbox_actor.h"
 #include "actors/template_actor.h"
 
@@ -108,10 +109,10 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
   auto d = decide(s, Command{c}, now_ms(), self->state.env->config.limits);
   if (auto* r = std::get_if<Rejection>(&d)) return then(Answer::fail(*r));
   auto a = spawn_sandbox(self, s);
-  self->request(a, caf::infinite, cmd_atom::value, Command{c})
+  self->request(a, deadline::kSandboxCommand.limit, cmd_atom::value, Command{c})
       .then([then](Answer ans) mutable { then(std::move(ans)); },
             [then, self](const caf::error& e) mutable {
-              then(Answer::fail({"internal", self->system().render(e)}));
+              then(Answer::fail(deadline::missed(e, deadline::kSandboxCommand, self->system())));
             });
 }
 
@@ -200,7 +201,7 @@ void unfork(RegistrySelf* self, const std::vector<std::string>& kids) {
       undo_volumes();
       continue;
     }
-    self->request(a->second, caf::infinite, cmd_atom::value, Command{cmd::Kill{}})
+    self->request(a->second, deadline::kSandboxCommand.limit, cmd_atom::value, Command{cmd::Kill{}})
         .then([undo_volumes](Answer) { undo_volumes(); },
               [undo_volumes](const caf::error&) { undo_volumes(); });
   }
@@ -253,7 +254,7 @@ caf::result<Answer> create_with_data_volume(RegistrySelf* self, CreateRequest re
         {"invalid_argument", "template " + req.template_name + " has a data volume: at most " +
                                  std::to_string(vmm::kVolumeSlots - 1) + " volumes of your own"});
   auto rp = self->make_response_promise();
-  self->request(template_of(self, req.template_name), caf::infinite, bake_atom::value)
+  self->request(template_of(self, req.template_name), deadline::kBake.limit, bake_atom::value)
       .then(
           [self, rp, req, dv](Answer baked) mutable {
             if (!baked.ok) return rp.deliver(baked);
@@ -272,7 +273,7 @@ caf::result<Answer> create_with_data_volume(RegistrySelf* self, CreateRequest re
                 });
           },
           [self, rp](const caf::error& e) mutable {
-            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+            rp.deliver(Answer::fail(deadline::missed(e, deadline::kBake, self->system())));
           });
   return rp;
 }
@@ -353,7 +354,7 @@ caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg,
                             std::optional<std::pair<std::string, std::string>> who = std::nullopt,
                             std::optional<Command> c = std::nullopt) {
   auto rp = self->make_response_promise();
-  self->request(to, caf::infinite, std::move(msg))
+  self->request(to, deadline::kSandboxCommand.limit, std::move(msg))
       .then(
           [rp, self](Answer ans) mutable {
             // A sandbox that ended (a kill) lets its volumes go before its caller hears of it:
@@ -371,7 +372,8 @@ caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg,
           [rp, self, who, c](const caf::error& e) mutable {
             if (who && c && e == caf::sec::request_receiver_down)
               return ended_to(self, who->first, who->second, *c, rp);
-            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+            rp.deliver(
+                Answer::fail(deadline::missed(e, deadline::kSandboxCommand, self->system())));
           });
   return rp;
 }
@@ -406,10 +408,11 @@ void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& 
   auto actor = spawn_sandbox(self, s);
   st.ended.erase(id);
   st.ended_since.erase(id);
-  self->request(actor, caf::infinite, cmd_atom::value, c)
+  self->request(actor, deadline::kSandboxCommand.limit, cmd_atom::value, c)
       .then([rp](Answer ans) mutable { rp.deliver(ans); },
             [rp, self](const caf::error& e) mutable {
-              rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+              rp.deliver(
+                  Answer::fail(deadline::missed(e, deadline::kSandboxCommand, self->system())));
             });
 }
 

@@ -1,6 +1,7 @@
 // The registry's managed databases: an actor per database, a cache of their states for get and
 // list, routing with the tenant check, recovery's adoption.
 #include "actors/database_actor.h"
+#include "actors/deadlines.h"
 #include "actors/registry.h"
 
 namespace pandastack::actors::registry_databases {
@@ -41,7 +42,7 @@ caf::result<Answer> command(RegistrySelf* self, const std::string& tenant, const
     a = f->second;
   }
   auto rp = self->make_response_promise();
-  self->request(a, caf::infinite, db_atom::value, std::move(c))
+  self->request(a, deadline::kDatabaseCommand.limit, db_atom::value, std::move(c))
       .then(
           [self, rp, id, creating, a](Answer ans) mutable {
             if (creating && !ans.ok) {
@@ -56,7 +57,8 @@ caf::result<Answer> command(RegistrySelf* self, const std::string& tenant, const
           [self, rp, id](const caf::error& e) mutable {
             if (e == caf::sec::request_receiver_down)
               return rp.deliver(Answer::fail(database_not_found(id)));
-            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+            rp.deliver(
+                Answer::fail(deadline::missed(e, deadline::kDatabaseCommand, self->system())));
           });
   return rp;
 }

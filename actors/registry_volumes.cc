@@ -4,6 +4,7 @@
 #include <memory>
 #include <set>
 
+#include "actors/deadlines.h"
 #include "actors/registry.h"
 #include "actors/volume_actor.h"
 #include "actors/volume_file_worker.h"
@@ -57,7 +58,7 @@ void record(RegistrySelf* self, const std::string& id, const VolumeRequest& req,
   auto a = spawn_volume(self, s);
   self->state.volumes[id] = pending(id, req.tenant, req.size_mib);  // counted from now on
   self->request(
-          a, caf::infinite, vol_atom::value,
+          a, deadline::kVolumeCommand.limit, vol_atom::value,
           VolumeCommand{vcmd::Create{req.tenant, req.name, req.size_mib, req.metadata, origin}})
       .then(
           [self, then, id](Answer ans) {
@@ -72,7 +73,7 @@ void record(RegistrySelf* self, const std::string& id, const VolumeRequest& req,
           [self, then, id](const caf::error& e) {
             self->state.volumes.erase(id);
             self->state.volume_actors.erase(id);
-            then(Answer::fail({"internal", self->system().render(e)}));
+            then(Answer::fail(deadline::missed(e, deadline::kVolumeCommand, self->system())));
           });
 }
 
@@ -148,7 +149,7 @@ void inherit(RegistrySelf* self, const std::string& tenant,
   auto forget = [self, ids] {
     for (auto& id : ids) self->state.volumes.erase(id);
   };
-  self->request(files(self), caf::infinite, volclone_atom::value, pairs, take_copies)
+  self->request(files(self), deadline::kVolumeCopy.limit, volclone_atom::value, pairs, take_copies)
       .then(
           [self, ids, reqs, origins, wanted, then, forget](std::string err) {
             if (!err.empty()) {
@@ -171,7 +172,7 @@ void inherit(RegistrySelf* self, const std::string& tenant,
           },
           [self, then, forget](const caf::error& e) {
             forget();
-            then(Rejection{"internal", self->system().render(e)});
+            then(deadline::missed(e, deadline::kVolumeCopy, self->system()));
           });
 }
 
@@ -211,7 +212,7 @@ void arrive(RegistrySelf* self, const std::string& tenant,
       versions[a.volume.id] = known->second.version;
     self->state.volumes[a.volume.id] = pending(a.volume.id, tenant, a.volume.size_mib);
   }
-  self->request(files(self), caf::infinite, volclone_atom::value, pairs, true)
+  self->request(files(self), deadline::kVolumeCopy.limit, volclone_atom::value, pairs, true)
       .then(
           [self, sorted, versions, wanted, then, from_host, tenant](std::string err) {
             if (!err.empty()) {
@@ -249,15 +250,17 @@ void arrive(RegistrySelf* self, const std::string& tenant,
                 send_back(self, col->recorded, from_host, "");
                 then(*col->error);
               };
-              self->request(actor, caf::infinite, vol_atom::value, VolumeCommand{c})
+              self->request(actor, deadline::kVolumeCommand.limit, vol_atom::value,
+                            VolumeCommand{c})
                   .then(done, [self, done](const caf::error& e) {
-                    done(Answer::fail({"internal", self->system().render(e)}));
+                    done(Answer::fail(
+                        deadline::missed(e, deadline::kVolumeCommand, self->system())));
                   });
             }
           },
           [self, sorted, then](const caf::error& e) {
             for (auto& a : sorted) self->state.volumes.erase(a.volume.id);
-            then(Rejection{"internal", self->system().render(e)});
+            then(deadline::missed(e, deadline::kVolumeCopy, self->system()));
           });
 }
 
@@ -284,7 +287,7 @@ caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const s
   auto a = actor_of(self, tenant, id);
   if (!a) return Answer::fail(volume_not_found(id));
   auto rp = self->make_response_promise();
-  self->request(a, caf::infinite, vol_atom::value, std::move(c))
+  self->request(a, deadline::kVolumeCommand.limit, vol_atom::value, std::move(c))
       .then(
           [rp, self](Answer ans) mutable {
             // The cache has what the caller is told before the caller is told it: a read after
@@ -296,7 +299,7 @@ caf::result<Answer> route(RegistrySelf* self, const std::string& tenant, const s
             // Its actor ended (the volume was deleted meanwhile).
             if (e == caf::sec::request_receiver_down)
               return rp.deliver(Answer::fail(volume_not_found(id)));
-            rp.deliver(Answer::fail({"internal", self->system().render(e)}));
+            rp.deliver(Answer::fail(deadline::missed(e, deadline::kVolumeCommand, self->system())));
           });
   return rp;
 }
@@ -379,7 +382,8 @@ void attach(RegistrySelf* self, const std::string& tenant, const std::string& sa
   };
   for (size_t i = 0; i < out.size(); ++i) {
     VolumeAttachment at{sandbox, out[i].mount, out[i].read_only};
-    self->request(actors[i], caf::infinite, vol_atom::value, VolumeCommand{vcmd::Attach{at}})
+    self->request(actors[i], deadline::kVolumeCommand.limit, vol_atom::value,
+                  VolumeCommand{vcmd::Attach{at}})
         .then(
             [done, i](Answer a) mutable {
               done(i, a.ok ? std::nullopt : std::optional<Rejection>(a.error));
@@ -401,7 +405,7 @@ void detach(RegistrySelf* self, const std::string& sandbox,
     auto a = self->state.volume_actors.find(v.volume);
     if (a == self->state.volume_actors.end()) continue;
     ++*left;
-    self->request(a->second, caf::infinite, vol_atom::value,
+    self->request(a->second, deadline::kVolumeCommand.limit, vol_atom::value,
                   VolumeCommand{vcmd::Detach{sandbox, reason}})
         .then([one_done](Answer) { one_done(); }, [one_done](const caf::error&) { one_done(); });
   }

@@ -95,8 +95,8 @@ Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& req
   if (!vmm::safe_template_name(name))
     bad = Rejection{"invalid_argument", "the sender's template name is not one"};
   else if (dot != std::string::npos && template_id(ir.create.tenant, name.substr(0, dot)) != name)
-    bad = Rejection{"template_not_found", "template " + name + " is not tenant " +
-                                              ir.create.tenant + "'s"};
+    bad = Rejection{"template_not_found",
+                    "template " + name + " is not tenant " + ir.create.tenant + "'s"};
   else if (!fs::exists(vmm::template_dir(cfg.images_dir, cfg.custom_templates_dir, name) /
                        "rootfs.qcow2"))
     bad = Rejection{"template_not_found", "this host has no template " + name};

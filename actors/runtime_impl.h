@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 
+#include "actors/deadlines.h"
 #include "actors/env.h"
 #include "actors/messages.h"
 #include "actors/runtime.h"
@@ -35,17 +36,15 @@ struct Runtime::Impl {
   std::optional<Rejection> refuse_database_sandbox(const std::string& tenant,
                                                    const std::string& id);
 
-  // Every call has a deadline: a stuck effect is an error for the caller, never a hang.
+  // Every call has a deadline (deadlines.h: the runtime's is the outermost): a stuck effect is
+  // an error for the caller, never a hang.
   Answer ask(caf::message msg) {
     caf::scoped_actor self{*sys};
     Answer out = Answer::fail({"internal", "no answer"});
-    self->request(registry, std::chrono::seconds(300), std::move(msg))
+    self->request(registry, deadline::kApiCall.limit, std::move(msg))
         .receive([&](Answer& a) { out = std::move(a); },
                  [&](caf::error& e) {
-                   if (e == caf::sec::request_timeout)
-                     out = Answer::fail({"timeout", "the runtime did not answer within 300 s"});
-                   else
-                     out = Answer::fail({"internal", sys->render(e)});
+                   out = Answer::fail(deadline::missed(e, deadline::kApiCall, *sys));
                  });
     return out;
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "actors/deadlines.h"
 #include "actors/event_codec.h"
 #include "actors/vm_worker.h"
 
@@ -145,7 +146,7 @@ void report_dead_vm(SandboxSelf* self) {
   st.vm_dead = false;
   if (st.vm_dead_reported) return;
   st.vm_dead_reported = true;
-  self->request(st.worker, caf::infinite, exited_atom::value)
+  self->request(st.worker, deadline::kQuery.limit, exited_atom::value)
       .then(
           [self](std::string why) {
             auto& st = self->state;
@@ -156,7 +157,9 @@ void report_dead_vm(SandboxSelf* self) {
             internal(self, cmd::Fail{"vm_exited: " + why});
           },
           [self](const caf::error& err) {
-            internal(self, cmd::Fail{"vm_exited: " + self->system().render(err)});
+            internal(self,
+                     cmd::Fail{"vm_exited: " +
+                               deadline::missed(err, deadline::kQuery, self->system()).message});
           });
 }
 
@@ -166,9 +169,13 @@ void effect(SandboxSelf* self, const Event& e) {
   auto to = [self](Command ok, std::function<Command(std::string)> bad) {
     return [self, ok, bad](WorkerResult r) { internal(self, r.ok ? ok : bad(r.error)); };
   };
-  auto lost = [self](const caf::error& err) {
-    internal(self, cmd::Fail{"worker: " + self->system().render(err)});
+  // A request that failed (its deadline passed, or the other actor died): the sandbox fails.
+  auto lost_to = [self](deadline::Deadline d) {
+    return [self, d](const caf::error& err) {
+      internal(self, cmd::Fail{deadline::missed(err, d, self->system()).message});
+    };
   };
+  auto lost = lost_to(deadline::kVmEffect);
   // A restore's outcome: started (with the subnet its network got) or failed.
   auto started = [self](WorkerResult r) {
     internal(self, r.ok ? Command{cmd::Started{r.subnet}} : Command{cmd::StartFailed{r.error}});
@@ -177,8 +184,8 @@ void effect(SandboxSelf* self, const Event& e) {
     case Event::Kind::created: {
       auto restore = [self, started, lost](std::string dir, bool pooled) {
         auto& s = self->state.s;
-        self->request(self->state.worker, caf::infinite, restore_atom::value, dir, false, pooled,
-                      NetSpec{s.network, s.egress, s.ports, std::nullopt},
+        self->request(self->state.worker, deadline::kVmEffect.limit, restore_atom::value, dir,
+                      false, pooled, NetSpec{s.network, s.egress, s.ports, std::nullopt},
                       VolumeSpec{s.volumes, /*mount=*/true})
             .then(started, lost);
       };
@@ -187,38 +194,38 @@ void effect(SandboxSelf* self, const Event& e) {
         break;
       }
       // The template's actor bakes it (once) and answers with the staged snapshot.
-      self->request(st.registry, caf::infinite, template_atom::value, e.template_name)
+      self->request(st.registry, deadline::kQuery.limit, template_atom::value, e.template_name)
           .then(
-              [self, restore, lost](caf::actor tmpl) {
-                self->request(tmpl, caf::infinite, bake_atom::value)
+              [self, restore, lost_to](caf::actor tmpl) {
+                self->request(tmpl, deadline::kBake.limit, bake_atom::value)
                     .then(
                         [self, restore](Answer a) {
                           if (!a.ok) return internal(self, cmd::StartFailed{a.error.message});
                           restore(a.text, true);
                         },
-                        lost);
+                        lost_to(deadline::kBake));
               },
-              lost);
+              lost_to(deadline::kQuery));
       break;
     }
     case Event::Kind::transition_started:
       switch (e.transition) {
         case Transition::snapshotting:
-          self->request(st.worker, caf::infinite, snapshot_atom::value,
+          self->request(st.worker, deadline::kVmEffect.limit, snapshot_atom::value,
                         st.env->snapshot_dir(e.snapshot_id).string(), /*all_volumes=*/true)
               .then(to(cmd::TransitionDone{},
                        [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
                     lost);
           break;
         case Transition::hibernating:
-          self->request(st.worker, caf::infinite, hibernate_atom::value,
+          self->request(st.worker, deadline::kVmEffect.limit, hibernate_atom::value,
                         st.env->hibernated_dir(st.s.id).string())
               .then(to(cmd::TransitionDone{},
                        [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
                     lost);
           break;
         case Transition::waking:
-          self->request(st.worker, caf::infinite, restore_atom::value,
+          self->request(st.worker, deadline::kVmEffect.limit, restore_atom::value,
                         st.env->hibernated_dir(st.s.id).string(), true, false,
                         NetSpec{st.s.network, st.s.egress, st.s.ports, std::nullopt},
                         VolumeSpec{st.s.volumes, /*mount=*/false})
@@ -235,7 +242,8 @@ void effect(SandboxSelf* self, const Event& e) {
             self->state.fork_in_flight = false;
             maybe_retire(self);
           };
-          self->request(st.worker, caf::infinite, snapshot_atom::value, dir, /*all_volumes=*/false)
+          self->request(st.worker, deadline::kVmEffect.limit, snapshot_atom::value, dir,
+                        /*all_volumes=*/false)
               .then(
                   [self, fr, dir, done](WorkerResult r) {
                     if (!r.ok || self->state.s.status != Status::forking) {
@@ -245,7 +253,8 @@ void effect(SandboxSelf* self, const Event& e) {
                       if (!r.ok) return internal(self, cmd::TransitionFailed{r.error});
                       return done();
                     }
-                    self->request(self->state.registry, caf::infinite, fork_atom::value, fr)
+                    self->request(self->state.registry, deadline::kSandboxCommand.limit,
+                                  fork_atom::value, fr)
                         .then(
                             [self, dir, done](Answer a) {
                               // The children run on copies of it (or failed): the fork's
@@ -275,7 +284,10 @@ void effect(SandboxSelf* self, const Event& e) {
                             [self, dir](const caf::error& err) {
                               self->send(self->state.worker, drop_atom::value, dir);
                               self->state.fork_in_flight = false;
-                              internal(self, cmd::TransitionFailed{self->system().render(err)});
+                              internal(self, cmd::TransitionFailed{
+                                                 deadline::missed(err, deadline::kSandboxCommand,
+                                                                  self->system())
+                                                     .message});
                             });
                   },
                   [self, lost](const caf::error& err) {
@@ -288,7 +300,7 @@ void effect(SandboxSelf* self, const Event& e) {
       break;
     case Event::Kind::reaped:
       if (e.reap_action == ReapAction::hibernate) {
-        self->request(st.worker, caf::infinite, hibernate_atom::value,
+        self->request(st.worker, deadline::kVmEffect.limit, hibernate_atom::value,
                       st.env->hibernated_dir(st.s.id).string())
             .then(to(cmd::TransitionDone{},
                      [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
@@ -300,7 +312,7 @@ void effect(SandboxSelf* self, const Event& e) {
       break;
     case Event::Kind::egress_changed:
       // The policy is recorded: a VM that cannot take it must not keep running on the old one.
-      self->request(st.worker, caf::infinite, egress_atom::value, e.egress)
+      self->request(st.worker, deadline::kVmEffect.limit, egress_atom::value, e.egress)
           .then(
               [self](WorkerResult r) {
                 if (!r.ok) internal(self, cmd::Fail{"egress policy not applied: " + r.error});
@@ -464,11 +476,12 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   if (!adopt_dir.empty() && st.worker) {
     // Its VM outlived the previous host process: take it over before anything else runs.
     st.adopting = true;
-    self->request(st.worker, caf::infinite, adoptvm_atom::value, adopt_dir,
+    self->request(st.worker, deadline::kVmEffect.limit, adoptvm_atom::value, adopt_dir,
                   NetSpec{initial.network, initial.egress, initial.ports, initial.subnet})
         .then([self](WorkerResult r) { adoption_done(self, r.ok, r.error); },
               [self](const caf::error& err) {
-                adoption_done(self, false, self->system().render(err));
+                adoption_done(self, false,
+                              deadline::missed(err, deadline::kVmEffect, self->system()).message);
               });
   }
   return {
@@ -521,7 +534,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         auto& st = self->state;
         if (st.idle_checking || !idle_due(st, now_ms())) return;
         st.idle_checking = true;
-        self->request(st.worker, caf::infinite, procs_atom::value)
+        self->request(st.worker, deadline::kQuery.limit, procs_atom::value)
             .then(
                 [self](bool busy) {
                   auto& st = self->state;

@@ -53,7 +53,7 @@ using SandboxSelf = caf::stateful_actor<SandboxActorState>;
 
 // `adopt_dir`: a recovered running sandbox whose VM outlived the previous host process (its run
 // folder): the actor adopts it first; commands wait meanwhile (at most the adoption's deadline).
-caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry,
-                            SandboxState initial, std::string adopt_dir);
+caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, SandboxState initial,
+                            std::string adopt_dir);
 
 }  // namespace pandastack::actors

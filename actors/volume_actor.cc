@@ -1,5 +1,6 @@
 #include "actors/volume_actor.h"
 
+#include "actors/deadlines.h"
 #include "actors/event_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
@@ -55,7 +56,7 @@ void pump(VolumeSelf* self) {
       // which recovery removes).
       auto from = volume_file(st.env->volumes_dir(), st.s.id).string();
       auto to = volume_snapshot_file(st.env->volumes_dir(), events.front().snapshot.id).string();
-      self->request(st.files, caf::infinite, volclone_atom::value,
+      self->request(st.files, deadline::kVolumeCopy.limit, volclone_atom::value,
                     std::vector<std::string>{from, to}, false)
           .then(
               [self](std::string err) {
@@ -64,8 +65,8 @@ void pump(VolumeSelf* self) {
                            "copying the volume: " + err);
               },
               [self](const caf::error& e) {
-                self->send(self, persisted_atom::value, false, std::string("storage_error"),
-                           self->system().render(e));
+                auto why = deadline::missed(e, deadline::kVolumeCopy, self->system());
+                self->send(self, persisted_atom::value, false, why.code, why.message);
               });
       return;
     }
