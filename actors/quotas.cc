@@ -32,6 +32,21 @@ std::optional<Rejection> check_quotas(const Quotas& q, const QuotaUse& u, const 
   return std::nullopt;
 }
 
+void count_volume_use(const VolumeInfo& v, QuotaUse& u) {
+  if (v.status == "deleted" || v.status == "moved") return;
+  ++u.volumes;
+  u.volume_mib += v.size_mib;
+  for (auto& sn : v.snapshots) u.volume_mib += sn.size_mib;  // their copies take disk too
+  for (auto& at : v.attachments)
+    if (at.read_only) u.volume_mib += v.size_mib;
+}
+
+uint64_t backups_mib(const std::vector<DatabaseBackup>& backups) {
+  uint64_t bytes = 0;
+  for (auto& b : backups) bytes += b.bytes;
+  return (bytes + (1 << 20) - 1) >> 20;
+}
+
 void count_use(const SandboxInfo& i, uint64_t default_mem, QuotaUse& u) {
   uint64_t mem = i.memory_mib != 0 ? i.memory_mib : default_mem;
   bool live = i.status != Status::none && i.status != Status::stopped &&

@@ -11,11 +11,36 @@ namespace pandastack::actors {
 
 namespace {
 
+// Records `info` (get, list and quota tallies read it), or forgets sandbox `id`.
+void put_info(RegistrySelf* self, SandboxInfo info) {
+  auto& st = self->state;
+  st.tenant_ids[info.tenant].insert(info.id);
+  st.infos[info.id] = std::move(info);
+}
+void drop_info(RegistrySelf* self, const std::string& id) {
+  auto& st = self->state;
+  auto it = st.infos.find(id);
+  if (it == st.infos.end()) return;
+  if (auto t = st.tenant_ids.find(it->second.tenant); t != st.tenant_ids.end()) {
+    t->second.erase(id);
+    if (t->second.empty()) st.tenant_ids.erase(t);
+  }
+  st.infos.erase(it);
+}
+
+// The tenant's sandboxes' records (a copy: callers may change the registry meanwhile).
+std::vector<SandboxInfo> tenant_infos(RegistrySelf* self, const std::string& tenant) {
+  std::vector<SandboxInfo> out;
+  if (auto ids = self->state.tenant_ids.find(tenant); ids != self->state.tenant_ids.end())
+    for (auto& id : ids->second) out.push_back(self->state.infos.at(id));
+  return out;
+}
+
 caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s, std::string adopt_dir = "") {
   auto a = self->spawn(sandbox_actor, self->state.env, caf::actor_cast<caf::actor>(self), s,
                        std::move(adopt_dir));
   self->state.actors[s.id] = a;
-  self->state.infos[s.id] = info_of(s);
+  put_info(self, info_of(s));
   return a;
 }
 
@@ -24,7 +49,7 @@ caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s, std::string adopt_d
 void note_ended(RegistrySelf* self, const SandboxState& s) {
   auto& st = self->state;
   int64_t now = now_ms();
-  st.infos[s.id] = info_of(s);
+  put_info(self, info_of(s));
   st.ended[s.id] = s;
   st.ended_since[s.id] = now;
   st.ended_queue.emplace_back(now, s.id);
@@ -63,7 +88,7 @@ void retire_ended(RegistrySelf* self) {
     auto e = st.ended.find(id);
     if (e == st.ended.end() || !retirable(self, e->second)) continue;  // kept while referred to
     st.ended.erase(e);
-    st.infos.erase(id);
+    drop_info(self, id);
     if (auto put = st.env->store->put(retired_key(id), "", false); !put)
       spdlog::warn(
           "registry: {} retired, but its tombstone was not written ({}); the next start "
@@ -289,8 +314,9 @@ bool is_live(Status s) {
 // The tenant's use of its quotas, from the records of its sandboxes.
 QuotaUse use_of(RegistrySelf* self, const std::string& tenant) {
   QuotaUse u;
-  for (auto& [id, i] : self->state.infos)
-    if (i.tenant == tenant) count_use(i, self->state.env->config.memory_mib, u);
+  if (auto ids = self->state.tenant_ids.find(tenant); ids != self->state.tenant_ids.end())
+    for (auto& id : ids->second)
+      count_use(self->state.infos.at(id), self->state.env->config.memory_mib, u);
   std::lock_guard l(self->state.env->quotas_mu);
   u.execs = self->state.env->execs_running[tenant];
   return u;
@@ -453,7 +479,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         if (!req.from_snapshot.empty()) {
           // Only a snapshot taken from one of this tenant's sandboxes.
           bool mine = false;
-          for (auto& [id, i] : self->state.infos)
+          for (auto& i : tenant_infos(self, req.tenant))
             if (i.tenant == req.tenant)
               for (auto& s : i.snapshots)
                 if (s == req.from_snapshot) {
@@ -568,16 +594,21 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       [=](list_atom, ListQuery q) -> Answer {
         Answer a;
-        for (auto& [id, i] : self->state.infos) {
-          if ((q.tenant != "*" && i.tenant != q.tenant) || i.status == Status::none) continue;
-          if (!i.moved_to.empty()) continue;  // another host runs it now
-          if (q.status && i.status != *q.status) continue;
-          bool match = true;
+        auto one = [&](const SandboxInfo& i) {
+          if (i.status == Status::none) return;
+          if (!i.moved_to.empty()) return;  // another host runs it now
+          if (q.status && i.status != *q.status) return;
           for (auto& [k, v] : q.metadata) {
             auto m = i.metadata.find(k);
-            match &= m != i.metadata.end() && m->second == v;
+            if (m == i.metadata.end() || m->second != v) return;
           }
-          if (match) a.infos.push_back(i);
+          a.infos.push_back(i);
+        };
+        if (q.tenant == "*") {
+          for (auto& [id, i] : self->state.infos) one(i);
+        } else if (auto ids = self->state.tenant_ids.find(q.tenant);
+                   ids != self->state.tenant_ids.end()) {
+          for (auto& id : ids->second) one(self->state.infos.at(id));
         }
         return a;
       },
@@ -634,7 +665,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](info_atom, SandboxInfo info) {
         if (info.status == Status::stopped || info.status == Status::failed)
           registry_volumes::detach(self, info.id, info.volumes, "sandbox_ended");
-        self->state.infos[info.id] = info;
+        put_info(self, std::move(info));
       },
       [=](voladmit_atom, std::string tenant, uint64_t size_mib, uint32_t volumes) -> Answer {
         if (auto r = registry_volumes::admit(self, tenant, size_mib, volumes))
@@ -671,10 +702,10 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {
         // The tenant's sandbox that took it (alive or ended).
         std::string owner;
-        for (auto& [id, i] : self->state.infos)
+        for (auto& i : tenant_infos(self, tenant))
           if (i.tenant == tenant &&
               std::find(i.snapshots.begin(), i.snapshots.end(), snapshot) != i.snapshots.end())
-            owner = id;
+            owner = i.id;
         if (owner.empty()) return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
         auto a = self->state.actors.find(owner);
         caf::actor actor = a == self->state.actors.end() ? caf::actor() : a->second;

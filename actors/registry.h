@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "actors/messages.h"
@@ -21,6 +22,8 @@ struct RegistryState {
   std::map<std::string, caf::actor> templates;  // template actors, spawned on first use
   std::map<std::string, caf::actor> actors;
   std::map<std::string, SandboxInfo> infos;
+  // The ids in `infos` by tenant: a tenant's quota tally and list read its own records only.
+  std::map<std::string, std::set<std::string>> tenant_ids;
   // Sandboxes that ended (their actors retired, or they ended before this process started):
   // their state answers for them, and their actor is spawned again when a command must record
   // something (deleting one of their snapshots).

@@ -83,11 +83,11 @@ std::optional<Rejection> admit(RegistrySelf* self, const std::string& tenant, ui
                                uint32_t volumes) {
   QuotaUse use;
   for (auto& [id, v] : self->state.volumes)
-    if (v.tenant == tenant && v.status != "deleted" && v.status != "moved") {
-      ++use.volumes;
-      use.volume_mib += v.size_mib;
-      for (auto& sn : v.snapshots) use.volume_mib += sn.size_mib;  // their copies take disk too
-    }
+    if (v.tenant == tenant) count_volume_use(v, use);
+  // Database backups are disk too (DATA/backups).
+  for (auto& [id, d] : self->state.databases)
+    if (d.tenant == tenant && d.status != DatabaseStatus::deleted)
+      use.volume_mib += backups_mib(d.backups);
   QuotaAsk ask;
   ask.volumes = volumes;
   ask.volume_mib = size_mib;
@@ -362,6 +362,14 @@ void attach(RegistrySelf* self, const std::string& tenant, const std::string& sa
     out.push_back({w.volume, w.mount, w.read_only, uint32_t(out.size())});
   }
   if (out.empty()) return then(out);
+  // Each read-only attachment's overlay counts against the volume MiB quota while it lasts.
+  uint64_t overlay_mib = 0;
+  for (auto& v : out)
+    if (v.read_only)
+      if (auto vi = self->state.volumes.find(v.volume); vi != self->state.volumes.end())
+        overlay_mib += vi->second.size_mib;
+  if (overlay_mib)
+    if (auto r = admit(self, tenant, overlay_mib, 0)) return then(*r);
   struct Collect {
     size_t left;
     std::vector<bool> ok;

@@ -917,16 +917,15 @@ Reply<std::pair<Quotas, QuotaUse>> Runtime::quotas(const std::string& tenant) {
   if (!all) return all.error();
   QuotaUse u;
   for (auto& i : *all) count_use(i, impl_->env->config.memory_mib, u);
-  // Volumes and their snapshots' copies, as the volume quota counts them (registry_volumes.cc
-  // admit), and custom templates (exploratory test 3, #14: the answer showed neither).
+  // Volumes (their snapshots' copies and read-only overlays) and database backups, as the volume
+  // quota counts them (registry_volumes.cc admit), and custom templates (exploratory test 3, #14:
+  // the answer showed neither).
   auto volumes = list_volumes(tenant);
   if (!volumes) return volumes.error();
-  for (auto& v : *volumes) {
-    if (v.status == "deleted" || v.status == "moved") continue;
-    ++u.volumes;
-    u.volume_mib += v.size_mib;
-    for (auto& sn : v.snapshots) u.volume_mib += sn.size_mib;
-  }
+  for (auto& v : *volumes) count_volume_use(v, u);
+  auto databases = list_databases(tenant);
+  if (!databases) return databases.error();
+  for (auto& d : *databases) u.volume_mib += backups_mib(d.backups);
   for (auto& t : impl_->builds->list(tenant))
     if (t.status != TemplateStatus::deleted) ++u.templates;
   {

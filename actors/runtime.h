@@ -64,7 +64,7 @@ struct RuntimeConfig {
   // the audit log). At most kMaxEndedRecords are kept however young. Sandboxes holding named
   // snapshots, running a database or moved to another host are kept while they do.
   std::chrono::seconds ended_retention{900};
-  static constexpr size_t kMaxEndedRecords = 2000;
+  static constexpr size_t kMaxEndedRecords = 1000;
   // A state snapshot of a sandbox every this many events; recovery replays only the tail after it.
   uint32_t snapshot_every = 64;
   // QEMU processes kept pre-spawned per template (waiting for the baked state: they hold no guest
@@ -159,6 +159,13 @@ struct VolumeInfo {
   std::vector<VolumeSnapshot> snapshots;
   uint64_t version = 0;
 };
+
+// Adds what volume `v` holds of its tenant's disk to `u` (quotas' volumes and volume_mib): its
+// size, its snapshots' copies, and for each read-only attachment the throwaway overlay its guest
+// may fill up to the volume's size (security review 3, M6). Deleted and moved volumes hold none.
+void count_volume_use(const VolumeInfo& v, QuotaUse& u);
+// Database backups' bytes in whole MiB (they count against volume_mib too).
+uint64_t backups_mib(const std::vector<DatabaseBackup>& backups);
 // A volume that came with a migrated sandbox: recorded here as it was on the host it left
 // (`volume`: its id, tenant, name, origin, size, metadata, creation time and snapshots), its
 // files (`<id>.img`, one per snapshot `<snapshot id>.img`) received in ImportRequest::received,

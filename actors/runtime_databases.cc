@@ -357,6 +357,11 @@ Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const 
   if (auto no = not_serving(*d)) return *no;
   if (d->backups.size() >= kMaxBackupsPerDatabase)  // the actor decides too; this saves the dump
     return too_many_backups(id, d->backups.size());
+  // Backups count against the volume MiB quota: room for the largest dump is asked first.
+  if (Answer ok = impl_->ask(caf::make_message(voladmit_atom::value, tenant,
+                                               uint64_t(kMaxBackupBytes >> 20), uint32_t(0)));
+      !ok.ok)
+    return ok.error;
   const std::string bk = "bk_" + random_base32(16);
   const fs::path dir = backups_dir(*impl_->env, id);
   const fs::path tmp = dir / (bk + ".dump.tmp"), final_path = dir / (bk + ".dump");

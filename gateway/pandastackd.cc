@@ -45,7 +45,7 @@ const char* kUsage = R"(usage: pandastackd [options]
   --default-ttl S     sandbox TTL when a create names none (default 900)
   --max-ttl S         largest TTL a create or PATCH may ask for (default 86400)
   --ended-retention S an ended sandbox answers get/list for S seconds, then is forgotten (its
-                      events stay in the audit log; at most 2000 are kept) (default 900)
+                      events stay in the audit log; at most 1000 are kept) (default 900)
   --pool-size N       QEMU processes kept pre-spawned per template (default 2; 0 = none)
   --spare-pool-size N spare QEMU processes per template for forks, wakes and creates from
                       snapshots (default 1; 0 = none)

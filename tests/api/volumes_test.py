@@ -318,6 +318,24 @@ class VolumeTest(unittest.TestCase):
         self.assertIn("volume-snapshotted", kinds)
         self.assertIn("volume-snapshot-deleted", kinds)
 
+    def test_read_only_overlays_count_against_the_volume_quota(self):
+        # Security review 3, M6: each read-only attachment gets a throwaway overlay its guest may
+        # fill up to the volume's size; while it lasts it counts against volume_mib (1024 here).
+        v = self.volume(400)
+        ro = {"volume": v["id"], "mount": "/data", "read_only": True}
+        a = self.sandbox(ro)
+        s, q = self.api.call("GET", "/v1/quotas")
+        self.assertEqual(q["use"]["volume_mib"], 800, q)
+        self.assertError(self.api.call("POST", "/v1/sandboxes", {"volumes": [ro]}), 429,
+                         "quota_exceeded")
+        s, got = self.api.call("GET", f"/v1/volumes/{v['id']}")
+        self.assertEqual([x["sandbox"] for x in got["attachments"]], [a], got)
+        # Its sandbox ended, its overlay is gone, and another may attach it.
+        self.assertEqual(self.api.call("DELETE", f"/v1/sandboxes/{a}")[0], 200)
+        s, q = self.api.call("GET", "/v1/quotas")
+        self.assertEqual(q["use"]["volume_mib"], 400, q)
+        self.sandbox(ro)
+
     def test_bad_input_and_quotas(self):
         self.assertError(self.api.call("POST", "/v1/volumes", {}), 400, "invalid_argument")
         self.assertError(self.api.call("POST", "/v1/volumes", {"size_mib": 1}), 400,
