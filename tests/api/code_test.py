@@ -146,9 +146,10 @@ class CodeTest(unittest.TestCase):
         self.api.call("DELETE", f"/v1/sandboxes/{sid}")
 
     def test_output_is_as_fast_as_exec_and_kept_up_to_its_bound(self):
-        """Exploratory test 3, #11 and #12: 20,000 printed lines come within a few times exec's
-        time for the same lines (writes gather into messages), and one write over 16 MiB keeps
-        its first 16 MiB (truncated), as exec does."""
+        """Exploratory test 3, #11 and #12: 20,000 printed lines come within twice exec's time
+        for the same lines (plus half a second: a run's fixed cost), print() going through C-level
+        buffers as in a plain process; one write over 16 MiB keeps its first 16 MiB (truncated),
+        as exec does."""
         sid = self.api.create()["id"]
         self.run_code(sid, "1")
         t0 = time.monotonic()
@@ -159,7 +160,8 @@ class CodeTest(unittest.TestCase):
         r = self.run_code(sid, "for i in range(20000):\n    print('x' * 99)", timeout_seconds=120)
         code_s = time.monotonic() - t0
         self.assertEqual(len(r["stdout"]), 20000 * 100)
-        self.assertLess(code_s, 3 * exec_s + 2, (code_s, exec_s))
+        print(f"20,000 lines: code {code_s:.2f} s, exec {exec_s:.2f} s", file=sys.stderr)
+        self.assertLess(code_s, 2 * exec_s + 0.5, (code_s, exec_s))
         r = self.run_code(sid, "print('\\n'.join(['x' * 99] * 170000))", timeout_seconds=300)
         self.assertEqual((len(r["stdout"]), r["truncated"]), (16 << 20, True))
         self.api.call("DELETE", f"/v1/sandboxes/{sid}")
