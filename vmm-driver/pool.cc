@@ -154,6 +154,9 @@ Result<std::unique_ptr<Vm>> restore_with_spare(IoThread& io, SparePool* spares,
                                                const Snapshot& snapshot, VmConfig config,
                                                bool consume,
                                                const VmPool::NetworkFactory& make_network) {
+  // Marked before the take: the pool's refill (woken by it) waits until this restore is done
+  // instead of spawning a QEMU beside it.
+  RestoreActivity busy;
   if (auto vm = spares ? spares->take(config.name, config.hostname) : nullptr) {
     vm->set_volumes(config.volumes);
     auto restored = vm->restore_into(snapshot, consume);
