@@ -13,7 +13,7 @@
 
 namespace pandastack::gateway {
 
-// The HTTP status for an error code of the API (see the README's error table). Unknown codes: 500.
+// The HTTP status for an error code of the API (docs/api.md, its error table). Unknown codes: 500.
 unsigned status_for(std::string_view code);
 // Every error code the API returns, with its status (for the OpenAPI document).
 const std::vector<std::pair<std::string, unsigned>>& error_codes();

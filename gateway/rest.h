@@ -17,7 +17,7 @@
 
 namespace pandastack::gateway {
 
-// Every limit of the API; documented in the README, enforced here and tested.
+// Every limit of the API; documented in docs/api.md (Limits), enforced here and tested.
 struct Limits {
   size_t max_body_bytes = 1 << 20;            // JSON request bodies: 413 body_too_large
   size_t max_file_bytes = 64 << 20;           // file uploads and downloads: 413

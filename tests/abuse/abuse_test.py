@@ -6,7 +6,7 @@ host, a fork bomb that starves the guest agent, and a snapshot that fails for wa
 cases that run while a bystander is measured (a busy loop, a memory hog past the guest's RAM, an
 output flood to a client that does not read, 10,000 files, garbage written at the agent's port,
 the fork bomb) must leave the bystander's API latency within 2x of idle: the figures are printed
-(ABUSE lines) and kept in the README.
+(ABUSE lines) and kept in docs/reliability.md.
 
 Usage: abuse_test.py --daemon build/bin/pandastackd [--images var/images]
 The daemon's data folder is on a real disk (guest disks live there) and its state folder on a
