@@ -12,10 +12,11 @@ constexpr std::chrono::milliseconds kQuiet{100}, kMaxDefer{2000};
 }  // namespace
 
 VmPool::VmPool(std::string what, VmConfig base, size_t size, NetworkFactory make_network,
-               Maker make)
+               Maker make, PoolDemand demand)
     : what_(std::move(what)),
       base_(std::move(base)),
       size_(size),
+      demand_(demand),
       make_network_(std::move(make_network)),
       make_(std::move(make)) {
   thread_ = std::thread([this] { refill(); });
@@ -36,12 +37,42 @@ size_t VmPool::ready() {
   return idle_.size();
 }
 
+size_t VmPool::target_locked() const {
+  auto idle = std::chrono::steady_clock::now() - last_take_;
+  if (idle >= demand_.drop_after) return 0;
+  if (idle >= demand_.shrink_after) return std::min(size_, demand_.shrunk);
+  return size_;
+}
+
+size_t VmPool::target() {
+  std::lock_guard lock(mu_);
+  return target_locked();
+}
+
 void VmPool::refill() {
   for (;;) {
     VmConfig c;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || idle_.size() < size_; });
+      for (;;) {
+        if (stop_) return;
+        size_t want = target_locked();
+        if (idle_.size() > want) {  // idled: the extra members go (killed outside the lock)
+          std::vector<std::unique_ptr<Vm>> extra;
+          while (idle_.size() > want) {
+            extra.push_back(std::move(idle_.back()));
+            idle_.pop_back();
+          }
+          spdlog::info("{} pool {}: unused for a while, keeps {} member(s)", what_, base_.name,
+                       want);
+          lock.unlock();
+          extra.clear();
+          lock.lock();
+          continue;
+        }
+        if (idle_.size() < want) break;
+        cv_.wait_for(lock, std::chrono::seconds(1));  // (taken, stopped, or time to shrink)
+      }
       // Not next to a restore (see RestoreActivity), but stopping at once when the pool is.
       auto give_up = std::chrono::steady_clock::now() + kMaxDefer;
       while (!stop_ && !RestoreActivity::quiet_for(kQuiet) &&
@@ -95,6 +126,7 @@ std::unique_ptr<Vm> VmPool::take(const std::string& name, const std::string& hos
   std::unique_ptr<Vm> vm;
   {
     std::lock_guard lock(mu_);
+    last_take_ = std::chrono::steady_clock::now();  // in demand again: back to its size
     while (!idle_.empty() && !vm) {
       vm = std::move(idle_.front());
       idle_.pop_front();
@@ -110,20 +142,22 @@ std::unique_ptr<Vm> VmPool::take(const std::string& name, const std::string& hos
 }
 
 RestorePool::RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
-                         NetworkFactory make_network)
+                         NetworkFactory make_network, PoolDemand demand)
     : io_(io),
       snapshot_(std::move(snapshot)),
-      pool_("restore", std::move(base), size, std::move(make_network),
-            [this](VmConfig c) -> Result<std::unique_ptr<Vm>> {
-              auto vm = Vm::prespawn(io_, snapshot_, std::move(c));
-              // Warm: the state is loaded and the guest runs until its agent answers, so a
-              // create only makes it unique (clock, RNG, hostname).
-              if (vm) {
-                auto started = (*vm)->start_guest(snapshot_);
-                if (!started) return started.error();
-              }
-              return vm;
-            }) {}
+      pool_(
+          "restore", std::move(base), size, std::move(make_network),
+          [this](VmConfig c) -> Result<std::unique_ptr<Vm>> {
+            auto vm = Vm::prespawn(io_, snapshot_, std::move(c));
+            // Warm: the state is loaded and the guest runs until its agent answers, so a
+            // create only makes it unique (clock, RNG, hostname).
+            if (vm) {
+              auto started = (*vm)->start_guest(snapshot_);
+              if (!started) return started.error();
+            }
+            return vm;
+          },
+          demand) {}
 
 Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name,
                                                 const std::string& hostname, SparePool* spares) {
@@ -146,9 +180,11 @@ Result<std::unique_ptr<Vm>> RestorePool::create(const std::string& name,
   return vm;
 }
 
-SparePool::SparePool(IoThread& io, VmConfig base, size_t size, NetworkFactory make_network)
-    : VmPool("spare", std::move(base), size, std::move(make_network),
-             [&io](VmConfig c) { return Vm::spare(io, std::move(c)); }) {}
+SparePool::SparePool(IoThread& io, VmConfig base, size_t size, NetworkFactory make_network,
+                     PoolDemand demand)
+    : VmPool(
+          "spare", std::move(base), size, std::move(make_network),
+          [&io](VmConfig c) { return Vm::spare(io, std::move(c)); }, demand) {}
 
 Result<std::unique_ptr<Vm>> restore_with_spare(IoThread& io, SparePool* spares,
                                                const Snapshot& snapshot, VmConfig config,

@@ -10,6 +10,7 @@
 //    (forks, wakes, creates from named snapshots): each skips QEMU's start-up.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -28,13 +29,23 @@ namespace pandastack::vmm {
 class IoThread;
 class SparePool;
 
+// How a pool follows demand: it is kept at its size while members are taken; once none was
+// taken for `shrink_after` it keeps at most `shrunk` (the extra waiting members are killed), and
+// after `drop_after` none. The next take brings it back to its size.
+struct PoolDemand {
+  std::chrono::milliseconds shrink_after{std::chrono::minutes(5)};
+  size_t shrunk = 1;
+  std::chrono::milliseconds drop_after{std::chrono::minutes(30)};
+};
+
 // `size` members made by `make` from `base` (folders `base.run_dir`-<n>). With `make_network`,
 // every member is spawned on a network of its own (made while it waits).
 class VmPool {
  public:
   using NetworkFactory = std::function<Result<std::shared_ptr<Network>>()>;
   using Maker = std::function<Result<std::unique_ptr<Vm>>(VmConfig)>;
-  VmPool(std::string what, VmConfig base, size_t size, NetworkFactory make_network, Maker make);
+  VmPool(std::string what, VmConfig base, size_t size, NetworkFactory make_network, Maker make,
+         PoolDemand demand = {});
   ~VmPool();
   VmPool(const VmPool&) = delete;
   VmPool& operator=(const VmPool&) = delete;
@@ -42,15 +53,20 @@ class VmPool {
   // A ready member (null when none is), renamed `name`/`hostname`; the pool starts replacing it.
   std::unique_ptr<Vm> take(const std::string& name, const std::string& hostname);
   size_t ready();
+  // How many members it keeps now (its size, or less after it idled: PoolDemand).
+  size_t target();
   const VmConfig& base() const { return base_; }
   const NetworkFactory& network_factory() const { return make_network_; }
 
  private:
   void refill();
+  size_t target_locked() const;  // (under mu_)
 
   std::string what_;
   VmConfig base_;
   size_t size_;
+  PoolDemand demand_;
+  std::chrono::steady_clock::time_point last_take_ = std::chrono::steady_clock::now();
   NetworkFactory make_network_;
   Maker make_;
   std::mutex mu_;
@@ -65,7 +81,7 @@ class RestorePool {
  public:
   using NetworkFactory = VmPool::NetworkFactory;
   RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
-              NetworkFactory make_network = nullptr);
+              NetworkFactory make_network = nullptr, PoolDemand demand = {});
 
   // A running VM restored from the snapshot, from a warm member when one is ready, else
   // restored into a spare of `spares` (when given and one is ready), else into a new process.
@@ -82,7 +98,9 @@ class RestorePool {
 
 class SparePool : public VmPool {
  public:
-  SparePool(IoThread& io, VmConfig base, size_t size, NetworkFactory make_network = nullptr);
+  // (Spares idle away entirely by default: a shrunk template keeps one warm member, no spare.)
+  SparePool(IoThread& io, VmConfig base, size_t size, NetworkFactory make_network = nullptr,
+            PoolDemand demand = {std::chrono::minutes(5), 0, std::chrono::minutes(5)});
 };
 
 // Restores `snapshot` into a spare of `spares` when one is ready (and takes it), else (no spare,

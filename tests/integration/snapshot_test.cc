@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -174,7 +174,6 @@ TEST_F(SnapshotTest, CreateRestoresTheBakedGuestInsteadOfBooting) {
   EXPECT_NE(run(*vm, "cat /proc/sys/kernel/random/uuid"),
             run(*again, "cat /proc/sys/kernel/random/uuid"));
 }
-
 
 // The agent-session race's outcome, made on purpose: the restored guest's agent has ended the
 // session the host holds (it waits for a new preamble), so the clock, entropy and name are not
@@ -378,6 +377,25 @@ TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
 
 // Spares: QEMU processes spawned for no snapshot in particular. A fork child, a fork of it and
 // a wake restored into spares keep all their state, their disk chains included.
+// Pools follow demand (issue 34): a pool nobody takes from shrinks, then empties (its waiting
+// QEMUs killed), and the next take brings it back to its size.
+TEST_F(SnapshotTest, PoolsShrinkWhenIdleAndGrowBackWhenUsed) {
+  vmm::PoolDemand demand{milliseconds(6000), 1, milliseconds(9000)};
+  vmm::SparePool spares(io(), config("spare"), 2, nullptr, demand);
+  auto wait_for = [&](size_t n) {
+    for (int i = 0; i < 500 && spares.ready() != n; ++i)
+      std::this_thread::sleep_for(milliseconds(20));
+    return spares.ready();
+  };
+  EXPECT_EQ(wait_for(2), 2u);
+  EXPECT_EQ(wait_for(1), 1u) << "unused for 6 s: it keeps one";
+  EXPECT_EQ(spares.target(), 1u);
+  EXPECT_EQ(wait_for(0), 0u) << "unused for 9 s: it keeps none";
+  EXPECT_EQ(spares.take("x", "x"), nullptr) << "nothing is waiting";
+  EXPECT_EQ(spares.target(), 2u) << "a take is demand";
+  EXPECT_EQ(wait_for(2), 2u) << "back to its size";
+}
+
 TEST_F(SnapshotTest, SparesServeForksForksOfForksAndWakes) {
   vmm::SparePool spares(io(), config("spare"), 2);
   auto wait_spares = [&] {
