@@ -78,8 +78,8 @@ std::optional<Tokens> Tokens::load(const std::string& path, std::string* error) 
 
 std::string Tokens::mac(const std::string& tenant, const std::string& key_id, int64_t expires,
                         const std::string& sandbox) const {
-  return hmac(secret_, "e2b2\n" + tenant + "\n" + key_id + "\n" + std::to_string(expires) +
-                           "\n" + sandbox);
+  return hmac(secret_,
+              "e2b2\n" + tenant + "\n" + key_id + "\n" + std::to_string(expires) + "\n" + sandbox);
 }
 
 std::string Tokens::issue(const std::string& tenant, const std::string& key_id,
@@ -119,6 +119,34 @@ std::optional<Tokens::Claims> Tokens::verify(std::string_view token, const std::
 }
 
 void set_tokens(Tokens t) { g_tokens = std::make_unique<Tokens>(std::move(t)); }
+
+std::string api_key_form(const std::string& pds_key) {
+  static const char* hex = "0123456789abcdef";
+  std::string out = "e2b_";
+  for (unsigned char c : pds_key) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> from_api_key_form(std::string_view key) {
+  constexpr size_t kPdsKeyBytes = 57;
+  if (key.size() != 4 + 2 * kPdsKeyBytes || key.substr(0, 4) != "e2b_") return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 4; i < key.size(); i += 2) {
+    int hi = nibble(key[i]), lo = nibble(key[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += char(hi << 4 | lo);
+  }
+  if (!well_formed_key(out)) return std::nullopt;
+  return out;
+}
 
 const Tokens& tokens() {
   if (g_tokens) return *g_tokens;

@@ -58,6 +58,14 @@ class Tokens {
 
 // The tokens of the running server (set once at start).
 void set_tokens(Tokens t);
+
+// An API key in the form E2B's SDKs accept: current releases check X-API-KEY against
+// ^e2b_[0-9a-f]+$ before they send anything. "e2b_" + the lowercase hex of a pds_ key (114 hex
+// digits): the same key, verified as that key on the E2B control plane (and nowhere else).
+std::string api_key_form(const std::string& pds_key);
+// The pds_ key an E2B-form key stands for, if `key` is one (well formed: e2b_ and 114 lowercase
+// hex digits that decode to a well-formed pds_ key); nullopt otherwise.
+std::optional<std::string> from_api_key_form(std::string_view key);
 const Tokens& tokens();
 
 // E2B template names mapped to ours ("code-interpreter-v1" -> "code-interpreter"); others pass.

@@ -1,6 +1,7 @@
 // E2B's control plane (../shared/specs/e2b-compat.md §3) on our runtime: create, connect (wake),
-// get, list, kill, timeout, pause, metrics. Authenticated by X-API-KEY with our pds_ keys; errors
-// are E2B's {"code": <status>, "message"} (the server reshapes them: Route::Style::e2b_api).
+// get, list, kill, timeout, pause, metrics. Authenticated by X-API-KEY with our pds_ keys (or their
+// e2b_ form: e2b.h); errors are E2B's {"code": <status>, "message"} (the server reshapes them:
+// Route::Style::e2b_api).
 #include <kj/encoding.h>
 
 #include <algorithm>

@@ -139,4 +139,21 @@ TEST(E2bTemplates, MapByName) {
 }
 
 }  // namespace
+// Current E2B SDKs refuse an X-API-KEY that is not ^e2b_[0-9a-f]+$: our keys have an e2b_ form.
+TEST(E2bKeys, TheE2bFormIsTheSameKeyAndNothingElseDecodes) {
+  std::string pds = "pds_abcdefghijkl_" + std::string(40, 'a');
+  auto form = api_key_form(pds);
+  EXPECT_EQ(form.rfind("e2b_", 0), 0u);
+  EXPECT_EQ(form.size(), 4u + 114u);
+  for (char c : form.substr(4)) EXPECT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+  EXPECT_EQ(from_api_key_form(form), pds);
+  EXPECT_EQ(from_api_key_form(pds), std::nullopt);
+  EXPECT_EQ(from_api_key_form("e2b_" + std::string(114, '0')), std::nullopt) << "not a pds_ key";
+  auto upper = form;
+  upper[10] = 'A';
+  EXPECT_EQ(from_api_key_form(upper), std::nullopt);
+  EXPECT_EQ(from_api_key_form(form.substr(0, form.size() - 2)), std::nullopt);
+  EXPECT_EQ(from_api_key_form(api_key_form("pds_x")), std::nullopt);
+}
+
 }  // namespace pandastack::gateway::e2b

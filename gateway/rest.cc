@@ -303,7 +303,11 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
   if (route->style != Route::Style::native) {
     // E2B's control plane sends our key as X-API-KEY; its sandbox plane a sandbox's token.
     KJ_IF_MAYBE (k, headers.get(h_x_api_key)) {
-      if (route->style == Route::Style::e2b_api) req.authorization = kj::str("Bearer ", *k).cStr();
+      if (route->style == Route::Style::e2b_api) {
+        // Our key as it is, or in the e2b_<hex> form current E2B SDKs insist on.
+        auto pds = e2b::from_api_key_form(k->cStr());
+        req.authorization = "Bearer " + (pds ? *pds : std::string(k->cStr()));
+      }
     }
     auto keep = [&](kj::HttpHeaderId id, const char* name) {
       KJ_IF_MAYBE (v, headers.get(id)) {
@@ -323,8 +327,8 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
       } else KJ_IF_MAYBE (v, headers.get(h_traffic_token)) {
         token = v->cStr();
       }
-      auto claims = e2b::tokens().verify(token, req.headers["e2b-sandbox-id"],
-                                         int64_t(std::time(nullptr)));
+      auto claims =
+          e2b::tokens().verify(token, req.headers["e2b-sandbox-id"], int64_t(std::time(nullptr)));
       if (!claims)
         return send(response,
                     restyle(*route, error_reply("unauthorized",

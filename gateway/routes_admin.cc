@@ -1,6 +1,7 @@
 // The audit log (a tenant's; every tenant's with an admin key) and API keys (admin keys only).
 #include <spdlog/spdlog.h>
 
+#include "gateway/e2b.h"
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -13,7 +14,8 @@ using M = kj::HttpMethod;
 
 std::vector<Route> admin_routes() {
   return {
-      route(M::GET, "/v1/audit", "The audit log (?after=, ?from_ms=, ?to_ms=, ?limit=, admin ?all=1)",
+      route(M::GET, "/v1/audit",
+            "The audit log (?after=, ?from_ms=, ?to_ms=, ?limit=, admin ?all=1)",
             [](Call& c) {
               actors::AuditQuery q;
               bool all = query_flag(c.r, "all");
@@ -55,6 +57,7 @@ std::vector<Route> admin_routes() {
               Json j = Json::object();
               j.set("id", info.id);
               j.set("key", token);
+              j.set("e2b_key", e2b::api_key_form(token));  // the same key, for E2B's SDKs
               j.set("tenant", info.tenant);
               j.set("admin", info.admin);
               spdlog::info("gateway: key {} created for tenant {}", info.id, info.tenant);

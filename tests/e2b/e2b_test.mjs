@@ -218,6 +218,25 @@ test("an access token ends with the key it was issued under", async () => {
   await again.kill();
 });
 
+test("a key's e2b_ form (what current SDKs accept) is the same key", async () => {
+  const admin = { "authorization": `Bearer ${key}`, "content-type": "application/json" };
+  const made = await (await fetch(`${url}/v1/keys`, {
+    method: "POST", headers: admin, body: JSON.stringify({ tenant: "e2b-form" }),
+  })).json();
+  assert.match(made.e2b_key, /^e2b_[0-9a-f]+$/);
+  const sbx = await Sandbox.create({ apiKey: made.e2b_key });
+  assert.equal((await sbx.commands.run("echo form")).stdout, "form\n");
+  // The same tenant's: its pds_ key lists it, another tenant's does not.
+  const listed = await Sandbox.list({ apiKey: made.key }).nextItems();
+  assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId));
+  const theirs = await Sandbox.list({ apiKey: key }).nextItems();
+  assert.ok(!theirs.some((s) => s.sandboxId === sbx.sandboxId));
+  // A damaged one is refused like any wrong key.
+  const bad = made.e2b_key.slice(0, -2) + (made.e2b_key.endsWith("00") ? "11" : "00");
+  await assert.rejects(Sandbox.create({ apiKey: bad }), (e) => /401|nauthori|API key/i.test(String(e)));
+  await sbx.kill();
+});
+
 test("code interpreter: state across runs, results, charts, errors, contexts", async () => {
   const { Sandbox: CodeSandbox } = await import("@e2b/code-interpreter");
   const sbx = await CodeSandbox.create();
