@@ -112,9 +112,13 @@ HttpReply create(Call& c) {
   }
   if (b["autoResume"].is_object() && b["autoResume"]["enabled"].is_bool())
     req.auto_wake = b["autoResume"]["enabled"].as_bool();
+  // No internet: a deny_all policy on a networked host; a host without sandbox networking
+  // satisfies it by giving the sandbox no network at all.
   if (b["allow_internet_access"].is_bool() && !b["allow_internet_access"].as_bool()) {
-    actors::Egress deny;
-    req.egress = deny;
+    if (rt.config().network)
+      req.egress = actors::Egress{};
+    else
+      req.network = false;
   }
   auto created = rt.create(req);
   if (!created && created.error().code == "sandbox_failed")

@@ -228,7 +228,10 @@ HttpReply move(Call& c) {
 HttpReply remove(Call& c) {
   auto t = target(c.gw, c.r);
   auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
-  unwrap(c.gw.rt.remove(t.tenant, t.id, path, true));
+  // As E2B's envd: removing what is not there is done, not an error.
+  auto removed = c.gw.rt.remove(t.tenant, t.id, path, true);
+  if (!removed && removed.error().code == "file_not_found") return ok();
+  unwrap(std::move(removed));
   return ok();
 }
 
@@ -305,7 +308,8 @@ Target target(Server& gw, const Request& r) {
 
 namespace {
 // The end-stream envelope of a Connect stream: with an error when `code` is given.
-void finish_stream(StreamChannel& ch, const std::string& code = "", const std::string& message = "") {
+void finish_stream(StreamChannel& ch, const std::string& code = "",
+                   const std::string& message = "") {
   Json j = Json::object();
   if (!code.empty()) {
     Json e = Json::object();

@@ -99,6 +99,7 @@ test("files: write, read, list, exists, makeDir, rename, remove, getInfo", async
   assert.equal(st.type, "file");
   await sbx.files.remove("/tmp/e2b/sub");
   assert.equal(await sbx.files.exists("/tmp/e2b/sub/c.txt"), false);
+  await sbx.files.remove("/tmp/e2b/sub");  // as on E2B: removing what is gone is fine
   await assert.rejects(sbx.files.read("/tmp/e2b/missing"), FileNotFoundError);
   await sbx.kill();
 });
@@ -216,6 +217,14 @@ test("an access token ends with the key it was issued under", async () => {
   const again = await Sandbox.connect(sbx.sandboxId, { apiKey: kept.key });
   assert.equal((await again.commands.run("echo again")).stdout, "again\n");
   await again.kill();
+});
+
+test("no internet asked of a host without sandbox networking: a sandbox with no network", async () => {
+  const sbx = await Sandbox.create({ allowInternetAccess: false });
+  assert.equal((await sbx.commands.run("echo offline")).stdout, "offline\n");
+  const info = await sbx.getInfo();
+  assert.equal(info.allowInternetAccess, false);
+  await sbx.kill();
 });
 
 test("a key's e2b_ form (what current SDKs accept) is the same key", async () => {
