@@ -5,6 +5,7 @@
 #include <kj/encoding.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 
 #include "gateway/e2b.h"
@@ -186,18 +187,43 @@ HttpReply list(Call& c) {
     auto some = unwrap(rt.list(c.tenant(), st, metadata));
     all.insert(all.end(), some.begin(), some.end());
   }
+  // Ordered by creation time, then id (a stable order to page through).
   bool asc = c.r.q("order").value_or("desc") == "asc";
-  std::sort(all.begin(), all.end(), [asc](const auto& a, const auto& b) {
-    return asc ? a.created_at_ms < b.created_at_ms : a.created_at_ms > b.created_at_ms;
-  });
+  auto key = [](const actors::SandboxInfo& s) { return std::make_pair(s.created_at_ms, s.id); };
+  std::sort(all.begin(), all.end(),
+            [&](const auto& a, const auto& b) { return asc ? key(a) < key(b) : key(b) < key(a); });
+  // A page goes on after its nextToken: "<created_at_ms>.<id>" of the last item of the page
+  // before (the SDK sends it back; a sandbox killed meanwhile does not move the position).
+  std::optional<std::pair<int64_t, std::string>> after;
+  if (auto t = c.r.q("nextToken"); t && !t->empty()) {
+    auto dot = t->find('.');
+    int64_t ms = 0;
+    auto [end, ec] =
+        std::from_chars(t->data(), t->data() + (dot == std::string::npos ? 0 : dot), ms);
+    if (dot == std::string::npos || dot == 0 || ec != std::errc() || end != t->data() + dot ||
+        t->size() - dot - 1 > 64)
+      throw ApiError{"invalid_argument", "nextToken is not one this server gave"};
+    after = std::make_pair(ms, t->substr(dot + 1));
+  }
   int64_t limit = query_int(c.r, "limit", 1000, 1000000);
+  const actors::SandboxInfo* last = nullptr;  // of this page
+  bool more = false;
   for (auto& s : all) {
     if (!tpl.empty() && actors::template_display_name(s.template_name) != template_for(tpl))
       continue;
-    if (int64_t(out.size()) >= limit) break;
+    if (after && (asc ? !(*after < key(s)) : !(key(s) < *after))) continue;
+    if (int64_t(out.size()) >= limit) {
+      more = true;
+      break;
+    }
     out.push(detail_obj(s, nullptr));
+    last = &s;
   }
-  return json_reply(200, out);
+  auto reply = json_reply(200, out);
+  if (more && last)
+    reply.headers.emplace_back("X-Next-Token",
+                               std::to_string(last->created_at_ms) + "." + last->id);
+  return reply;
 }
 
 Route api(M m, const char* path, const char* what, Handler h, std::vector<std::string> q = {}) {

@@ -153,6 +153,7 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       h_cache_control(builder.add("Cache-Control")),
       h_allow(builder.add("Allow")),
       h_retry_after(builder.add("Retry-After")),
+      h_next_token(builder.add("X-Next-Token")),
       h_x_api_key(builder.add("X-API-KEY")),
       h_e2b_sandbox_id(builder.add("E2b-Sandbox-Id")),
       h_x_access_token(builder.add("X-Access-Token")),
@@ -204,6 +205,7 @@ kj::Promise<void> Server::send(kj::HttpService::Response& response, HttpReply r,
   for (auto& [name, value] : r.headers) {
     if (name == "Allow") headers.set(h_allow, kj::str(value.c_str()));
     if (name == "Retry-After") headers.set(h_retry_after, kj::str(value.c_str()));
+    if (name == "X-Next-Token") headers.set(h_next_token, kj::str(value.c_str()));
   }
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   headers.set(h_server_timing, kj::str("total;dur=", ms));

@@ -143,7 +143,8 @@ struct Server final : public kj::HttpService {
   kj::Timer& timer;
   Limits limits;
   kj::HttpHeaderTable::Builder builder;
-  kj::HttpHeaderId h_authorization, h_server_timing, h_cache_control, h_allow, h_retry_after;
+  kj::HttpHeaderId h_authorization, h_server_timing, h_cache_control, h_allow, h_retry_after,
+      h_next_token;
   kj::HttpHeaderId h_x_api_key, h_e2b_sandbox_id, h_x_access_token, h_connect_timeout,
       h_traffic_token, h_forwarded;
   kj::Own<kj::HttpHeaderTable> table;

@@ -219,6 +219,26 @@ test("an access token ends with the key it was issued under", async () => {
   await again.kill();
 });
 
+test("Sandbox.list pages with nextToken: every sandbox once, in order", async () => {
+  const made = [];
+  for (let i = 0; i < 3; i++) made.push(await Sandbox.create({ metadata: { suite: "pages" } }));
+  const pager = Sandbox.list({ query: { metadata: { suite: "pages" } }, limit: 2 });
+  const first = await pager.nextItems();
+  assert.equal(first.length, 2);
+  assert.equal(pager.hasNext, true);
+  const second = await pager.nextItems();
+  assert.equal(second.length, 1);
+  assert.equal(pager.hasNext, false);
+  const ids = [...first, ...second].map((s) => s.sandboxId);
+  assert.deepEqual([...ids].sort(), made.map((s) => s.sandboxId).sort());
+  // Newest first, as E2B lists them.
+  const started = [...first, ...second].map((s) => s.startedAt.getTime());
+  assert.deepEqual(started, [...started].sort((a, b) => b - a));
+  const bad = await fetch(`${url}/v2/sandboxes?nextToken=nonsense`, { headers: { "x-api-key": key } });
+  assert.equal(bad.status, 400);
+  for (const s of made) await s.kill();
+});
+
 test("no internet asked of a host without sandbox networking: a sandbox with no network", async () => {
   const sbx = await Sandbox.create({ allowInternetAccess: false });
   assert.equal((await sbx.commands.run("echo offline")).stdout, "offline\n");
