@@ -6,13 +6,14 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 namespace pandastack::actors {
 namespace {
 
-// An actor that takes a request and never answers it (its promise is dropped unanswered).
-caf::behavior silent(caf::event_based_actor* self) {
+// An actor that takes a request and never answers it (its promise is dropped unanswered). (An
+// argument of its own: CAF 0.17 binds a null reference for an actor spawned with none, which
+// UBSan reports.)
+caf::behavior silent(caf::event_based_actor* self, int) {
   return {[self](int) -> caf::result<int> {
     auto rp = self->make_response_promise<int>();
     return rp;  // never delivered
@@ -22,7 +23,7 @@ caf::behavior silent(caf::event_based_actor* self) {
 TEST(Deadlines, AReplyThatNeverComesIsATimeoutThatNamesWhoAndHowLong) {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
-  auto quiet = sys.spawn(silent);
+  auto quiet = sys.spawn(silent, 0);
   constexpr deadline::Deadline kShort{"the test's actor", std::chrono::seconds(1)};
   caf::scoped_actor self{sys};
   std::optional<Rejection> got;
@@ -38,7 +39,7 @@ TEST(Deadlines, AReplyThatNeverComesIsATimeoutThatNamesWhoAndHowLong) {
 TEST(Deadlines, AnActorThatDiedIsAnInternalErrorThatNamesIt) {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
-  auto quiet = sys.spawn(silent);
+  auto quiet = sys.spawn(silent, 0);
   caf::scoped_actor self{sys};
   self->send_exit(quiet, caf::exit_reason::kill);
   std::optional<Rejection> got;
@@ -61,11 +62,10 @@ TEST(Deadlines, NestInsideTheRuntimesOwn) {
   EXPECT_LT(kVolumeCopy.limit, kVolumeCommand.limit);
 }
 
-// No request of the runtime waits for ever: not one caf::infinite in its sources.
+// No request of the runtime waits for ever: no caf::infinite (written nowhere) in its sources.
 TEST(Deadlines, NoActorRequestWaitsForEver) {
   namespace fs = std::filesystem;
   fs::path root = PANDASTACK_SOURCE_DIR;
-  std::regex infinite(R"(request\([^;]*caf::infinite)");
   int files = 0;
   for (auto dir : {"actors", "gateway"})
     for (auto& f : fs::recursive_directory_iterator(root / dir)) {
@@ -75,7 +75,10 @@ TEST(Deadlines, NoActorRequestWaitsForEver) {
       ++files;
       std::ifstream in(f.path());
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      EXPECT_FALSE(std::regex_search(text, infinite)) << f.path();
+      EXPECT_EQ(text.find("caf::"
+                          "infinite"),
+                std::string::npos)
+          << f.path();
     }
   EXPECT_GT(files, 20);
 }
