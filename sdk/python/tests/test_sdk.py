@@ -474,11 +474,18 @@ class IdleTest(unittest.TestCase):
 
 
 def readme_block(name):
-    """The fenced code block between <!-- NAME --> and <!-- /NAME --> in the README."""
-    with open(os.path.join(HERE, "..", "..", "..", "README.md")) as f:
-        text = f.read()
-    block = text.split(f"<!-- {name} -->")[1].split(f"<!-- /{name} -->")[0]
-    return block.split("```python\n")[1].split("```")[0]
+    """The fenced code block between <!-- NAME --> and <!-- /NAME --> in the README or in one of
+    the docs behind it (docs/*.md)."""
+    root = os.path.join(HERE, "..", "..", "..")
+    docs = os.path.join(root, "docs")
+    for path in [os.path.join(root, "README.md")] + sorted(
+            os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md")):
+        with open(path) as f:
+            text = f.read()
+        if f"<!-- {name} -->" in text:
+            block = text.split(f"<!-- {name} -->")[1].split(f"<!-- /{name} -->")[0]
+            return block.split("```python\n")[1].split("```")[0]
+    raise AssertionError(f"no <!-- {name} --> block in the README or docs/")
 
 
 class FirstRunTest(unittest.TestCase):
