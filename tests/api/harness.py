@@ -300,3 +300,15 @@ def run_unittests(rest):
     import watchdog
     watchdog.install()
     unittest.main(module="__main__", argv=[sys.argv[0], *rest], verbosity=2)
+
+
+def rss_mib(pid):
+    """A process's resident memory in MiB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0

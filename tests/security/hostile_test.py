@@ -20,15 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 import harness  # noqa: E402
-from harness import Api, Daemon, WebSocket, guest_has_process  # noqa: E402
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0
+from harness import Api, Daemon, WebSocket, guest_has_process, rss_mib  # noqa: E402
 
 
 def threads(pid):
