@@ -1,8 +1,8 @@
 #include "gateway/acceptor.h"
 
-#include <spdlog/spdlog.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -30,41 +30,46 @@ std::string source_of(kj::AsyncIoStream& conn) {
 Acceptor::Acceptor(std::string name, kj::Timer& timer, size_t max_connections,
                    kj::Function<kj::Promise<void>(kj::Own<kj::AsyncIoStream>)> serve,
                    size_t max_per_source)
-    : name_(std::move(name)), timer_(timer), max_(max_connections), serve_(kj::mv(serve)),
-      max_per_source_(max_per_source), tasks_(*this) {}
+    : name_(std::move(name)),
+      timer_(timer),
+      max_(max_connections),
+      serve_(kj::mv(serve)),
+      max_per_source_(max_per_source),
+      tasks_(*this) {}
 
 kj::Promise<void> Acceptor::listen(kj::ConnectionReceiver& listener) {
   // (evalNow: kj's accept() may throw at once, EMFILE included, instead of rejecting.)
-  return kj::evalNow([&listener] { return listener.accept(); }).then(
-      [this, &listener](kj::Own<kj::AsyncIoStream> conn) -> kj::Promise<void> {
-        std::string source = max_per_source_ ? source_of(*conn) : "";
-        if (open_ >= max_) {
-          // Closed unanswered: the client sees a reset and may retry; nobody else is starved.
-          if (refused_++ % 1000 == 0)
-            spdlog::warn("{}: {} connections open (the maximum): refusing more", name_, open_);
-        } else if (max_per_source_ && by_source_[source] >= max_per_source_) {
-          if (refused_++ % 1000 == 0)
-            spdlog::warn("{}: {} connections open from {} (its maximum): refusing more", name_,
-                         by_source_[source], source);
-        } else {
-          ++open_;
-          if (max_per_source_) ++by_source_[source];
-          tasks_.add(serve_(kj::mv(conn)).attach(kj::defer([this, source] {
-            --open_;
-            if (max_per_source_ && --by_source_[source] == 0) by_source_.erase(source);
-          })));
-        }
-        return listen(listener);
-      },
-      [this, &listener](kj::Exception&& e) -> kj::Promise<void> {
-        // EMFILE and friends: the descriptors come back as connections close. Pause, retry.
-        if (accept_failures_++ % 100 == 0)
-          spdlog::warn("{}: accept failed ({}): retrying in 100 ms", name_,
-                       e.getDescription().cStr());
-        return timer_.afterDelay(100 * kj::MILLISECONDS).then([this, &listener] {
-          return listen(listener);
-        });
-      });
+  return kj::evalNow([&listener] { return listener.accept(); })
+      .then(
+          [this, &listener](kj::Own<kj::AsyncIoStream> conn) -> kj::Promise<void> {
+            std::string source = max_per_source_ ? source_of(*conn) : "";
+            if (open_ >= max_) {
+              // Closed unanswered: the client sees a reset and may retry; nobody else is starved.
+              if (refused_++ % 1000 == 0)
+                spdlog::warn("{}: {} connections open (the maximum): refusing more", name_, open_);
+            } else if (max_per_source_ && by_source_[source] >= max_per_source_) {
+              if (refused_++ % 1000 == 0)
+                spdlog::warn("{}: {} connections open from {} (its maximum): refusing more", name_,
+                             by_source_[source], source);
+            } else {
+              ++open_;
+              if (max_per_source_) ++by_source_[source];
+              tasks_.add(serve_(kj::mv(conn)).attach(kj::defer([this, source] {
+                --open_;
+                if (max_per_source_ && --by_source_[source] == 0) by_source_.erase(source);
+              })));
+            }
+            return listen(listener);
+          },
+          [this, &listener](kj::Exception&& e) -> kj::Promise<void> {
+            // EMFILE and friends: the descriptors come back as connections close. Pause, retry.
+            if (accept_failures_++ % 100 == 0)
+              spdlog::warn("{}: accept failed ({}): retrying in 100 ms", name_,
+                           e.getDescription().cStr());
+            return timer_.afterDelay(100 * kj::MILLISECONDS).then([this, &listener] {
+              return listen(listener);
+            });
+          });
 }
 
 void Acceptor::taskFailed(kj::Exception&& e) {

@@ -325,8 +325,9 @@ std::vector<Route> cluster_move_routes() {
               if (host.empty()) throw ApiError{"invalid_argument", "host: required"};
               if (host == cluster.config().host_id)
                 throw ApiError{"conflict", "sandbox " + c.id + " is on host " + host + " already"};
-              return json_reply(200, migrate_sandbox(c.gw, c.tenant(), c.id, live_host(cluster, host),
-                                                     bearer_token(c.r.authorization)));
+              return json_reply(200,
+                                migrate_sandbox(c.gw, c.tenant(), c.id, live_host(cluster, host),
+                                                bearer_token(c.r.authorization)));
             }),
       route(M::POST, "/v1/hosts/{host_id}/drain",
             "Migrate every sandbox off a host; it takes no creates until undrained (admin)",

@@ -112,8 +112,8 @@ class SinkImpl final : public wc::SnapshotSink::Server {
     // Hashing the received layers reads them: on a worker, not on the loop.
     using Committed = std::shared_ptr<vmm::Result<vmm::Snapshot>>;
     return server_
-        .offload<Committed>([r]() { return std::make_shared<vmm::Result<vmm::Snapshot>>(r->commit()); },
-                            nullptr)
+        .offload<Committed>(
+            [r]() { return std::make_shared<vmm::Result<vmm::Snapshot>>(r->commit()); }, nullptr)
         .then([this, ctx](Committed c) mutable -> kj::Promise<void> {
           if (!c) return KJ_EXCEPTION(OVERLOADED, "the host is busy");
           if (!*c) return KJ_EXCEPTION(FAILED, c->error().message);
@@ -214,8 +214,8 @@ kj::Promise<void> receive_snapshot(
         auto missing = res.initMissing(uint(receiver->missing().size()));
         for (size_t i = 0; i < receiver->missing().size(); ++i)
           missing.set(uint(i), receiver->missing()[i]);
-        res.setSink(kj::heap<SinkImpl>(server, scope, std::move(receiver), folders.snapshot_id,
-                                       tenant));
+        res.setSink(
+            kj::heap<SinkImpl>(server, scope, std::move(receiver), folders.snapshot_id, tenant));
         return kj::READY_NOW;
       });
 }
@@ -354,18 +354,20 @@ kj::Promise<void> discard_sandboxes(
         ids.push_back(id);
         scope->started.erase(it);
       } else {
-        spdlog::warn("cluster: host {} asked to discard {} of tenant {}, which it did not start "
-                     "on its connection: refused",
-                     scope->host, id.cStr(), tenant);
+        spdlog::warn(
+            "cluster: host {} asked to discard {} of tenant {}, which it did not start "
+            "on its connection: refused",
+            scope->host, id.cStr(), tenant);
       }
     }
     for (auto id : p.getVolumes()) {
       if (scope->volumes.erase(id))
         volumes.push_back(id);
       else
-        spdlog::warn("cluster: host {} asked to give back volume {}, which did not come with "
-                     "its migration: refused",
-                     scope->host, id.cStr());
+        spdlog::warn(
+            "cluster: host {} asked to give back volume {}, which did not come with "
+            "its migration: refused",
+            scope->host, id.cStr());
     }
   }
   auto& rt = server.rt;

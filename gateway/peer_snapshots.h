@@ -41,7 +41,7 @@ struct PeerScope {
     std::string tenant;
     std::filesystem::path dir, disk_dir;
   };
-  std::map<std::string, Received> received;   // snapshot id: committed, not started yet
+  std::map<std::string, Received> received;    // snapshot id: committed, not started yet
   std::map<std::string, std::string> started;  // sandbox id -> tenant
   std::set<std::string> volumes;               // arrived with a migration started here
 };

@@ -59,19 +59,20 @@ class SourceInput final : public kj::AsyncInputStream {
     if (done >= min || done == max || ended_) return done;
     auto r = source_.readRequest();
     r.setMax(uint32_t(kPeerPart));
-    return r.send().then([this, out, min, max, done](capnp::Response<wc::BodySource::ReadResults> got)
-                             -> kj::Promise<size_t> {
-      auto d = got.getData();
-      if (d.size() == 0 || d.size() > kPeerPart || d.size() > left_) {
-        if (d.size() > 0) return KJ_EXCEPTION(FAILED, "a forwarded body larger than it said");
-        ended_ = true;
-        return done;
-      }
-      left_ -= d.size();
-      pending_ = kj::heapArray<kj::byte>(d);
-      pos_ = 0;
-      return read(out, min, max, done);
-    });
+    return r.send().then(
+        [this, out, min, max,
+         done](capnp::Response<wc::BodySource::ReadResults> got) -> kj::Promise<size_t> {
+          auto d = got.getData();
+          if (d.size() == 0 || d.size() > kPeerPart || d.size() > left_) {
+            if (d.size() > 0) return KJ_EXCEPTION(FAILED, "a forwarded body larger than it said");
+            ended_ = true;
+            return done;
+          }
+          left_ -= d.size();
+          pending_ = kj::heapArray<kj::byte>(d);
+          pos_ = 0;
+          return read(out, min, max, done);
+        });
   }
   wc::BodySource::Client source_;
   uint64_t left_;  // not yet pulled

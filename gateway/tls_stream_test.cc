@@ -29,10 +29,10 @@ class TlsStreamTest : public ::testing::Test {
     dir_ = new fs::path(fs::temp_directory_path() / ("tls-test-" + std::to_string(::getpid())));
     fs::remove_all(*dir_);
     std::string certs = std::string(PANDASTACK_SOURCE_DIR) + "/scripts/cluster-certs.sh";
-    for (auto& args : {"init " + (*dir_ / "pki").string(), "host " + (*dir_ / "pki").string() + " h1",
-                       "host " + (*dir_ / "pki").string() + " h2",
-                       "init " + (*dir_ / "other").string(),
-                       "host " + (*dir_ / "other").string() + " h2"})
+    for (auto& args :
+         {"init " + (*dir_ / "pki").string(), "host " + (*dir_ / "pki").string() + " h1",
+          "host " + (*dir_ / "pki").string() + " h2", "init " + (*dir_ / "other").string(),
+          "host " + (*dir_ / "other").string() + " h2"})
       ASSERT_EQ(std::system((certs + " " + args + " > /dev/null").c_str()), 0) << args;
   }
   static void TearDownTestSuite() {
@@ -66,8 +66,9 @@ TEST_F(TlsStreamTest, BytesArriveWholeBothWaysAndEachSideNamesTheOther) {
   std::string big(5 * 1024 * 1024 + 17, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = char(i * 2654435761u >> 24);
   auto send = [&](kj::AsyncIoStream& to) {
-    return to.write(big.data(), big.size() / 2)
-        .then([&to, &big]() { return to.write(big.data() + big.size() / 2, big.size() - big.size() / 2); });
+    return to.write(big.data(), big.size() / 2).then([&to, &big]() {
+      return to.write(big.data() + big.size() / 2, big.size() - big.size() / 2);
+    });
   };
   auto got = [&](kj::AsyncIoStream& from) { return from.readAllBytes(big.size() + 1); };
   auto w1 = send(*both[1].stream).then([&]() { both[1].stream->shutdownWrite(); });
@@ -88,18 +89,19 @@ TEST_F(TlsStreamTest, RefusesAnotherCaAndAnotherHostsName) {
     const char *server_pki, *client_pki, *client_trusts, *name;
   };
   for (auto k : {Case{"pki", "other", "other", "h1"},  // a client of another CA
-                 Case{"pki", "other", "pki", "h1"},    // the same, trusting ours: the server refuses
-                 Case{"other", "pki", "pki", "h2"},    // a server of another CA
-                 Case{"pki", "pki", "pki", "h9"}}) {   // the server is not the host meant
+                 Case{"pki", "other", "pki", "h1"},   // the same, trusting ours: the server refuses
+                 Case{"other", "pki", "pki", "h2"},   // a server of another CA
+                 Case{"pki", "pki", "pki", "h9"}}) {  // the server is not the host meant
     SCOPED_TRACE(std::string(k.server_pki) + " " + k.client_pki + " " + k.name);
     auto server = config(k.server_pki, std::string(k.server_pki) == "pki" ? "h1" : "h2");
     auto client = config(k.client_pki, "h2", k.client_trusts);
     auto pipe = io.provider->newTwoWayPipe();
-    auto s = server->server(kj::mv(pipe.ends[0])).then([](TlsConfig::Connected) { return true; },
-                                                      [](kj::Exception&&) { return false; });
-    auto c = client->client(kj::mv(pipe.ends[1]), k.name)
-                 .then([](TlsConfig::Connected) { return true; },
-                       [](kj::Exception&&) { return false; });
+    auto s =
+        server->server(kj::mv(pipe.ends[0]))
+            .then([](TlsConfig::Connected) { return true; }, [](kj::Exception&&) { return false; });
+    auto c =
+        client->client(kj::mv(pipe.ends[1]), k.name)
+            .then([](TlsConfig::Connected) { return true; }, [](kj::Exception&&) { return false; });
     auto c_ok = c.wait(io.waitScope);
     EXPECT_FALSE(c_ok && s.wait(io.waitScope));
   }

@@ -188,7 +188,8 @@ Result<ApiKey> KeyStore::find(const std::string& id) {
   if (shared_) {
     std::lock_guard l(cache_mu_);
     auto it = found_.find(id);
-    if (it != found_.end() && std::chrono::steady_clock::now() - it->second.second < kSharedCacheFor)
+    if (it != found_.end() &&
+        std::chrono::steady_clock::now() - it->second.second < kSharedCacheFor)
       return it->second.first;
   }
   auto rec = get_record(id);

@@ -37,9 +37,10 @@ void print(const std::string& key, const std::string& value) {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: pandastack-peer-probe --tls DIR --self ID --host ID --address HOST:PORT "
-               "discard TENANT SANDBOX... | receive TENANT KEY | start TENANT SNAPSHOT KEY PARENT\n");
+  std::fprintf(
+      stderr,
+      "usage: pandastack-peer-probe --tls DIR --self ID --host ID --address HOST:PORT "
+      "discard TENANT SANDBOX... | receive TENANT KEY | start TENANT SNAPSHOT KEY PARENT\n");
   return 2;
 }
 
