@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "wire/hex.h"
+
 namespace pandastack::actors {
 
 const char* to_string(TemplateStatus s) {
@@ -56,13 +58,7 @@ std::string template_id(const std::string& tenant, const std::string& name) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(tenant.data(), tenant.size(), md, &len, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string h;
-  for (unsigned i = 0; i < 6; ++i) {
-    h += hex[md[i] >> 4];
-    h += hex[md[i] & 15];
-  }
-  return name + "." + h;
+  return name + "." + wire::hex_encode({reinterpret_cast<const char*>(md), 6});
 }
 
 std::string template_display_name(const std::string& id) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gateway/http_util.h"
+#include "wire/hex.h"
 
 namespace pandastack::gateway::e2b {
 
@@ -120,31 +121,13 @@ std::optional<Tokens::Claims> Tokens::verify(std::string_view token, const std::
 
 void set_tokens(Tokens t) { g_tokens = std::make_unique<Tokens>(std::move(t)); }
 
-std::string api_key_form(const std::string& pds_key) {
-  static const char* hex = "0123456789abcdef";
-  std::string out = "e2b_";
-  for (unsigned char c : pds_key) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
-}
+std::string api_key_form(const std::string& pds_key) { return "e2b_" + wire::hex_encode(pds_key); }
 
 std::optional<std::string> from_api_key_form(std::string_view key) {
   constexpr size_t kPdsKeyBytes = 57;
   if (key.size() != 4 + 2 * kPdsKeyBytes || key.substr(0, 4) != "e2b_") return std::nullopt;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out;
-  for (size_t i = 4; i < key.size(); i += 2) {
-    int hi = nibble(key[i]), lo = nibble(key[i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out += char(hi << 4 | lo);
-  }
-  if (!well_formed_key(out)) return std::nullopt;
+  auto out = wire::hex_decode(key.substr(4));
+  if (!out || !well_formed_key(*out)) return std::nullopt;
   return out;
 }
 

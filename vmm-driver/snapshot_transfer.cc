@@ -15,6 +15,7 @@
 
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/vm_internal.h"
+#include "wire/hex.h"
 
 namespace pandastack::vmm {
 
@@ -76,13 +77,7 @@ Result<std::string> sha256_file(const fs::path& path) {
     errno = err;
     return io("cannot read " + path.string());
   }
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += digits[md[i] >> 4];
-    out += digits[md[i] & 15];
-  }
-  return out;
+  return wire::hex_encode({reinterpret_cast<const char*>(md), len});
 }
 
 namespace {

@@ -31,6 +31,7 @@
 #include "vmm-driver/run_tool.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/vm_internal.h"
+#include "wire/hex.h"
 #include "wire/json.h"
 
 namespace pandastack::vmm {
@@ -236,13 +237,7 @@ Status link_or_copy(const fs::path& from, const fs::path& to) {
 std::string random_hex(size_t bytes) {
   std::string raw(bytes, '\0');
   if (::getrandom(raw.data(), raw.size(), 0) != ssize_t(raw.size())) raw.assign(bytes, '\x5a');
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
+  return wire::hex_encode(raw);
 }
 
 }  // namespace detail
