@@ -28,12 +28,30 @@ void drop_info(RegistrySelf* self, const std::string& id) {
   st.infos.erase(it);
 }
 
-// The tenant's sandboxes' records (a copy: callers may change the registry meanwhile).
-std::vector<SandboxInfo> tenant_infos(RegistrySelf* self, const std::string& tenant) {
-  std::vector<SandboxInfo> out;
+// Calls `f` with each of the tenant's records (its own only: tallies and lists do not read
+// every tenant's).
+template <typename F>
+void for_tenant(RegistrySelf* self, const std::string& tenant, F&& f) {
   if (auto ids = self->state.tenant_ids.find(tenant); ids != self->state.tenant_ids.end())
-    for (auto& id : ids->second) out.push_back(self->state.infos.at(id));
-  return out;
+    for (auto& id : ids->second) f(self->state.infos.at(id));
+}
+
+// The tenant's sandbox that took named snapshot `snapshot` (alive or ended), or null.
+const SandboxInfo* snapshot_owner(RegistrySelf* self, const std::string& tenant,
+                                  const std::string& snapshot) {
+  const SandboxInfo* owner = nullptr;
+  for_tenant(self, tenant, [&](const SandboxInfo& i) {
+    if (std::find(i.snapshots.begin(), i.snapshots.end(), snapshot) != i.snapshots.end())
+      owner = &i;
+  });
+  return owner;
+}
+
+// An ended sandbox whose actor is back (a command must record something, or it came back from
+// another host): its recorded state no longer answers for it.
+void forget_ended(RegistrySelf* self, const std::string& id) {
+  self->state.ended.erase(id);
+  self->state.ended_since.erase(id);
 }
 
 caf::actor spawn_sandbox(RegistrySelf* self, SandboxState s, std::string adopt_dir = "") {
@@ -110,8 +128,7 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
   if (auto back = self->state.ended.find(s.id);
       back != self->state.ended.end() && !back->second.moved_to.empty()) {
     s = back->second;
-    self->state.ended.erase(back);
-    self->state.ended_since.erase(s.id);
+    forget_ended(self, s.id);
   }
   cmd::Create c;
   c.tenant = req.tenant;
@@ -314,9 +331,8 @@ bool is_live(Status s) {
 // The tenant's use of its quotas, from the records of its sandboxes.
 QuotaUse use_of(RegistrySelf* self, const std::string& tenant) {
   QuotaUse u;
-  if (auto ids = self->state.tenant_ids.find(tenant); ids != self->state.tenant_ids.end())
-    for (auto& id : ids->second)
-      count_use(self->state.infos.at(id), self->state.env->config.memory_mib, u);
+  for_tenant(self, tenant,
+             [&](const SandboxInfo& i) { count_use(i, self->state.env->config.memory_mib, u); });
   std::lock_guard l(self->state.env->quotas_mu);
   u.execs = self->state.env->execs_running[tenant];
   return u;
@@ -432,8 +448,7 @@ void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& 
   }
   if (!st.ended.count(id)) return void(rp.deliver(Answer::fail(not_running(s, "change it"))));
   auto actor = spawn_sandbox(self, s);
-  st.ended.erase(id);
-  st.ended_since.erase(id);
+  forget_ended(self, id);
   self->request(actor, deadline::kSandboxCommand.limit, cmd_atom::value, c)
       .then([rp](Answer ans) mutable { rp.deliver(ans); },
             [rp, self](const caf::error& e) mutable {
@@ -478,17 +493,11 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         std::vector<SandboxVolume> source;  // the snapshot's sandbox's volumes
         if (!req.from_snapshot.empty()) {
           // Only a snapshot taken from one of this tenant's sandboxes.
-          bool mine = false;
-          for (auto& i : tenant_infos(self, req.tenant))
-            if (i.tenant == req.tenant)
-              for (auto& s : i.snapshots)
-                if (s == req.from_snapshot) {
-                  mine = true;
-                  req.template_name = i.template_name;  // the snapshot's VM shape and image
-                  source = i.volumes;
-                }
-          if (!mine)
+          auto* taken_from = snapshot_owner(self, req.tenant, req.from_snapshot);
+          if (!taken_from)
             return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
+          req.template_name = taken_from->template_name;  // the snapshot's VM shape and image
+          source = taken_from->volumes;
           if (!source.empty() && !req.volumes.empty())
             return Answer::fail(
                 {"invalid_argument",
@@ -606,9 +615,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         };
         if (q.tenant == "*") {
           for (auto& [id, i] : self->state.infos) one(i);
-        } else if (auto ids = self->state.tenant_ids.find(q.tenant);
-                   ids != self->state.tenant_ids.end()) {
-          for (auto& id : ids->second) one(self->state.infos.at(id));
+        } else {
+          for_tenant(self, q.tenant, one);
         }
         return a;
       },
@@ -701,12 +709,9 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {
         // The tenant's sandbox that took it (alive or ended).
-        std::string owner;
-        for (auto& i : tenant_infos(self, tenant))
-          if (i.tenant == tenant &&
-              std::find(i.snapshots.begin(), i.snapshots.end(), snapshot) != i.snapshots.end())
-            owner = i.id;
-        if (owner.empty()) return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+        auto* taken_by = snapshot_owner(self, tenant, snapshot);
+        if (!taken_by) return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+        const std::string owner = taken_by->id;
         auto a = self->state.actors.find(owner);
         caf::actor actor = a == self->state.actors.end() ? caf::actor() : a->second;
         if (!actor) {
@@ -714,8 +719,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           if (e == self->state.ended.end())
             return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
           actor = spawn_sandbox(self, e->second);
-          self->state.ended.erase(e);
-          self->state.ended_since.erase(owner);
+          forget_ended(self, owner);
         }
         return forward(self, actor,
                        caf::make_message(cmd_atom::value, Command{cmd::DeleteSnapshot{snapshot}}));
