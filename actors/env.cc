@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "actors/custom_template.h"
+#include "vmm-driver/accel.h"
 #include "vmm-driver/images.h"
 
 namespace pandastack::actors {
@@ -267,6 +268,27 @@ HostMemory host_memory() {
     if (key == "MemAvailable:") m.available_kib = value;
   }
   return m;
+}
+
+void settle_host(RuntimeConfig& config, const std::string& accel, const std::string& dns) {
+  std::string upstream = dns;
+  if (upstream.empty()) {
+    std::ifstream rc("/etc/resolv.conf");
+    std::string text((std::istreambuf_iterator<char>(rc)), std::istreambuf_iterator<char>());
+    upstream = vmm::first_nameserver(text);
+  }
+  config.net.dns_upstream = upstream == "off" ? "" : upstream;
+  // The probe's VM runs in the data folder (root's, not a shared /tmp); its answer is cached
+  // there (DATA/accel.json): only the first start on a host waits for it.
+  auto probe = vmm::config_for_template(config.images_dir, "base", config.data_dir / "kvm-probe");
+  probe.memory_mib = config.memory_mib;
+  config.accel =
+      vmm::detect_accel_cached(probe, std::chrono::seconds(10), accel == "auto" ? "" : accel,
+                               config.data_dir / "accel.json");
+}
+
+const char* accel_name(const RuntimeConfig& config) {
+  return config.accel == vmm::Accel::kvm ? "kvm" : "tcg";
 }
 
 Quotas Env::quotas_of(const std::string& tenant) {

@@ -23,6 +23,7 @@
 #include "vmm-driver/images.h"
 #include "vmm-driver/jail.h"
 #include "vmm-driver/private_dir.h"
+#include "wire/hex.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
@@ -77,7 +78,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     config.custom_templates_dir = fs::absolute(config.data_dir) / "templates";
   if (config.state_dir.empty())
     config.state_dir =
-        "/dev/shm/pandastack-" + vmm::fnv1a_hex(fs::absolute(config.data_dir).string());
+        "/dev/shm/pandastack-" + wire::fnv1a_hex(fs::absolute(config.data_dir).string());
   if (config.network) {
     // The host's own networks (its LAN, its VPC) join the ranges no sandbox reaches.
     for (auto& prefix : vmm::host_interface_prefixes(config.net.prefix))

@@ -24,6 +24,7 @@
 #include "actors/database.h"
 #include "actors/quotas.h"
 #include "actors/sandbox.h"
+#include "actors/snapshot_exchange.h"
 #include "actors/volume.h"
 #include "vmm-driver/agent_client.h"
 #include "vmm-driver/network.h"
@@ -32,6 +33,9 @@
 namespace pandastack::actors {
 
 class Cluster;
+
+// How many volumes a sandbox can have (its VM's block slots).
+inline constexpr uint32_t kVolumeSlots = vmm::kVolumeSlots;
 struct BuildProgress;
 
 struct RuntimeConfig {
@@ -136,7 +140,7 @@ struct CreateRequest {
   std::string from_snapshot;             // a snapshot id taken from one of the tenant's sandboxes
   std::optional<bool> network;           // nullopt: on when the runtime has networking
   std::optional<Egress> egress;          // nullopt: RuntimeConfig::default_egress
-  // Volumes to attach (up to vmm::kVolumeSlots), mounted in the guest when the create returns.
+  // Volumes to attach (up to kVolumeSlots), mounted in the guest when the create returns.
   struct Volume {
     std::string volume, mount;
     bool read_only = false;
@@ -286,23 +290,13 @@ struct HostMemory {
 };
 HostMemory host_memory();
 
-// A result or a refusal with a stable code (see Rejection in sandbox.h).
-template <typename T>
-class Reply {
- public:
-  Reply(T value) : value_(std::move(value)) {}
-  Reply(Rejection r) : error_(std::move(r)) {}
-  bool ok() const { return value_.has_value(); }
-  explicit operator bool() const { return ok(); }
-  T& operator*() { return *value_; }
-  const T& operator*() const { return *value_; }
-  T* operator->() { return &*value_; }
-  const Rejection& error() const { return error_; }
-
- private:
-  std::optional<T> value_;
-  Rejection error_;
-};
+// Settles what `config` takes from this host, before Runtime::start: the accelerator (`accel`:
+// "auto", "kvm" or "tcg"; "auto" probes with a VM of the base template once and caches the answer
+// in DATA/accel.json) and the guests' DNS upstream (`dns`: an address, "off", or "" for
+// /etc/resolv.conf's first nameserver).
+void settle_host(RuntimeConfig& config, const std::string& accel, const std::string& dns);
+// "kvm" or "tcg".
+const char* accel_name(const RuntimeConfig& config);
 
 class Runtime {
  public:
@@ -505,11 +499,17 @@ class Runtime {
   void join_cluster(std::shared_ptr<Cluster> cluster);
   Cluster* cluster() const;
 
-  // Moving sandboxes between hosts (cluster mode; gateway/peer_snapshots.h).
-  // The folder of the tenant's named snapshot `snapshot_id`.
-  Reply<std::string> snapshot_folder(const std::string& tenant, const std::string& snapshot_id);
-  // The folder of the tenant's sandbox `id`'s hibernation (it must be hibernated).
-  Reply<std::string> hibernation_folder(const std::string& tenant, const std::string& id);
+  // Moving sandboxes between hosts (cluster mode; gateway/peer_snapshots.h moves the bytes).
+  // What this host offers another of the tenant's named snapshot `snapshot_id`.
+  Reply<SnapshotOffer> offer_snapshot(const std::string& tenant, const std::string& snapshot_id);
+  // What this host offers of the tenant's sandbox `id`'s hibernation (it must be hibernated),
+  // with files `carried` along (its volumes' files: volume_files).
+  Reply<SnapshotOffer> offer_hibernation(const std::string& tenant, const std::string& id,
+                                         const std::vector<std::filesystem::path>& carried);
+  // Receives `offer` from another host for `tenant` (staged in import_folders(tenant); the
+  // offer's bounds are checked before anything is written).
+  Reply<std::unique_ptr<SnapshotIntake>> receive_snapshot(const std::string& tenant,
+                                                          const SnapshotOffer& offer);
   // Where a snapshot of `tenant`'s received from another host is staged: a new snapshot id, its
   // folder, its disk layers' folder, the cache of the tenant's received layers (a layer is
   // linked into a snapshot of the tenant it arrived for only: a peer that names another

@@ -40,22 +40,41 @@ std::optional<Rejection> Runtime::Impl::claim(const std::string& id) {
   return std::nullopt;
 }
 
-Reply<std::string> Runtime::snapshot_folder(const std::string& tenant,
-                                            const std::string& snapshot_id) {
+Reply<SnapshotOffer> Runtime::offer_snapshot(const std::string& tenant,
+                                             const std::string& snapshot_id) {
   auto all = list(tenant);
   if (!all) return all.error();
   for (auto& sbx : *all)
     for (auto& s : sbx.snapshots)
-      if (s == snapshot_id) return impl_->env->snapshot_dir(s).string();
+      if (s == snapshot_id) {
+        auto snap = vmm::Snapshot::load(impl_->env->snapshot_dir(s));
+        if (!snap) return Rejection{"internal", snap.error().message};
+        auto offer = vmm::offer_of(*snap);
+        if (!offer) return Rejection{"internal", offer.error().message};
+        return std::move(*offer);
+      }
   return Rejection{"snapshot_not_found", "no snapshot " + snapshot_id};
 }
 
-Reply<std::string> Runtime::hibernation_folder(const std::string& tenant, const std::string& id) {
+Reply<SnapshotOffer> Runtime::offer_hibernation(const std::string& tenant, const std::string& id,
+                                                const std::vector<fs::path>& carried) {
   auto info = get(tenant, id);
   if (!info) return info.error();
   if (info->status != Status::hibernated)
     return Rejection{"conflict", "sandbox " + id + " is not hibernated"};
-  return impl_->env->hibernated_dir(id).string();
+  auto snap = vmm::Snapshot::load(impl_->env->hibernated_dir(id));
+  if (!snap) return Rejection{"internal", snap.error().message};
+  auto offer = vmm::offer_of(*snap, carried);
+  if (!offer) return Rejection{"internal", offer.error().message};
+  return std::move(*offer);
+}
+
+Reply<std::unique_ptr<SnapshotIntake>> Runtime::receive_snapshot(const std::string& tenant,
+                                                                 const SnapshotOffer& offer) {
+  auto f = import_folders(tenant);
+  auto r = vmm::SnapshotReceiver::open(offer, f.dir, f.disk_dir, f.layer_cache, f.memory_mib);
+  if (!r) return Rejection{"invalid_argument", r.error().message};
+  return std::make_unique<SnapshotIntake>(f.snapshot_id, std::move(*r));
 }
 
 std::vector<std::string> Runtime::volume_files(const VolumeInfo& v) {

@@ -43,12 +43,7 @@ Reply<TemplateState> Runtime::publish_template(const std::string& tenant, const 
   auto snap = snapshot(tenant, id);
   if (!snap) return snap.error();
   auto drop = [&] { (void)delete_snapshot(tenant, *snap); };
-  auto folder = snapshot_folder(tenant, *snap);
-  if (!folder) {
-    drop();
-    return folder.error();
-  }
-  auto loaded = vmm::Snapshot::load(*folder);
+  auto loaded = vmm::Snapshot::load(impl_->env->snapshot_dir(*snap));
   if (!loaded) {
     drop();
     return Rejection{"internal", "the sandbox's snapshot: " + loaded.error().message};

@@ -19,6 +19,8 @@
 #include <variant>
 #include <vector>
 
+#include "wire/result.h"
+
 namespace pandastack::actors {
 
 enum class Status {
@@ -278,6 +280,10 @@ struct Rejection {
   std::string code;
   std::string message;
 };
+
+// A result or a refusal with a stable code (wire/result.h).
+template <typename T>
+using Reply = Result<T, Rejection>;
 
 using Decision = std::variant<std::vector<Event>, Rejection>;
 

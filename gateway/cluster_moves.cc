@@ -146,13 +146,11 @@ HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::stri
       auto t0 = std::chrono::steady_clock::now();
       snap = unwrap(rt.snapshot(c.tenant(), c.id));
       snapshot_ms = ms_since(t0);
-      auto folder = unwrap(rt.snapshot_folder(c.tenant(), snap));
-      auto loaded = vmm::Snapshot::load(folder);
-      if (!loaded) throw ApiError{"internal", loaded.error().message};
+      auto offer = unwrap(rt.offer_snapshot(c.tenant(), snap));
       for (auto& [host, n] : remote) {
         auto t0 = std::chrono::steady_clock::now();
         auto session = session_with(c.gw, host, bearer_token(c.r.authorization));
-        auto shipped = unwrap(session->ship(c.tenant(), *loaded));
+        auto shipped = unwrap(session->ship(c.tenant(), offer));
         double ship_ms = ms_since(t0);
         PeerSession::Start s{shipped.snapshot,     c.tenant(), c.id,   std::vector<std::string>(n),
                              sandbox_json(parent), false,      volumes};
@@ -226,11 +224,9 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
   std::unique_ptr<PeerSession> session;
   Json moved;
   try {
-    auto folder = unwrap(rt.hibernation_folder(tenant, id));
-    auto loaded = vmm::Snapshot::load(folder);
-    if (!loaded) throw ApiError{"internal", loaded.error().message};
+    auto offer = unwrap(rt.offer_hibernation(tenant, id, carried));
     session = session_with(gw, to, key);
-    auto shipped = unwrap(session->ship(tenant, *loaded, carried));
+    auto shipped = unwrap(session->ship(tenant, offer));
     double ship_ms = ms_since(t0) - hibernate_ms;
     PeerSession::Start s{shipped.snapshot, tenant, "", {id}, sandbox_json(info), true, volumes};
     auto started = unwrap(session->start(s));

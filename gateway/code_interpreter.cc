@@ -1,7 +1,7 @@
 #include "gateway/code_interpreter.h"
 
-#include "gateway/repl_script.h"
-#include "vmm-driver/vm.h"  // generated from guest/repl/pandastack_repl.py (kReplScript)
+#include "gateway/repl_script.h"  // generated from guest/repl/pandastack_repl.py (kReplScript)
+#include "wire/hex.h"
 
 namespace pandastack::gateway::code {
 
@@ -14,7 +14,7 @@ using wire::Json;
 // Named after the script's content: a daemon with a changed script never talks to an older one
 // left in a running (or restored) guest.
 const std::string& script_path() {
-  static const std::string path = "/run/pandastack/repl-" + vmm::fnv1a_hex(kReplScript) + ".py";
+  static const std::string path = "/run/pandastack/repl-" + wire::fnv1a_hex(kReplScript) + ".py";
   return path;
 }
 

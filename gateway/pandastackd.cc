@@ -23,9 +23,6 @@
 #include "gateway/acceptor.h"
 #include "gateway/rest.h"
 #include "gateway/rpc.h"
-#include "vmm-driver/accel.h"
-#include "vmm-driver/images.h"
-#include "vmm-driver/io_thread.h"
 
 namespace fs = std::filesystem;
 using namespace pandastack;
@@ -347,20 +344,7 @@ int main(int argc, char** argv) {
   config.state_dir = state_dir;
   config.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);
   config.jail = jail;
-  if (dns_upstream.empty()) {
-    std::ifstream rc("/etc/resolv.conf");
-    std::string text((std::istreambuf_iterator<char>(rc)), std::istreambuf_iterator<char>());
-    dns_upstream = vmm::first_nameserver(text);
-  }
-  config.net.dns_upstream = dns_upstream == "off" ? "" : dns_upstream;
-  {
-    // The probe's VM runs in the data folder (root's, not a shared /tmp); its answer is cached
-    // there (DATA/accel.json): only the first start on a host waits for it.
-    auto probe = vmm::config_for_template(images, "base", data / "kvm-probe");
-    probe.memory_mib = config.memory_mib;
-    config.accel = vmm::detect_accel_cached(probe, std::chrono::seconds(10),
-                                            accel == "auto" ? "" : accel, data / "accel.json");
-  }
+  actors::settle_host(config, accel, dns_upstream);
 
   auto started = actors::Runtime::start(config);
   if (!started) {
@@ -384,7 +368,7 @@ int main(int argc, char** argv) {
     cluster.peer = peer_addr.first + ":" + std::to_string(peer_listener->getPort());
     cluster.url = "http://" + host + ":" + std::to_string(listener->getPort());
     auto* rt = runtime.get();
-    auto accel_name = config.accel == vmm::Accel::kvm ? "kvm" : "tcg";
+    auto accel_name = actors::accel_name(config);
     auto joined = actors::Cluster::join(cluster, [rt, accel_name]() {
       actors::HostInfo h;
       auto memory = actors::host_memory();
@@ -476,8 +460,8 @@ int main(int argc, char** argv) {
              : "",
       key_file.c_str());
   std::fflush(stdout);
-  spdlog::info("listening on {} (accelerator {}, images {})", url,
-               config.accel == vmm::Accel::kvm ? "kvm" : "tcg", images.string());
+  spdlog::info("listening on {} (accelerator {}, images {})", url, actors::accel_name(config),
+               images.string());
 
   auto& port_ = io.unixEventPort;
   auto sig = port_.onSignal(SIGTERM).exclusiveJoin(port_.onSignal(SIGINT)).wait(io.waitScope);

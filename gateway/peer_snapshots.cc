@@ -4,9 +4,7 @@
 
 #include "gateway/peer_snapshots.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <chrono>
 
@@ -14,8 +12,6 @@
 #include "gateway/api_types.h"
 #include "gateway/peers.h"
 #include "gateway/server.h"
-#include "vmm-driver/snapshot_transfer.h"
-#include "vmm-driver/vm.h"
 
 namespace pandastack::gateway {
 
@@ -41,7 +37,7 @@ bool valid_id(const std::string& id, const std::string& prefix) {
 // parent volumes. Why not, or "".
 std::string volumes_of(const Json& list, bool migrated, actors::ImportRequest& ir) {
   if (!list.is_array()) return "volumes: not a JSON array";
-  if (list.size() > vmm::kVolumeSlots) return "volumes: more than a sandbox has";
+  if (list.size() > actors::kVolumeSlots) return "volumes: more than a sandbox has";
   auto str = [](const Json& j, const char* k) {
     return j[k].is_string() ? j[k].as_string() : std::string();
   };
@@ -49,7 +45,7 @@ std::string volumes_of(const Json& list, bool migrated, actors::ImportRequest& i
   for (auto& v : list.as_array()) {
     if (!v.is_object()) return "volumes: not objects";
     int64_t slot = num(v, "slot");
-    if (slot < 0 || slot >= int64_t(vmm::kVolumeSlots)) return "volumes: a bad slot";
+    if (slot < 0 || slot >= int64_t(actors::kVolumeSlots)) return "volumes: a bad slot";
     bool ro = v["read_only"].is_bool() && v["read_only"].as_bool();
     std::string mount = str(v, "mount");
     if (auto bad = actors::check_mount_path(mount)) return "volumes: " + bad->message;
@@ -91,11 +87,11 @@ std::string volumes_of(const Json& list, bool migrated, actors::ImportRequest& i
 class SinkImpl final : public wc::SnapshotSink::Server {
  public:
   SinkImpl(gateway::Server& s, std::shared_ptr<PeerScope> scope,
-           std::shared_ptr<vmm::SnapshotReceiver> r, std::string id, std::string tenant)
+           std::shared_ptr<actors::SnapshotIntake> intake, std::string tenant)
       : server_(s),
         scope_(std::move(scope)),
-        receiver_(std::move(r)),
-        id_(std::move(id)),
+        intake_(std::move(intake)),
+        id_(intake_->id()),
         tenant_(std::move(tenant)) {}
   ~SinkImpl() {
     if (!committed_) spdlog::info("cluster: snapshot {} not committed by its sender: removed", id_);
@@ -103,17 +99,17 @@ class SinkImpl final : public wc::SnapshotSink::Server {
   kj::Promise<void> write(WriteContext ctx) override {
     auto p = ctx.getParams();
     auto d = p.getData();
-    auto st = receiver_->write(p.getFile(), p.getOffset(), d.begin(), d.size());
+    auto st = intake_->write(p.getFile(), p.getOffset(), d.begin(), d.size());
     if (!st) return KJ_EXCEPTION(FAILED, st.error().message);
     return kj::READY_NOW;
   }
   kj::Promise<void> commit(CommitContext ctx) override {
-    auto r = receiver_;
+    auto intake = intake_;
     // Hashing the received layers reads them: on a worker, not on the loop.
-    using Committed = std::shared_ptr<vmm::Result<vmm::Snapshot>>;
+    using Committed = std::shared_ptr<actors::Reply<Ok>>;
     return server_
         .offload<Committed>(
-            [r]() { return std::make_shared<vmm::Result<vmm::Snapshot>>(r->commit()); }, nullptr)
+            [intake]() { return std::make_shared<actors::Reply<Ok>>(intake->commit()); }, nullptr)
         .then([this, ctx](Committed c) mutable -> kj::Promise<void> {
           if (!c) return KJ_EXCEPTION(OVERLOADED, "the host is busy");
           if (!*c) return KJ_EXCEPTION(FAILED, c->error().message);
@@ -121,10 +117,10 @@ class SinkImpl final : public wc::SnapshotSink::Server {
           {
             // Only a start on this connection, for this tenant, may use it.
             std::lock_guard lock(scope_->mu);
-            scope_->received[id_] = {tenant_, (*c)->dir, (*c)->disk_dir};
+            scope_->received[id_] = tenant_;
           }
           spdlog::info("cluster: received snapshot {} of tenant {} from host {} ({} bytes)", id_,
-                       tenant_, scope_->host, receiver_->bytes_received());
+                       tenant_, scope_->host, intake_->bytes_received());
           ctx.getResults().setSnapshot(id_);
           return kj::READY_NOW;
         });
@@ -133,7 +129,7 @@ class SinkImpl final : public wc::SnapshotSink::Server {
  private:
   gateway::Server& server_;
   std::shared_ptr<PeerScope> scope_;
-  std::shared_ptr<vmm::SnapshotReceiver> receiver_;
+  std::shared_ptr<actors::SnapshotIntake> intake_;
   std::string id_, tenant_;
   bool committed_ = false;
 };
@@ -169,9 +165,10 @@ Json error_json(const actors::Rejection& r) {
 
 PeerScope::~PeerScope() {
   // Received and never started (the sender went away): nothing of it stays.
-  for (auto& [id, r] : received) {
-    spdlog::info("cluster: snapshot {} from host {} was never started: removed", id, host);
-    vmm::remove_snapshot(r.dir, r.disk_dir);
+  for (auto& [id, tenant] : received) {
+    spdlog::info("cluster: snapshot {} of tenant {} from host {} was never started: removed", id,
+                 tenant, host);
+    rt.discard_import(id);
   }
 }
 
@@ -201,21 +198,18 @@ kj::Promise<void> receive_snapshot(
         auto o = ctx.getParams().getOffer();
         auto meta = Json::parse(o.getMeta().cStr());
         if (!meta) return KJ_EXCEPTION(FAILED, "snapshot offer refused: its metadata is not JSON");
-        vmm::SnapshotOffer offer;
+        actors::SnapshotOffer offer;
         offer.meta = *meta;
         for (auto f : o.getFiles())
           offer.files.push_back({f.getName().cStr(), f.getSize(), f.getSha256().cStr()});
-        auto folders = server.rt.import_folders(tenant);
-        auto r = vmm::SnapshotReceiver::open(offer, folders.dir, folders.disk_dir,
-                                             folders.layer_cache, folders.memory_mib);
+        auto r = server.rt.receive_snapshot(tenant, offer);
         if (!r) return KJ_EXCEPTION(FAILED, r.error().message);
-        std::shared_ptr<vmm::SnapshotReceiver> receiver(std::move(*r));
+        std::shared_ptr<actors::SnapshotIntake> intake(std::move(*r));
         auto res = ctx.getResults();
-        auto missing = res.initMissing(uint(receiver->missing().size()));
-        for (size_t i = 0; i < receiver->missing().size(); ++i)
-          missing.set(uint(i), receiver->missing()[i]);
-        res.setSink(
-            kj::heap<SinkImpl>(server, scope, std::move(receiver), folders.snapshot_id, tenant));
+        auto missing = res.initMissing(uint(intake->missing().size()));
+        for (size_t i = 0; i < intake->missing().size(); ++i)
+          missing.set(uint(i), intake->missing()[i]);
+        res.setSink(kj::heap<SinkImpl>(server, scope, std::move(intake), tenant));
         return kj::READY_NOW;
       });
 }
@@ -251,7 +245,7 @@ kj::Promise<void> start_from_snapshot(
     auto it = scope->received.find(ir.snapshot_id);
     if (it == scope->received.end())
       refused = "snapshot " + ir.snapshot_id + " was not sent on this connection";
-    else if (it->second.tenant != tenant)
+    else if (it->second != tenant)
       refused = "snapshot " + ir.snapshot_id + " was sent for another tenant";
     else
       scope->received.erase(it);  // (start_imported removes it, started or not)
@@ -436,46 +430,37 @@ actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string&
   return std::unique_ptr<PeerSession>(new PeerSession(std::move(impl)));
 }
 
-actors::Reply<PeerSession::Shipped> PeerSession::ship(
-    const std::string& tenant, const vmm::Snapshot& snap,
-    const std::vector<std::filesystem::path>& carried) {
-  auto offer = vmm::offer_of(snap, carried);
-  if (!offer) return actors::Rejection{"internal", offer.error().message};
+actors::Reply<PeerSession::Shipped> PeerSession::ship(const std::string& tenant,
+                                                      const actors::SnapshotOffer& offer) {
   Shipped out;
-  out.files_offered = uint32_t(offer->files.size());
+  out.files_offered = uint32_t(offer.files.size());
   try {
     auto req = impl_->peer.receiveSnapshotRequest();
     req.setTenant(tenant);
     req.setApiKey(impl_->api_key);
     auto o = req.initOffer();
-    o.setMeta(offer->meta.dump());
-    auto files = o.initFiles(uint(offer->files.size()));
-    for (size_t i = 0; i < offer->files.size(); ++i) {
-      files[uint(i)].setName(offer->files[i].name);
-      files[uint(i)].setSize(offer->files[i].size);
-      files[uint(i)].setSha256(offer->files[i].sha256);
+    o.setMeta(offer.meta.dump());
+    auto files = o.initFiles(uint(offer.files.size()));
+    for (size_t i = 0; i < offer.files.size(); ++i) {
+      files[uint(i)].setName(offer.files[i].name);
+      files[uint(i)].setSize(offer.files[i].size);
+      files[uint(i)].setSha256(offer.files[i].sha256);
     }
     auto resp = impl_->wait(req.send());
     auto sink = resp.getSink();
     for (auto i : resp.getMissing()) {
-      if (i >= offer->files.size()) return actors::Rejection{"peer_error", "a bad missing list"};
-      auto& f = offer->files[i];
-      auto& path = offer->paths[i];
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return actors::Rejection{"internal", "cannot open " + path.string()};
-      KJ_DEFER(::close(fd));
-      auto extents = vmm::data_extents(fd, f.size);
-      if (!extents) return actors::Rejection{"internal", extents.error().message};
-      for (auto& e : *extents)
+      if (i >= offer.files.size()) return actors::Rejection{"peer_error", "a bad missing list"};
+      auto file = actors::OfferedFile::open(offer, i);
+      if (!file) return file.error();
+      for (auto& e : (*file)->extents())
         for (uint64_t at = e.offset; at < e.offset + e.length;) {
           size_t n = size_t(std::min<uint64_t>(kSnapshotChunk, e.offset + e.length - at));
           auto w = sink.writeRequest(capnp::MessageSize{n / 8 + 16, 0});
           w.setFile(i);
           w.setOffset(at);
           auto d = w.initData(uint(n));
-          ssize_t got = ::pread(fd, d.begin(), n, off_t(at));
-          if (got != ssize_t(n))
-            return actors::Rejection{"internal", "cannot read " + path.string()};
+          if (!(*file)->read(at, d.begin(), n))
+            return actors::Rejection{"internal", "cannot read " + (*file)->path().string()};
           impl_->wait(w.send());
           at += n;
           out.bytes += n;

@@ -16,7 +16,6 @@
 
 #include "actors/runtime.h"
 #include "gateway/peer_transport.h"
-#include "vmm-driver/snapshot.h"
 #include "wire/cluster.capnp.h"
 #include "wire/json.h"
 
@@ -30,20 +29,17 @@ struct Server;
 // key it presented), and discards only what it started on this connection. A snapshot received
 // and never started is removed when the connection ends.
 struct PeerScope {
-  explicit PeerScope(std::string h) : host(std::move(h)) {}
+  PeerScope(actors::Runtime& r, std::string h) : rt(r), host(std::move(h)) {}
   ~PeerScope();
   PeerScope(const PeerScope&) = delete;
   PeerScope& operator=(const PeerScope&) = delete;
 
+  actors::Runtime& rt;
   const std::string host;  // the peer's host id (its certificate's)
   std::mutex mu;
-  struct Received {
-    std::string tenant;
-    std::filesystem::path dir, disk_dir;
-  };
-  std::map<std::string, Received> received;    // snapshot id: committed, not started yet
-  std::map<std::string, std::string> started;  // sandbox id -> tenant
-  std::set<std::string> volumes;               // arrived with a migration started here
+  std::map<std::string, std::string> received;  // snapshot id -> tenant: committed, not started
+  std::map<std::string, std::string> started;   // sandbox id -> tenant
+  std::set<std::string> volumes;                // arrived with a migration started here
 };
 
 // The receiving side (PeerImpl's methods), each within `scope`.
@@ -80,10 +76,9 @@ class PeerSession {
     uint64_t bytes = 0;    // sent (data extents of the files the host lacked)
     uint32_t files = 0, files_offered = 0;
   };
-  // Sends `snap` of `tenant` (only the files the host lacks; only their data extents), with
-  // files `carried` along (a migrated sandbox's volumes: vmm::offer_of).
-  actors::Reply<Shipped> ship(const std::string& tenant, const vmm::Snapshot& snap,
-                              const std::vector<std::filesystem::path>& carried = {});
+  // Sends the snapshot `offer` describes (Runtime::offer_snapshot, offer_hibernation) for
+  // `tenant`: only the files the host lacks, only their data extents.
+  actors::Reply<Shipped> ship(const std::string& tenant, const actors::SnapshotOffer& offer);
 
   struct Start {
     std::string snapshot, tenant, parent;

@@ -349,7 +349,9 @@ class WsResponse final : public kj::HttpService::Response {
 class PeerImpl final : public wc::Peer::Server {
  public:
   PeerImpl(gateway::Server& server, std::string from)
-      : server_(server), from_(kj::str(from.c_str())), scope_(std::make_shared<PeerScope>(from)) {}
+      : server_(server),
+        from_(kj::str(from.c_str())),
+        scope_(std::make_shared<PeerScope>(server.rt, from)) {}
   kj::Promise<void> http(HttpContext ctx) override {
     auto p = ctx.getParams();
     auto rq = p.getRequest();

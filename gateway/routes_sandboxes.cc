@@ -16,9 +16,9 @@ std::vector<actors::CreateRequest::Volume> volumes_from(const Json& j) {
   std::vector<actors::CreateRequest::Volume> out;
   if (j.is_null()) return out;
   if (!j.is_array()) throw ApiError{"invalid_argument", "volumes is a list of objects"};
-  if (j.as_array().size() > vmm::kVolumeSlots)
+  if (j.as_array().size() > actors::kVolumeSlots)
     throw ApiError{"invalid_argument",
-                   "at most " + std::to_string(vmm::kVolumeSlots) + " volumes per sandbox"};
+                   "at most " + std::to_string(actors::kVolumeSlots) + " volumes per sandbox"};
   for (auto& v : j.as_array()) {
     if (!v.is_object()) throw ApiError{"invalid_argument", "volumes is a list of objects"};
     Fields f(v, {"volume", "mount", "read_only"});

@@ -497,7 +497,7 @@ class PlatformImpl final : public api::Platform::Server {
     c.from_snapshot = text(r.getFromSnapshot());
     c.memory_mib = r.getMemoryMib();
     c.vcpus = r.getVcpus();
-    if (r.getVolumes().size() > vmm::kVolumeSlots)
+    if (r.getVolumes().size() > actors::kVolumeSlots)
       fail({"invalid_argument", "at most 4 volumes per sandbox"});
     for (auto v : r.getVolumes())
       c.volumes.push_back({text(v.getVolume()), text(v.getMount()), v.getReadOnly()});

@@ -123,49 +123,51 @@ struct WsSession {
 
   // The process's output, streamed on a worker into the queue.
   void start_output() {
-    bool queued = gw.stream_pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out,
-                                          st = stop, pty = pty,
-                                          shutdown = gw.shutting_down.get_token()] {
-      std::stop_callback on_shutdown(shutdown, [st] { st->request_stop(); });
-      // A client that stops reading: once its unsent output passes the bound, the process is
-      // stopped (as for SSE) and the client told why, instead of the daemon buffering without end.
-      auto overflow = std::make_shared<std::atomic<bool>>(false);
-      auto r = rt->stream_process(
-          t, i, p,
-          [q, st, overflow, pty](vmm::StreamKind k, std::string_view d) {
-            if (*overflow) return;
-            WsFrame frame{pty, std::string(d)};
-            if (!pty) {
-              Json j = chunk_json(d);
-              j.set("type", k == vmm::StreamKind::out ? "stdout" : "stderr");
-              frame.data = j.dump();
-            }
-            size_t n = frame.data.size();
-            if (!q->push(std::move(frame), n)) {
-              *overflow = true;
-              st->request_stop();
-            }
-          },
-          st->get_token());
-      if (*overflow) rt->kill_process(t, i, p);
-      Json j = Json::object();
-      if (*overflow) {
-        j.set("type", "error");
-        j.set("code", "client_too_slow");
-        j.set("message", "the client did not read the output: more than the stream buffer "
-                         "waited; the process was stopped");
-      } else if (r) {
-        j.set("type", "exit");
-        j.set("exit_code", r->exit_code);
-        j.set("timed_out", r->timed_out);
-      } else {
-        j.set("type", "error");
-        j.set("code", r.error().code);
-        j.set("message", r.error().message);
-      }
-      q->push(WsFrame{false, j.dump()});
-      q->close();
-    });
+    bool queued =
+        gw.stream_pool->submit([rt = &gw.rt, t = tenant, i = id, p = pid, q = out, st = stop,
+                                pty = pty, shutdown = gw.shutting_down.get_token()] {
+          std::stop_callback on_shutdown(shutdown, [st] { st->request_stop(); });
+          // A client that stops reading: once its unsent output passes the bound, the process is
+          // stopped (as for SSE) and the client told why, instead of the daemon buffering without
+          // end.
+          auto overflow = std::make_shared<std::atomic<bool>>(false);
+          auto r = rt->stream_process(
+              t, i, p,
+              [q, st, overflow, pty](vmm::StreamKind k, std::string_view d) {
+                if (*overflow) return;
+                WsFrame frame{pty, std::string(d)};
+                if (!pty) {
+                  Json j = chunk_json(d);
+                  j.set("type", k == vmm::StreamKind::out ? "stdout" : "stderr");
+                  frame.data = j.dump();
+                }
+                size_t n = frame.data.size();
+                if (!q->push(std::move(frame), n)) {
+                  *overflow = true;
+                  st->request_stop();
+                }
+              },
+              st->get_token());
+          if (*overflow) (void)rt->kill_process(t, i, p);
+          Json j = Json::object();
+          if (*overflow) {
+            j.set("type", "error");
+            j.set("code", "client_too_slow");
+            j.set("message",
+                  "the client did not read the output: more than the stream buffer "
+                  "waited; the process was stopped");
+          } else if (r) {
+            j.set("type", "exit");
+            j.set("exit_code", r->exit_code);
+            j.set("timed_out", r->timed_out);
+          } else {
+            j.set("type", "error");
+            j.set("code", r.error().code);
+            j.set("message", r.error().message);
+          }
+          q->push(WsFrame{false, j.dump()});
+          q->close();
+        });
     if (!queued) out->close();
   }
 
@@ -236,9 +238,9 @@ struct WsSession {
     stop->request_stop();
     if (pid == 0) return kj::READY_NOW;
     return gw.pool
-        ->offload<bool>([rt = &gw.rt, t = tenant, i = id,
-                         p = pid] { return bool(rt->kill_process(t, i, p)); },
-                        false)
+        ->offload<bool>(
+            [rt = &gw.rt, t = tenant, i = id, p = pid] { return bool(rt->kill_process(t, i, p)); },
+            false)
         .then([](bool) {});
   }
 };
@@ -270,6 +272,5 @@ kj::Promise<void> Server::websocket(const Route& route, Request req,
         return p.attach(kj::mv(session));
       });
 }
-
 
 }  // namespace pandastack::gateway

@@ -1,9 +1,10 @@
 // Errors of the storage folder, as values (RocksDB statuses are converted at this boundary).
 #pragma once
 
-#include <optional>
 #include <string>
 #include <utility>
+
+#include "wire/result.h"
 
 namespace pandastack::storage {
 
@@ -25,25 +26,8 @@ struct Error {
 };
 
 template <typename T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : value_(std::move(value)) {}
-  Result(Error error) : error_(std::move(error)) {}
-  bool ok() const { return value_.has_value(); }
-  explicit operator bool() const { return ok(); }
-  T& operator*() & { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
-  const T& operator*() const& { return *value_; }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  const Error& error() const { return error_; }
-
- private:
-  std::optional<T> value_;
-  Error error_{};
-};
-
-struct Ok {};
+using Result = pandastack::Result<T, Error>;
+using Ok = pandastack::Ok;
 using Status = Result<Ok>;
 
 inline Error make_error(ErrorCode code, std::string message) {

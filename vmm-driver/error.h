@@ -4,20 +4,21 @@
 
 #include <string>
 #include <utility>
-#include <optional>
+
+#include "wire/result.h"
 
 namespace pandastack::vmm {
 
 enum class ErrorCode {
-  invalid_argument,   // bad config or request
-  spawn_failed,       // QEMU could not be started
-  boot_failed,        // the guest did not come up (message has the console tail)
-  timeout,            // a deadline passed
-  qmp_error,          // QEMU refused a QMP command
-  agent_error,        // the agent channel failed (disconnect, protocol error)
-  not_found,          // guest file or process does not exist
-  guest_error,        // a guest operation failed for another reason (message says which)
-  io_error,           // host-side file or socket error
+  invalid_argument,  // bad config or request
+  spawn_failed,      // QEMU could not be started
+  boot_failed,       // the guest did not come up (message has the console tail)
+  timeout,           // a deadline passed
+  qmp_error,         // QEMU refused a QMP command
+  agent_error,       // the agent channel failed (disconnect, protocol error)
+  not_found,         // guest file or process does not exist
+  guest_error,       // a guest operation failed for another reason (message says which)
+  io_error,          // host-side file or socket error
 };
 
 const char* to_string(ErrorCode code);
@@ -28,32 +29,14 @@ struct Error {
   std::string guest_code;  // for guest file errors: the agent's code ("not_found", "exists", ...)
 };
 
-// The result of an operation that can fail: a value or an Error. (std::expected is C++23.)
+// The result of an operation that can fail: a value or an Error (wire/result.h).
 template <typename T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : value_(std::move(value)) {}
-  Result(Error error) : error_(std::move(error)) {}
-  bool ok() const { return value_.has_value(); }
-  explicit operator bool() const { return ok(); }
-  T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  const T& value() const& { return *value_; }
-  T& operator*() & { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
-  const T& operator*() const& { return *value_; }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  const Error& error() const { return error_; }
-
- private:
-  std::optional<T> value_;
-  Error error_{};
-};
-
-struct Ok {};
+using Result = pandastack::Result<T, Error>;
+using Ok = pandastack::Ok;
 using Status = Result<Ok>;
 
-inline Error make_error(ErrorCode code, std::string message) { return Error{code, std::move(message), {}}; }
+inline Error make_error(ErrorCode code, std::string message) {
+  return Error{code, std::move(message), {}};
+}
 
 }  // namespace pandastack::vmm

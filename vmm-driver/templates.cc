@@ -9,6 +9,7 @@
 
 #include "vmm-driver/images.h"
 #include "vmm-driver/run_tool.h"
+#include "wire/hex.h"
 
 namespace pandastack::vmm {
 
@@ -70,7 +71,7 @@ Result<std::string> TemplateStore::key(const std::string& template_name,
                          "\nmemory=" + std::to_string(shape.memory_mib) +
                          "\nvcpus=" + std::to_string(shape.vcpus) + "\ncpu=" + shape.cpu_model;
   return std::string(to_string(shape.accel)) + "-" + std::to_string(shape.memory_mib) + "m-" +
-         fnv1a_hex(material);
+         wire::fnv1a_hex(material);
 }
 
 namespace {

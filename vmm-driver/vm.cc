@@ -72,14 +72,6 @@ bool RestoreActivity::quiet_for(milliseconds quiet) {
   return a.running == 0 && steady_clock::now() >= a.last_end + quiet;
 }
 
-std::string fnv1a_hex(std::string_view s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
-}
-
 unsigned host_tsc_khz() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -844,7 +836,7 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
 fs::path Vm::disks() const { return config_.disk_dir.empty() ? config_.run_dir : config_.disk_dir; }
 
 std::string Vm::cgroup_name(const fs::path& run_dir) {
-  return run_dir.filename().string() + "-" + fnv1a_hex(fs::absolute(run_dir).string());
+  return run_dir.filename().string() + "-" + wire::fnv1a_hex(fs::absolute(run_dir).string());
 }
 
 bool Vm::kill_recorded(const fs::path& run_dir) {

@@ -97,9 +97,6 @@ inline std::vector<std::string> qemu_boot_args(const VmConfig& config) { return 
 // Host TSC frequency in kHz from /proc/cpuinfo (0 when unknown).
 unsigned host_tsc_khz();
 
-// FNV-1a (64 bit) of `s` as 16 hex digits: cache keys and unique names, not a security boundary.
-std::string fnv1a_hex(std::string_view s);
-
 struct Snapshot;
 class Cgroup;
 

@@ -1,5 +1,7 @@
 #include "wire/hex.h"
 
+#include <cstdint>
+
 namespace pandastack::wire {
 
 std::string hex_encode(std::string_view data) {
@@ -27,6 +29,15 @@ std::optional<std::string> hex_decode(std::string_view hex) {
     if (hi < 0 || lo < 0) return std::nullopt;
     out += char(hi << 4 | lo);
   }
+  return out;
+}
+
+std::string fnv1a_hex(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[size_t(i)] = kDigits[h & 15];
   return out;
 }
 

@@ -1,4 +1,5 @@
-// Lowercase hexadecimal: digests and random names in files and ids, and E2B-form API keys.
+// Lowercase hexadecimal: digests and random names in files and ids, E2B-form API keys, and the
+// FNV-1a names of cached files.
 #pragma once
 
 #include <optional>
@@ -11,5 +12,8 @@ namespace pandastack::wire {
 std::string hex_encode(std::string_view data);
 // The bytes of `hex` (an even count of lowercase hex digits); nullopt for anything else.
 std::optional<std::string> hex_decode(std::string_view hex);
+
+// FNV-1a (64 bit) of `s` as 16 hex digits: cache keys and unique names, not a security boundary.
+std::string fnv1a_hex(std::string_view s);
 
 }  // namespace pandastack::wire

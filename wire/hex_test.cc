@@ -24,5 +24,12 @@ TEST(Hex, RefusesOddLengthsUppercaseAndOtherCharacters) {
   EXPECT_EQ(hex_decode("0 "), std::nullopt);
 }
 
+TEST(Hex, Fnv1aIsTheStandard64BitHashIn16Digits) {
+  // The published FNV-1a test vectors.
+  EXPECT_EQ(fnv1a_hex(""), "cbf29ce484222325");
+  EXPECT_EQ(fnv1a_hex("a"), "af63dc4c8601ec8c");
+  EXPECT_EQ(fnv1a_hex("foobar"), "85944171f73967e8");
+}
+
 }  // namespace
 }  // namespace pandastack::wire
