@@ -50,8 +50,8 @@ bool valid_template_name(const std::string& n, const TemplateLimits& limits) {
 std::optional<Rejection> check_template_name(const std::string& name,
                                              const TemplateLimits& limits) {
   if (valid_template_name(name, limits)) return std::nullopt;
-  return Rejection{"invalid_argument", "name: 1.." + std::to_string(limits.max_name_bytes) +
-                                           " of a-z, 0-9 and '-', not starting with '-'"};
+  return Rejection{Code::invalid_argument, "name: 1.." + std::to_string(limits.max_name_bytes) +
+                                               " of a-z, 0-9 and '-', not starting with '-'"};
 }
 
 std::string template_id(const std::string& tenant, const std::string& name) {
@@ -68,7 +68,7 @@ std::string template_display_name(const std::string& id) {
 
 namespace {
 
-Rejection bad(const std::string& why) { return {"invalid_argument", why}; }
+Rejection bad(const std::string& why) { return {Code::invalid_argument, why}; }
 
 // A Debian package name (policy 5.6.1), optionally with an architecture qualifier.
 bool valid_package(const std::string& p) {
@@ -150,16 +150,16 @@ struct Decider {
   std::optional<Rejection> check_new(const std::string& name) const {
     if (auto r = check_template_name(name, limits)) return r;
     if (s.status == TemplateStatus::building)
-      return Rejection{"conflict", "template " + name + " is being built"};
+      return Rejection{Code::conflict, "template " + name + " is being built"};
     if (s.status == TemplateStatus::ready)
-      return Rejection{"conflict", "template " + name + " exists: delete it first"};
+      return Rejection{Code::conflict, "template " + name + " exists: delete it first"};
     return std::nullopt;
   }
 
   // Finish and Fail end a build.
   std::optional<Rejection> check_building() const {
     if (s.status != TemplateStatus::building)
-      return Rejection{"invalid_state", "template " + s.name + " is not being built"};
+      return Rejection{Code::invalid_state, "template " + s.name + " is not being built"};
     return std::nullopt;
   }
 
@@ -212,12 +212,13 @@ struct Decider {
 
   TemplateDecision operator()(const tcmd::Delete& c) const {
     if (s.status == TemplateStatus::none || s.status == TemplateStatus::deleted)
-      return Rejection{"template_not_found", "no template " + template_display_name(s.id)};
+      return Rejection{Code::template_not_found, "no template " + template_display_name(s.id)};
     if (s.status == TemplateStatus::building)
-      return Rejection{"conflict", "template " + s.name + " is being built"};
+      return Rejection{Code::conflict, "template " + s.name + " is being built"};
     if (c.in_use > 0)
-      return Rejection{"template_in_use", std::to_string(c.in_use) + " sandbox(es) of template " +
-                                              s.name + " have not ended"};
+      return Rejection{
+          Code::template_in_use,
+          std::to_string(c.in_use) + " sandbox(es) of template " + s.name + " have not ended"};
     return std::vector<TemplateEvent>{event(TemplateEvent::Kind::deleted)};
   }
 };

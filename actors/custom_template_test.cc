@@ -22,7 +22,7 @@ TemplateState run(TemplateState s, const TemplateCommand& c) {
 std::string refusal(const TemplateState& s, const TemplateCommand& c) {
   auto d = decide(s, c, kNow);
   auto* r = std::get_if<Rejection>(&d);
-  return r ? r->code : "";
+  return r ? to_string(r->code) : "";
 }
 
 TemplateSpec spec() {

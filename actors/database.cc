@@ -55,8 +55,8 @@ bool valid_database_name(const std::string& n) {
 }
 
 Rejection too_many_backups(const std::string& id, size_t kept) {
-  return {"quota_exceeded", "database " + id + " has " + std::to_string(kept) +
-                                " backups, the most a database keeps: delete one"};
+  return {Code::quota_exceeded, "database " + id + " has " + std::to_string(kept) +
+                                    " backups, the most a database keeps: delete one"};
 }
 
 namespace {
@@ -72,15 +72,15 @@ struct Decider {
     e.at_ms = now;
     return {e};
   }
-  Rejection gone() const { return {"database_not_found", "no database " + s.id}; }
+  Rejection gone() const { return {Code::database_not_found, "no database " + s.id}; }
 
   DatabaseDecision operator()(const dbcmd::Create& c) const {
     if (s.status != DatabaseStatus::none)
-      return Rejection{"invalid_state", "database " + s.id + " exists"};
-    if (!valid_database_name(c.name)) return Rejection{"invalid_argument", kDatabaseNameRule};
+      return Rejection{Code::invalid_state, "database " + s.id + " exists"};
+    if (!valid_database_name(c.name)) return Rejection{Code::invalid_argument, kDatabaseNameRule};
     if (auto r = check_metadata(c.metadata, limits)) return *r;
     if (c.sandbox.empty() || c.user.empty() || c.database.empty())
-      return Rejection{"invalid_argument", "a database needs its sandbox, user and database"};
+      return Rejection{Code::invalid_argument, "a database needs its sandbox, user and database"};
     auto e = one(DatabaseEvent::Kind::created);
     auto& x = e.front();
     x.tenant = c.tenant;
@@ -94,7 +94,7 @@ struct Decider {
   }
   DatabaseDecision operator()(const dbcmd::RotatePassword&) const {
     if (s.status == DatabaseStatus::hibernated)
-      return Rejection{"database_hibernated", "database " + s.id + " is hibernated: wake it"};
+      return Rejection{Code::database_hibernated, "database " + s.id + " is hibernated: wake it"};
     if (s.status != DatabaseStatus::running) return gone();
     return one(DatabaseEvent::Kind::credentials_rotated);
   }
@@ -110,9 +110,9 @@ struct Decider {
   }
   DatabaseDecision operator()(const dbcmd::Backup& c) const {
     if (s.status == DatabaseStatus::hibernated)
-      return Rejection{"database_hibernated", "database " + s.id + " is hibernated: wake it"};
+      return Rejection{Code::database_hibernated, "database " + s.id + " is hibernated: wake it"};
     if (s.status != DatabaseStatus::running) return gone();
-    if (c.backup.empty()) return Rejection{"invalid_argument", "a backup needs its id"};
+    if (c.backup.empty()) return Rejection{Code::invalid_argument, "a backup needs its id"};
     if (s.backups.size() >= kMaxBackupsPerDatabase) return too_many_backups(s.id, s.backups.size());
     auto e = one(DatabaseEvent::Kind::backed_up);
     e.front().backup = c.backup;
@@ -123,7 +123,7 @@ struct Decider {
     if (s.status == DatabaseStatus::none || s.status == DatabaseStatus::deleted) return gone();
     bool known = false;
     for (auto& b : s.backups) known = known || b.id == c.backup;
-    if (!known) return Rejection{"backup_not_found", "no backup " + c.backup + " of " + s.id};
+    if (!known) return Rejection{Code::backup_not_found, "no backup " + c.backup + " of " + s.id};
     auto e = one(DatabaseEvent::Kind::backup_deleted);
     e.front().backup = c.backup;
     return e;

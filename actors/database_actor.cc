@@ -55,7 +55,7 @@ caf::behavior database_actor(DatabaseSelf* self, Env* env, caf::actor registry,
         pump(self);
         return rp;
       },
-      [=](persisted_atom, bool ok, std::string code, std::string err) {
+      [=](persisted_atom, bool ok, Code code, std::string err) {
         auto& st = self->state;
         st.persisting = false;
         auto rp = st.current_rp;

@@ -22,7 +22,7 @@ DatabaseState run(DatabaseState s, const DatabaseCommand& c) {
 std::string refusal(const DatabaseState& s, const DatabaseCommand& c) {
   auto d = decide(s, c, kNow);
   auto* r = std::get_if<Rejection>(&d);
-  return r ? r->code : "";
+  return r ? to_string(r->code) : "";
 }
 
 dbcmd::Create create(std::string name = "shop") {

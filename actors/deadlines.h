@@ -42,9 +42,9 @@ inline constexpr Deadline kQuery{"a query", std::chrono::seconds(30)};
 // or the other actor failed otherwise (internal).
 inline Rejection missed(const caf::error& e, const Deadline& d, caf::actor_system& sys) {
   if (e == caf::sec::request_timeout)
-    return {"timeout", std::string(d.what) + " did not answer within " +
-                           std::to_string(d.limit.count()) + " s"};
-  return {"internal", std::string(d.what) + ": " + sys.render(e)};
+    return {Code::timeout, std::string(d.what) + " did not answer within " +
+                               std::to_string(d.limit.count()) + " s"};
+  return {Code::internal, std::string(d.what) + ": " + sys.render(e)};
 }
 
 }  // namespace pandastack::actors::deadline

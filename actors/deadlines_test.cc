@@ -31,7 +31,7 @@ TEST(Deadlines, AReplyThatNeverComesIsATimeoutThatNamesWhoAndHowLong) {
       .receive([&](int) { FAIL() << "answered"; },
                [&](caf::error& e) { got = deadline::missed(e, kShort, sys); });
   ASSERT_TRUE(got);
-  EXPECT_EQ(got->code, "timeout");
+  EXPECT_EQ(got->code, Code::timeout);
   EXPECT_EQ(got->message, "the test's actor did not answer within 1 s");
   self->send_exit(quiet, caf::exit_reason::user_shutdown);
 }
@@ -47,7 +47,7 @@ TEST(Deadlines, AnActorThatDiedIsAnInternalErrorThatNamesIt) {
       .receive([&](int) { FAIL() << "answered"; },
                [&](caf::error& e) { got = deadline::missed(e, deadline::kQuery, sys); });
   ASSERT_TRUE(got);
-  EXPECT_EQ(got->code, "internal");
+  EXPECT_EQ(got->code, Code::internal);
   EXPECT_EQ(got->message.rfind("a query: ", 0), 0u) << got->message;
 }
 

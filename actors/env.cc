@@ -141,12 +141,12 @@ std::optional<Rejection> Env::shape_admits(const Shape& shape, uint32_t memory_m
                                            const std::string& template_name) {
   auto name = template_display_name(template_name);
   if (memory_mib > shape.memory_mib)
-    return Rejection{"exceeds_template", "template " + name + " is baked with " +
-                                             std::to_string(shape.memory_mib) +
-                                             " MiB of memory: a sandbox of it may not ask for " +
-                                             std::to_string(memory_mib)};
+    return Rejection{Code::exceeds_template,
+                     "template " + name + " is baked with " + std::to_string(shape.memory_mib) +
+                         " MiB of memory: a sandbox of it may not ask for " +
+                         std::to_string(memory_mib)};
   if (vcpus > shape.vcpus)
-    return Rejection{"exceeds_template",
+    return Rejection{Code::exceeds_template,
                      "template " + name + " is baked with " + std::to_string(shape.vcpus) +
                          " vCPUs: a sandbox of it may not ask for " + std::to_string(vcpus)};
   return std::nullopt;
@@ -245,7 +245,7 @@ SandboxInfo info_of(const SandboxState& s) {
 }
 
 Rejection not_found(const std::string& id) {
-  return Rejection{"sandbox_not_found", "no sandbox " + id};
+  return Rejection{Code::sandbox_not_found, "no sandbox " + id};
 }
 
 void expose_ports(vmm::Network& n, const std::set<uint32_t>& ports, const std::string& host,
@@ -303,10 +303,11 @@ std::optional<Rejection> Env::host_admits(uint64_t memory_mib) const {
   auto [total_kib, available_kib] = host_memory();
   uint64_t need_kib = memory_mib * 1024;
   if (total_kib > 0 && available_kib < need_kib + total_kib * headroom / 100)
-    return Rejection{"host_full", "the host has " + std::to_string(available_kib / 1024) +
-                                      " MiB of memory available; " + std::to_string(memory_mib) +
-                                      " MiB more would leave less than its " +
-                                      std::to_string(headroom) + "% headroom: try again later"};
+    return Rejection{Code::host_full, "the host has " + std::to_string(available_kib / 1024) +
+                                          " MiB of memory available; " +
+                                          std::to_string(memory_mib) +
+                                          " MiB more would leave less than its " +
+                                          std::to_string(headroom) + "% headroom: try again later"};
   // The file systems a new VM writes to: guest RAM on the state folder; its disk layers on the disk
   // folder; its events on the data folder (the store: a full store disk fails every write, so
   // creates stop well before that).
@@ -316,7 +317,7 @@ std::optional<Rejection> Env::host_admits(uint64_t memory_mib) const {
     if (dir.empty() || ::statvfs(dir.c_str(), &v) != 0 || v.f_blocks == 0) return std::nullopt;
     uint64_t size = uint64_t(v.f_blocks) * v.f_frsize, free = uint64_t(v.f_bavail) * v.f_frsize;
     if (free >= need + size / 100 * headroom) return std::nullopt;
-    return Rejection{"host_full",
+    return Rejection{Code::host_full,
                      std::string("the ") + what + " " + dir.string() + " has " +
                          std::to_string(free >> 20) + " MiB free; " +
                          (need ? std::to_string(need >> 20) + " MiB more" : "a sandbox") +

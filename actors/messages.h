@@ -154,12 +154,14 @@ inline void append_and_report(Env& env, const std::string& stream, uint64_t vers
   env.store->append_async(
       stream, version, std::move(events),
       [me](storage::Result<storage::AppendResult> r) {
-        std::string code, err;
+        Code code = Code::storage_error;
+        std::string err;
         if (!r.ok()) {
-          code = r.error().code == storage::ErrorCode::no_space ? "no_space" : "storage_error";
+          code =
+              r.error().code == storage::ErrorCode::no_space ? Code::no_space : Code::storage_error;
           err = r.error().message;
         }
-        caf::anon_send(me, persisted_atom::value, r.ok(), std::move(code), std::move(err));
+        caf::anon_send(me, persisted_atom::value, r.ok(), code, std::move(err));
       },
       durability);
 }

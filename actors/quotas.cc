@@ -8,9 +8,10 @@ namespace pandastack::actors {
 using wire::Json;
 
 Rejection quota_exceeded(const std::string& name, uint64_t limit, uint64_t used, uint64_t asked) {
-  return {"quota_exceeded", "quota '" + name + "' exceeded: limit " + std::to_string(limit) +
-                                ", in use " + std::to_string(used) + ", asked " +
-                                std::to_string(asked)};
+  return {Code::quota_exceeded,
+          "quota '" + name + "' exceeded: limit " + std::to_string(limit) + ", in use " +
+              std::to_string(used) + ", asked " + std::to_string(asked),
+          QuotaDetail{name, limit, used, asked}};
 }
 
 std::optional<Rejection> check_quotas(const Quotas& q, const QuotaUse& u, const QuotaAsk& a) {
@@ -106,7 +107,7 @@ Json use_json(const QuotaUse& u) {
 }
 
 std::variant<Quotas, Rejection> quotas_from_json(const Json& j, Quotas q) {
-  if (!j.is_object()) return Rejection{"invalid_argument", "quotas are a JSON object"};
+  if (!j.is_object()) return Rejection{Code::invalid_argument, "quotas are a JSON object"};
   for (auto& [k, v] : j.as_object()) {
     bool known = false;
     std::optional<Rejection> bad;
@@ -116,9 +117,9 @@ std::variant<Quotas, Rejection> quotas_from_json(const Json& j, Quotas q) {
       uint64_t max = small ? UINT32_MAX : (uint64_t(1) << 40);
       if (!v.is_number() || v.as_double() < 1 || v.as_double() > double(max) ||
           v.as_double() != double(int64_t(v.as_double()))) {
-        bad = Rejection{"invalid_argument", std::string("quota '") + name +
-                                                "' must be a whole number from 1 to " +
-                                                std::to_string(max)};
+        bad = Rejection{Code::invalid_argument, std::string("quota '") + name +
+                                                    "' must be a whole number from 1 to " +
+                                                    std::to_string(max)};
         return;
       }
       if (small)
@@ -127,7 +128,7 @@ std::variant<Quotas, Rejection> quotas_from_json(const Json& j, Quotas q) {
         q.*big = uint64_t(v.as_int());
     });
     if (bad) return *bad;
-    if (!known) return Rejection{"invalid_argument", "unknown quota '" + k + "'"};
+    if (!known) return Rejection{Code::invalid_argument, "unknown quota '" + k + "'"};
   }
   return q;
 }

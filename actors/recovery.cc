@@ -22,7 +22,7 @@ Reply<Recovered> recover(Env& env) {
   // Recovery: replay every sandbox's stream.
   const RuntimeConfig& config = env.config;
   auto streams = env.store->streams("sbx_");
-  if (!streams) return Rejection{"storage_error", streams.error().message};
+  if (!streams) return Rejection{Code::storage_error, streams.error().message};
   Recovered out;
   std::vector<SandboxState>& recovered = out.sandboxes;
   std::set<std::string> keep_run;
@@ -49,7 +49,7 @@ Reply<Recovered> recover(Env& env) {
   std::set<std::string> retired;
   {
     auto marks = env.store->scan(kRetiredPrefix);
-    if (!marks) return Rejection{"storage_error", marks.error().message};
+    if (!marks) return Rejection{Code::storage_error, marks.error().message};
     for (auto& [k, v] : *marks) retired.insert(k.substr(std::string_view(kRetiredPrefix).size()));
   }
   out.retired = retired.size();
@@ -59,7 +59,7 @@ Reply<Recovered> recover(Env& env) {
     s.id = id;
     // The newest state snapshot, then the events after it.
     auto snap = env.store->load_snapshot(id);
-    if (!snap) return Rejection{"storage_error", snap.error().message};
+    if (!snap) return Rejection{Code::storage_error, snap.error().message};
     if (*snap && (*snap)->format == state_format()) {
       if (auto decoded = decode_state((*snap)->state);
           decoded && decoded->id == id && decoded->version == (*snap)->version) {
@@ -70,11 +70,11 @@ Reply<Recovered> recover(Env& env) {
       }
     }
     auto events = env.store->read_stream(id, s.version + 1);
-    if (!events) return Rejection{"storage_error", events.error().message};
+    if (!events) return Rejection{Code::storage_error, events.error().message};
     for (auto& stored : *events) {
       auto e = decode_event(stored.payload);
       if (!e)
-        return Rejection{"storage_error",
+        return Rejection{Code::storage_error,
                          "undecodable event " + std::to_string(stored.version) + " of " + id};
       s = apply(s, *e);
     }
@@ -83,7 +83,7 @@ Reply<Recovered> recover(Env& env) {
       e.at_ms = now_ms();
       auto r =
           env.store->append(id, s.version, {{to_string(e.kind), event_format(), encode_event(e)}});
-      if (!r) return Rejection{"storage_error", r.error().message};
+      if (!r) return Rejection{Code::storage_error, r.error().message};
       s = apply(s, e);
       return std::nullopt;
     };
@@ -181,17 +181,17 @@ Reply<Recovered> recover(Env& env) {
   // Volumes: replayed; their files follow the records.
   {
     auto vstreams = env.store->streams("vol_");
-    if (!vstreams) return Rejection{"storage_error", vstreams.error().message};
+    if (!vstreams) return Rejection{Code::storage_error, vstreams.error().message};
     std::set<std::string> files = {"snapshots"}, snapshot_files;
     for (auto& id : *vstreams) {
       VolumeState v;
       v.id = id;
       auto events = env.store->read_stream(id);
-      if (!events) return Rejection{"storage_error", events.error().message};
+      if (!events) return Rejection{Code::storage_error, events.error().message};
       for (auto& stored : *events) {
         auto e = decode_volume_event(stored.payload);
         if (!e)
-          return Rejection{"storage_error",
+          return Rejection{Code::storage_error,
                            "undecodable event " + std::to_string(stored.version) + " of " + id};
         v = apply(v, *e);
       }
@@ -226,16 +226,16 @@ Reply<Recovered> recover(Env& env) {
   // Managed databases: replayed (their sandboxes and volumes recovered above).
   {
     auto dstreams = env.store->streams("db_");
-    if (!dstreams) return Rejection{"storage_error", dstreams.error().message};
+    if (!dstreams) return Rejection{Code::storage_error, dstreams.error().message};
     for (auto& id : *dstreams) {
       DatabaseState d;
       d.id = id;
       auto events = env.store->read_stream(id);
-      if (!events) return Rejection{"storage_error", events.error().message};
+      if (!events) return Rejection{Code::storage_error, events.error().message};
       for (auto& stored : *events) {
         auto e = decode_database_event(stored.payload);
         if (!e)
-          return Rejection{"storage_error",
+          return Rejection{Code::storage_error,
                            "undecodable event " + std::to_string(stored.version) + " of " + id};
         d = apply(d, *e);
       }

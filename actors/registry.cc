@@ -292,9 +292,9 @@ caf::actor template_of(RegistrySelf* self, const std::string& name) {
 caf::result<Answer> create_with_data_volume(RegistrySelf* self, CreateRequest req,
                                             const Env::DataVolume& dv) {
   if (req.volumes.size() + 1 > vmm::kVolumeSlots)
-    return Answer::fail(
-        {"invalid_argument", "template " + req.template_name + " has a data volume: at most " +
-                                 std::to_string(vmm::kVolumeSlots - 1) + " volumes of your own"});
+    return Answer::fail({Code::invalid_argument,
+                         "template " + req.template_name + " has a data volume: at most " +
+                             std::to_string(vmm::kVolumeSlots - 1) + " volumes of your own"});
   auto rp = self->make_response_promise();
   self->request(template_of(self, req.template_name), deadline::kBake.limit, bake_atom::value)
       .then(
@@ -495,12 +495,12 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           // Only a snapshot taken from one of this tenant's sandboxes.
           auto* taken_from = snapshot_owner(self, req.tenant, req.from_snapshot);
           if (!taken_from)
-            return Answer::fail({"snapshot_not_found", "no snapshot " + req.from_snapshot});
+            return Answer::fail({Code::snapshot_not_found, "no snapshot " + req.from_snapshot});
           req.template_name = taken_from->template_name;  // the snapshot's VM shape and image
           source = taken_from->volumes;
           if (!source.empty() && !req.volumes.empty())
             return Answer::fail(
-                {"invalid_argument",
+                {Code::invalid_argument,
                  "snapshot " + req.from_snapshot +
                      " has volumes: a sandbox made from it gets copies of them, and no others"});
           snapshot = req.from_snapshot;
@@ -551,7 +551,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           auto back = self->state.ended.find(id);
           bool returning = back != self->state.ended.end() && !back->second.moved_to.empty();
           if (self->state.actors.count(id) || (self->state.infos.count(id) && !returning))
-            return Answer::fail({"conflict", "sandbox " + id + " exists on this host already"});
+            return Answer::fail({Code::conflict, "sandbox " + id + " exists on this host already"});
         }
         if (auto refused =
                 admit(self, ir.create.tenant,
@@ -710,14 +710,14 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](delsnap_atom, std::string tenant, std::string snapshot) -> caf::result<Answer> {
         // The tenant's sandbox that took it (alive or ended).
         auto* taken_by = snapshot_owner(self, tenant, snapshot);
-        if (!taken_by) return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+        if (!taken_by) return Answer::fail({Code::snapshot_not_found, "no snapshot " + snapshot});
         const std::string owner = taken_by->id;
         auto a = self->state.actors.find(owner);
         caf::actor actor = a == self->state.actors.end() ? caf::actor() : a->second;
         if (!actor) {
           auto e = self->state.ended.find(owner);
           if (e == self->state.ended.end())
-            return Answer::fail({"snapshot_not_found", "no snapshot " + snapshot});
+            return Answer::fail({Code::snapshot_not_found, "no snapshot " + snapshot});
           actor = spawn_sandbox(self, e->second);
           forget_ended(self, owner);
         }

@@ -9,7 +9,7 @@ namespace pandastack::actors::registry_databases {
 namespace {
 
 Rejection database_not_found(const std::string& id) {
-  return {"database_not_found", "no database " + id};
+  return {Code::database_not_found, "no database " + id};
 }
 
 caf::actor spawn_database(RegistrySelf* self, const DatabaseState& s) {
@@ -27,7 +27,7 @@ caf::result<Answer> command(RegistrySelf* self, const std::string& tenant, const
   bool creating = std::holds_alternative<dbcmd::Create>(c);
   if (creating) {
     if (self->state.databases.count(id))
-      return Answer::fail({"invalid_state", "database " + id + " exists"});
+      return Answer::fail({Code::invalid_state, "database " + id + " exists"});
     DatabaseState s;
     s.id = id;
     s.tenant = tenant;

@@ -17,7 +17,7 @@ namespace pandastack::actors::registry_volumes {
 namespace {
 
 Rejection volume_not_found(const std::string& id) {
-  return {"volume_not_found", "no volume " + id};
+  return {Code::volume_not_found, "no volume " + id};
 }
 
 caf::actor actor_of(RegistrySelf* self, const std::string& tenant, const std::string& id) {
@@ -108,7 +108,7 @@ void inherit(RegistrySelf* self, const std::string& tenant,
   std::vector<CreateRequest::Volume> wanted;
   if (source.empty()) return then(wanted);
   auto snap = vmm::Snapshot::load(snapshot_dir);  // its meta.json: which volumes it holds
-  if (!snap) return then(Rejection{"internal", "snapshot: " + snap.error().message});
+  if (!snap) return then(Rejection{Code::internal, "snapshot: " + snap.error().message});
   auto sorted = source;
   std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.slot < b.slot; });
   auto* env = self->state.env;
@@ -119,13 +119,14 @@ void inherit(RegistrySelf* self, const std::string& tenant,
     auto& copies = snap->volume_copies;
     if (std::find(copies.begin(), copies.end(), v.slot) == copies.end()) {
       if (!v.read_only)
-        return then(Rejection{"internal", "the snapshot holds no copy of volume " + v.volume});
+        return then(Rejection{Code::internal, "the snapshot holds no copy of volume " + v.volume});
       wanted.push_back({v.volume, v.mount, true});  // shared, as the source had it
       continue;
     }
     struct stat st {};
     if (::stat(snap->volume(v.slot).c_str(), &st) != 0)
-      return then(Rejection{"internal", "the snapshot's copy of volume " + v.volume + " is gone"});
+      return then(
+          Rejection{Code::internal, "the snapshot's copy of volume " + v.volume + " is gone"});
     VolumeRequest r;
     r.tenant = tenant;
     if (auto src = self->state.volumes.find(v.volume); src != self->state.volumes.end()) {
@@ -154,7 +155,7 @@ void inherit(RegistrySelf* self, const std::string& tenant,
           [self, ids, reqs, origins, wanted, then, forget](std::string err) {
             if (!err.empty()) {
               forget();
-              return then(Rejection{"storage_error", "copying the volumes: " + err});
+              return then(Rejection{Code::storage_error, "copying the volumes: " + err});
             }
             struct Collect {
               size_t left;
@@ -191,7 +192,7 @@ void arrive(RegistrySelf* self, const std::string& tenant,
     if (auto known = self->state.volumes.find(v.id);
         (known != self->state.volumes.end() && known->second.status != "moved") ||
         self->state.volume_actors.count(v.id))
-      return then(Rejection{"conflict", "volume " + v.id + " exists on this host already"});
+      return then(Rejection{Code::conflict, "volume " + v.id + " exists on this host already"});
     mib += v.size_mib;
     pairs.push_back((std::filesystem::path(received) / (v.id + ".img")).string());
     pairs.push_back(volume_file(env->volumes_dir(), v.id).string());
@@ -217,7 +218,7 @@ void arrive(RegistrySelf* self, const std::string& tenant,
           [self, sorted, versions, wanted, then, from_host, tenant](std::string err) {
             if (!err.empty()) {
               for (auto& a : sorted) self->state.volumes.erase(a.volume.id);
-              return then(Rejection{"storage_error", "placing the volumes: " + err});
+              return then(Rejection{Code::storage_error, "placing the volumes: " + err});
             }
             struct Collect {
               size_t left;
@@ -341,7 +342,7 @@ void info(RegistrySelf* self, VolumeInfo i) {
 void attach(RegistrySelf* self, const std::string& tenant, const std::string& sandbox,
             const std::vector<CreateRequest::Volume>& wanted, std::function<void(Attached)> then) {
   if (wanted.size() > vmm::kVolumeSlots)
-    return then(Rejection{"invalid_argument",
+    return then(Rejection{Code::invalid_argument,
                           "at most " + std::to_string(vmm::kVolumeSlots) + " volumes per sandbox"});
   std::set<std::string> ids, mounts;
   std::vector<SandboxVolume> out;
@@ -349,13 +350,13 @@ void attach(RegistrySelf* self, const std::string& tenant, const std::string& sa
   for (auto& w : wanted) {
     if (auto r = check_mount_path(w.mount)) return then(*r);
     if (!ids.insert(w.volume).second)
-      return then(Rejection{"invalid_argument", "volume " + w.volume + " is listed twice"});
+      return then(Rejection{Code::invalid_argument, "volume " + w.volume + " is listed twice"});
     if (!mounts.insert(w.mount).second)
-      return then(Rejection{"invalid_argument", "two volumes at " + w.mount});
+      return then(Rejection{Code::invalid_argument, "two volumes at " + w.mount});
     for (auto& m : mounts)
       if (m != w.mount && (w.mount.starts_with(m + "/") || m.starts_with(w.mount + "/")))
         return then(
-            Rejection{"invalid_argument", "mount paths " + m + " and " + w.mount + " nest"});
+            Rejection{Code::invalid_argument, "mount paths " + m + " and " + w.mount + " nest"});
     auto a = actor_of(self, tenant, w.volume);
     if (!a) return then(volume_not_found(w.volume));
     actors.push_back(a);

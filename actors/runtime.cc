@@ -85,7 +85,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       config.net.reserved.push_back(prefix);
     for (auto& c : config.net.reserved_allowed)
       if (auto n = vmm::normalize_cidr(c); !n)
-        return Rejection{"invalid_argument", "--allow-private-egress: " + n.error().message};
+        return Rejection{Code::invalid_argument, "--allow-private-egress: " + n.error().message};
       else
         c = *n;
   }
@@ -98,7 +98,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       auto overlaps = vmm::subid_overlaps(text, policy.uid_base, policy.uid_count);
       if (!overlaps.empty())
-        return Rejection{"invalid_argument",
+        return Rejection{Code::invalid_argument,
                          std::string(file) + " gives '" + overlaps[0] +
                              "' ids the QEMU jail uses (" + std::to_string(policy.uid_base) + "+" +
                              std::to_string(policy.uid_count) +
@@ -110,14 +110,14 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   // kills by what it finds in them, and they hold every tenant's memory, disks and events.
   for (auto& dir : {config.data_dir, config.state_dir, config.disk_dir})
     if (auto st = vmm::private_dir(dir); !st)
-      return Rejection{"invalid_argument",
+      return Rejection{Code::invalid_argument,
                        "cannot use " + dir.string() + ": " + st.error().message};
   for (auto sub : {"run", "snapshots", "hibernated", "templates"}) {
     fs::create_directories(config.state_dir / sub);
     fs::create_directories(config.disk_dir / sub);
   }
   auto store = storage::EventStore::open({config.data_dir / "store", true, 1024, {}});
-  if (!store) return Rejection{"storage_error", store.error().message};
+  if (!store) return Rejection{Code::storage_error, store.error().message};
   env.store = std::move(*store);
   impl->keys = std::make_unique<storage::KeyStore>(*env.store);
   // Tenants' own quotas (set by an admin).
@@ -136,10 +136,10 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
       std::make_unique<vmm::TemplateStore>(env.io, config.images_dir, config.custom_templates_dir);
   if (config.network) {
     auto pool = vmm::SubnetPool::parse(config.net.pool_cidr);
-    if (!pool) return Rejection{"invalid_argument", "subnet pool: " + pool.error().message};
+    if (!pool) return Rejection{Code::invalid_argument, "subnet pool: " + pool.error().message};
     env.subnet_capacity = pool->capacity();
     auto host = vmm::Network::install_host_rules(config.net);
-    if (!host) return Rejection{"network_error", "sandbox networking: " + host.error().message};
+    if (!host) return Rejection{Code::network_error, "sandbox networking: " + host.error().message};
   }
 
   auto recovered = recover(env);
@@ -216,17 +216,17 @@ std::vector<TemplateInfo> Runtime::templates() {
 std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
   auto mode = vmm::egress_mode_from_string(e.mode);
   if (!mode)
-    return Rejection{"invalid_argument",
+    return Rejection{Code::invalid_argument,
                      "egress mode '" + e.mode + "' is not one of deny_all, allow_all, allowlist"};
   vmm::EgressPolicy p;
   p.mode = *mode;
   p.cidrs = e.cidrs;
   p.domains = e.domains;
   auto v = vmm::validate(p);
-  if (!v) return Rejection{"invalid_argument", "egress: " + v.error().message};
+  if (!v) return Rejection{Code::invalid_argument, "egress: " + v.error().message};
   if (!v->domains.empty() && !have_resolver)
     return Rejection{
-        "not_implemented",
+        Code::not_implemented,
         "domain names in an egress allowlist need the platform resolver, and this host "
         "has no upstream DNS server (--dns-upstream): allow CIDRs instead"};
   e.cidrs = v->cidrs;
@@ -239,7 +239,7 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   const auto& cfg = impl_->env->config;
   // The name is checked before any path is made of it (the network default is read below).
   if (r.from_snapshot.empty() && !valid_shipped_name(r.template_name))
-    return Rejection{"invalid_argument",
+    return Rejection{Code::invalid_argument,
                      "template names are 1-64 characters of a-z, 0-9, '-' and '_'"};
   // The tenant's own template of that name, if it has one (actors/template_builds.h).
   if (r.from_snapshot.empty())
@@ -247,7 +247,7 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   const auto template_dir =
       vmm::template_dir(cfg.images_dir, cfg.custom_templates_dir, r.template_name);
   if (r.network.value_or(false) && !cfg.network)
-    return Rejection{"network_disabled", "sandbox networking is off on this host"};
+    return Rejection{Code::network_disabled, "sandbox networking is off on this host"};
   if (!r.network) {
     // The template's default (IMAGES/<template>/network, from its recipe), else on. (From a
     // snapshot: the registry names its template; the daemon's default applies.)
@@ -261,11 +261,12 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
     r.egress = r.egress.value_or(cfg.default_egress);
     if (auto bad = validate_egress(*r.egress, !cfg.net.dns_upstream.empty())) return *bad;
   } else if (r.egress) {
-    return Rejection{"invalid_argument", "an egress policy needs a network (network: false given)"};
+    return Rejection{Code::invalid_argument,
+                     "an egress policy needs a network (network: false given)"};
   }
   if (r.from_snapshot.empty()) {
     if (!fs::exists(template_dir / "rootfs.qcow2"))
-      return Rejection{"template_not_found",
+      return Rejection{Code::template_not_found,
                        "no template '" + r.template_name +
                            "' (GET /v1/templates lists them; build one with POST /v1/templates "
                            "or `pandastack template build`)"};
@@ -294,12 +295,6 @@ Reply<std::vector<SandboxInfo>> Runtime::list(const std::string& tenant,
       [](const Answer& a) { return a.infos; });
 }
 
-namespace {
-caf::message route(const std::string& tenant, const std::string& id, Command c) {
-  return caf::make_message(route_atom::value, tenant, id, std::move(c));
-}
-}  // namespace
-
 Reply<SandboxInfo> Runtime::Impl::sandbox_command(const std::string& tenant, const std::string& id,
                                                   Command c) {
   return to_reply<SandboxInfo>(ask(route(tenant, id, std::move(c))),
@@ -320,8 +315,9 @@ std::optional<Rejection> Runtime::Impl::refuse_database_sandbox(const std::strin
   for (auto& d : dbs.databases)
     owned = owned || (d.id == it->second && d.sandbox == id && d.status != DatabaseStatus::deleted);
   if (!owned) return std::nullopt;
-  return Rejection{"managed_by_database", "sandbox " + id + " runs database " + it->second +
-                                              ": manage it through /v1/databases/" + it->second};
+  return Rejection{Code::managed_by_database, "sandbox " + id + " runs database " + it->second +
+                                                  ": manage it through /v1/databases/" +
+                                                  it->second};
 }
 
 Reply<SandboxInfo> Runtime::hibernate(const std::string& tenant, const std::string& id) {
@@ -359,7 +355,7 @@ Reply<std::vector<PortInfo>> ports_after(Runtime::Impl& impl, const std::string&
         auto& net = *a.vm->vm->config().network;
         if (change) {
           auto st = change(net);
-          if (!st) return Rejection{"network_error", st.error().message};
+          if (!st) return Rejection{Code::network_error, st.error().message};
         }
         live = net.exposed();
       }
@@ -476,7 +472,7 @@ Reply<bool> Runtime::check_egress(const std::string& tenant, const std::string& 
   auto info = get(tenant, id);
   if (!info) return info.error();
   if (!info->network)
-    return Rejection{"network_disabled", "sandbox " + id + " was created without a network"};
+    return Rejection{Code::network_disabled, "sandbox " + id + " was created without a network"};
   if (auto bad = validate_egress(egress, !impl_->env->config.net.dns_upstream.empty())) return *bad;
   return true;
 }
@@ -494,353 +490,6 @@ Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const s
       return *no;
     }
   return children;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Agent operations: a lease from the sandbox actor, then the call on the caller's thread.
-
-namespace {
-
-// A command the guest could not start: a missing working folder or program is the caller's
-// mistake (400, the same code for exec, streams, processes and WebSockets); anything else (the
-// guest out of processes) is exec_failed (503, try again).
-std::optional<Rejection> start_error(const std::string& error) {
-  if (error.empty()) return std::nullopt;
-  if (error.rfind("cwd ", 0) == 0) return Rejection{"invalid_cwd", error};
-  if (error.rfind("exec ", 0) == 0 && (error.find("No such file") != std::string::npos ||
-                                       error.find("Permission denied") != std::string::npos ||
-                                       error.find("Not a directory") != std::string::npos))
-    return Rejection{"command_not_found", error};
-  if (error.rfind("exec ", 0) == 0) return Rejection{"exec_failed", error};
-  return std::nullopt;
-}
-
-Rejection rejection_of(const vmm::Error& e) {
-  if (e.message == "cancelled") return {"cancelled", "the command was cancelled"};
-  // The guest's file error codes: the caller's mistakes are 4xx with their own codes.
-  static const std::map<std::string, std::string> guest = {
-      {"not_found", "file_not_found"},
-      {"is_a_directory", "is_a_directory"},
-      {"not_a_directory", "not_a_directory"},
-      {"exists", "file_exists"},
-      {"not_empty", "directory_not_empty"},
-      {"permission_denied", "permission_denied"},
-      {"no_space", "no_space"},
-      {"invalid_argument", "invalid_argument"},
-      {"io_error", "io_error"},
-      {"too_many", "too_many_directories"}};
-  if (auto it = guest.find(e.guest_code); it != guest.end()) return {it->second, e.message};
-  if (auto start = start_error(e.message)) return *start;
-  switch (e.code) {
-    case vmm::ErrorCode::not_found:
-      return {"file_not_found", e.message};
-    case vmm::ErrorCode::invalid_argument:
-      return {"invalid_argument", e.message};
-    case vmm::ErrorCode::timeout:
-      return {"timeout", e.message};
-    default:
-      return {"agent_error", e.message};
-  }
-}
-
-// Runs `f(agent, stop)` against the leased VM under its shared lock. `stop` fires when the caller
-// asks (`user`) or when the sandbox is hibernated or killed.
-template <typename T, typename F>
-Reply<T> with_vm(VmHandle& h, std::stop_token user, F&& f) {
-  std::stop_source mine;
-  auto calls = h.calls_stop();
-  std::stop_callback on_user(user, [&] { mine.request_stop(); });
-  std::stop_callback on_sandbox(calls->get_token(), [&] { mine.request_stop(); });
-  // In flight until it returns: the idle timeout does not count while a call runs.
-  struct InFlight {
-    VmHandle& h;
-    explicit InFlight(VmHandle& handle) : h(handle) { ++h.calls_in_flight; }
-    ~InFlight() {
-      h.last_call_ms = now_ms();
-      --h.calls_in_flight;
-    }
-  } in_flight(h);
-  std::shared_lock l(h.mu);
-  if (!h.vm) return Rejection{"sandbox_not_running", "the sandbox's VM is gone"};
-  if (!h.vm->has_agent() || h.vm->agent().disconnected()) {
-    // The connection to the guest agent broke (every call on it fails): connect again, alone
-    // with the VM (calls on the broken connection end at once).
-    l.unlock();
-    {
-      std::unique_lock x(h.mu);
-      if (h.vm && h.vm->alive() && (!h.vm->has_agent() || h.vm->agent().disconnected())) {
-        auto again = h.vm->reconnect_agent();
-        if (again)
-          spdlog::warn("vm {}: the guest agent's connection broke; connected again",
-                       h.vm->config().name);
-        else
-          spdlog::warn("vm {}: the guest agent's connection broke and connecting again failed: {}",
-                       h.vm->config().name, again.error().message);
-      }
-    }
-    l.lock();
-    if (!h.vm) return Rejection{"sandbox_not_running", "the sandbox's VM is gone"};
-    if (!h.vm->has_agent())
-      return Rejection{"agent_error", "the guest agent does not answer a new connection"};
-  }
-  auto r = f(h.vm->agent(), mine.get_token());
-  if (!r) {
-    if (calls->stop_requested() && !user.stop_requested())
-      return Rejection{"sandbox_stopped", "the sandbox was stopped or hibernated during the call"};
-    return rejection_of(r.error());
-  }
-  return T(std::move(*r));
-}
-
-std::string describe_command(const vmm::ExecRequest& r) {
-  std::string c;
-  if (r.argv.empty()) {
-    c = r.shell;
-  } else {
-    for (auto& a : r.argv) c += (c.empty() ? "" : " ") + a;
-  }
-  constexpr size_t kMax = 1024;  // the audit log keeps the start of long commands
-  if (c.size() > kMax) c = c.substr(0, kMax) + "...";
-  return c;
-}
-
-}  // namespace
-
-template <typename T, typename F>
-Reply<T> leased(Runtime::Impl& impl, const std::string& tenant, const std::string& id,
-                std::stop_token stop, F&& f) {
-  Answer a = impl.ask(caf::make_message(lease_atom::value, tenant, id));
-  if (!a.ok) return a.error;
-  return with_vm<T>(*a.vm, stop, std::forward<F>(f));
-}
-
-namespace {
-// A slot of the tenant's execs quota for as long as it lives (none when refused).
-class ExecSlot {
- public:
-  ExecSlot(Env& env, const std::string& tenant) : env_(env), tenant_(tenant) {
-    uint32_t limit = env.quotas_of(tenant).execs;
-    std::lock_guard l(env.quotas_mu);
-    auto& n = env.execs_running[tenant];
-    if (n >= limit)
-      refused_ = quota_exceeded("execs", limit, n, 1);
-    else
-      ++n;
-  }
-  ~ExecSlot() {
-    if (refused_) return;
-    std::lock_guard l(env_.quotas_mu);
-    if (--env_.execs_running[tenant_] == 0) env_.execs_running.erase(tenant_);
-  }
-  const std::optional<Rejection>& refused() const { return refused_; }
-
- private:
-  Env& env_;
-  std::string tenant_;
-  std::optional<Rejection> refused_;
-};
-
-Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
-                                const std::string& id, const vmm::ExecRequest& req,
-                                vmm::OutputCallback cb, std::stop_token stop) {
-  ExecSlot slot(*impl.env, tenant);
-  if (slot.refused()) return *slot.refused();
-  Answer a = impl.ask(caf::make_message(exec_atom::value, tenant, id, describe_command(req)));
-  if (!a.ok) return a.error;
-  auto t0 = std::chrono::steady_clock::now();
-  auto r = with_vm<vmm::ExecResult>(*a.vm, stop, [&](vmm::AgentClient& agent, std::stop_token t) {
-    return cb ? agent.exec_stream(req, cb, t) : agent.exec(req, t);
-  });
-  // A command that ended without a result (cancelled, the sandbox stopped) ran until now.
-  auto ran_ms = uint32_t(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count());
-  cmd::ExecFinished f{a.exec_id, -1, ran_ms, false};
-  if (r) f = {a.exec_id, r->exit_code, uint32_t(r->duration_us / 1000), r->timed_out};
-  // Recorded before the answer; a sandbox killed meanwhile refuses it (its execs ended with it).
-  impl.ask(route(tenant, id, f));
-  if (r && !r->error.empty())
-    return start_error(r->error).value_or(Rejection{"exec_failed", r->error});
-  return r;
-}
-}  // namespace
-
-namespace {
-template <typename F>
-vmm::Result<bool> as_bool(F&& f) {
-  auto s = f();
-  if (!s) return s.error();
-  return true;
-}
-}  // namespace
-
-Reply<vmm::ExecResult> Runtime::exec(const std::string& tenant, const std::string& id,
-                                     const vmm::ExecRequest& req, std::stop_token stop) {
-  return run_exec(*impl_, tenant, id, req, nullptr, stop);
-}
-
-Reply<vmm::ExecResult> Runtime::exec_stream(const std::string& tenant, const std::string& id,
-                                            const vmm::ExecRequest& req,
-                                            vmm::OutputCallback on_output, std::stop_token stop) {
-  return run_exec(*impl_, tenant, id, req, std::move(on_output), stop);
-}
-
-// An audit record of what the API did in the guest (after it happened; recorded by its sandbox,
-// in its event stream and the audit log).
-void record(Runtime::Impl& impl, const std::string& tenant, const std::string& id, Command c) {
-  Answer a = impl.ask(route(tenant, id, std::move(c)));
-  if (!a.ok) spdlog::warn("sandbox {}: audit record not written: {}", id, a.error.message);
-}
-
-Reply<uint32_t> Runtime::start_process(const std::string& tenant, const std::string& id,
-                                       const vmm::ExecRequest& req) {
-  uint32_t limit = impl_->env->config.limits.max_processes;
-  auto pid = leased<uint32_t>(
-      *impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) -> vmm::Result<uint32_t> {
-        // Counted in the guest (the processes that still run), before another starts.
-        auto running = ag.list_processes();
-        if (!running) return running.error();
-        uint32_t n = 0;
-        for (auto& p : *running) n += p.running;
-        if (n >= limit)
-          return vmm::make_error(
-              vmm::ErrorCode::invalid_argument,
-              "a sandbox runs at most " + std::to_string(limit) + " background processes at once");
-        return ag.start_process(req);
-      });
-  if (!pid && pid.error().message.find("background processes at once") != std::string::npos)
-    return Rejection{"too_many_processes", pid.error().message};
-  if (pid) record(*impl_, tenant, id, cmd::RecordProcess{*pid, describe_command(req)});
-  return pid;
-}
-
-Reply<std::vector<vmm::ProcessInfo>> Runtime::list_processes(const std::string& tenant,
-                                                             const std::string& id) {
-  return leased<std::vector<vmm::ProcessInfo>>(
-      *impl_, tenant, id, {},
-      [&](vmm::AgentClient& ag, std::stop_token) { return ag.list_processes(); });
-}
-
-Reply<bool> Runtime::kill_process(const std::string& tenant, const std::string& id, uint32_t pid,
-                                  int signal) {
-  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.kill_process(pid, signal); });
-  });
-}
-
-Reply<bool> Runtime::write_stdin(const std::string& tenant, const std::string& id, uint32_t pid,
-                                 std::string_view data, bool close) {
-  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.write_stdin(pid, data, close); });
-  });
-}
-
-Reply<vmm::ExecResult> Runtime::stream_process(const std::string& tenant, const std::string& id,
-                                               uint32_t pid, vmm::OutputCallback on_output,
-                                               std::stop_token stop) {
-  ExecSlot slot(*impl_->env, tenant);  // a stream holds a worker as long as a command does
-  if (slot.refused()) return *slot.refused();
-  return leased<vmm::ExecResult>(*impl_, tenant, id, stop,
-                                 [&](vmm::AgentClient& ag, std::stop_token t) {
-                                   return ag.stream_process(pid, on_output, t);
-                                 });
-}
-
-Reply<bool> Runtime::resize_pty(const std::string& tenant, const std::string& id, uint32_t pid,
-                                uint16_t cols, uint16_t rows) {
-  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.resize_pty(pid, cols, rows); });
-  });
-}
-
-Reply<bool> Runtime::watch(const std::string& tenant, const std::string& id,
-                           const std::string& path, bool recursive, std::function<void()> on_ready,
-                           vmm::WatchCallback on_events, std::stop_token stop) {
-  ExecSlot slot(*impl_->env, tenant);  // a watch holds a worker as long as a stream does
-  if (slot.refused()) return *slot.refused();
-  return leased<bool>(*impl_, tenant, id, stop, [&](vmm::AgentClient& ag, std::stop_token t) {
-    return as_bool([&] { return ag.watch(path, recursive, on_ready, on_events, t); });
-  });
-}
-
-Reply<std::string> Runtime::read_file(const std::string& tenant, const std::string& id,
-                                      const std::string& path, uint64_t max_bytes) {
-  auto r = leased<std::string>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return ag.read_file(path, max_bytes);
-  });
-  if (!r && r.error().code == "invalid_argument" &&
-      r.error().message.find("more than the limit") != std::string::npos)
-    return Rejection{"file_too_large", r.error().message};
-  return r;
-}
-
-Reply<vmm::FileRange> Runtime::read_file_range(const std::string& tenant, const std::string& id,
-                                               const std::string& path, uint64_t offset,
-                                               uint64_t length) {
-  return leased<vmm::FileRange>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return ag.read_range(path, offset, length);
-  });
-}
-
-Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
-                                const std::string& path, std::string_view data, uint32_t mode,
-                                uint64_t offset) {
-  std::optional<uint64_t> found;  // a part's file of another size
-  auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&]() -> vmm::Status {
-      if (offset == 0) return ag.write_file(path, data, mode, true);
-      auto st = ag.stat(path);
-      if (!st) return st.error();
-      if (st->size != offset) {
-        found = st->size;
-        return vmm::Ok{};
-      }
-      return ag.write_file(path, data, mode, false, /*append=*/true);
-    });
-  });
-  if (r && found)
-    return Rejection{"offset_mismatch", path + " is " + std::to_string(*found) +
-                                            " bytes: its next part goes at offset " +
-                                            std::to_string(*found)};
-  if (r) record(*impl_, tenant, id, cmd::RecordFile{path, offset + data.size(), false});
-  return r;
-}
-
-Reply<std::vector<vmm::FileStat>> Runtime::list_dir(const std::string& tenant,
-                                                    const std::string& id,
-                                                    const std::string& path) {
-  return leased<std::vector<vmm::FileStat>>(
-      *impl_, tenant, id, {},
-      [&](vmm::AgentClient& ag, std::stop_token) { return ag.list_dir(path); });
-}
-
-Reply<vmm::FileStat> Runtime::stat(const std::string& tenant, const std::string& id,
-                                   const std::string& path) {
-  return leased<vmm::FileStat>(
-      *impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) { return ag.stat(path); });
-}
-
-Reply<bool> Runtime::remove(const std::string& tenant, const std::string& id,
-                            const std::string& path, bool recursive) {
-  auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.remove(path, recursive); });
-  });
-  if (r) record(*impl_, tenant, id, cmd::RecordFile{path, 0, true});
-  return r;
-}
-
-Reply<bool> Runtime::rename(const std::string& tenant, const std::string& id,
-                            const std::string& from, const std::string& to) {
-  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.rename(from, to); });
-  });
-}
-
-Reply<bool> Runtime::mkdir(const std::string& tenant, const std::string& id,
-                           const std::string& path, bool parents) {
-  return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.mkdir(path, parents); });
-  });
 }
 
 const RuntimeConfig& Runtime::config() const { return impl_->env->config; }

@@ -21,8 +21,8 @@ KeyInfo key_info(const storage::ApiKey& k) { return {k.id, k.tenant, k.admin, k.
 // A key looked up in the key store: its info, or unauthorized (`gone`: why) when there is none.
 Reply<KeyInfo> key_reply(const storage::Result<storage::ApiKey>& k, const char* gone) {
   if (!k) {
-    if (k.error().code == storage::ErrorCode::not_found) return Rejection{"unauthorized", gone};
-    return Rejection{"storage_error", k.error().message};
+    if (k.error().code == storage::ErrorCode::not_found) return Rejection{Code::unauthorized, gone};
+    return Rejection{Code::storage_error, k.error().message};
   }
   return key_info(*k);
 }
@@ -32,7 +32,8 @@ std::optional<Rejection> invalid_tenant(const std::string& tenant) {
   bool ok = !tenant.empty() && tenant.size() <= 128;
   for (char c : tenant) ok &= std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
   if (ok) return std::nullopt;
-  return Rejection{"invalid_argument", "tenant names are 1-128 characters of A-Z a-z 0-9 . - _"};
+  return Rejection{Code::invalid_argument,
+                   "tenant names are 1-128 characters of A-Z a-z 0-9 . - _"};
 }
 
 }  // namespace
@@ -63,7 +64,7 @@ Reply<std::vector<AuditEvent>> Runtime::audit(const AuditQuery& q) {
       !q.stream.empty() ? store.read_stream(q.stream, q.after_version + 1, q.limit)
       : q.from_ms > 0   ? store.read_time_range(q.from_ms, q.to_ms > 0 ? q.to_ms : INT64_MAX)
                         : store.read_all(q.after_seq + 1, allowed ? SIZE_MAX : q.limit);
-  if (!rows) return Rejection{"storage_error", rows.error().message};
+  if (!rows) return Rejection{Code::storage_error, rows.error().message};
   std::vector<AuditEvent> out;
   for (auto& r : *rows) {
     if (out.size() >= q.limit) break;
@@ -127,7 +128,7 @@ Reply<Quotas> Runtime::set_quotas(const std::string& tenant, const wire::Json& c
   if (auto* r = std::get_if<Rejection>(&q)) return *r;
   auto& quotas = std::get<Quotas>(q);
   auto saved = env.store->put("quota/" + tenant, quotas_json(quotas).dump(), true);
-  if (!saved) return Rejection{"storage_error", saved.error().message};
+  if (!saved) return Rejection{Code::storage_error, saved.error().message};
   std::lock_guard l(env.quotas_mu);
   env.tenant_quotas[tenant] = quotas;
   return quotas;
@@ -136,7 +137,7 @@ Reply<Quotas> Runtime::set_quotas(const std::string& tenant, const wire::Json& c
 Reply<Quotas> Runtime::reset_quotas(const std::string& tenant) {
   auto& env = *impl_->env;
   auto removed = env.store->remove("quota/" + tenant, true);
-  if (!removed) return Rejection{"storage_error", removed.error().message};
+  if (!removed) return Rejection{Code::storage_error, removed.error().message};
   std::lock_guard l(env.quotas_mu);
   env.tenant_quotas.erase(tenant);
   return env.config.quotas;
@@ -153,7 +154,7 @@ Reply<KeyInfo> Runtime::key_by_id(const std::string& key_id) {
 Reply<std::pair<std::string, KeyInfo>> Runtime::create_key(const std::string& tenant, bool admin) {
   if (auto bad = invalid_tenant(tenant)) return *bad;
   auto k = impl_->keys->create(tenant, admin);
-  if (!k) return Rejection{"storage_error", k.error().message};
+  if (!k) return Rejection{Code::storage_error, k.error().message};
   return std::make_pair(k->first, key_info(k->second));
 }
 
@@ -161,15 +162,15 @@ Reply<bool> Runtime::revoke_key(const std::string& key_id) {
   auto s = impl_->keys->revoke(key_id);
   if (!s) {
     if (s.error().code == storage::ErrorCode::not_found)
-      return Rejection{"key_not_found", "no key " + key_id};
-    return Rejection{"storage_error", s.error().message};
+      return Rejection{Code::key_not_found, "no key " + key_id};
+    return Rejection{Code::storage_error, s.error().message};
   }
   return true;
 }
 
 Reply<std::vector<KeyInfo>> Runtime::list_keys() {
   auto ks = impl_->keys->list();
-  if (!ks) return Rejection{"storage_error", ks.error().message};
+  if (!ks) return Rejection{Code::storage_error, ks.error().message};
   std::vector<KeyInfo> out;
   for (auto& k : *ks) out.push_back(key_info(k));
   return out;

@@ -34,9 +34,9 @@ std::optional<Rejection> Runtime::Impl::claim(const std::string& id) {
   if (!cluster) return std::nullopt;
   auto r = cluster->claim(id);
   if (!r)
-    return Rejection{"cluster_unavailable",
+    return Rejection{Code::cluster_unavailable,
                      "cannot record " + id + " in the cluster's etcd: " + r.error().message};
-  if (!*r) return Rejection{"conflict", id + " is owned by another host"};
+  if (!*r) return Rejection{Code::conflict, id + " is owned by another host"};
   return std::nullopt;
 }
 
@@ -48,12 +48,12 @@ Reply<SnapshotOffer> Runtime::offer_snapshot(const std::string& tenant,
     for (auto& s : sbx.snapshots)
       if (s == snapshot_id) {
         auto snap = vmm::Snapshot::load(impl_->env->snapshot_dir(s));
-        if (!snap) return Rejection{"internal", snap.error().message};
+        if (!snap) return Rejection{Code::internal, snap.error().message};
         auto offer = vmm::offer_of(*snap);
-        if (!offer) return Rejection{"internal", offer.error().message};
+        if (!offer) return Rejection{Code::internal, offer.error().message};
         return std::move(*offer);
       }
-  return Rejection{"snapshot_not_found", "no snapshot " + snapshot_id};
+  return Rejection{Code::snapshot_not_found, "no snapshot " + snapshot_id};
 }
 
 Reply<SnapshotOffer> Runtime::offer_hibernation(const std::string& tenant, const std::string& id,
@@ -61,11 +61,11 @@ Reply<SnapshotOffer> Runtime::offer_hibernation(const std::string& tenant, const
   auto info = get(tenant, id);
   if (!info) return info.error();
   if (info->status != Status::hibernated)
-    return Rejection{"conflict", "sandbox " + id + " is not hibernated"};
+    return Rejection{Code::conflict, "sandbox " + id + " is not hibernated"};
   auto snap = vmm::Snapshot::load(impl_->env->hibernated_dir(id));
-  if (!snap) return Rejection{"internal", snap.error().message};
+  if (!snap) return Rejection{Code::internal, snap.error().message};
   auto offer = vmm::offer_of(*snap, carried);
-  if (!offer) return Rejection{"internal", offer.error().message};
+  if (!offer) return Rejection{Code::internal, offer.error().message};
   return std::move(*offer);
 }
 
@@ -73,7 +73,7 @@ Reply<std::unique_ptr<SnapshotIntake>> Runtime::receive_snapshot(const std::stri
                                                                  const SnapshotOffer& offer) {
   auto f = import_folders(tenant);
   auto r = vmm::SnapshotReceiver::open(offer, f.dir, f.disk_dir, f.layer_cache, f.memory_mib);
-  if (!r) return Rejection{"invalid_argument", r.error().message};
+  if (!r) return Rejection{Code::invalid_argument, r.error().message};
   return std::make_unique<SnapshotIntake>(f.snapshot_id, std::move(*r));
 }
 
@@ -112,15 +112,15 @@ Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& req
   std::optional<Rejection> bad;
   auto dot = name.find('.');
   if (!vmm::safe_template_name(name))
-    bad = Rejection{"invalid_argument", "the sender's template name is not one"};
+    bad = Rejection{Code::invalid_argument, "the sender's template name is not one"};
   else if (dot != std::string::npos && template_id(ir.create.tenant, name.substr(0, dot)) != name)
-    bad = Rejection{"template_not_found",
+    bad = Rejection{Code::template_not_found,
                     "template " + name + " is not tenant " + ir.create.tenant + "'s"};
   else if (!fs::exists(vmm::template_dir(cfg.images_dir, cfg.custom_templates_dir, name) /
                        "rootfs.qcow2"))
-    bad = Rejection{"template_not_found", "this host has no template " + name};
+    bad = Rejection{Code::template_not_found, "this host has no template " + name};
   else if (ir.create.network.value_or(false) && !cfg.network)
-    bad = Rejection{"network_disabled", "sandbox networking is off on this host"};
+    bad = Rejection{Code::network_disabled, "sandbox networking is off on this host"};
   else if (ir.create.network.value_or(false) && ir.create.egress)
     bad = validate_egress(*ir.create.egress, !cfg.net.dns_upstream.empty());
   if (bad) {
@@ -130,7 +130,7 @@ Reply<std::vector<SandboxInfo>> Runtime::start_imported(const ImportRequest& req
   // The files carried with it (a migration's volumes) are in the received snapshot's disk
   // folder: this host's path, never one a peer names.
   auto snap = vmm::Snapshot::load(dir);
-  if (!snap) return Rejection{"internal", "the received snapshot: " + snap.error().message};
+  if (!snap) return Rejection{Code::internal, "the received snapshot: " + snap.error().message};
   ir.received = vmm::carried_dir(*snap).string();
   auto started =
       to_reply<std::vector<SandboxInfo>>(impl_->ask(caf::make_message(import_atom::value, ir)),

@@ -55,7 +55,7 @@ Reply<bool> run_sql(Runtime& rt, const std::string& tenant, const std::string& s
     std::string why = x->stderr_data.substr(0, 500);
     for (size_t at; !secret.empty() && (at = why.find(secret)) != std::string::npos;)
       why.replace(at, secret.size(), "<password>");
-    return Rejection{"start_failed", "the database server refused: " + why};
+    return Rejection{Code::start_failed, "the database server refused: " + why};
   }
   return true;
 }
@@ -82,16 +82,16 @@ Reply<bool> fresh_tls_key(Runtime& rt, const std::string& tenant, const std::str
   auto x = rt.exec(tenant, sandbox, r);
   if (!x) return x.error();
   if (x->exit_code != 0)
-    return Rejection{"start_failed",
+    return Rejection{Code::start_failed,
                      "cannot make the server's TLS key: " + x->stderr_data.substr(0, 500)};
   return true;
 }
 
 // A failed database's refusal: its data volume is kept until the database is deleted.
 Rejection failed(const DatabaseInfo& d) {
-  return {"database_failed", "database " + d.id + " failed (" + d.failure_reason +
-                                 "); its data volume " + d.volume +
-                                 " is kept until the database is deleted"};
+  return {Code::database_failed, "database " + d.id + " failed (" + d.failure_reason +
+                                     "); its data volume " + d.volume +
+                                     " is kept until the database is deleted"};
 }
 
 DatabaseInfo info_of(const DatabaseState& s) {
@@ -151,10 +151,10 @@ void derive(DatabaseInfo& i, const SandboxInfo* s) {
 std::optional<Rejection> not_serving(const DatabaseInfo& d) {
   if (d.status == "running") return std::nullopt;
   if (d.status == "hibernated")
-    return Rejection{"database_hibernated", "database " + d.id + " is hibernated: wake it"};
+    return Rejection{Code::database_hibernated, "database " + d.id + " is hibernated: wake it"};
   if (d.status == "failed") return failed(d);
-  if (d.status == "deleted") return Rejection{"database_not_found", "no database " + d.id};
-  return Rejection{"database_not_running", "database " + d.id + " is " + d.status};
+  if (d.status == "deleted") return Rejection{Code::database_not_found, "no database " + d.id};
+  return Rejection{Code::database_not_running, "database " + d.id + " is " + d.status};
 }
 
 // Where it listens on the host, while it runs.
@@ -183,7 +183,7 @@ Reply<bool> restore_dump(Runtime& rt, const std::string& tenant, const std::stri
                          const std::string& name, const fs::path& dump) {
   kj::AutoCloseFd fd(::open(dump.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (fd.get() < 0)
-    return Rejection{"backup_not_found", "the backup's file is gone: " + dump.string()};
+    return Rejection{Code::backup_not_found, "the backup's file is gone: " + dump.string()};
   auto made = rt.mkdir(tenant, sandbox, kRestoreDir, true);
   if (!made) return made.error();
   std::string buf(kRestoreChunk, '\0');
@@ -192,7 +192,8 @@ Reply<bool> restore_dump(Runtime& rt, const std::string& tenant, const std::stri
     ssize_t n = 0;
     while (have < buf.size() && (n = ::read(fd.get(), buf.data() + have, buf.size() - have)) > 0)
       have += size_t(n);
-    if (n < 0) return Rejection{"io_error", "reading the backup: " + std::string(strerror(errno))};
+    if (n < 0)
+      return Rejection{Code::io_error, "reading the backup: " + std::string(strerror(errno))};
     if (have == 0) break;
     char file[64];
     std::snprintf(file, sizeof file, "%s/part-%05zu", kRestoreDir, part);
@@ -210,8 +211,9 @@ Reply<bool> restore_dump(Runtime& rt, const std::string& tenant, const std::stri
   auto x = rt.exec(tenant, sandbox, r);
   if (!x) return x.error();
   if (x->exit_code != 0 || x->timed_out)
-    return Rejection{"restore_failed", "pg_restore failed (exit " + std::to_string(x->exit_code) +
-                                           "): " + x->stderr_data.substr(0, 1000)};
+    return Rejection{Code::restore_failed, "pg_restore failed (exit " +
+                                               std::to_string(x->exit_code) +
+                                               "): " + x->stderr_data.substr(0, 1000)};
   return true;
 }
 
@@ -225,7 +227,8 @@ std::string DatabaseInfo::connection_uri() const {
 
 Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
   const auto& cfg = impl_->env->config;
-  if (!valid_database_name(request.name)) return Rejection{"invalid_argument", kDatabaseNameRule};
+  if (!valid_database_name(request.name))
+    return Rejection{Code::invalid_argument, kDatabaseNameRule};
   if (auto r = check_metadata(request.metadata, cfg.limits)) return *r;
   fs::path dump;
   if (!request.from_backup.empty()) {
@@ -235,10 +238,10 @@ Reply<DatabaseInfo> Runtime::create_database(const DatabaseRequest& request) {
       for (auto& b : d.backups)
         if (b.id == request.from_backup) dump = backups_dir(*impl_->env, d.id) / (b.id + ".dump");
     if (dump.empty())
-      return Rejection{"backup_not_found", "no backup " + request.from_backup.substr(0, 64)};
+      return Rejection{Code::backup_not_found, "no backup " + request.from_backup.substr(0, 64)};
   }
   if (!cfg.network)
-    return Rejection{"network_disabled",
+    return Rejection{Code::network_disabled,
                      "databases are reached through an exposed port: this "
                      "host runs without sandbox networking"};
   std::string id = "db_" + random_base32(16);
@@ -307,7 +310,7 @@ namespace {
 Reply<DatabaseInfo> observe(Runtime& rt, const DatabaseState& s) {
   DatabaseInfo i = info_of(s);
   auto sandbox = rt.get(s.tenant, s.sandbox);
-  if (!sandbox && sandbox.error().code != "sandbox_not_found") return sandbox.error();
+  if (!sandbox && sandbox.error().code != Code::sandbox_not_found) return sandbox.error();
   derive(i, sandbox ? &*sandbox : nullptr);
   fill_address(rt, i);
   return i;
@@ -319,7 +322,7 @@ Reply<DatabaseInfo> Runtime::get_database(const std::string& tenant, const std::
   if (!a.ok) return a.error;
   for (auto& s : a.databases)
     if (s.id == id) return observe(*this, s);
-  return Rejection{"database_not_found", "no database " + id};
+  return Rejection{Code::database_not_found, "no database " + id};
 }
 
 Reply<std::vector<DatabaseInfo>> Runtime::list_databases(const std::string& tenant) {
@@ -340,7 +343,7 @@ Reply<DatabaseInfo> Runtime::delete_database(const std::string& tenant, const st
   (void)impl_->sandbox_command(tenant, d->sandbox, cmd::Kill{});  // an ended one is fine
   if (!d->volume.empty()) {
     auto v = delete_volume(tenant, d->volume);
-    if (!v && v.error().code != "volume_not_found") return v.error();
+    if (!v && v.error().code != Code::volume_not_found) return v.error();
   }
   auto out = record(*impl_, tenant, id, dbcmd::Delete{});
   if (out) {
@@ -367,9 +370,10 @@ Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const 
   const fs::path tmp = dir / (bk + ".dump.tmp"), final_path = dir / (bk + ".dump");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return Rejection{"io_error", "cannot make " + dir.string() + ": " + ec.message()};
+  if (ec) return Rejection{Code::io_error, "cannot make " + dir.string() + ": " + ec.message()};
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return Rejection{"io_error", "cannot make " + tmp.string() + ": " + strerror(errno)};
+  if (fd < 0)
+    return Rejection{Code::io_error, "cannot make " + tmp.string() + ": " + strerror(errno)};
   uint64_t bytes = 0;
   bool too_large = false;
   int write_errno = 0;
@@ -408,18 +412,18 @@ Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const 
   };
   if (!x) return fail(x.error());
   if (too_large)
-    return fail({"backup_too_large", "the dump of " + id + " is larger than " +
-                                         std::to_string(kMaxBackupBytes >> 20) + " MiB"});
+    return fail({Code::backup_too_large, "the dump of " + id + " is larger than " +
+                                             std::to_string(kMaxBackupBytes >> 20) + " MiB"});
   if (x->exit_code != 0 || x->timed_out)
-    return fail({"backup_failed",
+    return fail({Code::backup_failed,
                  "pg_dump failed (exit " + std::to_string(x->exit_code) + "): " + dump_err});
   if (write_errno != 0 || !synced) {
     int e = write_errno != 0 ? write_errno : sync_errno;
-    return fail(
-        {e == ENOSPC ? "no_space" : "io_error", "writing the backup: " + std::string(strerror(e))});
+    return fail({e == ENOSPC ? Code::no_space : Code::io_error,
+                 "writing the backup: " + std::string(strerror(e))});
   }
   fs::rename(tmp, final_path, ec);
-  if (ec) return fail({"io_error", "cannot keep the backup: " + ec.message()});
+  if (ec) return fail({Code::io_error, "cannot keep the backup: " + ec.message()});
   if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     (void)::fsync(dfd);  // the rename is on disk before the event says the backup exists
     ::close(dfd);
@@ -431,7 +435,7 @@ Reply<DatabaseBackup> Runtime::backup_database(const std::string& tenant, const 
   }
   for (auto& b : out->backups)
     if (b.id == bk) return b;
-  return Rejection{"internal", "backup " + bk + " was recorded but is not listed"};
+  return Rejection{Code::internal, "backup " + bk + " was recorded but is not listed"};
 }
 
 Reply<DatabaseInfo> Runtime::delete_database_backup(const std::string& tenant,
@@ -497,9 +501,9 @@ Reply<std::string> Runtime::database_logs(const std::string& tenant, const std::
   auto x = exec(tenant, d->sandbox, r);
   if (!x) return x.error();
   if (x->exit_code != 0 || x->timed_out)
-    return Rejection{"internal", "reading the server log failed (exit " +
-                                     std::to_string(x->exit_code) +
-                                     "): " + x->stderr_data.substr(0, 500)};
+    return Rejection{Code::internal, "reading the server log failed (exit " +
+                                         std::to_string(x->exit_code) +
+                                         "): " + x->stderr_data.substr(0, 500)};
   return x->stdout_data;
 }
 

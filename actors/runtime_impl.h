@@ -40,7 +40,7 @@ struct Runtime::Impl {
   // an error for the caller, never a hang.
   Answer ask(caf::message msg) {
     caf::scoped_actor self{*sys};
-    Answer out = Answer::fail({"internal", "no answer"});
+    Answer out = Answer::fail({Code::internal, "no answer"});
     self->request(registry, deadline::kApiCall.limit, std::move(msg))
         .receive([&](Answer& a) { out = std::move(a); },
                  [&](caf::error& e) {
@@ -58,6 +58,11 @@ template <typename T, typename F>
 Reply<T> to_reply(const Answer& a, F&& pick) {
   if (!a.ok) return a.error;
   return pick(a);
+}
+
+// A command for the tenant's sandbox `id`, through the registry (which checks the tenant).
+inline caf::message route(const std::string& tenant, const std::string& id, Command c) {
+  return caf::make_message(route_atom::value, tenant, id, std::move(c));
 }
 
 }  // namespace pandastack::actors

@@ -18,7 +18,7 @@ std::vector<TemplateState> Runtime::custom_templates(const std::string& tenant) 
 
 Reply<TemplateState> Runtime::delete_template(const std::string& tenant, const std::string& name) {
   if (impl_->builds->shipped(name))
-    return Rejection{"conflict", "'" + name + "' is a shipped template: it cannot be deleted"};
+    return Rejection{Code::conflict, "'" + name + "' is a shipped template: it cannot be deleted"};
   auto t = impl_->builds->get(tenant, name);
   if (!t) return t;
   auto all = list(tenant);
@@ -35,7 +35,7 @@ Reply<TemplateState> Runtime::publish_template(const std::string& tenant, const 
   auto info = get(tenant, id);
   if (!info) return info.error();
   if (!info->volumes.empty())
-    return Rejection{"not_implemented",
+    return Rejection{Code::not_implemented,
                      "publishing a sandbox with volumes as a template is not built: its volumes "
                      "are data of their own (copy what the template needs onto its disk)"};
   if (auto no = impl_->builds->check_publish(tenant, name)) return *no;
@@ -46,7 +46,7 @@ Reply<TemplateState> Runtime::publish_template(const std::string& tenant, const 
   auto loaded = vmm::Snapshot::load(impl_->env->snapshot_dir(*snap));
   if (!loaded) {
     drop();
-    return Rejection{"internal", "the sandbox's snapshot: " + loaded.error().message};
+    return Rejection{Code::internal, "the sandbox's snapshot: " + loaded.error().message};
   }
   auto published =
       impl_->builds->publish(tenant, name, id, info->template_name, info->network, *loaded);

@@ -27,11 +27,12 @@ Reply<VolumeInfo> create_from_snapshot(Runtime& rt, Runtime::Impl& impl,
         source = &v;
         snap = &sn;
       }
-  if (!snap) return Rejection{"snapshot_not_found", "no volume snapshot " + request.from_snapshot};
+  if (!snap)
+    return Rejection{Code::snapshot_not_found, "no volume snapshot " + request.from_snapshot};
   VolumeRequest req = request;
   if (req.size_mib == 0) req.size_mib = snap->size_mib;
   if (req.size_mib < snap->size_mib)
-    return Rejection{"invalid_argument",
+    return Rejection{Code::invalid_argument,
                      "size_mib must be at least the snapshot's, " + std::to_string(snap->size_mib)};
   if (req.name.empty()) req.name = source->name;
   req.origin = "volume-snapshot:" + snap->id + ":" + source->id;
@@ -50,11 +51,11 @@ Reply<VolumeInfo> create_from_snapshot(Runtime& rt, Runtime::Impl& impl,
   auto file = volume_file(env.volumes_dir(), id);
   auto cloned = vmm::clone_file(volume_snapshot_file(env.volumes_dir(), snap->id), file);
   if (!cloned)
-    return Rejection{"storage_error", "cannot copy the snapshot: " + cloned.error().message};
+    return Rejection{Code::storage_error, "cannot copy the snapshot: " + cloned.error().message};
   if (req.size_mib > snap->size_mib)
     if (auto grown = grow_volume_file(file, req.size_mib); !grown) {
       remove_volume_file(file);
-      return Rejection{"storage_error", "cannot grow the copy: " + grown.error().message};
+      return Rejection{Code::storage_error, "cannot grow the copy: " + grown.error().message};
     }
   Answer a = impl.ask(caf::make_message(volcreate_atom::value, id, req));
   if (!a.ok) remove_volume_file(file);
@@ -73,7 +74,7 @@ static std::optional<Rejection> disk_admits(const Env& env, uint64_t mib) {
   uint64_t size = uint64_t(v.f_blocks) * v.f_frsize, free = uint64_t(v.f_bavail) * v.f_frsize;
   uint64_t keep = size / 100 * env.config.host_headroom_percent;
   if (free >= (mib << 20) + keep) return std::nullopt;
-  return Rejection{"host_full",
+  return Rejection{Code::host_full,
                    "the host's volume folder has " + std::to_string(free >> 20) + " MiB free: " +
                        std::to_string(mib) + " MiB more of volumes would leave less than its " +
                        std::to_string(env.config.host_headroom_percent) + "% headroom"};
@@ -99,7 +100,7 @@ Reply<VolumeInfo> Runtime::create_volume(const VolumeRequest& request) {
   if (auto no = impl_->claim(id)) return *no;
   auto file = volume_file(env.volumes_dir(), id);
   if (auto made = make_volume_file(file, request.size_mib); !made)
-    return Rejection{"storage_error", "cannot make the volume's file: " + made.error().message};
+    return Rejection{Code::storage_error, "cannot make the volume's file: " + made.error().message};
   VolumeRequest req = request;
   req.origin.clear();
   Answer a = impl_->ask(caf::make_message(volcreate_atom::value, id, req));
@@ -112,7 +113,7 @@ Reply<VolumeInfo> Runtime::get_volume(const std::string& tenant, const std::stri
   if (!all) return all.error();
   for (auto& v : *all)
     if (v.id == id) return v;
-  return Rejection{"volume_not_found", "no volume " + id};
+  return Rejection{Code::volume_not_found, "no volume " + id};
 }
 
 Reply<std::vector<VolumeInfo>> Runtime::list_volumes(
@@ -167,8 +168,8 @@ Reply<VolumeSnapshot> Runtime::snapshot_volume(const std::string& tenant, const 
     if (a.read_only) continue;
     auto sbx = get(tenant, a.sandbox);
     if (!sbx)
-      return Rejection{"volume_attached", "volume " + id + " is attached to sandbox " + a.sandbox +
-                                              ", which is not answering"};
+      return Rejection{Code::volume_attached, "volume " + id + " is attached to sandbox " +
+                                                  a.sandbox + ", which is not answering"};
     if (sbx->status == Status::hibernated) {
       c.quiesced_by = a.sandbox;
     } else if (sbx->status == Status::running) {
@@ -177,16 +178,16 @@ Reply<VolumeSnapshot> Runtime::snapshot_volume(const std::string& tenant, const 
       freeze.timeout_ms = 30000;
       auto r = exec(tenant, a.sandbox, freeze);
       if (!r || r->exit_code != 0)
-        return Rejection{"volume_attached",
+        return Rejection{Code::volume_attached,
                          "volume " + id + " is attached read-write to sandbox " + a.sandbox +
                              ", whose file system at " + a.mount + " could not be frozen: " +
                              (r ? r->stderr_data.substr(0, 300) : r.error().message)};
       frozen = std::make_pair(a.sandbox, a.mount);
       c.quiesced_by = a.sandbox;
     } else {
-      return Rejection{"volume_attached", "volume " + id + " is attached to sandbox " + a.sandbox +
-                                              ", which is " + to_string(sbx->status) +
-                                              ": try again when it runs or is hibernated"};
+      return Rejection{Code::volume_attached,
+                       "volume " + id + " is attached to sandbox " + a.sandbox + ", which is " +
+                           to_string(sbx->status) + ": try again when it runs or is hibernated"};
     }
   }
   auto snap_id = c.snapshot_id;
@@ -205,7 +206,7 @@ Reply<VolumeSnapshot> Runtime::snapshot_volume(const std::string& tenant, const 
   if (!out) return out.error();
   for (auto& sn : out->snapshots)
     if (sn.id == snap_id) return sn;
-  return Rejection{"internal", "the snapshot is not recorded"};
+  return Rejection{Code::internal, "the snapshot is not recorded"};
 }
 
 Reply<VolumeInfo> Runtime::delete_volume_snapshot(const std::string& tenant, const std::string& id,

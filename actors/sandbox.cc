@@ -100,9 +100,7 @@ Event ev(Event::Kind k, int64_t now) {
   return e;
 }
 
-Rejection reject(std::string code, std::string message) {
-  return Rejection{std::move(code), std::move(message)};
-}
+Rejection reject(Code code, std::string message) { return Rejection{code, std::move(message)}; }
 
 }  // namespace
 
@@ -110,15 +108,16 @@ Rejection reject(std::string code, std::string message) {
 Rejection not_running(const SandboxState& s, const std::string& what) {
   switch (s.status) {
     case Status::none:
-      return reject("sandbox_not_found", "no sandbox " + s.id);
+      return reject(Code::sandbox_not_found, "no sandbox " + s.id);
     case Status::hibernated:
-      return reject("sandbox_hibernated", "sandbox " + s.id + " is hibernated: wake it to " + what);
+      return reject(Code::sandbox_hibernated,
+                    "sandbox " + s.id + " is hibernated: wake it to " + what);
     case Status::stopped:
-      return reject("sandbox_stopped", "sandbox " + s.id + " was stopped");
+      return reject(Code::sandbox_stopped, "sandbox " + s.id + " was stopped");
     case Status::failed:
-      return reject("sandbox_failed", "sandbox " + s.id + " failed: " + s.failure_reason);
+      return reject(Code::sandbox_failed, "sandbox " + s.id + " failed: " + s.failure_reason);
     default:
-      return reject("sandbox_busy",
+      return reject(Code::sandbox_busy,
                     "sandbox " + s.id + " is " + to_string(s.status) + "; retry to " + what);
   }
 }
@@ -126,11 +125,12 @@ Rejection not_running(const SandboxState& s, const std::string& what) {
 std::optional<Rejection> check_metadata(const std::map<std::string, std::string>& m,
                                         const Limits& l) {
   if (m.size() > l.max_metadata_entries)
-    return reject("invalid_argument",
+    return reject(Code::invalid_argument,
                   "at most " + std::to_string(l.max_metadata_entries) + " metadata entries");
   for (auto& [k, v] : m)
     if (k.empty() || k.size() > 128 || v.size() > 1024)
-      return reject("invalid_argument", "metadata keys are 1..128 bytes and values at most 1024");
+      return reject(Code::invalid_argument,
+                    "metadata keys are 1..128 bytes and values at most 1024");
   return std::nullopt;
 }
 
@@ -158,9 +158,9 @@ int64_t expiry(int64_t from_ms, uint32_t ttl) {
 std::optional<Rejection> check_ttl(uint32_t ttl, const Limits& l) {
   if (ttl == kNoExpiry) return std::nullopt;  // set by the runtime only (a database's sandbox)
   if (ttl > l.max_ttl_seconds)
-    return reject("invalid_argument", "ttl_seconds " + std::to_string(ttl) +
-                                          " is over the maximum of " +
-                                          std::to_string(l.max_ttl_seconds));
+    return reject(Code::invalid_argument, "ttl_seconds " + std::to_string(ttl) +
+                                              " is over the maximum of " +
+                                              std::to_string(l.max_ttl_seconds));
   return std::nullopt;
 }
 
@@ -172,14 +172,14 @@ struct Decider {
   Decision operator()(const cmd::Create& c) const {
     // (one that moved to another host may come back: its stream goes on)
     if (s.status != Status::none && s.moved_to.empty())
-      return reject("already_exists", "sandbox " + s.id + " exists");
+      return reject(Code::already_exists, "sandbox " + s.id + " exists");
     if (c.tenant.empty() || c.template_name.empty())
-      return reject("invalid_argument", "tenant and template are required");
+      return reject(Code::invalid_argument, "tenant and template are required");
     if (c.vcpus == 0 || c.memory_mib == 0)
-      return reject("invalid_argument", "vcpus and memory must be positive");
+      return reject(Code::invalid_argument, "vcpus and memory must be positive");
     if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
     if (c.idle_timeout_seconds > limits.max_ttl_seconds)
-      return reject("invalid_argument",
+      return reject(Code::invalid_argument,
                     "idle_timeout_seconds " + std::to_string(c.idle_timeout_seconds) +
                         " is over the maximum of " + std::to_string(limits.max_ttl_seconds));
     if (auto r = check_metadata(c.metadata, limits)) return *r;
@@ -217,14 +217,14 @@ struct Decider {
   Decision operator()(const cmd::Started& c) const {
     if (s.status == Status::creating) return with_subnet(ev(Event::Kind::started, now), c.subnet);
     if (s.status == Status::waking) return with_subnet(ev(Event::Kind::woke, now), c.subnet);
-    return reject("invalid_state",
+    return reject(Code::invalid_state,
                   "a VM start is not expected in state " + std::string(to_string(s.status)));
   }
 
   Decision operator()(const cmd::StartFailed& c) const {
     if (s.status != Status::creating && s.status != Status::waking)
-      return reject("invalid_state", "a VM start failure is not expected in state " +
-                                         std::string(to_string(s.status)));
+      return reject(Code::invalid_state, "a VM start failure is not expected in state " +
+                                             std::string(to_string(s.status)));
     Event e = ev(Event::Kind::failed, now);
     e.reason = c.reason;
     return std::vector<Event>{e};
@@ -239,11 +239,11 @@ struct Decider {
       return std::vector<Event>{e};
     }
     if (s.status != Status::running) return not_running(s, "exec");
-    if (c.exec_id.empty()) return reject("invalid_argument", "exec id required");
+    if (c.exec_id.empty()) return reject(Code::invalid_argument, "exec id required");
     if (s.running_execs.count(c.exec_id))
-      return reject("invalid_argument", "exec id " + c.exec_id + " in use");
+      return reject(Code::invalid_argument, "exec id " + c.exec_id + " in use");
     if (s.running_execs.size() >= limits.max_concurrent_execs)
-      return reject("too_many_execs",
+      return reject(Code::too_many_execs,
                     "sandbox " + s.id + " already runs " + std::to_string(s.running_execs.size()) +
                         " commands (limit " + std::to_string(limits.max_concurrent_execs) + ")");
     Event e = ev(Event::Kind::exec_started, now);
@@ -254,7 +254,7 @@ struct Decider {
 
   Decision operator()(const cmd::ExecFinished& c) const {
     if (!s.running_execs.count(c.exec_id))
-      return reject("invalid_argument", "no running exec " + c.exec_id);
+      return reject(Code::invalid_argument, "no running exec " + c.exec_id);
     Event e = ev(Event::Kind::exec_finished, now);
     e.exec_id = c.exec_id;
     e.exit_code = c.exit_code;
@@ -272,14 +272,14 @@ struct Decider {
 
   Decision operator()(const cmd::Snapshot& c) const {
     if (s.status != Status::running) return not_running(s, "snapshot");
-    if (c.snapshot_id.empty()) return reject("invalid_argument", "snapshot id required");
+    if (c.snapshot_id.empty()) return reject(Code::invalid_argument, "snapshot id required");
     return start_transition(Transition::snapshotting, c.snapshot_id);
   }
 
   Decision operator()(const cmd::Fork& c) const {
     if (s.status != Status::running) return not_running(s, "fork");
     if (c.count == 0 || c.count > limits.max_fork_children)
-      return reject("invalid_argument",
+      return reject(Code::invalid_argument,
                     "count must be 1.." + std::to_string(limits.max_fork_children));
     return start_transition(Transition::forking, c.snapshot_id);
   }
@@ -317,7 +317,7 @@ struct Decider {
       case Status::waking:
         return with_subnet(ev(Event::Kind::woke, now), c.subnet);
       default:
-        return reject("invalid_state",
+        return reject(Code::invalid_state,
                       "no transition in progress in state " + std::string(to_string(s.status)));
     }
   }
@@ -338,7 +338,7 @@ struct Decider {
         t = Transition::waking;
         break;
       default:
-        return reject("invalid_state",
+        return reject(Code::invalid_state,
                       "no transition in progress in state " + std::string(to_string(s.status)));
     }
     Event e = ev(Event::Kind::transition_failed, now);
@@ -350,8 +350,8 @@ struct Decider {
   Decision operator()(const cmd::SetTtl& c) const {
     if (!s.live()) return not_running(s, "change its TTL");
     if (c.ttl_seconds == 0 || c.ttl_seconds == kNoExpiry)
-      return reject("invalid_argument", "ttl_seconds must be positive and at most " +
-                                            std::to_string(limits.max_ttl_seconds));
+      return reject(Code::invalid_argument, "ttl_seconds must be positive and at most " +
+                                                std::to_string(limits.max_ttl_seconds));
     if (auto r = check_ttl(c.ttl_seconds, limits)) return *r;
     Event e = ev(Event::Kind::ttl_changed, now);
     e.ttl_seconds = c.ttl_seconds;
@@ -370,7 +370,7 @@ struct Decider {
   Decision operator()(const cmd::SetEgress& c) const {
     if (!s.live()) return not_running(s, "change its egress policy");
     if (!s.network)
-      return reject("network_disabled", "sandbox " + s.id + " was created without a network");
+      return reject(Code::network_disabled, "sandbox " + s.id + " was created without a network");
     if (c.egress == s.egress) return std::vector<Event>{};
     Event e = ev(Event::Kind::egress_changed, now);
     e.egress = c.egress;
@@ -396,13 +396,13 @@ struct Decider {
   Decision operator()(const cmd::ExposePort& c) const {
     if (!s.live()) return not_running(s, "expose a port");
     if (!s.network)
-      return reject("network_disabled", "sandbox " + s.id + " was created without a network");
+      return reject(Code::network_disabled, "sandbox " + s.id + " was created without a network");
     if (c.port == 0 || c.port > 65535)
-      return reject("invalid_argument", "port must be within 1..65535");
+      return reject(Code::invalid_argument, "port must be within 1..65535");
     if (s.ports.count(c.port)) return std::vector<Event>{};
     if (s.ports.size() >= limits.max_exposed_ports)
-      return reject("too_many_ports", "a sandbox exposes at most " +
-                                          std::to_string(limits.max_exposed_ports) + " ports");
+      return reject(Code::too_many_ports, "a sandbox exposes at most " +
+                                              std::to_string(limits.max_exposed_ports) + " ports");
     Event e = ev(Event::Kind::port_exposed, now);
     e.port = c.port;
     return std::vector<Event>{e};
@@ -411,16 +411,16 @@ struct Decider {
   Decision operator()(const cmd::UnexposePort& c) const {
     if (!s.live()) return not_running(s, "unexpose a port");
     if (!s.ports.count(c.port))
-      return reject("port_not_found", "port " + std::to_string(c.port) + " is not exposed");
+      return reject(Code::port_not_found, "port " + std::to_string(c.port) + " is not exposed");
     Event e = ev(Event::Kind::port_unexposed, now);
     e.port = c.port;
     return std::vector<Event>{e};
   }
 
   Decision operator()(const cmd::DeleteSnapshot& c) const {
-    if (s.status == Status::none) return reject("sandbox_not_found", "no sandbox " + s.id);
+    if (s.status == Status::none) return reject(Code::sandbox_not_found, "no sandbox " + s.id);
     if (std::find(s.snapshots.begin(), s.snapshots.end(), c.snapshot_id) == s.snapshots.end())
-      return reject("snapshot_not_found", "no snapshot " + c.snapshot_id);
+      return reject(Code::snapshot_not_found, "no snapshot " + c.snapshot_id);
     Event e = ev(Event::Kind::snapshot_deleted, now);
     e.snapshot_id = c.snapshot_id;
     return std::vector<Event>{e};
@@ -430,11 +430,11 @@ struct Decider {
     if (!s.live() || s.status == Status::hibernated)
       return std::vector<Event>{};  // nothing running to reap
     if (c.idle && s.idle_timeout_seconds == 0)
-      return reject("invalid_argument", "sandbox " + s.id + " has no idle timeout");
+      return reject(Code::invalid_argument, "sandbox " + s.id + " has no idle timeout");
     if (!c.idle && now < s.expires_at_ms)
-      return reject("not_expired", "sandbox " + s.id + " expires later");
+      return reject(Code::not_expired, "sandbox " + s.id + " expires later");
     if (s.status != Status::running)
-      return reject("sandbox_busy", "sandbox " + s.id + " is " + to_string(s.status));
+      return reject(Code::sandbox_busy, "sandbox " + s.id + " is " + to_string(s.status));
     Event e = ev(Event::Kind::reaped, now);
     e.reap_action = s.on_timeout;
     e.reason = c.idle ? "idle" : "ttl";
@@ -461,14 +461,14 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Kill&) const {
-    if (s.status == Status::none) return reject("sandbox_not_found", "no sandbox " + s.id);
+    if (s.status == Status::none) return reject(Code::sandbox_not_found, "no sandbox " + s.id);
     if (!s.live()) return std::vector<Event>{};
     return ending(ev(Event::Kind::killed, now));
   }
 
   Decision operator()(const cmd::MigratedAway& c) const {
     if (s.status != Status::hibernated)
-      return reject("conflict", "sandbox " + s.id + " is not hibernated: it cannot have moved");
+      return reject(Code::conflict, "sandbox " + s.id + " is not hibernated: it cannot have moved");
     Event e = ev(Event::Kind::migrated, now);
     e.host = c.host;
     return ending(e);

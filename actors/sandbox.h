@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "wire/errors.h"
 #include "wire/result.h"
 
 namespace pandastack::actors {
@@ -275,10 +276,12 @@ using Command =
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {
-  // sandbox_not_found, sandbox_hibernated, sandbox_busy, sandbox_stopped, sandbox_failed,
-  // invalid_argument, invalid_state, too_many_execs, network_disabled, ...
-  std::string code;
+  Rejection() = default;
+  Rejection(Code c, std::string m, std::optional<QuotaDetail> q = std::nullopt)
+      : code(c), message(std::move(m)), quota(std::move(q)) {}
+  Code code = Code::internal;  // wire/errors.h: sandbox_not_found, sandbox_busy, ...
   std::string message;
+  std::optional<QuotaDetail> quota;  // quota_exceeded's details
 };
 
 // A result or a refusal with a stable code (wire/result.h).

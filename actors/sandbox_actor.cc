@@ -51,36 +51,36 @@ void report_dead_vm(SandboxSelf* self);
 Answer outcome_for(SandboxActorState& st, SandboxActorState::Awaits what) {
   using A = SandboxActorState::Awaits;
   auto status = st.s.status;
-  auto fail = [&](const char* code, const std::string& what_failed) {
+  auto fail = [&](Code code, const std::string& what_failed) {
     return Answer::fail(
         {code, what_failed + " of sandbox " + st.s.id + " failed: " +
                    (st.transition_failure.empty() ? "unknown reason" : st.transition_failure)});
   };
   if (status == Status::failed)
     return Answer::fail(
-        {"sandbox_failed", "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
+        {Code::sandbox_failed, "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
   if (status == Status::stopped)
-    return Answer::fail({"sandbox_stopped", "sandbox " + st.s.id + " was stopped meanwhile"});
+    return Answer::fail({Code::sandbox_stopped, "sandbox " + st.s.id + " was stopped meanwhile"});
   Answer a;
   a.info = info_of(st.s);
   switch (what) {
     case A::create:
-      if (status != Status::running) return fail("start_failed", "the start");
+      if (status != Status::running) return fail(Code::start_failed, "the start");
       break;
     case A::snapshot:
       if (!st.transition_failure.empty() || st.s.snapshots.empty())
-        return fail("snapshot_failed", "a snapshot");
+        return fail(Code::snapshot_failed, "a snapshot");
       a.text = st.s.snapshots.back();
       break;
     case A::fork:
-      if (!st.transition_failure.empty()) return fail("fork_failed", "a fork");
+      if (!st.transition_failure.empty()) return fail(Code::fork_failed, "a fork");
       a.infos = st.fork_children;
       break;
     case A::hibernate:
-      if (status != Status::hibernated) return fail("hibernate_failed", "hibernating");
+      if (status != Status::hibernated) return fail(Code::hibernate_failed, "hibernating");
       break;
     case A::wake:
-      if (status != Status::running) return fail("wake_failed", "waking");
+      if (status != Status::running) return fail(Code::wake_failed, "waking");
       break;
   }
   return a;
@@ -106,15 +106,15 @@ void finish_transition(SandboxSelf* self) {
       if (st.vm_dead) report_dead_vm(self);  // it died during the transition
     } else if (st.s.status != Status::hibernated) {
       for (auto& [c, rp] : st.after_wake)
-        rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
+        rp.deliver(Answer::fail({Code::sandbox_failed, "the sandbox did not wake"}));
       st.after_wake.clear();
       for (auto& rp : st.leases_after_wake)
-        rp.deliver(Answer::fail({"sandbox_failed", "the sandbox did not wake"}));
+        rp.deliver(Answer::fail({Code::sandbox_failed, "the sandbox did not wake"}));
       st.leases_after_wake.clear();
     } else if (!st.transition_failure.empty()) {
       // A wake failed: those who wanted it running hear why.
       Answer why = Answer::fail(
-          {"wake_failed", "waking sandbox " + st.s.id + " failed: " + st.transition_failure});
+          {Code::wake_failed, "waking sandbox " + st.s.id + " failed: " + st.transition_failure});
       for (auto& [c, rp] : st.after_wake) rp.deliver(why);
       st.after_wake.clear();
       for (auto& rp : st.leases_after_wake) rp.deliver(why);
@@ -364,7 +364,7 @@ void pump(SandboxSelf* self) {
     st.queue.pop_front();
     // An idle timeout decided a moment ago no longer holds if the sandbox was used since.
     if (auto* reap = std::get_if<cmd::Reap>(&c); reap && reap->idle && !idle_due(st, now_ms())) {
-      rp.deliver(Answer::fail({"sandbox_busy", "the sandbox is in use"}));
+      rp.deliver(Answer::fail({Code::sandbox_busy, "the sandbox is in use"}));
       continue;
     }
     auto d = decide(st.s, c, now_ms(), st.env->config.limits);
@@ -393,7 +393,7 @@ void pump(SandboxSelf* self) {
   maybe_retire(self);
 }
 
-void on_persisted(SandboxSelf* self, bool ok, const std::string& code, const std::string& err,
+void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
                   const std::vector<Event>& events) {
   auto& st = self->state;
   spdlog::debug("sandbox {}: persisted ok={} {}", st.s.id, ok, err);
@@ -556,7 +556,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         else if (st.s.live() && st.s.status != Status::hibernated)
           st.vm_dead = true;  // mid-transition: recorded once it ends
       },
-      [=](persisted_atom, bool ok, std::string code, std::string err) {
+      [=](persisted_atom, bool ok, Code code, std::string err) {
         auto events = std::move(self->state.pending_events);
         on_persisted(self, ok, code, err, events);
       },

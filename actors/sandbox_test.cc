@@ -99,7 +99,7 @@ std::vector<std::pair<std::string, Command>> commands() {
 }
 
 std::string outcome(const Decision& d) {
-  if (auto* r = std::get_if<Rejection>(&d)) return "!" + r->code;
+  if (auto* r = std::get_if<Rejection>(&d)) return std::string("!") + to_string(r->code);
   auto& evs = std::get<std::vector<Event>>(d);
   if (evs.empty()) return "-";
   std::string s;
@@ -450,7 +450,7 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   auto run = [&](Command cmd) {
     auto d = decide(s, cmd, kNow);
     EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(d))
-        << (std::holds_alternative<Rejection>(d) ? std::get<Rejection>(d).code : "");
+        << (std::holds_alternative<Rejection>(d) ? to_string(std::get<Rejection>(d).code) : "");
     if (auto* ev = std::get_if<std::vector<Event>>(&d))
       for (auto& e : *ev) s = apply(s, e);
     return d;
@@ -472,11 +472,13 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   EXPECT_EQ(s.ports, (std::set<uint32_t>{8080}));
   EXPECT_TRUE(std::get<std::vector<Event>>(decide(s, cmd::ExposePort{8080}, kNow)).empty());
   for (uint32_t bad : {0u, 65536u})
-    EXPECT_EQ(std::get<Rejection>(decide(s, cmd::ExposePort{bad}, kNow)).code, "invalid_argument");
+    EXPECT_EQ(std::get<Rejection>(decide(s, cmd::ExposePort{bad}, kNow)).code,
+              Code::invalid_argument);
   Limits one;
   one.max_exposed_ports = 1;
-  EXPECT_EQ(std::get<Rejection>(decide(s, cmd::ExposePort{81}, kNow, one)).code, "too_many_ports");
-  EXPECT_EQ(std::get<Rejection>(decide(s, cmd::UnexposePort{81}, kNow)).code, "port_not_found");
+  EXPECT_EQ(std::get<Rejection>(decide(s, cmd::ExposePort{81}, kNow, one)).code,
+            Code::too_many_ports);
+  EXPECT_EQ(std::get<Rejection>(decide(s, cmd::UnexposePort{81}, kNow)).code, Code::port_not_found);
   run(cmd::ExposePort{81});
   run(cmd::UnexposePort{81});
   EXPECT_EQ(s.ports, (std::set<uint32_t>{8080}));
@@ -496,8 +498,9 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   SandboxState plain = in(Status::running);
   auto r = decide(plain, cmd::SetEgress{Egress{"allow_all", {}, {}}}, kNow);
   ASSERT_TRUE(std::holds_alternative<Rejection>(r));
-  EXPECT_EQ(std::get<Rejection>(r).code, "network_disabled");
-  EXPECT_EQ(std::get<Rejection>(decide(plain, cmd::ExposePort{80}, kNow)).code, "network_disabled");
+  EXPECT_EQ(std::get<Rejection>(r).code, Code::network_disabled);
+  EXPECT_EQ(std::get<Rejection>(decide(plain, cmd::ExposePort{80}, kNow)).code,
+            Code::network_disabled);
   // ... and a started event carries no subnet for it.
   SandboxState creating = in(Status::creating);
   EXPECT_EQ(std::get<std::vector<Event>>(decide(creating, cmd::Started{3}, kNow)).size(), 1u);

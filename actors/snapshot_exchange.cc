@@ -7,13 +7,13 @@ namespace pandastack::actors {
 
 Reply<std::unique_ptr<OfferedFile>> OfferedFile::open(const SnapshotOffer& offer, uint32_t index) {
   if (index >= offer.files.size() || index >= offer.paths.size())
-    return Rejection{"peer_error", "a file the offer does not have: " + std::to_string(index)};
+    return Rejection{Code::peer_error, "a file the offer does not have: " + std::to_string(index)};
   std::unique_ptr<OfferedFile> f(new OfferedFile);
   f->path_ = offer.paths[index];
   f->fd_ = ::open(f->path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f->fd_ < 0) return Rejection{"internal", "cannot open " + f->path_.string()};
+  if (f->fd_ < 0) return Rejection{Code::internal, "cannot open " + f->path_.string()};
   auto extents = vmm::data_extents(f->fd_, offer.files[index].size);
-  if (!extents) return Rejection{"internal", extents.error().message};
+  if (!extents) return Rejection{Code::internal, extents.error().message};
   for (auto& e : *extents) f->extents_.push_back({e.offset, e.length});
   return f;
 }
@@ -35,12 +35,12 @@ const std::vector<uint32_t>& SnapshotIntake::missing() const { return receiver_-
 
 Reply<Ok> SnapshotIntake::write(uint32_t file, uint64_t offset, const void* data, size_t n) {
   if (auto st = receiver_->write(file, offset, data, n); !st)
-    return Rejection{"peer_error", st.error().message};
+    return Rejection{Code::peer_error, st.error().message};
   return Ok{};
 }
 
 Reply<Ok> SnapshotIntake::commit() {
-  if (auto c = receiver_->commit(); !c) return Rejection{"peer_error", c.error().message};
+  if (auto c = receiver_->commit(); !c) return Rejection{Code::peer_error, c.error().message};
   return Ok{};
 }
 

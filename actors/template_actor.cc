@@ -8,7 +8,7 @@ caf::behavior template_actor(caf::event_based_actor* self, Env* env, std::string
       [=](bake_atom) -> Answer {
         auto t = env->template_snapshot(name);
         if (!t)
-          return Answer::fail({"start_failed", "template " + name + ": " + t.error().message});
+          return Answer::fail({Code::start_failed, "template " + name + ": " + t.error().message});
         Answer a;
         a.text = t->dir.string();
         return a;

@@ -66,9 +66,9 @@ std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what, const 
                                     steady_clock::time_point deadline,
                                     const std::function<void(const std::string&)>& log,
                                     std::stop_token stop = {}) {
-  if (stop.stop_requested()) return Rejection{"unavailable", "the daemon stopped"};
+  if (stop.stop_requested()) return Rejection{Code::unavailable, "the daemon stopped"};
   if (steady_clock::now() >= deadline)
-    return Rejection{"timeout", "the build's time ran out before " + what};
+    return Rejection{Code::timeout, "the build's time ran out before " + what};
   vmm::ExecRequest run;
   run.shell = "sh -s";
   run.stdin_data = script;
@@ -87,19 +87,19 @@ std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what, const 
     }
   };
   auto r = vm.agent().exec_stream(run, on_output, stop);
-  if (stop.stop_requested()) return Rejection{"unavailable", "the daemon stopped"};
+  if (stop.stop_requested()) return Rejection{Code::unavailable, "the daemon stopped"};
   for (auto& l : partial)
     if (!l.empty()) {
       if (log) log(l);
       last = l;
     }
-  if (!r) return Rejection{"build_failed", what + ": " + r.error().message};
+  if (!r) return Rejection{Code::build_failed, what + ": " + r.error().message};
   if (r->timed_out)
-    return Rejection{"timeout", what + " did not finish before the build's deadline"};
-  if (!r->error.empty()) return Rejection{"build_failed", what + ": " + r->error};
+    return Rejection{Code::timeout, what + " did not finish before the build's deadline"};
+  if (!r->error.empty()) return Rejection{Code::build_failed, what + ": " + r->error};
   if (r->exit_code != 0)
-    return Rejection{"build_failed", what + " failed (exit " + std::to_string(r->exit_code) +
-                                         (last.empty() ? ")" : "): " + last.substr(0, 512))};
+    return Rejection{Code::build_failed, what + " failed (exit " + std::to_string(r->exit_code) +
+                                             (last.empty() ? ")" : "): " + last.substr(0, 512))};
   return std::nullopt;
 }
 
@@ -116,7 +116,7 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   // The shipped template it builds on (checked by the caller): a root file system we made.
   auto from_rootfs = fs::absolute(env.config.images_dir / spec.from / "rootfs.qcow2");
   auto base_size = vmm::qcow2::virtual_size(from_rootfs);
-  if (!base_size) return Rejection{"internal", base_size.error().message};
+  if (!base_size) return Rejection{Code::internal, base_size.error().message};
   const uint64_t size = *base_size + (job.grow_mib << 20);
 
   auto c = env.vm_config(spec.from, "build-" + job.id, "build-" + job.id);
@@ -130,7 +130,7 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   log("builder: booting a " + std::to_string(c.memory_mib) + " MiB guest of " + spec.from +
       " (no network)");
   auto booted = vmm::Vm::boot(env.io, c);
-  if (!booted) return Rejection{"build_failed", "the builder VM: " + booted.error().message};
+  if (!booted) return Rejection{Code::build_failed, "the builder VM: " + booted.error().message};
   auto& vm = **booted;
   at(10);
 
@@ -138,7 +138,7 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   resize.set("device", "root");
   resize.set("size", int64_t(size));
   if (auto r = vm.qmp().execute("block_resize", resize); !r)
-    return Rejection{"build_failed", "growing the builder's disk: " + r.error().message};
+    return Rejection{Code::build_failed, "growing the builder's disk: " + r.error().message};
   if (auto no = run_script(vm, "growing the root file system", grow_script(size), job.deadline, log,
                            job.stop))
     return *no;
@@ -147,13 +147,13 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   if (!job.packages.image.empty()) {
     std::error_code ec;
     auto bytes = fs::file_size(job.packages.image, ec);
-    if (ec) return Rejection{"storage_error", "the package image: " + ec.message()};
+    if (ec) return Rejection{Code::storage_error, "the package image: " + ec.message()};
     auto bound = vm.bind_volumes({vmm::VolumeBinding{0, job.packages.image, true}});
     if (!bound)
-      return Rejection{"build_failed", "attaching the packages: " + bound.error().message};
+      return Rejection{Code::build_failed, "attaching the packages: " + bound.error().message};
     auto mounted = vm.agent().mount_volume(0, kPackagesMount, true, bytes);
     if (!mounted)
-      return Rejection{"build_failed", "mounting the packages: " + mounted.error().message};
+      return Rejection{Code::build_failed, "mounting the packages: " + mounted.error().message};
     if (auto no =
             run_script(vm, "installing the packages", kInstallScript, job.deadline, log, job.stop))
       return *no;
@@ -175,7 +175,7 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   for (auto& [path, content] : files) {
     auto written = vm.agent().write_file(path, content, 0644, true);
     if (!written)
-      return Rejection{"build_failed", "writing " + path + ": " + written.error().message};
+      return Rejection{Code::build_failed, "writing " + path + ": " + written.error().message};
   }
   if (!files.empty()) log("builder: " + std::to_string(files.size()) + " files written");
   at(70);
@@ -210,25 +210,25 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
     fs::copy_file(vm.disk_file(), tmp, ec);
   }
   booted->reset();  // (its run folder goes; the disk lives on as `tmp`)
-  if (ec) return Rejection{"storage_error", "keeping the builder's disk: " + ec.message()};
+  if (ec) return Rejection{Code::storage_error, "keeping the builder's disk: " + ec.message()};
   // Root's own file from here: its backing name is the one the daemon means, whatever the
   // builder's QEMU wrote; its size is the one it was given.
   if (::chown(tmp.c_str(), 0, 0) != 0 || ::chmod(tmp.c_str(), 0644) != 0)
-    return Rejection{"storage_error", "cannot take over " + tmp.string()};
+    return Rejection{Code::storage_error, "cannot take over " + tmp.string()};
   auto named = vmm::qcow2::set_backing_file(tmp, from_rootfs.string());
   auto got = vmm::qcow2::virtual_size(tmp);
   if (!named || !got || *got != size) {
     fs::remove(tmp, ec);
-    return Rejection{"build_failed", "the builder's disk is not the image it was given"};
+    return Rejection{Code::build_failed, "the builder's disk is not the image it was given"};
   }
   fs::rename(tmp, out, ec);
-  if (ec) return Rejection{"storage_error", "installing the root file system: " + ec.message()};
+  if (ec) return Rejection{Code::storage_error, "installing the root file system: " + ec.message()};
   // Its sandboxes' empty overlay, made here without opening the image (qemu-img -u): no host
   // tool reads what the builder wrote.
   auto overlay =
       vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
                      out.string(), (out.string() + ".overlay"), std::to_string(size)});
-  if (!overlay) return Rejection{"storage_error", overlay.error().message};
+  if (!overlay) return Rejection{Code::storage_error, overlay.error().message};
   at(100);
   return size;
 }

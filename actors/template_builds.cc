@@ -107,14 +107,14 @@ std::optional<Rejection> TemplateBuilds::check_from(const std::string& from) con
   std::sort(names.begin(), names.end());
   std::string list;
   for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  return Rejection{"invalid_argument",
+  return Rejection{Code::invalid_argument,
                    "from: a shipped template without a data volume (" + list + ")"};
 }
 
 std::optional<Rejection> TemplateBuilds::check_name(const std::string& name) const {
   if (auto no = check_template_name(name)) return no;  // (before a path is made of it)
   if (fs::exists(env_.config.images_dir / name))
-    return Rejection{"conflict", "'" + name + "' is a shipped template's name"};
+    return Rejection{Code::conflict, "'" + name + "' is a shipped template's name"};
   return std::nullopt;
 }
 
@@ -132,17 +132,17 @@ TemplateBuilds::~TemplateBuilds() {
 
 std::optional<Rejection> TemplateBuilds::recover() {
   auto streams = env_.store->streams(kStream);
-  if (!streams) return Rejection{"storage_error", streams.error().message};
+  if (!streams) return Rejection{Code::storage_error, streams.error().message};
   std::unique_lock g(mu_);
   for (auto& stream : *streams) {
     TemplateState s;
     s.id = stream.substr(kStream.size());
     auto events = env_.store->read_stream(stream);
-    if (!events) return Rejection{"storage_error", events.error().message};
+    if (!events) return Rejection{Code::storage_error, events.error().message};
     for (auto& stored : *events) {
       auto e = decode_template_event(stored.payload);
       if (!e)
-        return Rejection{"storage_error",
+        return Rejection{Code::storage_error,
                          "undecodable event " + std::to_string(stored.version) + " of " + stream};
       s = apply(s, *e);
     }
@@ -191,7 +191,7 @@ Reply<TemplateState> TemplateBuilds::command(const std::string& id, const Templa
   auto appended = env_.store->append(kStream + id, s.version, std::move(ne));
   if (!appended) {
     if (s.status == TemplateStatus::none) states_.erase(id);
-    return Rejection{"storage_error", appended.error().message};
+    return Rejection{Code::storage_error, appended.error().message};
   }
   for (auto& e : events) s = apply(s, e);
   return s;
@@ -202,7 +202,7 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
   auto& cfg = env_.config;
   auto spec = with_shape(asked);
   if (!cfg.template_builds)
-    return Rejection{"not_implemented",
+    return Rejection{Code::not_implemented,
                      "template builds are not offered by this daemon (--template-builds 0)"};
   if (auto no = check_name(name)) return *no;
   if (auto no = check_from(spec.from)) return *no;
@@ -211,13 +211,13 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
   if (auto no = env_.host_admits(spec.memory_mib)) return *no;
   {
     std::lock_guard g(mu_);
-    if (stopping_) return Rejection{"unavailable", "the daemon is stopping"};
+    if (stopping_) return Rejection{Code::unavailable, "the daemon is stopping"};
     if (auto no = over_quota(tenant, id)) return *no;
     if (running_ >= cfg.max_template_builds) {
       auto it = states_.find(id);
       if (it != states_.end() && it->second.status == TemplateStatus::building)
-        return Rejection{"conflict", "template " + name + " is being built"};
-      return Rejection{"too_many_requests",
+        return Rejection{Code::conflict, "template " + name + " is being built"};
+      return Rejection{Code::too_many_requests,
                        std::to_string(running_) +
                            " template build(s) running on this host, the "
                            "most it runs at once: try again when one has ended"};
@@ -355,8 +355,8 @@ std::optional<Rejection> TemplateBuilds::over_quota(const std::string& tenant,
         s.status != TemplateStatus::none)
       ++n;
   if (n >= env_.config.max_templates)
-    return Rejection{"quota_exceeded", "you have " + std::to_string(n) +
-                                           " templates, the most you may have: delete one"};
+    return Rejection{Code::quota_exceeded, "you have " + std::to_string(n) +
+                                               " templates, the most you may have: delete one"};
   return std::nullopt;
 }
 
@@ -385,7 +385,7 @@ Reply<TemplateState> TemplateBuilds::publish(const std::string& tenant, const st
   fs::create_directories(dir, ec);
   auto fail = [&](const std::string& why) -> Reply<TemplateState> {
     fs::remove_all(dir, ec);
-    return Rejection{"storage_error", "publishing the template: " + why};
+    return Rejection{Code::storage_error, "publishing the template: " + why};
   };
   if (ec) return fail(ec.message());
   open_to_jails(dir, ec);
@@ -412,7 +412,7 @@ Reply<TemplateState> TemplateBuilds::get(const std::string& tenant, const std::s
   auto it = states_.find(template_id(tenant, name));
   if (it == states_.end() || it->second.tenant != tenant ||
       it->second.status == TemplateStatus::deleted)
-    return Rejection{"template_not_found", "no template " + name};
+    return Rejection{Code::template_not_found, "no template " + name};
   return it->second;
 }
 
@@ -430,7 +430,7 @@ std::vector<TemplateState> TemplateBuilds::list(const std::string& tenant, bool 
 Reply<TemplateState> TemplateBuilds::remove(const std::string& tenant, const std::string& name,
                                             size_t in_use) {
   if (shipped(name))
-    return Rejection{"conflict", "'" + name + "' is a shipped template: it cannot be deleted"};
+    return Rejection{Code::conflict, "'" + name + "' is a shipped template: it cannot be deleted"};
   auto s = get(tenant, name);
   if (!s) return s;
   if (s->status == TemplateStatus::building) {
@@ -439,7 +439,7 @@ Reply<TemplateState> TemplateBuilds::remove(const std::string& tenant, const std
       p->cancel.request_stop();
       std::unique_lock l(p->mu);
       if (!p->cv.wait_for(l, std::chrono::seconds(120), [&] { return p->done; }))
-        return Rejection{"conflict", "template " + name + " is still stopping its build"};
+        return Rejection{Code::conflict, "template " + name + " is still stopping its build"};
     }
     s = get(tenant, name);
     if (!s) return s;
@@ -449,7 +449,7 @@ Reply<TemplateState> TemplateBuilds::remove(const std::string& tenant, const std
     std::lock_guard g(mu_);
     for (auto& [id, t] : states_)
       if (t.status == TemplateStatus::ready && t.spec.from == s->id)
-        return Rejection{"template_in_use",
+        return Rejection{Code::template_in_use,
                          "template " + t.name + " was published from a sandbox of " + name};
   }
   auto removed = command(s->id, tcmd::Delete{in_use});

@@ -60,8 +60,8 @@ Rejection apt_failed(const std::string& what, const std::vector<std::string>& li
       errors.find("has no installation candidate") != std::string::npos ||
       errors.find("Unable to correct problems") != std::string::npos ||
       errors.find("unmet dependencies") != std::string::npos)
-    return {"invalid_argument", "packages: " + errors};
-  return {"unavailable", what + (errors.empty() ? "" : ": " + errors)};
+    return {Code::invalid_argument, "packages: " + errors};
+  return {Code::unavailable, what + (errors.empty() ? "" : ": " + errors)};
 }
 
 // Drops the oldest files of the cache until it holds at most `max` bytes.
@@ -100,7 +100,8 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
   fs::create_directories(debs / "partial", ec);
   fs::create_directories(how.cache, ec);
   if (ec)
-    return Rejection{"storage_error", "cannot make " + how.cache.string() + ": " + ec.message()};
+    return Rejection{Code::storage_error,
+                     "cannot make " + how.cache.string() + ": " + ec.message()};
   fs::permissions(how.cache, fs::perms::owner_all, ec);
   auto status = work / "dpkg-status";
   std::ofstream(status).flush();
@@ -126,12 +127,12 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
     std::string uri, file;
     uint64_t size = 0;
     if (!(in >> uri >> file >> size) || !valid_deb_name(file))
-      return Rejection{"internal", "apt answered a download this build does not take: " + l};
+      return Rejection{Code::internal, "apt answered a download this build does not take: " + l};
     files.push_back(file);
     out.deb_bytes += size;
   }
   if (out.deb_bytes > how.max_bytes)
-    return Rejection{"invalid_argument",
+    return Rejection{Code::invalid_argument,
                      "packages: they come to " + std::to_string(out.deb_bytes >> 20) +
                          " MiB of downloads with what they depend on, more than the " +
                          std::to_string(how.max_bytes >> 20) + " MiB a build may fetch"};
@@ -162,7 +163,7 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
   fs::remove_all(debs / "partial", ec);
   for (auto& f : files) {
     if (!fs::is_regular_file(debs / f, ec))
-      return Rejection{"internal", "apt did not download " + f};
+      return Rejection{Code::internal, "apt did not download " + f};
     if (!fs::exists(how.cache / f, ec)) {
       fs::create_hard_link(debs / f, how.cache / f, ec);
       if (ec) fs::copy_file(debs / f, how.cache / f, ec);
@@ -181,14 +182,15 @@ Reply<PackageImage> fetch_packages(const std::vector<std::string>& packages, con
       (out.deb_bytes + out.deb_bytes / 8 + (uint64_t(files.size()) << 13)) / (1 << 20) + 16;
   {
     std::ofstream f(out.image, std::ios::binary);
-    if (!f) return Rejection{"storage_error", "cannot create " + out.image.string()};
+    if (!f) return Rejection{Code::storage_error, "cannot create " + out.image.string()};
   }
   fs::resize_file(out.image, mib << 20, ec);
-  if (ec) return Rejection{"storage_error", "cannot size the package image: " + ec.message()};
+  if (ec) return Rejection{Code::storage_error, "cannot size the package image: " + ec.message()};
   auto made = vmm::run_tool({"mkfs.ext4", "-q", "-F", "-m", "0", "-L", "pandastack-pkgs", "-E",
                              "nodiscard,lazy_itable_init=0,lazy_journal_init=0", "-d",
                              debs.string(), out.image.string()});
-  if (!made) return Rejection{"storage_error", "making the package image: " + made.error().message};
+  if (!made)
+    return Rejection{Code::storage_error, "making the package image: " + made.error().message};
   return out;
 }
 

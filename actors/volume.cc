@@ -52,7 +52,7 @@ bool VolumeState::attached_to(const std::string& sandbox) const {
 
 std::optional<Rejection> check_mount_path(const std::string& p) {
   auto bad = [&](const std::string& why) {
-    return Rejection{"invalid_argument", "mount path '" + p + "' " + why};
+    return Rejection{Code::invalid_argument, "mount path '" + p + "' " + why};
   };
   if (p.empty() || p[0] != '/') return bad("must be absolute");
   if (p.size() > 256) return bad("is longer than 256 bytes");
@@ -74,7 +74,7 @@ std::optional<Rejection> check_mount_path(const std::string& p) {
 
 namespace {
 
-Rejection gone(const VolumeState& s) { return {"volume_not_found", "no volume " + s.id}; }
+Rejection gone(const VolumeState& s) { return {Code::volume_not_found, "no volume " + s.id}; }
 
 struct Decider {
   const VolumeState& s;
@@ -91,17 +91,17 @@ struct Decider {
 
   VolumeDecision operator()(const vcmd::Create& c) const {
     if (s.status != VolumeStatus::none)
-      return Rejection{"invalid_state", "volume " + s.id + " exists"};
+      return Rejection{Code::invalid_state, "volume " + s.id + " exists"};
     if (c.name.size() > limits.max_name_bytes)
-      return Rejection{"invalid_argument",
+      return Rejection{Code::invalid_argument,
                        "name is longer than " + std::to_string(limits.max_name_bytes) + " bytes"};
     for (char ch : c.name)
       if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
-        return Rejection{"invalid_argument", "name may hold letters, digits, '-', '_' and '.'"};
+        return Rejection{Code::invalid_argument, "name may hold letters, digits, '-', '_' and '.'"};
     if (c.size_mib < limits.min_size_mib || c.size_mib > limits.max_size_mib)
-      return Rejection{"invalid_argument", "size_mib must be " +
-                                               std::to_string(limits.min_size_mib) + ".." +
-                                               std::to_string(limits.max_size_mib)};
+      return Rejection{Code::invalid_argument, "size_mib must be " +
+                                                   std::to_string(limits.min_size_mib) + ".." +
+                                                   std::to_string(limits.max_size_mib)};
     if (auto r = check_metadata(c.metadata, sandbox_limits)) return *r;
     auto e = event(VolumeEvent::Kind::created);
     e.tenant = c.tenant;
@@ -118,13 +118,13 @@ struct Decider {
     for (auto& a : s.attachments) {
       if (a.sandbox == c.attachment.sandbox) {
         if (a == c.attachment) return std::vector<VolumeEvent>{};
-        return Rejection{"invalid_argument",
+        return Rejection{Code::invalid_argument,
                          "volume " + s.id + " is attached to " + a.sandbox + " already"};
       }
       if (!c.attachment.read_only || !a.read_only)
-        return Rejection{"volume_in_use", "volume " + s.id + " is attached " +
-                                              (a.read_only ? "read-only" : "read-write") +
-                                              " to sandbox " + a.sandbox};
+        return Rejection{Code::volume_in_use, "volume " + s.id + " is attached " +
+                                                  (a.read_only ? "read-only" : "read-write") +
+                                                  " to sandbox " + a.sandbox};
     }
     auto e = event(VolumeEvent::Kind::attached);
     e.attachment = c.attachment;
@@ -143,15 +143,15 @@ struct Decider {
     if (s.status != VolumeStatus::available) return gone(s);
     if (c.size_mib == s.size_mib) return std::vector<VolumeEvent>{};
     if (c.size_mib < s.size_mib)
-      return Rejection{"invalid_argument",
+      return Rejection{Code::invalid_argument,
                        "a volume only grows (it has " + std::to_string(s.size_mib) + " MiB)"};
     if (c.size_mib > limits.max_size_mib)
-      return Rejection{"invalid_argument",
+      return Rejection{Code::invalid_argument,
                        "size_mib must be at most " + std::to_string(limits.max_size_mib)};
     if (!s.attachments.empty())
-      return Rejection{"volume_attached", "volume " + s.id + " is attached to sandbox " +
-                                              s.attachments.front().sandbox +
-                                              ": it grows while detached"};
+      return Rejection{Code::volume_attached, "volume " + s.id + " is attached to sandbox " +
+                                                  s.attachments.front().sandbox +
+                                                  ": it grows while detached"};
     auto e = event(VolumeEvent::Kind::resized);
     e.size_mib = c.size_mib;
     return std::vector<VolumeEvent>{e};
@@ -168,15 +168,16 @@ struct Decider {
 
   VolumeDecision operator()(const vcmd::Snapshot& c) const {
     if (s.status != VolumeStatus::available) return gone(s);
-    if (c.snapshot_id.empty()) return Rejection{"invalid_argument", "snapshot id required"};
+    if (c.snapshot_id.empty()) return Rejection{Code::invalid_argument, "snapshot id required"};
     if (s.snapshots.size() >= limits.max_snapshots)
-      return Rejection{"quota_exceeded", "volume " + s.id + " has " +
-                                             std::to_string(s.snapshots.size()) +
-                                             " snapshots, the most it may have: delete one"};
+      return Rejection{Code::quota_exceeded, "volume " + s.id + " has " +
+                                                 std::to_string(s.snapshots.size()) +
+                                                 " snapshots, the most it may have: delete one"};
     for (auto& a : s.attachments)
       if (!a.read_only && a.sandbox != c.quiesced_by)
-        return Rejection{"volume_attached", "volume " + s.id + " is attached read-write to " +
-                                                "sandbox " + a.sandbox + " and was not quiesced"};
+        return Rejection{Code::volume_attached, "volume " + s.id + " is attached read-write to " +
+                                                    "sandbox " + a.sandbox +
+                                                    " and was not quiesced"};
     auto e = event(VolumeEvent::Kind::snapshotted);
     e.snapshot = {c.snapshot_id, s.size_mib, now};
     return std::vector<VolumeEvent>{e};
@@ -186,7 +187,7 @@ struct Decider {
     if (s.status != VolumeStatus::available) return gone(s);
     if (std::none_of(s.snapshots.begin(), s.snapshots.end(),
                      [&](auto& x) { return x.id == c.snapshot_id; }))
-      return Rejection{"snapshot_not_found",
+      return Rejection{Code::snapshot_not_found,
                        "volume " + s.id + " has no snapshot " + c.snapshot_id};
     auto e = event(VolumeEvent::Kind::snapshot_deleted);
     e.snapshot.id = c.snapshot_id;
@@ -195,12 +196,12 @@ struct Decider {
 
   VolumeDecision operator()(const vcmd::Arrive& c) const {
     if (s.status != VolumeStatus::none && s.status != VolumeStatus::moved)
-      return Rejection{"conflict", "volume " + s.id + " exists on this host already"};
+      return Rejection{Code::conflict, "volume " + s.id + " exists on this host already"};
     if (c.size_mib < limits.min_size_mib || c.size_mib > limits.max_size_mib)
-      return Rejection{"invalid_argument", "size_mib out of bounds"};
+      return Rejection{Code::invalid_argument, "size_mib out of bounds"};
     if (c.snapshots.size() > limits.max_snapshots)
-      return Rejection{"invalid_argument", "more snapshots than a volume may have"};
-    if (c.from_host.empty()) return Rejection{"invalid_argument", "the host it came from"};
+      return Rejection{Code::invalid_argument, "more snapshots than a volume may have"};
+    if (c.from_host.empty()) return Rejection{Code::invalid_argument, "the host it came from"};
     auto e = event(VolumeEvent::Kind::arrived);
     e.tenant = c.tenant;
     e.name = c.name;
@@ -217,8 +218,8 @@ struct Decider {
     if (s.status != VolumeStatus::available) return gone(s);
     for (auto& a : s.attachments)
       if (a.sandbox != c.sandbox)
-        return Rejection{"volume_in_use", "volume " + s.id + " is attached to sandbox " +
-                                              a.sandbox + " too: it stays on this host"};
+        return Rejection{Code::volume_in_use, "volume " + s.id + " is attached to sandbox " +
+                                                  a.sandbox + " too: it stays on this host"};
     auto e = event(VolumeEvent::Kind::migrated);
     e.host = c.host;
     e.attachment.sandbox = c.sandbox;
@@ -228,8 +229,8 @@ struct Decider {
   VolumeDecision operator()(const vcmd::Delete&) const {
     if (s.status != VolumeStatus::available) return gone(s);
     if (!s.attachments.empty())
-      return Rejection{"volume_attached", "volume " + s.id + " is attached to sandbox " +
-                                              s.attachments.front().sandbox};
+      return Rejection{Code::volume_attached, "volume " + s.id + " is attached to sandbox " +
+                                                  s.attachments.front().sandbox};
     return std::vector<VolumeEvent>{event(VolumeEvent::Kind::deleted)};
   }
 };

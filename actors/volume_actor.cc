@@ -61,7 +61,7 @@ void pump(VolumeSelf* self) {
           .then(
               [self](std::string err) {
                 if (err.empty()) return persist(self);
-                self->send(self, persisted_atom::value, false, std::string("storage_error"),
+                self->send(self, persisted_atom::value, false, Code::storage_error,
                            "copying the volume: " + err);
               },
               [self](const caf::error& e) {
@@ -75,7 +75,7 @@ void pump(VolumeSelf* self) {
       // mount): recorded only once it has the size, a grow that cannot be made records nothing.
       auto file = volume_file(st.env->volumes_dir(), st.s.id);
       if (auto grown = grow_volume_file(file, events.front().size_mib); !grown) {
-        self->send(self, persisted_atom::value, false, std::string("volume_grow_failed"),
+        self->send(self, persisted_atom::value, false, Code::volume_grow_failed,
                    "growing the volume's file: " + grown.error().message);
         return;
       }
@@ -132,7 +132,7 @@ caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf:
         pump(self);
         return rp;
       },
-      [=](persisted_atom, bool ok, std::string code, std::string err) {
+      [=](persisted_atom, bool ok, Code code, std::string err) {
         auto& st = self->state;
         st.persisting = false;
         auto rp = st.current_rp;

@@ -24,7 +24,7 @@ VolumeState run(VolumeState s, const VolumeCommand& c) {
 std::string refusal(const VolumeState& s, const VolumeCommand& c) {
   auto d = decide(s, c, kNow);
   auto* r = std::get_if<Rejection>(&d);
-  return r ? r->code : "";
+  return r ? to_string(r->code) : "";
 }
 
 VolumeState made() {
@@ -120,7 +120,7 @@ TEST(Volume, SnapshotsNeedAStillFileAndAreBounded) {
   auto full = run(s1, vcmd::Snapshot{"vsnap_2", ""});
   auto d = decide(full, vcmd::Snapshot{"vsnap_3", ""}, kNow, two);
   ASSERT_TRUE(std::holds_alternative<Rejection>(d));
-  EXPECT_EQ(std::get<Rejection>(d).code, "quota_exceeded");
+  EXPECT_EQ(std::get<Rejection>(d).code, Code::quota_exceeded);
   EXPECT_EQ(refusal(full, vcmd::DeleteSnapshot{"vsnap_9"}), "snapshot_not_found");
   auto one = run(full, vcmd::DeleteSnapshot{"vsnap_1"});
   ASSERT_EQ(one.snapshots.size(), 1u);

@@ -6,21 +6,23 @@
 namespace pandastack::gateway {
 
 HttpReply json_reply(unsigned status, const Json& j) {
-  return {status, "application/json", j.dump(), "", {}};
+  return {status, "application/json", j.dump(), std::nullopt, {}};
 }
 
-HttpReply busy_reply() { return error_reply("too_many_requests", "the server is busy"); }
+HttpReply busy_reply() { return error_reply(Code::too_many_requests, "the server is busy"); }
 
-HttpReply error_reply(const std::string& code, const std::string& message) {
-  HttpReply r{status_for(code), "application/json", error_body(code, message), code, {}};
+HttpReply error_reply(const actors::Rejection& e) {
+  const Code code = e.code;
+  HttpReply r{
+      http_status(code), "application/json", error_body(code, e.message, e.quota), code, {}};
   // Refused for now, not for good: say when to come back (the SDKs retry after it).
-  if (code == "too_many_execs" || code == "too_many_requests" || code == "exec_failed" ||
-      code == "host_full")
+  if (code == Code::too_many_execs || code == Code::too_many_requests ||
+      code == Code::exec_failed || code == Code::host_full)
     r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 
-HttpReply no_content() { return {204, "", "", "", {}}; }
+HttpReply no_content() { return {204, "", "", std::nullopt, {}}; }
 
 std::string Request::param(const std::string& k) const {
   auto it = params.find(k);
@@ -38,9 +40,9 @@ Json Request::json() const {
   Json::ParseError err;
   auto j = Json::parse(body, &err);
   if (!j)
-    throw ApiError{"invalid_json", "request body is not valid JSON (at byte " +
-                                       std::to_string(err.offset) + ": " + err.message + ")"};
-  if (!j->is_object()) throw ApiError{"invalid_json", "request body must be a JSON object"};
+    throw ApiError{Code::invalid_json, "request body is not valid JSON (at byte " +
+                                           std::to_string(err.offset) + ": " + err.message + ")"};
+  if (!j->is_object()) throw ApiError{Code::invalid_json, "request body must be a JSON object"};
   return *j;
 }
 
@@ -48,7 +50,7 @@ Fields::Fields(Json j, std::initializer_list<const char*> known) : j_(std::move(
   for (auto& [k, v] : j_.as_object()) {
     bool ok = false;
     for (auto* n : known) ok |= k == n;
-    if (!ok) throw ApiError{"invalid_argument", "unknown field '" + k + "'"};
+    if (!ok) throw ApiError{Code::invalid_argument, "unknown field '" + k + "'"};
   }
 }
 
@@ -56,26 +58,28 @@ bool Fields::has(const char* k) const { return j_.has(k) && !j_[k].is_null(); }
 
 std::string Fields::str(const char* k, std::string def) const {
   if (!has(k)) return def;
-  if (!j_[k].is_string()) throw ApiError{"invalid_argument", std::string(k) + " must be a string"};
+  if (!j_[k].is_string())
+    throw ApiError{Code::invalid_argument, std::string(k) + " must be a string"};
   return j_[k].as_string();
 }
 
 bool Fields::boolean(const char* k, bool def) const {
   if (!has(k)) return def;
-  if (!j_[k].is_bool()) throw ApiError{"invalid_argument", std::string(k) + " must be a boolean"};
+  if (!j_[k].is_bool())
+    throw ApiError{Code::invalid_argument, std::string(k) + " must be a boolean"};
   return j_[k].as_bool();
 }
 
 int64_t Fields::integer(const char* k, int64_t def, int64_t lo, int64_t hi) const {
   if (!has(k)) return def;
   auto range = [&] {
-    return ApiError{"invalid_argument", std::string(k) + " must be an integer within " +
-                                            std::to_string(lo) + ".." + std::to_string(hi)};
+    return ApiError{Code::invalid_argument, std::string(k) + " must be an integer within " +
+                                                std::to_string(lo) + ".." + std::to_string(hi)};
   };
   if (!j_[k].is_integer()) {
     // A number too large for 64 bits is out of range, not "not an integer".
     if (j_[k].is_number()) throw range();
-    throw ApiError{"invalid_argument", std::string(k) + " must be an integer"};
+    throw ApiError{Code::invalid_argument, std::string(k) + " must be an integer"};
   }
   auto v = j_[k].as_int();
   if (v < lo || v > hi) throw range();
@@ -86,10 +90,10 @@ std::map<std::string, std::string> Fields::string_map(const char* k) const {
   std::map<std::string, std::string> out;
   if (!has(k)) return out;
   if (!j_[k].is_object())
-    throw ApiError{"invalid_argument", std::string(k) + " must be an object of strings"};
+    throw ApiError{Code::invalid_argument, std::string(k) + " must be an object of strings"};
   for (auto& [mk, mv] : j_[k].as_object()) {
     if (!mv.is_string())
-      throw ApiError{"invalid_argument", std::string(k) + "." + mk + " must be a string"};
+      throw ApiError{Code::invalid_argument, std::string(k) + "." + mk + " must be a string"};
     out[mk] = mv.as_string();
   }
   return out;
@@ -97,7 +101,8 @@ std::map<std::string, std::string> Fields::string_map(const char* k) const {
 
 Json Fields::object(const char* k) const {
   if (!has(k)) return Json::object();
-  if (!j_[k].is_object()) throw ApiError{"invalid_argument", std::string(k) + " must be an object"};
+  if (!j_[k].is_object())
+    throw ApiError{Code::invalid_argument, std::string(k) + " must be an object"};
   return j_[k];
 }
 
@@ -105,10 +110,10 @@ std::vector<std::string> Fields::string_list(const char* k) const {
   std::vector<std::string> out;
   if (!has(k)) return out;
   if (!j_[k].is_array())
-    throw ApiError{"invalid_argument", std::string(k) + " must be an array of strings"};
+    throw ApiError{Code::invalid_argument, std::string(k) + " must be an array of strings"};
   for (auto& v : j_[k].as_array()) {
     if (!v.is_string())
-      throw ApiError{"invalid_argument", std::string(k) + " must be an array of strings"};
+      throw ApiError{Code::invalid_argument, std::string(k) + " must be an array of strings"};
     out.push_back(v.as_string());
   }
   return out;
@@ -264,8 +269,8 @@ std::string sse_frame(const std::string& event, const Json& data) {
 uint32_t parse_number(const std::string& s, const char* what, uint32_t lo, uint32_t hi) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos ||
       std::stoul(s) < lo || std::stoul(s) > hi)
-    throw ApiError{"invalid_argument", std::string(what) + " must be an integer within " +
-                                           std::to_string(lo) + ".." + std::to_string(hi)};
+    throw ApiError{Code::invalid_argument, std::string(what) + " must be an integer within " +
+                                               std::to_string(lo) + ".." + std::to_string(hi)};
   return uint32_t(std::stoul(s));
 }
 
@@ -275,10 +280,10 @@ int64_t query_int(const Request& r, const char* k, int64_t def, int64_t hi) {
   auto v = r.q(k);
   if (!v) return def;
   if (v->empty() || v->size() > 18 || v->find_first_not_of("0123456789") != std::string::npos)
-    throw ApiError{"invalid_argument", std::string(k) + " must be a non-negative integer"};
+    throw ApiError{Code::invalid_argument, std::string(k) + " must be a non-negative integer"};
   auto n = std::stoll(*v);
   if (n > hi)
-    throw ApiError{"invalid_argument", std::string(k) + " is at most " + std::to_string(hi)};
+    throw ApiError{Code::invalid_argument, std::string(k) + " is at most " + std::to_string(hi)};
   return n;
 }
 
@@ -287,7 +292,7 @@ bool query_flag(const Request& r, const char* k, bool def) {
   if (!v) return def;
   if (*v == "1" || *v == "true") return true;
   if (*v == "0" || *v == "false") return false;
-  throw ApiError{"invalid_argument", std::string(k) + " must be 1, 0, true or false"};
+  throw ApiError{Code::invalid_argument, std::string(k) + " must be 1, 0, true or false"};
 }
 
 const char* method_name(kj::HttpMethod m) {

@@ -27,20 +27,21 @@ struct HttpReply {
   unsigned status = 200;
   std::string content_type = "application/json";
   std::string body;
-  std::string error_code;                                    // for metrics and logs
+  std::optional<Code> error_code;                            // metrics, logs, the E2B mapping
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones (Retry-After, Allow)
 };
 
 HttpReply json_reply(unsigned status, const Json& j);
-HttpReply error_reply(const std::string& code, const std::string& message);
+HttpReply error_reply(const actors::Rejection& error);
+inline HttpReply error_reply(Code code, const std::string& message) {
+  return error_reply(actors::Rejection{code, message});
+}
 HttpReply no_content();
 // 429 too_many_requests: every worker is taken and the queue is full.
 HttpReply busy_reply();
 
 // Thrown by request parsing helpers and handlers; becomes an error reply.
-struct ApiError {
-  std::string code, message;
-};
+using ApiError = actors::Rejection;
 
 // One parsed request, handed to a worker thread.
 struct Request {
@@ -93,7 +94,7 @@ actors::Egress egress_from(const Json& j);
 
 template <typename T>
 T unwrap(actors::Reply<T> r) {
-  if (!r) throw ApiError{r.error().code, r.error().message};
+  if (!r) throw r.error();
   return std::move(*r);
 }
 

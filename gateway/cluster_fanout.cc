@@ -66,7 +66,8 @@ HttpReply merged(Call& c, const char* field, HttpReply local) {
   }
   Json unreachable = Json::array();
   auto hosts = cluster->hosts();
-  if (!hosts) throw ApiError{"cluster_unavailable", "cannot reach etcd: " + hosts.error().message};
+  if (!hosts)
+    throw ApiError{Code::cluster_unavailable, "cannot reach etcd: " + hosts.error().message};
   for (auto& h : *hosts) {
     if (h.id == self) continue;
     auto theirs = ask(c, h, c.r.url, unreachable);
@@ -102,11 +103,11 @@ std::map<std::string, uint64_t> parse_cursor(const std::string& text) {
     auto part = text.substr(at, end - at);
     auto colon = part.rfind(':');
     if (colon == std::string::npos || colon == 0)
-      throw ApiError{"invalid_argument", "cursor: host:seq pairs separated by commas"};
+      throw ApiError{Code::invalid_argument, "cursor: host:seq pairs separated by commas"};
     try {
       out[part.substr(0, colon)] = std::stoull(part.substr(colon + 1));
     } catch (const std::exception&) {
-      throw ApiError{"invalid_argument", "cursor: a sequence is a number"};
+      throw ApiError{Code::invalid_argument, "cursor: a sequence is a number"};
     }
     at = end + 1;
   }
@@ -119,13 +120,14 @@ std::map<std::string, uint64_t> parse_cursor(const std::string& text) {
 HttpReply merged_audit(Call& c, const Handler& local) {
   auto* cluster = c.gw.rt.cluster();
   if (cluster == nullptr && c.r.q("cursor"))
-    throw ApiError{"invalid_argument", "cursor is for a cluster's merged log; use after"};
+    throw ApiError{Code::invalid_argument, "cursor is for a cluster's merged log; use after"};
   if (cluster == nullptr || !c.gw.peers || c.r.forwarded) return local(c);
   auto cursor = parse_cursor(c.r.q("cursor").value_or(""));
   size_t limit = size_t(query_int(c.r, "limit", 1000, 10000));
   uint64_t after_all = uint64_t(query_int(c.r, "after", 0, INT64_MAX));
   auto hosts = cluster->hosts();
-  if (!hosts) throw ApiError{"cluster_unavailable", "cannot reach etcd: " + hosts.error().message};
+  if (!hosts)
+    throw ApiError{Code::cluster_unavailable, "cannot reach etcd: " + hosts.error().message};
   const std::string self = cluster->config().host_id;
   struct Part {
     std::string host;

@@ -20,17 +20,19 @@ namespace {
 actors::Cluster& cluster_of(Call& c, const char* what) {
   auto* cluster = c.gw.rt.cluster();
   if (cluster == nullptr)
-    throw ApiError{"cluster_disabled", std::string(what) + ": this daemon runs without --cluster"};
+    throw ApiError{Code::cluster_disabled,
+                   std::string(what) + ": this daemon runs without --cluster"};
   return *cluster;
 }
 
 // The live host `id` (503 host_unavailable when it is not up).
 actors::HostInfo live_host(actors::Cluster& cluster, const std::string& id) {
   auto hosts = cluster.hosts();
-  if (!hosts) throw ApiError{"cluster_unavailable", "cannot reach etcd: " + hosts.error().message};
+  if (!hosts)
+    throw ApiError{Code::cluster_unavailable, "cannot reach etcd: " + hosts.error().message};
   for (auto& h : *hosts)
     if (h.id == id) return h;
-  throw ApiError{"host_unavailable", "host " + id + " is not up in the cluster"};
+  throw ApiError{Code::host_unavailable, "host " + id + " is not up in the cluster"};
 }
 
 // A session with host `h` for the request whose API key is `key` (the host checks it before it
@@ -50,7 +52,7 @@ Json fork_volumes(const actors::SandboxInfo& parent) {
   Json out = Json::array();
   for (auto& v : parent.volumes) {
     if (v.read_only)
-      throw ApiError{"not_implemented",
+      throw ApiError{Code::not_implemented,
                      "a fork onto another host of a sandbox with a read-only volume (" + v.volume +
                          "): read-only volumes are shared with the parent and stay on its host"};
     Json j = Json::object();
@@ -72,9 +74,9 @@ Json moving_volumes(actors::Runtime& rt, const actors::SandboxInfo& s,
     auto vi = unwrap(rt.get_volume(s.tenant, v.volume));
     for (auto& a : vi.attachments)
       if (a.sandbox != s.id)
-        throw ApiError{"volume_in_use", "volume " + v.volume + " is attached to sandbox " +
-                                            a.sandbox + " too: it cannot move to another host " +
-                                            "(nor can " + s.id + ")"};
+        throw ApiError{Code::volume_in_use,
+                       "volume " + v.volume + " is attached to sandbox " + a.sandbox +
+                           " too: it cannot move to another host " + "(nor can " + s.id + ")"};
     for (auto& f : rt.volume_files(vi)) files.push_back(f);
     auto j = volume_json(vi);
     j.set("mount", v.mount);
@@ -104,7 +106,7 @@ Json transfer_json(const std::string& host, const PeerSession::Shipped& s, doubl
 HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::string>& hosts) {
   auto& cluster = cluster_of(c, "hosts");
   if (hosts.empty() || hosts.size() > count)
-    throw ApiError{"invalid_argument", "hosts: a list of 1..count host ids"};
+    throw ApiError{Code::invalid_argument, "hosts: a list of 1..count host ids"};
   // Children go round-robin over the hosts named (a host named twice gets twice the share).
   std::vector<std::pair<std::string, uint32_t>> share;
   for (uint32_t i = 0; i < count; ++i) {
@@ -207,8 +209,8 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
   auto& cluster = *rt.cluster();
   auto info = unwrap(rt.get(tenant, id));
   if (info.status != actors::Status::running && info.status != actors::Status::hibernated)
-    throw ApiError{"conflict", "sandbox " + id + " is " + actors::to_string(info.status) +
-                                   ": only a running or hibernated sandbox migrates"};
+    throw ApiError{Code::conflict, "sandbox " + id + " is " + actors::to_string(info.status) +
+                                       ": only a running or hibernated sandbox migrates"};
   std::vector<std::filesystem::path> carried;
   Json volumes = moving_volumes(rt, info, carried);
   std::vector<std::string> owned{id}, volume_ids;
@@ -237,7 +239,7 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
     auto handed = cluster.hand_over(owned, to.id);
     if (!handed || !*handed) {
       session->discard(tenant, {id}, volume_ids);
-      throw ApiError{handed ? "conflict" : "cluster_unavailable",
+      throw ApiError{handed ? Code::conflict : Code::cluster_unavailable,
                      "cannot hand " + id + " over to host " + to.id + ": " +
                          (handed ? "this host does not own it any more" : handed.error().message)};
     }
@@ -266,7 +268,7 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
 // that cannot move (a volume shared with another sandbox) is listed as failed, with why.
 Json drain(Server& gw, actors::Cluster& cluster, const std::string& key) {
   if (auto d = cluster.set_draining(true); !d)
-    throw ApiError{"cluster_unavailable", "cannot publish the drain: " + d.error().message};
+    throw ApiError{Code::cluster_unavailable, "cannot publish the drain: " + d.error().message};
   auto all = unwrap(gw.rt.list("*"));
   Json moved = Json::array(), failed = Json::array();
   auto item = [](const std::string& id, const char* k, const std::string& v) {
@@ -279,11 +281,12 @@ Json drain(Server& gw, actors::Cluster& cluster, const std::string& key) {
     if (s.status != actors::Status::running && s.status != actors::Status::hibernated) continue;
     try {
       auto to = cluster.place(s.template_name, "");
-      if (!to) throw ApiError{"host_unavailable", "no host to move it to: " + to.error().message};
+      if (!to)
+        throw ApiError{Code::host_unavailable, "no host to move it to: " + to.error().message};
       migrate_sandbox(gw, s.tenant, s.id, *to, key);
       moved.push(item(s.id, "host", to->id));
     } catch (const ApiError& e) {
-      auto j = item(s.id, "code", e.code);
+      auto j = item(s.id, "code", to_string(e.code));
       j.set("message", e.message);
       failed.push(j);
     }
@@ -305,7 +308,7 @@ actors::Cluster& this_host(Call& c) {
   auto& cluster = cluster_of(c, "hosts");
   auto host = c.r.param("host_id");
   if (host != cluster.config().host_id)
-    throw ApiError{"host_not_found", "no host " + host + " in the cluster"};
+    throw ApiError{Code::host_not_found, "no host " + host + " in the cluster"};
   return cluster;
 }
 
@@ -318,9 +321,10 @@ std::vector<Route> cluster_move_routes() {
               auto& cluster = cluster_of(c, "migrate");
               Fields f(c.r.json(), {"host"});
               auto host = f.str("host");
-              if (host.empty()) throw ApiError{"invalid_argument", "host: required"};
+              if (host.empty()) throw ApiError{Code::invalid_argument, "host: required"};
               if (host == cluster.config().host_id)
-                throw ApiError{"conflict", "sandbox " + c.id + " is on host " + host + " already"};
+                throw ApiError{Code::conflict,
+                               "sandbox " + c.id + " is on host " + host + " already"};
               return json_reply(200,
                                 migrate_sandbox(c.gw, c.tenant(), c.id, live_host(cluster, host),
                                                 bearer_token(c.r.authorization)));
@@ -336,14 +340,14 @@ std::vector<Route> cluster_move_routes() {
             "A host's Prometheus metrics, through any host (admin; cluster mode)",
             [](Call& c) {
               this_host(c);
-              return HttpReply{200, "text/plain; version=0.0.4", c.gw.metrics(), "", {}};
+              return HttpReply{200, "text/plain; version=0.0.4", c.gw.metrics(), std::nullopt, {}};
             }),
       route(M::DELETE, "/v1/hosts/{host_id}/drain",
             "End a host's drain: it takes creates again (admin)",
             [](Call& c) {
               auto& cluster = this_host(c);
               if (auto d = cluster.set_draining(false); !d)
-                throw ApiError{"cluster_unavailable", d.error().message};
+                throw ApiError{Code::cluster_unavailable, d.error().message};
               Json out = Json::object();
               out.set("host", cluster.config().host_id);
               out.set("draining", false);

@@ -165,16 +165,16 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         return serve(route, std::move(req), headers, body, response, t0, head);
       case Target::Kind::down:
         return send(response,
-                    restyle(route, error_reply("host_unavailable",
+                    restyle(route, error_reply(Code::host_unavailable,
                                                "host " + t.host +
                                                    " owns this and is down (its lease expired); it "
                                                    "answers again once it is back")),
                     t0, head);
       case Target::Kind::unavailable:
-        return send(
-            response,
-            restyle(route, error_reply("cluster_unavailable", "cannot reach etcd: " + t.message)),
-            t0, head);
+        return send(response,
+                    restyle(route, error_reply(Code::cluster_unavailable,
+                                               "cannot reach etcd: " + t.message)),
+                    t0, head);
       case Target::Kind::busy:
         return send(response, busy_reply(), t0, head);
       case Target::Kind::peer:
@@ -190,11 +190,11 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
                                               token, fd](kj::Array<kj::byte> bytes) mutable
                                              -> kj::Promise<void> {
       if (bytes.size() > limit)
-        return send(
-            response,
-            error_reply(route.kind == Route::Kind::raw_body ? "file_too_large" : "body_too_large",
-                        "request body is larger than " + std::to_string(limit) + " bytes"),
-            t0);
+        return send(response,
+                    error_reply(route.kind == Route::Kind::raw_body ? Code::file_too_large
+                                                                    : Code::body_too_large,
+                                "request body is larger than " + std::to_string(limit) + " bytes"),
+                    t0);
       if (t.kind == Target::Kind::peer)
         return until_hangup(
             fd, peers->forward(t.peer, t.host, method, url, headers, kj::mv(bytes), response));
@@ -214,18 +214,18 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
             return until_hangup(
                 fd, peers->forward(p.peer, p.host, method, url, headers, kj::mv(bytes), response));
           case Target::Kind::down:
-            return send(
-                response,
-                error_reply("host_unavailable", "host " + p.host + " is not up in the cluster" +
-                                                    (p.message.empty() ? "" : ": " + p.message)),
-                t0, head);
+            return send(response,
+                        error_reply(Code::host_unavailable,
+                                    "host " + p.host + " is not up in the cluster" +
+                                        (p.message.empty() ? "" : ": " + p.message)),
+                        t0, head);
           case Target::Kind::busy:
             return send(response, busy_reply(), t0, head);
           case Target::Kind::unavailable:
             return send(
                 response,
-                error_reply("cluster_unavailable", "cannot place the sandbox: " + p.message), t0,
-                head);
+                error_reply(Code::cluster_unavailable, "cannot place the sandbox: " + p.message),
+                t0, head);
           default:
             break;
         }
@@ -245,9 +245,9 @@ std::vector<Route> cluster_routes() {
               admin_only(c);
               auto* cluster = c.gw.rt.cluster();
               if (cluster == nullptr)
-                throw ApiError{"cluster_disabled", "this daemon runs without --cluster"};
+                throw ApiError{Code::cluster_disabled, "this daemon runs without --cluster"};
               auto live = cluster->hosts();
-              if (!live) throw ApiError{"cluster_unavailable", live.error().message};
+              if (!live) throw ApiError{Code::cluster_unavailable, live.error().message};
               auto members = cluster->members();
               Json hosts = Json::array();
               std::set<std::string> up;

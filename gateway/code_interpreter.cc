@@ -42,7 +42,7 @@ Reply<vmm::ExecResult> call(actors::Runtime& rt, const std::string& tenant, cons
     if (!r) return r;
     if (on_output) r->stderr_data = err;
     if (r->exit_code == 127 && !r->error.empty())
-      return Rejection{"invalid_state",
+      return Rejection{Code::invalid_state,
                        "no python3 in this sandbox (its template has none): " + r->error};
     bool missing = r->exit_code == 2 && r->stderr_data.find("can't open file") != std::string::npos;
     if (!missing || attempt > 0) return r;
@@ -64,7 +64,7 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
                      const RunRequest& request, const std::function<void(const Json&)>& on_event,
                      std::stop_token stop) {
   if (!valid_context(request.context))
-    return Rejection{"invalid_argument", "a context name is 1..64 of A-Z a-z 0-9 _ -"};
+    return Rejection{Code::invalid_argument, "a context name is 1..64 of A-Z a-z 0-9 _ -"};
   Json in = Json::object();
   in.set("code", request.code);
   Json env = Json::object();
@@ -106,9 +106,9 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
   auto r = call(rt, tenant, id, client({"run", request.context}, in.dump(), request.timeout_ms),
                 on_output, own.get_token());
   if (overflow)
-    return Rejection{"output_too_large", "the code interpreter wrote a line over " +
-                                             std::to_string(kMaxEventLineBytes >> 20) +
-                                             " MiB: the run was stopped"};
+    return Rejection{Code::output_too_large, "the code interpreter wrote a line over " +
+                                                 std::to_string(kMaxEventLineBytes >> 20) +
+                                                 " MiB: the run was stopped"};
   if (!r) return r.error();
   if (r->timed_out) {
     out.timed_out = true;
@@ -125,9 +125,9 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
     return out;
   }
   if (r->exit_code != 0 && out.execution_count == 0)
-    return Rejection{"exec_failed", "the code interpreter failed (exit " +
-                                        std::to_string(r->exit_code) + "): " + out.stderr_text +
-                                        r->stderr_data};
+    return Rejection{Code::exec_failed, "the code interpreter failed (exit " +
+                                            std::to_string(r->exit_code) + "): " + out.stderr_text +
+                                            r->stderr_data};
   out.stderr_text.clear();
   return out;
 }
@@ -138,7 +138,7 @@ Reply<std::vector<std::string>> contexts(actors::Runtime& rt, const std::string&
   if (!r) return r.error();
   auto j = Json::parse(r->stdout_data);
   if (r->exit_code != 0 || !j || !j->is_array())
-    return Rejection{"exec_failed", "cannot list contexts: " + r->stderr_data};
+    return Rejection{Code::exec_failed, "cannot list contexts: " + r->stderr_data};
   std::vector<std::string> out;
   for (auto& c : j->as_array())
     if (c.is_string()) out.push_back(c.as_string());
@@ -147,25 +147,25 @@ Reply<std::vector<std::string>> contexts(actors::Runtime& rt, const std::string&
 
 Reply<bool> start(actors::Runtime& rt, const std::string& tenant, const std::string& id,
                   const std::string& context, const std::string& cwd) {
-  if (!valid_context(context)) return Rejection{"invalid_argument", "bad context name"};
+  if (!valid_context(context)) return Rejection{Code::invalid_argument, "bad context name"};
   std::vector<std::string> args = {"start", context};
   if (!cwd.empty()) args.push_back(cwd);
   auto r = call(rt, tenant, id, client(args, "", 60000), {}, {});
   if (!r) return r.error();
-  if (r->exit_code == 3) return Rejection{"invalid_cwd", "cwd: " + r->stderr_data};
+  if (r->exit_code == 3) return Rejection{Code::invalid_cwd, "cwd: " + r->stderr_data};
   if (r->exit_code != 0)
-    return Rejection{"exec_failed", "cannot start the context: " + r->stderr_data};
+    return Rejection{Code::exec_failed, "cannot start the context: " + r->stderr_data};
   return true;
 }
 
 Reply<bool> stop(actors::Runtime& rt, const std::string& tenant, const std::string& id,
                  const std::string& context) {
-  if (!valid_context(context)) return Rejection{"invalid_argument", "bad context name"};
+  if (!valid_context(context)) return Rejection{Code::invalid_argument, "bad context name"};
   auto r = call(rt, tenant, id, client({"stop", context}, "", 30000), {}, {});
   if (!r) return r.error();
-  if (r->exit_code == 4) return Rejection{"context_not_found", "no code context " + context};
+  if (r->exit_code == 4) return Rejection{Code::context_not_found, "no code context " + context};
   if (r->exit_code != 0)
-    return Rejection{"exec_failed", "cannot stop the context: " + r->stderr_data};
+    return Rejection{Code::exec_failed, "cannot stop the context: " + r->stderr_data};
   return true;
 }
 

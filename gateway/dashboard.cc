@@ -16,7 +16,7 @@ const dashboard::File* find(std::string_view name) {
 }
 
 HttpReply serve_file(const dashboard::File& f) {
-  HttpReply r{200, std::string(f.type), std::string(f.data), "", {}};
+  HttpReply r{200, std::string(f.type), std::string(f.data), std::nullopt, {}};
   r.headers.push_back({"Content-Security-Policy",
                        "default-src 'none'; script-src 'self'; style-src 'self'; "
                        "connect-src 'self'; img-src 'self' data: blob:; base-uri 'none'; "

@@ -168,27 +168,30 @@ HttpReply api_error(const HttpReply& native) {
   return r;
 }
 
-bool sandbox_gone(const std::string& code) {
-  return code == "sandbox_not_found" || code == "sandbox_stopped" || code == "sandbox_failed" ||
-         code == "sandbox_hibernated" || code == "sandbox_not_running" || code == "agent_error";
+bool sandbox_gone(std::optional<Code> code) {
+  return code == Code::sandbox_not_found || code == Code::sandbox_stopped ||
+         code == Code::sandbox_failed || code == Code::sandbox_hibernated ||
+         code == Code::sandbox_not_running || code == Code::agent_error;
 }
 
-std::string connect_code(const std::string& code) {
-  if (code.ends_with("_not_found")) return "not_found";
-  if (code == "unauthorized") return "unauthenticated";
-  if (code == "forbidden" || code == "permission_denied") return "permission_denied";
-  if (code == "file_exists") return "already_exists";
-  if (code == "too_many_requests" || code == "quota_exceeded" || code.rfind("too_many", 0) == 0)
+std::string connect_code(Code code) {
+  if (std::string_view(to_string(code)).ends_with("_not_found")) return "not_found";
+  if (code == Code::unauthorized) return "unauthenticated";
+  if (code == Code::forbidden || code == Code::permission_denied) return "permission_denied";
+  if (code == Code::file_exists) return "already_exists";
+  if (code == Code::too_many_requests || code == Code::quota_exceeded ||
+      std::string_view(to_string(code)).starts_with("too_many"))
     return "resource_exhausted";
-  if (code == "timeout") return "deadline_exceeded";
-  if (code == "cancelled") return "canceled";
-  if (code == "not_implemented") return "unimplemented";
-  if (code == "no_space") return "resource_exhausted";
-  if (code == "is_a_directory" || code == "not_a_directory" || code == "directory_not_empty" ||
-      code == "invalid_state")
+  if (code == Code::timeout) return "deadline_exceeded";
+  if (code == Code::cancelled) return "canceled";
+  if (code == Code::not_implemented) return "unimplemented";
+  if (code == Code::no_space) return "resource_exhausted";
+  if (code == Code::is_a_directory || code == Code::not_a_directory ||
+      code == Code::directory_not_empty || code == Code::invalid_state)
     return "failed_precondition";
-  if (sandbox_gone(code) || code == "exec_failed" || code == "host_full") return "unavailable";
-  unsigned s = status_for(code);
+  if (sandbox_gone(code) || code == Code::exec_failed || code == Code::host_full)
+    return "unavailable";
+  unsigned s = http_status(code);
   if (s == 400 || s == 413) return "invalid_argument";
   return "internal";
 }
@@ -202,7 +205,7 @@ HttpReply envd_error(const HttpReply& native) {
                 {}};
     return r;
   }
-  auto code = connect_code(native.error_code);
+  auto code = connect_code(native.error_code.value_or(Code::internal));
   static const std::map<std::string, unsigned> status = {
       {"invalid_argument", 400},   {"failed_precondition", 400},
       {"unauthenticated", 401},    {"permission_denied", 403},
@@ -229,15 +232,15 @@ std::string envelope(const Json& message, uint8_t flags) {
 
 Json read_envelope(const std::string& body) {
   if (body.size() < 5)
-    throw ApiError{"invalid_argument", "a Connect stream request needs an envelope"};
-  if (body[0] & 1) throw ApiError{"invalid_argument", "compressed envelopes are not supported"};
+    throw ApiError{Code::invalid_argument, "a Connect stream request needs an envelope"};
+  if (body[0] & 1) throw ApiError{Code::invalid_argument, "compressed envelopes are not supported"};
   uint32_t n = 0;
   for (int i = 1; i <= 4; ++i) n = (n << 8) | uint8_t(body[i]);
   if (n != body.size() - 5)
-    throw ApiError{"invalid_argument", "the envelope's length does not match"};
+    throw ApiError{Code::invalid_argument, "the envelope's length does not match"};
   auto j = Json::parse(body.substr(5));
   if (!j || !j->is_object())
-    throw ApiError{"invalid_argument", "the envelope is not a JSON object"};
+    throw ApiError{Code::invalid_argument, "the envelope is not a JSON object"};
   return *j;
 }
 
@@ -245,43 +248,44 @@ std::vector<std::pair<std::string, std::string>> multipart(const std::string& co
                                                            const std::string& body) {
   auto b = content_type.find("boundary=");
   if (content_type.rfind("multipart/form-data", 0) != 0 || b == std::string::npos)
-    throw ApiError{"invalid_argument", "uploads are multipart/form-data with a boundary"};
+    throw ApiError{Code::invalid_argument, "uploads are multipart/form-data with a boundary"};
   std::string boundary = content_type.substr(b + 9);
   boundary = boundary.substr(0, boundary.find(';'));
   if (boundary.size() >= 2 && boundary.front() == '"')
     boundary = boundary.substr(1, boundary.size() - 2);
   if (boundary.empty() || boundary.size() > 200)
-    throw ApiError{"invalid_argument", "bad multipart boundary"};
+    throw ApiError{Code::invalid_argument, "bad multipart boundary"};
   std::string delim = "--" + boundary;
   std::vector<std::pair<std::string, std::string>> parts;
   size_t p = body.find(delim);
-  if (p == std::string::npos) throw ApiError{"invalid_argument", "no multipart part"};
+  if (p == std::string::npos) throw ApiError{Code::invalid_argument, "no multipart part"};
   while (true) {
     p += delim.size();
     if (body.compare(p, 2, "--") == 0) break;  // the closing delimiter
     if (body.compare(p, 2, "\r\n") != 0)
-      throw ApiError{"invalid_argument", "malformed multipart body"};
+      throw ApiError{Code::invalid_argument, "malformed multipart body"};
     p += 2;
     auto head_end = body.find("\r\n\r\n", p);
     if (head_end == std::string::npos)
-      throw ApiError{"invalid_argument", "malformed multipart part"};
+      throw ApiError{Code::invalid_argument, "malformed multipart part"};
     std::string head = body.substr(p, head_end - p);
     auto next = body.find("\r\n" + delim, head_end + 4);
     if (next == std::string::npos)
-      throw ApiError{"invalid_argument", "unterminated multipart part"};
+      throw ApiError{Code::invalid_argument, "unterminated multipart part"};
     std::string lower = head;
     for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));
     auto fn = lower.find("filename=\"");
     if (lower.find("name=\"file\"") != std::string::npos && fn != std::string::npos) {
       auto start = fn + 10, end = head.find('"', start);
-      if (end == std::string::npos) throw ApiError{"invalid_argument", "malformed filename"};
+      if (end == std::string::npos) throw ApiError{Code::invalid_argument, "malformed filename"};
       parts.emplace_back(head.substr(start, end - start),
                          body.substr(head_end + 4, next - (head_end + 4)));
-      if (parts.size() > 1000) throw ApiError{"invalid_argument", "at most 1000 files per upload"};
+      if (parts.size() > 1000)
+        throw ApiError{Code::invalid_argument, "at most 1000 files per upload"};
     }
     p = next + 2;
   }
-  if (parts.empty()) throw ApiError{"invalid_argument", "no part named \"file\""};
+  if (parts.empty()) throw ApiError{Code::invalid_argument, "no part named \"file\""};
   return parts;
 }
 

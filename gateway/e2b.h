@@ -77,9 +77,9 @@ HttpReply api_error(const HttpReply& native);
 // that is gone or not running is 502 text/plain (the SDK: "sandbox is not running").
 HttpReply envd_error(const HttpReply& native);
 // The Connect code for one of our error codes.
-std::string connect_code(const std::string& code);
+std::string connect_code(Code code);
 // Whether our error code means "the sandbox itself is not there or not running".
-bool sandbox_gone(const std::string& code);
+bool sandbox_gone(std::optional<Code> code);
 
 // One Connect envelope: flags, big-endian length, the JSON.
 std::string envelope(const Json& message, uint8_t flags = 0);

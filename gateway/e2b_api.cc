@@ -68,17 +68,18 @@ Json detail_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
 actors::SandboxInfo live(Call& c) {
   auto s = unwrap(c.gw.rt.get(c.tenant(), c.id));
   if (s.status == actors::Status::stopped || s.status == actors::Status::failed)
-    throw ApiError{"sandbox_not_found", "sandbox " + c.id + " has ended"};
+    throw ApiError{Code::sandbox_not_found, "sandbox " + c.id + " has ended"};
   return s;
 }
 
 std::map<std::string, std::string> string_object(const Json& j, const char* what) {
   std::map<std::string, std::string> out;
   if (j.is_null()) return out;
-  if (!j.is_object()) throw ApiError{"invalid_argument", std::string(what) + " must be an object"};
+  if (!j.is_object())
+    throw ApiError{Code::invalid_argument, std::string(what) + " must be an object"};
   for (auto& [k, v] : j.as_object()) {
     if (!v.is_string())
-      throw ApiError{"invalid_argument", std::string(what) + " values must be strings"};
+      throw ApiError{Code::invalid_argument, std::string(what) + " values must be strings"};
     out[k] = v.as_string();
   }
   return out;
@@ -88,7 +89,7 @@ uint32_t timeout_of(const Json& j, uint32_t def, uint32_t max) {
   const Json& t = j["timeout"];
   if (t.is_null()) return def;
   if (!t.is_number() || t.as_double() < 1 || t.as_double() > double(max))
-    throw ApiError{"invalid_argument", "timeout is 1.." + std::to_string(max) + " seconds"};
+    throw ApiError{Code::invalid_argument, "timeout is 1.." + std::to_string(max) + " seconds"};
   return uint32_t(t.as_int());
 }
 
@@ -122,8 +123,8 @@ HttpReply create(Call& c) {
       req.network = false;
   }
   auto created = rt.create(req);
-  if (!created && created.error().code == "sandbox_failed")
-    throw ApiError{"start_failed", created.error().message};
+  if (!created && created.error().code == Code::sandbox_failed)
+    throw ApiError{Code::start_failed, created.error().message};
   return json_reply(201, sandbox_obj(unwrap(std::move(created)), &c.key));
 }
 
@@ -143,7 +144,7 @@ HttpReply connect(Call& c) {
 std::optional<actors::Status> one_state(const std::string& v) {
   if (v == "running") return actors::Status::running;
   if (v == "paused") return actors::Status::hibernated;
-  throw ApiError{"invalid_argument", "state is running and/or paused"};
+  throw ApiError{Code::invalid_argument, "state is running and/or paused"};
 }
 
 // The list's metadata filter arrives encoded as a query string inside the value
@@ -175,7 +176,7 @@ HttpReply list(Call& c) {
       if (amp == std::string::npos) amp = s.size();
       auto pair = s.substr(p, amp - p);
       auto eq = pair.find('=');
-      if (eq == std::string::npos) throw ApiError{"invalid_argument", "metadata is k=v&k2=v2"};
+      if (eq == std::string::npos) throw ApiError{Code::invalid_argument, "metadata is k=v&k2=v2"};
       metadata[pct_decode(pair.substr(0, eq))] = pct_decode(pair.substr(eq + 1));
       p = amp + 1;
     }
@@ -202,7 +203,7 @@ HttpReply list(Call& c) {
         std::from_chars(t->data(), t->data() + (dot == std::string::npos ? 0 : dot), ms);
     if (dot == std::string::npos || dot == 0 || ec != std::errc() || end != t->data() + dot ||
         t->size() - dot - 1 > 64)
-      throw ApiError{"invalid_argument", "nextToken is not one this server gave"};
+      throw ApiError{Code::invalid_argument, "nextToken is not one this server gave"};
     after = std::make_pair(ms, t->substr(dot + 1));
   }
   int64_t limit = query_int(c.r, "limit", 1000, 1000000);
@@ -252,7 +253,7 @@ std::vector<Route> e2b_api_routes() {
       api(M::POST, "/sandboxes/{id}/timeout", "E2B: a new timeout, counted from now",
           [](Call& c) {
             auto t = timeout_of(c.r.json(), 0, c.gw.rt.config().limits.max_ttl_seconds);
-            if (t == 0) throw ApiError{"invalid_argument", "timeout is required"};
+            if (t == 0) throw ApiError{Code::invalid_argument, "timeout is required"};
             live(c);
             unwrap(c.gw.rt.set_ttl(c.tenant(), c.id, t));
             return no_content();
@@ -261,7 +262,7 @@ std::vector<Route> e2b_api_routes() {
           [](Call& c) {
             auto s = live(c);
             if (s.status == actors::Status::hibernated)
-              throw ApiError{"invalid_state", "sandbox " + c.id + " is already paused"};
+              throw ApiError{Code::invalid_state, "sandbox " + c.id + " is already paused"};
             unwrap(c.gw.rt.hibernate(c.tenant(), c.id));
             return no_content();
           }),
@@ -298,7 +299,7 @@ std::vector<Route> e2b_api_routes() {
           [](Call& c) {
             const std::string& id = c.r.param("snapshot");
             if (id.rfind("snap_", 0) != 0)
-              throw ApiError{"not_implemented",
+              throw ApiError{Code::not_implemented,
                              "only snapshots can be deleted here, not templates"};
             unwrap(c.gw.rt.delete_snapshot(c.tenant(), id));
             return no_content();
@@ -310,7 +311,7 @@ std::vector<Route> e2b_api_routes() {
             int64_t count = b["count"].is_number() ? b["count"].as_int() : 1;
             int64_t most = c.gw.rt.config().limits.max_fork_children;
             if (count < 1 || count > most)
-              throw ApiError{"invalid_argument", "count is 1.." + std::to_string(most)};
+              throw ApiError{Code::invalid_argument, "count is 1.." + std::to_string(most)};
             auto kids = unwrap(c.gw.rt.fork(c.tenant(), c.id, uint32_t(count)));
             uint32_t t = timeout_of(b, 0, c.gw.rt.config().limits.max_ttl_seconds);
             Json out = Json::array();

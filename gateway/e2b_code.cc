@@ -27,7 +27,7 @@ Json context_json(const std::string& id, const std::string& cwd) {
 std::string language_of(const Json& j) {
   std::string lang = j["language"].is_string() ? j["language"].as_string() : "python";
   if (lang != "python")
-    throw ApiError{"invalid_argument",
+    throw ApiError{Code::invalid_argument,
                    "language \"" + lang.substr(0, 32) + "\": only python is served"};
   return lang;
 }
@@ -45,11 +45,11 @@ void produce_execute(Server& gw, const Request& r, StreamChannel& ch) {
     t = target(gw, r);
     Json b = r.json();
     language_of(b);
-    if (!b["code"].is_string()) throw ApiError{"invalid_argument", "code is required"};
+    if (!b["code"].is_string()) throw ApiError{Code::invalid_argument, "code is required"};
     req.code = b["code"].as_string();
     if (b["context_id"].is_string()) req.context = b["context_id"].as_string();
     if (!code::valid_context(req.context))
-      throw ApiError{"invalid_argument", "context_id is 1..64 of A-Z a-z 0-9 _ -"};
+      throw ApiError{Code::invalid_argument, "context_id is 1..64 of A-Z a-z 0-9 _ -"};
     if (b["env_vars"].is_object())
       for (auto& [k, v] : b["env_vars"].as_object())
         if (v.is_string()) req.env[k] = v.as_string();
@@ -130,7 +130,7 @@ std::vector<Route> e2b_code_routes() {
                    auto t = e2b::target(c.gw, c.r);
                    const std::string& ctx = c.r.param("context");
                    auto stopped = code::stop(c.gw.rt, t.tenant, t.id, ctx);
-                   if (!stopped && stopped.error().code != "context_not_found") unwrap(stopped);
+                   if (!stopped && stopped.error().code != Code::context_not_found) unwrap(stopped);
                    unwrap(code::start(c.gw.rt, t.tenant, t.id, ctx, ""));
                    return no_content();
                  }),

@@ -20,23 +20,25 @@ using namespace e2b;
 
 // Relative paths resolve against the default user's home.
 std::string guest_path(Server& gw, const std::string& p) {
-  if (p.empty()) throw ApiError{"invalid_path", "path is required"};
+  if (p.empty()) throw ApiError{Code::invalid_path, "path is required"};
   std::string abs = p[0] == '/' ? p : "/root/" + p;
   while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
   return gw.checked_path(abs);
 }
 
 std::string str(const Json& j, const char* what) {
-  if (!j.is_string()) throw ApiError{"invalid_argument", std::string(what) + " must be a string"};
+  if (!j.is_string())
+    throw ApiError{Code::invalid_argument, std::string(what) + " must be a string"};
   return j.as_string();
 }
 
 uint32_t pid_of(const Json& m) {
   const Json& p = m["process"]["pid"];
   if (!p.is_number() && !(p.is_string() && !p.as_string().empty()))
-    throw ApiError{"invalid_argument", "process.pid is required (tags are not supported)"};
+    throw ApiError{Code::invalid_argument, "process.pid is required (tags are not supported)"};
   int64_t v = p.is_number() ? p.as_int() : std::stoll(p.as_string());
-  if (v <= 0 || v > 0xffffffffLL) throw ApiError{"invalid_argument", "process.pid is out of range"};
+  if (v <= 0 || v > 0xffffffffLL)
+    throw ApiError{Code::invalid_argument, "process.pid is out of range"};
   return uint32_t(v);
 }
 
@@ -100,7 +102,7 @@ HttpReply list_processes(Call& c) {
 vmm::ProcessInfo require_running(Server& gw, const Target& t, uint32_t pid) {
   for (auto& p : unwrap(gw.rt.list_processes(t.tenant, t.id)))
     if (p.pid == pid && p.running) return p;
-  throw ApiError{"process_not_found", "no running process " + std::to_string(pid)};
+  throw ApiError{Code::process_not_found, "no running process " + std::to_string(pid)};
 }
 
 // A PTY's size ({"size":{"cols","rows"}}); each side 1..kMaxTerminalSide.
@@ -108,7 +110,7 @@ std::pair<uint16_t, uint16_t> pty_size(const Json& pty) {
   const Json& s = pty["size"];
   auto side = [&](const char* k) {
     if (!s[k].is_number() || s[k].as_double() < 1 || s[k].as_double() > kMaxTerminalSide)
-      throw ApiError{"invalid_argument",
+      throw ApiError{Code::invalid_argument,
                      std::string("pty.size.") + k + " is 1.." + std::to_string(kMaxTerminalSide)};
     return uint16_t(s[k].as_int());
   };
@@ -124,10 +126,10 @@ HttpReply send_signal(Call& c) {
     if (s.as_string() == "SIGNAL_SIGTERM")
       sig = 15;
     else if (s.as_string() != "SIGNAL_SIGKILL")
-      throw ApiError{"invalid_argument", "signal is SIGNAL_SIGKILL or SIGNAL_SIGTERM"};
+      throw ApiError{Code::invalid_argument, "signal is SIGNAL_SIGKILL or SIGNAL_SIGTERM"};
   } else if (s.is_number()) {
     if (s.as_int() != 9 && s.as_int() != 15)
-      throw ApiError{"invalid_argument", "signal is 9 or 15"};
+      throw ApiError{Code::invalid_argument, "signal is 9 or 15"};
     sig = int(s.as_int());
   }
   uint32_t pid = pid_of(m);
@@ -142,7 +144,7 @@ HttpReply send_input(Call& c) {
   const Json& in = m["input"];
   bool pty = in.has("pty");
   auto data = base64_decode(str(in[pty ? "pty" : "stdin"], pty ? "input.pty" : "input.stdin"));
-  if (!data) throw ApiError{"invalid_argument", "the input is not base64"};
+  if (!data) throw ApiError{Code::invalid_argument, "the input is not base64"};
   unwrap(c.gw.rt.write_stdin(t.tenant, t.id, pid_of(m), *data, false));
   return ok();
 }
@@ -178,7 +180,7 @@ HttpReply list_dir(Call& c) {
   Json m = c.r.json();
   auto root = guest_path(c.gw, str(m["path"], "path"));
   int64_t depth = m["depth"].is_number() ? m["depth"].as_int() : 1;
-  if (depth < 1 || depth > 16) throw ApiError{"invalid_argument", "depth is 1..16"};
+  if (depth < 1 || depth > 16) throw ApiError{Code::invalid_argument, "depth is 1..16"};
   constexpr size_t kMaxEntries = 100000;  // as one listing of our own API
   constexpr size_t kMaxFolders = 10000;   // guest calls one listing makes
   Json entries = Json::array();
@@ -188,14 +190,14 @@ HttpReply list_dir(Call& c) {
     auto [dir, level] = todo.back();
     todo.pop_back();
     if (++folders > kMaxFolders)
-      throw ApiError{"invalid_argument", "more than 10000 folders: list less deep"};
+      throw ApiError{Code::invalid_argument, "more than 10000 folders: list less deep"};
     auto listed = c.gw.rt.list_dir(t.tenant, t.id, dir);
     if (!listed && dir != root) continue;  // a folder that went away meanwhile
     for (auto& s : unwrap(std::move(listed))) {
       std::string p = (dir == "/" ? "" : dir) + "/" + s.name;
       entries.push(entry(p, s));
       if (entries.size() > kMaxEntries)
-        throw ApiError{"invalid_argument", "more than 100000 entries: list less deep"};
+        throw ApiError{Code::invalid_argument, "more than 100000 entries: list less deep"};
       if (s.type == vmm::FileStat::Type::directory && level < depth) todo.push_back({p, level + 1});
     }
   }
@@ -207,7 +209,7 @@ HttpReply list_dir(Call& c) {
 HttpReply make_dir(Call& c) {
   auto t = target(c.gw, c.r);
   auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
-  if (c.gw.rt.stat(t.tenant, t.id, path)) throw ApiError{"file_exists", path + " exists"};
+  if (c.gw.rt.stat(t.tenant, t.id, path)) throw ApiError{Code::file_exists, path + " exists"};
   unwrap(c.gw.rt.mkdir(t.tenant, t.id, path, true));
   Json j = Json::object();
   j.set("entry", entry_of(c, t, path));
@@ -230,7 +232,7 @@ HttpReply remove(Call& c) {
   auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
   // As E2B's envd: removing what is not there is done, not an error.
   auto removed = c.gw.rt.remove(t.tenant, t.id, path, true);
-  if (!removed && removed.error().code == "file_not_found") return ok();
+  if (!removed && removed.error().code == Code::file_not_found) return ok();
   unwrap(std::move(removed));
   return ok();
 }
@@ -241,7 +243,7 @@ HttpReply read_file(Call& c) {
   auto t = target(c.gw, c.r);
   auto path = guest_path(c.gw, c.r.q("path").value_or(""));
   auto data = unwrap(c.gw.rt.read_file(t.tenant, t.id, path, c.gw.limits.max_file_bytes));
-  return HttpReply{200, "application/octet-stream", std::move(data), "", {}};
+  return HttpReply{200, "application/octet-stream", std::move(data), std::nullopt, {}};
 }
 
 HttpReply write_files(Call& c) {
@@ -267,7 +269,8 @@ HttpReply health(Call& c) {
   auto t = target(c.gw, c.r);
   auto s = unwrap(c.gw.rt.get(t.tenant, t.id));
   if (s.status != actors::Status::running)
-    throw ApiError{"sandbox_not_running", "sandbox " + t.id + " is " + actors::to_string(s.status)};
+    throw ApiError{Code::sandbox_not_running,
+                   "sandbox " + t.id + " is " + actors::to_string(s.status)};
   return no_content();
 }
 
@@ -292,28 +295,28 @@ std::string header_of(const Request& r, const char* name) {
 // The sandbox a request is for, and whose it is (from its access token).
 Target target(Server& gw, const Request& r) {
   // (The server verified the token for this sandbox before the request got here.)
-  if (r.token_tenant.empty()) throw ApiError{"unauthorized", "no verified access token"};
+  if (r.token_tenant.empty()) throw ApiError{Code::unauthorized, "no verified access token"};
   // A token ends with the key it was issued under (revoked: within the key cache's 2 s).
   auto key = gw.rt.key_by_id(r.token_key);
   if (!key || key->tenant != r.token_tenant)
-    throw ApiError{"unauthorized",
+    throw ApiError{Code::unauthorized,
                    "the access token's API key was revoked: connect again with a live key"};
   Target t{r.token_tenant, header_of(r, "e2b-sandbox-id")};
   uint32_t rate = gw.rt.quota_limits(t.tenant).requests_per_second;
   if (!gw.limiter.take("e2b:" + t.tenant, rate))
-    throw ApiError{"too_many_requests",
+    throw ApiError{Code::too_many_requests,
                    "this tenant sent more than " + std::to_string(rate) + " requests per second"};
   return t;
 }
 
 namespace {
 // The end-stream envelope of a Connect stream: with an error when `code` is given.
-void finish_stream(StreamChannel& ch, const std::string& code = "",
+void finish_stream(StreamChannel& ch, std::optional<Code> code = std::nullopt,
                    const std::string& message = "") {
   Json j = Json::object();
-  if (!code.empty()) {
+  if (code) {
     Json e = Json::object();
-    e.set("code", connect_code(code));
+    e.set("code", connect_code(*code));
     e.set("message", message);
     j.set("error", e);
   }
@@ -355,7 +358,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       auto timeout = header_of(r, "connect-timeout-ms");
       if (!timeout.empty()) {
         if (timeout.size() > 10 || timeout.find_first_not_of("0123456789") != std::string::npos)
-          throw ApiError{"invalid_argument", "Connect-Timeout-Ms is a number of milliseconds"};
+          throw ApiError{Code::invalid_argument, "Connect-Timeout-Ms is a number of milliseconds"};
         uint64_t ms = std::stoull(timeout);
         e.timeout_ms =
             uint32_t(std::min<uint64_t>(ms, uint64_t(gw.limits.max_exec_timeout_s) * 1000));
@@ -370,7 +373,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
     return finish_stream(ch, e.code, e.message);
   } catch (const std::exception& e) {
-    return finish_stream(ch, "internal", e.what());
+    return finish_stream(ch, Code::internal, e.what());
   }
   Json started = Json::object(), ev = Json::object(), pj = Json::object();
   pj.set("pid", int64_t(pid));
@@ -391,7 +394,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
     std::lock_guard l(ch.mu);
     overflow = ch.overflowed;
   }
-  if (overflow) return finish_stream(ch, "client_too_slow", "the client read too slowly");
+  if (overflow) return finish_stream(ch, Code::client_too_slow, "the client read too slowly");
   if (!res) return finish_stream(ch, res.error().code, res.error().message);
   Json end = Json::object();
   int code = res->exit_code;
@@ -446,7 +449,7 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
     }
   };
   auto res = gw.rt.watch(t.tenant, t.id, root, recursive, on_ready, on_events, ch.stop.get_token());
-  if (!res && res.error().code == "cancelled") return finish_stream(ch);
+  if (!res && res.error().code == Code::cancelled) return finish_stream(ch);
   if (!res) {
     if (sandbox_gone(res.error().code))
       return ch.fail_early(envd_error(error_reply(res.error().code, res.error().message)));

@@ -69,7 +69,7 @@ TEST(E2bEnvelopes, RoundTripAndRefuseWhatIsNotOne) {
     try {
       read_envelope(body);
     } catch (const ApiError& err) {
-      return err.code;
+      return std::string(to_string(err.code));
     }
     return std::string("ok");
   };
@@ -96,7 +96,7 @@ TEST(E2bMultipart, PartsInOrderAndClearErrors) {
     try {
       multipart(c, b);
     } catch (const ApiError& err) {
-      return err.code;
+      return std::string(to_string(err.code));
     }
     return std::string("ok");
   };
@@ -112,20 +112,20 @@ TEST(E2bMultipart, PartsInOrderAndClearErrors) {
 }
 
 TEST(E2bErrors, OurCodesMapToConnectCodesAndShapes) {
-  EXPECT_EQ(connect_code("file_not_found"), "not_found");
-  EXPECT_EQ(connect_code("process_not_found"), "not_found");
-  EXPECT_EQ(connect_code("unauthorized"), "unauthenticated");
-  EXPECT_EQ(connect_code("file_exists"), "already_exists");
-  EXPECT_EQ(connect_code("invalid_path"), "invalid_argument");
-  EXPECT_EQ(connect_code("not_implemented"), "unimplemented");
-  EXPECT_EQ(connect_code("too_many_requests"), "resource_exhausted");
-  EXPECT_EQ(connect_code("storage_error"), "internal");
-  auto gone = envd_error(error_reply("sandbox_stopped", "sandbox x is stopped"));
+  EXPECT_EQ(connect_code(Code::file_not_found), "not_found");
+  EXPECT_EQ(connect_code(Code::process_not_found), "not_found");
+  EXPECT_EQ(connect_code(Code::unauthorized), "unauthenticated");
+  EXPECT_EQ(connect_code(Code::file_exists), "already_exists");
+  EXPECT_EQ(connect_code(Code::invalid_path), "invalid_argument");
+  EXPECT_EQ(connect_code(Code::not_implemented), "unimplemented");
+  EXPECT_EQ(connect_code(Code::too_many_requests), "resource_exhausted");
+  EXPECT_EQ(connect_code(Code::storage_error), "internal");
+  auto gone = envd_error(error_reply(Code::sandbox_stopped, "sandbox x is stopped"));
   EXPECT_EQ(gone.status, 502u);
-  auto nf = envd_error(error_reply("file_not_found", "no /x"));
+  auto nf = envd_error(error_reply(Code::file_not_found, "no /x"));
   EXPECT_EQ(nf.status, 404u);
   EXPECT_EQ((*Json::parse(nf.body))["code"].as_string(), "not_found");
-  auto api = api_error(error_reply("sandbox_not_found", "no sbx"));
+  auto api = api_error(error_reply(Code::sandbox_not_found, "no sbx"));
   EXPECT_EQ(api.status, 404u);
   EXPECT_EQ((*Json::parse(api.body))["code"].as_int(), 404);
   EXPECT_EQ((*Json::parse(api.body))["message"].as_string(), "no sbx");

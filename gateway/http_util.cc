@@ -6,113 +6,16 @@
 
 namespace pandastack::gateway {
 
-const std::vector<std::pair<std::string, unsigned>>& error_codes() {
-  static const std::vector<std::pair<std::string, unsigned>> codes = {
-      {"invalid_json", 400},
-      {"invalid_argument", 400},
-      {"invalid_path", 400},
-      {"invalid_cwd", 400},
-      {"command_not_found", 400},
-      {"exceeds_template", 400},  // a create asking for more memory or vCPUs than its template
-      {"unauthorized", 401},
-      {"forbidden", 403},
-      {"permission_denied", 403},
-      {"route_not_found", 404},
-      {"sandbox_not_found", 404},
-      {"snapshot_not_found", 404},
-      {"template_not_found", 404},
-      {"file_not_found", 404},
-      {"context_not_found", 404},
-      {"offset_mismatch", 409},
-      {"key_not_found", 404},
-      {"process_not_found", 404},
-      {"port_not_found", 404},
-      {"volume_not_found", 404},
-      {"database_not_found", 404},
-      {"backup_not_found", 404},
-      {"database_hibernated", 409},
-      {"database_failed", 409},
-      {"database_not_running", 409},
-      {"managed_by_database", 409},
-      {"method_not_allowed", 405},
-      {"request_timeout", 408},
-      {"is_a_directory", 409},
-      {"not_a_directory", 409},
-      {"file_exists", 409},
-      {"directory_not_empty", 409},
-      {"sandbox_hibernated", 409},
-      {"sandbox_stopped", 409},
-      {"sandbox_failed", 409},
-      {"sandbox_busy", 409},
-      {"sandbox_not_running", 409},
-      {"invalid_state", 409},
-      {"conflict", 409},
-      {"network_disabled", 409},
-      {"volume_in_use", 409},
-      {"volume_attached", 409},
-      {"volume_grow_failed", 409},
-      {"template_in_use", 409},
-      {"cancelled", 409},
-      {"client_too_slow", 409},
-      {"body_too_large", 413},
-      {"file_too_large", 413},
-      {"output_too_large", 413},
-      {"backup_too_large", 413},
-      {"too_many_execs", 429},
-      {"too_many_requests", 429},
-      {"too_many_ports", 429},
-      {"too_many_processes", 429},
-      {"quota_exceeded", 429},
-      {"io_error", 422},
-      {"too_many_directories", 422},
-      {"internal", 500},
-      {"storage_error", 500},
-      {"start_failed", 500},
-      {"snapshot_failed", 500},
-      {"fork_failed", 500},
-      {"backup_failed", 500},
-      {"restore_failed", 500},
-      {"hibernate_failed", 500},
-      {"wake_failed", 500},
-      {"network_error", 500},
-      {"agent_error", 502},
-      {"exec_failed", 503},
-      {"host_full", 503},
-      {"host_unavailable", 503},     // (cluster) the owner's lease expired
-      {"cluster_unavailable", 503},  // (cluster) etcd cannot be reached
-      {"peer_error", 502},           // (cluster) the owner did not answer a forwarded request
-      {"cluster_disabled", 409},     // a cluster route on a daemon without --cluster
-      {"host_not_found", 404},       // (cluster) no such host
-      {"no_space", 507},
-      {"not_implemented", 501},
-      {"timeout", 504},
-  };
-  return codes;
-}
-
-unsigned status_for(std::string_view code) {
-  for (auto& [c, s] : error_codes())
-    if (c == code) return s;
-  return 500;
-}
-
-std::string error_body(std::string_view code, std::string_view message) {
+std::string error_body(Code code, std::string_view message,
+                       const std::optional<QuotaDetail>& quota) {
   wire::Json e = wire::Json::object();
-  e.set("code", std::string(code));
+  e.set("code", to_string(code));
   e.set("message", std::string(message));
-  // quota_exceeded: which quota, its limit, the current use and what was asked, as fields
-  // (actors::quota_exceeded writes them into the message in this form).
-  if (code == "quota_exceeded") {
-    char name[64] = {0};
-    unsigned long long limit = 0, used = 0, asked = 0;
-    std::string m(message);
-    if (std::sscanf(m.c_str(), "quota '%63[a-z_]' exceeded: limit %llu, in use %llu, asked %llu",
-                    name, &limit, &used, &asked) == 4) {
-      e.set("quota", std::string(name));
-      e.set("limit", int64_t(limit));
-      e.set("used", int64_t(used));
-      e.set("asked", int64_t(asked));
-    }
+  if (quota) {
+    e.set("quota", quota->quota);
+    e.set("limit", int64_t(quota->limit));
+    e.set("used", int64_t(quota->used));
+    e.set("asked", int64_t(quota->asked));
   }
   wire::Json j = wire::Json::object();
   j.set("error", e);

@@ -1,4 +1,4 @@
-// Pure helpers of the REST gateway (no I/O): error codes to HTTP statuses, route patterns,
+// Pure helpers of the REST gateway (no I/O): error bodies, route patterns,
 // request validation, base64. Unit-tested in http_util_test.cc.
 #pragma once
 
@@ -10,16 +10,14 @@
 #include <vector>
 
 #include "wire/base64.h"
+#include "wire/errors.h"
 
 namespace pandastack::gateway {
 
-// The HTTP status for an error code of the API (docs/api.md, its error table). Unknown codes: 500.
-unsigned status_for(std::string_view code);
-// Every error code the API returns, with its status (for the OpenAPI document).
-const std::vector<std::pair<std::string, unsigned>>& error_codes();
-
-// `{"error":{"code":...,"message":...}}`
-std::string error_body(std::string_view code, std::string_view message);
+// `{"error":{"code":...,"message":...}}` (the code's HTTP status: wire/errors.h), with a
+// quota_exceeded's details as fields (quota, limit, used, asked).
+std::string error_body(Code code, std::string_view message,
+                       const std::optional<QuotaDetail>& quota = std::nullopt);
 
 // A route pattern like "/v1/sandboxes/{id}/files": literal segments and `{name}` parameters.
 // match() fills `params` and returns true when `path` (already split on '/') fits.

@@ -8,14 +8,18 @@ namespace pandastack::gateway {
 namespace {
 
 TEST(HttpUtil, ErrorCodesMapToStatuses) {
-  EXPECT_EQ(status_for("sandbox_not_found"), 404u);
-  EXPECT_EQ(status_for("unauthorized"), 401u);
-  EXPECT_EQ(status_for("sandbox_hibernated"), 409u);
-  EXPECT_EQ(status_for("body_too_large"), 413u);
-  EXPECT_EQ(status_for("too_many_execs"), 429u);
-  EXPECT_EQ(status_for("not_implemented"), 501u);
-  EXPECT_EQ(status_for("no_such_code"), 500u);
-  EXPECT_EQ(error_body("x", "say \"hi\""), R"({"error":{"code":"x","message":"say \"hi\""}})");
+  EXPECT_EQ(http_status(Code::sandbox_not_found), 404u);
+  EXPECT_EQ(http_status(Code::unauthorized), 401u);
+  EXPECT_EQ(http_status(Code::sandbox_hibernated), 409u);
+  EXPECT_EQ(http_status(Code::body_too_large), 413u);
+  EXPECT_EQ(http_status(Code::too_many_execs), 429u);
+  EXPECT_EQ(http_status(Code::not_implemented), 501u);
+  EXPECT_EQ(code_from_string("no_such_code"), std::nullopt);
+  EXPECT_EQ(error_body(Code::internal, "say \"hi\""),
+            R"({"error":{"code":"internal","message":"say \"hi\""}})");
+  EXPECT_EQ(
+      error_body(Code::quota_exceeded, "over", QuotaDetail{"sandboxes", 2, 2, 1}),
+      R"({"error":{"asked":1,"code":"quota_exceeded","limit":2,"message":"over","quota":"sandboxes","used":2}})");
 }
 
 TEST(HttpUtil, RoutePatternsBindParameters) {
@@ -52,9 +56,9 @@ TEST(HttpUtil, Base64) {
   for (std::string raw : {std::string(""), std::string("f"), std::string("fo"), std::string("foo"),
                           std::string("\xff\x00\x80\x01", 4)})
     EXPECT_EQ(base64_decode(base64_encode(raw)), std::optional<std::string>(raw));
-  EXPECT_FALSE(base64_decode("Zg="));    // not a multiple of 4
-  EXPECT_FALSE(base64_decode("Z!=="));   // not the alphabet
-  EXPECT_FALSE(base64_decode("Zg==Zg==")); // padding in the middle
+  EXPECT_FALSE(base64_decode("Zg="));       // not a multiple of 4
+  EXPECT_FALSE(base64_decode("Z!=="));      // not the alphabet
+  EXPECT_FALSE(base64_decode("Zg==Zg=="));  // padding in the middle
 }
 
 TEST(HttpUtil, HistogramIsCumulative) {
@@ -74,29 +78,29 @@ TEST(ExecChecks, OneCommandWithinLimitsAndAValidCwd) {
   Limits l;
   l.max_command_bytes = 10;
   vmm::ExecRequest e;
-  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");  // neither argv nor shell
+  EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);  // neither argv nor shell
   e.shell = "true";
   e.argv = {"true"};
-  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");  // both
+  EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);  // both
   e.argv.clear();
   e.stdin_data = "0123456789";
-  EXPECT_EQ(check_exec(e, l)->code, "body_too_large");
+  EXPECT_EQ(check_exec(e, l)->code, Code::body_too_large);
   e.stdin_data.clear();
   e.cwd = "/tmp/../etc";
-  EXPECT_EQ(check_exec(e, l)->code, "invalid_path");
+  EXPECT_EQ(check_exec(e, l)->code, Code::invalid_path);
   e.cwd = "/tmp";
   EXPECT_FALSE(check_exec(e, l));
   EXPECT_EQ(e.max_output_bytes, l.max_exec_output_bytes);
   // Nothing is cut short or split silently: NUL bytes and odd variable names are refused.
   e.shell = std::string("a\0b", 3);
-  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
+  EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);
   e.shell = "true";
   e.env = {{"A=B", "z"}};
-  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
+  EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);
   e.env = {{"", "z"}};
-  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
+  EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);
   e.env = {{"A", std::string("a\0", 2)}};
-  EXPECT_EQ(check_exec(e, l)->code, "invalid_argument");
+  EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);
 }
 
 }  // namespace

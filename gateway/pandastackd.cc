@@ -348,7 +348,8 @@ int main(int argc, char** argv) {
 
   auto started = actors::Runtime::start(config);
   if (!started) {
-    spdlog::critical("cannot start: {}: {}", started.error().code, started.error().message);
+    spdlog::critical("cannot start: {}: {}", to_string(started.error().code),
+                     started.error().message);
     return 1;
   }
   auto runtime = std::move(*started);

@@ -156,7 +156,7 @@ actors::CreateRequest settings_of(const std::string& tenant, const Json& j) {
 
 Json error_json(const actors::Rejection& r) {
   Json e = Json::object();
-  e.set("code", r.code);
+  e.set("code", to_string(r.code));
   e.set("message", r.message);
   return e;
 }
@@ -283,7 +283,7 @@ kj::Promise<void> start_from_snapshot(
       .offload<std::string>(
           [&rt, ir, migrated, ports, key, scope]() -> std::string {
             Json out = Json::object();
-            auto refuse = [&](const std::string& code, const std::string& why) {
+            auto refuse = [&](Code code, const std::string& why) {
               spdlog::warn("cluster: a start from host {} refused: {}", scope->host, why);
               rt.discard_import(ir.snapshot_id);
               out.set("error", error_json({code, why}));
@@ -292,12 +292,12 @@ kj::Promise<void> start_from_snapshot(
             // It acts for the tenant whose key it presents, on what etcd says it owns: a fork's
             // parent, or the sandbox it hands over.
             if (auto no = peer_may_act(rt, key, ir.create.tenant); !no.empty())
-              return refuse("unauthorized", no);
+              return refuse(Code::unauthorized, no);
             if (auto* cluster = rt.cluster()) {
               const auto& subject = migrated ? ir.ids.front() : ir.parent;
               auto owner = cluster->owner(subject, true);
               if (owner.host != scope->host)
-                return refuse("forbidden", "host " + scope->host + " does not own " + subject);
+                return refuse(Code::forbidden, "host " + scope->host + " does not own " + subject);
             }
             auto started = rt.start_imported(ir, !migrated);
             if (!started) {
@@ -322,7 +322,7 @@ kj::Promise<void> start_from_snapshot(
             out.set("sandboxes", list);
             return out.dump();
           },
-          R"({"error":{"code":"too_many_requests","message":"the host is busy"}})")
+          error_body(Code::too_many_requests, "the host is busy"))
       .then([ctx](std::string out) mutable {
         auto j = Json::parse(out);
         auto res = ctx.getResults();
@@ -399,7 +399,7 @@ struct PeerSession::Impl {
     return io.provider->getTimer().timeoutAfter(kPeerCallTimeout, kj::mv(p)).wait(io.waitScope);
   }
   actors::Rejection failed(const std::string& what, const kj::Exception& e) const {
-    return {"peer_error",
+    return {Code::peer_error,
             "host " + host + ": " + what + ": " + std::string(e.getDescription().cStr())};
   }
 };
@@ -424,8 +424,9 @@ actors::Reply<std::unique_ptr<PeerSession>> PeerSession::open(const std::string&
     auto login = login_request(impl->conn->bootstrap().castAs<wc::PeerLogin>(), auth);
     impl->peer = impl->wait(login.send()).getPeer();
   } catch (kj::Exception& e) {
-    return actors::Rejection{"host_unavailable", "cannot reach host " + host + " at " + address +
-                                                     ": " + e.getDescription().cStr()};
+    return actors::Rejection{
+        Code::host_unavailable,
+        "cannot reach host " + host + " at " + address + ": " + e.getDescription().cStr()};
   }
   return std::unique_ptr<PeerSession>(new PeerSession(std::move(impl)));
 }
@@ -449,7 +450,7 @@ actors::Reply<PeerSession::Shipped> PeerSession::ship(const std::string& tenant,
     auto resp = impl_->wait(req.send());
     auto sink = resp.getSink();
     for (auto i : resp.getMissing()) {
-      if (i >= offer.files.size()) return actors::Rejection{"peer_error", "a bad missing list"};
+      if (i >= offer.files.size()) return actors::Rejection{Code::peer_error, "a bad missing list"};
       auto file = actors::OfferedFile::open(offer, i);
       if (!file) return file.error();
       for (auto& e : (*file)->extents())
@@ -460,7 +461,7 @@ actors::Reply<PeerSession::Shipped> PeerSession::ship(const std::string& tenant,
           w.setOffset(at);
           auto d = w.initData(uint(n));
           if (!(*file)->read(at, d.begin(), n))
-            return actors::Rejection{"internal", "cannot read " + (*file)->path().string()};
+            return actors::Rejection{Code::internal, "cannot read " + (*file)->path().string()};
           impl_->wait(w.send());
           at += n;
           out.bytes += n;
@@ -490,12 +491,14 @@ actors::Reply<std::vector<Json>> PeerSession::start(const Start& s) {
     auto resp = impl_->wait(req.send());
     if (resp.hasError() && resp.getError().size() > 0) {
       auto e = Json::parse(resp.getError().cStr());
-      if (!e || !e->is_object()) return actors::Rejection{"peer_error", "a bad error reply"};
-      return actors::Rejection{(*e)["code"].as_string(),
+      if (!e || !e->is_object()) return actors::Rejection{Code::peer_error, "a bad error reply"};
+      // (another host's code: one of ours, or its failure is a peer error)
+      auto code = code_from_string((*e)["code"].is_string() ? (*e)["code"].as_string() : "");
+      return actors::Rejection{code.value_or(Code::peer_error),
                                "host " + impl_->host + ": " + (*e)["message"].as_string()};
     }
     auto list = Json::parse(resp.getSandboxes().cStr());
-    if (!list || !list->is_array()) return actors::Rejection{"peer_error", "a bad start reply"};
+    if (!list || !list->is_array()) return actors::Rejection{Code::peer_error, "a bad start reply"};
     return list->as_array();
   } catch (kj::Exception& e) {
     return impl_->failed("starting sandboxes", e);
@@ -545,7 +548,7 @@ actors::Reply<PeerSession::HttpAnswer> PeerSession::http(
     return impl_->failed(method + " " + url, e);
   }
   if (answer->status == 0)
-    return actors::Rejection{"peer_error", "host " + impl_->host + " sent no response"};
+    return actors::Rejection{Code::peer_error, "host " + impl_->host + " sent no response"};
   return *answer;
 }
 

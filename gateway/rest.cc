@@ -101,7 +101,7 @@ class QuietErrors final : public kj::HttpServerErrorHandler {
     spdlog::debug("gateway: request ended: {}", exception.getDescription().cStr());
     KJ_IF_MAYBE (r, response) {
       kj::HttpHeaders headers(*table_);
-      auto body = error_body("internal", "the request could not be completed");
+      auto body = error_body(Code::internal, "the request could not be completed");
       auto out = r->send(500, "Internal Server Error", headers, body.size());
       auto owned = kj::heapString(body.data(), body.size());
       auto p = out->write(owned.begin(), owned.size());
@@ -223,7 +223,7 @@ kj::Promise<void> Server::send(kj::HttpService::Response& response, HttpReply r,
 void Server::count_response(const HttpReply& r) {
   std::lock_guard l(metrics_mu);
   ++responses_by_status[r.status];
-  if (!r.error_code.empty()) ++errors_by_code[r.error_code];
+  if (r.error_code) ++errors_by_code[to_string(*r.error_code)];
 }
 
 kj::Promise<void> Server::watch_hangup(int fd, std::shared_ptr<std::stop_source> stop) {
@@ -258,7 +258,7 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
     for (auto& s : u->path) segments.emplace_back(s.cStr());
     for (auto& q : u->query) req.query.emplace(q.name.cStr(), q.value.cStr());
   } else {
-    return send(response, error_reply("invalid_argument", "malformed URL"), t0);
+    return send(response, error_reply(Code::invalid_argument, "malformed URL"), t0);
   }
   // HEAD is GET without the body, for the routes that answer GET with JSON or bytes.
   bool head = method == kj::HttpMethod::HEAD;
@@ -277,14 +277,14 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   }
   if (!route) {
     if (allowed.empty())
-      return send(response, error_reply("route_not_found", "no route for this path"), t0);
+      return send(response, error_reply(Code::route_not_found, "no route for this path"), t0);
     std::string list;
     for (auto& m : allowed) {
       std::string up = m;
       for (auto& c : up) c = char(std::toupper((unsigned char)c));
       list += (list.empty() ? "" : ", ") + up;
     }
-    auto reply = error_reply("method_not_allowed", "this path takes " + list);
+    auto reply = error_reply(Code::method_not_allowed, "this path takes " + list);
     reply.headers.emplace_back("Allow", list);
     return send(response, std::move(reply), t0);
   }
@@ -333,7 +333,7 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
           e2b::tokens().verify(token, req.headers["e2b-sandbox-id"], int64_t(std::time(nullptr)));
       if (!claims)
         return send(response,
-                    restyle(*route, error_reply("unauthorized",
+                    restyle(*route, error_reply(Code::unauthorized,
                                                 "missing, wrong or expired access token for the "
                                                 "sandbox named by E2b-Sandbox-Id")),
                     t0, head);
@@ -362,7 +362,7 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
   // A missing or malformed key is refused here, before the body is read or a worker is used.
   if (route->auth && !well_formed_key(bearer_token(req.authorization)))
     return send(response,
-                restyle(*route, error_reply("unauthorized",
+                restyle(*route, error_reply(Code::unauthorized,
                                             bearer_token(req.authorization).empty()
                                                 ? "missing 'Authorization: Bearer pds_...' header "
                                                   "(an API key)"
@@ -373,9 +373,9 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
       route->kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
   KJ_IF_MAYBE (len, body.tryGetLength()) {
     if (*len > limit) {
-      auto too_large =
-          error_reply(route->kind == Route::Kind::raw_body ? "file_too_large" : "body_too_large",
-                      "request body is larger than " + std::to_string(limit) + " bytes");
+      auto too_large = error_reply(
+          route->kind == Route::Kind::raw_body ? Code::file_too_large : Code::body_too_large,
+          "request body is larger than " + std::to_string(limit) + " bytes");
       // Answered at once. A client that sends its whole body before it reads (Python's httpx,
       // the CLI) would see a connection reset instead of the answer when the connection closes
       // with its body unread: for a key that verifies, a body up to kDrainMaxBytes is read and
@@ -402,7 +402,7 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
   auto kind = route->kind;
   if (kind == Route::Kind::websocket && !headers.isWebSocket())
     return send(response,
-                error_reply("invalid_argument", "this route needs a WebSocket upgrade request"),
+                error_reply(Code::invalid_argument, "this route needs a WebSocket upgrade request"),
                 t0);
   // Large bodies (file uploads) are read only for a key that verifies: nobody without one makes
   // the daemon hold megabytes.
@@ -415,7 +415,8 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                         &response](bool ok) mutable -> kj::Promise<void> {
     if (!ok)
       return send(response,
-                  restyle(*route, error_reply("unauthorized", "unknown or revoked API key")), t0);
+                  restyle(*route, error_reply(Code::unauthorized, "unknown or revoked API key")),
+                  t0);
     // A body that trickles in is cut off (408) instead of holding its connection and buffer.
     auto slow = timer.afterDelay(limits.body_timeout.count() * kj::MILLISECONDS)
                     .then([]() -> kj::Array<kj::byte> {
@@ -429,8 +430,9 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
               if (bytes.size() > limit)
                 return send(
                     response,
-                    error_reply(kind == Route::Kind::raw_body ? "file_too_large" : "body_too_large",
-                                "request body is larger than " + std::to_string(limit) + " bytes"),
+                    error_reply(
+                        kind == Route::Kind::raw_body ? Code::file_too_large : Code::body_too_large,
+                        "request body is larger than " + std::to_string(limit) + " bytes"),
                     t0);
               req.body.assign(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
               if (kind == Route::Kind::stream) return stream(*route, std::move(req), response, t0);
@@ -456,18 +458,19 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                   });
             },
             [this, &response, t0](kj::Exception&& e) -> kj::Promise<void> {
-              if (std::string(e.getDescription().cStr()).find("request_timeout") !=
+              if (std::string(e.getDescription().cStr()).find(to_string(Code::request_timeout)) !=
                   std::string::npos)
                 return send(
                     response,
-                    error_reply("request_timeout",
+                    error_reply(Code::request_timeout,
                                 "the request body did not arrive within " +
                                     std::to_string(limits.body_timeout.count() / 1000) + " s"),
                     t0);
-              return send(response,
-                          error_reply("body_too_large", "request body rejected: " +
-                                                            std::string(e.getDescription().cStr())),
-                          t0);
+              return send(
+                  response,
+                  error_reply(Code::body_too_large,
+                              "request body rejected: " + std::string(e.getDescription().cStr())),
+                  t0);
             });
   });
 }
@@ -475,7 +478,8 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
 actors::KeyInfo Server::auth(const Request& r) {
   auto token = bearer_token(r.authorization);
   if (token.empty())
-    throw ApiError{"unauthorized", "missing 'Authorization: Bearer pds_...' header (an API key)"};
+    throw ApiError{Code::unauthorized,
+                   "missing 'Authorization: Bearer pds_...' header (an API key)"};
   return unwrap(rt.authenticate(token));
 }
 
@@ -484,7 +488,7 @@ Call Server::admit(const Route& route, const Request& r) {
   if (route.auth) {
     c.key = auth(r);
     if (!limiter.take(c.key.id, rt.quota_limits(c.key.tenant).requests_per_second))
-      throw ApiError{"too_many_requests",
+      throw ApiError{Code::too_many_requests,
                      "this key sent more than " +
                          std::to_string(rt.quota_limits(c.key.tenant).requests_per_second) +
                          " requests per second (its tenant's quota)"};
@@ -496,7 +500,7 @@ Call Server::admit(const Route& route, const Request& r) {
     bool known = false;
     for (auto& q : route.query)
       known |= q == k || (q.ends_with("*") && k.rfind(q.substr(0, q.size() - 1), 0) == 0);
-    if (!known) throw ApiError{"invalid_argument", "unknown query parameter '" + k + "'"};
+    if (!known) throw ApiError{Code::invalid_argument, "unknown query parameter '" + k + "'"};
   }
   return c;
 }
@@ -504,18 +508,18 @@ Call Server::admit(const Route& route, const Request& r) {
 HttpReply Server::handle(const Route& route, const Request& r) {
   try {
     auto call = admit(route, r);
-    if (!route.handler) throw ApiError{"route_not_found", "no handler for " + route.pattern};
+    if (!route.handler) throw ApiError{Code::route_not_found, "no handler for " + route.pattern};
     return restyle(route, route.handler(call));
   } catch (const ApiError& e) {
     return restyle(route, error_reply(e.code, e.message));
   } catch (const std::exception& e) {
     spdlog::error("gateway: {} {}: {}", method_name(r.method), r.route, e.what());
-    return restyle(route, error_reply("internal", e.what()));
+    return restyle(route, error_reply(Code::internal, e.what()));
   }
 }
 
 HttpReply Server::restyle(const Route& route, HttpReply r) {
-  if (route.style == Route::Style::native || r.status < 400 || r.error_code.empty()) return r;
+  if (route.style == Route::Style::native || r.status < 400 || !r.error_code) return r;
   if (route.style == Route::Style::e2b_api) return e2b::api_error(r);
   // envd: /files and the code interpreter answer {"code": <status>} like the control plane;
   // Connect calls their codes.
@@ -527,13 +531,14 @@ HttpReply Server::restyle(const Route& route, HttpReply r) {
 
 std::string Server::guest_path(const Request& r, const char* name) {
   auto p = r.q(name);
-  if (!p) throw ApiError{"invalid_path", std::string("query parameter '") + name + "' is required"};
-  if (auto e = check_guest_path(*p, limits.max_path_bytes)) throw ApiError{"invalid_path", *e};
+  if (!p)
+    throw ApiError{Code::invalid_path, std::string("query parameter '") + name + "' is required"};
+  if (auto e = check_guest_path(*p, limits.max_path_bytes)) throw ApiError{Code::invalid_path, *e};
   return *p;
 }
 
 std::string Server::checked_path(const std::string& p) {
-  if (auto e = check_guest_path(p, limits.max_path_bytes)) throw ApiError{"invalid_path", *e};
+  if (auto e = check_guest_path(p, limits.max_path_bytes)) throw ApiError{Code::invalid_path, *e};
   return p;
 }
 
@@ -546,10 +551,10 @@ vmm::ExecRequest Server::exec_request(const Json& j, bool with_timeout) {
   auto enc = f.str("stdin_encoding", "utf-8");
   if (enc == "base64") {
     auto raw = base64_decode(e.stdin_data);
-    if (!raw) throw ApiError{"invalid_argument", "stdin is not valid base64"};
+    if (!raw) throw ApiError{Code::invalid_argument, "stdin is not valid base64"};
     e.stdin_data = std::move(*raw);
   } else if (enc != "utf-8") {
-    throw ApiError{"invalid_argument", "stdin_encoding must be \"utf-8\" or \"base64\""};
+    throw ApiError{Code::invalid_argument, "stdin_encoding must be \"utf-8\" or \"base64\""};
   }
   e.env = f.string_map("env");
   e.cwd = f.str("cwd");
@@ -570,197 +575,33 @@ void Server::observe_exec(Clock::time_point t0) {
   exec_latency.observe(std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
-std::string Server::metrics() {
-  std::string out;
-  if (auto* cluster = rt.cluster())
-    out +=
-        "# HELP pandastack_cluster_host The host these metrics are of (cluster mode).\n"
-        "# TYPE pandastack_cluster_host gauge\npandastack_cluster_host{host=\"" +
-        cluster->config().host_id + "\"} 1\n";
-  auto counts = rt.counts();
-  out +=
-      "# HELP pandastack_sandboxes Live sandboxes by state.\n# TYPE pandastack_sandboxes gauge\n";
-  for (auto st : {actors::Status::creating, actors::Status::running, actors::Status::snapshotting,
-                  actors::Status::forking, actors::Status::hibernating, actors::Status::hibernated,
-                  actors::Status::waking, actors::Status::stopped, actors::Status::failed}) {
-    auto it = counts.by_status.find(actors::to_string(st));
-    out += std::string("pandastack_sandboxes{state=\"") + actors::to_string(st) + "\"} " +
-           std::to_string(it == counts.by_status.end() ? 0 : it->second) + "\n";
-  }
-  out +=
-      "# HELP pandastack_vm_exits_total VMs that died on their own (crash, OOM kill, kill -9): "
-      "their sandboxes failed with vm_exited.\n# TYPE pandastack_vm_exits_total counter\n";
-  out += "pandastack_vm_exits_total " + std::to_string(counts.vm_exits) + "\n";
-  std::lock_guard l(metrics_mu);
-  out +=
-      "# HELP pandastack_creates_total Sandboxes created.\n# TYPE pandastack_creates_total "
-      "counter\n";
-  out += "pandastack_creates_total " + std::to_string(creates) + "\n";
-  out += "# HELP pandastack_execs_total Commands run.\n# TYPE pandastack_execs_total counter\n";
-  out += "pandastack_execs_total " + std::to_string(execs) + "\n";
-  create_latency.render(out, "pandastack_create_seconds", "Create latency (server side).");
-  exec_latency.render(out, "pandastack_exec_seconds", "Command latency (server side).");
-  out +=
-      "# HELP pandastack_http_responses_total Responses by status.\n"
-      "# TYPE pandastack_http_responses_total counter\n";
-  for (auto& [s, n] : responses_by_status)
-    out += "pandastack_http_responses_total{status=\"" + std::to_string(s) + "\"} " +
-           std::to_string(n) + "\n";
-  out +=
-      "# HELP pandastack_errors_total Error responses by code.\n"
-      "# TYPE pandastack_errors_total counter\n";
-  for (auto& [c, n] : errors_by_code)
-    out += "pandastack_errors_total{code=\"" + c + "\"} " + std::to_string(n) + "\n";
-  return out;
-}
-
-std::string Server::openapi() const {
-  Json doc = Json::object();
-  doc.set("openapi", "3.0.3");
-  Json info = Json::object();
-  info.set("title", "PandaStack API");
-  info.set("version", "0.1.0");
-  doc.set("info", info);
-  Json schemes = Json::object();
-  Json bearer = Json::object();
-  bearer.set("type", "http");
-  bearer.set("scheme", "bearer");
-  schemes.set("bearer", bearer);
-  Json error_schema = Json::object();
-  error_schema.set("type", "object");
-  Json codes = Json::array();
-  for (auto& [c, s] : error_codes()) codes.push(c);
-  Json code_prop = Json::object();
-  code_prop.set("type", "string");
-  code_prop.set("enum", codes);
-  Json msg_prop = Json::object();
-  msg_prop.set("type", "string");
-  Json inner_props = Json::object();
-  inner_props.set("code", code_prop);
-  inner_props.set("message", msg_prop);
-  // quota_exceeded: which quota, its limit, the use and what was asked.
-  Json str_prop = Json::object(), int_prop = Json::object();
-  str_prop.set("type", "string");
-  int_prop.set("type", "integer");
-  inner_props.set("quota", str_prop);
-  for (auto name : {"limit", "used", "asked"}) inner_props.set(name, int_prop);
-  Json inner = Json::object();
-  inner.set("type", "object");
-  inner.set("properties", inner_props);
-  Json outer_props = Json::object();
-  outer_props.set("error", inner);
-  error_schema.set("properties", outer_props);
-  Json schemas = Json::object();
-  schemas.set("Error", error_schema);
-  Json components = Json::object();
-  components.set("securitySchemes", schemes);
-  components.set("schemas", schemas);
-  doc.set("components", components);
-  Json statuses = Json::object();
-  for (auto& [c, s] : error_codes()) statuses.set(c, s);
-  doc.set("x-error-codes", statuses);
-  // Every limit the API enforces, and the quotas a tenant has unless an admin set its own.
-  Json lim = Json::object();
-  lim.set("max_body_bytes", uint64_t(limits.max_body_bytes));
-  lim.set("max_file_bytes", uint64_t(limits.max_file_bytes));
-  lim.set("max_command_bytes", uint64_t(limits.max_command_bytes));
-  lim.set("max_path_bytes", uint64_t(limits.max_path_bytes));
-  lim.set("default_exec_timeout_seconds", limits.default_exec_timeout_s);
-  lim.set("max_exec_timeout_seconds", limits.max_exec_timeout_s);
-  lim.set("max_exec_output_bytes", limits.max_exec_output_bytes);
-  lim.set("max_stream_buffer_bytes", uint64_t(limits.max_stream_buffer_bytes));
-  lim.set("max_connections", uint64_t(limits.max_connections));
-  lim.set("body_timeout_seconds", int64_t(limits.body_timeout.count() / 1000));
-  lim.set("max_concurrent_execs_per_sandbox", rt.config().limits.max_concurrent_execs);
-  lim.set("max_processes_per_sandbox", rt.config().limits.max_processes);
-  lim.set("max_exposed_ports_per_sandbox", rt.config().limits.max_exposed_ports);
-  lim.set("max_ttl_seconds", rt.config().limits.max_ttl_seconds);
-  doc.set("x-limits", lim);
-  doc.set("x-default-quotas", actors::quotas_json(rt.config().quotas));
-  Json paths = Json::object();
-  for (auto& r : routes) {
-    Json item = paths.has(r.pattern) ? paths[r.pattern] : Json::object();
-    Json op = Json::object();
-    op.set("summary", r.summary);
-    Json params = Json::array();
-    for (auto& seg : r.compiled.segments)
-      if (seg.size() > 2 && seg.front() == '{') {
-        Json p = Json::object();
-        p.set("name", seg.substr(1, seg.size() - 2));
-        p.set("in", "path");
-        p.set("required", true);
-        Json sch = Json::object();
-        sch.set("type", "string");
-        p.set("schema", sch);
-        params.push(p);
-      }
-    for (auto& q : r.query) {
-      Json p = Json::object();
-      p.set("name", q);
-      p.set("in", "query");
-      p.set("required", false);
-      Json sch = Json::object();
-      sch.set("type", "string");
-      p.set("schema", sch);
-      params.push(p);
-    }
-    op.set("parameters", params);
-    if (r.auth) {
-      Json sec = Json::array();
-      Json s = Json::object();
-      s.set("bearer", Json::array());
-      sec.push(s);
-      op.set("security", sec);
-    }
-    Json responses = Json::object();
-    Json ok = Json::object();
-    ok.set("description",
-           r.kind == Route::Kind::stream ? "text/event-stream (or JSON)" : "success");
-    responses.set("2XX", ok);
-    Json err = Json::object();
-    err.set("description", "error (see x-error-codes)");
-    Json content = Json::object();
-    Json media = Json::object();
-    Json ref = Json::object();
-    ref.set("$ref", "#/components/schemas/Error");
-    media.set("schema", ref);
-    content.set("application/json", media);
-    err.set("content", content);
-    responses.set("default", err);
-    op.set("responses", responses);
-    item.set(method_name(r.method), op);
-    paths.set(r.pattern, item);
-  }
-  doc.set("paths", paths);
-  return doc.dump();
-}
-
 std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& limits) {
   if (e.shell.empty() == e.argv.empty())
-    return actors::Rejection{"invalid_argument",
+    return actors::Rejection{Code::invalid_argument,
                              "give exactly one of cmd (a shell command) or argv"};
   // A NUL byte would cut the string short in the guest: refused, never truncated.
   auto has_nul = [](const std::string& s) { return s.find('\0') != std::string::npos; };
   if (has_nul(e.shell) || std::any_of(e.argv.begin(), e.argv.end(), has_nul))
-    return actors::Rejection{"invalid_argument", "the command contains a NUL byte"};
+    return actors::Rejection{Code::invalid_argument, "the command contains a NUL byte"};
   for (auto& [k, v] : e.env) {
     if (k.empty() || k.find('=') != std::string::npos || has_nul(k))
       return actors::Rejection{
-          "invalid_argument",
+          Code::invalid_argument,
           "environment variable names are non-empty, without '=' or NUL: '" + k + "'"};
     if (has_nul(v))
-      return actors::Rejection{"invalid_argument", "the value of " + k + " contains a NUL byte"};
+      return actors::Rejection{Code::invalid_argument,
+                               "the value of " + k + " contains a NUL byte"};
   }
   size_t size = e.shell.size() + e.stdin_data.size();
   for (auto& a : e.argv) size += a.size() + 1;
   for (auto& [k, v] : e.env) size += k.size() + v.size() + 2;
   if (size > limits.max_command_bytes)
-    return actors::Rejection{"body_too_large", "command, environment and stdin exceed " +
-                                                   std::to_string(limits.max_command_bytes) +
-                                                   " bytes"};
+    return actors::Rejection{Code::body_too_large, "command, environment and stdin exceed " +
+                                                       std::to_string(limits.max_command_bytes) +
+                                                       " bytes"};
   if (!e.cwd.empty())
     if (auto err = check_guest_path(e.cwd, limits.max_path_bytes))
-      return actors::Rejection{"invalid_path", *err};
+      return actors::Rejection{Code::invalid_path, *err};
   e.max_output_bytes = limits.max_exec_output_bytes;
   return std::nullopt;
 }

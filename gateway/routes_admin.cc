@@ -19,7 +19,7 @@ std::vector<Route> admin_routes() {
             [](Call& c) {
               actors::AuditQuery q;
               bool all = query_flag(c.r, "all");
-              if (all && !c.key.admin) throw ApiError{"forbidden", "all=1 needs an admin key"};
+              if (all && !c.key.admin) throw ApiError{Code::forbidden, "all=1 needs an admin key"};
               q.tenant = all ? "" : c.tenant();
               q.after_seq = query_int(c.r, "after", 0, INT64_MAX);
               q.from_ms = query_int(c.r, "from_ms", 0, INT64_MAX);

@@ -20,14 +20,14 @@ constexpr size_t kMaxResults = 1000;
 
 code::RunRequest run_request(Server& gw, const Request& r) {
   Fields f(r.json(), {"code", "context", "language", "env", "timeout_seconds"});
-  if (!f.has("code")) throw ApiError{"invalid_argument", "code is required"};
+  if (!f.has("code")) throw ApiError{Code::invalid_argument, "code is required"};
   if (f.str("language", "python") != "python")
-    throw ApiError{"invalid_argument", "language: only \"python\" is served"};
+    throw ApiError{Code::invalid_argument, "language: only \"python\" is served"};
   code::RunRequest req;
   req.code = f.str("code");
   req.context = f.str("context", "default");
   if (!code::valid_context(req.context))
-    throw ApiError{"invalid_argument", "context is 1..64 of A-Z a-z 0-9 _ -"};
+    throw ApiError{Code::invalid_argument, "context is 1..64 of A-Z a-z 0-9 _ -"};
   req.env = f.string_map("env");
   req.timeout_ms = uint32_t(f.integer("timeout_seconds", gw.limits.default_exec_timeout_s, 1,
                                       gw.limits.max_exec_timeout_s)) *
@@ -93,7 +93,7 @@ Json context_json(const std::string& id, const std::string& cwd) {
 std::string context_param(const Request& r) {
   const std::string& ctx = r.param("context");
   if (!code::valid_context(ctx))
-    throw ApiError{"invalid_argument", "context is 1..64 of A-Z a-z 0-9 _ -"};
+    throw ApiError{Code::invalid_argument, "context is 1..64 of A-Z a-z 0-9 _ -"};
   return ctx;
 }
 
@@ -125,7 +125,7 @@ std::vector<Route> code_routes() {
             [](Call& c) {
               Fields f(c.r.json(), {"cwd", "language"});
               if (f.str("language", "python") != "python")
-                throw ApiError{"invalid_argument", "language: only \"python\" is served"};
+                throw ApiError{Code::invalid_argument, "language: only \"python\" is served"};
               std::string cwd = f.has("cwd") ? c.gw.checked_path(f.str("cwd")) : "";
               auto id = new_context_id();
               unwrap(code::start(c.gw.rt, c.tenant(), c.id, id, cwd));
@@ -143,7 +143,7 @@ std::vector<Route> code_routes() {
               Fields f(c.r.json(), {});
               auto ctx = context_param(c.r);
               auto stopped = code::stop(c.gw.rt, c.tenant(), c.id, ctx);
-              if (!stopped && stopped.error().code != "context_not_found") unwrap(stopped);
+              if (!stopped && stopped.error().code != Code::context_not_found) unwrap(stopped);
               unwrap(code::start(c.gw.rt, c.tenant(), c.id, ctx, ""));
               return json_reply(200, context_json(ctx, ""));
             }),
@@ -165,13 +165,13 @@ void produce_code(Server& gw, const std::string& tenant, const std::string& id, 
       [&ch](const Json& e) { ch.push(sse_frame(e["type"].as_string(), e)); }, ch.stop.get_token());
   if (!res) {
     Json e = Json::object();
-    e.set("code", res.error().code);
+    e.set("code", to_string(res.error().code));
     e.set("message", res.error().message);
     return ch.finish(sse_frame("failure", e));
   }
   if (res->timed_out) {
     Json e = Json::object();
-    e.set("code", "timeout");
+    e.set("code", to_string(Code::timeout));
     e.set("message", "the run was interrupted at its timeout");
     return ch.finish(sse_frame("failure", e));
   }

@@ -48,7 +48,7 @@ Json database_json(const actors::DatabaseInfo& d) {
 std::string database_param(const Request& r) {
   const std::string& id = r.param("database_id");
   if (id.size() != 19 || id.rfind("db_", 0) != 0)
-    throw ApiError{"database_not_found", "no database " + id.substr(0, 64)};
+    throw ApiError{Code::database_not_found, "no database " + id.substr(0, 64)};
   return id;
 }
 
@@ -59,7 +59,7 @@ bool valid_backup_id(const std::string& id) {
 
 HttpReply create(Call& c) {
   Fields f(c.r.json(), {"name", "metadata", "from_backup"});
-  if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
+  if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
   actors::DatabaseRequest req;
   req.tenant = c.tenant();
   req.name = f.str("name");
@@ -67,7 +67,7 @@ HttpReply create(Call& c) {
   if (f.has("from_backup")) {
     req.from_backup = f.str("from_backup");
     if (!valid_backup_id(req.from_backup))
-      throw ApiError{"backup_not_found", "no backup " + req.from_backup.substr(0, 64)};
+      throw ApiError{Code::backup_not_found, "no backup " + req.from_backup.substr(0, 64)};
   }
   return json_reply(201, database_json(unwrap(c.gw.rt.create_database(req))));
 }
@@ -124,7 +124,7 @@ std::vector<Route> database_routes() {
                 if (v.empty() || v.size() > 5 ||
                     v.find_first_not_of("0123456789") != std::string::npos || std::stoul(v) == 0 ||
                     std::stoul(v) > 10000)
-                  throw ApiError{"invalid_argument", "lines is 1..10000"};
+                  throw ApiError{Code::invalid_argument, "lines is 1..10000"};
                 lines = uint32_t(std::stoul(v));
               }
               Json j = Json::object();
@@ -153,7 +153,7 @@ std::vector<Route> database_routes() {
               auto id = database_param(c.r);
               const std::string& bk = c.r.param("backup_id");
               if (!valid_backup_id(bk))
-                throw ApiError{"backup_not_found", "no backup " + bk.substr(0, 64)};
+                throw ApiError{Code::backup_not_found, "no backup " + bk.substr(0, 64)};
               unwrap(c.gw.rt.delete_database_backup(c.tenant(), id, bk));
               return no_content();
             }),

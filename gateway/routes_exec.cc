@@ -61,8 +61,8 @@ std::vector<Route> exec_routes() {
               int sig = 0;
               if (auto s = c.r.q("signal")) sig = int(parse_number(*s, "signal", 1, 64));
               auto k = c.gw.rt.kill_process(c.tenant(), c.id, pid, sig);
-              if (!k && k.error().code == "file_not_found")
-                throw ApiError{"process_not_found", "no process " + std::to_string(pid)};
+              if (!k && k.error().code == Code::file_not_found)
+                throw ApiError{Code::process_not_found, "no process " + std::to_string(pid)};
               unwrap(std::move(k));
               return no_content();
             },

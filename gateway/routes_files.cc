@@ -13,7 +13,7 @@ uint32_t file_mode(const Request& r) {
   auto m = r.q("mode");
   if (!m) return 0;
   if (m->empty() || m->size() > 4 || m->find_first_not_of("01234567") != std::string::npos)
-    throw ApiError{"invalid_argument", "mode is octal permissions, e.g. 644 or 0755"};
+    throw ApiError{Code::invalid_argument, "mode is octal permissions, e.g. 644 or 0755"};
   return uint32_t(std::stoul(*m, nullptr, 8));
 }
 
@@ -23,7 +23,7 @@ uint64_t byte_count(const Request& r, const char* name, uint64_t fallback) {
   if (!v) return fallback;
   if (v->empty() || v->size() > 19 || v->find_first_not_of("0123456789") != std::string::npos ||
       std::stoull(*v) > (uint64_t(1) << 62))
-    throw ApiError{"invalid_argument", std::string(name) + " is a byte count, 0..2^62"};
+    throw ApiError{Code::invalid_argument, std::string(name) + " is a byte count, 0..2^62"};
   return std::stoull(*v);
 }
 
@@ -40,18 +40,21 @@ std::vector<Route> file_routes() {
                 uint64_t offset = byte_count(c.r, "offset", 0);
                 uint64_t length = byte_count(c.r, "length", limit);
                 if (length > limit)
-                  throw ApiError{"invalid_argument", "length is at most " + std::to_string(limit) +
-                                                         " bytes (the file limit)"};
+                  throw ApiError{
+                      Code::invalid_argument,
+                      "length is at most " + std::to_string(limit) + " bytes (the file limit)"};
                 auto part = unwrap(c.gw.rt.read_file_range(c.tenant(), c.id, path, offset, length));
-                return HttpReply{200, "application/octet-stream", std::move(part.data), "", {}};
+                return HttpReply{
+                    200, "application/octet-stream", std::move(part.data), std::nullopt, {}};
               }
               auto got = c.gw.rt.read_file(c.tenant(), c.id, path, limit);
-              if (!got && got.error().code == "file_too_large")
-                throw ApiError{"file_too_large",
+              if (!got && got.error().code == Code::file_too_large)
+                throw ApiError{Code::file_too_large,
                                got.error().message +
                                    ": read it in parts (?offset=&length=, its size from "
                                    "GET .../files/stat)"};
-              return HttpReply{200, "application/octet-stream", unwrap(std::move(got)), "", {}};
+              return HttpReply{
+                  200, "application/octet-stream", unwrap(std::move(got)), std::nullopt, {}};
             },
             {"path", "offset", "length"}),
       route(
@@ -99,7 +102,7 @@ std::vector<Route> file_routes() {
       route(M::POST, "/v1/sandboxes/{id}/files/mkdir", "Make a folder",
             [](Call& c) {
               Fields f(c.r.json(), {"path", "parents"});
-              if (!f.has("path")) throw ApiError{"invalid_path", "path is required"};
+              if (!f.has("path")) throw ApiError{Code::invalid_path, "path is required"};
               unwrap(c.gw.rt.mkdir(c.tenant(), c.id, c.gw.checked_path(f.str("path")),
                                    f.boolean("parents", true)));
               return no_content();
@@ -108,7 +111,7 @@ std::vector<Route> file_routes() {
             [](Call& c) {
               Fields f(c.r.json(), {"from", "to"});
               for (const char* k : {"from", "to"})
-                if (!f.has(k)) throw ApiError{"invalid_path", std::string(k) + " is required"};
+                if (!f.has(k)) throw ApiError{Code::invalid_path, std::string(k) + " is required"};
               unwrap(c.gw.rt.rename(c.tenant(), c.id, c.gw.checked_path(f.str("from")),
                                     c.gw.checked_path(f.str("to"))));
               return no_content();
@@ -152,9 +155,9 @@ void produce_watch(Server& gw, const std::string& tenant, const std::string& id,
     started = ch.started;
   }
   if (!res && !started) return ch.fail_early(error_reply(res.error().code, res.error().message));
-  if (!res && res.error().code != "cancelled") {
+  if (!res && res.error().code != Code::cancelled) {
     Json e = Json::object();
-    e.set("code", res.error().code);
+    e.set("code", to_string(res.error().code));
     e.set("message", res.error().message);
     return ch.finish(sse_frame("error", e));
   }

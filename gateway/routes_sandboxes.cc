@@ -15,15 +15,15 @@ using K = Route::Kind;
 std::vector<actors::CreateRequest::Volume> volumes_from(const Json& j) {
   std::vector<actors::CreateRequest::Volume> out;
   if (j.is_null()) return out;
-  if (!j.is_array()) throw ApiError{"invalid_argument", "volumes is a list of objects"};
+  if (!j.is_array()) throw ApiError{Code::invalid_argument, "volumes is a list of objects"};
   if (j.as_array().size() > actors::kVolumeSlots)
-    throw ApiError{"invalid_argument",
+    throw ApiError{Code::invalid_argument,
                    "at most " + std::to_string(actors::kVolumeSlots) + " volumes per sandbox"};
   for (auto& v : j.as_array()) {
-    if (!v.is_object()) throw ApiError{"invalid_argument", "volumes is a list of objects"};
+    if (!v.is_object()) throw ApiError{Code::invalid_argument, "volumes is a list of objects"};
     Fields f(v, {"volume", "mount", "read_only"});
     if (!f.has("volume") || !f.has("mount"))
-      throw ApiError{"invalid_argument", "each volume needs \"volume\" and \"mount\""};
+      throw ApiError{Code::invalid_argument, "each volume needs \"volume\" and \"mount\""};
     out.push_back({f.str("volume"), f.str("mount"), f.boolean("read_only")});
   }
   return out;
@@ -38,7 +38,7 @@ HttpReply create(Call& c) {
   actors::CreateRequest req;
   req.tenant = c.tenant();
   if (f.has("template") && f.has("from_snapshot"))
-    throw ApiError{"invalid_argument",
+    throw ApiError{Code::invalid_argument,
                    "give a template or from_snapshot, not both (a snapshot has its template)"};
   req.template_name = f.str("template", "base");
   req.ttl_seconds = uint32_t(f.integer("ttl_seconds", 0, 1, limits.max_ttl_seconds));
@@ -50,7 +50,7 @@ HttpReply create(Call& c) {
   if (f.has("on_timeout")) {
     auto a = f.str("on_timeout");
     if (a != "kill" && a != "hibernate")
-      throw ApiError{"invalid_argument", "on_timeout must be \"kill\" or \"hibernate\""};
+      throw ApiError{Code::invalid_argument, "on_timeout must be \"kill\" or \"hibernate\""};
     req.on_timeout = a == "kill" ? actors::ReapAction::kill : actors::ReapAction::hibernate;
   }
   req.from_snapshot = f.str("from_snapshot");
@@ -64,8 +64,8 @@ HttpReply create(Call& c) {
   req.vcpus = uint32_t(f.integer("vcpus", 0, 1, 1024));
   auto t0 = Clock::now();
   auto created = rt.create(req);
-  if (!created && created.error().code == "sandbox_failed")
-    throw ApiError{"start_failed", created.error().message};
+  if (!created && created.error().code == Code::sandbox_failed)
+    throw ApiError{Code::start_failed, created.error().message};
   auto s = unwrap(std::move(created));
   {
     std::lock_guard l(c.gw.metrics_mu);
@@ -79,11 +79,11 @@ HttpReply list(Call& c) {
   std::optional<actors::Status> status;
   std::map<std::string, std::string> metadata;
   bool all_tenants = query_flag(c.r, "all");
-  if (all_tenants && !c.key.admin) throw ApiError{"forbidden", "all=1 needs an admin key"};
+  if (all_tenants && !c.key.admin) throw ApiError{Code::forbidden, "all=1 needs an admin key"};
   for (auto& [k, v] : c.r.query) {
     if (k == "state") {
       status = actors::status_from_string(v);
-      if (!status) throw ApiError{"invalid_argument", "unknown state '" + v + "'"};
+      if (!status) throw ApiError{Code::invalid_argument, "unknown state '" + v + "'"};
     } else if (k.rfind("metadata.", 0) == 0) {
       metadata[k.substr(9)] = v;
     }
@@ -99,7 +99,7 @@ HttpReply change(Call& c) {
   const auto& limits = rt.config().limits;
   Fields f(c.r.json(), {"ttl_seconds", "metadata", "egress"});
   if (!f.has("ttl_seconds") && !f.has("metadata") && !f.has("egress"))
-    throw ApiError{"invalid_argument", "give ttl_seconds, metadata and/or egress"};
+    throw ApiError{Code::invalid_argument, "give ttl_seconds, metadata and/or egress"};
   std::optional<uint32_t> ttl;
   if (f.has("ttl_seconds")) ttl = uint32_t(f.integer("ttl_seconds", 0, 1, limits.max_ttl_seconds));
   std::optional<std::map<std::string, std::string>> metadata;
@@ -159,7 +159,7 @@ std::vector<Route> sandbox_routes() {
               if (f.has("hosts")) return fork_across_hosts(c, count, f.string_list("hosts"));
               auto children = c.gw.rt.fork(c.tenant(), c.id, count);
               // In a cluster, a host short of memory places the children on another host.
-              if (!children && children.error().code == "host_full" && c.gw.rt.cluster())
+              if (!children && children.error().code == Code::host_full && c.gw.rt.cluster())
                 return fork_elsewhere(c, count, children.error());
               auto reply = list_reply("sandboxes", unwrap(std::move(children)), sandbox_json);
               reply.status = 201;
@@ -190,11 +190,11 @@ std::vector<Route> sandbox_routes() {
       route(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest TCP port on a host address",
             [](Call& c) {
               Fields f(c.r.json(), {"port"});
-              if (!f.has("port")) throw ApiError{"invalid_argument", "port is required"};
+              if (!f.has("port")) throw ApiError{Code::invalid_argument, "port is required"};
               auto port = uint32_t(f.integer("port", 0, 1, 65535));
               for (auto& p : unwrap(c.gw.rt.expose_port(c.tenant(), c.id, port)))
                 if (p.port == port) return json_reply(201, port_json(p));
-              throw ApiError{"internal", "the exposed port is not listed"};
+              throw ApiError{Code::internal, "the exposed port is not listed"};
             }),
       route(M::GET, "/v1/sandboxes/{id}/ports", "Exposed guest ports and their host addresses",
             [](Call& c) {

@@ -21,7 +21,7 @@ Json snapshot_json(const actors::SnapshotInfo& s) {
 std::string snapshot_param(const Request& r) {
   const std::string& snap = r.param("snapshot_id");
   if (snap.empty() || snap.size() > 64)
-    throw ApiError{"snapshot_not_found", "no snapshot " + snap.substr(0, 64)};
+    throw ApiError{Code::snapshot_not_found, "no snapshot " + snap.substr(0, 64)};
   return snap;
 }
 
@@ -45,7 +45,7 @@ std::vector<Route> snapshot_routes() {
               auto snap = snapshot_param(c.r);
               for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant())))
                 if (s.id == snap) return json_reply(200, snapshot_json(s));
-              throw ApiError{"snapshot_not_found", "no snapshot " + snap};
+              throw ApiError{Code::snapshot_not_found, "no snapshot " + snap};
             }),
       route(M::DELETE, "/v1/snapshots/{snapshot_id}",
             "Delete a snapshot (creates from it are refused afterwards)",

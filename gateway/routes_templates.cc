@@ -45,14 +45,14 @@ Json custom_json(const actors::TemplateState& t) {
 
 std::string name_param(const Request& r) {
   std::string n = r.param("name");
-  if (n.empty() || n.size() > 64) throw ApiError{"template_not_found", "no such template"};
+  if (n.empty() || n.size() > 64) throw ApiError{Code::template_not_found, "no such template"};
   return n;
 }
 
 HttpReply build(Call& c) {
   Fields f(c.r.json(),
            {"name", "from", "packages", "files", "run", "env", "network", "memory_mib", "vcpus"});
-  if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
+  if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
   actors::TemplateSpec spec;
   spec.from = f.str("from", "base");
   spec.packages = f.string_list("packages");
@@ -102,7 +102,7 @@ std::vector<Route> template_routes() {
             "Publish a running sandbox (its disk and memory, now) as a template of yours {name}",
             [](Call& c) {
               Fields f(c.r.json(), {"name"});
-              if (!f.has("name")) throw ApiError{"invalid_argument", "name is required"};
+              if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
               return json_reply(
                   201,
                   custom_json(unwrap(c.gw.rt.publish_template(c.tenant(), c.id, f.str("name")))));

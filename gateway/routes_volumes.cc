@@ -11,14 +11,14 @@ using M = kj::HttpMethod;
 std::string volume_param(const Request& r) {
   const std::string& id = r.param("volume_id");
   if (id.size() != 20 || id.rfind("vol_", 0) != 0)
-    throw ApiError{"volume_not_found", "no volume " + id.substr(0, 64)};
+    throw ApiError{Code::volume_not_found, "no volume " + id.substr(0, 64)};
   return id;
 }
 
 std::string snapshot_param(const Request& r) {
   const std::string& id = r.param("snapshot_id");
   if (id.size() != 22 || id.rfind("vsnap_", 0) != 0)
-    throw ApiError{"snapshot_not_found", "no volume snapshot " + id.substr(0, 64)};
+    throw ApiError{Code::snapshot_not_found, "no volume snapshot " + id.substr(0, 64)};
   return id;
 }
 
@@ -29,10 +29,11 @@ HttpReply create(Call& c) {
   actors::VolumeRequest req;
   req.from_snapshot = f.str("from_snapshot");
   if (!f.has("size_mib") && req.from_snapshot.empty())
-    throw ApiError{"invalid_argument", "size_mib is required"};
+    throw ApiError{Code::invalid_argument, "size_mib is required"};
   if (f.has("from_snapshot") &&
       (req.from_snapshot.size() != 22 || req.from_snapshot.rfind("vsnap_", 0) != 0))
-    throw ApiError{"snapshot_not_found", "no volume snapshot " + req.from_snapshot.substr(0, 64)};
+    throw ApiError{Code::snapshot_not_found,
+                   "no volume snapshot " + req.from_snapshot.substr(0, 64)};
   req.tenant = c.tenant();
   req.name = f.str("name");
   if (f.has("size_mib"))
@@ -54,7 +55,7 @@ HttpReply change(Call& c) {
   const auto& lim = c.gw.rt.config().volume_limits;
   Fields f(c.r.json(), {"size_mib", "metadata"});
   if (!f.has("size_mib") && !f.has("metadata"))
-    throw ApiError{"invalid_argument", "give size_mib and/or metadata"};
+    throw ApiError{Code::invalid_argument, "give size_mib and/or metadata"};
   std::optional<uint64_t> size;
   if (f.has("size_mib"))
     size = uint64_t(f.integer("size_mib", 0, int64_t(lim.min_size_mib), int64_t(lim.max_size_mib)));

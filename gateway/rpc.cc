@@ -17,6 +17,7 @@
 #include "gateway/guarded_stream.h"
 #include "gateway/http_util.h"
 #include "gateway/rate_limit.h"
+#include "gateway/rpc_convert.h"
 #include "gateway/worker_pool.h"
 #include "wire/pandastack.capnp.h"
 
@@ -25,6 +26,7 @@ namespace pandastack::gateway {
 namespace api = wire::api;
 using actors::Rejection;
 using actors::Reply;
+using namespace rpc;
 
 // One connection's login. Every call made through the capabilities a login handed out verifies
 // its key again first: a revoked key's open session fails its next call (as REST would).
@@ -39,8 +41,8 @@ struct Session {
                        "this session's API key no longer works: " + k.error().message};
     uint32_t rate = rt.quota_limits(k->tenant).requests_per_second;
     if (limiter && !limiter->take(k->id, rate))
-      return Rejection{"too_many_requests", "this key sent more than " + std::to_string(rate) +
-                                                " requests per second (its tenant's quota)"};
+      return Rejection{Code::too_many_requests, "this key sent more than " + std::to_string(rate) +
+                                                    " requests per second (its tenant's quota)"};
     return std::nullopt;
   }
 };
@@ -66,7 +68,7 @@ struct RpcServer::Impl {
   kj::Promise<std::shared_ptr<Reply<T>>> offload(std::function<Reply<T>()> f) {
     return pool.offload<std::shared_ptr<Reply<T>>>(
         [f = std::move(f)] { return std::make_shared<Reply<T>>(f()); },
-        std::make_shared<Reply<T>>(Rejection{"too_many_requests", "the server is busy"}));
+        std::make_shared<Reply<T>>(Rejection{Code::too_many_requests, "the server is busy"}));
   }
   // The same, after the session's key verified again.
   template <typename T>
@@ -80,116 +82,6 @@ struct RpcServer::Impl {
 };
 
 namespace {
-
-// Errors are exceptions whose description starts with the API's error code.
-[[noreturn]] void fail(const Rejection& r) {
-  kj::throwFatalException(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
-                                        kj::str(r.code.c_str(), ": ", r.message.c_str())));
-}
-
-template <typename T>
-T take(Reply<T>& r) {
-  if (!r) fail(r.error());
-  return std::move(*r);
-}
-
-std::string text(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
-
-void fill_volume(api::VolumeInfo::Builder b, const actors::VolumeInfo& v) {
-  b.setId(v.id);
-  b.setName(v.name);
-  b.setStatus(v.status);
-  b.setSizeMib(v.size_mib);
-  auto at = b.initAttachedTo(v.attachments.size());
-  for (size_t i = 0; i < v.attachments.size(); ++i) at.set(i, v.attachments[i].sandbox);
-}
-
-void fill_backup(api::DatabaseBackup::Builder b, const actors::DatabaseBackup& k) {
-  b.setId(k.id);
-  b.setBytes(k.bytes);
-  b.setCreatedAtMs(k.created_at_ms);
-}
-
-void fill_database(api::DatabaseInfo::Builder b, const actors::DatabaseInfo& d) {
-  b.setId(d.id);
-  b.setName(d.name);
-  b.setStatus(d.status);
-  b.setFailureReason(d.failure_reason);
-  auto m = b.initMetadata(d.metadata.size());
-  size_t n = 0;
-  for (auto& [k, v] : d.metadata) {
-    m[n].setKey(k);
-    m[n++].setValue(v);
-  }
-  b.setHost(d.host);
-  b.setPort(d.port);
-  b.setUser(d.user);
-  b.setDatabase(d.database);
-  b.setConnectionUri(d.connection_uri());
-  b.setPassword(d.password);
-  b.setCreatedAtMs(d.created_at_ms);
-  auto bk = b.initBackups(d.backups.size());
-  for (size_t i = 0; i < d.backups.size(); ++i) fill_backup(bk[i], d.backups[i]);
-  b.setRestoredFrom(d.restored_from);
-  b.setSandbox(d.sandbox);
-  b.setVolume(d.volume);
-}
-
-void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
-  b.setId(i.id);
-  b.setTemplate(actors::template_display_name(i.template_name));
-  b.setState(actors::to_string(i.status));
-  b.setCreatedAtMs(i.created_at_ms);
-  b.setExpiresAtMs(i.expires_at_ms);
-  b.setPersistent(i.persistent);
-  auto m = b.initMetadata(i.metadata.size());
-  size_t n = 0;
-  for (auto& [k, v] : i.metadata) {
-    m[n].setKey(k);
-    m[n++].setValue(v);
-  }
-  b.setParent(i.parent);
-  auto s = b.initSnapshots(i.snapshots.size());
-  for (size_t j = 0; j < i.snapshots.size(); ++j) s.set(j, i.snapshots[j]);
-  b.setFailureReason(i.failure_reason);
-  b.setMemoryMib(i.memory_mib);
-  b.setVcpus(i.vcpus);
-}
-
-void fill_result(api::ExecResult::Builder b, const vmm::ExecResult& r) {
-  b.setExitCode(r.exit_code);
-  b.setTimedOut(r.timed_out);
-  b.setStdout(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.stdout_data.data()),
-                                  r.stdout_data.size()));
-  b.setStderr(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(r.stderr_data.data()),
-                                  r.stderr_data.size()));
-  b.setStdoutTruncated(r.stdout_truncated);
-  b.setStderrTruncated(r.stderr_truncated);
-  b.setDurationMs(double(r.duration_us) / 1000.0);
-}
-
-vmm::ExecRequest to_exec(api::ExecRequest::Reader r, const Limits& limits) {
-  vmm::ExecRequest e;
-  for (auto a : r.getArgv()) e.argv.push_back(text(a));
-  e.shell = text(r.getCmd());
-  for (auto v : r.getEnv()) e.env[text(v.getKey())] = text(v.getValue());
-  e.cwd = text(r.getCwd());
-  auto in = r.getStdin();
-  e.stdin_data.assign(reinterpret_cast<const char*>(in.begin()), in.size());
-  if (auto refused = check_exec(e, limits)) fail(*refused);
-  uint32_t t = r.getTimeoutSeconds();
-  if (t > limits.max_exec_timeout_s)
-    fail({"invalid_argument",
-          "timeoutSeconds is at most " + std::to_string(limits.max_exec_timeout_s)});
-  e.timeout_ms = (t == 0 ? limits.default_exec_timeout_s : t) * 1000;
-  return e;
-}
-
-std::string checked_path(capnp::Text::Reader p, const Limits& limits) {
-  auto s = text(p);
-  if (auto err = check_guest_path(s, limits.max_path_bytes)) fail({"invalid_path", *err});
-  return s;
-}
 
 class SandboxImpl final : public api::Sandbox::Server {
  public:
@@ -257,13 +149,13 @@ class SandboxImpl final : public api::Sandbox::Server {
           },
           stop->get_token());
       if (*overflow)
-        r = Rejection{"client_too_slow", "the output sink did not keep up: more than " +
-                                             std::to_string(t.max_buffer >> 20) +
-                                             " MiB waited; the command was stopped"};
+        r = Rejection{Code::client_too_slow, "the output sink did not keep up: more than " +
+                                                 std::to_string(t.max_buffer >> 20) +
+                                                 " MiB waited; the command was stopped"};
       result->emplace(std::move(r));
       queue->close();
     });
-    if (!queued) fail({"too_many_requests", "the server is busy"});
+    if (!queued) fail({Code::too_many_requests, "the server is busy"});
     // Dropping this call (the client cancelled) stops the command in the guest.
     auto guard = kj::defer([stop] { stop->request_stop(); });
     return pump(queue, sink)
@@ -291,7 +183,7 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto path = checked_path(params.getPath(), ctx_.limits);
     auto d = params.getData();
     if (d.size() > RpcServer::kMaxFileBytes)
-      fail({"file_too_large", "files over RPC are at most 32 MiB"});
+      fail({Code::file_too_large, "files over RPC are at most 32 MiB"});
     std::string data(reinterpret_cast<const char*>(d.begin()), d.size());
     return offload<bool>([t = target(), path, data = std::move(data)] {
              return t.rt->write_file(t.tenant, t.id, path, data);
@@ -444,7 +336,7 @@ class DatabaseImpl final : public api::Database::Server {
   kj::Promise<void> logs(LogsContext context) override {
     uint32_t lines = context.getParams().getLines();
     if (lines == 0) lines = 200;
-    if (lines > 10000) fail({"invalid_argument", "lines is 1..10000 (0 = 200)"});
+    if (lines > 10000) fail({Code::invalid_argument, "lines is 1..10000 (0 = 200)"});
     return offload<std::string>([rt = &ctx_.rt, t = tenant_, id = id_, lines] {
              return rt->database_logs(t, id, lines);
            })
@@ -498,7 +390,7 @@ class PlatformImpl final : public api::Platform::Server {
     c.memory_mib = r.getMemoryMib();
     c.vcpus = r.getVcpus();
     if (r.getVolumes().size() > actors::kVolumeSlots)
-      fail({"invalid_argument", "at most 4 volumes per sandbox"});
+      fail({Code::invalid_argument, "at most 4 volumes per sandbox"});
     for (auto v : r.getVolumes())
       c.volumes.push_back({text(v.getVolume()), text(v.getMount()), v.getReadOnly()});
     // In a cluster: made where what it is made from lives, else where placement puts it.
@@ -515,8 +407,8 @@ class PlatformImpl final : public api::Platform::Server {
           }
           return offload<actors::SandboxInfo>([rt = &ctx_.rt, c] { return rt->create(c); })
               .then([this, context](std::shared_ptr<Reply<actors::SandboxInfo>> r) mutable {
-                if (!*r && r->error().code == "sandbox_failed")
-                  fail({"start_failed", r->error().message});
+                if (!*r && r->error().code == Code::sandbox_failed)
+                  fail({Code::start_failed, r->error().message});
                 answer(context.getResults(), take(*r));
               });
         });
@@ -619,7 +511,7 @@ class PlatformImpl final : public api::Platform::Server {
     std::optional<actors::Status> status;
     if (!state.empty()) {
       status = actors::status_from_string(state);
-      if (!status) fail({"invalid_argument", "unknown state '" + state + "'"});
+      if (!status) fail({Code::invalid_argument, "unknown state '" + state + "'"});
     }
     return offload<std::vector<actors::SandboxInfo>>(
                [rt = &ctx_.rt, t = tenant_, status] { return rt->list(t, status); })
@@ -644,11 +536,11 @@ class PlatformImpl final : public api::Platform::Server {
             case actors::Owner::Kind::peer:
               return platform_at(o.host, o.peer);
             case actors::Owner::Kind::down:
-              fail({"host_unavailable", "host " + o.host +
-                                            " owns this and is down (its lease expired); it "
-                                            "answers again once it is back"});
+              fail({Code::host_unavailable, "host " + o.host +
+                                                " owns this and is down (its lease expired); it "
+                                                "answers again once it is back"});
             case actors::Owner::Kind::error:
-              fail({"cluster_unavailable", "cannot reach etcd: " + o.message});
+              fail({Code::cluster_unavailable, "cannot reach etcd: " + o.message});
             default:
               return kj::Promise<kj::Maybe<api::Platform::Client>>(
                   kj::Maybe<api::Platform::Client>(nullptr));
@@ -663,7 +555,7 @@ class PlatformImpl final : public api::Platform::Server {
                [cluster, template_name, tenant = tenant_]() -> Reply<actors::HostInfo> {
                  auto h = cluster->place(actors::placement_name(tenant, template_name), "");
                  if (!h)
-                   return Rejection{"cluster_unavailable",
+                   return Rejection{Code::cluster_unavailable,
                                     "cannot place the sandbox: " + h.error().message};
                  return *h;
                })
@@ -732,7 +624,7 @@ class LoginImpl final : public api::Login::Server {
   kj::Promise<void> login(LoginContext context) override {
     auto key = text(context.getParams().getApiKey());
     if (!well_formed_key(key))
-      fail({"unauthorized", "malformed API key (keys look like pds_<id>_<secret>)"});
+      fail({Code::unauthorized, "malformed API key (keys look like pds_<id>_<secret>)"});
     return platform_for(ctx_, key).then([this, context](api::Platform::Client p) mutable {
       c_->logged_in = true;
       context.getResults().setPlatform(kj::mv(p));

@@ -49,7 +49,7 @@ std::string bearer_token(const std::string& header);
 
 // Routes for admin keys only: 403 forbidden for any other.
 inline void admin_only(const Call& c) {
-  if (!c.key.admin) throw ApiError{"forbidden", "this route needs an admin key"};
+  if (!c.key.admin) throw ApiError{Code::forbidden, "this route needs an admin key"};
 }
 
 using Handler = std::function<HttpReply(Call&)>;

@@ -83,7 +83,7 @@ kj::Promise<void> Server::respond(std::shared_ptr<StreamChannel> ch,
           return send(response, std::move(rep), t0);
         }
         l.unlock();
-        HttpReply ok{200, content_type, "", "", {}};
+        HttpReply ok{200, content_type, "", std::nullopt, {}};
         count_response(ok);
         kj::HttpHeaders headers(*table);
         headers.set(kj::HttpHeaderId::CONTENT_TYPE, kj::str(content_type.c_str()));
@@ -145,7 +145,7 @@ void Server::produce(const Route& route, const Request& r, StreamChannel& ch) {
   } catch (const ApiError& e) {
     return ch.fail_early(error_reply(e.code, e.message));
   } catch (const std::exception& e) {
-    return ch.fail_early(error_reply("internal", e.what()));
+    return ch.fail_early(error_reply(Code::internal, e.what()));
   }
   auto on_output = [&ch](vmm::StreamKind k, std::string_view d) {
     ch.push(sse_frame(k == vmm::StreamKind::out ? "stdout" : "stderr", chunk_json(d)));
@@ -156,10 +156,10 @@ void Server::produce(const Route& route, const Request& r, StreamChannel& ch) {
       std::lock_guard l(ch.mu);
       overflow = ch.overflowed;
     }
-    if (overflow) res = Rejection{"cancelled", "the client read too slowly; command cancelled"};
+    if (overflow) res = Rejection{Code::cancelled, "the client read too slowly; command cancelled"};
     if (!res) {
       Json e = Json::object();
-      e.set("code", res.error().code);
+      e.set("code", to_string(res.error().code));
       e.set("message", res.error().message);
       return ch.finish(sse_frame("error", e));
     }

@@ -1,5 +1,9 @@
 // The WebSocket exec (GET /v1/sandboxes/{id}/exec/ws: stdin in, output out, the exit, a close)
 // and the terminal (GET /v1/sandboxes/{id}/pty: the same on a pseudo-terminal, with resizes).
+// GCC 12's false -Wmaybe-uninitialized in kj's ExceptionOr<HttpReply> (see rpc.cc), silenced
+// for this file only.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -40,7 +44,8 @@ struct WsSession {
 
   struct Outcome {
     bool ok = true;
-    std::string code, message;
+    Code code = Code::internal;
+    std::string message;
     uint32_t pid = 0;
   };
 
@@ -55,10 +60,10 @@ struct WsSession {
     auto p = ws->send(owned.asPtr());
     return p.attach(kj::mv(owned));
   }
-  kj::Promise<void> fail(const std::string& code, const std::string& message) {
+  kj::Promise<void> fail(Code code, const std::string& message) {
     Json e = Json::object();
     e.set("type", "error");
-    e.set("code", code);
+    e.set("code", to_string(code));
     e.set("message", message);
     return send_text(e.dump())
         .then([this] { return ws->close(1011, "error"); })
@@ -69,12 +74,13 @@ struct WsSession {
     return ws->receive(gw.limits.max_body_bytes)
         .then([this](kj::WebSocket::Message&& m) -> kj::Promise<void> {
           if (!m.is<kj::String>())
-            return fail("invalid_argument", "the first message must be the command as JSON text");
+            return fail(Code::invalid_argument,
+                        "the first message must be the command as JSON text");
           vmm::ExecRequest req;
           try {
             auto j = Json::parse(m.get<kj::String>().cStr());
             if (!j || !j->is_object())
-              throw ApiError{"invalid_json", "the command is not a JSON object"};
+              throw ApiError{Code::invalid_json, "the command is not a JSON object"};
             req = pty ? terminal_request(*j) : gw.exec_request(*j, true);
           } catch (const ApiError& e) {
             return fail(e.code, e.message);
@@ -85,9 +91,9 @@ struct WsSession {
                   [rt = &gw.rt, t = tenant, i = id, req] {
                     auto r = rt->start_process(t, i, req);
                     if (!r) return Outcome{false, r.error().code, r.error().message, 0};
-                    return Outcome{true, "", "", *r};
+                    return Outcome{true, Code::internal, "", *r};
                   },
-                  Outcome{false, "too_many_requests", "the server is busy", 0})
+                  Outcome{false, Code::too_many_requests, "the server is busy", 0})
               .then([this](Outcome o) -> kj::Promise<void> {
                 if (!o.ok) return fail(o.code, o.message);
                 pid = o.pid;
@@ -152,7 +158,7 @@ struct WsSession {
           Json j = Json::object();
           if (*overflow) {
             j.set("type", "error");
-            j.set("code", "client_too_slow");
+            j.set("code", to_string(Code::client_too_slow));
             j.set("message",
                   "the client did not read the output: more than the stream buffer "
                   "waited; the process was stopped");
@@ -162,7 +168,7 @@ struct WsSession {
             j.set("timed_out", r->timed_out);
           } else {
             j.set("type", "error");
-            j.set("code", r.error().code);
+            j.set("code", to_string(r.error().code));
             j.set("message", r.error().message);
           }
           q->push(WsFrame{false, j.dump()});
@@ -254,7 +260,7 @@ kj::Promise<void> Server::websocket(const Route& route, Request req,
              [this, r, &route] {
                try {
                  auto call = admit(route, *r);
-                 return HttpReply{101, "", call.key.tenant, "", {}};
+                 return HttpReply{101, "", call.key.tenant, std::nullopt, {}};
                } catch (const ApiError& e) {
                  return error_reply(e.code, e.message);
                }

@@ -132,7 +132,7 @@ class AgentClient {
 
   // Watches the guest directory `path` (with `recursive`, its subdirectories too): `on_ready`
   // once the watch is in place, then batches of events to `on_events` (both on the IoThread),
-  // until `stop` is requested (code agent_error, "cancelled") or the directory goes (Ok).
+  // until `stop` is requested (code cancelled) or the directory goes (Ok).
   // Errors: not_found, guest_error (not a directory, too many directories).
   Status watch(const std::string& path, bool recursive, std::function<void()> on_ready,
                WatchCallback on_events, std::stop_token stop);

@@ -19,6 +19,9 @@ enum class ErrorCode {
   not_found,         // guest file or process does not exist
   guest_error,       // a guest operation failed for another reason (message says which)
   io_error,          // host-side file or socket error
+  cancelled,         // the caller cancelled the operation (its stop token fired)
+  too_large,         // a file is larger than the caller's limit
+  too_many,          // a count limit of the caller's was reached
 };
 
 const char* to_string(ErrorCode code);

@@ -1,4 +1,5 @@
-// What vm.cc and vm_snapshot.cc (the two halves of vmm::Vm) share: not part of the driver's API.
+// What vm.cc, vm_record.cc and vm_snapshot.cc (the parts of vmm::Vm) share: not part of the
+// driver's API.
 #pragma once
 
 #include <fcntl.h>
@@ -47,5 +48,9 @@ std::string random_hex(size_t bytes);
 // will name it, resolved from `cache`'s folder), then copied.
 Status overlay_from_cache(const fs::path& cache, const std::string& backing_name,
                           const fs::path& to);
+
+// Field 22 of /proc/<pid>/stat (start time in clock ticks), 0 when the process is gone (or a
+// zombie): whether a recorded pid is still the same process.
+uint64_t process_start_ticks(pid_t pid);
 
 }  // namespace pandastack::vmm::detail

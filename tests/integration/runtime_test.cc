@@ -96,15 +96,15 @@ class RuntimeTest : public ::testing::Test {
 TEST_F(RuntimeTest, AnImportNamesOnlyATemplateOfItsTenant) {
   auto folders = rt_->import_folders("acme");
   fs::create_directories(folders.dir);
-  for (auto [name, code] : std::vector<std::pair<std::string, std::string>>{
-           {"../../../../etc", "invalid_argument"},
-           {"base/../../x", "invalid_argument"},
-           {"kernel", "invalid_argument"},
-           {"", "invalid_argument"},
-           {"jq." + actors::template_id("victim", "jq").substr(3), "template_not_found"},
-           {actors::template_id("victim", "jq"), "template_not_found"},  // another tenant's
-           {actors::template_id("acme", "jq"), "template_not_found"},    // none here
-           {"no-such-template", "template_not_found"}}) {
+  for (auto [name, code] : std::vector<std::pair<std::string, Code>>{
+           {"../../../../etc", Code::invalid_argument},
+           {"base/../../x", Code::invalid_argument},
+           {"kernel", Code::invalid_argument},
+           {"", Code::invalid_argument},
+           {"jq." + actors::template_id("victim", "jq").substr(3), Code::template_not_found},
+           {actors::template_id("victim", "jq"), Code::template_not_found},  // another tenant's
+           {actors::template_id("acme", "jq"), Code::template_not_found},    // none here
+           {"no-such-template", Code::template_not_found}}) {
     SCOPED_TRACE(name);
     actors::ImportRequest ir;
     ir.snapshot_id = folders.snapshot_id;
@@ -139,9 +139,9 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
         return h;
       }() + "\n");
   // Another tenant sees nothing.
-  EXPECT_EQ(rt_->get("other", s.id).error().code, "sandbox_not_found");
-  EXPECT_EQ(rt_->exec("other", s.id, sh("true")).error().code, "sandbox_not_found");
-  EXPECT_EQ(rt_->kill("other", s.id).error().code, "sandbox_not_found");
+  EXPECT_EQ(rt_->get("other", s.id).error().code, Code::sandbox_not_found);
+  EXPECT_EQ(rt_->exec("other", s.id, sh("true")).error().code, Code::sandbox_not_found);
+  EXPECT_EQ(rt_->kill("other", s.id).error().code, Code::sandbox_not_found);
   EXPECT_TRUE(rt_->list("other")->empty());
   EXPECT_EQ(rt_->list("acme")->size(), 1u);
   EXPECT_EQ(rt_->list("acme", std::nullopt, {{"team", "red"}})->size(), 1u);
@@ -153,7 +153,7 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
   auto k = rt_->kill("acme", s.id);
   ASSERT_TRUE(k);
   EXPECT_EQ(k->status, Status::stopped);
-  EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, "sandbox_stopped");
+  EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, Code::sandbox_stopped);
   EXPECT_EQ(event_types(s.id),
             (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
                                       "metadata-changed", "killed"}));
@@ -172,10 +172,10 @@ TEST_F(RuntimeTest, ConcurrentCommandsFilesAndKillEndsACommandInFlight) {
   EXPECT_EQ(run(s.id, "echo side"), "side\n");
   ASSERT_TRUE(rt_->write_file("acme", s.id, "/tmp/dir/a.txt", "alpha"));
   EXPECT_EQ(*rt_->read_file("acme", s.id, "/tmp/dir/a.txt", 1024), "alpha");
-  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/dir/a.txt", 2).error().code, "file_too_large");
-  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/nope", 1024).error().code, "file_not_found");
+  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/dir/a.txt", 2).error().code, Code::file_too_large);
+  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/nope", 1024).error().code, Code::file_not_found);
   EXPECT_EQ(rt_->read_file("other", s.id, "/tmp/dir/a.txt", 1024).error().code,
-            "sandbox_not_found");
+            Code::sandbox_not_found);
   ASSERT_TRUE(rt_->rename("acme", s.id, "/tmp/dir/a.txt", "/tmp/dir/b.txt"));
   auto ls = rt_->list_dir("acme", s.id, "/tmp/dir");
   ASSERT_TRUE(ls);
@@ -203,8 +203,9 @@ TEST_F(RuntimeTest, ConcurrentCommandsFilesAndKillEndsACommandInFlight) {
   EXPECT_LT(steady_clock::now() - long_start, seconds(30));
   ASSERT_TRUE(long_result.has_value());
   ASSERT_FALSE(*long_result);
-  EXPECT_EQ(long_result->error().code, "sandbox_stopped");
-  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/dir/b.txt", 1024).error().code, "sandbox_stopped");
+  EXPECT_EQ(long_result->error().code, Code::sandbox_stopped);
+  EXPECT_EQ(rt_->read_file("acme", s.id, "/tmp/dir/b.txt", 1024).error().code,
+            Code::sandbox_stopped);
 }
 
 // Recovery starts from the newest state snapshot and applies only the events after it.
@@ -256,7 +257,8 @@ TEST_F(RuntimeTest, ConcurrentFirstCreatesShareOneBake) {
   config_.images_dir = images;
   start();
   std::vector<std::thread> threads;
-  std::vector<actors::Reply<actors::SandboxInfo>> made(4, actors::Rejection{"none", ""});
+  std::vector<actors::Reply<actors::SandboxInfo>> made(
+      4, actors::Rejection{Code::internal, "not made"});
   for (int i = 0; i < 4; ++i)
     threads.emplace_back([&, i] {
       actors::CreateRequest req;
@@ -285,7 +287,7 @@ TEST_F(RuntimeTest, HibernatedSandboxSurvivesAHostRestartAndWakesIntact) {
   auto h = rt_->hibernate("acme", s.id);
   ASSERT_TRUE(h) << h.error().message;
   EXPECT_EQ(h->status, Status::hibernated);
-  EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, "sandbox_hibernated");
+  EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, Code::sandbox_hibernated);
   restart();
   auto after = rt_->get("acme", s.id);
   ASSERT_TRUE(after);
@@ -334,7 +336,7 @@ TEST_F(RuntimeTest, TtlReaperKillsPlainAndHibernatesPersistentSandboxes) {
   EXPECT_EQ(wait_for(*rt_, p.id, Status::stopped), Status::stopped);
   EXPECT_EQ(wait_for(*rt_, k.id, Status::hibernated), Status::hibernated);
   EXPECT_EQ(rt_->get("acme", e.id)->status, Status::running);
-  EXPECT_EQ(rt_->set_ttl("acme", e.id, 1000000).error().code, "invalid_argument");
+  EXPECT_EQ(rt_->set_ttl("acme", e.id, 1000000).error().code, Code::invalid_argument);
 }
 
 // Each live sandbox has a VM worker thread; an ended one has none (its record answers for it).
@@ -369,7 +371,7 @@ TEST_F(RuntimeTest, EndedSandboxesGiveTheirThreadsBack) {
   actors::CreateRequest bad;
   bad.tenant = "acme";
   bad.ttl_seconds = 100000000;  // over the maximum: refused by the sandbox's decide
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(rt_->create(bad).error().code, "invalid_argument");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(rt_->create(bad).error().code, Code::invalid_argument);
   EXPECT_LE(settle(base + 2), base + 2) << "threads grew with ended sandboxes";
   // Ended sandboxes still answer as before: their record, and the same refusals.
   for (auto& id : ended) {
@@ -378,7 +380,7 @@ TEST_F(RuntimeTest, EndedSandboxesGiveTheirThreadsBack) {
     EXPECT_EQ(got->status, Status::stopped);
     auto again = rt_->exec("acme", id, sh("true"));
     ASSERT_FALSE(again);
-    EXPECT_EQ(again.error().code, "sandbox_stopped");
+    EXPECT_EQ(again.error().code, Code::sandbox_stopped);
     EXPECT_TRUE(rt_->kill("acme", id)) << "killing an ended sandbox changes nothing (and is fine)";
     EXPECT_FALSE(rt_->get("other", id)) << "still the tenant's alone";
   }
@@ -403,7 +405,7 @@ TEST_F(RuntimeTest, EndedSandboxesRetireAfterTheirRetention) {
   auto gone = [&](const std::string& id) {
     for (int i = 0; i < 100; ++i) {
       auto g = rt_->get("acme", id);
-      if (!g) return g.error().code;
+      if (!g) return std::string(to_string(g.error().code));
       std::this_thread::sleep_for(milliseconds(100));
     }
     return std::string("still answered after 10 s");
@@ -414,7 +416,7 @@ TEST_F(RuntimeTest, EndedSandboxesRetireAfterTheirRetention) {
   for (auto& i : *listed) EXPECT_NE(i.id, plain.id);
   EXPECT_TRUE(rt_->get("acme", kept.id)) << "its named snapshot keeps it";
   restart();
-  EXPECT_EQ(rt_->get("acme", plain.id).error().code, "sandbox_not_found")
+  EXPECT_EQ(rt_->get("acme", plain.id).error().code, Code::sandbox_not_found)
       << "recovery skips a retired sandbox";
   ASSERT_TRUE(rt_->get("acme", kept.id));
   ASSERT_TRUE(rt_->delete_snapshot("acme", *snap));
@@ -447,7 +449,7 @@ TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
   EXPECT_EQ(run(c.id, "cat /tmp/who"), "parent\n");
   // Another tenant cannot use it.
   from.tenant = "other";
-  EXPECT_EQ(rt_->create(from).error().code, "snapshot_not_found");
+  EXPECT_EQ(rt_->create(from).error().code, Code::snapshot_not_found);
   auto kids = rt_->fork("acme", s.id, 2);
   ASSERT_TRUE(kids) << kids.error().message;
   ASSERT_EQ(kids->size(), 2u);
