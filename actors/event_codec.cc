@@ -560,10 +560,10 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   if (!o["snapshots"].is_array() || !o["persistent"].is_bool() || !o["auto_wake"].is_bool())
     return std::nullopt;
   int status = int(o["status"].as_int());
-  if (status < int(Status::none) || status > int(Status::failed)) return std::nullopt;
+  if (status < int(SandboxStatus::none) || status > int(SandboxStatus::failed)) return std::nullopt;
   SandboxState s;
   s.id = o["id"].as_string();
-  s.status = Status(status);
+  s.status = SandboxStatus(status);
   s.version = uint64_t(o["version"].as_int());
   s.tenant = o["tenant"].as_string();
   s.template_name = o["template"].as_string();

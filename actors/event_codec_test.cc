@@ -90,7 +90,7 @@ TEST(EventCodec, RejectsGarbage) {
 TEST(StateCodec, RoundTripsEveryField) {
   SandboxState s;
   s.id = "sbx_abc";
-  s.status = Status::hibernated;
+  s.status = SandboxStatus::hibernated;
   s.version = 42;
   s.tenant = "acme";
   s.template_name = "agent";
@@ -117,7 +117,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   auto d = decode_state(encode_state(s));
   ASSERT_TRUE(d);
   EXPECT_EQ(encode_state(*d), encode_state(s));
-  EXPECT_EQ(d->status, Status::hibernated);
+  EXPECT_EQ(d->status, SandboxStatus::hibernated);
   EXPECT_EQ(d->metadata.at("b"), "\"quoted\"");
   EXPECT_EQ(d->egress, s.egress);
   EXPECT_EQ(d->subnet, 12u);

@@ -60,7 +60,7 @@ struct NetSpec {
 
 struct ListQuery {
   std::string tenant;
-  std::optional<Status> status;
+  std::optional<SandboxStatus> status;
   std::map<std::string, std::string> metadata;
   bool deleted_volumes = false;  // volumes: deleted ones too (the audit log's ownership check)
 };

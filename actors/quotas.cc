@@ -50,14 +50,14 @@ uint64_t backups_mib(const std::vector<DatabaseBackup>& backups) {
 
 void count_use(const SandboxInfo& i, uint64_t default_mem, QuotaUse& u) {
   uint64_t mem = i.memory_mib != 0 ? i.memory_mib : default_mem;
-  bool live = i.status != Status::none && i.status != Status::stopped &&
-              i.status != Status::failed && i.status != Status::hibernated;
+  bool live = i.status != SandboxStatus::none && i.status != SandboxStatus::stopped &&
+              i.status != SandboxStatus::failed && i.status != SandboxStatus::hibernated;
   if (live) {
     ++u.sandboxes;
     u.memory_mib += mem;
     u.ports += uint32_t(i.ports.size());
   }
-  if (i.status == Status::hibernated || (live && i.persistent)) {
+  if (i.status == SandboxStatus::hibernated || (live && i.persistent)) {
     ++u.hibernated;
     u.hibernated_mib += mem;
   }

@@ -89,7 +89,7 @@ Reply<Recovered> recover(Env& env) {
     };
     // A hibernation that completed on disk before the host died, but was not recorded: it is
     // one (the snapshot is whole: its metadata is written last).
-    if (s.status == Status::hibernating && !s.pending_snapshot.empty() &&
+    if (s.status == SandboxStatus::hibernating && !s.pending_snapshot.empty() &&
         vmm::Snapshot::load(env.hibernated_dir(id))) {
       Event h;
       h.kind = Event::Kind::hibernated;
@@ -98,9 +98,10 @@ Reply<Recovered> recover(Env& env) {
       spdlog::info("recovery: {}: its hibernation completed before the restart", id);
     }
     std::string lost;
-    if (s.status == Status::hibernated && !fs::exists(env.hibernated_dir(id) / "meta.json")) {
+    if (s.status == SandboxStatus::hibernated &&
+        !fs::exists(env.hibernated_dir(id) / "meta.json")) {
       lost = "hibernation_snapshot_lost";
-    } else if (s.status == Status::running && run_dirs.count(id)) {
+    } else if (s.status == SandboxStatus::running && run_dirs.count(id)) {
       // Its VM may have outlived the previous host process: its actor adopts it once the API
       // is up (in parallel with the others, each with its own deadline). Its folders and its
       // subnet are kept for it meanwhile.
@@ -116,7 +117,7 @@ Reply<Recovered> recover(Env& env) {
         f.exit_code = -1;
         if (auto bad = record(f)) return *bad;
       }
-    } else if (s.live() && s.status != Status::hibernated) {
+    } else if (s.live() && s.status != SandboxStatus::hibernated) {
       lost = "host_restart";  // its VM died with the previous host process, or was mid-change
     }
     if (!lost.empty()) {
@@ -153,7 +154,7 @@ Reply<Recovered> recover(Env& env) {
   {
     std::set<std::string> hibernated;
     for (auto& s : recovered)
-      if (s.status == Status::hibernated) hibernated.insert(s.id);
+      if (s.status == SandboxStatus::hibernated) hibernated.insert(s.id);
     for (auto& root : {config.state_dir / "hibernated", config.disk_dir / "hibernated"})
       for (auto& d : fs::directory_iterator(root, ec))
         if (!hibernated.count(d.path().filename().string())) {

@@ -323,9 +323,9 @@ caf::result<Answer> create_with_data_volume(RegistrySelf* self, CreateRequest re
 void ended_to(RegistrySelf* self, const std::string& tenant, const std::string& id,
               const Command& c, caf::response_promise rp);
 
-bool is_live(Status s) {
-  return s != Status::none && s != Status::stopped && s != Status::failed &&
-         s != Status::hibernated;
+bool is_live(SandboxStatus s) {
+  return s != SandboxStatus::none && s != SandboxStatus::stopped && s != SandboxStatus::failed &&
+         s != SandboxStatus::hibernated;
 }
 
 // The tenant's use of its quotas, from the records of its sandboxes.
@@ -378,7 +378,7 @@ QuotaAsk ask_of(const Command& c, const SandboxInfo& i, uint64_t default_mem) {
   } else if (std::holds_alternative<cmd::Snapshot>(c)) {
     a.snapshots = 1;
     a.snapshot_mib = mem;
-  } else if (std::holds_alternative<cmd::Wake>(c) && i.status == Status::hibernated) {
+  } else if (std::holds_alternative<cmd::Wake>(c) && i.status == SandboxStatus::hibernated) {
     a.sandboxes = 1;
     a.memory_mib = mem;
   } else if (std::holds_alternative<cmd::Hibernate>(c) && !i.persistent && is_live(i.status)) {
@@ -403,7 +403,7 @@ caf::result<Answer> forward(RegistrySelf* self, caf::actor to, caf::message msg,
             // the next create can attach them at once.
             auto st = ans.info.status;
             if (ans.ok && !ans.info.volumes.empty() &&
-                (st == Status::stopped || st == Status::failed)) {
+                (st == SandboxStatus::stopped || st == SandboxStatus::failed)) {
               auto id = ans.info.id;
               auto vols = ans.info.volumes;
               return registry_volumes::detach(self, id, vols, "sandbox_ended",
@@ -604,7 +604,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](list_atom, ListQuery q) -> Answer {
         Answer a;
         auto one = [&](const SandboxInfo& i) {
-          if (i.status == Status::none) return;
+          if (i.status == SandboxStatus::none) return;
           if (!i.moved_to.empty()) return;  // another host runs it now
           if (q.status && i.status != *q.status) return;
           for (auto& [k, v] : q.metadata) {
@@ -671,7 +671,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       },
       [=](template_atom, std::string name) -> caf::actor { return template_of(self, name); },
       [=](info_atom, SandboxInfo info) {
-        if (info.status == Status::stopped || info.status == Status::failed)
+        if (info.status == SandboxStatus::stopped || info.status == SandboxStatus::failed)
           registry_volumes::detach(self, info.id, info.volumes, "sandbox_ended");
         put_info(self, std::move(info));
       },
@@ -727,7 +727,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](tick_atom) {
         int64_t now = now_ms();
         for (auto& [id, i] : self->state.infos) {
-          if (i.status != Status::running) continue;
+          if (i.status != SandboxStatus::running) continue;
           bool expired = i.expires_at_ms <= now;
           if (!expired && i.idle_timeout_seconds == 0) continue;
           auto a = self->state.actors.find(id);
@@ -745,8 +745,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         auto rp = self->make_response_promise();
         auto left = std::make_shared<size_t>(0);
         for (auto& [id, i] : self->state.infos) {
-          bool live = i.status != Status::none && i.status != Status::stopped &&
-                      i.status != Status::failed && i.status != Status::hibernated;
+          bool live = i.status != SandboxStatus::none && i.status != SandboxStatus::stopped &&
+                      i.status != SandboxStatus::failed && i.status != SandboxStatus::hibernated;
           if (live) ++*left;
         }
         if (*left == 0) {
@@ -754,8 +754,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
           return rp;
         }
         for (auto& [id, i] : self->state.infos) {
-          bool live = i.status != Status::none && i.status != Status::stopped &&
-                      i.status != Status::failed && i.status != Status::hibernated;
+          bool live = i.status != SandboxStatus::none && i.status != SandboxStatus::stopped &&
+                      i.status != SandboxStatus::failed && i.status != SandboxStatus::hibernated;
           if (!live) continue;
           Command c = i.persistent ? Command{cmd::Hibernate{}} : Command{cmd::Kill{}};
           self->request(self->state.actors[id], std::chrono::seconds(120), cmd_atom::value, c)

@@ -327,8 +327,9 @@ void adopt(RegistrySelf* self, VolumeState s) {
   // An attachment outlives only a sandbox that is still there (running or hibernated).
   for (auto& at : s.attachments) {
     auto i = self->state.infos.find(at.sandbox);
-    bool holds = i != self->state.infos.end() && i->second.status != Status::stopped &&
-                 i->second.status != Status::failed && i->second.status != Status::none;
+    bool holds = i != self->state.infos.end() && i->second.status != SandboxStatus::stopped &&
+                 i->second.status != SandboxStatus::failed &&
+                 i->second.status != SandboxStatus::none;
     if (!holds)
       caf::anon_send(a, vol_atom::value, VolumeCommand{vcmd::Detach{at.sandbox, "recovery"}});
   }

@@ -171,7 +171,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   for (auto& s : recovered->sandboxes) {
     auto m = s.metadata.find(kDatabaseKey);
     if (m == s.metadata.end() || databases.count(m->second)) continue;
-    bool ended = s.status == Status::stopped || s.status == Status::failed;
+    bool ended = s.status == SandboxStatus::stopped || s.status == SandboxStatus::failed;
     bool holds = std::any_of(s.volumes.begin(), s.volumes.end(),
                              [&](auto& v) { return volumes.count(v.volume) > 0; });
     if (!ended || holds) orphans.push_back(s.id);
@@ -288,7 +288,7 @@ Reply<SandboxInfo> Runtime::get(const std::string& tenant, const std::string& id
 }
 
 Reply<std::vector<SandboxInfo>> Runtime::list(const std::string& tenant,
-                                              std::optional<Status> status,
+                                              std::optional<SandboxStatus> status,
                                               const std::map<std::string, std::string>& metadata) {
   return to_reply<std::vector<SandboxInfo>>(
       impl_->ask(caf::make_message(list_atom::value, ListQuery{tenant, status, metadata})),
@@ -347,7 +347,7 @@ Reply<std::vector<PortInfo>> ports_after(Runtime::Impl& impl, const std::string&
                                          const std::string& id, const SandboxInfo& info,
                                          const std::function<vmm::Status(vmm::Network&)>& change) {
   std::map<uint16_t, uint16_t> live;
-  if (info.status == Status::running) {
+  if (info.status == SandboxStatus::running) {
     Answer a = impl.ask(caf::make_message(lease_atom::value, tenant, id));
     if (a.ok) {
       std::shared_lock l(a.vm->mu);

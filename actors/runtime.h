@@ -102,7 +102,7 @@ struct RuntimeConfig {
 
 struct SandboxInfo {
   std::string id, tenant, template_name, parent;
-  Status status = Status::none;
+  SandboxStatus status = SandboxStatus::none;
   std::map<std::string, std::string> metadata;
   int64_t created_at_ms = 0, expires_at_ms = 0;
   bool persistent = false, auto_wake = false;
@@ -313,7 +313,7 @@ class Runtime {
   Reply<SandboxInfo> get(const std::string& tenant, const std::string& id);
   // Filters: status (nullopt = any) and metadata entries that must all match.
   Reply<std::vector<SandboxInfo>> list(const std::string& tenant,
-                                       std::optional<Status> status = std::nullopt,
+                                       std::optional<SandboxStatus> status = std::nullopt,
                                        const std::map<std::string, std::string>& metadata = {});
   // Runs a command to completion. Commands of one sandbox run concurrently (up to
   // Limits::max_concurrent_execs); each is recorded (exec-started, exec-finished). A stop request

@@ -60,7 +60,7 @@ Reply<SnapshotOffer> Runtime::offer_hibernation(const std::string& tenant, const
                                                 const std::vector<fs::path>& carried) {
   auto info = get(tenant, id);
   if (!info) return info.error();
-  if (info->status != Status::hibernated)
+  if (info->status != SandboxStatus::hibernated)
     return Rejection{Code::conflict, "sandbox " + id + " is not hibernated"};
   auto snap = vmm::Snapshot::load(impl_->env->hibernated_dir(id));
   if (!snap) return Rejection{Code::internal, snap.error().message};

@@ -122,25 +122,25 @@ void derive(DatabaseInfo& i, const SandboxInfo* s) {
     return;
   }
   switch (s->status) {
-    case Status::running:
-    case Status::snapshotting:
-    case Status::forking:
+    case SandboxStatus::running:
+    case SandboxStatus::snapshotting:
+    case SandboxStatus::forking:
       i.status = "running";
       return;
-    case Status::hibernating:
-    case Status::hibernated:
-    case Status::waking:
+    case SandboxStatus::hibernating:
+    case SandboxStatus::hibernated:
+    case SandboxStatus::waking:
       i.status = "hibernated";
       return;
-    case Status::creating:
+    case SandboxStatus::creating:
       i.status = "starting";
       return;
-    case Status::failed:
+    case SandboxStatus::failed:
       i.status = "failed";
       i.failure_reason = "its sandbox " + s->id + " failed: " + s->failure_reason;
       return;
-    case Status::none:
-    case Status::stopped:
+    case SandboxStatus::none:
+    case SandboxStatus::stopped:
       i.status = "failed";
       i.failure_reason = "its sandbox " + i.sandbox + " was stopped";
       return;

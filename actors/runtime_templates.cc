@@ -25,7 +25,8 @@ Reply<TemplateState> Runtime::delete_template(const std::string& tenant, const s
   if (!all) return all.error();
   size_t in_use = 0;
   for (auto& s : *all)
-    if (s.template_name == t->id && s.status != Status::stopped && s.status != Status::failed)
+    if (s.template_name == t->id && s.status != SandboxStatus::stopped &&
+        s.status != SandboxStatus::failed)
       ++in_use;
   return impl_->builds->remove(tenant, name, in_use);
 }

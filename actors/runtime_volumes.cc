@@ -170,9 +170,9 @@ Reply<VolumeSnapshot> Runtime::snapshot_volume(const std::string& tenant, const 
     if (!sbx)
       return Rejection{Code::volume_attached, "volume " + id + " is attached to sandbox " +
                                                   a.sandbox + ", which is not answering"};
-    if (sbx->status == Status::hibernated) {
+    if (sbx->status == SandboxStatus::hibernated) {
       c.quiesced_by = a.sandbox;
-    } else if (sbx->status == Status::running) {
+    } else if (sbx->status == SandboxStatus::running) {
       vmm::ExecRequest freeze;
       freeze.argv = {"fsfreeze", "--freeze", a.mount};
       freeze.timeout_ms = 30000;

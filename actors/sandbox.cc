@@ -5,35 +5,35 @@
 
 namespace pandastack::actors {
 
-const char* to_string(Status s) {
+const char* to_string(SandboxStatus s) {
   switch (s) {
-    case Status::none:
+    case SandboxStatus::none:
       return "none";
-    case Status::creating:
+    case SandboxStatus::creating:
       return "creating";
-    case Status::running:
+    case SandboxStatus::running:
       return "running";
-    case Status::snapshotting:
+    case SandboxStatus::snapshotting:
       return "snapshotting";
-    case Status::forking:
+    case SandboxStatus::forking:
       return "forking";
-    case Status::hibernating:
+    case SandboxStatus::hibernating:
       return "hibernating";
-    case Status::hibernated:
+    case SandboxStatus::hibernated:
       return "hibernated";
-    case Status::waking:
+    case SandboxStatus::waking:
       return "waking";
-    case Status::stopped:
+    case SandboxStatus::stopped:
       return "stopped";
-    case Status::failed:
+    case SandboxStatus::failed:
       return "failed";
   }
   return "unknown";
 }
 
-std::optional<Status> status_from_string(std::string_view name) {
-  for (int i = int(Status::none); i <= int(Status::failed); ++i)
-    if (name == to_string(Status(i))) return Status(i);
+std::optional<SandboxStatus> status_from_string(std::string_view name) {
+  for (int i = int(SandboxStatus::none); i <= int(SandboxStatus::failed); ++i)
+    if (name == to_string(SandboxStatus(i))) return SandboxStatus(i);
   return std::nullopt;
 }
 
@@ -107,14 +107,14 @@ Rejection reject(Code code, std::string message) { return Rejection{code, std::m
 // Why a sandbox in `s` cannot do what needs a running VM.
 Rejection not_running(const SandboxState& s, const std::string& what) {
   switch (s.status) {
-    case Status::none:
+    case SandboxStatus::none:
       return reject(Code::sandbox_not_found, "no sandbox " + s.id);
-    case Status::hibernated:
+    case SandboxStatus::hibernated:
       return reject(Code::sandbox_hibernated,
                     "sandbox " + s.id + " is hibernated: wake it to " + what);
-    case Status::stopped:
+    case SandboxStatus::stopped:
       return reject(Code::sandbox_stopped, "sandbox " + s.id + " was stopped");
-    case Status::failed:
+    case SandboxStatus::failed:
       return reject(Code::sandbox_failed, "sandbox " + s.id + " failed: " + s.failure_reason);
     default:
       return reject(Code::sandbox_busy,
@@ -136,18 +136,18 @@ std::optional<Rejection> check_metadata(const std::map<std::string, std::string>
 
 namespace {
 
-Status transition_status(Transition t) {
+SandboxStatus transition_status(Transition t) {
   switch (t) {
     case Transition::snapshotting:
-      return Status::snapshotting;
+      return SandboxStatus::snapshotting;
     case Transition::forking:
-      return Status::forking;
+      return SandboxStatus::forking;
     case Transition::hibernating:
-      return Status::hibernating;
+      return SandboxStatus::hibernating;
     case Transition::waking:
-      return Status::waking;
+      return SandboxStatus::waking;
   }
-  return Status::running;
+  return SandboxStatus::running;
 }
 
 // When a sandbox with `ttl` expires, counted from `from_ms` (never, for kNoExpiry).
@@ -171,7 +171,7 @@ struct Decider {
 
   Decision operator()(const cmd::Create& c) const {
     // (one that moved to another host may come back: its stream goes on)
-    if (s.status != Status::none && s.moved_to.empty())
+    if (s.status != SandboxStatus::none && s.moved_to.empty())
       return reject(Code::already_exists, "sandbox " + s.id + " exists");
     if (c.tenant.empty() || c.template_name.empty())
       return reject(Code::invalid_argument, "tenant and template are required");
@@ -215,14 +215,15 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Started& c) const {
-    if (s.status == Status::creating) return with_subnet(ev(Event::Kind::started, now), c.subnet);
-    if (s.status == Status::waking) return with_subnet(ev(Event::Kind::woke, now), c.subnet);
+    if (s.status == SandboxStatus::creating)
+      return with_subnet(ev(Event::Kind::started, now), c.subnet);
+    if (s.status == SandboxStatus::waking) return with_subnet(ev(Event::Kind::woke, now), c.subnet);
     return reject(Code::invalid_state,
                   "a VM start is not expected in state " + std::string(to_string(s.status)));
   }
 
   Decision operator()(const cmd::StartFailed& c) const {
-    if (s.status != Status::creating && s.status != Status::waking)
+    if (s.status != SandboxStatus::creating && s.status != SandboxStatus::waking)
       return reject(Code::invalid_state, "a VM start failure is not expected in state " +
                                              std::string(to_string(s.status)));
     Event e = ev(Event::Kind::failed, now);
@@ -231,14 +232,14 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Exec& c) const {
-    if (s.status == Status::hibernated && s.auto_wake) {
+    if (s.status == SandboxStatus::hibernated && s.auto_wake) {
       // Wake first; the actor runs the command once the sandbox is running again.
       Event e = ev(Event::Kind::transition_started, now);
       e.transition = Transition::waking;
       e.snapshot_id = s.hibernation_snapshot;
       return std::vector<Event>{e};
     }
-    if (s.status != Status::running) return not_running(s, "exec");
+    if (s.status != SandboxStatus::running) return not_running(s, "exec");
     if (c.exec_id.empty()) return reject(Code::invalid_argument, "exec id required");
     if (s.running_execs.count(c.exec_id))
       return reject(Code::invalid_argument, "exec id " + c.exec_id + " in use");
@@ -271,13 +272,13 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Snapshot& c) const {
-    if (s.status != Status::running) return not_running(s, "snapshot");
+    if (s.status != SandboxStatus::running) return not_running(s, "snapshot");
     if (c.snapshot_id.empty()) return reject(Code::invalid_argument, "snapshot id required");
     return start_transition(Transition::snapshotting, c.snapshot_id);
   }
 
   Decision operator()(const cmd::Fork& c) const {
-    if (s.status != Status::running) return not_running(s, "fork");
+    if (s.status != SandboxStatus::running) return not_running(s, "fork");
     if (c.count == 0 || c.count > limits.max_fork_children)
       return reject(Code::invalid_argument,
                     "count must be 1.." + std::to_string(limits.max_fork_children));
@@ -285,36 +286,37 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Hibernate& c) const {
-    if (s.status == Status::hibernated || s.status == Status::hibernating)
+    if (s.status == SandboxStatus::hibernated || s.status == SandboxStatus::hibernating)
       return std::vector<Event>{};
-    if (s.status != Status::running) return not_running(s, "hibernate");
+    if (s.status != SandboxStatus::running) return not_running(s, "hibernate");
     return start_transition(Transition::hibernating, c.snapshot_id);
   }
 
   Decision operator()(const cmd::Wake&) const {
-    if (s.status == Status::running || s.status == Status::waking) return std::vector<Event>{};
-    if (s.status != Status::hibernated) return not_running(s, "wake");
+    if (s.status == SandboxStatus::running || s.status == SandboxStatus::waking)
+      return std::vector<Event>{};
+    if (s.status != SandboxStatus::hibernated) return not_running(s, "wake");
     return start_transition(Transition::waking, s.hibernation_snapshot);
   }
 
   Decision operator()(const cmd::TransitionDone& c) const {
     switch (s.status) {
-      case Status::snapshotting: {
+      case SandboxStatus::snapshotting: {
         Event e = ev(Event::Kind::snapshot_taken, now);
         e.snapshot_id = s.pending_snapshot;
         return std::vector<Event>{e};
       }
-      case Status::forking: {
+      case SandboxStatus::forking: {
         Event e = ev(Event::Kind::forked, now);
         e.children = c.children;
         return std::vector<Event>{e};
       }
-      case Status::hibernating: {
+      case SandboxStatus::hibernating: {
         Event e = ev(Event::Kind::hibernated, now);
         e.snapshot_id = s.pending_snapshot;
         return ending(e);  // commands cancelled by the hibernation end with it
       }
-      case Status::waking:
+      case SandboxStatus::waking:
         return with_subnet(ev(Event::Kind::woke, now), c.subnet);
       default:
         return reject(Code::invalid_state,
@@ -325,16 +327,16 @@ struct Decider {
   Decision operator()(const cmd::TransitionFailed& c) const {
     Transition t;
     switch (s.status) {
-      case Status::snapshotting:
+      case SandboxStatus::snapshotting:
         t = Transition::snapshotting;
         break;
-      case Status::forking:
+      case SandboxStatus::forking:
         t = Transition::forking;
         break;
-      case Status::hibernating:
+      case SandboxStatus::hibernating:
         t = Transition::hibernating;
         break;
-      case Status::waking:
+      case SandboxStatus::waking:
         t = Transition::waking;
         break;
       default:
@@ -418,7 +420,8 @@ struct Decider {
   }
 
   Decision operator()(const cmd::DeleteSnapshot& c) const {
-    if (s.status == Status::none) return reject(Code::sandbox_not_found, "no sandbox " + s.id);
+    if (s.status == SandboxStatus::none)
+      return reject(Code::sandbox_not_found, "no sandbox " + s.id);
     if (std::find(s.snapshots.begin(), s.snapshots.end(), c.snapshot_id) == s.snapshots.end())
       return reject(Code::snapshot_not_found, "no snapshot " + c.snapshot_id);
     Event e = ev(Event::Kind::snapshot_deleted, now);
@@ -427,13 +430,13 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Reap& c) const {
-    if (!s.live() || s.status == Status::hibernated)
+    if (!s.live() || s.status == SandboxStatus::hibernated)
       return std::vector<Event>{};  // nothing running to reap
     if (c.idle && s.idle_timeout_seconds == 0)
       return reject(Code::invalid_argument, "sandbox " + s.id + " has no idle timeout");
     if (!c.idle && now < s.expires_at_ms)
       return reject(Code::not_expired, "sandbox " + s.id + " expires later");
-    if (s.status != Status::running)
+    if (s.status != SandboxStatus::running)
       return reject(Code::sandbox_busy, "sandbox " + s.id + " is " + to_string(s.status));
     Event e = ev(Event::Kind::reaped, now);
     e.reap_action = s.on_timeout;
@@ -461,13 +464,14 @@ struct Decider {
   }
 
   Decision operator()(const cmd::Kill&) const {
-    if (s.status == Status::none) return reject(Code::sandbox_not_found, "no sandbox " + s.id);
+    if (s.status == SandboxStatus::none)
+      return reject(Code::sandbox_not_found, "no sandbox " + s.id);
     if (!s.live()) return std::vector<Event>{};
     return ending(ev(Event::Kind::killed, now));
   }
 
   Decision operator()(const cmd::MigratedAway& c) const {
-    if (s.status != Status::hibernated)
+    if (s.status != SandboxStatus::hibernated)
       return reject(Code::conflict, "sandbox " + s.id + " is not hibernated: it cannot have moved");
     Event e = ev(Event::Kind::migrated, now);
     e.host = c.host;
@@ -498,14 +502,14 @@ SandboxState apply(SandboxState s, const Event& e) {
   using K = Event::Kind;
   switch (e.kind) {
     case K::created:
-      if (s.status != Status::none && s.moved_to.empty()) impossible(s, e);
+      if (s.status != SandboxStatus::none && s.moved_to.empty()) impossible(s, e);
       if (!s.moved_to.empty()) {  // back from another host: a new life in the same stream
         SandboxState back;
         back.id = s.id;
         back.version = s.version;
         s = back;
       }
-      s.status = Status::creating;
+      s.status = SandboxStatus::creating;
       s.tenant = e.tenant;
       s.template_name = e.template_name;
       s.parent = e.parent;
@@ -525,11 +529,11 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.volumes = e.volumes;
       break;
     case K::started:
-      if (s.status != Status::creating) impossible(s, e);
-      s.status = Status::running;
+      if (s.status != SandboxStatus::creating) impossible(s, e);
+      s.status = SandboxStatus::running;
       break;
     case K::exec_started:
-      if (s.status != Status::running) impossible(s, e);
+      if (s.status != SandboxStatus::running) impossible(s, e);
       s.running_execs[e.exec_id] = e.command;
       s.exec_started_ms[e.exec_id] = e.at_ms;
       break;
@@ -539,8 +543,8 @@ SandboxState apply(SandboxState s, const Event& e) {
       ++s.execs_finished;
       break;
     case K::transition_started: {
-      bool from_running = e.transition != Transition::waking && s.status == Status::running;
-      bool waking = e.transition == Transition::waking && s.status == Status::hibernated;
+      bool from_running = e.transition != Transition::waking && s.status == SandboxStatus::running;
+      bool waking = e.transition == Transition::waking && s.status == SandboxStatus::hibernated;
       if (!from_running && !waking) impossible(s, e);
       s.status = transition_status(e.transition);
       s.pending_snapshot = e.snapshot_id;
@@ -548,23 +552,24 @@ SandboxState apply(SandboxState s, const Event& e) {
     }
     case K::transition_failed:
       if (s.status != transition_status(e.transition)) impossible(s, e);
-      s.status = e.transition == Transition::waking ? Status::hibernated : Status::running;
+      s.status =
+          e.transition == Transition::waking ? SandboxStatus::hibernated : SandboxStatus::running;
       s.pending_snapshot.clear();
       break;
     case K::snapshot_taken:
-      if (s.status != Status::snapshotting) impossible(s, e);
-      s.status = Status::running;
+      if (s.status != SandboxStatus::snapshotting) impossible(s, e);
+      s.status = SandboxStatus::running;
       s.snapshots.push_back(e.snapshot_id);
       s.pending_snapshot.clear();
       break;
     case K::forked:
-      if (s.status != Status::forking) impossible(s, e);
-      s.status = Status::running;
+      if (s.status != SandboxStatus::forking) impossible(s, e);
+      s.status = SandboxStatus::running;
       s.pending_snapshot.clear();
       break;
     case K::hibernated:
-      if (s.status != Status::hibernating) impossible(s, e);
-      s.status = Status::hibernated;
+      if (s.status != SandboxStatus::hibernating) impossible(s, e);
+      s.status = SandboxStatus::hibernated;
       s.hibernation_snapshot = e.snapshot_id;
       s.pending_snapshot.clear();
       s.running_execs.clear();  // they died with the VM
@@ -572,8 +577,8 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.subnet.reset();  // and its network with it
       break;
     case K::woke:
-      if (s.status != Status::waking) impossible(s, e);
-      s.status = Status::running;
+      if (s.status != SandboxStatus::waking) impossible(s, e);
+      s.status = SandboxStatus::running;
       // A woken sandbox gets its TTL afresh (it may have been hibernated at expiry).
       s.expires_at_ms = expiry(e.at_ms, s.ttl_seconds);
       s.hibernation_snapshot.clear();
@@ -589,11 +594,11 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.metadata = e.metadata;
       break;
     case K::reaped:
-      if (s.status != Status::running) impossible(s, e);
+      if (s.status != SandboxStatus::running) impossible(s, e);
       if (e.reap_action == ReapAction::hibernate) {
-        s.status = Status::hibernating;
+        s.status = SandboxStatus::hibernating;
       } else {
-        s.status = Status::stopped;
+        s.status = SandboxStatus::stopped;
         s.running_execs.clear();
         s.exec_started_ms.clear();
         s.subnet.reset();
@@ -601,14 +606,14 @@ SandboxState apply(SandboxState s, const Event& e) {
       break;
     case K::killed:
       if (!s.live()) impossible(s, e);
-      s.status = Status::stopped;
+      s.status = SandboxStatus::stopped;
       s.running_execs.clear();
       s.exec_started_ms.clear();
       s.subnet.reset();
       break;
     case K::failed:
       if (!s.live()) impossible(s, e);
-      s.status = Status::failed;
+      s.status = SandboxStatus::failed;
       s.failure_reason = e.reason;
       s.running_execs.clear();
       s.exec_started_ms.clear();
@@ -641,8 +646,8 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (!s.live()) impossible(s, e);
       break;  // audit only
     case K::migrated:
-      if (s.status != Status::hibernated) impossible(s, e);
-      s.status = Status::stopped;
+      if (s.status != SandboxStatus::hibernated) impossible(s, e);
+      s.status = SandboxStatus::stopped;
       s.moved_to = e.host;
       s.hibernation_snapshot.clear();
       break;

@@ -24,7 +24,8 @@
 
 namespace pandastack::actors {
 
-enum class Status {
+// A sandbox's state (named SandboxStatus: vmm::Status and storage::Status are Result<Ok>).
+enum class SandboxStatus {
   none,
   creating,
   running,
@@ -36,9 +37,9 @@ enum class Status {
   stopped,
   failed
 };
-const char* to_string(Status s);
+const char* to_string(SandboxStatus s);
 // The status named `name` (as to_string writes it), or nullopt.
-std::optional<Status> status_from_string(std::string_view name);
+std::optional<SandboxStatus> status_from_string(std::string_view name);
 
 enum class Transition { snapshotting, forking, hibernating, waking };
 
@@ -127,7 +128,7 @@ const char* to_string(Event::Kind k);
 
 struct SandboxState {
   std::string id;
-  Status status = Status::none;
+  SandboxStatus status = SandboxStatus::none;
   uint64_t version = 0;  // events applied
   std::string tenant, template_name, parent, from_snapshot;
   uint32_t vcpus = 0, memory_mib = 0, ttl_seconds = 0;
@@ -154,7 +155,8 @@ struct SandboxState {
   std::string moved_to;
 
   bool live() const {
-    return status != Status::none && status != Status::stopped && status != Status::failed;
+    return status != SandboxStatus::none && status != SandboxStatus::stopped &&
+           status != SandboxStatus::failed;
   }
 };
 

@@ -20,7 +20,7 @@ void pump(SandboxSelf* self);
 // True when the sandbox has an idle timeout and nothing used it for that long: no command in
 // flight, no agent call (files, processes, streams) in flight or within the timeout.
 bool idle_due(const SandboxActorState& st, int64_t now) {
-  if (st.s.status != Status::running || st.s.idle_timeout_seconds == 0) return false;
+  if (st.s.status != SandboxStatus::running || st.s.idle_timeout_seconds == 0) return false;
   if (!st.s.running_execs.empty() || st.handle->calls_in_flight.load() > 0) return false;
   int64_t last = std::max(st.last_active_ms, st.handle->last_call_ms.load());
   return now - last >= int64_t(st.s.idle_timeout_seconds) * 1000;
@@ -31,7 +31,7 @@ bool idle_due(const SandboxActorState& st, int64_t now) {
 // (destroying the VM first), and so does this actor. Nothing of it stays running but its record.
 void maybe_retire(SandboxSelf* self) {
   auto& st = self->state;
-  if (st.retired || st.s.status == Status::none || st.s.live() || st.persisting ||
+  if (st.retired || st.s.status == SandboxStatus::none || st.s.live() || st.persisting ||
       !st.queue.empty() || st.adopting || st.fork_in_flight)
     return;
   st.retired = true;
@@ -56,16 +56,16 @@ Answer outcome_for(SandboxActorState& st, SandboxActorState::Awaits what) {
         {code, what_failed + " of sandbox " + st.s.id + " failed: " +
                    (st.transition_failure.empty() ? "unknown reason" : st.transition_failure)});
   };
-  if (status == Status::failed)
+  if (status == SandboxStatus::failed)
     return Answer::fail(
         {Code::sandbox_failed, "sandbox " + st.s.id + " failed: " + st.s.failure_reason});
-  if (status == Status::stopped)
+  if (status == SandboxStatus::stopped)
     return Answer::fail({Code::sandbox_stopped, "sandbox " + st.s.id + " was stopped meanwhile"});
   Answer a;
   a.info = info_of(st.s);
   switch (what) {
     case A::create:
-      if (status != Status::running) return fail(Code::start_failed, "the start");
+      if (status != SandboxStatus::running) return fail(Code::start_failed, "the start");
       break;
     case A::snapshot:
       if (!st.transition_failure.empty() || st.s.snapshots.empty())
@@ -77,10 +77,10 @@ Answer outcome_for(SandboxActorState& st, SandboxActorState::Awaits what) {
       a.infos = st.fork_children;
       break;
     case A::hibernate:
-      if (status != Status::hibernated) return fail(Code::hibernate_failed, "hibernating");
+      if (status != SandboxStatus::hibernated) return fail(Code::hibernate_failed, "hibernating");
       break;
     case A::wake:
-      if (status != Status::running) return fail(Code::wake_failed, "waking");
+      if (status != SandboxStatus::running) return fail(Code::wake_failed, "waking");
       break;
   }
   return a;
@@ -88,12 +88,12 @@ Answer outcome_for(SandboxActorState& st, SandboxActorState::Awaits what) {
 
 void finish_transition(SandboxSelf* self) {
   auto& st = self->state;
-  if (st.s.status == Status::running || st.s.status == Status::hibernated ||
-      st.s.status == Status::stopped || st.s.status == Status::failed) {
+  if (st.s.status == SandboxStatus::running || st.s.status == SandboxStatus::hibernated ||
+      st.s.status == SandboxStatus::stopped || st.s.status == SandboxStatus::failed) {
     for (auto& [what, rp] : st.waiting) rp.deliver(outcome_for(st, what));
     st.waiting.clear();
     st.fork_children.clear();
-    if (st.s.status == Status::running) {
+    if (st.s.status == SandboxStatus::running) {
       for (auto& [c, rp] : st.after_wake) st.queue.emplace_back(c, rp);
       st.after_wake.clear();
       for (auto& rp : st.leases_after_wake) {
@@ -104,7 +104,7 @@ void finish_transition(SandboxSelf* self) {
       }
       st.leases_after_wake.clear();
       if (st.vm_dead) report_dead_vm(self);  // it died during the transition
-    } else if (st.s.status != Status::hibernated) {
+    } else if (st.s.status != SandboxStatus::hibernated) {
       for (auto& [c, rp] : st.after_wake)
         rp.deliver(Answer::fail({Code::sandbox_failed, "the sandbox did not wake"}));
       st.after_wake.clear();
@@ -246,7 +246,7 @@ void effect(SandboxSelf* self, const Event& e) {
                         /*all_volumes=*/false)
               .then(
                   [self, fr, dir, done](WorkerResult r) {
-                    if (!r.ok || self->state.s.status != Status::forking) {
+                    if (!r.ok || self->state.s.status != SandboxStatus::forking) {
                       // Failed, or killed meanwhile: no children are made.
                       if (r.ok) self->send(self->state.worker, drop_atom::value, dir);
                       self->state.fork_in_flight = false;
@@ -263,7 +263,7 @@ void effect(SandboxSelf* self, const Event& e) {
                               self->send(self->state.worker, drop_atom::value, dir);
                               auto& st = self->state;
                               st.fork_in_flight = false;
-                              if (a.ok && st.s.status != Status::forking) {
+                              if (a.ok && st.s.status != SandboxStatus::forking) {
                                 // Killed (or failed) meanwhile: the fork is cancelled and its
                                 // children (and their volume copies) must not outlive it,
                                 // unknown to anyone.
@@ -273,7 +273,7 @@ void effect(SandboxSelf* self, const Event& e) {
                                 return done();
                               }
                               if (!a.ok) {
-                                if (st.s.status != Status::forking) return done();
+                                if (st.s.status != SandboxStatus::forking) return done();
                                 return internal(self, cmd::TransitionFailed{a.error.message});
                               }
                               self->state.fork_children = a.infos;
@@ -422,9 +422,10 @@ void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
       spdlog::warn("sandbox {}: state snapshot not saved: {}", st.s.id, saved.error().message);
   }
   // Who waits for what: transitions answer when they end, execs when they finish.
-  bool transition = st.s.status == Status::creating || st.s.status == Status::snapshotting ||
-                    st.s.status == Status::forking || st.s.status == Status::hibernating ||
-                    st.s.status == Status::waking;
+  bool transition =
+      st.s.status == SandboxStatus::creating || st.s.status == SandboxStatus::snapshotting ||
+      st.s.status == SandboxStatus::forking || st.s.status == SandboxStatus::hibernating ||
+      st.s.status == SandboxStatus::waking;
   if (auto* ex = std::get_if<cmd::Exec>(&st.current)) {
     if (events.front().kind == Event::Kind::exec_started) {
       // The caller runs the command against the lease and reports ExecFinished.
@@ -509,19 +510,19 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
       [=](lease_atom) -> caf::result<Answer> {
         auto& st = self->state;
         st.last_active_ms = now_ms();
-        if (st.s.status == Status::running && !st.adopting) {
+        if (st.s.status == SandboxStatus::running && !st.adopting) {
           Answer a;
           a.info = info_of(st.s);
           a.vm = st.handle;
           return a;
         }
-        if (st.s.status == Status::hibernated && st.s.auto_wake) {
+        if (st.s.status == SandboxStatus::hibernated && st.s.auto_wake) {
           auto rp = self->make_response_promise();
           st.leases_after_wake.push_back(rp);
           internal(self, cmd::Wake{});
           return rp;
         }
-        if (st.s.status == Status::waking || st.adopting) {
+        if (st.s.status == SandboxStatus::waking || st.adopting) {
           auto rp = self->make_response_promise();
           st.leases_after_wake.push_back(rp);
           return rp;
@@ -551,9 +552,9 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
       [=](vm_exited_atom, uint64_t gen) {
         auto& st = self->state;
         if (gen != st.handle->generation.load()) return;  // an earlier VM: stopped on purpose
-        if (st.s.status == Status::running)
+        if (st.s.status == SandboxStatus::running)
           report_dead_vm(self);
-        else if (st.s.live() && st.s.status != Status::hibernated)
+        else if (st.s.live() && st.s.status != SandboxStatus::hibernated)
           st.vm_dead = true;  // mid-transition: recorded once it ends
       },
       [=](persisted_atom, bool ok, Code code, std::string err) {

@@ -37,34 +37,34 @@ Event transition(Transition t, std::string snap = "snap-1") {
 }
 
 // A sandbox in `status`, reached through events only.
-SandboxState in(Status status, bool persistent = false, bool auto_wake = false) {
+SandboxState in(SandboxStatus status, bool persistent = false, bool auto_wake = false) {
   SandboxState s;
   s.id = "sbx_test";
-  if (status == Status::none) return s;
+  if (status == SandboxStatus::none) return s;
   s = apply(s, created(persistent, auto_wake));
-  if (status == Status::creating) return s;
+  if (status == SandboxStatus::creating) return s;
   s = apply(s, e_(Event::Kind::started));
   switch (status) {
-    case Status::running:
+    case SandboxStatus::running:
       return s;
-    case Status::snapshotting:
+    case SandboxStatus::snapshotting:
       return apply(s, transition(Transition::snapshotting));
-    case Status::forking:
+    case SandboxStatus::forking:
       return apply(s, transition(Transition::forking));
-    case Status::hibernating:
+    case SandboxStatus::hibernating:
       return apply(s, transition(Transition::hibernating));
-    case Status::hibernated:
-    case Status::waking: {
+    case SandboxStatus::hibernated:
+    case SandboxStatus::waking: {
       s = apply(s, transition(Transition::hibernating, "hib-1"));
       Event h = e_(Event::Kind::hibernated);
       h.snapshot_id = "hib-1";
       s = apply(s, h);
-      if (status == Status::hibernated) return s;
+      if (status == SandboxStatus::hibernated) return s;
       return apply(s, transition(Transition::waking, "hib-1"));
     }
-    case Status::stopped:
+    case SandboxStatus::stopped:
       return apply(s, e_(Event::Kind::killed));
-    case Status::failed: {
+    case SandboxStatus::failed: {
       Event f = e_(Event::Kind::failed);
       f.reason = "boom";
       return apply(s, f);
@@ -109,62 +109,63 @@ std::string outcome(const Decision& d) {
 
 // Every state x every command: the decision, and that its events apply cleanly.
 TEST(SandboxDecide, EveryStateTimesEveryCommand) {
-  const std::array<Status, 10> states = {
-      Status::none,    Status::creating,    Status::running,    Status::snapshotting,
-      Status::forking, Status::hibernating, Status::hibernated, Status::waking,
-      Status::stopped, Status::failed};
+  const std::array<SandboxStatus, 10> states = {
+      SandboxStatus::none,         SandboxStatus::creating, SandboxStatus::running,
+      SandboxStatus::snapshotting, SandboxStatus::forking,  SandboxStatus::hibernating,
+      SandboxStatus::hibernated,   SandboxStatus::waking,   SandboxStatus::stopped,
+      SandboxStatus::failed};
   // Columns in the order of commands(): Create Started StartFailed Exec ExecFinished Snapshot Fork
   // Hibernate Wake TransitionDone TransitionFailed SetTtl SetMetadata Reap Kill Fail.
-  const std::map<Status, std::vector<std::string>> expected = {
-      {Status::none,
+  const std::map<SandboxStatus, std::vector<std::string>> expected = {
+      {SandboxStatus::none,
        {"created", "!invalid_state", "!invalid_state", "!sandbox_not_found", "!invalid_argument",
         "!sandbox_not_found", "!sandbox_not_found", "!sandbox_not_found", "!sandbox_not_found",
         "!invalid_state", "!invalid_state", "!sandbox_not_found", "!sandbox_not_found", "-",
         "!sandbox_not_found", "-"}},
-      {Status::creating,
+      {SandboxStatus::creating,
        {"!already_exists", "started", "failed", "!sandbox_busy", "!invalid_argument",
         "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!invalid_state",
         "!invalid_state", "ttl-changed", "metadata-changed", "!not_expired", "killed", "failed"}},
-      {Status::running,
+      {SandboxStatus::running,
        {"!already_exists", "!invalid_state", "!invalid_state", "exec-started", "!invalid_argument",
         "transition-started", "transition-started", "transition-started", "-", "!invalid_state",
         "!invalid_state", "ttl-changed", "metadata-changed", "!not_expired", "killed", "failed"}},
-      {Status::snapshotting,
+      {SandboxStatus::snapshotting,
        {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument",
         "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "snapshot-taken",
         "transition-failed", "ttl-changed", "metadata-changed", "!not_expired", "killed",
         "failed"}},
-      {Status::forking,
+      {SandboxStatus::forking,
        {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument",
         "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "!sandbox_busy", "forked",
         "transition-failed", "ttl-changed", "metadata-changed", "!not_expired", "killed",
         "failed"}},
-      {Status::hibernating,
+      {SandboxStatus::hibernating,
        {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_busy", "!invalid_argument",
         "!sandbox_busy", "!sandbox_busy", "-", "!sandbox_busy", "hibernated", "transition-failed",
         "ttl-changed", "metadata-changed", "!not_expired", "killed", "failed"}},
-      {Status::hibernated,
+      {SandboxStatus::hibernated,
        {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_hibernated",
         "!invalid_argument", "!sandbox_hibernated", "!sandbox_hibernated", "-",
         "transition-started", "!invalid_state", "!invalid_state", "ttl-changed", "metadata-changed",
         "-", "killed", "failed"}},
-      {Status::waking,
+      {SandboxStatus::waking,
        {"!already_exists", "woke", "failed", "!sandbox_busy", "!invalid_argument", "!sandbox_busy",
         "!sandbox_busy", "!sandbox_busy", "-", "woke", "transition-failed", "ttl-changed",
         "metadata-changed", "!not_expired", "killed", "failed"}},
-      {Status::stopped,
+      {SandboxStatus::stopped,
        {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_stopped",
         "!invalid_argument", "!sandbox_stopped", "!sandbox_stopped", "!sandbox_stopped",
         "!sandbox_stopped", "!invalid_state", "!invalid_state", "!sandbox_stopped",
         "!sandbox_stopped", "-", "-", "-"}},
-      {Status::failed,
+      {SandboxStatus::failed,
        {"!already_exists", "!invalid_state", "!invalid_state", "!sandbox_failed",
         "!invalid_argument", "!sandbox_failed", "!sandbox_failed", "!sandbox_failed",
         "!sandbox_failed", "!invalid_state", "!invalid_state", "!sandbox_failed", "!sandbox_failed",
         "-", "-", "-"}},
   };
   auto cmds = commands();
-  for (Status st : states) {
+  for (SandboxStatus st : states) {
     SandboxState s = in(st);
     ASSERT_EQ(s.status, st);
     auto& row = expected.at(st);
@@ -187,16 +188,17 @@ TEST(SandboxDecide, EveryStateTimesEveryCommand) {
 // A migration ends a hibernated sandbox here (it runs on another host now); it may come back,
 // its stream going on with a new life.
 TEST(SandboxDecide, AMigrationEndsAHibernatedSandboxAndItMayComeBack) {
-  for (Status st :
-       {Status::none, Status::creating, Status::running, Status::snapshotting, Status::forking,
-        Status::hibernating, Status::waking, Status::stopped, Status::failed})
+  for (SandboxStatus st :
+       {SandboxStatus::none, SandboxStatus::creating, SandboxStatus::running,
+        SandboxStatus::snapshotting, SandboxStatus::forking, SandboxStatus::hibernating,
+        SandboxStatus::waking, SandboxStatus::stopped, SandboxStatus::failed})
     EXPECT_EQ(outcome(decide(in(st), cmd::MigratedAway{"h2"}, kNow + 1)), "!conflict")
         << to_string(st);
-  SandboxState s = in(Status::hibernated);
+  SandboxState s = in(SandboxStatus::hibernated);
   auto d = decide(s, cmd::MigratedAway{"h2"}, kNow + 1);
   ASSERT_EQ(outcome(d), "migrated");
   for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
-  EXPECT_EQ(s.status, Status::stopped);
+  EXPECT_EQ(s.status, SandboxStatus::stopped);
   EXPECT_EQ(s.moved_to, "h2");
   EXPECT_FALSE(s.live());
   EXPECT_EQ(outcome(decide(s, cmd::Exec{"x1", "true"}, kNow + 2)), "!sandbox_stopped");
@@ -208,17 +210,18 @@ TEST(SandboxDecide, AMigrationEndsAHibernatedSandboxAndItMayComeBack) {
   ASSERT_EQ(outcome(d), "created");
   auto version = s.version;
   for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
-  EXPECT_EQ(s.status, Status::creating);
+  EXPECT_EQ(s.status, SandboxStatus::creating);
   EXPECT_EQ(s.version, version + 1);
   EXPECT_EQ(s.moved_to, "");
   EXPECT_EQ(s.id, "sbx_test");
   // A sandbox that merely ended is never created again.
-  EXPECT_EQ(outcome(decide(in(Status::stopped), c, kNow)), "!already_exists");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::stopped), c, kNow)), "!already_exists");
 }
 
 // A named snapshot can be deleted whatever state its sandbox is in; only its own, and once.
 TEST(SandboxDecide, DeletingASnapshotInAnyState) {
-  for (Status st : {Status::running, Status::hibernated, Status::stopped, Status::failed}) {
+  for (SandboxStatus st : {SandboxStatus::running, SandboxStatus::hibernated,
+                           SandboxStatus::stopped, SandboxStatus::failed}) {
     auto s = in(st);
     s.snapshots = {"snap-a", "snap-b"};
     auto d = decide(s, cmd::DeleteSnapshot{"snap-a"}, kNow + 1);
@@ -230,27 +233,27 @@ TEST(SandboxDecide, DeletingASnapshotInAnyState) {
               "!snapshot_not_found");
     EXPECT_EQ(outcome(decide(s, cmd::DeleteSnapshot{"hib-1"}, kNow + 1)), "!snapshot_not_found");
   }
-  EXPECT_EQ(outcome(decide(in(Status::none), cmd::DeleteSnapshot{"snap-a"}, kNow)),
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::none), cmd::DeleteSnapshot{"snap-a"}, kNow)),
             "!sandbox_not_found");
   // An event for a snapshot the sandbox does not have is impossible.
   Event bad = e_(Event::Kind::snapshot_deleted);
   bad.snapshot_id = "snap-z";
-  EXPECT_ANY_THROW(apply(in(Status::running), bad));
+  EXPECT_ANY_THROW(apply(in(SandboxStatus::running), bad));
 }
 
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
-  auto s = in(Status::hibernated, false, /*auto_wake=*/true);
+  auto s = in(SandboxStatus::hibernated, false, /*auto_wake=*/true);
   auto d = decide(s, cmd::Exec{"x1", "ls"}, kNow);
   ASSERT_EQ(outcome(d), "transition-started");
   auto next = apply(s, std::get<std::vector<Event>>(d)[0]);
-  EXPECT_EQ(next.status, Status::waking);
+  EXPECT_EQ(next.status, SandboxStatus::waking);
   EXPECT_EQ(next.pending_snapshot, "hib-1");
 }
 
 TEST(SandboxDecide, ConcurrentExecsAreLimited) {
   Limits limits;
   limits.max_concurrent_execs = 2;
-  auto s = in(Status::running);
+  auto s = in(SandboxStatus::running);
   for (std::string id : {"x1", "x2"}) {
     auto d = decide(s, cmd::Exec{id, "sleep 1"}, kNow, limits);
     ASSERT_EQ(outcome(d), "exec-started");
@@ -263,32 +266,34 @@ TEST(SandboxDecide, ConcurrentExecsAreLimited) {
 }
 
 TEST(SandboxDecide, TtlReaperKillsOrHibernatesPersistentSandboxes) {
-  auto expiry = in(Status::running).expires_at_ms;
-  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Reap{}, expiry - 1)), "!not_expired");
-  auto d = decide(in(Status::running), cmd::Reap{}, expiry);
+  auto expiry = in(SandboxStatus::running).expires_at_ms;
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::running), cmd::Reap{}, expiry - 1)), "!not_expired");
+  auto d = decide(in(SandboxStatus::running), cmd::Reap{}, expiry);
   ASSERT_EQ(outcome(d), "reaped");
   EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reap_action, ReapAction::kill);
-  EXPECT_EQ(apply(in(Status::running), std::get<std::vector<Event>>(d)[0]).status, Status::stopped);
-  auto p = in(Status::running, /*persistent=*/true);
+  EXPECT_EQ(apply(in(SandboxStatus::running), std::get<std::vector<Event>>(d)[0]).status,
+            SandboxStatus::stopped);
+  auto p = in(SandboxStatus::running, /*persistent=*/true);
   d = decide(p, cmd::Reap{}, expiry);
   EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reap_action, ReapAction::hibernate);
-  EXPECT_EQ(apply(p, std::get<std::vector<Event>>(d)[0]).status, Status::hibernating);
+  EXPECT_EQ(apply(p, std::get<std::vector<Event>>(d)[0]).status, SandboxStatus::hibernating);
   // Waking renews the TTL: the reaper does not take it straight back.
-  auto woken = in(Status::waking);
+  auto woken = in(SandboxStatus::waking);
   Event w = e_(Event::Kind::woke);
   w.at_ms = expiry + 5000;
   woken = apply(woken, w);
   EXPECT_EQ(woken.expires_at_ms, expiry + 5000 + 900'000);
   EXPECT_EQ(outcome(decide(woken, cmd::Reap{}, expiry + 6000)), "!not_expired");
   // Extending the TTL postpones the reaper.
-  auto ttl = decide(in(Status::running), cmd::SetTtl{3600}, expiry - 1000);
-  auto extended = apply(in(Status::running), std::get<std::vector<Event>>(ttl)[0]);
+  auto ttl = decide(in(SandboxStatus::running), cmd::SetTtl{3600}, expiry - 1000);
+  auto extended = apply(in(SandboxStatus::running), std::get<std::vector<Event>>(ttl)[0]);
   EXPECT_EQ(outcome(decide(extended, cmd::Reap{}, expiry)), "!not_expired");
 }
 
 TEST(SandboxDecide, IdleTimeoutEndsInTheOnTimeoutAction) {
   // No idle timeout: an idle reap is refused.
-  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Reap{true}, kNow)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::running), cmd::Reap{true}, kNow)),
+            "!invalid_argument");
   Event c = created();
   c.idle_timeout_seconds = 60;
   c.on_timeout = ReapAction::hibernate;
@@ -303,7 +308,7 @@ TEST(SandboxDecide, IdleTimeoutEndsInTheOnTimeoutAction) {
   auto reaped = std::get<std::vector<Event>>(d)[0];
   EXPECT_EQ(reaped.reap_action, ReapAction::hibernate);
   EXPECT_EQ(reaped.reason, "idle");
-  EXPECT_EQ(apply(s, reaped).status, Status::hibernating);
+  EXPECT_EQ(apply(s, reaped).status, SandboxStatus::hibernating);
   // The TTL ends in the same action, with its own reason.
   d = decide(s, cmd::Reap{}, s.expires_at_ms);
   EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reason, "ttl");
@@ -323,7 +328,7 @@ TEST(SandboxDecide, IdleTimeoutEndsInTheOnTimeoutAction) {
 }
 
 TEST(SandboxDecide, CommandsRunningWhenASandboxEndsEndWithIt) {
-  auto s = in(Status::running);
+  auto s = in(SandboxStatus::running);
   Event x = e_(Event::Kind::exec_started);
   x.exec_id = "x1";
   x.command = "sleep 100";
@@ -355,31 +360,34 @@ TEST(SandboxDecide, ValidatesInput) {
   c.tenant = "t";
   c.template_name = "base";
   c.ttl_seconds = 101;
-  EXPECT_EQ(outcome(decide(in(Status::none), c, kNow, l)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::none), c, kNow, l)), "!invalid_argument");
   c.ttl_seconds = 0;
-  auto d = decide(in(Status::none), c, kNow, l);
+  auto d = decide(in(SandboxStatus::none), c, kNow, l);
   ASSERT_EQ(outcome(d), "created");
   EXPECT_EQ(std::get<std::vector<Event>>(d)[0].ttl_seconds, l.default_ttl_seconds);
   EXPECT_EQ(std::get<std::vector<Event>>(d)[0].expires_at_ms, kNow + 900'000);
   c.template_name = "";
-  EXPECT_EQ(outcome(decide(in(Status::none), c, kNow, l)), "!invalid_argument");
-  EXPECT_EQ(outcome(decide(in(Status::running), cmd::SetTtl{101}, kNow, l)), "!invalid_argument");
-  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Fork{"s", 0}, kNow, l)), "!invalid_argument");
-  EXPECT_EQ(outcome(decide(in(Status::running), cmd::Fork{"s", 17}, kNow, l)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::none), c, kNow, l)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::running), cmd::SetTtl{101}, kNow, l)),
+            "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::running), cmd::Fork{"s", 0}, kNow, l)),
+            "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::running), cmd::Fork{"s", 17}, kNow, l)),
+            "!invalid_argument");
   cmd::SetMetadata m;
   m.metadata[""] = "x";
-  EXPECT_EQ(outcome(decide(in(Status::running), m, kNow, l)), "!invalid_argument");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::running), m, kNow, l)), "!invalid_argument");
 }
 
 TEST(SandboxApply, ImpossibleEventsFailLoudly) {
-  EXPECT_THROW(apply(in(Status::running), e_(Event::Kind::started)), std::logic_error);
-  EXPECT_THROW(apply(in(Status::stopped), e_(Event::Kind::killed)), std::logic_error);
-  EXPECT_THROW(apply(in(Status::none), e_(Event::Kind::woke)), std::logic_error);
-  EXPECT_THROW(apply(in(Status::running), created()), std::logic_error);
+  EXPECT_THROW(apply(in(SandboxStatus::running), e_(Event::Kind::started)), std::logic_error);
+  EXPECT_THROW(apply(in(SandboxStatus::stopped), e_(Event::Kind::killed)), std::logic_error);
+  EXPECT_THROW(apply(in(SandboxStatus::none), e_(Event::Kind::woke)), std::logic_error);
+  EXPECT_THROW(apply(in(SandboxStatus::running), created()), std::logic_error);
   Event fin = e_(Event::Kind::exec_finished);
   fin.exec_id = "never-started";
-  EXPECT_THROW(apply(in(Status::running), fin), std::logic_error);
-  EXPECT_THROW(apply(in(Status::hibernated), transition(Transition::snapshotting)),
+  EXPECT_THROW(apply(in(SandboxStatus::running), fin), std::logic_error);
+  EXPECT_THROW(apply(in(SandboxStatus::hibernated), transition(Transition::snapshotting)),
                std::logic_error);
 }
 
@@ -421,7 +429,7 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
       log.push_back(e);
     }
   }
-  EXPECT_EQ(s.status, Status::stopped);
+  EXPECT_EQ(s.status, SandboxStatus::stopped);
   EXPECT_EQ(s.snapshots, std::vector<std::string>{"snap-1"});
   EXPECT_EQ(s.execs_finished, 1u);
   SandboxState replayed;
@@ -461,7 +469,7 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   auto d = run(cmd::Started{7});
   ASSERT_EQ(std::get<std::vector<Event>>(d).size(), 2u);
   EXPECT_EQ(std::get<std::vector<Event>>(d)[1].kind, Event::Kind::network_attached);
-  EXPECT_EQ(s.status, Status::running);
+  EXPECT_EQ(s.status, SandboxStatus::running);
   EXPECT_EQ(s.subnet, 7u);
   // Changing the policy: recorded; the same policy again is nothing to do.
   run(cmd::SetEgress{Egress{"allow_all", {}, {}}});
@@ -485,30 +493,30 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   // Hibernation releases the subnet; the wake records the new one.
   run(cmd::Hibernate{"hib"});
   run(cmd::TransitionDone{});
-  EXPECT_EQ(s.status, Status::hibernated);
+  EXPECT_EQ(s.status, SandboxStatus::hibernated);
   EXPECT_FALSE(s.subnet);
   run(cmd::SetEgress{Egress{"deny_all", {}, {}}});  // allowed while hibernated
   run(cmd::Wake{});
   run(cmd::TransitionDone{{}, 9u});
-  EXPECT_EQ(s.status, Status::running);
+  EXPECT_EQ(s.status, SandboxStatus::running);
   EXPECT_EQ(s.subnet, 9u);
   run(cmd::Kill{});
   EXPECT_FALSE(s.subnet);
   // A sandbox without a network refuses a policy.
-  SandboxState plain = in(Status::running);
+  SandboxState plain = in(SandboxStatus::running);
   auto r = decide(plain, cmd::SetEgress{Egress{"allow_all", {}, {}}}, kNow);
   ASSERT_TRUE(std::holds_alternative<Rejection>(r));
   EXPECT_EQ(std::get<Rejection>(r).code, Code::network_disabled);
   EXPECT_EQ(std::get<Rejection>(decide(plain, cmd::ExposePort{80}, kNow)).code,
             Code::network_disabled);
   // ... and a started event carries no subnet for it.
-  SandboxState creating = in(Status::creating);
+  SandboxState creating = in(SandboxStatus::creating);
   EXPECT_EQ(std::get<std::vector<Event>>(decide(creating, cmd::Started{3}, kNow)).size(), 1u);
 }
 
 TEST(SandboxStatus, NamesRoundTrip) {
-  for (int i = int(Status::none); i <= int(Status::failed); ++i)
-    EXPECT_EQ(status_from_string(to_string(Status(i))), Status(i));
+  for (int i = int(SandboxStatus::none); i <= int(SandboxStatus::failed); ++i)
+    EXPECT_EQ(status_from_string(to_string(SandboxStatus(i))), SandboxStatus(i));
   EXPECT_FALSE(status_from_string("sleepy"));
 }
 }  // namespace

@@ -194,7 +194,7 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
   if (!to || to->self || std::any_of(parent.volumes.begin(), parent.volumes.end(), [](auto& v) {
         return v.read_only;
       }))
-    throw ApiError{full.code, full.message};
+    throw full;
   spdlog::info("cluster: fork of {}: this host is full, the children go to host {}", c.id, to->id);
   return fork_across_hosts(c, count, {to->id});
 }
@@ -208,7 +208,8 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
   auto& rt = gw.rt;
   auto& cluster = *rt.cluster();
   auto info = unwrap(rt.get(tenant, id));
-  if (info.status != actors::Status::running && info.status != actors::Status::hibernated)
+  if (info.status != actors::SandboxStatus::running &&
+      info.status != actors::SandboxStatus::hibernated)
     throw ApiError{Code::conflict, "sandbox " + id + " is " + actors::to_string(info.status) +
                                        ": only a running or hibernated sandbox migrates"};
   std::vector<std::filesystem::path> carried;
@@ -217,7 +218,7 @@ Json migrate_sandbox(Server& gw, const std::string& tenant, const std::string& i
   for (auto& v : info.volumes) volume_ids.push_back(v.volume);
   owned.insert(owned.end(), volume_ids.begin(), volume_ids.end());
   auto t0 = std::chrono::steady_clock::now();
-  bool was_running = info.status == actors::Status::running;
+  bool was_running = info.status == actors::SandboxStatus::running;
   if (was_running) unwrap(rt.hibernate(tenant, id));
   double hibernate_ms = ms_since(t0);
   auto back = [&] {
@@ -278,7 +279,8 @@ Json drain(Server& gw, actors::Cluster& cluster, const std::string& key) {
     return j;
   };
   for (auto& s : all) {
-    if (s.status != actors::Status::running && s.status != actors::Status::hibernated) continue;
+    if (s.status != actors::SandboxStatus::running && s.status != actors::SandboxStatus::hibernated)
+      continue;
     try {
       auto to = cluster.place(s.template_name, "");
       if (!to)

@@ -52,7 +52,7 @@ Json detail_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
   j.set("metadata", md);
   j.set("startedAt", rfc3339(s.created_at_ms));
   j.set("endAt", rfc3339(s.expires_at_ms ? s.expires_at_ms : s.created_at_ms));
-  j.set("state", s.status == actors::Status::hibernated ? "paused" : "running");
+  j.set("state", s.status == actors::SandboxStatus::hibernated ? "paused" : "running");
   j.set("cpuCount", int64_t(s.vcpus));
   j.set("memoryMB", int64_t(s.memory_mib));
   j.set("diskSizeMB", 1024);
@@ -67,7 +67,7 @@ Json detail_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
 // The sandbox, as E2B sees it: one that ended (killed, failed) no longer exists (404).
 actors::SandboxInfo live(Call& c) {
   auto s = unwrap(c.gw.rt.get(c.tenant(), c.id));
-  if (s.status == actors::Status::stopped || s.status == actors::Status::failed)
+  if (s.status == actors::SandboxStatus::stopped || s.status == actors::SandboxStatus::failed)
     throw ApiError{Code::sandbox_not_found, "sandbox " + c.id + " has ended"};
   return s;
 }
@@ -133,7 +133,7 @@ HttpReply connect(Call& c) {
   auto& rt = c.gw.rt;
   Json b = c.r.json();
   auto s = live(c);
-  if (s.status == actors::Status::hibernated) s = unwrap(rt.wake(c.tenant(), c.id));
+  if (s.status == actors::SandboxStatus::hibernated) s = unwrap(rt.wake(c.tenant(), c.id));
   if (b.has("timeout") && !b["timeout"].is_null()) {
     uint32_t t = timeout_of(b, 300, rt.config().limits.max_ttl_seconds);
     if (s.expires_at_ms < now_ms() + int64_t(t) * 1000) s = unwrap(rt.set_ttl(c.tenant(), c.id, t));
@@ -141,9 +141,9 @@ HttpReply connect(Call& c) {
   return json_reply(200, sandbox_obj(s, &c.key));
 }
 
-std::optional<actors::Status> one_state(const std::string& v) {
-  if (v == "running") return actors::Status::running;
-  if (v == "paused") return actors::Status::hibernated;
+std::optional<actors::SandboxStatus> one_state(const std::string& v) {
+  if (v == "running") return actors::SandboxStatus::running;
+  if (v == "paused") return actors::SandboxStatus::hibernated;
   throw ApiError{Code::invalid_argument, "state is running and/or paused"};
 }
 
@@ -156,7 +156,8 @@ std::string pct_decode(const std::string& s) {
 
 HttpReply list(Call& c) {
   auto& rt = c.gw.rt;
-  std::vector<actors::Status> states = {actors::Status::running, actors::Status::hibernated};
+  std::vector<actors::SandboxStatus> states = {actors::SandboxStatus::running,
+                                               actors::SandboxStatus::hibernated};
   if (auto st = c.r.q("state"); st && !st->empty()) {
     states.clear();
     size_t p = 0;
@@ -261,7 +262,7 @@ std::vector<Route> e2b_api_routes() {
       api(M::POST, "/sandboxes/{id}/pause", "E2B: pause (hibernate) a sandbox",
           [](Call& c) {
             auto s = live(c);
-            if (s.status == actors::Status::hibernated)
+            if (s.status == actors::SandboxStatus::hibernated)
               throw ApiError{Code::invalid_state, "sandbox " + c.id + " is already paused"};
             unwrap(c.gw.rt.hibernate(c.tenant(), c.id));
             return no_content();

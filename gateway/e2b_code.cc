@@ -55,7 +55,7 @@ void produce_execute(Server& gw, const Request& r, StreamChannel& ch) {
         if (v.is_string()) req.env[k] = v.as_string();
     req.timeout_ms = gw.limits.max_exec_timeout_s * 1000;  // the client times out on its own
   } catch (const ApiError& e) {
-    auto rep = error_reply(e.code, e.message);
+    auto rep = error_reply(e);
     return ch.fail_early(sandbox_gone(e.code) ? envd_error(rep) : api_error(rep));
   }
   ch.begin();

@@ -268,7 +268,7 @@ HttpReply write_files(Call& c) {
 HttpReply health(Call& c) {
   auto t = target(c.gw, c.r);
   auto s = unwrap(c.gw.rt.get(t.tenant, t.id));
-  if (s.status != actors::Status::running)
+  if (s.status != actors::SandboxStatus::running)
     throw ApiError{Code::sandbox_not_running,
                    "sandbox " + t.id + " is " + actors::to_string(s.status)};
   return no_content();
@@ -370,7 +370,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       pty = require_running(gw, t, pid).pty;
     }
   } catch (const ApiError& e) {
-    if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
+    if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e)));
     return finish_stream(ch, e.code, e.message);
   } catch (const std::exception& e) {
     return finish_stream(ch, Code::internal, e.what());
@@ -426,7 +426,7 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
     root = guest_path(gw, str(m["path"], "path"));
     recursive = m["recursive"].is_bool() && m["recursive"].as_bool();
   } catch (const ApiError& e) {
-    if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e.code, e.message)));
+    if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e)));
     return finish_stream(ch, e.code, e.message);
   }
   auto on_ready = [&ch] {
@@ -451,8 +451,7 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
   auto res = gw.rt.watch(t.tenant, t.id, root, recursive, on_ready, on_events, ch.stop.get_token());
   if (!res && res.error().code == Code::cancelled) return finish_stream(ch);
   if (!res) {
-    if (sandbox_gone(res.error().code))
-      return ch.fail_early(envd_error(error_reply(res.error().code, res.error().message)));
+    if (sandbox_gone(res.error().code)) return ch.fail_early(envd_error(error_reply(res.error())));
     return finish_stream(ch, res.error().code, res.error().message);
   }
   finish_stream(ch);

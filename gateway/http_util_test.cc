@@ -2,24 +2,39 @@
 
 #include <gtest/gtest.h>
 
+#include "gateway/api_types.h"
 #include "gateway/rest.h"
 
 namespace pandastack::gateway {
 namespace {
 
-TEST(HttpUtil, ErrorCodesMapToStatuses) {
-  EXPECT_EQ(http_status(Code::sandbox_not_found), 404u);
-  EXPECT_EQ(http_status(Code::unauthorized), 401u);
-  EXPECT_EQ(http_status(Code::sandbox_hibernated), 409u);
-  EXPECT_EQ(http_status(Code::body_too_large), 413u);
-  EXPECT_EQ(http_status(Code::too_many_execs), 429u);
-  EXPECT_EQ(http_status(Code::not_implemented), 501u);
-  EXPECT_EQ(code_from_string("no_such_code"), std::nullopt);
+TEST(HttpUtil, ErrorBodiesCarryTheCodeTheMessageAndAQuotasDetails) {
   EXPECT_EQ(error_body(Code::internal, "say \"hi\""),
             R"({"error":{"code":"internal","message":"say \"hi\""}})");
   EXPECT_EQ(
       error_body(Code::quota_exceeded, "over", QuotaDetail{"sandboxes", 2, 2, 1}),
       R"({"error":{"asked":1,"code":"quota_exceeded","limit":2,"message":"over","quota":"sandboxes","used":2}})");
+}
+
+// A refusal keeps its quota details on every way to an answer: unwrap throws it whole, and its
+// reply has them as fields (the security suite's quota test, end to end).
+TEST(HttpUtil, AQuotaRefusalKeepsItsDetailsUpToTheReply) {
+  actors::Reply<int> refused =
+      actors::Rejection{Code::quota_exceeded, "over", QuotaDetail{"memory_mib", 512, 256, 512}};
+  try {
+    (void)unwrap(std::move(refused));
+    FAIL() << "unwrap did not throw";
+  } catch (const ApiError& e) {
+    auto r = error_reply(e);
+    EXPECT_EQ(r.status, 429u);
+    EXPECT_EQ(r.error_code, Code::quota_exceeded);
+    auto j = wire::Json::parse(r.body);
+    ASSERT_TRUE(j);
+    EXPECT_EQ((*j)["error"]["quota"].as_string(), "memory_mib");
+    EXPECT_EQ((*j)["error"]["limit"].as_int(), 512);
+    EXPECT_EQ((*j)["error"]["used"].as_int(), 256);
+    EXPECT_EQ((*j)["error"]["asked"].as_int(), 512);
+  }
 }
 
 TEST(HttpUtil, RoutePatternsBindParameters) {

@@ -511,7 +511,7 @@ HttpReply Server::handle(const Route& route, const Request& r) {
     if (!route.handler) throw ApiError{Code::route_not_found, "no handler for " + route.pattern};
     return restyle(route, route.handler(call));
   } catch (const ApiError& e) {
-    return restyle(route, error_reply(e.code, e.message));
+    return restyle(route, error_reply(e));
   } catch (const std::exception& e) {
     spdlog::error("gateway: {} {}: {}", method_name(r.method), r.route, e.what());
     return restyle(route, error_reply(Code::internal, e.what()));

@@ -157,7 +157,7 @@ void produce_code(Server& gw, const std::string& tenant, const std::string& id, 
   try {
     req = run_request(gw, r);
   } catch (const ApiError& e) {
-    return ch.fail_early(error_reply(e.code, e.message));
+    return ch.fail_early(error_reply(e));
   }
   ch.begin();
   auto res = code::run(

@@ -128,7 +128,7 @@ void produce_watch(Server& gw, const std::string& tenant, const std::string& id,
   try {
     root = gw.guest_path(r);
   } catch (const ApiError& e) {
-    return ch.fail_early(error_reply(e.code, e.message));
+    return ch.fail_early(error_reply(e));
   }
   std::string prefix = root == "/" ? "/" : root + "/";
   // Until the watch is in place, an error is a plain reply (404 for a missing folder).
@@ -154,7 +154,7 @@ void produce_watch(Server& gw, const std::string& tenant, const std::string& id,
     std::lock_guard l(ch.mu);
     started = ch.started;
   }
-  if (!res && !started) return ch.fail_early(error_reply(res.error().code, res.error().message));
+  if (!res && !started) return ch.fail_early(error_reply(res.error()));
   if (!res && res.error().code != Code::cancelled) {
     Json e = Json::object();
     e.set("code", to_string(res.error().code));

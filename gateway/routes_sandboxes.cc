@@ -76,7 +76,7 @@ HttpReply create(Call& c) {
 }
 
 HttpReply list(Call& c) {
-  std::optional<actors::Status> status;
+  std::optional<actors::SandboxStatus> status;
   std::map<std::string, std::string> metadata;
   bool all_tenants = query_flag(c.r, "all");
   if (all_tenants && !c.key.admin) throw ApiError{Code::forbidden, "all=1 needs an admin key"};

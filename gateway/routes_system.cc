@@ -54,9 +54,11 @@ std::string Server::metrics() {
   auto counts = rt.counts();
   out +=
       "# HELP pandastack_sandboxes Live sandboxes by state.\n# TYPE pandastack_sandboxes gauge\n";
-  for (auto st : {actors::Status::creating, actors::Status::running, actors::Status::snapshotting,
-                  actors::Status::forking, actors::Status::hibernating, actors::Status::hibernated,
-                  actors::Status::waking, actors::Status::stopped, actors::Status::failed}) {
+  for (auto st : {actors::SandboxStatus::creating, actors::SandboxStatus::running,
+                  actors::SandboxStatus::snapshotting, actors::SandboxStatus::forking,
+                  actors::SandboxStatus::hibernating, actors::SandboxStatus::hibernated,
+                  actors::SandboxStatus::waking, actors::SandboxStatus::stopped,
+                  actors::SandboxStatus::failed}) {
     auto it = counts.by_status.find(actors::to_string(st));
     out += std::string("pandastack_sandboxes{state=\"") + actors::to_string(st) + "\"} " +
            std::to_string(it == counts.by_status.end() ? 0 : it->second) + "\n";

@@ -508,7 +508,7 @@ class PlatformImpl final : public api::Platform::Server {
 
   kj::Promise<void> list(ListContext context) override {
     auto state = text(context.getParams().getState());
-    std::optional<actors::Status> status;
+    std::optional<actors::SandboxStatus> status;
     if (!state.empty()) {
       status = actors::status_from_string(state);
       if (!status) fail({Code::invalid_argument, "unknown state '" + state + "'"});

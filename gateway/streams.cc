@@ -143,7 +143,7 @@ void Server::produce(const Route& route, const Request& r, StreamChannel& ch) {
     if (r.route == "/v1/sandboxes/{id}/exec/stream") req = exec_request(r.json(), true);
     if (r.route == "/v1/sandboxes/{id}/processes/{pid}/stream") pid = parse_pid(r.param("pid"));
   } catch (const ApiError& e) {
-    return ch.fail_early(error_reply(e.code, e.message));
+    return ch.fail_early(error_reply(e));
   } catch (const std::exception& e) {
     return ch.fail_early(error_reply(Code::internal, e.what()));
   }
@@ -215,7 +215,7 @@ void Server::produce(const Route& route, const Request& r, StreamChannel& ch) {
 // build that ended before this start of the daemon: its end alone (its log's tail in it).
 void Server::produce_build(const std::string& tenant, const std::string& name, StreamChannel& ch) {
   auto t = rt.custom_template(tenant, name);
-  if (!t) return ch.fail_early(error_reply(t.error().code, t.error().message));
+  if (!t) return ch.fail_early(error_reply(t.error()));
   auto progress = rt.template_build(tenant, name);
   ch.begin();
   if (progress) {

@@ -262,7 +262,7 @@ kj::Promise<void> Server::websocket(const Route& route, Request req,
                  auto call = admit(route, *r);
                  return HttpReply{101, "", call.key.tenant, std::nullopt, {}};
                } catch (const ApiError& e) {
-                 return error_reply(e.code, e.message);
+                 return error_reply(e);
                }
              },
              busy_reply())

@@ -25,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono;
 using actors::Runtime;
-using actors::Status;
+using actors::SandboxStatus;
 
 vmm::ExecRequest sh(std::string cmd) {
   vmm::ExecRequest r;
@@ -128,7 +128,7 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
   actors::CreateRequest req;
   req.metadata = {{"team", "red"}};
   auto s = create(req);
-  ASSERT_EQ(s.status, Status::running);
+  ASSERT_EQ(s.status, SandboxStatus::running);
   EXPECT_EQ(s.id.rfind("sbx_", 0), 0u);
   EXPECT_EQ(s.id.size(), 20u);
   EXPECT_EQ(
@@ -146,13 +146,13 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
   EXPECT_EQ(rt_->list("acme")->size(), 1u);
   EXPECT_EQ(rt_->list("acme", std::nullopt, {{"team", "red"}})->size(), 1u);
   EXPECT_TRUE(rt_->list("acme", std::nullopt, {{"team", "blue"}})->empty());
-  EXPECT_TRUE(rt_->list("acme", Status::hibernated)->empty());
+  EXPECT_TRUE(rt_->list("acme", SandboxStatus::hibernated)->empty());
   auto m = rt_->set_metadata("acme", s.id, {{"team", "blue"}});
   ASSERT_TRUE(m);
   EXPECT_EQ(rt_->list("acme", std::nullopt, {{"team", "blue"}})->size(), 1u);
   auto k = rt_->kill("acme", s.id);
   ASSERT_TRUE(k);
-  EXPECT_EQ(k->status, Status::stopped);
+  EXPECT_EQ(k->status, SandboxStatus::stopped);
   EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, Code::sandbox_stopped);
   EXPECT_EQ(event_types(s.id),
             (std::vector<std::string>{"created", "started", "exec-started", "exec-finished",
@@ -163,7 +163,7 @@ TEST_F(RuntimeTest, CreateExecListAndTenantIsolation) {
 // sandbox ends a command in flight at once.
 TEST_F(RuntimeTest, ConcurrentCommandsFilesAndKillEndsACommandInFlight) {
   auto s = create();
-  ASSERT_EQ(s.status, Status::running);
+  ASSERT_EQ(s.status, SandboxStatus::running);
   auto long_start = steady_clock::now();
   std::optional<actors::Reply<vmm::ExecResult>> long_result;
   std::thread long_cmd([&] { long_result.emplace(rt_->exec("acme", s.id, sh("sleep 120"))); });
@@ -235,7 +235,7 @@ TEST_F(RuntimeTest, RecoveryUsesStateSnapshotsAndTheTail) {
   auto after = rt_->get("acme", s.id);
   ASSERT_TRUE(after);
   // The graceful shutdown killed it (one more event); everything else as before.
-  EXPECT_EQ(after->status, Status::stopped);
+  EXPECT_EQ(after->status, SandboxStatus::stopped);
   EXPECT_EQ(after->version, before.version + 1);
   EXPECT_EQ(after->metadata, before.metadata);
   EXPECT_EQ(after->expires_at_ms, before.expires_at_ms);
@@ -281,20 +281,20 @@ TEST_F(RuntimeTest, ConcurrentFirstCreatesShareOneBake) {
 
 TEST_F(RuntimeTest, HibernatedSandboxSurvivesAHostRestartAndWakesIntact) {
   auto s = create();
-  ASSERT_EQ(s.status, Status::running);
+  ASSERT_EQ(s.status, SandboxStatus::running);
   auto sha = run(s.id, "head -c 16777216 /dev/urandom > /tmp/blob && sha256sum /tmp/blob");
   ASSERT_EQ(sha.size(), 64u + 12u);
   auto h = rt_->hibernate("acme", s.id);
   ASSERT_TRUE(h) << h.error().message;
-  EXPECT_EQ(h->status, Status::hibernated);
+  EXPECT_EQ(h->status, SandboxStatus::hibernated);
   EXPECT_EQ(rt_->exec("acme", s.id, sh("true")).error().code, Code::sandbox_hibernated);
   restart();
   auto after = rt_->get("acme", s.id);
   ASSERT_TRUE(after);
-  EXPECT_EQ(after->status, Status::hibernated);
+  EXPECT_EQ(after->status, SandboxStatus::hibernated);
   auto w = rt_->wake("acme", s.id);
   ASSERT_TRUE(w) << w.error().message;
-  EXPECT_EQ(w->status, Status::running);
+  EXPECT_EQ(w->status, SandboxStatus::running);
   EXPECT_EQ(run(s.id, "sha256sum /tmp/blob"), sha);
 }
 
@@ -305,14 +305,14 @@ TEST_F(RuntimeTest, RunningSandboxesAreKilledOrHibernatedAtShutdownAndRecorded) 
   auto keep = create(p);
   run(keep.id, "echo kept > /tmp/kept");
   restart();
-  EXPECT_EQ(rt_->get("acme", plain.id)->status, Status::stopped);
-  EXPECT_EQ(rt_->get("acme", keep.id)->status, Status::hibernated);
+  EXPECT_EQ(rt_->get("acme", plain.id)->status, SandboxStatus::stopped);
+  EXPECT_EQ(rt_->get("acme", keep.id)->status, SandboxStatus::hibernated);
   ASSERT_TRUE(rt_->wake("acme", keep.id));
   EXPECT_EQ(run(keep.id, "cat /tmp/kept"), "kept\n");
 }
 
-Status wait_for(Runtime& rt, const std::string& id, Status want, int tenths = 150) {
-  Status st = Status::none;
+SandboxStatus wait_for(Runtime& rt, const std::string& id, SandboxStatus want, int tenths = 150) {
+  SandboxStatus st = SandboxStatus::none;
   for (int i = 0; i < tenths && st != want; ++i) {
     std::this_thread::sleep_for(milliseconds(100));
     auto g = rt.get("acme", id);
@@ -333,9 +333,9 @@ TEST_F(RuntimeTest, TtlReaperKillsPlainAndHibernatesPersistentSandboxes) {
   extended.ttl_seconds = 2;
   auto e = create(extended);
   ASSERT_TRUE(rt_->set_ttl("acme", e.id, 600));
-  EXPECT_EQ(wait_for(*rt_, p.id, Status::stopped), Status::stopped);
-  EXPECT_EQ(wait_for(*rt_, k.id, Status::hibernated), Status::hibernated);
-  EXPECT_EQ(rt_->get("acme", e.id)->status, Status::running);
+  EXPECT_EQ(wait_for(*rt_, p.id, SandboxStatus::stopped), SandboxStatus::stopped);
+  EXPECT_EQ(wait_for(*rt_, k.id, SandboxStatus::hibernated), SandboxStatus::hibernated);
+  EXPECT_EQ(rt_->get("acme", e.id)->status, SandboxStatus::running);
   EXPECT_EQ(rt_->set_ttl("acme", e.id, 1000000).error().code, Code::invalid_argument);
 }
 
@@ -377,7 +377,7 @@ TEST_F(RuntimeTest, EndedSandboxesGiveTheirThreadsBack) {
   for (auto& id : ended) {
     auto got = rt_->get("acme", id);
     ASSERT_TRUE(got);
-    EXPECT_EQ(got->status, Status::stopped);
+    EXPECT_EQ(got->status, SandboxStatus::stopped);
     auto again = rt_->exec("acme", id, sh("true"));
     ASSERT_FALSE(again);
     EXPECT_EQ(again.error().code, Code::sandbox_stopped);
@@ -401,7 +401,7 @@ TEST_F(RuntimeTest, EndedSandboxesRetireAfterTheirRetention) {
   ASSERT_TRUE(rt_->kill("acme", kept.id));
   auto got = rt_->get("acme", plain.id);
   ASSERT_TRUE(got) << "an ended sandbox answers within its retention";
-  EXPECT_EQ(got->status, Status::stopped);
+  EXPECT_EQ(got->status, SandboxStatus::stopped);
   auto gone = [&](const std::string& id) {
     for (int i = 0; i < 100; ++i) {
       auto g = rt_->get("acme", id);
@@ -433,7 +433,7 @@ TEST_F(RuntimeTest, ExecWakesAnAutoWakeSandbox) {
   run(s.id, "echo state > /tmp/state");
   ASSERT_TRUE(rt_->hibernate("acme", s.id));
   EXPECT_EQ(run(s.id, "cat /tmp/state"), "state\n");
-  EXPECT_EQ(rt_->get("acme", s.id)->status, Status::running);
+  EXPECT_EQ(rt_->get("acme", s.id)->status, SandboxStatus::running);
 }
 
 TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
@@ -445,7 +445,7 @@ TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
   actors::CreateRequest from;
   from.from_snapshot = *snap;
   auto c = create(from);
-  ASSERT_EQ(c.status, Status::running);
+  ASSERT_EQ(c.status, SandboxStatus::running);
   EXPECT_EQ(run(c.id, "cat /tmp/who"), "parent\n");
   // Another tenant cannot use it.
   from.tenant = "other";
@@ -455,12 +455,12 @@ TEST_F(RuntimeTest, SnapshotCreateFromSnapshotAndFork) {
   ASSERT_EQ(kids->size(), 2u);
   for (auto& k : *kids) {
     EXPECT_EQ(k.parent, s.id);
-    EXPECT_EQ(k.status, Status::running);
+    EXPECT_EQ(k.status, SandboxStatus::running);
     EXPECT_EQ(run(k.id, "cat /tmp/who"), "parent\n");
   }
   EXPECT_NE(run((*kids)[0].id, "cat /proc/sys/kernel/random/uuid"),
             run((*kids)[1].id, "cat /proc/sys/kernel/random/uuid"));
-  EXPECT_EQ(rt_->get("acme", s.id)->status, Status::running);
+  EXPECT_EQ(rt_->get("acme", s.id)->status, SandboxStatus::running);
   EXPECT_EQ(rt_->list("acme")->size(), 4u);
   // The fork's own snapshot goes once its children run (it is not one of the sandbox's): only
   // the named snapshot stays. One a crash left behind goes at the next start.
@@ -533,11 +533,11 @@ TEST_F(RuntimeTest, VmsOutliveACrashedHostAndAreAdopted) {
   start();
   auto adopted = rt_->get("acme", ids[0]);
   ASSERT_TRUE(adopted) << adopted.error().message;
-  EXPECT_EQ(adopted->status, Status::running);
+  EXPECT_EQ(adopted->status, SandboxStatus::running);
   EXPECT_EQ(run(ids[0], "cat /tmp/mark"), "adopted\n");  // same VM: its tmpfs is intact
   auto lost = rt_->get("acme", ids[1]);
   ASSERT_TRUE(lost);
-  EXPECT_EQ(lost->status, Status::failed);
+  EXPECT_EQ(lost->status, SandboxStatus::failed);
   EXPECT_EQ(lost->failure_reason.rfind("host_restart", 0), 0u) << lost->failure_reason;
   // The crashed host's warm pool members and spares outlived it too: recovery killed them all,
   // only the adopted VM runs (the new runtime makes its pools on first use).

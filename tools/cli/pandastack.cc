@@ -327,7 +327,7 @@ int replay(const Args& a) {
       problems.push_back(id + ": replayed " + mine.dump() + " but live " + live.dump());
   }
   for (auto& [id, s] : rebuilt)
-    if (s.status != actors::Status::none && !after.count(id) && !before.count(id) &&
+    if (s.status != actors::SandboxStatus::none && !after.count(id) && !before.count(id) &&
         !retired.count(id))
       problems.push_back(id + ": in the log (" + actors::to_string(s.status) +
                          ") but unknown to the daemon");
