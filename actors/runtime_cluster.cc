@@ -40,19 +40,24 @@ std::optional<Rejection> Runtime::Impl::claim(const std::string& id) {
   return std::nullopt;
 }
 
+namespace {
+// What a host offers of the snapshot in `dir` (files `carried` along).
+Reply<SnapshotOffer> offer_of_folder(const fs::path& dir, const std::vector<fs::path>& carried) {
+  auto snap = vmm::Snapshot::load(dir);
+  if (!snap) return Rejection{Code::internal, snap.error().message};
+  auto offer = vmm::offer_of(*snap, carried);
+  if (!offer) return Rejection{Code::internal, offer.error().message};
+  return std::move(*offer);
+}
+}  // namespace
+
 Reply<SnapshotOffer> Runtime::offer_snapshot(const std::string& tenant,
                                              const std::string& snapshot_id) {
   auto all = list(tenant);
   if (!all) return all.error();
   for (auto& sbx : *all)
     for (auto& s : sbx.snapshots)
-      if (s == snapshot_id) {
-        auto snap = vmm::Snapshot::load(impl_->env->snapshot_dir(s));
-        if (!snap) return Rejection{Code::internal, snap.error().message};
-        auto offer = vmm::offer_of(*snap);
-        if (!offer) return Rejection{Code::internal, offer.error().message};
-        return std::move(*offer);
-      }
+      if (s == snapshot_id) return offer_of_folder(impl_->env->snapshot_dir(s), {});
   return Rejection{Code::snapshot_not_found, "no snapshot " + snapshot_id};
 }
 
@@ -62,11 +67,7 @@ Reply<SnapshotOffer> Runtime::offer_hibernation(const std::string& tenant, const
   if (!info) return info.error();
   if (info->status != SandboxStatus::hibernated)
     return Rejection{Code::conflict, "sandbox " + id + " is not hibernated"};
-  auto snap = vmm::Snapshot::load(impl_->env->hibernated_dir(id));
-  if (!snap) return Rejection{Code::internal, snap.error().message};
-  auto offer = vmm::offer_of(*snap, carried);
-  if (!offer) return Rejection{Code::internal, offer.error().message};
-  return std::move(*offer);
+  return offer_of_folder(impl_->env->hibernated_dir(id), carried);
 }
 
 Reply<std::unique_ptr<SnapshotIntake>> Runtime::receive_snapshot(const std::string& tenant,

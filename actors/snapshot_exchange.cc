@@ -14,7 +14,7 @@ Reply<std::unique_ptr<OfferedFile>> OfferedFile::open(const SnapshotOffer& offer
   if (f->fd_ < 0) return Rejection{Code::internal, "cannot open " + f->path_.string()};
   auto extents = vmm::data_extents(f->fd_, offer.files[index].size);
   if (!extents) return Rejection{Code::internal, extents.error().message};
-  for (auto& e : *extents) f->extents_.push_back({e.offset, e.length});
+  f->extents_ = std::move(*extents);
   return f;
 }
 

@@ -29,9 +29,7 @@ class OfferedFile {
   OfferedFile(const OfferedFile&) = delete;
   OfferedFile& operator=(const OfferedFile&) = delete;
 
-  struct Extent {
-    uint64_t offset = 0, length = 0;
-  };
+  using Extent = vmm::Extent;
   const std::vector<Extent>& extents() const { return extents_; }
   // Reads `n` bytes at `offset` into `dest`: false when the file is shorter or unreadable.
   bool read(uint64_t offset, void* dest, size_t n) const;

@@ -42,13 +42,6 @@ struct WsSession {
   std::shared_ptr<CrossThreadQueue<WsFrame>> out;  // bounded (max_stream_buffer_bytes)
   std::shared_ptr<std::stop_source> stop = std::make_shared<std::stop_source>();
 
-  struct Outcome {
-    bool ok = true;
-    Code code = Code::internal;
-    std::string message;
-    uint32_t pid = 0;
-  };
-
   kj::Promise<void> send_text(std::string text) {
     auto owned = kj::heapString(text.data(), text.size());
     auto p = ws->send(owned.asArray());
@@ -86,17 +79,14 @@ struct WsSession {
             return fail(e.code, e.message);
           }
           req.keep_stdin_open = true;
+          using Started = actors::Reply<uint32_t>;
           return gw.pool
-              ->offload<Outcome>(
-                  [rt = &gw.rt, t = tenant, i = id, req] {
-                    auto r = rt->start_process(t, i, req);
-                    if (!r) return Outcome{false, r.error().code, r.error().message, 0};
-                    return Outcome{true, Code::internal, "", *r};
-                  },
-                  Outcome{false, Code::too_many_requests, "the server is busy", 0})
-              .then([this](Outcome o) -> kj::Promise<void> {
-                if (!o.ok) return fail(o.code, o.message);
-                pid = o.pid;
+              ->offload<Started>(
+                  [rt = &gw.rt, t = tenant, i = id, req] { return rt->start_process(t, i, req); },
+                  Started(ApiError{Code::too_many_requests, "the server is busy"}))
+              .then([this](Started started) -> kj::Promise<void> {
+                if (!started) return fail(started.error().code, started.error().message);
+                pid = *started;
                 start_output();
                 Json j = Json::object();
                 j.set("type", "started");

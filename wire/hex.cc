@@ -35,10 +35,9 @@ std::optional<std::string> hex_decode(std::string_view hex) {
 std::string fnv1a_hex(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, h >>= 4) out[size_t(i)] = kDigits[h & 15];
-  return out;
+  char be[8];  // most significant byte first
+  for (int i = 7; i >= 0; --i, h >>= 8) be[i] = char(h & 0xff);
+  return hex_encode(std::string_view(be, sizeof be));
 }
 
 }  // namespace pandastack::wire
