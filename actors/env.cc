@@ -238,6 +238,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.egress = s.egress;
   i.ports = s.ports;
   i.volumes = s.volumes;
+  i.previews = s.previews;
   i.moved_to = s.moved_to;
   i.vcpus = s.vcpus;
   i.memory_mib = s.memory_mib;

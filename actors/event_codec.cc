@@ -229,6 +229,18 @@ std::string encode_event(const Event& e) {
     case K::migrated:
       b.setMigrated(e.host);
       break;
+    case K::preview_opened: {
+      auto p = b.initPreviewOpened();
+      p.setPort(e.preview.port);
+      p.setIsPublic(e.preview.is_public);
+      p.setCreatedAtMs(e.preview.created_at_ms);
+      p.setExpiresAtMs(e.preview.expires_at_ms);
+      p.setNonce(e.preview.nonce);
+      break;
+    }
+    case K::preview_closed:
+      b.setPreviewClosed(e.port);
+      break;
   }
   return codec::to_bytes(msg);
 }
@@ -373,6 +385,17 @@ std::optional<Event> decode_event(const std::string& bytes) {
             e.kind = K::migrated;
             e.host = r.getMigrated().cStr();
             break;
+          case w::SandboxEvent::PREVIEW_OPENED: {
+            e.kind = K::preview_opened;
+            auto p = r.getPreviewOpened();
+            e.preview = Preview{p.getPort(), p.getIsPublic(), p.getCreatedAtMs(),
+                                p.getExpiresAtMs(), p.getNonce().cStr()};
+            break;
+          }
+          case w::SandboxEvent::PREVIEW_CLOSED:
+            e.kind = K::preview_closed;
+            e.port = r.getPreviewClosed();
+            break;
           default:
             return std::nullopt;  // a kind this build does not know
         }
@@ -435,7 +458,13 @@ std::string event_to_json(const Event& e) {
       break;
     case Event::Kind::port_exposed:
     case Event::Kind::port_unexposed:
+    case Event::Kind::preview_closed:
       j.set("port", e.port);
+      break;
+    case Event::Kind::preview_opened:  // (its nonce stays out of the audit log)
+      j.set("port", e.preview.port);
+      j.set("public", e.preview.is_public);
+      j.set("expires_at_ms", e.preview.expires_at_ms);
       break;
     case Event::Kind::process_started:
       j.set("pid", e.pid);
@@ -540,6 +569,19 @@ std::string encode_state(const SandboxState& s) {
   Json ports = Json::array();
   for (auto p : s.ports) ports.push(p);
   j.set("ports", ports);
+  if (!s.previews.empty()) {
+    Json previews = Json::array();
+    for (auto& [port, p] : s.previews) {
+      Json o = Json::object();
+      o.set("port", p.port);
+      o.set("public", p.is_public);
+      o.set("created_at_ms", p.created_at_ms);
+      o.set("expires_at_ms", p.expires_at_ms);
+      o.set("nonce", p.nonce);
+      previews.push(o);
+    }
+    j.set("previews", previews);
+  }
   j.set("volumes", volumes_json(s.volumes));
   if (!s.moved_to.empty()) j.set("moved_to", s.moved_to);
   return j.dump();
@@ -608,6 +650,16 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   if (o["ports"].is_array())
     for (auto& p : o["ports"].as_array())
       if (p.is_integer()) s.ports.insert(uint32_t(p.as_int()));
+  if (o["previews"].is_array())
+    for (auto& p : o["previews"].as_array()) {
+      if (!p.is_object() || !p["port"].is_integer() || !p["public"].is_bool() ||
+          !p["created_at_ms"].is_integer() || !p["expires_at_ms"].is_integer() ||
+          !p["nonce"].is_string())
+        return std::nullopt;
+      Preview v{uint32_t(p["port"].as_int()), p["public"].as_bool(), p["created_at_ms"].as_int(),
+                p["expires_at_ms"].as_int(), p["nonce"].as_string()};
+      s.previews[v.port] = v;
+    }
   if (o["volumes"].is_array())
     for (auto& v : o["volumes"].as_array()) {
       if (!v.is_object() || !v["volume"].is_string() || !v["mount"].is_string() ||

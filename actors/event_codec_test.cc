@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::migrated); ++k) {
+  for (int k = 0; k <= int(Event::Kind::preview_closed); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -41,6 +41,7 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.path = "/tmp/f";
     e.bytes = 5000000000ull;
     e.host = "h2";
+    e.preview = Preview{3000, true, 11, 22, "nonce1"};
     auto bytes = encode_event(e);
     auto back = decode_event(bytes);
     ASSERT_TRUE(back) << to_string(e.kind);
@@ -76,6 +77,12 @@ TEST(EventCodec, EveryKindRoundTrips) {
     }
     if (e.kind == Event::Kind::migrated) {
       EXPECT_EQ(back->host, "h2");
+    }
+    if (e.kind == Event::Kind::preview_opened) {
+      EXPECT_EQ(back->preview, e.preview);
+    }
+    if (e.kind == Event::Kind::preview_closed) {
+      EXPECT_EQ(back->port, 8080u);
     }
   }
 }
@@ -114,6 +121,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.egress = Egress{"allowlist", {"192.0.2.0/24"}, {}};
   s.subnet = 12;
   s.ports = {80, 8080};
+  s.previews[3000] = Preview{3000, false, 5, 6, "n1"};
   auto d = decode_state(encode_state(s));
   ASSERT_TRUE(d);
   EXPECT_EQ(encode_state(*d), encode_state(s));
@@ -122,6 +130,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   EXPECT_EQ(d->egress, s.egress);
   EXPECT_EQ(d->subnet, 12u);
   EXPECT_EQ(d->ports, (std::set<uint32_t>{80, 8080}));
+  EXPECT_EQ(d->previews, s.previews);
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

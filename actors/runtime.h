@@ -113,7 +113,8 @@ struct SandboxInfo {
   uint64_t version = 0;  // events applied (the stream's length)
   bool network = false;
   Egress egress;
-  std::set<uint32_t> ports;  // exposed guest ports
+  std::set<uint32_t> ports;              // exposed guest ports
+  std::map<uint32_t, Preview> previews;  // guest port -> preview URL (gateway/previews.h)
   std::vector<SandboxVolume> volumes;
   std::string moved_to;                // ended here by a migration to this host (cluster mode)
   uint32_t vcpus = 0, memory_mib = 0;  // its guest's shape (its template's)
@@ -388,6 +389,22 @@ class Runtime {
   Reply<std::vector<PortInfo>> unexpose_port(const std::string& tenant, const std::string& id,
                                              uint32_t port);
   Reply<std::vector<PortInfo>> ports(const std::string& tenant, const std::string& id);
+  // Preview URLs (gateway/previews.h): guest `port` served through the daemon's HTTP server.
+  // Opening a port's preview again replaces it (a new nonce: the old URLs stop working).
+  // `ttl_seconds` 0: the default (Limits::default_preview_ttl_seconds).
+  Reply<Preview> open_preview(const std::string& tenant, const std::string& id, uint32_t port,
+                              bool is_public, uint32_t ttl_seconds);
+  Reply<std::vector<Preview>> previews(const std::string& tenant, const std::string& id);
+  Reply<SandboxInfo> close_preview(const std::string& tenant, const std::string& id, uint32_t port);
+  // The proxy's two calls. `preview_target`: sandbox `id` whoever owns it (its tenant, status
+  // and previews are in the answer), for a caller that checks access itself (a preview token).
+  Reply<SandboxInfo> preview_target(const std::string& id);
+  // A TCP connection to guest `port` of the tenant's running sandbox (a hibernated one with
+  // auto_wake wakes first), made from inside its network namespace; counts as use for its idle
+  // timeout. The caller owns the socket (blocking mode). upstream_unreachable when nothing
+  // accepts within `timeout`.
+  Reply<int> connect_guest(const std::string& tenant, const std::string& id, uint32_t port,
+                           std::chrono::milliseconds timeout);
   // Replaces the egress policy (applied at once to a running VM, at wake to a hibernated one).
   Reply<SandboxInfo> set_egress(const std::string& tenant, const std::string& id,
                                 const Egress& egress);

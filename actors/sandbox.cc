@@ -85,6 +85,10 @@ const char* to_string(Event::Kind k) {
       return "file-removed";
     case Event::Kind::migrated:
       return "migrated";
+    case Event::Kind::preview_opened:
+      return "preview-opened";
+    case Event::Kind::preview_closed:
+      return "preview-closed";
     case Event::Kind::failed:
       return "failed";
   }
@@ -387,6 +391,37 @@ struct Decider {
     e.command = c.command.substr(0, 4096);
     return std::vector<Event>{e};
   }
+  Decision operator()(const cmd::OpenPreview& c) const {
+    if (!s.live()) return not_running(s, "open a preview");
+    if (!s.network)
+      return reject(Code::network_disabled, "sandbox " + s.id +
+                                                " was created without a network: its ports "
+                                                "cannot be reached");
+    if (c.port == 0 || c.port > 65535)
+      return reject(Code::invalid_argument, "port must be within 1..65535");
+    uint32_t ttl = c.ttl_seconds ? c.ttl_seconds : limits.default_preview_ttl_seconds;
+    if (ttl > limits.max_preview_ttl_seconds)
+      return reject(Code::invalid_argument, "ttl_seconds must be at most " +
+                                                std::to_string(limits.max_preview_ttl_seconds));
+    if (c.nonce.empty()) return reject(Code::internal, "a preview needs a nonce");
+    if (!s.previews.count(c.port) && s.previews.size() >= limits.max_previews)
+      return reject(Code::too_many_previews, "a sandbox has at most " +
+                                                 std::to_string(limits.max_previews) +
+                                                 " preview URLs (close one first)");
+    Event e = ev(Event::Kind::preview_opened, now);
+    e.preview = Preview{c.port, c.is_public, now, now + int64_t(ttl) * 1000, c.nonce};
+    return std::vector<Event>{e};
+  }
+  Decision operator()(const cmd::ClosePreview& c) const {
+    if (s.status == SandboxStatus::none)
+      return reject(Code::sandbox_not_found, "no sandbox " + s.id);
+    if (!s.previews.count(c.port))
+      return reject(Code::preview_not_found,
+                    "port " + std::to_string(c.port) + " has no preview URL");
+    Event e = ev(Event::Kind::preview_closed, now);
+    e.port = c.port;
+    return std::vector<Event>{e};
+  }
   Decision operator()(const cmd::RecordFile& c) const {
     if (!s.live()) return std::vector<Event>{};
     Event e = ev(c.removed ? Event::Kind::file_removed : Event::Kind::file_written, now);
@@ -650,6 +685,13 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.status = SandboxStatus::stopped;
       s.moved_to = e.host;
       s.hibernation_snapshot.clear();
+      break;
+    case K::preview_opened:
+      if (!s.live() || !s.network) impossible(s, e);
+      s.previews[e.preview.port] = e.preview;
+      break;
+    case K::preview_closed:
+      if (!s.previews.erase(e.port)) impossible(s, e);
       break;
   }
   ++s.version;

@@ -61,6 +61,17 @@ struct SandboxVolume {
   bool operator==(const SandboxVolume&) const = default;
 };
 
+// A guest port served through the daemon's HTTP server at a preview URL (gateway/previews.h).
+// Its tokens are an HMAC over (sandbox, port, expiry, nonce): a new nonce (the port opened again)
+// revokes every token of the previous one.
+struct Preview {
+  uint32_t port = 0;
+  bool is_public = false;  // no token needed
+  int64_t created_at_ms = 0, expires_at_ms = 0;
+  std::string nonce;  // random, chosen by the caller of OpenPreview
+  bool operator==(const Preview&) const = default;
+};
+
 struct Event {
   enum class Kind {
     created,
@@ -89,7 +100,9 @@ struct Event {
     file_removed,     // `path`
     // It moved to host `host` (a migration, from hibernated): ended here. A created event may
     // follow in the same stream when it comes back.
-    migrated
+    migrated,
+    preview_opened,  // `preview`: guest port `preview.port` is served at a preview URL
+    preview_closed   // `port`: its preview URL is revoked
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -117,7 +130,8 @@ struct Event {
   Egress egress;                       // created, egress_changed
   std::vector<SandboxVolume> volumes;  // created
   uint32_t subnet = 0;                 // network_attached
-  uint32_t port = 0;                   // port_exposed, port_unexposed
+  uint32_t port = 0;                   // port_exposed, port_unexposed, preview_closed
+  Preview preview;                     // preview_opened
   // audit
   uint32_t pid = 0;    // process_started (and `command`)
   std::string path;    // file_written, file_removed
@@ -150,7 +164,8 @@ struct SandboxState {
   Egress egress;
   std::optional<uint32_t> subnet;  // while its VM runs with a network: the host subnet it holds
   std::set<uint32_t> ports;        // guest ports exposed on the host (re-exposed at every start)
-  std::vector<SandboxVolume> volumes;  // bound at every start; mounted by the create
+  std::map<uint32_t, Preview> previews;  // guest port -> its preview (expired ones included)
+  std::vector<SandboxVolume> volumes;    // bound at every start; mounted by the create
   // Ended here by a migration: the host it lives on now (stopped). It may come back (created).
   std::string moved_to;
 
@@ -179,8 +194,12 @@ struct Limits {
   uint32_t max_fork_children = 16;
   uint32_t max_concurrent_execs = 16;  // commands in flight per sandbox (exec and streams)
   uint32_t max_exposed_ports = 16;     // guest ports exposed on the host per sandbox
-  uint32_t max_processes = 64;         // background processes running per sandbox (and WebSocket
-                                       // commands): more are 429 too_many_processes
+  uint32_t max_previews = 16;          // preview URLs per sandbox (expired ones count until closed
+                                       // or opened again)
+  uint32_t default_preview_ttl_seconds = 3600;
+  uint32_t max_preview_ttl_seconds = 7 * 24 * 3600;
+  uint32_t max_processes = 64;  // background processes running per sandbox (and WebSocket
+                                // commands): more are 429 too_many_processes
 };
 
 namespace cmd {
@@ -243,6 +262,15 @@ struct ExposePort {
 struct UnexposePort {
   uint32_t port = 0;
 };
+struct OpenPreview {  // opens (or opens again, with a new nonce and expiry) a port's preview
+  uint32_t port = 0;
+  bool is_public = false;
+  uint32_t ttl_seconds = 0;  // 0: the default
+  std::string nonce;
+};
+struct ClosePreview {
+  uint32_t port = 0;
+};
 struct DeleteSnapshot {  // one of the sandbox's named snapshots, in any state of the sandbox
   std::string snapshot_id;
 };
@@ -274,7 +302,8 @@ using Command =
                  cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone,
                  cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
                  cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
-                 cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile>;
+                 cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
+                 cmd::OpenPreview, cmd::ClosePreview>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

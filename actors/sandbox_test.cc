@@ -490,6 +490,31 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   run(cmd::ExposePort{81});
   run(cmd::UnexposePort{81});
   EXPECT_EQ(s.ports, (std::set<uint32_t>{8080}));
+  // Previews: opened with the default TTL, opened again (a new nonce replaces the old one),
+  // bounded (count, TTL, port), closed; a missing one is preview_not_found.
+  run(cmd::OpenPreview{3000, false, 0, "n1"});
+  ASSERT_EQ(s.previews.count(3000), 1u);
+  EXPECT_EQ(s.previews[3000].expires_at_ms - s.previews[3000].created_at_ms, 3600 * 1000);
+  run(cmd::OpenPreview{3000, true, 60, "n2"});
+  EXPECT_EQ(s.previews[3000], (Preview{3000, true, kNow, kNow + 60000, "n2"}));
+  for (uint32_t bad : {0u, 65536u})
+    EXPECT_EQ(std::get<Rejection>(decide(s, cmd::OpenPreview{bad, false, 0, "n"}, kNow)).code,
+              Code::invalid_argument);
+  EXPECT_EQ(
+      std::get<Rejection>(decide(s, cmd::OpenPreview{1, false, 8 * 24 * 3600, "n"}, kNow)).code,
+      Code::invalid_argument);
+  Limits one_preview;
+  one_preview.max_previews = 1;
+  EXPECT_EQ(
+      std::get<Rejection>(decide(s, cmd::OpenPreview{81, false, 0, "n"}, kNow, one_preview)).code,
+      Code::too_many_previews);
+  EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(
+      decide(s, cmd::OpenPreview{3000, false, 0, "n3"}, kNow, one_preview)));  // (replaces)
+  EXPECT_EQ(std::get<Rejection>(decide(s, cmd::ClosePreview{81}, kNow)).code,
+            Code::preview_not_found);
+  run(cmd::OpenPreview{81, false, 0, "n4"});
+  run(cmd::ClosePreview{81});
+  EXPECT_EQ(s.previews.size(), 1u);
   // Hibernation releases the subnet; the wake records the new one.
   run(cmd::Hibernate{"hib"});
   run(cmd::TransitionDone{});
@@ -508,6 +533,8 @@ TEST(SandboxNetwork, SubnetIsRecordedOnStartAndReleasedWhenTheVmGoes) {
   ASSERT_TRUE(std::holds_alternative<Rejection>(r));
   EXPECT_EQ(std::get<Rejection>(r).code, Code::network_disabled);
   EXPECT_EQ(std::get<Rejection>(decide(plain, cmd::ExposePort{80}, kNow)).code,
+            Code::network_disabled);
+  EXPECT_EQ(std::get<Rejection>(decide(plain, cmd::OpenPreview{80, false, 0, "n"}, kNow)).code,
             Code::network_disabled);
   // ... and a started event carries no subnet for it.
   SandboxState creating = in(SandboxStatus::creating);

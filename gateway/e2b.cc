@@ -16,71 +16,27 @@
 #include <vector>
 
 #include "gateway/http_util.h"
+#include "gateway/signing.h"
 #include "wire/hex.h"
 
 namespace pandastack::gateway::e2b {
 
 namespace {
 
-std::string b64url(std::string_view raw) {
-  std::string s = base64_encode(raw);
-  for (auto& c : s) {
-    if (c == '+') c = '-';
-    if (c == '/') c = '_';
-  }
-  while (!s.empty() && s.back() == '=') s.pop_back();
-  return s;
-}
-
-std::optional<std::string> unb64url(std::string_view s) {
-  if (s.size() > 512) return std::nullopt;
-  std::string t(s);
-  for (auto& c : t) {
-    if (c == '-')
-      c = '+';
-    else if (c == '_')
-      c = '/';
-  }
-  while (t.size() % 4) t += '=';
-  return base64_decode(t);
-}
-
-std::string hmac(const std::string& key, const std::string& msg) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  HMAC(EVP_sha256(), key.data(), int(key.size()),
-       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
-  return std::string(reinterpret_cast<char*>(out), len);
-}
-
 std::unique_ptr<Tokens> g_tokens;
 
 }  // namespace
 
 std::optional<Tokens> Tokens::load(const std::string& path, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  std::string secret((std::istreambuf_iterator<char>(in)), {});
-  if (secret.size() == 32) return Tokens(secret);
-  secret.assign(32, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()), 32) != 1) {
-    *error = "no random bytes for the E2B token secret";
-    return std::nullopt;
-  }
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0 || ::write(fd, secret.data(), secret.size()) != ssize_t(secret.size()) ||
-      ::fsync(fd) != 0 || ::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    if (fd >= 0) ::close(fd);
-    *error = "cannot write " + path;
-    return std::nullopt;
-  }
-  return Tokens(secret);
+  auto secret = load_or_make_secret(path, error);
+  if (!secret) return std::nullopt;
+  return Tokens(*secret);
 }
 
 std::string Tokens::mac(const std::string& tenant, const std::string& key_id, int64_t expires,
                         const std::string& sandbox) const {
-  return hmac(secret_,
-              "e2b2\n" + tenant + "\n" + key_id + "\n" + std::to_string(expires) + "\n" + sandbox);
+  return hmac_sha256(
+      secret_, "e2b2\n" + tenant + "\n" + key_id + "\n" + std::to_string(expires) + "\n" + sandbox);
 }
 
 std::string Tokens::issue(const std::string& tenant, const std::string& key_id,
@@ -113,8 +69,7 @@ std::optional<Tokens::Claims> Tokens::verify(std::string_view token, const std::
     expires = expires * 10 + (c - '0');
   }
   auto want = mac(*tenant, key_id, expires, sandbox);
-  if (got->size() != want.size() || CRYPTO_memcmp(got->data(), want.data(), want.size()) != 0)
-    return std::nullopt;
+  if (!equal_secret(*got, want)) return std::nullopt;
   if (expires <= now) return std::nullopt;
   return Claims{*tenant, key_id, expires};
 }

@@ -57,6 +57,9 @@ const char* kUsage = R"(usage: pandastackd [options]
                       198.18/15, the host's own interface prefixes...) that egress policies may
                       reach; by default no sandbox reaches any of them, whatever its policy
   --ports-host ADDR   host address exposed guest ports listen on (default 127.0.0.1)
+  --preview-domain D  preview URLs are http://PORT-ID.D/ (default localhost:<API port>: browsers
+                      resolve *.localhost to this machine; else a wildcard DNS name of this host)
+  --preview-scheme S  http or https (behind a TLS-terminating proxy) in preview URLs (default http)
   --dns-upstream IP[:PORT]  where sandbox resolvers send allowed names (default: the first IPv4
                       nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
   --quota-sandboxes N, --quota-memory-mib N, --quota-snapshots N, --quota-snapshot-mib N,
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
               level = "info";
   actors::RuntimeConfig config;
   gateway::Limits api_limits;
+  gateway::PreviewSettings preview;
   bool jail = true;
   config.network = true;
   actors::ClusterConfig cluster;
@@ -232,7 +236,13 @@ int main(int argc, char** argv) {
         if (!item.empty()) config.net.reserved_allowed.push_back(item);
     } else if (a == "--ports-host")
       config.ports_host = value();
-    else if (a == "--dns-upstream")
+    else if (a == "--preview-domain")
+      preview.domain = value();
+    else if (a == "--preview-scheme") {
+      preview.scheme = value();
+      if (preview.scheme != "http" && preview.scheme != "https")
+        usage_error("--preview-scheme: http or https");
+    } else if (a == "--dns-upstream")
       dns_upstream = value();
     else if (a == "--default-egress") {
       config.default_egress.mode = value();
@@ -420,6 +430,8 @@ int main(int argc, char** argv) {
   }  // (a key made before is in the key file: it is not printed, nor logged, again)
 
   auto gw = std::make_unique<gateway::Gateway>(*runtime, io.provider->getTimer(), api_limits);
+  if (preview.domain.empty()) preview.domain = "localhost:" + std::to_string(listener->getPort());
+  gw->serve_previews(*io.lowLevelProvider, preview);
   auto serving = gw->listen(*listener).eagerlyEvaluate([](kj::Exception&& e) {
     spdlog::critical("gateway stopped: {}", e.getDescription().cStr());
   });

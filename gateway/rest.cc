@@ -2,8 +2,6 @@
 
 #include <kj/compat/url.h>
 #include <kj/debug.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -18,6 +16,7 @@
 #include "gateway/e2b.h"
 #include "gateway/rpc.h"
 #include "gateway/server.h"
+#include "gateway/signing.h"
 
 namespace pandastack::gateway {
 
@@ -160,6 +159,12 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
       h_connect_timeout(builder.add("Connect-Timeout-Ms")),
       h_traffic_token(builder.add("E2B-Traffic-Access-Token")),
       h_forwarded(builder.add(Peers::kForwardedHeader)),
+      h_cookie(builder.add("Cookie")),
+      h_x_forwarded_for(builder.add("X-Forwarded-For")),
+      h_x_forwarded_host(builder.add("X-Forwarded-Host")),
+      h_x_forwarded_proto(builder.add("X-Forwarded-Proto")),
+      h_x_forwarded_prefix(builder.add("X-Forwarded-Prefix")),
+      h_csp(builder.add("Content-Security-Policy")),
       table(builder.build()) {
   // The E2B surface's access tokens (gateway/e2b.h): a secret of the data folder.
   std::string error;
@@ -183,8 +188,8 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   for (auto table :
        {system_routes(), sandbox_routes(), exec_routes(), file_routes(), snapshot_routes(),
         admin_routes(), quota_routes(), volume_routes(), database_routes(), code_routes(),
-        template_routes(), dashboard_routes(), e2b_api_routes(), e2b_envd_routes(),
-        e2b_code_routes(), cluster_routes(), cluster_move_routes()})
+        preview_routes(), template_routes(), dashboard_routes(), e2b_api_routes(),
+        e2b_envd_routes(), e2b_code_routes(), cluster_routes(), cluster_move_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
   spread_lists(routes);
 }
@@ -248,11 +253,22 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
                                          kj::HttpService::Response& response, bool from_peer,
                                          std::shared_ptr<std::stop_source> peer_stop) {
   auto t0 = Clock::now();
+  // A preview's request goes to its sandbox, never to the API: by its Host (any path), or by its
+  // path under /v1/sandboxes/{id}/previews/{port}/.
+  KJ_IF_MAYBE (host, headers.get(kj::HttpHeaderId::HOST)) {
+    if (auto a = preview_by_host(host->cStr(), preview.domain, url.cStr()))
+      return proxy_preview(std::move(*a), fd, method, headers, body, response, t0);
+  }
+  if (auto a = preview_by_path(url.cStr()))
+    return proxy_preview(std::move(*a), fd, method, headers, body, response, t0);
   auto parsed = kj::Url::tryParse(url, kj::Url::HTTP_REQUEST);
   Request req;
   req.method = method;
   req.conn_fd = fd;
   req.peer_stop = std::move(peer_stop);
+  KJ_IF_MAYBE (host, headers.get(kj::HttpHeaderId::HOST)) {
+    if (host->size() <= 255) req.host = host->cStr();
+  }
   std::vector<std::string> segments;
   KJ_IF_MAYBE (u, parsed) {
     for (auto& s : u->path) segments.emplace_back(s.cStr());
@@ -625,22 +641,31 @@ kj::Promise<void> Gateway::listen(kj::ConnectionReceiver& listener) {
   return impl_->acceptor.listen(listener);
 }
 
+void Gateway::serve_previews(kj::LowLevelAsyncIoProvider& io, PreviewSettings settings) {
+  auto& s = impl_->server;
+  std::string error;
+  auto secret =
+      load_or_make_secret((s.rt.config().data_dir / "preview-token-secret").string(), &error);
+  if (!secret) throw std::runtime_error(error);
+  s.preview = std::move(settings);
+  s.preview_tokens = std::make_unique<PreviewTokens>(*secret);
+  s.lowlevel = &io;
+}
+
 kj::Promise<void> Gateway::serve_peers(kj::AsyncIoProvider& io, kj::ConnectionReceiver& listener,
                                        PeerAuth auth) {
   auto& s = impl_->server;
   // E2B access tokens are the cluster's: any host verifies a token another host issued. Their
   // key is the cluster's own (e2b-tokens.key), never derived from a peer credential; only an
   // insecure cluster derives it from its shared secret.
-  if (auth.tls) {
-    e2b::set_tokens(e2b::Tokens(auth.tls->e2b_tokens_key));
-  } else {
-    unsigned char key[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    const std::string label = "pandastack e2b access tokens";
-    HMAC(EVP_sha256(), auth.secret.data(), int(auth.secret.size()),
-         reinterpret_cast<const unsigned char*>(label.data()), label.size(), key, &len);
-    e2b::set_tokens(e2b::Tokens(std::string(reinterpret_cast<char*>(key), len)));
-  }
+  std::string tokens_key = auth.tls ? auth.tls->e2b_tokens_key
+                                    : derive_secret(auth.secret, "pandastack e2b access tokens");
+  e2b::set_tokens(e2b::Tokens(tokens_key));
+  // Preview tokens are the cluster's too (any host checks them, a migrated sandbox keeps its
+  // URLs), under a key of their own derived from it.
+  if (s.preview_tokens)
+    s.preview_tokens =
+        std::make_unique<PreviewTokens>(derive_secret(tokens_key, "pandastack preview tokens"));
   s.peers = std::make_unique<Peers>(s, io, std::move(auth));
   return s.peers->listen(listener);
 }

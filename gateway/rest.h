@@ -14,6 +14,7 @@
 
 #include "actors/runtime.h"
 #include "gateway/peer_transport.h"
+#include "gateway/previews.h"
 
 namespace pandastack::gateway {
 
@@ -49,6 +50,11 @@ class Gateway {
 
   // Serves HTTP on `listener` until the returned promise is cancelled.
   kj::Promise<void> listen(kj::ConnectionReceiver& listener);
+  // Serves preview URLs (gateway/previews.h): host-based under `settings.domain` and path-based
+  // under /v1/sandboxes/{id}/previews/{port}/; without this call both answer 501. `io`: the
+  // loop's own (connections to guests). Their token key is DATA/preview-token-secret, replaced
+  // in a cluster by one derived from the cluster's token key (serve_peers, called after this).
+  void serve_previews(kj::LowLevelAsyncIoProvider& io, PreviewSettings settings);
   // Cluster mode: serves peers (wire/cluster.capnp) on `listener` and forwards requests for ids
   // other hosts own to them. `secret`: the cluster secret; `self`: this host's id. Call once,
   // before listen() serves requests.

@@ -77,6 +77,15 @@ std::string Server::metrics() {
   create_latency.render(out, "pandastack_create_seconds", "Create latency (server side).");
   exec_latency.render(out, "pandastack_exec_seconds", "Command latency (server side).");
   out +=
+      "# HELP pandastack_preview_requests_total Requests to preview URLs, by outcome (proxied, "
+      "websocket, redirected: a token traded for a cookie, refused).\n"
+      "# TYPE pandastack_preview_requests_total counter\n";
+  for (auto outcome : {"proxied", "websocket", "redirected", "refused"}) {
+    auto it = preview_requests.find(outcome);
+    out += std::string("pandastack_preview_requests_total{outcome=\"") + outcome + "\"} " +
+           std::to_string(it == preview_requests.end() ? 0 : it->second) + "\n";
+  }
+  out +=
       "# HELP pandastack_http_responses_total Responses by status.\n"
       "# TYPE pandastack_http_responses_total counter\n";
   for (auto& [s, n] : responses_by_status)

@@ -23,6 +23,7 @@
 #include "gateway/api_types.h"
 #include "gateway/http_util.h"
 #include "gateway/peers.h"
+#include "gateway/previews.h"
 #include "gateway/rate_limit.h"
 #include "gateway/rest.h"
 #include "gateway/worker_pool.h"
@@ -89,6 +90,7 @@ std::vector<Route> quota_routes();      // quotas: one's own, a tenant's (admin)
 std::vector<Route> volume_routes();     // volumes
 std::vector<Route> database_routes();   // managed databases
 std::vector<Route> code_routes();       // the code interpreter and its contexts
+std::vector<Route> preview_routes();    // preview URLs: open, list, get, close (routes_previews.cc)
 std::vector<Route> template_routes();   // templates: shipped ones, custom builds
 std::vector<Route> dashboard_routes();  // the dashboard's page and files (dashboard.cc)
 Json template_json(const actors::TemplateState& t);  // a custom template as the API shows it
@@ -147,6 +149,8 @@ struct Server final : public kj::HttpService {
       h_next_token;
   kj::HttpHeaderId h_x_api_key, h_e2b_sandbox_id, h_x_access_token, h_connect_timeout,
       h_traffic_token, h_forwarded;
+  kj::HttpHeaderId h_cookie, h_x_forwarded_for, h_x_forwarded_host, h_x_forwarded_proto,
+      h_x_forwarded_prefix, h_csp;
   kj::Own<kj::HttpHeaderTable> table;
   kj::Own<kj::HttpServer> server;
   std::vector<Route> routes;
@@ -165,6 +169,12 @@ struct Server final : public kj::HttpService {
   uint64_t creates = 0, execs = 0;
   Histogram create_latency{{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
   Histogram exec_latency{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30}};
+  std::map<std::string, uint64_t> preview_requests;  // by outcome: proxied, websocket, refused...
+  // Preview URLs (previews.h, preview_proxy.cc), set by Gateway::serve_previews; until then a
+  // preview request is 501.
+  PreviewSettings preview;
+  std::unique_ptr<PreviewTokens> preview_tokens;
+  kj::LowLevelAsyncIoProvider* lowlevel = nullptr;
 
   Server(actors::Runtime& r, kj::Timer& t, Limits l);
   ~Server();
@@ -184,6 +194,11 @@ struct Server final : public kj::HttpService {
                                    const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                    kj::HttpService::Response& response, bool from_peer = false,
                                    std::shared_ptr<std::stop_source> peer_stop = nullptr);
+  // A request addressed to a preview (by its Host or path): checked, then proxied to the guest.
+  kj::Promise<void> proxy_preview(PreviewAddress a, int fd, kj::HttpMethod method,
+                                  const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                                  kj::HttpService::Response& response, Clock::time_point t0);
+  void count_preview(const std::string& outcome);
   // The request after routing (its Authorization read): auth, body, handler (also a peer's
   // forwarded request).
   kj::Promise<void> serve(const Route& route, Request req, const kj::HttpHeaders& headers,

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "vmm-driver/network.h"
 
@@ -51,6 +52,47 @@ bool pump(Pipe& p, short in, short out, char* buf, size_t cap) {
 }
 
 }  // namespace
+
+Result<int> connect_guest(int netns_fd, uint16_t guest_port, std::chrono::milliseconds timeout) {
+  int fd = -1, err = 0;
+  std::string what;
+  // A thread of its own enters the namespace (and ends there): the caller's stays where it is.
+  std::thread t([&] {
+    if (::setns(netns_fd, CLONE_NEWNET) != 0) {
+      err = errno, what = "entering the sandbox's network namespace";
+      return;
+    }
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) err = errno, what = "socket";
+  });
+  t.join();
+  if (fd < 0) return make_error(ErrorCode::io_error, errno_text(what, err));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(guest_port);
+  ::inet_pton(AF_INET, kGuestAddress, &a.sin_addr);
+  auto fail = [&](ErrorCode code, const std::string& why) {
+    ::close(fd);
+    return make_error(code, why);
+  };
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (errno != EINPROGRESS) return fail(ErrorCode::io_error, errno_text("connect", errno));
+    pollfd p{fd, POLLOUT, 0};
+    int n;
+    do n = ::poll(&p, 1, int(timeout.count()));
+    while (n < 0 && errno == EINTR);
+    if (n == 0)
+      return fail(ErrorCode::timeout, "no answer from guest port " + std::to_string(guest_port) +
+                                          " within " + std::to_string(timeout.count()) + " ms");
+    socklen_t l = sizeof err;
+    err = 0;
+    if (n < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) != 0 || err != 0)
+      return fail(ErrorCode::io_error, errno_text("connect", err ? err : errno));
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
 
 struct PortForward::Conn {
   int client = -1, guest = -1;

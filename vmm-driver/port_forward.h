@@ -4,6 +4,7 @@
 // more wait in the backlog). Ends with its owner.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,11 @@
 #include "vmm-driver/error.h"
 
 namespace pandastack::vmm {
+
+// A TCP connection to `guest_port` of the guest, made from inside the namespace `netns_fd` names
+// (on a short-lived thread: the socket keeps that namespace). Blocking mode, close-on-exec; the
+// caller owns it. connection_refused / timeout / io_error.
+Result<int> connect_guest(int netns_fd, uint16_t guest_port, std::chrono::milliseconds timeout);
 
 class PortForward {
  public:

@@ -34,6 +34,7 @@ namespace pandastack {
   X(key_not_found, 404, "no such API key")                                                       \
   X(process_not_found, 404, "no such process in the guest")                                      \
   X(port_not_found, 404, "the port is not exposed")                                              \
+  X(preview_not_found, 404, "the port has no preview URL (or it was revoked)")                   \
   X(volume_not_found, 404, "no such volume")                                                     \
   X(database_not_found, 404, "no such database")                                                 \
   X(backup_not_found, 404, "no such database backup")                                            \
@@ -75,6 +76,7 @@ namespace pandastack {
   X(too_many_execs, 429, "the sandbox runs its maximum of concurrent execs")                     \
   X(too_many_requests, 429, "the tenant's rate limit, or the host's workers, are exhausted")     \
   X(too_many_ports, 429, "the sandbox exposes its maximum of ports")                             \
+  X(too_many_previews, 429, "the sandbox has its maximum of preview URLs")                       \
   X(too_many_processes, 429, "the sandbox runs its maximum of background processes")             \
   X(quota_exceeded, 429, "a tenant quota would be exceeded (quota, limit, used, asked)")         \
   X(internal, 500, "a failure of the host (the message says which)")                             \
@@ -90,6 +92,7 @@ namespace pandastack {
   X(build_failed, 500, "a template build step failed (the message has its output)")              \
   X(not_implemented, 501, "not built (the message says what is missing)")                        \
   X(agent_error, 502, "the guest agent did not answer")                                          \
+  X(upstream_unreachable, 502, "(preview) nothing answers on the port in the sandbox")           \
   X(peer_error, 502, "(cluster) another host did not answer as it should")                       \
   X(exec_failed, 503, "the exec could not start")                                                \
   X(host_full, 503, "the host has no memory for another sandbox")                                \

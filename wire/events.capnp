@@ -112,6 +112,14 @@ struct SandboxEvent {
     }
     fileRemoved @47 :Text;         # a file or folder was removed through the API (path)
     migrated @49 :Text;            # it moved to this host (a migration): ended here
+    previewOpened :group {         # a guest port served at a preview URL (opened again: replaced)
+      port @50 :UInt32;
+      isPublic @51 :Bool;          # no token needed
+      createdAtMs @52 :Int64;
+      expiresAtMs @53 :Int64;
+      nonce @54 :Text;             # bound into its tokens' HMAC: a new one revokes the old tokens
+    }
+    previewClosed @55 :UInt32;     # the port's preview URL was revoked
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
 }

@@ -208,13 +208,16 @@ class Api:
 class WebSocket:
     """A minimal RFC 6455 client (text/binary/close; unfragmented frames) for the exec socket."""
 
-    def __init__(self, daemon, path, key):
+    def __init__(self, daemon, path, key, host="x", headers=None):
+        """`key` None: no Authorization header; `headers`: more of them (a Cookie...)."""
         self.sock = socket.create_connection((daemon.host, daemon.port), timeout=60)
         nonce = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        if key:
+            extra += f"Authorization: Bearer {key}\r\n"
+        self.sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
                            f"Connection: Upgrade\r\nSec-WebSocket-Key: {nonce}\r\n"
-                           f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {key}\r\n\r\n")
-                          .encode())
+                           f"Sec-WebSocket-Version: 13\r\n{extra}\r\n").encode())
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:
             self.buf += self.sock.recv(4096)
@@ -257,6 +260,19 @@ class WebSocket:
             self.buf += chunk
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
+
+    def send_text(self, text):
+        self._send(1, text.encode())
+
+    def recv_raw(self):
+        """(opcode, payload bytes)."""
+        b0, b1 = self._read(2)
+        n = b1 & 0x7F
+        if n == 126:
+            n = int.from_bytes(self._read(2), "big")
+        elif n == 127:
+            n = int.from_bytes(self._read(8), "big")
+        return b0 & 0x0F, self._read(n)
 
     def recv(self):
         """(opcode, payload); text payloads are decoded JSON."""
