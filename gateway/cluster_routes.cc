@@ -132,6 +132,57 @@ bool Server::cluster_target(const Route& route, const Request& req, std::string&
   return !id.empty();
 }
 
+kj::Promise<void> Server::route_preview(const std::string& id, int fd, kj::HttpMethod method,
+                                        kj::StringPtr url, const kj::HttpHeaders& headers,
+                                        kj::AsyncInputStream& body,
+                                        kj::HttpService::Response& response, Clock::time_point t0,
+                                        kj::Function<kj::Promise<void>()> here) {
+  auto* cluster = rt.cluster();
+  using Decided = std::shared_ptr<Target>;
+  auto decided = offload<Decided>(
+      [cluster, id]() -> Decided {
+        return std::make_shared<Target>(target_of(*cluster, id, false));
+      },
+      std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
+  return decided.then([this, fd, method, url, &headers, &body, &response, t0,
+                       here = kj::mv(here)](Decided d) mutable -> kj::Promise<void> {
+    const Target& t = *d;
+    switch (t.kind) {
+      case Target::Kind::peer:
+        break;
+      case Target::Kind::down:
+        return send(response,
+                    error_reply(Code::host_unavailable,
+                                "host " + t.host + " runs this sandbox and is down"),
+                    t0);
+      case Target::Kind::unavailable:
+        return send(response,
+                    error_reply(Code::cluster_unavailable, "cannot reach etcd: " + t.message), t0);
+      case Target::Kind::busy:
+        return send(response, busy_reply(), t0);
+      default:
+        return here();
+    }
+    count_preview("forwarded");
+    if (headers.isWebSocket())
+      return peers->forward_websocket(t.peer, t.host, url, headers, response);
+    // (A request body crosses to the owner whole: at most max_file_bytes; answers stream.)
+    size_t limit = limits.max_file_bytes;
+    return body.readAllBytes(limit + 1).then(
+        [this, fd, method, url, &headers, &response, t0,
+         t, limit](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
+          if (bytes.size() > limit)
+            return send(response,
+                        error_reply(Code::body_too_large,
+                                    "a preview request body crossing to another host is at most " +
+                                        std::to_string(limit) + " bytes"),
+                        t0);
+          return until_hangup(
+              fd, peers->forward(t.peer, t.host, method, url, headers, kj::mv(bytes), response));
+        });
+  });
+}
+
 kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std::string id,
                                            bool create, kj::HttpMethod method, kj::StringPtr url,
                                            const kj::HttpHeaders& headers,

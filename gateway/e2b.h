@@ -117,5 +117,9 @@ void produce_execute(Server& gw, const Request& r, StreamChannel& ch);
 
 // Metadata keys under which a sandbox's create-time envVars are kept (hidden from E2B answers).
 inline constexpr const char* kEnvPrefix = "e2b.env.";
+// A sandbox created through E2B's API: "1" when every guest port is served at its host-based
+// preview URL without a token (E2B's network.allowPublicTraffic, its default), "0" when a request
+// needs the sandbox's traffic access token (E2B-Traffic-Access-Token). gateway/previews.h.
+inline constexpr const char* kPublicTrafficKey = "e2b.public-traffic";
 
 }  // namespace pandastack::gateway::e2b

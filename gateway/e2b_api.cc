@@ -25,8 +25,10 @@ int64_t now_ms() {
 }
 
 // The Sandbox object of create and connect (ListedSandbox without the token and domain); with a
-// fresh access token when `key` (the key that asks) is given.
-Json sandbox_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
+// fresh access token when `key` (the key that asks) is given, and the preview domain `domain`
+// (getHost(port): "PORT-ID.DOMAIN", a preview URL; null when previews are off).
+Json sandbox_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key,
+                 const std::string& domain) {
   Json j = Json::object();
   j.set("sandboxID", s.id);
   j.set("templateID", actors::template_display_name(s.template_name));
@@ -37,18 +39,19 @@ Json sandbox_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
     auto t = tokens().issue(s.tenant, key->id, s.id);
     j.set("envdAccessToken", t);
     j.set("trafficAccessToken", t);
-    j.set("domain", nullptr);
+    j.set("domain", domain.empty() ? Json() : Json(domain));
   }
   return j;
 }
 
 // SandboxDetail / ListedSandbox: the object plus metadata (without the envVars we keep there),
 // times, state and shape.
-Json detail_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key) {
-  Json j = sandbox_obj(s, key);
+Json detail_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key,
+                const std::string& domain) {
+  Json j = sandbox_obj(s, key, domain);
   Json md = Json::object();
   for (auto& [k, v] : s.metadata)
-    if (k.rfind(kEnvPrefix, 0) != 0) md.set(k, v);
+    if (k.rfind(kEnvPrefix, 0) != 0 && k != kPublicTrafficKey) md.set(k, v);
   j.set("metadata", md);
   j.set("startedAt", rfc3339(s.created_at_ms));
   j.set("endAt", rfc3339(s.expires_at_ms ? s.expires_at_ms : s.created_at_ms));
@@ -107,6 +110,12 @@ HttpReply create(Call& c) {
   req.ttl_seconds = timeout_of(b, 300, limits.max_ttl_seconds);
   req.metadata = string_object(b["metadata"], "metadata");
   for (auto& [k, v] : string_object(b["envVars"], "envVars")) req.metadata[kEnvPrefix + k] = v;
+  // E2B's ports are public unless network.allowPublicTraffic is false (then a request needs the
+  // sandbox's traffic access token): the preview proxy reads this key (gateway/previews.h).
+  bool public_traffic =
+      !(b["network"].is_object() && b["network"]["allowPublicTraffic"].is_bool() &&
+        !b["network"]["allowPublicTraffic"].as_bool());
+  req.metadata[kPublicTrafficKey] = public_traffic ? "1" : "0";
   // lifecycle {onTimeout: "pause", autoResume} arrives as autoPause / autoResume.enabled.
   if (b["autoPause"].is_bool() && b["autoPause"].as_bool()) {
     req.persistent = true;
@@ -125,7 +134,7 @@ HttpReply create(Call& c) {
   auto created = rt.create(req);
   if (!created && created.error().code == Code::sandbox_failed)
     throw ApiError{Code::start_failed, created.error().message};
-  return json_reply(201, sandbox_obj(unwrap(std::move(created)), &c.key));
+  return json_reply(201, sandbox_obj(unwrap(std::move(created)), &c.key, c.gw.preview.domain));
 }
 
 // connect: a paused sandbox is woken; a running one's TTL grows when the new one is longer.
@@ -138,7 +147,7 @@ HttpReply connect(Call& c) {
     uint32_t t = timeout_of(b, 300, rt.config().limits.max_ttl_seconds);
     if (s.expires_at_ms < now_ms() + int64_t(t) * 1000) s = unwrap(rt.set_ttl(c.tenant(), c.id, t));
   }
-  return json_reply(200, sandbox_obj(s, &c.key));
+  return json_reply(200, sandbox_obj(s, &c.key, c.gw.preview.domain));
 }
 
 std::optional<actors::SandboxStatus> one_state(const std::string& v) {
@@ -218,7 +227,7 @@ HttpReply list(Call& c) {
       more = true;
       break;
     }
-    out.push(detail_obj(s, nullptr));
+    out.push(detail_obj(s, nullptr, ""));
     last = &s;
   }
   auto reply = json_reply(200, out);
@@ -244,7 +253,9 @@ std::vector<Route> e2b_api_routes() {
           {"state", "metadata", "template", "order", "limit", "nextToken", "startedAfter"}),
       api(M::GET, "/sandboxes", "E2B: list running sandboxes", list, {"metadata", "state"}),
       api(M::GET, "/sandboxes/{id}", "E2B: one sandbox",
-          [](Call& c) { return json_reply(200, detail_obj(live(c), &c.key)); }),
+          [](Call& c) {
+            return json_reply(200, detail_obj(live(c), &c.key, c.gw.preview.domain));
+          }),
       api(M::DELETE, "/sandboxes/{id}", "E2B: kill a sandbox",
           [](Call& c) {
             live(c);
@@ -319,7 +330,7 @@ std::vector<Route> e2b_api_routes() {
             for (auto& k : kids) {
               if (t) k = unwrap(c.gw.rt.set_ttl(c.tenant(), k.id, t));
               Json item = Json::object();
-              item.set("sandbox", sandbox_obj(k, &c.key));
+              item.set("sandbox", sandbox_obj(k, &c.key, c.gw.preview.domain));
               out.push(item);
             }
             return json_reply(200, out);

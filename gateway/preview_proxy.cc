@@ -14,6 +14,7 @@
 
 #include <ctime>
 
+#include "gateway/e2b.h"
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -122,15 +123,45 @@ kj::Promise<void> Server::proxy_preview(PreviewAddress a, int fd, kj::HttpMethod
   KJ_IF_MAYBE (c, headers.get(h_cookie)) {
     cookies = cookie_values(c->cStr(), kPreviewCookie);
   }
+  std::string traffic_token;
+  KJ_IF_MAYBE (t, headers.get(h_traffic_token)) {
+    if (t->size() <= 1024) traffic_token = t->cStr();
+  }
   bool safe = method == kj::HttpMethod::GET || method == kj::HttpMethod::HEAD;
   bool upgrade = headers.isWebSocket();
-  auto check = [this, a, cookies = std::move(cookies), safe, upgrade]() -> Admission {
+  auto check = [this, a, cookies = std::move(cookies), traffic_token, safe,
+                upgrade]() -> Admission {
     Admission out;
     auto refuse = [&](Code code, const std::string& message) {
       out.reply = error_reply(code, message);
       return std::move(out);
     };
+    // Admitted: the tenant's request rate, then the connection to the guest.
+    auto connect = [&](const std::string& tenant) {
+      if (!limiter.take("preview:" + tenant, rt.quota_limits(tenant).requests_per_second))
+        return refuse(Code::too_many_requests, "the tenant's request rate is exhausted");
+      auto conn = rt.connect_guest(tenant, a.id, a.port, preview.connect_timeout);
+      if (!conn) return refuse(conn.error().code, conn.error().message);
+      out.fd = *conn;
+      return std::move(out);
+    };
     auto info = rt.preview_target(a.id);
+    if (info && !info->previews.count(a.port) && a.host_based) {
+      // A sandbox made through E2B's API: its ports are served as E2B serves them (getHost).
+      auto e2b_traffic = info->metadata.find(e2b::kPublicTrafficKey);
+      if (e2b_traffic != info->metadata.end()) {
+        bool open = e2b_traffic->second == "1";
+        if (!open && !traffic_token.empty()) {
+          auto claims = e2b::tokens().verify(traffic_token, a.id, int64_t(std::time(nullptr)));
+          open = claims && claims->tenant == info->tenant;
+        }
+        if (!open)
+          return refuse(Code::unauthorized,
+                        "this sandbox's ports need its traffic access token "
+                        "(E2B-Traffic-Access-Token)");
+        return connect(info->tenant);
+      }
+    }
     if (!info || !info->previews.count(a.port))
       return refuse(Code::preview_not_found, "port " + std::to_string(a.port) + " of sandbox " +
                                                  a.id + " has no preview URL");
@@ -146,8 +177,6 @@ kj::Promise<void> Server::proxy_preview(PreviewAddress a, int fd, kj::HttpMethod
                     a.token.empty() && cookies.empty()
                         ? "this preview URL needs its token (the `token` query parameter)"
                         : "wrong, expired or revoked preview token");
-    if (!limiter.take("preview:" + info->tenant, rt.quota_limits(info->tenant).requests_per_second))
-      return refuse(Code::too_many_requests, "the tenant's request rate is exhausted");
     if (by_token) {
       auto max_age = std::max<int64_t>(1, (p.expires_at_ms - now_ms()) / 1000);
       out.set_cookie = std::string(kPreviewCookie) + "=" + a.token + "; Path=" + a.cookie_path +
@@ -159,10 +188,7 @@ kj::Promise<void> Server::proxy_preview(PreviewAddress a, int fd, kj::HttpMethod
         return out;
       }
     }
-    auto conn = rt.connect_guest(info->tenant, a.id, a.port, preview.connect_timeout);
-    if (!conn) return refuse(conn.error().code, conn.error().message);
-    out.fd = *conn;
-    return out;
+    return connect(info->tenant);
   };
   Admission busy;
   busy.reply = busy_reply();
@@ -260,28 +286,32 @@ kj::Promise<void> Server::proxy_preview(PreviewAddress a, int fd, kj::HttpMethod
                   spdlog::debug("preview: upload ended early: {}", e.getDescription().cStr());
                 });
         auto answered = std::make_shared<bool>(false);
-        return timer.timeoutAfter(timeout, kj::mv(req.response))
-            .then([&response, finish_headers,
-                   answered](kj::HttpClient::Response r) mutable -> kj::Promise<void> {
-              *answered = true;
-              auto out = response.send(r.statusCode, r.statusText, finish_headers(*r.headers),
-                                       r.body->tryGetLength());
-              auto& in = *r.body;
-              return in.pumpTo(*out).ignoreResult().attach(kj::mv(r.body), kj::mv(out));
-            })
-            .catch_([this, &response, t0, answered, a](kj::Exception&& e) -> kj::Promise<void> {
-              if (*answered) return kj::mv(e);  // mid-answer: the connection closes
-              auto why = std::string(e.getDescription().cStr());
-              bool slow = e.getType() == kj::Exception::Type::OVERLOADED ||
-                          why.find("timed out") != std::string::npos;
-              return send(
-                  response,
-                  error_reply(Code::upstream_unreachable,
-                              std::string(slow ? "no answer in time" : "no valid answer") +
-                                  " from port " + std::to_string(a.port) + " of sandbox " + a.id),
-                  t0);
-            })
-            .attach(kj::mv(stream), kj::mv(client), kj::mv(h), kj::mv(target), kj::mv(upload));
+        // (A client that hangs up before the answer cancels the request to the guest.)
+        return until_hangup(
+            fd,
+            timer.timeoutAfter(timeout, kj::mv(req.response))
+                .then([&response, finish_headers,
+                       answered](kj::HttpClient::Response r) mutable -> kj::Promise<void> {
+                  *answered = true;
+                  auto out = response.send(r.statusCode, r.statusText, finish_headers(*r.headers),
+                                           r.body->tryGetLength());
+                  auto& in = *r.body;
+                  return in.pumpTo(*out).ignoreResult().attach(kj::mv(r.body), kj::mv(out));
+                })
+                .catch_([this, &response, t0, answered, a](kj::Exception&& e) -> kj::Promise<void> {
+                  if (*answered) return kj::mv(e);  // mid-answer: the connection closes
+                  auto why = std::string(e.getDescription().cStr());
+                  bool slow = e.getType() == kj::Exception::Type::OVERLOADED ||
+                              why.find("timed out") != std::string::npos;
+                  return send(
+                      response,
+                      error_reply(Code::upstream_unreachable,
+                                  std::string(slow ? "no answer in time" : "no valid answer") +
+                                      " from port " + std::to_string(a.port) + " of sandbox " +
+                                      a.id),
+                      t0);
+                })
+                .attach(kj::mv(stream), kj::mv(client), kj::mv(h), kj::mv(target), kj::mv(upload)));
       });
 }
 

@@ -255,12 +255,23 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   auto t0 = Clock::now();
   // A preview's request goes to its sandbox, never to the API: by its Host (any path), or by its
   // path under /v1/sandboxes/{id}/previews/{port}/.
+  std::optional<PreviewAddress> to_preview;
   KJ_IF_MAYBE (host, headers.get(kj::HttpHeaderId::HOST)) {
-    if (auto a = preview_by_host(host->cStr(), preview.domain, url.cStr()))
-      return proxy_preview(std::move(*a), fd, method, headers, body, response, t0);
+    to_preview = preview_by_host(host->cStr(), preview.domain, url.cStr());
   }
-  if (auto a = preview_by_path(url.cStr()))
-    return proxy_preview(std::move(*a), fd, method, headers, body, response, t0);
+  if (!to_preview) to_preview = preview_by_path(url.cStr());
+  if (to_preview) {
+    // In a cluster: served by the host that runs the sandbox (a forwarded one is served here).
+    if (peers && !from_peer) {
+      auto id = to_preview->id;
+      return route_preview(
+          id, fd, method, url, headers, body, response, t0,
+          [this, a = std::move(*to_preview), fd, method, &headers, &body, &response, t0]() mutable {
+            return proxy_preview(std::move(a), fd, method, headers, body, response, t0);
+          });
+    }
+    return proxy_preview(std::move(*to_preview), fd, method, headers, body, response, t0);
+  }
   auto parsed = kj::Url::tryParse(url, kj::Url::HTTP_REQUEST);
   Request req;
   req.method = method;

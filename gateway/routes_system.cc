@@ -78,9 +78,10 @@ std::string Server::metrics() {
   exec_latency.render(out, "pandastack_exec_seconds", "Command latency (server side).");
   out +=
       "# HELP pandastack_preview_requests_total Requests to preview URLs, by outcome (proxied, "
-      "websocket, redirected: a token traded for a cookie, refused).\n"
+      "websocket, redirected: a token traded for a cookie, refused, forwarded: to the host that "
+      "runs the sandbox).\n"
       "# TYPE pandastack_preview_requests_total counter\n";
-  for (auto outcome : {"proxied", "websocket", "redirected", "refused"}) {
+  for (auto outcome : {"proxied", "websocket", "redirected", "refused", "forwarded"}) {
     auto it = preview_requests.find(outcome);
     out += std::string("pandastack_preview_requests_total{outcome=\"") + outcome + "\"} " +
            std::to_string(it == preview_requests.end() ? 0 : it->second) + "\n";

@@ -198,6 +198,12 @@ struct Server final : public kj::HttpService {
   kj::Promise<void> proxy_preview(PreviewAddress a, int fd, kj::HttpMethod method,
                                   const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                   kj::HttpService::Response& response, Clock::time_point t0);
+  // Cluster mode (cluster_routes.cc): a preview request for sandbox `id` goes to the host that
+  // runs it (the original URL and headers: that host checks the access), or `here()` serves it.
+  kj::Promise<void> route_preview(const std::string& id, int fd, kj::HttpMethod method,
+                                  kj::StringPtr url, const kj::HttpHeaders& headers,
+                                  kj::AsyncInputStream& body, kj::HttpService::Response& response,
+                                  Clock::time_point t0, kj::Function<kj::Promise<void>()> here);
   void count_preview(const std::string& outcome);
   // The request after routing (its Authorization read): auth, body, handler (also a peer's
   // forwarded request).

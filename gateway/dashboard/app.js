@@ -164,10 +164,27 @@ async function sandbox(id) {
         ${s.parent ? `<tr><th>Parent</th><td><a class="mono" href="#/sandboxes/${esc(s.parent)}">${esc(s.parent)}</a></td></tr>` : ""}
         <tr><th>Volumes</th><td class="mono">${esc((s.volumes || []).map((v) => `${v.volume} at ${v.mount}`).join(", ") || "none")}</td></tr>
       </tbody></table>`;
+    // Preview URLs: a link each (with its token: this is the tenant's own page), and a form.
+    const previews = s.network ? (await api.get(`${base}/previews`)).previews : [];
+    const live = previews.filter((p) => p.expires_at_ms > Date.now());
     document.getElementById("net").innerHTML = s.network
       ? `<p>Egress: <code>${esc(s.egress?.mode ?? "")}</code> ${esc((s.egress?.cidrs || []).join(" "))}</p>
-         <p>Ports: ${esc((s.ports || []).join(", ") || "none exposed")}</p>`
+         <p>Ports: ${esc((s.ports || []).join(", ") || "none exposed")}</p>
+         <ul aria-label="Preview URLs">${live.map((p) => `<li><a class="mono preview-link" target="_blank"
+           rel="noopener noreferrer" href="${esc(p.url)}">port ${esc(p.port)}</a>
+           ${p.public ? "(public)" : ""} until ${when(p.expires_at_ms)}</li>`).join("") || "<li class=\"muted\">No preview URLs.</li>"}</ul>
+         <form id="preview" class="row"><label>Preview port <input id="preview-port" type="number" min="1" max="65535" required></label>
+           <button type="submit" class="secondary">Open a preview URL</button></form>`
       : `<p class="muted">No network.</p>`;
+    document.getElementById("preview")?.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      try {
+        const p = await api.post(`${base}/previews`, { port: Number(document.getElementById("preview-port").value) });
+        toast(`Preview of port ${p.port} ready`);
+        await draw();
+        err();
+      } catch (e) { err(e); }
+    });
     // The fork tree around it: its parent, and its children (sandboxes forked from it).
     const all = (await api.get("/v1/sandboxes")).sandboxes;
     const link = (x) => `<a class="mono" href="#/sandboxes/${esc(x)}">${esc(x)}</a>`;

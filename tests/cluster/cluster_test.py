@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 import unittest
+import http.client
+import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
@@ -268,6 +270,50 @@ class ClusterTest(unittest.TestCase):
         # Refused before the upgrade: the owner's plain error, through a.
         bad = WebSocket(self.daemons["a"], f"/v1/sandboxes/{sid}/exec/ws", other)
         self.assertEqual((bad.status, bad.body["error"]["code"]), (404, "sandbox_not_found"))
+
+    def test_2_preview_through_another_host(self):
+        """A preview URL of a sandbox on b, opened through a: the request (and its WebSocket-free
+        answer, streamed) crosses to b, which checks the token and proxies to the guest."""
+        s, b = self.api["a"].call("POST", "/v1/sandboxes",
+                                  {"network": True, "placement": {"host": "b"}})
+        self.assertEqual(s, 201, b)
+        sid = b["id"]
+        a = self.api["a"]
+        s, b = a.exec(sid, "mkdir -p /tmp/www && echo from-b > /tmp/www/index.html")
+        self.assertEqual(s, 200, b)
+        s, b = a.call("POST", f"/v1/sandboxes/{sid}/processes",
+                      {"argv": ["python3", "-m", "http.server", "8000", "--directory", "/tmp/www"]})
+        self.assertEqual(s, 201, b)
+        s, p = a.call("POST", f"/v1/sandboxes/{sid}/previews", {"port": 8000})
+        self.assertEqual(s, 201, p)
+        u = urllib.parse.urlsplit(p["path_url"])
+        da = self.daemons["a"]
+        body = None
+        for _ in range(100):
+            c = http.client.HTTPConnection(da.host, da.port, timeout=60)
+            c.request("GET", f"{u.path}?{u.query}")
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 302)
+            cookie = r.getheader("Set-Cookie").split(";")[0]
+            c.request("GET", u.path + "index.html", headers={"Cookie": cookie})
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            if r.status == 200:
+                break
+            self.assertEqual(r.status, 502, body)  # (until the server listens)
+            time.sleep(0.3)
+        self.assertEqual(body, b"from-b\n")
+        # No token through a: refused by b.
+        c = http.client.HTTPConnection(da.host, da.port, timeout=60)
+        c.request("GET", u.path + "index.html")
+        r = c.getresponse()
+        self.assertEqual(r.status, 401, r.read())
+        c.close()
+        s, m = a.call("GET", "/metrics")
+        self.assertRegex(m.decode(), r'pandastack_preview_requests_total\{outcome="forwarded"\} [1-9]')
+        self.api["a"].call("DELETE", f"/v1/sandboxes/{sid}")
 
     def test_3_placement_and_ownership(self):
         ids = {h: self.create_on("a", h) for h in ("b", "c")}

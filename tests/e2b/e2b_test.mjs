@@ -1,28 +1,43 @@
 // The real E2B SDK (`e2b` 2.51.0 from npm, unmodified) against a real daemon (PANDASTACKD,
 // PANDASTACK_IMAGES): only the two environment variables change. Run: node --test e2b_test.mjs
-// Traffic goes to the daemon on loopback only; its sandboxes have no network.
+// Traffic goes to the daemons on loopback only; sandboxes have no network but in the getHost test
+// (their own namespaces, no DNS upstream: the guest reaches nothing outside).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import http from "node:http";
 
 let daemon, base, url, key, Sandbox, CommandExitError, FileNotFoundError, NotFoundError;
 
-before(async () => {
-  base = mkdtempSync("/dev/shm/pst-e2b-");
-  daemon = spawn(process.env.PANDASTACKD, [
-    "--data", join(base, "data"), "--state-dir", join(base, "state"),
+// A daemon of this test's own (the first: no sandbox networks), its URL and key.
+async function startDaemon(dir, extra) {
+  const proc = spawn(process.env.PANDASTACKD, [
+    "--data", join(dir, "data"), "--state-dir", join(dir, "state"),
     "--images", process.env.PANDASTACK_IMAGES, "--listen", "127.0.0.1:0",
-    "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", "--network", "off",
+    "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", ...extra,
   ], { stdio: ["ignore", "pipe", "ignore"] });
-  for await (const line of createInterface({ input: daemon.stdout })) {
+  let u, k;
+  for await (const line of createInterface({ input: proc.stdout })) {
     const t = line.trim();
-    if (t.startsWith("URL:")) url = t.split(/\s+/)[1];
-    if (t.startsWith("API key:")) key = t.split(/\s+/)[2];
+    if (t.startsWith("URL:")) u = t.split(/\s+/)[1];
+    if (t.startsWith("API key:")) k = t.split(/\s+/)[2];
     if (t.startsWith("(key file")) break;
   }
+  return { proc, url: u, key: k };
+}
+
+async function stopDaemon(proc) {
+  const exited = new Promise((r) => proc.on("exit", r));
+  proc.kill("SIGTERM");
+  return exited;
+}
+
+before(async () => {
+  base = mkdtempSync("/dev/shm/pst-e2b-");
+  ({ proc: daemon, url, key } = await startDaemon(base, ["--network", "off"]));
   // What a user sets, and nothing else.
   process.env.E2B_API_KEY = key;
   process.env.E2B_API_URL = url;
@@ -31,9 +46,7 @@ before(async () => {
 });
 
 after(async () => {
-  const exited = new Promise((r) => daemon.on("exit", r));
-  daemon.kill("SIGTERM");
-  assert.equal(await exited, 0);
+  assert.equal(await stopDaemon(daemon), 0);
   rmSync(base, { recursive: true, force: true });
 });
 
@@ -315,4 +328,52 @@ test("snapshots and forks", async () => {
   for (const k of [restored, ...kids, sbx]) await k.kill();
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false);
+});
+
+// GET through the daemon at `daemonUrl` with a preview host name (Node resolves no *.localhost).
+function getVia(daemonUrl, host, path, headers = {}) {
+  const u = new URL(daemonUrl);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, path, headers: { Host: host, ...headers } },
+      (res) => {
+        let body = "";
+        res.on("data", (d) => (body += d));
+        res.on("end", () => resolve({ status: res.statusCode, body }));
+      });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+test("getHost: a port's preview host, public by default, or behind the traffic token", async () => {
+  // A daemon with sandbox networks (their namespaces only: the guest reaches nothing outside).
+  const dir = mkdtempSync("/dev/shm/pst-e2b-net-");
+  const d = await startDaemon(dir, ["--network-prefix", "pte2b", "--subnet-pool", "10.249.0.0/22",
+                                    "--dns-upstream", "off"]);
+  const opts = { apiKey: d.key, apiUrl: d.url, sandboxUrl: d.url };
+  try {
+    for (const allowPublicTraffic of [true, false]) {
+      const sbx = await Sandbox.create({ ...opts, network: { allowPublicTraffic } });
+      await sbx.files.write("/tmp/www/index.html", "hello from e2b\n");
+      await sbx.commands.run("python3 -m http.server 8000 --directory /tmp/www", { background: true });
+      const host = sbx.getHost(8000);
+      assert.equal(host, `8000-${sbx.sandboxId}.${new URL(d.url).host.replace("127.0.0.1", "localhost")}`);
+      let r;
+      for (let i = 0; i < 100; i++) {
+        r = await getVia(d.url, host, "/", allowPublicTraffic ? {} : { "e2b-traffic-access-token": sbx.trafficAccessToken });
+        if (r.status === 200) break;
+        await new Promise((ok) => setTimeout(ok, 300));
+      }
+      assert.equal(r.status, 200, r.body);
+      assert.equal(r.body, "hello from e2b\n");
+      if (!allowPublicTraffic) {
+        assert.equal((await getVia(d.url, host, "/")).status, 401);
+        assert.equal((await getVia(d.url, host, "/", { "e2b-traffic-access-token": "e2b2.x.y.1.z" })).status, 401);
+      }
+      await sbx.kill();
+    }
+  } finally {
+    assert.equal(await stopDaemon(d.proc), 0);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -45,8 +45,8 @@ const text = (r) => r.content.map((c) => c.text).join("");
 test("lists the tools with schemas", async () => {
   const { tools } = await client.listTools();
   assert.deepEqual(tools.map((t) => t.name).sort(), [
-    "create_database", "create_sandbox", "fork_sandbox", "kill_sandbox", "list_dir", "read_file",
-    "run_code", "run_command", "write_file",
+    "create_database", "create_sandbox", "fork_sandbox", "kill_sandbox", "list_dir", "preview_url",
+    "read_file", "run_code", "run_command", "write_file",
   ]);
   for (const t of tools) {
     assert.ok(t.description.length > 20, t.name);
@@ -126,6 +126,15 @@ test("create_sandbox mounts a volume made over REST", async () => {
   const bad = await client.callTool({ name: "create_sandbox", arguments: { volumes: [{ volume: vol, mount: "/x" }] } });
   assert.equal(bad.isError, true);
   assert.match(text(bad), /volume_in_use/);
+  await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: id } });
+});
+
+test("preview_url answers with the API's error on a daemon without networking", async () => {
+  const created = await client.callTool({ name: "create_sandbox", arguments: {} });
+  const id = text(created).match(/sandbox_id=(sbx_\w+)/)[1];
+  const r = await client.callTool({ name: "preview_url", arguments: { sandbox_id: id, port: 8000 } });
+  assert.equal(r.isError, true);
+  assert.match(text(r), /^network_disabled: /);
   await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: id } });
 });
 

@@ -12,6 +12,7 @@ import hashlib
 import http.client
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -205,6 +206,17 @@ class PreviewTest(harness.LogOnFailure, unittest.TestCase):
         self.assertEqual(s, 200, b)
         got = __import__("json").loads(b)
         self.assertEqual((got["bytes"], got["sha256"]), (len(data), hashlib.sha256(data).hexdigest()))
+        # A length over the limit (1 GiB) is refused before anything is read.
+        host, path = self.target(base + "echo")
+        c = http.client.HTTPConnection(self.daemon.host, self.daemon.port, timeout=60)
+        c.putrequest("POST", path, skip_host=True)
+        for k, v in (("Host", host), ("Cookie", cookie), ("Content-Length", str((1 << 30) + 1))):
+            c.putheader(k, v)
+        c.endheaders()
+        r = c.getresponse()
+        self.assertEqual(r.status, 413)
+        self.assertIn(b"body_too_large", r.read())
+        c.close()
         # Chunked (no length up front).
         chunks = [os.urandom(1 << 20) for _ in range(3)]
         host, path = self.target(base + "echo")
@@ -345,6 +357,31 @@ class PreviewTest(harness.LogOnFailure, unittest.TestCase):
         # Counted in /metrics.
         s, b = c.call("GET", "/metrics")
         self.assertIn(b'pandastack_preview_requests_total{outcome="proxied"}', b)
+
+    def test_cli(self):
+        cli = os.path.join(os.path.dirname(harness.ARGS.daemon), "pandastack")
+        env = dict(os.environ, PANDASTACK_API_KEY=self.api.key, PANDASTACK_BASE_URL=self.daemon.url)
+
+        def run(*a):
+            r = subprocess.run([cli, *a], capture_output=True, text=True, timeout=60, env=env,
+                               stdin=subprocess.DEVNULL)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stdout
+        url = run("sandbox", "preview", self.sid, "8001", "--public", "--ttl", "120").strip()
+        self.assertTrue(url.startswith("http://8001-" + self.sid + "."), url)
+        s, r, b = self.get(url + "headers")
+        self.assertEqual(s, 200, b)
+        listed = run("sandbox", "previews", self.sid)
+        self.assertIn(url, listed)
+        self.assertEqual(__import__("json").loads(run("sandbox", "previews", self.sid, "--json"))[-1]["port"],
+                         8001)
+        run("sandbox", "unpreview", self.sid, "8001")
+        s, r, b = self.get(url + "headers")
+        self.assertEqual(s, 404, b)
+        r = subprocess.run([cli, "sandbox", "preview", self.sid, "http"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("PORT is a number", r.stderr)
 
     def test_z_hibernated_wakes_and_restart_keeps_urls(self):
         """(Last: it hibernates the app's sandbox and restarts the daemon.)"""

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -262,6 +263,70 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
         n, p50(gw), p50(gr), p50(hw), p50(hr), p50(gw) / p50(hw), p50(gr) / p50(hr));
     return 0;
   }
+  if (scenario == "preview") {
+    // The preview proxy's cost: GETs of a small page from a web server in the guest (Python's
+    // http.server), through the guest port exposed raw on the host and through its (public,
+    // path-based) preview URL, interleaved in one run; then requests per second with 4 clients
+    // for 5 s each way.
+    auto id = api.create(create_body.empty() || create_body == "{}" ? R"({"network":true})"
+                                                                    : create_body);
+    api.call("POST", "/v1/sandboxes/" + id + "/exec",
+             R"({"cmd":"mkdir -p /tmp/www && yes x | head -c 2048 > /tmp/www/index.html"})");
+    api.call("POST", "/v1/sandboxes/" + id + "/processes",
+             R"({"argv":["python3","-m","http.server","8080","--directory","/tmp/www"]})");
+    auto port = api.call("POST", "/v1/sandboxes/" + id + "/ports", R"({"port":8080})");
+    std::string raw_url =
+        "http://" + port["host"].as_string() + ":" + std::to_string(port["host_port"].as_int());
+    api.call("POST", "/v1/sandboxes/" + id + "/previews", R"({"port":8080,"public":true})");
+    std::string path = "/v1/sandboxes/" + id + "/previews/8080/index.html";
+    HttpClient raw(raw_url, ""), proxied(url, "");
+    auto get = [&](HttpClient& c, const std::string& p) {
+      auto r = c.request("GET", p);
+      return r.status == 200 && r.body.size() == 2048;
+    };
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (!get(raw, "/index.html")) {
+      if (Clock::now() > deadline) {
+        std::fprintf(stderr, "pandastack-bench: the guest's web server did not answer\n");
+        api.kill(id);
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::vector<double> raw_ms, preview_ms;
+    for (int i = 0; i < 5; ++i) get(proxied, path);
+    for (int i = 0; i < n; ++i) {
+      auto t = Clock::now();
+      if (!get(raw, "/index.html")) return 1;
+      raw_ms.push_back(ms_since(t));
+      t = Clock::now();
+      if (!get(proxied, path)) return 1;
+      preview_ms.push_back(ms_since(t));
+    }
+    auto rps = [&](const std::string& base, const std::string& p) {
+      std::atomic<long> done{0};
+      auto end = Clock::now() + std::chrono::seconds(5);
+      std::vector<std::thread> threads;
+      for (int c = 0; c < 4; ++c)
+        threads.emplace_back([&] {
+          HttpClient own(base, "");
+          while (Clock::now() < end)
+            if (get(own, p)) ++done;
+        });
+      for (auto& th : threads) th.join();
+      return double(done) / 5.0;
+    };
+    double raw_rps = rps(raw_url, "/index.html"), preview_rps = rps(url, path);
+    api.kill(id);
+    auto r = summarize(raw_ms), v = summarize(preview_ms);
+    std::printf(
+        "{\"scenario\":\"api-preview\",\"n\":%zu,\"raw_p50_ms\":%.3f,\"raw_p99_ms\":%.3f,"
+        "\"preview_p50_ms\":%.3f,\"preview_p99_ms\":%.3f,\"added_p50_ms\":%.3f,"
+        "\"raw_rps\":%.0f,\"preview_rps\":%.0f,\"rps_ratio\":%.2f}\n",
+        r.n, r.p50_ms, r.p99_ms, v.p50_ms, v.p99_ms, v.p50_ms - r.p50_ms, raw_rps, preview_rps,
+        preview_rps / raw_rps);
+    return 0;
+  }
   if (scenario == "create") {
     api.kill(api.create(create_body));  // the first create may bake the template
     for (int i = 0; i < n; ++i) {
@@ -353,7 +418,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
   } else {
     std::fprintf(stderr,
                  "pandastack-bench: api scenarios: create exec fork wake concurrent-create "
-                 "net-throughput\n");
+                 "net-throughput preview\n");
     return 2;
   }
   report(json, scenario, client, server);

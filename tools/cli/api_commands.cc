@@ -588,6 +588,20 @@ int api_main(int argc, char** argv) {
       auto s = api.json("PATCH", "/v1/sandboxes/" + tools::url_encode(o.pos[0]), body.dump());
       return print_sandbox(s, o.json), 0;
     }
+    if (verb == "preview" || verb == "unpreview") {
+      need(2);
+      std::string base = "/v1/sandboxes/" + tools::url_encode(o.pos[0]) + "/previews";
+      if (o.pos[1].empty() || o.pos[1].find_first_not_of("0123456789") != std::string::npos)
+        usage("sandbox " + verb + ": PORT is a number");
+      if (verb == "unpreview") return api.json("DELETE", base + "/" + o.pos[1]), 0;
+      Json body = Json::object();
+      body.set("port", int64_t(std::atoll(o.pos[1].c_str())));
+      if (o.is_public) body.set("public", true);
+      if (o.flags.count("--ttl")) body.set("ttl_seconds", seconds_flag(o, "--ttl"));
+      auto p = api.json("POST", base, body.dump());
+      if (o.json) return std::printf("%s\n", p.dump().c_str()), 0;
+      return std::printf("%s\n", p["url"].as_string().c_str()), 0;
+    }
     if (verb == "expose" || verb == "unexpose") {
       need(2);
       std::string base = "/v1/sandboxes/" + tools::url_encode(o.pos[0]) + "/ports";
@@ -610,6 +624,15 @@ int api_main(int argc, char** argv) {
       for (auto& p : r["ports"].as_array())
         std::printf("%-8lld %s\n", (long long)p["port"].as_int(),
                     p["address"].is_string() ? p["address"].as_string().c_str() : "(not running)");
+      return 0;
+    }
+    if (verb == "previews") {
+      auto r = api.json("GET", base + "/previews");
+      if (o.json) return std::printf("%s\n", r["previews"].dump().c_str()), 0;
+      std::printf("%-8s %-8s %s\n", "PORT", "PUBLIC", "URL");
+      for (auto& p : r["previews"].as_array())
+        std::printf("%-8lld %-8s %s\n", (long long)p["port"].as_int(),
+                    p["public"].as_bool() ? "yes" : "no", p["url"].as_string().c_str());
       return 0;
     }
     if (verb == "get") return print_sandbox(api.json("GET", base), o.json), 0;

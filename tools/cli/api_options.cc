@@ -27,6 +27,10 @@ const char* const kApiUsage = R"(usage:
   pandastack sandbox ports ID [--json]                 exposed guest ports and their host addresses
   pandastack sandbox expose ID PORT [--json]           forward guest TCP PORT from the host
   pandastack sandbox unexpose ID PORT
+  pandastack sandbox preview ID PORT [--ttl S] [--public] [--json]   serve guest PORT at a preview
+      URL of the daemon (prints it, with its token unless --public; again: a new URL)
+  pandastack sandbox previews ID [--json]
+  pandastack sandbox unpreview ID PORT                 revoke a preview URL
   pandastack files ls ID PATH [--json]
   pandastack files cat ID PATH
   pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path;
@@ -110,6 +114,8 @@ Opts parse(int argc, char** argv, int from) {
       o.files.push_back(value());
     } else if (a == "--no-network") {
       o.no_network = true;
+    } else if (a == "--public") {
+      o.is_public = true;
     } else if (a.rfind("--", 0) == 0) {
       static const char* known[] = {
           "--template", "--ttl",           "--state",  "--count",      "--timeout",      "--cwd",

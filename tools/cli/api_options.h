@@ -17,6 +17,7 @@ struct Opts {
   std::vector<std::string> pos, metadata, env, cmd, allow, volumes, packages, runs, files;
   std::map<std::string, std::string> flags;
   bool json = false, persistent = false, no_network = false, auto_wake = false;
+  bool is_public = false;  // --public (sandbox preview)
   bool all = false, no_stdin = false;
 };
 

@@ -49,7 +49,7 @@ const char* kUsage = R"(usage:
   pandastack mcp [--url URL] [--key KEY]
       A Model Context Protocol server on stdio (JSON-RPC, one message per line) with tools for
       agents: create_sandbox, run_command, run_code, read_file, write_file, list_dir, fork_sandbox,
-      create_database, kill_sandbox. Calls the API at --url with --key (same defaults as above).
+      create_database, preview_url, kill_sandbox. Calls the API at --url with --key (same defaults as above).
   pandastack sandbox|files|template|snapshot|volume|db ...   (see `pandastack sandbox help`)
   pandastack help | --version
 )";
@@ -402,6 +402,12 @@ const Tool
                  "only "
                  "this once.",
                  R"J({"type":"object","properties":{"name":{"type":"string","description":"1-63 of a-z, 0-9 and _, starting with a letter, not pg_* or postgres, template0, template1, public: the database's and its user's name"},"metadata":{"type":"object","additionalProperties":{"type":"string"}}},"required":["name"],"additionalProperties":false})J"},
+                {"preview_url",
+                 "Serve a web server running in the sandbox (listening on `port`) at a URL a "
+                 "person can open in a browser: returns url=... (it carries a token; it expires "
+                 "after ttl_seconds, default 3600). Asking again for the port makes a new URL "
+                 "and revokes the old one.",
+                 R"J({"type":"object","properties":{"sandbox_id":{"type":"string"},"port":{"type":"integer","minimum":1,"maximum":65535},"ttl_seconds":{"type":"integer","minimum":1}},"required":["sandbox_id","port"],"additionalProperties":false})J"},
                 {"kill_sandbox", "Stop a sandbox and release it.",
                  R"J({"type":"object","properties":{"sandbox_id":{"type":"string"}},"required":["sandbox_id"],"additionalProperties":false})J"},
 };
@@ -570,6 +576,17 @@ std::pair<std::string, bool> call_tool(pandastack::tools::HttpClient& http, cons
       text += std::string(text.empty() ? "" : "\n") + "sandbox_id=" + k["id"].as_string() +
               " state=" + k["state"].as_string();
     return {text, false};
+  }
+  if (name == "preview_url") {
+    Json body = Json::object();
+    body.set("port", args["port"].is_integer() ? args["port"].as_int() : 0);
+    if (args["ttl_seconds"].is_integer()) body.set("ttl_seconds", args["ttl_seconds"].as_int());
+    auto r = http.request("POST", base + "/previews", body.dump());
+    if (r.status != 201) return {api_error(r), true};
+    Json p = *Json::parse(r.body);
+    return {"url=" + p["url"].as_string() + "\npath_url=" + p["path_url"].as_string() +
+                "\nexpires_at_ms=" + std::to_string(p["expires_at_ms"].as_int()),
+            false};
   }
   if (name == "kill_sandbox") {
     auto r = http.request("DELETE", base);

@@ -357,6 +357,24 @@ class AsyncSandbox:
         """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
         return list((await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/ports")).json()["ports"])
 
+    async def preview(self, port: int, ttl_seconds: Optional[int] = None,
+                      public: bool = False) -> Dict[str, Any]:
+        """Serves guest ``port`` at a preview URL (see ``Sandbox.preview``)."""
+        body: Dict[str, Any] = {"port": port, "public": public}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        r = await self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/previews", json=body)
+        return dict(r.json())
+
+    async def previews(self) -> List[Dict[str, Any]]:
+        """The sandbox's preview URLs."""
+        r = await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/previews")
+        return list(r.json()["previews"])
+
+    async def close_preview(self, port: int) -> None:
+        """Revokes the preview URL of ``port``."""
+        await self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}/previews/{int(port)}")
+
     async def set_ttl(self, ttl_seconds: int) -> None:
         """Sets the time to live from now."""
         r = await self._http.call("PATCH", f"/v1/sandboxes/{c.sid(self.id)}",

@@ -398,6 +398,23 @@ class Sandbox:
         """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
         return list(self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/ports").json()["ports"])
 
+    def preview(self, port: int, ttl_seconds: Optional[int] = None, public: bool = False) -> Dict[str, Any]:
+        """Serves guest ``port`` at a preview URL of the daemon; returns ``{port, url, path_url,
+        token, public, created_at_ms, expires_at_ms}`` (``url`` carries the token: a link to hand
+        out). Calling it again for the port makes a new URL and revokes the old one."""
+        body: Dict[str, Any] = {"port": port, "public": public}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        return dict(self._http.call("POST", f"/v1/sandboxes/{c.sid(self.id)}/previews", json=body).json())
+
+    def previews(self) -> List[Dict[str, Any]]:
+        """The sandbox's preview URLs."""
+        return list(self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/previews").json()["previews"])
+
+    def close_preview(self, port: int) -> None:
+        """Revokes the preview URL of ``port`` (its next request is refused)."""
+        self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}/previews/{int(port)}")
+
     def set_metadata(self, metadata: Mapping[str, str]) -> None:
         """Replaces the sandbox's metadata."""
         self.info = SandboxInfo.from_api(self._http.call(

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -198,6 +199,21 @@ class SdkTest(unittest.TestCase):
                     time.sleep(0.2)
             self.assertEqual(body, b"py\n")
             self.assertEqual(sbx.ports(), [p])
+            # The same server at a preview URL: public, then behind its token (a cookie after).
+            pub = sbx.preview(8001, public=True)
+            with urllib.request.urlopen(pub["path_url"], timeout=30) as r:
+                self.assertEqual(r.read(), b"py\n")
+            private = sbx.preview(8001, ttl_seconds=600)
+            self.assertIn("?token=", private["url"])
+            jar = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+            with jar.open(private["path_url"], timeout=30) as r:
+                self.assertEqual(r.read(), b"py\n")
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(pub["path_url"], timeout=30)  # (replaced: no longer public)
+            self.assertEqual(e.exception.code, 401)
+            self.assertEqual([v["port"] for v in sbx.previews()], [8001])
+            sbx.close_preview(8001)
+            self.assertEqual(sbx.previews(), [])
             sbx.unexpose_port(8001)
             self.assertEqual(sbx.ports(), [])
         with Sandbox.create(network=False) as plain:

@@ -140,6 +140,19 @@ export interface PortInfo {
   address: string | null;
 }
 
+/** A guest port served at a preview URL of the daemon. */
+export interface PreviewInfo {
+  port: number;
+  /** Host-based: http://PORT-ID.DOMAIN/?token=... (no token when public). */
+  url: string;
+  /** Path-based, at the API's own address: .../v1/sandboxes/ID/previews/PORT/?token=... */
+  pathUrl: string;
+  token: string | null;
+  public: boolean;
+  createdAtMs: number;
+  expiresAtMs: number;
+}
+
 export interface Egress {
   mode: EgressMode;
   cidrs: string[];
@@ -321,6 +334,10 @@ export declare class Sandbox {
   exposePort(port: number): Promise<PortInfo>;
   unexposePort(port: number): Promise<void>;
   ports(): Promise<PortInfo[]>;
+  /** Serves guest `port` at a preview URL (`url` carries its token; again: a new URL). */
+  preview(port: number, opts?: { ttlSeconds?: number; public?: boolean }): Promise<PreviewInfo>;
+  previews(): Promise<PreviewInfo[]>;
+  closePreview(port: number): Promise<void>;
   kill(): Promise<void>;
   events(): Promise<unknown[]>;
   refresh(): Promise<SandboxInfo>;

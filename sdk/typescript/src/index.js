@@ -545,6 +545,11 @@ export class Volume {
   }
 }
 
+function previewInfo(p) {
+  return { port: p.port, url: p.url, pathUrl: p.path_url, token: p.token ?? null, public: p.public,
+           createdAtMs: p.created_at_ms, expiresAtMs: p.expires_at_ms };
+}
+
 function portInfo(p) {
   return { port: p.port, host: p.host, hostPort: p.host_port ?? null, address: p.address ?? null };
 }
@@ -690,6 +695,19 @@ export class Sandbox {
 
   /** Exposed guest ports and their host addresses (hostPort null while the sandbox is not running). */
   async ports() { return (await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/ports`)).ports.map(portInfo); }
+  /** Serves guest `port` at a preview URL of the daemon: {port, url (with its token), pathUrl,
+   * token, public, createdAtMs, expiresAtMs}. Again for the same port: a new URL, the old revoked. */
+  async preview(port, opts = {}) {
+    const json = { port, public: opts.public ?? false };
+    if (opts.ttlSeconds !== undefined) json.ttl_seconds = opts.ttlSeconds;
+    return previewInfo(await this.http.json("POST", `/v1/sandboxes/${sid(this.id)}/previews`, { json }));
+  }
+  /** The sandbox's preview URLs. */
+  async previews() {
+    return (await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/previews`)).previews.map(previewInfo);
+  }
+  /** Revokes the preview URL of `port` (its next request is refused). */
+  async closePreview(port) { await this.http.json("DELETE", `/v1/sandboxes/${sid(this.id)}/previews/${Number(port)}`); }
   /** Replaces the egress policy: "deny_all", "allow_all", or an allowlist of IPv4 CIDRs. */
   async setEgress(mode, allow) {
     this.info = info(await this.http.json("PATCH", `/v1/sandboxes/${sid(this.id)}`, { json: { egress: egressBody(mode, allow) } }));

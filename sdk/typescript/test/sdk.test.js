@@ -241,6 +241,14 @@ test("databases: typed errors (this daemon runs without networking; psycopg2 cov
   assert.deepEqual(await Database.list(), []);
 });
 
+test("previews: refused without a network, listed empty, a missing one typed", async () => {
+  const sbx = await Sandbox.create();
+  await assert.rejects(sbx.preview(8000, { ttlSeconds: 60 }), (e) => e instanceof ConflictError && e.code === "network_disabled");
+  assert.deepEqual(await sbx.previews(), []);
+  await assert.rejects(sbx.closePreview(8000), (e) => e.code === "preview_not_found" && e.status === 404);
+  await sbx.kill();
+});
+
 test("templates: a failed build throws with its log; progress as it goes", async () => {
   const all = await Template.list();
   assert.equal(all.find((t) => t.name === "base")?.kind, "shipped");

@@ -1,7 +1,7 @@
 // Type-checked (tsc --strict, `npm run typecheck`) against src/index.d.ts: the declarations cover
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
 import { Execution,
-  Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type SandboxInfo,
+  Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type PreviewInfo, type SandboxInfo,
   type VolumeInfo, Database, type DatabaseInfo, type DatabaseBackup, type VolumeSnapshotInfo,
   Template, TemplateBuildFailedError, type TemplateInfo, type BuildProgress,
 } from "../src/index.js";
@@ -42,6 +42,9 @@ export async function usage(): Promise<string> {
   const port: PortInfo = await limited.exposePort(8000);
   console.log(port.address, (await limited.ports()).length);
   await limited.unexposePort(8000);
+  const preview: PreviewInfo = await limited.preview(8000, { ttlSeconds: 600, public: false });
+  console.log(preview.url, preview.pathUrl, preview.token ?? "", (await limited.previews()).length);
+  await limited.closePreview(8000);
   console.log(mode, limited.info.network, (await Sandbox.create({ network: false })).info.network);
   const entries: FileInfo[] = await sbx.files.list("/tmp");
   const pid: number = await sbx.process.start("sleep 1");
