@@ -244,6 +244,54 @@ std::vector<std::pair<std::string, std::string>> multipart(const std::string& co
   return parts;
 }
 
+std::optional<int64_t> parse_rfc3339(std::string_view t) {
+  // YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM)
+  auto digits = [&](size_t at, size_t n) -> std::optional<int> {
+    if (at + n > t.size()) return std::nullopt;
+    int v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (t[i] < '0' || t[i] > '9') return std::nullopt;
+      v = v * 10 + (t[i] - '0');
+    }
+    return v;
+  };
+  if (t.size() < 20 || t.size() > 40 || t[4] != '-' || t[7] != '-' ||
+      (t[10] != 'T' && t[10] != 't' && t[10] != ' ') || t[13] != ':' || t[16] != ':')
+    return std::nullopt;
+  auto y = digits(0, 4), mo = digits(5, 2), d = digits(8, 2), h = digits(11, 2), mi = digits(14, 2),
+       sec = digits(17, 2);
+  if (!y || !mo || !d || !h || !mi || !sec || *mo < 1 || *mo > 12 || *d < 1 || *d > 31 || *h > 23 ||
+      *mi > 59 || *sec > 60)
+    return std::nullopt;
+  size_t at = 19;
+  int64_t ms = 0;
+  if (at < t.size() && t[at] == '.') {
+    int64_t scale = 100;
+    for (++at; at < t.size() && t[at] >= '0' && t[at] <= '9'; ++at, scale /= 10)
+      ms += scale * (t[at] - '0');
+  }
+  int64_t offset_s = 0;
+  if (at < t.size() && (t[at] == 'Z' || t[at] == 'z')) {
+    ++at;
+  } else if (at < t.size() && (t[at] == '+' || t[at] == '-')) {
+    auto oh = digits(at + 1, 2), om = digits(at + 4, 2);
+    if (!oh || !om || at + 3 >= t.size() || t[at + 3] != ':') return std::nullopt;
+    offset_s = (t[at] == '+' ? 1 : -1) * (int64_t(*oh) * 3600 + int64_t(*om) * 60);
+    at += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (at != t.size()) return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = *y - 1900;
+  tm.tm_mon = *mo - 1;
+  tm.tm_mday = *d;
+  tm.tm_hour = *h;
+  tm.tm_min = *mi;
+  tm.tm_sec = *sec;
+  return (int64_t(::timegm(&tm)) - offset_s) * 1000 + ms;
+}
+
 std::string rfc3339(int64_t ms) {
   std::time_t t = std::time_t(ms / 1000);
   std::tm tm{};

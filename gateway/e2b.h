@@ -93,6 +93,8 @@ std::vector<std::pair<std::string, std::string>> multipart(const std::string& co
 
 // RFC 3339 (UTC, seconds) of a Unix time in milliseconds.
 std::string rfc3339(int64_t ms);
+// An RFC 3339 time ("2026-12-04T15:22:33.123Z", or with an offset) in Unix milliseconds.
+std::optional<int64_t> parse_rfc3339(std::string_view t);
 
 // The sandbox of an envd request (E2b-Sandbox-Id) and whose it is (the tenant its access token
 // names, verified by the server: Request::token_tenant); too_many_requests past the tenant's

@@ -96,6 +96,48 @@ uint32_t timeout_of(const Json& j, uint32_t def, uint32_t max) {
   return uint32_t(t.as_int());
 }
 
+// E2B's network settings as our egress policy, or nullopt when they ask for nothing. `internet`:
+// allow_internet_access; `net`: an object with allowOut / denyOut (lists of CIDRs, addresses or
+// domain names; E2B's ALL_TRAFFIC is 0.0.0.0/0). No internet, or all traffic denied with nothing
+// allowed: deny_all. All traffic denied but some allowed: an allowlist of those. Nothing denied:
+// allow_all. A denylist of some addresses is refused: our policies are allowlists.
+std::optional<actors::Egress> egress_of(const Json& internet, const Json& net) {
+  auto list = [&](const char* name) {
+    std::vector<std::string> out;
+    if (!net.is_object() || net[name].is_null()) return out;
+    if (!net[name].is_array())
+      throw ApiError{Code::invalid_argument, std::string(name) + " is a list of strings"};
+    for (auto& v : net[name].as_array()) {
+      if (!v.is_string())
+        throw ApiError{Code::invalid_argument, std::string(name) + " is a list of strings"};
+      out.push_back(v.as_string());
+    }
+    return out;
+  };
+  auto allow = list("allowOut"), deny = list("denyOut");
+  bool no_internet = internet.is_bool() && !internet.as_bool();
+  bool deny_all = no_internet;
+  for (auto& d : deny) {
+    if (d == "0.0.0.0/0")
+      deny_all = true;
+    else
+      throw ApiError{Code::invalid_argument,
+                     "denyOut takes all traffic (0.0.0.0/0) only: egress policies here are "
+                     "allowlists (deny all, then allowOut)"};
+  }
+  if (!deny_all) {
+    if (internet.is_null() && allow.empty() && deny.empty()) return std::nullopt;  // (nothing)
+    return actors::Egress{"allow_all", {}, {}};
+  }
+  if (allow.empty() || no_internet) return actors::Egress{};
+  actors::Egress e{"allowlist", {}, {}};
+  for (auto& a : allow) {
+    bool address = !a.empty() && a.find_first_not_of("0123456789./") == std::string::npos;
+    (address ? e.cidrs : e.domains).push_back(a);
+  }
+  return e;
+}
+
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
@@ -123,12 +165,12 @@ HttpReply create(Call& c) {
   }
   if (b["autoResume"].is_object() && b["autoResume"]["enabled"].is_bool())
     req.auto_wake = b["autoResume"]["enabled"].as_bool();
-  // No internet: a deny_all policy on a networked host; a host without sandbox networking
-  // satisfies it by giving the sandbox no network at all.
-  if (b["allow_internet_access"].is_bool() && !b["allow_internet_access"].as_bool()) {
+  // The network policy. No internet: a deny_all policy on a networked host; a host without
+  // sandbox networking satisfies it by giving the sandbox no network at all.
+  if (auto e = egress_of(b["allow_internet_access"], b["network"])) {
     if (rt.config().network)
-      req.egress = actors::Egress{};
-    else
+      req.egress = *e;
+    else if (e->mode == "deny_all")
       req.network = false;
   }
   auto created = rt.create(req);
@@ -192,6 +234,11 @@ HttpReply list(Call& c) {
     }
   }
   std::string tpl = c.r.q("template").value_or("");
+  std::optional<int64_t> started_after;
+  if (auto t = c.r.q("startedAfter"); t && !t->empty()) {
+    started_after = parse_rfc3339(*t);
+    if (!started_after) throw ApiError{Code::invalid_argument, "startedAfter is an RFC 3339 time"};
+  }
   Json out = Json::array();
   std::vector<actors::SandboxInfo> all;
   for (auto st : states) {
@@ -223,6 +270,7 @@ HttpReply list(Call& c) {
     if (!tpl.empty() && actors::template_display_name(s.template_name) != template_for(tpl))
       continue;
     if (after && (asc ? !(*after < key(s)) : !(key(s) < *after))) continue;
+    if (started_after && s.created_at_ms <= *started_after) continue;
     if (int64_t(out.size()) >= limit) {
       more = true;
       break;
@@ -268,6 +316,17 @@ std::vector<Route> e2b_api_routes() {
             if (t == 0) throw ApiError{Code::invalid_argument, "timeout is required"};
             live(c);
             unwrap(c.gw.rt.set_ttl(c.tenant(), c.id, t));
+            return no_content();
+          }),
+      api(M::PUT, "/sandboxes/{id}/network", "E2B: a new network policy (updateNetwork)",
+          [](Call& c) {
+            Json b = c.r.json();
+            auto s = live(c);
+            auto e = egress_of(b["allow_internet_access"], b);
+            if (!e) return no_content();
+            // A sandbox without a network has no internet: denying it is already so.
+            if (!s.network && e->mode == "deny_all") return no_content();
+            unwrap(c.gw.rt.set_egress(c.tenant(), c.id, *e));
             return no_content();
           }),
       api(M::POST, "/sandboxes/{id}/pause", "E2B: pause (hibernate) a sandbox",

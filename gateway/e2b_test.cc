@@ -138,6 +138,16 @@ TEST(E2bTemplates, MapByName) {
   EXPECT_EQ(template_for("agent:latest"), "agent");
 }
 
+TEST(E2bTimes, Rfc3339ParsesWhatToIsoStringWrites) {
+  EXPECT_EQ(parse_rfc3339("1970-01-01T00:00:00Z"), 0);
+  EXPECT_EQ(parse_rfc3339("2026-12-04T15:22:33.123Z"), 1796397753123);
+  EXPECT_EQ(parse_rfc3339("2026-12-04T16:22:33.123+01:00"), 1796397753123);
+  EXPECT_EQ(parse_rfc3339(rfc3339(1796397753000)), 1796397753000);
+  for (auto bad : {"", "2026-12-04", "2026-12-04T15:22:33", "2026-13-04T15:22:33Z",
+                   "2026-12-04T15:22:33Zjunk", "2026-12-04T15:22:33+0100", "yesterday"})
+    EXPECT_FALSE(parse_rfc3339(bad)) << bad;
+}
+
 }  // namespace
 // Current E2B SDKs refuse an X-API-KEY that is not ^e2b_[0-9a-f]+$: our keys have an e2b_ form.
 TEST(E2bKeys, TheE2bFormIsTheSameKeyAndNothingElseDecodes) {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import http from "node:http";
 
-let daemon, base, url, key, Sandbox, CommandExitError, FileNotFoundError, NotFoundError;
+let daemon, base, url, key, Sandbox, CommandExitError, FileNotFoundError, NotFoundError, ALL_TRAFFIC;
 
 // A daemon of this test's own (the first: no sandbox networks), its URL and key.
 async function startDaemon(dir, extra) {
@@ -42,7 +42,7 @@ before(async () => {
   process.env.E2B_API_KEY = key;
   process.env.E2B_API_URL = url;
   process.env.E2B_SANDBOX_URL = url;
-  ({ Sandbox, CommandExitError, FileNotFoundError, NotFoundError } = await import("e2b"));
+  ({ Sandbox, CommandExitError, FileNotFoundError, NotFoundError, ALL_TRAFFIC } = await import("e2b"));
 });
 
 after(async () => {
@@ -345,6 +345,18 @@ function getVia(daemonUrl, host, path, headers = {}) {
   });
 }
 
+test("list startedAfter; updateNetwork on a sandbox without a network", async () => {
+  const before = new Date(Date.now() - 1000);
+  const sbx = await Sandbox.create();
+  const ids = async (q) => (await Sandbox.list({ query: q }).nextItems()).map((s) => s.sandboxId);
+  assert.ok((await ids({ startedAfter: before })).includes(sbx.sandboxId));
+  assert.ok(!(await ids({ startedAfter: new Date(Date.now() + 3600e3) })).includes(sbx.sandboxId));
+  // No network: no internet already; anything else it cannot have.
+  await sbx.updateNetwork({ allowInternetAccess: false });
+  await assert.rejects(sbx.updateNetwork({ allowInternetAccess: true }), /network/);
+  await sbx.kill();
+});
+
 test("getHost: a port's preview host, public by default, or behind the traffic token", async () => {
   // A daemon with sandbox networks (their namespaces only: the guest reaches nothing outside).
   const dir = mkdtempSync("/dev/shm/pst-e2b-net-");
@@ -366,6 +378,18 @@ test("getHost: a port's preview host, public by default, or behind the traffic t
       }
       assert.equal(r.status, 200, r.body);
       assert.equal(r.body, "hello from e2b\n");
+      if (allowPublicTraffic) {
+        // updateNetwork: an allowlist (deny all, allow some), all again, none; a denylist refused.
+        const egress = async () => (await (await fetch(`${d.url}/v1/sandboxes/${sbx.sandboxId}`,
+          { headers: { Authorization: `Bearer ${d.key}` } })).json()).egress;
+        await sbx.updateNetwork({ denyOut: [ALL_TRAFFIC], allowOut: ["192.0.2.0/24"] });
+        assert.deepEqual(await egress(), { mode: "allowlist", cidrs: ["192.0.2.0/24"], domains: [] });
+        await sbx.updateNetwork({ allowInternetAccess: true });
+        assert.equal((await egress()).mode, "allow_all");
+        await sbx.updateNetwork({ allowInternetAccess: false });
+        assert.equal((await egress()).mode, "deny_all");
+        await assert.rejects(sbx.updateNetwork({ denyOut: ["10.0.0.0/8"] }), /allowlists/);
+      }
       if (!allowPublicTraffic) {
         assert.equal((await getVia(d.url, host, "/")).status, 401);
         assert.equal((await getVia(d.url, host, "/", { "e2b-traffic-access-token": "e2b2.x.y.1.z" })).status, 401);
