@@ -82,6 +82,7 @@ struct Env {
   // Reports VMs that die on their own (VmHandle::generation says which); null once shut down.
   std::unique_ptr<vmm::VmWatcher> watcher = std::make_unique<vmm::VmWatcher>();
   std::atomic<uint64_t> vm_exits{0};  // VMs that died on their own, for metrics
+  MetricsStore metrics;               // each sandbox's resource use over time
 
   // Quotas: tenants an admin gave their own (the others have config.quotas; loaded from the store
   // at start), and commands running per tenant (the execs quota).

@@ -402,6 +402,13 @@ Reply<std::vector<PortInfo>> Runtime::ports(const std::string& tenant, const std
   return ports_after(*impl_, tenant, id, *info, nullptr);
 }
 
+Reply<std::vector<MetricSample>> Runtime::metrics(const std::string& tenant, const std::string& id,
+                                                  int64_t from_ms, int64_t to_ms) {
+  auto info = get(tenant, id);  // (the tenant's, or sandbox_not_found)
+  if (!info) return info.error();
+  return impl_->env->metrics.range(id, from_ms, to_ms);
+}
+
 Reply<SandboxInfo> Runtime::set_egress(const std::string& tenant, const std::string& id,
                                        const Egress& egress) {
   Egress e = egress;

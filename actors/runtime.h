@@ -22,6 +22,7 @@
 
 #include "actors/custom_template.h"
 #include "actors/database.h"
+#include "actors/metrics.h"
 #include "actors/quotas.h"
 #include "actors/sandbox.h"
 #include "actors/snapshot_exchange.h"
@@ -92,6 +93,8 @@ struct RuntimeConfig {
   // of one CPU (0 = none). See vmm::VmConfig.
   uint32_t vm_cpu_weight = 50;
   uint32_t vm_cpu_max_percent = 0;
+  // How often each running sandbox's resource use is sampled (actors/metrics.h; 0: never).
+  std::chrono::milliseconds metrics_interval{5000};
   // Quotas every tenant gets unless an admin set its own (PUT /v1/quotas/{tenant}).
   Quotas quotas;
   // Creates, forks and wakes are refused (503 host_full) when they would leave less than this
@@ -389,6 +392,9 @@ class Runtime {
   Reply<std::vector<PortInfo>> unexpose_port(const std::string& tenant, const std::string& id,
                                              uint32_t port);
   Reply<std::vector<PortInfo>> ports(const std::string& tenant, const std::string& id);
+  // The sandbox's resource use over time (actors/metrics.h), samples between from_ms and to_ms.
+  Reply<std::vector<MetricSample>> metrics(const std::string& tenant, const std::string& id,
+                                           int64_t from_ms, int64_t to_ms);
   // Preview URLs (gateway/previews.h): guest `port` served through the daemon's HTTP server.
   // Opening a port's preview again replaces it (a new nonce: the old URLs stop working).
   // `ttl_seconds` 0: the default (Limits::default_preview_ttl_seconds).

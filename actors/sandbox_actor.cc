@@ -4,10 +4,14 @@
 
 #include <filesystem>
 #include <functional>
+#include <shared_mutex>
 
 #include "actors/deadlines.h"
 #include "actors/event_codec.h"
 #include "actors/vm_worker.h"
+#include "vmm-driver/qcow2.h"
+#include "vmm-driver/usage.h"
+#include "vmm-driver/vm.h"
 
 namespace pandastack::actors {
 
@@ -459,6 +463,37 @@ void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
 
 }  // namespace
 
+namespace {
+// One resource sample of the running VM (never waits for the VM's lock: a transition holding it
+// skips this sample). Reads /proc and the file system only: not a use of the sandbox.
+void sample_metrics(SandboxSelf* self) {
+  auto& st = self->state;
+  std::shared_lock l(st.handle->mu, std::try_to_lock);
+  if (!l.owns_lock() || !st.handle->vm) return;
+  pid_t pid = st.handle->vm->pid();
+  auto disk = st.handle->vm->disk_file();
+  l.unlock();
+  auto u = vmm::process_usage(pid);
+  if (!u) return;
+  int64_t now = now_ms();
+  MetricSample m;
+  m.at_ms = now;
+  m.cpu_count = st.s.vcpus ? st.s.vcpus : 1;
+  if (st.sampled_pid == pid && now > st.sampled_ms && u->cpu_usec >= st.sampled_cpu_usec)
+    m.cpu_used_pct = cpu_percent(u->cpu_usec - st.sampled_cpu_usec,
+                                 uint64_t(now - st.sampled_ms) * 1000, m.cpu_count);
+  m.mem_used_bytes = u->rss_bytes;
+  m.mem_total_bytes = uint64_t(st.s.memory_mib ? st.s.memory_mib : st.env->config.memory_mib) << 20;
+  m.disk_used_bytes = vmm::allocated_bytes(disk);
+  if (auto size = vmm::qcow2::virtual_size(disk)) m.disk_total_bytes = *size;
+  bool first = st.sampled_pid != pid;  // (a new VM: its CPU share needs a second sample)
+  st.sampled_pid = pid;
+  st.sampled_ms = now;
+  st.sampled_cpu_usec = u->cpu_usec;
+  if (!first) st.env->metrics.add(st.s.id, m);
+}
+}  // namespace
+
 caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, SandboxState initial,
                             std::string adopt_dir) {
   auto& st = self->state;
@@ -470,6 +505,8 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   // Exec ids continue the recorded ones (x1, x2, ...): none is reused in the audit log.
   st.exec_seq = initial.execs_finished + initial.running_execs.size();
   log_exceptions(self, "sandbox " + initial.id);
+  if (env->config.metrics_interval.count() > 0)
+    self->delayed_send(self, env->config.metrics_interval, sample_atom::value);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
     st.worker = self->spawn<caf::detached + caf::linked>(
@@ -556,6 +593,16 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
           report_dead_vm(self);
         else if (st.s.live() && st.s.status != SandboxStatus::hibernated)
           st.vm_dead = true;  // mid-transition: recorded once it ends
+      },
+      // Every metrics_interval: a resource sample while its VM runs; the samples go with it.
+      [=](sample_atom) {
+        auto& st = self->state;
+        if (st.s.status == SandboxStatus::stopped || st.s.status == SandboxStatus::failed) {
+          st.env->metrics.erase(st.s.id);
+          return;
+        }
+        if (st.s.status == SandboxStatus::running && !st.adopting) sample_metrics(self);
+        self->delayed_send(self, st.env->config.metrics_interval, sample_atom::value);
       },
       [=](persisted_atom, bool ok, Code code, std::string err) {
         auto events = std::move(self->state.pending_events);

@@ -38,7 +38,11 @@ struct SandboxActorState {
   uint64_t snapshot_version = 0;  // version of the newest state snapshot stored
   // The idle timeout: the last command, lease or start (agent calls report to the handle).
   int64_t last_active_ms = 0;
-  bool idle_checking = false;  // asking the worker whether background processes run
+  bool idle_checking = false;
+  // The previous resource sample (actors/metrics.h): CPU time is reported as its change.
+  int64_t sampled_ms = 0;
+  uint64_t sampled_cpu_usec = 0;
+  int sampled_pid = -1;  // asking the worker whether background processes run
   // The VM died on its own while a transition ran: failed once the transition ends.
   bool vm_dead = false;
   bool vm_dead_reported = false;  // asking the worker why (once)

@@ -394,8 +394,28 @@ std::vector<Route> e2b_api_routes() {
             }
             return json_reply(200, out);
           }),
-      api(M::GET, "/sandboxes/{id}/metrics", "E2B: metrics (none kept: an empty list)",
-          [](Call&) { return json_reply(200, Json::array()); }, {"start", "end"}),
+      api(M::GET, "/sandboxes/{id}/metrics", "E2B: the sandbox's CPU, memory and disk over time",
+          [](Call& c) {
+            live(c);
+            int64_t start = query_int(c.r, "start", 0, INT64_MAX / 1000) * 1000;
+            int64_t end =
+                c.r.q("end") ? query_int(c.r, "end", 0, INT64_MAX / 1000) * 1000 + 999 : INT64_MAX;
+            Json out = Json::array();
+            for (auto& m : unwrap(c.gw.rt.metrics(c.tenant(), c.id, start, end))) {
+              Json j = Json::object();
+              j.set("timestamp", rfc3339(m.at_ms));
+              j.set("timestampUnix", m.at_ms / 1000);
+              j.set("cpuUsedPct", m.cpu_used_pct);
+              j.set("cpuCount", int64_t(m.cpu_count));
+              j.set("memUsed", m.mem_used_bytes);
+              j.set("memTotal", m.mem_total_bytes);
+              j.set("diskUsed", m.disk_used_bytes);
+              j.set("diskTotal", m.disk_total_bytes);
+              out.push(j);
+            }
+            return json_reply(200, out);
+          },
+          {"start", "end"}),
   };
   return out;
 }

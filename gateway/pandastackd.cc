@@ -76,6 +76,8 @@ const char* kUsage = R"(usage: pandastackd [options]
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
   --vm-cpu-max P      each VM's CPU ceiling, percent of one CPU (default 0: none)
+  --metrics-interval-ms MS  how often each running sandbox's CPU, memory and disk use is sampled
+                      (GET /v1/sandboxes/{id}/metrics; default 5000; 0: never)
   --max-connections N connections open at once per API, REST and RPC each (default 4096; more
                       are closed at once)
   --body-timeout S    a request body must arrive within S seconds (default 60; else 408)
@@ -215,6 +217,8 @@ int main(int argc, char** argv) {
       config.host_headroom_percent = parse_u32(a, value());
     else if (a == "--vm-cpu-weight")
       config.vm_cpu_weight = parse_u32(a, value());
+    else if (a == "--metrics-interval-ms")
+      config.metrics_interval = std::chrono::milliseconds(parse_u32(a, value()));
     else if (a == "--vm-cpu-max")
       config.vm_cpu_max_percent = parse_u32(a, value());
     else if (a == "--max-connections")

@@ -29,6 +29,18 @@ std::vector<actors::CreateRequest::Volume> volumes_from(const Json& j) {
   return out;
 }
 
+Json metric_json(const actors::MetricSample& m) {
+  Json j = Json::object();
+  j.set("timestamp_ms", m.at_ms);
+  j.set("cpu_used_pct", m.cpu_used_pct);
+  j.set("cpu_count", m.cpu_count);
+  j.set("mem_used_bytes", m.mem_used_bytes);
+  j.set("mem_total_bytes", m.mem_total_bytes);
+  j.set("disk_used_bytes", m.disk_used_bytes);
+  j.set("disk_total_bytes", m.disk_total_bytes);
+  return j;
+}
+
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
@@ -187,6 +199,15 @@ std::vector<Route> sandbox_routes() {
             return list_reply("events", unwrap(c.gw.rt.audit(q)), audit_json);
           },
           {"follow"}, K::stream),
+      route(M::GET, "/v1/sandboxes/{id}/metrics",
+            "The sandbox's CPU, memory and disk use over time (from_ms, to_ms)",
+            [](Call& c) {
+              auto from = int64_t(query_int(c.r, "from_ms", 0, INT64_MAX));
+              auto to = c.r.q("to_ms") ? int64_t(query_int(c.r, "to_ms", 0, INT64_MAX)) : INT64_MAX;
+              return list_reply("metrics", unwrap(c.gw.rt.metrics(c.tenant(), c.id, from, to)),
+                                metric_json);
+            },
+            {"from_ms", "to_ms"}),
       route(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest TCP port on a host address",
             [](Call& c) {
               Fields f(c.r.json(), {"port"});

@@ -2,7 +2,7 @@
 // (gateway/dashboard.cc embeds these files). Hash routes (#/sandboxes, #/sandboxes/ID, ...);
 // every call goes to the REST API with the key the user signed in with.
 import { api, ApiError, key } from "/ui/api.js";
-import { barChart, buckets, parseMetrics } from "/ui/charts.js";
+import { barChart, buckets, lineChart, parseMetrics } from "/ui/charts.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -149,7 +149,8 @@ async function sandbox(id) {
     <div class="grid">
       <section class="card" aria-labelledby="h-net"><h2 id="h-net">Network and ports</h2><div id="net"></div></section>
       <section class="card" aria-labelledby="h-snaps"><h2 id="h-snaps">Snapshots and fork tree</h2><div id="snaps"></div></section>
-    </div>`;
+    </div>
+    <section class="card" aria-labelledby="h-use"><h2 id="h-use">Resources</h2><div id="use" class="grid"></div></section>`;
   const err = (e) => { document.getElementById("err").innerHTML = e ? errorBox(e) : ""; };
   const draw = async () => {
     const s = await api.get(base);
@@ -194,6 +195,15 @@ async function sandbox(id) {
        <ul class="tree" aria-label="Fork tree"><li>${s.parent ? `${link(s.parent)} (parent)<ul><li>` : ""}<strong class="mono">${esc(id)}</strong>
        ${kids.length ? `<ul>${kids.map((k) => `<li>${link(k.id)} ${state(k.state)}</li>`).join("")}</ul>` : ""}
        ${s.parent ? "</li></ul>" : ""}</li></ul>`;
+    // CPU, memory and disk over time (the host's view of its VM, sampled every few seconds).
+    const samples = s.state === "running" || s.state === "hibernated"
+      ? (await api.get(`${base}/metrics`)).metrics : [];
+    const series = (f) => samples.map((m) => ({ t: m.timestamp_ms, v: f(m) }));
+    const mib = (b) => b / 1048576;
+    document.getElementById("use").innerHTML =
+      lineChart("CPU", series((m) => m.cpu_used_pct), { max: 100, unit: " %" }) +
+      lineChart("Memory", series((m) => mib(m.mem_used_bytes)), { max: mib(s.memory_mib * 1048576), unit: " MiB" }) +
+      lineChart("Disk written", series((m) => mib(m.disk_used_bytes)), { unit: " MiB" });
     const ev = (await api.get(`${base}/events`)).events;
     document.getElementById("events").innerHTML = ev.slice(-200).reverse().map((e) =>
       `<li><span class="muted">${when(e.time_ms)}</span> <strong>${esc(e.type)}</strong></li>`).join("");

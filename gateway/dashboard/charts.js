@@ -43,3 +43,24 @@ export function barChart(title, bars) {
   return `<figure class="card"><figcaption>${esc(title)}</figcaption>` +
     `<svg class="chart" role="img" aria-label="${esc(title)}" viewBox="0 0 ${w} ${h}" width="100%">${g}</svg></figure>`;
 }
+
+// A line over time: `points` [{t (ms), v}], `max` the top of the axis (the data's maximum when
+// not given), `unit` appended to the axis labels.
+export function lineChart(title, points, { max, unit = "" } = {}) {
+  const w = 520, h = 160, pad = 40;
+  const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+  const top = max ?? Math.max(1, ...points.map((p) => p.v));
+  const t0 = points.length ? points[0].t : 0, t1 = points.length ? points[points.length - 1].t : 1;
+  const x = (t) => pad + (w - pad - 10) * (t1 > t0 ? (t - t0) / (t1 - t0) : 0);
+  const y = (v) => 10 + (h - 40) * (1 - Math.min(v, top) / top);
+  const path = points.map((p, i) => `${i ? "L" : "M"}${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(" ");
+  const last = points.length ? points[points.length - 1].v : 0;
+  const fmt = (v) => (v >= 100 ? Math.round(v) : v.toFixed(1));
+  const g = `<line class="axis" x1="${pad}" y1="${h - 30}" x2="${w - 10}" y2="${h - 30}"/>` +
+    `<text x="2" y="14">${fmt(top)}${esc(unit)}</text><text x="2" y="${h - 30}">0</text>` +
+    `<text x="${pad}" y="${h - 12}">${points.length ? esc(new Date(t0).toLocaleTimeString()) : "no samples yet"}</text>` +
+    (points.length ? `<text x="${w - 90}" y="${h - 12}">${esc(new Date(t1).toLocaleTimeString())}</text>` : "") +
+    (path ? `<path class="line" d="${path}" fill="none"/>` : "");
+  return `<figure class="card"><figcaption>${esc(title)}: ${fmt(last)}${esc(unit)}</figcaption>` +
+    `<svg class="chart" role="img" aria-label="${esc(title)}" viewBox="0 0 ${w} ${h}" width="100%">${g}</svg></figure>`;
+}

@@ -46,7 +46,7 @@ class ApiTest(unittest.TestCase):
     def setUpClass(cls):
         cls.base = tempfile.mkdtemp(prefix="pst-api-", dir="/dev/shm")
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
-                            ["--max-concurrent-execs", "3"])
+                            ["--max-concurrent-execs", "3", "--metrics-interval-ms", "300"])
         try:
             cls.api = Api(cls.daemon)
             cls.sbx = cls.api.create(template="base", metadata={"team": "red"})
@@ -73,6 +73,50 @@ class ApiTest(unittest.TestCase):
         self.assertTrue(b["error"]["message"])
 
     # -- basics ---------------------------------------------------------------------------------
+
+    def test_metrics_over_time(self):
+        """CPU, memory and disk of a running sandbox, sampled every 300 ms here: real figures
+        (a CPU-bound command shows; written data shows on its disk), bounded by a time range,
+        and reading them is not a use of the sandbox."""
+        c = self.api
+        sbx = c.create(template="base")["id"]
+        try:
+            c.exec(sbx, "dd if=/dev/urandom of=/root/blob bs=1M count=8 2>/dev/null; sync; "
+                        "timeout 2 sh -c 'while :; do :; done'; true")
+            time.sleep(1)
+            s, b = c.call("GET", f"/v1/sandboxes/{sbx}/metrics")
+            self.assertEqual(s, 200, b)
+            m = b["metrics"]
+            self.assertGreaterEqual(len(m), 3, m)
+            ts = [x["timestamp_ms"] for x in m]
+            self.assertEqual(ts, sorted(ts))
+            last = m[-1]
+            self.assertEqual((last["cpu_count"], last["mem_total_bytes"]), (1, 256 << 20))
+            self.assertGreater(last["mem_used_bytes"], 16 << 20)
+            self.assertGreater(last["disk_used_bytes"], 8 << 20)
+            self.assertGreater(last["disk_total_bytes"], last["disk_used_bytes"])
+            self.assertGreater(max(x["cpu_used_pct"] for x in m), 50, m)  # the busy loop
+            self.assertTrue(all(0 <= x["cpu_used_pct"] <= 100 for x in m))
+            s, b = c.call("GET", f"/v1/sandboxes/{sbx}/metrics?from_ms={ts[-1]}")
+            self.assertEqual([x["timestamp_ms"] for x in b["metrics"]][:1], [ts[-1]])
+            s, b = c.call("GET", f"/v1/sandboxes/{sbx}/metrics?to_ms=1")
+            self.assertEqual(b["metrics"], [])
+            self.assertError(c.call("GET", f"/v1/sandboxes/{sbx}/metrics?from_ms=x"), 400,
+                             "invalid_argument")
+            self.assertError(c.call("GET", "/v1/sandboxes/sbx_nosuchsandbox00/metrics"), 404,
+                             "sandbox_not_found")
+            # Sampling is not use: an idle sandbox still reaches its idle timeout.
+            s, b = c.call("POST", "/v1/sandboxes", {"idle_timeout_seconds": 2,
+                                                    "on_timeout": "hibernate"})
+            self.assertEqual(s, 201, b)
+            idle = b["id"]
+            deadline = time.time() + 30
+            while c.call("GET", f"/v1/sandboxes/{idle}")[1]["state"] != "hibernated":
+                self.assertLess(time.time(), deadline, "sampled into never being idle")
+                time.sleep(0.3)
+            c.call("DELETE", f"/v1/sandboxes/{idle}")
+        finally:
+            c.call("DELETE", f"/v1/sandboxes/{sbx}")
 
     def test_health_metrics_and_templates(self):
         self.assertEqual(self.api.call("GET", "/healthz", key=""), (200, {"status": "ok"}))

@@ -22,7 +22,7 @@ before(async () => {
     "--data", join(base, "data"), "--state-dir", join(base, "state"),
     "--images", process.env.PANDASTACK_IMAGES, "--listen", "127.0.0.1:0",
     "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", "--network", "off",
-    "--pool-size", "1", "--spare-pool-size", "0",
+    "--pool-size", "1", "--spare-pool-size", "0", "--metrics-interval-ms", "500",
   ], { stdio: ["ignore", "pipe", "ignore"] });
   for await (const line of createInterface({ input: daemon.stdout })) {
     const t = line.trim();
@@ -137,6 +137,12 @@ test("hibernate and wake show as they happen, with their events", async () => {
   const events = page.locator("#events");
   await events.getByText("hibernated", { exact: true }).waitFor();
   await events.getByText("woke", { exact: true }).waitFor();
+  // Its resources over time: a CPU, memory and disk chart each, with a line of samples.
+  const use = page.getByRole("img", { name: "CPU" });
+  await use.waitFor();
+  assert.equal(await page.locator("#use svg.chart").count(), 3);
+  await page.locator("#use svg.chart path.line").first().waitFor({ timeout: 30000 });
+  await shot("sandbox-resources");
   // A fork shows in its fork tree (and the child's page shows its parent).
   await page.getByRole("button", { name: "Fork" }).click();
   const tree = page.getByLabel("Fork tree");

@@ -37,7 +37,7 @@ async function stopDaemon(proc) {
 
 before(async () => {
   base = mkdtempSync("/dev/shm/pst-e2b-");
-  ({ proc: daemon, url, key } = await startDaemon(base, ["--network", "off"]));
+  ({ proc: daemon, url, key } = await startDaemon(base, ["--network", "off", "--metrics-interval-ms", "300"]));
   // What a user sets, and nothing else.
   process.env.E2B_API_KEY = key;
   process.env.E2B_API_URL = url;
@@ -169,7 +169,17 @@ test("lifecycle: getInfo, list, setTimeout, metrics, isRunning, pause, connect, 
   assert.ok(later.endAt.getTime() - Date.now() > 500_000, String(later.endAt));
   const page = await Sandbox.list({ query: { metadata: { suite: "lifecycle" } } }).nextItems();
   assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId]);
-  assert.ok(Array.isArray(await sbx.getMetrics()));
+  // Real figures, sampled every 300 ms on this daemon.
+  await sbx.commands.run("timeout 1 sh -c 'while :; do :; done'; true");
+  const metrics = await sbx.getMetrics();
+  assert.ok(metrics.length >= 2, JSON.stringify(metrics));
+  const m = metrics.at(-1);
+  assert.ok(m.timestamp instanceof Date && m.timestamp.getTime() > Date.now() - 60e3, String(m.timestamp));
+  assert.equal(m.cpuCount, 1);
+  assert.equal(m.memTotal, 256 * 1024 * 1024);
+  assert.ok(m.memUsed > 0 && m.diskTotal > m.diskUsed, JSON.stringify(m));
+  assert.ok(metrics.some((x) => x.cpuUsedPct > 50), JSON.stringify(metrics.map((x) => x.cpuUsedPct)));
+  assert.deepEqual(await sbx.getMetrics({ start: new Date(Date.now() + 3600e3) }), []);
   assert.equal(await sbx.isRunning(), true);
   await sbx.commands.run("echo kept > /tmp/mark");
   assert.equal(await sbx.pause(), true);

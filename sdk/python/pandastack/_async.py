@@ -357,6 +357,13 @@ class AsyncSandbox:
         """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
         return list((await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/ports")).json()["ports"])
 
+    async def metrics(self, from_ms: Optional[int] = None,
+                      to_ms: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The sandbox's CPU, memory and disk use over time (see ``Sandbox.metrics``)."""
+        q = "&".join(f"{k}={int(v)}" for k, v in (("from_ms", from_ms), ("to_ms", to_ms)) if v is not None)
+        r = await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/metrics" + (f"?{q}" if q else ""))
+        return list(r.json()["metrics"])
+
     async def preview(self, port: int, ttl_seconds: Optional[int] = None,
                       public: bool = False) -> Dict[str, Any]:
         """Serves guest ``port`` at a preview URL (see ``Sandbox.preview``)."""

@@ -398,6 +398,13 @@ class Sandbox:
         """Exposed guest ports and their host addresses (``host_port`` None while not running)."""
         return list(self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/ports").json()["ports"])
 
+    def metrics(self, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The sandbox's CPU, memory and disk use over time: ``[{timestamp_ms, cpu_used_pct,
+        cpu_count, mem_used_bytes, mem_total_bytes, disk_used_bytes, disk_total_bytes}]``."""
+        q = "&".join(f"{k}={int(v)}" for k, v in (("from_ms", from_ms), ("to_ms", to_ms)) if v is not None)
+        return list(self._http.call(
+            "GET", f"/v1/sandboxes/{c.sid(self.id)}/metrics" + (f"?{q}" if q else "")).json()["metrics"])
+
     def preview(self, port: int, ttl_seconds: Optional[int] = None, public: bool = False) -> Dict[str, Any]:
         """Serves guest ``port`` at a preview URL of the daemon; returns ``{port, url, path_url,
         token, public, created_at_ms, expires_at_ms}`` (``url`` carries the token: a link to hand

@@ -213,6 +213,7 @@ class SdkTest(unittest.TestCase):
             self.assertEqual(e.exception.code, 401)
             self.assertEqual([v["port"] for v in sbx.previews()], [8001])
             sbx.close_preview(8001)
+            self.assertIsInstance(sbx.metrics(from_ms=0), list)
             self.assertEqual(sbx.previews(), [])
             sbx.unexpose_port(8001)
             self.assertEqual(sbx.ports(), [])

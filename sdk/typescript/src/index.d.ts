@@ -140,6 +140,20 @@ export interface PortInfo {
   address: string | null;
 }
 
+/** One sample of a sandbox's resource use (the host's view of its VM). */
+export interface MetricSample {
+  timestampMs: number;
+  /** Of its vCPUs, over the interval before the sample. */
+  cpuUsedPct: number;
+  cpuCount: number;
+  /** The VM's resident memory on the host (the guest RAM it touched). */
+  memUsedBytes: number;
+  memTotalBytes: number;
+  /** What its writable disk layer holds on the host (its writes). */
+  diskUsedBytes: number;
+  diskTotalBytes: number;
+}
+
 /** A guest port served at a preview URL of the daemon. */
 export interface PreviewInfo {
   port: number;
@@ -334,6 +348,8 @@ export declare class Sandbox {
   exposePort(port: number): Promise<PortInfo>;
   unexposePort(port: number): Promise<void>;
   ports(): Promise<PortInfo[]>;
+  /** CPU, memory and disk use over time (sampled by the daemon every few seconds). */
+  metrics(opts?: { fromMs?: number; toMs?: number }): Promise<MetricSample[]>;
   /** Serves guest `port` at a preview URL (`url` carries its token; again: a new URL). */
   preview(port: number, opts?: { ttlSeconds?: number; public?: boolean }): Promise<PreviewInfo>;
   previews(): Promise<PreviewInfo[]>;

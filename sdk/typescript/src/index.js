@@ -695,6 +695,20 @@ export class Sandbox {
 
   /** Exposed guest ports and their host addresses (hostPort null while the sandbox is not running). */
   async ports() { return (await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/ports`)).ports.map(portInfo); }
+  /** CPU, memory and disk use over time: [{timestampMs, cpuUsedPct, cpuCount, memUsedBytes,
+   * memTotalBytes, diskUsedBytes, diskTotalBytes}] (`fromMs`/`toMs` bound the range). */
+  async metrics(opts = {}) {
+    const q = new URLSearchParams();
+    if (opts.fromMs !== undefined) q.set("from_ms", String(opts.fromMs));
+    if (opts.toMs !== undefined) q.set("to_ms", String(opts.toMs));
+    const qs = q.toString();
+    const r = await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/metrics${qs ? "?" + qs : ""}`);
+    return r.metrics.map((m) => ({
+      timestampMs: m.timestamp_ms, cpuUsedPct: m.cpu_used_pct, cpuCount: m.cpu_count,
+      memUsedBytes: m.mem_used_bytes, memTotalBytes: m.mem_total_bytes,
+      diskUsedBytes: m.disk_used_bytes, diskTotalBytes: m.disk_total_bytes,
+    }));
+  }
   /** Serves guest `port` at a preview URL of the daemon: {port, url (with its token), pathUrl,
    * token, public, createdAtMs, expiresAtMs}. Again for the same port: a new URL, the old revoked. */
   async preview(port, opts = {}) {

@@ -246,6 +246,7 @@ test("previews: refused without a network, listed empty, a missing one typed", a
   await assert.rejects(sbx.preview(8000, { ttlSeconds: 60 }), (e) => e instanceof ConflictError && e.code === "network_disabled");
   assert.deepEqual(await sbx.previews(), []);
   await assert.rejects(sbx.closePreview(8000), (e) => e.code === "preview_not_found" && e.status === 404);
+  assert.ok(Array.isArray(await sbx.metrics({ fromMs: 0 })));
   await sbx.kill();
 });
 

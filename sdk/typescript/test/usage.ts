@@ -1,7 +1,7 @@
 // Type-checked (tsc --strict, `npm run typecheck`) against src/index.d.ts: the declarations cover
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
 import { Execution,
-  Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type PreviewInfo, type SandboxInfo,
+  Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type PreviewInfo, type MetricSample, type SandboxInfo,
   type VolumeInfo, Database, type DatabaseInfo, type DatabaseBackup, type VolumeSnapshotInfo,
   Template, TemplateBuildFailedError, type TemplateInfo, type BuildProgress,
 } from "../src/index.js";
@@ -45,6 +45,8 @@ export async function usage(): Promise<string> {
   const preview: PreviewInfo = await limited.preview(8000, { ttlSeconds: 600, public: false });
   console.log(preview.url, preview.pathUrl, preview.token ?? "", (await limited.previews()).length);
   await limited.closePreview(8000);
+  const samples: MetricSample[] = await limited.metrics({ fromMs: Date.now() - 60_000 });
+  console.log(samples.map((m) => m.cpuUsedPct + m.memUsedBytes).length);
   console.log(mode, limited.info.network, (await Sandbox.create({ network: false })).info.network);
   const entries: FileInfo[] = await sbx.files.list("/tmp");
   const pid: number = await sbx.process.start("sleep 1");
