@@ -276,14 +276,7 @@ class WebSocket:
 
     def recv(self):
         """(opcode, payload); text payloads are decoded JSON."""
-        b0, b1 = self._read(2)
-        n = b1 & 0x7F
-        if n == 126:
-            n = int.from_bytes(self._read(2), "big")
-        elif n == 127:
-            n = int.from_bytes(self._read(8), "big")
-        payload = self._read(n)
-        opcode = b0 & 0x0F
+        opcode, payload = self.recv_raw()
         return opcode, json.loads(payload) if opcode == 1 else payload
 
 

@@ -27,14 +27,6 @@ from harness import Api, Daemon  # noqa: E402
 APP = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest_app.py"), "rb").read()
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 class PreviewTest(harness.LogOnFailure, unittest.TestCase):
 
     @classmethod
@@ -229,13 +221,13 @@ class PreviewTest(harness.LogOnFailure, unittest.TestCase):
         self.assertEqual(got["sha256"], hashlib.sha256(b"".join(chunks)).hexdigest())
         # 100 MiB down, read slowly at first: the daemon holds a bounded buffer, not the body.
         pid = self.daemon.proc.pid
-        before = rss_kib(pid)
+        before = harness.rss_mib(pid)
         peak = [before]
         done = threading.Event()
 
         def sample():
             while not done.is_set():
-                peak[0] = max(peak[0], rss_kib(pid))
+                peak[0] = max(peak[0], harness.rss_mib(pid))
                 time.sleep(0.05)
         t = threading.Thread(target=sample)
         t.start()
@@ -259,8 +251,8 @@ class PreviewTest(harness.LogOnFailure, unittest.TestCase):
         t.join()
         want = hashlib.sha256(bytes(range(256)) * 4096 * 100).hexdigest()
         self.assertEqual((n, h.hexdigest()), (100 << 20, want))
-        grew = (peak[0] - before) / 1024
-        print(f"100 MiB download: daemon RSS {before // 1024} MiB -> peak +{grew:.1f} MiB",
+        grew = peak[0] - before
+        print(f"100 MiB download: daemon RSS {before:.0f} MiB -> peak +{grew:.1f} MiB",
               file=sys.stderr)
         self.assertLess(grew, 48, "the daemon buffered the download")
 
