@@ -29,7 +29,7 @@ before(async () => {
     "--data", join(base, "data"), "--state-dir", join(base, "state"),
     "--images", process.env.PANDASTACK_IMAGES, "--listen", "127.0.0.1:0",
     "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", "--pool-size", "1", "--spare-pool-size", "0",
-    "--network-prefix", "ptbrw", "--subnet-pool", "10.248.0.0/22", "--dns-upstream", "off",
+    "--network-prefix", "ptbrw", "--subnet-pool", "10.252.0.0/22", "--dns-upstream", "off",
   ], { stdio: ["ignore", "pipe", "ignore"] });
   for await (const line of createInterface({ input: daemon.stdout })) {
     const t = line.trim();

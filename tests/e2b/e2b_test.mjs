@@ -370,7 +370,7 @@ test("list startedAfter; updateNetwork on a sandbox without a network", async ()
 test("getHost: a port's preview host, public by default, or behind the traffic token", async () => {
   // A daemon with sandbox networks (their namespaces only: the guest reaches nothing outside).
   const dir = mkdtempSync("/dev/shm/pst-e2b-net-");
-  const d = await startDaemon(dir, ["--network-prefix", "pte2b", "--subnet-pool", "10.249.0.0/22",
+  const d = await startDaemon(dir, ["--network-prefix", "pte2b", "--subnet-pool", "10.253.0.0/22",
                                     "--dns-upstream", "off"]);
   const opts = { apiKey: d.key, apiUrl: d.url, sandboxUrl: d.url };
   try {
