@@ -107,7 +107,7 @@ void Server::count_preview(const std::string& outcome) {
 kj::Promise<void> Server::proxy_preview(PreviewAddress a, int fd, kj::HttpMethod method,
                                         const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                         kj::HttpService::Response& response, Clock::time_point t0) {
-  auto refuse = [this, &response, t0, a](HttpReply r) {
+  auto refuse = [this, &response, t0](HttpReply r) {
     count_preview("refused");
     return send(response, std::move(r), t0);
   };

@@ -254,7 +254,10 @@ class PreviewTest(harness.LogOnFailure, unittest.TestCase):
         grew = peak[0] - before
         print(f"100 MiB download: daemon RSS {before:.0f} MiB -> peak +{grew:.1f} MiB",
               file=sys.stderr)
-        self.assertLess(grew, 48, "the daemon buffered the download")
+        # (Under AddressSanitizer freed buffers wait in its quarantine, 64 MiB in make test-asan:
+        # the bound then only tells a body held whole, 100 MiB, from streaming.)
+        bound = 90 if "ASAN_OPTIONS" in os.environ else 48
+        self.assertLess(grew, bound, "the daemon buffered the download")
 
     def test_server_sent_events_stream(self):
         cookie, _ = self.cookie_of(self.preview["url"])
