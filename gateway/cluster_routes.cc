@@ -169,8 +169,8 @@ kj::Promise<void> Server::route_preview(const std::string& id, int fd, kj::HttpM
     // (A request body crosses to the owner whole: at most max_file_bytes; answers stream.)
     size_t limit = limits.max_file_bytes;
     return body.readAllBytes(limit + 1).then(
-        [this, fd, method, url, &headers, &response, t0,
-         t, limit](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
+        [this, fd, method, url, &headers, &response, t0, t,
+         limit](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
           if (bytes.size() > limit)
             return send(response,
                         error_reply(Code::body_too_large,
