@@ -58,8 +58,9 @@ struct Request {
   // for (e2b::target checks the key is still there).
   std::string token_tenant, token_key;
   std::string body;
-  std::string url;         // the path and query as sent
-  std::string host;        // its Host header (at most 255 bytes), or ""
+  std::string url;           // the path and query as sent
+  std::string host;          // its Host header (at most 255 bytes), or ""
+  std::string host_sandbox;  // E2B's sandbox plane by host name (49983-ID.DOMAIN): ID, else ""
   bool forwarded = false;  // (cluster mode) another host forwarded it (its creates are served here)
   bool routed = false;     // (cluster mode) its owner was looked up already
   int conn_fd = -1;        // the client's connection (to notice it hang up), or -1

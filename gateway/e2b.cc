@@ -39,11 +39,41 @@ std::string Tokens::mac(const std::string& tenant, const std::string& key_id, in
       secret_, "e2b2\n" + tenant + "\n" + key_id + "\n" + std::to_string(expires) + "\n" + sandbox);
 }
 
-std::string Tokens::issue(const std::string& tenant, const std::string& key_id,
+std::string Tokens::token(const std::string& tenant, const std::string& key_id, int64_t expires,
                           const std::string& sandbox) const {
-  int64_t expires = int64_t(std::time(nullptr)) + kLifetime;
   return "e2b2." + b64url(tenant) + "." + key_id + "." + std::to_string(expires) + "." +
          b64url(mac(tenant, key_id, expires, sandbox));
+}
+
+std::string Tokens::issue(const std::string& tenant, const std::string& key_id,
+                          const std::string& sandbox, int64_t now) const {
+  if (now == 0) now = int64_t(std::time(nullptr));
+  int64_t expires = (now / kGranularity + 1) * kGranularity + kLifetime;
+  return token(tenant, key_id, expires, sandbox);
+}
+
+std::vector<std::string> Tokens::live(const std::string& tenant, const std::string& key_id,
+                                      const std::string& sandbox, int64_t now) const {
+  std::vector<std::string> out;
+  int64_t last = (now / kGranularity + 1) * kGranularity + kLifetime;
+  for (int64_t e = last; e > now && e > last - kLifetime - kGranularity; e -= kGranularity)
+    out.push_back(token(tenant, key_id, e, sandbox));
+  return out;
+}
+
+std::string file_signature(const std::string& path, const std::string& operation,
+                           const std::string& user, const std::string& token,
+                           std::optional<int64_t> expiration) {
+  std::string raw = path + ":" + operation + ":" + user + ":" + token;
+  if (expiration) raw += ":" + std::to_string(*expiration);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(raw.data(), raw.size(), digest, &n, EVP_sha256(), nullptr);
+  std::string b64(4 * ((n + 2) / 3) + 1, '\0');
+  int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()), digest, int(n));
+  b64.resize(size_t(len));
+  while (!b64.empty() && b64.back() == '=') b64.pop_back();
+  return "v1_" + b64;
 }
 
 std::optional<Tokens::Claims> Tokens::verify(std::string_view token, const std::string& sandbox,

@@ -27,9 +27,12 @@ inline constexpr const char* kEnvdVersion = "0.5.2";
 // expiry (Unix seconds) + "." + base64url(HMAC-SHA256(secret, those and the sandbox id)).
 // Stateless (survives restarts), scoped to one sandbox of one tenant, and bound to the API key
 // that asked for it: it stops working when that key is revoked (checked per request, within the
-// key cache's 2 s) or when it expires (kLifetime after it was issued; create, connect and get
-// issue a fresh one). The secret is DATA/e2b-token-secret (0600) on one host, the cluster's
-// e2b-tokens.key in a cluster; never derived from another credential (security review 3, H1, M4).
+// key cache's 2 s) or when it expires (kLifetime after the hour it was issued in ends: create,
+// connect and get issue a fresh one). Deterministic: the tokens issued for one sandbox and key
+// within one hour are the same, so that the ones still valid can be recomputed (live()) to check
+// a signed file URL, which carries a hash over the token and not the token (file_signature). The
+// secret is DATA/e2b-token-secret (0600) on one host, the cluster's e2b-tokens.key in a cluster;
+// never derived from another credential (security review 3, H1, M4).
 class Tokens {
  public:
   // E2B's longest sandbox lifetime (24 h): an SDK object that lives longer connects again.
@@ -37,9 +40,16 @@ class Tokens {
   // Reads the secret from `path`, or makes one (32 random bytes) there.
   static std::optional<Tokens> load(const std::string& path, std::string* error);
   explicit Tokens(std::string secret) : secret_(std::move(secret)) {}
-  // A token for `sandbox` of `tenant` asked for with key `key_id`, valid until now + kLifetime.
+  // Expiries are whole hours: a token is valid kLifetime after the hour it was issued in.
+  static constexpr int64_t kGranularity = 3600;
+  // A token for `sandbox` of `tenant` asked for with key `key_id` at `now` (Unix seconds; 0: the
+  // clock's), valid until the end of now's hour + kLifetime.
   std::string issue(const std::string& tenant, const std::string& key_id,
-                    const std::string& sandbox) const;
+                    const std::string& sandbox, int64_t now = 0) const;
+  // Every token issue() gave for (tenant, key_id, sandbox) that is still valid at `now`: one per
+  // hour of the last kLifetime (25).
+  std::vector<std::string> live(const std::string& tenant, const std::string& key_id,
+                                const std::string& sandbox, int64_t now) const;
   struct Claims {
     std::string tenant, key_id;
     int64_t expires = 0;  // Unix seconds
@@ -53,8 +63,33 @@ class Tokens {
  private:
   std::string mac(const std::string& tenant, const std::string& key_id, int64_t expires,
                   const std::string& sandbox) const;
+  std::string token(const std::string& tenant, const std::string& key_id, int64_t expires,
+                    const std::string& sandbox) const;
   std::string secret_;
 };
+
+// The signature in a signed file URL (E2B's uploadUrl/downloadUrl, `signature` query parameter):
+// "v1_" + base64 (standard alphabet, unpadded) of SHA-256 of "PATH:OPERATION:USER:TOKEN" and,
+// when the URL expires, ":EXPIRATION" (Unix seconds). OPERATION is "read" (GET /files) or "write"
+// (POST); USER the `username` parameter or "".
+std::string file_signature(const std::string& path, const std::string& operation,
+                           const std::string& user, const std::string& token,
+                           std::optional<int64_t> expiration);
+
+// The sandbox plane's own host names (49983-ID.DOMAIN: envd; 49999-ID.DOMAIN: the code
+// interpreter) are served by the E2B routes, not proxied to those guest ports.
+inline constexpr uint32_t kEnvdPort = 49983, kCodeInterpreterPort = 49999;
+inline bool sandbox_plane_port(uint32_t port) {
+  return port == kEnvdPort || port == kCodeInterpreterPort;
+}
+
+// A signed file URL's check (e2b_envd.cc, on a worker): the signature must be one of the
+// sandbox's live tokens' for the request (any live key of the sandbox's tenant, at most
+// kMaxSigningKeys of them), and not expired. Whom the token names; unauthorized with E2B's
+// messages ("invalid signature", "signature is already expired") otherwise.
+inline constexpr size_t kMaxSigningKeys = 64;
+inline constexpr uint32_t kSignedUrlsPerSecond = 100;  // per sandbox (then 429)
+actors::Reply<Tokens::Claims> verify_signed_url(Server& gw, const Request& r);
 
 // The tokens of the running server (set once at start).
 void set_tokens(Tokens t);

@@ -6,10 +6,13 @@
 // (X-Access-Token): the token says the tenant, the runtime checks the sandbox is that tenant's.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
+#include <ctime>
 
 #include "gateway/e2b.h"
 #include "gateway/server.h"
+#include "gateway/signing.h"
 
 namespace pandastack::gateway {
 
@@ -292,6 +295,47 @@ std::string header_of(const Request& r, const char* name) {
   return it == r.headers.end() ? "" : it->second;
 }
 
+actors::Reply<Tokens::Claims> verify_signed_url(Server& gw, const Request& r) {
+  std::string id = header_of(r, "e2b-sandbox-id");
+  if (id.empty())
+    return actors::Rejection{Code::unauthorized,
+                             "a signed URL names its sandbox in its host name (49983-ID.DOMAIN)"};
+  std::string signature = r.q("signature").value_or("");
+  std::optional<int64_t> expiration;
+  if (auto e = r.q("signature_expiration")) {
+    if (e->empty() || e->size() > 12 ||
+        !std::all_of(e->begin(), e->end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return actors::Rejection{Code::invalid_argument,
+                               "signature_expiration is a Unix time in seconds"};
+    expiration = std::stoll(*e);
+  }
+  // Checking costs up to kMaxSigningKeys * 25 hashes: bounded per sandbox like any request.
+  if (!gw.limiter.take("e2b-signed:" + id, kSignedUrlsPerSecond))
+    return actors::Rejection{Code::too_many_requests,
+                             "more than " + std::to_string(kSignedUrlsPerSecond) +
+                                 " signed URL requests per second for this sandbox"};
+  auto s = gw.rt.preview_target(id);  // (whoever's: the signature is the proof)
+  if (!s) return actors::Rejection{Code::unauthorized, "invalid signature"};
+  auto keys = gw.rt.list_keys();
+  if (!keys) return keys.error();
+  const std::string op = r.method == kj::HttpMethod::GET ? "read" : "write";
+  const std::string path = r.q("path").value_or(""), user = r.q("username").value_or("");
+  const int64_t now = int64_t(std::time(nullptr));
+  size_t tried = 0;
+  for (auto& k : *keys) {
+    if (k.tenant != s->tenant) continue;
+    if (++tried > kMaxSigningKeys) break;
+    for (auto& token : tokens().live(s->tenant, k.id, id, now)) {
+      if (!equal_secret(file_signature(path, op, user, token, expiration), signature)) continue;
+      // E2B's order: a signature that matches, then its expiry.
+      if (expiration && *expiration < now)
+        return actors::Rejection{Code::unauthorized, "signature is already expired"};
+      return Tokens::Claims{s->tenant, k.id, 0};
+    }
+  }
+  return actors::Rejection{Code::unauthorized, "invalid signature"};
+}
+
 // The sandbox a request is for, and whose it is (from its access token).
 Target target(Server& gw, const Request& r) {
   // (The server verified the token for this sandbox before the request got here.)
@@ -515,9 +559,10 @@ std::vector<Route> e2b_envd_routes() {
                  remove),
       envd_route(M::POST, "/filesystem.Filesystem/WatchDir", "E2B envd: a folder's changes", {}, {},
                  K::stream),
-      envd_route(M::GET, "/files", "E2B envd: a file's bytes", read_file, {"path", "username"}),
+      envd_route(M::GET, "/files", "E2B envd: a file's bytes", read_file,
+                 {"path", "username", "signature", "signature_expiration"}),
       envd_route(M::POST, "/files", "E2B envd: upload files (multipart)", write_files,
-                 {"path", "username"}, K::raw_body),
+                 {"path", "username", "signature", "signature_expiration"}, K::raw_body),
       envd_route(M::GET, "/health", "E2B envd: 204 while the sandbox runs", health),
   };
 }

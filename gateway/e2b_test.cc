@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ctime>
 #include <vector>
 
@@ -14,16 +15,20 @@ namespace {
 TEST(E2bTokens, AreScopedToOneSandboxOfOneTenantAndExpire) {
   Tokens t(std::string(32, 'k'));
   const int64_t now = int64_t(std::time(nullptr));
-  auto tok = t.issue("acme", "keyaaaaaaaaa", "sbx_aaaaaaaaaaaaaaaa");
+  auto tok = t.issue("acme", "keyaaaaaaaaa", "sbx_aaaaaaaaaaaaaaaa", now);
   EXPECT_EQ(tok.rfind("e2b2.", 0), 0u);
   auto claims = t.verify(tok, "sbx_aaaaaaaaaaaaaaaa", now);
   ASSERT_TRUE(claims);
   EXPECT_EQ(claims->tenant, "acme");
   EXPECT_EQ(claims->key_id, "keyaaaaaaaaa");
-  EXPECT_NEAR(double(claims->expires), double(now + Tokens::kLifetime), 5);
+  // Valid for kLifetime after the end of the hour it was issued in.
+  EXPECT_EQ(claims->expires % Tokens::kGranularity, 0);
+  EXPECT_GT(claims->expires, now + Tokens::kLifetime);
+  EXPECT_LE(claims->expires, now + Tokens::kLifetime + Tokens::kGranularity);
   EXPECT_EQ(t.verify(tok, "sbx_bbbbbbbbbbbbbbbb", now), std::nullopt);  // another sandbox
-  // Expired: a day later it is no token.
-  EXPECT_EQ(t.verify(tok, "sbx_aaaaaaaaaaaaaaaa", now + Tokens::kLifetime + 10), std::nullopt);
+  // Expired: a day and an hour later it is no token.
+  EXPECT_EQ(t.verify(tok, "sbx_aaaaaaaaaaaaaaaa", now + Tokens::kLifetime + Tokens::kGranularity),
+            std::nullopt);
   // Any part changed (tenant, key, expiry) does not verify with this MAC.
   auto parts = [](const std::string& s) {
     std::vector<std::string> out;
@@ -164,6 +169,41 @@ TEST(E2bKeys, TheE2bFormIsTheSameKeyAndNothingElseDecodes) {
   EXPECT_EQ(from_api_key_form(upper), std::nullopt);
   EXPECT_EQ(from_api_key_form(form.substr(0, form.size() - 2)), std::nullopt);
   EXPECT_EQ(from_api_key_form(api_key_form("pds_x")), std::nullopt);
+}
+
+// A signed file URL carries a hash over the token, not the token: the tokens still valid must be
+// recomputable. Those issued in one hour are one token; live() gives each valid one.
+TEST(E2bTokens, LiveTokensAreEveryValidOneIssuedInTheLastDay) {
+  Tokens t(std::string(32, 'k'));
+  const int64_t t0 = 1'800'000'000;  // (a whole hour)
+  const std::string s = "sbx_aaaaaaaaaaaaaaaa";
+  EXPECT_EQ(t.issue("acme", "k1", s, t0 + 1), t.issue("acme", "k1", s, t0 + 3599));
+  EXPECT_NE(t.issue("acme", "k1", s, t0 + 1), t.issue("acme", "k1", s, t0 + 3601));
+  auto live = t.live("acme", "k1", s, t0 + 100);
+  EXPECT_EQ(live.size(), 25u);
+  // Every token issued in the last day (and this hour) is among them, and verifies.
+  for (int64_t at = t0 + 100 - Tokens::kLifetime; at <= t0 + 100; at += 600) {
+    auto tok = t.issue("acme", "k1", s, at);
+    EXPECT_NE(std::find(live.begin(), live.end(), tok), live.end()) << at;
+    EXPECT_TRUE(t.verify(tok, s, t0 + 100)) << at;
+  }
+  // None that expired, none of another key.
+  for (auto& tok : live) EXPECT_TRUE(t.verify(tok, s, t0 + 100));
+  auto old = t.issue("acme", "k1", s, t0 - Tokens::kLifetime - 3600);
+  EXPECT_EQ(std::find(live.begin(), live.end(), old), live.end());
+  for (auto& tok : t.live("acme", "k2", s, t0 + 100))
+    EXPECT_EQ(std::find(live.begin(), live.end(), tok), live.end());
+}
+
+// What E2B's SDKs compute (values from its signature.ts, run under Node).
+TEST(E2bSignedUrls, SignatureIsTheSdks) {
+  EXPECT_EQ(file_signature("/home/user/a.txt", "read", "", "tok", std::nullopt),
+            "v1_Zkbb3914oLJLvMBzCAHQhm2ydBLxbSx2eQUR/kLdvIY");
+  EXPECT_EQ(file_signature("/home/user/a.txt", "write", "user", "tok", 1700000000),
+            "v1_x09R0+VxB2mRzkxWcRyFCpiJmFv0okUrtgQ6q12G0jM");
+  EXPECT_TRUE(sandbox_plane_port(49983));
+  EXPECT_TRUE(sandbox_plane_port(49999));
+  EXPECT_FALSE(sandbox_plane_port(8080));
 }
 
 }  // namespace pandastack::gateway::e2b

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -35,6 +36,9 @@ const char* kUsage = R"(usage: pandastackd [options]
   --state-dir DIR     VM run folders, snapshots, hibernated RAM (default /dev/shm/pandastack-<hash>)
   --disk-dir DIR      guest disks: overlays and snapshot disk layers, on a real disk (default DATA/disks)
   --listen HOST:PORT  REST API (default 127.0.0.1:7070; port 0 picks a free one)
+  --tls-cert FILE, --tls-key FILE  HTTPS on --listen instead of HTTP: the certificate (PEM, then
+                      any intermediates; for E2B's SDK and preview URLs a wildcard name of the
+                      preview domain) and its key
   --rpc-listen HOST:PORT  Cap'n Proto RPC API (default 127.0.0.1:7071; also on DATA/rpc.sock)
   --accel auto|kvm|tcg  (default auto: KVM when a probe boot works, else TCG; env PANDASTACK_ACCEL)
   --memory MIB        guest memory (default 256)
@@ -59,7 +63,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --ports-host ADDR   host address exposed guest ports listen on (default 127.0.0.1)
   --preview-domain D  preview URLs are http://PORT-ID.D/ (default localhost:<API port>: browsers
                       resolve *.localhost to this machine; else a wildcard DNS name of this host)
-  --preview-scheme S  http or https (behind a TLS-terminating proxy) in preview URLs (default http)
+  --preview-scheme S  http or https (behind a TLS-terminating proxy) in preview URLs (default http;
+                      https with --tls-cert)
   --dns-upstream IP[:PORT]  where sandbox resolvers send allowed names (default: the first IPv4
                       nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
   --quota-sandboxes N, --quota-memory-mib N, --quota-snapshots N, --quota-snapshot-mib N,
@@ -101,6 +106,17 @@ const char* kUsage = R"(usage: pandastackd [options]
   std::exit(2);
 }
 
+// A credential file's text (at most 1 MiB), or nullopt.
+std::optional<std::string> read_small_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::string text(1 << 20, '\0');
+  f.read(text.data(), std::streamsize(text.size()));
+  if (f.bad() || !f.eof()) return std::nullopt;  // (unreadable, or larger)
+  text.resize(size_t(f.gcount()));
+  return text;
+}
+
 uint32_t parse_u32(const std::string& flag, const std::string& v) {
   try {
     size_t pos = 0;
@@ -129,6 +145,8 @@ int main(int argc, char** argv) {
   std::string cluster_secret_file, cluster_tls_dir;
   bool insecure_cluster = false;
   std::string dns_upstream;  // "" = from /etc/resolv.conf
+  std::string tls_cert_file, tls_key_file;
+  bool preview_scheme_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -165,6 +183,10 @@ int main(int argc, char** argv) {
       listen = value();
     else if (a == "--rpc-listen")
       rpc_listen = value();
+    else if (a == "--tls-cert")
+      tls_cert_file = value();
+    else if (a == "--tls-key")
+      tls_key_file = value();
     else if (a == "--accel")
       accel = value();
     else if (a == "--memory")
@@ -244,6 +266,7 @@ int main(int argc, char** argv) {
       preview.domain = value();
     else if (a == "--preview-scheme") {
       preview.scheme = value();
+      preview_scheme_given = true;
       if (preview.scheme != "http" && preview.scheme != "https")
         usage_error("--preview-scheme: http or https");
     } else if (a == "--dns-upstream")
@@ -273,6 +296,9 @@ int main(int argc, char** argv) {
     return std::make_pair(v.substr(0, colon), port);
   };
   auto [host, port] = split("--listen", listen);
+  if (tls_cert_file.empty() != tls_key_file.empty())
+    usage_error("--tls-cert and --tls-key go together");
+  const std::string scheme = tls_cert_file.empty() ? "http" : "https";
   auto [rpc_host, rpc_port] = split("--rpc-listen", rpc_listen);
   gateway::PeerAuth peer_auth;
   std::pair<std::string, uint32_t> peer_addr;
@@ -381,7 +407,7 @@ int main(int argc, char** argv) {
                     .wait(io.waitScope);
     peer_listener = peer->listen();
     cluster.peer = peer_addr.first + ":" + std::to_string(peer_listener->getPort());
-    cluster.url = "http://" + host + ":" + std::to_string(listener->getPort());
+    cluster.url = scheme + "://" + host + ":" + std::to_string(listener->getPort());
     auto* rt = runtime.get();
     auto accel_name = actors::accel_name(config);
     auto joined = actors::Cluster::join(cluster, [rt, accel_name]() {
@@ -434,12 +460,24 @@ int main(int argc, char** argv) {
   }  // (a key made before is in the key file: it is not printed, nor logged, again)
 
   auto gw = std::make_unique<gateway::Gateway>(*runtime, io.provider->getTimer(), api_limits);
+  if (!tls_cert_file.empty()) {
+    auto cert = read_small_file(tls_cert_file), tls_key = read_small_file(tls_key_file);
+    if (!cert || !tls_key) {
+      spdlog::critical("cannot read {}", !cert ? tls_cert_file : tls_key_file);
+      return 1;
+    }
+    KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { gw->serve_tls(*cert, *tls_key); })) {
+      spdlog::critical("--tls-cert/--tls-key: {}", e->getDescription().cStr());
+      return 1;
+    }
+    if (!preview_scheme_given) preview.scheme = "https";
+  }
   if (preview.domain.empty()) preview.domain = "localhost:" + std::to_string(listener->getPort());
   gw->serve_previews(*io.lowLevelProvider, preview);
   auto serving = gw->listen(*listener).eagerlyEvaluate([](kj::Exception&& e) {
     spdlog::critical("gateway stopped: {}", e.getDescription().cStr());
   });
-  std::string url = "http://" + host + ":" + std::to_string(listener->getPort());
+  std::string url = scheme + "://" + host + ":" + std::to_string(listener->getPort());
   kj::Promise<void> peers_serving = kj::NEVER_DONE;
   if (member) {
     peers_serving = gw->serve_peers(*io.provider, *peer_listener, std::move(peer_auth))

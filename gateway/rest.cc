@@ -17,6 +17,7 @@
 #include "gateway/rpc.h"
 #include "gateway/server.h"
 #include "gateway/signing.h"
+#include "gateway/tls_stream.h"
 
 namespace pandastack::gateway {
 
@@ -255,11 +256,19 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   auto t0 = Clock::now();
   // A preview's request goes to its sandbox, never to the API: by its Host (any path), or by its
   // path under /v1/sandboxes/{id}/previews/{port}/.
+  // E2B's sandbox plane has host names of its own: envd at 49983-ID and the code interpreter at
+  // 49999-ID (what E2B's SDKs use without E2B_SANDBOX_URL): served here by the E2B routes, as
+  // for that sandbox.
   std::optional<PreviewAddress> to_preview;
+  std::string host_sandbox;
   KJ_IF_MAYBE (host, headers.get(kj::HttpHeaderId::HOST)) {
     to_preview = preview_by_host(host->cStr(), preview.domain, url.cStr());
+    if (to_preview && e2b::sandbox_plane_port(to_preview->port)) {
+      host_sandbox = to_preview->id;
+      to_preview.reset();
+    }
   }
-  if (!to_preview) to_preview = preview_by_path(url.cStr());
+  if (!to_preview && host_sandbox.empty()) to_preview = preview_by_path(url.cStr());
   if (to_preview) {
     // In a cluster: served by the host that runs the sandbox (a forwarded one is served here).
     if (peers && !from_peer) {
@@ -272,10 +281,33 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
     }
     return proxy_preview(std::move(*to_preview), fd, method, headers, body, response, t0);
   }
+  // In a cluster, a signed file URL (no token: a hash over one) is checked by the host that runs
+  // its sandbox, which knows the sandbox's tenant: it goes there first, as a preview does.
+  if (!host_sandbox.empty() && peers && !from_peer &&
+      std::string_view(url.cStr()).find("signature=") != std::string_view::npos &&
+      headers.get(h_x_access_token) == nullptr) {
+    auto id = host_sandbox;
+    return route_preview(id, fd, method, url, headers, body, response, t0,
+                         [this, fd, method, url, &headers, &body, &response, peer_stop,
+                          host_sandbox = std::move(host_sandbox), t0]() mutable {
+                           return handle_api(fd, method, url, headers, body, response, false,
+                                             std::move(peer_stop), std::move(host_sandbox), t0);
+                         });
+  }
+  return handle_api(fd, method, url, headers, body, response, from_peer, std::move(peer_stop),
+                    std::move(host_sandbox), t0);
+}
+
+kj::Promise<void> Server::handle_api(int fd, kj::HttpMethod method, kj::StringPtr url,
+                                     const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                                     kj::HttpService::Response& response, bool from_peer,
+                                     std::shared_ptr<std::stop_source> peer_stop,
+                                     std::string host_sandbox, Clock::time_point t0) {
   auto parsed = kj::Url::tryParse(url, kj::Url::HTTP_REQUEST);
   Request req;
   req.method = method;
   req.conn_fd = fd;
+  req.host_sandbox = std::move(host_sandbox);
   req.peer_stop = std::move(peer_stop);
   KJ_IF_MAYBE (host, headers.get(kj::HttpHeaderId::HOST)) {
     if (host->size() <= 255) req.host = host->cStr();
@@ -293,6 +325,8 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   const Route* route = nullptr;
   std::set<std::string> allowed;
   for (auto& r : routes) {
+    // (a sandbox plane's host name serves its routes only)
+    if (!req.host_sandbox.empty() && r.style != Route::Style::e2b_envd) continue;
     std::map<std::string, std::string> params;
     if (!r.compiled.match(segments, params)) continue;
     allowed.insert(method_name(r.method));
@@ -344,17 +378,54 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
       }
     };
     keep(h_e2b_sandbox_id, "e2b-sandbox-id");
+    if (!req.host_sandbox.empty()) {
+      // The host name says the sandbox; a header, if any, must say the same.
+      auto& named = req.headers["e2b-sandbox-id"];
+      if (!named.empty() && named != req.host_sandbox)
+        return send(response,
+                    restyle(*route, error_reply(Code::invalid_argument,
+                                                "E2b-Sandbox-Id names another sandbox than the "
+                                                "host name")),
+                    t0, head);
+      named = req.host_sandbox;
+    }
     keep(h_connect_timeout, "connect-timeout-ms");
     keep(kj::HttpHeaderId::CONTENT_TYPE, "content-type");
     // The sandbox plane's token is checked here, once, on the loop (an HMAC, no runtime call),
     // before a body is read: nobody without one makes the daemon hold a request body. The code
     // interpreter's /contexts carry it as E2B-Traffic-Access-Token.
-    if (route->style == Route::Style::e2b_envd) {
+    if (route->style == Route::Style::e2b_envd && req.token_tenant.empty()) {
       std::string token;
       KJ_IF_MAYBE (v, headers.get(h_x_access_token)) {
         token = v->cStr();
       } else KJ_IF_MAYBE (v, headers.get(h_traffic_token)) {
         token = v->cStr();
+      }
+      // A signed file URL (E2B's uploadUrl/downloadUrl) carries a hash over the token instead:
+      // checked on a worker (it looks up the sandbox and its tenant's keys), still before the
+      // body is read; then served as if the token had come.
+      if (token.empty() && route->pattern == "/files" && req.q("signature")) {
+        auto r = std::make_shared<Request>(std::move(req));
+        auto refused = std::make_shared<std::optional<actors::Rejection>>();
+        return offload<bool>(
+                   [this, r, refused] {
+                     auto claims = e2b::verify_signed_url(*this, *r);
+                     if (!claims) {
+                       *refused = claims.error();
+                       return false;
+                     }
+                     r->token_tenant = claims->tenant;
+                     r->token_key = claims->key_id;
+                     return true;
+                   },
+                   false)
+            .then([this, r, refused, route, &headers, &body, &response, t0,
+                   head](bool ok) -> kj::Promise<void> {
+              if (!ok)
+                return send(response,
+                            *refused ? restyle(*route, error_reply(**refused)) : busy_reply(), t0);
+              return serve(*route, std::move(*r), headers, body, response, t0, head);
+            });
       }
       auto claims =
           e2b::tokens().verify(token, req.headers["e2b-sandbox-id"], int64_t(std::time(nullptr)));
@@ -635,18 +706,40 @@ std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& l
 
 struct Gateway::Impl {
   Server server;
+  std::unique_ptr<TlsConfig> tls;  // (serve_tls) HTTPS instead of HTTP
   Acceptor acceptor;
   Impl(actors::Runtime& r, kj::Timer& t, Limits l)
       : server(r, t, l),
-        acceptor("rest", t, l.max_connections, [this](kj::Own<kj::AsyncIoStream> c) {
-          return server.server->listenHttp(kj::mv(c));
-        }) {}
+        acceptor("rest", t, l.max_connections,
+                 [this](kj::Own<kj::AsyncIoStream> c) { return connection(kj::mv(c)); }) {}
+
+  kj::Promise<void> connection(kj::Own<kj::AsyncIoStream> c) {
+    if (!tls) return server.server->listenHttp(kj::mv(c));
+    // A client that never finishes its handshake gives its descriptor back within the deadline.
+    auto timeout = server.limits.tls_handshake_timeout;
+    return tls->server(kj::mv(c))
+        .exclusiveJoin(server.timer.afterDelay(timeout.count() * kj::MILLISECONDS)
+                           .then([]() -> TlsConfig::Connected {
+                             KJ_FAIL_REQUIRE("the TLS handshake did not finish in time");
+                           }))
+        .then(
+            [this](TlsConfig::Connected conn) {
+              return server.server->listenHttp(kj::mv(conn.stream));
+            },
+            [](kj::Exception&& e) {
+              spdlog::debug("gateway: TLS handshake failed: {}", e.getDescription().cStr());
+            });
+  }
 };
 
 Gateway::Gateway(actors::Runtime& runtime, kj::Timer& timer, Limits limits)
     : impl_(std::make_unique<Impl>(runtime, timer, limits)) {}
 
 Gateway::~Gateway() = default;
+
+void Gateway::serve_tls(const std::string& cert_pem, const std::string& key_pem) {
+  impl_->tls = std::make_unique<TlsConfig>(cert_pem, key_pem);
+}
 
 kj::Promise<void> Gateway::listen(kj::ConnectionReceiver& listener) {
   return impl_->acceptor.listen(listener);

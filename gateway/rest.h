@@ -35,6 +35,7 @@ struct Limits {
   size_t max_queued_requests = 4096;                      // beyond: 429 too_many_requests
   size_t max_connections = 4096;  // open at once per API (REST, RPC): more are closed at once
   std::chrono::milliseconds body_timeout{60000};  // a request body must arrive within this: 408
+  std::chrono::milliseconds tls_handshake_timeout{10000};  // (--tls-cert) then the socket closes
 };
 
 // The checks every gateway (REST, RPC) applies to a command before it runs: exactly one of argv or
@@ -48,6 +49,9 @@ class Gateway {
   Gateway(actors::Runtime& runtime, kj::Timer& timer, Limits limits = {});
   ~Gateway();
 
+  // HTTPS instead of HTTP on listen(): this certificate (then any intermediates) and key, PEM.
+  // Throws (kj) when they do not load or do not match. Call before listen().
+  void serve_tls(const std::string& cert_pem, const std::string& key_pem);
   // Serves HTTP on `listener` until the returned promise is cancelled.
   kj::Promise<void> listen(kj::ConnectionReceiver& listener);
   // Serves preview URLs (gateway/previews.h): host-based under `settings.domain` and path-based

@@ -194,6 +194,13 @@ struct Server final : public kj::HttpService {
                                    const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                    kj::HttpService::Response& response, bool from_peer = false,
                                    std::shared_ptr<std::stop_source> peer_stop = nullptr);
+  // An API request (not a preview's): its route, then serve(). `host_sandbox`: E2B's sandbox
+  // plane named by the host name (Request::host_sandbox).
+  kj::Promise<void> handle_api(int fd, kj::HttpMethod method, kj::StringPtr url,
+                               const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                               kj::HttpService::Response& response, bool from_peer,
+                               std::shared_ptr<std::stop_source> peer_stop,
+                               std::string host_sandbox, Clock::time_point t0);
   // A request addressed to a preview (by its Host or path): checked, then proxied to the guest.
   kj::Promise<void> proxy_preview(PreviewAddress a, int fd, kj::HttpMethod method,
                                   const kj::HttpHeaders& headers, kj::AsyncInputStream& body,

@@ -108,6 +108,9 @@ class TlsConnection final : public kj::AsyncIoStream {
         flush().then([this]() { inner_->shutdownWrite(); }).eagerlyEvaluate([](kj::Exception&&) {});
   }
   void abortRead() override { inner_->abortRead(); }
+  // The socket's descriptor, for what only looks at the connection (whether the client hung up,
+  // its address): never read or written around the TLS session.
+  kj::Maybe<int> getFd() const override { return inner_->getFd(); }
   void getsockopt(int level, int option, void* value, uint* length) override {
     inner_->getsockopt(level, option, value, length);
   }
@@ -227,18 +230,55 @@ struct TlsConfig::Impl {
   }
 };
 
-TlsConfig::TlsConfig(const std::string& ca_pem, const std::string& cert_pem,
-                     const std::string& key_pem)
-    : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// A context with this side's certificate and key, TLS 1.2 at least.
+SSL_CTX* make_context(const std::string& cert_pem, const std::string& key_pem) {
   SSL_CTX* ctx = SSL_CTX_new(TLS_method());
   KJ_REQUIRE(ctx != nullptr, "cannot make a TLS context", openssl_errors());
-  impl_->ctx = ctx;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
   // AES-128-GCM first: as safe here, and the fastest of TLS 1.3's with AES instructions.
   SSL_CTX_set_ciphersuites(
       ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  struct Free {
+    SSL_CTX* ctx;
+    bool keep = false;
+    ~Free() {
+      if (!keep) SSL_CTX_free(ctx);
+    }
+  } guard{ctx};
+  // The certificate and its chain (intermediates after the leaf, as servers send them).
+  BIO* b = BIO_new_mem_buf(cert_pem.data(), int(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+  KJ_REQUIRE(cert != nullptr, "cannot read the certificate", openssl_errors());
+  int used = SSL_CTX_use_certificate(ctx, cert);
+  X509_free(cert);
+  while (X509* more = PEM_read_bio_X509(b, nullptr, nullptr, nullptr))
+    if (SSL_CTX_add_extra_chain_cert(ctx, more) != 1) X509_free(more);  // (owned by ctx on success)
+  BIO_free(b);
+  ERR_clear_error();  // (the read past the last certificate)
+  KJ_REQUIRE(used == 1, "cannot use the certificate", openssl_errors());
+  b = BIO_new_mem_buf(key_pem.data(), int(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+  KJ_REQUIRE(key != nullptr, "cannot read the private key", openssl_errors());
+  used = SSL_CTX_use_PrivateKey(ctx, key);
+  EVP_PKEY_free(key);
+  KJ_REQUIRE(used == 1 && SSL_CTX_check_private_key(ctx) == 1,
+             "the private key is not the certificate's", openssl_errors());
+  guard.keep = true;
+  return ctx;
+}
+
+}  // namespace
+
+TlsConfig::TlsConfig(const std::string& ca_pem, const std::string& cert_pem,
+                     const std::string& key_pem)
+    : impl_(std::make_unique<Impl>()) {
+  SSL_CTX* ctx = make_context(cert_pem, key_pem);
+  impl_->ctx = ctx;
   // Trust: the cluster CA(s) only, never the system's store.
   X509_STORE* store = SSL_CTX_get_cert_store(ctx);
   BIO* b = BIO_new_mem_buf(ca_pem.data(), int(ca_pem.size()));
@@ -250,23 +290,14 @@ TlsConfig::TlsConfig(const std::string& ca_pem, const std::string& cert_pem,
   BIO_free(b);
   ERR_clear_error();  // (the read past the last certificate)
   KJ_REQUIRE(trusted > 0, "the CA file holds no certificate");
-  b = BIO_new_mem_buf(cert_pem.data(), int(cert_pem.size()));
-  X509* cert = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
-  BIO_free(b);
-  KJ_REQUIRE(cert != nullptr, "cannot read the certificate", openssl_errors());
-  int used = SSL_CTX_use_certificate(ctx, cert);
-  X509_free(cert);
-  KJ_REQUIRE(used == 1, "cannot use the certificate", openssl_errors());
-  b = BIO_new_mem_buf(key_pem.data(), int(key_pem.size()));
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
-  BIO_free(b);
-  KJ_REQUIRE(key != nullptr, "cannot read the private key", openssl_errors());
-  used = SSL_CTX_use_PrivateKey(ctx, key);
-  EVP_PKEY_free(key);
-  KJ_REQUIRE(used == 1 && SSL_CTX_check_private_key(ctx) == 1,
-             "the private key is not the certificate's", openssl_errors());
   // Mutual: each side must prove a certificate of the trusted CA.
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+}
+
+TlsConfig::TlsConfig(const std::string& cert_pem, const std::string& key_pem)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->ctx = make_context(cert_pem, key_pem);
+  SSL_CTX_set_verify(impl_->ctx, SSL_VERIFY_NONE, nullptr);  // (clients prove themselves in HTTP)
 }
 
 TlsConfig::~TlsConfig() = default;

@@ -6,6 +6,8 @@
 // time into OpenSSL's memory BIO and writes whole records out the same way; the cipher work is
 // OpenSSL's as before.
 //
+// Also the public API's TLS (pandastackd --tls-cert): a server that asks no client certificate.
+//
 // Identity is checked as kj-tls checked it: the peer's certificate must chain to the trusted CA
 // (ca.pem), both sides present one (mutual TLS), and a client names the host id the server's
 // certificate must carry (X509_VERIFY_PARAM_set1_host). TLS 1.2 at least.
@@ -24,6 +26,9 @@ class TlsConfig {
  public:
   // `ca_pem` may hold several certificates (a CA rotation). Throws (kj) on a bad PEM.
   TlsConfig(const std::string& ca_pem, const std::string& cert_pem, const std::string& key_pem);
+  // A server only, asking no client certificate (clients authenticate in HTTP: API keys, tokens).
+  // `cert_pem`: the certificate, then any intermediates.
+  TlsConfig(const std::string& cert_pem, const std::string& key_pem);
   ~TlsConfig();
   TlsConfig(const TlsConfig&) = delete;
   TlsConfig& operator=(const TlsConfig&) = delete;
@@ -34,7 +39,7 @@ class TlsConfig {
   };
   // The client side: the server's certificate must name `host`.
   kj::Promise<Connected> client(kj::Own<kj::AsyncIoStream> raw, const std::string& host);
-  // The server side: a client certificate is required.
+  // The server side: a client certificate is required (but with the two-argument constructor).
   kj::Promise<Connected> server(kj::Own<kj::AsyncIoStream> raw);
 
   // What one system call reads or writes at most.

@@ -107,5 +107,28 @@ TEST_F(TlsStreamTest, RefusesAnotherCaAndAnotherHostsName) {
   }
 }
 
+// The public API's TLS (pandastackd --tls-cert): a server that asks no client certificate takes
+// a client whatever its own credentials (it authenticates in HTTP), and still proves its name;
+// a key that is not the certificate's is refused when the server is set up.
+TEST_F(TlsStreamTest, AServerOnlyConfigAsksNoClientCertificate) {
+  auto io = kj::setupAsyncIo();
+  auto d = *dir_ / "pki" / "hosts" / "h1";
+  auto server = std::make_unique<TlsConfig>(read(d / "host.pem"), read(d / "host.key"));
+  auto client = config("other", "h2", "pki");  // (of another CA: a mutual server refuses it)
+  auto pipe = io.provider->newTwoWayPipe();
+  auto s = server->server(kj::mv(pipe.ends[0]));
+  auto c = client->client(kj::mv(pipe.ends[1]), "h1");
+  auto conn = c.wait(io.waitScope);
+  auto accepted = s.wait(io.waitScope);
+  EXPECT_EQ(conn.peer, "h1");
+  auto w = conn.stream->write("hello", 5);
+  char got[5] = {};
+  accepted.stream->read(got, 5).wait(io.waitScope);
+  w.wait(io.waitScope);
+  EXPECT_EQ(std::string(got, 5), "hello");
+  auto other = *dir_ / "pki" / "hosts" / "h2";
+  EXPECT_ANY_THROW(TlsConfig(read(d / "host.pem"), read(other / "host.key")));
+}
+
 }  // namespace
 }  // namespace pandastack::gateway

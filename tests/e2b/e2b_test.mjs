@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import http from "node:http";
+import net from "node:net";
 
 let daemon, base, url, key, Sandbox, CommandExitError, FileNotFoundError, NotFoundError, ALL_TRAFFIC;
 
@@ -407,6 +408,102 @@ test("getHost: a port's preview host, public by default, or behind the traffic t
       await sbx.kill();
     }
   } finally {
+    assert.equal(await stopDaemon(d.proc), 0);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// E2B's own deployment shape: E2B_DOMAIN names the daemon, and every URL the SDK makes is
+// https://{api,PORT-ID}.DOMAIN (no E2B_SANDBOX_URL): the daemon serves TLS (--tls-cert) and the
+// sandbox plane by host name, which is what makes signed file URLs (uploadUrl/downloadUrl)
+// routable. run.sh makes the certificate (*.sbx.localhost, under a CA of its own that Node is
+// told to trust); a CONNECT proxy of this test's own stands in for wildcard DNS: every name it is
+// asked for is the daemon on loopback.
+test("E2B_DOMAIN alone: HTTPS, the sandbox plane by host name, signed file URLs", async () => {
+  const tls = process.env.E2B_TEST_TLS_DIR;
+  assert.ok(tls, "run through run.sh (it makes the test's TLS certificate)");
+  const dir = mkdtempSync("/dev/shm/pst-e2b-tls-");
+  const d = await startDaemon(dir, ["--network", "off", "--tls-cert", join(tls, "cert.pem"),
+                                    "--tls-key", join(tls, "key.pem"), "--preview-domain", "sbx.localhost"]);
+  assert.match(d.url, /^https:\/\//);
+  const port = Number(new URL(d.url).port);
+  const tunnels = [];
+  const proxy = http.createServer((_, res) => res.writeHead(405).end());
+  proxy.on("connect", (req, sock, head) => {
+    const host = req.url.split(":")[0];
+    tunnels.push(host);
+    if (host !== "sbx.localhost" && !host.endsWith(".sbx.localhost")) return sock.end("HTTP/1.1 403 Forbidden\r\n\r\n");
+    const up = net.connect(port, "127.0.0.1", () => {
+      sock.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      up.write(head);
+      up.pipe(sock);
+      sock.pipe(up);
+    });
+    up.on("error", () => sock.destroy());
+    sock.on("error", () => up.destroy());
+  });
+  await new Promise((ok) => proxy.listen(0, "127.0.0.1", ok));
+  const proxyUrl = `http://127.0.0.1:${proxy.address().port}`;
+  const { fetch: ufetch, ProxyAgent, FormData } = await import("undici");
+  const agent = new ProxyAgent({ uri: proxyUrl, proxyTunnel: true });
+  const saved = { api: process.env.E2B_API_URL, sandbox: process.env.E2B_SANDBOX_URL };
+  delete process.env.E2B_API_URL;
+  delete process.env.E2B_SANDBOX_URL;
+  try {
+    const opts = { apiKey: d.key, domain: "sbx.localhost", proxy: proxyUrl };
+    const sbx = await Sandbox.create(opts);
+    const host = `49983-${sbx.sandboxId}.sbx.localhost`;
+    assert.equal(sbx.getHost(49983), host);
+    // The whole SDK over the host names: commands, files.
+    assert.equal((await sbx.commands.run("echo hi")).stdout, "hi\n");
+    await sbx.files.write("/tmp/plain.txt", "plain");
+    assert.equal(await sbx.files.read("/tmp/plain.txt"), "plain");
+    assert.ok(tunnels.includes("api.sbx.localhost") && tunnels.includes(host), tunnels.join(" "));
+
+    // uploadUrl: a multipart POST with nothing but the URL.
+    const up = await sbx.uploadUrl("/tmp/up.txt");
+    assert.match(up, new RegExp(`^https://${host}/files\\?.*signature=v1_`));
+    const form = new FormData();
+    form.append("file", new Blob(["uploaded by URL"]), "up.txt");
+    let r = await ufetch(up, { method: "POST", body: form, dispatcher: agent });
+    assert.equal(r.status, 200, await r.clone().text());
+    assert.equal(await sbx.files.read("/tmp/up.txt"), "uploaded by URL");
+    // downloadUrl: a GET; with an expiry that has not passed too.
+    for (const o of [{}, { useSignatureExpiration: 60 }]) {
+      r = await ufetch(await sbx.downloadUrl("/tmp/up.txt", o), { dispatcher: agent });
+      assert.equal(r.status, 200);
+      assert.equal(await r.text(), "uploaded by URL");
+    }
+    // E2B's refusals: expired, another path, another operation, another sandbox's host.
+    const refused = async (u, init, message) => {
+      const res = await ufetch(u, { ...init, dispatcher: agent });
+      assert.equal(res.status, 401, u);
+      assert.equal((await res.json()).message, message);
+    };
+    await refused(await sbx.downloadUrl("/tmp/up.txt", { useSignatureExpiration: -10 }), {}, "signature is already expired");
+    const other = new URL(await sbx.downloadUrl("/tmp/up.txt"));
+    other.searchParams.set("path", "/etc/shadow");
+    await refused(other, {}, "invalid signature");
+    await refused(await sbx.downloadUrl("/tmp/up.txt"), { method: "POST", body: form }, "invalid signature");
+    const sbx2 = await Sandbox.create(opts);
+    await refused((await sbx.downloadUrl("/tmp/up.txt")).replace(sbx.sandboxId, sbx2.sandboxId), {}, "invalid signature");
+    // Without a signature or a token: nothing.
+    r = await ufetch(`https://${host}/files?path=/tmp/up.txt`, { dispatcher: agent });
+    assert.equal(r.status, 401);
+    // A host name's sandbox is the one served: a header naming another is refused.
+    r = await ufetch(`https://${host}/health`, { dispatcher: agent,
+      headers: { "X-Access-Token": sbx2.envdAccessToken, "E2b-Sandbox-Id": sbx2.sandboxId } });
+    assert.equal(r.status, 400);
+    // The API's routes are not on a sandbox's host name.
+    r = await ufetch(`https://${host}/v1/sandboxes`, { dispatcher: agent, headers: { Authorization: `Bearer ${d.key}` } });
+    assert.equal(r.status, 404);
+    await sbx2.kill();
+    await sbx.kill();
+  } finally {
+    process.env.E2B_API_URL = saved.api;
+    process.env.E2B_SANDBOX_URL = saved.sandbox;
+    await agent.close();
+    proxy.close();
     assert.equal(await stopDaemon(d.proc), 0);
     rmSync(dir, { recursive: true, force: true });
   }
