@@ -165,7 +165,7 @@ kj::Promise<void> Server::route_preview(const std::string& id, int fd, kj::HttpM
     }
     count_preview("forwarded");
     if (headers.isWebSocket())
-      return peers->forward_websocket(t.peer, t.host, url, headers, response);
+      return peers->forward_websocket(t.peer, t.host, url, headers, response, peer_address(fd));
     // (A request body crosses to the owner whole: at most max_file_bytes; answers stream.)
     size_t limit = limits.max_file_bytes;
     return body.readAllBytes(limit + 1).then(
@@ -177,8 +177,8 @@ kj::Promise<void> Server::route_preview(const std::string& id, int fd, kj::HttpM
                                     "a preview request body crossing to another host is at most " +
                                         std::to_string(limit) + " bytes"),
                         t0);
-          return until_hangup(
-              fd, peers->forward(t.peer, t.host, method, url, headers, kj::mv(bytes), response));
+          return until_hangup(fd, peers->forward(t.peer, t.host, method, url, headers,
+                                                 kj::mv(bytes), response, peer_address(fd)));
         });
   });
 }

@@ -1,5 +1,9 @@
 #include "gateway/http_util.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cstdio>
 
 #include "wire/json.h"
@@ -102,6 +106,18 @@ bool well_formed_key(std::string_view k) {
     if (i != 16 && !(std::islower((unsigned char)k[i]) || (k[i] >= '2' && k[i] <= '7')))
       return false;
   return true;
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET)
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, buf, sizeof buf);
+  else if (a.ss_family == AF_INET6)
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, buf, sizeof buf);
+  return buf;
 }
 
 }  // namespace pandastack::gateway

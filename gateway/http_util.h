@@ -50,4 +50,7 @@ struct Histogram {
 // refused before a worker, the store or a body is touched.
 bool well_formed_key(std::string_view k);
 
+// The IP address of connection `fd`'s other end (IPv4 or IPv6 text), or "" (-1, a unix socket).
+std::string peer_address(int fd);
+
 }  // namespace pandastack::gateway

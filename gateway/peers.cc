@@ -278,7 +278,8 @@ class PeerImpl final : public wc::Peer::Server {
       if (!*done) stop->request_stop();
     });
     return server_
-        .handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response, true, stop)
+        .handle_request(-1, method, s.url, s.headers.headers, *s.body, s.response, true, stop,
+                        std::string(rq.getClientAddress().cStr()).substr(0, 64))
         .then([st = &s, done]() {
           *done = true;
           return st->response.finish();
@@ -306,12 +307,13 @@ class PeerImpl final : public wc::Peer::Server {
     st->headers.add_raw(Peers::kForwardedHeader, from_);
     st->url = kj::str(rq.getUrl());
     auto& s = *st;
-    auto handled = server_
-                       .handle_request(-1, kj::HttpMethod::GET, s.url, s.headers.headers, *s.body,
-                                       s.response, true)
-                       .then([st = &s]() { return st->response.finish(); })
-                       .attach(kj::mv(st))
-                       .fork();
+    auto handled =
+        server_
+            .handle_request(-1, kj::HttpMethod::GET, s.url, s.headers.headers, *s.body, s.response,
+                            true, nullptr, std::string(rq.getClientAddress().cStr()).substr(0, 64))
+            .then([st = &s]() { return st->response.finish(); })
+            .attach(kj::mv(st))
+            .fork();
     // The WebSocket lives on after this call returns: its handling is kept by the host.
     server_.peers->keep(handled.addBranch());
     auto taken = accepted.promise.then([ctx](wc::WebSocketSink::Client up) mutable {
@@ -620,7 +622,8 @@ void Peers::keep(kj::Promise<void> task) { impl_->tasks.add(kj::mv(task)); }
 
 kj::Promise<void> Peers::forward_websocket(const std::string& address, const std::string& host,
                                            kj::StringPtr url, const kj::HttpHeaders& headers,
-                                           kj::HttpService::Response& response) {
+                                           kj::HttpService::Response& response,
+                                           const std::string& client) {
   auto st = std::make_shared<ForwardState>(response, *impl_->server.table);
   auto relay = std::make_shared<Relay>();
   auto request = kj::heap<capnp::MallocMessageBuilder>();
@@ -629,6 +632,7 @@ kj::Promise<void> Peers::forward_websocket(const std::string& address, const std
   rq.setUrl(url);
   copy_headers(headers, [&](size_t n) { return rq.initHeaders(uint(n)); });
   rq.setFromHost(impl_->auth.self);
+  rq.setClientAddress(client);
   size_t max_message = impl_->server.limits.max_body_bytes;
   auto guard = kj::defer([st, relay]() {
     st->response = nullptr;
@@ -683,7 +687,7 @@ kj::Promise<void> Peers::listen(kj::ConnectionReceiver& listener) {
 kj::Promise<void> Peers::forward(const std::string& address, const std::string& host,
                                  kj::HttpMethod method, kj::StringPtr url,
                                  const kj::HttpHeaders& headers, kj::Array<kj::byte> body,
-                                 kj::HttpService::Response& response) {
+                                 kj::HttpService::Response& response, const std::string& client) {
   auto st = std::make_shared<ForwardState>(response, *impl_->server.table);
   auto request = kj::heap<capnp::MallocMessageBuilder>();
   auto rq = request->initRoot<wc::HttpRequest>();
@@ -692,6 +696,7 @@ kj::Promise<void> Peers::forward(const std::string& address, const std::string& 
   copy_headers(headers, [&](size_t n) { return rq.initHeaders(uint(n)); });
   if (body.size() <= kInlineBody) rq.setBody(body);  // (a larger one: a BodySource, below)
   rq.setFromHost(impl_->auth.self);
+  rq.setClientAddress(client);
   auto fail = [this, st, host](kj::Exception&& e) -> kj::Promise<void> {
     if (st->started || st->response == nullptr) return kj::READY_NOW;  // (mid-stream: it ends)
     spdlog::warn("cluster: forwarding to host {} failed: {}", host, e.getDescription().cStr());

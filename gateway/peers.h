@@ -31,16 +31,18 @@ class Peers {
   kj::Promise<void> listen(kj::ConnectionReceiver& listener);
 
   // Forwards a request to the host at `address` (HOST:PORT) and writes its answer to `response`.
+  // `client`: the client's IP address, told to the owner (a preview's X-Forwarded-For).
   kj::Promise<void> forward(const std::string& address, const std::string& host,
                             kj::HttpMethod method, kj::StringPtr url,
                             const kj::HttpHeaders& headers, kj::Array<kj::byte> body,
-                            kj::HttpService::Response& response);
+                            kj::HttpService::Response& response, const std::string& client = "");
 
   // Forwards a WebSocket request: once the owner takes it, the client's WebSocket is accepted
   // here and messages flow both ways (each direction flow-controlled) until either end closes.
   kj::Promise<void> forward_websocket(const std::string& address, const std::string& host,
                                       kj::StringPtr url, const kj::HttpHeaders& headers,
-                                      kj::HttpService::Response& response);
+                                      kj::HttpService::Response& response,
+                                      const std::string& client = "");
   // The public RPC API's Platform of host `host` at `address` for `key` (Peer.platform).
   kj::Promise<capnp::Capability::Client> platform(const std::string& host,
                                                   const std::string& address,

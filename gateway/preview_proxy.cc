@@ -48,18 +48,6 @@ class LimitedInput final : public kj::AsyncInputStream {
   uint64_t left_;
 };
 
-std::string peer_address(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET)
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, buf, sizeof buf);
-  else if (a.ss_family == AF_INET6)
-    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, buf, sizeof buf);
-  return buf;
-}
-
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -225,8 +213,8 @@ kj::Promise<void> Server::proxy_preview(PreviewAddress a, int fd, kj::HttpMethod
           else
             h->set(h_cookie, kj::str(rest.c_str()));
         }
-        auto client_ip = peer_address(fd);
-        if (!client_ip.empty()) h->set(h_x_forwarded_for, kj::str(client_ip.c_str()));
+        h->unset(h_x_forwarded_for);  // (a client's own says nothing the guest may trust)
+        if (!a.client_address.empty()) h->set(h_x_forwarded_for, kj::str(a.client_address.c_str()));
         KJ_IF_MAYBE (host, headers.get(kj::HttpHeaderId::HOST)) {
           h->set(h_x_forwarded_host, kj::str(*host));
         }

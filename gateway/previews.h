@@ -37,10 +37,11 @@ struct PreviewAddress {
   std::string id;
   uint32_t port = 0;
   bool host_based = false;
-  std::string target;       // the path and query the guest sees (the token removed)
-  std::string token;        // the `token` query parameter, or ""
-  std::string cookie_path;  // where the preview's cookie applies: "/" or the path prefix
-  std::string prefix;       // path-based: "/v1/sandboxes/S/previews/P" (X-Forwarded-Prefix)
+  std::string target;          // the path and query the guest sees (the token removed)
+  std::string token;           // the `token` query parameter, or ""
+  std::string cookie_path;     // where the preview's cookie applies: "/" or the path prefix
+  std::string prefix;          // path-based: "/v1/sandboxes/S/previews/P" (X-Forwarded-Prefix)
+  std::string client_address;  // the client's IP address (X-Forwarded-For), or ""
 };
 
 // `host` (a Host header) names a preview under `domain` (case-insensitive): "P-S.DOMAIN", S with

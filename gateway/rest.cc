@@ -252,7 +252,8 @@ kj::Promise<void> Server::until_hangup(int fd, kj::Promise<void> p) {
 kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                          const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                          kj::HttpService::Response& response, bool from_peer,
-                                         std::shared_ptr<std::stop_source> peer_stop) {
+                                         std::shared_ptr<std::stop_source> peer_stop,
+                                         std::string client_address) {
   auto t0 = Clock::now();
   // A preview's request goes to its sandbox, never to the API: by its Host (any path), or by its
   // path under /v1/sandboxes/{id}/previews/{port}/.
@@ -270,6 +271,8 @@ kj::Promise<void> Server::handle_request(int fd, kj::HttpMethod method, kj::Stri
   }
   if (!to_preview && host_sandbox.empty()) to_preview = preview_by_path(url.cStr());
   if (to_preview) {
+    // (the guest's X-Forwarded-For: this connection's peer, or the forwarding host's client)
+    to_preview->client_address = from_peer ? std::move(client_address) : peer_address(fd);
     // In a cluster: served by the host that runs the sandbox (a forwarded one is served here).
     if (peers && !from_peer) {
       auto id = to_preview->id;

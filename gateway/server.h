@@ -189,11 +189,13 @@ struct Server final : public kj::HttpService {
   // host forwarded (gateway/peers.cc); only then does the forwarding header count (a client's
   // is ignored: it would skip placement, drains and fan-out).
   // `peer_stop` (a forwarded request): fired when the forwarding host cancels the call, it
-  // cancels what the request asked for as a hang-up would.
+  // cancels what the request asked for as a hang-up would. `client_address` (a forwarded
+  // request): the client's IP address as the forwarding host saw it.
   kj::Promise<void> handle_request(int fd, kj::HttpMethod method, kj::StringPtr url,
                                    const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
                                    kj::HttpService::Response& response, bool from_peer = false,
-                                   std::shared_ptr<std::stop_source> peer_stop = nullptr);
+                                   std::shared_ptr<std::stop_source> peer_stop = nullptr,
+                                   std::string client_address = "");
   // An API request (not a preview's): its route, then serve(). `host_sandbox`: E2B's sandbox
   // plane named by the host name (Request::host_sandbox).
   kj::Promise<void> handle_api(int fd, kj::HttpMethod method, kj::StringPtr url,

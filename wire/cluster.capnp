@@ -26,6 +26,7 @@ struct HttpRequest {
   fromHost @4 :Text;      # the forwarding host's id (logs)
   bodySource @5 :BodySource;  # a larger body, pulled in parts of at most 1 MiB
   bodyLength @6 :UInt64;      # (with bodySource) its length
+  clientAddress @7 :Text;     # the client's IP address as the forwarding host saw it ("": unknown)
 }
 
 # A forwarded request's body, read by the owner part by part (no message carries more than a

@@ -273,16 +273,24 @@ class ClusterTest(unittest.TestCase):
 
     def test_2_preview_through_another_host(self):
         """A preview URL of a sandbox on b, opened through a: the request (and its WebSocket-free
-        answer, streamed) crosses to b, which checks the token and proxies to the guest."""
+        answer, streamed) crosses to b, which checks the token and proxies to the guest, telling
+        it the client's address as a saw it (X-Forwarded-For)."""
         s, b = self.api["a"].call("POST", "/v1/sandboxes",
                                   {"network": True, "placement": {"host": "b"}})
         self.assertEqual(s, 201, b)
         sid = b["id"]
         a = self.api["a"]
-        s, b = a.exec(sid, "mkdir -p /tmp/www && echo from-b > /tmp/www/index.html")
-        self.assertEqual(s, 200, b)
+        app = ("import http.server\n"
+               "class H(http.server.BaseHTTPRequestHandler):\n"
+               "    def do_GET(self):\n"
+               "        b = ('from-b ' + self.headers.get('X-Forwarded-For', '-') + '\\n').encode()\n"
+               "        self.send_response(200)\n"
+               "        self.send_header('Content-Length', str(len(b)))\n"
+               "        self.end_headers()\n"
+               "        self.wfile.write(b)\n"
+               "http.server.HTTPServer(('0.0.0.0', 8000), H).serve_forever()\n")
         s, b = a.call("POST", f"/v1/sandboxes/{sid}/processes",
-                      {"argv": ["python3", "-m", "http.server", "8000", "--directory", "/tmp/www"]})
+                      {"argv": ["python3", "-c", app]})
         self.assertEqual(s, 201, b)
         s, p = a.call("POST", f"/v1/sandboxes/{sid}/previews", {"port": 8000})
         self.assertEqual(s, 201, p)
@@ -304,7 +312,7 @@ class ClusterTest(unittest.TestCase):
                 break
             self.assertEqual(r.status, 502, body)  # (until the server listens)
             time.sleep(0.3)
-        self.assertEqual(body, b"from-b\n")
+        self.assertEqual(body, b"from-b 127.0.0.1\n")
         # No token through a: refused by b.
         c = http.client.HTTPConnection(da.host, da.port, timeout=60)
         c.request("GET", u.path + "index.html")
