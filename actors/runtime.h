@@ -362,9 +362,11 @@ class Runtime {
                                const std::string& path, uint64_t max_bytes);
   // `offset` > 0: a later part of a file written in parts: `data` goes at its end when it is
   // exactly `offset` bytes long (offset_mismatch, naming its size, otherwise: a client resumes
-  // there); 0 replaces the file.
+  // there); 0 replaces the file. `owner` (an account of the guest's, "" = root): what the write
+  // creates (the file, parent folders) belongs to it.
   Reply<bool> write_file(const std::string& tenant, const std::string& id, const std::string& path,
-                         std::string_view data, uint32_t mode = 0, uint64_t offset = 0);
+                         std::string_view data, uint32_t mode = 0, uint64_t offset = 0,
+                         const std::string& owner = "");
   // Up to `length` bytes from `offset`, and the file's size (a file read in parts).
   Reply<vmm::FileRange> read_file_range(const std::string& tenant, const std::string& id,
                                         const std::string& path, uint64_t offset, uint64_t length);
@@ -377,7 +379,7 @@ class Runtime {
   Reply<bool> rename(const std::string& tenant, const std::string& id, const std::string& from,
                      const std::string& to);
   Reply<bool> mkdir(const std::string& tenant, const std::string& id, const std::string& path,
-                    bool parents);
+                    bool parents, const std::string& owner = "");
   Reply<SandboxInfo> hibernate(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> wake(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> kill(const std::string& tenant, const std::string& id);

@@ -24,6 +24,7 @@ namespace {
 std::optional<Rejection> start_error(const std::string& error) {
   if (error.empty()) return std::nullopt;
   if (error.rfind("cwd ", 0) == 0) return Rejection{Code::invalid_cwd, error};
+  if (error.rfind("no user '", 0) == 0) return Rejection{Code::unknown_user, error};
   if (error.rfind("exec ", 0) == 0 && (error.find("No such file") != std::string::npos ||
                                        error.find("Permission denied") != std::string::npos ||
                                        error.find("Not a directory") != std::string::npos))
@@ -300,18 +301,18 @@ Reply<vmm::FileRange> Runtime::read_file_range(const std::string& tenant, const 
 
 Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
                                 const std::string& path, std::string_view data, uint32_t mode,
-                                uint64_t offset) {
+                                uint64_t offset, const std::string& owner) {
   std::optional<uint64_t> found;  // a part's file of another size
   auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
     return as_bool([&]() -> vmm::Status {
-      if (offset == 0) return ag.write_file(path, data, mode, true);
+      if (offset == 0) return ag.write_file(path, data, mode, true, false, owner);
       auto st = ag.stat(path);
       if (!st) return st.error();
       if (st->size != offset) {
         found = st->size;
         return vmm::Ok{};
       }
-      return ag.write_file(path, data, mode, false, /*append=*/true);
+      return ag.write_file(path, data, mode, false, /*append=*/true, owner);
     });
   });
   if (r && found)
@@ -353,9 +354,9 @@ Reply<bool> Runtime::rename(const std::string& tenant, const std::string& id,
 }
 
 Reply<bool> Runtime::mkdir(const std::string& tenant, const std::string& id,
-                           const std::string& path, bool parents) {
+                           const std::string& path, bool parents, const std::string& owner) {
   return leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
-    return as_bool([&] { return ag.mkdir(path, parents); });
+    return as_bool([&] { return ag.mkdir(path, parents, 0, owner); });
   });
 }
 

@@ -24,7 +24,7 @@ die() { echo "[guest] error: $*" >&2; exit 1; }
 # Bump when the way a piece is produced changes, so caches keyed by it are rebuilt.
 readonly KERNEL_FORMAT=1
 readonly INITRAMFS_FORMAT=2
-readonly ROOTFS_FORMAT=1
+readonly ROOTFS_FORMAT=2
 
 # Modules the initramfs loads, in dependency order (see shared/notes/platform.md).
 readonly MODULES="virtio_ring virtio virtio_mmio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci \
@@ -227,6 +227,17 @@ build_rootfs() {
   echo sandbox > "$r/etc/hostname"
   printf '127.0.0.1 localhost\n127.0.1.1 sandbox\n' > "$r/etc/hosts"
   mkdir -p "$r/workspace"
+  # An unprivileged account, `user` (uid 1000, home /home/user): what E2B's SDKs run commands as,
+  # and what any caller may name (exec `user`). Written as text: nothing of the image runs here.
+  grep -q '^user:' "$r/etc/passwd" || {
+    echo 'user:x:1000:1000:user:/home/user:/bin/bash' >> "$r/etc/passwd"
+    echo 'user:x:1000:' >> "$r/etc/group"
+    echo 'user:*:19000:0:99999:7:::' >> "$r/etc/shadow"
+    echo 'user:!::' >> "$r/etc/gshadow"
+  }
+  mkdir -p "$r/home/user"
+  if [[ -d "$r/etc/skel" ]]; then cp -a "$r/etc/skel/." "$r/home/user/"; fi
+  chown -R 1000:1000 "$r/home/user"
   if [[ -n "$files" ]]; then cp -a "$(dirname "$recipe")/$files/." "$r/"; fi
   mkdir -p "$out"
   truncate -s "${size}M" "$tmp/rootfs.ext4"

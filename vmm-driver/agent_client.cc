@@ -128,6 +128,7 @@ void fill_request(w::ExecRequest::Builder b, const ExecRequest& r) {
   b.setPty(r.pty);
   b.setCols(r.cols);
   b.setRows(r.rows);
+  b.setUser(r.user);
 }
 
 ExecResult read_result(w::ExecResult::Reader r) {
@@ -190,7 +191,8 @@ void start_rpc(AgentClient::Conn& conn) {
   // Ask once; the answer arrives when the guest's agent opens its port.
   conn.first_health = conn.agent.healthRequest()
                           .send()
-                          .then([](auto r) {
+                          .then([&conn](auto r) {
+                            conn.protocol = r.getProtocolVersion();
                             return Health{r.getVersion().cStr(), r.getProtocolVersion(),
                                           r.getUptimeMs(), r.getBootId().cStr()};
                           })
@@ -318,13 +320,30 @@ Result<Health> AgentClient::health(milliseconds timeout) {
     }
     return with_deadline<Health>(io_, p.then([this](Health h) {
       conn_->first_health = nullptr;  // answered: later calls ask afresh
+      conn_->protocol = h.protocol_version;
       return Result<Health>(h);
     }),
                                  timeout, "health");
   });
 }
 
+Status AgentClient::require_protocol(uint32_t version, const char* feature) {
+  uint32_t known = conn_->protocol;
+  if (known == 0) {
+    auto h = health(kCallTimeout);
+    if (!h) return h.error();
+    known = h->protocol_version;
+  }
+  if (known >= version) return Ok{};
+  return make_error(ErrorCode::invalid_argument,
+                    std::string("this sandbox's guest agent is older than ") + feature +
+                        " (its protocol " + std::to_string(known) + ", needed " +
+                        std::to_string(version) + "): create it again from its template");
+}
+
 Result<ExecResult> AgentClient::exec(const ExecRequest& request, std::stop_token stop) {
+  if (!request.user.empty())
+    if (auto ok = require_protocol(2, "running commands as a user"); !ok) return ok.error();
   return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.execRequest();
     fill_request(req.initRequest(), request);
@@ -336,6 +355,8 @@ Result<ExecResult> AgentClient::exec(const ExecRequest& request, std::stop_token
 
 Result<ExecResult> AgentClient::exec_stream(const ExecRequest& request, OutputCallback on_output,
                                             std::stop_token stop) {
+  if (!request.user.empty())
+    if (auto ok = require_protocol(2, "running commands as a user"); !ok) return ok.error();
   return call_cancellable<ExecResult>(stop, [&]() -> kj::Promise<Result<ExecResult>> {
     auto req = conn_->agent.execStreamRequest();
     fill_request(req.initRequest(), request);
@@ -350,6 +371,8 @@ Result<ExecResult> AgentClient::exec_stream(const ExecRequest& request, OutputCa
 }
 
 Result<uint32_t> AgentClient::start_process(const ExecRequest& request) {
+  if (!request.user.empty())
+    if (auto ok = require_protocol(2, "running commands as a user"); !ok) return ok.error();
   return call<uint32_t>([&]() -> kj::Promise<Result<uint32_t>> {
     auto req = conn_->agent.startProcessRequest();
     fill_request(req.initRequest(), request);

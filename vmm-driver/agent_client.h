@@ -38,6 +38,9 @@ struct ExecRequest {
   // a background process's input stays open (write_stdin) and resize_pty applies.
   bool pty = false;
   uint16_t cols = 0, rows = 0;
+  // As this account of the guest's ("" = root): its identity, HOME, USER, LOGNAME; cwd defaults
+  // to its home. An agent older than protocol 2 cannot: refused (invalid_argument).
+  std::string user;
 };
 
 struct ExecResult {
@@ -59,6 +62,8 @@ struct FileStat {
   uint64_t size = 0;
   uint32_t mode = 0;
   int64_t mtime_ms = 0;
+  std::string owner, group;  // names in the guest (or numbers); "" from an agent before protocol 2
+  std::string symlink_target;  // a symbolic link's target as written in it
 };
 
 // A part of a file (AgentClient::read_range) and the whole file's size.
@@ -145,13 +150,15 @@ class AgentClient {
   Result<FileRange> read_range(const std::string& path, uint64_t offset, uint64_t length);
   // Replaces a file's contents (mode 0 = 0644); creates parent folders when `make_parents`.
   // `append`: the data goes at the file's end instead (its other bytes stay).
+  // `owner` (an account of the guest's, "" = root): what the call creates belongs to it.
   Status write_file(const std::string& path, std::string_view data, uint32_t mode = 0,
-                    bool make_parents = true, bool append = false);
+                    bool make_parents = true, bool append = false, const std::string& owner = "");
   Result<std::vector<FileStat>> list_dir(const std::string& path);
   Result<FileStat> stat(const std::string& path);
   Status remove(const std::string& path, bool recursive);
   Status rename(const std::string& from, const std::string& to);
-  Status mkdir(const std::string& path, bool parents, uint32_t mode = 0);
+  Status mkdir(const std::string& path, bool parents, uint32_t mode = 0,
+               const std::string& owner = "");
 
   Status set_clock(int64_t unix_nanos);
   Status reseed_rng(std::string_view entropy);
@@ -194,6 +201,9 @@ class AgentClient {
  private:
   AgentClient(IoThread& io, std::unique_ptr<Conn> conn);
 
+  // Ok when the agent speaks protocol `version` or later (asking its health if not known yet);
+  // invalid_argument naming `feature` otherwise.
+  Status require_protocol(uint32_t version, const char* feature);
   template <typename T, typename F>
   Result<T> call(F&& f);
   template <typename T, typename F>

@@ -152,20 +152,23 @@ kj::Promise<Result<FileRange>> range_rest(w::Agent::Client agent, std::string pa
 }
 
 kj::Promise<Result<Ok>> write_rest(w::Agent::Client agent, std::string path, std::string_view data,
-                                   size_t offset, uint32_t mode, bool parents, bool append) {
+                                   size_t offset, uint32_t mode, bool parents, bool append,
+                                   std::string owner) {
   auto req = agent.writeFileRequest();
   req.setPath(path);
+  req.setOwner(owner);
   size_t n = std::min<size_t>(kChunk, data.size() - offset);
   req.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(data.data() + offset), n));
   req.setMode(mode);
   req.setMakeParents(parents && offset == 0 && !append);
   req.setTruncate(offset == 0 && !append);
   req.setAppend(offset != 0 || append);
-  return req.send().then([agent, path = kj::mv(path), data, offset, n, mode, parents,
-                          append](auto r) mutable -> kj::Promise<Result<Ok>> {
+  return req.send().then([agent, path = kj::mv(path), data, offset, n, mode, parents, append,
+                          owner = kj::mv(owner)](auto r) mutable -> kj::Promise<Result<Ok>> {
     if (r.hasError()) return Result<Ok>(guest_file_error(r.getError()));
     if (offset + n >= data.size()) return Result<Ok>(Ok{});
-    return write_rest(kj::mv(agent), kj::mv(path), data, offset + n, mode, parents, append);
+    return write_rest(kj::mv(agent), kj::mv(path), data, offset + n, mode, parents, append,
+                      kj::mv(owner));
   });
 }
 }  // namespace
@@ -188,11 +191,13 @@ Result<FileRange> AgentClient::read_range(const std::string& path, uint64_t offs
 }
 
 Status AgentClient::write_file(const std::string& path, std::string_view data, uint32_t mode,
-                               bool make_parents, bool append) {
+                               bool make_parents, bool append, const std::string& owner) {
+  if (!owner.empty())
+    if (auto ok = require_protocol(2, "files owned by a user"); !ok) return ok.error();
   return call<Ok>([&]() {
-    return with_deadline<Ok>(io_,
-                             write_rest(conn_->agent, path, data, 0, mode, make_parents, append),
-                             kCallTimeout * 4, "writeFile");
+    return with_deadline<Ok>(
+        io_, write_rest(conn_->agent, path, data, 0, mode, make_parents, append, owner),
+        kCallTimeout * 4, "writeFile");
   });
 }
 
@@ -255,12 +260,16 @@ Status AgentClient::rename(const std::string& from, const std::string& to) {
   });
 }
 
-Status AgentClient::mkdir(const std::string& path, bool parents, uint32_t mode) {
+Status AgentClient::mkdir(const std::string& path, bool parents, uint32_t mode,
+                          const std::string& owner) {
+  if (!owner.empty())
+    if (auto ok = require_protocol(2, "files owned by a user"); !ok) return ok.error();
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.mkdirRequest();
     req.setPath(path);
     req.setParents(parents);
     req.setMode(mode);
+    req.setOwner(owner);
     return with_deadline<Ok>(io_, req.send().then([](auto r) { return file_status(r); }),
                              kCallTimeout, "mkdir");
   });

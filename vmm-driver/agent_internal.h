@@ -30,6 +30,7 @@ struct AgentClient::Conn {
   wire::agent::Agent::Client agent = nullptr;
   kj::Maybe<kj::ForkedPromise<Health>> first_health;
   std::atomic<bool> answered{false};  // the agent answered this session's preamble
+  std::atomic<uint32_t> protocol{0};  // the agent's protocolVersion, once a health call answered
 };
 
 namespace agent_detail {
@@ -97,6 +98,10 @@ inline FileStat read_stat(w::FileStat::Reader s) {
   f.size = s.getSize();
   f.mode = s.getMode();
   f.mtime_ms = s.getMtimeMs();
+  // (bounded: a guest's names are not trusted to be small)
+  f.owner = std::string(s.getOwner().cStr()).substr(0, 256);
+  f.group = std::string(s.getGroup().cStr()).substr(0, 256);
+  f.symlink_target = std::string(s.getSymlinkTarget().cStr()).substr(0, 4096);
   return f;
 }
 

@@ -7,7 +7,9 @@
 
 $import "/capnp/c++.capnp".namespace("pandastack::wire::agent");
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;
+# 2: ExecRequest.user, writeFile/mkdir `owner`, FileStat owner/group/symlinkTarget (an agent of 1
+#    ignores them: the host refuses to ask it for another user; vmm-driver/agent_client.h).
 
 struct EnvVar {
   name @0 :Text;
@@ -30,6 +32,8 @@ struct ExecRequest {
                              # a background process's input stays open (writeStdin, resizePty)
   cols @9 :UInt16;           # the terminal's size; 0 = 80 columns, 24 rows
   rows @10 :UInt16;
+  user @11 :Text;            # run as this account of the guest's /etc/passwd ("" = root): its
+                             # uid, gid and groups; HOME, USER, LOGNAME; cwd defaults to its home
 }
 
 struct ExecResult {
@@ -76,6 +80,9 @@ struct FileStat {
   size @2 :UInt64;
   mode @3 :UInt32;
   mtimeMs @4 :Int64;
+  owner @5 :Text;            # the owner's and group's names in the guest (or their numbers)
+  group @6 :Text;
+  symlinkTarget @7 :Text;    # a symbolic link's target, as written in it
 }
 
 struct Error {
@@ -130,16 +137,18 @@ interface Agent {
 
   readFile @8 (path :Text, offset :UInt64, length :UInt32) -> (data :Data, size :UInt64, error :Error);
   # Reads at most `length` bytes (capped at 4 MiB) from `offset`; `size` is the file's size.
-  writeFile @9 (path :Text, data :Data, mode :UInt32, makeParents :Bool, append :Bool, truncate :Bool)
-      -> (error :Error);
+  writeFile @9 (path :Text, data :Data, mode :UInt32, makeParents :Bool, append :Bool, truncate :Bool,
+                owner :Text) -> (error :Error);
   # Writes `data`. With truncate the file is replaced first (created with `mode`, 0 = 0644);
   # with append the data goes at the end. Large files are written as a truncate call followed by
-  # append calls.
+  # append calls. `owner` (an account of the guest's, "" = root): what this call creates (the file,
+  # parent folders) belongs to it; an existing file keeps its owner.
   listDir @10 (path :Text) -> (entries :List(FileStat), error :Error);
   stat @11 (path :Text) -> (stat :FileStat, error :Error);
   remove @12 (path :Text, recursive :Bool) -> (error :Error);
   rename @13 (from :Text, to :Text) -> (error :Error);
-  mkdir @14 (path :Text, parents :Bool, mode :UInt32) -> (error :Error);
+  mkdir @14 (path :Text, parents :Bool, mode :UInt32, owner :Text) -> (error :Error);
+  # `owner` as for writeFile: the folders this call makes belong to it.
 
   setClock @15 (unixNanos :Int64) -> ();
   # Sets the guest's realtime clock (called after every restore: a snapshot's clock is stale).

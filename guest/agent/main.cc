@@ -29,6 +29,7 @@
 #include "guest/agent/processes.h"
 #include "guest/agent/service.h"
 #include "guest/agent/system.h"
+#include "guest/agent/users.h"
 #include "guest/agent/util.h"
 
 namespace pandastack::agent {
@@ -255,4 +256,10 @@ class Main {
 }  // namespace
 }  // namespace pandastack::agent
 
-KJ_MAIN(pandastack::agent::Main)
+int main(int argc, char* argv[]) {
+  // A command of another user: this binary drops to that identity and executes it (users.h).
+  if (argc > 1 && std::strcmp(argv[1], "--run-as") == 0) pandastack::agent::run_as(argc, argv);
+  kj::TopLevelProcessContext context(argv[0]);
+  pandastack::agent::Main main_object(context);
+  return kj::runMainAndExit(context, main_object.getMain(), argc, argv);
+}

@@ -53,6 +53,18 @@ int grow_to_disk(const std::string& path, uint64_t disk_bytes) {
   return e;
 }
 
+// The account a file call's `owner` names (none for ""), or false with the call's error set.
+template <typename Results>
+bool owner_of(capnp::Text::Reader name, std::optional<Account>& owner, Results& r) {
+  if (name.size() == 0) return true;
+  owner = find_account(name.cStr());
+  if (owner) return true;
+  auto err = r.initError();
+  err.setCode("invalid_argument");
+  err.setMessage(std::string("no user '") + name.cStr() + "' in the guest");
+  return false;
+}
+
 class AgentImpl final : public w::Agent::Server {
  public:
   AgentImpl(Processes& procs, std::string boot_id, std::function<void()> end_session)
@@ -332,9 +344,11 @@ class AgentImpl final : public w::Agent::Server {
     auto p = ctx.getParams();
     auto path = resolve(p.getPath());
     auto r = ctx.getResults();
+    std::optional<Account> owner;
+    if (!owner_of(p.getOwner(), owner, r)) return kj::READY_NOW;
     if (p.getMakeParents()) {
       auto slash = path.find_last_of('/');
-      int e = mkdir_p(path.substr(0, slash), 0755);
+      int e = mkdir_p(path.substr(0, slash), 0755, owner ? &*owner : nullptr);
       if (e != 0) {
         set_error(r.initError(), e, path);
         return kj::READY_NOW;
@@ -344,12 +358,19 @@ class AgentImpl final : public w::Agent::Server {
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
     if (p.getTruncate()) flags |= O_TRUNC;
     if (p.getAppend()) flags |= O_APPEND;
-    int fd = ::open(path.c_str(), flags, mode);
+    // Made by this call: it belongs to the owner (an existing file keeps its own).
+    int fd = owner ? ::open(path.c_str(), flags | O_EXCL, mode) : -1;
+    bool made = fd >= 0;
+    if (!made) fd = ::open(path.c_str(), flags, mode);
     if (fd < 0) {
       set_error(r.initError(), errno, path);
       return kj::READY_NOW;
     }
     KJ_DEFER(::close(fd));
+    if (made && ::fchown(fd, owner->uid, owner->gid) != 0) {
+      set_error(r.initError(), errno, path);
+      return kj::READY_NOW;
+    }
     if (p.getTruncate() && p.getMode() != 0) ::fchmod(fd, mode);
     auto data = p.getData();
     size_t done = 0;
@@ -387,8 +408,9 @@ class AgentImpl final : public w::Agent::Server {
     ::closedir(d);
     std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) { return a.first < b.first; });
     auto list = r.initEntries(entries.size());
+    Names names;
     for (size_t i = 0; i < entries.size(); ++i)
-      fill_stat(list[i], entries[i].first, entries[i].second);
+      fill_stat(list[i], entries[i].first, path + "/" + entries[i].first, entries[i].second, names);
     return kj::READY_NOW;
   }
 
@@ -401,7 +423,8 @@ class AgentImpl final : public w::Agent::Server {
       return kj::READY_NOW;
     }
     auto slash = path.find_last_of('/');
-    fill_stat(r.initStat(), path.substr(slash + 1), st);
+    Names names;
+    fill_stat(r.initStat(), path.substr(slash + 1), path, st, names);
     return kj::READY_NOW;
   }
 
@@ -433,13 +456,18 @@ class AgentImpl final : public w::Agent::Server {
   kj::Promise<void> mkdir(MkdirContext ctx) override {
     auto p = ctx.getParams();
     auto path = resolve(p.getPath());
+    auto r = ctx.getResults();
+    std::optional<Account> owner;
+    if (!owner_of(p.getOwner(), owner, r)) return kj::READY_NOW;
     mode_t mode = p.getMode() != 0 ? mode_t(p.getMode() & 07777) : 0755;
     int e = 0;
     if (p.getParents())
-      e = mkdir_p(path, mode);
+      e = mkdir_p(path, mode, owner ? &*owner : nullptr);
     else if (::mkdir(path.c_str(), mode) != 0)
       e = errno;
-    if (e != 0) set_error(ctx.getResults().initError(), e, path);
+    else if (owner && ::lchown(path.c_str(), owner->uid, owner->gid) != 0)
+      e = errno;
+    if (e != 0) set_error(r.initError(), e, path);
     return kj::READY_NOW;
   }
 

@@ -10,7 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
+
+#include "guest/agent/users.h"
 
 extern char** environ;
 
@@ -106,10 +109,23 @@ SpawnResult spawn(w::ExecRequest::Reader req) {
   }
   // A custom template's environment (its `env`, written by its build): under the request's own.
   template_env(env);
+  // Another account: its identity, its environment (under the request's), its home.
+  std::optional<Account> as;
+  if (req.getUser().size() > 0) {
+    as = find_account(req.getUser().cStr());
+    if (!as) {
+      r.error = std::string("no user '") + req.getUser().cStr() + "' in the guest";
+      return r;
+    }
+    env["HOME"] = as->home;
+    env["USER"] = env["LOGNAME"] = as->name;
+  }
   for (auto v : req.getEnv()) env[v.getName().cStr()] = v.getValue().cStr();
   std::vector<std::string> envs;
   for (auto& [k, v] : env) envs.push_back(k + "=" + v);
-  std::string cwd = req.getCwd().size() > 0 ? std::string(req.getCwd().cStr()) : "/workspace";
+  std::string cwd = req.getCwd().size() > 0 ? std::string(req.getCwd().cStr())
+                    : as                    ? as->home
+                                            : "/workspace";
   if (req.getCwd().size() == 0 && ::access(cwd.c_str(), X_OK) != 0) cwd = "/";
 
   // Resolve the program with the command's PATH (posix_spawnp would use the agent's).
@@ -152,6 +168,7 @@ SpawnResult spawn(w::ExecRequest::Reader req) {
   };
   if (req.getPty()) {
     if (!open_terminal(req.getCols(), req.getRows(), r, slave)) return r;
+    if (as) (void)!::chown(slave.c_str(), as->uid, as->gid);  // (its own terminal, as login gives)
     // stderr is the terminal: the parent's stream of it is a pipe that is already at its end.
     int perr[2];
     if (::pipe2(perr, O_CLOEXEC) != 0) {
@@ -173,6 +190,21 @@ SpawnResult spawn(w::ExecRequest::Reader req) {
     child_in = p[0][0], r.in = p[0][1];
     r.out = p[1][0], child_out = p[1][1];
     r.err = p[2][0], child_err = p[2][1];
+  }
+  // Another user's command starts as this binary's --run-as mode, which drops to that identity
+  // and executes the program (users.h): posix_spawn cannot change identity.
+  if (as && as->uid != 0) {
+    std::string groups;
+    for (gid_t g : as->groups) groups += (groups.empty() ? "" : ",") + std::to_string(g);
+    std::vector<std::string> wrapped = {"pandastack-agent",
+                                        "--run-as",
+                                        std::to_string(as->uid),
+                                        std::to_string(as->gid),
+                                        groups.empty() ? "-" : groups,
+                                        program};
+    wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+    argv = std::move(wrapped);
+    program = "/proc/self/exe";
   }
   std::vector<char*> cargv, cenv;
   for (auto& a : argv) cargv.push_back(a.data());

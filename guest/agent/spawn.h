@@ -25,7 +25,8 @@ std::string describe(w::ExecRequest::Reader req);
 
 // Starts `req` (argv, or `shell` under /bin/sh -c) with the agent's environment plus req.env, in
 // req.cwd (default /workspace, or / without one). With req.pty the command runs on a new
-// pseudo-terminal of req.cols x req.rows (80x24 when 0) that is its controlling terminal.
+// pseudo-terminal of req.cols x req.rows (80x24 when 0) that is its controlling terminal. With
+// req.user, as that account of the guest (HOME, USER, LOGNAME its own; cwd default its home).
 SpawnResult spawn(w::ExecRequest::Reader req);
 
 }  // namespace pandastack::agent

@@ -76,16 +76,17 @@ void write_small_file(const char* path, const std::string& content) {
   ::close(f);
 }
 
-int mkdir_p(const std::string& path, mode_t mode) {
+int mkdir_p(const std::string& path, mode_t mode, const Account* owner) {
   if (path.empty() || path == "/") return 0;
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
   auto slash = path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
-    int r = mkdir_p(path.substr(0, slash), mode);
+    int r = mkdir_p(path.substr(0, slash), mode, owner);
     if (r != 0) return r;
   }
-  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return errno;
+  if (::mkdir(path.c_str(), mode) != 0) return errno == EEXIST ? 0 : errno;
+  if (owner && ::lchown(path.c_str(), owner->uid, owner->gid) != 0) return errno;
   return 0;
 }
 
@@ -112,8 +113,16 @@ int remove_tree(const std::string& path) {
   return 0;
 }
 
-void fill_stat(w::FileStat::Builder b, const std::string& name, const struct stat& st) {
+void fill_stat(w::FileStat::Builder b, const std::string& name, const std::string& path,
+               const struct stat& st, Names& names) {
   b.setName(name);
+  b.setOwner(names.user(st.st_uid));
+  b.setGroup(names.group(st.st_gid));
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+    if (n > 0) b.setSymlinkTarget(std::string(target, size_t(n)));
+  }
   w::FileType t = w::FileType::OTHER;
   if (S_ISREG(st.st_mode))
     t = w::FileType::REGULAR;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "guest/agent/users.h"
 #include "wire/agent.capnp.h"
 
 namespace pandastack::agent {
@@ -38,10 +39,13 @@ std::string resolve(kj::StringPtr path);
 std::string read_small(const char* path);
 // Replaces a small file's content (best effort: a read-only root just keeps the old one).
 void write_small_file(const char* path, const std::string& content);
-// mkdir -p; 0 or an errno.
-int mkdir_p(const std::string& path, mode_t mode);
+// mkdir -p; 0 or an errno. The folders it makes belong to `owner` when given.
+int mkdir_p(const std::string& path, mode_t mode, const Account* owner = nullptr);
 // rm -r; 0 or an errno.
 int remove_tree(const std::string& path);
-void fill_stat(w::FileStat::Builder b, const std::string& name, const struct stat& st);
+// An entry as the protocol has it: `path` is where it is (a symbolic link's target is read
+// there), `names` gives its owner's and group's names.
+void fill_stat(w::FileStat::Builder b, const std::string& name, const std::string& path,
+               const struct stat& st, Names& names);
 
 }  // namespace pandastack::agent
