@@ -134,8 +134,15 @@ std::optional<int64_t> parse_rfc3339(std::string_view t);
 // The sandbox of an envd request (E2b-Sandbox-Id) and whose it is (the tenant its access token
 // names, verified by the server: Request::token_tenant); too_many_requests past the tenant's
 // rate (e2b_envd.cc).
+// And whom it acts as: the user it names (Authorization: Basic base64("USER:") on RPC calls,
+// ?username= on /files), by default `user`, E2B's (every template has it; uid 1000, home
+// /home/user); "root" is the agent's own identity.
 struct Target {
   std::string tenant, id;
+  std::string user = "user";
+  std::string home = "/home/user";  // relative paths and a command's default cwd
+  // What our exec and file calls name: "" for root (also what an agent before protocol 2 does).
+  std::string as() const { return user == "root" ? "" : user; }
 };
 Target target(Server& gw, const Request& r);
 // A route of the sandbox plane (e2b_envd.cc, e2b_code.cc): no API key (the server checks the

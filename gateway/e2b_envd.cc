@@ -21,10 +21,10 @@ namespace {
 using M = kj::HttpMethod;
 using namespace e2b;
 
-// Relative paths resolve against the default user's home.
-std::string guest_path(Server& gw, const std::string& p) {
+// Relative paths resolve against the user's home.
+std::string guest_path(Server& gw, const std::string& p, const Target& t) {
   if (p.empty()) throw ApiError{Code::invalid_path, "path is required"};
-  std::string abs = p[0] == '/' ? p : "/root/" + p;
+  std::string abs = p[0] == '/' ? p : t.home + "/" + p;
   while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
   return gw.checked_path(abs);
 }
@@ -67,8 +67,10 @@ Json entry(const std::string& path, const vmm::FileStat& s) {
   j.set("size", std::to_string(s.size));  // int64: a string in proto3-JSON
   j.set("mode", int64_t(s.mode & 07777));
   j.set("permissions", permissions(s));
-  j.set("owner", "root");
-  j.set("group", "root");
+  j.set("owner", s.owner.empty() ? "root" : s.owner);  // ("": an agent before protocol 2)
+  j.set("group", s.group.empty() ? "root" : s.group);
+  if (s.type == vmm::FileStat::Type::symlink && !s.symlink_target.empty())
+    j.set("symlinkTarget", s.symlink_target);
   j.set("modifiedTime", rfc3339(s.mtime_ms));
   return j;
 }
@@ -172,7 +174,7 @@ HttpReply close_stdin(Call& c) {
 
 HttpReply stat(Call& c) {
   auto t = target(c.gw, c.r);
-  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
+  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"), t);
   Json j = Json::object();
   j.set("entry", entry_of(c, t, path));
   return ok(j);
@@ -181,7 +183,7 @@ HttpReply stat(Call& c) {
 HttpReply list_dir(Call& c) {
   auto t = target(c.gw, c.r);
   Json m = c.r.json();
-  auto root = guest_path(c.gw, str(m["path"], "path"));
+  auto root = guest_path(c.gw, str(m["path"], "path"), t);
   int64_t depth = m["depth"].is_number() ? m["depth"].as_int() : 1;
   if (depth < 1 || depth > 16) throw ApiError{Code::invalid_argument, "depth is 1..16"};
   constexpr size_t kMaxEntries = 100000;  // as one listing of our own API
@@ -211,9 +213,9 @@ HttpReply list_dir(Call& c) {
 
 HttpReply make_dir(Call& c) {
   auto t = target(c.gw, c.r);
-  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
+  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"), t);
   if (c.gw.rt.stat(t.tenant, t.id, path)) throw ApiError{Code::file_exists, path + " exists"};
-  unwrap(c.gw.rt.mkdir(t.tenant, t.id, path, true));
+  unwrap(c.gw.rt.mkdir(t.tenant, t.id, path, true, t.as()));
   Json j = Json::object();
   j.set("entry", entry_of(c, t, path));
   return ok(j);
@@ -222,8 +224,8 @@ HttpReply make_dir(Call& c) {
 HttpReply move(Call& c) {
   auto t = target(c.gw, c.r);
   Json m = c.r.json();
-  auto from = guest_path(c.gw, str(m["source"], "source"));
-  auto to = guest_path(c.gw, str(m["destination"], "destination"));
+  auto from = guest_path(c.gw, str(m["source"], "source"), t);
+  auto to = guest_path(c.gw, str(m["destination"], "destination"), t);
   unwrap(c.gw.rt.rename(t.tenant, t.id, from, to));
   Json j = Json::object();
   j.set("entry", entry_of(c, t, to));
@@ -232,7 +234,7 @@ HttpReply move(Call& c) {
 
 HttpReply remove(Call& c) {
   auto t = target(c.gw, c.r);
-  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"));
+  auto path = guest_path(c.gw, str(c.r.json()["path"], "path"), t);
   // As E2B's envd: removing what is not there is done, not an error.
   auto removed = c.gw.rt.remove(t.tenant, t.id, path, true);
   if (!removed && removed.error().code == Code::file_not_found) return ok();
@@ -244,7 +246,7 @@ HttpReply remove(Call& c) {
 
 HttpReply read_file(Call& c) {
   auto t = target(c.gw, c.r);
-  auto path = guest_path(c.gw, c.r.q("path").value_or(""));
+  auto path = guest_path(c.gw, c.r.q("path").value_or(""), t);
   auto data = unwrap(c.gw.rt.read_file(t.tenant, t.id, path, c.gw.limits.max_file_bytes));
   return HttpReply{200, "application/octet-stream", std::move(data), std::nullopt, {}};
 }
@@ -255,10 +257,10 @@ HttpReply write_files(Call& c) {
   auto single = c.r.q("path");
   Json out = Json::array();
   for (auto& [name, data] : parts) {
-    auto path = guest_path(c.gw, single && parts.size() == 1 ? *single : name);
+    auto path = guest_path(c.gw, single && parts.size() == 1 ? *single : name, t);
     auto slash = path.find_last_of('/');
-    if (slash > 0) unwrap(c.gw.rt.mkdir(t.tenant, t.id, path.substr(0, slash), true));
-    unwrap(c.gw.rt.write_file(t.tenant, t.id, path, data));
+    if (slash > 0) unwrap(c.gw.rt.mkdir(t.tenant, t.id, path.substr(0, slash), true, t.as()));
+    unwrap(c.gw.rt.write_file(t.tenant, t.id, path, data, 0, 0, t.as()));
     Json j = Json::object();
     j.set("name", path.substr(slash + 1));
     j.set("type", "file");
@@ -346,6 +348,18 @@ Target target(Server& gw, const Request& r) {
     throw ApiError{Code::unauthorized,
                    "the access token's API key was revoked: connect again with a live key"};
   Target t{r.token_tenant, header_of(r, "e2b-sandbox-id")};
+  std::string user;
+  if (auto u = r.q("username"); u && !u->empty()) {
+    user = *u;
+  } else if (r.authorization.rfind("Basic ", 0) == 0 && r.authorization.size() < 512) {
+    if (auto d = base64_decode(r.authorization.substr(6))) user = d->substr(0, d->find(':'));
+  }
+  if (!user.empty()) {
+    if (!valid_user_name(user))
+      throw ApiError{Code::invalid_argument, "'" + user.substr(0, 64) + "' is not a user name"};
+    t.user = user;
+    t.home = user == "root" ? "/root" : "/home/" + user;
+  }
   uint32_t rate = gw.rt.quota_limits(t.tenant).requests_per_second;
   if (!gw.limiter.take("e2b:" + t.tenant, rate))
     throw ApiError{Code::too_many_requests,
@@ -391,7 +405,8 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
         if (k.rfind(kEnvPrefix, 0) == 0) e.env[k.substr(std::string(kEnvPrefix).size())] = v;
       if (p["envs"].is_object())
         for (auto& [k, v] : p["envs"].as_object()) e.env[k] = str(v, "process.envs");
-      e.cwd = p["cwd"].is_string() ? guest_path(gw, p["cwd"].as_string()) : "/root";
+      e.cwd = p["cwd"].is_string() ? guest_path(gw, p["cwd"].as_string(), t) : t.home;
+      e.user = t.as();
       // Old clients omit stdin: open.
       e.keep_stdin_open = !m["stdin"].is_bool() || m["stdin"].as_bool();
       if (m["pty"].is_object()) {
@@ -467,7 +482,7 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
   try {
     t = target(gw, r);
     Json m = read_envelope(r.body);
-    root = guest_path(gw, str(m["path"], "path"));
+    root = guest_path(gw, str(m["path"], "path"), t);
     recursive = m["recursive"].is_bool() && m["recursive"].as_bool();
   } catch (const ApiError& e) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e)));

@@ -644,7 +644,7 @@ std::string Server::checked_path(const std::string& p) {
 }
 
 vmm::ExecRequest Server::exec_request(const Json& j, bool with_timeout) {
-  Fields f(j, {"cmd", "argv", "env", "cwd", "stdin", "stdin_encoding", "timeout_seconds"});
+  Fields f(j, {"cmd", "argv", "env", "cwd", "stdin", "stdin_encoding", "timeout_seconds", "user"});
   vmm::ExecRequest e;
   e.shell = f.str("cmd");
   e.argv = f.string_list("argv");
@@ -659,6 +659,7 @@ vmm::ExecRequest Server::exec_request(const Json& j, bool with_timeout) {
   }
   e.env = f.string_map("env");
   e.cwd = f.str("cwd");
+  e.user = f.str("user");
   if (auto refused = check_exec(e, limits)) throw ApiError{refused->code, refused->message};
   if (with_timeout) {
     e.timeout_ms = uint32_t(f.integer("timeout_seconds", limits.default_exec_timeout_s, 1,
@@ -674,6 +675,14 @@ void Server::observe_exec(Clock::time_point t0) {
   std::lock_guard l(metrics_mu);
   ++execs;
   exec_latency.observe(std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+bool valid_user_name(std::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  if (!(std::islower((unsigned char)name[0]) || name[0] == '_')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::islower((unsigned char)c) || std::isdigit((unsigned char)c) || c == '_' || c == '-';
+  });
 }
 
 std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& limits) {
@@ -700,6 +709,10 @@ std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& l
     return actors::Rejection{Code::body_too_large, "command, environment and stdin exceed " +
                                                        std::to_string(limits.max_command_bytes) +
                                                        " bytes"};
+  if (!e.user.empty() && !valid_user_name(e.user))
+    return actors::Rejection{Code::invalid_argument,
+                             "user is an account name of the guest: 1 to 32 of a-z 0-9 _ - "
+                             "(starting with a letter or _)"};
   if (!e.cwd.empty())
     if (auto err = check_guest_path(e.cwd, limits.max_path_bytes))
       return actors::Rejection{Code::invalid_path, *err};

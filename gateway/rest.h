@@ -40,7 +40,10 @@ struct Limits {
 
 // The checks every gateway (REST, RPC) applies to a command before it runs: exactly one of argv or
 // shell, the size limit on command + stdin, a valid cwd; sets the output cap. The refusal, if any.
+// `user` too: an account name of the guest's (valid_user_name).
 std::optional<actors::Rejection> check_exec(vmm::ExecRequest& e, const Limits& limits);
+// 1..32 of a-z 0-9 _ -, starting with a letter or _ (what Debian's adduser takes by default).
+bool valid_user_name(std::string_view name);
 
 class RpcServer;
 

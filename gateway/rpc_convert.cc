@@ -91,6 +91,7 @@ vmm::ExecRequest to_exec(api::ExecRequest::Reader r, const Limits& limits) {
   e.shell = text(r.getCmd());
   for (auto v : r.getEnv()) e.env[text(v.getKey())] = text(v.getValue());
   e.cwd = text(r.getCwd());
+  e.user = text(r.getUser());
   auto in = r.getStdin();
   e.stdin_data.assign(reinterpret_cast<const char*>(in.begin()), in.size());
   if (auto refused = check_exec(e, limits)) fail(*refused);

@@ -101,7 +101,7 @@ struct WsSession {
 
   // A terminal's settings: the command (a login shell by default) and the size.
   vmm::ExecRequest terminal_request(const Json& j) {
-    Fields f(j, {"cmd", "argv", "env", "cwd", "cols", "rows"});
+    Fields f(j, {"cmd", "argv", "env", "cwd", "cols", "rows", "user"});
     vmm::ExecRequest e;
     e.shell = f.str("cmd");
     e.argv = f.string_list("argv");
@@ -110,6 +110,7 @@ struct WsSession {
     e.env = f.string_map("env");
     if (!e.env.count("TERM")) e.env["TERM"] = "xterm-256color";
     e.cwd = f.str("cwd");
+    e.user = f.str("user");
     if (auto refused = check_exec(e, gw.limits)) throw ApiError{refused->code, refused->message};
     e.pty = true;
     e.cols = uint16_t(f.integer("cols", 80, 1, kMaxTerminalSide));

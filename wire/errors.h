@@ -21,6 +21,7 @@ namespace pandastack {
   X(invalid_path, 400, "a guest path is not absolute, too long or has . or .. segments")         \
   X(invalid_cwd, 400, "an exec's working directory does not exist in the guest")                 \
   X(command_not_found, 400, "an exec's program does not exist or is not executable")             \
+  X(unknown_user, 400, "an exec's user is not an account of the guest")                          \
   X(exceeds_template, 400, "a create asks for more memory or vCPUs than its template has")       \
   X(unauthorized, 401, "no API key, or one that does not verify")                                \
   X(forbidden, 403, "the key may not do this (another tenant's, or an admin route)")             \

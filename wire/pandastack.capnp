@@ -93,6 +93,7 @@ struct ExecRequest {
   cwd @3 :Text;
   stdin @4 :Data;
   timeoutSeconds @5 :UInt32; # 0 = the daemon's default (60 s)
+  user @6 :Text;             # as this account of the guest ("" = root; every template has `user`)
 }
 
 struct ExecResult {

@@ -269,6 +269,16 @@ class ApiTest(unittest.TestCase):
         self.assertEqual((s, b["error"]["code"]), (400, "invalid_cwd"), b)
         s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["/no/such/binary"]})
         self.assertEqual((s, b["error"]["code"]), (400, "command_not_found"), b)
+        # As another account of the guest: every template has `user` (uid 1000, /home/user).
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec",
+                      {"cmd": "id -un; pwd; echo $HOME; touch /root/x", "user": "user"})
+        self.assertEqual((s, b["stdout"], b["exit_code"]), (200, "user\n/home/user\n/home/user\n", 1), b)
+        self.assertIn("Permission denied", b["stderr"])
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes",
+                      {"argv": ["id", "-un"], "user": "nosuchuser"})
+        self.assertEqual((s, b["error"]["code"]), (400, "unknown_user"), b)
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "id", "user": "../root"})
+        self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), b)
         ws = WebSocket(self.daemon, f"/v1/sandboxes/{sid}/exec/ws", c.key)
         ws.send_json({"cmd": "ls", "cwd": "/nope"})
         op, msg = ws.recv()

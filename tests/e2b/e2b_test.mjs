@@ -118,6 +118,29 @@ test("files: write, read, list, exists, makeDir, rename, remove, getInfo", async
   await sbx.kill();
 });
 
+test("user: commands and files as E2B's `user` (home /home/user), or as root when asked", async () => {
+  const sbx = await Sandbox.create();
+  const r = await sbx.commands.run("id -un; pwd; echo $HOME");
+  assert.equal(r.stdout, "user\n/home/user\n/home/user\n");
+  assert.equal((await sbx.commands.run("id -un; pwd", { user: "root" })).stdout, "root\n/root\n");
+  await assert.rejects(sbx.commands.run("touch /root/nope"), CommandExitError);  // unprivileged
+  // Relative paths are the user's home; what a write makes is the user's.
+  const w = await sbx.files.write("notes/a.txt", "mine");
+  assert.equal(w.path, "/home/user/notes/a.txt");
+  const st = await sbx.files.getInfo("/home/user/notes/a.txt");
+  assert.equal(st.owner, "user");
+  assert.equal(st.group, "user");
+  assert.equal((await sbx.files.getInfo("notes")).owner, "user");
+  assert.equal((await sbx.commands.run("stat -c %U notes/a.txt && echo more >> notes/a.txt")).stdout, "user\n");
+  await sbx.files.write("/tmp/rootfile", "r", { user: "root" });
+  assert.equal((await sbx.files.getInfo("/tmp/rootfile")).owner, "root");
+  // A symbolic link says where it points.
+  await sbx.commands.run("ln -s /home/user/notes/a.txt link");
+  const link = await sbx.files.getInfo("link");
+  assert.equal(link.symlinkTarget, "/home/user/notes/a.txt");
+  await sbx.kill();
+});
+
 test("pty: a terminal, input, resize, exit; watchDir: a folder's changes", async () => {
   const sbx = await Sandbox.create();
   const dec = new TextDecoder();
