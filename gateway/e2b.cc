@@ -25,6 +25,11 @@ namespace {
 
 std::unique_ptr<Tokens> g_tokens;
 
+// The expiry of a token issued at `now`: kLifetime after the end of now's hour.
+int64_t expiry_of(int64_t now) {
+  return (now / Tokens::kGranularity + 1) * Tokens::kGranularity + Tokens::kLifetime;
+}
+
 }  // namespace
 
 std::optional<Tokens> Tokens::load(const std::string& path, std::string* error) {
@@ -48,14 +53,13 @@ std::string Tokens::token(const std::string& tenant, const std::string& key_id, 
 std::string Tokens::issue(const std::string& tenant, const std::string& key_id,
                           const std::string& sandbox, int64_t now) const {
   if (now == 0) now = int64_t(std::time(nullptr));
-  int64_t expires = (now / kGranularity + 1) * kGranularity + kLifetime;
-  return token(tenant, key_id, expires, sandbox);
+  return token(tenant, key_id, expiry_of(now), sandbox);
 }
 
 std::vector<std::string> Tokens::live(const std::string& tenant, const std::string& key_id,
                                       const std::string& sandbox, int64_t now) const {
   std::vector<std::string> out;
-  int64_t last = (now / kGranularity + 1) * kGranularity + kLifetime;
+  int64_t last = expiry_of(now);
   for (int64_t e = last; e > now && e > last - kLifetime - kGranularity; e -= kGranularity)
     out.push_back(token(tenant, key_id, e, sandbox));
   return out;
