@@ -112,6 +112,7 @@ struct SandboxInfo {
   uint32_t ttl_seconds = 0, idle_timeout_seconds = 0;
   ReapAction on_timeout = ReapAction::kill;
   std::vector<std::string> snapshots;
+  std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::string failure_reason;
   uint64_t version = 0;  // events applied (the stream's length)
   bool network = false;
@@ -237,8 +238,15 @@ struct DatabaseInfo {
 };
 
 // One of a tenant's named snapshots.
+// Why `name` cannot name a snapshot (1-64 of [A-Za-z0-9._-], not starting with `snap_`), or none.
+std::optional<std::string> check_snapshot_name(const std::string& name);
+
 struct SnapshotInfo {
   std::string id, sandbox, template_name;
+  // The name it was taken with ("" = none). A name stands for the newest of the tenant's
+  // snapshots taken with it (Runtime::resolve_snapshot); `current`: this is that one.
+  std::string name;
+  bool current = false;
   int64_t created_at_ms = 0;
   uint64_t size_bytes = 0;    // host storage it holds (RAM file + its own disk layers)
   uint64_t memory_bytes = 0;  // of which host memory (the RAM file, on tmpfs)
@@ -353,9 +361,10 @@ class Runtime {
   // of events (on a driver thread: quick, no runtime calls), until `stop` (code `cancelled`), the
   // directory goes, or the sandbox stops. Holds an exec slot, as a stream does. Errors:
   // file_not_found, not_a_directory, too_many_directories.
+  // `include_entry`: each event carries its entry (vmm::WatchEvent::entry).
   Reply<bool> watch(const std::string& tenant, const std::string& id, const std::string& path,
                     bool recursive, std::function<void()> on_ready, vmm::WatchCallback on_events,
-                    std::stop_token stop);
+                    std::stop_token stop, bool include_entry = false);
 
   // Files in the guest. Errors: file_not_found, file_too_large, invalid_argument, agent_error.
   Reply<std::string> read_file(const std::string& tenant, const std::string& id,
@@ -363,10 +372,12 @@ class Runtime {
   // `offset` > 0: a later part of a file written in parts: `data` goes at its end when it is
   // exactly `offset` bytes long (offset_mismatch, naming its size, otherwise: a client resumes
   // there); 0 replaces the file. `owner` (an account of the guest's, "" = root): what the write
-  // creates (the file, parent folders) belongs to it.
+  // creates (the file, parent folders) belongs to it. `metadata` (offset 0 only): the file's
+  // metadata afterwards (vmm::check_file_metadata); none: it keeps what it had.
   Reply<bool> write_file(const std::string& tenant, const std::string& id, const std::string& path,
                          std::string_view data, uint32_t mode = 0, uint64_t offset = 0,
-                         const std::string& owner = "");
+                         const std::string& owner = "",
+                         const std::optional<std::map<std::string, std::string>>& metadata = {});
   // Up to `length` bytes from `offset`, and the file's size (a file read in parts).
   Reply<vmm::FileRange> read_file_range(const std::string& tenant, const std::string& id,
                                         const std::string& path, uint64_t offset, uint64_t length);
@@ -417,7 +428,14 @@ class Runtime {
   Reply<SandboxInfo> set_egress(const std::string& tenant, const std::string& id,
                                 const Egress& egress);
   // A snapshot of a running sandbox; returns its id (usable as CreateRequest::from_snapshot).
-  Reply<std::string> snapshot(const std::string& tenant, const std::string& id);
+  // `name` (check_snapshot_name; "" = none): the name then stands for this snapshot, the newest
+  // taken with it (an older one keeps its id).
+  Reply<std::string> snapshot(const std::string& tenant, const std::string& id,
+                              const std::string& name = "");
+  // The id of the tenant's snapshot `ref` names: its id, or its name as `name`, `TENANT/name`,
+  // `name:default` or `TENANT/name:default` (the newest snapshot taken with that name); an id
+  // may carry `:default` too. snapshot_not_found when there is none.
+  Reply<std::string> resolve_snapshot(const std::string& tenant, const std::string& ref);
   // Deletes one of the tenant's named snapshots (whatever state the sandbox that took it is in):
   // recorded on that sandbox (`snapshot-deleted`), then its files are removed. Creates from it
   // are refused afterwards (`snapshot_not_found`); sandboxes restored from it keep running.

@@ -275,11 +275,12 @@ Reply<bool> Runtime::resize_pty(const std::string& tenant, const std::string& id
 
 Reply<bool> Runtime::watch(const std::string& tenant, const std::string& id,
                            const std::string& path, bool recursive, std::function<void()> on_ready,
-                           vmm::WatchCallback on_events, std::stop_token stop) {
+                           vmm::WatchCallback on_events, std::stop_token stop, bool include_entry) {
   ExecSlot slot(*impl_->env, tenant);  // a watch holds a worker as long as a stream does
   if (slot.refused()) return *slot.refused();
   return leased<bool>(*impl_, tenant, id, stop, [&](vmm::AgentClient& ag, std::stop_token t) {
-    return as_bool([&] { return ag.watch(path, recursive, on_ready, on_events, t); });
+    return as_bool(
+        [&] { return ag.watch(path, recursive, on_ready, on_events, t, include_entry); });
   });
 }
 
@@ -301,11 +302,14 @@ Reply<vmm::FileRange> Runtime::read_file_range(const std::string& tenant, const 
 
 Reply<bool> Runtime::write_file(const std::string& tenant, const std::string& id,
                                 const std::string& path, std::string_view data, uint32_t mode,
-                                uint64_t offset, const std::string& owner) {
+                                uint64_t offset, const std::string& owner,
+                                const std::optional<std::map<std::string, std::string>>& metadata) {
+  if (metadata && offset != 0)
+    return Rejection{Code::invalid_argument, "metadata is set by a write at offset 0"};
   std::optional<uint64_t> found;  // a part's file of another size
   auto r = leased<bool>(*impl_, tenant, id, {}, [&](vmm::AgentClient& ag, std::stop_token) {
     return as_bool([&]() -> vmm::Status {
-      if (offset == 0) return ag.write_file(path, data, mode, true, false, owner);
+      if (offset == 0) return ag.write_file(path, data, mode, true, false, owner, metadata);
       auto st = ag.stat(path);
       if (!st) return st.error();
       if (st->size != offset) {

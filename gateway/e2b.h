@@ -19,9 +19,10 @@
 
 namespace pandastack::gateway::e2b {
 
-// The envd version we advertise: >= 0.4.0 (no forced user), >= 0.5.2 (closeStdin), < 0.5.7
-// (uploads are multipart, no octet-stream), < 0.6.2 (no file metadata headers).
-inline constexpr const char* kEnvdVersion = "0.5.2";
+// The envd version we advertise: >= 0.4.0 (no forced user), >= 0.5.2 (closeStdin), >= 0.5.7
+// (octet-stream and gzip uploads), >= 0.6.2 (file metadata), >= 0.6.3 (watch events with entries),
+// >= 0.6.4 (watching network mounts: every folder of ours can be watched).
+inline constexpr const char* kEnvdVersion = "0.6.4";
 
 // A sandbox's access token (envdAccessToken): "e2b2." + base64url(tenant) + "." + key id + "." +
 // expiry (Unix seconds) + "." + base64url(HMAC-SHA256(secret, those and the sandbox id)).

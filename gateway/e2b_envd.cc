@@ -1,7 +1,8 @@
 // E2B's sandbox plane (envd, ../shared/specs/e2b-compat.md §4-§7) on our runtime:
 // Connect-RPC (JSON over HTTP/1.1) process.Process (Start and Connect stream, with or without a
 // PTY; List, SendInput, CloseStdin, SendSignal, Update) and filesystem.Filesystem (Stat, ListDir,
-// MakeDir, Move, Remove, WatchDir stream), GET/POST /files (multipart) and GET /health. Every
+// MakeDir, Move, Remove, WatchDir stream), GET/POST /files (multipart or octet-stream, gzip'd or
+// not; file metadata as X-Metadata-* headers) and GET /health. Every
 // request names its sandbox in E2b-Sandbox-Id and carries that sandbox's access token
 // (X-Access-Token): the token says the tenant, the runtime checks the sandbox is that tenant's.
 #include <spdlog/spdlog.h>
@@ -72,6 +73,9 @@ Json entry(const std::string& path, const vmm::FileStat& s) {
   if (s.type == vmm::FileStat::Type::symlink && !s.symlink_target.empty())
     j.set("symlinkTarget", s.symlink_target);
   j.set("modifiedTime", rfc3339(s.mtime_ms));
+  Json meta = Json::object();
+  for (auto& [k, v] : s.metadata) meta.set(k, v);
+  j.set("metadata", meta);
   return j;
 }
 
@@ -251,20 +255,55 @@ HttpReply read_file(Call& c) {
   return HttpReply{200, "application/octet-stream", std::move(data), std::nullopt, {}};
 }
 
+// An upload's file metadata: its X-Metadata-<key> headers, keys in lower case (an upload
+// without any clears the files' metadata).
+std::map<std::string, std::string> upload_metadata(const Request& r) {
+  std::map<std::string, std::string> m;
+  constexpr std::string_view prefix = "x-metadata-";
+  for (auto& [k, v] : r.headers)
+    if (k.rfind(prefix, 0) == 0) m.emplace(k.substr(prefix.size()), v);
+  if (auto bad = vmm::check_file_metadata(m)) throw ApiError{Code::invalid_argument, *bad};
+  return m;
+}
+
+// POST /files: multipart parts (each named by its file name, or by ?path when there is one), or
+// (envd >= 0.5.7) the file itself as application/octet-stream at ?path, gzip'd or not.
 HttpReply write_files(Call& c) {
   auto t = target(c.gw, c.r);
-  auto parts = multipart(header_of(c.r, "content-type"), c.r.body);
+  auto metadata = upload_metadata(c.r);
   auto single = c.r.q("path");
+  std::string type = header_of(c.r, "content-type");
+  std::string encoding = header_of(c.r, "content-encoding");
+  std::vector<std::pair<std::string, std::string>> parts;
+  if (type.rfind("application/octet-stream", 0) == 0) {
+    if (!single) throw ApiError{Code::invalid_argument, "an octet-stream upload needs ?path"};
+    parts.emplace_back(*single, std::move(c.r.body));
+  } else {
+    parts = multipart(type, c.r.body);
+  }
+  if (!encoding.empty() && encoding != "identity") {
+    if (encoding != "gzip")
+      throw ApiError{Code::invalid_argument, "Content-Encoding is gzip or none"};
+    for (auto& [name, data] : parts) {
+      auto plain = gunzip(data, c.gw.limits.max_file_bytes);
+      if (!plain)
+        throw ApiError{Code::invalid_argument, "the body is not gzip, or inflates past " +
+                                                   std::to_string(c.gw.limits.max_file_bytes) +
+                                                   " bytes"};
+      data = std::move(*plain);
+    }
+  }
   Json out = Json::array();
   for (auto& [name, data] : parts) {
     auto path = guest_path(c.gw, single && parts.size() == 1 ? *single : name, t);
     auto slash = path.find_last_of('/');
     if (slash > 0) unwrap(c.gw.rt.mkdir(t.tenant, t.id, path.substr(0, slash), true, t.as()));
-    unwrap(c.gw.rt.write_file(t.tenant, t.id, path, data, 0, 0, t.as()));
-    Json j = Json::object();
-    j.set("name", path.substr(slash + 1));
-    j.set("type", "file");
-    j.set("path", path);
+    unwrap(c.gw.rt.write_file(t.tenant, t.id, path, data, 0, 0, t.as(), metadata));
+    // The REST EntryInfo: the RPC one's fields, with a plain type and a numeric size.
+    auto st = unwrap(c.gw.rt.stat(t.tenant, t.id, path));
+    Json j = entry(path, st);
+    j.set("type", st.type == vmm::FileStat::Type::directory ? "dir" : "file");
+    j.set("size", int64_t(st.size));
     out.push(j);
   }
   return json_reply(200, out);
@@ -478,12 +517,14 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
   std::stop_callback on_shutdown(gw.shutting_down.get_token(), [&ch] { ch.stop.request_stop(); });
   Target t;
   std::string root;
-  bool recursive = false;
+  bool recursive = false, include_entry = false;
   try {
     t = target(gw, r);
     Json m = read_envelope(r.body);
     root = guest_path(gw, str(m["path"], "path"), t);
     recursive = m["recursive"].is_bool() && m["recursive"].as_bool();
+    // (allowNetworkMounts: every folder of ours can be watched, volumes included)
+    include_entry = m["includeEntry"].is_bool() && m["includeEntry"].as_bool();
   } catch (const ApiError& e) {
     if (sandbox_gone(e.code)) return ch.fail_early(envd_error(error_reply(e)));
     return finish_stream(ch, e.code, e.message);
@@ -494,7 +535,7 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
     ch.push(envelope(j));
     ch.begin();
   };
-  auto on_events = [&ch](const std::vector<vmm::WatchEvent>& events) {
+  auto on_events = [&ch, &root](const std::vector<vmm::WatchEvent>& events) {
     for (auto& e : events) {
       // E2B's names are ours as EVENT_TYPE_*; it has none for an overflow.
       if (e.kind == vmm::WatchEvent::Kind::overflow || e.path.empty()) continue;
@@ -503,11 +544,13 @@ void produce_watch(Server& gw, const Request& r, StreamChannel& ch) {
       Json fs = Json::object(), j = Json::object();
       fs.set("name", e.path);
       fs.set("type", type);
+      if (e.entry) fs.set("entry", entry((root == "/" ? "" : root) + "/" + e.path, *e.entry));
       j.set("filesystem", fs);
       ch.push(envelope(j));
     }
   };
-  auto res = gw.rt.watch(t.tenant, t.id, root, recursive, on_ready, on_events, ch.stop.get_token());
+  auto res = gw.rt.watch(t.tenant, t.id, root, recursive, on_ready, on_events, ch.stop.get_token(),
+                         include_entry);
   if (!res && res.error().code == Code::cancelled) return finish_stream(ch);
   if (!res) {
     if (sandbox_gone(res.error().code)) return ch.fail_early(envd_error(error_reply(res.error())));
@@ -576,8 +619,9 @@ std::vector<Route> e2b_envd_routes() {
                  K::stream),
       envd_route(M::GET, "/files", "E2B envd: a file's bytes", read_file,
                  {"path", "username", "signature", "signature_expiration"}),
-      envd_route(M::POST, "/files", "E2B envd: upload files (multipart)", write_files,
-                 {"path", "username", "signature", "signature_expiration"}, K::raw_body),
+      envd_route(M::POST, "/files", "E2B envd: upload files (multipart or octet-stream)",
+                 write_files, {"path", "username", "signature", "signature_expiration"},
+                 K::raw_body),
       envd_route(M::GET, "/health", "E2B envd: 204 while the sandbox runs", health),
   };
 }

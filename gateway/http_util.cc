@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <zlib.h>
 
 #include <cstdio>
 
@@ -118,6 +119,32 @@ std::string peer_address(int fd) {
   else if (a.ss_family == AF_INET6)
     ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, buf, sizeof buf);
   return buf;
+}
+
+std::optional<std::string> gunzip(std::string_view data, size_t max_bytes) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return std::nullopt;
+  std::string out;
+  char buf[64 << 10];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = uInt(data.size());
+  int rc = Z_OK;
+  while (true) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) break;
+    out.append(buf, sizeof buf - z.avail_out);
+    if (out.size() > max_bytes) break;
+    if (rc == Z_STREAM_END) {
+      if (z.avail_in == 0) break;
+      inflateReset(&z);  // another member follows
+    }
+  }
+  inflateEnd(&z);
+  bool done = rc == Z_STREAM_END && z.avail_in == 0 && out.size() <= max_bytes;
+  if (!done) return std::nullopt;
+  return out;
 }
 
 }  // namespace pandastack::gateway

@@ -53,4 +53,8 @@ bool well_formed_key(std::string_view k);
 // The IP address of connection `fd`'s other end (IPv4 or IPv6 text), or "" (-1, a unix socket).
 std::string peer_address(int fd);
 
+// A gzip stream's content (one or more members), at most `max_bytes` of it: nullopt when `data`
+// is not gzip or its content is larger (a small body never inflates past the limit).
+std::optional<std::string> gunzip(std::string_view data, size_t max_bytes);
+
 }  // namespace pandastack::gateway

@@ -1,6 +1,7 @@
 #include "gateway/http_util.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include "gateway/api_types.h"
 #include "gateway/rest.h"
@@ -116,6 +117,34 @@ TEST(ExecChecks, OneCommandWithinLimitsAndAValidCwd) {
   EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);
   e.env = {{"A", std::string("a\0", 2)}};
   EXPECT_EQ(check_exec(e, l)->code, Code::invalid_argument);
+}
+
+std::string gzip_of(const std::string& in) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, uLong(in.size())) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = uInt(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = uInt(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+TEST(Gunzip, InflatesWithinItsLimitAndRefusesTheRest) {
+  std::string text(200000, 'a');
+  for (size_t i = 0; i < text.size(); i += 7) text[i] = char('a' + i % 26);
+  auto gz = gzip_of(text);
+  EXPECT_EQ(gunzip(gz, text.size()).value(), text);
+  EXPECT_FALSE(gunzip(gz, text.size() - 1));  // one byte past the limit: refused
+  EXPECT_EQ(gunzip(gz + gzip_of("tail"), text.size() + 4).value(), text + "tail");  // 2 members
+  EXPECT_FALSE(gunzip(gz.substr(0, gz.size() / 2), text.size()));                   // cut short
+  EXPECT_FALSE(gunzip("not gzip at all", 1000));
+  EXPECT_EQ(gunzip(gzip_of(""), 0).value(), "");
+  // A bomb: 64 MiB of zeros in a small body, never inflated past the limit.
+  EXPECT_FALSE(gunzip(gzip_of(std::string(64 << 20, '\0')), 1 << 20));
 }
 
 }  // namespace

@@ -394,6 +394,16 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
     }
     keep(h_connect_timeout, "connect-timeout-ms");
     keep(kj::HttpHeaderId::CONTENT_TYPE, "content-type");
+    if (route->style == Route::Style::e2b_envd && route->pattern == "/files") {
+      // An upload's Content-Encoding and file metadata (X-Metadata-<key>: the first of each
+      // key, whatever its size: the upload checks the limits, vmm::check_file_metadata).
+      headers.forEach([&](kj::StringPtr name, kj::StringPtr value) {
+        std::string n = name.cStr();
+        for (auto& ch : n) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        if ((n == "content-encoding" && value.size() <= 64) || n.rfind("x-metadata-", 0) == 0)
+          req.headers.emplace(n, value.cStr());
+      });
+    }
     // The sandbox plane's token is checked here, once, on the loop (an HMAC, no runtime call),
     // before a body is read: nobody without one makes the daemon hold a request body. The code
     // interpreter's /contexts carry it as E2B-Traffic-Access-Token.

@@ -24,7 +24,7 @@ die() { echo "[guest] error: $*" >&2; exit 1; }
 # Bump when the way a piece is produced changes, so caches keyed by it are rebuilt.
 readonly KERNEL_FORMAT=1
 readonly INITRAMFS_FORMAT=2
-readonly ROOTFS_FORMAT=2
+readonly ROOTFS_FORMAT=3
 
 # Modules the initramfs loads, in dependency order (see shared/notes/platform.md).
 readonly MODULES="virtio_ring virtio virtio_mmio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci \
@@ -205,8 +205,8 @@ build_rootfs() {
   local tmp; tmp=$(mktemp -d /var/tmp/pandastack-rootfs.XXXXXX)
   trap 'if [[ -n "${tmp:-}" ]]; then umount -R "$tmp/root/proc" "$tmp/root/sys" 2>/dev/null || true; rm -rf "$tmp"; fi' RETURN EXIT
   log "debootstrap $suite (+ $packages) — about a minute"
-  local inc=()
-  if [[ -n "$packages" ]]; then inc=(--include="$packages"); fi
+  # sudo in every image: the `user` account may become root (as E2B's user may).
+  local inc=(--include="sudo${packages:+,$packages}")
   # The daemon's template builds keep downloaded packages between builds.
   if [[ -n "${PANDASTACK_DEBOOTSTRAP_CACHE:-}" ]]; then
     mkdir -p "$PANDASTACK_DEBOOTSTRAP_CACHE"; inc+=(--cache-dir="$(realpath "$PANDASTACK_DEBOOTSTRAP_CACHE")")
@@ -235,6 +235,9 @@ build_rootfs() {
     echo 'user:*:19000:0:99999:7:::' >> "$r/etc/shadow"
     echo 'user:!::' >> "$r/etc/gshadow"
   }
+  # Passwordless sudo for `user` (what E2B's user has; the sandbox is the boundary, not the uid).
+  printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\n' > "$r/etc/sudoers.d/user"
+  chmod 0440 "$r/etc/sudoers.d/user"
   mkdir -p "$r/home/user"
   if [[ -d "$r/etc/skel" ]]; then cp -a "$r/etc/skel/." "$r/home/user/"; fi
   chown -R 1000:1000 "$r/home/user"

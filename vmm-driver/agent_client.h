@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -64,7 +65,18 @@ struct FileStat {
   int64_t mtime_ms = 0;
   std::string owner, group;  // names in the guest (or numbers); "" from an agent before protocol 2
   std::string symlink_target;  // a symbolic link's target as written in it
+  // The file's metadata: its `user.e2b.*` extended attributes, prefix stripped (protocol 3; a
+  // guest's answer is checked against the limits below, larger ones dropped).
+  std::map<std::string, std::string> metadata;
 };
+
+// File metadata a write sets (AgentClient::write_file): names of at most 246 bytes, names and
+// values printable ASCII, at most 4096 bytes in all with the `user.e2b.` prefix counted per name
+// (what one inode's extended attributes hold on ext4). check_file_metadata says why one is not.
+inline constexpr size_t kMaxMetadataNameBytes = 246;
+inline constexpr size_t kMaxMetadataBytes = 4096;
+inline constexpr const char* kMetadataXattrPrefix = "user.e2b.";
+std::optional<std::string> check_file_metadata(const std::map<std::string, std::string>& metadata);
 
 // A part of a file (AgentClient::read_range) and the whole file's size.
 struct FileRange {
@@ -87,6 +99,7 @@ struct WatchEvent {
   Kind kind = Kind::create;
   std::string path;
   bool is_dir = false;
+  std::optional<FileStat> entry;  // watch(include_entry): the entry, when it still was there
 };
 // "create", "write", "remove", "rename", "chmod", "overflow".
 const char* to_string(WatchEvent::Kind kind);
@@ -139,8 +152,9 @@ class AgentClient {
   // once the watch is in place, then batches of events to `on_events` (both on the IoThread),
   // until `stop` is requested (code cancelled) or the directory goes (Ok).
   // Errors: not_found, guest_error (not a directory, too many directories).
+  // `include_entry`: each event carries its entry (protocol 3: refused by an older agent).
   Status watch(const std::string& path, bool recursive, std::function<void()> on_ready,
-               WatchCallback on_events, std::stop_token stop);
+               WatchCallback on_events, std::stop_token stop, bool include_entry = false);
 
   // Reads a whole file (in chunks of 4 MiB). Fails with not_found, or invalid_argument when the
   // file is larger than `max_bytes`.
@@ -151,8 +165,11 @@ class AgentClient {
   // Replaces a file's contents (mode 0 = 0644); creates parent folders when `make_parents`.
   // `append`: the data goes at the file's end instead (its other bytes stay).
   // `owner` (an account of the guest's, "" = root): what the call creates belongs to it.
+  // `metadata`: afterwards the file's metadata is exactly this (checked: check_file_metadata;
+  // protocol 3: refused by an older agent); none: it keeps what it had.
   Status write_file(const std::string& path, std::string_view data, uint32_t mode = 0,
-                    bool make_parents = true, bool append = false, const std::string& owner = "");
+                    bool make_parents = true, bool append = false, const std::string& owner = "",
+                    const std::optional<std::map<std::string, std::string>>& metadata = {});
   Result<std::vector<FileStat>> list_dir(const std::string& path);
   Result<FileStat> stat(const std::string& path);
   Status remove(const std::string& path, bool recursive);

@@ -2,6 +2,7 @@
 // remove, rename, mkdir, and watches. Every answer of the guest's is checked against its limits.
 #include <kj/debug.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "vmm-driver/agent_client.h"
@@ -61,6 +62,7 @@ class WatchSinkImpl final : public w::WatchSink::Server {
       }
       ev.path = e.getPath().cStr();
       ev.is_dir = e.getIsDir();
+      if (e.getHasEntry()) ev.entry = read_stat(e.getEntry());
       out.push_back(std::move(ev));
     }
     st_->on_events(out);
@@ -74,11 +76,14 @@ class WatchSinkImpl final : public w::WatchSink::Server {
 }  // namespace
 
 Status AgentClient::watch(const std::string& path, bool recursive, std::function<void()> on_ready,
-                          WatchCallback on_events, std::stop_token stop) {
+                          WatchCallback on_events, std::stop_token stop, bool include_entry) {
+  if (include_entry)
+    if (auto ok = require_protocol(3, "watch events with entries"); !ok) return ok.error();
   return call_cancellable<Ok>(stop, [&]() -> kj::Promise<Result<Ok>> {
     auto req = conn_->agent.watchRequest();
     req.setPath(path);
     req.setRecursive(recursive);
+    req.setIncludeEntry(include_entry);
     auto st =
         std::make_shared<WatchSinkState>(WatchSinkState{std::move(on_ready), std::move(on_events)});
     auto guard = kj::heap(kj::defer([st]() {
@@ -151,12 +156,24 @@ kj::Promise<Result<FileRange>> range_rest(w::Agent::Client agent, std::string pa
   });
 }
 
+using Metadata = std::optional<std::map<std::string, std::string>>;
+
+// The call's metadata goes with its first part (the one that replaces the file).
 kj::Promise<Result<Ok>> write_rest(w::Agent::Client agent, std::string path, std::string_view data,
                                    size_t offset, uint32_t mode, bool parents, bool append,
-                                   std::string owner) {
+                                   std::string owner, const Metadata& metadata) {
   auto req = agent.writeFileRequest();
   req.setPath(path);
   req.setOwner(owner);
+  if (metadata && offset == 0) {
+    req.setSetMetadata(true);
+    auto list = req.initMetadata(unsigned(metadata->size()));
+    unsigned i = 0;
+    for (auto& [k, v] : *metadata) {
+      list[i].setName(k);
+      list[i++].setValue(v);
+    }
+  }
   size_t n = std::min<size_t>(kChunk, data.size() - offset);
   req.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(data.data() + offset), n));
   req.setMode(mode);
@@ -168,7 +185,7 @@ kj::Promise<Result<Ok>> write_rest(w::Agent::Client agent, std::string path, std
     if (r.hasError()) return Result<Ok>(guest_file_error(r.getError()));
     if (offset + n >= data.size()) return Result<Ok>(Ok{});
     return write_rest(kj::mv(agent), kj::mv(path), data, offset + n, mode, parents, append,
-                      kj::mv(owner));
+                      kj::mv(owner), std::nullopt);
   });
 }
 }  // namespace
@@ -190,13 +207,42 @@ Result<FileRange> AgentClient::read_range(const std::string& path, uint64_t offs
   });
 }
 
+std::optional<std::string> check_file_metadata(const std::map<std::string, std::string>& metadata) {
+  auto printable = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+  };
+  size_t total = 0;
+  for (auto& [k, v] : metadata) {
+    if (k.empty() || k.size() > kMaxMetadataNameBytes)
+      return "a metadata key is 1 to " + std::to_string(kMaxMetadataNameBytes) + " bytes";
+    if (!printable(k) || !printable(v))
+      return "metadata keys and values are printable US-ASCII (bytes 0x20-0x7E)";
+    total += std::string_view(kMetadataXattrPrefix).size() + k.size() + v.size();
+  }
+  if (total > kMaxMetadataBytes)
+    return "a file's metadata is at most " + std::to_string(kMaxMetadataBytes) +
+           " bytes (keys with the user.e2b. prefix, and values)";
+  return std::nullopt;
+}
+
 Status AgentClient::write_file(const std::string& path, std::string_view data, uint32_t mode,
-                               bool make_parents, bool append, const std::string& owner) {
+                               bool make_parents, bool append, const std::string& owner,
+                               const Metadata& metadata) {
   if (!owner.empty())
     if (auto ok = require_protocol(2, "files owned by a user"); !ok) return ok.error();
+  Metadata meta = metadata;
+  if (meta) {
+    if (auto bad = check_file_metadata(*meta)) return make_error(ErrorCode::invalid_argument, *bad);
+    if (append) return make_error(ErrorCode::invalid_argument, "metadata is set by a whole write");
+    // An older agent sets none: asked for none, it writes the file as it always did.
+    if (auto ok = require_protocol(3, "file metadata"); !ok) {
+      if (!meta->empty()) return ok.error();
+      meta.reset();
+    }
+  }
   return call<Ok>([&]() {
     return with_deadline<Ok>(
-        io_, write_rest(conn_->agent, path, data, 0, mode, make_parents, append, owner),
+        io_, write_rest(conn_->agent, path, data, 0, mode, make_parents, append, owner, meta),
         kCallTimeout * 4, "writeFile");
   });
 }

@@ -102,6 +102,14 @@ inline FileStat read_stat(w::FileStat::Reader s) {
   f.owner = std::string(s.getOwner().cStr()).substr(0, 256);
   f.group = std::string(s.getGroup().cStr()).substr(0, 256);
   f.symlink_target = std::string(s.getSymlinkTarget().cStr()).substr(0, 4096);
+  // At most what a write may set: a guest's answer beyond it is dropped, not kept.
+  size_t total = 0;
+  for (auto m : s.getMetadata()) {
+    std::string k = m.getName().cStr(), v = m.getValue().cStr();
+    total += std::string_view(kMetadataXattrPrefix).size() + k.size() + v.size();
+    if (total > kMaxMetadataBytes || k.empty() || k.size() > kMaxMetadataNameBytes) break;
+    f.metadata.emplace(std::move(k), std::move(v));
+  }
   return f;
 }
 

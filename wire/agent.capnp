@@ -7,9 +7,11 @@
 
 $import "/capnp/c++.capnp".namespace("pandastack::wire::agent");
 
-const protocolVersion :UInt32 = 2;
+const protocolVersion :UInt32 = 3;
 # 2: ExecRequest.user, writeFile/mkdir `owner`, FileStat owner/group/symlinkTarget (an agent of 1
 #    ignores them: the host refuses to ask it for another user; vmm-driver/agent_client.h).
+# 3: file metadata (FileStat.metadata, writeFile `metadata`/`setMetadata`), watch `includeEntry`
+#    (an agent of 2 ignores them: the host refuses to ask it for either).
 
 struct EnvVar {
   name @0 :Text;
@@ -83,6 +85,8 @@ struct FileStat {
   owner @5 :Text;            # the owner's and group's names in the guest (or their numbers)
   group @6 :Text;
   symlinkTarget @7 :Text;    # a symbolic link's target, as written in it
+  metadata @8 :List(EnvVar); # the file's `user.e2b.*` extended attributes, prefix stripped
+                             # (name order; at most 4096 bytes of names and values)
 }
 
 struct Error {
@@ -105,6 +109,8 @@ struct WatchEvent {
   kind @0 :WatchEventKind;
   path @1 :Text;   # relative to the watched directory
   isDir @2 :Bool;
+  hasEntry @3 :Bool;   # watch `includeEntry`: the entry as it was when the event was read
+  entry @4 :FileStat;  # (none when it is gone: a remove, a rename away)
 }
 
 interface WatchSink {
@@ -138,11 +144,13 @@ interface Agent {
   readFile @8 (path :Text, offset :UInt64, length :UInt32) -> (data :Data, size :UInt64, error :Error);
   # Reads at most `length` bytes (capped at 4 MiB) from `offset`; `size` is the file's size.
   writeFile @9 (path :Text, data :Data, mode :UInt32, makeParents :Bool, append :Bool, truncate :Bool,
-                owner :Text) -> (error :Error);
+                owner :Text, setMetadata :Bool, metadata :List(EnvVar)) -> (error :Error);
   # Writes `data`. With truncate the file is replaced first (created with `mode`, 0 = 0644);
   # with append the data goes at the end. Large files are written as a truncate call followed by
   # append calls. `owner` (an account of the guest's, "" = root): what this call creates (the file,
-  # parent folders) belongs to it; an existing file keeps its owner.
+  # parent folders) belongs to it; an existing file keeps its owner. `setMetadata`: after the
+  # write, the file's `user.e2b.*` extended attributes are exactly `metadata` (names without the
+  # prefix; invalid_argument when the file system has no user xattrs and `metadata` is not empty).
   listDir @10 (path :Text) -> (entries :List(FileStat), error :Error);
   stat @11 (path :Text) -> (stat :FileStat, error :Error);
   remove @12 (path :Text, recursive :Bool) -> (error :Error);
@@ -177,11 +185,12 @@ interface Agent {
   # Sets the terminal size of a background process started with `pty` (its process group gets
   # SIGWINCH).
 
-  watch @23 (path :Text, recursive :Bool, sink :WatchSink) -> (error :Error);
+  watch @23 (path :Text, recursive :Bool, sink :WatchSink, includeEntry :Bool) -> (error :Error);
   # Reports changes in the directory `path` (with `recursive`, in its subdirectories too, those
   # made later included; at most 10,000 directories) to `sink` until the host drops the call.
   # Returns at once with an error when the path cannot be watched (not_found, not_a_directory,
   # too_many), or when the directory itself is removed or moved (after a remove event).
+  # `includeEntry`: each event carries the entry (lstat when the event is read; best effort).
 
   endSession @18 () -> ();
   # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session

@@ -298,6 +298,7 @@ class AgentImpl final : public w::Agent::Server {
       }
       return kj::READY_NOW;
     }
+    if (p.getIncludeEntry()) watcher->include_entries();
     auto run = watcher->run(p.getSink());
     return run.attach(kj::mv(watcher));
   }
@@ -382,6 +383,18 @@ class AgentImpl final : public w::Agent::Server {
         return kj::READY_NOW;
       }
       done += size_t(n);
+    }
+    if (p.getSetMetadata()) {
+      int e = set_metadata(fd, p.getMetadata());
+      // (nothing to set and nothing settable: the file simply has no metadata)
+      if (e == ENOTSUP && p.getMetadata().size() == 0) e = 0;
+      if (e == ENOTSUP) {
+        auto err = r.initError();
+        err.setCode("invalid_argument");
+        err.setMessage(path + ": its file system keeps no metadata (user extended attributes)");
+      } else if (e != 0) {
+        set_error(r.initError(), e, path);
+      }
     }
     return kj::READY_NOW;
   }

@@ -3,10 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace pandastack::agent {
 
@@ -113,9 +117,60 @@ int remove_tree(const std::string& path) {
   return 0;
 }
 
+namespace {
+constexpr std::string_view kMetaPrefix = "user.e2b.";
+constexpr size_t kMaxMetaBytes = 4096;  // names (with the prefix) and values, per file
+
+// The `user.e2b.*` attribute names of a file: of an open file (fd >= 0), else of `path`
+// (not following a symbolic link).
+std::vector<std::string> meta_names(int fd, const std::string& path) {
+  char buf[8192];
+  ssize_t n =
+      fd >= 0 ? ::flistxattr(fd, buf, sizeof buf) : ::llistxattr(path.c_str(), buf, sizeof buf);
+  std::vector<std::string> out;
+  for (ssize_t at = 0; at < n;) {
+    std::string_view name(buf + at);
+    if (name.substr(0, kMetaPrefix.size()) == kMetaPrefix) out.emplace_back(name);
+    at += ssize_t(name.size()) + 1;
+  }
+  return out;
+}
+}  // namespace
+
+int set_metadata(int fd, capnp::List<w::EnvVar>::Reader metadata) {
+  for (auto& name : meta_names(fd, "")) {
+    bool kept = false;
+    for (auto m : metadata) kept |= name.substr(kMetaPrefix.size()) == m.getName().cStr();
+    if (!kept && ::fremovexattr(fd, name.c_str()) != 0 && errno != ENODATA) return errno;
+  }
+  for (auto m : metadata) {
+    std::string name = std::string(kMetaPrefix) + m.getName().cStr();
+    auto v = m.getValue();
+    if (::fsetxattr(fd, name.c_str(), v.begin(), v.size(), 0) != 0) return errno;
+  }
+  return 0;
+}
+
 void fill_stat(w::FileStat::Builder b, const std::string& name, const std::string& path,
                const struct stat& st, Names& names) {
   b.setName(name);
+  if (!S_ISLNK(st.st_mode)) {  // (a symbolic link has no user attributes)
+    std::vector<std::pair<std::string, std::string>> meta;
+    size_t total = 0;
+    for (auto& n : meta_names(-1, path)) {
+      char v[kMaxMetaBytes];
+      ssize_t len = ::lgetxattr(path.c_str(), n.c_str(), v, sizeof v);
+      if (len < 0) continue;
+      total += n.size() + size_t(len);
+      if (total > kMaxMetaBytes) break;
+      meta.emplace_back(n.substr(kMetaPrefix.size()), std::string(v, size_t(len)));
+    }
+    auto list = b.initMetadata(unsigned(meta.size()));
+    for (unsigned i = 0; i < meta.size(); ++i) {
+      list[i].setName(meta[i].first);
+      list[i].setValue(meta[i].second);
+    }
+  }
   b.setOwner(names.user(st.st_uid));
   b.setGroup(names.group(st.st_gid));
   if (S_ISLNK(st.st_mode)) {

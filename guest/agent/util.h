@@ -15,7 +15,7 @@ namespace pandastack::agent {
 
 namespace w = pandastack::wire::agent;
 
-inline constexpr const char* kVersion = "pandastack-agent/0.2.0";
+inline constexpr const char* kVersion = "pandastack-agent/0.3.0";
 
 // A line on the console (the guest's serial port: visible in the host's boot error tail).
 void log_line(const std::string& s);
@@ -47,5 +47,8 @@ int remove_tree(const std::string& path);
 // there), `names` gives its owner's and group's names.
 void fill_stat(w::FileStat::Builder b, const std::string& name, const std::string& path,
                const struct stat& st, Names& names);
+// Makes the open file's `user.e2b.*` extended attributes exactly `metadata` (names without the
+// prefix): 0 or an errno (ENOTSUP: the file system has none).
+int set_metadata(int fd, capnp::List<w::EnvVar>::Reader metadata);
 
 }  // namespace pandastack::agent

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 
+#include "guest/agent/util.h"
+
 namespace pandastack::agent {
 
 namespace {
@@ -188,11 +190,18 @@ kj::Promise<void> Watcher::send(w::WatchSink::Client& sink) {
     size_t count = std::min(kMaxWatchBatch, pending_.size() - at);
     auto req = sink.eventsRequest();
     auto list = req.initEvents(count);
+    Names names;
     for (size_t i = 0; i < count; ++i) {
       auto& p = pending_[at + i];
       list[i].setKind(p.kind);
       list[i].setPath(p.path);
       list[i].setIsDir(p.is_dir);
+      if (!include_entry_ || p.kind == w::WatchEventKind::OVERFLOW) continue;
+      std::string full = p.path.empty() ? root_ : root_ + "/" + p.path;
+      struct stat st {};
+      if (::lstat(full.c_str(), &st) != 0) continue;  // gone (a remove, a rename away)
+      list[i].setHasEntry(true);
+      fill_stat(list[i].initEntry(), full.substr(full.find_last_of('/') + 1), full, st, names);
     }
     sent = sent.then([req = kj::mv(req)]() mutable { return req.send(); });
   }

@@ -28,6 +28,8 @@ class Watcher {
   // Sends ready(), then batches of events to `sink`, until the watched directory goes (the
   // promise resolves) or the promise is dropped.
   kj::Promise<void> run(w::WatchSink::Client sink);
+  // Each event then carries the entry as it is when the event is sent (none when it is gone).
+  void include_entries() { include_entry_ = true; }
 
  private:
   struct Pending {
@@ -54,6 +56,7 @@ class Watcher {
   kj::Own<kj::AsyncInputStream> in_;
   std::string root_;
   bool recursive_;
+  bool include_entry_ = false;
   std::map<int, std::string> dirs_;  // watch descriptor -> directory relative to the root
   std::vector<Pending> pending_;
   bool overflowed_ = false;  // past kMaxWatchedDirs: reported once
