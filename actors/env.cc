@@ -232,6 +232,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.idle_timeout_seconds = s.idle_timeout_seconds;
   i.on_timeout = s.on_timeout;
   i.snapshots = s.snapshots;
+  i.snapshot_names = s.snapshot_names;
   i.failure_reason = s.failure_reason;
   i.version = s.version;
   i.network = s.network;

@@ -103,6 +103,7 @@ std::string encode_event(const Event& e) {
   capnp::MallocMessageBuilder msg;
   auto b = msg.initRoot<w::SandboxEvent>();
   b.setAtMs(e.at_ms);
+  if (!e.snapshot_name.empty()) b.setSnapshotName(e.snapshot_name);
   using K = Event::Kind;
   switch (e.kind) {
     case K::created: {
@@ -250,6 +251,7 @@ std::optional<Event> decode_event(const std::string& bytes) {
       bytes, [](w::SandboxEvent::Reader r) -> std::optional<Event> {
         Event e;
         e.at_ms = r.getAtMs();
+        e.snapshot_name = r.getSnapshotName();
         using K = Event::Kind;
         switch (r.which()) {
           case w::SandboxEvent::CREATED: {
@@ -493,6 +495,7 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::transition_started:
       j.set("transition", transitions[int(e.transition)]);
       if (!e.snapshot_id.empty()) j.set("snapshot_id", e.snapshot_id);
+      if (!e.snapshot_name.empty()) j.set("snapshot_name", e.snapshot_name);
       break;
     case Event::Kind::transition_failed:
     case Event::Kind::failed:
@@ -502,6 +505,7 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::hibernated:
     case Event::Kind::snapshot_deleted:
       j.set("snapshot_id", e.snapshot_id);
+      if (!e.snapshot_name.empty()) j.set("snapshot_name", e.snapshot_name);
       break;
     case Event::Kind::forked: {
       Json c = Json::array();
@@ -555,6 +559,8 @@ std::string encode_state(const SandboxState& s) {
   j.set("idle_timeout_seconds", s.idle_timeout_seconds);
   j.set("on_timeout", s.on_timeout == ReapAction::kill ? "kill" : "hibernate");
   j.set("pending_snapshot", s.pending_snapshot);
+  j.set("pending_snapshot_name", s.pending_snapshot_name);
+  j.set("snapshot_names", map(s.snapshot_names));
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
   j.set("running_execs", map(s.running_execs));
@@ -628,6 +634,14 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
     if (!v.is_string()) return std::nullopt;
     s.snapshots.push_back(v.as_string());
   }
+  // Snapshot names (absent in state snapshots written before snapshots had names).
+  if (o["pending_snapshot_name"].is_string())
+    s.pending_snapshot_name = o["pending_snapshot_name"].as_string();
+  if (o["snapshot_names"].is_object())
+    for (auto& [k, v] : o["snapshot_names"].as_object()) {
+      if (!v.is_string()) return std::nullopt;
+      s.snapshot_names[k] = v.as_string();
+    }
   for (auto& [k, v] : o["running_execs"].as_object()) {
     if (!v.is_string()) return std::nullopt;
     s.running_execs[k] = v.as_string();

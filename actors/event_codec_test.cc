@@ -28,6 +28,7 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.timed_out = true;
     e.transition = Transition::hibernating;
     e.snapshot_id = "snap-1";
+    e.snapshot_name = "nightly";
     e.children = {"c1", "c2"};
     e.reason = "why";
     e.reap_action = ReapAction::hibernate;
@@ -63,6 +64,10 @@ TEST(EventCodec, EveryKindRoundTrips) {
     }
     if (e.kind == Event::Kind::snapshot_deleted) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
+    }
+    if (e.kind == Event::Kind::snapshot_taken) {
+      EXPECT_EQ(back->snapshot_id, "snap-1");
+      EXPECT_EQ(back->snapshot_name, "nightly");
     }
     if (e.kind == Event::Kind::process_started) {
       EXPECT_EQ(back->pid, 4242u);
@@ -114,6 +119,8 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.pending_snapshot = "snap_p";
   s.hibernation_snapshot = "hib";
   s.snapshots = {"snap_1", "snap_2"};
+  s.snapshot_names = {{"snap_2", "nightly"}};
+  s.pending_snapshot_name = "next";
   s.running_execs = {{"x1", "sleep 1"}};
   s.execs_finished = 7;
   s.failure_reason = "none";
@@ -131,6 +138,8 @@ TEST(StateCodec, RoundTripsEveryField) {
   EXPECT_EQ(d->subnet, 12u);
   EXPECT_EQ(d->ports, (std::set<uint32_t>{80, 8080}));
   EXPECT_EQ(d->previews, s.previews);
+  EXPECT_EQ(d->snapshot_names, s.snapshot_names);
+  EXPECT_EQ(d->pending_snapshot_name, "next");
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

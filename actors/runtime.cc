@@ -238,6 +238,13 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
   const auto& cfg = impl_->env->config;
   // The name is checked before any path is made of it (the network default is read below).
+  // A snapshot by name: its id.
+  if (!r.from_snapshot.empty() &&
+      (r.from_snapshot.rfind("snap_", 0) != 0 || r.from_snapshot.find(':') != std::string::npos)) {
+    auto id = resolve_snapshot(r.tenant, r.from_snapshot);
+    if (!id) return id.error();
+    r.from_snapshot = *id;
+  }
   if (r.from_snapshot.empty() && !valid_shipped_name(r.template_name))
     return Rejection{Code::invalid_argument,
                      "template names are 1-64 characters of a-z, 0-9, '-' and '_'"};
@@ -425,11 +432,36 @@ Reply<SandboxInfo> Runtime::set_metadata(const std::string& tenant, const std::s
                                [](const Answer& a) { return a.info; });
 }
 
-Reply<std::string> Runtime::snapshot(const std::string& tenant, const std::string& id) {
+std::optional<std::string> check_snapshot_name(const std::string& name) {
+  bool ok =
+      !name.empty() && name.size() <= 64 && name.rfind("snap_", 0) != 0 &&
+      std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+      });
+  if (ok) return std::nullopt;
+  return "a snapshot name is 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-', not starting "
+         "with 'snap_'";
+}
+
+Reply<std::string> Runtime::snapshot(const std::string& tenant, const std::string& id,
+                                     const std::string& name) {
+  if (!name.empty())
+    if (auto bad = check_snapshot_name(name)) return Rejection{Code::invalid_argument, *bad};
   std::string snap = "snap_" + random_base32(16);
   if (auto no = impl_->claim(snap)) return *no;  // (before it exists: nobody else names it)
-  return to_reply<std::string>(impl_->ask(route(tenant, id, cmd::Snapshot{snap})),
+  return to_reply<std::string>(impl_->ask(route(tenant, id, cmd::Snapshot{snap, name})),
                                [](const Answer& a) { return a.text; });
+}
+
+Reply<std::string> Runtime::resolve_snapshot(const std::string& tenant, const std::string& ref) {
+  std::string r = ref;
+  if (r.size() > 8 && r.compare(r.size() - 8, 8, ":default") == 0) r.resize(r.size() - 8);
+  if (r.rfind(tenant + "/", 0) == 0) r = r.substr(tenant.size() + 1);
+  auto all = snapshots(tenant);
+  if (!all) return all.error();
+  for (auto& s : *all)
+    if (s.id == r || (s.current && s.name == r)) return s.id;
+  return Rejection{Code::snapshot_not_found, "no snapshot '" + ref + "'"};
 }
 
 Reply<SandboxInfo> Runtime::delete_snapshot(const std::string& tenant,
@@ -457,6 +489,7 @@ Reply<std::vector<SnapshotInfo>> Runtime::snapshots(const std::string& tenant) {
       SnapshotInfo i;
       i.id = id;
       i.sandbox = sbx.id;
+      if (auto n = sbx.snapshot_names.find(id); n != sbx.snapshot_names.end()) i.name = n->second;
       i.template_name = sbx.template_name;
       auto dir = env.snapshot_dir(id);
       if (auto snap = vmm::Snapshot::load(dir)) {
@@ -471,6 +504,10 @@ Reply<std::vector<SnapshotInfo>> Runtime::snapshots(const std::string& tenant) {
   std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
     return a.created_at_ms < b.created_at_ms;
   });
+  // A name stands for the newest snapshot taken with it.
+  std::set<std::string> seen;
+  for (auto it = out.rbegin(); it != out.rend(); ++it)
+    if (!it->name.empty()) it->current = seen.insert(it->name).second;
   return out;
 }
 

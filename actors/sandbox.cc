@@ -278,7 +278,9 @@ struct Decider {
   Decision operator()(const cmd::Snapshot& c) const {
     if (s.status != SandboxStatus::running) return not_running(s, "snapshot");
     if (c.snapshot_id.empty()) return reject(Code::invalid_argument, "snapshot id required");
-    return start_transition(Transition::snapshotting, c.snapshot_id);
+    auto d = start_transition(Transition::snapshotting, c.snapshot_id);
+    std::get<std::vector<Event>>(d).front().snapshot_name = c.name;
+    return d;
   }
 
   Decision operator()(const cmd::Fork& c) const {
@@ -308,6 +310,7 @@ struct Decider {
       case SandboxStatus::snapshotting: {
         Event e = ev(Event::Kind::snapshot_taken, now);
         e.snapshot_id = s.pending_snapshot;
+        e.snapshot_name = s.pending_snapshot_name;
         return std::vector<Event>{e};
       }
       case SandboxStatus::forking: {
@@ -583,6 +586,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (!from_running && !waking) impossible(s, e);
       s.status = transition_status(e.transition);
       s.pending_snapshot = e.snapshot_id;
+      s.pending_snapshot_name = e.snapshot_name;
       break;
     }
     case K::transition_failed:
@@ -590,12 +594,15 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.status =
           e.transition == Transition::waking ? SandboxStatus::hibernated : SandboxStatus::running;
       s.pending_snapshot.clear();
+      s.pending_snapshot_name.clear();
       break;
     case K::snapshot_taken:
       if (s.status != SandboxStatus::snapshotting) impossible(s, e);
       s.status = SandboxStatus::running;
       s.snapshots.push_back(e.snapshot_id);
+      if (!e.snapshot_name.empty()) s.snapshot_names[e.snapshot_id] = e.snapshot_name;
       s.pending_snapshot.clear();
+      s.pending_snapshot_name.clear();
       break;
     case K::forked:
       if (s.status != SandboxStatus::forking) impossible(s, e);
@@ -673,6 +680,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       auto it = std::find(s.snapshots.begin(), s.snapshots.end(), e.snapshot_id);
       if (it == s.snapshots.end()) impossible(s, e);
       s.snapshots.erase(it);
+      s.snapshot_names.erase(e.snapshot_id);
       break;
     }
     case K::process_started:

@@ -121,7 +121,8 @@ struct Event {
   bool timed_out = false;
   // transitions
   Transition transition = Transition::snapshotting;
-  std::string snapshot_id;  // transition_started, snapshot_taken, hibernated, snapshot_deleted
+  std::string snapshot_id;    // transition_started, snapshot_taken, hibernated, snapshot_deleted
+  std::string snapshot_name;  // transition_started (snapshotting), snapshot_taken: "" = unnamed
   std::vector<std::string> children;  // forked
   std::string reason;                 // transition_failed, failed; reaped: "ttl" or "idle"
   ReapAction reap_action = ReapAction::kill;
@@ -154,10 +155,12 @@ struct SandboxState {
   uint32_t idle_timeout_seconds = 0;
   ReapAction on_timeout = ReapAction::kill;  // created with persistent: hibernate by default
   std::string pending_snapshot;              // snapshot id of the transition in progress
+  std::string pending_snapshot_name;         // the name it is taken with ("" = none)
   std::string hibernation_snapshot;          // while hibernated: what wake restores
   std::vector<std::string> snapshots;        // taken from this sandbox
-  std::map<std::string, std::string> running_execs;  // exec id -> command
-  std::map<std::string, int64_t> exec_started_ms;    // exec id -> when it started
+  std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
+  std::map<std::string, std::string> running_execs;   // exec id -> command
+  std::map<std::string, int64_t> exec_started_ms;     // exec id -> when it started
   uint64_t execs_finished = 0;
   std::string failure_reason;
   bool network = false;
@@ -231,6 +234,7 @@ struct ExecFinished {
 };
 struct Snapshot {
   std::string snapshot_id;
+  std::string name;  // "" = unnamed (a name: Runtime::snapshot)
 };
 struct Fork {
   std::string snapshot_id;

@@ -85,7 +85,7 @@ std::vector<std::pair<std::string, Command>> commands() {
           {"StartFailed", cmd::StartFailed{"no vm"}},
           {"Exec", cmd::Exec{"x1", "echo hi"}},
           {"ExecFinished", cmd::ExecFinished{"x-unknown", 0, 1, false}},
-          {"Snapshot", cmd::Snapshot{"snap-2"}},
+          {"Snapshot", cmd::Snapshot{"snap-2", ""}},
           {"Fork", cmd::Fork{"snap-3", 2}},
           {"Hibernate", cmd::Hibernate{"hib-2"}},
           {"Wake", cmd::Wake{}},
@@ -239,6 +239,28 @@ TEST(SandboxDecide, DeletingASnapshotInAnyState) {
   Event bad = e_(Event::Kind::snapshot_deleted);
   bad.snapshot_id = "snap-z";
   EXPECT_ANY_THROW(apply(in(SandboxStatus::running), bad));
+}
+
+TEST(SandboxDecide, ASnapshotKeepsTheNameItWasTakenWith) {
+  auto run = [](SandboxState s, const Command& c) {
+    auto d = decide(s, c, kNow);
+    EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(d));
+    for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
+    return s;
+  };
+  auto s = run(in(SandboxStatus::running), cmd::Snapshot{"snap-a", "nightly"});
+  EXPECT_EQ(s.pending_snapshot_name, "nightly");
+  s = run(s, cmd::TransitionDone{});
+  EXPECT_EQ(s.snapshot_names, (std::map<std::string, std::string>{{"snap-a", "nightly"}}));
+  EXPECT_TRUE(s.pending_snapshot_name.empty());
+  // An unnamed one has none; a failed one leaves nothing behind.
+  s = run(run(s, cmd::Snapshot{"snap-b", ""}), cmd::TransitionDone{});
+  EXPECT_EQ(s.snapshot_names.size(), 1u);
+  s = run(run(s, cmd::Snapshot{"snap-c", "x"}), cmd::TransitionFailed{"disk full"});
+  EXPECT_TRUE(s.pending_snapshot_name.empty());
+  EXPECT_EQ(s.snapshot_names.size(), 1u);
+  s = run(s, cmd::DeleteSnapshot{"snap-a"});
+  EXPECT_TRUE(s.snapshot_names.empty());
 }
 
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
@@ -413,7 +435,7 @@ TEST(SandboxApply, ReplayOfALifeRebuildsTheState) {
                                cmd::Started{},
                                cmd::Exec{"x1", "make"},
                                cmd::ExecFinished{"x1", 0, 1200, false},
-                               cmd::Snapshot{"snap-1"},
+                               cmd::Snapshot{"snap-1", ""},
                                cmd::TransitionDone{},
                                cmd::Hibernate{"hib-1"},
                                cmd::TransitionDone{},

@@ -138,6 +138,56 @@ std::optional<actors::Egress> egress_of(const Json& internet, const Json& net) {
   return e;
 }
 
+// E2B's SnapshotInfo: a named snapshot (the newest taken with its name) is known by
+// "TENANT/name:default", as E2B's are by "team/name:tag"; any other by its id.
+Json snapshot_obj(Call& c, const actors::SnapshotInfo& s) {
+  Json j = Json::object(), names = Json::array();
+  std::string full = c.tenant() + "/" + s.name + ":default";
+  if (s.current) names.push(full);
+  j.set("snapshotID", s.current ? full : s.id);
+  j.set("names", names);
+  return j;
+}
+
+// GET /snapshots: newest first; `name` (a name in any of its forms, or an id: no match is an
+// empty page), `sandboxID`, `limit`, and nextToken (the id the page before ended with).
+HttpReply list_snapshots(Call& c) {
+  auto of = c.r.q("sandboxID").value_or("");
+  auto name = c.r.q("name").value_or("");
+  int64_t limit = query_int(c.r, "limit", 1000, 1000000);
+  auto all = unwrap(c.gw.rt.snapshots(c.tenant()));
+  std::reverse(all.begin(), all.end());
+  std::string want;  // the id `name` stands for
+  if (!name.empty()) {
+    auto id = c.gw.rt.resolve_snapshot(c.tenant(), name);
+    if (!id) return json_reply(200, Json::array());
+    want = *id;
+  }
+  auto after = c.r.q("nextToken").value_or("");
+  bool skipping = !after.empty();
+  if (skipping && std::none_of(all.begin(), all.end(), [&](auto& s) { return s.id == after; }))
+    throw ApiError{Code::invalid_argument, "nextToken is not one this server gave"};
+  Json out = Json::array();
+  std::string last;
+  bool more = false;
+  for (auto& s : all) {
+    if (skipping) {
+      skipping = s.id != after;
+      continue;
+    }
+    if ((!of.empty() && s.sandbox != of) || (!want.empty() && s.id != want)) continue;
+    if (int64_t(out.size()) >= limit) {
+      more = true;
+      break;
+    }
+    out.push(snapshot_obj(c, s));
+    last = s.id;
+  }
+  auto reply = json_reply(200, out);
+  if (more) reply.headers.emplace_back("X-Next-Token", last);
+  return reply;
+}
+
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
@@ -145,7 +195,10 @@ HttpReply create(Call& c) {
   actors::CreateRequest req;
   req.tenant = c.tenant();
   std::string tpl = b["templateID"].is_string() ? b["templateID"].as_string() : "base";
-  if (tpl.rfind("snap_", 0) == 0)
+  // A snapshot: its id, or its name qualified by the tenant (TENANT/name[:default]); a bare
+  // name is a template's first, else a snapshot's (below).
+  bool snapshot_ref = tpl.rfind("snap_", 0) == 0 || tpl.find('/') != std::string::npos;
+  if (snapshot_ref)
     req.from_snapshot = tpl;
   else
     req.template_name = template_for(tpl);
@@ -174,6 +227,14 @@ HttpReply create(Call& c) {
       req.network = false;
   }
   auto created = rt.create(req);
+  if (!created && !snapshot_ref &&
+      (created.error().code == Code::template_not_found ||
+       created.error().message.rfind("template names", 0) == 0)) {
+    req.template_name.clear();
+    req.from_snapshot = tpl;
+    auto named = rt.create(req);
+    if (named || named.error().code != Code::snapshot_not_found) created = std::move(named);
+  }
   if (!created && created.error().code == Code::sandbox_failed)
     throw ApiError{Code::start_failed, created.error().message};
   return json_reply(201, sandbox_obj(unwrap(std::move(created)), &c.key, c.gw.preview.domain));
@@ -343,36 +404,38 @@ std::vector<Route> e2b_api_routes() {
       api(M::POST, "/sandboxes/{id}/resume", "E2B: resume a paused sandbox", connect),
       api(M::POST, "/sandboxes/{id}/snapshots", "E2B: snapshot a sandbox (creates from its id)",
           [](Call& c) {
+            Json b = c.r.json();
             live(c);
-            auto snap = unwrap(c.gw.rt.snapshot(c.tenant(), c.id));
-            Json j = Json::object();
-            j.set("snapshotID", snap);
-            j.set("names", Json::array());  // names are not kept: the id is the name
-            return json_reply(200, j);
+            std::string name = b["name"].is_string() ? b["name"].as_string() : "";
+            auto snap = unwrap(c.gw.rt.snapshot(c.tenant(), c.id, name));
+            actors::SnapshotInfo s;
+            s.id = snap;
+            s.name = name;
+            s.current = !name.empty();
+            return json_reply(200, snapshot_obj(c, s));
           }),
-      api(M::GET, "/snapshots", "E2B: this tenant's snapshots",
-          [](Call& c) {
-            auto of = c.r.q("sandboxID").value_or("");
-            int64_t limit = query_int(c.r, "limit", 1000, 1000000);
-            Json out = Json::array();
-            for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant()))) {
-              if (!of.empty() && s.sandbox != of) continue;
-              if (int64_t(out.size()) >= limit) break;
-              Json j = Json::object();
-              j.set("snapshotID", s.id);
-              j.set("names", Json::array());
-              out.push(j);
-            }
-            return json_reply(200, out);
-          },
+      api(M::GET, "/snapshots", "E2B: this tenant's snapshots (newest first)", list_snapshots,
           {"sandboxID", "name", "limit", "nextToken"}),
-      api(M::DELETE, "/templates/{snapshot}", "E2B: delete a snapshot",
+      api(M::DELETE, "/templates/{snapshot}",
+          "E2B: delete a snapshot (by name: every snapshot taken with it, as E2B deletes a "
+          "template with its builds)",
           [](Call& c) {
-            const std::string& id = c.r.param("snapshot");
-            if (id.rfind("snap_", 0) != 0)
+            const std::string& ref = c.r.param("snapshot");
+            auto id = c.gw.rt.resolve_snapshot(c.tenant(), ref);
+            if (!id && id.error().code == Code::snapshot_not_found &&
+                ref.find('/') == std::string::npos && ref.rfind("snap_", 0) != 0)
               throw ApiError{Code::not_implemented,
                              "only snapshots can be deleted here, not templates"};
-            unwrap(c.gw.rt.delete_snapshot(c.tenant(), id));
+            auto target = unwrap(std::move(id));
+            std::string name;  // given by name: every snapshot taken with it goes
+            for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant())))
+              if (s.id == target && s.current && s.id != ref) name = s.name;
+            if (name.empty()) {
+              unwrap(c.gw.rt.delete_snapshot(c.tenant(), target));
+              return no_content();
+            }
+            for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant())))
+              if (s.name == name) unwrap(c.gw.rt.delete_snapshot(c.tenant(), s.id));
             return no_content();
           }),
       api(M::POST, "/sandboxes/{id}/fork", "E2B: copies of a running sandbox",

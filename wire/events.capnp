@@ -122,6 +122,8 @@ struct SandboxEvent {
     previewClosed @55 :UInt32;     # the port's preview URL was revoked
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
+  snapshotName @56 :Text;          # transitionStarted (snapshotting), snapshotTaken: the name
+                                   # the snapshot is taken with ("" = none)
 }
 
 # Persisted volume lifecycle events (the stream `vol_...` of each volume).

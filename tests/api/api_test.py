@@ -534,6 +534,28 @@ class ApiTest(unittest.TestCase):
         snap = b["snapshot_id"]
         restored = c.create(from_snapshot=snap)
         self.assertEqual(c.exec(restored["id"], "cat /tmp/state")[1]["stdout"], "42\n")
+        # A name: it stands for the newest snapshot taken with it (list ?name=, GET, creates).
+        s, named = c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "nightly"})
+        self.assertEqual((s, named["name"]), (201, "nightly"), named)
+        self.assertEqual(c.exec(sid, "echo 43 > /tmp/state")[0], 200)
+        s, newer = c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "nightly"})
+        self.assertEqual(s, 201, newer)
+        s, b = c.call("GET", "/v1/snapshots?name=nightly")
+        self.assertEqual([x["id"] for x in b["snapshots"]], [newer["snapshot_id"]])
+        self.assertTrue(b["snapshots"][0]["current"])
+        s, b = c.call("GET", f"/v1/snapshots/{named['snapshot_id']}")
+        self.assertEqual((s, b["name"], b["current"]), (200, "nightly", False))
+        self.assertEqual(c.call("GET", "/v1/snapshots/nightly")[1]["id"], newer["snapshot_id"])
+        by_name = c.create(from_snapshot="nightly")
+        self.assertEqual(c.exec(by_name["id"], "cat /tmp/state")[1]["stdout"], "43\n")
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "a/b"}), 400,
+                         "invalid_argument")
+        self.assertError(c.call("POST", "/v1/sandboxes", {"from_snapshot": "nope"}), 404,
+                         "snapshot_not_found")
+        for x in (named["snapshot_id"], newer["snapshot_id"]):
+            self.assertEqual(c.call("DELETE", f"/v1/snapshots/{x}")[0], 204)
+        self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{by_name['id']}")[0], 200)
+        self.assertEqual(c.exec(sid, "echo 42 > /tmp/state")[0], 200)
         snaps = os.path.join(self.base, "state", "snapshots")
         before = sorted(os.listdir(snaps))
         self.assertIn(snap, before)

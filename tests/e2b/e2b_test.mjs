@@ -118,6 +118,48 @@ test("files: write, read, list, exists, makeDir, rename, remove, getInfo", async
   await sbx.kill();
 });
 
+test("file metadata (envd 0.6.2): on write, getInfo, list, rename; an overwrite replaces it; gzip and stream uploads", async () => {
+  const sbx = await Sandbox.create();
+  const w = await sbx.files.write("/home/user/m/report.txt", "hello", { metadata: { Author: "alice", purpose: "demo" } });
+  const want = { author: "alice", purpose: "demo" };  // keys lower-cased, as E2B's
+  assert.deepEqual(w.metadata, want);
+  assert.equal(w.size, 5);
+  assert.deepEqual((await sbx.files.getInfo("/home/user/m/report.txt")).metadata, want);
+  assert.deepEqual((await sbx.files.list("/home/user/m"))[0].metadata, want);
+  // Kept as user.e2b.* extended attributes: seen and set in the guest too.
+  const py = (code) => sbx.commands.run(`python3 -c '${code}'`);
+  assert.equal((await py('import os; print(os.getxattr("/home/user/m/report.txt", "user.e2b.author").decode())')).stdout, "alice\n");
+  await py('import os; os.setxattr("/home/user/m/report.txt", "user.e2b.extra", b"x"); os.setxattr("/home/user/m/report.txt", "user.other", b"y")');
+  assert.deepEqual((await sbx.files.getInfo("/home/user/m/report.txt")).metadata, { ...want, extra: "x" });
+  const moved = await sbx.files.rename("/home/user/m/report.txt", "/home/user/m/moved.txt");
+  assert.equal(moved.metadata.author, "alice");
+  // An upload replaces the file's metadata; one with none clears it (other attributes stay).
+  assert.deepEqual((await sbx.files.write("/home/user/m/moved.txt", "v2", { metadata: { k: "1" } })).metadata, { k: "1" });
+  const cleared = await sbx.files.write("/home/user/m/moved.txt", "v3");
+  assert.equal(cleared.metadata, undefined);
+  assert.equal((await sbx.files.getInfo("/home/user/m/moved.txt")).metadata, undefined);
+  assert.equal((await py('import os; print(os.getxattr("/home/user/m/moved.txt", "user.other").decode())')).stdout, "y\n");
+  // Several files in one upload: the same metadata on each.
+  await sbx.files.write([{ path: "/home/user/m/a", data: "A" }, { path: "/home/user/m/b", data: "B" }], { metadata: { source: "import" } });
+  for (const p of ["/home/user/m/a", "/home/user/m/b"]) assert.deepEqual((await sbx.files.getInfo(p)).metadata, { source: "import" });
+  // /tmp is a tmpfs, which keeps no user attributes on this guest kernel (6.1): refused there.
+  await assert.rejects(sbx.files.write("/tmp/meta.txt", "x", { metadata: { a: "b" } }), /no metadata/);
+  assert.equal((await sbx.files.write("/tmp/meta.txt", "x")).metadata, undefined);
+  // Past 4096 bytes: refused, and the file is as it was.
+  await assert.rejects(sbx.files.write("/home/user/m/a", "new", { metadata: { big: "x".repeat(5000) } }), /4096/);
+  assert.equal(await sbx.files.read("/home/user/m/a"), "A");
+  // envd 0.5.7: a gzip'd upload, and a stream (both application/octet-stream).
+  const text = "zipped ".repeat(5000);
+  const gz = await sbx.files.write("/home/user/m/gz.txt", text, { gzip: true, metadata: { z: "1" } });
+  assert.equal(gz.size, text.length);
+  assert.deepEqual(gz.metadata, { z: "1" });
+  assert.equal(await sbx.files.read("/home/user/m/gz.txt"), text);
+  const stream = new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode("streamed")); c.close(); } });
+  await sbx.files.write("/home/user/m/s.txt", stream);
+  assert.equal(await sbx.files.read("/home/user/m/s.txt"), "streamed");
+  await sbx.kill();
+});
+
 test("user: commands and files as E2B's `user` (home /home/user), or as root when asked", async () => {
   const sbx = await Sandbox.create();
   const r = await sbx.commands.run("id -un; pwd; echo $HOME");
@@ -138,6 +180,8 @@ test("user: commands and files as E2B's `user` (home /home/user), or as root whe
   await sbx.commands.run("ln -s /home/user/notes/a.txt link");
   const link = await sbx.files.getInfo("link");
   assert.equal(link.symlinkTarget, "/home/user/notes/a.txt");
+  // E2B's user may become root: passwordless sudo.
+  assert.equal((await sbx.commands.run("sudo -n id -un && sudo -n touch /root/yes")).stdout, "root\n");
   await sbx.kill();
 });
 
@@ -178,6 +222,19 @@ test("pty: a terminal, input, resize, exit; watchDir: a folder's changes", async
     assert.ok(at >= 0, `${w} in order in ${seen}`);
   }
   await assert.rejects(sbx.files.watchDir("/tmp/not-there", () => {}));
+  // envd 0.6.3: events with the entry they are about (none for what is gone).
+  const withEntry = [];
+  const h2 = await sbx.files.watchDir("/tmp/watched", (e) => withEntry.push(e), { includeEntry: true, allowNetworkMounts: true });
+  await sbx.files.write("/tmp/watched/e.txt", "12345");
+  await sbx.commands.run("rm /tmp/watched/e.txt; touch /tmp/watched/end");
+  for (let i = 0; i < 300 && !withEntry.some((e) => e.name === "end"); i++) await new Promise((r) => setTimeout(r, 100));
+  await h2.stop();
+  const made = withEntry.find((e) => e.name === "e.txt" && e.entry && e.entry.size === 5);
+  assert.ok(made, JSON.stringify(withEntry));
+  assert.equal(made.entry.path, "/tmp/watched/e.txt");
+  assert.equal(made.entry.type, "file");
+  const gone = withEntry.find((e) => e.name === "e.txt" && e.type === "remove");
+  assert.ok(gone && gone.entry === undefined, JSON.stringify(withEntry));
   await sbx.kill();
 });
 
@@ -344,6 +401,47 @@ test("code interpreter: state across runs, results, charts, errors, contexts", a
   assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
   // Per-run environment variables.
   assert.equal((await sbx.runCode("import os\nos.environ['GREETING']", { envs: { GREETING: "hi" } })).text, "'hi'");
+  await sbx.kill();
+});
+
+test("snapshot names: E2B's TEAM/name:default, the newest wins, filters, create and delete by name", async () => {
+  const sbx = await Sandbox.create();
+  await sbx.files.write("/tmp/v.txt", "one");
+  const first = await sbx.createSnapshot({ name: "my-snap" });
+  assert.match(first.snapshotId, /^[^/]+\/my-snap:default$/);
+  assert.deepEqual(first.names, [first.snapshotId]);
+  await sbx.files.write("/tmp/v.txt", "two");
+  const second = await sbx.createSnapshot({ name: "my-snap" });
+  assert.equal(second.snapshotId, first.snapshotId);  // the name now stands for the newer one
+  const unnamed = await sbx.createSnapshot();
+  assert.match(unnamed.snapshotId, /^snap_/);
+  assert.deepEqual(unnamed.names, []);
+  const all = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
+  assert.equal(all.length, 3);
+  assert.deepEqual(all.filter((s) => s.names.length).map((s) => s.snapshotId), [first.snapshotId]);
+  for (const name of ["my-snap", "my-snap:default", first.snapshotId]) {
+    const found = await Sandbox.listSnapshots({ name }).nextItems();
+    assert.deepEqual(found.map((s) => s.snapshotId), [first.snapshotId], name);
+  }
+  assert.deepEqual(await Sandbox.listSnapshots({ name: "nope" }).nextItems(), []);
+  assert.deepEqual(await Sandbox.listSnapshots({ name: "my-snap", sandboxId: "sbx_other" }).nextItems(), []);
+  // Pages: one at a time, each once.
+  const pager = Sandbox.listSnapshots({ sandboxId: sbx.sandboxId, limit: 1 });
+  const paged = [];
+  while (pager.hasNext) paged.push(...(await pager.nextItems()));
+  assert.equal(paged.length, 3);
+  for (const ref of ["my-snap", first.snapshotId]) {
+    const s = await Sandbox.create(ref);
+    assert.equal(await s.files.read("/tmp/v.txt"), "two", ref);
+    await s.kill();
+  }
+  await assert.rejects(sbx.createSnapshot({ name: "bad/name" }));
+  // Deleting by name deletes every snapshot taken with it (as E2B deletes a template).
+  assert.equal(await Sandbox.deleteSnapshot(first.snapshotId), true);
+  assert.deepEqual(await Sandbox.listSnapshots({ name: "my-snap" }).nextItems(), []);
+  assert.deepEqual((await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()).map((s) => s.snapshotId), [unnamed.snapshotId]);
+  await assert.rejects(Sandbox.create("my-snap"));
+  assert.equal(await Sandbox.deleteSnapshot(unnamed.snapshotId), true);
   await sbx.kill();
 });
 
