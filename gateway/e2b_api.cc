@@ -188,6 +188,11 @@ HttpReply list_snapshots(Call& c) {
   return reply;
 }
 
+// E2B's filesystem-only pause (keepMemory: false): refused rather than done with memory.
+constexpr const char* kNoDiskOnlyPause =
+    "a filesystem-only pause (keepMemory: false) is not supported yet: a pause keeps the "
+    "sandbox's memory (pause without keepMemory, or kill)";
+
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
@@ -212,6 +217,8 @@ HttpReply create(Call& c) {
         !b["network"]["allowPublicTraffic"].as_bool());
   req.metadata[kPublicTrafficKey] = public_traffic ? "1" : "0";
   // lifecycle {onTimeout: "pause", autoResume} arrives as autoPause / autoResume.enabled.
+  if (b["autoPauseMemory"].is_bool() && !b["autoPauseMemory"].as_bool())
+    throw ApiError{Code::not_implemented, kNoDiskOnlyPause};
   if (b["autoPause"].is_bool() && b["autoPause"].as_bool()) {
     req.persistent = true;
     req.on_timeout = actors::ReapAction::hibernate;
@@ -392,6 +399,9 @@ std::vector<Route> e2b_api_routes() {
           }),
       api(M::POST, "/sandboxes/{id}/pause", "E2B: pause (hibernate) a sandbox",
           [](Call& c) {
+            Json b = c.r.json();
+            if (b["memory"].is_bool() && !b["memory"].as_bool())
+              throw ApiError{Code::not_implemented, kNoDiskOnlyPause};
             auto s = live(c);
             if (s.status == actors::SandboxStatus::hibernated)
               throw ApiError{Code::invalid_state, "sandbox " + c.id + " is already paused"};

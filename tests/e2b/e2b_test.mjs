@@ -263,6 +263,10 @@ test("lifecycle: getInfo, list, setTimeout, metrics, isRunning, pause, connect, 
   assert.deepEqual(await sbx.getMetrics({ start: new Date(Date.now() + 3600e3) }), []);
   assert.equal(await sbx.isRunning(), true);
   await sbx.commands.run("echo kept > /tmp/mark");
+  // A filesystem-only pause is not done yet: refused (501), never a pause with memory instead.
+  await assert.rejects(sbx.pause({ keepMemory: false }), /filesystem-only pause/);
+  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }), /filesystem-only pause/);
+  assert.equal(await sbx.isRunning(), true);
   assert.equal(await sbx.pause(), true);
   assert.equal((await sbx.getInfo()).state, "paused");
   assert.equal(await sbx.isRunning(), false);
