@@ -233,6 +233,8 @@ SandboxInfo info_of(const SandboxState& s) {
   i.on_timeout = s.on_timeout;
   i.snapshots = s.snapshots;
   i.snapshot_names = s.snapshot_names;
+  i.timeout_disk_only = s.timeout_disk_only;
+  i.hibernated_disk_only = s.hibernated_disk_only;
   i.failure_reason = s.failure_reason;
   i.version = s.version;
   i.network = s.network;

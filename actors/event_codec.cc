@@ -104,6 +104,7 @@ std::string encode_event(const Event& e) {
   auto b = msg.initRoot<w::SandboxEvent>();
   b.setAtMs(e.at_ms);
   if (!e.snapshot_name.empty()) b.setSnapshotName(e.snapshot_name);
+  if (e.disk_only) b.setDiskOnly(true);
   using K = Event::Kind;
   switch (e.kind) {
     case K::created: {
@@ -122,6 +123,7 @@ std::string encode_event(const Event& e) {
       c.setNetwork(e.network);
       if (e.network) put_egress(c.initEgress(), e.egress);
       c.setIdleTimeoutSeconds(e.idle_timeout_seconds);
+      c.setTimeoutDiskOnly(e.timeout_disk_only);
       c.setOnTimeout(!e.on_timeout                            ? w::TimeoutAction::DEFAULT
                      : *e.on_timeout == ReapAction::hibernate ? w::TimeoutAction::HIBERNATE
                                                               : w::TimeoutAction::KILL);
@@ -252,6 +254,7 @@ std::optional<Event> decode_event(const std::string& bytes) {
         Event e;
         e.at_ms = r.getAtMs();
         e.snapshot_name = r.getSnapshotName();
+        e.disk_only = r.getDiskOnly();
         using K = Event::Kind;
         switch (r.which()) {
           case w::SandboxEvent::CREATED: {
@@ -271,6 +274,7 @@ std::optional<Event> decode_event(const std::string& bytes) {
             e.network = c.getNetwork();
             if (c.hasEgress()) e.egress = get_egress(c.getEgress());
             e.idle_timeout_seconds = c.getIdleTimeoutSeconds();
+            e.timeout_disk_only = c.getTimeoutDiskOnly();
             switch (c.getOnTimeout()) {
               case w::TimeoutAction::KILL:
                 e.on_timeout = ReapAction::kill;
@@ -447,6 +451,7 @@ std::string event_to_json(const Event& e) {
       if (e.idle_timeout_seconds) j.set("idle_timeout_seconds", e.idle_timeout_seconds);
       if (e.on_timeout)
         j.set("on_timeout", *e.on_timeout == ReapAction::kill ? "kill" : "hibernate");
+      if (e.timeout_disk_only) j.set("timeout_disk_only", true);
       j.set("metadata", metadata());
       j.set("network", e.network);
       if (e.network) j.set("egress", egress_json(e.egress));
@@ -496,6 +501,7 @@ std::string event_to_json(const Event& e) {
       j.set("transition", transitions[int(e.transition)]);
       if (!e.snapshot_id.empty()) j.set("snapshot_id", e.snapshot_id);
       if (!e.snapshot_name.empty()) j.set("snapshot_name", e.snapshot_name);
+      if (e.disk_only) j.set("disk_only", true);
       break;
     case Event::Kind::transition_failed:
     case Event::Kind::failed:
@@ -506,6 +512,7 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::snapshot_deleted:
       j.set("snapshot_id", e.snapshot_id);
       if (!e.snapshot_name.empty()) j.set("snapshot_name", e.snapshot_name);
+      if (e.disk_only) j.set("disk_only", true);
       break;
     case Event::Kind::forked: {
       Json c = Json::array();
@@ -560,6 +567,9 @@ std::string encode_state(const SandboxState& s) {
   j.set("on_timeout", s.on_timeout == ReapAction::kill ? "kill" : "hibernate");
   j.set("pending_snapshot", s.pending_snapshot);
   j.set("pending_snapshot_name", s.pending_snapshot_name);
+  j.set("timeout_disk_only", s.timeout_disk_only);
+  j.set("pending_disk_only", s.pending_disk_only);
+  j.set("hibernated_disk_only", s.hibernated_disk_only);
   j.set("snapshot_names", map(s.snapshot_names));
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
@@ -635,6 +645,10 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
     s.snapshots.push_back(v.as_string());
   }
   // Snapshot names (absent in state snapshots written before snapshots had names).
+  for (auto [k, v] : {std::pair{"timeout_disk_only", &s.timeout_disk_only},
+                      std::pair{"pending_disk_only", &s.pending_disk_only},
+                      std::pair{"hibernated_disk_only", &s.hibernated_disk_only}})
+    if (o[k].is_bool()) *v = o[k].as_bool();
   if (o["pending_snapshot_name"].is_string())
     s.pending_snapshot_name = o["pending_snapshot_name"].as_string();
   if (o["snapshot_names"].is_object())

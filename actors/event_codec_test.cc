@@ -29,6 +29,8 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.transition = Transition::hibernating;
     e.snapshot_id = "snap-1";
     e.snapshot_name = "nightly";
+    e.disk_only = true;
+    e.timeout_disk_only = true;
     e.children = {"c1", "c2"};
     e.reason = "why";
     e.reap_action = ReapAction::hibernate;
@@ -64,6 +66,12 @@ TEST(EventCodec, EveryKindRoundTrips) {
     }
     if (e.kind == Event::Kind::snapshot_deleted) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
+    }
+    if (e.kind == Event::Kind::hibernated) {
+      EXPECT_TRUE(back->disk_only);
+    }
+    if (e.kind == Event::Kind::created) {
+      EXPECT_TRUE(back->timeout_disk_only);
     }
     if (e.kind == Event::Kind::snapshot_taken) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
@@ -121,6 +129,8 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.snapshots = {"snap_1", "snap_2"};
   s.snapshot_names = {{"snap_2", "nightly"}};
   s.pending_snapshot_name = "next";
+  s.timeout_disk_only = true;
+  s.hibernated_disk_only = true;
   s.running_execs = {{"x1", "sleep 1"}};
   s.execs_finished = 7;
   s.failure_reason = "none";
@@ -140,6 +150,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   EXPECT_EQ(d->previews, s.previews);
   EXPECT_EQ(d->snapshot_names, s.snapshot_names);
   EXPECT_EQ(d->pending_snapshot_name, "next");
+  EXPECT_TRUE(d->timeout_disk_only && d->hibernated_disk_only && !d->pending_disk_only);
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

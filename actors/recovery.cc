@@ -89,11 +89,14 @@ Reply<Recovered> recover(Env& env) {
     };
     // A hibernation that completed on disk before the host died, but was not recorded: it is
     // one (the snapshot is whole: its metadata is written last).
-    if (s.status == SandboxStatus::hibernating && !s.pending_snapshot.empty() &&
-        vmm::Snapshot::load(env.hibernated_dir(id))) {
+    auto whole = s.status == SandboxStatus::hibernating && !s.pending_snapshot.empty()
+                     ? vmm::Snapshot::load(env.hibernated_dir(id))
+                     : vmm::Result<vmm::Snapshot>(vmm::make_error(vmm::ErrorCode::not_found, ""));
+    if (whole) {
       Event h;
       h.kind = Event::Kind::hibernated;
       h.snapshot_id = s.pending_snapshot;
+      h.disk_only = !whole->memory;  // as it is on disk (a disk-only one may not have got there)
       if (auto bad = record(h)) return *bad;
       spdlog::info("recovery: {}: its hibernation completed before the restart", id);
     }

@@ -139,6 +139,7 @@ void start_sandbox(RegistrySelf* self, const CreateRequest& req, const std::stri
   c.auto_wake = req.auto_wake;
   c.idle_timeout_seconds = req.idle_timeout_seconds;
   c.on_timeout = req.on_timeout;
+  c.timeout_disk_only = req.timeout_disk_only;
   c.parent = parent;
   c.from_snapshot = snapshot;
   auto shape = self->state.env->template_shape(req.template_name);
@@ -529,6 +530,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         req.auto_wake = parent_info.auto_wake;
         req.idle_timeout_seconds = parent_info.idle_timeout_seconds;
         req.on_timeout = parent_info.on_timeout;
+        req.timeout_disk_only = parent_info.timeout_disk_only;
         req.network = parent_info.network;  // children get networks of their own, same policy
         req.egress = parent_info.egress;
         auto volumes = parent_info.volumes;

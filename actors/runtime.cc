@@ -327,9 +327,10 @@ std::optional<Rejection> Runtime::Impl::refuse_database_sandbox(const std::strin
                                                   it->second};
 }
 
-Reply<SandboxInfo> Runtime::hibernate(const std::string& tenant, const std::string& id) {
+Reply<SandboxInfo> Runtime::hibernate(const std::string& tenant, const std::string& id,
+                                      bool keep_memory) {
   if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
-  return impl_->sandbox_command(tenant, id, cmd::Hibernate{});
+  return impl_->sandbox_command(tenant, id, cmd::Hibernate{"", !keep_memory});
 }
 
 Reply<SandboxInfo> Runtime::wake(const std::string& tenant, const std::string& id) {

@@ -111,6 +111,8 @@ struct SandboxInfo {
   bool persistent = false, auto_wake = false;
   uint32_t ttl_seconds = 0, idle_timeout_seconds = 0;
   ReapAction on_timeout = ReapAction::kill;
+  bool timeout_disk_only = false;     // a hibernation at its timeout keeps only the disk
+  bool hibernated_disk_only = false;  // hibernated with its disk only (a wake boots on it)
   std::vector<std::string> snapshots;
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::string failure_reason;
@@ -142,6 +144,7 @@ struct CreateRequest {
   bool persistent = false, auto_wake = false;
   uint32_t idle_timeout_seconds = 0;     // 0 = none
   std::optional<ReapAction> on_timeout;  // nullopt: hibernate when persistent, else kill
+  bool timeout_disk_only = false;        // a hibernation at its timeout keeps only the disk
   std::string from_snapshot;             // a snapshot id taken from one of the tenant's sandboxes
   std::optional<bool> network;           // nullopt: on when the runtime has networking
   std::optional<Egress> egress;          // nullopt: RuntimeConfig::default_egress
@@ -391,7 +394,10 @@ class Runtime {
                      const std::string& to);
   Reply<bool> mkdir(const std::string& tenant, const std::string& id, const std::string& path,
                     bool parents, const std::string& owner = "");
-  Reply<SandboxInfo> hibernate(const std::string& tenant, const std::string& id);
+  // `keep_memory` false: only its disk is kept (its RAM is freed; the guest syncs first), and a
+  // wake boots the guest afresh on it: files stay, processes and /tmp (a tmpfs) do not.
+  Reply<SandboxInfo> hibernate(const std::string& tenant, const std::string& id,
+                               bool keep_memory = true);
   Reply<SandboxInfo> wake(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> kill(const std::string& tenant, const std::string& id);
   Reply<SandboxInfo> set_ttl(const std::string& tenant, const std::string& id,

@@ -67,6 +67,9 @@ Reply<SnapshotOffer> Runtime::offer_hibernation(const std::string& tenant, const
   if (!info) return info.error();
   if (info->status != SandboxStatus::hibernated)
     return Rejection{Code::conflict, "sandbox " + id + " is not hibernated"};
+  if (info->hibernated_disk_only)
+    return Rejection{Code::not_implemented,
+                     "sandbox " + id + " is hibernated with its disk only: wake it to move it"};
   return offer_of_folder(impl_->env->hibernated_dir(id), carried);
 }
 

@@ -190,6 +190,7 @@ struct Decider {
     Event e = ev(Event::Kind::created, now);
     e.idle_timeout_seconds = c.idle_timeout_seconds;
     e.on_timeout = c.on_timeout;
+    e.timeout_disk_only = c.timeout_disk_only;
     e.tenant = c.tenant;
     e.template_name = c.template_name;
     e.parent = c.parent;
@@ -295,7 +296,9 @@ struct Decider {
     if (s.status == SandboxStatus::hibernated || s.status == SandboxStatus::hibernating)
       return std::vector<Event>{};
     if (s.status != SandboxStatus::running) return not_running(s, "hibernate");
-    return start_transition(Transition::hibernating, c.snapshot_id);
+    auto d = start_transition(Transition::hibernating, c.snapshot_id);
+    std::get<std::vector<Event>>(d).front().disk_only = c.disk_only;
+    return d;
   }
 
   Decision operator()(const cmd::Wake&) const {
@@ -321,6 +324,7 @@ struct Decider {
       case SandboxStatus::hibernating: {
         Event e = ev(Event::Kind::hibernated, now);
         e.snapshot_id = s.pending_snapshot;
+        e.disk_only = s.pending_disk_only;
         return ending(e);  // commands cancelled by the hibernation end with it
       }
       case SandboxStatus::waking:
@@ -562,6 +566,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.auto_wake = e.auto_wake;
       s.idle_timeout_seconds = e.idle_timeout_seconds;
       s.on_timeout = e.on_timeout.value_or(e.persistent ? ReapAction::hibernate : ReapAction::kill);
+      s.timeout_disk_only = e.timeout_disk_only;
       s.network = e.network;
       s.egress = e.egress;
       s.volumes = e.volumes;
@@ -587,6 +592,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.status = transition_status(e.transition);
       s.pending_snapshot = e.snapshot_id;
       s.pending_snapshot_name = e.snapshot_name;
+      s.pending_disk_only = e.disk_only;
       break;
     }
     case K::transition_failed:
@@ -595,6 +601,7 @@ SandboxState apply(SandboxState s, const Event& e) {
           e.transition == Transition::waking ? SandboxStatus::hibernated : SandboxStatus::running;
       s.pending_snapshot.clear();
       s.pending_snapshot_name.clear();
+      s.pending_disk_only = false;
       break;
     case K::snapshot_taken:
       if (s.status != SandboxStatus::snapshotting) impossible(s, e);
@@ -613,6 +620,8 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (s.status != SandboxStatus::hibernating) impossible(s, e);
       s.status = SandboxStatus::hibernated;
       s.hibernation_snapshot = e.snapshot_id;
+      s.hibernated_disk_only = e.disk_only;
+      s.pending_disk_only = false;
       s.pending_snapshot.clear();
       s.running_execs.clear();  // they died with the VM
       s.exec_started_ms.clear();
@@ -624,6 +633,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       // A woken sandbox gets its TTL afresh (it may have been hibernated at expiry).
       s.expires_at_ms = expiry(e.at_ms, s.ttl_seconds);
       s.hibernation_snapshot.clear();
+      s.hibernated_disk_only = false;
       s.pending_snapshot.clear();
       break;
     case K::ttl_changed:
@@ -639,6 +649,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (s.status != SandboxStatus::running) impossible(s, e);
       if (e.reap_action == ReapAction::hibernate) {
         s.status = SandboxStatus::hibernating;
+        s.pending_disk_only = s.timeout_disk_only;
       } else {
         s.status = SandboxStatus::stopped;
         s.running_execs.clear();

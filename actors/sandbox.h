@@ -114,6 +114,7 @@ struct Event {
   bool persistent = false, auto_wake = false;
   uint32_t idle_timeout_seconds = 0;     // created: 0 = none
   std::optional<ReapAction> on_timeout;  // created: nullopt = by persistence (see SandboxState)
+  bool timeout_disk_only = false;        // created: a hibernation at its timeout keeps no memory
   // exec
   std::string exec_id, command;
   int32_t exit_code = 0;
@@ -123,6 +124,7 @@ struct Event {
   Transition transition = Transition::snapshotting;
   std::string snapshot_id;    // transition_started, snapshot_taken, hibernated, snapshot_deleted
   std::string snapshot_name;  // transition_started (snapshotting), snapshot_taken: "" = unnamed
+  bool disk_only = false;     // transition_started (hibernating), hibernated: without its memory
   std::vector<std::string> children;  // forked
   std::string reason;                 // transition_failed, failed; reaped: "ttl" or "idle"
   ReapAction reap_action = ReapAction::kill;
@@ -154,10 +156,13 @@ struct SandboxState {
   // process call, stream or background process for that long) both end in `on_timeout`.
   uint32_t idle_timeout_seconds = 0;
   ReapAction on_timeout = ReapAction::kill;  // created with persistent: hibernate by default
+  bool timeout_disk_only = false;            // a hibernation at its timeout keeps only the disk
   std::string pending_snapshot;              // snapshot id of the transition in progress
   std::string pending_snapshot_name;         // the name it is taken with ("" = none)
   std::string hibernation_snapshot;          // while hibernated: what wake restores
-  std::vector<std::string> snapshots;        // taken from this sandbox
+  // The hibernation in progress / the one it is in keeps only its disk: a wake boots afresh on it.
+  bool pending_disk_only = false, hibernated_disk_only = false;
+  std::vector<std::string> snapshots;                 // taken from this sandbox
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::map<std::string, std::string> running_execs;   // exec id -> command
   std::map<std::string, int64_t> exec_started_ms;     // exec id -> when it started
@@ -216,6 +221,7 @@ struct Create {
   uint32_t idle_timeout_seconds = 0;     // 0 = none
   std::optional<ReapAction> on_timeout;  // nullopt: hibernate when persistent, else kill
   std::vector<SandboxVolume> volumes;    // attached by the registry before the create
+  bool timeout_disk_only = false;        // a hibernation at its timeout keeps only the disk
 };
 struct Started {                   // the VM answers (after create or wake)
   std::optional<uint32_t> subnet;  // the host subnet its network got
@@ -242,6 +248,7 @@ struct Fork {
 };
 struct Hibernate {
   std::string snapshot_id;
+  bool disk_only = false;  // keep only the disk (a wake boots on it): E2B's keepMemory: false
 };
 struct Wake {};
 struct TransitionDone {

@@ -223,7 +223,7 @@ void effect(SandboxSelf* self, const Event& e) {
           break;
         case Transition::hibernating:
           self->request(st.worker, deadline::kVmEffect.limit, hibernate_atom::value,
-                        st.env->hibernated_dir(st.s.id).string())
+                        st.env->hibernated_dir(st.s.id).string(), !e.disk_only)
               .then(to(cmd::TransitionDone{},
                        [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
                     lost);
@@ -305,7 +305,7 @@ void effect(SandboxSelf* self, const Event& e) {
     case Event::Kind::reaped:
       if (e.reap_action == ReapAction::hibernate) {
         self->request(st.worker, deadline::kVmEffect.limit, hibernate_atom::value,
-                      st.env->hibernated_dir(st.s.id).string())
+                      st.env->hibernated_dir(st.s.id).string(), !st.s.timeout_disk_only)
             .then(to(cmd::TransitionDone{},
                      [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
                   lost);

@@ -263,6 +263,33 @@ TEST(SandboxDecide, ASnapshotKeepsTheNameItWasTakenWith) {
   EXPECT_TRUE(s.snapshot_names.empty());
 }
 
+TEST(SandboxDecide, ADiskOnlyHibernationIsRecordedUntilTheWake) {
+  auto run = [](SandboxState s, const Command& c) {
+    auto d = decide(s, c, kNow);
+    EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(d));
+    for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
+    return s;
+  };
+  auto s = run(in(SandboxStatus::running), cmd::Hibernate{"", true});
+  EXPECT_TRUE(s.pending_disk_only);
+  s = run(s, cmd::TransitionDone{});
+  EXPECT_EQ(s.status, SandboxStatus::hibernated);
+  EXPECT_TRUE(s.hibernated_disk_only);
+  EXPECT_FALSE(s.pending_disk_only);
+  s = run(run(s, cmd::Wake{}), cmd::TransitionDone{});
+  EXPECT_EQ(s.status, SandboxStatus::running);
+  EXPECT_FALSE(s.hibernated_disk_only);
+  // With memory (the default): not disk-only.
+  EXPECT_FALSE(run(run(s, cmd::Hibernate{}), cmd::TransitionDone{}).hibernated_disk_only);
+  // At its timeout: as the create said.
+  auto t = in(SandboxStatus::running, /*persistent=*/true);
+  t.timeout_disk_only = true;
+  t.expires_at_ms = kNow - 1;
+  t = run(t, cmd::Reap{});
+  EXPECT_EQ(t.status, SandboxStatus::hibernating);
+  EXPECT_TRUE(run(t, cmd::TransitionDone{}).hibernated_disk_only);
+}
+
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
   auto s = in(SandboxStatus::hibernated, false, /*auto_wake=*/true);
   auto d = decide(s, cmd::Exec{"x1", "ls"}, kNow);

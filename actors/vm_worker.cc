@@ -76,9 +76,22 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
             return n;
           };
         auto* spares = st.env->spares_for(st.template_name, net.enabled);
-        auto vm =
-            pool ? pool->create(run_name, config.hostname, spares)
-                 : vmm::restore_with_spare(st.env->io, spares, snap, config, consume, make_network);
+        auto vm = [&]() -> vmm::Result<std::unique_ptr<vmm::Vm>> {
+          if (snap.memory)
+            return pool ? pool->create(run_name, config.hostname, spares)
+                        : vmm::restore_with_spare(st.env->io, spares, snap, config, consume,
+                                                  make_network);
+          // A disk-only hibernation: its guest boots afresh on its disk (volumes then mounted:
+          // nothing is mounted in a fresh guest).
+          if (make_network) {
+            auto n = make_network();
+            if (!n) return n.error();
+            config.network = *n;
+          }
+          vols.mount = true;
+          snap.volume_slots.clear();
+          return vmm::Vm::boot_on(st.env->io, snap, config);
+        }();
         if (!vm) return failed(vm.error().message);
         // A warm pool member's guest already runs: its (unused) slots are bound now. The others
         // were bound before their guest ran.
@@ -117,6 +130,9 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           expose_ports(*n, net.ports, st.env->config.ports_host, st.id);
         }
         install_vm(*st.env, *st.handle, std::move(*vm), st.owner);
+        // (a restore consumes its snapshot itself; a boot leaves it intact: the VM has its layers)
+        if (!snap.memory && consume)
+          vmm::remove_snapshot(snapshot_dir, st.env->disk_twin(snapshot_dir));
         return r;
       },
       // A VM that outlived the previous host process (recovery): QMP and a new agent session
@@ -203,14 +219,29 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
       [=](drop_atom, std::string dir) {
         vmm::remove_snapshot(dir, self->state.env->disk_twin(dir));
       },
-      [=](hibernate_atom, std::string dir) -> WorkerResult {
+      // `keep_memory` false: a disk-only hibernation (vmm::drop_memory). The guest syncs its file
+      // systems first, so that its disk is whole without its memory.
+      [=](hibernate_atom, std::string dir, bool keep_memory) -> WorkerResult {
         auto& st = self->state;
         auto& h = *st.handle;
         h.cancel_calls();
         std::unique_lock l(h.mu);
         if (!h.vm) return failed("no VM");
+        if (!keep_memory) {
+          vmm::ExecRequest sync;
+          sync.argv = {"/bin/sync"};
+          sync.timeout_ms = uint32_t(vmm::Vm::kHibernateSync.count());
+          auto synced = h.vm->agent().exec(sync);
+          if (!synced || synced->exit_code != 0)
+            return failed("the guest did not sync its disk: " +
+                          (synced ? synced->stderr_data : synced.error().message));
+        }
         unwatch_vm(*st.env, h);  // it stops on purpose now
         auto s = h.vm->hibernate(dir, st.env->disk_twin(dir));
+        if (s && !keep_memory) {
+          auto dropped = vmm::drop_memory(dir);
+          if (!dropped) spdlog::warn("worker {}: {}: memory kept", st.id, dropped.error().message);
+        }
         if (!s) {
           if (h.vm->alive()) {  // still running: watched again
             auto vm = std::move(h.vm);

@@ -2,7 +2,8 @@
 // its VmHandle. Every request blocks (restore, snapshot, hibernate, destroy, egress changes), so
 // none of it runs on CAF's shared threads; the sandbox actor asks and gets a WorkerResult.
 //   restore_atom, snapshot dir, consume, pooled, NetSpec -> WorkerResult (the subnet it got)
-//   snapshot_atom, dir, all_volumes / hibernate_atom, dir / destroy_atom / egress_atom, Egress -> WorkerResult
+//   snapshot_atom, dir, all_volumes / hibernate_atom, dir, keep_memory / destroy_atom /
+//   egress_atom, Egress -> WorkerResult (a disk-only snapshot is restored by booting on its disk)
 //   drop_atom, dir: removes a snapshot folder nobody names any more
 #pragma once
 

@@ -144,6 +144,9 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("ttl_seconds", never ? Json() : Json(int64_t(i.ttl_seconds)));
   j.set("idle_timeout_seconds", i.idle_timeout_seconds);
   j.set("on_timeout", i.on_timeout == actors::ReapAction::kill ? "kill" : "hibernate");
+  j.set("hibernate_memory", !i.timeout_disk_only);
+  if (i.status == actors::SandboxStatus::hibernated)
+    j.set("hibernated_memory", !i.hibernated_disk_only);  // false: a wake boots on its disk
   j.set("metadata", actors::string_map_json(i.metadata));
   if (!i.parent.empty()) j.set("parent", i.parent);
   Json snaps = Json::array();

@@ -188,11 +188,6 @@ HttpReply list_snapshots(Call& c) {
   return reply;
 }
 
-// E2B's filesystem-only pause (keepMemory: false): refused rather than done with memory.
-constexpr const char* kNoDiskOnlyPause =
-    "a filesystem-only pause (keepMemory: false) is not supported yet: a pause keeps the "
-    "sandbox's memory (pause without keepMemory, or kill)";
-
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
@@ -217,14 +212,17 @@ HttpReply create(Call& c) {
         !b["network"]["allowPublicTraffic"].as_bool());
   req.metadata[kPublicTrafficKey] = public_traffic ? "1" : "0";
   // lifecycle {onTimeout: "pause", autoResume} arrives as autoPause / autoResume.enabled.
-  if (b["autoPauseMemory"].is_bool() && !b["autoPauseMemory"].as_bool())
-    throw ApiError{Code::not_implemented, kNoDiskOnlyPause};
+  // keepMemory: false (E2B's filesystem-only pause): only the disk is kept.
+  if (b["autoPauseMemory"].is_bool()) req.timeout_disk_only = !b["autoPauseMemory"].as_bool();
   if (b["autoPause"].is_bool() && b["autoPause"].as_bool()) {
     req.persistent = true;
     req.on_timeout = actors::ReapAction::hibernate;
   }
   if (b["autoResume"].is_object() && b["autoResume"]["enabled"].is_bool())
     req.auto_wake = b["autoResume"]["enabled"].as_bool();
+  if (req.auto_wake && req.timeout_disk_only)
+    throw ApiError{Code::invalid_argument,
+                   "autoResume needs keepMemory: a filesystem-only pause is resumed by connect"};
   // The network policy. No internet: a deny_all policy on a networked host; a host without
   // sandbox networking satisfies it by giving the sandbox no network at all.
   if (auto e = egress_of(b["allow_internet_access"], b["network"])) {
@@ -400,12 +398,11 @@ std::vector<Route> e2b_api_routes() {
       api(M::POST, "/sandboxes/{id}/pause", "E2B: pause (hibernate) a sandbox",
           [](Call& c) {
             Json b = c.r.json();
-            if (b["memory"].is_bool() && !b["memory"].as_bool())
-              throw ApiError{Code::not_implemented, kNoDiskOnlyPause};
+            bool memory = !b["memory"].is_bool() || b["memory"].as_bool();  // keepMemory
             auto s = live(c);
             if (s.status == actors::SandboxStatus::hibernated)
               throw ApiError{Code::invalid_state, "sandbox " + c.id + " is already paused"};
-            unwrap(c.gw.rt.hibernate(c.tenant(), c.id));
+            unwrap(c.gw.rt.hibernate(c.tenant(), c.id, memory));
             return no_content();
           }),
       api(M::POST, "/v2/sandboxes/{id}/connect", "E2B: connect (resumes a paused sandbox)",

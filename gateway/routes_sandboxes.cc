@@ -46,7 +46,7 @@ HttpReply create(Call& c) {
   const auto& limits = rt.config().limits;
   Fields f(c.r.json(), {"template", "ttl_seconds", "metadata", "persistent", "auto_wake",
                         "from_snapshot", "network", "egress", "idle_timeout_seconds", "on_timeout",
-                        "volumes", "placement", "memory_mib", "vcpus"});
+                        "volumes", "placement", "memory_mib", "vcpus", "hibernate_memory"});
   actors::CreateRequest req;
   req.tenant = c.tenant();
   if (f.has("template") && f.has("from_snapshot"))
@@ -65,6 +65,8 @@ HttpReply create(Call& c) {
       throw ApiError{Code::invalid_argument, "on_timeout must be \"kill\" or \"hibernate\""};
     req.on_timeout = a == "kill" ? actors::ReapAction::kill : actors::ReapAction::hibernate;
   }
+  // false: a hibernation at its timeout keeps only the disk (as POST .../hibernate {memory: false})
+  if (f.has("hibernate_memory")) req.timeout_disk_only = !f.boolean("hibernate_memory");
   req.from_snapshot = f.str("from_snapshot");
   // (cluster mode: the receiving host placed the create by it, cluster_routes.cc)
   if (f.has("placement")) Fields(f.object("placement"), {"host"}).str("host");
@@ -177,10 +179,13 @@ std::vector<Route> sandbox_routes() {
               reply.status = 201;
               return reply;
             }),
-      route(M::POST, "/v1/sandboxes/{id}/hibernate", "Hibernate a sandbox",
+      route(M::POST, "/v1/sandboxes/{id}/hibernate",
+            "Hibernate a sandbox (memory: false keeps only its disk; a wake boots on it)",
             [](Call& c) {
-              Fields f(c.r.json(), {});
-              return json_reply(200, sandbox_json(unwrap(c.gw.rt.hibernate(c.tenant(), c.id))));
+              Fields f(c.r.json(), {"memory"});
+              bool memory = !f.has("memory") || f.boolean("memory");
+              return json_reply(200,
+                                sandbox_json(unwrap(c.gw.rt.hibernate(c.tenant(), c.id, memory))));
             }),
       route(M::POST, "/v1/sandboxes/{id}/wake", "Wake a hibernated sandbox",
             [](Call& c) {

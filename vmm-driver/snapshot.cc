@@ -37,6 +37,7 @@ Result<Snapshot> Snapshot::from_json(const Json& j, const fs::path& dir) {
     for (auto& v : j["volume_slots"].as_array()) s.volume_slots.push_back(uint32_t(v.as_int()));
   if (j["volume_copies"].is_array())
     for (auto& v : j["volume_copies"].as_array()) s.volume_copies.push_back(uint32_t(v.as_int()));
+  if (j["memory"].is_bool()) s.memory = j["memory"].as_bool();
   if (s.layers.empty())
     return make_error(ErrorCode::invalid_argument, "snapshot without disk layers: " + dir.string());
   // A layer is a file of the disk folder, named by the driver: never a path elsewhere.
@@ -58,7 +59,9 @@ Result<Snapshot> Snapshot::load(const fs::path& dir) {
     return make_error(ErrorCode::invalid_argument, "corrupt snapshot metadata in " + dir.string());
   auto s = from_json(*j, dir);
   if (!s) return s;
-  for (auto& f : {s->mem(), s->state(), s->disk()})
+  std::vector<fs::path> files{s->disk()};
+  if (s->memory) files.insert(files.end(), {s->mem(), s->state()});
+  for (auto& f : files)
     if (!fs::exists(f))
       return make_error(ErrorCode::invalid_argument, "snapshot file missing: " + f.string());
   for (auto& l : s->layers)
@@ -88,7 +91,20 @@ Json Snapshot::to_json() const {
   j.set("volume_slots", slots);
   j.set("volume_copies", copies);
   if (!disk_dir.empty() && disk_dir != dir) j.set("disk_dir", disk_dir.string());
+  if (!memory) j.set("memory", false);
   return j;
+}
+
+Status drop_memory(const fs::path& dir) {
+  auto s = Snapshot::load(dir);
+  if (!s) return s.error();
+  s->memory = false;
+  auto written = s->write_meta();  // first: a crash in between leaves a disk-only snapshot
+  if (!written) return written;
+  std::error_code ec;
+  fs::remove(s->mem(), ec);
+  fs::remove(s->state(), ec);
+  return Ok{};
 }
 
 Status Snapshot::write_meta() const {
@@ -214,7 +230,8 @@ Status check_layer_chain(const Snapshot& snap, const std::filesystem::path& root
       continue;
     }
     fs::path base(*backing);
-    if (!base.is_absolute() || base.lexically_normal() != base || base.filename() != "rootfs.qcow2" ||
+    if (!base.is_absolute() || base.lexically_normal() != base ||
+        base.filename() != "rootfs.qcow2" ||
         !safe_template_name(base.parent_path().filename().string()))
       return refuse(l, "is not backed by a template's root file system");
     if (rootfs.empty()) continue;
@@ -222,8 +239,8 @@ Status check_layer_chain(const Snapshot& snap, const std::filesystem::path& root
     auto want = fs::canonical(fs::absolute(rootfs), e1);
     auto got = fs::weakly_canonical(base, e2);
     if (e1 || e2 || want != got)
-      return refuse(l, "is backed by " + base.string() + ", not by the template's " +
-                           rootfs.string());
+      return refuse(l,
+                    "is backed by " + base.string() + ", not by the template's " + rootfs.string());
   }
   return Ok{};
 }

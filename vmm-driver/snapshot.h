@@ -48,6 +48,9 @@ struct Snapshot {
   // Not needed to restore it (a restore binds volume files of its own): a fork's last child
   // takes the copies away.
   std::vector<uint32_t> volume_slots, volume_copies;
+  // False: a disk-only snapshot (drop_memory: no DIR/mem, no DIR/state). Its guest is not
+  // restored but booted afresh on its disk (Vm::boot_on): what ran is gone, what it wrote stays.
+  bool memory = true;
 
   std::filesystem::path mem() const { return dir / "mem"; }
   std::filesystem::path state() const { return dir / "state"; }
@@ -92,5 +95,9 @@ Result<Snapshot> stage_snapshot(const Snapshot& snapshot, const std::filesystem:
 // from it keep running (their RAM mapping and open disk hold the files), but new restores and
 // their snapshots need it.
 void remove_snapshot(const std::filesystem::path& dir, const std::filesystem::path& disk_dir = {});
+// Makes the snapshot at `dir` disk-only: its RAM file and device state go (the host memory it
+// held is free), its meta says so (Snapshot::memory). Its disk must be whole without the guest's
+// memory: the guest synced its file systems before the snapshot was taken.
+Status drop_memory(const std::filesystem::path& dir);
 
 }  // namespace pandastack::vmm

@@ -84,6 +84,20 @@ class SnapshotTransferTest : public ::testing::Test {
   Snapshot src_;
 };
 
+TEST_F(SnapshotTransferTest, DroppingTheMemoryLeavesADiskOnlySnapshot) {
+  ASSERT_TRUE(src_.memory);
+  ASSERT_TRUE(drop_memory(src_.dir));
+  EXPECT_FALSE(fs::exists(src_.mem()));
+  EXPECT_FALSE(fs::exists(src_.state()));
+  auto back = Snapshot::load(src_.dir);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_FALSE(back->memory);
+  EXPECT_EQ(back->layers, src_.layers);
+  // A snapshot with memory whose RAM file is missing is still refused.
+  ASSERT_TRUE(src_.write_meta());
+  EXPECT_FALSE(Snapshot::load(src_.dir));
+}
+
 TEST_F(SnapshotTransferTest, ArrivesWholeAndASecondTransferTakesTheLayersFromTheCache) {
   auto offer = offer_of(src_);
   ASSERT_TRUE(offer) << offer.error().message;

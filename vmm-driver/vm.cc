@@ -578,6 +578,31 @@ Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
   return vm;
 }
 
+Result<std::unique_ptr<Vm>> Vm::boot_on(IoThread& io, const Snapshot& snap, VmConfig config) {
+  for (auto* p : {&config.kernel, &config.initramfs, &config.rootfs})
+    if (!fs::exists(*p))
+      return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
+  std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
+  auto started = steady_clock::now();
+  auto deadline = started + vm->config_.boot_timeout;
+  auto prepared = vm->prepare(&snap);  // (the chain checked: the template's root under layers)
+  if (!prepared) return prepared.error();
+  auto spawned = vm->spawn(qemu_args(vm->config_), deadline);
+  if (!spawned) return spawned.error();
+  auto attached = vm->wait_agent(deadline);
+  if (!attached) return attached.error();
+  auto own = vm->personalize();
+  if (!own) return own.error();
+  vm->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
+  spdlog::info("vm {}: booted on the disk of {} in {} ms (pid={})", vm->config_.name,
+               snap.dir.string(), vm->boot_time_.count() / 1000, vm->pid_);
+  if (!vm->config_.die_with_parent) {
+    auto saved = vm->save_record();
+    if (!saved) return saved.error();
+  }
+  return vm;
+}
+
 Vm::Vm(IoThread& io, VmConfig config) : io_(io), config_(std::move(config)) {}
 
 Vm::~Vm() { kill_and_clean(); }

@@ -104,6 +104,11 @@ class Vm {
  public:
   // Boots the guest and returns once its agent answers (or an error with the console's tail).
   static Result<std::unique_ptr<Vm>> boot(IoThread& io, VmConfig config);
+  // Boots `config`'s kernel afresh on `snapshot`'s disk (its layers under a new overlay: the
+  // snapshot stays intact) and makes the guest this VM's own (personalize). For a disk-only
+  // snapshot (Snapshot::memory false): what ran in it is gone, what it wrote to disk is there.
+  static Result<std::unique_ptr<Vm>> boot_on(IoThread& io, const Snapshot& snapshot,
+                                             VmConfig config);
 
   // Creates a VM from a snapshot: a copy of its RAM file (or the file itself, when `consume`:
   // a hibernated VM waking), a new overlay on its disk, its device state loaded; then the guest

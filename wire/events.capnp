@@ -65,6 +65,7 @@ struct SandboxEvent {
       idleTimeoutSeconds @41 :UInt32;  # 0 = none: hibernated/killed after this long unused
       onTimeout @42 :TimeoutAction;
       volumes @48 :List(VolumeMount);  # volumes attached at create, each on its own slot
+      timeoutDiskOnly @58 :Bool;       # a hibernation at its timeout keeps only the disk
     }
     started @12 :Void;
     execStarted :group {
@@ -124,6 +125,8 @@ struct SandboxEvent {
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
   snapshotName @56 :Text;          # transitionStarted (snapshotting), snapshotTaken: the name
                                    # the snapshot is taken with ("" = none)
+  diskOnly @57 :Bool;              # transitionStarted (hibernating), hibernated: the hibernation
+                                   # keeps only the disk (a wake boots the guest afresh on it)
 }
 
 # Persisted volume lifecycle events (the stream `vol_...` of each volume).

@@ -612,6 +612,58 @@ class ApiTest(unittest.TestCase):
             self.assertEqual((s, b["state"]), (200, "stopped"))
         self.assertError(c.exec(sid, "true"), 409, "sandbox_stopped")
 
+    def test_hibernate_with_the_disk_only(self):
+        """memory: false keeps only the disk (its RAM freed): a wake boots the guest afresh on
+        it. What was written stays; processes and /tmp (a tmpfs) are gone. At a timeout too."""
+        c = self.api
+        sid = c.create()["id"]
+        try:
+            s, b = c.exec(sid, "echo kept > /root/on-disk; echo lost > /tmp/in-ram")
+            self.assertEqual(s, 200, b)
+            s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "sleep 1000"})
+            self.assertEqual(s, 201, b)
+            sleeps = "grep -lx sleep /proc/[0-9]*/comm 2>/dev/null | wc -l"  # (no pgrep in base)
+            self.assertEqual(c.exec(sid, sleeps)[1]["stdout"], "1\n")
+            s, b = c.call("POST", f"/v1/sandboxes/{sid}/hibernate", {"memory": False})
+            self.assertEqual((s, b["state"], b["hibernated_memory"]), (200, "hibernated", False), b)
+            hib = os.path.join(self.base, "state", "hibernated", sid)
+            self.assertFalse(os.path.exists(os.path.join(hib, "mem")))  # host memory freed
+            self.assertFalse(os.path.exists(os.path.join(hib, "state")))
+            s, b = c.call("POST", f"/v1/sandboxes/{sid}/wake")
+            self.assertEqual((s, b["state"]), (200, "running"), b)
+            self.assertNotIn("hibernated_memory", b)
+            s, b = c.exec(sid, "cat /root/on-disk; cat /tmp/in-ram 2>&1; " + sleeps)
+            self.assertEqual(b["stdout"].splitlines()[0], "kept", b)
+            self.assertIn("No such file", b["stdout"])
+            self.assertEqual(b["stdout"].splitlines()[-1], "0", b)
+            self.assertFalse(os.path.exists(hib))  # the wake took it
+            # A hibernation with memory still keeps the processes.
+            self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/processes",
+                                    {"cmd": "sleep 1000"})[0], 201)
+            self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate")[1]["hibernated_memory"], True)
+            c.call("POST", f"/v1/sandboxes/{sid}/wake")
+            self.assertEqual(c.exec(sid, sleeps)[1]["stdout"], "1\n")
+            self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/hibernate", {"memory": "no"}),
+                             400, "invalid_argument")
+        finally:
+            c.call("DELETE", f"/v1/sandboxes/{sid}")
+        # At its timeout, as the create said.
+        s, b = c.call("POST", "/v1/sandboxes", {"idle_timeout_seconds": 2, "on_timeout": "hibernate",
+                                                "hibernate_memory": False})
+        self.assertEqual((s, b["hibernate_memory"]), (201, False), b)
+        idle = b["id"]
+        try:
+            c.exec(idle, "echo t > /root/at-timeout")
+            deadline = time.time() + 60
+            while (b := c.call("GET", f"/v1/sandboxes/{idle}")[1])["state"] != "hibernated":
+                self.assertLess(time.time(), deadline, b)
+                time.sleep(0.3)
+            self.assertFalse(b["hibernated_memory"])
+            self.assertEqual(c.call("POST", f"/v1/sandboxes/{idle}/wake")[0], 200)
+            self.assertEqual(c.exec(idle, "cat /root/at-timeout")[1]["stdout"], "t\n")
+        finally:
+            c.call("DELETE", f"/v1/sandboxes/{idle}")
+
     def test_events_follow_streams_new_events(self):
         c = self.api
         sid = c.create()["id"]

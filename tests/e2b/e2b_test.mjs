@@ -262,11 +262,17 @@ test("lifecycle: getInfo, list, setTimeout, metrics, isRunning, pause, connect, 
   assert.ok(metrics.some((x) => x.cpuUsedPct > 50), JSON.stringify(metrics.map((x) => x.cpuUsedPct)));
   assert.deepEqual(await sbx.getMetrics({ start: new Date(Date.now() + 3600e3) }), []);
   assert.equal(await sbx.isRunning(), true);
+  // keepMemory: false, a filesystem-only pause: the disk is kept, a connect boots on it (what
+  // ran and /tmp, a tmpfs, are gone).
+  await sbx.commands.run("echo on-disk > disk.txt; echo in-ram > /tmp/ram.txt");
+  assert.equal(await sbx.pause({ keepMemory: false }), true);
+  assert.equal((await sbx.getInfo()).state, "paused");
+  const booted = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await booted.commands.run("cat disk.txt")).stdout, "on-disk\n");
+  await assert.rejects(booted.commands.run("cat /tmp/ram.txt"), CommandExitError);
+  // autoResume cannot follow a filesystem-only pause (the SDK says so; so does the server).
+  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: { action: "pause", keepMemory: false }, autoResume: true } }));
   await sbx.commands.run("echo kept > /tmp/mark");
-  // A filesystem-only pause is not done yet: refused (501), never a pause with memory instead.
-  await assert.rejects(sbx.pause({ keepMemory: false }), /filesystem-only pause/);
-  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }), /filesystem-only pause/);
-  assert.equal(await sbx.isRunning(), true);
   assert.equal(await sbx.pause(), true);
   assert.equal((await sbx.getInfo()).state, "paused");
   assert.equal(await sbx.isRunning(), false);

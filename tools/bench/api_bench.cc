@@ -389,10 +389,12 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       pause();
     }
     api.kill(id);
-  } else if (scenario == "wake") {
+  } else if (scenario == "wake" || scenario == "wake-disk") {
+    // wake-disk: from a hibernation that kept only the disk (the guest boots afresh on it).
     auto id = api.create(R"({"persistent":true})");
+    std::string body = scenario == "wake" ? "" : R"({"memory":false})";
     for (int i = 0; i < n; ++i) {
-      api.call("POST", "/v1/sandboxes/" + id + "/hibernate", "");
+      api.call("POST", "/v1/sandboxes/" + id + "/hibernate", body);
       pause();
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/wake", "", s); });
     }
@@ -417,7 +419,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
   } else {
     std::fprintf(stderr,
-                 "pandastack-bench: api scenarios: create exec fork wake concurrent-create "
+                 "pandastack-bench: api scenarios: create exec fork wake wake-disk concurrent-create "
                  "net-throughput preview\n");
     return 2;
   }
