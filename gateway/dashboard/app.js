@@ -2,7 +2,7 @@
 // (gateway/dashboard.cc embeds these files). Hash routes (#/sandboxes, #/sandboxes/ID, ...);
 // every call goes to the REST API with the key the user signed in with.
 import { api, ApiError, key } from "/ui/api.js";
-import { barChart, buckets, lineChart, parseMetrics } from "/ui/charts.js";
+import { barChart, lineChart, linesChart, parseMetrics, quantiles, rates } from "/ui/charts.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -422,25 +422,36 @@ const hosts = () => table("Hosts", "/v1/hosts", "hosts", [
   ["Draining", (h) => (h.draining ? "yes" : "")], ["Accelerator", (h) => esc(h.accel)],
 ], "No hosts.");
 
+// The daemon's /metrics, sampled while the page is open (kept across visits: the last 5 minutes):
+// rates and latency percentiles between samples, and the sandboxes by state now.
+const samples = [];
+const kSampleMs = 2000, kKeepMs = 5 * 60 * 1000;
+
 async function metrics() {
-  main.innerHTML = `<h1>Metrics</h1><div id="err"></div><div id="charts" class="grid charts"></div>`;
+  main.innerHTML = `<h1>Metrics</h1><div id="err"></div><div id="charts" class="grid charts"></div>
+    <p class="muted">Sampled every ${kSampleMs / 1000} s while this page is open (the last five minutes).</p>`;
   const draw = async () => {
     try {
       const series = parseMetrics(await api.text("/metrics"));
-      const value = (n) => series.filter((s) => s.name === n).reduce((a, s) => a + s.value, 0);
+      const now = Date.now();
+      samples.push({ t: now, series });
+      while (samples.length && samples[0].t < now - kKeepMs) samples.shift();
       const states = series.filter((s) => s.name === "pandastack_sandboxes")
         .map((s) => ({ label: s.labels.state, value: s.value }));
+      const latency = (title, name) => linesChart(title, [
+        { name: "p50", points: quantiles(samples, name, 0.5) },
+        { name: "p99", points: quantiles(samples, name, 0.99) }], { unit: " ms" });
       document.getElementById("charts").innerHTML =
         barChart("Sandboxes by state", states) +
-        barChart("Totals", [{ label: "creates", value: value("pandastack_creates_total") },
-                            { label: "execs", value: value("pandastack_execs_total") },
-                            { label: "errors", value: value("pandastack_errors_total") }]) +
-        barChart("Create latency (server side)", buckets(series, "pandastack_create_seconds")) +
-        barChart("Command latency (server side)", buckets(series, "pandastack_exec_seconds"));
+        lineChart("Creates per second", rates(samples, "pandastack_creates_total"), { unit: "/s" }) +
+        lineChart("Commands per second", rates(samples, "pandastack_execs_total"), { unit: "/s" }) +
+        lineChart("Errors per second", rates(samples, "pandastack_errors_total"), { unit: "/s" }) +
+        latency("Create latency (server side)", "pandastack_create_seconds") +
+        latency("Command latency (server side)", "pandastack_exec_seconds");
     } catch (e) { document.getElementById("err").innerHTML = errorBox(e); }
   };
   await draw();
-  every(5000, draw);
+  every(kSampleMs, draw);
 }
 
 // ------------------------------------------------------------------------------------------

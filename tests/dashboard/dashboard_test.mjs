@@ -179,6 +179,17 @@ test("a template build's progress, live", async () => {
   await shot("templates");
 });
 
+// The daemon's API, from the test (not the page).
+async function api(method, path, body) {
+  const r = await fetch(url + path, {
+    method, headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await r.text();
+  assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
+  return text ? JSON.parse(text) : {};
+}
+
 test("volumes, databases, hosts and metrics pages", async () => {
   for (const [link, heading] of [["Volumes", "Volumes"], ["Databases", "Databases"], ["Hosts", "Hosts"],
                                  ["Metrics", "Metrics"]]) {
@@ -186,8 +197,33 @@ test("volumes, databases, hosts and metrics pages", async () => {
     await page.getByRole("heading", { name: heading }).waitFor();
     if (link === "Hosts") await page.getByText("This daemon runs on its own").waitFor();
     if (link === "Metrics") {
-      await page.getByRole("img", { name: "Sandboxes by state" }).waitFor();
+      const states = page.getByRole("img", { name: "Sandboxes by state" });
+      await states.waitFor();
+      // Every state's whole name, no two labels overlapping.
+      const labels = states.locator("text.label");
+      const names = await labels.allTextContents();
+      for (const n of ["running", "snapshotting", "forking", "hibernating", "hibernated"]) assert.ok(names.includes(n), names.join());
+      const boxes = [];
+      for (let i = 0; i < await labels.count(); i++) boxes.push(await labels.nth(i).boundingBox());
+      for (let i = 0; i < boxes.length; i++)
+        for (let j = i + 1; j < boxes.length; j++) {
+          const [a, b] = [boxes[i], boxes[j]];
+          const apart = a.x + a.width <= b.x || b.x + b.width <= a.x || a.y + a.height <= b.y || b.y + b.height <= a.y;
+          assert.ok(apart, `${names[i]} and ${names[j]} overlap`);
+        }
+      // Rates and percentiles over time: lines once two samples are in (a command runs meanwhile).
+      await page.getByRole("img", { name: "Commands per second" }).waitFor();
       await page.getByRole("img", { name: "Command latency (server side)" }).waitFor();
+      const s = await api("POST", "/v1/sandboxes", {});
+      await api("POST", `/v1/sandboxes/${s.id}/exec`, { cmd: "true" });
+      const line = (chart, cls = "line") => page.locator(`svg[aria-label="${chart}"] path.${cls}`);
+      const attached = { state: "attached", timeout: 20000 };
+      await line("Command latency (server side)", "line.s1").waitFor(attached);  // p99
+      await line("Create latency (server side)").first().waitFor(attached);
+      // The rate: a point per interval (at least two once three samples are in).
+      await page.waitForFunction(() => (document.querySelector('svg[aria-label="Commands per second"] path.line')
+        ?.getAttribute("d") || "").split("L").length >= 2, null, { timeout: 20000 });
+      await api("DELETE", `/v1/sandboxes/${s.id}`);
     }
     await shot(link.toLowerCase());
   }
