@@ -18,8 +18,10 @@ const std::string& script_path() {
   return path;
 }
 
-vmm::ExecRequest client(std::vector<std::string> args, std::string in, uint32_t timeout_ms) {
+vmm::ExecRequest client(std::vector<std::string> args, std::string in, uint32_t timeout_ms,
+                        const std::string& user) {
   vmm::ExecRequest e;
+  e.user = user;
   e.argv = {"python3", script_path()};
   e.argv.insert(e.argv.end(), args.begin(), args.end());
   e.stdin_data = std::move(in);
@@ -103,7 +105,8 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
   };
   std::string client_err;
   // (A context this run starts works in /workspace, as commands and the files API do.)
-  auto r = call(rt, tenant, id, client({"run", request.context}, in.dump(), request.timeout_ms),
+  auto r = call(rt, tenant, id,
+                client({"run", request.context}, in.dump(), request.timeout_ms, request.user),
                 on_output, own.get_token());
   if (overflow)
     return Rejection{Code::output_too_large, "the code interpreter wrote a line over " +
@@ -133,8 +136,8 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
 }
 
 Reply<std::vector<std::string>> contexts(actors::Runtime& rt, const std::string& tenant,
-                                         const std::string& id) {
-  auto r = call(rt, tenant, id, client({"list"}, "", 30000), {}, {});
+                                         const std::string& id, const std::string& user) {
+  auto r = call(rt, tenant, id, client({"list"}, "", 30000, user), {}, {});
   if (!r) return r.error();
   auto j = Json::parse(r->stdout_data);
   if (r->exit_code != 0 || !j || !j->is_array())
@@ -146,11 +149,11 @@ Reply<std::vector<std::string>> contexts(actors::Runtime& rt, const std::string&
 }
 
 Reply<bool> start(actors::Runtime& rt, const std::string& tenant, const std::string& id,
-                  const std::string& context, const std::string& cwd) {
+                  const std::string& context, const std::string& cwd, const std::string& user) {
   if (!valid_context(context)) return Rejection{Code::invalid_argument, "bad context name"};
   std::vector<std::string> args = {"start", context};
   if (!cwd.empty()) args.push_back(cwd);
-  auto r = call(rt, tenant, id, client(args, "", 60000), {}, {});
+  auto r = call(rt, tenant, id, client(args, "", 60000, user), {}, {});
   if (!r) return r.error();
   if (r->exit_code == 3) return Rejection{Code::invalid_cwd, "cwd: " + r->stderr_data};
   if (r->exit_code != 0)
@@ -159,9 +162,9 @@ Reply<bool> start(actors::Runtime& rt, const std::string& tenant, const std::str
 }
 
 Reply<bool> stop(actors::Runtime& rt, const std::string& tenant, const std::string& id,
-                 const std::string& context) {
+                 const std::string& context, const std::string& user) {
   if (!valid_context(context)) return Rejection{Code::invalid_argument, "bad context name"};
-  auto r = call(rt, tenant, id, client({"stop", context}, "", 30000), {}, {});
+  auto r = call(rt, tenant, id, client({"stop", context}, "", 30000, user), {}, {});
   if (!r) return r.error();
   if (r->exit_code == 4) return Rejection{Code::context_not_found, "no code context " + context};
   if (r->exit_code != 0)

@@ -22,6 +22,9 @@ struct RunRequest {
   std::string context = "default";
   std::map<std::string, std::string> env;  // for this run only
   uint32_t timeout_ms = 60000;             // then the run is interrupted
+  // The guest account it runs as ("" = root): its contexts are its own (a context of root's is
+  // not one of the user's), started in its home.
+  std::string user;
 };
 
 // What a run produced (the events, gathered).
@@ -51,13 +54,17 @@ actors::Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, con
                              std::stop_token stop = {});
 
 // The contexts whose servers run in the sandbox.
+// `user` as for RunRequest::user.
 actors::Reply<std::vector<std::string>> contexts(actors::Runtime& rt, const std::string& tenant,
-                                                 const std::string& id);
-// Starts a context's server (its working folder `cwd`, "" = /root).
+                                                 const std::string& id,
+                                                 const std::string& user = "");
+// Starts a context's server (its working folder `cwd`, "" = /workspace for root, else the
+// user's home).
 actors::Reply<bool> start(actors::Runtime& rt, const std::string& tenant, const std::string& id,
-                          const std::string& context, const std::string& cwd);
+                          const std::string& context, const std::string& cwd,
+                          const std::string& user = "");
 // Ends a context's server (its variables go); a later run starts it afresh.
 actors::Reply<bool> stop(actors::Runtime& rt, const std::string& tenant, const std::string& id,
-                         const std::string& context);
+                         const std::string& context, const std::string& user = "");
 
 }  // namespace pandastack::gateway::code

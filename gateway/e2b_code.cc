@@ -54,6 +54,7 @@ void produce_execute(Server& gw, const Request& r, StreamChannel& ch) {
       for (auto& [k, v] : b["env_vars"].as_object())
         if (v.is_string()) req.env[k] = v.as_string();
     req.timeout_ms = gw.limits.max_exec_timeout_s * 1000;  // the client times out on its own
+    req.user = t.as();  // E2B's code runs as its user (`user` by default), as its commands do
   } catch (const ApiError& e) {
     auto rep = error_reply(e);
     return ch.fail_early(sandbox_gone(e.code) ? envd_error(rep) : api_error(rep));
@@ -108,30 +109,33 @@ std::vector<Route> e2b_code_routes() {
                    std::string cwd =
                        b["cwd"].is_string() ? c.gw.checked_path(b["cwd"].as_string()) : "";
                    auto id = new_context_id();
-                   unwrap(code::start(c.gw.rt, t.tenant, t.id, id, cwd));
-                   return json_reply(200, context_json(id, cwd));
+                   unwrap(code::start(c.gw.rt, t.tenant, t.id, id, cwd, t.as()));
+                   // (a context starts in the user's home: /workspace for root)
+                   return json_reply(200, context_json(id, !cwd.empty()     ? cwd
+                                                           : t.as().empty() ? "/workspace"
+                                                                            : t.home));
                  }),
       envd_route(M::GET, "/contexts", "E2B code interpreter: the contexts",
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
                    Json out = Json::array();
-                   for (auto& id : unwrap(code::contexts(c.gw.rt, t.tenant, t.id)))
+                   for (auto& id : unwrap(code::contexts(c.gw.rt, t.tenant, t.id, t.as())))
                      out.push(context_json(id, ""));
                    return json_reply(200, out);
                  }),
       envd_route(M::DELETE, "/contexts/{context}", "E2B code interpreter: remove a context",
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
-                   unwrap(code::stop(c.gw.rt, t.tenant, t.id, c.r.param("context")));
+                   unwrap(code::stop(c.gw.rt, t.tenant, t.id, c.r.param("context"), t.as()));
                    return no_content();
                  }),
       envd_route(M::POST, "/contexts/{context}/restart", "E2B code interpreter: restart a context",
                  [](Call& c) {
                    auto t = e2b::target(c.gw, c.r);
                    const std::string& ctx = c.r.param("context");
-                   auto stopped = code::stop(c.gw.rt, t.tenant, t.id, ctx);
+                   auto stopped = code::stop(c.gw.rt, t.tenant, t.id, ctx, t.as());
                    if (!stopped && stopped.error().code != Code::context_not_found) unwrap(stopped);
-                   unwrap(code::start(c.gw.rt, t.tenant, t.id, ctx, ""));
+                   unwrap(code::start(c.gw.rt, t.tenant, t.id, ctx, "", t.as()));
                    return no_content();
                  }),
   };

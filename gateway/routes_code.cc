@@ -18,8 +18,17 @@ using M = kj::HttpMethod;
 constexpr size_t kMaxGathered = 16 << 20;
 constexpr size_t kMaxResults = 1000;
 
+// A `user` of a request (an account of the guest's; "" and "root" are root).
+std::string user_of(const std::string& u) {
+  if (!u.empty() && !valid_user_name(u))
+    throw ApiError{Code::invalid_argument,
+                   "user is an account name of the guest: 1 to 32 of a-z 0-9 _ - (starting with "
+                   "a letter or _)"};
+  return u == "root" ? "" : u;
+}
+
 code::RunRequest run_request(Server& gw, const Request& r) {
-  Fields f(r.json(), {"code", "context", "language", "env", "timeout_seconds"});
+  Fields f(r.json(), {"code", "context", "language", "env", "timeout_seconds", "user"});
   if (!f.has("code")) throw ApiError{Code::invalid_argument, "code is required"};
   if (f.str("language", "python") != "python")
     throw ApiError{Code::invalid_argument, "language: only \"python\" is served"};
@@ -29,6 +38,7 @@ code::RunRequest run_request(Server& gw, const Request& r) {
   if (!code::valid_context(req.context))
     throw ApiError{Code::invalid_argument, "context is 1..64 of A-Z a-z 0-9 _ -"};
   req.env = f.string_map("env");
+  req.user = user_of(f.str("user"));
   req.timeout_ms = uint32_t(f.integer("timeout_seconds", gw.limits.default_exec_timeout_s, 1,
                                       gw.limits.max_exec_timeout_s)) *
                    1000;
@@ -116,35 +126,40 @@ std::vector<Route> code_routes() {
             Route::Kind::stream),
       route(M::GET, "/v1/sandboxes/{id}/code/contexts", "The sandbox's running contexts",
             [](Call& c) {
-              auto all = unwrap(code::contexts(c.gw.rt, c.tenant(), c.id));
+              auto all = unwrap(
+                  code::contexts(c.gw.rt, c.tenant(), c.id, user_of(c.r.q("user").value_or(""))));
               return list_reply("contexts", all,
                                 [](const std::string& id) { return context_json(id, ""); });
-            }),
+            },
+            {"user"}),
       route(M::POST, "/v1/sandboxes/{id}/code/contexts",
             "A new context (its own variables; cwd: its working folder)",
             [](Call& c) {
-              Fields f(c.r.json(), {"cwd", "language"});
+              Fields f(c.r.json(), {"cwd", "language", "user"});
               if (f.str("language", "python") != "python")
                 throw ApiError{Code::invalid_argument, "language: only \"python\" is served"};
               std::string cwd = f.has("cwd") ? c.gw.checked_path(f.str("cwd")) : "";
               auto id = new_context_id();
-              unwrap(code::start(c.gw.rt, c.tenant(), c.id, id, cwd));
+              unwrap(code::start(c.gw.rt, c.tenant(), c.id, id, cwd, user_of(f.str("user"))));
               return json_reply(201, context_json(id, cwd));
             }),
       route(M::DELETE, "/v1/sandboxes/{id}/code/contexts/{context}",
             "End a context (its variables go)",
             [](Call& c) {
-              unwrap(code::stop(c.gw.rt, c.tenant(), c.id, context_param(c.r)));
+              unwrap(code::stop(c.gw.rt, c.tenant(), c.id, context_param(c.r),
+                                user_of(c.r.q("user").value_or(""))));
               return no_content();
-            }),
+            },
+            {"user"}),
       route(M::POST, "/v1/sandboxes/{id}/code/contexts/{context}/restart",
             "Restart a context: a fresh interpreter, same name",
             [](Call& c) {
-              Fields f(c.r.json(), {});
+              Fields f(c.r.json(), {"user"});
               auto ctx = context_param(c.r);
-              auto stopped = code::stop(c.gw.rt, c.tenant(), c.id, ctx);
+              auto user = user_of(f.str("user"));
+              auto stopped = code::stop(c.gw.rt, c.tenant(), c.id, ctx, user);
               if (!stopped && stopped.error().code != Code::context_not_found) unwrap(stopped);
-              unwrap(code::start(c.gw.rt, c.tenant(), c.id, ctx, ""));
+              unwrap(code::start(c.gw.rt, c.tenant(), c.id, ctx, "", user));
               return json_reply(200, context_json(ctx, ""));
             }),
   };

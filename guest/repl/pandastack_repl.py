@@ -1,7 +1,8 @@
 """PandaStack's code interpreter, inside the guest (python3, standard library only).
 
 One server process per context keeps the context's globals between runs; it listens on a unix
-socket under /run/pandastack/code. Each run is one client process (an exec from the host):
+socket under /run/pandastack/code (root's contexts) or /tmp/.pandastack-code-UID (another
+account's: it runs as that account, its contexts apart from root's). Each run is one client process (an exec from the host):
 
     python3 pandastack_repl.py run CONTEXT [CWD]   < {"code": "...", "env": {...}}   (stdin)
     python3 pandastack_repl.py start CONTEXT [CWD]
@@ -33,7 +34,7 @@ import time
 import linecache
 import traceback
 
-DIR = "/run/pandastack/code"
+DIR = "/run/pandastack/code" if os.getuid() == 0 else "/tmp/.pandastack-code-%d" % os.getuid()
 INTERRUPT_GRACE = 5  # seconds an interrupted run has to end before the next step
 
 
@@ -295,7 +296,8 @@ def serve(ctx, cwd):
         f.write(str(os.getpid()))
     os.environ.setdefault("MPLBACKEND", "Agg")
     # Where commands and the files API are: a context starts there however it was started.
-    os.chdir(cwd or ("/workspace" if os.path.isdir("/workspace") else "/"))
+    home = "/workspace" if os.getuid() == 0 else os.environ.get("HOME", "/")
+    os.chdir(cwd or (home if os.path.isdir(home) else "/"))
     os.rename(path + ".tmp", path)  # ready: clients connect from now on
     Server(ctx).serve(listener)
 

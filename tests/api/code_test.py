@@ -211,6 +211,18 @@ class CodeTest(unittest.TestCase):
         self.assertEqual(r["results"][0]["text"], "'/workspace'")
         s, r = self.api.call("POST", f"/v1/sandboxes/{sid}/code/contexts", {"cwd": "/nonexistent"})
         self.assertEqual((s, r["error"]["code"]), (400, "invalid_cwd"), r)
+        # As another account of the guest: its own contexts, started in its home.
+        who = "import os, pwd\n(pwd.getpwuid(os.getuid()).pw_name, os.getcwd(), 'a' in globals())"
+        r = self.run_code(sid, who, user="user")
+        self.assertEqual(r["results"][0]["text"], "('user', '/home/user', False)", r)
+        self.run_code(sid, "a = 5", user="user")
+        self.assertEqual(self.run_code(sid, "a")["results"][0]["text"], "1")  # root's is apart
+        s, listed = self.api.call("GET", f"/v1/sandboxes/{sid}/code/contexts?user=user")
+        self.assertEqual([x["id"] for x in listed["contexts"]], ["default"])
+        self.assertEqual(self.api.call("DELETE", f"/v1/sandboxes/{sid}/code/contexts/default?user=user")[0], 204)
+        self.assertEqual(self.run_code(sid, "'a' in globals()", user="user")["results"][0]["text"], "False")
+        s, r = self.api.call("POST", f"/v1/sandboxes/{sid}/code", {"code": "1", "user": "No Such"})
+        self.assertEqual((s, r["error"]["code"]), (400, "invalid_argument"), r)
 
     def test_state_survives_hibernate_wake_and_fork(self):
         sid = self.api.create()["id"]

@@ -389,6 +389,9 @@ test("code interpreter: state across runs, results, charts, errors, contexts", a
   assert.equal(first.error, undefined);
   // Variables and imports persist between runs.
   assert.equal((await sbx.runCode("import math\nmath.floor(x / 2)")).text, "20");
+  // As E2B's: the code runs as `user`, in its home.
+  assert.equal((await sbx.runCode("import os, pwd\n(pwd.getpwuid(os.getuid()).pw_name, os.getcwd())")).text,
+    "('user', '/home/user')");
   const seen = [];
   await sbx.runCode("for i in range(3): print(i)", { onStdout: (m) => seen.push(m.line) });
   assert.equal(seen.join(""), "0\n1\n2\n");
