@@ -371,9 +371,11 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       std::printf("api net-throughput: n=%zu p50 %.1f MB/s (min %.1f, max %.1f)\n", s.n, s.p50_ms,
                   s.min_ms, s.max_ms);
     return 0;
-  } else if (scenario == "exec") {
+  } else if (scenario == "exec" || scenario == "exec-user") {
+    // exec-user: the same command as the guest's `user` (the agent drops to it: a second exec).
     auto id = api.create(create_body);
-    std::string body = R"({"argv":["/bin/true"]})";
+    std::string body = scenario == "exec" ? R"({"argv":["/bin/true"]})"
+                                          : R"({"argv":["/bin/true"],"user":"user"})";
     for (int i = 0; i < 5; ++i) api.call("POST", "/v1/sandboxes/" + id + "/exec", body);
     for (int i = 0; i < n; ++i)
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/exec", body, s); });
@@ -419,7 +421,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
   } else {
     std::fprintf(stderr,
-                 "pandastack-bench: api scenarios: create exec fork wake wake-disk concurrent-create "
+                 "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk concurrent-create "
                  "net-throughput preview\n");
     return 2;
   }

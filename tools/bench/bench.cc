@@ -89,7 +89,7 @@ int usage() {
                "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
                "       pandastack-bench api "
-               "create|create-volume|fork-volume|db-create|volume-throughput|exec|fork|wake|wake-disk|"
+               "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|fork|wake|wake-disk|"
                "concurrent-create|net-throughput|preview [--url URL] "
                "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
                "[--pause-ms MS] [--n N] [--json]\n"
