@@ -311,17 +311,20 @@ class AsyncSandbox:
         r = await self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}")
         self.info = SandboxInfo.from_api(r.json())
 
-    async def hibernate(self) -> None:
-        """Saves the sandbox to disk and stops its VM; ``wake()`` brings it back."""
-        self.info = SandboxInfo.from_api(await self._post("hibernate"))
+    async def hibernate(self, memory: bool = True) -> None:
+        """Saves the sandbox and stops its VM; ``wake()`` brings it back. ``memory=False`` keeps
+        only its disk: the wake boots the guest afresh on it (files stay, processes do not)."""
+        self.info = SandboxInfo.from_api(
+            await self._post("hibernate", None if memory else {"memory": False}))
 
     async def wake(self) -> None:
         """Restores a hibernated sandbox."""
         self.info = SandboxInfo.from_api(await self._post("wake"))
 
-    async def snapshot(self) -> str:
-        """Snapshots the running sandbox; returns the snapshot id."""
-        return str((await self._post("snapshots"))["snapshot_id"])
+    async def snapshot(self, name: Optional[str] = None) -> str:
+        """Snapshots the running sandbox; returns the snapshot id (``name``: it then stands for
+        this newest snapshot taken with it)."""
+        return str((await self._post("snapshots", {"name": name} if name else None))["snapshot_id"])
 
     @overload
     async def fork(self) -> "AsyncSandbox": ...

@@ -341,17 +341,19 @@ class Sandbox:
         self.info = SandboxInfo.from_api(
             self._http.call("DELETE", f"/v1/sandboxes/{c.sid(self.id)}").json())
 
-    def hibernate(self) -> None:
-        """Saves the sandbox to disk and stops its VM; ``wake()`` brings it back."""
-        self.info = SandboxInfo.from_api(self._post("hibernate"))
+    def hibernate(self, memory: bool = True) -> None:
+        """Saves the sandbox and stops its VM; ``wake()`` brings it back. ``memory=False`` keeps
+        only its disk: the wake boots the guest afresh on it (files stay, processes do not)."""
+        self.info = SandboxInfo.from_api(self._post("hibernate", None if memory else {"memory": False}))
 
     def wake(self) -> None:
         """Restores a hibernated sandbox."""
         self.info = SandboxInfo.from_api(self._post("wake"))
 
-    def snapshot(self) -> str:
-        """Snapshots the running sandbox; the id can be passed to ``create(from_snapshot=...)``."""
-        return str(self._post("snapshots")["snapshot_id"])
+    def snapshot(self, name: Optional[str] = None) -> str:
+        """Snapshots the running sandbox; the id (or ``name``, which then stands for this newest
+        snapshot taken with it) can be passed to ``create(from_snapshot=...)``."""
+        return str(self._post("snapshots", {"name": name} if name else None)["snapshot_id"])
 
     @overload
     def fork(self) -> "Sandbox": ...

@@ -169,6 +169,17 @@ class SdkTest(unittest.TestCase):
                 sbx.exec("true")
             sbx.wake()
             self.assertEqual(sbx.exec("cat /tmp/v").stdout, "42\n")
+            # A name stands for the newest snapshot taken with it.
+            named = sbx.snapshot("nightly")
+            with Sandbox.create(from_snapshot="nightly") as copy:
+                self.assertEqual(copy.exec("cat /tmp/v").stdout, "42\n")
+            Sandbox.delete_snapshot(named)
+            # Only the disk: the wake boots afresh on it (/tmp, a tmpfs, is gone).
+            sbx.exec("echo d > /root/d")
+            sbx.hibernate(memory=False)
+            self.assertEqual(sbx.state, "hibernated")
+            sbx.wake()
+            self.assertEqual(sbx.exec("cat /root/d; test -e /tmp/v || echo gone").stdout, "d\ngone\n")
             sbx.set_ttl(1234)
             self.assertAlmostEqual(sbx.info.expires_at_ms / 1000 - time.time(), 1234, delta=30)
             kinds = [e["type"] for e in sbx.events()]

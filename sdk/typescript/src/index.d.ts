@@ -335,12 +335,14 @@ export declare class Sandbox {
   createCodeContext(opts?: { cwd?: string }): Promise<string>;
   codeContexts(): Promise<string[]>;
   deleteCodeContext(id: string): Promise<void>;
-  snapshot(): Promise<string>;
+  /** Snapshots the running sandbox; `name` then stands for this newest snapshot taken with it. */
+  snapshot(name?: string): Promise<string>;
   /** A copy of the running sandbox (memory, processes, disk); it keeps running. */
   fork(): Promise<Sandbox>;
   /** `count` copies (1..16). */
   fork(count: number): Promise<Sandbox[]>;
-  hibernate(): Promise<void>;
+  /** `{memory: false}`: only the disk is kept; the wake boots the guest afresh on it. */
+  hibernate(opts?: { memory?: boolean }): Promise<void>;
   wake(): Promise<void>;
   setTtl(ttlSeconds: number): Promise<void>;
   setMetadata(metadata: Record<string, string>): Promise<void>;

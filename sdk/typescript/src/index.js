@@ -670,15 +670,19 @@ export class Sandbox {
   /** Ends a code context; its variables go. */
   async deleteCodeContext(id) { await this.http.json("DELETE", `/v1/sandboxes/${sid(this.id)}/code/contexts/${encodeURIComponent(id)}`); }
 
-  /** Snapshots the running sandbox; resolves to the snapshot id. */
-  async snapshot() { return (await this.#post("snapshots")).snapshot_id; }
+  /** Snapshots the running sandbox; resolves to the snapshot id (`name`: it then stands for this
+   *  newest snapshot taken with it, wherever a snapshot is named). */
+  async snapshot(name) { return (await this.#post("snapshots", name ? { name } : undefined)).snapshot_id; }
   /** fork(): one copy of the running sandbox (a Sandbox); fork(count): a list of `count`. */
   async fork(count) {
     const kids = (await this.#post("fork", { count: count ?? 1 })).sandboxes.map((k) => new Sandbox(info(k), this.http));
     return count === undefined ? kids[0] : kids;
   }
-  /** Saves the sandbox to disk and stops its VM. */
-  async hibernate() { this.info = info(await this.#post("hibernate")); }
+  /** Saves the sandbox and stops its VM; `{memory: false}` keeps only its disk (the wake boots
+   *  the guest afresh on it: files stay, processes do not). */
+  async hibernate(opts = {}) {
+    this.info = info(await this.#post("hibernate", opts.memory === false ? { memory: false } : undefined));
+  }
   /** Restores a hibernated sandbox. */
   async wake() { this.info = info(await this.#post("wake")); }
   /** Forwards guest TCP `port` from the host: resolves to {port, host, hostPort, address}. */

@@ -143,6 +143,18 @@ test("lifecycle, disposal and typed errors", async () => {
   await assert.rejects(sbx.exec("true"), SandboxHibernatedError);
   await sbx.wake();
   assert.equal((await sbx.exec("cat /tmp/n")).stdout, "7\n");
+  // A name stands for the newest snapshot taken with it.
+  const named = await sbx.snapshot("nightly");
+  const byName = await Sandbox.create({ fromSnapshot: "nightly" });
+  assert.equal((await byName.exec("cat /tmp/n")).stdout, "7\n");
+  await byName.kill();
+  await Sandbox.deleteSnapshot(named);
+  // Only the disk: the wake boots afresh on it (/tmp, a tmpfs, is gone).
+  await sbx.exec("echo d > /root/d");
+  await sbx.hibernate({ memory: false });
+  assert.equal(sbx.info.state, "hibernated");
+  await sbx.wake();
+  assert.equal((await sbx.exec("cat /root/d; test -e /tmp/n || echo gone")).stdout, "d\ngone\n");
   await sbx.setTtl(600);
   assert.ok((await sbx.events()).length >= 8);
   await sbx.kill();
