@@ -241,53 +241,49 @@ TEST(SandboxDecide, DeletingASnapshotInAnyState) {
   EXPECT_ANY_THROW(apply(in(SandboxStatus::running), bad));
 }
 
+// The state after `c` is decided and its events applied (it must not be refused).
+SandboxState step(SandboxState s, const Command& c) {
+  auto d = decide(s, c, kNow);
+  EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(d));
+  for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
+  return s;
+}
+
 TEST(SandboxDecide, ASnapshotKeepsTheNameItWasTakenWith) {
-  auto run = [](SandboxState s, const Command& c) {
-    auto d = decide(s, c, kNow);
-    EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(d));
-    for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
-    return s;
-  };
-  auto s = run(in(SandboxStatus::running), cmd::Snapshot{"snap-a", "nightly"});
+  auto s = step(in(SandboxStatus::running), cmd::Snapshot{"snap-a", "nightly"});
   EXPECT_EQ(s.pending_snapshot_name, "nightly");
-  s = run(s, cmd::TransitionDone{});
+  s = step(s, cmd::TransitionDone{});
   EXPECT_EQ(s.snapshot_names, (std::map<std::string, std::string>{{"snap-a", "nightly"}}));
   EXPECT_TRUE(s.pending_snapshot_name.empty());
   // An unnamed one has none; a failed one leaves nothing behind.
-  s = run(run(s, cmd::Snapshot{"snap-b", ""}), cmd::TransitionDone{});
+  s = step(step(s, cmd::Snapshot{"snap-b", ""}), cmd::TransitionDone{});
   EXPECT_EQ(s.snapshot_names.size(), 1u);
-  s = run(run(s, cmd::Snapshot{"snap-c", "x"}), cmd::TransitionFailed{"disk full"});
+  s = step(step(s, cmd::Snapshot{"snap-c", "x"}), cmd::TransitionFailed{"disk full"});
   EXPECT_TRUE(s.pending_snapshot_name.empty());
   EXPECT_EQ(s.snapshot_names.size(), 1u);
-  s = run(s, cmd::DeleteSnapshot{"snap-a"});
+  s = step(s, cmd::DeleteSnapshot{"snap-a"});
   EXPECT_TRUE(s.snapshot_names.empty());
 }
 
 TEST(SandboxDecide, ADiskOnlyHibernationIsRecordedUntilTheWake) {
-  auto run = [](SandboxState s, const Command& c) {
-    auto d = decide(s, c, kNow);
-    EXPECT_TRUE(std::holds_alternative<std::vector<Event>>(d));
-    for (auto& e : std::get<std::vector<Event>>(d)) s = apply(s, e);
-    return s;
-  };
-  auto s = run(in(SandboxStatus::running), cmd::Hibernate{"", true});
+  auto s = step(in(SandboxStatus::running), cmd::Hibernate{"", true});
   EXPECT_TRUE(s.pending_disk_only);
-  s = run(s, cmd::TransitionDone{});
+  s = step(s, cmd::TransitionDone{});
   EXPECT_EQ(s.status, SandboxStatus::hibernated);
   EXPECT_TRUE(s.hibernated_disk_only);
   EXPECT_FALSE(s.pending_disk_only);
-  s = run(run(s, cmd::Wake{}), cmd::TransitionDone{});
+  s = step(step(s, cmd::Wake{}), cmd::TransitionDone{});
   EXPECT_EQ(s.status, SandboxStatus::running);
   EXPECT_FALSE(s.hibernated_disk_only);
   // With memory (the default): not disk-only.
-  EXPECT_FALSE(run(run(s, cmd::Hibernate{}), cmd::TransitionDone{}).hibernated_disk_only);
+  EXPECT_FALSE(step(step(s, cmd::Hibernate{}), cmd::TransitionDone{}).hibernated_disk_only);
   // At its timeout: as the create said.
   auto t = in(SandboxStatus::running, /*persistent=*/true);
   t.timeout_disk_only = true;
   t.expires_at_ms = kNow - 1;
-  t = run(t, cmd::Reap{});
+  t = step(t, cmd::Reap{});
   EXPECT_EQ(t.status, SandboxStatus::hibernating);
-  EXPECT_TRUE(run(t, cmd::TransitionDone{}).hibernated_disk_only);
+  EXPECT_TRUE(step(t, cmd::TransitionDone{}).hibernated_disk_only);
 }
 
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
