@@ -413,8 +413,14 @@ void finish_stream(StreamChannel& ch, std::optional<Code> code = std::nullopt,
   Json j = Json::object();
   if (code) {
     Json e = Json::object();
-    e.set("code", connect_code(*code));
-    e.set("message", message);
+    // The sandbox went away mid-stream (killed, failed, its VM gone): `unavailable`, which E2B's
+    // SDK reports as a TimeoutError, as it does when its sandbox is killed mid-request.
+    bool gone = sandbox_gone(code);
+    e.set("code", gone ? "unavailable" : connect_code(*code));
+    e.set("message", gone ? "The sandbox was killed or reached its end of life while the "
+                            "request was in flight (" +
+                                message + ")"
+                          : message);
     j.set("error", e);
   }
   ch.begin();

@@ -284,6 +284,18 @@ test("lifecycle: getInfo, list, setTimeout, metrics, isRunning, pause, connect, 
   await assert.rejects(Sandbox.connect(sbx.sandboxId));
 });
 
+test("a kill mid-command ends the command's stream as E2B's does: a TimeoutError, the sandbox was killed", async () => {
+  const victim = await Sandbox.create();
+  const long = await victim.commands.run("sleep 60", { background: true });
+  const out = [];
+  const streamed = await victim.commands.run("for i in 1 2 3 4 5 6 7 8 9; do echo $i; sleep 1; done",
+    { background: true, onStdout: (d) => out.push(d) });
+  for (let i = 0; i < 100 && out.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+  await victim.kill();
+  for (const h of [long, streamed])
+    await assert.rejects(h.wait(), (e) => e.name === "TimeoutError" && /sandbox was killed/.test(e.message));
+});
+
 test("a wrong key or another tenant's token gets nothing", async () => {
   await assert.rejects(Sandbox.create({ apiKey: "pds_aaaaaaaaaaaa_" + "a".repeat(40) }));
   const sbx = await Sandbox.create();
