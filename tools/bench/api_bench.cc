@@ -421,7 +421,8 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
   } else {
     std::fprintf(stderr,
-                 "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk concurrent-create "
+                 "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk "
+                 "concurrent-create "
                  "net-throughput preview\n");
     return 2;
   }
