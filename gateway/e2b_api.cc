@@ -434,15 +434,13 @@ std::vector<Route> e2b_api_routes() {
               throw ApiError{Code::not_implemented,
                              "only snapshots can be deleted here, not templates"};
             auto target = unwrap(std::move(id));
+            auto all = unwrap(c.gw.rt.snapshots(c.tenant()));
             std::string name;  // given by name: every snapshot taken with it goes
-            for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant())))
+            for (auto& s : all)
               if (s.id == target && s.current && s.id != ref) name = s.name;
-            if (name.empty()) {
-              unwrap(c.gw.rt.delete_snapshot(c.tenant(), target));
-              return no_content();
-            }
-            for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant())))
-              if (s.name == name) unwrap(c.gw.rt.delete_snapshot(c.tenant(), s.id));
+            for (auto& s : all)
+              if (name.empty() ? s.id == target : s.name == name)
+                unwrap(c.gw.rt.delete_snapshot(c.tenant(), s.id));
             return no_content();
           }),
       api(M::POST, "/sandboxes/{id}/fork", "E2B: copies of a running sandbox",
