@@ -72,27 +72,25 @@ std::optional<Account> find_account(const std::string& name) {
   return std::nullopt;
 }
 
-std::string Names::user(uid_t uid) {
-  if (!users_) {
-    users_.emplace();
-    for (auto& f : table("/etc/passwd"))
+namespace {
+// The name of `id` in `file` (/etc/passwd or /etc/group: name, password, id), read into `cache`
+// at the first call; its number when it has none.
+template <typename Id>
+std::string name_in(std::optional<std::map<Id, std::string>>& cache, const char* file, Id id) {
+  if (!cache) {
+    cache.emplace();
+    for (auto& f : table(file))
       if (f.size() >= 3)
-        if (auto id = number<uid_t>(f[2])) users_->emplace(*id, f[0]);
+        if (auto n = number<Id>(f[2])) cache->emplace(*n, f[0]);
   }
-  auto it = users_->find(uid);
-  return it != users_->end() ? it->second : std::to_string(uid);
+  auto it = cache->find(id);
+  return it != cache->end() ? it->second : std::to_string(id);
 }
+}  // namespace
 
-std::string Names::group(gid_t gid) {
-  if (!groups_) {
-    groups_.emplace();
-    for (auto& f : table("/etc/group"))
-      if (f.size() >= 3)
-        if (auto id = number<gid_t>(f[2])) groups_->emplace(*id, f[0]);
-  }
-  auto it = groups_->find(gid);
-  return it != groups_->end() ? it->second : std::to_string(gid);
-}
+std::string Names::user(uid_t uid) { return name_in(users_, "/etc/passwd", uid); }
+
+std::string Names::group(gid_t gid) { return name_in(groups_, "/etc/group", gid); }
 
 void run_as(int argc, char** argv) {
   // argv: agent --run-as UID GID GROUPS PROGRAM ARGV0 [ARGS...]
