@@ -182,10 +182,10 @@ TEST_F(SnapshotTransferTest, LayersThatNameOtherBackingFilesAreRefused) {
   auto fifo = dir_ / "a-fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (auto [layer, backing] : std::vector<std::pair<std::string, std::string>>{
-           {"layer-a.qcow2", fifo.string()},                     // not a template's
+           {"layer-a.qcow2", fifo.string()},                    // not a template's
            {"layer-a.qcow2", "/etc/../etc/base/rootfs.qcow2"},  // not normal
-           {"layer-a.qcow2", "base/rootfs.qcow2"},               // relative
-           {"layer-b.qcow2", "/etc/passwd"},                     // not the layer before
+           {"layer-a.qcow2", "base/rootfs.qcow2"},              // relative
+           {"layer-b.qcow2", "/etc/passwd"},                    // not the layer before
            {"layer-b.qcow2", "layer-b.qcow2"}}) {
     SCOPED_TRACE(layer + " -> " + backing);
     fs::remove_all(dir_ / "bad");
