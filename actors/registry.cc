@@ -681,10 +681,10 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         note_ended(self, s);
       },
       [=](template_atom, std::string name) -> caf::actor { return template_of(self, name); },
-      [=](info_atom, SandboxInfo info) {
-        if (info.status == SandboxStatus::stopped || info.status == SandboxStatus::failed)
-          registry_volumes::detach(self, info.id, info.volumes, "sandbox_ended");
-        put_info(self, std::move(info));
+      [=](info_atom, SandboxInfo info) { put_info(self, std::move(info)); },
+      // A sandbox's VM is gone: its volumes are free (not before: it may still write them).
+      [=](released_atom, SandboxInfo info) {
+        registry_volumes::detach(self, info.id, info.volumes, "sandbox_ended");
       },
       [=](voladmit_atom, std::string tenant, uint64_t size_mib, uint32_t volumes) -> Answer {
         if (auto r = registry_volumes::admit(self, tenant, size_mib, volumes))

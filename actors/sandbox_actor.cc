@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <shared_mutex>
@@ -36,7 +37,7 @@ bool idle_due(const SandboxActorState& st, int64_t now) {
 void maybe_retire(SandboxSelf* self) {
   auto& st = self->state;
   if (st.retired || st.s.status == SandboxStatus::none || st.s.live() || st.persisting ||
-      !st.queue.empty() || st.adopting || st.fork_in_flight)
+      !st.queue.empty() || st.adopting || st.fork_in_flight || st.releasing)
     return;
   st.retired = true;
   caf::anon_send(st.registry, ended_atom::value, st.s);
@@ -50,6 +51,39 @@ void internal(SandboxSelf* self, Command c) {
 }
 
 void report_dead_vm(SandboxSelf* self);
+
+// Whether an event ends the VM (see release_vm).
+bool ends_vm(const Event& e) {
+  return e.kind == Event::Kind::killed || e.kind == Event::Kind::migrated ||
+         e.kind == Event::Kind::failed ||
+         (e.kind == Event::Kind::reaped && e.reap_action != ReapAction::hibernate);
+}
+
+// Destroys the VM (the guest syncs its volumes first, see the worker) and only then lets the
+// registry detach its volumes and answers the kill: a next sandbox that attaches a volume never
+// mounts it while this VM may still write it.
+void release_vm(SandboxSelf* self) {
+  auto& st = self->state;
+  st.handle->cancel_calls();  // commands in flight end now, not when the worker gets there
+  auto released = [self] {
+    auto& st = self->state;
+    st.releasing = false;
+    caf::anon_send(st.registry, released_atom::value, info_of(st.s));
+    Answer a;
+    a.info = info_of(st.s);
+    for (auto& rp : std::exchange(st.after_release, {})) rp.deliver(a);
+    maybe_retire(self);
+  };
+  if (!st.worker) return released();
+  st.releasing = true;
+  self->request(st.worker, deadline::kVmEffect.limit, destroy_atom::value)
+      .then([released](WorkerResult) { released(); },
+            [self, released](const caf::error& e) {
+              spdlog::warn("sandbox {}: destroying its VM: {}", self->state.s.id,
+                           caf::to_string(e));
+              released();
+            });
+}
 
 // The answer for a caller that waited for a transition, now that the sandbox is in a stable state.
 Answer outcome_for(SandboxActorState& st, SandboxActorState::Awaits what) {
@@ -310,8 +344,7 @@ void effect(SandboxSelf* self, const Event& e) {
                      [](std::string m) { return Command{cmd::TransitionFailed{m}}; }),
                   lost);
       } else {
-        st.handle->cancel_calls();
-        caf::anon_send(st.worker, destroy_atom::value);
+        release_vm(self);
       }
       break;
     case Event::Kind::egress_changed:
@@ -331,8 +364,7 @@ void effect(SandboxSelf* self, const Event& e) {
     case Event::Kind::killed:
     case Event::Kind::migrated:  // (its hibernation was copied to the other host)
     case Event::Kind::failed:
-      st.handle->cancel_calls();  // commands in flight end now, not when the worker gets there
-      caf::anon_send(st.worker, destroy_atom::value);
+      release_vm(self);
       if (fs::exists(st.env->hibernated_dir(st.s.id)))
         vmm::remove_snapshot(st.env->hibernated_dir(st.s.id),
                              st.env->disk_twin(st.env->hibernated_dir(st.s.id)));
@@ -450,6 +482,8 @@ void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
              : std::holds_alternative<cmd::Wake>(st.current)      ? A::wake
                                                                   : A::create;
     st.waiting.emplace_back(what, rp);
+  } else if (std::any_of(events.begin(), events.end(), ends_vm)) {
+    st.after_release.push_back(rp);  // answered once the VM is gone (release_vm)
   } else {
     Answer a;
     a.info = info_of(st.s);

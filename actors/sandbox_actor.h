@@ -51,6 +51,10 @@ struct SandboxActorState {
   // A fork's snapshot and children are being made: a sandbox killed meanwhile stays until they
   // are (its children are killed then, its fork snapshot dropped), never leaving them unknown.
   bool fork_in_flight = false;
+  // The VM is being destroyed (a kill, a failure, a move): the callers of the kill hear of it,
+  // and the registry lets the volumes go, only once it is gone (its last writes reached them).
+  bool releasing = false;
+  std::vector<caf::response_promise> after_release;
 };
 
 using SandboxSelf = caf::stateful_actor<SandboxActorState>;

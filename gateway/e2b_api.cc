@@ -232,9 +232,11 @@ HttpReply create(Call& c) {
       req.network = false;
   }
   auto created = rt.create(req);
+  // Not a template (none of that name, or not a template's name: "TENANT/name:default"): a
+  // snapshot's name then; the first error stands when there is no such snapshot either.
   if (!created && !snapshot_ref &&
       (created.error().code == Code::template_not_found ||
-       created.error().message.rfind("template names", 0) == 0)) {
+       created.error().code == Code::invalid_argument)) {
     req.template_name.clear();
     req.from_snapshot = tpl;
     auto named = rt.create(req);

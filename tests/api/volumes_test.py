@@ -139,10 +139,15 @@ class VolumeTest(unittest.TestCase):
         reader = self.sandbox({"volume": copy["id"], "mount": "/data"})
         self.assertEqual(self.sh(reader, "cat /data/f"), "before\n")
         # A graceful kill writes the guest's volume pages out too (#20): the next holder sees them.
-        self.sh(reader, "echo unsynced > /data/g")
-        self.api.call("DELETE", f"/v1/sandboxes/{reader}")
+        # Enough unsynced pages that the guest's sync takes a while: the kill answers, and the
+        # volume is free, only once the VM is gone (a next holder never mounts it mid-write).
+        digest = self.sh(reader, "head -c 12M /dev/urandom > /data/g && md5sum < /data/g")
+        qemu = harness.qemu_pid(self.state, reader)
+        self.assertIsNotNone(qemu)
+        self.assertEqual(self.api.call("DELETE", f"/v1/sandboxes/{reader}")[0], 200)
+        self.assertFalse(os.path.exists(f"/proc/{qemu}"), "the kill answered before its VM ended")
         reader = self.sandbox({"volume": copy["id"], "mount": "/data"})
-        self.assertEqual(self.sh(reader, "cat /data/g"), "unsynced\n")
+        self.assertEqual(self.sh(reader, "md5sum < /data/g"), digest)
         self.api.call("DELETE", f"/v1/sandboxes/{reader}")
         self.assertEqual(self.api.call("DELETE", f"/v1/volumes/{copy['id']}")[0], 204)
         self.assertEqual(self.api.call("POST", f"/v1/sandboxes/{sid}/wake", {})[0], 200)
