@@ -6,7 +6,7 @@ PACKAGES=(
   libcaf-dev librocksdb-dev capnproto libcapnp-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libssl-dev zlib1g-dev openssl curl
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio xz-utils kmod
-  iproute2 nftables libnftables-dev python3 python3-httpx nodejs
+  iproute2 nftables libnftables-dev python3 python3-httpx python3-venv nodejs
   postgresql-client python3-psycopg2 clang libclang-rt-14-dev
   etcd-server etcd-client
   chromium fonts-dejavu-core

@@ -23,7 +23,7 @@ from ._models import (CodeError, CodeResult, DatabaseBackup, DatabaseInfo, ExecE
                       BuildProgress, TemplateInfo)
 from ._sync import Database, Sandbox, Template, Volume
 
-__version__ = "0.2.0"
+__version__ = "0.2.0"  # (sdk/python/pyproject.toml says the same)
 __all__ = [
     "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "SandboxInfo", "FileInfo", "FileEvent",
     "ProcessInfo", "PandaStackError", "InvalidArgument", "InvalidCwd", "CommandNotFound",

@@ -22,6 +22,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "tests", "api"))
 import harness as api_test  # noqa: E402  (the daemon launcher of the API tests)
 import pandastack  # noqa: E402
 from pandastack import AsyncSandbox, Sandbox  # noqa: E402
+from test_tools import AsyncToolkitTest, PackagingTest, ToolkitTest  # noqa: E402  (toolkit)
+
+# Run as this module's tests: under its daemon (setUpModule), not a module of their own.
+ToolkitTest.__module__ = AsyncToolkitTest.__module__ = PackagingTest.__module__ = __name__
 
 
 def guest_count(sbx, marker):
