@@ -1,10 +1,9 @@
 // @pandastack/sdk against a real daemon (PANDASTACKD, PANDASTACK_IMAGES): `node --test test/`.
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
+import { useDaemon } from "./daemon.mjs";
 import {
   Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
   UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
@@ -12,30 +11,7 @@ import {
   Template, TemplateBuildFailedError, TemplateNotFoundError, ExceedsTemplateError,
 } from "../src/index.js";
 
-let daemon, base;
-
-before(async () => {
-  base = mkdtempSync("/dev/shm/pst-ts-");
-  const images = process.env.PANDASTACK_IMAGES ?? join(process.cwd(), "../../var/images");
-  daemon = spawn(process.env.PANDASTACKD, [
-    "--data", join(base, "data"), "--state-dir", join(base, "state"), "--images", images,
-    "--listen", "127.0.0.1:0", "--rpc-listen", "127.0.0.1:0", "--accel", "tcg", "--network", "off",
-  ], { stdio: ["ignore", "pipe", "ignore"] });
-  const lines = createInterface({ input: daemon.stdout });
-  for await (const line of lines) {
-    const t = line.trim();
-    if (t.startsWith("URL:")) process.env.PANDASTACK_BASE_URL = t.split(/\s+/)[1];
-    if (t.startsWith("API key:")) process.env.PANDASTACK_API_KEY = t.split(/\s+/)[2];
-    if (t.startsWith("(key file")) break;
-  }
-});
-
-after(async () => {
-  const exited = new Promise((r) => daemon.on("exit", r));
-  daemon.kill("SIGTERM");
-  assert.equal(await exited, 0);
-  rmSync(base, { recursive: true, force: true });
-});
+useDaemon();
 
 async function guestCount(sbx, marker) {
   const r = await sbx.exec(`cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[${marker[0]}]${marker.slice(1)}'`);

@@ -98,3 +98,17 @@ export async function usage(): Promise<string> {
   }
   return `${r.stdout}${entries.length}${kids.length}${all.length}${sbx.state}${t}`;
 }
+
+// The agent toolkit's declarations.
+import { Toolkit, TOOL_NAMES, type AnthropicTool, type ToolRun } from "../src/tools.js";
+async function toolkitUsage(): Promise<string> {
+  const kit = new Toolkit({ template: "code-interpreter", tools: ["run_python"], perCall: false, maxOutputChars: 2000 });
+  const tools: AnthropicTool[] = kit.anthropic();
+  const fn = kit.openai()[0].function.parameters.required;
+  const r: ToolRun = await kit.run("run_python", { code: "1 + 1", timeout_seconds: null });
+  const blocks = await kit.callAnthropic([{ type: "tool_use", id: "t1", name: "run_python", input: { code: "2" } }]);
+  const msgs = await kit.callOpenai([{ id: "c1", function: { name: "run_python", arguments: "{}" } }]);
+  await kit.close();
+  return `${tools.length} ${fn.length} ${r.text} ${blocks[0].tool_use_id} ${msgs[0].content} ${TOOL_NAMES.join()}`;
+}
+void toolkitUsage;
