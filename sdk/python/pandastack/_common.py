@@ -41,7 +41,7 @@ def config(api_key: Optional[str], base_url: Optional[str]) -> Tuple[str, str]:
 
 
 def headers(key: str) -> Dict[str, str]:
-    return {"Authorization": f"Bearer {key}", "User-Agent": "pandastack-python/0.1"}
+    return {"Authorization": f"Bearer {key}", "User-Agent": "pandastack-python/0.2"}
 
 
 def code_body(code: str, context: Optional[str], env: Optional[Mapping[str, str]],

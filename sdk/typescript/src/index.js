@@ -149,7 +149,7 @@ class Http {
   constructor(opts) {
     const { apiKey, baseUrl } = config(opts);
     this.baseUrl = baseUrl;
-    this.headers = { Authorization: `Bearer ${apiKey}`, "User-Agent": "pandastack-js/0.1" };
+    this.headers = { Authorization: `Bearer ${apiKey}`, "User-Agent": "pandastack-js/0.2" };
   }
 
   async call(method, path, { json, body, query, signal } = {}) {

@@ -127,10 +127,10 @@ test("the OpenAI Agents SDK: a scripted model's function call runs in the sandbo
   }
 });
 
-test("docs/api.md's AI SDK agent runs as written (a scripted @ai-sdk/anthropic)", async () => {
+test("the README's AI SDK agent runs as written (a scripted @ai-sdk/anthropic)", async () => {
   const { readFileSync } = await import("node:fs");
   const { spawnSync } = await import("node:child_process");
-  const doc = readFileSync(join(here, "../../../docs/api.md"), "utf8");
+  const doc = readFileSync(join(here, "../../../README.md"), "utf8");
   const block = doc.split("<!-- ai-sdk-agent -->\n")[1].split("<!-- /ai-sdk-agent -->")[0].split("```js\n")[1].split("```")[0];
   const code = block.replace('"@ai-sdk/anthropic"', JSON.stringify(new URL("./fakes/ai-sdk-anthropic.mjs", import.meta.url).href));
   assert.notEqual(code, block);
@@ -138,4 +138,30 @@ test("docs/api.md's AI SDK agent runs as written (a scripted @ai-sdk/anthropic)"
   const r = spawnSync(process.execPath, ["--input-type=module", "-e", code], { cwd: join(here, ".."), encoding: "utf8", timeout: 600_000 });
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout, "The 20th Fibonacci number is 6765.\n");
+});
+
+test("npm pack: the package installs and imports in a fresh folder (offline: no dependencies)", async () => {
+  const { mkdtempSync, writeFileSync, readdirSync, rmSync } = await import("node:fs");
+  const { execFileSync: run } = await import("node:child_process");
+  const dir = mkdtempSync("/var/tmp/pst-npm-");
+  try {
+    const npm = (args, cwd) => run("npm", [...args, "--no-audit", "--no-fund", "--loglevel=error"], { cwd, encoding: "utf8" });
+    npm(["pack", "--pack-destination", dir], join(here, ".."));
+    const tgz = readdirSync(dir).find((f) => f.endsWith(".tgz"));
+    assert.match(tgz, /^pandastack-sdk-\d+\.\d+\.\d+\.tgz$/);
+    const app = join(dir, "app");
+    run("mkdir", [app]);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+    npm(["install", "--offline", join(dir, tgz)], app);
+    const out = run(process.execPath, ["--input-type=module", "-e",
+      "const sdk = await import('@pandastack/sdk'); const tools = await import('@pandastack/sdk/tools');" +
+      "const kit = new tools.Toolkit(); console.log(typeof sdk.Sandbox.create, kit.anthropic().length, tools.TOOL_NAMES.join(','));"],
+    { cwd: app, encoding: "utf8" });
+    assert.equal(out, "function 5 run_python,run_command,read_file,write_file,list_files\n");
+    const files = run("tar", ["tzf", join(dir, tgz)], { encoding: "utf8" }).split("\n").filter(Boolean).sort();
+    assert.deepEqual(files, ["package/CHANGELOG.md", "package/README.md", "package/package.json", "package/src/index.d.ts",
+      "package/src/index.js", "package/src/tools.d.ts", "package/src/tools.js"]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
