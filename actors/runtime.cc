@@ -454,14 +454,20 @@ Reply<std::string> Runtime::snapshot(const std::string& tenant, const std::strin
                                [](const Answer& a) { return a.text; });
 }
 
-Reply<std::string> Runtime::resolve_snapshot(const std::string& tenant, const std::string& ref) {
+const SnapshotInfo* find_snapshot(const std::vector<SnapshotInfo>& all, const std::string& tenant,
+                                  const std::string& ref) {
   std::string r = ref;
   if (r.size() > 8 && r.compare(r.size() - 8, 8, ":default") == 0) r.resize(r.size() - 8);
   if (r.rfind(tenant + "/", 0) == 0) r = r.substr(tenant.size() + 1);
+  for (auto& s : all)
+    if (s.id == r || (s.current && s.name == r)) return &s;
+  return nullptr;
+}
+
+Reply<std::string> Runtime::resolve_snapshot(const std::string& tenant, const std::string& ref) {
   auto all = snapshots(tenant);
   if (!all) return all.error();
-  for (auto& s : *all)
-    if (s.id == r || (s.current && s.name == r)) return s.id;
+  if (auto* s = find_snapshot(*all, tenant, ref)) return s->id;
   return Rejection{Code::snapshot_not_found, "no snapshot '" + ref + "'"};
 }
 

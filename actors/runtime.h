@@ -255,6 +255,12 @@ struct SnapshotInfo {
   uint64_t memory_bytes = 0;  // of which host memory (the RAM file, on tmpfs)
 };
 
+// The snapshot of `all` (`tenant`'s, Runtime::snapshots) that `ref` names: its id, or its name
+// as `name`, `TENANT/name`, `name:default` or `TENANT/name:default` (the newest snapshot taken
+// with that name; an id may carry `:default` too). Null when none does.
+const SnapshotInfo* find_snapshot(const std::vector<SnapshotInfo>& all, const std::string& tenant,
+                                  const std::string& ref);
+
 // One entry of the audit log.
 struct AuditEvent {
   std::string stream;       // the entity (sandbox id)
@@ -438,9 +444,8 @@ class Runtime {
   // taken with it (an older one keeps its id).
   Reply<std::string> snapshot(const std::string& tenant, const std::string& id,
                               const std::string& name = "");
-  // The id of the tenant's snapshot `ref` names: its id, or its name as `name`, `TENANT/name`,
-  // `name:default` or `TENANT/name:default` (the newest snapshot taken with that name); an id
-  // may carry `:default` too. snapshot_not_found when there is none.
+  // The id of the tenant's snapshot `ref` names (find_snapshot over snapshots(tenant));
+  // snapshot_not_found when there is none. (A caller that lists them anyway: find_snapshot.)
   Reply<std::string> resolve_snapshot(const std::string& tenant, const std::string& ref);
   // Deletes one of the tenant's named snapshots (whatever state the sandbox that took it is in):
   // recorded on that sandbox (`snapshot-deleted`), then its files are removed. Creates from it

@@ -159,9 +159,9 @@ HttpReply list_snapshots(Call& c) {
   std::reverse(all.begin(), all.end());
   std::string want;  // the id `name` stands for
   if (!name.empty()) {
-    auto id = c.gw.rt.resolve_snapshot(c.tenant(), name);
-    if (!id) return json_reply(200, Json::array());
-    want = *id;
+    auto* named = actors::find_snapshot(all, c.tenant(), name);
+    if (!named) return json_reply(200, Json::array());
+    want = named->id;
   }
   auto after = c.r.q("nextToken").value_or("");
   bool skipping = !after.empty();
@@ -430,16 +430,15 @@ std::vector<Route> e2b_api_routes() {
           "template with its builds)",
           [](Call& c) {
             const std::string& ref = c.r.param("snapshot");
-            auto id = c.gw.rt.resolve_snapshot(c.tenant(), ref);
-            if (!id && id.error().code == Code::snapshot_not_found &&
-                ref.find('/') == std::string::npos && ref.rfind("snap_", 0) != 0)
+            auto all = unwrap(c.gw.rt.snapshots(c.tenant()));
+            auto* found = actors::find_snapshot(all, c.tenant(), ref);
+            if (!found && ref.find('/') == std::string::npos && ref.rfind("snap_", 0) != 0)
               throw ApiError{Code::not_implemented,
                              "only snapshots can be deleted here, not templates"};
-            auto target = unwrap(std::move(id));
-            auto all = unwrap(c.gw.rt.snapshots(c.tenant()));
+            if (!found) throw ApiError{Code::snapshot_not_found, "no snapshot '" + ref + "'"};
+            const std::string target = found->id;
             std::string name;  // given by name: every snapshot taken with it goes
-            for (auto& s : all)
-              if (s.id == target && s.current && s.id != ref) name = s.name;
+            if (found->current && found->id != ref) name = found->name;
             for (auto& s : all)
               if (name.empty() ? s.id == target : s.name == name)
                 unwrap(c.gw.rt.delete_snapshot(c.tenant(), s.id));

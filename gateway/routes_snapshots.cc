@@ -47,18 +47,20 @@ std::vector<Route> snapshot_routes() {
             [](Call& c) {
               auto all = unwrap(c.gw.rt.snapshots(c.tenant()));
               if (auto name = c.r.q("name")) {
-                auto id = c.gw.rt.resolve_snapshot(c.tenant(), *name);
-                std::erase_if(all, [&](auto& s) { return !id || s.id != *id; });
+                auto* named = actors::find_snapshot(all, c.tenant(), *name);
+                std::string id = named ? named->id : "";
+                std::erase_if(all, [&](auto& s) { return s.id != id; });
               }
               return list_reply("snapshots", all, snapshot_json);
             },
             {"name"}),
       route(M::GET, "/v1/snapshots/{snapshot_id}", "One snapshot",
             [](Call& c) {
-              auto snap = snapshot_param(c);
-              for (auto& s : unwrap(c.gw.rt.snapshots(c.tenant())))
-                if (s.id == snap) return json_reply(200, snapshot_json(s));
-              throw ApiError{Code::snapshot_not_found, "no snapshot " + snap};
+              const std::string& ref = c.r.param("snapshot_id");
+              auto all = unwrap(c.gw.rt.snapshots(c.tenant()));
+              if (auto* s = actors::find_snapshot(all, c.tenant(), ref))
+                return json_reply(200, snapshot_json(*s));
+              throw ApiError{Code::snapshot_not_found, "no snapshot " + ref.substr(0, 160)};
             }),
       route(M::DELETE, "/v1/snapshots/{snapshot_id}",
             "Delete a snapshot (creates from it are refused afterwards)",

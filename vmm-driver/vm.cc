@@ -559,45 +559,46 @@ Status Vm::wait_agent(steady_clock::time_point deadline) {
   }
 }
 
-Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
+Result<std::unique_ptr<Vm>> Vm::cold_boot(IoThread& io, const Snapshot* disk_of,
+                                           VmConfig config) {
   for (auto* p : {&config.kernel, &config.initramfs, &config.rootfs})
     if (!fs::exists(*p))
       return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
   std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
   auto started = steady_clock::now();
   auto deadline = started + vm->config_.boot_timeout;
-  auto prepared = vm->prepare(nullptr);
+  // (On a snapshot's disk: its chain checked, the template's root under its layers.)
+  auto prepared = vm->prepare(disk_of);
   if (!prepared) return prepared.error();  // ~Vm removes the run dir
   auto spawned = vm->spawn(qemu_args(vm->config_), deadline);
   if (!spawned) return spawned.error();
   auto attached = vm->wait_agent(deadline);
   if (!attached) return attached.error();
   vm->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
-  spdlog::info("vm {}: booted in {} ms (accel={}, pid={})", vm->config_.name,
-               vm->boot_time_.count() / 1000, to_string(vm->config_.accel), vm->pid_);
+  return vm;
+}
+
+Result<std::unique_ptr<Vm>> Vm::boot(IoThread& io, VmConfig config) {
+  auto vm = cold_boot(io, nullptr, std::move(config));
+  if (!vm) return vm.error();
+  auto& v = **vm;
+  spdlog::info("vm {}: booted in {} ms (accel={}, pid={})", v.config_.name,
+               v.boot_time_.count() / 1000, to_string(v.config_.accel), v.pid_);
   return vm;
 }
 
 Result<std::unique_ptr<Vm>> Vm::boot_on(IoThread& io, const Snapshot& snap, VmConfig config) {
-  for (auto* p : {&config.kernel, &config.initramfs, &config.rootfs})
-    if (!fs::exists(*p))
-      return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
-  std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
   auto started = steady_clock::now();
-  auto deadline = started + vm->config_.boot_timeout;
-  auto prepared = vm->prepare(&snap);  // (the chain checked: the template's root under layers)
-  if (!prepared) return prepared.error();
-  auto spawned = vm->spawn(qemu_args(vm->config_), deadline);
-  if (!spawned) return spawned.error();
-  auto attached = vm->wait_agent(deadline);
-  if (!attached) return attached.error();
-  auto own = vm->personalize();
+  auto vm = cold_boot(io, &snap, std::move(config));
+  if (!vm) return vm.error();
+  auto& v = **vm;
+  auto own = v.personalize();
   if (!own) return own.error();
-  vm->boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
-  spdlog::info("vm {}: booted on the disk of {} in {} ms (pid={})", vm->config_.name,
-               snap.dir.string(), vm->boot_time_.count() / 1000, vm->pid_);
-  if (!vm->config_.die_with_parent) {
-    auto saved = vm->save_record();
+  v.boot_time_ = duration_cast<microseconds>(steady_clock::now() - started);
+  spdlog::info("vm {}: booted on the disk of {} in {} ms (pid={})", v.config_.name,
+               snap.dir.string(), v.boot_time_.count() / 1000, v.pid_);
+  if (!v.config_.die_with_parent) {
+    auto saved = v.save_record();
     if (!saved) return saved.error();
   }
   return vm;

@@ -247,6 +247,10 @@ class Vm {
   void attach_network(std::shared_ptr<Network> network) { config_.network = std::move(network); }
 
  private:
+  // boot and boot_on: QEMU started on `config`'s kernel and disks (`disk_of`: on the layers of
+  // that snapshot instead of the template's root alone) until its agent answers.
+  static Result<std::unique_ptr<Vm>> cold_boot(IoThread& io, const Snapshot* disk_of,
+                                               VmConfig config);
   Vm(IoThread& io, VmConfig config);
   void kill_qemu();
   void kill_and_clean();
