@@ -1,5 +1,5 @@
 // Create a sandbox, run code, read a file back (Node >= 18). PANDASTACK_API_KEY must be set.
-import { Sandbox } from "../sdk/typescript/src/index.js";
+import { Sandbox } from "../sdk/typescript/dist/index.js";  // (built: sdk/typescript/build.sh)
 
 const sbx = await Sandbox.create();
 try {

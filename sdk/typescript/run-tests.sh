@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The TypeScript SDK's checks: the declarations type-check under tsc --strict (test/usage.ts), and
-# the runtime tests pass against a daemon (PANDASTACKD). Dev tools come from npm (package-lock.json).
+# The TypeScript SDK's checks: the package builds (build.sh: tsc to dist/), its emitted
+# declarations type-check a usage file under --strict (test/usage.ts), and the runtime tests pass
+# against a daemon (PANDASTACKD). Dev tools come from npm (package-lock.json).
 set -euo pipefail
 cd "$(dirname "$0")"
-[[ -x node_modules/.bin/tsc ]] || npm ci --no-audit --no-fund --loglevel=error
+./build.sh
 node_modules/.bin/tsc -p tsconfig.json
 # The usual report on stdout, the per-case watchdog (tests/support/watchdog-reporter.mjs) on stderr.
 exec node --test --test-reporter=spec --test-reporter-destination=stdout \

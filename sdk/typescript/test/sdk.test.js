@@ -9,7 +9,7 @@ import {
   UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
   VolumeAttachedError, VolumeNotFoundError, Database, DatabaseNotFoundError, BackupNotFoundError, ConflictError,
   Template, TemplateBuildFailedError, TemplateNotFoundError, ExceedsTemplateError,
-} from "../src/index.js";
+} from "../dist/index.js";
 
 useDaemon();
 
@@ -145,7 +145,7 @@ test("bytes in, exact errors, files helpers, long commands", async () => {
   const {
     TemplateNotFoundError, SnapshotNotFoundError, IsADirectoryError, CommandNotFoundError,
     InvalidCwdError,
-  } = await import("../src/index.js");
+  } = await import("../dist/index.js");
   const sbx = await Sandbox.create();
   try {
     // Binary stdin arrives unchanged; a fractional timeout rounds up.

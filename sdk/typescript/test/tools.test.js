@@ -8,8 +8,8 @@ import { execFileSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { useDaemon } from "./daemon.mjs";
-import { Sandbox } from "../src/index.js";
-import { Toolkit, TOOL_NAMES } from "../src/tools.js";
+import { Sandbox } from "../dist/index.js";
+import { Toolkit, TOOL_NAMES } from "../dist/tools.js";
 
 useDaemon();
 const here = dirname(fileURLToPath(import.meta.url));
@@ -159,8 +159,8 @@ test("npm pack: the package installs and imports in a fresh folder (offline: no 
     { cwd: app, encoding: "utf8" });
     assert.equal(out, "function 5 run_python,run_command,read_file,write_file,list_files\n");
     const files = run("tar", ["tzf", join(dir, tgz)], { encoding: "utf8" }).split("\n").filter(Boolean).sort();
-    assert.deepEqual(files, ["package/CHANGELOG.md", "package/README.md", "package/package.json", "package/src/index.d.ts",
-      "package/src/index.js", "package/src/tools.d.ts", "package/src/tools.js"]);
+    assert.deepEqual(files, ["package/CHANGELOG.md", "package/README.md", "package/package.json", "package/dist/index.d.ts",
+      "package/dist/index.js", "package/dist/tools.d.ts", "package/dist/tools.js"]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -4,7 +4,7 @@ import { Execution,
   Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type PreviewInfo, type MetricSample, type SandboxInfo,
   type VolumeInfo, Database, type DatabaseInfo, type DatabaseBackup, type VolumeSnapshotInfo,
   Template, TemplateBuildFailedError, type TemplateInfo, type BuildProgress,
-} from "../src/index.js";
+} from "../dist/index.js";
 
 export async function templates(): Promise<string> {
   const seen: BuildProgress[] = [];
@@ -100,7 +100,7 @@ export async function usage(): Promise<string> {
 }
 
 // The agent toolkit's declarations.
-import { Toolkit, TOOL_NAMES, type AnthropicTool, type ToolRun } from "../src/tools.js";
+import { Toolkit, TOOL_NAMES, type AnthropicTool, type ToolRun } from "../dist/tools.js";
 async function toolkitUsage(): Promise<string> {
   const kit = new Toolkit({ template: "code-interpreter", tools: ["run_python"], perCall: false, maxOutputChars: 2000 });
   const tools: AnthropicTool[] = kit.anthropic();
