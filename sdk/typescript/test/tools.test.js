@@ -159,8 +159,9 @@ test("npm pack: the package installs and imports in a fresh folder (offline: no 
     { cwd: app, encoding: "utf8" });
     assert.equal(out, "function 5 run_python,run_command,read_file,write_file,list_files\n");
     const files = run("tar", ["tzf", join(dir, tgz)], { encoding: "utf8" }).split("\n").filter(Boolean).sort();
-    assert.deepEqual(files, ["package/CHANGELOG.md", "package/README.md", "package/package.json", "package/dist/index.d.ts",
-      "package/dist/index.js", "package/dist/tools.d.ts", "package/dist/tools.js"]);
+    const modules = ["error_codes", "errors", "http", "index", "resources", "sandbox", "tools", "types"];
+    assert.deepEqual(files, ["package/CHANGELOG.md", "package/README.md",
+      ...modules.flatMap((m) => [`package/dist/${m}.d.ts`, `package/dist/${m}.js`]), "package/package.json"]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

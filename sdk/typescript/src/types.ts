@@ -1,0 +1,312 @@
+// The SDK's public types: options, and what the API's answers become (camelCase).
+import type { Volume } from "./resources.js";
+
+export interface ClientOptions {
+  /** Defaults to the PANDASTACK_API_KEY environment variable (keys start with "pds_"). */
+  apiKey?: string;
+  /** Defaults to PANDASTACK_BASE_URL, then http://127.0.0.1:7070. */
+  baseUrl?: string;
+}
+
+export interface CreateOptions extends ClientOptions {
+  template?: string;
+  ttlSeconds?: number;
+  metadata?: Record<string, string>;
+  persistent?: boolean;
+  autoWake?: boolean;
+  fromSnapshot?: string;
+  /** false: no network at all (default: the daemon's setting). */
+  network?: boolean;
+  /** The egress policy (default: the daemon's); with only `allow`, an allowlist. */
+  egress?: EgressMode;
+  /** IPv4 addresses or CIDRs the sandbox may reach (allowlist). */
+  allow?: string[];
+  /** Seconds without a command, file or process call, stream or running background process
+   * after which `onTimeout` happens (default: no idle timeout). */
+  idleTimeoutSeconds?: number;
+  /** What the TTL or the idle timeout does (default: "hibernate" when persistent, else "kill"). */
+  onTimeout?: "kill" | "hibernate";
+  /** Volumes to attach, mounted when create returns (at most 4). */
+  volumes?: VolumeMount[];
+  /** A sandbox has its template's shape (baked into its snapshot): asking for more memory or
+   * vCPUs than that throws ExceedsTemplateError. */
+  memoryMib?: number;
+  vcpus?: number;
+}
+
+export interface VolumeMount {
+  volume: string | Volume;
+  mount: string;
+  readOnly?: boolean;
+}
+
+export interface VolumeInfo {
+  id: string;
+  name: string;
+  status: "available" | "deleted";
+  sizeMib: number;
+  createdAtMs: number;
+  metadata: Record<string, string>;
+  attachments: { sandbox: string; mount: string; readOnly: boolean }[];
+  snapshots: VolumeSnapshotInfo[];
+  /** "" (made empty), or what it is a copy of: "fork:<sandbox>:<volume>", "snapshot:<snapshot>:<volume>",
+   * "volume-snapshot:<vsnap>:<volume>". */
+  origin: string;
+}
+
+/** A point-in-time copy of a volume. */
+export interface VolumeSnapshotInfo {
+  id: string;
+  volume: string;
+  sizeMib: number;
+  createdAtMs: number;
+}
+
+export interface VolumeCreateOptions extends ClientOptions {
+  /** Required unless fromSnapshot is given (then: at least the snapshot's size; default its size). */
+  sizeMib?: number;
+  fromSnapshot?: string | VolumeSnapshotInfo;
+  name?: string;
+  metadata?: Record<string, string>;
+}
+
+/** A volume: data that outlives sandboxes, attached at a sandbox's create. */
+export interface TemplateInfo {
+  name: string;
+  kind: "shipped" | "custom";
+  status: "building" | "ready" | "failed";
+  from: string;
+  packages: string[];
+  run: string[];
+  env: Record<string, string>;
+  buildMs: number;
+  sizeBytes: number;
+  error: string;
+  logTail: string;
+  /** its sandboxes' shape */
+  memoryMib: number;
+  vcpus: number;
+}
+
+export interface BuildProgress {
+  stage: string;
+  percent: number;
+  /** a line of the build's log ("" for a stage change) */
+  line: string;
+}
+
+export interface TemplateBuildOptions extends ClientOptions {
+  from?: string;
+  packages?: string[];
+  files?: Record<string, string>;
+  run?: string[];
+  env?: Record<string, string>;
+  network?: boolean;
+  /** Every sandbox of it gets this shape (default: the host's). */
+  memoryMib?: number;
+  vcpus?: number;
+  onProgress?: (p: BuildProgress) => void;
+}
+
+export type EgressMode = "deny_all" | "allow_all" | "allowlist";
+
+/** An exposed guest port; hostPort/address are null while the sandbox is not running. */
+export interface PortInfo {
+  port: number;
+  host: string;
+  hostPort: number | null;
+  address: string | null;
+}
+
+/** One sample of a sandbox's resource use (the host's view of its VM). */
+export interface MetricSample {
+  timestampMs: number;
+  /** Of its vCPUs, over the interval before the sample. */
+  cpuUsedPct: number;
+  cpuCount: number;
+  /** The VM's resident memory on the host (the guest RAM it touched). */
+  memUsedBytes: number;
+  memTotalBytes: number;
+  /** What its writable disk layer holds on the host (its writes). */
+  diskUsedBytes: number;
+  diskTotalBytes: number;
+}
+
+/** A guest port served at a preview URL of the daemon. */
+export interface PreviewInfo {
+  port: number;
+  /** Host-based: http://PORT-ID.DOMAIN/?token=... (no token when public). */
+  url: string;
+  /** Path-based, at the API's own address: .../v1/sandboxes/ID/previews/PORT/?token=... */
+  pathUrl: string;
+  token: string | null;
+  public: boolean;
+  createdAtMs: number;
+  expiresAtMs: number;
+}
+
+export interface Egress {
+  mode: EgressMode;
+  cidrs: string[];
+  domains: string[];
+}
+
+export interface ListOptions extends ClientOptions {
+  state?: SandboxState;
+  metadata?: Record<string, string>;
+}
+
+export type SandboxState =
+  | "creating" | "running" | "snapshotting" | "forking" | "hibernating" | "hibernated"
+  | "waking" | "stopped" | "failed";
+
+export interface SandboxInfo {
+  id: string;
+  template: string;
+  state: SandboxState;
+  createdAtMs: number;
+  expiresAtMs: number;
+  persistent: boolean;
+  metadata: Record<string, string>;
+  parent: string | null;
+  snapshots: string[];
+  network: boolean;
+  egress: Egress | null;
+  autoWake: boolean;
+  ttlSeconds: number;
+  idleTimeoutSeconds: number;
+  onTimeout: "kill" | "hibernate";
+  volumes: { volume: string; mount: string; readOnly: boolean }[];
+  /** its guest's shape: its template's */
+  memoryMib: number;
+  vcpus: number;
+}
+
+export interface ExecOptions {
+  timeoutSeconds?: number;
+  env?: Record<string, string>;
+  cwd?: string;
+  /** Text, or bytes (sent as base64: binary stdin arrives unchanged). */
+  stdin?: string | Uint8Array;
+  /** Aborting kills the command in the guest. */
+  signal?: AbortSignal;
+}
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  stdoutBytes: Buffer;
+  stderrBytes: Buffer;
+  exitCode: number;
+  timedOut: boolean;
+  durationMs: number;
+  /** More output than the 16 MiB kept of each stream. */
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+}
+
+export type ExecEvent =
+  | { kind: "stdout" | "stderr"; data: Buffer; text: string }
+  | { kind: "exit"; exitCode: number; timedOut: boolean; durationMs: number }
+  | { kind: "error"; code: string; message: string };
+
+export interface FileInfo {
+  name: string;
+  type: "file" | "directory" | "symlink" | "other";
+  size: number;
+  mode: number;
+  mtimeMs: number;
+  isDir: boolean;
+}
+
+export interface ProcessInfo {
+  pid: number;
+  command: string;
+  running: boolean;
+  exitCode: number;
+  startedAtMs: number;
+}
+
+export interface FileChange {
+  type: "create" | "write" | "remove" | "rename" | "chmod" | "overflow";
+  /** Relative to the watched folder ("" for overflow). */
+  name: string;
+  path: string;
+  isDir: boolean;
+}
+
+export interface FileWatch extends AsyncIterable<FileChange> {
+  stop(): void;
+}
+
+export interface CodeResult {
+  /** The value's repr. */
+  text: string;
+  /** For a dict or list. */
+  json?: unknown;
+  /** A matplotlib figure (PNG bytes). */
+  png?: Buffer;
+  /** The last expression's value (figures are not). */
+  isMainResult: boolean;
+}
+
+export interface Execution {
+  stdout: string;
+  stderr: string;
+  results: CodeResult[];
+  /** The main result's text. */
+  text?: string;
+  /** The exception the code raised (the context lives on). */
+  error?: { name: string; value: string; traceback: string };
+  executionCount: number;
+  timedOut: boolean;
+}
+
+export interface RunCodeOptions {
+  /** A context id from createCodeContext (default: "default"). */
+  context?: string;
+  /** Environment variables for this run only. */
+  env?: Record<string, string>;
+  timeoutSeconds?: number;
+}
+
+export interface SnapshotInfo {
+  id: string;
+  sandbox: string;
+  template: string;
+  createdAtMs: number;
+  /** Host storage it holds (RAM file and disk layers); memoryBytes of it is host RAM. */
+  sizeBytes: number;
+  memoryBytes: number;
+}
+
+export interface DatabaseInfo {
+  id: string;
+  name: string;
+  /** Its sandbox's real state (failed: failureReason / failure_reason says why). */
+  status: "running" | "hibernated" | "starting" | "failed" | "deleted";
+  failureReason: string;
+  /** Where it listens on the host while it runs ("" / 0 while hibernated). */
+  host: string;
+  port: number;
+  user: string;
+  database: string;
+  /** postgresql://user[:password]@host:port/database: the password only after create and rotatePassword. */
+  connectionUri: string;
+  password: string;
+  sandbox: string;
+  volume: string;
+  createdAtMs: number;
+  metadata: Record<string, string>;
+  backups: DatabaseBackup[];
+  /** create with fromBackup: the backup restored. */
+  restoredFrom: string;
+}
+
+/** A backup of a database: pg_dump (custom format) kept on the host, deleted with the database. */
+export interface DatabaseBackup {
+  id: string;
+  database: string;
+  bytes: number;
+  createdAtMs: number;
+}
