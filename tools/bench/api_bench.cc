@@ -401,6 +401,14 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/wake", "", s); });
     }
     api.kill(id);
+  } else if (scenario == "kill") {
+    // A kill answers once its VM is gone (the guest synced its volumes, QEMU ended): its cost.
+    api.kill(api.create(create_body));
+    for (int i = 0; i < n; ++i) {
+      auto id = api.create(create_body);
+      pause();
+      sample([&](double* s) { api.call("DELETE", "/v1/sandboxes/" + id, "", s); });
+    }
   } else if (scenario == "concurrent-create") {
     constexpr int kAtOnce = 20;
     for (int round = 0; round < n; ++round) {
@@ -421,7 +429,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
   } else {
     std::fprintf(stderr,
-                 "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk "
+                 "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk kill "
                  "concurrent-create "
                  "net-throughput preview\n");
     return 2;
