@@ -124,6 +124,11 @@ struct Env {
   std::filesystem::path run_dir(const std::string& name) const;
   std::filesystem::path snapshot_dir(const std::string& snap) const;
   std::filesystem::path hibernated_dir(const std::string& id) const;
+  // A hibernation's durable copy (vmm::persist_snapshot): data_dir/hibernations/<id>, on a real
+  // disk; what a wake after a host reboot (tmpfs emptied) restores.
+  std::filesystem::path persisted_dir(const std::string& id) const {
+    return config.data_dir / "hibernations" / id;
+  }
   // The disk twin of a state_dir folder (config.disk_dir, same layout): where its disks live.
   std::filesystem::path disk_twin(const std::filesystem::path& state_folder) const;
 

@@ -244,6 +244,9 @@ std::string encode_event(const Event& e) {
     case K::preview_closed:
       b.setPreviewClosed(e.port);
       break;
+    case K::hibernation_persisted:
+      b.setHibernationPersisted(e.snapshot_id);
+      break;
   }
   return codec::to_bytes(msg);
 }
@@ -402,6 +405,10 @@ std::optional<Event> decode_event(const std::string& bytes) {
             e.kind = K::preview_closed;
             e.port = r.getPreviewClosed();
             break;
+          case w::SandboxEvent::HIBERNATION_PERSISTED:
+            e.kind = K::hibernation_persisted;
+            e.snapshot_id = r.getHibernationPersisted().cStr();
+            break;
           default:
             return std::nullopt;  // a kind this build does not know
         }
@@ -510,6 +517,7 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::snapshot_taken:
     case Event::Kind::hibernated:
     case Event::Kind::snapshot_deleted:
+    case Event::Kind::hibernation_persisted:
       j.set("snapshot_id", e.snapshot_id);
       if (!e.snapshot_name.empty()) j.set("snapshot_name", e.snapshot_name);
       if (e.disk_only) j.set("disk_only", true);
@@ -570,6 +578,7 @@ std::string encode_state(const SandboxState& s) {
   j.set("timeout_disk_only", s.timeout_disk_only);
   j.set("pending_disk_only", s.pending_disk_only);
   j.set("hibernated_disk_only", s.hibernated_disk_only);
+  j.set("hibernation_durable", s.hibernation_durable);
   j.set("snapshot_names", map(s.snapshot_names));
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
@@ -647,7 +656,8 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
   // Snapshot names (absent in state snapshots written before snapshots had names).
   for (auto [k, v] : {std::pair{"timeout_disk_only", &s.timeout_disk_only},
                       std::pair{"pending_disk_only", &s.pending_disk_only},
-                      std::pair{"hibernated_disk_only", &s.hibernated_disk_only}})
+                      std::pair{"hibernated_disk_only", &s.hibernated_disk_only},
+                      std::pair{"hibernation_durable", &s.hibernation_durable}})
     if (o[k].is_bool()) *v = o[k].as_bool();
   if (o["pending_snapshot_name"].is_string())
     s.pending_snapshot_name = o["pending_snapshot_name"].as_string();

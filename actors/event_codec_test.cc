@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::preview_closed); ++k) {
+  for (int k = 0; k <= int(Event::Kind::hibernation_persisted); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -64,7 +64,8 @@ TEST(EventCodec, EveryKindRoundTrips) {
     if (e.kind == Event::Kind::network_attached) {
       EXPECT_EQ(back->subnet, 77u);
     }
-    if (e.kind == Event::Kind::snapshot_deleted) {
+    if (e.kind == Event::Kind::snapshot_deleted ||
+        e.kind == Event::Kind::hibernation_persisted) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
     }
     if (e.kind == Event::Kind::hibernated) {
@@ -131,6 +132,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.pending_snapshot_name = "next";
   s.timeout_disk_only = true;
   s.hibernated_disk_only = true;
+  s.hibernation_durable = true;
   s.running_execs = {{"x1", "sleep 1"}};
   s.execs_finished = 7;
   s.failure_reason = "none";
@@ -151,6 +153,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   EXPECT_EQ(d->snapshot_names, s.snapshot_names);
   EXPECT_EQ(d->pending_snapshot_name, "next");
   EXPECT_TRUE(d->timeout_disk_only && d->hibernated_disk_only && !d->pending_disk_only);
+  EXPECT_TRUE(d->hibernation_durable);
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

@@ -146,6 +146,9 @@ using unfork_atom = caf::atom_constant<caf::atom("unfork")>;
 using sample_atom = caf::atom_constant<caf::atom("sample")>;  // a sandbox samples its VM's use
 // A sandbox's VM is gone (destroyed after a kill, a failure or a move): its volumes may go.
 using released_atom = caf::atom_constant<caf::atom("vmgone")>;
+// A VM worker copies a hibernation onto the data disk (synced) / removes that copy.
+using persist_atom = caf::atom_constant<caf::atom("persist")>;
+using unpersist_atom = caf::atom_constant<caf::atom("unpersist")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 // Appends `events` to `stream` (expected at `version`) and tells `me` when they are on disk:

@@ -103,7 +103,20 @@ Reply<Recovered> recover(Env& env) {
     std::string lost;
     if (s.status == SandboxStatus::hibernated &&
         !fs::exists(env.hibernated_dir(id) / "meta.json")) {
-      lost = "hibernation_snapshot_lost";
+      // Its tmpfs copy is gone (the host rebooted): the durable one on the data disk, if it was
+      // made, goes back to tmpfs (where a wake takes it from).
+      auto durable = vmm::Snapshot::load(env.persisted_dir(id));
+      auto staged = durable ? vmm::stage_snapshot(*durable, env.hibernated_dir(id),
+                                                  env.disk_twin(env.hibernated_dir(id)))
+                            : vmm::Result<vmm::Snapshot>(durable.error());
+      if (staged) {
+        ++out.hibernations_restored;
+        spdlog::info("recovery: {}: its hibernation came back from the data disk", id);
+      } else {
+        lost = "hibernation_snapshot_lost";
+        spdlog::warn("recovery: {}: no hibernation on tmpfs nor on the data disk ({})", id,
+                     staged.error().message);
+      }
     } else if (s.status == SandboxStatus::running && run_dirs.count(id)) {
       // Its VM may have outlived the previous host process: its actor adopts it once the API
       // is up (in parallel with the others, each with its own deadline). Its folders and its
@@ -158,7 +171,8 @@ Reply<Recovered> recover(Env& env) {
     std::set<std::string> hibernated;
     for (auto& s : recovered)
       if (s.status == SandboxStatus::hibernated) hibernated.insert(s.id);
-    for (auto& root : {config.state_dir / "hibernated", config.disk_dir / "hibernated"})
+    for (auto& root : {config.state_dir / "hibernated", config.disk_dir / "hibernated",
+                       config.data_dir / "hibernations"})
       for (auto& d : fs::directory_iterator(root, ec))
         if (!hibernated.count(d.path().filename().string())) {
           spdlog::info("recovery: removing {} (no hibernated sandbox owns it)", d.path().string());

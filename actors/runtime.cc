@@ -182,10 +182,10 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     caf::anon_send(impl->registry, unfork_atom::value, orphans);
   }
   spdlog::info(
-      "runtime: {} sandboxes recovered from {} ({} from state snapshots, {} retired skipped); "
-      "adopting {} VMs",
+      "runtime: {} sandboxes recovered from {} ({} from state snapshots, {} retired skipped, "
+      "{} hibernations back from the data disk); adopting {} VMs",
       recovered->sandboxes.size(), (config.data_dir / "store").string(), recovered->from_snapshots,
-      recovered->retired, recovered->to_adopt.size());
+      recovered->retired, recovered->hibernations_restored, recovered->to_adopt.size());
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 

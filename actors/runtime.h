@@ -113,6 +113,8 @@ struct SandboxInfo {
   ReapAction on_timeout = ReapAction::kill;
   bool timeout_disk_only = false;     // a hibernation at its timeout keeps only the disk
   bool hibernated_disk_only = false;  // hibernated with its disk only (a wake boots on it)
+  // Hibernated, and its hibernation has a synced copy on the data disk: it survives a reboot.
+  bool hibernation_durable = false;
   std::vector<std::string> snapshots;
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::string failure_reason;

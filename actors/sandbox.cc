@@ -89,6 +89,8 @@ const char* to_string(Event::Kind k) {
       return "preview-opened";
     case Event::Kind::preview_closed:
       return "preview-closed";
+    case Event::Kind::hibernation_persisted:
+      return "hibernation-persisted";
     case Event::Kind::failed:
       return "failed";
   }
@@ -429,6 +431,15 @@ struct Decider {
     e.port = c.port;
     return std::vector<Event>{e};
   }
+  Decision operator()(const cmd::HibernationPersisted& c) const {
+    // Only the hibernation it is in, once (a copy of an earlier one, woken since, changes nothing).
+    if (s.status != SandboxStatus::hibernated || s.hibernation_snapshot != c.snapshot_id ||
+        s.hibernation_durable)
+      return std::vector<Event>{};
+    Event e = ev(Event::Kind::hibernation_persisted, now);
+    e.snapshot_id = c.snapshot_id;
+    return std::vector<Event>{e};
+  }
   Decision operator()(const cmd::RecordFile& c) const {
     if (!s.live()) return std::vector<Event>{};
     Event e = ev(c.removed ? Event::Kind::file_removed : Event::Kind::file_written, now);
@@ -621,6 +632,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.status = SandboxStatus::hibernated;
       s.hibernation_snapshot = e.snapshot_id;
       s.hibernated_disk_only = e.disk_only;
+      s.hibernation_durable = false;  // (until its copy is on the data disk)
       s.pending_disk_only = false;
       s.pending_snapshot.clear();
       s.running_execs.clear();  // they died with the VM
@@ -634,6 +646,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.expires_at_ms = expiry(e.at_ms, s.ttl_seconds);
       s.hibernation_snapshot.clear();
       s.hibernated_disk_only = false;
+      s.hibernation_durable = false;
       s.pending_snapshot.clear();
       break;
     case K::ttl_changed:
@@ -660,6 +673,7 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::killed:
       if (!s.live()) impossible(s, e);
       s.status = SandboxStatus::stopped;
+      s.hibernation_durable = false;
       s.running_execs.clear();
       s.exec_started_ms.clear();
       s.subnet.reset();
@@ -667,6 +681,7 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::failed:
       if (!s.live()) impossible(s, e);
       s.status = SandboxStatus::failed;
+      s.hibernation_durable = false;
       s.failure_reason = e.reason;
       s.running_execs.clear();
       s.exec_started_ms.clear();
@@ -702,6 +717,7 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::migrated:
       if (s.status != SandboxStatus::hibernated) impossible(s, e);
       s.status = SandboxStatus::stopped;
+      s.hibernation_durable = false;
       s.moved_to = e.host;
       s.hibernation_snapshot.clear();
       break;
@@ -711,6 +727,11 @@ SandboxState apply(SandboxState s, const Event& e) {
       break;
     case K::preview_closed:
       if (!s.previews.erase(e.port)) impossible(s, e);
+      break;
+    case K::hibernation_persisted:
+      if (s.status != SandboxStatus::hibernated || s.hibernation_snapshot != e.snapshot_id)
+        impossible(s, e);
+      s.hibernation_durable = true;
       break;
   }
   ++s.version;

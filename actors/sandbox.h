@@ -102,7 +102,10 @@ struct Event {
     // follow in the same stream when it comes back.
     migrated,
     preview_opened,  // `preview`: guest port `preview.port` is served at a preview URL
-    preview_closed   // `port`: its preview URL is revoked
+    preview_closed,  // `port`: its preview URL is revoked
+    // The hibernation `snapshot_id` has a copy on the data disk, synced (Env::persisted_dir): it
+    // survives a host reboot (which empties the tmpfs the hibernation is made on).
+    hibernation_persisted
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -162,6 +165,8 @@ struct SandboxState {
   std::string hibernation_snapshot;          // while hibernated: what wake restores
   // The hibernation in progress / the one it is in keeps only its disk: a wake boots afresh on it.
   bool pending_disk_only = false, hibernated_disk_only = false;
+  // While hibernated: its hibernation has a durable copy on the data disk (hibernation_persisted).
+  bool hibernation_durable = false;
   std::vector<std::string> snapshots;                 // taken from this sandbox
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::map<std::string, std::string> running_execs;   // exec id -> command
@@ -289,6 +294,10 @@ struct Reap {  // the reaper: the TTL expired, or (idle) the sandbox was unused 
   bool idle = false;
 };
 struct Kill {};
+// The VM worker made the hibernation `snapshot_id` durable (a copy on the data disk, synced).
+struct HibernationPersisted {
+  std::string snapshot_id;
+};
 // Another host runs it now (a migration; it must be hibernated here): it ends here.
 struct MigratedAway {
   std::string host;
@@ -314,7 +323,7 @@ using Command =
                  cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
                  cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
                  cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
-                 cmd::OpenPreview, cmd::ClosePreview>;
+                 cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

@@ -52,6 +52,28 @@ void internal(SandboxSelf* self, Command c) {
 
 void report_dead_vm(SandboxSelf* self);
 
+// The hibernation it is in, copied onto the data disk and synced, in the background (the hibernate
+// answered once it was on tmpfs): recorded as `hibernation-persisted` once it is there, so that
+// it survives a host reboot. A wake meanwhile waits for the copy (the worker does one thing at a
+// time); a copy of a hibernation woken since is not recorded (decide).
+void persist_hibernation(SandboxSelf* self) {
+  auto& st = self->state;
+  if (!st.worker || st.s.status != SandboxStatus::hibernated) return;
+  auto snap = st.s.hibernation_snapshot;
+  self->request(st.worker, deadline::kVmEffect.limit, persist_atom::value,
+                st.env->hibernated_dir(st.s.id).string(), st.env->persisted_dir(st.s.id).string())
+      .then(
+          [self, snap](WorkerResult r) {
+            if (r.ok) return internal(self, cmd::HibernationPersisted{snap});
+            spdlog::warn("sandbox {}: its hibernation is on tmpfs only: {}", self->state.s.id,
+                         r.error);
+          },
+          [self](const caf::error& e) {
+            spdlog::warn("sandbox {}: its hibernation is on tmpfs only: {}", self->state.s.id,
+                         caf::to_string(e));
+          });
+}
+
 // Whether an event ends the VM (see release_vm).
 bool ends_vm(const Event& e) {
   return e.kind == Event::Kind::killed || e.kind == Event::Kind::migrated ||
@@ -356,6 +378,12 @@ void effect(SandboxSelf* self, const Event& e) {
               },
               lost);
       break;
+    case Event::Kind::hibernated:
+      persist_hibernation(self);
+      break;
+    case Event::Kind::woke:  // its hibernation is spent: so is the copy
+      caf::anon_send(st.worker, unpersist_atom::value, st.env->persisted_dir(st.s.id).string());
+      break;
     case Event::Kind::snapshot_deleted:
       // Recorded: creates from it are refused from now on. Its files go (VMs restored from it
       // keep theirs: layers are hard links, RAM was copied).
@@ -365,6 +393,7 @@ void effect(SandboxSelf* self, const Event& e) {
     case Event::Kind::migrated:  // (its hibernation was copied to the other host)
     case Event::Kind::failed:
       release_vm(self);
+      caf::anon_send(st.worker, unpersist_atom::value, st.env->persisted_dir(st.s.id).string());
       if (fs::exists(st.env->hibernated_dir(st.s.id)))
         vmm::remove_snapshot(st.env->hibernated_dir(st.s.id),
                              st.env->disk_twin(st.env->hibernated_dir(st.s.id)));
@@ -545,6 +574,11 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   if (!initial.template_name.empty())
     st.worker = self->spawn<caf::detached + caf::linked>(
         vm_worker, env, initial.id, initial.template_name, st.handle, self->address());
+  // Hibernated without a copy on the data disk (persisting was cut short, or the copy is gone):
+  // made now.
+  if (initial.status == SandboxStatus::hibernated &&
+      !fs::exists(env->persisted_dir(initial.id) / "meta.json"))
+    persist_hibernation(self);
   if (!adopt_dir.empty() && st.worker) {
     // Its VM outlived the previous host process: take it over before anything else runs.
     st.adopting = true;

@@ -286,6 +286,27 @@ TEST(SandboxDecide, ADiskOnlyHibernationIsRecordedUntilTheWake) {
   EXPECT_TRUE(step(t, cmd::TransitionDone{}).hibernated_disk_only);
 }
 
+TEST(SandboxDecide, AHibernationIsDurableOnceItsCopyIsPersistedUntilTheWake) {
+  auto s = step(step(in(SandboxStatus::running), cmd::Hibernate{"hib-1"}), cmd::TransitionDone{});
+  ASSERT_EQ(s.status, SandboxStatus::hibernated);
+  EXPECT_FALSE(s.hibernation_durable);
+  const auto hib = s.hibernation_snapshot;
+  ASSERT_FALSE(hib.empty());
+  // A copy of another hibernation (an earlier one, woken since) changes nothing.
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationPersisted{"hib-old"}, kNow)), "-");
+  s = step(s, cmd::HibernationPersisted{hib});
+  EXPECT_TRUE(s.hibernation_durable);
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationPersisted{hib}, kNow)), "-");  // once
+  s = step(step(s, cmd::Wake{}), cmd::TransitionDone{});
+  EXPECT_FALSE(s.hibernation_durable);
+  // While running, or on the way: nothing to persist.
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationPersisted{hib}, kNow)), "-");
+  s = step(step(s, cmd::Hibernate{"hib-2"}), cmd::TransitionDone{});
+  EXPECT_FALSE(s.hibernation_durable);  // a new hibernation: not yet
+  s = step(step(s, cmd::HibernationPersisted{s.hibernation_snapshot}), cmd::Kill{});
+  EXPECT_FALSE(s.hibernation_durable);
+}
+
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
   auto s = in(SandboxStatus::hibernated, false, /*auto_wake=*/true);
   auto d = decide(s, cmd::Exec{"x1", "ls"}, kNow);

@@ -219,6 +219,24 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
       [=](drop_atom, std::string dir) {
         vmm::remove_snapshot(dir, self->state.env->disk_twin(dir));
       },
+      // The hibernation at `from` (tmpfs) copied to `to` on the data disk and synced.
+      [=](persist_atom, std::string from, std::string to) -> WorkerResult {
+        auto t0 = std::chrono::steady_clock::now();
+        auto snap = vmm::Snapshot::load(from);
+        if (!snap) return failed(snap.error().message);
+        auto copy = vmm::persist_snapshot(*snap, to);
+        if (!copy) return failed(copy.error().message);
+        spdlog::info("worker {}: hibernation persisted to {} in {} ms", self->state.id, to,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count());
+        return WorkerResult{};
+      },
+      // A durable copy no longer needed (woken, killed): its folder only (it has no disk twin).
+      [=](unpersist_atom, std::string dir) {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      },
       // `keep_memory` false: a disk-only hibernation (vmm::drop_memory). The guest syncs its file
       // systems first, so that its disk is whole without its memory.
       [=](hibernate_atom, std::string dir, bool keep_memory) -> WorkerResult {

@@ -145,8 +145,12 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   j.set("idle_timeout_seconds", i.idle_timeout_seconds);
   j.set("on_timeout", i.on_timeout == actors::ReapAction::kill ? "kill" : "hibernate");
   j.set("hibernate_memory", !i.timeout_disk_only);
-  if (i.status == actors::SandboxStatus::hibernated)
+  if (i.status == actors::SandboxStatus::hibernated) {
     j.set("hibernated_memory", !i.hibernated_disk_only);  // false: a wake boots on its disk
+    // "local": a synced copy is on the host's data disk (it survives a reboot); "none": only on
+    // the host's tmpfs so far (persisted in the background after the hibernate answered).
+    j.set("durable", i.hibernation_durable ? "local" : "none");
+  }
   j.set("metadata", actors::string_map_json(i.metadata));
   if (!i.parent.empty()) j.set("parent", i.parent);
   Json snaps = Json::array();

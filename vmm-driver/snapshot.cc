@@ -1,5 +1,10 @@
 #include "vmm-driver/snapshot.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -158,10 +163,12 @@ Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir,
     fs::remove_all(disk_tmp, ec);
     return e;
   };
-  auto copied = copy_ram_file(snap.mem(), tmp / "mem");
-  if (!copied) return fail(copied.error());
-  fs::copy_file(snap.state(), tmp / "state", ec);
-  if (ec) return fail(make_error(ErrorCode::io_error, "cannot copy state: " + ec.message()));
+  if (snap.memory) {  // (a disk-only snapshot has neither)
+    auto copied = copy_ram_file(snap.mem(), tmp / "mem");
+    if (!copied) return fail(copied.error());
+    fs::copy_file(snap.state(), tmp / "state", ec);
+    if (ec) return fail(make_error(ErrorCode::io_error, "cannot copy state: " + ec.message()));
+  }
   for (auto& l : snap.layers) {
     fs::create_hard_link(snap.layer(l), disk_tmp / l, ec);
     if (ec) fs::copy_file(snap.layer(l), disk_tmp / l, ec);
@@ -200,6 +207,38 @@ Result<Snapshot> stage_snapshot(const Snapshot& snap, const fs::path& dir,
     return fail(
         make_error(ErrorCode::io_error, "cannot install " + dir.string() + ": " + ec.message()));
   return staged;
+}
+
+namespace {
+// fsync(2) of a file or a folder.
+Status sync_path(const fs::path& p, bool folder) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (folder ? O_DIRECTORY : 0));
+  if (fd < 0)
+    return make_error(ErrorCode::io_error, "cannot open " + p.string() + ": " + strerror(errno));
+  int r = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (r != 0)
+    return make_error(ErrorCode::io_error, "cannot sync " + p.string() + ": " + strerror(err));
+  return Ok{};
+}
+}  // namespace
+
+Result<Snapshot> persist_snapshot(const Snapshot& snap, const fs::path& dir) {
+  auto copy = stage_snapshot(snap, dir);
+  if (!copy) return copy;
+  std::vector<fs::path> files = {copy->dir / "meta.json"};
+  if (copy->memory) {
+    files.push_back(copy->mem());
+    files.push_back(copy->state());
+  }
+  for (auto& l : copy->layers) files.push_back(copy->layer(l));
+  for (auto slot : copy->volume_copies) files.push_back(copy->volume(slot));
+  for (auto& f : files)
+    if (auto synced = sync_path(f, false); !synced) return synced.error();
+  for (auto& d : {copy->dir, copy->dir.parent_path()})
+    if (auto synced = sync_path(d, true); !synced) return synced.error();
+  return copy;
 }
 
 void remove_snapshot(const fs::path& dir, const fs::path& disk_dir) {

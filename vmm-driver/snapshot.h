@@ -90,6 +90,12 @@ Status check_layer_chain(const Snapshot& snap, const std::filesystem::path& root
 Result<Snapshot> stage_snapshot(const Snapshot& snapshot, const std::filesystem::path& dir,
                                 const std::filesystem::path& disk_dir = {});
 
+// A copy of `snapshot` at `dir`, on a real disk, that survives a power loss: staged there
+// (stage_snapshot without a disk folder: the RAM file copied sparsely, the layers hard-linked
+// where they can be), then every file of it and its folder fsynced. What a hibernation on tmpfs
+// is made durable with (a host reboot empties tmpfs).
+Result<Snapshot> persist_snapshot(const Snapshot& snapshot, const std::filesystem::path& dir);
+
 // Removes a snapshot folder and its disk folder (named in its meta.json; `disk_dir` when the
 // caller knows it, e.g. for a snapshot whose metadata was never written). VMs already restored
 // from it keep running (their RAM mapping and open disk hold the files), but new restores and

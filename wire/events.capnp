@@ -121,6 +121,8 @@ struct SandboxEvent {
       nonce @54 :Text;             # bound into its tokens' HMAC: a new one revokes the old tokens
     }
     previewClosed @55 :UInt32;     # the port's preview URL was revoked
+    hibernationPersisted @59 :Text;  # the hibernation (snapshot id) has a synced copy on the
+                                     # data disk: it survives a host reboot
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
   snapshotName @56 :Text;          # transitionStarted (snapshotting), snapshotTaken: the name

@@ -124,6 +124,77 @@ class RecoveryTest(unittest.TestCase):
                     x.stop()
             shutil.rmtree(base, ignore_errors=True)
 
+    def test_a_reboot_keeps_every_acknowledged_hibernation(self):
+        """A host reboot, simulated: the daemon SIGKILLed, its QEMUs killed, the state tmpfs
+        emptied. Every hibernation whose copy was on the data disk (`durable: local`) wakes with
+        its memory and disk; one whose copy is gone is failed with the reason, not `hibernated`."""
+        base = tempfile.mkdtemp(prefix="pst-reboot-", dir="/var/tmp")  # the data folder: a disk
+        state = tempfile.mkdtemp(prefix="pst-reboot-state-", dir="/dev/shm")
+        data = os.path.join(base, "data")
+        daemons = []
+        try:
+            d = Daemon(data, state)
+            daemons.append(d)
+            c = Api(d)
+            sids = [c.create(persistent=True)["id"] for _ in range(3)]
+            for sid in sids:  # a token in the guest's memory (tmpfs), a file on its disk
+                s, b = c.exec(sid, f"echo {sid} > /dev/shm/token && echo disk-{sid} > /root/f")
+                self.assertEqual(s, 200, b)
+            mem, disk_only, lost = sids
+            durable_after = []
+            for sid, body in ((mem, {}), (disk_only, {"memory": False}), (lost, {})):
+                s, b = c.call("POST", f"/v1/sandboxes/{sid}/hibernate", body)
+                self.assertEqual((s, b.get("state")), (200, "hibernated"), b)
+                t0 = time.monotonic()
+                self.assertIn(b.get("durable"), ("none", "local"), b)
+                while b.get("durable") != "local" and time.monotonic() - t0 < 120:
+                    time.sleep(0.05)
+                    b = c.call("GET", f"/v1/sandboxes/{sid}")[1]
+                self.assertEqual(b.get("durable"), "local", b)
+                durable_after.append(time.monotonic() - t0)
+                events = [e["type"] for e in c.call("GET", f"/v1/sandboxes/{sid}/events")[1]["events"]]
+                self.assertEqual(events[-1], "hibernation-persisted")
+            print(f"REBOOT hibernate-to-durable {max(durable_after) * 1000:.0f} ms at most "
+                  f"({', '.join(f'{t * 1000:.0f}' for t in durable_after)} ms)", flush=True)
+            # One copy is lost with the disk it was on (as if never persisted).
+            shutil.rmtree(os.path.join(data, "hibernations", lost))
+            d.stop(signal.SIGKILL)
+            harness.reap_vms(state, data)
+            shutil.rmtree(state)  # the reboot: tmpfs is empty
+            os.makedirs(state)
+
+            d2 = Daemon(data, state)
+            daemons.append(d2)
+            c2 = Api(d2)
+            for sid in (mem, disk_only):
+                s, b = c2.call("GET", f"/v1/sandboxes/{sid}")
+                self.assertEqual((b["state"], b.get("durable")), ("hibernated", "local"), b)
+            s, b = c2.call("GET", f"/v1/sandboxes/{lost}")
+            self.assertEqual((b["state"], b.get("failure_reason")),
+                             ("failed", "hibernation_snapshot_lost"), b)
+            t0 = time.monotonic()
+            s, b = c2.call("POST", f"/v1/sandboxes/{mem}/wake", {})
+            woke_ms = (time.monotonic() - t0) * 1000
+            self.assertEqual((s, b.get("state")), (200, "running"), b)
+            s, b = c2.exec(mem, "cat /dev/shm/token /root/f")
+            self.assertEqual((s, b["stdout"]), (200, f"{mem}\ndisk-{mem}\n"), b)
+            s, b = c2.call("POST", f"/v1/sandboxes/{disk_only}/wake", {})
+            self.assertEqual((s, b.get("state")), (200, "running"), b)
+            s, b = c2.exec(disk_only, "cat /root/f; test -e /dev/shm/token || echo no-token")
+            self.assertEqual((s, b["stdout"]), (200, f"disk-{disk_only}\nno-token\n"), b)
+            print(f"REBOOT wake after the reboot {woke_ms:.0f} ms", flush=True)
+            # Woken: the durable copies are spent.
+            time.sleep(0.5)
+            self.assertEqual(sorted(os.listdir(os.path.join(data, "hibernations"))), [])
+            self.assertEqual(d2.stop(), 0)
+        finally:
+            for x in daemons:
+                if x.proc.poll() is None:
+                    x.stop(reap=True)
+            harness.reap_vms(state, data)
+            shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(state, ignore_errors=True)
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

@@ -401,6 +401,29 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/wake", "", s); });
     }
     api.kill(id);
+  } else if (scenario == "hibernate-durable") {
+    // A hibernate's answer (on tmpfs), and until its copy is on the data disk, synced (the
+    // sandbox's `durable` turns "local"): what a reboot keeps.
+    auto id = api.create(R"({"persistent":true})");
+    std::vector<double> durable;
+    for (int i = 0; i < n; ++i) {
+      auto t = Clock::now();
+      sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/hibernate", "", s); });
+      while (api.call("GET", "/v1/sandboxes/" + id, "")["durable"].as_string() != "local") {
+        if (ms_since(t) > 120000) {
+          std::fprintf(stderr, "pandastack-bench: the hibernation never became durable\n");
+          return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      durable.push_back(ms_since(t));
+      api.call("POST", "/v1/sandboxes/" + id + "/wake", "");
+      pause();
+    }
+    api.kill(id);
+    report(json, "hibernate", client, server);
+    report(json, "hibernate-durable", durable, durable);
+    return 0;
   } else if (scenario == "kill") {
     // A kill answers once its VM is gone (the guest synced its volumes, QEMU ended): its cost.
     api.kill(api.create(create_body));
@@ -430,6 +453,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
   } else {
     std::fprintf(stderr,
                  "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk kill "
+                 "hibernate-durable "
                  "concurrent-create "
                  "net-throughput preview\n");
     return 2;

@@ -94,6 +94,9 @@ class SandboxInfo:
     #: its guest's shape: its template's
     memory_mib: int = 0
     vcpus: int = 0
+    #: while hibernated: "local" once a synced copy is on the host's data disk (it survives a
+    #: reboot), "none" before (None when not hibernated)
+    durable: Optional[str] = None
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "SandboxInfo":
@@ -104,7 +107,7 @@ class SandboxInfo:
                    bool(b.get("auto_wake", False)), int(b.get("ttl_seconds", 0)),
                    int(b.get("idle_timeout_seconds", 0)), str(b.get("on_timeout", "kill")),
                    list(b.get("volumes", [])), int(b.get("memory_mib", 0)),
-                   int(b.get("vcpus", 0)))
+                   int(b.get("vcpus", 0)), b.get("durable"))
 
 
 @dataclass

@@ -169,6 +169,11 @@ class SdkTest(unittest.TestCase):
                 k.kill()
             sbx.hibernate()
             self.assertEqual(sbx.state, "hibernated")
+            self.assertIn(sbx.info.durable, ("none", "local"))  # on the data disk shortly
+            deadline = time.time() + 60
+            while sbx.refresh().durable != "local" and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(sbx.info.durable, "local")
             with self.assertRaises(pandastack.SandboxHibernated):
                 sbx.exec("true")
             sbx.wake()

@@ -191,6 +191,7 @@ function info(b: Json): SandboxInfo {
     idleTimeoutSeconds: b.idle_timeout_seconds ?? 0, onTimeout: b.on_timeout ?? "kill",
     volumes: (b.volumes ?? []).map((v: Json) => ({ volume: v.volume, mount: v.mount, readOnly: !!v.read_only })),
     memoryMib: b.memory_mib ?? 0, vcpus: b.vcpus ?? 0,
+    ...(b.durable ? { durable: b.durable } : {}),
   };
 }
 

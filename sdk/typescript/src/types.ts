@@ -180,6 +180,9 @@ export interface SandboxInfo {
   /** its guest's shape: its template's */
   memoryMib: number;
   vcpus: number;
+  /** While hibernated: "local" once a synced copy is on the host's data disk (it survives a
+   * reboot), "none" before. */
+  durable?: "none" | "local";
 }
 
 export interface ExecOptions {
