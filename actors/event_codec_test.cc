@@ -64,8 +64,7 @@ TEST(EventCodec, EveryKindRoundTrips) {
     if (e.kind == Event::Kind::network_attached) {
       EXPECT_EQ(back->subnet, 77u);
     }
-    if (e.kind == Event::Kind::snapshot_deleted ||
-        e.kind == Event::Kind::hibernation_persisted) {
+    if (e.kind == Event::Kind::snapshot_deleted || e.kind == Event::Kind::hibernation_persisted) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
     }
     if (e.kind == Event::Kind::hibernated) {

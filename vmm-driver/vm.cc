@@ -559,8 +559,7 @@ Status Vm::wait_agent(steady_clock::time_point deadline) {
   }
 }
 
-Result<std::unique_ptr<Vm>> Vm::cold_boot(IoThread& io, const Snapshot* disk_of,
-                                           VmConfig config) {
+Result<std::unique_ptr<Vm>> Vm::cold_boot(IoThread& io, const Snapshot* disk_of, VmConfig config) {
   for (auto* p : {&config.kernel, &config.initramfs, &config.rootfs})
     if (!fs::exists(*p))
       return make_error(ErrorCode::invalid_argument, "missing guest image file: " + p->string());
