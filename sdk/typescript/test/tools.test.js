@@ -166,3 +166,17 @@ test("npm pack: the package installs and imports in a fresh folder (offline: no 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("the framework examples run against the daemon (sdk/typescript/examples)", async () => {
+  const { spawnSync } = await import("node:child_process");
+  const expected = "exit_code=0\nstdout:\n5050\n\nstderr:\n";
+  for (const [file, out] of [
+    ["ai_sdk_agent.mjs", `The tool said:\n${expected}\n`],
+    ["langchain_tools.mjs", `call_1: ${expected}\n`],
+    ["openai_agents.mjs", `The tool said:\n${expected}\n`],
+  ]) {
+    const r = spawnSync(process.execPath, [join("examples", file)], { cwd: join(here, ".."), encoding: "utf8", timeout: 300_000 });
+    assert.equal(r.status, 0, `${file}: ${r.stderr}`);
+    assert.equal(r.stdout, out, file);
+  }
+});
