@@ -6,17 +6,20 @@ import { MockLanguageModelV3 } from "ai/test";
 export const COMMAND = "python3 -c 'print(sum(range(101)))'";
 const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
 
-/** The AI SDK's own mock model. */
-export function aiSdkModel() {
+/** The AI SDK's own mock model: it calls `tool` with `input`, then answers `answer(text)` with
+ * the text the tool's result reached it as. */
+export function aiSdkModel({ tool = "run_command", input = { command: COMMAND, timeout_seconds: null },
+  answer = (text) => `The tool said:\n${text}`, modelId } = {}) {
   return new MockLanguageModelV3({
+    modelId,
     doGenerate: async ({ prompt }) => {
       const results = prompt.flatMap((m) => (m.role === "tool" ? m.content : []));
       if (!results.length)
         return {
-          content: [{ type: "tool-call", toolCallId: "call_1", toolName: "run_command", input: JSON.stringify({ command: COMMAND, timeout_seconds: null }) }],
+          content: [{ type: "tool-call", toolCallId: "call_1", toolName: tool, input: JSON.stringify(input) }],
           finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage, warnings: [],
         };
-      return { content: [{ type: "text", text: `The tool said:\n${results[0].output.value[0].text}` }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
+      return { content: [{ type: "text", text: answer(results[0].output.value[0].text) }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
     },
   });
 }
