@@ -233,6 +233,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.on_timeout = s.on_timeout;
   i.snapshots = s.snapshots;
   i.snapshot_names = s.snapshot_names;
+  i.durable_snapshots = s.durable_snapshots;
   i.timeout_disk_only = s.timeout_disk_only;
   i.hibernated_disk_only = s.hibernated_disk_only;
   i.hibernation_durable = s.hibernation_durable;

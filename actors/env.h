@@ -129,6 +129,11 @@ struct Env {
   std::filesystem::path persisted_dir(const std::string& id) const {
     return config.data_dir / "hibernations" / id;
   }
+  // A named snapshot's durable copy: data_dir/snapshots/<id> (its layers hard links of those in
+  // its disk twin); what recovery stages back after a host reboot emptied tmpfs.
+  std::filesystem::path persisted_snapshot_dir(const std::string& snap) const {
+    return config.data_dir / "snapshots" / snap;
+  }
   // The disk twin of a state_dir folder (config.disk_dir, same layout): where its disks live.
   std::filesystem::path disk_twin(const std::filesystem::path& state_folder) const;
 

@@ -213,6 +213,7 @@ std::string encode_event(const Event& e) {
       break;
     case K::snapshot_deleted:
       b.setSnapshotDeleted(e.snapshot_id);
+      b.setDeleteReason(e.reason);
       break;
     case K::process_started: {
       auto p = b.initProcessStarted();
@@ -246,6 +247,9 @@ std::string encode_event(const Event& e) {
       break;
     case K::hibernation_persisted:
       b.setHibernationPersisted(e.snapshot_id);
+      break;
+    case K::snapshot_persisted:
+      b.setSnapshotPersisted(e.snapshot_id);
       break;
   }
   return codec::to_bytes(msg);
@@ -375,6 +379,7 @@ std::optional<Event> decode_event(const std::string& bytes) {
           case w::SandboxEvent::SNAPSHOT_DELETED:
             e.kind = K::snapshot_deleted;
             e.snapshot_id = r.getSnapshotDeleted().cStr();
+            e.reason = r.getDeleteReason().cStr();
             break;
           case w::SandboxEvent::PROCESS_STARTED:
             e.kind = K::process_started;
@@ -408,6 +413,10 @@ std::optional<Event> decode_event(const std::string& bytes) {
           case w::SandboxEvent::HIBERNATION_PERSISTED:
             e.kind = K::hibernation_persisted;
             e.snapshot_id = r.getHibernationPersisted().cStr();
+            break;
+          case w::SandboxEvent::SNAPSHOT_PERSISTED:
+            e.kind = K::snapshot_persisted;
+            e.snapshot_id = r.getSnapshotPersisted().cStr();
             break;
           default:
             return std::nullopt;  // a kind this build does not know
@@ -518,7 +527,9 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::hibernated:
     case Event::Kind::snapshot_deleted:
     case Event::Kind::hibernation_persisted:
+    case Event::Kind::snapshot_persisted:
       j.set("snapshot_id", e.snapshot_id);
+      if (!e.reason.empty()) j.set("reason", e.reason);
       if (!e.snapshot_name.empty()) j.set("snapshot_name", e.snapshot_name);
       if (e.disk_only) j.set("disk_only", true);
       break;
@@ -582,6 +593,8 @@ std::string encode_state(const SandboxState& s) {
   j.set("snapshot_names", map(s.snapshot_names));
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
+  j.set("durable_snapshots",
+        strings(std::vector<std::string>(s.durable_snapshots.begin(), s.durable_snapshots.end())));
   j.set("running_execs", map(s.running_execs));
   Json started = Json::object();
   for (auto& [id, ms] : s.exec_started_ms) started.set(id, ms);
@@ -661,6 +674,11 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
     if (o[k].is_bool()) *v = o[k].as_bool();
   if (o["pending_snapshot_name"].is_string())
     s.pending_snapshot_name = o["pending_snapshot_name"].as_string();
+  if (o["durable_snapshots"].is_array())  // (absent before snapshots were persisted)
+    for (auto& v : o["durable_snapshots"].as_array()) {
+      if (!v.is_string()) return std::nullopt;
+      s.durable_snapshots.insert(v.as_string());
+    }
   if (o["snapshot_names"].is_object())
     for (auto& [k, v] : o["snapshot_names"].as_object()) {
       if (!v.is_string()) return std::nullopt;

@@ -6,7 +6,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::hibernation_persisted); ++k) {
+  for (int k = 0; k <= int(Event::Kind::snapshot_persisted); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -64,8 +64,12 @@ TEST(EventCodec, EveryKindRoundTrips) {
     if (e.kind == Event::Kind::network_attached) {
       EXPECT_EQ(back->subnet, 77u);
     }
-    if (e.kind == Event::Kind::snapshot_deleted || e.kind == Event::Kind::hibernation_persisted) {
+    if (e.kind == Event::Kind::snapshot_deleted || e.kind == Event::Kind::hibernation_persisted ||
+        e.kind == Event::Kind::snapshot_persisted) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
+    }
+    if (e.kind == Event::Kind::snapshot_deleted) {
+      EXPECT_EQ(back->reason, "why");
     }
     if (e.kind == Event::Kind::hibernated) {
       EXPECT_TRUE(back->disk_only);
@@ -132,6 +136,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.timeout_disk_only = true;
   s.hibernated_disk_only = true;
   s.hibernation_durable = true;
+  s.durable_snapshots = {"snap_2"};
   s.running_execs = {{"x1", "sleep 1"}};
   s.execs_finished = 7;
   s.failure_reason = "none";
@@ -153,6 +158,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   EXPECT_EQ(d->pending_snapshot_name, "next");
   EXPECT_TRUE(d->timeout_disk_only && d->hibernated_disk_only && !d->pending_disk_only);
   EXPECT_TRUE(d->hibernation_durable);
+  EXPECT_EQ(d->durable_snapshots, s.durable_snapshots);
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

@@ -149,6 +149,8 @@ using released_atom = caf::atom_constant<caf::atom("vmgone")>;
 // A VM worker copies a hibernation onto the data disk (synced) / removes that copy.
 using persist_atom = caf::atom_constant<caf::atom("persist")>;
 using unpersist_atom = caf::atom_constant<caf::atom("unpersist")>;
+// The snapshot persister made a named snapshot's durable copy: (sandbox id, snapshot id).
+using snapsaved_atom = caf::atom_constant<caf::atom("snapsaved")>;
 
 // A handler that throws is a bug: log it loudly (CAF would end the actor silently).
 // Appends `events` to `stream` (expected at `version`) and tells `me` when they are on disk:

@@ -104,8 +104,11 @@ Reply<Recovered> recover(Env& env) {
     if (s.status == SandboxStatus::hibernated &&
         !fs::exists(env.hibernated_dir(id) / "meta.json")) {
       // Its tmpfs copy is gone (the host rebooted): the durable one on the data disk, if it was
-      // made, goes back to tmpfs (where a wake takes it from).
-      auto durable = vmm::Snapshot::load(env.persisted_dir(id));
+      // made (recorded: only then was it synced), goes back to tmpfs (where a wake takes it from).
+      auto durable = s.hibernation_durable
+                         ? vmm::Snapshot::load(env.persisted_dir(id))
+                         : vmm::Result<vmm::Snapshot>(vmm::make_error(vmm::ErrorCode::not_found,
+                                                                      "its copy was never synced"));
       auto staged = durable ? vmm::stage_snapshot(*durable, env.hibernated_dir(id),
                                                   env.disk_twin(env.hibernated_dir(id)))
                             : vmm::Result<vmm::Snapshot>(durable.error());
@@ -135,6 +138,31 @@ Reply<Recovered> recover(Env& env) {
       }
     } else if (s.live() && s.status != SandboxStatus::hibernated) {
       lost = "host_restart";  // its VM died with the previous host process, or was mid-change
+    }
+    // Its named snapshots (they outlive it) likewise: a tmpfs copy gone with a reboot comes back
+    // from the data disk; one that had no synced copy there is lost, and deleted with that reason
+    // (never listed as something a create could restore).
+    for (auto snap : std::vector<std::string>(s.snapshots)) {
+      auto dir = env.snapshot_dir(snap);
+      if (fs::exists(dir / "meta.json")) continue;
+      auto durable = s.durable_snapshots.count(snap)
+                         ? vmm::Snapshot::load(env.persisted_snapshot_dir(snap))
+                         : vmm::Result<vmm::Snapshot>(
+                               vmm::make_error(vmm::ErrorCode::not_found, "it had no synced copy"));
+      auto staged = durable ? vmm::stage_snapshot(*durable, dir, env.disk_twin(dir))
+                            : vmm::Result<vmm::Snapshot>(durable.error());
+      if (staged) {
+        ++out.snapshots_restored;
+        spdlog::info("recovery: {}: snapshot {} came back from the data disk", id, snap);
+        continue;
+      }
+      spdlog::warn("recovery: {}: snapshot {} is lost: no copy on tmpfs nor on the data disk ({})",
+                   id, snap, staged.error().message);
+      Event d;
+      d.kind = Event::Kind::snapshot_deleted;
+      d.snapshot_id = snap;
+      d.reason = "snapshot_lost";
+      if (auto bad = record(d)) return *bad;
     }
     if (!lost.empty()) {
       Event f;
@@ -192,8 +220,9 @@ Reply<Recovered> recover(Env& env) {
       spdlog::info("recovery: removing snapshot {} (no sandbox names it)", d.filename().string());
       vmm::remove_snapshot(d, env.disk_twin(d));
     }
-    for (auto& d : fs::directory_iterator(config.disk_dir / "snapshots", ec))
-      if (!named.count(d.path().filename().string())) fs::remove_all(d.path(), ec);
+    for (auto& root : {config.disk_dir / "snapshots", config.data_dir / "snapshots"})
+      for (auto& d : fs::directory_iterator(root, ec))
+        if (!named.count(d.path().filename().string())) fs::remove_all(d.path(), ec);
   }
 
   // Volumes: replayed; their files follow the records.

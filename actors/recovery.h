@@ -24,6 +24,7 @@ struct Recovered {
   size_t retired = 0;  // streams skipped: retired sandboxes (RuntimeConfig::ended_retention)
   // Hibernations whose tmpfs copy was gone (a reboot), brought back from the data disk.
   size_t hibernations_restored = 0;
+  size_t snapshots_restored = 0;  // named snapshots likewise
   // Running sandboxes whose VM may still run: their actors adopt it (run folder by sandbox id).
   std::map<std::string, std::filesystem::path> to_adopt;
   // Every volume (deleted ones too); files no volume names are removed, and a file a crash left

@@ -467,6 +467,15 @@ caf::result<Answer> ended(RegistrySelf* self, const std::string& tenant, const s
 
 }  // namespace
 
+caf::actor actor_to_record(RegistrySelf* self, const std::string& id) {
+  if (auto a = self->state.actors.find(id); a != self->state.actors.end()) return a->second;
+  auto e = self->state.ended.find(id);
+  if (e == self->state.ended.end()) return caf::actor();
+  auto actor = spawn_sandbox(self, e->second);
+  forget_ended(self, id);
+  return actor;
+}
+
 caf::behavior registry_actor(RegistrySelf* self, Env* env) {
   self->state.env = env;
   log_exceptions(self, "registry");
@@ -712,6 +721,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](volinfo_atom, VolumeInfo i) { registry_volumes::info(self, std::move(i)); },
       // A recovered sandbox; `adopt_dir`: the run folder of its VM, still running, to adopt.
       [=](adopt_atom, SandboxState s, std::string adopt_dir) {
+        registry_snapshots::persist_missing(self, s);
         if (s.live()) {
           spawn_sandbox(self, s, adopt_dir);
         } else {
@@ -722,18 +732,17 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         // The tenant's sandbox that took it (alive or ended).
         auto* taken_by = snapshot_owner(self, tenant, snapshot);
         if (!taken_by) return Answer::fail({Code::snapshot_not_found, "no snapshot " + snapshot});
-        const std::string owner = taken_by->id;
-        auto a = self->state.actors.find(owner);
-        caf::actor actor = a == self->state.actors.end() ? caf::actor() : a->second;
-        if (!actor) {
-          auto e = self->state.ended.find(owner);
-          if (e == self->state.ended.end())
-            return Answer::fail({Code::snapshot_not_found, "no snapshot " + snapshot});
-          actor = spawn_sandbox(self, e->second);
-          forget_ended(self, owner);
-        }
+        auto actor = actor_to_record(self, taken_by->id);
+        if (!actor) return Answer::fail({Code::snapshot_not_found, "no snapshot " + snapshot});
         return forward(self, actor,
                        caf::make_message(cmd_atom::value, Command{cmd::DeleteSnapshot{snapshot}}));
+      },
+      [=](persist_atom, std::string sandbox, std::string snap) {
+        registry_snapshots::persist(self, sandbox, snap);
+      },
+      [=](unpersist_atom, std::string snap) { registry_snapshots::unpersist(self, snap); },
+      [=](snapsaved_atom, std::string sandbox, std::string snap) {
+        registry_snapshots::persisted(self, sandbox, snap);
       },
       [=](tick_atom) {
         int64_t now = now_ms();

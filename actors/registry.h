@@ -38,6 +38,7 @@ struct RegistryState {
   std::map<std::string, caf::actor> volume_actors;
   std::map<std::string, VolumeInfo> volumes;
   caf::actor volume_files;  // volume_file_worker, spawned on first use
+  caf::actor persister;     // snapshot_persister, spawned on first use
   // Managed databases: an actor per database not deleted, every database's state for get/list.
   std::map<std::string, caf::actor> database_actors;
   std::map<std::string, DatabaseState> databases;
@@ -102,6 +103,26 @@ void detach(RegistrySelf* self, const std::string& sandbox,
 }  // namespace registry_volumes
 
 // The registry's managed databases (registry_databases.cc).
+// The actor of sandbox `id` for a command that must record something: its actor, or for an
+// ended sandbox its actor spawned again (its recorded state no longer answers for it); null when
+// the registry no longer knows it (retired).
+caf::actor actor_to_record(RegistrySelf* self, const std::string& id);
+
+// The durable copies of named snapshots (registry_snapshots.cc): one snapshot persister
+// (actors/snapshot_persister.h) for the host, spawned on first use, asked in order.
+namespace registry_snapshots {
+// Sandbox `sandbox` took named snapshot `snap`: its copy is made.
+void persist(RegistrySelf* self, const std::string& sandbox, const std::string& snap);
+// Its named snapshots without a recorded copy (a recovered sandbox's: cut short by a crash, or
+// taken before snapshots were copied) are copied now.
+void persist_missing(RegistrySelf* self, const SandboxState& s);
+// `snap` was deleted: its copy goes (after any copy of it still queued).
+void unpersist(RegistrySelf* self, const std::string& snap);
+// The persister synced `snap`'s copy: recorded by the sandbox that took it, whatever its state;
+// for a sandbox retired meanwhile (its snapshots with it) the copy goes.
+void persisted(RegistrySelf* self, const std::string& sandbox, const std::string& snap);
+}  // namespace registry_snapshots
+
 namespace registry_databases {
 // A command for the tenant's database `id` (another tenant's is database_not_found); a Create
 // spawns its actor.

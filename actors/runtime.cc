@@ -183,9 +183,10 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   }
   spdlog::info(
       "runtime: {} sandboxes recovered from {} ({} from state snapshots, {} retired skipped, "
-      "{} hibernations back from the data disk); adopting {} VMs",
+      "{} hibernations and {} snapshots back from the data disk); adopting {} VMs",
       recovered->sandboxes.size(), (config.data_dir / "store").string(), recovered->from_snapshots,
-      recovered->retired, recovered->hibernations_restored, recovered->to_adopt.size());
+      recovered->retired, recovered->hibernations_restored, recovered->snapshots_restored,
+      recovered->to_adopt.size());
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
@@ -497,6 +498,7 @@ Reply<std::vector<SnapshotInfo>> Runtime::snapshots(const std::string& tenant) {
       i.id = id;
       i.sandbox = sbx.id;
       if (auto n = sbx.snapshot_names.find(id); n != sbx.snapshot_names.end()) i.name = n->second;
+      i.durable = sbx.durable_snapshots.count(id) > 0;
       i.template_name = sbx.template_name;
       auto dir = env.snapshot_dir(id);
       if (auto snap = vmm::Snapshot::load(dir)) {

@@ -117,6 +117,7 @@ struct SandboxInfo {
   bool hibernation_durable = false;
   std::vector<std::string> snapshots;
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
+  std::set<std::string> durable_snapshots;  // of `snapshots`: a synced copy is on the data disk
   std::string failure_reason;
   uint64_t version = 0;  // events applied (the stream's length)
   bool network = false;
@@ -255,6 +256,9 @@ struct SnapshotInfo {
   int64_t created_at_ms = 0;
   uint64_t size_bytes = 0;    // host storage it holds (RAM file + its own disk layers)
   uint64_t memory_bytes = 0;  // of which host memory (the RAM file, on tmpfs)
+  // A synced copy is on the data disk (made in the background after it was taken): it survives a
+  // host reboot. Until then it lives on tmpfs only.
+  bool durable = false;
 };
 
 // The snapshot of `all` (`tenant`'s, Runtime::snapshots) that `ref` names: its id, or its name

@@ -91,6 +91,8 @@ const char* to_string(Event::Kind k) {
       return "preview-closed";
     case Event::Kind::hibernation_persisted:
       return "hibernation-persisted";
+    case Event::Kind::snapshot_persisted:
+      return "snapshot-persisted";
     case Event::Kind::failed:
       return "failed";
   }
@@ -479,6 +481,16 @@ struct Decider {
       return reject(Code::snapshot_not_found, "no snapshot " + c.snapshot_id);
     Event e = ev(Event::Kind::snapshot_deleted, now);
     e.snapshot_id = c.snapshot_id;
+    e.reason = c.reason;
+    return std::vector<Event>{e};
+  }
+  Decision operator()(const cmd::SnapshotPersisted& c) const {
+    // Once, and only for a snapshot it still has (one deleted meanwhile changes nothing).
+    if (std::find(s.snapshots.begin(), s.snapshots.end(), c.snapshot_id) == s.snapshots.end() ||
+        s.durable_snapshots.count(c.snapshot_id))
+      return std::vector<Event>{};
+    Event e = ev(Event::Kind::snapshot_persisted, now);
+    e.snapshot_id = c.snapshot_id;
     return std::vector<Event>{e};
   }
 
@@ -707,6 +719,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (it == s.snapshots.end()) impossible(s, e);
       s.snapshots.erase(it);
       s.snapshot_names.erase(e.snapshot_id);
+      s.durable_snapshots.erase(e.snapshot_id);
       break;
     }
     case K::process_started:
@@ -732,6 +745,11 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (s.status != SandboxStatus::hibernated || s.hibernation_snapshot != e.snapshot_id)
         impossible(s, e);
       s.hibernation_durable = true;
+      break;
+    case K::snapshot_persisted:
+      if (std::find(s.snapshots.begin(), s.snapshots.end(), e.snapshot_id) == s.snapshots.end())
+        impossible(s, e);
+      s.durable_snapshots.insert(e.snapshot_id);
       break;
   }
   ++s.version;

@@ -105,7 +105,10 @@ struct Event {
     preview_closed,  // `port`: its preview URL is revoked
     // The hibernation `snapshot_id` has a copy on the data disk, synced (Env::persisted_dir): it
     // survives a host reboot (which empties the tmpfs the hibernation is made on).
-    hibernation_persisted
+    hibernation_persisted,
+    // Its named snapshot `snapshot_id` has a copy on the data disk, synced
+    // (Env::persisted_snapshot_dir): it survives a host reboot.
+    snapshot_persisted
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -129,7 +132,8 @@ struct Event {
   std::string snapshot_name;  // transition_started (snapshotting), snapshot_taken: "" = unnamed
   bool disk_only = false;     // transition_started (hibernating), hibernated: without its memory
   std::vector<std::string> children;  // forked
-  std::string reason;                 // transition_failed, failed; reaped: "ttl" or "idle"
+  std::string reason;  // transition_failed, failed; reaped: "ttl" or "idle"; snapshot_deleted:
+                       // "" = by the API, else why it is gone ("snapshot_lost")
   ReapAction reap_action = ReapAction::kill;
   // network
   bool network = false;                // created: the sandbox has a network
@@ -169,8 +173,9 @@ struct SandboxState {
   bool hibernation_durable = false;
   std::vector<std::string> snapshots;                 // taken from this sandbox
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
-  std::map<std::string, std::string> running_execs;   // exec id -> command
-  std::map<std::string, int64_t> exec_started_ms;     // exec id -> when it started
+  std::set<std::string> durable_snapshots;  // of `snapshots`: a synced copy is on the data disk
+  std::map<std::string, std::string> running_execs;  // exec id -> command
+  std::map<std::string, int64_t> exec_started_ms;    // exec id -> when it started
   uint64_t execs_finished = 0;
   std::string failure_reason;
   bool network = false;
@@ -289,6 +294,7 @@ struct ClosePreview {
 };
 struct DeleteSnapshot {  // one of the sandbox's named snapshots, in any state of the sandbox
   std::string snapshot_id;
+  std::string reason{};  // "" = the API's delete; else why it is gone (recovery: snapshot_lost)
 };
 struct Reap {  // the reaper: the TTL expired, or (idle) the sandbox was unused for its idle timeout
   bool idle = false;
@@ -296,6 +302,11 @@ struct Reap {  // the reaper: the TTL expired, or (idle) the sandbox was unused 
 struct Kill {};
 // The VM worker made the hibernation `snapshot_id` durable (a copy on the data disk, synced).
 struct HibernationPersisted {
+  std::string snapshot_id;
+};
+// Its named snapshot `snapshot_id` was copied to the data disk and synced (in any state of the
+// sandbox: snapshots outlive it).
+struct SnapshotPersisted {
   std::string snapshot_id;
 };
 // Another host runs it now (a migration; it must be hibernated here): it ends here.
@@ -317,13 +328,12 @@ struct RecordFile {
 };
 }  // namespace cmd
 
-using Command =
-    std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished,
-                 cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone,
-                 cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
-                 cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
-                 cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
-                 cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted>;
+using Command = std::variant<
+    cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished, cmd::Snapshot,
+    cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
+    cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot,
+    cmd::Reap, cmd::Kill, cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
+    cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted, cmd::SnapshotPersisted>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

@@ -384,10 +384,15 @@ void effect(SandboxSelf* self, const Event& e) {
     case Event::Kind::woke:  // its hibernation is spent: so is the copy
       caf::anon_send(st.worker, unpersist_atom::value, st.env->persisted_dir(st.s.id).string());
       break;
+    case Event::Kind::snapshot_taken:
+      // Answered once on tmpfs; its durable copy follows (the registry's snapshot persister).
+      caf::anon_send(st.registry, persist_atom::value, st.s.id, e.snapshot_id);
+      break;
     case Event::Kind::snapshot_deleted:
       // Recorded: creates from it are refused from now on. Its files go (VMs restored from it
-      // keep theirs: layers are hard links, RAM was copied).
+      // keep theirs: layers are hard links, RAM was copied), and so does its durable copy.
       caf::anon_send(st.worker, drop_atom::value, st.env->snapshot_dir(e.snapshot_id).string());
+      caf::anon_send(st.registry, unpersist_atom::value, e.snapshot_id);
       break;
     case Event::Kind::killed:
     case Event::Kind::migrated:  // (its hibernation was copied to the other host)
@@ -574,10 +579,8 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   if (!initial.template_name.empty())
     st.worker = self->spawn<caf::detached + caf::linked>(
         vm_worker, env, initial.id, initial.template_name, st.handle, self->address());
-  // Hibernated without a copy on the data disk (persisting was cut short, or the copy is gone):
-  // made now.
-  if (initial.status == SandboxStatus::hibernated &&
-      !fs::exists(env->persisted_dir(initial.id) / "meta.json"))
+  // Hibernated without a recorded copy on the data disk (persisting was cut short): made now.
+  if (initial.status == SandboxStatus::hibernated && !initial.hibernation_durable)
     persist_hibernation(self);
   if (!adopt_dir.empty() && st.worker) {
     // Its VM outlived the previous host process: take it over before anything else runs.
@@ -593,7 +596,10 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   return {
       [=](cmd_atom, Command c) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
-        if (!std::holds_alternative<cmd::Reap>(c)) self->state.last_active_ms = now_ms();
+        // (The reaper and the background copy of a snapshot are not uses of the sandbox.)
+        if (!std::holds_alternative<cmd::Reap>(c) &&
+            !std::holds_alternative<cmd::SnapshotPersisted>(c))
+          self->state.last_active_ms = now_ms();
         if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
           self->state.worker = self->spawn<caf::detached + caf::linked>(
               vm_worker, self->state.env, self->state.s.id,

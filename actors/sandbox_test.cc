@@ -307,6 +307,26 @@ TEST(SandboxDecide, AHibernationIsDurableOnceItsCopyIsPersistedUntilTheWake) {
   EXPECT_FALSE(s.hibernation_durable);
 }
 
+TEST(SandboxDecide, ANamedSnapshotIsDurableOnceItsCopyIsPersistedWhateverTheSandboxDoes) {
+  auto s = step(step(in(SandboxStatus::running), cmd::Snapshot{"snap-1", "nightly"}),
+                cmd::TransitionDone{});
+  ASSERT_EQ(s.snapshots, std::vector<std::string>{"snap-1"});
+  EXPECT_TRUE(s.durable_snapshots.empty());
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotPersisted{"snap-other"}, kNow)), "-");
+  // The sandbox ended meanwhile: its snapshot outlives it, and so does the copy.
+  s = step(s, cmd::Kill{});
+  s = step(s, cmd::SnapshotPersisted{"snap-1"});
+  EXPECT_EQ(s.durable_snapshots, std::set<std::string>{"snap-1"});
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotPersisted{"snap-1"}, kNow)), "-");  // once
+  // Lost (recovery found no copy): deleted with the reason.
+  auto d = decide(s, cmd::DeleteSnapshot{"snap-1", "snapshot_lost"}, kNow);
+  ASSERT_EQ(outcome(d), "snapshot-deleted");
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].reason, "snapshot_lost");
+  s = step(s, cmd::DeleteSnapshot{"snap-1"});
+  EXPECT_TRUE(s.durable_snapshots.empty());
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotPersisted{"snap-1"}, kNow)), "-");  // deleted: no
+}
+
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
   auto s = in(SandboxStatus::hibernated, false, /*auto_wake=*/true);
   auto d = decide(s, cmd::Exec{"x1", "ls"}, kNow);

@@ -123,12 +123,15 @@ struct SandboxEvent {
     previewClosed @55 :UInt32;     # the port's preview URL was revoked
     hibernationPersisted @59 :Text;  # the hibernation (snapshot id) has a synced copy on the
                                      # data disk: it survives a host reboot
+    snapshotPersisted @60 :Text;   # the named snapshot (id) has a synced copy on the data disk
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
   snapshotName @56 :Text;          # transitionStarted (snapshotting), snapshotTaken: the name
                                    # the snapshot is taken with ("" = none)
   diskOnly @57 :Bool;              # transitionStarted (hibernating), hibernated: the hibernation
                                    # keeps only the disk (a wake boots the guest afresh on it)
+  deleteReason @61 :Text;          # snapshotDeleted: "" = by the API, else why it is gone
+                                   # ("snapshot_lost": no copy survived a host reboot)
 }
 
 # Persisted volume lifecycle events (the stream `vol_...` of each volume).

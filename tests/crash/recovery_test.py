@@ -127,7 +127,8 @@ class RecoveryTest(unittest.TestCase):
     def test_a_reboot_keeps_every_acknowledged_hibernation(self):
         """A host reboot, simulated: the daemon SIGKILLed, its QEMUs killed, the state tmpfs
         emptied. Every hibernation whose copy was on the data disk (`durable: local`) wakes with
-        its memory and disk; one whose copy is gone is failed with the reason, not `hibernated`."""
+        its memory and disk; one whose copy is gone is failed with the reason, not `hibernated`.
+        Named snapshots likewise: a durable one restores, a lost one is deleted with its reason."""
         base = tempfile.mkdtemp(prefix="pst-reboot-", dir="/var/tmp")  # the data folder: a disk
         state = tempfile.mkdtemp(prefix="pst-reboot-state-", dir="/dev/shm")
         data = os.path.join(base, "data")
@@ -141,6 +142,24 @@ class RecoveryTest(unittest.TestCase):
                 s, b = c.exec(sid, f"echo {sid} > /dev/shm/token && echo disk-{sid} > /root/f")
                 self.assertEqual(s, 200, b)
             mem, disk_only, lost = sids
+            # Two named snapshots of one of them (they outlive it): each durable once its copy
+            # is synced; one copy is lost with its disk below.
+            snaps = {}
+            for name in ("kept", "gone"):
+                s, b = c.call("POST", f"/v1/sandboxes/{mem}/snapshots", {"name": name})
+                self.assertEqual(s, 201, b)
+                snaps[name] = b["snapshot_id"]
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 120:
+                    s, info = c.call("GET", f"/v1/snapshots/{snaps[name]}")
+                    self.assertEqual(s, 200, info)
+                    self.assertIn(info["durable"], ("none", "local"), info)
+                    if info["durable"] == "local":
+                        break
+                    time.sleep(0.05)
+                self.assertEqual(info["durable"], "local", info)
+                print(f"REBOOT snapshot-to-durable {(time.monotonic() - t0) * 1000:.0f} ms",
+                      flush=True)
             durable_after = []
             for sid, body in ((mem, {}), (disk_only, {"memory": False}), (lost, {})):
                 s, b = c.call("POST", f"/v1/sandboxes/{sid}/hibernate", body)
@@ -158,6 +177,7 @@ class RecoveryTest(unittest.TestCase):
                   f"({', '.join(f'{t * 1000:.0f}' for t in durable_after)} ms)", flush=True)
             # One copy is lost with the disk it was on (as if never persisted).
             shutil.rmtree(os.path.join(data, "hibernations", lost))
+            shutil.rmtree(os.path.join(data, "snapshots", snaps["gone"]))
             d.stop(signal.SIGKILL)
             harness.reap_vms(state, data)
             shutil.rmtree(state)  # the reboot: tmpfs is empty
@@ -183,6 +203,21 @@ class RecoveryTest(unittest.TestCase):
             s, b = c2.exec(disk_only, "cat /root/f; test -e /dev/shm/token || echo no-token")
             self.assertEqual((s, b["stdout"]), (200, f"disk-{disk_only}\nno-token\n"), b)
             print(f"REBOOT wake after the reboot {woke_ms:.0f} ms", flush=True)
+            # The durable snapshot restores (memory and disk as taken); the lost one is no more,
+            # and its sandbox's events say why.
+            s, listed = c2.call("GET", "/v1/snapshots")
+            self.assertEqual(s, 200, listed)
+            self.assertEqual([(x["id"], x["durable"]) for x in listed["snapshots"]],
+                             [(snaps["kept"], "local")], listed)
+            s, b = c2.call("GET", f"/v1/snapshots/{snaps['gone']}")
+            self.assertEqual((s, b["error"]["code"]), (404, "snapshot_not_found"), b)
+            deleted = [e for e in c2.call("GET", f"/v1/sandboxes/{mem}/events")[1]["events"]
+                       if e["type"] == "snapshot-deleted"]
+            self.assertEqual([(e["event"]["snapshot_id"], e["event"].get("reason")) for e in deleted],
+                             [(snaps["gone"], "snapshot_lost")], deleted)
+            child = c2.create(from_snapshot="kept")["id"]
+            s, b = c2.exec(child, "cat /dev/shm/token /root/f")
+            self.assertEqual((s, b["stdout"]), (200, f"{mem}\ndisk-{mem}\n"), b)
             # Woken: the durable copies are spent.
             time.sleep(0.5)
             self.assertEqual(sorted(os.listdir(os.path.join(data, "hibernations"))), [])

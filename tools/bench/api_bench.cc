@@ -424,6 +424,33 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     report(json, "hibernate", client, server);
     report(json, "hibernate-durable", durable, durable);
     return 0;
+  } else if (scenario == "snapshot-durable") {
+    // A named snapshot's answer (on tmpfs), and until its copy is on the data disk, synced (its
+    // `durable` turns "local"): what a reboot keeps.
+    auto id = api.create(create_body);
+    std::vector<double> durable;
+    for (int i = 0; i < n; ++i) {
+      auto t = Clock::now();
+      Json taken;
+      sample([&](double* s) {
+        taken = api.call("POST", "/v1/sandboxes/" + id + "/snapshots", R"({"name":"bench"})", s);
+      });
+      auto snap = taken["snapshot_id"].as_string();
+      while (api.call("GET", "/v1/snapshots/" + snap, "")["durable"].as_string() != "local") {
+        if (ms_since(t) > 120000) {
+          std::fprintf(stderr, "pandastack-bench: the snapshot never became durable\n");
+          return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      durable.push_back(ms_since(t));
+      api.call("DELETE", "/v1/snapshots/" + snap, "");
+      pause();
+    }
+    api.kill(id);
+    report(json, "snapshot", client, server);
+    report(json, "snapshot-durable", durable, durable);
+    return 0;
   } else if (scenario == "kill") {
     // A kill answers once its VM is gone (the guest synced its volumes, QEMU ended): its cost.
     api.kill(api.create(create_body));
@@ -453,7 +480,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
   } else {
     std::fprintf(stderr,
                  "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk kill "
-                 "hibernate-durable "
+                 "hibernate-durable snapshot-durable "
                  "concurrent-create "
                  "net-throughput preview\n");
     return 2;

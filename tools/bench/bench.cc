@@ -90,7 +90,7 @@ int usage() {
                "       pandastack-bench storage append|append16|recovery [--n N]\n"
                "       pandastack-bench api "
                "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|fork|"
-               "wake|wake-disk|kill|hibernate-durable|"
+               "wake|wake-disk|kill|hibernate-durable|snapshot-durable|"
                "concurrent-create|net-throughput|preview [--url URL] "
                "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
                "[--pause-ms MS] [--n N] [--json]\n"

@@ -19,13 +19,15 @@ from ._errors import (BackupNotFound, CommandNotFound, Conflict, ConnectionFaile
                       TransitionFailed, Unauthorized, VolumeAttached, VolumeInUse,
                       VolumeNotFound)
 from ._models import (CodeError, CodeResult, DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult,
-                      Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo, VolumeInfo, VolumeSnapshotInfo,
+                      Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo, SnapshotInfo, VolumeInfo,
+                      VolumeSnapshotInfo,
                       BuildProgress, TemplateInfo)
 from ._sync import Database, Sandbox, Template, Volume
 
 __version__ = "0.2.0"  # (sdk/python/pyproject.toml says the same)
 __all__ = [
-    "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "SandboxInfo", "FileInfo", "FileEvent",
+    "Sandbox", "AsyncSandbox", "ExecResult", "ExecEvent", "SandboxInfo", "SnapshotInfo", "FileInfo",
+    "FileEvent",
     "ProcessInfo", "PandaStackError", "InvalidArgument", "InvalidCwd", "CommandNotFound",
     "Unauthorized", "Forbidden", "PermissionDenied", "NotFound", "SandboxNotFound",
     "FileNotFound", "TemplateNotFound", "SnapshotNotFound", "Conflict", "SandboxHibernated",

@@ -12,7 +12,8 @@ import httpx
 
 from . import _common as c
 from ._errors import NotFound, PandaStackError, PayloadTooLarge, SandboxStopped, error_for
-from ._models import ExecEvent, ExecResult, Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo
+from ._models import (ExecEvent, ExecResult, Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo,
+                      SnapshotInfo)
 
 
 class _AsyncHttp:
@@ -274,6 +275,17 @@ class AsyncSandbox:
         try:
             r = await http.call("GET", "/v1/sandboxes", params=c.list_params(state, metadata))
             return [SandboxInfo.from_api(s) for s in r.json()["sandboxes"]]
+        finally:
+            await http.client.aclose()
+
+    @classmethod
+    async def list_snapshots(cls, *, api_key: Optional[str] = None,
+                             base_url: Optional[str] = None) -> List[SnapshotInfo]:
+        """This tenant's snapshots, oldest first."""
+        http = _AsyncHttp(api_key, base_url, 60.0)
+        try:
+            r = await http.call("GET", "/v1/snapshots")
+            return [SnapshotInfo.from_api(s) for s in r.json()["snapshots"]]
         finally:
             await http.client.aclose()
 

@@ -111,6 +111,30 @@ class SandboxInfo:
 
 
 @dataclass
+class SnapshotInfo:
+    """One of a tenant's snapshots (``Sandbox.list_snapshots()``)."""
+    id: str
+    sandbox: str
+    template: str
+    created_at_ms: int
+    #: host storage it holds (RAM file and disk layers); ``memory_bytes`` of it is host RAM
+    size_bytes: int
+    memory_bytes: int
+    #: the name it was taken with (None: none); ``current``: the newest with that name
+    name: Optional[str] = None
+    current: bool = False
+    #: "local" once a synced copy is on the host's data disk (it survives a reboot), "none" while
+    #: it is on tmpfs only (the copy is made in the background after the snapshot answers)
+    durable: str = "none"
+
+    @classmethod
+    def from_api(cls, b: Dict[str, Any]) -> "SnapshotInfo":
+        return cls(b["id"], b["sandbox"], b["template"], int(b["created_at_ms"]),
+                   int(b["size_bytes"]), int(b["memory_bytes"]), b.get("name"),
+                   bool(b.get("current", False)), str(b.get("durable", "none")))
+
+
+@dataclass
 class VolumeInfo:
     """A volume as the API describes it."""
 

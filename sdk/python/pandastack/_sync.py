@@ -14,7 +14,8 @@ import json
 from ._errors import (NotFound, PandaStackError, PayloadTooLarge, SandboxStopped,
                       TemplateBuildFailed, error_for)
 from ._models import (BuildProgress, DatabaseBackup, DatabaseInfo, ExecEvent, ExecResult, Execution, FileEvent,
-                      FileInfo, ProcessInfo, SandboxInfo, TemplateInfo, VolumeInfo, VolumeSnapshotInfo)
+                      FileInfo, ProcessInfo, SandboxInfo, SnapshotInfo, TemplateInfo, VolumeInfo,
+                      VolumeSnapshotInfo)
 
 
 class _Http:
@@ -310,6 +311,13 @@ class Sandbox:
         http = _Http(api_key, base_url, 60.0)
         r = http.call("GET", "/v1/sandboxes", params=c.list_params(state, metadata))
         return [SandboxInfo.from_api(s) for s in r.json()["sandboxes"]]
+
+    @classmethod
+    def list_snapshots(cls, *, api_key: Optional[str] = None,
+                       base_url: Optional[str] = None) -> List[SnapshotInfo]:
+        """This tenant's snapshots, oldest first."""
+        http = _Http(api_key, base_url, 60.0)
+        return [SnapshotInfo.from_api(s) for s in http.call("GET", "/v1/snapshots").json()["snapshots"]]
 
     @classmethod
     def delete_snapshot(cls, snapshot_id: str, *, api_key: Optional[str] = None,

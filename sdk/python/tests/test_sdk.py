@@ -182,7 +182,20 @@ class SdkTest(unittest.TestCase):
             named = sbx.snapshot("nightly")
             with Sandbox.create(from_snapshot="nightly") as copy:
                 self.assertEqual(copy.exec("cat /tmp/v").stdout, "42\n")
+            # Listed, and durable (a synced copy on the data disk) shortly after.
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                listed = {s.id: s for s in Sandbox.list_snapshots()}
+                if listed[named].durable == "local":
+                    break
+                time.sleep(0.05)
+            info = listed[named]
+            self.assertIsInstance(info, pandastack.SnapshotInfo)
+            self.assertEqual((info.sandbox, info.name, info.current, info.durable),
+                             (sbx.id, "nightly", True, "local"))
+            self.assertGreater(info.memory_bytes, 0)
             Sandbox.delete_snapshot(named)
+            self.assertNotIn(named, [s.id for s in Sandbox.list_snapshots()])
             # Only the disk: the wake boots afresh on it (/tmp, a tmpfs, is gone).
             sbx.exec("echo d > /root/d")
             sbx.hibernate(memory=False)
@@ -626,6 +639,10 @@ class AsyncSdkTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(guest_count(probe, "sleep 307"), 0)
             r = await sbx.exec("echo still here")
             self.assertEqual(r.stdout, "still here\n")
+            # Snapshots are listed here too.
+            snap = await sbx.snapshot()
+            self.assertIn(snap, [x.id for x in await AsyncSandbox.list_snapshots()])
+            await AsyncSandbox.delete_snapshot(snap)
 
     async def test_run_code(self):
         async with await AsyncSandbox.create() as sbx:

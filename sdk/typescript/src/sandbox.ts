@@ -257,11 +257,12 @@ export class Sandbox {
     for (const [k, v] of Object.entries(opts.metadata ?? {})) query[`metadata.${k}`] = v;
     return (await http.json("GET", "/v1/sandboxes", { query })).sandboxes.map(info);
   }
-  /** This tenant's snapshots: {id, sandbox, template, createdAtMs, sizeBytes, memoryBytes}. */
+  /** This tenant's snapshots: {id, sandbox, template, name, current, createdAtMs, sizeBytes, memoryBytes, durable}. */
   static async listSnapshots(opts: ClientOptions = {}): Promise<SnapshotInfo[]> {
     const http = new Http(opts);
     return (await http.json("GET", "/v1/snapshots")).snapshots.map((x: Json) => ({
       id: x.id, sandbox: x.sandbox, template: x.template, createdAtMs: x.created_at_ms, sizeBytes: x.size_bytes, memoryBytes: x.memory_bytes,
+      name: x.name, current: x.current, durable: x.durable,
     }));
   }
   /** Deletes one of this tenant's snapshots: creates from it fail afterwards (code snapshot_not_found); sandboxes created from it run on. */

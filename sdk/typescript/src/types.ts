@@ -281,6 +281,11 @@ export interface SnapshotInfo {
   /** Host storage it holds (RAM file and disk layers); memoryBytes of it is host RAM. */
   sizeBytes: number;
   memoryBytes: number;
+  /** The name it was taken with (absent: none); current: the newest with that name (what the name stands for). */
+  name?: string;
+  current: boolean;
+  /** "local": a synced copy is on the host's data disk (it survives a reboot); "none": on tmpfs only, until that copy is made in the background. */
+  durable: "none" | "local";
 }
 
 export interface DatabaseInfo {

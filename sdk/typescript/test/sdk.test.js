@@ -186,6 +186,7 @@ test("bytes in, exact errors, files helpers, long commands", async () => {
     const listed = (await Sandbox.listSnapshots()).find((x) => x.id === snap);
     assert.equal(listed.sandbox, sbx.id);
     assert.ok(listed.memoryBytes > 0);
+    assert.ok(["none", "local"].includes(listed.durable), listed.durable);  // copied in the background
     await Sandbox.deleteSnapshot(snap);
     // A stream the sandbox's kill ends throws, not a quiet end.
     const stream = sbx.execStream("echo started; sleep 30");

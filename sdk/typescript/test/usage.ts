@@ -57,6 +57,7 @@ export async function usage(): Promise<string> {
   const idle = await Sandbox.create({ idleTimeoutSeconds: 60, onTimeout: "hibernate", autoWake: true });
   const t: number = idle.info.idleTimeoutSeconds;
   const all: SandboxInfo[] = await Sandbox.list({ state: "running", metadata: { a: "b" } });
+  const kept: "none" | "local" = (await Sandbox.listSnapshots())[0].durable;
   const vol = await Volume.create({ sizeMib: 64, name: "cache" });
   const withVol = await Sandbox.create({ volumes: [{ volume: vol, mount: "/data" }, { volume: vol.id, mount: "/ro", readOnly: true }] });
   const held: string = withVol.info.volumes[0].mount;
@@ -83,7 +84,7 @@ export async function usage(): Promise<string> {
   await db.delete();
   if (from.length + bk.bytes < 0) return "";
   if (uri.length + dbs.length + woke.port + log.length < 0) return "";
-  if (held.length + vols.length < 0) return "";
+  if (held.length + vols.length + kept.length < 0) return "";
   const ran: Execution = await sbx.runCode("1 + 1", { timeoutSeconds: 30, env: { A: "b" } });
   const ctx: string = await sbx.createCodeContext({ cwd: "/tmp" });
   const ctxs: string[] = await sbx.codeContexts();
