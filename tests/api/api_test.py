@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
 """API tests against the real daemon binary: real HTTP, real VMs (TCG here), real RocksDB.
 
-Usage: api_test.py --daemon build/bin/pandastackd --cli build/bin/pandastack [--images var/images]
-[unittest args]. Traffic goes only to the daemon on 127.0.0.1. The CLI's cases (cli_cases.py) run on
-this suite's daemon; networking is network_test.py, a graceful restart restart_test.py.
+Usage: api_test.py --daemon build/bin/pandastackd [--images var/images] [unittest args]
+Traffic goes only to the daemon on 127.0.0.1.
 """
 import argparse
+import base64
+import fcntl
+import hashlib
+import http.client
+import json
 import os
+import pty
+import select
 import shutil
+import signal
 import socket
+import struct
+import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -19,7 +29,6 @@ import urllib.parse
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Api, Daemon, WebSocket, guest_has_process  # noqa: E402,F401
-from cli_cases import CliCases  # noqa: E402
 
 
 class _Args:
@@ -32,7 +41,7 @@ class _Args:
 ARGS = _Args()
 
 
-class ApiTest(CliCases, unittest.TestCase):
+class ApiTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.base = tempfile.mkdtemp(prefix="pst-api-", dir="/dev/shm")
@@ -672,7 +681,143 @@ class ApiTest(CliCases, unittest.TestCase):
         self.assertEqual(got, ["created", "started", "network-attached", "exec-started",
                                "exec-finished", "killed"])
 
+    def test_cli_commands(self):
+        env = dict(os.environ, PANDASTACK_API_KEY=self.api.key, PANDASTACK_BASE_URL=self.daemon.url)
+        def cli(*a, **kw):
+            if "input" not in kw:
+                kw["stdin"] = subprocess.DEVNULL
+            return subprocess.run([ARGS.cli, *a], capture_output=True, text=True, timeout=120,
+                                  env=kw.pop("env", env), **kw)
+        r = cli("sandbox", "create", "--metadata", "via=cli")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = r.stdout.strip()
+        self.assertTrue(sid.startswith("sbx_"))
+        r = cli("sandbox", "list", "--metadata", "via=cli")
+        self.assertIn(sid, r.stdout)
+        self.assertTrue(r.stdout.startswith("ID "))  # a table with a header
+        r = cli("sandbox", "list", "--json")
+        self.assertIn(sid, [s["id"] for s in json.loads(r.stdout)])
+        # exec streams, passes stderr through and exits with the command's code
+        r = cli("sandbox", "exec", sid, "--", "echo out; echo err >&2; exit 7")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (7, "out\n", "err\n"))
+        r = cli("sandbox", "exec", sid, "--env", "A=b", "--cwd", "/tmp", "--", "sh", "-c", "echo $A; pwd")
+        self.assertEqual((r.returncode, r.stdout), (0, "b\n/tmp\n"))
+        r = cli("sandbox", "exec", sid, "--json", "--", "echo j")
+        self.assertEqual(json.loads(r.stdout)["stdout"], "j\n")
+        # stdin is forwarded; a signal is 128+N, a timeout 124, like a shell and timeout(1).
+        r = cli("sandbox", "exec", sid, "--", "cat", input="piped-data\n")
+        self.assertEqual((r.returncode, r.stdout), (0, "piped-data\n"))
+        self.assertEqual(cli("sandbox", "exec", sid, "--", "kill -9 $$").returncode, 137)
+        r = cli("sandbox", "exec", sid, "--timeout", "1", "--", "sleep 5")
+        self.assertEqual(r.returncode, 124, r.stderr)
+        self.assertIn("timed out", r.stderr)
+        # A terminal: piped input is typed, then Ctrl-D; the exit status is the shell's.
+        r = cli("sandbox", "shell", sid, input="tty; stty size; exit 7\n")
+        self.assertEqual(r.returncode, 7, (r.stdout, r.stderr))
+        self.assertIn("/dev/pts/", r.stdout)
+        self.assertIn("24 80", r.stdout)
+        self.cli_shell_on_a_local_terminal(sid, env)
+        # Help, version, and a missing key said before any call.
+        for args in (("help",), ("sandbox", "--help"), ("sandbox", "help"), ("--version",)):
+            r = cli(*args)
+            self.assertEqual(r.returncode, 0, (args, r.stderr))
+            self.assertTrue(r.stdout, args)
+        no_key = {k: v for k, v in env.items() if k != "PANDASTACK_API_KEY"}
+        r = cli("sandbox", "list", env=no_key)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("set PANDASTACK_API_KEY or pass --key", r.stderr)
+        local = os.path.join(self.base, "cli.txt")
+        with open(local, "w") as f:
+            f.write("via cli")
+        self.assertEqual(cli("files", "cp", local, f"{sid}:/tmp/c/x.txt").returncode, 0)
+        self.assertEqual(cli("files", "cat", sid, "/tmp/c/x.txt").stdout, "via cli")
+        self.assertIn("x.txt", cli("files", "ls", sid, "/tmp/c").stdout)
+        self.assertEqual(cli("files", "cp", f"{sid}:/tmp/c/x.txt", local + ".back").returncode, 0)
+        # Into a folder, as cp does.
+        self.assertEqual(cli("files", "cp", local, f"{sid}:/tmp/c/").returncode, 0)
+        self.assertEqual(cli("files", "cat", sid, "/tmp/c/cli.txt").stdout, "via cli")
+        with open(local + ".back") as f:
+            self.assertEqual(f.read(), "via cli")
+        kid = cli("sandbox", "fork", sid).stdout.strip()
+        self.assertTrue(kid.startswith("sbx_"))
+        self.assertEqual(cli("sandbox", "exec", kid, "--", "cat /tmp/c/x.txt").stdout, "via cli")
+        self.assertIn("exec-finished", cli("sandbox", "logs", sid).stdout)
+        snap = cli("sandbox", "snapshot", sid).stdout.strip()
+        self.assertTrue(snap.startswith("snap_"))
+        self.assertEqual(cli("snapshot", "delete", snap).returncode, 0)
+        r = cli("snapshot", "delete", snap)
+        self.assertEqual((r.returncode, r.stderr.split(":")[1].strip()), (1, "snapshot_not_found"))
+        self.assertIn("base", cli("template", "list").stdout)
+        r = cli("sandbox", "get", "sbx_nope")
+        self.assertEqual((r.returncode, r.stderr.split(":")[1].strip()), (1, "sandbox_not_found"))
+        self.assertEqual(cli("sandbox", "bogus", "x").returncode, 2)
+        r = cli("sandbox", "create", "--ttl", "abc")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--ttl needs a whole number of seconds", r.stderr)
+        r = cli("sandbox", "create", "--idle-timeout", "300", "--on-timeout", "hibernate",
+                "--auto-wake", "--json")
+        idle = json.loads(r.stdout)
+        self.assertEqual((idle["idle_timeout_seconds"], idle["on_timeout"], idle["auto_wake"]),
+                         (300, "hibernate", True))
+        cli("sandbox", "kill", idle["id"])
+        for x in (kid, sid):
+            r = cli("sandbox", "kill", x, "--json")
+            self.assertEqual(json.loads(r.stdout)["state"], "stopped")
+        # The list shows live sandboxes unless asked for all.
+        self.assertNotIn(sid, cli("sandbox", "list").stdout)
+        self.assertIn(sid, cli("sandbox", "list", "--all").stdout)
+
     # -- tenancy and keys -----------------------------------------------------------------------
+
+    def cli_shell_on_a_local_terminal(self, sid, env):
+        """`pandastack sandbox shell` on a real local terminal: raw mode (keys such as Ctrl-C go
+        to the sandbox's terminal), the window's size, and a resize that follows (SIGWINCH)."""
+        pid, master = pty.fork()
+        if pid == 0:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+            os.execve(ARGS.cli, [ARGS.cli, "sandbox", "shell", sid], env)
+        out = b""
+
+        def read_until(marker):
+            nonlocal out
+            deadline = time.time() + 60
+            while marker not in out and time.time() < deadline:
+                if select.select([master], [], [], 1)[0]:
+                    try:
+                        out += os.read(master, 65536)
+                    except OSError:
+                        break
+            self.assertIn(marker, out)
+        try:
+            os.write(master, b"stty size; echo m-$((2*21))\r")
+            read_until(b"m-42")
+            self.assertIn(b"33 101", out)
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+            os.write(master, b"sleep 308; echo after-$((1+1))\r")
+            time.sleep(2)
+            os.write(master, b"\x03")  # raw mode: Ctrl-C reaches the sandbox's terminal
+            os.write(master, b"stty size; echo m-$((2*22))\r")
+            read_until(b"m-44")
+            self.assertIn(b"40 120", out)
+            self.assertNotIn(b"after-2", out)
+            os.write(master, b"exit 5\r")
+            read_until(b"exit 5")
+        finally:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                status = -1
+            os.close(master)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 5, out)
 
     def test_tenant_isolation_on_every_route_and_keys(self):
         c, sid = self.api, self.sid()
@@ -718,6 +863,376 @@ class ApiTest(CliCases, unittest.TestCase):
         self.assertEqual(c.call("DELETE", f"/v1/keys/{other_id}")[0], 204)
         self.assertError(other.call("GET", "/v1/sandboxes"), 401, "unauthorized")
         self.assertError(c.call("DELETE", f"/v1/keys/{other_id}"), 404, "key_not_found")
+
+
+# A DNS server for the test's upstream namespace: A records for a few test names, NXDOMAIN else.
+DNS_SERVER = r"""
+import socket
+ANSWERS = {"allowed.test": "198.19.0.2", "other.test": "198.19.0.3", "a.wild.test": "198.19.0.3",
+           "wild.test": "198.19.0.3"}
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("198.19.0.2", 53))
+while True:
+    q, peer = s.recvfrom(512)
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode()); i += 1 + q[i]
+    qend = i + 5
+    name, qtype = ".".join(labels).lower(), q[i + 1] << 8 | q[i + 2]
+    ip = ANSWERS.get(name) if qtype == 1 else None
+    flags = b"\x81\x80" if name in ANSWERS else b"\x81\x83"
+    r = q[:2] + flags + q[4:6] + (b"\x00\x01" if ip else b"\x00\x00") + b"\x00\x00\x00\x00" + q[12:qend]
+    if ip:
+        r += b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(ip)
+    s.sendto(r, peer)
+"""
+
+
+class NetworkTest(unittest.TestCase):
+    """Sandbox networking through the API: egress policies set at create and by PATCH, isolation
+    from the host, removal on kill. All traffic goes to an upstream network namespace this test
+    builds itself (198.19.0.2 inside it), never anywhere else."""
+
+    UP_NS, UP_LINK = "pta-upstream", "upta0"
+
+    @classmethod
+    def setUpClass(cls):
+        sh = lambda cmd: subprocess.run(cmd, shell=True, check=True)
+        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
+                       stderr=subprocess.DEVNULL)
+        sh(f"ip netns add {cls.UP_NS} && ip link add {cls.UP_LINK} type veth peer name eth0 "
+           f"netns {cls.UP_NS} && ip addr add 198.19.0.1/24 dev {cls.UP_LINK} && "
+           f"ip link set {cls.UP_LINK} up && ip -n {cls.UP_NS} addr add 198.19.0.2/24 dev eth0 && "
+           f"ip -n {cls.UP_NS} addr add 198.19.0.3/24 dev eth0 && ip -n {cls.UP_NS} link set eth0 up")
+        cls.servers = [subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "python3", "-m",
+                                         "http.server", "--bind", a, "8080"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       for a in ("198.19.0.2", "198.19.0.3")]
+        cls.base = tempfile.mkdtemp(prefix="pst-api-net-", dir="/dev/shm")
+        # The upstream's DNS server: the platform resolver forwards allowed names to it.
+        dns = os.path.join(cls.base, "dns.py")
+        with open(dns, "w") as f:
+            f.write(DNS_SERVER)
+        cls.servers.append(subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "python3", dns],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        cls.data = os.path.join(cls.base, "data")
+        cls.daemon = Daemon(cls.data, os.path.join(cls.base, "state"),
+                            ["--dns-upstream", "198.19.0.2:53",
+                             # the upstream is in a reserved range: the operator allows it
+                             "--allow-private-egress", "198.18.0.0/15"])
+        cls.api = Api(cls.daemon)
+        cls.prefix = Daemon.network_flags(cls.data)[1]
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop(reap=True)
+        for p in cls.servers:
+            p.terminate()
+            p.wait()
+        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
+                       stderr=subprocess.DEVNULL)
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+        # A graceful stop removes every network of the daemon and its host table.
+        assert not [n for n in os.listdir("/run/netns") if n.startswith(cls.prefix + "-")]
+        tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+        assert "pandastack_" + cls.prefix not in tables, tables
+
+    def fetch(self, sid, addr, port=8080):
+        code = ("import socket\ntry:\n s=socket.create_connection(('%s',%d),3)\n"
+                " s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print('ok', s.recv(12).decode())\n"
+                "except OSError as e: print('error', e)" % (addr, port))
+        s, b = self.api.exec(sid, "python3 -c \"" + code + "\"")
+        self.assertEqual(s, 200, b)
+        return b["stdout"].strip()
+
+    def subnet(self, sid):
+        s, b = self.api.call("GET", f"/v1/sandboxes/{sid}/events")
+        self.assertEqual(s, 200, b)
+        attached = [e for e in b["events"] if e["type"] == "network-attached"]
+        self.assertTrue(attached, b)
+        return attached[-1]["event"]["subnet"]
+
+    def test_egress_policies_isolation_and_cleanup(self):
+        c = self.api
+        sbx = c.create(egress={"mode": "allowlist", "cidrs": ["198.19.0.2"]})
+        sid = sbx["id"]
+        self.assertEqual(sbx["network"], True)
+        self.assertEqual(sbx["egress"], {"mode": "allowlist", "cidrs": ["198.19.0.2/32"],
+                                         "domains": []})
+        self.assertEqual(self.fetch(sid, "198.19.0.2"), "ok HTTP/1.0 200")
+        self.assertTrue(self.fetch(sid, "198.19.0.3").startswith("error"))
+        # The host (its address on the upstream link, the API port itself) is never reachable.
+        self.assertTrue(self.fetch(sid, "198.19.0.1", self.daemon.port).startswith("error"))
+        # PATCH: deny_all, then allow_all.
+        s, b = c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "deny_all"}})
+        self.assertEqual((s, b["egress"]["mode"]), (200, "deny_all"))
+        self.assertTrue(self.fetch(sid, "198.19.0.2").startswith("error"))
+        c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "allow_all"}})
+        self.assertEqual(self.fetch(sid, "198.19.0.3"), "ok HTTP/1.0 200")
+        # Refused: bad CIDRs, modes and domain names (400), a policy for a sandbox without a
+        # network (409); nothing changes.
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"cidrs": ["10.0.0.1/8"]}}),
+                         400, "invalid_argument")
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "open"}}),
+                         400, "invalid_argument")
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"domains": ["a b.test"]}}),
+                         400, "invalid_argument")
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["egress"]["mode"], "allow_all")
+        plain = c.create(network=False)
+        self.assertEqual(plain["network"], False)
+        self.assertError(c.call("PATCH", f"/v1/sandboxes/{plain['id']}", {"egress": {"mode": "allow_all"}}),
+                         409, "network_disabled")
+        self.assertTrue(self.fetch(plain["id"], "198.19.0.2").startswith("error"))
+        # A fork gets a network of its own with the parent's policy.
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/fork", {"count": 1})
+        self.assertEqual(s, 201, b)
+        child = b["sandboxes"][0]
+        self.assertEqual(child["egress"]["mode"], "allow_all")
+        self.assertEqual(self.fetch(child["id"], "198.19.0.2"), "ok HTTP/1.0 200")
+        self.assertNotEqual(self.subnet(child["id"]), self.subnet(sid))
+        # Kill: the namespace and host link go.
+        n = self.subnet(sid)
+        self.assertTrue(os.path.exists(f"/run/netns/{self.prefix}-{n}"))
+        self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{sid}")[0], 200)
+        for _ in range(50):
+            if not os.path.exists(f"/run/netns/{self.prefix}-{n}"):
+                break
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(f"/run/netns/{self.prefix}-{n}"))
+        self.assertFalse(os.path.exists(f"/sys/class/net/{self.prefix}{n}"))
+        for x in (child["id"], plain["id"]):
+            c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def test_template_default_network(self):
+        # A recipe's `network=off` (written to IMAGES/<template>/network) makes its sandboxes
+        # network-less unless a create asks for one.
+        path = os.path.join(ARGS.images, "base", "network")
+        with open(path) as f:
+            saved = f.read()
+        try:
+            with open(path, "w") as f:
+                f.write("off\n")
+            plain = self.api.create()
+            self.assertEqual(plain["network"], False)
+            asked = self.api.create(network=True)
+            self.assertEqual(asked["network"], True)
+        finally:
+            with open(path, "w") as f:
+                f.write(saved)
+        for x in (plain, asked):
+            self.api.call("DELETE", f"/v1/sandboxes/{x['id']}")
+
+    def resolve(self, sid, name):
+        s, b = self.api.exec(sid, "r=$(getent hosts %s) && echo ${r%%%% *} || echo none" % name)
+        self.assertEqual(s, 200, b)
+        return b["stdout"].strip()
+
+    def test_domain_allowlist_through_the_platform_resolver(self):
+        c = self.api
+        sid = c.create(egress={"domains": ["allowed.test", "*.wild.test"]})["id"]
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["egress"],
+                         {"mode": "allowlist", "cidrs": [], "domains": ["*.wild.test", "allowed.test"]})
+        # Not yet resolved: its address is not allowed.
+        self.assertTrue(self.fetch(sid, "198.19.0.2").startswith("error"))
+        self.assertEqual(self.resolve(sid, "allowed.test"), "198.19.0.2")
+        self.assertEqual(self.fetch(sid, "198.19.0.2"), "ok HTTP/1.0 200")
+        # Names not on the list are refused; their addresses stay closed.
+        self.assertEqual(self.resolve(sid, "other.test"), "none")
+        self.assertEqual(self.resolve(sid, "wild.test"), "none")  # *.wild.test: below it only
+        self.assertTrue(self.fetch(sid, "198.19.0.3").startswith("error"))
+        self.assertEqual(self.resolve(sid, "a.wild.test"), "198.19.0.3")
+        self.assertEqual(self.fetch(sid, "198.19.0.3"), "ok HTTP/1.0 200")
+        # Without a domain on the list, nothing resolves.
+        c.call("PATCH", f"/v1/sandboxes/{sid}", {"egress": {"mode": "deny_all"}})
+        self.assertEqual(self.resolve(sid, "allowed.test"), "none")
+        c.call("DELETE", f"/v1/sandboxes/{sid}")
+
+    def test_networks_survive_a_host_crash_and_leftovers_go(self):
+        base = tempfile.mkdtemp(prefix="pst-api-nc-", dir="/dev/shm")
+        data, state = os.path.join(base, "data"), os.path.join(base, "state")
+        prefix = Daemon.network_flags(data)[1]
+        mine = lambda: sorted(n for n in os.listdir("/run/netns") if n.startswith(prefix + "-"))
+        daemons = []
+        try:
+            allow = ["--allow-private-egress", "198.18.0.0/15"]  # the test's upstream
+            d = Daemon(data, state, allow)
+            daemons.append(d)
+            c = Api(d)
+            sid = c.create(egress={"mode": "allowlist", "cidrs": ["198.19.0.2"]})["id"]
+            c.call("POST", f"/v1/sandboxes/{sid}/processes",
+                   {"cmd": "cd /tmp && echo crash > index.html && exec python3 -m http.server 8000"})
+            port = c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 8000})[1]
+            for _ in range(100):
+                if self.host_get(port["host_port"])[0] == 200:
+                    break
+                time.sleep(0.2)
+            before = mine()
+            self.assertGreaterEqual(len(before), 1)
+            d.stop(signal.SIGKILL)  # the VM (and its namespace) outlive the host process
+            d2 = Daemon(data, state, allow)
+            daemons.append(d2)
+            c2 = Api(d2)
+            self.assertEqual(c2.call("GET", f"/v1/sandboxes/{sid}")[1]["state"], "running")
+            save, self.api = self.api, c2
+            try:
+                self.assertEqual(self.fetch(sid, "198.19.0.2"), "ok HTTP/1.0 200")
+                self.assertTrue(self.fetch(sid, "198.19.0.3").startswith("error"))
+            finally:
+                self.api = save
+            p2 = c2.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"][0]
+            self.assertEqual(self.host_get(p2["host_port"]), (200, b"crash\n"))
+            # The crashed host's pool members were killed and their namespaces removed: what
+            # remains is the adopted sandbox's namespace and the new pool's.
+            n = c2.call("GET", f"/v1/sandboxes/{sid}/events")[1]["events"]
+            subnet = [e for e in n if e["type"] == "network-attached"][-1]["event"]["subnet"]
+            self.assertIn(f"{prefix}-{subnet}", mine())
+            self.assertEqual(d2.stop(), 0)
+            self.assertEqual(mine(), [])
+        finally:
+            for x in daemons:  # a graceful stop of the live one kills the VMs and their networks
+                x.stop()
+            shutil.rmtree(base, ignore_errors=True)
+
+    def host_get(self, port):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/")
+            r = conn.getresponse()
+            body = r.read()
+            conn.close()
+            return r.status, body
+        except OSError as e:
+            return None, str(e)
+
+    def test_exposed_port_follows_the_sandbox_through_hibernation(self):
+        c = self.api
+        sid = c.create(persistent=True)["id"]  # deny_all egress: inbound forwards still work
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes",
+                      {"cmd": "cd /tmp && echo hi > index.html && exec python3 -m http.server 8000"})
+        self.assertEqual(s, 201, b)
+        s, p = c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 8000})
+        self.assertEqual(s, 201, p)
+        self.assertEqual((p["port"], p["host"]), (8000, "127.0.0.1"))
+        self.assertEqual(p["address"], "127.0.0.1:%d" % p["host_port"])
+        got = (None, "")
+        for _ in range(100):
+            got = self.host_get(p["host_port"])
+            if got[0] == 200:
+                break
+            time.sleep(0.2)
+        self.assertEqual(got, (200, b"hi\n"))
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"], [p])
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}")[1]["ports"], [8000])
+        # Hibernated: recorded, not forwarded; woken: forwarded again (the server survived).
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate")[0], 200)
+        self.assertEqual(self.host_get(p["host_port"])[0], None)
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"][0]["host_port"], None)
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/wake")[0], 200)
+        p2 = c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"][0]
+        self.assertEqual(self.host_get(p2["host_port"]), (200, b"hi\n"))
+        # Errors, then removal.
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/ports", {"port": 0}), 400, "invalid_argument")
+        self.assertError(c.call("POST", f"/v1/sandboxes/{sid}/ports", {}), 400, "invalid_argument")
+        self.assertError(c.call("DELETE", f"/v1/sandboxes/{sid}/ports/9"), 404, "port_not_found")
+        self.assertError(c.call("DELETE", f"/v1/sandboxes/{sid}/ports/x"), 400, "invalid_argument")
+        # The CLI: list, expose again (same forward), change the egress policy.
+        env = dict(os.environ, PANDASTACK_API_KEY=self.daemon.key, PANDASTACK_BASE_URL=self.daemon.url)
+        cli = lambda *a: subprocess.run([ARGS.cli, "sandbox", *a], capture_output=True, text=True,
+                                        env=env, timeout=120)
+        r = cli("ports", sid, "--json")
+        self.assertEqual((r.returncode, json.loads(r.stdout)), (0, [p2]), r.stderr)
+        r = cli("expose", sid, "8000")
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, p2["address"]), r.stderr)
+        r = cli("egress", sid, "allowlist", "--allow", "198.19.0.2", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["egress"]["cidrs"], ["198.19.0.2/32"])
+        self.assertEqual(cli("egress", sid, "open").returncode, 1)
+        self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{sid}/ports/8000")[0], 204)
+        self.assertEqual(self.host_get(p2["host_port"])[0], None)
+        self.assertEqual(c.call("GET", f"/v1/sandboxes/{sid}/ports")[1]["ports"], [])
+        plain = c.create(network=False)["id"]
+        self.assertError(c.call("POST", f"/v1/sandboxes/{plain}/ports", {"port": 80}), 409,
+                         "network_disabled")
+        for x in (sid, plain):
+            c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def assertError(self, result, status, code):
+        s, b = result
+        self.assertEqual(s, status, b)
+        self.assertEqual(b["error"]["code"], code, b)
+
+
+class RestartTest(unittest.TestCase):
+    """SIGTERM hibernates persistent sandboxes; a new daemon on the same data wakes them intact."""
+
+    def test_graceful_restart(self):
+        base = tempfile.mkdtemp(prefix="pst-api-rs-", dir="/dev/shm")
+        daemons = []  # stopped in `finally`, so a failing assertion leaves no daemon running
+        try:
+            data, state = os.path.join(base, "data"), os.path.join(base, "state")
+            d = Daemon(data, state)
+            daemons.append(d)
+            c = Api(d)
+            keep = c.create(persistent=True)["id"]
+            drop = c.create()["id"]
+            self.assertEqual(c.exec(keep, "echo kept > /tmp/mark")[0], 200)
+            self.assertEqual(d.stop(), 0)
+            old = os.path.join(base, "old")
+            shutil.copytree(os.path.join(data, "store"), os.path.join(old, "store"))  # as at the stop
+            d2 = Daemon(data, state)
+            daemons.append(d2)
+            self.assertEqual(d2.key, d.key)  # the key file is read back
+            c2 = Api(d2)
+            self.assertEqual(c2.call("GET", f"/v1/sandboxes/{keep}")[1]["state"], "hibernated")
+            self.assertEqual(c2.call("GET", f"/v1/sandboxes/{drop}")[1]["state"], "stopped")
+            # A sandbox that ended before the restart answers as it did before it.
+            self.assertEqual(c2.call("DELETE", f"/v1/sandboxes/{drop}")[0], 200)
+            for method, path, body in (("POST", "exec", {"cmd": "true"}), ("POST", "hibernate", {}),
+                                       ("POST", "wake", {}), ("POST", "fork", {}),
+                                       ("POST", "snapshots", {})):
+                s, b = c2.call(method, f"/v1/sandboxes/{drop}/{path}", body)
+                self.assertEqual((s, b["error"]["code"]), (409, "sandbox_stopped"), (path, b))
+            s, b = c2.call("PATCH", f"/v1/sandboxes/{drop}", {"ttl_seconds": 100})
+            self.assertEqual((s, b["error"]["code"]), (409, "sandbox_stopped"), b)
+            s, b = c2.call("GET", f"/v1/sandboxes/{drop}/files/list?path=/")
+            self.assertEqual((s, b["error"]["code"]), (409, "sandbox_stopped"), b)
+            self.assertEqual(c2.call("POST", f"/v1/sandboxes/{keep}/wake")[0], 200)
+            self.assertEqual(c2.exec(keep, "cat /tmp/mark")[1]["stdout"], "kept\n")
+            # The audit log, read from the store while the daemon runs, and through the API.
+            cli = lambda *a: subprocess.run([ARGS.cli, *a], capture_output=True, text=True,
+                                            timeout=120)
+            r = cli("audit", "--data", data, "--json")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = [json.loads(l) for l in r.stdout.splitlines()]
+            self.assertEqual([l["seq"] for l in lines], list(range(1, len(lines) + 1)))
+            mine = [l["type"] for l in lines if l["sandbox"] == keep]
+            self.assertEqual(mine[:2], ["created", "started"])
+            self.assertIn("hibernated", mine)
+            self.assertEqual(mine[-5:], ["transition-started", "woke", "network-attached",
+                                         "exec-started", "exec-finished"])
+            r = cli("audit", "--url", d2.url, "--key", d2.key, "--sandbox", keep)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(r.stdout.splitlines()), len(mine))
+            self.assertIn("exec-finished", r.stdout)
+            r = cli("audit", "--data", data, "--from", "2000-01-01T00:00:00Z", "--to", "1")
+            self.assertEqual((r.returncode, r.stdout), (0, ""))
+            # Replay: the current log rebuilds the live state exactly ...
+            r = cli("audit", "replay", "--data", data, "--url", d2.url, "--key", d2.key)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("0 difference(s)", r.stdout)
+            # ... and the log from before the wake does not: non-zero, with the difference named.
+            r = cli("audit", "replay", "--data", old, "--url", d2.url, "--key", d2.key)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn(keep, r.stdout)
+            self.assertEqual(cli("audit", "replay").returncode, 2)
+            self.assertEqual(cli("nonsense").returncode, 2)
+            self.assertEqual(d2.stop(), 0)
+        finally:
+            for x in daemons:
+                if x.proc.poll() is None:
+                    x.stop()
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
