@@ -18,6 +18,18 @@ namespace pandastack::actors {
 
 namespace fs = std::filesystem;
 
+namespace {
+// Brings a snapshot whose tmpfs copy a reboot took back into `dir` (and its disk twin) from its
+// durable copy at `copy`, when one was recorded (only then was it synced); else why not.
+vmm::Result<vmm::Snapshot> restage(const Env& env, bool recorded, const fs::path& copy,
+                                   const fs::path& dir) {
+  if (!recorded) return vmm::make_error(vmm::ErrorCode::not_found, "no synced copy was recorded");
+  auto durable = vmm::Snapshot::load(copy);
+  if (!durable) return durable.error();
+  return vmm::stage_snapshot(*durable, dir, env.disk_twin(dir));
+}
+}  // namespace
+
 Reply<Recovered> recover(Env& env) {
   // Recovery: replay every sandbox's stream.
   const RuntimeConfig& config = env.config;
@@ -105,13 +117,8 @@ Reply<Recovered> recover(Env& env) {
         !fs::exists(env.hibernated_dir(id) / "meta.json")) {
       // Its tmpfs copy is gone (the host rebooted): the durable one on the data disk, if it was
       // made (recorded: only then was it synced), goes back to tmpfs (where a wake takes it from).
-      auto durable = s.hibernation_durable
-                         ? vmm::Snapshot::load(env.persisted_dir(id))
-                         : vmm::Result<vmm::Snapshot>(vmm::make_error(vmm::ErrorCode::not_found,
-                                                                      "its copy was never synced"));
-      auto staged = durable ? vmm::stage_snapshot(*durable, env.hibernated_dir(id),
-                                                  env.disk_twin(env.hibernated_dir(id)))
-                            : vmm::Result<vmm::Snapshot>(durable.error());
+      auto staged =
+          restage(env, s.hibernation_durable, env.persisted_dir(id), env.hibernated_dir(id));
       if (staged) {
         ++out.hibernations_restored;
         spdlog::info("recovery: {}: its hibernation came back from the data disk", id);
@@ -145,12 +152,8 @@ Reply<Recovered> recover(Env& env) {
     for (auto snap : std::vector<std::string>(s.snapshots)) {
       auto dir = env.snapshot_dir(snap);
       if (fs::exists(dir / "meta.json")) continue;
-      auto durable = s.durable_snapshots.count(snap)
-                         ? vmm::Snapshot::load(env.persisted_snapshot_dir(snap))
-                         : vmm::Result<vmm::Snapshot>(
-                               vmm::make_error(vmm::ErrorCode::not_found, "it had no synced copy"));
-      auto staged = durable ? vmm::stage_snapshot(*durable, dir, env.disk_twin(dir))
-                            : vmm::Result<vmm::Snapshot>(durable.error());
+      auto staged =
+          restage(env, s.durable_snapshots.count(snap) > 0, env.persisted_snapshot_dir(snap), dir);
       if (staged) {
         ++out.snapshots_restored;
         spdlog::info("recovery: {}: snapshot {} came back from the data disk", id, snap);

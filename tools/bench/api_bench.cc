@@ -327,6 +327,19 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
         preview_rps / raw_rps);
     return 0;
   }
+  // Polls `path` until its `durable` is "local" (a synced copy on the data disk) and adds the ms
+  // since `t` to `out`; false after two minutes.
+  auto until_durable = [&](const std::string& path, Clock::time_point t, std::vector<double>& out) {
+    while (api.call("GET", path, "")["durable"].as_string() != "local") {
+      if (ms_since(t) > 120000) {
+        std::fprintf(stderr, "pandastack-bench: %s never became durable\n", path.c_str());
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    out.push_back(ms_since(t));
+    return true;
+  };
   if (scenario == "create") {
     api.kill(api.create(create_body));  // the first create may bake the template
     for (int i = 0; i < n; ++i) {
@@ -409,14 +422,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     for (int i = 0; i < n; ++i) {
       auto t = Clock::now();
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/hibernate", "", s); });
-      while (api.call("GET", "/v1/sandboxes/" + id, "")["durable"].as_string() != "local") {
-        if (ms_since(t) > 120000) {
-          std::fprintf(stderr, "pandastack-bench: the hibernation never became durable\n");
-          return 1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      durable.push_back(ms_since(t));
+      if (!until_durable("/v1/sandboxes/" + id, t, durable)) return 1;
       api.call("POST", "/v1/sandboxes/" + id + "/wake", "");
       pause();
     }
@@ -436,14 +442,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
         taken = api.call("POST", "/v1/sandboxes/" + id + "/snapshots", R"({"name":"bench"})", s);
       });
       auto snap = taken["snapshot_id"].as_string();
-      while (api.call("GET", "/v1/snapshots/" + snap, "")["durable"].as_string() != "local") {
-        if (ms_since(t) > 120000) {
-          std::fprintf(stderr, "pandastack-bench: the snapshot never became durable\n");
-          return 1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      durable.push_back(ms_since(t));
+      if (!until_durable("/v1/snapshots/" + snap, t, durable)) return 1;
       api.call("DELETE", "/v1/snapshots/" + snap, "");
       pause();
     }
