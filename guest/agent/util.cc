@@ -73,6 +73,14 @@ std::string resolve(kj::StringPtr path) {
 }
 
 void write_small_file(const char* path, const std::string& content) {
+  // Unchanged content is not written again: on ext4, truncating and rewriting a file makes the
+  // kernel start its writeback at close (auto_da_alloc), a disk write each restore would pay.
+  if (int r = ::open(path, O_RDONLY | O_CLOEXEC); r >= 0) {
+    std::string old(content.size() + 1, '\0');
+    ssize_t n = ::read(r, old.data(), old.size());
+    ::close(r);
+    if (n == ssize_t(content.size()) && old.compare(0, content.size(), content) == 0) return;
+  }
   int f = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f < 0) return;
   ssize_t w = ::write(f, content.data(), content.size());

@@ -37,7 +37,8 @@ void set_error(Builder&& b, int e, const std::string& what) {
 std::string resolve(kj::StringPtr path);
 // The first line of a small file ("" when unreadable), trailing blanks removed.
 std::string read_small(const char* path);
-// Replaces a small file's content (best effort: a read-only root just keeps the old one).
+// Replaces a small file's content unless it is already that (best effort: a read-only root just
+// keeps the old one).
 void write_small_file(const char* path, const std::string& content);
 // mkdir -p; 0 or an errno. The folders it makes belong to `owner` when given.
 int mkdir_p(const std::string& path, mode_t mode, const Account* owner = nullptr);

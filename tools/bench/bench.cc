@@ -383,6 +383,8 @@ class DriverBench {
     auto c = base_;
     c.run_dir = run_dir(tag);
     c.name = c.run_dir.filename();
+    // Named as the daemon names a sandbox's guest (its id): the same guest work after a restore.
+    c.hostname = c.name;
     return c;
   }
 
