@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tools/bench/host_stats.h"
 #include "tools/http_client.h"
 #include "tools/stats.h"
 #include "wire/json.h"
@@ -71,7 +72,7 @@ void report(bool json, const std::string& scenario, const std::vector<double>& c
 
 int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
               const std::string& create_body, const std::string& upstream, int n, int pause_ms,
-              bool json) {
+              int idle_seconds, bool json) {
   Api api(url, key);
   if (!api.http.valid_url()) {
     std::fprintf(stderr, "pandastack-bench: --url must look like http://HOST:PORT\n");
@@ -450,6 +451,57 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     report(json, "snapshot", client, server);
     report(json, "snapshot-durable", durable, durable);
     return 0;
+  } else if (scenario == "density") {
+    // n sandboxes created (--create-body) and left idle, on a daemon on this host: what each
+    // costs the host (MemAvailable before and after, divided by n; the daemon's pools are full
+    // before and after), the host's CPU use while they idle, exec latency on one of them, and how
+    // many answer an exec. Creates stop when the host would have less than 1 GiB available.
+    constexpr uint64_t kFloorKib = 1024 * 1024;
+    pause();
+    auto before = mem_available_kib();
+    std::vector<std::string> ids;
+    for (int i = 0; i < n && mem_available_kib() >= kFloorKib; ++i)
+      ids.push_back(api.create(create_body));
+    if (ids.empty()) {
+      std::fprintf(stderr, "pandastack-bench: less than 1 GiB available: no sandbox created\n");
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(5));  // pools refilled, first answers done
+    auto after = mem_available_kib();
+    double cpu = cpu_busy_percent(std::chrono::seconds(idle_seconds));
+    double load = load_average_1m();
+    size_t answering = 0;
+    for (auto& id : ids) {
+      auto r = api.http.request("POST", "/v1/sandboxes/" + id + "/exec", R"({"cmd":"true"})");
+      if (r.status == 200) ++answering;
+    }
+    const auto& one = ids[ids.size() / 2];
+    for (int i = 0; i < 20; ++i)
+      sample([&](double* s) {
+        api.call("POST", "/v1/sandboxes/" + one + "/exec", R"({"cmd":"true"})", s);
+      });
+    for (auto& id : ids) api.kill(id);
+    char mem[32], c[32], l[32];
+    std::snprintf(mem, sizeof mem, "%.1f",
+                  double(before > after ? before - after : 0) / 1024.0 / double(ids.size()));
+    std::snprintf(c, sizeof c, "%.1f", cpu);
+    std::snprintf(l, sizeof l, "%.2f", load);
+    auto summary = summary_json("api-density", summarize(client), "daemon",
+                                {{"sandboxes", std::to_string(ids.size())},
+                                 {"answering", std::to_string(answering)},
+                                 {"mem_per_sandbox_mib", mem},
+                                 {"idle_cpu_percent", c},
+                                 {"idle_seconds", std::to_string(idle_seconds)},
+                                 {"load_1m", l}});
+    if (json) {
+      std::printf("%s\n", summary.c_str());
+    } else {
+      std::printf(
+          "api-density sandboxes=%zu answering=%zu mem/sandbox=%s MiB idle cpu=%s%% "
+          "load=%s exec p50=%.3f ms\n",
+          ids.size(), answering, mem, c, l, summarize(client).p50_ms);
+    }
+    return 0;
   } else if (scenario == "kill") {
     // A kill answers once its VM is gone (the guest synced its volumes, QEMU ended): its cost.
     api.kill(api.create(create_body));
@@ -480,7 +532,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     std::fprintf(stderr,
                  "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk kill "
                  "hibernate-durable snapshot-durable "
-                 "concurrent-create "
+                 "concurrent-create density "
                  "net-throughput preview\n");
     return 2;
   }

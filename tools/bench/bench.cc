@@ -15,6 +15,8 @@
 //   hibernate    running VM to a snapshot on disk, QEMU gone
 //   wake         restore of a hibernated VM to agent answering
 //   compare      boot and create in one run, and the ratio of their p50s
+//   density      N (--n) VMs restored and left idle: host memory per VM (MemAvailable), host CPU
+//                while they idle (--idle-seconds), exec p50/p99 on one of them, how many answer
 //
 //   pandastack-bench storage append|append16|recovery [--n N]
 // `storage` scenarios measure the event store (RocksDB, synced writes):
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "storage/event_store.h"
+#include "tools/bench/host_stats.h"
 #include "tools/stats.h"
 #include "vmm-driver/accel.h"
 #include "vmm-driver/images.h"
@@ -49,7 +52,7 @@ using namespace std::chrono;
 namespace pandastack::tools {
 int api_bench(const std::string& scenario, const std::string& url, const std::string& key,
               const std::string& create_body, const std::string& upstream, int n, int pause_ms,
-              bool json);
+              int idle_seconds, bool json);
 int cluster_bench(const std::string& scenario, const std::string& url, const std::string& via,
                   const std::string& key, int n, bool json);
 int soak_bench(const std::string& url, const std::string& key, const std::string& create_body,
@@ -71,38 +74,40 @@ struct Options {
   std::string url = "http://127.0.0.1:7070", key, via;  // api and cluster modes
   std::string create_body = "{}";                       // api mode: the body of every create
   std::string upstream;                                 // api net-throughput: the URL guests fetch
-  int pause_ms = 1000;  // api create/fork/wake: untimed pause between requests (pools refill)
-  int sandboxes = 5;    // recovery: running sandboxes at the crash; api soak: sandboxes used
-  int clients = 16;     // api soak: client threads
-  int seconds = 600;    // api soak: duration
-  std::string daemon;   // recovery: the pandastackd binary
-  int window = 0;       // api churn: creates per reported window (0: n/10)
-  int daemon_pid = 0;   // api churn: the daemon's process (0: the one pandastackd)
+  int pause_ms = 1000;    // api create/fork/wake: untimed pause between requests (pools refill)
+  int sandboxes = 5;      // recovery: running sandboxes at the crash; api soak: sandboxes used
+  int clients = 16;       // api soak: client threads
+  int seconds = 600;      // api soak: duration
+  std::string daemon;     // recovery: the pandastackd binary
+  int window = 0;         // api churn: creates per reported window (0: n/10)
+  int daemon_pid = 0;     // api churn: the daemon's process (0: the one pandastackd)
+  int idle_seconds = 15;  // density: the window the idle sandboxes' CPU use is measured over
 };
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: pandastack-bench driver "
-               "boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-"
-               "pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare "
-               "[--n N] [--json] [--images DIR] "
-               "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
-               "       pandastack-bench storage append|append16|recovery [--n N]\n"
-               "       pandastack-bench api "
-               "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|fork|"
-               "wake|wake-disk|kill|hibernate-durable|snapshot-durable|"
-               "concurrent-create|net-throughput|preview [--url URL] "
-               "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
-               "[--pause-ms MS] [--n N] [--json]\n"
-               "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
-               "[--clients C] [--seconds S] [--create-body JSON]\n"
-               "       pandastack-bench api churn [--url URL] [--key KEY] [--n N] [--window W] "
-               "[--daemon-pid PID] [--create-body JSON]\n"
-               "       pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B "
-               "[--key KEY] [--n N] "
-               "[--json]\n"
-               "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n "
-               "ROUNDS] [--json]\n");
+  std::fprintf(
+      stderr,
+      "usage: pandastack-bench driver "
+      "boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-"
+      "pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare|density "
+      "[--n N] [--json] [--images DIR] [--idle-seconds S] "
+      "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
+      "       pandastack-bench storage append|append16|recovery [--n N]\n"
+      "       pandastack-bench api "
+      "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|fork|"
+      "wake|wake-disk|kill|hibernate-durable|snapshot-durable|"
+      "concurrent-create|density|net-throughput|preview [--url URL] "
+      "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
+      "[--pause-ms MS] [--n N] [--json]\n"
+      "       pandastack-bench api soak [--url URL] [--key KEY] [--sandboxes N] "
+      "[--clients C] [--seconds S] [--create-body JSON]\n"
+      "       pandastack-bench api churn [--url URL] [--key KEY] [--n N] [--window W] "
+      "[--daemon-pid PID] [--create-body JSON]\n"
+      "       pandastack-bench cluster route|fork|migrate|migrate-volume --url A --via B "
+      "[--key KEY] [--n N] "
+      "[--json]\n"
+      "       pandastack-bench recovery --daemon PATH [--sandboxes N] [--images DIR] [--n "
+      "ROUNDS] [--json]\n");
   return 2;
 }
 
@@ -343,6 +348,63 @@ class DriverBench {
     report(std::string(measure_wake ? "wake" : "hibernate") + (spares ? "-pool" : ""), samples,
            spares ? std::vector<std::pair<std::string, std::string>>{{"spares", "1"}}
                   : std::vector<std::pair<std::string, std::string>>{});
+    return 0;
+  }
+
+  // density: --n VMs restored from the baked base template and left idle. What each costs the
+  // host (MemAvailable before and after, divided by N), the host's CPU use while they idle (over
+  // --idle-seconds), exec latency on one of them (20 samples) and how many answer an exec. Stops
+  // restoring when the host would have less than 1 GiB available (reported as "sandboxes").
+  int density() {
+    auto s = baked();
+    if (!s) return fail(s.error());
+    constexpr uint64_t kFloorKib = 1024 * 1024;
+    auto before = tools::mem_available_kib();
+    std::vector<std::unique_ptr<vmm::Vm>> vms;
+    auto t = steady_clock::now();
+    for (int i = 0; i < o_.n; ++i) {
+      if (tools::mem_available_kib() < kFloorKib) {
+        std::fprintf(stderr, "[bench] stopped at %d VMs: less than 1 GiB available\n", i);
+        break;
+      }
+      std::string err;
+      auto vm = restore(*s, "dense", &err);
+      if (!vm) return fail(vmm::make_error(vmm::ErrorCode::boot_failed, err));
+      vms.push_back(std::move(vm));
+    }
+    double restore_s = ms_since(t) / 1000.0;
+    if (vms.empty()) return 1;
+    std::this_thread::sleep_for(seconds(5));  // the restores' page-cache churn and first answers
+    auto after = tools::mem_available_kib();
+    double cpu = tools::cpu_busy_percent(seconds(o_.idle_seconds));
+    double load = tools::load_average_1m();
+    vmm::ExecRequest req;
+    req.argv = {"true"};
+    size_t answering = 0;
+    for (auto& vm : vms)
+      if (auto r = vm->agent().exec(req); r && r->exit_code == 0) ++answering;
+    std::vector<double> samples;
+    auto& one = *vms[vms.size() / 2];
+    for (int i = 0; i < 20; ++i) {
+      auto t0 = steady_clock::now();
+      auto r = one.agent().exec(req);
+      if (!r) return fail(r.error());
+      samples.push_back(ms_since(t0));
+    }
+    char mem[32], c[32], l[32], rs[32];
+    std::snprintf(mem, sizeof mem, "%.1f",
+                  double(before > after ? before - after : 0) / 1024.0 / double(vms.size()));
+    std::snprintf(c, sizeof c, "%.1f", cpu);
+    std::snprintf(l, sizeof l, "%.2f", load);
+    std::snprintf(rs, sizeof rs, "%.1f", restore_s);
+    report("density", samples,
+           {{"sandboxes", std::to_string(vms.size())},
+            {"answering", std::to_string(answering)},
+            {"mem_per_sandbox_mib", mem},
+            {"idle_cpu_percent", c},
+            {"idle_seconds", std::to_string(o_.idle_seconds)},
+            {"load_1m", l},
+            {"restore_all_s", rs}});
     return 0;
   }
 
@@ -606,6 +668,8 @@ int main(int argc, char** argv) {
       o.seconds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--window" && i + 1 < argc)
       o.window = std::atoi(argv[++i]);
+    else if (a == "--idle-seconds" && i + 1 < argc)
+      o.idle_seconds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--daemon-pid" && i + 1 < argc)
       o.daemon_pid = std::atoi(argv[++i]);
     else if (a.rfind("--", 0) == 0)
@@ -630,7 +694,7 @@ int main(int argc, char** argv) {
       return tools::soak_bench(o.url, o.key, o.create_body, std::max(1, o.sandboxes), o.clients,
                                o.seconds);
     return tools::api_bench(pos[1], o.url, o.key, o.create_body, o.upstream, o.n, o.pause_ms,
-                            o.json);
+                            o.idle_seconds, o.json);
   }
   o.mode = pos[0];
   o.scenario = pos[1];
@@ -653,5 +717,6 @@ int main(int argc, char** argv) {
   if (o.scenario == "hibernate") return b.hibernate(false);
   if (o.scenario == "wake") return b.hibernate(true);
   if (o.scenario == "compare") return b.compare();
+  if (o.scenario == "density") return b.density();
   return usage();
 }
