@@ -174,6 +174,12 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   e2b::set_tokens(std::move(*tokens));
   kj::HttpServerSettings settings;
   settings.errorHandler = quiet_errors();
+  // A request answered before its body was read (refused: no key, a quota, a limit) has the rest
+  // of its body read and dropped, up to 2 MiB within 1 s, before the connection closes: a client
+  // still sending then reads the answer, where closing with unread bytes resets the connection
+  // and the client sees ECONNRESET instead of the error (kj's default grace is 64 KiB).
+  settings.canceledUploadGraceBytes = size_t(2) << 20;
+  settings.canceledUploadGracePeriod = 1 * kj::SECONDS;
   server = kj::heap<kj::HttpServer>(
       timer, *table,
       [this](kj::AsyncIoStream& conn) -> kj::Own<kj::HttpService> {

@@ -153,6 +153,24 @@ class ErrorsTest(harness.LogOnFailure, unittest.TestCase):
         self.assertEqual((s, b["error"]["code"]), (401, "unauthorized"))
         self.assertIn("malformed", b["error"]["message"])
 
+    def test_a_refusal_reaches_a_client_still_sending_its_body(self):
+        # Refused before its body is read (no key), the client still writing 1.5 MiB: it reads the
+        # 401, not a reset connection (the daemon drops up to 2 MiB of an unread body first).
+        import socket
+        body = b"x" * (3 << 19)
+        for _ in range(3):
+            with socket.create_connection((self.daemon.host, self.daemon.port), timeout=30) as s:
+                s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
+                          b"\r\nContent-Length: %d\r\n\r\n" % len(body))
+                s.sendall(body)
+                answer = b""
+                while b"\r\n" not in answer:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    answer += chunk
+                self.assertTrue(answer.startswith(b"HTTP/1.1 401"), answer[:200])
+
     def test_too_many_execs_says_when_to_retry(self):
         done = []
         threads = [threading.Thread(target=lambda: done.append(self.api.exec(self.sid, "sleep 2")))
