@@ -456,11 +456,10 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     // costs the host (MemAvailable before and after, divided by n; the daemon's pools are full
     // before and after), the host's CPU use while they idle, exec latency on one of them, and how
     // many answer an exec. Creates stop when the host would have less than 1 GiB available.
-    constexpr uint64_t kFloorKib = 1024 * 1024;
     pause();
     auto before = mem_available_kib();
     std::vector<std::string> ids;
-    for (int i = 0; i < n && mem_available_kib() >= kFloorKib; ++i)
+    for (int i = 0; i < n && mem_available_kib() >= kDensityFloorKib; ++i)
       ids.push_back(api.create(create_body));
     if (ids.empty()) {
       std::fprintf(stderr, "pandastack-bench: less than 1 GiB available: no sandbox created\n");
@@ -481,25 +480,16 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
         api.call("POST", "/v1/sandboxes/" + one + "/exec", R"({"cmd":"true"})", s);
       });
     for (auto& id : ids) api.kill(id);
-    char mem[32], c[32], l[32];
-    std::snprintf(mem, sizeof mem, "%.1f",
-                  double(before > after ? before - after : 0) / 1024.0 / double(ids.size()));
-    std::snprintf(c, sizeof c, "%.1f", cpu);
-    std::snprintf(l, sizeof l, "%.2f", load);
-    auto summary = summary_json("api-density", summarize(client), "daemon",
-                                {{"sandboxes", std::to_string(ids.size())},
-                                 {"answering", std::to_string(answering)},
-                                 {"mem_per_sandbox_mib", mem},
-                                 {"idle_cpu_percent", c},
-                                 {"idle_seconds", std::to_string(idle_seconds)},
-                                 {"load_1m", l}});
+    auto fields = density_fields(ids.size(), answering, before, after, cpu, idle_seconds, load);
+    auto summary = summary_json("api-density", summarize(client), "daemon", fields);
     if (json) {
       std::printf("%s\n", summary.c_str());
     } else {
       std::printf(
           "api-density sandboxes=%zu answering=%zu mem/sandbox=%s MiB idle cpu=%s%% "
           "load=%s exec p50=%.3f ms\n",
-          ids.size(), answering, mem, c, l, summarize(client).p50_ms);
+          ids.size(), answering, fields[2].second.c_str(), fields[3].second.c_str(),
+          fields[5].second.c_str(), summarize(client).p50_ms);
     }
     return 0;
   } else if (scenario == "kill") {

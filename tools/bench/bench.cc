@@ -358,12 +358,11 @@ class DriverBench {
   int density() {
     auto s = baked();
     if (!s) return fail(s.error());
-    constexpr uint64_t kFloorKib = 1024 * 1024;
     auto before = tools::mem_available_kib();
     std::vector<std::unique_ptr<vmm::Vm>> vms;
     auto t = steady_clock::now();
     for (int i = 0; i < o_.n; ++i) {
-      if (tools::mem_available_kib() < kFloorKib) {
+      if (tools::mem_available_kib() < tools::kDensityFloorKib) {
         std::fprintf(stderr, "[bench] stopped at %d VMs: less than 1 GiB available\n", i);
         break;
       }
@@ -391,20 +390,12 @@ class DriverBench {
       if (!r) return fail(r.error());
       samples.push_back(ms_since(t0));
     }
-    char mem[32], c[32], l[32], rs[32];
-    std::snprintf(mem, sizeof mem, "%.1f",
-                  double(before > after ? before - after : 0) / 1024.0 / double(vms.size()));
-    std::snprintf(c, sizeof c, "%.1f", cpu);
-    std::snprintf(l, sizeof l, "%.2f", load);
+    auto fields =
+        tools::density_fields(vms.size(), answering, before, after, cpu, o_.idle_seconds, load);
+    char rs[32];
     std::snprintf(rs, sizeof rs, "%.1f", restore_s);
-    report("density", samples,
-           {{"sandboxes", std::to_string(vms.size())},
-            {"answering", std::to_string(answering)},
-            {"mem_per_sandbox_mib", mem},
-            {"idle_cpu_percent", c},
-            {"idle_seconds", std::to_string(o_.idle_seconds)},
-            {"load_1m", l},
-            {"restore_all_s", rs}});
+    fields.emplace_back("restore_all_s", rs);
+    report("density", samples, fields);
     return 0;
   }
 

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace pandastack::tools {
 
@@ -57,6 +60,28 @@ inline double load_average_1m() {
     std::fclose(f);
   }
   return l;
+}
+
+// The density scenarios (driver and api) stop making sandboxes below this much MemAvailable.
+constexpr uint64_t kDensityFloorKib = 1024 * 1024;
+
+// The density scenarios' report fields: MemAvailable `before_kib` and `after_kib` the sandboxes
+// were made, as MiB per sandbox; the host's CPU while they idled and the load after.
+inline std::vector<std::pair<std::string, std::string>> density_fields(
+    size_t sandboxes, size_t answering, uint64_t before_kib, uint64_t after_kib, double cpu,
+    int idle_seconds, double load) {
+  char mem[32], c[32], l[32];
+  std::snprintf(
+      mem, sizeof mem, "%.1f",
+      double(before_kib > after_kib ? before_kib - after_kib : 0) / 1024.0 / double(sandboxes));
+  std::snprintf(c, sizeof c, "%.1f", cpu);
+  std::snprintf(l, sizeof l, "%.2f", load);
+  return {{"sandboxes", std::to_string(sandboxes)},
+          {"answering", std::to_string(answering)},
+          {"mem_per_sandbox_mib", mem},
+          {"idle_cpu_percent", c},
+          {"idle_seconds", std::to_string(idle_seconds)},
+          {"load_1m", l}};
 }
 
 }  // namespace pandastack::tools
