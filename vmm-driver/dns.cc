@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
+#include <string_view>
 
 #include "vmm-driver/network.h"
 
@@ -109,6 +111,38 @@ std::string refused(const std::string& q) {
   return r + q.substr(12, end - 12);
 }
 
+std::string question_type(const std::string& p) {
+  if (p.size() < 12 || u16(p, 4) == 0) return "";
+  size_t at = skip_name(p, 12);
+  if (at == 0 || at + 2 > p.size()) return "";
+  switch (uint16_t t = u16(p, at)) {
+    case 1:
+      return "A";
+    case 2:
+      return "NS";
+    case 5:
+      return "CNAME";
+    case 6:
+      return "SOA";
+    case 12:
+      return "PTR";
+    case 15:
+      return "MX";
+    case 16:
+      return "TXT";
+    case 28:
+      return "AAAA";
+    case 33:
+      return "SRV";
+    case 64:
+      return "SVCB";
+    case 65:
+      return "HTTPS";
+    default:
+      return std::to_string(t);
+  }
+}
+
 bool allowed(const std::string& name, const std::vector<std::string>& patterns) {
   for (auto& p : patterns) {
     if (p.rfind("*.", 0) == 0) {
@@ -127,9 +161,11 @@ bool allowed(const std::string& name, const std::vector<std::string>& patterns) 
 Result<std::unique_ptr<DnsServer>> DnsServer::start(int netns_fd, const std::string& upstream,
                                                     bool allow_all,
                                                     std::vector<std::string> domains,
+                                                    std::shared_ptr<EgressLog> log,
                                                     std::vector<std::string> reserved,
                                                     std::vector<std::string> reserved_allowed) {
   std::unique_ptr<DnsServer> d(new DnsServer());
+  d->log_ = log ? std::move(log) : std::make_shared<EgressLog>();
   d->allow_all_ = allow_all;
   d->domains_ = std::move(domains);
   d->reserved_ = std::move(reserved);
@@ -186,23 +222,56 @@ void DnsServer::update(bool allow_all, std::vector<std::string> domains) {
   domains_ = std::move(domains);
 }
 
+namespace {
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void DnsServer::loop() {
   using Clock = std::chrono::steady_clock;
   struct Pending {
     sockaddr_in client;
     uint16_t id;
     Clock::time_point sent;
+    std::string name, qtype;
   };
   std::map<uint16_t, Pending> pending;  // upstream id -> the guest's query
   uint16_t next_id = uint16_t(::getpid() ^ uintptr_t(this));
+  // DNS is a way out even when every address is closed (a name can carry data to whoever
+  // answers for its domain): queries are rate-limited and the distinct names forwarded capped.
+  double tokens = kDnsBurst;
+  auto refilled = Clock::now();
+  Clock::time_point last_limit_logged{};
+  std::set<std::string> names;
+  auto log_query = [&](const std::string& name, const std::string& qtype, bool ok,
+                       const char* reason, std::vector<std::string> answers = {}) {
+    EgressEntry e;
+    e.kind = EgressEntry::Kind::dns;
+    e.time_ms = wall_ms();
+    e.allowed = ok;
+    e.reason = ok ? "" : reason;
+    e.name = name;
+    e.qtype = qtype;
+    e.answers = std::move(answers);
+    log_->add(std::move(e));
+  };
   char buf[4096];
   for (;;) {
     pollfd fds[3] = {{stop_[0], POLLIN, 0}, {guest_fd_, POLLIN, 0}, {upstream_fd_, POLLIN, 0}};
     if (::poll(fds, 3, 1000) < 0 && errno != EINTR) return;
     if (fds[0].revents) return;
     auto now = Clock::now();
-    std::erase_if(pending,
-                  [&](auto& kv) { return now - kv.second.sent > std::chrono::seconds(10); });
+    std::erase_if(pending, [&](auto& kv) {
+      if (now - kv.second.sent <= std::chrono::seconds(10)) return false;
+      log_query(kv.second.name, kv.second.qtype, true, "", {});  // (no answer came)
+      return true;
+    });
+    tokens = std::min(kDnsBurst, tokens + std::chrono::duration<double>(now - refilled).count() *
+                                              kDnsQueriesPerSecond);
+    refilled = now;
     if (fds[1].revents & POLLIN) {
       sockaddr_in from{};
       socklen_t len = sizeof from;
@@ -211,17 +280,33 @@ void DnsServer::loop() {
       if (n >= 12) {
         std::string q(buf, size_t(n));
         auto name = dns::question_name(q);
-        bool ok;
+        std::string qtype = dns::question_type(q);
+        const char* denied = nullptr;
         {
           std::lock_guard lock(mu_);
-          ok = name && dns::plain_query(q) && (allow_all_ || dns::allowed(*name, domains_));
+          if (!name || !dns::plain_query(q))
+            denied = "malformed";
+          else if (!(allow_all_ || dns::allowed(*name, domains_)))
+            denied = "policy";
         }
-        if (!ok || pending.size() >= 1024) {
+        if (!denied && tokens < 1) denied = "rate_limit";
+        if (!denied && !names.count(*name) && names.size() >= kDnsMaxNames) denied = "unique_names";
+        if (!denied && pending.size() >= 1024) denied = "rate_limit";
+        if (denied) {
           auto r = dns::refused(q);
           ::sendto(guest_fd_, r.data(), r.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
+          // A flood is one entry a second, not one per query.
+          bool limited = std::string_view(denied) == "rate_limit";
+          if (!limited || now - last_limit_logged >= std::chrono::seconds(1)) {
+            log_query(name.value_or(""), qtype, false, denied);
+            if (limited) last_limit_logged = now;
+          }
         } else {
+          tokens -= 1;
+          names.insert(*name);
           uint16_t id = next_id++;
-          pending[id] = Pending{from, uint16_t(uint8_t(q[0]) << 8 | uint8_t(q[1])), now};
+          pending[id] =
+              Pending{from, uint16_t(uint8_t(q[0]) << 8 | uint8_t(q[1])), now, *name, qtype};
           q[0] = char(id >> 8);
           q[1] = char(id & 0xFF);
           ssize_t w = ::send(upstream_fd_, q.data(), q.size(), 0);
@@ -246,26 +331,30 @@ void DnsServer::loop() {
       // Admit the answer's addresses before the guest can use them.
       auto records = dns::a_records(r);
       std::string elems;
-      if (!allow_all)
-        for (auto& [addr, ttl] : records) {
-          in_addr a{};
-          ::inet_pton(AF_INET, addr.c_str(), &a);
-          if (is_reserved(ntohl(a.s_addr), reserved_, reserved_allowed_)) {
-            spdlog::info("sandbox resolver: not admitting {} (a private or reserved address)",
-                         addr);
-            continue;
-          }
-          // At least a minute (clients cache), at most a day (the set does not grow for good).
-          elems += (elems.empty() ? "" : ", ") + addr + " timeout " +
-                   std::to_string(std::clamp<uint32_t>(ttl, 60, 86400)) + "s";
+      std::vector<std::string> answered;
+      for (auto& [addr, ttl] : records) {
+        if (answered.size() < 16) answered.push_back(addr);
+        log_->learn_name(addr, p.name);
+        if (allow_all) continue;
+        in_addr a{};
+        ::inet_pton(AF_INET, addr.c_str(), &a);
+        if (is_reserved(ntohl(a.s_addr), reserved_, reserved_allowed_)) {
+          spdlog::info("sandbox resolver: not admitting {} (a private or reserved address)", addr);
+          continue;
         }
+        // At least a minute (clients cache), at most a day (the set does not grow for good).
+        elems += (elems.empty() ? "" : ", ") + addr + " timeout " +
+                 std::to_string(std::clamp<uint32_t>(ttl, 60, 86400)) + "s";
+      }
       if (!elems.empty()) {
         auto st = apply_nft("add element inet pandastack dns_allow { " + elems + " }\n", netns_fd_);
         if (!st) {
           spdlog::warn("sandbox resolver: cannot admit {}: {}", elems, st.error().message);
           r = dns::refused(r);
+          answered.clear();
         }
       }
+      log_query(p.name, p.qtype, true, "", std::move(answered));
       r[0] = char(p.id >> 8);
       r[1] = char(p.id & 0xFF);
       ::sendto(guest_fd_, r.data(), r.size(), 0, reinterpret_cast<const sockaddr*>(&p.client),

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "vmm-driver/egress_log.h"
 #include "vmm-driver/error.h"
 
 namespace pandastack::vmm {
@@ -29,17 +30,27 @@ std::optional<std::string> question_name(const std::string& packet);
 std::vector<std::pair<std::string, uint32_t>> a_records(const std::string& packet);
 // The query turned into a REFUSED response (same id and question, no answers).
 std::string refused(const std::string& query);
+// The first question's type ("A", "AAAA", "TXT", ... or its number), "" if malformed.
+std::string question_type(const std::string& packet);
 // Does `name` match a pattern ("example.com" exactly, "*.example.com" any name below it)?
 bool allowed(const std::string& name, const std::vector<std::string>& patterns);
 }  // namespace dns
+
+// Per sandbox resolver: queries forwarded per second (and the burst allowed), and distinct
+// names forwarded in a VM's life. Past them a query is REFUSED (and logged as denied).
+inline constexpr double kDnsQueriesPerSecond = 50;
+inline constexpr double kDnsBurst = 200;
+inline constexpr size_t kDnsMaxNames = 1000;
 
 class DnsServer {
  public:
   // `allow_all`: every name is forwarded (and nothing is admitted: everything is allowed anyway).
   // Addresses in `reserved` but not in `reserved_allowed` (NetworkSettings) are never admitted:
   // an allowed name that resolves to a private address does not open it.
+  // Every query, its answer or refusal goes to `log`.
   static Result<std::unique_ptr<DnsServer>> start(int netns_fd, const std::string& upstream,
                                                   bool allow_all, std::vector<std::string> domains,
+                                                  std::shared_ptr<EgressLog> log,
                                                   std::vector<std::string> reserved = {},
                                                   std::vector<std::string> reserved_allowed = {});
   ~DnsServer();
@@ -56,6 +67,7 @@ class DnsServer {
   bool allow_all_ = false;
   std::vector<std::string> domains_;
   std::vector<std::string> reserved_, reserved_allowed_;
+  std::shared_ptr<EgressLog> log_;
   std::thread thread_;
 };
 

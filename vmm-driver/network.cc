@@ -291,13 +291,19 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
   r += "  }\n";
   // Addresses the sandbox's resolver found for allowed names (each for its answer's TTL).
   r += "  set dns_allow {\n    type ipv4_addr\n    flags timeout\n  }\n";
+  // Every refusal goes through one of these: its first packets (rate-limited per reason) are
+  // logged to the egress watcher (NFLOG, the reason as prefix), then rejected.
+  for (const char* reason : {"policy", "reserved", "internal"})
+    r += std::string("  chain deny_") + reason +
+         " {\n    limit rate 20/second burst 40 packets log prefix \"" + reason + "\" group " +
+         std::to_string(kEgressLogGroup) + "\n" +
+         "    reject with icmpx type admin-prohibited\n  }\n";
   r += "  chain forward {\n    type filter hook forward priority filter; policy drop;\n";
   r += "    ct state established,related accept\n";
   // Never: other sandboxes and the host's veth ends (the pool), loopback, link-local (cloud
   // metadata), multicast, broadcast -- whatever the policy says.
   r += "    iifname \"tap0\" ip daddr { " + settings.pool_cidr +
-       ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } reject with icmpx type "
-       "admin-prohibited\n";
+       ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } jump deny_internal\n";
   // Nor the host's private networks and reserved ranges, unless the operator allowed a range.
   auto join = [](const std::vector<std::string>& v) {
     std::string out;
@@ -308,7 +314,7 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
     r += "    iifname \"tap0\" ip daddr { " + join(merged_intervals(settings.reserved)) + " }";
     if (!settings.reserved_allowed.empty())
       r += " ip daddr != { " + join(merged_intervals(settings.reserved_allowed)) + " }";
-    r += " reject with icmpx type admin-prohibited\n";
+    r += " jump deny_reserved\n";
   }
   switch (policy.mode) {
     case EgressPolicy::Mode::allow_all:
@@ -321,12 +327,12 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
     case EgressPolicy::Mode::deny_all:
       break;
   }
-  r += "    iifname \"tap0\" reject with icmpx type admin-prohibited\n  }\n";
+  r += "    iifname \"tap0\" jump deny_policy\n  }\n";
   r += "  chain input {\n    type filter hook input priority filter; policy drop;\n";
   r += "    ct state established,related accept\n    iifname \"lo\" accept\n";
   r += "    iifname \"tap0\" icmp type echo-request accept\n";
   r += std::string("    iifname \"tap0\" ip daddr ") + kGuestGateway + " udp dport 53 accept\n";
-  r += "    iifname \"tap0\" reject with icmpx type admin-prohibited\n  }\n";
+  r += "    iifname \"tap0\" jump deny_internal\n  }\n";
   r += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
   r += "    oifname \"eth0\" masquerade\n  }\n}\n";
   return r;
@@ -556,7 +562,7 @@ Status Network::sync_resolver() {
     return Ok{};
   }
   auto d = DnsServer::start(netns_fd_, settings_.dns_upstream, allow_all, policy_.domains,
-                            settings_.reserved, settings_.reserved_allowed);
+                            egress_log_, settings_.reserved, settings_.reserved_allowed);
   if (!d) return d.error();
   dns_ = std::move(*d);
   return Ok{};
@@ -568,6 +574,7 @@ void Network::close_tap() {
 }
 
 void Network::destroy() {
+  egress_watch_.reset();  // (its sockets hold the namespace)
   close_tap();
   if (!host_link_.empty() && fs::exists("/sys/class/net/" + host_link_)) {
     // Deleting one end deletes the pair now (the namespace itself goes when its last user does).

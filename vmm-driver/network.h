@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "vmm-driver/egress_log.h"
+#include "vmm-driver/egress_watcher.h"
 #include "vmm-driver/error.h"
 
 namespace pandastack::vmm {
@@ -133,6 +135,13 @@ class Network {
   Result<uint16_t> expose(uint16_t port, const std::string& bind_host);
   void unexpose(uint16_t port);
   std::map<uint16_t, uint16_t> exposed() const;  // guest port -> host port
+  // What this network let out and refused (its resolver's answers, connections, denials). The
+  // owner points it at the sandbox's log (EgressLog::forward_to) once it knows the sandbox.
+  const std::shared_ptr<EgressLog>& egress_log() const { return egress_log_; }
+  // Connections and denials reach the log while `watch` lives (EgressWatcher::watch).
+  void set_egress_watch(std::unique_ptr<EgressWatcher::Subscription> watch) {
+    egress_watch_ = std::move(watch);
+  }
   // Called with the index when this network is removed (the owner frees the subnet).
   void set_on_release(std::function<void(uint32_t)> f) { on_release_ = std::move(f); }
 
@@ -158,6 +167,8 @@ class Network {
   mutable std::mutex forwards_mu_;
   std::map<uint16_t, std::unique_ptr<PortForward>> forwards_;
   std::unique_ptr<DnsServer> dns_;
+  std::shared_ptr<EgressLog> egress_log_ = std::make_shared<EgressLog>();
+  std::unique_ptr<EgressWatcher::Subscription> egress_watch_;
   Status sync_resolver();  // starts, updates or stops the resolver for policy_
 };
 

@@ -27,8 +27,10 @@ TEST(Network, PoliciesAreValidated) {
   auto v = validate(p);
   ASSERT_TRUE(v) << v.error().message;
   EXPECT_EQ(v->cidrs, (std::vector<std::string>{"192.0.2.0/24", "192.0.2.7/32"}));
-  EXPECT_EQ(v->domains, (std::vector<std::string>{"*.example.org", "api.example.com", "example.com"}));
-  for (std::string bad : std::vector<std::string>{"-a.com", "a..com", "a b.com", "", "x*.com", std::string(64, 'a') + ".com"}) {
+  EXPECT_EQ(v->domains,
+            (std::vector<std::string>{"*.example.org", "api.example.com", "example.com"}));
+  for (std::string bad : std::vector<std::string>{"-a.com", "a..com", "a b.com", "", "x*.com",
+                                                  std::string(64, 'a') + ".com"}) {
     EgressPolicy q;
     q.mode = EgressPolicy::Mode::allowlist;
     q.domains = {bad};
@@ -68,7 +70,8 @@ TEST(Network, SandboxRulesetFollowsThePolicy) {
   EXPECT_NE(r.find("masquerade"), std::string::npos);
   EgressPolicy all;
   all.mode = EgressPolicy::Mode::allow_all;
-  EXPECT_NE(sandbox_ruleset(s, all).find("iifname \"tap0\" oifname \"eth0\" accept"), std::string::npos);
+  EXPECT_NE(sandbox_ruleset(s, all).find("iifname \"tap0\" oifname \"eth0\" accept"),
+            std::string::npos);
   EgressPolicy list;
   list.mode = EgressPolicy::Mode::allowlist;
   list.cidrs = {"192.0.2.0/24", "198.51.100.7/32"};
@@ -78,17 +81,25 @@ TEST(Network, SandboxRulesetFollowsThePolicy) {
   // The refusal of pool addresses comes before any accept.
   EXPECT_LT(l.find("10.200.0.0/16"), l.find("@allow accept"));
   // So does the refusal of private and reserved ranges (merged into disjoint intervals) ...
-  auto priv = l.find("ip daddr { 0.0.0.0-0.255.255.255, 10.0.0.0-10.255.255.255, "
-                     "100.64.0.0-100.127.255.255, 172.16.0.0-172.31.255.255, "
-                     "192.0.0.0-192.0.0.255, 192.168.0.0-192.168.255.255, "
-                     "198.18.0.0-198.19.255.255, 240.0.0.0-255.255.255.255 } reject");
+  auto priv = l.find(
+      "ip daddr { 0.0.0.0-0.255.255.255, 10.0.0.0-10.255.255.255, "
+      "100.64.0.0-100.127.255.255, 172.16.0.0-172.31.255.255, "
+      "192.0.0.0-192.0.0.255, 192.168.0.0-192.168.255.255, "
+      "198.18.0.0-198.19.255.255, 240.0.0.0-255.255.255.255 } jump deny_reserved");
   EXPECT_NE(priv, std::string::npos) << l;
   EXPECT_LT(priv, l.find("@allow accept"));
   EXPECT_LT(priv, l.find("@dns_allow accept"));
   // ... but for the operator's exceptions.
   s.reserved_allowed = {"192.168.7.0/24"};
-  EXPECT_NE(sandbox_ruleset(s, all).find(" ip daddr != { 192.168.7.0-192.168.7.255 } reject"),
-            std::string::npos);
+  EXPECT_NE(
+      sandbox_ruleset(s, all).find(" ip daddr != { 192.168.7.0-192.168.7.255 } jump deny_reserved"),
+      std::string::npos);
+  // Each refusal is logged for the egress log (rate-limited), then rejected.
+  EXPECT_NE(l.find("chain deny_policy {\n    limit rate 20/second burst 40 packets log prefix "
+                   "\"policy\" group 1\n    reject with icmpx type admin-prohibited\n  }"),
+            std::string::npos)
+      << l;
+  EXPECT_NE(l.find("iifname \"tap0\" jump deny_policy\n  }\n  chain input"), std::string::npos);
 }
 
 TEST(Network, ReservedRangesMergeAndMatch) {
