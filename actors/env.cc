@@ -33,6 +33,25 @@ void Env::release_subnet(uint32_t idx) {
 
 void Env::own(vmm::Network& n) {
   n.set_on_release([this](uint32_t idx) { release_subnet(idx); });
+  if (!egress_watcher) return;
+  auto watch = egress_watcher->watch(n.netns_fd(), n.egress_log());
+  if (watch)
+    n.set_egress_watch(std::move(*watch));
+  else  // (the sandbox works; its log lacks connections)
+    spdlog::warn("network {}: connections are not logged: {}", n.netns(), watch.error().message);
+}
+
+std::shared_ptr<vmm::EgressLog> Env::egress_log(const std::string& id, bool create) {
+  std::lock_guard l(egress_mu);
+  auto it = egress_logs.find(id);
+  if (it != egress_logs.end()) return it->second;
+  if (!create) return nullptr;
+  return egress_logs[id] = std::make_shared<vmm::EgressLog>();
+}
+
+void Env::forget_egress_log(const std::string& id) {
+  std::lock_guard l(egress_mu);
+  egress_logs.erase(id);
 }
 
 vmm::Result<std::shared_ptr<vmm::Network>> Env::make_network(const Egress& egress) {

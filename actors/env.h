@@ -79,6 +79,15 @@ struct Env {
   // Spare QEMU processes per template (and per template without network).
   std::map<std::string, std::unique_ptr<vmm::SparePool>> spares;
 
+  // Watches every sandbox network's connections and denials (for the egress logs); each
+  // sandbox's egress log, which outlives its VMs (hibernate, wake), dropped with the sandbox.
+  std::unique_ptr<vmm::EgressWatcher> egress_watcher = std::make_unique<vmm::EgressWatcher>();
+  std::mutex egress_mu;
+  std::map<std::string, std::shared_ptr<vmm::EgressLog>> egress_logs;
+  // The sandbox's log (made when `create`; else null when it has none).
+  std::shared_ptr<vmm::EgressLog> egress_log(const std::string& id, bool create);
+  void forget_egress_log(const std::string& id);
+
   // Reports VMs that die on their own (VmHandle::generation says which); null once shut down.
   std::unique_ptr<vmm::VmWatcher> watcher = std::make_unique<vmm::VmWatcher>();
   std::atomic<uint64_t> vm_exits{0};  // VMs that died on their own, for metrics

@@ -411,6 +411,20 @@ Reply<std::vector<PortInfo>> Runtime::ports(const std::string& tenant, const std
   return ports_after(*impl_, tenant, id, *info, nullptr);
 }
 
+Reply<vmm::EgressPage> Runtime::egress(const std::string& tenant, const std::string& id,
+                                       const vmm::EgressQuery& q) {
+  auto info = get(tenant, id);  // (the tenant's, or sandbox_not_found)
+  if (!info) return info.error();
+  if (!info->network) return Rejection{Code::network_disabled, "sandbox " + id + " has no network"};
+  auto log = impl_->env->egress_log(id, false);
+  if (!log) {  // (no VM of it ran since the daemon started)
+    vmm::EgressPage empty;
+    empty.next_after = q.after;
+    return empty;
+  }
+  return log->read(q);
+}
+
 Reply<std::vector<MetricSample>> Runtime::metrics(const std::string& tenant, const std::string& id,
                                                   int64_t from_ms, int64_t to_ms) {
   auto info = get(tenant, id);  // (the tenant's, or sandbox_not_found)

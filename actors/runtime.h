@@ -426,6 +426,11 @@ class Runtime {
   // The sandbox's resource use over time (actors/metrics.h), samples between from_ms and to_ms.
   Reply<std::vector<MetricSample>> metrics(const std::string& tenant, const std::string& id,
                                            int64_t from_ms, int64_t to_ms);
+  // What the sandbox's network answered, let out and refused since the daemon started
+  // (vmm-driver/egress_log.h; kept across hibernate and wake, bounded). network_disabled for a
+  // sandbox without a network.
+  Reply<vmm::EgressPage> egress(const std::string& tenant, const std::string& id,
+                                const vmm::EgressQuery& q);
   // Preview URLs (gateway/previews.h): guest `port` served through the daemon's HTTP server.
   // Opening a port's preview again replaces it (a new nonce: the old URLs stop working).
   // `ttl_seconds` 0: the default (Limits::default_preview_ttl_seconds).

@@ -673,6 +673,7 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         auto& st = self->state;
         if (st.s.status == SandboxStatus::stopped || st.s.status == SandboxStatus::failed) {
           st.env->metrics.erase(st.s.id);
+          st.env->forget_egress_log(st.s.id);
           return;
         }
         if (st.s.status == SandboxStatus::running && !st.adopting) sample_metrics(self);

@@ -20,7 +20,10 @@ WorkerResult failed(const std::string& e) {
 
 }  // namespace
 
-void install_vm(Env& env, VmHandle& h, std::unique_ptr<vmm::Vm> vm, caf::actor_addr owner) {
+void install_vm(Env& env, VmHandle& h, std::unique_ptr<vmm::Vm> vm, caf::actor_addr owner,
+                const std::string& id) {
+  // What the VM's network lets out goes to the sandbox's egress log (kept across its VMs).
+  if (auto& n = vm->config().network) n->egress_log()->forward_to(env.egress_log(id, true));
   uint64_t gen = ++h.generation;
   pid_t pid = vm->pid();
   {
@@ -129,7 +132,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           r.subnet = n->index();
           expose_ports(*n, net.ports, st.env->config.ports_host, st.id);
         }
-        install_vm(*st.env, *st.handle, std::move(*vm), st.owner);
+        install_vm(*st.env, *st.handle, std::move(*vm), st.owner, st.id);
         // (a restore consumes its snapshot itself; a boot leaves it intact: the VM has its layers)
         if (!snap.memory && consume)
           vmm::remove_snapshot(snapshot_dir, st.env->disk_twin(snapshot_dir));
@@ -182,7 +185,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           return failed(vm.error().message);
         }
         if (network) (*vm)->attach_network(network);
-        install_vm(env, *st.handle, std::move(*vm), st.owner);
+        install_vm(env, *st.handle, std::move(*vm), st.owner, st.id);
         return WorkerResult{};
       },
       [=](egress_atom, Egress egress) -> WorkerResult {
@@ -264,7 +267,7 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
           if (h.vm->alive()) {  // still running: watched again
             auto vm = std::move(h.vm);
             l.unlock();
-            install_vm(*st.env, h, std::move(vm), st.owner);
+            install_vm(*st.env, h, std::move(vm), st.owner, st.id);
           }
           return failed(s.error().message);
         }

@@ -27,7 +27,8 @@ caf::behavior vm_worker(caf::stateful_actor<WorkerState>* self, Env* env, std::s
 
 // Installs `vm` as the handle's VM: a new incarnation (VmHandle::generation), watched by the
 // runtime's VM watcher, which tells `owner` (vm_exited_atom, generation) if it dies on its own.
-void install_vm(Env& env, VmHandle& handle, std::unique_ptr<vmm::Vm> vm, caf::actor_addr owner);
+void install_vm(Env& env, VmHandle& handle, std::unique_ptr<vmm::Vm> vm, caf::actor_addr owner,
+                const std::string& id);
 // Stops watching the handle's VM: before it is stopped on purpose (hibernate, kill).
 void unwatch_vm(Env& env, VmHandle& handle);
 

@@ -41,6 +41,62 @@ Json metric_json(const actors::MetricSample& m) {
   return j;
 }
 
+Json egress_entry_json(const vmm::EgressEntry& e) {
+  Json j = Json::object();
+  j.set("seq", int64_t(e.seq));
+  j.set("timestamp_ms", e.time_ms);
+  j.set("kind", vmm::to_string(e.kind));
+  j.set("verdict", e.allowed ? "allowed" : "denied");
+  if (!e.allowed) j.set("reason", e.reason);
+  if (e.kind == vmm::EgressEntry::Kind::dns) {
+    j.set("name", e.name);
+    j.set("type", e.qtype);
+    Json a = Json::array();
+    for (auto& x : e.answers) a.push(Json(x));
+    j.set("answers", a);
+    return j;
+  }
+  j.set("protocol", e.protocol);
+  j.set("destination", e.destination);
+  if (e.port) j.set("port", int64_t(e.port));
+  if (!e.name.empty()) j.set("name", e.name);
+  if (e.allowed) {
+    j.set("bytes_out", int64_t(e.bytes_out));
+    j.set("bytes_in", int64_t(e.bytes_in));
+    j.set("ended_ms", e.ended_ms ? Json(e.ended_ms) : Json());
+  }
+  return j;
+}
+
+HttpReply egress_log(Call& c) {
+  vmm::EgressQuery q;
+  q.after = uint64_t(query_int(c.r, "after", 0, INT64_MAX));
+  q.limit = size_t(query_int(c.r, "limit", 100, 1000));
+  if (q.limit == 0) throw ApiError{Code::invalid_argument, "limit must be within 1..1000"};
+  if (auto k = c.r.q("kind")) {
+    if (*k == "dns")
+      q.kind = vmm::EgressEntry::Kind::dns;
+    else if (*k == "connection")
+      q.kind = vmm::EgressEntry::Kind::connection;
+    else
+      throw ApiError{Code::invalid_argument, "kind must be dns or connection"};
+  }
+  if (auto v = c.r.q("verdict")) {
+    if (*v != "allowed" && *v != "denied")
+      throw ApiError{Code::invalid_argument, "verdict must be allowed or denied"};
+    q.allowed = *v == "allowed";
+  }
+  auto page = unwrap(c.gw.rt.egress(c.tenant(), c.id, q));
+  Json entries = Json::array();
+  for (auto& e : page.entries) entries.push(egress_entry_json(e));
+  Json j = Json::object();
+  j.set("entries", entries);
+  j.set("next_after", int64_t(page.next_after));
+  j.set("dropped", int64_t(page.dropped));
+  j.set("lost", int64_t(page.lost));
+  return json_reply(200, j);
+}
+
 HttpReply create(Call& c) {
   auto& rt = c.gw.rt;
   const auto& limits = rt.config().limits;
@@ -213,6 +269,10 @@ std::vector<Route> sandbox_routes() {
                                 metric_json);
             },
             {"from_ms", "to_ms"}),
+      route(M::GET, "/v1/sandboxes/{id}/egress",
+            "What the sandbox's network answered, let out and refused (after, limit, kind, "
+            "verdict)",
+            egress_log, {"after", "limit", "kind", "verdict"}),
       route(M::POST, "/v1/sandboxes/{id}/ports", "Expose a guest TCP port on a host address",
             [](Call& c) {
               Fields f(c.r.json(), {"port"});

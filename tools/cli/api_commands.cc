@@ -626,6 +626,36 @@ int api_main(int argc, char** argv) {
                     p["address"].is_string() ? p["address"].as_string().c_str() : "(not running)");
       return 0;
     }
+    if (verb == "egress-log") {
+      // Every page (the daemon keeps at most 1,000 entries per sandbox).
+      Json all = Json::array();
+      for (int64_t after = 0;;) {
+        auto r = api.json("GET", base + "/egress?limit=1000&after=" + std::to_string(after));
+        for (auto& e : r["entries"].as_array()) all.push(e);
+        if (r["entries"].size() == 0 || r["next_after"].as_int() == after) break;
+        after = r["next_after"].as_int();
+      }
+      if (o.json) return std::printf("%s\n", all.dump().c_str()), 0;
+      std::printf("%-6s %-10s %-8s %-14s %s\n", "SEQ", "KIND", "VERDICT", "REASON", "WHAT");
+      for (auto& e : all.as_array()) {
+        std::string what;
+        if (e["kind"].as_string() == "dns") {
+          what = e["name"].as_string() + " " + e["type"].as_string();
+          for (auto& a : e["answers"].as_array()) what += " " + a.as_string();
+        } else {
+          what = e["protocol"].as_string() + " " + e["destination"].as_string();
+          if (e.has("port")) what += ":" + std::to_string(e["port"].as_int());
+          if (e.has("name")) what += " (" + e["name"].as_string() + ")";
+          if (e.has("bytes_out"))
+            what += " out " + std::to_string(e["bytes_out"].as_int()) + " B, in " +
+                    std::to_string(e["bytes_in"].as_int()) + " B";
+        }
+        std::printf("%-6lld %-10s %-8s %-14s %s\n", (long long)e["seq"].as_int(),
+                    e["kind"].as_string().c_str(), e["verdict"].as_string().c_str(),
+                    e.has("reason") ? e["reason"].as_string().c_str() : "-", what.c_str());
+      }
+      return 0;
+    }
     if (verb == "previews") {
       auto r = api.json("GET", base + "/previews");
       if (o.json) return std::printf("%s\n", r["previews"].dump().c_str()), 0;

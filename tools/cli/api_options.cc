@@ -25,6 +25,7 @@ const char* const kApiUsage = R"(usage:
   pandastack sandbox logs ID [--json]
   pandastack sandbox egress ID deny_all|allow_all|allowlist [--allow CIDR]... [--json]
   pandastack sandbox ports ID [--json]                 exposed guest ports and their host addresses
+  pandastack sandbox egress-log ID [--json]            names looked up, connections opened and refused
   pandastack sandbox expose ID PORT [--json]           forward guest TCP PORT from the host
   pandastack sandbox unexpose ID PORT
   pandastack sandbox preview ID PORT [--ttl S] [--public] [--json]   serve guest PORT at a preview

@@ -379,6 +379,13 @@ class AsyncSandbox:
         r = await self._http.call("GET", f"/v1/sandboxes/{c.sid(self.id)}/metrics" + (f"?{q}" if q else ""))
         return list(r.json()["metrics"])
 
+    async def egress_log(self, after: int = 0, limit: int = 100, kind: Optional[str] = None,
+                         verdict: Optional[str] = None) -> Dict[str, Any]:
+        """The sandbox's egress log (see ``Sandbox.egress_log``)."""
+        r = await self._http.call(
+            "GET", f"/v1/sandboxes/{c.sid(self.id)}/egress?" + c.egress_query(after, limit, kind, verdict))
+        return dict(r.json())
+
     async def preview(self, port: int, ttl_seconds: Optional[int] = None,
                       public: bool = False) -> Dict[str, Any]:
         """Serves guest ``port`` at a preview URL (see ``Sandbox.preview``)."""

@@ -243,3 +243,13 @@ class SseParser:
                 out.append(event_from_sse(event, json.loads(line[6:])))
         self.buf = self.buf[start:]
         return out
+
+
+def egress_query(after: int, limit: int, kind: Optional[str], verdict: Optional[str]) -> str:
+    """The query string of an egress log page."""
+    q = {"after": str(int(after)), "limit": str(int(limit))}
+    if kind is not None:
+        q["kind"] = kind
+    if verdict is not None:
+        q["verdict"] = verdict
+    return urllib.parse.urlencode(q)

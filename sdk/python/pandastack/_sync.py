@@ -415,6 +415,14 @@ class Sandbox:
         return list(self._http.call(
             "GET", f"/v1/sandboxes/{c.sid(self.id)}/metrics" + (f"?{q}" if q else "")).json()["metrics"])
 
+    def egress_log(self, after: int = 0, limit: int = 100, kind: Optional[str] = None,
+                   verdict: Optional[str] = None) -> Dict[str, Any]:
+        """What the sandbox's network answered, let out and refused: ``{entries, next_after,
+        dropped, lost}``, oldest first; pass ``next_after`` as ``after`` for the next page.
+        ``kind``: "dns" or "connection"; ``verdict``: "allowed" or "denied"."""
+        return dict(self._http.call(
+            "GET", f"/v1/sandboxes/{c.sid(self.id)}/egress?" + c.egress_query(after, limit, kind, verdict)).json())
+
     def preview(self, port: int, ttl_seconds: Optional[int] = None, public: bool = False) -> Dict[str, Any]:
         """Serves guest ``port`` at a preview URL of the daemon; returns ``{port, url, path_url,
         token, public, created_at_ms, expires_at_ms}`` (``url`` carries the token: a link to hand

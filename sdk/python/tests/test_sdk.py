@@ -247,6 +247,13 @@ class SdkTest(unittest.TestCase):
             self.assertEqual([v["port"] for v in sbx.previews()], [8001])
             sbx.close_preview(8001)
             self.assertIsInstance(sbx.metrics(from_ms=0), list)
+            # The egress log: a refused connection (link-local never leaves the sandbox's namespace).
+            sbx.exec("python3 -c \"import socket; socket.socket().connect_ex(('169.254.169.254', 80))\"")
+            log = sbx.egress_log(kind="connection", verdict="denied")
+            self.assertIn(("169.254.169.254", 80, "internal"),
+                          [(e["destination"], e.get("port"), e["reason"]) for e in log["entries"]], log)
+            self.assertEqual(sbx.egress_log(after=log["next_after"], kind="connection",
+                                            verdict="denied")["entries"], [])
             self.assertEqual(sbx.previews(), [])
             sbx.unexpose_port(8001)
             self.assertEqual(sbx.ports(), [])

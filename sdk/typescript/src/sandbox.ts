@@ -6,7 +6,7 @@ import { decode, Http, MAX_OUTPUT, type Json } from "./http.js";
 import { Template, templateInfo, volumeBody } from "./resources.js";
 import type {
   ClientOptions, CodeResult, CreateOptions, EgressMode, ExecEvent, ExecOptions, ExecResult, Execution,
-  FileChange, FileInfo, FileWatch, ListOptions, MetricSample, PortInfo, PreviewInfo, ProcessInfo,
+  FileChange, FileInfo, FileWatch, ListOptions, MetricSample, EgressEntry, EgressLogPage, PortInfo, PreviewInfo, ProcessInfo,
   RunCodeOptions, SandboxInfo, SandboxState, SnapshotInfo,
 } from "./types.js";
 
@@ -381,6 +381,23 @@ export class Sandbox {
       memUsedBytes: m.mem_used_bytes, memTotalBytes: m.mem_total_bytes,
       diskUsedBytes: m.disk_used_bytes, diskTotalBytes: m.disk_total_bytes,
     }));
+  }
+  /** What the sandbox's network answered, let out and refused, oldest first: {entries, nextAfter,
+   * dropped, lost}; pass `nextAfter` as `after` for the next page. */
+  async egressLog(opts: { after?: number; limit?: number; kind?: "dns" | "connection"; verdict?: "allowed" | "denied" } = {}): Promise<EgressLogPage> {
+    const q = new URLSearchParams({ after: String(opts.after ?? 0), limit: String(opts.limit ?? 100) });
+    if (opts.kind) q.set("kind", opts.kind);
+    if (opts.verdict) q.set("verdict", opts.verdict);
+    const r = await this.http.json("GET", `/v1/sandboxes/${sid(this.id)}/egress?${q}`);
+    return {
+      entries: r.entries.map((e: Json): EgressEntry => ({
+        seq: e.seq, timestampMs: e.timestamp_ms, kind: e.kind, verdict: e.verdict, reason: e.reason ?? null,
+        name: e.name ?? null, type: e.type ?? null, answers: e.answers ?? [],
+        protocol: e.protocol ?? null, destination: e.destination ?? null, port: e.port ?? null,
+        bytesOut: e.bytes_out ?? null, bytesIn: e.bytes_in ?? null, endedMs: e.ended_ms ?? null,
+      })),
+      nextAfter: r.next_after, dropped: r.dropped, lost: r.lost,
+    };
   }
   /** Serves guest `port` at a preview URL of the daemon: {port, url (with its token), pathUrl,
    * token, public, createdAtMs, expiresAtMs}. Again for the same port: a new URL, the old revoked. */

@@ -119,6 +119,39 @@ export interface PortInfo {
 }
 
 /** One sample of a sandbox's resource use (the host's view of its VM). */
+/** One entry of a sandbox's egress log (`Sandbox.egressLog`). */
+export interface EgressEntry {
+  seq: number;
+  timestampMs: number;
+  kind: "dns" | "connection";
+  verdict: "allowed" | "denied";
+  /** Why it was denied: policy, reserved, internal; DNS also rate_limit, unique_names, malformed. */
+  reason: string | null;
+  /** DNS: the question; a connection: the name the sandbox's resolver answered with its address. */
+  name: string | null;
+  /** DNS: the query type (A, AAAA, ...). */
+  type: string | null;
+  /** DNS: the IPv4 addresses answered. */
+  answers: string[];
+  protocol: string | null;
+  destination: string | null;
+  port: number | null;
+  /** An allowed connection's bytes each way, once it ended (endedMs). */
+  bytesOut: number | null;
+  bytesIn: number | null;
+  endedMs: number | null;
+}
+
+export interface EgressLogPage {
+  entries: EgressEntry[];
+  /** The cursor for the next page (`after`). */
+  nextAfter: number;
+  /** Entries evicted (the daemon keeps the newest 1,000 per sandbox). */
+  dropped: number;
+  /** Events the host's kernel dropped before the daemon read them. */
+  lost: number;
+}
+
 export interface MetricSample {
   timestampMs: number;
   /** Of its vCPUs, over the interval before the sample. */

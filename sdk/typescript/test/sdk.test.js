@@ -230,12 +230,13 @@ test("databases: typed errors (this daemon runs without networking; psycopg2 cov
   assert.deepEqual(await Database.list(), []);
 });
 
-test("previews: refused without a network, listed empty, a missing one typed", async () => {
+test("previews and the egress log: refused without a network, listed empty, a missing one typed", async () => {
   const sbx = await Sandbox.create();
   await assert.rejects(sbx.preview(8000, { ttlSeconds: 60 }), (e) => e instanceof ConflictError && e.code === "network_disabled");
   assert.deepEqual(await sbx.previews(), []);
   await assert.rejects(sbx.closePreview(8000), (e) => e.code === "preview_not_found" && e.status === 404);
   assert.ok(Array.isArray(await sbx.metrics({ fromMs: 0 })));
+  await assert.rejects(sbx.egressLog({ kind: "dns" }), (e) => e instanceof ConflictError && e.code === "network_disabled");
   await sbx.kill();
 });
 

@@ -1,7 +1,7 @@
 // Type-checked (tsc --strict, `npm run typecheck`) against src/index.d.ts: the declarations cover
 // what a TypeScript user writes. Not run: the runtime behaviour is tested in sdk.test.js.
 import { Execution,
-  Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type PreviewInfo, type MetricSample, type SandboxInfo,
+  Sandbox, SandboxNotFoundError, Volume, type ExecEvent, type ExecResult, type FileInfo, type PortInfo, type PreviewInfo, type MetricSample, type EgressEntry, type EgressLogPage, type SandboxInfo,
   type VolumeInfo, Database, type DatabaseInfo, type DatabaseBackup, type VolumeSnapshotInfo,
   Template, TemplateBuildFailedError, type TemplateInfo, type BuildProgress,
 } from "../dist/index.js";
@@ -47,6 +47,8 @@ export async function usage(): Promise<string> {
   await limited.closePreview(8000);
   const samples: MetricSample[] = await limited.metrics({ fromMs: Date.now() - 60_000 });
   console.log(samples.map((m) => m.cpuUsedPct + m.memUsedBytes).length);
+  const egress: EgressLogPage = await limited.egressLog({ kind: "connection", verdict: "denied", limit: 10 });
+  console.log(egress.nextAfter, egress.entries.map((e: EgressEntry) => e.destination ?? e.name));
   console.log(mode, limited.info.network, (await Sandbox.create({ network: false })).info.network);
   const entries: FileInfo[] = await sbx.files.list("/tmp");
   const pid: number = await sbx.process.start("sleep 1");

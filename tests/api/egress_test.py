@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""The egress log through the real daemon and a real VM: what a sandbox's resolver answered and
+refused, the connections it opened (with their bytes) and those its policy denied, with the
+reason; paging and filters; kept across hibernate and wake; the resolver's rate limit.
+
+All traffic goes to an upstream network namespace this test builds (198.18.9.2 and .3 inside
+it) or is refused inside the sandbox's own namespace (reserved and link-local addresses never
+leave it).
+
+Usage: egress_test.py --daemon build/bin/pandastackd [--images DIR]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Api, Daemon  # noqa: E402
+
+# The upstream's DNS server: A records for the test's names, no records for other types.
+DNS_SERVER = r"""
+import socket
+ANSWERS = {"allowed.test": "198.18.9.2", "other.test": "198.18.9.3"}
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("198.18.9.2", 53))
+while True:
+    q, peer = s.recvfrom(512)
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode()); i += 1 + q[i]
+    qend = i + 5
+    name, qtype = ".".join(labels).lower(), q[i + 1] << 8 | q[i + 2]
+    ip = ANSWERS.get(name) if qtype == 1 else None
+    if name.endswith(".flood.test"):
+        ip = "198.18.9.3" if qtype == 1 else None
+    flags = b"\x81\x80"
+    r = q[:2] + flags + q[4:6] + (b"\x00\x01" if ip else b"\x00\x00") + b"\x00\x00\x00\x00" + q[12:qend]
+    if ip:
+        r += b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(ip)
+    s.sendto(r, peer)
+"""
+
+# Run in the guest: one connection per target, each read to its end.
+PROBE = r"""
+import json, socket
+def conn(host, port):
+    try:
+        s = socket.create_connection((host, port), 3)
+        s.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+        n = 0
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            n += len(d)
+        s.close()
+        return "ok %d" % n
+    except OSError as e:
+        return "error %s" % e
+print(json.dumps({t: conn(h, p) for t, h, p in [
+    ("allowed", "allowed.test", 8080), ("other_name", "other.test", 8080),
+    ("other_addr", "198.18.9.3", 8080), ("reserved", "198.19.200.1", 80),
+    ("internal", "169.254.169.254", 80)]}))
+"""
+
+# Run in the guest: 300 queries for distinct names sent at once, then the answers' codes counted.
+FLOOD = r"""
+import json, socket, struct, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+for i in range(300):
+    name = b"n%d.flood.test" % i
+    q = struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0)
+    for label in name.split(b"."):
+        q += bytes([len(label)]) + label
+    s.sendto(q + b"\x00\x00\x01\x00\x01", ("172.31.255.1", 53))
+codes = {}
+try:
+    for _ in range(300):
+        r = s.recv(512)
+        codes[r[3] & 15] = codes.get(r[3] & 15, 0) + 1
+except OSError:
+    pass
+print(json.dumps(codes))
+"""
+
+
+class EgressLogTest(unittest.TestCase):
+    UP_NS, UP_LINK = "pte-upstream", "upte0"
+
+    @classmethod
+    def setUpClass(cls):
+        sh = lambda cmd: subprocess.run(cmd, shell=True, check=True)
+        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
+                       stderr=subprocess.DEVNULL)
+        sh(f"ip netns add {cls.UP_NS} && ip link add {cls.UP_LINK} type veth peer name eth0 "
+           f"netns {cls.UP_NS} && ip addr add 198.18.9.1/24 dev {cls.UP_LINK} && "
+           f"ip link set {cls.UP_LINK} up && ip -n {cls.UP_NS} addr add 198.18.9.2/24 dev eth0 && "
+           f"ip -n {cls.UP_NS} addr add 198.18.9.3/24 dev eth0 && ip -n {cls.UP_NS} link set eth0 up")
+        cls.base = tempfile.mkdtemp(prefix="pst-egress-", dir="/dev/shm")
+        www = os.path.join(cls.base, "www")
+        os.makedirs(www)
+        with open(os.path.join(www, "index.html"), "w") as f:
+            f.write("x" * 5000)
+        cls.servers = [subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3",
+                                         "-m", "http.server", "--bind", a, "--directory", www,
+                                         "8080"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       for a in ("198.18.9.2", "198.18.9.3")]
+        dns = os.path.join(cls.base, "dns.py")
+        with open(dns, "w") as f:
+            f.write(DNS_SERVER)
+        cls.servers.append(subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3",
+                                             dns],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
+                            ["--dns-upstream", "198.18.9.2:53",
+                             # the upstream is in a reserved range: the operator allows it
+                             "--allow-private-egress", "198.18.9.0/24"])
+        cls.api = Api(cls.daemon)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.daemon.stop(reap=True)
+        for p in cls.servers:
+            p.terminate()
+            p.wait()
+        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
+                       stderr=subprocess.DEVNULL)
+        shutil.rmtree(cls.base, ignore_errors=True)
+        assert code == 0, f"daemon exited {code}"
+
+    def run_py(self, sid, code):
+        path = "/tmp/probe.py"
+        s, b = self.api.call("PUT", f"/v1/sandboxes/{sid}/files?path={path}", raw=code.encode())
+        self.assertIn(s, (200, 201, 204), b)
+        s, b = self.api.exec(sid, f"python3 {path}", timeout_seconds=60)
+        self.assertEqual(s, 200, b)
+        self.assertEqual(b["exit_code"], 0, b)
+        return json.loads(b["stdout"])
+
+    def egress(self, sid, query=""):
+        s, b = self.api.call("GET", f"/v1/sandboxes/{sid}/egress{query}")
+        self.assertEqual(s, 200, b)
+        return b
+
+    def test_what_a_sandbox_reached_and_was_refused(self):
+        c = self.api
+        sid = c.create(egress={"mode": "allowlist", "domains": ["allowed.test"]})["id"]
+        out = self.run_py(sid, PROBE)
+        self.assertTrue(out["allowed"].startswith("ok "), out)
+        for t in ("other_name", "other_addr", "reserved", "internal"):
+            self.assertTrue(out[t].startswith("error"), out)
+        received = int(out["allowed"].split()[1])
+
+        # The resolver's answers and refusals.
+        dns = self.egress(sid, "?kind=dns")["entries"]
+        a = [e for e in dns if e["name"] == "allowed.test" and e["type"] == "A"]
+        self.assertTrue(a, dns)
+        self.assertEqual((a[0]["verdict"], a[0]["answers"]), ("allowed", ["198.18.9.2"]), a)
+        other = [e for e in dns if e["name"] == "other.test"]
+        self.assertTrue(other, dns)
+        self.assertEqual((other[0]["verdict"], other[0]["reason"], other[0]["answers"]),
+                         ("denied", "policy", []))
+
+        # The connections: the allowed one (named after the answer; its bytes once it ended)
+        # and the three refusals with their reasons.
+        deadline, conns = time.time() + 30, []
+        while time.time() < deadline:
+            conns = self.egress(sid, "?kind=connection")["entries"]
+            done = [e for e in conns if e["verdict"] == "allowed" and e["ended_ms"]]
+            if done:
+                break
+            time.sleep(1)
+        ok = [e for e in conns if e["verdict"] == "allowed"]
+        self.assertEqual(len(ok), 1, conns)
+        self.assertEqual((ok[0]["protocol"], ok[0]["destination"], ok[0]["port"], ok[0]["name"]),
+                         ("tcp", "198.18.9.2", 8080, "allowed.test"))
+        self.assertTrue(ok[0]["ended_ms"], f"the connection's end was not seen: {ok[0]}")
+        # (bytes on the wire: the payload and the IP and TCP headers)
+        self.assertGreater(ok[0]["bytes_in"], received, ok[0])
+        self.assertGreater(ok[0]["bytes_out"], 0, ok[0])
+        denied = {(e["destination"], e["reason"]) for e in conns if e["verdict"] == "denied"}
+        self.assertTrue({("198.18.9.3", "policy"), ("198.19.200.1", "reserved"),
+                         ("169.254.169.254", "internal")} <= denied, conns)
+        for e in conns:
+            if e["verdict"] == "denied":
+                self.assertEqual(e["protocol"], "tcp", e)
+                self.assertNotIn("bytes_in", e)
+
+        # Paging: one entry a page walks the same log; filters combine.
+        full = self.egress(sid, "?limit=1000")
+        self.assertEqual((full["dropped"], full["lost"]), (0, 0), full)
+        seqs, after = [], 0
+        while True:
+            page = self.egress(sid, f"?limit=1&after={after}")
+            if not page["entries"]:
+                break
+            seqs += [e["seq"] for e in page["entries"]]
+            after = page["next_after"]
+        self.assertEqual(seqs, [e["seq"] for e in full["entries"]])
+        self.assertEqual(seqs, sorted(set(seqs)))
+        both = self.egress(sid, "?kind=dns&verdict=denied")["entries"]
+        self.assertTrue(both and all(e["kind"] == "dns" and e["verdict"] == "denied" for e in both))
+
+        # The CLI prints the same log (all pages).
+        cli = os.path.join(os.path.dirname(harness.ARGS.daemon), "pandastack")
+        env = dict(os.environ, PANDASTACK_API_KEY=c.key, PANDASTACK_BASE_URL=self.daemon.url)
+        r = subprocess.run([cli, "sandbox", "egress-log", sid, "--json"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([e["seq"] for e in json.loads(r.stdout)], seqs)
+        r = subprocess.run([cli, "sandbox", "egress-log", sid], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"dns +denied +policy +other\.test A")
+        self.assertRegex(r.stdout, r"connection +allowed +- +tcp 198\.18\.9\.2:8080 \(allowed\.test\)")
+
+        # Kept across hibernate and wake; what the new VM does follows on.
+        last = full["entries"][-1]["seq"]
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})[0], 200)
+        self.assertEqual(self.egress(sid)["entries"][-1]["seq"], last)
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/wake", {})[0], 200)
+        self.run_py(sid, "import socket, json\ntry:\n socket.gethostbyname('other.test')\n"
+                         "except OSError as e:\n print(json.dumps(str(e)))\n")
+        after_wake = self.egress(sid, f"?after={last}")["entries"]
+        self.assertTrue([e for e in after_wake if e["name"] == "other.test"], after_wake)
+        self.assertGreater(after_wake[0]["seq"], last)
+
+        # Bad queries and sandboxes without a log of this tenant.
+        for q in ("?kind=tcp", "?verdict=maybe", "?limit=0", "?limit=1001", "?after=-1",
+                  "?since=1"):
+            s, b = c.call("GET", f"/v1/sandboxes/{sid}/egress{q}")
+            self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), (q, b))
+        plain = c.create(network=False)["id"]
+        s, b = c.call("GET", f"/v1/sandboxes/{plain}/egress")
+        self.assertEqual((s, b["error"]["code"]), (409, "network_disabled"), b)
+        s, b = c.call("GET", "/v1/sandboxes/sbx-none/egress")
+        self.assertEqual((s, b["error"]["code"]), (404, "sandbox_not_found"), b)
+        for x in (sid, plain):
+            c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def test_a_query_flood_is_refused_past_the_rate(self):
+        c = self.api
+        sid = c.create(egress={"mode": "allowlist", "domains": ["*.flood.test"]})["id"]
+        codes = self.run_py(sid, FLOOD)
+        # 200 at once (the burst) and 50 a second after: some of 300 sent at once are REFUSED (5).
+        self.assertGreater(codes.get("5", 0), 0, codes)
+        self.assertGreaterEqual(codes.get("0", 0), 200, codes)
+        denied = self.egress(sid, "?kind=dns&verdict=denied&limit=1000")["entries"]
+        limited = [e for e in denied if e["reason"] == "rate_limit"]
+        # A flood is logged as one entry a second, not one per query.
+        self.assertTrue(limited, denied)
+        self.assertLess(len(limited), 20, limited)
+        c.call("DELETE", f"/v1/sandboxes/{sid}")
+
+
+if __name__ == "__main__":
+    harness.main()
