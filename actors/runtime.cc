@@ -120,6 +120,11 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   if (!store) return Rejection{Code::storage_error, store.error().message};
   env.store = std::move(*store);
   impl->keys = std::make_unique<storage::KeyStore>(*env.store);
+  // Secrets' values are sealed under a key file of their own, beside the store, never in it.
+  auto sealed = storage::SecretStore::open(*env.store, config.data_dir / "secrets.key");
+  if (!sealed) return Rejection{Code::storage_error, "secrets: " + sealed.error().message};
+  impl->secret_store = std::move(*sealed);
+  impl->secrets = std::make_unique<Secrets>(*impl->secret_store);
   // Tenants' own quotas (set by an admin).
   if (auto saved = env.store->scan("quota/")) {
     for (auto& [key, value] : *saved) {
@@ -410,6 +415,8 @@ Reply<std::vector<PortInfo>> Runtime::ports(const std::string& tenant, const std
   if (!info) return info.error();
   return ports_after(*impl_, tenant, id, *info, nullptr);
 }
+
+Secrets& Runtime::secrets() { return *impl_->secrets; }
 
 Reply<vmm::EgressPage> Runtime::egress(const std::string& tenant, const std::string& id,
                                        const vmm::EgressQuery& q) {

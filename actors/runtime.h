@@ -34,6 +34,7 @@
 namespace pandastack::actors {
 
 class Cluster;
+class Secrets;
 
 // How many volumes a sandbox can have (its VM's block slots).
 inline constexpr uint32_t kVolumeSlots = vmm::kVolumeSlots;
@@ -426,6 +427,8 @@ class Runtime {
   // The sandbox's resource use over time (actors/metrics.h), samples between from_ms and to_ms.
   Reply<std::vector<MetricSample>> metrics(const std::string& tenant, const std::string& id,
                                            int64_t from_ms, int64_t to_ms);
+  // Tenant secrets (actors/secrets.h): create, list, rotate, delete; values never answered.
+  Secrets& secrets();
   // What the sandbox's network answered, let out and refused since the daemon started
   // (vmm-driver/egress_log.h; kept across hibernate and wake, bounded). network_disabled for a
   // sandbox without a network.

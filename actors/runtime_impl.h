@@ -10,6 +10,7 @@
 #include "actors/env.h"
 #include "actors/messages.h"
 #include "actors/runtime.h"
+#include "actors/secrets.h"
 #include "actors/template_builds.h"
 #include "storage/api_keys.h"
 
@@ -18,6 +19,8 @@ namespace pandastack::actors {
 struct Runtime::Impl {
   std::unique_ptr<Env> env;
   std::unique_ptr<storage::KeyStore> keys;
+  std::unique_ptr<storage::SecretStore> secret_store;  // (sealed under data_dir/secrets.key)
+  std::unique_ptr<Secrets> secrets;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor registry;

@@ -194,8 +194,8 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
   for (auto table :
        {system_routes(), sandbox_routes(), exec_routes(), file_routes(), snapshot_routes(),
-        admin_routes(), quota_routes(), volume_routes(), database_routes(), code_routes(),
-        preview_routes(), template_routes(), dashboard_routes(), e2b_api_routes(),
+        admin_routes(), quota_routes(), volume_routes(), secret_routes(), database_routes(),
+        code_routes(), preview_routes(), template_routes(), dashboard_routes(), e2b_api_routes(),
         e2b_envd_routes(), e2b_code_routes(), cluster_routes(), cluster_move_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
   spread_lists(routes);

@@ -88,6 +88,7 @@ std::vector<Route> snapshot_routes();   // snapshots
 std::vector<Route> admin_routes();      // keys, the audit log
 std::vector<Route> quota_routes();      // quotas: one's own, a tenant's (admin)
 std::vector<Route> volume_routes();     // volumes
+std::vector<Route> secret_routes();     // secrets (names, hosts, expiry; values never answered)
 std::vector<Route> database_routes();   // managed databases
 std::vector<Route> code_routes();       // the code interpreter and its contexts
 std::vector<Route> preview_routes();    // preview URLs: open, list, get, close (routes_previews.cc)

@@ -33,6 +33,7 @@ namespace pandastack {
   X(file_not_found, 404, "no such file in the guest or volume")                                  \
   X(context_not_found, 404, "no such code interpreter context")                                  \
   X(key_not_found, 404, "no such API key")                                                       \
+  X(secret_not_found, 404, "no such secret (or another tenant's, or expired)")                   \
   X(process_not_found, 404, "no such process in the guest")                                      \
   X(port_not_found, 404, "the port is not exposed")                                              \
   X(preview_not_found, 404, "the port has no preview URL (or it was revoked)")                   \

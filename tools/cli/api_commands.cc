@@ -293,7 +293,7 @@ Json egress_body(const std::string& mode, const std::vector<std::string>& allow)
 
 bool is_api_command(const std::string& word) {
   return word == "sandbox" || word == "files" || word == "template" || word == "snapshot" ||
-         word == "volume" || word == "db";
+         word == "volume" || word == "db" || word == "secret";
 }
 
 int api_main(int argc, char** argv) {
@@ -428,6 +428,58 @@ int api_main(int argc, char** argv) {
       return std::fputs(r["log"].as_string().c_str(), stdout), 0;
     }
     usage("unknown db command " + verb);
+  }
+  if (group == "secret") {
+    auto show = [&](const Json& v) {
+      if (o.json) return std::printf("%s\n", v.dump().c_str()), 0;
+      return std::printf("%s version %lld\n", v["name"].as_string().c_str(),
+                         (long long)v["version"].as_int()),
+             0;
+    };
+    // The value from stdin (a pipe or a prompt), never argv: it would show in `ps`.
+    auto value = [&] {
+      std::string v;
+      char buf[4096];
+      size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0 && v.size() <= 16384) v.append(buf, n);
+      while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+      if (v.empty()) usage("secret " + verb + ": give the value on stdin");
+      return v;
+    };
+    if (verb == "list") {
+      need(0);
+      auto r = api.json("GET", "/v1/secrets");
+      if (o.json) return std::printf("%s\n", r["secrets"].dump().c_str()), 0;
+      std::printf("%-24s %-8s %s\n", "NAME", "VERSION", "HOSTS");
+      for (auto& v : r["secrets"].as_array()) {
+        std::string hosts;
+        for (auto& h : v["hosts"].as_array()) hosts += (hosts.empty() ? "" : ", ") + h.as_string();
+        std::printf("%-24s %-8lld %s\n", v["name"].as_string().c_str(),
+                    (long long)v["version"].as_int(), hosts.c_str());
+      }
+      return 0;
+    }
+    need(1);
+    std::string path = "/v1/secrets/" + tools::url_encode(o.pos[0]);
+    if (verb == "create") {
+      if (o.hosts.empty()) usage("secret create needs --host (where the value may be sent)");
+      Json body = Json::object();
+      body.set("name", o.pos[0]);
+      body.set("value", value());
+      Json hosts = Json::array();
+      for (auto& h : o.hosts) hosts.push(h);
+      body.set("hosts", hosts);
+      if (o.flags.count("--ttl")) body.set("ttl_seconds", seconds_flag(o, "--ttl"));
+      return show(api.json("POST", "/v1/secrets", body.dump()));
+    }
+    if (verb == "rotate") {
+      Json body = Json::object();
+      body.set("value", value());
+      return show(api.json("PATCH", path, body.dump()));
+    }
+    if (verb == "get") return show(api.json("GET", path));
+    if (verb == "delete") return api.json("DELETE", path), 0;
+    usage("unknown secret command " + verb);
   }
   if (group == "volume") {
     auto metadata = [&] {

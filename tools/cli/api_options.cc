@@ -67,6 +67,10 @@ const char* const kApiUsage = R"(usage:
                                                        now) as a template of yours
   pandastack template get|delete NAME [--json]
   pandastack snapshot delete SNAPSHOT_ID            creates from it are refused afterwards
+  pandastack secret create NAME --host H... [--ttl S] [--json]   the value is read from stdin
+      (never from the command line); the hosts it may be sent to ("api.example.com", "*.x.com")
+  pandastack secret rotate NAME [--json]           a new value from stdin (version + 1)
+  pandastack secret list [--json]; pandastack secret get|delete NAME [--json]   (never values)
 Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7070); --url and
 --key override them. `pandastack help`, `pandastack GROUP --help`: this text.
 )";
@@ -105,6 +109,8 @@ Opts parse(int argc, char** argv, int from) {
       o.env.push_back(value());
     } else if (a == "--allow") {
       o.allow.push_back(value());
+    } else if (a == "--host") {
+      o.hosts.push_back(value());
     } else if (a == "--volume") {
       o.volumes.push_back(value());
     } else if (a == "--package") {

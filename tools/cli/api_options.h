@@ -14,7 +14,7 @@ namespace pandastack::cli {
 extern const char* const kApiUsage;
 
 struct Opts {
-  std::vector<std::string> pos, metadata, env, cmd, allow, volumes, packages, runs, files;
+  std::vector<std::string> pos, metadata, env, cmd, allow, hosts, volumes, packages, runs, files;
   std::map<std::string, std::string> flags;
   bool json = false, persistent = false, no_network = false, auto_wake = false;
   bool is_public = false;  // --public (sandbox preview)

@@ -22,7 +22,7 @@ from ._models import (CodeError, CodeResult, DatabaseBackup, DatabaseInfo, ExecE
                       Execution, FileEvent, FileInfo, ProcessInfo, SandboxInfo, SnapshotInfo, VolumeInfo,
                       VolumeSnapshotInfo,
                       BuildProgress, TemplateInfo)
-from ._sync import Database, Sandbox, Template, Volume
+from ._sync import Database, Sandbox, Secrets, Template, Volume
 
 __version__ = "0.2.0"  # (sdk/python/pyproject.toml says the same)
 __all__ = [
@@ -40,5 +40,5 @@ __all__ = [
     "Volume", "VolumeInfo", "VolumeSnapshotInfo", "VolumeNotFound", "VolumeInUse",
     "VolumeAttached", "Execution", "CodeResult", "CodeError",
     "Template", "TemplateInfo", "BuildProgress", "TemplateBuildFailed", "TemplateInUse",
-    "ExceedsTemplate",
+    "ExceedsTemplate", "Secrets",
 ]

@@ -606,6 +606,52 @@ class Volume:
         return f"Volume({self.id!r}, size_mib={self.info.size_mib})"
 
 
+class Secrets:
+    """Tenant secrets: a value and the hosts it may be sent to. The value goes in and never comes
+    back (answers carry ``{name, hosts, version, created_at_ms, updated_at_ms, expires_at_ms}``).
+    Not yet usable by a sandbox: the egress proxy that injects them is not built (a create naming
+    secrets raises ``NotImplementedByServer``).
+
+    >>> Secrets.create("GITHUB_TOKEN", token, hosts=["api.github.com"], ttl_seconds=3600)
+    """
+
+    @staticmethod
+    def create(name: str, value: str, hosts: Sequence[str], ttl_seconds: Optional[int] = None, *,
+               api_key: Optional[str] = None, base_url: Optional[str] = None) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"name": name, "value": value, "hosts": list(hosts)}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = int(ttl_seconds)
+        return dict(_Http(api_key, base_url, 60.0).call("POST", "/v1/secrets", json=body).json())
+
+    @staticmethod
+    def list(*, api_key: Optional[str] = None, base_url: Optional[str] = None) -> List[Dict[str, Any]]:
+        return list(_Http(api_key, base_url, 60.0).call("GET", "/v1/secrets").json()["secrets"])
+
+    @staticmethod
+    def get(name: str, *, api_key: Optional[str] = None,
+            base_url: Optional[str] = None) -> Dict[str, Any]:
+        return dict(_Http(api_key, base_url, 60.0).call("GET", f"/v1/secrets/{c.sid(name)}").json())
+
+    @staticmethod
+    def update(name: str, value: Optional[str] = None, hosts: Optional[Sequence[str]] = None,
+               ttl_seconds: Optional[int] = None, *, api_key: Optional[str] = None,
+               base_url: Optional[str] = None) -> Dict[str, Any]:
+        """Rotates the value (``version`` + 1) and/or replaces hosts or the expiry."""
+        body: Dict[str, Any] = {}
+        if value is not None:
+            body["value"] = value
+        if hosts is not None:
+            body["hosts"] = list(hosts)
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = int(ttl_seconds)
+        return dict(_Http(api_key, base_url, 60.0).call(
+            "PATCH", f"/v1/secrets/{c.sid(name)}", json=body).json())
+
+    @staticmethod
+    def delete(name: str, *, api_key: Optional[str] = None, base_url: Optional[str] = None) -> None:
+        _Http(api_key, base_url, 60.0).call("DELETE", f"/v1/secrets/{c.sid(name)}")
+
+
 class Template:
     """Templates: the shipped ones and your own, built from a shipped one plus Debian packages,
     files, environment variables and shell commands run as root in its guest, then baked once:

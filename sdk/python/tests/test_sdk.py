@@ -263,6 +263,19 @@ class SdkTest(unittest.TestCase):
                 plain.set_egress("allow_all")
             self.assertEqual(e.exception.code, "network_disabled")
 
+    def test_secrets_go_in_and_never_come_back(self):
+        made = pandastack.Secrets.create("SDK_TOKEN", "sdk-value-123", hosts=["api.example.com"])
+        self.assertEqual((made["name"], made["version"], made["hosts"]),
+                         ("SDK_TOKEN", 1, ["api.example.com"]))
+        self.assertNotIn("value", made)
+        self.assertIn("SDK_TOKEN", [x["name"] for x in pandastack.Secrets.list()])
+        self.assertEqual(pandastack.Secrets.update("SDK_TOKEN", value="v2")["version"], 2)
+        self.assertEqual(pandastack.Secrets.get("SDK_TOKEN")["version"], 2)
+        pandastack.Secrets.delete("SDK_TOKEN")
+        with self.assertRaises(pandastack.NotFound) as e:
+            pandastack.Secrets.get("SDK_TOKEN")
+        self.assertEqual(e.exception.code, "secret_not_found")
+
     def test_errors_are_typed(self):
         with self.assertRaises(pandastack.SandboxNotFound) as e:
             Sandbox.get("sbx_doesnotexist000000")

@@ -12,4 +12,4 @@
 export * from "./types.js";
 export * from "./errors.js";
 export { Files, Processes, Sandbox } from "./sandbox.js";
-export { Database, Template, Volume } from "./resources.js";
+export { Database, Secrets, Template, Volume } from "./resources.js";

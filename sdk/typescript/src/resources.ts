@@ -1,9 +1,9 @@
-// The resources beside sandboxes: templates, volumes, managed databases.
+// The resources beside sandboxes: templates, volumes, managed databases, secrets.
 import { PandaStackError, TemplateBuildFailedError } from "./errors.js";
 import { Http, type Json } from "./http.js";
 import { sid } from "./sandbox.js";
 import type {
-  ClientOptions, DatabaseBackup, DatabaseInfo, TemplateBuildOptions, TemplateInfo, VolumeCreateOptions,
+  ClientOptions, DatabaseBackup, DatabaseInfo, SecretInfo, TemplateBuildOptions, TemplateInfo, VolumeCreateOptions,
   VolumeInfo, VolumeMount, VolumeSnapshotInfo,
 } from "./types.js";
 
@@ -203,5 +203,39 @@ export class Database {
   }
   async delete(): Promise<void> {
     await this.http.call("DELETE", `/v1/databases/${encodeURIComponent(this.id)}`);
+  }
+}
+
+function secretInfo(b: Json): SecretInfo {
+  return {
+    name: b.name, hosts: b.hosts ?? [], version: b.version, createdAtMs: b.created_at_ms,
+    updatedAtMs: b.updated_at_ms, expiresAtMs: b.expires_at_ms ?? null,
+  };
+}
+
+/** Tenant secrets: a value and the hosts it may be sent to. The value goes in and never comes
+ * back. Not yet usable by a sandbox (the egress proxy that injects them is not built). */
+export class Secrets {
+  static async create(name: string, value: string, hosts: string[], opts: ClientOptions & { ttlSeconds?: number } = {}): Promise<SecretInfo> {
+    const json: Json = { name, value, hosts };
+    if (opts.ttlSeconds !== undefined) json.ttl_seconds = opts.ttlSeconds;
+    return secretInfo(await new Http(opts).json("POST", "/v1/secrets", { json }));
+  }
+  static async list(opts: ClientOptions = {}): Promise<SecretInfo[]> {
+    return (await new Http(opts).json("GET", "/v1/secrets")).secrets.map(secretInfo);
+  }
+  static async get(name: string, opts: ClientOptions = {}): Promise<SecretInfo> {
+    return secretInfo(await new Http(opts).json("GET", `/v1/secrets/${encodeURIComponent(name)}`));
+  }
+  /** Rotates the value (version + 1) and/or replaces hosts or the expiry. */
+  static async update(name: string, change: { value?: string; hosts?: string[]; ttlSeconds?: number }, opts: ClientOptions = {}): Promise<SecretInfo> {
+    const json: Json = {};
+    if (change.value !== undefined) json.value = change.value;
+    if (change.hosts !== undefined) json.hosts = change.hosts;
+    if (change.ttlSeconds !== undefined) json.ttl_seconds = change.ttlSeconds;
+    return secretInfo(await new Http(opts).json("PATCH", `/v1/secrets/${encodeURIComponent(name)}`, { json }));
+  }
+  static async delete(name: string, opts: ClientOptions = {}): Promise<void> {
+    await new Http(opts).call("DELETE", `/v1/secrets/${encodeURIComponent(name)}`);
   }
 }

@@ -119,6 +119,17 @@ export interface PortInfo {
 }
 
 /** One sample of a sandbox's resource use (the host's view of its VM). */
+/** A tenant secret as answered: never its value. */
+export interface SecretInfo {
+  name: string;
+  hosts: string[];
+  /** Bumped by each rotation of the value. */
+  version: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+  expiresAtMs: number | null;
+}
+
 /** One entry of a sandbox's egress log (`Sandbox.egressLog`). */
 export interface EgressEntry {
   seq: number;

@@ -8,7 +8,7 @@ import {
   Sandbox, SandboxNotFoundError, SandboxHibernatedError, FileNotFoundError, InvalidArgumentError,
   UnauthorizedError, ConnectionError, SandboxStoppedError, Volume, VolumeInUseError,
   VolumeAttachedError, VolumeNotFoundError, Database, DatabaseNotFoundError, BackupNotFoundError, ConflictError,
-  Template, TemplateBuildFailedError, TemplateNotFoundError, ExceedsTemplateError,
+  Secrets, Template, TemplateBuildFailedError, TemplateNotFoundError, ExceedsTemplateError,
 } from "../dist/index.js";
 
 useDaemon();
@@ -238,6 +238,16 @@ test("previews and the egress log: refused without a network, listed empty, a mi
   assert.ok(Array.isArray(await sbx.metrics({ fromMs: 0 })));
   await assert.rejects(sbx.egressLog({ kind: "dns" }), (e) => e instanceof ConflictError && e.code === "network_disabled");
   await sbx.kill();
+});
+
+test("secrets: stored, rotated, deleted; the value never answered", async () => {
+  const made = await Secrets.create("TS_TOKEN", "ts-value-123", ["api.example.com"]);
+  assert.deepEqual([made.name, made.version, made.hosts, made.expiresAtMs], ["TS_TOKEN", 1, ["api.example.com"], null]);
+  assert.ok(!("value" in made));
+  assert.ok((await Secrets.list()).some((s) => s.name === "TS_TOKEN"));
+  assert.equal((await Secrets.update("TS_TOKEN", { value: "v2" })).version, 2);
+  await Secrets.delete("TS_TOKEN");
+  await assert.rejects(Secrets.get("TS_TOKEN"), (e) => e.code === "secret_not_found" && e.status === 404);
 });
 
 test("templates: a failed build throws with its log; progress as it goes", async () => {

@@ -1,0 +1,136 @@
+#include "actors/secrets.h"
+
+#include <chrono>
+
+#include "vmm-driver/network.h"
+
+namespace pandastack::actors {
+
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Rejection from_store(const storage::Error& e, const std::string& name) {
+  switch (e.code) {
+    case storage::ErrorCode::not_found:
+      return {Code::secret_not_found, "no secret " + name};
+    case storage::ErrorCode::conflict:
+      return {Code::already_exists, "a secret named " + name + " exists (PATCH rotates it)"};
+    case storage::ErrorCode::no_space:
+      return {Code::no_space, e.message};
+    default:
+      return {Code::storage_error, e.message};
+  }
+}
+
+std::optional<Rejection> check_ttl(const std::optional<uint32_t>& ttl) {
+  if (ttl && (*ttl == 0 || *ttl > Secrets::kMaxTtlSeconds))
+    return Rejection{Code::invalid_argument,
+                     "ttl_seconds must be within 1.." + std::to_string(Secrets::kMaxTtlSeconds)};
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Rejection> Secrets::check_name(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= storage::SecretStore::kMaxNameBytes &&
+            !std::isdigit(static_cast<unsigned char>(name[0]));
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  if (ok) return std::nullopt;
+  return Rejection{Code::invalid_argument,
+                   "a secret's name is 1..64 letters, digits and _, not starting with a digit "
+                   "(it names an environment variable)"};
+}
+
+std::optional<Rejection> Secrets::check_value(const std::string& value) {
+  if (!value.empty() && value.size() <= storage::SecretStore::kMaxValueBytes) return std::nullopt;
+  return Rejection{
+      Code::invalid_argument,
+      "a secret's value is 1.." + std::to_string(storage::SecretStore::kMaxValueBytes) + " bytes"};
+}
+
+Reply<std::vector<std::string>> Secrets::check_hosts(const std::vector<std::string>& hosts) {
+  if (hosts.empty() || hosts.size() > kMaxHosts)
+    return Rejection{Code::invalid_argument, "hosts: 1.." + std::to_string(kMaxHosts) +
+                                                 " host names (\"api.example.com\", "
+                                                 "\"*.example.com\") the value may be sent to"};
+  // The same syntax as an egress allowlist's domains (it adds them to the sandbox's).
+  vmm::EgressPolicy p;
+  p.mode = vmm::EgressPolicy::Mode::allowlist;
+  p.domains = hosts;
+  auto v = vmm::validate(p, kMaxHosts);
+  if (!v) return Rejection{Code::invalid_argument, "hosts: " + v.error().message};
+  return v->domains;
+}
+
+Reply<storage::SecretInfo> Secrets::create(const SecretRequest& r) {
+  if (auto no = check_name(r.name)) return *no;
+  if (!r.value) return Rejection{Code::invalid_argument, "value is required"};
+  if (auto no = check_value(*r.value)) return *no;
+  if (!r.hosts) return Rejection{Code::invalid_argument, "hosts is required"};
+  auto hosts = check_hosts(*r.hosts);
+  if (!hosts) return hosts.error();
+  if (auto no = check_ttl(r.ttl_seconds)) return *no;
+  storage::SecretInfo info;
+  info.tenant = r.tenant;
+  info.name = r.name;
+  info.hosts = *hosts;
+  if (r.ttl_seconds) info.expires_ms = now_ms() + int64_t(*r.ttl_seconds) * 1000;
+  std::lock_guard l(mu_);
+  auto have = store_.list(r.tenant);
+  if (!have) return from_store(have.error(), r.name);
+  if (have->size() >= kPerTenant)
+    return Rejection{Code::quota_exceeded,
+                     "at most " + std::to_string(kPerTenant) + " secrets per tenant",
+                     QuotaDetail{"secrets", kPerTenant, have->size(), 1}};
+  auto made = store_.create(info, *r.value);
+  if (!made) return from_store(made.error(), r.name);
+  return *made;
+}
+
+Reply<storage::SecretInfo> Secrets::update(const SecretRequest& r) {
+  if (auto no = check_name(r.name))
+    return Rejection{Code::secret_not_found, "no secret " + r.name.substr(0, 64)};
+  if (!r.value && !r.hosts && !r.ttl_seconds)
+    return Rejection{Code::invalid_argument, "give value, hosts and/or ttl_seconds"};
+  if (r.value)
+    if (auto no = check_value(*r.value)) return *no;
+  std::optional<std::vector<std::string>> hosts;
+  if (r.hosts) {
+    auto h = check_hosts(*r.hosts);
+    if (!h) return h.error();
+    hosts = *h;
+  }
+  if (auto no = check_ttl(r.ttl_seconds)) return *no;
+  std::optional<int64_t> expires;
+  if (r.ttl_seconds) expires = now_ms() + int64_t(*r.ttl_seconds) * 1000;
+  auto u = store_.update(r.tenant, r.name, r.value, hosts, expires);
+  if (!u) return from_store(u.error(), r.name);
+  return *u;
+}
+
+Reply<std::vector<storage::SecretInfo>> Secrets::list(const std::string& tenant) {
+  auto l = store_.list(tenant);
+  if (!l) return from_store(l.error(), "");
+  return *l;
+}
+
+Reply<storage::SecretInfo> Secrets::get(const std::string& tenant, const std::string& name) {
+  if (check_name(name)) return Rejection{Code::secret_not_found, "no secret " + name.substr(0, 64)};
+  auto g = store_.get(tenant, name);
+  if (!g) return from_store(g.error(), name);
+  return *g;
+}
+
+Reply<bool> Secrets::remove(const std::string& tenant, const std::string& name) {
+  if (check_name(name)) return Rejection{Code::secret_not_found, "no secret " + name.substr(0, 64)};
+  auto st = store_.remove(tenant, name);
+  if (!st) return from_store(st.error(), name);
+  return true;
+}
+
+}  // namespace pandastack::actors

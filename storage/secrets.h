@@ -1,0 +1,65 @@
+// Tenant secrets: a name, a value and the hosts it may be sent to. The value is sealed with
+// AES-256-GCM under a key kept in a file of its own (never in the database, the event stream or
+// the audit log), bound to its tenant and name; only `reveal` ever opens it. Records live in the
+// event store's database under their own prefix ("x"), never as events.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "storage/error.h"
+#include "storage/event_store.h"
+
+namespace pandastack::storage {
+
+struct SecretInfo {
+  std::string tenant, name;
+  std::vector<std::string> hosts;  // where its value may go ("api.github.com", "*.example.com")
+  int64_t created_ms = 0, updated_ms = 0;
+  int64_t expires_ms = 0;  // 0: never
+  uint32_t version = 1;    // bumped by each rotation
+};
+
+class SecretStore {
+ public:
+  static constexpr size_t kMaxValueBytes = 16 * 1024;
+  static constexpr size_t kMaxNameBytes = 64;
+
+  // `key_file`: 32 random bytes, made (mode 0600) when missing; a file of another size or mode
+  // readable by others is refused.
+  static Result<std::unique_ptr<SecretStore>> open(EventStore& db,
+                                                   const std::filesystem::path& key_file);
+
+  // Stores a new secret (already_exists when the tenant has one of that name). The caller checked
+  // the name, hosts and quota.
+  Result<SecretInfo> create(const SecretInfo& info, const std::string& value);
+  // Replaces the value (rotation: version + 1) and/or the hosts and expiry of an existing secret.
+  Result<SecretInfo> update(const std::string& tenant, const std::string& name,
+                            const std::optional<std::string>& value,
+                            const std::optional<std::vector<std::string>>& hosts,
+                            std::optional<int64_t> expires_ms);
+  // A tenant's secrets (expired ones are removed on the way), by name.
+  Result<std::vector<SecretInfo>> list(const std::string& tenant);
+  // not_found when absent or expired.
+  Result<SecretInfo> get(const std::string& tenant, const std::string& name);
+  // The value, for the egress proxy that injects it (never for an API answer).
+  Result<std::string> reveal(const std::string& tenant, const std::string& name);
+  Status remove(const std::string& tenant, const std::string& name);
+
+ private:
+  SecretStore(EventStore& db, std::string key) : db_(db), key_(std::move(key)) {}
+  struct Record;
+  Result<std::optional<Record>> load(const std::string& tenant, const std::string& name);
+  Status save(const Record& r, bool sync);
+  std::string seal(const SecretInfo& info, const std::string& value) const;
+  std::optional<std::string> unseal(const SecretInfo& info, const std::string& sealed) const;
+
+  EventStore& db_;
+  std::string key_;  // 32 bytes
+};
+
+}  // namespace pandastack::storage
