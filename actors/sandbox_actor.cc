@@ -40,6 +40,7 @@ void maybe_retire(SandboxSelf* self) {
       !st.queue.empty() || st.adopting || st.fork_in_flight || st.releasing)
     return;
   st.retired = true;
+  st.env->forget_egress_log(st.s.id);  // (also when no metrics tick would drop it)
   caf::anon_send(st.registry, ended_atom::value, st.s);
   if (st.worker) caf::anon_send(st.worker, retire_atom::value);
   self->quit();

@@ -29,6 +29,7 @@ import urllib.parse
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Api, Daemon, WebSocket, guest_has_process  # noqa: E402,F401
+from upstream import Upstream  # noqa: E402
 
 
 class _Args:
@@ -897,24 +898,10 @@ class NetworkTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        sh = lambda cmd: subprocess.run(cmd, shell=True, check=True)
-        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
-                       stderr=subprocess.DEVNULL)
-        sh(f"ip netns add {cls.UP_NS} && ip link add {cls.UP_LINK} type veth peer name eth0 "
-           f"netns {cls.UP_NS} && ip addr add 198.19.0.1/24 dev {cls.UP_LINK} && "
-           f"ip link set {cls.UP_LINK} up && ip -n {cls.UP_NS} addr add 198.19.0.2/24 dev eth0 && "
-           f"ip -n {cls.UP_NS} addr add 198.19.0.3/24 dev eth0 && ip -n {cls.UP_NS} link set eth0 up")
-        cls.servers = [subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "python3", "-m",
-                                         "http.server", "--bind", a, "8080"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                       for a in ("198.19.0.2", "198.19.0.3")]
         cls.base = tempfile.mkdtemp(prefix="pst-api-net-", dir="/dev/shm")
-        # The upstream's DNS server: the platform resolver forwards allowed names to it.
-        dns = os.path.join(cls.base, "dns.py")
-        with open(dns, "w") as f:
-            f.write(DNS_SERVER)
-        cls.servers.append(subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "python3", dns],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # Web servers on .2 and .3; the DNS server the platform resolver forwards allowed names to.
+        cls.upstream = Upstream(cls.UP_NS, cls.UP_LINK, "198.19.0", [".2", ".3"], cls.base,
+                                DNS_SERVER)
         cls.data = os.path.join(cls.base, "data")
         cls.daemon = Daemon(cls.data, os.path.join(cls.base, "state"),
                             ["--dns-upstream", "198.19.0.2:53",
@@ -926,11 +913,7 @@ class NetworkTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         code = cls.daemon.stop(reap=True)
-        for p in cls.servers:
-            p.terminate()
-            p.wait()
-        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
-                       stderr=subprocess.DEVNULL)
+        cls.upstream.remove()
         shutil.rmtree(cls.base, ignore_errors=True)
         assert code == 0, f"daemon exited {code}"
         # A graceful stop removes every network of the daemon and its host table.

@@ -21,6 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Api, Daemon  # noqa: E402
+from upstream import Upstream  # noqa: E402
 
 # The upstream's DNS server: A records for the test's names, no records for other types.
 DNS_SERVER = r"""
@@ -95,29 +96,13 @@ class EgressLogTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        sh = lambda cmd: subprocess.run(cmd, shell=True, check=True)
-        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
-                       stderr=subprocess.DEVNULL)
-        sh(f"ip netns add {cls.UP_NS} && ip link add {cls.UP_LINK} type veth peer name eth0 "
-           f"netns {cls.UP_NS} && ip addr add 198.18.9.1/24 dev {cls.UP_LINK} && "
-           f"ip link set {cls.UP_LINK} up && ip -n {cls.UP_NS} addr add 198.18.9.2/24 dev eth0 && "
-           f"ip -n {cls.UP_NS} addr add 198.18.9.3/24 dev eth0 && ip -n {cls.UP_NS} link set eth0 up")
         cls.base = tempfile.mkdtemp(prefix="pst-egress-", dir="/dev/shm")
         www = os.path.join(cls.base, "www")
         os.makedirs(www)
         with open(os.path.join(www, "index.html"), "w") as f:
             f.write("x" * 5000)
-        cls.servers = [subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3",
-                                         "-m", "http.server", "--bind", a, "--directory", www,
-                                         "8080"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                       for a in ("198.18.9.2", "198.18.9.3")]
-        dns = os.path.join(cls.base, "dns.py")
-        with open(dns, "w") as f:
-            f.write(DNS_SERVER)
-        cls.servers.append(subprocess.Popen(["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3",
-                                             dns],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        cls.upstream = Upstream(cls.UP_NS, cls.UP_LINK, "198.18.9", [".2", ".3"], cls.base,
+                                DNS_SERVER, www)
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
                             ["--dns-upstream", "198.18.9.2:53",
                              # the upstream is in a reserved range: the operator allows it
@@ -127,11 +112,7 @@ class EgressLogTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         code = cls.daemon.stop(reap=True)
-        for p in cls.servers:
-            p.terminate()
-            p.wait()
-        subprocess.run(f"ip netns del {cls.UP_NS}; ip link del {cls.UP_LINK}", shell=True,
-                       stderr=subprocess.DEVNULL)
+        cls.upstream.remove()
         shutil.rmtree(cls.base, ignore_errors=True)
         assert code == 0, f"daemon exited {code}"
 
