@@ -67,6 +67,8 @@ const char* kUsage = R"(usage: pandastackd [options]
                       https with --tls-cert)
   --dns-upstream IP[:PORT]  where sandbox resolvers send allowed names (default: the first IPv4
                       nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
+  --dns-max-names N   distinct names a sandbox's resolver forwards per VM (default 1000; past it
+                      REFUSED: a bound on what DNS carries out)
   --quota-sandboxes N, --quota-memory-mib N, --quota-snapshots N, --quota-snapshot-mib N,
   --quota-hibernated N, --quota-hibernated-mib N, --quota-ports N, --quota-execs N,
   --quota-rps N, --quota-volumes N, --quota-volume-mib N
@@ -271,7 +273,11 @@ int main(int argc, char** argv) {
         usage_error("--preview-scheme: http or https");
     } else if (a == "--dns-upstream")
       dns_upstream = value();
-    else if (a == "--default-egress") {
+    else if (a == "--dns-max-names") {
+      config.net.dns_max_names = parse_u32(a, value());
+      if (config.net.dns_max_names == 0 || config.net.dns_max_names > 100000)
+        usage_error("--dns-max-names is 1..100000");
+    } else if (a == "--default-egress") {
       config.default_egress.mode = value();
       if (config.default_egress.mode != "deny_all" && config.default_egress.mode != "allow_all")
         usage_error("--default-egress: deny_all or allow_all");

@@ -158,14 +158,13 @@ bool allowed(const std::string& name, const std::vector<std::string>& patterns) 
 }
 }  // namespace dns
 
-Result<std::unique_ptr<DnsServer>> DnsServer::start(int netns_fd, const std::string& upstream,
-                                                    bool allow_all,
-                                                    std::vector<std::string> domains,
-                                                    std::shared_ptr<EgressLog> log,
-                                                    std::vector<std::string> reserved,
-                                                    std::vector<std::string> reserved_allowed) {
+Result<std::unique_ptr<DnsServer>> DnsServer::start(
+    int netns_fd, const std::string& upstream, bool allow_all, std::vector<std::string> domains,
+    std::shared_ptr<EgressLog> log, size_t max_names, std::vector<std::string> reserved,
+    std::vector<std::string> reserved_allowed) {
   std::unique_ptr<DnsServer> d(new DnsServer());
   d->log_ = log ? std::move(log) : std::make_shared<EgressLog>();
+  d->max_names_ = max_names;
   d->allow_all_ = allow_all;
   d->domains_ = std::move(domains);
   d->reserved_ = std::move(reserved);
@@ -290,7 +289,7 @@ void DnsServer::loop() {
             denied = "policy";
         }
         if (!denied && tokens < 1) denied = "rate_limit";
-        if (!denied && !names.count(*name) && names.size() >= kDnsMaxNames) denied = "unique_names";
+        if (!denied && !names.count(*name) && names.size() >= max_names_) denied = "unique_names";
         if (!denied && pending.size() >= 1024) denied = "rate_limit";
         if (denied) {
           auto r = dns::refused(q);

@@ -36,11 +36,10 @@ std::string question_type(const std::string& packet);
 bool allowed(const std::string& name, const std::vector<std::string>& patterns);
 }  // namespace dns
 
-// Per sandbox resolver: queries forwarded per second (and the burst allowed), and distinct
-// names forwarded in a VM's life. Past them a query is REFUSED (and logged as denied).
+// Per sandbox resolver: queries forwarded per second (and the burst allowed); past them, or past
+// its distinct names (NetworkSettings::dns_max_names), a query is REFUSED (and logged as denied).
 inline constexpr double kDnsQueriesPerSecond = 50;
 inline constexpr double kDnsBurst = 200;
-inline constexpr size_t kDnsMaxNames = 1000;
 
 class DnsServer {
  public:
@@ -50,7 +49,7 @@ class DnsServer {
   // Every query, its answer or refusal goes to `log`.
   static Result<std::unique_ptr<DnsServer>> start(int netns_fd, const std::string& upstream,
                                                   bool allow_all, std::vector<std::string> domains,
-                                                  std::shared_ptr<EgressLog> log,
+                                                  std::shared_ptr<EgressLog> log, size_t max_names,
                                                   std::vector<std::string> reserved = {},
                                                   std::vector<std::string> reserved_allowed = {});
   ~DnsServer();
@@ -68,6 +67,7 @@ class DnsServer {
   std::vector<std::string> domains_;
   std::vector<std::string> reserved_, reserved_allowed_;
   std::shared_ptr<EgressLog> log_;
+  size_t max_names_ = 0;
   std::thread thread_;
 };
 

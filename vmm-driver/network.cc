@@ -561,8 +561,9 @@ Status Network::sync_resolver() {
     dns_->update(allow_all, policy_.domains);
     return Ok{};
   }
-  auto d = DnsServer::start(netns_fd_, settings_.dns_upstream, allow_all, policy_.domains,
-                            egress_log_, settings_.reserved, settings_.reserved_allowed);
+  auto d =
+      DnsServer::start(netns_fd_, settings_.dns_upstream, allow_all, policy_.domains, egress_log_,
+                       settings_.dns_max_names, settings_.reserved, settings_.reserved_allowed);
   if (!d) return d.error();
   dns_ = std::move(*d);
   return Ok{};

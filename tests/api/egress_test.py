@@ -69,12 +69,14 @@ print(json.dumps({t: conn(h, p) for t, h, p in [
     ("internal", "169.254.169.254", 80)]}))
 """
 
-# Run in the guest: 300 queries for distinct names sent at once, then the answers' codes counted.
+# Run in the guest: N queries for distinct names (n0, n1, ...; then n0 again when AGAIN) sent at
+# once, then the answers' codes counted.
 FLOOD = r"""
 import json, socket, struct, time
+N, AGAIN = 300, False
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(3)
-for i in range(300):
+for i in list(range(N)) + ([0] if AGAIN else []):
     name = b"n%d.flood.test" % i
     q = struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0)
     for label in name.split(b"."):
@@ -82,7 +84,7 @@ for i in range(300):
     s.sendto(q + b"\x00\x00\x01\x00\x01", ("172.31.255.1", 53))
 codes = {}
 try:
-    for _ in range(300):
+    for _ in range(N + AGAIN):
         r = s.recv(512)
         codes[r[3] & 15] = codes.get(r[3] & 15, 0) + 1
 except OSError:
@@ -238,6 +240,23 @@ class EgressLogTest(unittest.TestCase):
         # A flood is logged as one entry a second, not one per query.
         self.assertTrue(limited, denied)
         self.assertLess(len(limited), 20, limited)
+        c.call("DELETE", f"/v1/sandboxes/{sid}")
+
+    def test_z_distinct_names_are_capped(self):
+        # (last: it restarts the daemon with a cap of 20 distinct names per sandbox VM)
+        self.daemon.stop(reap=True)
+        type(self).daemon = Daemon(os.path.join(self.base, "data"), os.path.join(self.base, "state"),
+                                   ["--dns-upstream", "198.18.9.2:53", "--allow-private-egress",
+                                    "198.18.9.0/24", "--dns-max-names", "20"])
+        c = type(self).api = Api(self.daemon)
+        sid = c.create(egress={"mode": "allowlist", "domains": ["*.flood.test"]})["id"]
+        # 30 distinct names (below the rate's burst), then the first again: 21 answered.
+        codes = self.run_py(sid, FLOOD.replace("N, AGAIN = 300, False", "N, AGAIN = 30, True"))
+        self.assertEqual(codes, {"0": 21, "5": 10}, codes)
+        denied = self.egress(sid, "?kind=dns&verdict=denied")["entries"]
+        self.assertEqual(sorted(e["name"] for e in denied),
+                         sorted(f"n{i}.flood.test" for i in range(20, 30)), denied)
+        self.assertEqual({e["reason"] for e in denied}, {"unique_names"})
         c.call("DELETE", f"/v1/sandboxes/{sid}")
 
 

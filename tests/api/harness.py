@@ -53,7 +53,10 @@ class Daemon:
         if not self.key.startswith("pds_"):
             # (a cluster's later hosts have none: the first host's key serves everywhere)
             path = os.path.join(data, "api-key")
-            self.key = open(path).read().strip() if os.path.exists(path) else None
+            self.key = None
+            if os.path.exists(path):
+                with open(path) as f:
+                    self.key = f.read().strip()
         u = urllib.parse.urlparse(self.url)
         self.host, self.port = u.hostname, u.port
 
