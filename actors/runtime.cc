@@ -424,12 +424,7 @@ Reply<vmm::EgressPage> Runtime::egress(const std::string& tenant, const std::str
   if (!info) return info.error();
   if (!info->network) return Rejection{Code::network_disabled, "sandbox " + id + " has no network"};
   auto log = impl_->env->egress_log(id, false);
-  if (!log) {  // (no VM of it ran since the daemon started)
-    vmm::EgressPage empty;
-    empty.next_after = q.after;
-    return empty;
-  }
-  return log->read(q);
+  return log ? log->read(q) : vmm::EgressLog().read(q);  // (none: no VM of it ran since start)
 }
 
 Reply<std::vector<MetricSample>> Runtime::metrics(const std::string& tenant, const std::string& id,

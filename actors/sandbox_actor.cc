@@ -40,7 +40,7 @@ void maybe_retire(SandboxSelf* self) {
       !st.queue.empty() || st.adopting || st.fork_in_flight || st.releasing)
     return;
   st.retired = true;
-  st.env->forget_egress_log(st.s.id);  // (also when no metrics tick would drop it)
+  st.env->forget_egress_log(st.s.id);
   caf::anon_send(st.registry, ended_atom::value, st.s);
   if (st.worker) caf::anon_send(st.worker, retire_atom::value);
   self->quit();
@@ -674,7 +674,6 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         auto& st = self->state;
         if (st.s.status == SandboxStatus::stopped || st.s.status == SandboxStatus::failed) {
           st.env->metrics.erase(st.s.id);
-          st.env->forget_egress_log(st.s.id);
           return;
         }
         if (st.s.status == SandboxStatus::running && !st.adopting) sample_metrics(self);

@@ -1,23 +1,20 @@
 #include "actors/secrets.h"
 
-#include <chrono>
-
+#include "actors/env.h"
 #include "vmm-driver/network.h"
 
 namespace pandastack::actors {
 
 namespace {
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+Rejection no_secret(const std::string& name) {
+  return {Code::secret_not_found, "no secret " + name.substr(0, 64)};
 }
 
 Rejection from_store(const storage::Error& e, const std::string& name) {
   switch (e.code) {
     case storage::ErrorCode::not_found:
-      return {Code::secret_not_found, "no secret " + name};
+      return no_secret(name);
     case storage::ErrorCode::conflict:
       return {Code::already_exists, "a secret named " + name + " exists (PATCH rotates it)"};
     case storage::ErrorCode::no_space:
@@ -93,8 +90,7 @@ Reply<storage::SecretInfo> Secrets::create(const SecretRequest& r) {
 }
 
 Reply<storage::SecretInfo> Secrets::update(const SecretRequest& r) {
-  if (auto no = check_name(r.name))
-    return Rejection{Code::secret_not_found, "no secret " + r.name.substr(0, 64)};
+  if (check_name(r.name)) return no_secret(r.name);
   if (!r.value && !r.hosts && !r.ttl_seconds)
     return Rejection{Code::invalid_argument, "give value, hosts and/or ttl_seconds"};
   if (r.value)
@@ -120,14 +116,14 @@ Reply<std::vector<storage::SecretInfo>> Secrets::list(const std::string& tenant)
 }
 
 Reply<storage::SecretInfo> Secrets::get(const std::string& tenant, const std::string& name) {
-  if (check_name(name)) return Rejection{Code::secret_not_found, "no secret " + name.substr(0, 64)};
+  if (check_name(name)) return no_secret(name);
   auto g = store_.get(tenant, name);
   if (!g) return from_store(g.error(), name);
   return *g;
 }
 
 Reply<bool> Secrets::remove(const std::string& tenant, const std::string& name) {
-  if (check_name(name)) return Rejection{Code::secret_not_found, "no secret " + name.substr(0, 64)};
+  if (check_name(name)) return no_secret(name);
   auto st = store_.remove(tenant, name);
   if (!st) return from_store(st.error(), name);
   return true;

@@ -221,14 +221,6 @@ void DnsServer::update(bool allow_all, std::vector<std::string> domains) {
   domains_ = std::move(domains);
 }
 
-namespace {
-int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 void DnsServer::loop() {
   using Clock = std::chrono::steady_clock;
   struct Pending {
@@ -249,7 +241,7 @@ void DnsServer::loop() {
                        const char* reason, std::vector<std::string> answers = {}) {
     EgressEntry e;
     e.kind = EgressEntry::Kind::dns;
-    e.time_ms = wall_ms();
+    e.time_ms = egress::now_ms();
     e.allowed = ok;
     e.reason = ok ? "" : reason;
     e.name = name;

@@ -7,6 +7,7 @@
 #include <linux/netfilter/nfnetlink_log.h>
 #include <linux/netlink.h>
 
+#include <chrono>
 #include <cstring>
 
 namespace pandastack::vmm {
@@ -118,11 +119,13 @@ EgressPage EgressLog::read(const EgressQuery& q) const {
 void EgressLog::forward_to(std::shared_ptr<EgressLog> to) {
   if (!to || to.get() == this) return;
   std::scoped_lock both(mu_, to->mu_);
+  std::map<uint64_t, uint32_t> open_by_seq;  // (entry -> its connection's id)
+  for (auto& [id, s] : open_) open_by_seq[s] = id;
   for (auto& e : entries_) {
-    uint64_t old = e.seq;
+    auto open = open_by_seq.find(e.seq);
     uint64_t seq = to->add_locked(std::move(e));
-    for (auto& [id, s] : open_)
-      if (s == old && to->open_.size() < to->capacity_) to->open_[id] = seq;
+    if (open != open_by_seq.end() && to->open_.size() < to->capacity_)
+      to->open_[open->second] = seq;
   }
   for (auto& [addr, name] : names_)
     if (to->names_.size() < kMaxNames) to->names_[addr] = name;
@@ -304,6 +307,12 @@ std::optional<DeniedPacket> parse_nflog(const uint8_t* msg, size_t len) {
   });
   if (d) d->prefix = prefix;
   return d;
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string protocol_name(uint8_t protocol) {

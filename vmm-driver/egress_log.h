@@ -122,6 +122,8 @@ std::optional<DeniedPacket> parse_nflog(const uint8_t* msg, size_t len);
 // The protocol, destination and port (tcp/udp) of an IPv4 packet.
 std::optional<DeniedPacket> parse_ipv4(const uint8_t* p, size_t len);
 
+// The wall clock in ms: entries' times (the resolver's and the watcher's).
+int64_t now_ms();
 std::string protocol_name(uint8_t protocol);
 std::string address(uint32_t net_order);
 }  // namespace egress

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -49,12 +48,6 @@ struct EgressWatcher::Subscription::Core {
 namespace {
 
 using Core = EgressWatcher::Subscription::Core;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Sends one NFULNL config message (with its attribute) and waits for the kernel's answer.
 Status nflog_config(int fd, uint16_t group, uint16_t attr_type, const void* attr, size_t attr_len) {
@@ -161,7 +154,7 @@ void on_conntrack(int fd, EgressLog& log, const egress::ConntrackEvent& ev) {
   // to our GET once TCP closed (conntrack keeps a TIME_WAIT entry for two minutes, and only its
   // DELETE and a GET carry the counters).
   if (ev.type == T::destroyed || ev.seq != 0) {
-    log.connection_ended(ev.id, ev.bytes_orig, ev.bytes_reply, now_ms());
+    log.connection_ended(ev.id, ev.bytes_orig, ev.bytes_reply, egress::now_ms());
     return;
   }
   if (ev.type == T::updated) {
@@ -174,12 +167,12 @@ void on_conntrack(int fd, EgressLog& log, const egress::ConntrackEvent& ev) {
       kernel.nl_family = AF_NETLINK;
       if (::sendto(fd, req.data(), req.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
                    sizeof kernel) < 0)
-        log.connection_ended(ev.id, 0, 0, now_ms());  // (the end, without its counters)
+        log.connection_ended(ev.id, 0, 0, egress::now_ms());  // (the end, without its counters)
     }
     return;
   }
   EgressEntry e;
-  e.time_ms = now_ms();
+  e.time_ms = egress::now_ms();
   e.protocol = egress::protocol_name(ev.protocol);
   e.destination = egress::address(ev.dst);
   e.port = ev.dport;
@@ -189,7 +182,7 @@ void on_conntrack(int fd, EgressLog& log, const egress::ConntrackEvent& ev) {
 void on_denied(EgressLog& log, const egress::DeniedPacket& d) {
   EgressEntry e;
   e.kind = EgressEntry::Kind::connection;
-  e.time_ms = now_ms();
+  e.time_ms = egress::now_ms();
   e.allowed = false;
   e.reason = d.prefix.empty() ? "policy" : d.prefix;
   e.protocol = egress::protocol_name(d.protocol);

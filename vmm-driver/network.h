@@ -71,8 +71,8 @@ struct NetworkSettings {
   // Where each sandbox's resolver (vmm-driver/dns.h) forwards allowed names: "IPv4[:port]".
   // Empty: no resolver (domain allowlists cannot be enforced and are refused upstream of here).
   std::string dns_upstream;
-  // Distinct names a sandbox resolver forwards in a VM's life (kDnsMaxNames by default): a bound
-  // on what DNS can carry out of a sandbox whose addresses are all closed.
+  // Distinct names a sandbox resolver forwards in a VM's life (--dns-max-names): a bound on what
+  // DNS can carry out of a sandbox whose addresses are all closed.
   size_t dns_max_names = 1000;
   // Ranges no sandbox reaches whatever its policy (on top of the pool, loopback, link-local,
   // multicast and broadcast, which are never reachable): private and reserved ranges (RFC 1918,
