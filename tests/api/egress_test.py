@@ -73,23 +73,39 @@ print(json.dumps({t: conn(h, p) for t, h, p in [
 # once, then the answers' codes counted.
 FLOOD = r"""
 import json, socket, struct, time
-N, AGAIN = 300, False
+N, AGAIN = 1000, False
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(3)
+packets = []
 for i in list(range(N)) + ([0] if AGAIN else []):
-    name = b"n%d.flood.test" % i
     q = struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0)
-    for label in name.split(b"."):
+    for label in (b"n%d.flood.test" % i).split(b"."):
         q += bytes([len(label)]) + label
-    s.sendto(q + b"\x00\x00\x01\x00\x01", ("172.31.255.1", 53))
-codes = {}
+    packets.append(q + b"\x00\x00\x01\x00\x01")
+codes, got = {}, 0
+def take(r):
+    global got
+    codes[r[3] & 15] = codes.get(r[3] & 15, 0) + 1
+    got += 1
+# At most 64 queries in flight: the resolver's socket never overflows however slowly it runs
+# (ASan), so every query is answered or refused.
+s.settimeout(3)
+start, sent = time.monotonic(), 0
 try:
-    for _ in range(N + AGAIN):
-        r = s.recv(512)
-        codes[r[3] & 15] = codes.get(r[3] & 15, 0) + 1
+    while sent < len(packets):
+        if sent - got < 64:
+            s.sendto(packets[sent], ("172.31.255.1", 53))
+            sent += 1
+        else:
+            take(s.recv(512))
 except OSError:
     pass
-print(json.dumps(codes))
+elapsed = time.monotonic() - start
+try:
+    while got < len(packets):
+        take(s.recv(512))
+except OSError:
+    pass
+print(json.dumps({"codes": codes, "elapsed": elapsed}))
 """
 
 
@@ -231,15 +247,20 @@ class EgressLogTest(unittest.TestCase):
     def test_a_query_flood_is_refused_past_the_rate(self):
         c = self.api
         sid = c.create(egress={"mode": "allowlist", "domains": ["*.flood.test"]})["id"]
-        codes = self.run_py(sid, FLOOD)
-        # 200 at once (the burst) and 50 a second after: some of 300 sent at once are REFUSED (5).
-        self.assertGreater(codes.get("5", 0), 0, codes)
-        self.assertGreaterEqual(codes.get("0", 0), 200, codes)
+        out = self.run_py(sid, FLOOD)
+        codes, elapsed = out["codes"], out["elapsed"]
+        # 200 at once (the burst), then 50 a second: of 1,000 sent as fast as the guest can, some
+        # are REFUSED (5), and no more are answered than the bucket allows over the sending time
+        # (+ the time the last answers took). The guest's pace varies (TCG, ASan): the bound
+        # follows it.
+        self.assertGreater(codes.get("5", 0), 0, out)
+        self.assertGreaterEqual(codes.get("0", 0), 150, out)
+        self.assertLessEqual(codes.get("0", 0), 200 + 50 * (elapsed + 5), out)
         denied = self.egress(sid, "?kind=dns&verdict=denied&limit=1000")["entries"]
         limited = [e for e in denied if e["reason"] == "rate_limit"]
         # A flood is logged as one entry a second, not one per query.
         self.assertTrue(limited, denied)
-        self.assertLess(len(limited), 20, limited)
+        self.assertLessEqual(len(limited), elapsed + 5, limited)
         c.call("DELETE", f"/v1/sandboxes/{sid}")
 
     def test_z_distinct_names_are_capped(self):
@@ -251,7 +272,7 @@ class EgressLogTest(unittest.TestCase):
         c = type(self).api = Api(self.daemon)
         sid = c.create(egress={"mode": "allowlist", "domains": ["*.flood.test"]})["id"]
         # 30 distinct names (below the rate's burst), then the first again: 21 answered.
-        codes = self.run_py(sid, FLOOD.replace("N, AGAIN = 300, False", "N, AGAIN = 30, True"))
+        codes = self.run_py(sid, FLOOD.replace("N, AGAIN = 1000, False", "N, AGAIN = 30, True"))["codes"]
         self.assertEqual(codes, {"0": 21, "5": 10}, codes)
         denied = self.egress(sid, "?kind=dns&verdict=denied")["entries"]
         self.assertEqual(sorted(e["name"] for e in denied),
