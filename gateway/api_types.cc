@@ -1,5 +1,7 @@
 #include "gateway/api_types.h"
 
+#include <cctype>
+
 #include "actors/event_codec.h"
 #include "gateway/http_util.h"
 
@@ -151,7 +153,11 @@ Json sandbox_json(const actors::SandboxInfo& i) {
     // the host's tmpfs so far (persisted in the background after the hibernate answered).
     j.set("durable", i.hibernation_durable ? "local" : "none");
   }
-  j.set("metadata", actors::string_map_json(i.metadata));
+  // (E2B envVars kept as metadata by sandboxes created before: never answered.)
+  std::map<std::string, std::string> md;
+  for (auto& [k, v] : i.metadata)
+    if (k.rfind("e2b.env.", 0) != 0) md.emplace(k, v);
+  j.set("metadata", actors::string_map_json(md));
   if (!i.parent.empty()) j.set("parent", i.parent);
   Json snaps = Json::array();
   for (auto& s : i.snapshots) snaps.push(s);
@@ -248,6 +254,19 @@ Json stat_json(const vmm::FileStat& s) {
   return j;
 }
 
+namespace {
+// A metadata key naming a credential: containing key, token, secret or password (any case), or an
+// E2B envVar kept as metadata before envVars moved into the guest (e2b.env.*).
+bool sensitive_metadata_key(std::string_view k) {
+  if (k.rfind("e2b.env.", 0) == 0) return true;  // E2B envVars kept as metadata before (M5)
+  std::string lower(k);
+  for (auto& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* word : {"key", "token", "secret", "password"})
+    if (lower.find(word) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
 Json audit_json(const actors::AuditEvent& e) {
   Json j = Json::object();
   j.set("sandbox", e.stream);  // the entity: a sandbox, or a volume (vol_...)
@@ -257,6 +276,14 @@ Json audit_json(const actors::AuditEvent& e) {
   j.set("time_ms", e.time_ms);
   j.set("type", e.type);
   auto ev = Json::parse(e.json);
+  // The log keeps what a metadata value was set to, except where its name says it is a
+  // credential: the audit trail shows that it was set, not what it is.
+  if (ev && ev->is_object() && (*ev)["metadata"].is_object()) {
+    Json md = Json::object();
+    for (auto& [k, v] : (*ev)["metadata"].as_object())
+      md.set(k, sensitive_metadata_key(k) ? Json("[redacted]") : v);
+    ev->set("metadata", md);
+  }
   j.set("event", ev ? *ev : Json());
   return j;
 }

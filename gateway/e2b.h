@@ -8,6 +8,7 @@
 // access tokens, the error shapes, the Connect envelope, the sandbox object.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -160,8 +161,31 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch);
 void produce_watch(Server& gw, const Request& r, StreamChannel& ch);
 void produce_execute(Server& gw, const Request& r, StreamChannel& ch);
 
-// Metadata keys under which a sandbox's create-time envVars are kept (hidden from E2B answers).
+// A sandbox's create-time envVars (e2b_env.cc; security review 3, M5): given to every process
+// started through E2B's API, kept in the guest (kEnvFile: root's, 0600, a JSON object) and in
+// this host's memory, never in the sandbox's metadata, events, audit log, answers or the settings
+// other hosts get. Up to kMaxEnvVars, names of 1..128 bytes without '=' or NUL, values of at most
+// kMaxEnvValue bytes without NUL.
+inline constexpr const char* kEnvFile = "/etc/pandastack/e2b-env.json";
+inline constexpr size_t kMaxEnvVars = 64;
+inline constexpr size_t kMaxEnvValue = 16 * 1024;
+// Sandboxes created before kept them as metadata under this prefix: still given to processes,
+// hidden from every answer and redacted in the audit log.
 inline constexpr const char* kEnvPrefix = "e2b.env.";
+
+using EnvVars = std::map<std::string, std::string>;
+// A create's envVars, checked: invalid_argument saying what is wrong.
+EnvVars env_vars(const Json& j);
+// kEnvFile's content, and back: nullopt when the text is not such a file (the guest wrote it:
+// checked as a request's envVars are).
+std::string encode_env(const EnvVars& env);
+std::optional<EnvVars> decode_env(std::string_view text);
+// A new sandbox's envVars into its guest (and this host's memory). Throws ApiError when the guest
+// write fails.
+void keep_env(Server& gw, const std::string& tenant, const std::string& id, const EnvVars& env);
+// What a process of sandbox `s` starts with: its envVars from memory, else from its guest
+// (another host made it, or this daemon restarted), and any kept as metadata before.
+EnvVars sandbox_env(Server& gw, const actors::SandboxInfo& s);
 // A sandbox created through E2B's API: "1" when every guest port is served at its host-based
 // preview URL without a token (E2B's network.allowPublicTraffic, its default), "0" when a request
 // needs the sandbox's traffic access token (E2B-Traffic-Access-Token). gateway/previews.h.

@@ -3,6 +3,7 @@
 // e2b_ form: e2b.h); errors are E2B's {"code": <status>, "message"} (the server reshapes them:
 // Route::Style::e2b_api).
 #include <kj/encoding.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -204,7 +205,8 @@ HttpReply create(Call& c) {
     req.template_name = template_for(tpl);
   req.ttl_seconds = timeout_of(b, 300, limits.max_ttl_seconds);
   req.metadata = string_object(b["metadata"], "metadata");
-  for (auto& [k, v] : string_object(b["envVars"], "envVars")) req.metadata[kEnvPrefix + k] = v;
+  // Kept in the guest once it runs, never in the sandbox's metadata (e2b_env.cc).
+  EnvVars env = env_vars(b["envVars"]);
   // E2B's ports are public unless network.allowPublicTraffic is false (then a request needs the
   // sandbox's traffic access token): the preview proxy reads this key (gateway/previews.h).
   bool public_traffic =
@@ -244,7 +246,18 @@ HttpReply create(Call& c) {
   }
   if (!created && created.error().code == Code::sandbox_failed)
     throw ApiError{Code::start_failed, created.error().message};
-  return json_reply(201, sandbox_obj(unwrap(std::move(created)), &c.key, c.gw.preview.domain));
+  auto s = unwrap(std::move(created));
+  if (!env.empty()) {
+    try {
+      keep_env(c.gw, s.tenant, s.id, env);
+    } catch (const ApiError& e) {
+      // Not created as asked: no sandbox whose processes would start without their envVars.
+      spdlog::warn("e2b create: sandbox={} envVars not kept ({}): killed", s.id, e.message);
+      (void)rt.kill(s.tenant, s.id);
+      throw;
+    }
+  }
+  return json_reply(201, sandbox_obj(s, &c.key, c.gw.preview.domain));
 }
 
 // connect: a paused sandbox is woken; a running one's TTL grows when the new one is longer.

@@ -445,9 +445,7 @@ void produce_process(Server& gw, const Request& r, StreamChannel& ch) {
       if (p["args"].is_array())
         for (auto& a : p["args"].as_array()) e.argv.push_back(str(a, "process.args"));
       // The sandbox's create-time envVars, then the request's (which win).
-      auto info = unwrap(gw.rt.get(t.tenant, t.id));
-      for (auto& [k, v] : info.metadata)
-        if (k.rfind(kEnvPrefix, 0) == 0) e.env[k.substr(std::string(kEnvPrefix).size())] = v;
+      e.env = sandbox_env(gw, unwrap(gw.rt.get(t.tenant, t.id)));
       if (p["envs"].is_object())
         for (auto& [k, v] : p["envs"].as_object()) e.env[k] = str(v, "process.envs");
       e.cwd = p["cwd"].is_string() ? guest_path(gw, p["cwd"].as_string(), t) : t.home;

@@ -206,4 +206,55 @@ TEST(E2bSignedUrls, SignatureIsTheSdks) {
   EXPECT_FALSE(sandbox_plane_port(8080));
 }
 
+// Security review 3, M5: envVars are checked as a request's and as the guest's file alike.
+TEST(E2bEnv, EnvVarsAreCheckedAndRoundTrip) {
+  auto env = env_vars(*Json::parse(R"({"OPENAI_API_KEY":"sk-x","EMPTY":"","U":"\u00e9\n"})"));
+  EXPECT_EQ(env.size(), 3u);
+  EXPECT_EQ(decode_env(encode_env(env)), env);
+  EXPECT_TRUE(env_vars(Json()).empty());
+  auto refused = [](const char* text) {
+    try {
+      env_vars(*Json::parse(text));
+    } catch (const ApiError& e) {
+      return e.code == Code::invalid_argument;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused(R"([])"));
+  EXPECT_TRUE(refused(R"({"A":1})"));
+  EXPECT_TRUE(refused(R"({"":"x"})"));
+  EXPECT_TRUE(refused(R"({"A=B":"x"})"));
+  EXPECT_TRUE(refused(R"({"A":"x\u0000y"})"));
+  Json big = Json::object();
+  big.set("A", std::string(kMaxEnvValue + 1, 'v'));
+  EXPECT_TRUE(refused(big.dump().c_str()));
+  Json many = Json::object();
+  for (size_t i = 0; i <= kMaxEnvVars; ++i) many.set("V" + std::to_string(i), "x");
+  EXPECT_TRUE(refused(many.dump().c_str()));
+  // What a guest may have put in the file instead: not an envVars file.
+  EXPECT_EQ(decode_env("not json"), std::nullopt);
+  EXPECT_EQ(decode_env(R"({"A":["x"]})"), std::nullopt);
+  EXPECT_EQ(decode_env(many.dump()), std::nullopt);
+  EXPECT_EQ(decode_env("{}"), EnvVars{});
+}
+
+// The audit log shows that a credential-named metadata entry was set, never its value; E2B
+// envVars that older sandboxes kept as metadata are redacted too.
+TEST(E2bEnv, AuditLogRedactsCredentialMetadata) {
+  actors::AuditEvent e;
+  e.type = "created";
+  e.json = R"({"kind":"created","metadata":{"who":"me","OPENAI_API_KEY":"sk-1","GhToken":"t",)"
+           R"("db_password":"p","e2b.env.FOO":"bar","my-secret-thing":"s"}})";
+  auto j = audit_json(e);
+  const Json& md = j["event"]["metadata"];
+  EXPECT_EQ(md["who"].as_string(), "me");
+  for (const char* k :
+       {"OPENAI_API_KEY", "GhToken", "db_password", "e2b.env.FOO", "my-secret-thing"})
+    EXPECT_EQ(md[k].as_string(), "[redacted]") << k;
+  EXPECT_EQ(j["event"]["kind"].as_string(), "created");
+  // An event without metadata is answered as it is.
+  e.json = R"({"kind":"killed"})";
+  EXPECT_EQ(audit_json(e)["event"].dump(), R"({"kind":"killed"})");
+}
+
 }  // namespace pandastack::gateway::e2b

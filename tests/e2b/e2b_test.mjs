@@ -88,6 +88,40 @@ test("commands: output, exit codes, envVars, background, kill, stdin", async () 
   await sbx.kill();
 });
 
+// Security review 3, M5: envVars (typically API keys) reach every process but are kept in the
+// guest only: not in the sandbox's metadata, events, audit log or native answers. A fork of the
+// sandbox (no memory of it on the host yet) reads them back from its guest.
+test("envVars are kept in the guest, never as metadata or events", async () => {
+  const native = { "authorization": `Bearer ${key}`, "content-type": "application/json" };
+  const value = "sk-probe-m5-" + Math.random().toString(36).slice(2);
+  const token = "tok-" + Math.random().toString(36).slice(2);
+  const sbx = await Sandbox.create({ envs: { OPENAI_API_KEY: value }, metadata: { api_token: token } });
+  assert.equal((await sbx.commands.run("echo $OPENAI_API_KEY")).stdout, value + "\n");
+  const get = async (path) => (await fetch(`${url}${path}`, { headers: native })).text();
+  const answers = [
+    await get(`/v1/sandboxes/${sbx.sandboxId}`),
+    await get(`/v1/sandboxes/${sbx.sandboxId}/events`),
+    await get(`/v1/audit?all=1&limit=1000`),
+  ];
+  for (const a of answers) assert.ok(!a.includes(value), a.slice(0, 400));
+  // The metadata entry named like a credential is answered to its owner, redacted in the log.
+  assert.match(answers[0], new RegExp(`"api_token":"${token}"`));
+  for (const a of answers.slice(1)) assert.ok(!a.includes(token), a.slice(0, 400));
+  assert.match(answers[1], /"api_token":"\[redacted\]"/);
+  const mode = await sbx.commands.run("stat -c %a:%U /etc/pandastack/e2b-env.json", { user: "root" });
+  assert.equal(mode.stdout, "600:root\n");
+  // Too many, or a name with '=': refused before anything is made.
+  await assert.rejects(Sandbox.create({ envs: { "A=B": "x" } }), /envVars name/);
+  const forked = await (await fetch(`${url}/v1/sandboxes/${sbx.sandboxId}/fork`, {
+    method: "POST", headers: native, body: "{}",
+  })).json();
+  assert.ok(forked.sandboxes?.[0]?.id, JSON.stringify(forked));
+  const child = await Sandbox.connect(forked.sandboxes[0].id);
+  assert.equal((await child.commands.run("echo $OPENAI_API_KEY")).stdout, value + "\n");
+  await child.kill();
+  await sbx.kill();
+});
+
 test("files: write, read, list, exists, makeDir, rename, remove, getInfo", async () => {
   const sbx = await Sandbox.create();
   const info = await sbx.files.write("/tmp/e2b/a.txt", "A");
