@@ -16,6 +16,7 @@
 #include <set>
 #include <string_view>
 
+#include "vmm-driver/netns.h"
 #include "vmm-driver/network.h"
 
 namespace pandastack::vmm {
@@ -185,11 +186,7 @@ Result<std::unique_ptr<DnsServer>> DnsServer::start(
     return make_error(ErrorCode::io_error, std::string("DNS upstream socket: ") + strerror(errno));
   d->netns_fd_ = ::fcntl(netns_fd, F_DUPFD_CLOEXEC, 0);  // (dup() would clear close-on-exec)
   std::string failed;
-  std::thread([&] {
-    if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-      failed = std::string("entering the sandbox namespace: ") + strerror(errno);
-      return;
-    }
+  std::string entering = in_netns(netns_fd, [&] {
     d->guest_fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -197,7 +194,8 @@ Result<std::unique_ptr<DnsServer>> DnsServer::start(
     ::inet_pton(AF_INET, kGuestGateway, &a.sin_addr);
     if (d->guest_fd_ < 0 || ::bind(d->guest_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
       failed = std::string("binding the sandbox resolver: ") + strerror(errno);
-  }).join();
+  });
+  if (!entering.empty()) failed = entering;
   if (!failed.empty()) return make_error(ErrorCode::io_error, failed);
   if (::pipe2(d->stop_, O_CLOEXEC | O_NONBLOCK) != 0)
     return make_error(ErrorCode::io_error, std::string("pipe: ") + strerror(errno));

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 
+#include "vmm-driver/netns.h"
 #include "vmm-driver/network.h"
 
 namespace pandastack::vmm {
@@ -87,11 +88,7 @@ Status nflog_config(int fd, uint16_t group, uint16_t attr_type, const void* attr
 Result<std::pair<int, int>> open_sockets(int netns_fd) {
   int ct = -1, lg = -1;
   std::string failed;
-  std::thread([&] {
-    if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-      failed = std::string("entering the sandbox namespace: ") + strerror(errno);
-      return;
-    }
+  std::string entering = in_netns(netns_fd, [&] {
     // Byte counters on this namespace's connections (a per-namespace setting; off by default).
     if (int f = ::open("/proc/sys/net/netfilter/nf_conntrack_acct", O_WRONLY | O_CLOEXEC); f >= 0) {
       if (::write(f, "1", 1) != 1) spdlog::warn("egress watcher: nf_conntrack_acct not set");
@@ -125,7 +122,8 @@ Result<std::pair<int, int>> open_sockets(int netns_fd) {
     uint32_t one = htonl(1);
     if (st) st = nflog_config(lg, kEgressLogGroup, NFULA_CFG_QTHRESH, &one, sizeof one);
     if (!st) failed = st.error().message;
-  }).join();
+  });
+  if (!entering.empty()) failed = entering;
   if (failed.empty()) {
     int fl = ::fcntl(lg, F_GETFL);
     ::fcntl(lg, F_SETFL, fl | O_NONBLOCK);

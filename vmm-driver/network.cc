@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "vmm-driver/dns.h"
+#include "vmm-driver/netns.h"
 #include "vmm-driver/port_forward.h"
 
 namespace pandastack::vmm {
@@ -359,11 +360,7 @@ Status apply_nft(const std::string& rules, int netns_fd) {
   // libnftables in-process (no fork/exec of nft): its netlink socket belongs to the namespace of
   // the thread that creates the context, so a short-lived thread enters the namespace first.
   std::string error;
-  std::thread([&] {
-    if (netns_fd >= 0 && ::setns(netns_fd, CLONE_NEWNET) != 0) {
-      error = errno_text("entering the sandbox namespace", errno);
-      return;
-    }
+  std::string entering = in_netns(netns_fd, [&] {
     nft_ctx* ctx = nft_ctx_new(NFT_CTX_DEFAULT);
     if (!ctx) {
       error = "nft_ctx_new failed";
@@ -376,7 +373,8 @@ Status apply_nft(const std::string& rules, int netns_fd) {
       error = std::string("nft: ") + (e && *e ? e : "failed");
     }
     nft_ctx_free(ctx);
-  }).join();
+  });
+  if (!entering.empty()) error = entering;
   if (!error.empty()) return make_error(ErrorCode::spawn_failed, error);
   return Ok{};
 }

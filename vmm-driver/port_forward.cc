@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "vmm-driver/netns.h"
 #include "vmm-driver/network.h"
 
 namespace pandastack::vmm {
@@ -57,15 +58,11 @@ Result<int> connect_guest(int netns_fd, uint16_t guest_port, std::chrono::millis
   int fd = -1, err = 0;
   std::string what;
   // A thread of its own enters the namespace (and ends there): the caller's stays where it is.
-  std::thread t([&] {
-    if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-      err = errno, what = "entering the sandbox's network namespace";
-      return;
-    }
+  std::string entering = in_netns(netns_fd, [&] {
     fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) err = errno, what = "socket";
   });
-  t.join();
+  if (!entering.empty()) return make_error(ErrorCode::io_error, entering);
   if (fd < 0) return make_error(ErrorCode::io_error, errno_text(what, err));
   sockaddr_in a{};
   a.sin_family = AF_INET;
