@@ -112,6 +112,25 @@ async function sandboxes() {
   every(2000, draw);
 }
 
+// A sandbox's egress log: every DNS query, connection and refusal (GET .../egress).
+const kEgressShown = 100;
+function egressTable(log) {
+  const entries = log.entries.slice(-kEgressShown).reverse();
+  if (!entries.length) return `<p class="muted">Nothing reached or refused yet.</p>`;
+  const where = (e) => e.kind === "dns"
+    ? `${esc(e.name)} ${esc(e.type)}${(e.answers || []).length ? ` → ${esc(e.answers.join(", "))}` : ""}`
+    : `${esc(e.protocol)} ${esc(e.destination)}${e.port ? `:${esc(e.port)}` : ""}${e.name ? ` (${esc(e.name)})` : ""}`;
+  const bytes = (e) => (e.kind === "connection" && e.verdict === "allowed"
+    ? `${esc(e.bytes_out)} / ${esc(e.bytes_in)}${e.ended_ms ? "" : " (open)"}` : "");
+  const lost = log.dropped || log.lost
+    ? `<p class="muted">${esc(log.dropped)} older entries dropped, ${esc(log.lost)} lost.</p>` : "";
+  return `${lost}<table aria-label="Egress log"><thead><tr><th>Time</th><th>Kind</th><th>Verdict</th>
+    <th>Where</th><th>Bytes out / in</th></tr></thead><tbody>${entries.map((e) => `
+    <tr><td>${when(e.timestamp_ms)}</td><td>${esc(e.kind)}</td>
+    <td>${state(e.verdict)}${e.reason ? ` <span class="muted">${esc(e.reason)}</span>` : ""}</td>
+    <td class="mono">${where(e)}</td><td>${bytes(e)}</td></tr>`).join("")}</tbody></table>`;
+}
+
 async function sandbox(id) {
   const base = `/v1/sandboxes/${encodeURIComponent(id)}`;
   main.innerHTML = `
@@ -150,6 +169,7 @@ async function sandbox(id) {
       <section class="card" aria-labelledby="h-net"><h2 id="h-net">Network and ports</h2><div id="net"></div></section>
       <section class="card" aria-labelledby="h-snaps"><h2 id="h-snaps">Snapshots and fork tree</h2><div id="snaps"></div></section>
     </div>
+    <section class="card" aria-labelledby="h-egress"><h2 id="h-egress">Egress</h2><div id="egress"></div></section>
     <section class="card" aria-labelledby="h-use"><h2 id="h-use">Resources</h2><div id="use" class="grid"></div></section>`;
   const err = (e) => { document.getElementById("err").innerHTML = e ? errorBox(e) : ""; };
   const draw = async () => {
@@ -186,6 +206,9 @@ async function sandbox(id) {
         err();
       } catch (e) { err(e); }
     });
+    // What it reached and was refused (its egress log, newest first; refreshed with the page).
+    document.getElementById("egress").innerHTML = s.network ? egressTable(await api.get(`${base}/egress?limit=1000`))
+      : `<p class="muted">No network: nothing leaves this sandbox.</p>`;
     // The fork tree around it: its parent, and its children (sandboxes forked from it).
     const all = (await api.get("/v1/sandboxes")).sandboxes;
     const link = (x) => `<a class="mono" href="#/sandboxes/${esc(x)}">${esc(x)}</a>`;
@@ -416,6 +439,14 @@ const databases = () => table("Databases", "/v1/databases", "databases", [
   ["Backups", (d) => esc((d.backups || []).length)],
 ], "No databases.");
 
+// Secrets: names, where each may be sent, version and expiry; a value is never answered.
+const secrets = () => table("Secrets", "/v1/secrets", "secrets", [
+  ["Name", (v) => `<span class="mono">${esc(v.name)}</span>`],
+  ["Hosts", (v) => `<span class="mono">${esc((v.hosts || []).join(", "))}</span>`],
+  ["Version", (v) => esc(v.version)], ["Updated", (v) => when(v.updated_at_ms)],
+  ["Expires", (v) => (v.expires_at_ms ? when(v.expires_at_ms) : "never")],
+], "No secrets. Create one with the API or `pandastack secret create NAME --host H` (the value from stdin).");
+
 const hosts = () => table("Hosts", "/v1/hosts", "hosts", [
   ["Host", (h) => `${esc(h.id)}${h.self ? " (this one)" : ""}`], ["State", (h) => state(h.state === "up" ? "running" : "failed")],
   ["Sandboxes", (h) => esc(h.sandboxes)], ["Free memory", (h) => `${esc(h.free_mib)} MiB`],
@@ -470,6 +501,7 @@ async function route() {
     else if (parts[0] === "templates") await templates();
     else if (parts[0] === "volumes") await volumes();
     else if (parts[0] === "databases") await databases();
+    else if (parts[0] === "secrets") await secrets();
     else if (parts[0] === "hosts") await hosts();
     else if (parts[0] === "metrics") await metrics();
     else await sandboxes();

@@ -229,6 +229,21 @@ test("volumes, databases, hosts and metrics pages", async () => {
   }
 });
 
+// Secrets are listed by name, hosts and version: the value never reaches the page.
+test("the secrets page lists names, never values", async () => {
+  const value = "dash-secret-" + Math.random().toString(36).slice(2);
+  await api("POST", "/v1/secrets", { name: "DASH_TOKEN", value, hosts: ["api.example.test"] });
+  await page.getByRole("link", { name: "Secrets" }).click();
+  await page.getByRole("heading", { name: "Secrets" }).waitFor();
+  const row = page.getByRole("table", { name: "Secrets" }).locator("tr", { hasText: "DASH_TOKEN" });
+  await row.waitFor();
+  assert.match(await row.textContent(), /api\.example\.test\s*1/);
+  assert.ok(!(await page.content()).includes(value));
+  await shot("secrets");
+  await api("DELETE", "/v1/secrets/DASH_TOKEN");
+  await page.getByText("No secrets.").waitFor({ timeout: 10000 });
+});
+
 test("no console errors on any page", () => {
   assert.deepEqual(problems, []);
 });

@@ -80,3 +80,29 @@ test("a sandbox's page and its WebSocket through the preview URL", async () => {
   assert.equal(refused.status(), 401);
   await call("DELETE", `/v1/sandboxes/${sbx.id}`);
 });
+
+// The sandbox's page shows its egress log: a connection the sandbox's rules refused (the
+// metadata address: refused inside the sandbox's own namespace, nothing leaves the host) appears
+// with its verdict and reason, without a reload.
+test("a networked sandbox's page shows what it reached and was refused", async () => {
+  const sbx = await call("POST", "/v1/sandboxes", { network: true });
+  const page = await (await browser.newContext()).newPage();
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(e.message));
+  await page.goto(url + "/");
+  await page.getByLabel("API key").fill(key);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+  await page.getByRole("link", { name: sbx.id }).click();
+  await page.getByRole("heading", { name: "Egress" }).waitFor();
+  await page.getByText("Nothing reached or refused yet.").waitFor();
+  const probe = "import socket\ntry:\n socket.create_connection(('169.254.169.254', 80), 2)\nexcept OSError as e:\n print(e)";
+  await call("POST", `/v1/sandboxes/${sbx.id}/exec`, { argv: ["python3", "-c", probe] });
+  const log = page.getByRole("table", { name: "Egress log" });
+  await log.getByText("169.254.169.254:80").waitFor({ timeout: 20000 });
+  const row = log.locator("tr", { hasText: "169.254.169.254:80" }).first();
+  assert.match(await row.textContent(), /connection\s*denied\s*internal/);
+  assert.deepEqual(problems, []);
+  await call("DELETE", `/v1/sandboxes/${sbx.id}`);
+});
+
