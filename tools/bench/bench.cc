@@ -18,7 +18,8 @@
 //   density      N (--n) VMs restored and left idle: host memory per VM (MemAvailable), host CPU
 //                while they idle (--idle-seconds), exec p50/p99 on one of them, how many answer
 //
-//   pandastack-bench storage append|append16|recovery [--n N]
+//   pandastack-bench proxy https|https-new [--n N]   (tools/bench/proxy_bench.cc: the egress
+//   proxy's cost) pandastack-bench storage append|append16|recovery [--n N]
 // `storage` scenarios measure the event store (RocksDB, synced writes):
 //   append       one writer, N appends of one event each (adds appends_per_s)
 //   append16     16 writers on 16 streams, N appends each (group commit)
@@ -59,6 +60,7 @@ int soak_bench(const std::string& url, const std::string& key, const std::string
                int sandboxes, int clients, int seconds);
 int churn_bench(const std::string& url, const std::string& key, const std::string& create_body,
                 int n, int window, pid_t daemon);
+int proxy_bench(const std::string& scenario, int n, bool json);
 }  // namespace pandastack::tools
 
 namespace {
@@ -93,6 +95,7 @@ int usage() {
       "[--n N] [--json] [--images DIR] [--idle-seconds S] "
       "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
       "       pandastack-bench storage append|append16|recovery [--n N]\n"
+      "       pandastack-bench proxy https|https-new [--n N] [--json]\n"
       "       pandastack-bench api "
       "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|fork|"
       "wake|wake-disk|kill|hibernate-durable|snapshot-durable|"
@@ -674,6 +677,7 @@ int main(int argc, char** argv) {
   }
   // (api and cluster modes)
   if (o.key.empty() && std::getenv("PANDASTACK_API_KEY")) o.key = std::getenv("PANDASTACK_API_KEY");
+  if (pos.size() == 2 && pos[0] == "proxy") return tools::proxy_bench(pos[1], o.n, o.json);
   if (pos.size() == 2 && pos[0] == "cluster")
     return tools::cluster_bench(pos[1], o.url, o.via, o.key, o.n, o.json);
   if (pos.size() != 2 || (pos[0] != "driver" && pos[0] != "storage" && pos[0] != "api"))

@@ -1,0 +1,94 @@
+// The egress proxy that puts secrets into a sandbox's requests (issue 35): the guest holds only a
+// placeholder for each secret; its HTTPS and HTTP connections are redirected here, and the proxy
+// replaces a placeholder with the secret's value in the headers of requests to the secret's
+// hosts, and nowhere else.
+//
+// HTTPS: the proxy answers the guest's TLS handshake as the host the guest named (SNI), with a
+// certificate of the sandbox's own CA (vmm-driver/egress_ca.h), which the guest trusts; it
+// connects to that host itself and checks the host's certificate against the system's trust store
+// (and the operator's extra CAs) for that name. A request whose Host is not the name of its TLS
+// connection is refused (421), so a placeholder never reaches a host by a name it was not checked
+// for.
+//
+// Plain HTTP: a request carrying a placeholder is refused (403, never forwarded): the value would
+// cross the network in the clear. Other requests are forwarded as they are.
+//
+// A placeholder sent to a host that is not one of its secret's hosts is forwarded unreplaced and
+// reported as a refused use. Every request that carried a placeholder is reported (on_use).
+//
+// What it does not do yet: bodies and query strings are forwarded as they are (placeholders in
+// them are reported, not replaced); HTTP/2 is not offered (ALPN: the guest speaks HTTP/1.1).
+#pragma once
+
+#include <kj/async-io.h>
+#include <kj/compat/http.h>
+#include <kj/timer.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vmm-driver/egress_ca.h"
+
+namespace pandastack::vmm {
+
+// A secret as the proxy uses it.
+struct ProxySecret {
+  std::string name;
+  std::string placeholder;         // what the guest holds instead of the value
+  std::string value;               // what requests to `hosts` carry instead
+  std::vector<std::string> hosts;  // names, or "*.domain" (the egress allowlist's syntax)
+};
+
+// One request that carried placeholders: which secrets were put in (`injected`) and which were
+// not because the host is not theirs, or the request was plain HTTP (`refused`).
+struct ProxyUse {
+  std::string host;
+  uint16_t port = 0;
+  bool tls = false;
+  std::string method;
+  std::vector<std::string> injected, refused;
+  bool blocked = false;  // the request was answered by the proxy, not forwarded (plain HTTP)
+};
+
+struct ProxyOptions {
+  std::shared_ptr<EgressCa> ca;
+  // The sandbox's secrets now (asked per request: a rotation takes effect on the next request).
+  std::function<std::vector<ProxySecret>()> secrets;
+  // A TCP connection to `host`:`port` (the name the guest used; the caller resolves it through
+  // the sandbox's resolver and policy).
+  std::function<kj::Promise<kj::Own<kj::AsyncIoStream>>(const std::string& host, uint16_t port)>
+      connect;
+  // Certificates (PEM) trusted for upstream hosts besides the system's store.
+  std::vector<std::string> extra_ca_pems;
+  bool use_system_trust_store = true;
+  std::function<void(const ProxyUse&)> on_use;
+  // An upstream's connect, TLS handshake and response head, each at most this long.
+  kj::Duration upstream_timeout = 30 * kj::SECONDS;
+};
+
+class EgressProxy {
+ public:
+  EgressProxy(kj::Timer& timer, ProxyOptions options);
+  ~EgressProxy();
+  EgressProxy(const EgressProxy&) = delete;
+  EgressProxy& operator=(const EgressProxy&) = delete;
+
+  // Serves one guest connection that was headed for `address` (the IPv4 address the guest
+  // connected to: its name when the TLS client sends none) and `port`: TLS first when `tls`.
+  // Resolves when the connection ends (errors end it too; nothing is thrown).
+  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> guest, const std::string& address,
+                          uint16_t port, bool tls);
+
+  // Placeholders as the proxy expects them: "pds_secret_" + 32 random base32 characters.
+  static std::string new_placeholder();
+
+  struct Impl;  // (egress_proxy.cc)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pandastack::vmm

@@ -1,0 +1,251 @@
+// The egress proxy against real upstreams on loopback (an HTTPS server with a CA of the test's
+// own, and a plain HTTP one), with a guest-side TLS client that trusts only the sandbox's CA.
+#include "vmm-driver/egress_proxy.h"
+
+#include <gtest/gtest.h>
+#include <kj/compat/tls.h>
+
+#include <map>
+
+namespace pandastack::vmm {
+namespace {
+
+// The upstream: answers each request with what it received (Host, Authorization, the target).
+class Echo final : public kj::HttpService {
+ public:
+  explicit Echo(kj::HttpHeaderTable& t, kj::HttpHeaderId auth) : table_(t), auth_(auth) {}
+  kj::Promise<void> request(kj::HttpMethod, kj::StringPtr url, const kj::HttpHeaders& headers,
+                            kj::AsyncInputStream&, Response& response) override {
+    ++requests;
+    auto text = kj::str("host=", headers.get(kj::HttpHeaderId::HOST).orDefault(""),
+                        "\nauth=", headers.get(auth_).orDefault(""), "\nurl=", url, "\n");
+    kj::HttpHeaders h(table_);
+    auto out = response.send(200, "OK", h, text.size());
+    auto& o = *out;
+    return o.write(text.begin(), text.size()).attach(kj::mv(out), kj::mv(text));
+  }
+  int requests = 0;
+
+ private:
+  kj::HttpHeaderTable& table_;
+  kj::HttpHeaderId auth_;
+};
+
+// The upstream's certificates: one per name, from the test's own CA.
+class UpstreamSni final : public kj::TlsSniCallback {
+ public:
+  explicit UpstreamSni(std::shared_ptr<EgressCa> ca) : ca_(std::move(ca)) {}
+  kj::Maybe<kj::TlsKeypair> getKey(kj::StringPtr host) override {
+    auto leaf = ca_->leaf(host.cStr());
+    if (!leaf) return nullptr;
+    return kj::TlsKeypair{kj::TlsPrivateKey(leaf->key.c_str()),
+                          kj::TlsCertificate(leaf->cert.c_str())};
+  }
+
+ private:
+  std::shared_ptr<EgressCa> ca_;
+};
+
+struct Reply {
+  unsigned status = 0;
+  std::string body;
+};
+
+// (Held by a unique_ptr: kj's TLS types have throwing destructors, a gtest fixture may not.)
+struct World {
+  World() {
+    auth_ = builder_.add("Authorization");
+    table_ = builder_.build();
+    upstream_ca_ = *EgressCa::make("upstream-test");
+    sandbox_ca_ = *EgressCa::make("sbx_test");
+    echo_ = kj::heap<Echo>(*table_, auth_);
+    auto& net = io_.provider->getNetwork();
+    auto& timer = io_.provider->getTimer();
+    // HTTPS upstream.
+    auto leaf = *upstream_ca_->leaf("api.test");
+    up_keypair_ = kj::heap<kj::TlsKeypair>(
+        kj::TlsKeypair{kj::TlsPrivateKey(leaf.key.c_str()), kj::TlsCertificate(leaf.cert.c_str())});
+    up_sni_ = kj::heap<UpstreamSni>(upstream_ca_);
+    kj::TlsContext::Options so;
+    so.useSystemTrustStore = false;
+    so.defaultKeypair = *up_keypair_;
+    so.sniCallback = *up_sni_;
+    up_tls_ = kj::heap<kj::TlsContext>(kj::mv(so));
+    auto tls_listener = net.parseAddress("127.0.0.1", 0).wait(io_.waitScope)->listen();
+    tls_port_ = tls_listener->getPort();
+    tls_receiver_ = up_tls_->wrapPort(kj::mv(tls_listener));
+    plain_receiver_ = net.parseAddress("127.0.0.1", 0).wait(io_.waitScope)->listen();
+    plain_port_ = plain_receiver_->getPort();
+    up_server_ = kj::heap<kj::HttpServer>(timer, *table_, *echo_);
+    up_tls_served_ = up_server_->listenHttp(*tls_receiver_).eagerlyEvaluate(nullptr);
+    up_plain_served_ = up_server_->listenHttp(*plain_receiver_).eagerlyEvaluate(nullptr);
+    // The guest's TLS: the sandbox's CA only.
+    guest_ca_ =
+        kj::heapArray<kj::TlsCertificate>({kj::TlsCertificate(sandbox_ca_->ca().cert.c_str())});
+    kj::TlsContext::Options co;
+    co.useSystemTrustStore = false;
+    co.trustedCertificates = guest_ca_;
+    guest_tls_ = kj::heap<kj::TlsContext>(kj::mv(co));
+    placeholder_ = EgressProxy::new_placeholder();
+    value_ = "ghp_the-real-value-1";
+  }
+
+  ProxyOptions options(bool trust_upstream = true) {
+    ProxyOptions o;
+    o.ca = sandbox_ca_;
+    o.secrets = [this] {
+      return std::vector<ProxySecret>{{"GITHUB_TOKEN", placeholder_, value_, {"api.test"}}};
+    };
+    o.connect = [this](const std::string& host, uint16_t port) {
+      connected_.push_back(host + ":" + std::to_string(port));
+      return io_.provider->getNetwork()
+          .parseAddress("127.0.0.1", port == 443 ? tls_port_ : plain_port_)
+          .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); });
+    };
+    if (trust_upstream) o.extra_ca_pems = {upstream_ca_->ca().cert};
+    o.use_system_trust_store = false;
+    o.on_use = [this](const ProxyUse& u) { uses_.push_back(u); };
+    return o;
+  }
+
+  // One request through `proxy` as a guest would send it to `name` (TLS when `tls`).
+  Reply call(EgressProxy& proxy, const std::string& name, bool tls, const std::string& auth,
+             const std::string& host_header = "") {
+    auto pipe = kj::newTwoWayPipe();
+    auto served =
+        proxy.serve(kj::mv(pipe.ends[0]), "10.0.0.9", tls ? 443 : 80, tls).eagerlyEvaluate(nullptr);
+    kj::Own<kj::AsyncIoStream> stream = kj::mv(pipe.ends[1]);
+    if (tls) stream = guest_tls_->wrapClient(kj::mv(stream), name.c_str()).wait(io_.waitScope);
+    auto client = kj::newHttpClient(*table_, *stream);
+    kj::HttpHeaders h(*table_);
+    h.set(kj::HttpHeaderId::HOST, kj::str(host_header.empty() ? name : host_header));
+    if (!auth.empty()) h.set(auth_, kj::str(auth));
+    auto req = client->request(kj::HttpMethod::GET, "/repos?q=1", h, uint64_t(0));
+    auto r = req.response.wait(io_.waitScope);
+    Reply out{r.statusCode, r.body->readAllText().wait(io_.waitScope).cStr()};
+    return out;
+  }
+
+  kj::AsyncIoContext io_ = kj::setupAsyncIo();
+  kj::HttpHeaderTable::Builder builder_;
+  kj::HttpHeaderId auth_;
+  kj::Own<kj::HttpHeaderTable> table_;
+  std::shared_ptr<EgressCa> upstream_ca_, sandbox_ca_;
+  kj::Own<Echo> echo_;
+  kj::Own<kj::TlsKeypair> up_keypair_;
+  kj::Own<UpstreamSni> up_sni_;
+  kj::Own<kj::TlsContext> up_tls_;
+  kj::Own<kj::ConnectionReceiver> tls_receiver_, plain_receiver_;
+  uint16_t tls_port_ = 0, plain_port_ = 0;
+  kj::Own<kj::HttpServer> up_server_;
+  kj::Promise<void> up_tls_served_ = nullptr, up_plain_served_ = nullptr;
+  kj::Array<kj::TlsCertificate> guest_ca_;
+  kj::Own<kj::TlsContext> guest_tls_;
+  std::string placeholder_, value_;
+  std::vector<std::string> connected_;
+  std::vector<ProxyUse> uses_;
+};
+
+TEST(EgressProxy, TheSecretsHostGetsTheValueOverHttps) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  EgressProxy proxy(w.io_.provider->getTimer(), w.options());
+  auto r = w.call(proxy, "api.test", true, "Bearer " + w.placeholder_);
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, "host=api.test\nauth=Bearer " + w.value_ + "\nurl=/repos?q=1\n");
+  EXPECT_EQ(w.connected_, std::vector<std::string>{"api.test:443"});
+  ASSERT_EQ(w.uses_.size(), 1u);
+  EXPECT_EQ(w.uses_[0].injected, std::vector<std::string>{"GITHUB_TOKEN"});
+  EXPECT_TRUE(w.uses_[0].refused.empty());
+  EXPECT_TRUE(w.uses_[0].tls);
+  // Rotation: the next request carries the new value.
+  w.value_ = "ghp_rotated-2";
+  r = w.call(proxy, "api.test", true, "token " + w.placeholder_);
+  EXPECT_EQ(r.body, "host=api.test\nauth=token ghp_rotated-2\nurl=/repos?q=1\n");
+  // A request without a placeholder is forwarded as it is and not reported.
+  r = w.call(proxy, "api.test", true, "Bearer mine");
+  EXPECT_EQ(r.body, "host=api.test\nauth=Bearer mine\nurl=/repos?q=1\n");
+  EXPECT_EQ(w.uses_.size(), 2u);
+}
+
+TEST(EgressProxy, AnotherHostGetsThePlaceholderAndTheUseIsReported) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  EgressProxy proxy(w.io_.provider->getTimer(), w.options());
+  auto r = w.call(proxy, "other.test", true, "Bearer " + w.placeholder_);
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, "host=other.test\nauth=Bearer " + w.placeholder_ + "\nurl=/repos?q=1\n");
+  ASSERT_EQ(w.uses_.size(), 1u);
+  EXPECT_TRUE(w.uses_[0].injected.empty());
+  EXPECT_EQ(w.uses_[0].refused, std::vector<std::string>{"GITHUB_TOKEN"});
+  EXPECT_EQ(w.uses_[0].host, "other.test");
+}
+
+TEST(EgressProxy, AHostHeaderOtherThanTheConnectionsNameIsRefused) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  EgressProxy proxy(w.io_.provider->getTimer(), w.options());
+  // TLS made for other.test (checked for it), then a request naming api.test: 421, not sent.
+  auto r = w.call(proxy, "other.test", true, "Bearer " + w.placeholder_, "api.test");
+  EXPECT_EQ(r.status, 421u) << r.body;
+  EXPECT_EQ(w.echo_->requests, 0);
+  EXPECT_TRUE(w.uses_.empty());
+}
+
+TEST(EgressProxy, PlainHttpNeverCarriesASecret) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  EgressProxy proxy(w.io_.provider->getTimer(), w.options());
+  auto r = w.call(proxy, "api.test", false, "Bearer " + w.placeholder_);
+  EXPECT_EQ(r.status, 403u) << r.body;
+  EXPECT_EQ(w.echo_->requests, 0);
+  ASSERT_EQ(w.uses_.size(), 1u);
+  EXPECT_TRUE(w.uses_[0].blocked);
+  EXPECT_EQ(w.uses_[0].refused, std::vector<std::string>{"GITHUB_TOKEN"});
+  // Without a placeholder it goes through as it is.
+  r = w.call(proxy, "api.test", false, "Bearer mine");
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, "host=api.test\nauth=Bearer mine\nurl=/repos?q=1\n");
+  EXPECT_EQ(w.connected_, std::vector<std::string>{"api.test:80"});
+}
+
+TEST(EgressProxy, AnUpstreamItCannotVerifyGetsNothing) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  // The proxy trusts neither the system's store nor the test's CA: the upstream is not verified,
+  // so the value is never sent (502).
+  EgressProxy proxy(w.io_.provider->getTimer(), w.options(/*trust_upstream=*/false));
+  auto r = w.call(proxy, "api.test", true, "Bearer " + w.placeholder_);
+  EXPECT_EQ(r.status, 502u) << r.body;
+  EXPECT_EQ(w.echo_->requests, 0);
+}
+
+TEST(EgressCa, LeavesChainToTheCaAndNameTheirHost) {
+  auto ca = EgressCa::make("sbx_x");
+  ASSERT_TRUE(ca) << ca.error().message;
+  auto a = (*ca)->leaf("api.example.com");
+  ASSERT_TRUE(a) << a.error().message;
+  EXPECT_NE(a->cert.find("BEGIN CERTIFICATE"), std::string::npos);
+  // The chain: the leaf, then the CA.
+  EXPECT_NE(a->cert.find((*ca)->ca().cert), std::string::npos);
+  auto again = (*ca)->leaf("api.example.com");
+  EXPECT_EQ(again->cert, a->cert);  // minted once
+  EXPECT_TRUE((*ca)->leaf("10.1.2.3"));
+  EXPECT_FALSE((*ca)->leaf(""));
+  EXPECT_FALSE((*ca)->leaf("a b"));
+  EXPECT_FALSE((*ca)->leaf("evil/../x"));
+  // Kept and loaded again (a daemon restart): the same CA signs.
+  auto loaded = EgressCa::load((*ca)->ca());
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ((*loaded)->ca().cert, (*ca)->ca().cert);
+  auto other = EgressCa::make("sbx_y");
+  EXPECT_FALSE(EgressCa::load(PemPair{(*ca)->ca().cert, (*other)->ca().key}));
+  // Placeholders: unique, of one shape.
+  auto p = EgressProxy::new_placeholder();
+  EXPECT_EQ(p.rfind("pds_secret_", 0), 0u);
+  EXPECT_EQ(p.size(), 11u + 32u);
+  EXPECT_NE(p, EgressProxy::new_placeholder());
+}
+
+}  // namespace
+}  // namespace pandastack::vmm
