@@ -2,10 +2,22 @@
 // own, and a plain HTTP one), with a guest-side TLS client that trusts only the sandbox's CA.
 #include "vmm-driver/egress_proxy.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <kj/compat/tls.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <map>
+#include <thread>
+
+#include "vmm-driver/egress_proxy_host.h"
+#include "vmm-driver/netns.h"
+#include "vmm-driver/network.h"
 
 namespace pandastack::vmm {
 namespace {
@@ -245,6 +257,104 @@ TEST(EgressCa, LeavesChainToTheCaAndNameTheirHost) {
   EXPECT_EQ(p.rfind("pds_secret_", 0), 0u);
   EXPECT_EQ(p.size(), 11u + 32u);
   EXPECT_NE(p, EgressProxy::new_placeholder());
+}
+
+// The proxy host: listeners made inside a namespace of the test's own, a connection redirected
+// to them by nftables (as a sandbox's ruleset will), the original destination read back, the
+// proxy's upstream connection made from the host's namespace to the test's upstream.
+TEST(ProxyHost, ServesConnectionsRedirectedInsideANamespace) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a network namespace, nftables)";
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  // A namespace with its loopback up.
+  int ns = -1;
+  std::thread([&] {
+    if (::unshare(CLONE_NEWNET) != 0) return;
+    ns = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    ::ioctl(s, SIOCGIFFLAGS, &ifr);
+    ifr.ifr_flags |= IFF_UP;
+    ::ioctl(s, SIOCSIFFLAGS, &ifr);
+    ::close(s);
+  }).join();
+  ASSERT_GE(ns, 0);
+  auto st = apply_nft(
+      "table ip pst_proxy_test {\n chain out {\n  type nat hook output priority -100; policy "
+      "accept;\n  ip daddr 127.0.0.5 tcp dport 443 redirect to :15443\n  ip daddr 127.0.0.5 tcp "
+      "dport 80 redirect to :15080\n }\n}\n",
+      ns);
+  ASSERT_TRUE(st) << st.error().message;
+  std::vector<std::string> dests;
+  std::mutex dests_mu;
+  {
+    ProxyHost host;
+    auto o = w.options();
+    uint16_t tls_port = w.tls_port_;
+    o.connect = [&, tls_port](const std::string& h, uint16_t port) {
+      {
+        std::lock_guard lock(dests_mu);
+        dests.push_back(h + ":" + std::to_string(port));
+      }
+      return ProxyHost::connect("127.0.0.1", tls_port);
+    };
+    std::vector<ProxyUse> uses;
+    o.on_use = [&](const ProxyUse& u) {
+      std::lock_guard lock(dests_mu);
+      uses.push_back(u);
+    };
+    auto started = host.start("sbx_t", ns, std::move(o), "0.0.0.0");
+    ASSERT_TRUE(started) << started.error().message;
+    EXPECT_EQ(host.serving(), 1u);
+    // A client in the namespace, headed for 127.0.0.5:443: redirected to the proxy.
+    int fd = -1;
+    in_netns(ns, [&] {
+      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(443);
+      ::inet_pton(AF_INET, "127.0.0.5", &a.sin_addr);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(fd);
+        fd = -1;
+      }
+    });
+    ASSERT_GE(fd, 0);
+    auto raw =
+        w.io_.lowLevelProvider->wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    auto stream = w.guest_tls_->wrapClient(kj::mv(raw), "api.test").wait(w.io_.waitScope);
+    auto client = kj::newHttpClient(*w.table_, *stream);
+    kj::HttpHeaders h(*w.table_);
+    h.set(kj::HttpHeaderId::HOST, "api.test");
+    h.set(w.auth_, kj::str("Bearer ", w.placeholder_.c_str()));
+    auto req = client->request(kj::HttpMethod::GET, "/x", h, uint64_t(0));
+    auto r = req.response.wait(w.io_.waitScope);
+    EXPECT_EQ(r.statusCode, 200u);
+    EXPECT_EQ(std::string(r.body->readAllText().wait(w.io_.waitScope).cStr()),
+              "host=api.test\nauth=Bearer " + w.value_ + "\nurl=/x\n");
+    {
+      std::lock_guard lock(dests_mu);
+      EXPECT_EQ(dests, std::vector<std::string>{"api.test:443"});
+      ASSERT_EQ(uses.size(), 1u);
+      EXPECT_EQ(uses[0].injected, std::vector<std::string>{"GITHUB_TOKEN"});
+    }
+    host.stop("sbx_t");
+    EXPECT_EQ(host.serving(), 0u);
+    // Stopped: nothing listens on its ports in the namespace any more.
+    int refused = -1;
+    in_netns(ns, [&] {
+      int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(ProxyHost::kTlsPort);
+      ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+      refused = ::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ? errno : 0;
+      ::close(c);
+    });
+    EXPECT_EQ(refused, ECONNREFUSED);
+  }
+  ::close(ns);
 }
 
 }  // namespace
