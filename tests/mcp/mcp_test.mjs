@@ -45,8 +45,8 @@ const text = (r) => r.content.map((c) => c.text).join("");
 test("lists the tools with schemas", async () => {
   const { tools } = await client.listTools();
   assert.deepEqual(tools.map((t) => t.name).sort(), [
-    "create_database", "create_sandbox", "fork_sandbox", "kill_sandbox", "list_dir", "preview_url",
-    "read_file", "run_code", "run_command", "write_file",
+    "create_database", "create_sandbox", "egress_log", "fork_sandbox", "kill_sandbox", "list_dir",
+    "list_secrets", "preview_url", "read_file", "run_code", "run_command", "write_file",
   ]);
   for (const t of tools) {
     assert.ok(t.description.length > 20, t.name);
@@ -136,6 +136,29 @@ test("preview_url answers with the API's error on a daemon without networking", 
   assert.equal(r.isError, true);
   assert.match(text(r), /^network_disabled: /);
   await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: id } });
+});
+
+test("egress_log answers with the API's error for a sandbox without a network", async () => {
+  const created = await client.callTool({ name: "create_sandbox", arguments: {} });
+  const id = text(created).match(/sandbox_id=(sbx_\w+)/)[1];
+  const r = await client.callTool({ name: "egress_log", arguments: { sandbox_id: id } });
+  assert.equal(r.isError, true);
+  assert.match(text(r), /^network_disabled: /);
+  await client.callTool({ name: "kill_sandbox", arguments: { sandbox_id: id } });
+});
+
+test("list_secrets shows names and hosts, never a value", async () => {
+  assert.equal(text(await client.callTool({ name: "list_secrets", arguments: {} })), "(no secrets)");
+  const value = "mcp-secret-" + Math.random().toString(36).slice(2);
+  const made = await fetch(`${url}/v1/secrets`, {
+    method: "POST", headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ name: "MCP_TOKEN", value, hosts: ["api.example.test", "*.example.org"] }),
+  });
+  assert.equal(made.status, 201);
+  const r = await client.callTool({ name: "list_secrets", arguments: {} });
+  assert.equal(r.isError, false);
+  assert.equal(text(r), "MCP_TOKEN hosts=*.example.org,api.example.test\n");  // (hosts sorted)
+  assert.ok(!text(r).includes(value));
 });
 
 test("create_database answers with the API's error on a daemon without networking", async () => {
