@@ -1,6 +1,8 @@
 #include "actors/secrets.h"
 
 #include "actors/env.h"
+#include "vmm-driver/egress_ca.h"
+#include "vmm-driver/egress_proxy.h"
 #include "vmm-driver/network.h"
 
 namespace pandastack::actors {
@@ -127,6 +129,72 @@ Reply<bool> Secrets::remove(const std::string& tenant, const std::string& name) 
   auto st = store_.remove(tenant, name);
   if (!st) return from_store(st.error(), name);
   return true;
+}
+
+Reply<storage::SecretBinding> Secrets::bind(const std::string& tenant, const std::string& sandbox,
+                                            const std::vector<std::string>& names) {
+  if (names.empty() || names.size() > kMaxPerSandbox)
+    return Rejection{Code::invalid_argument,
+                     "secrets: 1.." + std::to_string(kMaxPerSandbox) + " names of the tenant's"};
+  storage::SecretBinding b;
+  b.tenant = tenant;
+  b.sandbox = sandbox;
+  for (auto& name : names) {
+    for (auto& [n, p] : b.placeholders)
+      if (n == name) return Rejection{Code::invalid_argument, "secret " + name + " named twice"};
+    auto info = store_.get(tenant, name);
+    if (!info) return from_store(info.error(), name);
+    b.placeholders.emplace_back(name, vmm::EgressProxy::new_placeholder());
+  }
+  auto ca = vmm::EgressCa::make(sandbox);
+  if (!ca) return Rejection{Code::internal, "the sandbox's CA: " + ca.error().message};
+  b.ca_cert = (*ca)->ca().cert;
+  b.ca_key = (*ca)->ca().key;
+  if (auto st = store_.bind(b); !st) return from_store(st.error(), sandbox);
+  std::lock_guard lock(env_mu_);
+  env_.erase(sandbox);
+  return b;
+}
+
+Reply<std::optional<storage::SecretBinding>> Secrets::binding(const std::string& sandbox) {
+  auto b = store_.binding(sandbox);
+  if (!b) return Rejection{Code::storage_error, b.error().message};
+  return *b;
+}
+
+Reply<std::vector<BoundSecret>> Secrets::bound_secrets(const std::string& sandbox) {
+  auto b = binding(sandbox);
+  if (!b) return b.error();
+  std::vector<BoundSecret> out;
+  if (!*b) return out;
+  for (auto& [name, placeholder] : (*b)->placeholders) {
+    auto info = store_.get((*b)->tenant, name);
+    auto value = store_.reveal((*b)->tenant, name);
+    if (!info || !value) continue;  // (deleted or expired since)
+    out.push_back({name, placeholder, *value, info->hosts});
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Secrets::env_of(const std::string& sandbox) {
+  {
+    std::lock_guard lock(env_mu_);
+    if (auto it = env_.find(sandbox); it != env_.end()) return it->second;
+  }
+  std::map<std::string, std::string> env;
+  auto b = store_.binding(sandbox);
+  if (b && *b)
+    for (auto& [name, placeholder] : (*b)->placeholders) env[name] = placeholder;
+  std::lock_guard lock(env_mu_);
+  if (env_.size() >= kMaxEnvCached) env_.clear();  // (bounded: read again from the store)
+  if (b) env_[sandbox] = env;                      // (a read that failed is tried again)
+  return env;
+}
+
+void Secrets::unbind(const std::string& sandbox) {
+  (void)store_.unbind(sandbox);
+  std::lock_guard lock(env_mu_);
+  env_.erase(sandbox);
 }
 
 }  // namespace pandastack::actors

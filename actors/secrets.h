@@ -1,10 +1,13 @@
 // Tenant secrets as the API offers them (storage/secrets.h keeps them sealed): the name, hosts,
 // value and expiry of each checked, at most kPerTenant per tenant, and a value never answered.
-// A secret's use -- its value put into a sandbox's requests to its hosts by an egress proxy, the
-// guest seeing only a placeholder -- is not built yet: a create naming secrets is refused (501).
+// A sandbox's use of secrets is a binding (bind): a placeholder per secret, which its processes
+// get as the secret's environment variable, and a CA of its own; its egress proxy
+// (vmm-driver/egress_proxy.h) puts the values in (bound_secrets). Not yet wired to sandboxes'
+// networks: a create naming secrets is refused (501).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +23,12 @@ struct SecretRequest {
   std::optional<std::string> value;
   std::optional<std::vector<std::string>> hosts;
   std::optional<uint32_t> ttl_seconds;  // from now; absent: never expires (create), unchanged
+};
+
+// A bound secret as the egress proxy uses it (its value revealed).
+struct BoundSecret {
+  std::string name, placeholder, value;
+  std::vector<std::string> hosts;
 };
 
 class Secrets {
@@ -39,6 +48,24 @@ class Secrets {
   Reply<storage::SecretInfo> get(const std::string& tenant, const std::string& name);
   Reply<bool> remove(const std::string& tenant, const std::string& name);
 
+  // Secrets one sandbox may use at most.
+  static constexpr size_t kMaxPerSandbox = 16;
+
+  // Binds the tenant's secrets `names` (each must exist) to `sandbox`: a new placeholder for
+  // each ("pds_secret_" + 32 random base32) and a new CA, kept sealed. secret_not_found,
+  // invalid_argument (a name twice, more than kMaxPerSandbox).
+  Reply<storage::SecretBinding> bind(const std::string& tenant, const std::string& sandbox,
+                                     const std::vector<std::string>& names);
+  // The sandbox's binding (nullopt: none).
+  Reply<std::optional<storage::SecretBinding>> binding(const std::string& sandbox);
+  // Its bound secrets with their values now (a rotation shows at the next call; a secret deleted
+  // or expired since is left out: its placeholder then goes out as it is).
+  Reply<std::vector<BoundSecret>> bound_secrets(const std::string& sandbox);
+  // The environment its processes get: NAME=placeholder per bound secret (none: empty). Kept in
+  // memory after the first read (an exec's path).
+  std::map<std::string, std::string> env_of(const std::string& sandbox);
+  void unbind(const std::string& sandbox);
+
   // The checks (pure): a rejection or nothing.
   static std::optional<Rejection> check_name(const std::string& name);
   static std::optional<Rejection> check_value(const std::string& value);
@@ -47,7 +74,10 @@ class Secrets {
 
  private:
   storage::SecretStore& store_;
-  std::mutex mu_;  // a create's quota check and write are one step
+  std::mutex mu_;                                 // a create's quota check and write are one step
+  static constexpr size_t kMaxEnvCached = 10000;  // sandboxes' environments kept in memory
+  std::mutex env_mu_;
+  std::map<std::string, std::map<std::string, std::string>> env_;  // sandbox -> its env
 };
 
 }  // namespace pandastack::actors

@@ -47,6 +47,28 @@ std::string aad(const SecretInfo& i) {
   return a + i.name;
 }
 
+std::string binding_key(const std::string& sandbox) { return "b" + sandbox; }
+
+// A binding's record opens only as this sandbox's.
+std::string binding_aad(const std::string& sandbox) {
+  std::string a = "pandastack secret binding v1";
+  a += '\0';
+  return a + sandbox;
+}
+
+void put_str(std::string& out, const std::string& s) {
+  put_u(out, s.size(), 4);
+  out += s;
+}
+
+bool get_str(const std::string& in, size_t& at, std::string& s) {
+  uint64_t n = 0;
+  if (!get_u(in, at, 4, n) || at + n > in.size()) return false;
+  s = in.substr(at, n);
+  at += n;
+  return true;
+}
+
 }  // namespace
 
 // record: "s1" created(8) updated(8) expires(8) version(4) hosts(2) [len(2) host]... sealed
@@ -122,12 +144,20 @@ Result<std::unique_ptr<SecretStore>> SecretStore::open(EventStore& db,
 }
 
 std::string SecretStore::seal(const SecretInfo& info, const std::string& value) const {
+  return seal_with(aad(info), value);
+}
+
+std::optional<std::string> SecretStore::unseal(const SecretInfo& info,
+                                               const std::string& sealed) const {
+  return unseal_with(aad(info), sealed);
+}
+
+std::string SecretStore::seal_with(const std::string& a, const std::string& value) const {
   std::string nonce(kNonceLen, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), int(kNonceLen)) != 1) return "";
   std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(),
                                                                       EVP_CIPHER_CTX_free);
   std::string out(value.size(), '\0'), tag(kTagLen, '\0');
-  std::string a = aad(info);
   int len = 0, fin = 0;
   bool ok =
       ctx &&
@@ -146,8 +176,8 @@ std::string SecretStore::seal(const SecretInfo& info, const std::string& value) 
   return nonce + out + tag;
 }
 
-std::optional<std::string> SecretStore::unseal(const SecretInfo& info,
-                                               const std::string& sealed) const {
+std::optional<std::string> SecretStore::unseal_with(const std::string& a,
+                                                    const std::string& sealed) const {
   if (sealed.size() < kNonceLen + kTagLen) return std::nullopt;
   std::string nonce = sealed.substr(0, kNonceLen);
   std::string body = sealed.substr(kNonceLen, sealed.size() - kNonceLen - kTagLen);
@@ -155,7 +185,6 @@ std::optional<std::string> SecretStore::unseal(const SecretInfo& info,
   std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(),
                                                                       EVP_CIPHER_CTX_free);
   std::string out(body.size(), '\0');
-  std::string a = aad(info);
   int len = 0, fin = 0;
   bool ok =
       ctx &&
@@ -264,6 +293,60 @@ Status SecretStore::remove(const std::string& tenant, const std::string& name) {
   if (!rec) return rec.error();
   if (!*rec) return make_error(ErrorCode::not_found, "no secret " + name);
   return db_.remove(row_key(tenant, name), true);
+}
+
+// binding record: "b1" sealed(tenant, count(4), [name, placeholder]..., ca_cert, ca_key), each a
+// 4-byte length and its bytes.
+Status SecretStore::bind(const SecretBinding& b) {
+  std::string plain;
+  put_str(plain, b.tenant);
+  put_u(plain, b.placeholders.size(), 4);
+  for (auto& [name, placeholder] : b.placeholders) {
+    put_str(plain, name);
+    put_str(plain, placeholder);
+  }
+  put_str(plain, b.ca_cert);
+  put_str(plain, b.ca_key);
+  auto sealed = seal_with(binding_aad(b.sandbox), plain);
+  if (sealed.empty()) return make_error(ErrorCode::io_error, "cannot seal the binding");
+  return db_.put(binding_key(b.sandbox), "b1" + sealed, true);
+}
+
+Result<std::optional<SecretBinding>> SecretStore::binding(const std::string& sandbox) {
+  auto raw = db_.get(binding_key(sandbox));
+  if (!raw) return raw.error();
+  if (!*raw) return std::optional<SecretBinding>();
+  auto corrupt = [&] {
+    return make_error(ErrorCode::corrupt, "the secrets binding of " + sandbox + " does not open");
+  };
+  if ((*raw)->rfind("b1", 0) != 0) return corrupt();
+  auto plain = unseal_with(binding_aad(sandbox), (*raw)->substr(2));
+  if (!plain) return corrupt();
+  SecretBinding b;
+  b.sandbox = sandbox;
+  size_t at = 0;
+  uint64_t n = 0;
+  if (!get_str(*plain, at, b.tenant) || !get_u(*plain, at, 4, n) || n > 1000) return corrupt();
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string name, placeholder;
+    if (!get_str(*plain, at, name) || !get_str(*plain, at, placeholder)) return corrupt();
+    b.placeholders.emplace_back(std::move(name), std::move(placeholder));
+  }
+  if (!get_str(*plain, at, b.ca_cert) || !get_str(*plain, at, b.ca_key) || at != plain->size())
+    return corrupt();
+  return std::optional<SecretBinding>(std::move(b));
+}
+
+Status SecretStore::unbind(const std::string& sandbox) {
+  return db_.remove(binding_key(sandbox), true);
+}
+
+Result<std::vector<std::string>> SecretStore::bound() {
+  auto rows = db_.scan("b");
+  if (!rows) return rows.error();
+  std::vector<std::string> out;
+  for (auto& [k, v] : *rows) out.push_back(k.substr(1));
+  return out;
 }
 
 }  // namespace pandastack::storage

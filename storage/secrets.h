@@ -24,6 +24,15 @@ struct SecretInfo {
   uint32_t version = 1;    // bumped by each rotation
 };
 
+// A sandbox's use of secrets, for its egress proxy: the secrets it may use, the placeholder its
+// guest holds for each, and its own CA (the guest trusts its certificate; its key signs the
+// proxy's certificates). Kept sealed as a value is (bound to the sandbox), never as an event.
+struct SecretBinding {
+  std::string tenant, sandbox;
+  std::vector<std::pair<std::string, std::string>> placeholders;  // (secret name, placeholder)
+  std::string ca_cert, ca_key;                                    // PEM
+};
+
 class SecretStore {
  public:
   static constexpr size_t kMaxValueBytes = 16 * 1024;
@@ -50,6 +59,13 @@ class SecretStore {
   Result<std::string> reveal(const std::string& tenant, const std::string& name);
   Status remove(const std::string& tenant, const std::string& name);
 
+  // A sandbox's binding: kept (replacing its previous one), read (nullopt: none), removed.
+  Status bind(const SecretBinding& b);
+  Result<std::optional<SecretBinding>> binding(const std::string& sandbox);
+  Status unbind(const std::string& sandbox);
+  // The sandboxes with a binding (recovery drops those of sandboxes that no longer exist).
+  Result<std::vector<std::string>> bound();
+
  private:
   SecretStore(EventStore& db, std::string key) : db_(db), key_(std::move(key)) {}
   struct Record;
@@ -57,6 +73,9 @@ class SecretStore {
   Status save(const Record& r, bool sync);
   std::string seal(const SecretInfo& info, const std::string& value) const;
   std::optional<std::string> unseal(const SecretInfo& info, const std::string& sealed) const;
+  // The same with the additional data given.
+  std::string seal_with(const std::string& aad, const std::string& value) const;
+  std::optional<std::string> unseal_with(const std::string& aad, const std::string& sealed) const;
 
   EventStore& db_;
   std::string key_;  // 32 bytes

@@ -109,6 +109,38 @@ TEST_F(SecretStoreTest, ASealedValueOpensOnlyAsItselfAndUnderItsKey) {
   EXPECT_EQ(secrets_->reveal("acme", "A").value(), "value-a");
 }
 
+// A sandbox's binding (its placeholders and CA) is kept sealed, opens only as that sandbox's, and
+// goes with unbind.
+TEST_F(SecretStoreTest, BindingsAreSealedPerSandbox) {
+  SecretBinding b;
+  b.tenant = "acme";
+  b.sandbox = "sbx_aaaaaaaaaaaaaaaa";
+  b.placeholders = {{"GITHUB_TOKEN", "pds_secret_one"}, {"NPM_TOKEN", "pds_secret_two"}};
+  b.ca_cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  b.ca_key = "-----BEGIN PRIVATE KEY-----\nsecret-key-bytes\n-----END PRIVATE KEY-----\n";
+  EXPECT_EQ(secrets_->binding(b.sandbox).value(), std::nullopt);
+  ASSERT_TRUE(secrets_->bind(b));
+  auto got = secrets_->binding(b.sandbox).value();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->tenant, "acme");
+  EXPECT_EQ(got->placeholders, b.placeholders);
+  EXPECT_EQ(got->ca_cert, b.ca_cert);
+  EXPECT_EQ(got->ca_key, b.ca_key);
+  EXPECT_EQ(secrets_->bound().value(), std::vector<std::string>{b.sandbox});
+  // The CA's key is nowhere in the clear.
+  auto rows = store_->scan("").value();  // (kept: a loop over a temporary's value() dangles)
+  for (auto& [k, v] : rows) EXPECT_EQ(v.find("secret-key-bytes"), std::string::npos) << k;
+  // Copied under another sandbox's key: it does not open there.
+  auto raw = store_->get("b" + b.sandbox).value().value();
+  ASSERT_TRUE(store_->put("bsbx_bbbbbbbbbbbbbbbb", raw, true));
+  EXPECT_EQ(secrets_->binding("sbx_bbbbbbbbbbbbbbbb").error().code, ErrorCode::corrupt);
+  ASSERT_TRUE(secrets_->unbind(b.sandbox));
+  EXPECT_EQ(secrets_->binding(b.sandbox).value(), std::nullopt);
+  // (the secrets' own rows are not bindings)
+  ASSERT_TRUE(secrets_->create(info("acme", "A"), "v"));
+  EXPECT_EQ(secrets_->bound().value(), std::vector<std::string>{"sbx_bbbbbbbbbbbbbbbb"});
+}
+
 TEST_F(SecretStoreTest, TheKeyFileIsPrivateAndChecked) {
   struct stat st {};
   ASSERT_EQ(::stat((dir_ / "secrets.key").c_str(), &st), 0);

@@ -1,0 +1,94 @@
+// The secrets service's bindings over a real store: placeholders, the sandbox's CA, the values
+// the egress proxy gets, the environment processes get.
+#include "actors/secrets.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "vmm-driver/egress_ca.h"
+
+namespace pandastack::actors {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SecretsBindingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("secrets-binding-test-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    db_ = std::move(*storage::EventStore::open({dir_ / "db", true, 1024, {}}));
+    store_ = std::move(*storage::SecretStore::open(*db_, dir_ / "secrets.key"));
+    secrets_ = std::make_unique<Secrets>(*store_);
+    for (auto [name, value] : {std::pair{"GITHUB_TOKEN", "ghp_1"}, {"NPM_TOKEN", "npm_1"}}) {
+      SecretRequest r;
+      r.tenant = "acme";
+      r.name = name;
+      r.value = value;
+      r.hosts = {std::string(name) == "GITHUB_TOKEN" ? "api.github.com" : "registry.npmjs.org"};
+      ASSERT_TRUE(secrets_->create(r));
+    }
+  }
+  void TearDown() override {
+    secrets_.reset();
+    store_.reset();
+    db_.reset();
+    fs::remove_all(dir_);
+  }
+  fs::path dir_;
+  std::unique_ptr<storage::EventStore> db_;
+  std::unique_ptr<storage::SecretStore> store_;
+  std::unique_ptr<Secrets> secrets_;
+};
+
+TEST_F(SecretsBindingTest, ABindingGivesPlaceholdersACaAndTheValuesForTheProxy) {
+  EXPECT_TRUE(secrets_->env_of("sbx_a").empty());
+  auto b = secrets_->bind("acme", "sbx_a", {"GITHUB_TOKEN", "NPM_TOKEN"});
+  ASSERT_TRUE(b) << b.error().message;
+  ASSERT_EQ(b->placeholders.size(), 2u);
+  EXPECT_NE(b->placeholders[0].second, b->placeholders[1].second);
+  for (auto& [name, p] : b->placeholders) EXPECT_EQ(p.rfind("pds_secret_", 0), 0u) << name;
+  // The CA is one the proxy can sign with.
+  auto ca = vmm::EgressCa::load({b->ca_cert, b->ca_key});
+  ASSERT_TRUE(ca) << ca.error().message;
+  EXPECT_TRUE((*ca)->leaf("api.github.com"));
+  // Processes get the placeholders (never the values).
+  auto env = secrets_->env_of("sbx_a");
+  EXPECT_EQ(env, (std::map<std::string, std::string>{{"GITHUB_TOKEN", b->placeholders[0].second},
+                                                     {"NPM_TOKEN", b->placeholders[1].second}}));
+  // The proxy gets the values now: a rotation shows; a deleted secret is left out.
+  SecretRequest rot;
+  rot.tenant = "acme";
+  rot.name = "GITHUB_TOKEN";
+  rot.value = "ghp_2";
+  ASSERT_TRUE(secrets_->update(rot));
+  auto bound = secrets_->bound_secrets("sbx_a");
+  ASSERT_TRUE(bound);
+  ASSERT_EQ(bound->size(), 2u);
+  EXPECT_EQ((*bound)[0].value, "ghp_2");
+  EXPECT_EQ((*bound)[0].hosts, std::vector<std::string>{"api.github.com"});
+  ASSERT_TRUE(secrets_->remove("acme", "NPM_TOKEN"));
+  bound = secrets_->bound_secrets("sbx_a");
+  ASSERT_EQ(bound->size(), 1u);
+  EXPECT_EQ((*bound)[0].name, "GITHUB_TOKEN");
+  // Another sandbox of the tenant has nothing bound; after unbind neither has this one.
+  EXPECT_TRUE(secrets_->bound_secrets("sbx_b")->empty());
+  secrets_->unbind("sbx_a");
+  EXPECT_TRUE(secrets_->env_of("sbx_a").empty());
+  EXPECT_FALSE(*secrets_->binding("sbx_a"));
+}
+
+TEST_F(SecretsBindingTest, OnlyTheTenantsExistingSecretsBindOnce) {
+  EXPECT_EQ(secrets_->bind("other", "sbx_a", {"GITHUB_TOKEN"}).error().code,
+            Code::secret_not_found);
+  EXPECT_EQ(secrets_->bind("acme", "sbx_a", {"NOPE"}).error().code, Code::secret_not_found);
+  EXPECT_EQ(secrets_->bind("acme", "sbx_a", {"GITHUB_TOKEN", "GITHUB_TOKEN"}).error().code,
+            Code::invalid_argument);
+  EXPECT_EQ(secrets_->bind("acme", "sbx_a", {}).error().code, Code::invalid_argument);
+  EXPECT_FALSE(*secrets_->binding("sbx_a"));
+}
+
+}  // namespace
+}  // namespace pandastack::actors
