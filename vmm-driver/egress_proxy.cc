@@ -46,24 +46,15 @@ std::string substitute(std::string text, const std::vector<ProxySecret>& secrets
   return text;
 }
 
-// Records which host a TLS client asked for, and answers as that host.
-class Sni final : public kj::TlsSniCallback {
- public:
-  explicit Sni(std::shared_ptr<EgressCa> ca) : ca_(std::move(ca)) {}
-  kj::Maybe<kj::TlsKeypair> getKey(kj::StringPtr hostname) override {
-    name = lower(hostname.cStr());
-    auto leaf = ca_->leaf(name);
-    if (!leaf) return nullptr;  // (the default: the guest's check of the name fails)
-    return kj::TlsKeypair{kj::TlsPrivateKey(leaf->key.c_str()),
-                          kj::TlsCertificate(leaf->cert.c_str())};
-  }
-  std::string name;
-
- private:
-  std::shared_ptr<EgressCa> ca_;
-};
-
 }  // namespace
+
+kj::Maybe<kj::TlsKeypair> CaSni::getKey(kj::StringPtr hostname) {
+  name = lower(hostname.cStr());
+  auto leaf = ca_->leaf(name);
+  if (!leaf) return nullptr;  // (the default: the client's check of the name fails)
+  return kj::TlsKeypair{kj::TlsPrivateKey(leaf->key.c_str()),
+                        kj::TlsCertificate(leaf->cert.c_str())};
+}
 
 struct EgressProxy::Impl {
   kj::Timer& timer;
@@ -268,7 +259,7 @@ kj::Promise<void> EgressProxy::serve(kj::Own<kj::AsyncIoStream> guest, const std
     }
     auto keypair = kj::heap<kj::TlsKeypair>(kj::TlsKeypair{
         kj::TlsPrivateKey(fallback->key.c_str()), kj::TlsCertificate(fallback->cert.c_str())});
-    auto sni = kj::heap<Sni>(impl_->o.ca);
+    auto sni = kj::heap<CaSni>(impl_->o.ca);
     sni->name = address;
     kj::TlsContext::Options to;
     to.useSystemTrustStore = false;

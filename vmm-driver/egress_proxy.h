@@ -22,6 +22,7 @@
 
 #include <kj/async-io.h>
 #include <kj/compat/http.h>
+#include <kj/compat/tls.h>
 #include <kj/timer.h>
 
 #include <cstdint>
@@ -67,6 +68,19 @@ struct ProxyOptions {
   std::function<void(const ProxyUse&)> on_use;
   // An upstream's connect, TLS handshake and response head, each at most this long.
   kj::Duration upstream_timeout = 30 * kj::SECONDS;
+};
+
+// A TLS server's certificate for whatever host a client names (SNI), signed by `ca` (minted once
+// per host); the name asked for is kept in `name`. The proxy's guest side, and the upstreams of
+// tests and benchmarks.
+class CaSni final : public kj::TlsSniCallback {
+ public:
+  explicit CaSni(std::shared_ptr<EgressCa> ca) : ca_(std::move(ca)) {}
+  kj::Maybe<kj::TlsKeypair> getKey(kj::StringPtr hostname) override;
+  std::string name;  // lower case
+
+ private:
+  std::shared_ptr<EgressCa> ca_;
 };
 
 class EgressProxy {

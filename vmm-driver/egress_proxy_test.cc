@@ -43,21 +43,6 @@ class Echo final : public kj::HttpService {
   kj::HttpHeaderId auth_;
 };
 
-// The upstream's certificates: one per name, from the test's own CA.
-class UpstreamSni final : public kj::TlsSniCallback {
- public:
-  explicit UpstreamSni(std::shared_ptr<EgressCa> ca) : ca_(std::move(ca)) {}
-  kj::Maybe<kj::TlsKeypair> getKey(kj::StringPtr host) override {
-    auto leaf = ca_->leaf(host.cStr());
-    if (!leaf) return nullptr;
-    return kj::TlsKeypair{kj::TlsPrivateKey(leaf->key.c_str()),
-                          kj::TlsCertificate(leaf->cert.c_str())};
-  }
-
- private:
-  std::shared_ptr<EgressCa> ca_;
-};
-
 struct Reply {
   unsigned status = 0;
   std::string body;
@@ -77,7 +62,7 @@ struct World {
     auto leaf = *upstream_ca_->leaf("api.test");
     up_keypair_ = kj::heap<kj::TlsKeypair>(
         kj::TlsKeypair{kj::TlsPrivateKey(leaf.key.c_str()), kj::TlsCertificate(leaf.cert.c_str())});
-    up_sni_ = kj::heap<UpstreamSni>(upstream_ca_);
+    up_sni_ = kj::heap<CaSni>(upstream_ca_);  // (a certificate per name, of the test's own CA)
     kj::TlsContext::Options so;
     so.useSystemTrustStore = false;
     so.defaultKeypair = *up_keypair_;
@@ -145,7 +130,7 @@ struct World {
   std::shared_ptr<EgressCa> upstream_ca_, sandbox_ca_;
   kj::Own<Echo> echo_;
   kj::Own<kj::TlsKeypair> up_keypair_;
-  kj::Own<UpstreamSni> up_sni_;
+  kj::Own<CaSni> up_sni_;
   kj::Own<kj::TlsContext> up_tls_;
   kj::Own<kj::ConnectionReceiver> tls_receiver_, plain_receiver_;
   uint16_t tls_port_ = 0, plain_port_ = 0;

@@ -42,20 +42,6 @@ class Upstream final : public kj::HttpService {
   kj::HttpHeaderId auth_;
 };
 
-class Sni final : public kj::TlsSniCallback {
- public:
-  explicit Sni(std::shared_ptr<vmm::EgressCa> ca) : ca_(std::move(ca)) {}
-  kj::Maybe<kj::TlsKeypair> getKey(kj::StringPtr host) override {
-    auto leaf = ca_->leaf(host.cStr());
-    if (!leaf) return nullptr;
-    return kj::TlsKeypair{kj::TlsPrivateKey(leaf->key.c_str()),
-                          kj::TlsCertificate(leaf->cert.c_str())};
-  }
-
- private:
-  std::shared_ptr<vmm::EgressCa> ca_;
-};
-
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -82,7 +68,7 @@ int proxy_bench(const std::string& scenario, int n, bool json) {
   auto leaf = *upstream_ca->leaf("api.bench");
   kj::TlsKeypair keypair{kj::TlsPrivateKey(leaf.key.c_str()),
                          kj::TlsCertificate(leaf.cert.c_str())};
-  Sni up_sni(upstream_ca);
+  vmm::CaSni up_sni(upstream_ca);
   kj::TlsContext::Options uo;
   uo.useSystemTrustStore = false;
   uo.defaultKeypair = keypair;
