@@ -26,15 +26,20 @@ namespace {
 class Echo final : public kj::HttpService {
  public:
   explicit Echo(kj::HttpHeaderTable& t, kj::HttpHeaderId auth) : table_(t), auth_(auth) {}
-  kj::Promise<void> request(kj::HttpMethod, kj::StringPtr url, const kj::HttpHeaders& headers,
-                            kj::AsyncInputStream&, Response& response) override {
+  kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
+                            const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                            Response& response) override {
     ++requests;
-    auto text = kj::str("host=", headers.get(kj::HttpHeaderId::HOST).orDefault(""),
+    auto head = kj::str("host=", headers.get(kj::HttpHeaderId::HOST).orDefault(""),
                         "\nauth=", headers.get(auth_).orDefault(""), "\nurl=", url, "\n");
-    kj::HttpHeaders h(table_);
-    auto out = response.send(200, "OK", h, text.size());
-    auto& o = *out;
-    return o.write(text.begin(), text.size()).attach(kj::mv(out), kj::mv(text));
+    return body.readAllText().then([this, method, &response,
+                                    head = kj::mv(head)](kj::String got) mutable {
+      auto text = method == kj::HttpMethod::GET ? kj::mv(head) : kj::str(head, "body=", got, "\n");
+      kj::HttpHeaders h(table_);
+      auto out = response.send(200, "OK", h, text.size());
+      auto& o = *out;
+      return o.write(text.begin(), text.size()).attach(kj::mv(out), kj::mv(text));
+    });
   }
   int requests = 0;
 
@@ -107,7 +112,8 @@ struct World {
 
   // One request through `proxy` as a guest would send it to `name` (TLS when `tls`).
   Reply call(EgressProxy& proxy, const std::string& name, bool tls, const std::string& auth,
-             const std::string& host_header = "") {
+             const std::string& host_header = "", const std::string& body = "",
+             bool chunked = false) {
     auto pipe = kj::newTwoWayPipe();
     auto served =
         proxy.serve(kj::mv(pipe.ends[0]), "10.0.0.9", tls ? 443 : 80, tls).eagerlyEvaluate(nullptr);
@@ -117,7 +123,12 @@ struct World {
     kj::HttpHeaders h(*table_);
     h.set(kj::HttpHeaderId::HOST, kj::str(host_header.empty() ? name : host_header));
     if (!auth.empty()) h.set(auth_, kj::str(auth));
-    auto req = client->request(kj::HttpMethod::GET, "/repos?q=1", h, uint64_t(0));
+    kj::Maybe<uint64_t> length = uint64_t(body.size());
+    if (chunked) length = nullptr;
+    auto req = client->request(body.empty() ? kj::HttpMethod::GET : kj::HttpMethod::POST,
+                               "/repos?q=1", h, length);
+    if (!body.empty()) req.body->write(body.data(), body.size()).wait(io_.waitScope);
+    req.body = nullptr;  // (the end of the request's body)
     auto r = req.response.wait(io_.waitScope);
     Reply out{r.statusCode, r.body->readAllText().wait(io_.waitScope).cStr()};
     return out;
@@ -163,6 +174,21 @@ TEST(EgressProxy, TheSecretsHostGetsTheValueOverHttps) {
   r = w.call(proxy, "api.test", true, "Bearer mine");
   EXPECT_EQ(r.body, "host=api.test\nauth=Bearer mine\nurl=/repos?q=1\n");
   EXPECT_EQ(w.uses_.size(), 2u);
+}
+
+// Bodies go through as they are, with a length or chunked; the headers still get the value.
+TEST(EgressProxy, RequestBodiesPassWithLengthOrChunked) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  EgressProxy proxy(w.io_.provider->getTimer(), w.options());
+  std::string body = "{\"title\": \"x\", \"note\": \"" + std::string(100000, 'a') + "\"}";
+  for (bool chunked : {false, true}) {
+    auto r = w.call(proxy, "api.test", true, "Bearer " + w.placeholder_, "", body, chunked);
+    EXPECT_EQ(r.status, 200u) << r.body.substr(0, 200);
+    EXPECT_EQ(r.body,
+              "host=api.test\nauth=Bearer " + w.value_ + "\nurl=/repos?q=1\nbody=" + body + "\n")
+        << "chunked=" << chunked;
+  }
 }
 
 TEST(EgressProxy, AnotherHostGetsThePlaceholderAndTheUseIsReported) {
