@@ -13,6 +13,7 @@
 #include <stop_token>
 
 #include "actors/cluster.h"
+#include "actors/secrets.h"
 #include "gateway/acceptor.h"
 #include "gateway/guarded_stream.h"
 #include "gateway/http_util.h"
@@ -99,6 +100,21 @@ class SandboxImpl final : public api::Sandbox::Server {
   }
   kj::Promise<void> kill(KillContext context) override {
     return info_call(context, [t = target()] { return t.rt->kill(t.tenant, t.id); });
+  }
+  kj::Promise<void> egressLog(EgressLogContext context) override {
+    auto p = context.getParams();
+    auto q = to_egress_query(p.getAfter(), p.getLimit(), text(p.getKind()), text(p.getVerdict()));
+    return offload<vmm::EgressPage>([t = target(), q] { return t.rt->egress(t.tenant, t.id, q); })
+        .then([context](std::shared_ptr<Reply<vmm::EgressPage>> r) mutable {
+          auto page = take(*r);
+          auto res = context.getResults();
+          auto list = res.initEntries(unsigned(page.entries.size()));
+          for (size_t i = 0; i < page.entries.size(); ++i)
+            fill_egress(list[unsigned(i)], page.entries[i]);
+          res.setNextAfter(page.next_after);
+          res.setDropped(page.dropped);
+          res.setLost(page.lost);
+        });
   }
   kj::Promise<void> setTtl(SetTtlContext context) override {
     uint32_t ttl = context.getParams().getTtlSeconds();
@@ -493,6 +509,16 @@ class PlatformImpl final : public api::Platform::Server {
               .then([this, context](std::shared_ptr<Reply<actors::DatabaseInfo>> r) mutable {
                 answer_database(context.getResults(), take(*r));
               });
+        });
+  }
+
+  kj::Promise<void> listSecrets(ListSecretsContext context) override {
+    return offload<std::vector<storage::SecretInfo>>(
+               [rt = &ctx_.rt, t = tenant_] { return rt->secrets().list(t); })
+        .then([context](std::shared_ptr<Reply<std::vector<storage::SecretInfo>>> r) mutable {
+          auto all = take(*r);
+          auto list = context.getResults().initSecrets(unsigned(all.size()));
+          for (size_t i = 0; i < all.size(); ++i) fill_secret(list[unsigned(i)], all[i]);
         });
   }
 

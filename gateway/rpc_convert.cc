@@ -71,6 +71,60 @@ void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
   b.setFailureReason(i.failure_reason);
   b.setMemoryMib(i.memory_mib);
   b.setVcpus(i.vcpus);
+  if (i.status == actors::SandboxStatus::hibernated)
+    b.setDurable(i.hibernation_durable ? "local" : "none");
+}
+
+void fill_secret(api::SecretInfo::Builder b, const storage::SecretInfo& s) {
+  b.setName(s.name);
+  auto hosts = b.initHosts(unsigned(s.hosts.size()));
+  for (size_t i = 0; i < s.hosts.size(); ++i) hosts.set(unsigned(i), s.hosts[i]);
+  b.setVersion(s.version);
+  b.setCreatedAtMs(s.created_ms);
+  b.setUpdatedAtMs(s.updated_ms);
+  b.setExpiresAtMs(s.expires_ms);
+}
+
+void fill_egress(api::EgressEntry::Builder b, const vmm::EgressEntry& e) {
+  b.setSeq(e.seq);
+  b.setTimestampMs(e.time_ms);
+  b.setKind(vmm::to_string(e.kind));
+  b.setVerdict(e.allowed ? "allowed" : "denied");
+  if (!e.allowed) b.setReason(e.reason);
+  b.setName(e.name);
+  if (e.kind == vmm::EgressEntry::Kind::dns) {
+    b.setType(e.qtype);
+    auto a = b.initAnswers(unsigned(e.answers.size()));
+    for (size_t i = 0; i < e.answers.size(); ++i) a.set(unsigned(i), e.answers[i]);
+    return;
+  }
+  b.setProtocol(e.protocol);
+  b.setDestination(e.destination);
+  b.setPort(e.port);
+  if (e.allowed) {
+    b.setBytesOut(e.bytes_out);
+    b.setBytesIn(e.bytes_in);
+    b.setEndedMs(e.ended_ms);
+  }
+}
+
+vmm::EgressQuery to_egress_query(uint64_t after, uint32_t limit, const std::string& kind,
+                                 const std::string& verdict) {
+  vmm::EgressQuery q;
+  q.after = after;
+  if (limit > 1000) fail({Code::invalid_argument, "limit must be within 1..1000"});
+  q.limit = limit ? limit : 100;
+  if (kind == "dns")
+    q.kind = vmm::EgressEntry::Kind::dns;
+  else if (kind == "connection")
+    q.kind = vmm::EgressEntry::Kind::connection;
+  else if (!kind.empty())
+    fail({Code::invalid_argument, "kind must be dns or connection"});
+  if (verdict == "allowed" || verdict == "denied")
+    q.allowed = verdict == "allowed";
+  else if (!verdict.empty())
+    fail({Code::invalid_argument, "verdict must be allowed or denied"});
+  return q;
 }
 
 void fill_result(api::ExecResult::Builder b, const vmm::ExecResult& r) {

@@ -9,6 +9,7 @@
 
 #include "actors/runtime.h"
 #include "gateway/rest.h"
+#include "storage/secrets.h"
 #include "wire/pandastack.capnp.h"
 
 namespace pandastack::gateway::rpc {
@@ -30,6 +31,11 @@ void fill_backup(api::DatabaseBackup::Builder b, const actors::DatabaseBackup& k
 void fill_database(api::DatabaseInfo::Builder b, const actors::DatabaseInfo& d);
 void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i);
 void fill_result(api::ExecResult::Builder b, const vmm::ExecResult& r);
+void fill_secret(api::SecretInfo::Builder b, const storage::SecretInfo& s);
+void fill_egress(api::EgressEntry::Builder b, const vmm::EgressEntry& e);
+// An egress log query as the REST API checks it (limit 0 = 100, at most 1000; kind, verdict).
+vmm::EgressQuery to_egress_query(uint64_t after, uint32_t limit, const std::string& kind,
+                                 const std::string& verdict);
 // A command as the REST API checks it (check_exec), its timeout within the limits.
 vmm::ExecRequest to_exec(api::ExecRequest::Reader r, const Limits& limits);
 // A guest path as the REST API checks it (check_guest_path).

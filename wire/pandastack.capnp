@@ -27,6 +27,34 @@ struct SandboxInfo {
   failureReason @9 :Text;
   memoryMib @10 :UInt32;     # its guest's shape: its template's
   vcpus @11 :UInt32;
+  durable @12 :Text;         # hibernated: "local" (a synced copy on the data disk) or "none"
+                             # (tmpfs only so far); otherwise ""
+}
+
+struct SecretInfo {          # a tenant secret, never its value (REST's /v1/secrets)
+  name @0 :Text;
+  hosts @1 :List(Text);      # where its value may be sent
+  version @2 :UInt32;        # bumped by each rotation
+  createdAtMs @3 :Int64;
+  updatedAtMs @4 :Int64;
+  expiresAtMs @5 :Int64;     # 0 = never
+}
+
+struct EgressEntry {         # one line of a sandbox's egress log (REST's .../egress)
+  seq @0 :UInt64;
+  timestampMs @1 :Int64;
+  kind @2 :Text;             # dns, connection
+  verdict @3 :Text;          # allowed, denied
+  reason @4 :Text;           # denied: policy, reserved, internal, rate_limit, unique_names, malformed
+  name @5 :Text;             # dns: the name asked; connection: the name answered for the address
+  type @6 :Text;             # dns: A, AAAA, ...
+  answers @7 :List(Text);    # dns: the IPv4 answers
+  protocol @8 :Text;         # connection: tcp, udp
+  destination @9 :Text;
+  port @10 :UInt16;
+  bytesOut @11 :UInt64;      # allowed connections
+  bytesIn @12 :UInt64;
+  endedMs @13 :Int64;        # 0 = still open
 }
 
 struct CreateRequest {
@@ -142,6 +170,7 @@ interface Platform {
   createDatabase @7 (request :DatabaseRequest) -> (database :Database, info :DatabaseInfo);
   getDatabase @8 (id :Text) -> (database :Database, info :DatabaseInfo);
   listDatabases @9 () -> (databases :List(DatabaseInfo));
+  listSecrets @10 () -> (secrets :List(SecretInfo));
   # Managed PostgreSQL (REST's /v1/databases); errors as REST: database_not_found,
   # database_hibernated, backup_not_found, quota_exceeded, backup_too_large, ...
 }
@@ -175,4 +204,9 @@ interface Sandbox {
   # One copy of the running sandbox (fork with a count of 1), as a capability a client can
   # pipeline on: `sandbox.forkOne().sandbox.exec(...)` is one round trip.
   forkOne @12 () -> (sandbox :Sandbox, info :SandboxInfo);
+  # What it reached and was refused (REST's GET .../egress): entries after `after` (a seq; 0 =
+  # the oldest kept), at most `limit` (0 = 100, at most 1000); kind "dns" | "connection" | "",
+  # verdict "allowed" | "denied" | "". network_disabled for a sandbox without a network.
+  egressLog @13 (after :UInt64, limit :UInt32, kind :Text, verdict :Text)
+      -> (entries :List(EgressEntry), nextAfter :UInt64, dropped :UInt64, lost :UInt64);
 }

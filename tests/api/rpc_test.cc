@@ -479,6 +479,18 @@ TEST_F(RpcTest, VolumesAttachAtCreateAndOutliveTheSandbox) {
   EXPECT_EQ(error_of(del), "volume_not_found");
 }
 
+// A sandbox without a network has no egress log: network_disabled, as over REST.
+TEST_F(RpcTest, EgressLogOfASandboxWithoutANetworkIsRefused) {
+  auto& ws = io_.waitScope;
+  auto conn = io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  capnp::TwoPartyClient client(*conn);
+  auto platform = login(client, daemon_->key);
+  auto sbx = platform.createRequest().send().wait(ws).getSandbox();
+  EXPECT_EQ(error_of([&] { sbx.egressLogRequest().send().wait(ws); }), "network_disabled");
+  EXPECT_EQ(platform.listSecretsRequest().send().wait(ws).getSecrets().size(), 0u);
+  sbx.killRequest().send().wait(ws);
+}
+
 // A key revoked over REST ends what its open RPC sessions may do: their next call fails, on the
 // Platform and on every Sandbox capability it handed out (H8/M1 of the security review).
 TEST_F(RpcTest, ARevokedKeysOpenSessionFailsItsNextCall) {
@@ -700,6 +712,68 @@ TEST_F(RpcDatabaseTest, CreateQueryBackupRotateHibernateWakeAndDelete) {
   EXPECT_EQ(error_of([&] { dropped(); }), "backup_not_found");
   db.deleteRequest().send().wait(ws);
   EXPECT_EQ(error_of([&] { got(); }), "database_not_found");
+}
+
+// What a sandbox reached and was refused, and the tenant's secrets (never a value), over RPC as
+// over REST (issue 35); a hibernated sandbox says whether its hibernation is durable yet.
+TEST_F(RpcDatabaseTest, EgressLogSecretsAndDurability) {
+  auto& ws = io_.waitScope;
+  auto conn = io_.provider->getNetwork().parseAddress(daemon_->rpc).wait(ws)->connect().wait(ws);
+  capnp::TwoPartyClient client(*conn);
+  auto platform = login(client, daemon_->key);
+  auto made = platform.createRequest().send().wait(ws);
+  auto sbx = made.getSandbox();
+  EXPECT_EQ(std::string(made.getInfo().getDurable()), "");  // (running)
+  // A connection its rules refuse (the metadata address: refused in its own namespace).
+  auto e = sbx.execRequest();
+  e.initRequest().setCmd(
+      "python3 -c \"import socket\ntry:\n socket.create_connection(('169.254.169.254', 80), 2)\n"
+      "except OSError as e:\n print(e)\"");
+  EXPECT_EQ(e.send().wait(ws).getResult().getExitCode(), 0);
+  std::string found;
+  for (int i = 0; i < 50 && found.empty(); ++i) {
+    auto q = sbx.egressLogRequest();
+    q.setVerdict("denied");
+    auto log = q.send().wait(ws);
+    for (auto entry : log.getEntries())
+      if (std::string(entry.getDestination()) == "169.254.169.254")
+        found = std::string(entry.getKind()) + " " + std::string(entry.getVerdict()) + " " +
+                std::string(entry.getReason()) + " " + std::to_string(entry.getPort());
+    if (found.empty()) io_.provider->getTimer().afterDelay(100 * kj::MILLISECONDS).wait(ws);
+  }
+  EXPECT_EQ(found, "connection denied internal 80");
+  EXPECT_EQ(error_of([&] {
+              auto q = sbx.egressLogRequest();
+              q.setLimit(5000);
+              q.send().wait(ws);
+            }),
+            "invalid_argument");
+  EXPECT_EQ(error_of([&] {
+              auto q = sbx.egressLogRequest();
+              q.setKind("http");
+              q.send().wait(ws);
+            }),
+            "invalid_argument");
+  // Secrets: names and hosts, never a value.
+  pandastack::tools::HttpClient http(daemon_->url, daemon_->key);
+  auto r =
+      http.request("POST", "/v1/secrets",
+                   R"({"name":"RPC_TOKEN","value":"rpc-value-x","hosts":["api.example.test"]})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto listed = platform.listSecretsRequest().send().wait(ws);
+  ASSERT_EQ(listed.getSecrets().size(), 1u);
+  auto s0 = listed.getSecrets()[0];
+  EXPECT_EQ(std::string(s0.getName()), "RPC_TOKEN");
+  ASSERT_EQ(s0.getHosts().size(), 1u);
+  EXPECT_EQ(std::string(s0.getHosts()[0]), "api.example.test");
+  EXPECT_EQ(s0.getVersion(), 1u);
+  EXPECT_GT(s0.getCreatedAtMs(), 0);
+  EXPECT_EQ(http.request("DELETE", "/v1/secrets/RPC_TOKEN", "").status, 204);
+  // Hibernated: "local" once its copy is on the data disk, "none" before.
+  auto h = sbx.hibernateRequest().send().wait(ws);
+  std::string durable = h.getInfo().getDurable();
+  EXPECT_TRUE(durable == "local" || durable == "none") << durable;
+  sbx.killRequest().send().wait(ws);
 }
 
 }  // namespace
