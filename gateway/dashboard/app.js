@@ -489,7 +489,7 @@ async function metrics() {
 // The router
 
 async function route() {
-  ++generation;
+  const g = ++generation;
   const hash = location.hash || "#/sandboxes";
   if (!key.get()) return signin();
   nav.hidden = false;
@@ -506,6 +506,8 @@ async function route() {
     else if (parts[0] === "metrics") await metrics();
     else await sandboxes();
   } catch (e) {
+    // A view left before it finished (the user went on): what it failed at is not this page's.
+    if (g !== generation) return;
     if (e.status === 401) {
       key.clear();
       return signin(errorBox(new Error(`The key was refused (${e.message})`)));

@@ -92,8 +92,10 @@ test("a networked sandbox's page shows what it reached and was refused", async (
   await page.goto(url + "/");
   await page.getByLabel("API key").fill(key);
   await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
-  await page.getByRole("link", { name: sbx.id }).click();
+  await page.waitForURL(/#\/sandboxes$/);
+  // Straight to its address while the list may still be loading (the list's late answers must
+  // not replace the page: the router drops a left view's failures).
+  await page.goto(`${url}/#/sandboxes/${sbx.id}`);
   await page.getByRole("heading", { name: "Egress" }).waitFor();
   await page.getByText("Nothing reached or refused yet.").waitFor();
   const probe = "import socket\ntry:\n socket.create_connection(('169.254.169.254', 80), 2)\nexcept OSError as e:\n print(e)";
