@@ -168,10 +168,10 @@ Reply<std::vector<BoundSecret>> Secrets::bound_secrets(const std::string& sandbo
   std::vector<BoundSecret> out;
   if (!*b) return out;
   for (auto& [name, placeholder] : (*b)->placeholders) {
-    auto info = store_.get((*b)->tenant, name);
-    auto value = store_.reveal((*b)->tenant, name);
-    if (!info || !value) continue;  // (deleted or expired since)
-    out.push_back({name, placeholder, *value, info->hosts});
+    storage::SecretInfo info;
+    auto value = store_.reveal((*b)->tenant, name, &info);  // (one read: value and hosts)
+    if (!value) continue;                                   // (deleted or expired since)
+    out.push_back({name, placeholder, *value, info.hosts});
   }
   return out;
 }

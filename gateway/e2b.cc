@@ -335,4 +335,17 @@ std::string rfc3339(int64_t ms) {
   return buf;
 }
 
+std::map<std::string, std::string> string_object(const Json& j, const char* what) {
+  std::map<std::string, std::string> out;
+  if (j.is_null()) return out;
+  if (!j.is_object())
+    throw ApiError{Code::invalid_argument, std::string(what) + " must be an object"};
+  for (auto& [k, v] : j.as_object()) {
+    if (!v.is_string())
+      throw ApiError{Code::invalid_argument, std::string(what) + " values must be strings"};
+    out[k] = v.as_string();
+  }
+  return out;
+}
+
 }  // namespace pandastack::gateway::e2b

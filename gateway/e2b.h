@@ -173,6 +173,10 @@ inline constexpr size_t kMaxEnvValue = 16 * 1024;
 // hidden from every answer and redacted in the audit log.
 inline constexpr const char* kEnvPrefix = "e2b.env.";
 
+// An object of strings in a request (metadata, envVars; null: empty), or invalid_argument naming
+// `what`.
+std::map<std::string, std::string> string_object(const Json& j, const char* what);
+
 using EnvVars = std::map<std::string, std::string>;
 // A create's envVars, checked: invalid_argument saying what is wrong.
 EnvVars env_vars(const Json& j);

@@ -76,19 +76,6 @@ actors::SandboxInfo live(Call& c) {
   return s;
 }
 
-std::map<std::string, std::string> string_object(const Json& j, const char* what) {
-  std::map<std::string, std::string> out;
-  if (j.is_null()) return out;
-  if (!j.is_object())
-    throw ApiError{Code::invalid_argument, std::string(what) + " must be an object"};
-  for (auto& [k, v] : j.as_object()) {
-    if (!v.is_string())
-      throw ApiError{Code::invalid_argument, std::string(what) + " values must be strings"};
-    out[k] = v.as_string();
-  }
-  return out;
-}
-
 uint32_t timeout_of(const Json& j, uint32_t def, uint32_t max) {
   const Json& t = j["timeout"];
   if (t.is_null()) return def;

@@ -68,13 +68,7 @@ std::string check(const EnvVars& env) {
 }  // namespace
 
 EnvVars env_vars(const Json& j) {
-  EnvVars out;
-  if (j.is_null()) return out;
-  if (!j.is_object()) throw ApiError{Code::invalid_argument, "envVars must be an object"};
-  for (auto& [k, v] : j.as_object()) {
-    if (!v.is_string()) throw ApiError{Code::invalid_argument, "envVars values must be strings"};
-    out[k] = v.as_string();
-  }
+  EnvVars out = string_object(j, "envVars");
   if (auto bad = check(out); !bad.empty()) throw ApiError{Code::invalid_argument, bad};
   return out;
 }
@@ -88,13 +82,11 @@ std::string encode_env(const EnvVars& env) {
 std::optional<EnvVars> decode_env(std::string_view text) {
   auto j = Json::parse(text);
   if (!j || !j->is_object()) return std::nullopt;
-  EnvVars out;
-  for (auto& [k, v] : j->as_object()) {
-    if (!v.is_string()) return std::nullopt;
-    out[k] = v.as_string();
+  try {
+    return env_vars(*j);  // (checked as a request's envVars are)
+  } catch (const ApiError&) {
+    return std::nullopt;
   }
-  if (!check(out).empty()) return std::nullopt;
-  return out;
 }
 
 void keep_env(Server& gw, const std::string& tenant, const std::string& id, const EnvVars& env) {

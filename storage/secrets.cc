@@ -277,10 +277,12 @@ Result<SecretInfo> SecretStore::get(const std::string& tenant, const std::string
   return (*rec)->info;
 }
 
-Result<std::string> SecretStore::reveal(const std::string& tenant, const std::string& name) {
+Result<std::string> SecretStore::reveal(const std::string& tenant, const std::string& name,
+                                        SecretInfo* info) {
   auto rec = load(tenant, name);
   if (!rec) return rec.error();
   if (!*rec) return make_error(ErrorCode::not_found, "no secret " + name);
+  if (info) *info = (*rec)->info;
   auto value = unseal((*rec)->info, (*rec)->sealed);
   if (!value)
     return make_error(ErrorCode::corrupt,

@@ -55,8 +55,10 @@ class SecretStore {
   Result<std::vector<SecretInfo>> list(const std::string& tenant);
   // not_found when absent or expired.
   Result<SecretInfo> get(const std::string& tenant, const std::string& name);
-  // The value, for the egress proxy that injects it (never for an API answer).
-  Result<std::string> reveal(const std::string& tenant, const std::string& name);
+  // The value, for the egress proxy that injects it (never for an API answer); with `info`, the
+  // secret's info from the same read.
+  Result<std::string> reveal(const std::string& tenant, const std::string& name,
+                             SecretInfo* info = nullptr);
   Status remove(const std::string& tenant, const std::string& name);
 
   // A sandbox's binding: kept (replacing its previous one), read (nullopt: none), removed.
