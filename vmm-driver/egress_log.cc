@@ -13,7 +13,21 @@
 namespace pandastack::vmm {
 
 const char* to_string(EgressEntry::Kind k) {
-  return k == EgressEntry::Kind::dns ? "dns" : "connection";
+  switch (k) {
+    case EgressEntry::Kind::dns:
+      return "dns";
+    case EgressEntry::Kind::connection:
+      return "connection";
+    case EgressEntry::Kind::secret:
+      return "secret";
+  }
+  return "?";
+}
+
+std::optional<EgressEntry::Kind> egress_kind_from_string(const std::string& s) {
+  for (auto k : {EgressEntry::Kind::dns, EgressEntry::Kind::connection, EgressEntry::Kind::secret})
+    if (s == to_string(k)) return k;
+  return std::nullopt;
 }
 
 namespace {

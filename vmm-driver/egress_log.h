@@ -23,7 +23,8 @@
 namespace pandastack::vmm {
 
 struct EgressEntry {
-  enum class Kind { dns, connection };
+  // secret: a request through the sandbox's egress proxy that carried a secret's placeholder.
+  enum class Kind { dns, connection, secret };
   uint64_t seq = 0;     // 1, 2, ... per sandbox: the cursor
   int64_t time_ms = 0;  // wall clock, when seen
   Kind kind = Kind::dns;
@@ -42,7 +43,14 @@ struct EgressEntry {
   uint16_t port = 0;                     // connection: destination port (tcp/udp)
   uint64_t bytes_out = 0, bytes_in = 0;  // connection: so far (final once ended)
   int64_t ended_ms = 0;                  // connection: when it ended (0: open or unknown)
+  // secret: the request's method, and the secrets put in / not put in (the host is not theirs,
+  // or the request was plain HTTP: reason "not_secret_host" / "plain_http"). `name` is the host,
+  // `protocol` "https" or "http".
+  std::string method;
+  std::vector<std::string> injected, refused;
 };
+// Parses "dns", "connection", "secret".
+std::optional<EgressEntry::Kind> egress_kind_from_string(const std::string& s);
 const char* to_string(EgressEntry::Kind k);
 
 struct EgressQuery {

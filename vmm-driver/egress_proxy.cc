@@ -74,7 +74,7 @@ struct EgressProxy::Impl {
   }
 
   kj::Promise<void> serve_http(kj::Own<kj::AsyncIoStream> guest, std::string tls_name,
-                               uint16_t port, bool tls);
+                               std::string address, uint16_t port, bool tls);
 };
 
 namespace {
@@ -82,8 +82,13 @@ namespace {
 // One guest connection's requests, forwarded over one upstream connection (made at the first).
 class Forwarder final : public kj::HttpService {
  public:
-  Forwarder(EgressProxy::Impl& p, std::string tls_name, uint16_t port, bool tls)
-      : p_(p), tls_name_(std::move(tls_name)), port_(port), tls_(tls) {}
+  Forwarder(EgressProxy::Impl& p, std::string tls_name, std::string address, uint16_t port,
+            bool tls)
+      : p_(p),
+        tls_name_(std::move(tls_name)),
+        address_(std::move(address)),
+        port_(port),
+        tls_(tls) {}
 
   kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
                             const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
@@ -102,6 +107,7 @@ class Forwarder final : public kj::HttpService {
     ProxyUse use;
     use.host = host;
     use.port = port_;
+    use.address = address_;
     use.tls = tls_;
     use.method = kj::str(method).cStr();
     // Headers: placeholders replaced for their hosts (over TLS only); the target and the body
@@ -176,7 +182,7 @@ class Forwarder final : public kj::HttpService {
   kj::Promise<kj::HttpClient*> upstream(const std::string& host) {
     if (client_) return client_.get();
     if (!failure_.empty()) return static_cast<kj::HttpClient*>(nullptr);
-    return p_.timer.timeoutAfter(p_.o.upstream_timeout, p_.o.connect(host, port_))
+    return p_.timer.timeoutAfter(p_.o.upstream_timeout, p_.o.connect(host, address_, port_))
         .then([this,
                host](kj::Own<kj::AsyncIoStream> raw) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
           if (!tls_) return kj::mv(raw);
@@ -221,7 +227,7 @@ class Forwarder final : public kj::HttpService {
   }
 
   EgressProxy::Impl& p_;
-  std::string tls_name_;
+  std::string tls_name_, address_;
   uint16_t port_;
   bool tls_;
   kj::Own<kj::AsyncIoStream> stream_;  // (declared before client_: destroyed after it)
@@ -232,8 +238,9 @@ class Forwarder final : public kj::HttpService {
 }  // namespace
 
 kj::Promise<void> EgressProxy::Impl::serve_http(kj::Own<kj::AsyncIoStream> guest,
-                                                std::string tls_name, uint16_t port, bool tls) {
-  auto service = kj::heap<Forwarder>(*this, kj::mv(tls_name), port, tls);
+                                                std::string tls_name, std::string address,
+                                                uint16_t port, bool tls) {
+  auto service = kj::heap<Forwarder>(*this, kj::mv(tls_name), kj::mv(address), port, tls);
   auto server = kj::heap<kj::HttpServer>(timer, *table, *service);
   auto& s = *server;
   return s.listenHttp(kj::mv(guest)).attach(kj::mv(server), kj::mv(service));
@@ -248,7 +255,7 @@ kj::Promise<void> EgressProxy::serve(kj::Own<kj::AsyncIoStream> guest, const std
                                      uint16_t port, bool tls) {
   kj::Promise<void> done = nullptr;
   if (!tls) {
-    done = impl_->serve_http(kj::mv(guest), "", port, false);
+    done = impl_->serve_http(kj::mv(guest), "", address, port, false);
   } else {
     // A context per connection: its SNI callback tells this connection's name. Without SNI the
     // guest named the address it connected to.
@@ -270,8 +277,8 @@ kj::Promise<void> EgressProxy::serve(kj::Own<kj::AsyncIoStream> guest, const std
     auto ctx = kj::heap<kj::TlsContext>(kj::mv(to));
     auto& named = *sni;
     done = ctx->wrapServer(kj::mv(guest))
-               .then([this, &named, port](kj::Own<kj::AsyncIoStream> s) {
-                 return impl_->serve_http(kj::mv(s), named.name, port, true);
+               .then([this, &named, address, port](kj::Own<kj::AsyncIoStream> s) {
+                 return impl_->serve_http(kj::mv(s), named.name, address, port, true);
                })
                .attach(kj::mv(ctx), kj::mv(sni), kj::mv(keypair));
   }

@@ -52,15 +52,18 @@ struct ProxyUse {
   std::string method;
   std::vector<std::string> injected, refused;
   bool blocked = false;  // the request was answered by the proxy, not forwarded (plain HTTP)
+  std::string address;   // where the guest connected (IPv4)
 };
 
 struct ProxyOptions {
   std::shared_ptr<EgressCa> ca;
   // The sandbox's secrets now (asked per request: a rotation takes effect on the next request).
   std::function<std::vector<ProxySecret>()> secrets;
-  // A TCP connection to `host`:`port` (the name the guest used; the caller resolves it through
-  // the sandbox's resolver and policy).
-  std::function<kj::Promise<kj::Own<kj::AsyncIoStream>>(const std::string& host, uint16_t port)>
+  // A TCP connection to where the guest was going: `address`:`port` (the IPv4 address it
+  // connected to), for the name it used (`host`: the TLS connection's name or the Host header).
+  // The caller applies the sandbox's egress policy.
+  std::function<kj::Promise<kj::Own<kj::AsyncIoStream>>(const std::string& host,
+                                                        const std::string& address, uint16_t port)>
       connect;
   // Certificates (PEM) trusted for upstream hosts besides the system's store.
   std::vector<std::string> extra_ca_pems;

@@ -23,6 +23,7 @@ namespace pandastack::vmm {
 namespace {
 
 thread_local kj::Network* t_network = nullptr;  // the proxy thread's
+thread_local kj::LowLevelAsyncIoProvider* t_lowlevel = nullptr;
 
 // One sandbox's listeners, proxy and connections (on the proxy thread only).
 struct Served final : kj::TaskSet::ErrorHandler {
@@ -115,6 +116,7 @@ struct ProxyHost::Impl {
     auto io = kj::setupAsyncIo();
     auto paf = kj::newPromiseAndFulfiller<void>();
     t_network = &io.provider->getNetwork();
+    t_lowlevel = io.lowLevelProvider.get();
     {
       std::lock_guard lock(mu);
       executor = &kj::getCurrentThreadExecutor();
@@ -127,6 +129,7 @@ struct ProxyHost::Impl {
     served.clear();
     count = 0;
     t_network = nullptr;
+    t_lowlevel = nullptr;
   }
 };
 
@@ -180,6 +183,26 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> ProxyHost::connect(const std::string& ho
   return t_network->parseAddress(host.c_str(), port).then([](kj::Own<kj::NetworkAddress> a) {
     return a->connect().attach(kj::mv(a));
   });
+}
+
+kj::Promise<kj::Own<kj::AsyncIoStream>> ProxyHost::connect_in(int netns_fd,
+                                                              const std::string& address,
+                                                              uint16_t port) {
+  KJ_REQUIRE(t_lowlevel != nullptr, "ProxyHost::connect_in off the proxy thread");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1)
+    return KJ_EXCEPTION(FAILED, "not an IPv4 address", address.c_str());
+  int fd = -1, err = 0;
+  std::string entering = in_netns(netns_fd, [&] {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) err = errno;
+  });
+  if (!entering.empty()) return KJ_EXCEPTION(FAILED, "entering the namespace", entering.c_str());
+  if (fd < 0) return KJ_EXCEPTION(FAILED, "socket", std::strerror(err));
+  return t_lowlevel->wrapConnectingSocketFd(fd, reinterpret_cast<sockaddr*>(&a), sizeof a,
+                                            kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
 }
 
 }  // namespace pandastack::vmm

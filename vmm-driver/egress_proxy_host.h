@@ -12,13 +12,14 @@
 
 #include "vmm-driver/egress_proxy.h"
 #include "vmm-driver/error.h"
+#include "vmm-driver/network.h"
 
 namespace pandastack::vmm {
 
 class ProxyHost {
  public:
   // The ports the listeners take in each sandbox's namespace (what the ruleset redirects to).
-  static constexpr uint16_t kTlsPort = 15443, kPlainPort = 15080;
+  static constexpr uint16_t kTlsPort = kEgressProxyTlsPort, kPlainPort = kEgressProxyPlainPort;
   // Connections served at once per sandbox; past it a new one is closed at once.
   static constexpr size_t kMaxConnections = 256;
 
@@ -39,6 +40,12 @@ class ProxyHost {
   // On the proxy thread: a TCP connection to `host`:`port` (an address, or a name the host's
   // resolver answers), from the host's namespace.
   static kj::Promise<kj::Own<kj::AsyncIoStream>> connect(const std::string& host, uint16_t port);
+  // On the proxy thread: a TCP connection to IPv4 `address`:`port` from inside namespace
+  // `netns_fd` (a sandbox's: its egress rules and its address translation apply, as to the
+  // guest's own connections).
+  static kj::Promise<kj::Own<kj::AsyncIoStream>> connect_in(int netns_fd,
+                                                            const std::string& address,
+                                                            uint16_t port);
 
  private:
   struct Impl;

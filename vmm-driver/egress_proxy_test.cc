@@ -98,7 +98,7 @@ struct World {
     o.secrets = [this] {
       return std::vector<ProxySecret>{{"GITHUB_TOKEN", placeholder_, value_, {"api.test"}}};
     };
-    o.connect = [this](const std::string& host, uint16_t port) {
+    o.connect = [this](const std::string& host, const std::string&, uint16_t port) {
       connected_.push_back(host + ":" + std::to_string(port));
       return io_.provider->getNetwork()
           .parseAddress("127.0.0.1", port == 443 ? tls_port_ : plain_port_)
@@ -303,10 +303,10 @@ TEST(ProxyHost, ServesConnectionsRedirectedInsideANamespace) {
     ProxyHost host;
     auto o = w.options();
     uint16_t tls_port = w.tls_port_;
-    o.connect = [&, tls_port](const std::string& h, uint16_t port) {
+    o.connect = [&, tls_port](const std::string& h, const std::string& address, uint16_t port) {
       {
         std::lock_guard lock(dests_mu);
-        dests.push_back(h + ":" + std::to_string(port));
+        dests.push_back(h + "@" + address + ":" + std::to_string(port));
       }
       return ProxyHost::connect("127.0.0.1", tls_port);
     };
@@ -346,7 +346,7 @@ TEST(ProxyHost, ServesConnectionsRedirectedInsideANamespace) {
               "host=api.test\nauth=Bearer " + w.value_ + "\nurl=/x\n");
     {
       std::lock_guard lock(dests_mu);
-      EXPECT_EQ(dests, std::vector<std::string>{"api.test:443"});
+      EXPECT_EQ(dests, std::vector<std::string>{"api.test@127.0.0.5:443"});
       ASSERT_EQ(uses.size(), 1u);
       EXPECT_EQ(uses[0].injected, std::vector<std::string>{"GITHUB_TOKEN"});
     }

@@ -278,7 +278,8 @@ std::string first_nameserver(const std::string& text) {
   return "";
 }
 
-std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy& policy) {
+std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy& policy,
+                            bool egress_proxy) {
   std::string r;
   // Replace the table in one transaction: add (no-op if present), delete, define.
   r += std::string("table inet ") + kTable + "\ndelete table inet " + kTable + "\n";
@@ -299,41 +300,66 @@ std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy&
          " {\n    limit rate 20/second burst 40 packets log prefix \"" + reason + "\" group " +
          std::to_string(kEgressLogGroup) + "\n" +
          "    reject with icmpx type admin-prohibited\n  }\n";
-  r += "  chain forward {\n    type filter hook forward priority filter; policy drop;\n";
-  r += "    ct state established,related accept\n";
-  // Never: other sandboxes and the host's veth ends (the pool), loopback, link-local (cloud
-  // metadata), multicast, broadcast -- whatever the policy says.
-  r += "    iifname \"tap0\" ip daddr { " + settings.pool_cidr +
-       ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } jump deny_internal\n";
-  // Nor the host's private networks and reserved ranges, unless the operator allowed a range.
   auto join = [](const std::vector<std::string>& v) {
     std::string out;
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
     return out;
   };
-  if (!settings.reserved.empty()) {
-    r += "    iifname \"tap0\" ip daddr { " + join(merged_intervals(settings.reserved)) + " }";
-    if (!settings.reserved_allowed.empty())
-      r += " ip daddr != { " + join(merged_intervals(settings.reserved_allowed)) + " }";
-    r += " jump deny_reserved\n";
-  }
-  switch (policy.mode) {
-    case EgressPolicy::Mode::allow_all:
-      r += "    iifname \"tap0\" oifname \"eth0\" accept\n";
-      break;
-    case EgressPolicy::Mode::allowlist:
-      r += "    iifname \"tap0\" oifname \"eth0\" ip daddr @allow accept\n";
-      r += "    iifname \"tap0\" oifname \"eth0\" ip daddr @dns_allow accept\n";
-      break;
-    case EgressPolicy::Mode::deny_all:
-      break;
-  }
-  r += "    iifname \"tap0\" jump deny_policy\n  }\n";
+  // What leaves through `from` (the guest's packets: iifname "tap0"; the egress proxy's own
+  // connections, made in this namespace: oifname "eth0") may reach.
+  auto egress_rules = [&](const std::string& from) {
+    std::string c;
+    // Never: other sandboxes and the host's veth ends (the pool), loopback, link-local (cloud
+    // metadata), multicast, broadcast -- whatever the policy says.
+    c += "    " + from + " ip daddr { " + settings.pool_cidr +
+         ", 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } jump deny_internal\n";
+    // Nor the host's private networks and reserved ranges, unless the operator allowed a range.
+    if (!settings.reserved.empty()) {
+      c += "    " + from + " ip daddr { " + join(merged_intervals(settings.reserved)) + " }";
+      if (!settings.reserved_allowed.empty())
+        c += " ip daddr != { " + join(merged_intervals(settings.reserved_allowed)) + " }";
+      c += " jump deny_reserved\n";
+    }
+    switch (policy.mode) {
+      case EgressPolicy::Mode::allow_all:
+        c += "    " + from + " oifname \"eth0\" accept\n";
+        break;
+      case EgressPolicy::Mode::allowlist:
+        c += "    " + from + " oifname \"eth0\" ip daddr @allow accept\n";
+        c += "    " + from + " oifname \"eth0\" ip daddr @dns_allow accept\n";
+        break;
+      case EgressPolicy::Mode::deny_all:
+        break;
+    }
+    c += "    " + from + " jump deny_policy\n";
+    return c;
+  };
+  r += "  chain forward {\n    type filter hook forward priority filter; policy drop;\n";
+  r += "    ct state established,related accept\n";
+  r += egress_rules("iifname \"tap0\"") + "  }\n";
+  // The namespace's own connections out (the egress proxy's, on the guest's behalf): the same
+  // rules. (The resolver's upstream socket lives in the host's namespace; port forwards reach the
+  // guest through tap0.)
+  r += "  chain output {\n    type filter hook output priority filter; policy accept;\n";
+  r += "    ct state established,related accept\n";
+  r += egress_rules("oifname \"eth0\"") + "  }\n";
   r += "  chain input {\n    type filter hook input priority filter; policy drop;\n";
   r += "    ct state established,related accept\n    iifname \"lo\" accept\n";
   r += "    iifname \"tap0\" icmp type echo-request accept\n";
   r += std::string("    iifname \"tap0\" ip daddr ") + kGuestGateway + " udp dport 53 accept\n";
+  if (egress_proxy)
+    r += std::string("    iifname \"tap0\" ip daddr ") + kGuestGateway + " tcp dport { " +
+         std::to_string(kEgressProxyTlsPort) + ", " + std::to_string(kEgressProxyPlainPort) +
+         " } accept\n";
   r += "    iifname \"tap0\" jump deny_internal\n  }\n";
+  if (egress_proxy) {
+    // The guest's HTTPS and HTTP go to the egress proxy (its listeners on the gateway address).
+    r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
+    r += "    iifname \"tap0\" tcp dport 443 redirect to :" + std::to_string(kEgressProxyTlsPort) +
+         "\n";
+    r += "    iifname \"tap0\" tcp dport 80 redirect to :" + std::to_string(kEgressProxyPlainPort) +
+         "\n  }\n";
+  }
   r += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
   r += "    oifname \"eth0\" masquerade\n  }\n}\n";
   return r;
@@ -519,7 +545,7 @@ Result<std::shared_ptr<Network>> Network::create(const NetworkSettings& settings
           "\nlink set tap0 up\nroute add default via " + pool->host_address(index) + "\n",
       n->netns_fd_);
   if (!st) return st.error();
-  st = apply_nft(sandbox_ruleset(settings, policy), n->netns_fd_);
+  st = apply_nft(sandbox_ruleset(settings, policy, false), n->netns_fd_);
   if (!st) return st.error();
   st = n->sync_resolver();
   if (!st) return st.error();
@@ -543,10 +569,24 @@ Result<std::shared_ptr<Network>> Network::adopt(const NetworkSettings& settings,
 }
 
 Status Network::set_policy(const EgressPolicy& policy) {
-  auto st = apply_nft(sandbox_ruleset(settings_, policy), netns_fd_);
+  std::lock_guard lock(rules_mu_);
+  auto st = apply_nft(sandbox_ruleset(settings_, policy, egress_proxy_ != nullptr), netns_fd_);
   if (!st) return st;
   policy_ = policy;
   return sync_resolver();
+}
+
+Status Network::set_egress_proxy(std::shared_ptr<void> proxy) {
+  std::lock_guard lock(rules_mu_);
+  auto st = apply_nft(sandbox_ruleset(settings_, policy_, proxy != nullptr), netns_fd_);
+  if (!st) return st;
+  egress_proxy_ = std::move(proxy);
+  return Ok{};
+}
+
+bool Network::egress_proxy() const {
+  std::lock_guard lock(rules_mu_);
+  return egress_proxy_ != nullptr;
 }
 
 Status Network::sync_resolver() {
@@ -574,6 +614,10 @@ void Network::close_tap() {
 
 void Network::destroy() {
   egress_watch_.reset();  // (its sockets hold the namespace)
+  {
+    std::lock_guard lock(rules_mu_);
+    egress_proxy_.reset();  // (its listeners too)
+  }
   close_tap();
   if (!host_link_.empty() && fs::exists("/sys/class/net/" + host_link_)) {
     // Deleting one end deletes the pair now (the namespace itself goes when its last user does).

@@ -97,8 +97,14 @@ bool needs_resolver(const EgressPolicy& policy);
 // The first IPv4 nameserver of a resolv.conf text ("" when none).
 std::string first_nameserver(const std::string& resolv_conf);
 
-// The nftables ruleset of one sandbox namespace (pure; tested on its own).
-std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy& policy);
+// The ports of a sandbox's egress proxy on the gateway address (vmm-driver/egress_proxy_host.h):
+// with the proxy on, the guest's TCP 443 and 80 are redirected there.
+inline constexpr uint16_t kEgressProxyTlsPort = 15443, kEgressProxyPlainPort = 15080;
+
+// The nftables ruleset of one sandbox namespace (pure; tested on its own). The namespace's own
+// connections out (the egress proxy's) obey the same rules as the guest's.
+std::string sandbox_ruleset(const NetworkSettings& settings, const EgressPolicy& policy,
+                            bool egress_proxy = false);
 // The host's ruleset for all sandboxes of `settings` (pure).
 std::string host_ruleset(const NetworkSettings& settings);
 
@@ -125,6 +131,11 @@ class Network {
 
   // Replaces the egress policy (one nft transaction: never a moment without a policy).
   Status set_policy(const EgressPolicy& policy);
+  // The sandbox's egress proxy, listening in this namespace: while `proxy` is held (not null),
+  // the guest's TCP 443 and 80 are redirected to it. Released (its listeners stopped) before the
+  // namespace goes, or when replaced.
+  Status set_egress_proxy(std::shared_ptr<void> proxy);
+  bool egress_proxy() const;
   const EgressPolicy& policy() const { return policy_; }
   uint32_t index() const { return index_; }
   const std::string& netns() const { return netns_; }  // name under /run/netns
@@ -165,7 +176,9 @@ class Network {
   std::string netns_, host_link_;
   int netns_fd_ = -1;
   int tap_fd_ = -1;
+  mutable std::mutex rules_mu_;  // the ruleset's inputs: policy_ and egress_proxy_
   EgressPolicy policy_;
+  std::shared_ptr<void> egress_proxy_;
   std::function<void(uint32_t)> on_release_;
   mutable std::mutex forwards_mu_;
   std::map<uint16_t, std::unique_ptr<PortForward>> forwards_;

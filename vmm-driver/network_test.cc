@@ -99,7 +99,33 @@ TEST(Network, SandboxRulesetFollowsThePolicy) {
                    "\"policy\" group 1\n    reject with icmpx type admin-prohibited\n  }"),
             std::string::npos)
       << l;
-  EXPECT_NE(l.find("iifname \"tap0\" jump deny_policy\n  }\n  chain input"), std::string::npos);
+  EXPECT_NE(l.find("iifname \"tap0\" jump deny_policy\n  }\n  chain output"), std::string::npos);
+}
+
+// The namespace's own connections (the egress proxy's) obey the guest's rules; with the proxy on,
+// the guest's 443 and 80 go to its listeners, and only those ports of the gateway are open.
+TEST(Network, SandboxRulesetAppliesThePolicyToTheProxy) {
+  NetworkSettings s;
+  EgressPolicy list;
+  list.mode = EgressPolicy::Mode::allowlist;
+  list.cidrs = {"192.0.2.0/24"};
+  auto off = sandbox_ruleset(s, list, false);
+  auto out = off.substr(off.find("chain output"));
+  EXPECT_NE(out.find("oifname \"eth0\" ip daddr { 10.200.0.0/16, 127.0.0.0/8, 169.254.0.0/16"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("oifname \"eth0\" ip daddr { 0.0.0.0-0.255.255.255"), std::string::npos);
+  EXPECT_NE(out.find("oifname \"eth0\" oifname \"eth0\" ip daddr @allow accept"),
+            std::string::npos);
+  EXPECT_NE(out.find("oifname \"eth0\" jump deny_policy\n  }"), std::string::npos);
+  EXPECT_EQ(off.find("redirect"), std::string::npos);
+  EXPECT_EQ(off.find("15443"), std::string::npos);
+  auto on = sandbox_ruleset(s, list, true);
+  EXPECT_NE(on.find("iifname \"tap0\" tcp dport 443 redirect to :15443"), std::string::npos) << on;
+  EXPECT_NE(on.find("iifname \"tap0\" tcp dport 80 redirect to :15080"), std::string::npos);
+  EXPECT_NE(on.find("iifname \"tap0\" ip daddr 172.31.255.1 tcp dport { 15443, 15080 } accept"),
+            std::string::npos);
+  EXPECT_LT(on.find("15443, 15080 } accept"), on.find("iifname \"tap0\" jump deny_internal\n  }"));
 }
 
 TEST(Network, ReservedRangesMergeAndMatch) {

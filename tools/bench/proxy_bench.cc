@@ -88,7 +88,7 @@ int proxy_bench(const std::string& scenario, int n, bool json) {
   po.secrets = [&] {
     return std::vector<vmm::ProxySecret>{{"TOKEN", placeholder, "the-value", {"api.bench"}}};
   };
-  po.connect = [&](const std::string&, uint16_t) {
+  po.connect = [&](const std::string&, const std::string&, uint16_t) {
     return net.parseAddress("127.0.0.1", up_port).then([](kj::Own<kj::NetworkAddress> a) {
       return a->connect().attach(kj::mv(a));
     });
