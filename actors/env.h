@@ -27,6 +27,13 @@
 
 namespace pandastack::actors {
 
+class Secrets;  // (actors/secrets.h)
+}  // namespace pandastack::actors
+namespace pandastack::vmm {
+class ProxyHost;  // (vmm-driver/egress_proxy_host.h)
+}  // namespace pandastack::vmm
+namespace pandastack::actors {
+
 // One sandbox's VM, shared by its VM worker (which creates, snapshots and destroys it under the
 // exclusive lock) and the callers of agent operations (exec, files, processes), which run
 // concurrently under the shared lock on their own threads. Hibernate and kill first cancel the
@@ -87,6 +94,13 @@ struct Env {
   // The sandbox's log (made when `create`; else null when it has none).
   std::shared_ptr<vmm::EgressLog> egress_log(const std::string& id, bool create);
   void forget_egress_log(const std::string& id);
+
+  // Tenant secrets (Runtime::Impl's; null in tests without them) and the egress proxies that put
+  // bound secrets into sandboxes' requests (one thread, made at the first sandbox with secrets).
+  Secrets* secrets = nullptr;
+  std::mutex proxy_mu;
+  std::shared_ptr<vmm::ProxyHost> proxies;
+  std::shared_ptr<vmm::ProxyHost> proxy_host();
 
   // Reports VMs that die on their own (VmHandle::generation says which); null once shut down.
   std::unique_ptr<vmm::VmWatcher> watcher = std::make_unique<vmm::VmWatcher>();

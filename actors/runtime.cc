@@ -13,11 +13,13 @@
 #include <stop_token>
 
 #include "actors/cluster.h"
+#include "actors/egress_proxies.h"
 #include "actors/env.h"
 #include "actors/messages.h"
 #include "actors/recovery.h"
 #include "actors/registry.h"
 #include "actors/runtime_impl.h"
+#include "actors/secrets.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
 #include "vmm-driver/images.h"
@@ -125,6 +127,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
   if (!sealed) return Rejection{Code::storage_error, "secrets: " + sealed.error().message};
   impl->secret_store = std::move(*sealed);
   impl->secrets = std::make_unique<Secrets>(*impl->secret_store);
+  env.secrets = impl->secrets.get();
   // Tenants' own quotas (set by an admin).
   if (auto saved = env.store->scan("quota/")) {
     for (auto& [key, value] : *saved) {
@@ -240,6 +243,59 @@ std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
   return std::nullopt;
 }
 
+namespace {
+
+// Adds the hosts of the tenant's secrets `names` to `egress` (deny_all becomes an allowlist of
+// them; allow_all reaches them already). secret_not_found for a name the tenant has not.
+std::optional<Rejection> allow_secret_hosts(Secrets& secrets, const std::string& tenant,
+                                            const std::vector<std::string>& names, Egress& egress) {
+  if (names.empty() || names.size() > Secrets::kMaxPerSandbox)
+    return Rejection{Code::invalid_argument, "secrets: 1.." +
+                                                 std::to_string(Secrets::kMaxPerSandbox) +
+                                                 " names of the tenant's secrets"};
+  std::set<std::string> hosts;
+  for (auto& name : names) {
+    auto info = secrets.get(tenant, name);
+    if (!info) return info.error();
+    hosts.insert(info->hosts.begin(), info->hosts.end());
+  }
+  if (egress.mode == "allow_all") return std::nullopt;
+  if (egress.mode == "deny_all") {
+    egress.mode = "allowlist";
+    egress.cidrs.clear();
+    egress.domains.clear();
+  }
+  for (auto& h : hosts)
+    if (std::find(egress.domains.begin(), egress.domains.end(), h) == egress.domains.end())
+      egress.domains.push_back(h);
+  return std::nullopt;
+}
+
+// A running sandbox just bound to secrets (created, or a fork's child that inherits): its egress
+// proxy started on its VM's network and, given `ca_pem`, the sandbox's CA added to the guest's
+// trust store.
+std::optional<Rejection> serve_secrets(Runtime::Impl& impl, const std::string& tenant,
+                                       const std::string& id, const std::string* ca_pem) {
+  Answer a = impl.ask(caf::make_message(lease_atom::value, tenant, id));
+  if (!a.ok) return a.error;
+  std::shared_lock l(a.vm->mu);
+  auto& vm = a.vm->vm;
+  if (!vm) return Rejection{Code::sandbox_not_running, "the sandbox's VM is gone"};
+  if (!vm->config().network)
+    return Rejection{Code::invalid_argument, "secrets need the sandbox's network"};
+  if (auto st = start_egress_proxy(*impl.env, *vm->config().network, id); !st)
+    return Rejection{Code::internal, "the sandbox's egress proxy: " + st.error().message};
+  if (!ca_pem) return std::nullopt;
+  auto r = vm->agent().exec(trust_ca_request(*ca_pem));
+  if (!r || r->exit_code != 0)
+    return Rejection{Code::agent_error,
+                     "adding the sandbox's CA to the guest's trust store: " +
+                         (r ? r->stdout_data + r->stderr_data : r.error().message)};
+  return std::nullopt;
+}
+
+}  // namespace
+
 Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   CreateRequest r = request;
   const auto& cfg = impl_->env->config;
@@ -270,8 +326,14 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
     f >> word;
     r.network = cfg.network && word != "off";
   }
+  if (!*r.network && !r.secrets.empty())
+    return Rejection{Code::invalid_argument,
+                     "secrets reach a sandbox through its network's egress proxy: a sandbox "
+                     "without a network (network: false) has none"};
   if (*r.network) {
     r.egress = r.egress.value_or(cfg.default_egress);
+    if (!r.secrets.empty())
+      if (auto no = allow_secret_hosts(*impl_->secrets, r.tenant, r.secrets, *r.egress)) return *no;
     if (auto bad = validate_egress(*r.egress, !cfg.net.dns_upstream.empty())) return *bad;
   } else if (r.egress) {
     return Rejection{Code::invalid_argument,
@@ -289,6 +351,20 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   if (made) {
     if (auto no = impl_->claim(made->id)) {
       (void)kill(r.tenant, made->id);  // nothing half-made: a sandbox no host answers for
+      return *no;
+    }
+  }
+  if (made && !r.secrets.empty()) {
+    // Bound once it exists (its id is its binding's); nothing in it knows a placeholder before.
+    auto bound = impl_->secrets->bind(r.tenant, made->id, r.secrets);
+    std::optional<Rejection> no;
+    if (!bound)
+      no = bound.error();
+    else
+      no = serve_secrets(*impl_, r.tenant, made->id, &bound->ca_cert);
+    if (no) {
+      (void)kill(r.tenant, made->id);
+      impl_->secrets->unbind(made->id);
       return *no;
     }
   }
@@ -547,7 +623,7 @@ Reply<bool> Runtime::check_egress(const std::string& tenant, const std::string& 
 }
 
 Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const std::string& id,
-                                              uint32_t count) {
+                                              uint32_t count, bool inherit_secrets) {
   std::string snap = "snap_" + random_base32(16);
   if (auto no = impl_->claim(snap)) return *no;
   auto children =
@@ -557,6 +633,21 @@ Reply<std::vector<SandboxInfo>> Runtime::fork(const std::string& tenant, const s
     if (auto no = claim_all(*children)) {
       for (auto& k : *children) (void)kill(tenant, k.id);
       return *no;
+    }
+  // Children that inherit: the parent's placeholders and CA (already in their memory and trust
+  // store) with proxies of their own. The others hold placeholders nothing will replace.
+  if (children && inherit_secrets)
+    for (auto& k : *children) {
+      auto inherited = impl_->secrets->inherit(id, k.id);
+      std::optional<Rejection> no;
+      if (!inherited)
+        no = inherited.error();
+      else if (*inherited)
+        no = serve_secrets(*impl_, tenant, k.id, nullptr);
+      if (no) {
+        for (auto& x : *children) (void)kill(tenant, x.id);
+        return *no;
+      }
     }
   return children;
 }

@@ -88,6 +88,9 @@ struct RuntimeConfig {
   // created without a network and asking for one is refused (network_disabled).
   bool network = false;
   vmm::NetworkSettings net;
+  // Certificates (PEM) the egress proxy trusts for upstream hosts besides the system's store
+  // (--egress-trust-ca: a corporate CA, a test's own).
+  std::vector<std::string> egress_trusted_cas;
   Egress default_egress;  // for creates that name no policy (deny_all unless configured)
   std::string ports_host = "127.0.0.1";  // where exposed guest ports listen on the host
   // Each VM's cgroup: CPU (and IO) weight against the daemon's 100, and a CPU ceiling in percent
@@ -161,6 +164,9 @@ struct CreateRequest {
   // The guest shape asked for (0: not asked). A sandbox has its template's (baked into its
   // snapshot): asking for more is refused (exceeds_template); asking for less gets the template's.
   uint32_t memory_mib = 0, vcpus = 0;
+  // Tenant secrets the sandbox's requests may carry (actors/secrets.h): its processes get a
+  // placeholder for each, its egress proxy puts the values into requests to their hosts.
+  std::vector<std::string> secrets;
 };
 // A volume (actors/volume.h): a file on the data disk that outlives sandboxes.
 struct VolumeInfo {
@@ -469,9 +475,10 @@ class Runtime {
   Reply<std::vector<SnapshotInfo>> snapshots(const std::string& tenant);
   // Whether `egress` is a valid policy for the sandbox (normalized in place), without applying it.
   Reply<bool> check_egress(const std::string& tenant, const std::string& id, Egress& egress);
-  // `count` children of a running sandbox; the parent keeps running.
+  // `count` children of a running sandbox; the parent keeps running. `inherit_secrets`: the
+  // children's requests carry the parent's secrets too (else a placeholder they hold is useless).
   Reply<std::vector<SandboxInfo>> fork(const std::string& tenant, const std::string& id,
-                                       uint32_t count);
+                                       uint32_t count, bool inherit_secrets = false);
 
   // Volumes. Errors: volume_not_found, invalid_argument, volume_attached (delete or resize while
   // a running or hibernated sandbox holds it), quota_exceeded.

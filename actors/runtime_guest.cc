@@ -9,6 +9,7 @@
 #include <shared_mutex>
 #include <stop_token>
 
+#include "actors/egress_proxies.h"
 #include "actors/env.h"
 #include "actors/messages.h"
 #include "actors/runtime.h"
@@ -162,13 +163,21 @@ class ExecSlot {
   std::optional<Rejection> refused_;
 };
 
+// `req` with the sandbox's secret placeholders (and trust store paths) in its environment; what
+// the caller set itself wins.
+vmm::ExecRequest with_secret_env(Env& env, const std::string& id, vmm::ExecRequest req) {
+  for (auto& [k, v] : secret_env(env, id)) req.env.emplace(k, v);
+  return req;
+}
+
 Reply<vmm::ExecResult> run_exec(Runtime::Impl& impl, const std::string& tenant,
-                                const std::string& id, const vmm::ExecRequest& req,
+                                const std::string& id, const vmm::ExecRequest& given,
                                 vmm::OutputCallback cb, std::stop_token stop) {
   ExecSlot slot(*impl.env, tenant);
   if (slot.refused()) return *slot.refused();
-  Answer a = impl.ask(caf::make_message(exec_atom::value, tenant, id, describe_command(req)));
+  Answer a = impl.ask(caf::make_message(exec_atom::value, tenant, id, describe_command(given)));
   if (!a.ok) return a.error;
+  auto req = with_secret_env(*impl.env, id, given);
   auto t0 = std::chrono::steady_clock::now();
   auto r = with_vm<vmm::ExecResult>(*a.vm, stop, [&](vmm::AgentClient& agent, std::stop_token t) {
     return cb ? agent.exec_stream(req, cb, t) : agent.exec(req, t);
@@ -228,7 +237,7 @@ Reply<uint32_t> Runtime::start_process(const std::string& tenant, const std::str
           return vmm::make_error(
               vmm::ErrorCode::too_many,
               "a sandbox runs at most " + std::to_string(limit) + " background processes at once");
-        return ag.start_process(req);
+        return ag.start_process(with_secret_env(*impl_->env, id, req));
       });
   if (pid) record(*impl_, tenant, id, cmd::RecordProcess{*pid, describe_command(req)});
   return pid;

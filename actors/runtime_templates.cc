@@ -39,6 +39,12 @@ Reply<TemplateState> Runtime::publish_template(const std::string& tenant, const 
     return Rejection{Code::not_implemented,
                      "publishing a sandbox with volumes as a template is not built: its volumes "
                      "are data of their own (copy what the template needs onto its disk)"};
+  // Its guest holds placeholders and trusts a CA of its own: never a template's (secrets are per
+  // sandbox and per run).
+  if (auto bound = impl_->secrets->binding(id); bound && *bound)
+    return Rejection{Code::invalid_argument,
+                     "a sandbox with secrets is not published as a template (its processes hold "
+                     "the secrets' placeholders): publish one made without secrets"};
   if (auto no = impl_->builds->check_publish(tenant, name)) return *no;
   // A named snapshot (its memory and disk at one instant), copied into the template, then gone.
   auto snap = snapshot(tenant, id);

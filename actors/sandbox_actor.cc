@@ -9,6 +9,7 @@
 
 #include "actors/deadlines.h"
 #include "actors/event_codec.h"
+#include "actors/secrets.h"
 #include "actors/vm_worker.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/usage.h"
@@ -41,6 +42,7 @@ void maybe_retire(SandboxSelf* self) {
     return;
   st.retired = true;
   st.env->forget_egress_log(st.s.id);
+  if (st.env->secrets) st.env->secrets->unbind(st.s.id);  // (its placeholders are useless now)
   caf::anon_send(st.registry, ended_atom::value, st.s);
   if (st.worker) caf::anon_send(st.worker, retire_atom::value);
   self->quit();

@@ -191,6 +191,18 @@ std::map<std::string, std::string> Secrets::env_of(const std::string& sandbox) {
   return env;
 }
 
+Reply<bool> Secrets::inherit(const std::string& parent, const std::string& child) {
+  auto b = binding(parent);
+  if (!b) return b.error();
+  if (!*b) return false;
+  auto copy = **b;
+  copy.sandbox = child;
+  if (auto st = store_.bind(copy); !st) return from_store(st.error(), child);
+  std::lock_guard lock(env_mu_);
+  env_.erase(child);
+  return true;
+}
+
 void Secrets::unbind(const std::string& sandbox) {
   (void)store_.unbind(sandbox);
   std::lock_guard lock(env_mu_);

@@ -2,8 +2,7 @@
 // value and expiry of each checked, at most kPerTenant per tenant, and a value never answered.
 // A sandbox's use of secrets is a binding (bind): a placeholder per secret, which its processes
 // get as the secret's environment variable, and a CA of its own; its egress proxy
-// (vmm-driver/egress_proxy.h) puts the values in (bound_secrets). Not yet wired to sandboxes'
-// networks: a create naming secrets is refused (501).
+// (vmm-driver/egress_proxy.h, actors/egress_proxies.h) puts the values in (bound_secrets).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +64,10 @@ class Secrets {
   // memory after the first read (an exec's path).
   std::map<std::string, std::string> env_of(const std::string& sandbox);
   void unbind(const std::string& sandbox);
+  // A fork's child that inherits: the parent's binding given to `child` too (the same
+  // placeholders and CA, which the child's memory and trust store already hold). False when the
+  // parent has none.
+  Reply<bool> inherit(const std::string& parent, const std::string& child);
 
   // The checks (pure): a rejection or nothing.
   static std::optional<Rejection> check_name(const std::string& name);

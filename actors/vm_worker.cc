@@ -6,6 +6,7 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "actors/egress_proxies.h"
 #include "actors/volume_files.h"
 
 namespace pandastack::actors {
@@ -23,7 +24,13 @@ WorkerResult failed(const std::string& e) {
 void install_vm(Env& env, VmHandle& h, std::unique_ptr<vmm::Vm> vm, caf::actor_addr owner,
                 const std::string& id) {
   // What the VM's network lets out goes to the sandbox's egress log (kept across its VMs).
-  if (auto& n = vm->config().network) n->egress_log()->forward_to(env.egress_log(id, true));
+  if (auto& n = vm->config().network) {
+    n->egress_log()->forward_to(env.egress_log(id, true));
+    // Its bound secrets' proxy (none for most): requests carrying a placeholder then fail at
+    // their host (logged), nothing else.
+    if (auto st = start_egress_proxy(env, *n, id); !st)
+      spdlog::error("sandbox {}: its egress proxy did not start: {}", id, st.error().message);
+  }
   uint64_t gen = ++h.generation;
   pid_t pid = vm->pid();
   {

@@ -69,6 +69,8 @@ const char* kUsage = R"(usage: pandastackd [options]
                       nameserver of /etc/resolv.conf; "off": no resolver, domain allowlists refused)
   --dns-max-names N   distinct names a sandbox's resolver forwards per VM (default 1000; past it
                       REFUSED: a bound on what DNS carries out)
+  --egress-trust-ca FILE  certificates (PEM) the egress proxy trusts for secrets' hosts besides
+                      the system's store (a corporate CA); may be given more than once
   --quota-sandboxes N, --quota-memory-mib N, --quota-snapshots N, --quota-snapshot-mib N,
   --quota-hibernated N, --quota-hibernated-mib N, --quota-ports N, --quota-execs N,
   --quota-rps N, --quota-volumes N, --quota-volume-mib N
@@ -271,6 +273,24 @@ int main(int argc, char** argv) {
       preview_scheme_given = true;
       if (preview.scheme != "http" && preview.scheme != "https")
         usage_error("--preview-scheme: http or https");
+    } else if (a == "--egress-trust-ca") {
+      std::string path = value();
+      std::ifstream f(path);
+      std::stringstream text;
+      text << f.rdbuf();
+      if (!f || text.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos)
+        usage_error("--egress-trust-ca: " + path + " is not a readable PEM certificate file");
+      // One entry per certificate (a bundle holds several).
+      std::string all = text.str(), end = "-----END CERTIFICATE-----";
+      size_t at = 0;
+      while ((at = all.find("-----BEGIN CERTIFICATE-----", at)) != std::string::npos) {
+        size_t e = all.find(end, at);
+        if (e == std::string::npos)
+          usage_error("--egress-trust-ca: " + path + ": a certificate is cut short");
+        e += end.size();
+        config.egress_trusted_cas.push_back(all.substr(at, e - at) + "\n");
+        at = e;
+      }
     } else if (a == "--dns-upstream")
       dns_upstream = value();
     else if (a == "--dns-max-names") {

@@ -60,6 +60,17 @@ Json egress_entry_json(const vmm::EgressEntry& e) {
   j.set("destination", e.destination);
   if (e.port) j.set("port", int64_t(e.port));
   if (!e.name.empty()) j.set("name", e.name);
+  if (e.kind == vmm::EgressEntry::Kind::secret) {
+    auto list = [](const std::vector<std::string>& v) {
+      Json a = Json::array();
+      for (auto& x : v) a.push(Json(x));
+      return a;
+    };
+    j.set("method", e.method);
+    j.set("injected", list(e.injected));
+    j.set("refused", list(e.refused));
+    return j;
+  }
   if (e.allowed) {
     j.set("bytes_out", int64_t(e.bytes_out));
     j.set("bytes_in", int64_t(e.bytes_in));
@@ -74,12 +85,8 @@ HttpReply egress_log(Call& c) {
   q.limit = size_t(query_int(c.r, "limit", 100, 1000));
   if (q.limit == 0) throw ApiError{Code::invalid_argument, "limit must be within 1..1000"};
   if (auto k = c.r.q("kind")) {
-    if (*k == "dns")
-      q.kind = vmm::EgressEntry::Kind::dns;
-    else if (*k == "connection")
-      q.kind = vmm::EgressEntry::Kind::connection;
-    else
-      throw ApiError{Code::invalid_argument, "kind must be dns or connection"};
+    q.kind = vmm::egress_kind_from_string(std::string(*k));
+    if (!q.kind) throw ApiError{Code::invalid_argument, "kind must be dns, connection or secret"};
   }
   if (auto v = c.r.q("verdict")) {
     if (*v != "allowed" && *v != "denied")
@@ -106,12 +113,13 @@ HttpReply create(Call& c) {
             "memory_mib", "vcpus", "hibernate_memory", "secrets"});
   actors::CreateRequest req;
   req.tenant = c.tenant();
-  // Secrets reach a sandbox only through an egress proxy that puts their values into requests to
-  // their hosts (the guest sees a placeholder): not built yet, so refused rather than ignored.
-  if (f.has("secrets"))
-    throw ApiError{Code::not_implemented,
-                   "secrets are stored (/v1/secrets) but not yet injected into a sandbox's "
-                   "requests: the egress proxy that does it is not built"};
+  // Secrets reach a sandbox through its egress proxy, which puts their values into requests to
+  // their hosts; the guest's processes get a placeholder each (actors/egress_proxies.h).
+  if (f.has("secrets")) {
+    req.secrets = f.string_list("secrets");
+    if (req.secrets.empty())
+      throw ApiError{Code::invalid_argument, "secrets: a list of 1 or more secret names"};
+  }
   if (f.has("template") && f.has("from_snapshot"))
     throw ApiError{Code::invalid_argument,
                    "give a template or from_snapshot, not both (a snapshot has its template)"};
@@ -230,13 +238,21 @@ std::vector<Route> sandbox_routes() {
       route(M::POST, "/v1/sandboxes/{id}/fork",
             "Fork a running sandbox into count children (default 1), on hosts (cluster mode)",
             [](Call& c) {
-              Fields f(c.r.json(), {"count", "hosts"});
+              Fields f(c.r.json(), {"count", "hosts", "inherit_secrets"});
               const auto& limits = c.gw.rt.config().limits;
               auto count = uint32_t(f.integer("count", 1, 1, limits.max_fork_children));
-              if (f.has("hosts")) return fork_across_hosts(c, count, f.string_list("hosts"));
-              auto children = c.gw.rt.fork(c.tenant(), c.id, count);
+              bool inherit = f.boolean("inherit_secrets");
+              if (f.has("hosts")) {
+                if (inherit)
+                  throw ApiError{Code::not_implemented,
+                                 "inherit_secrets on other hosts: secrets are kept by the host "
+                                 "that stores them (fork on this host)"};
+                return fork_across_hosts(c, count, f.string_list("hosts"));
+              }
+              auto children = c.gw.rt.fork(c.tenant(), c.id, count, inherit);
               // In a cluster, a host short of memory places the children on another host.
-              if (!children && children.error().code == Code::host_full && c.gw.rt.cluster())
+              if (!children && children.error().code == Code::host_full && c.gw.rt.cluster() &&
+                  !inherit)
                 return fork_elsewhere(c, count, children.error());
               auto reply = list_reply("sandboxes", unwrap(std::move(children)), sandbox_json);
               reply.status = 201;

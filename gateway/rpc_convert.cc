@@ -101,6 +101,14 @@ void fill_egress(api::EgressEntry::Builder b, const vmm::EgressEntry& e) {
   b.setProtocol(e.protocol);
   b.setDestination(e.destination);
   b.setPort(e.port);
+  if (e.kind == vmm::EgressEntry::Kind::secret) {
+    b.setMethod(e.method);
+    auto in = b.initInjected(unsigned(e.injected.size()));
+    for (size_t i = 0; i < e.injected.size(); ++i) in.set(unsigned(i), e.injected[i]);
+    auto out = b.initRefused(unsigned(e.refused.size()));
+    for (size_t i = 0; i < e.refused.size(); ++i) out.set(unsigned(i), e.refused[i]);
+    return;
+  }
   if (e.allowed) {
     b.setBytesOut(e.bytes_out);
     b.setBytesIn(e.bytes_in);
@@ -114,12 +122,10 @@ vmm::EgressQuery to_egress_query(uint64_t after, uint32_t limit, const std::stri
   q.after = after;
   if (limit > 1000) fail({Code::invalid_argument, "limit must be within 1..1000"});
   q.limit = limit ? limit : 100;
-  if (kind == "dns")
-    q.kind = vmm::EgressEntry::Kind::dns;
-  else if (kind == "connection")
-    q.kind = vmm::EgressEntry::Kind::connection;
-  else if (!kind.empty())
-    fail({Code::invalid_argument, "kind must be dns or connection"});
+  if (!kind.empty()) {
+    q.kind = vmm::egress_kind_from_string(kind);
+    if (!q.kind) fail({Code::invalid_argument, "kind must be dns, connection or secret"});
+  }
   if (verdict == "allowed" || verdict == "denied")
     q.allowed = verdict == "allowed";
   else if (!verdict.empty())

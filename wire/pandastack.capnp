@@ -43,9 +43,10 @@ struct SecretInfo {          # a tenant secret, never its value (REST's /v1/secr
 struct EgressEntry {         # one line of a sandbox's egress log (REST's .../egress)
   seq @0 :UInt64;
   timestampMs @1 :Int64;
-  kind @2 :Text;             # dns, connection
+  kind @2 :Text;             # dns, connection, secret (a request that carried a placeholder)
   verdict @3 :Text;          # allowed, denied
-  reason @4 :Text;           # denied: policy, reserved, internal, rate_limit, unique_names, malformed
+  reason @4 :Text;           # denied: policy, reserved, internal, rate_limit, unique_names, malformed,
+                             # not_secret_host, plain_http
   name @5 :Text;             # dns: the name asked; connection: the name answered for the address
   type @6 :Text;             # dns: A, AAAA, ...
   answers @7 :List(Text);    # dns: the IPv4 answers
@@ -55,6 +56,9 @@ struct EgressEntry {         # one line of a sandbox's egress log (REST's .../eg
   bytesOut @11 :UInt64;      # allowed connections
   bytesIn @12 :UInt64;
   endedMs @13 :Int64;        # 0 = still open
+  method @14 :Text;          # secret: the request's method
+  injected @15 :List(Text);  # secret: the secrets put in
+  refused @16 :List(Text);   # secret: placeholders left as they were (not this host's; plain HTTP)
 }
 
 struct CreateRequest {

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The egress log through the real daemon and a real VM: what a sandbox's resolver answered and
 refused, the connections it opened (with their bytes) and those its policy denied, with the
-reason; paging and filters; kept across hibernate and wake; the resolver's rate limit.
+reason; paging and filters; kept across hibernate and wake; the resolver's rate limit. Secrets
+through the egress proxy: the guest holds a placeholder, the test's HTTPS upstream (a CA of the
+test's own) receives the value, other hosts and plain HTTP never do; rotation, deletion,
+hibernate and wake, forks with and without inherit_secrets.
 
 All traffic goes to an upstream network namespace this test builds (198.18.9.2 and .3 inside
 it) or is refused inside the sandbox's own namespace (reserved and link-local addresses never
@@ -26,7 +29,8 @@ from upstream import Upstream  # noqa: E402
 # The upstream's DNS server: A records for the test's names, no records for other types.
 DNS_SERVER = r"""
 import socket
-ANSWERS = {"allowed.test": "198.18.9.2", "other.test": "198.18.9.3"}
+ANSWERS = {"allowed.test": "198.18.9.2", "other.test": "198.18.9.3",
+           "api.secret.test": "198.18.9.2"}
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("198.18.9.2", 53))
 while True:
@@ -109,6 +113,70 @@ print(json.dumps({"codes": codes, "elapsed": elapsed}))
 """
 
 
+# The upstream's HTTPS servers (ADDRESS CERT KEY LOG): each request answered with what it carried,
+# and written to LOG (one JSON line each).
+HTTPS_SERVER = r"""
+import http.server, json, ssl, sys
+address, cert, key, log = sys.argv[1:5]
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        seen = {"host": self.headers.get("Host"), "auth": self.headers.get("Authorization"),
+                "path": self.path, "server": address}
+        with open(log, "a") as f:
+            f.write(json.dumps(seen) + "\n")
+        body = json.dumps(seen).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer((address, 443), Echo)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"""
+
+# Run in the guest: requests with the placeholder of TOKEN (its environment variable) to the
+# secret's host, another host, and over plain HTTP. TAG marks the paths.
+SECRET_PROBE = r"""
+import json, os, urllib.error, urllib.request
+tok = os.environ.get("TOKEN", "")
+def get(url, headers):
+    try:
+        r = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=20)
+        return {"status": r.status, "seen": json.loads(r.read())}
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "body": e.read().decode()}
+    except Exception as e:
+        return {"error": str(e)}
+auth = {"Authorization": "Bearer " + tok}
+print(json.dumps({"token": tok,
+                  "secret_host": get("https://api.secret.test/TAG/s", auth),
+                  "other_host": get("https://other.test/TAG/o", auth),
+                  "plain": get("http://api.secret.test/TAG/p", auth)}))
+"""
+
+SECRET_VALUE = "ghp_the-real-VALUE-9f8e7d6c"
+
+
+def make_test_ca(folder):
+    """A CA of the test's own and a certificate for the upstream's names; returns the CA's path."""
+    def run(cmd):
+        subprocess.run(cmd, shell=True, check=True, cwd=folder, capture_output=True)
+    run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key "
+        "-out ca.crt -days 2 -subj /CN=pandastack-test-upstream-ca "
+        "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign")
+    run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout srv.key "
+        "-out srv.csr -subj /CN=api.secret.test")
+    with open(os.path.join(folder, "san.ext"), "w") as f:
+        f.write("subjectAltName=DNS:api.secret.test,DNS:other.test\n")
+    run("openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out srv.crt "
+        "-days 2 -extfile san.ext")
+    return os.path.join(folder, "ca.crt")
+
+
 class EgressLogTest(unittest.TestCase):
     UP_NS, UP_LINK = "pte-upstream", "upte0"
 
@@ -121,10 +189,22 @@ class EgressLogTest(unittest.TestCase):
             f.write("x" * 5000)
         cls.upstream = Upstream(cls.UP_NS, cls.UP_LINK, "198.18.9", [".2", ".3"], cls.base,
                                 DNS_SERVER, www)
+        ca = make_test_ca(cls.base)
+        cls.https_log = os.path.join(cls.base, "https.log")
+        script = os.path.join(cls.base, "https.py")
+        with open(script, "w") as f:
+            f.write(HTTPS_SERVER)
+        for a in cls.upstream.addresses:
+            cls.upstream.servers.append(subprocess.Popen(
+                ["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3", script, a,
+                 os.path.join(cls.base, "srv.crt"), os.path.join(cls.base, "srv.key"),
+                 cls.https_log]))
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
                             ["--dns-upstream", "198.18.9.2:53",
                              # the upstream is in a reserved range: the operator allows it
-                             "--allow-private-egress", "198.18.9.0/24"])
+                             "--allow-private-egress", "198.18.9.0/24",
+                             # and its HTTPS servers' CA is the test's own
+                             "--egress-trust-ca", ca])
         cls.api = Api(cls.daemon)
 
     @classmethod
@@ -242,6 +322,110 @@ class EgressLogTest(unittest.TestCase):
         s, b = c.call("GET", "/v1/sandboxes/sbx-none/egress")
         self.assertEqual((s, b["error"]["code"]), (404, "sandbox_not_found"), b)
         for x in (sid, plain):
+            c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def upstream_saw(self, tag):
+        """What the upstream's HTTPS servers received on paths of `tag`."""
+        try:
+            with open(self.https_log) as f:
+                return [j for j in map(json.loads, f) if j["path"].startswith(f"/{tag}/")]
+        except FileNotFoundError:
+            return []
+
+    def probe_secret(self, sid, tag):
+        return self.run_py(sid, SECRET_PROBE.replace("TAG", tag))
+
+    def test_secrets_reach_their_hosts_only_through_the_proxy(self):
+        c = self.api
+        s, b = c.call("POST", "/v1/secrets", {"name": "TOKEN", "value": SECRET_VALUE,
+                                              "hosts": ["api.secret.test"]})
+        self.assertEqual(s, 201, b)
+        # Refused: an unknown secret, a sandbox without a network (nothing made).
+        s, b = c.call("POST", "/v1/sandboxes", {"secrets": ["NOPE"]})
+        self.assertEqual((s, b["error"]["code"]), (404, "secret_not_found"), b)
+        s, b = c.call("POST", "/v1/sandboxes", {"secrets": ["TOKEN"], "network": False})
+        self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), b)
+        # other.test is allowed by the policy; the secret's host is added to it.
+        sid = c.create(secrets=["TOKEN"],
+                       egress={"mode": "allowlist", "domains": ["other.test"]})["id"]
+        info = c.call("GET", f"/v1/sandboxes/{sid}")[1]
+        self.assertEqual(sorted(info["egress"]["domains"]), ["api.secret.test", "other.test"])
+
+        out = self.probe_secret(sid, "a")
+        tok = out["token"]
+        self.assertTrue(tok.startswith("pds_secret_") and len(tok) == 43, out)
+        # The secret's host got the value (over TLS, checked against the test's CA); another
+        # host got the placeholder; plain HTTP was refused by the proxy and never sent.
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + SECRET_VALUE, out)
+        self.assertEqual(out["other_host"].get("status"), 200, out)
+        self.assertEqual(out["other_host"]["seen"]["auth"], "Bearer " + tok, out)
+        self.assertEqual(out["plain"].get("status"), 403, out)
+        seen = self.upstream_saw("a")
+        self.assertEqual(sorted((j["host"], j["auth"]) for j in seen),
+                         [("api.secret.test", "Bearer " + SECRET_VALUE),
+                          ("other.test", "Bearer " + tok)], seen)
+        # The value is nowhere in the guest: its processes' environments, its files.
+        s, b = c.exec(sid, f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
+                           f"grep -c {SECRET_VALUE}; grep -rl {SECRET_VALUE} /etc /root /tmp /home "
+                           f"/usr/local 2>/dev/null | wc -l")
+        self.assertEqual(s, 200, b)
+        self.assertEqual(b["stdout"].split(), ["0", "0"], b)
+
+        # The egress log: each use of the placeholder, with what was put in.
+        uses = self.egress(sid, "?kind=secret")["entries"]
+        by_host = {(e["name"], e["protocol"]): e for e in uses}
+        ok = by_host[("api.secret.test", "https")]
+        self.assertEqual((ok["verdict"], ok["injected"], ok["destination"], ok["port"]),
+                         ("allowed", ["TOKEN"], "198.18.9.2", 443), ok)
+        other = by_host[("other.test", "https")]
+        self.assertEqual((other["verdict"], other["reason"], other["refused"]),
+                         ("denied", "not_secret_host", ["TOKEN"]), other)
+        plain = by_host[("api.secret.test", "http")]
+        self.assertEqual((plain["verdict"], plain["reason"]), ("denied", "plain_http"), plain)
+        self.assertNotIn(SECRET_VALUE, json.dumps(self.egress(sid, "?limit=1000")))
+
+        # Rotation shows at the next request.
+        rotated = SECRET_VALUE + "-v2"
+        self.assertEqual(c.call("PATCH", "/v1/secrets/TOKEN", {"value": rotated})[0], 200)
+        out = self.probe_secret(sid, "b")
+        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+
+        # Forks: a child that inherits gets the value put in; one that does not holds a
+        # placeholder nothing replaces (its connection is not proxied: the upstream's CA is not
+        # one its guest trusts, so nothing is sent at all).
+        s, kids = c.call("POST", f"/v1/sandboxes/{sid}/fork", {"inherit_secrets": True})
+        self.assertEqual(s, 201, kids)
+        heir = kids["sandboxes"][0]["id"]
+        out = self.probe_secret(heir, "c")
+        self.assertEqual(out["token"], tok, out)
+        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+        s, kids = c.call("POST", f"/v1/sandboxes/{sid}/fork", {})
+        self.assertEqual(s, 201, kids)
+        plain_child = kids["sandboxes"][0]["id"]
+        out = self.probe_secret(plain_child, "d")
+        self.assertIn("error", out["secret_host"], out)
+        self.assertFalse([j for j in self.upstream_saw("d") if rotated in (j["auth"] or "")])
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/fork",
+                      {"inherit_secrets": True, "hosts": ["elsewhere"]})
+        self.assertEqual((s, b["error"]["code"]), (501, "not_implemented"), b)
+
+        # Hibernate and wake: the proxy comes back with the new VM (nothing of the secret was in
+        # the hibernation).
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})[0], 200)
+        self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/wake", {})[0], 200)
+        out = self.probe_secret(sid, "e")
+        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+
+        # Never a template of its own.
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/template", {"name": "with-secrets"})
+        self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), b)
+
+        # Deleted: its placeholder goes out as it is.
+        self.assertEqual(c.call("DELETE", "/v1/secrets/TOKEN")[0], 204)
+        out = self.probe_secret(sid, "f")
+        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + tok, out)
+        for x in (sid, heir, plain_child):
             c.call("DELETE", f"/v1/sandboxes/{x}")
 
     def test_a_query_flood_is_refused_past_the_rate(self):

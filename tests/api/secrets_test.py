@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Secrets through the real daemon: stored sealed (the value never in an answer, the daemon's
 log, or any file of the data folder in the clear), listed by name, rotated, deleted, expired,
-kept across a restart, per tenant, with their limits; a create naming secrets is refused (501)
-until the egress proxy that injects them exists. No VM is started.
+kept across a restart, per tenant, with their limits; a create naming secrets without a network
+is refused. No VM is started (their use by sandboxes: egress_test.py).
 
 Usage: secrets_test.py --daemon build/bin/pandastackd [--images DIR]
 """
@@ -91,9 +91,10 @@ class SecretsTest(harness.LogOnFailure, unittest.TestCase):
         c = type(self).api = Api(self.daemon)
         s, b = c.call("GET", "/v1/secrets/GITHUB_TOKEN")
         self.assertEqual((s, b["version"], b["hosts"]), (200, 2, ["api.github.com"]), b)
-        # Not yet usable by a sandbox: refused, not ignored.
-        self.assertError(c.call("POST", "/v1/sandboxes", {"secrets": ["GITHUB_TOKEN"]}), 501,
-                         "not_implemented")
+        # A sandbox uses secrets through its network's egress proxy (tests/api/egress_test.py):
+        # without a network (this daemon has none), refused, not ignored.
+        self.assertError(c.call("POST", "/v1/sandboxes", {"secrets": ["GITHUB_TOKEN"]}), 400,
+                         "invalid_argument")
         self.assertEqual(c.call("DELETE", "/v1/secrets/GITHUB_TOKEN")[0], 204)
         self.assertError(c.call("GET", "/v1/secrets/GITHUB_TOKEN"), 404, "secret_not_found")
         self.assertError(c.call("DELETE", "/v1/secrets/GITHUB_TOKEN"), 404, "secret_not_found")

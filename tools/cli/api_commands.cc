@@ -332,6 +332,11 @@ int api_main(int argc, char** argv) {
         body.set("egress",
                  egress_body(o.flags.count("--egress") ? o.flags.at("--egress") : "", o.allow));
       }
+      if (!o.secrets.empty()) {
+        Json names = Json::array();
+        for (auto& n : o.secrets) names.push(Json(n));
+        body.set("secrets", names);
+      }
       if (!o.volumes.empty()) {
         Json vols = Json::array();
         for (auto& spec : o.volumes) {  // VOL_ID:/mount[:ro]
@@ -464,6 +469,7 @@ int api_main(int argc, char** argv) {
     if (verb == "fork") {
       Json body = Json::object();
       body.set("count", o.flags.count("--count") ? seconds_flag(o, "--count") : int64_t(1));
+      if (o.inherit_secrets) body.set("inherit_secrets", true);
       auto r = api.json("POST", base + "/fork", body.dump());
       if (o.json) return std::printf("%s\n", r["sandboxes"].dump().c_str()), 0;
       for (auto& k : r["sandboxes"].as_array()) std::printf("%s\n", k["id"].as_string().c_str());

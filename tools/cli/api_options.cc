@@ -15,7 +15,7 @@ const char* const kApiUsage = R"(usage:
       (a sandbox has its template's memory and vCPUs: asking for more is refused)
   pandastack sandbox list [--state S | --all] [--metadata K=V]... [--json]   (live ones by default)
   pandastack sandbox get|hibernate|wake|kill|snapshot ID [--json]
-  pandastack sandbox fork ID [--count N] [--json]
+  pandastack sandbox fork ID [--count N] [--inherit-secrets] [--json]
   pandastack sandbox exec ID [--timeout S] [--cwd DIR] [--env K=V]... [--no-stdin] [--json] -- CMD [ARG...]
       Streams the command's output; piped stdin (not a terminal) goes to the command (64 KiB at
       most). Exits with its exit code, 128+N when a signal N killed it, 124 when it timed out.
@@ -37,6 +37,8 @@ const char* const kApiUsage = R"(usage:
   pandastack files cp SRC DST      (one of them ID:/path in a sandbox, the other a local path;
                                     a DST ending in / or naming a folder gets SRC's file name)
   pandastack sandbox create ... [--volume VOL_ID:/mount[:ro]]...   attach volumes (at most 4)
+  pandastack sandbox create ... [--secret NAME]...   its processes get placeholders; the values
+                                    go into HTTPS requests to each secret's hosts only
   pandastack volume create --size MIB [--name N] [--metadata K=V]... [--json]
   pandastack volume create --from-snapshot VSNAP_ID [--size MIB] [--name N] [--json]
   pandastack volume snapshot VOL_ID [--json]         a point-in-time copy (prints its id)
@@ -119,6 +121,10 @@ Opts parse(int argc, char** argv, int from) {
       o.runs.push_back(value());
     } else if (a == "--file") {
       o.files.push_back(value());
+    } else if (a == "--secret") {
+      o.secrets.push_back(value());
+    } else if (a == "--inherit-secrets") {
+      o.inherit_secrets = true;
     } else if (a == "--no-network") {
       o.no_network = true;
     } else if (a == "--public") {

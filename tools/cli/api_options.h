@@ -14,11 +14,13 @@ namespace pandastack::cli {
 extern const char* const kApiUsage;
 
 struct Opts {
-  std::vector<std::string> pos, metadata, env, cmd, allow, hosts, volumes, packages, runs, files;
+  std::vector<std::string> pos, metadata, env, cmd, allow, hosts, volumes, packages, runs, files,
+      secrets;
   std::map<std::string, std::string> flags;
   bool json = false, persistent = false, no_network = false, auto_wake = false;
   bool is_public = false;  // --public (sandbox preview)
   bool all = false, no_stdin = false;
+  bool inherit_secrets = false;  // --inherit-secrets (sandbox fork)
 };
 
 // Prints `why` and the usage, exits 2.

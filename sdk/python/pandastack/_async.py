@@ -232,6 +232,7 @@ class AsyncSandbox:
                      on_timeout: Optional[str] = None,
                      volumes: Optional[Sequence[Any]] = None,
                      memory_mib: Optional[int] = None, vcpus: Optional[int] = None,
+                     secrets: Optional[Sequence[str]] = None,
                      api_key: Optional[str] = None, base_url: Optional[str] = None,
                      timeout: float = 300.0) -> "AsyncSandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
@@ -250,11 +251,15 @@ class AsyncSandbox:
         ``(volume, mount[, read_only])`` tuple (at most 4).
 
         ``memory_mib``, ``vcpus``: the guest's shape is its template's (baked into its
-        snapshot); asking for more raises ``ExceedsTemplate``."""
+        snapshot); asking for more raises ``ExceedsTemplate``.
+
+        ``secrets``: names of your secrets (``Secrets.create``) its processes get as environment
+        variables holding placeholders; its egress proxy puts the values into HTTPS requests to
+        each secret's hosts only (the value never enters the sandbox)."""
         http = _AsyncHttp(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
                              network, egress, allow, idle_timeout_seconds, on_timeout,
-                             volumes, memory_mib, vcpus)
+                             volumes, memory_mib, vcpus, secrets)
         r = await http.call("POST", "/v1/sandboxes", json=body)
         return cls(SandboxInfo.from_api(r.json()), http)
 
@@ -339,16 +344,21 @@ class AsyncSandbox:
         return str((await self._post("snapshots", {"name": name} if name else None))["snapshot_id"])
 
     @overload
-    async def fork(self) -> "AsyncSandbox": ...
+    async def fork(self, *, inherit_secrets: bool = False) -> "AsyncSandbox": ...
 
     @overload
-    async def fork(self, count: int) -> List["AsyncSandbox"]: ...
+    async def fork(self, count: int, *,
+                   inherit_secrets: bool = False) -> List["AsyncSandbox"]: ...
 
-    async def fork(self, count: Optional[int] = None) -> Union["AsyncSandbox",
-                                                               List["AsyncSandbox"]]:
+    async def fork(self, count: Optional[int] = None, *,
+                   inherit_secrets: bool = False) -> Union["AsyncSandbox", List["AsyncSandbox"]]:
         """A copy of the running sandbox; it keeps running. ``fork()`` returns one
-        ``AsyncSandbox``; ``fork(count=N)`` returns a list of N (1..16)."""
-        kids = (await self._post("fork", {"count": 1 if count is None else count}))["sandboxes"]
+        ``AsyncSandbox``; ``fork(count=N)`` returns a list of N (1..16). ``inherit_secrets``: the
+        children's requests carry this sandbox's secrets too."""
+        body: Dict[str, Any] = {"count": 1 if count is None else count}
+        if inherit_secrets:
+            body["inherit_secrets"] = True
+        kids = (await self._post("fork", body))["sandboxes"]
         forks = [AsyncSandbox(SandboxInfo.from_api(k), self._http) for k in kids]
         return forks[0] if count is None else forks
 

@@ -142,9 +142,12 @@ def create_body(template: str, ttl_seconds: Optional[int], metadata: Optional[Ma
                 allow: Optional[Sequence[str]] = None, idle_timeout_seconds: Optional[int] = None,
                 on_timeout: Optional[str] = None,
                 volumes: Optional[Sequence[Any]] = None, memory_mib: Optional[int] = None,
-                vcpus: Optional[int] = None) -> Dict[str, Any]:
+                vcpus: Optional[int] = None,
+                secrets: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"template": template, "persistent": persistent,
                             "auto_wake": auto_wake}
+    if secrets:
+        body["secrets"] = list(secrets)
     if memory_mib is not None:
         body["memory_mib"] = int(memory_mib)
     if vcpus is not None:

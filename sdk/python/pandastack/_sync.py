@@ -271,6 +271,7 @@ class Sandbox:
                idle_timeout_seconds: Optional[int] = None, on_timeout: Optional[str] = None,
                volumes: Optional[Sequence[Any]] = None,
                memory_mib: Optional[int] = None, vcpus: Optional[int] = None,
+               secrets: Optional[Sequence[str]] = None,
                api_key: Optional[str] = None, base_url: Optional[str] = None,
                timeout: float = 300.0) -> "Sandbox":
         """Creates a sandbox (restored from the template's snapshot) and returns it running.
@@ -289,11 +290,15 @@ class Sandbox:
         ``(volume, mount[, read_only])`` tuple (at most 4).
 
         ``memory_mib``, ``vcpus``: the guest's shape is its template's (baked into its
-        snapshot); asking for more raises ``ExceedsTemplate``."""
+        snapshot); asking for more raises ``ExceedsTemplate``.
+
+        ``secrets``: names of your secrets (``Secrets.create``) its processes get as environment
+        variables holding placeholders; its egress proxy puts the values into HTTPS requests to
+        each secret's hosts only (the value never enters the sandbox)."""
         http = _Http(api_key, base_url, timeout)
         body = c.create_body(template, ttl_seconds, metadata, persistent, auto_wake, from_snapshot,
                              network, egress, allow, idle_timeout_seconds, on_timeout,
-                             volumes, memory_mib, vcpus)
+                             volumes, memory_mib, vcpus, secrets)
         return cls(SandboxInfo.from_api(http.call("POST", "/v1/sandboxes", json=body).json()), http)
 
     @classmethod
@@ -364,16 +369,21 @@ class Sandbox:
         return str(self._post("snapshots", {"name": name} if name else None)["snapshot_id"])
 
     @overload
-    def fork(self) -> "Sandbox": ...
+    def fork(self, *, inherit_secrets: bool = False) -> "Sandbox": ...
 
     @overload
-    def fork(self, count: int) -> List["Sandbox"]: ...
+    def fork(self, count: int, *, inherit_secrets: bool = False) -> List["Sandbox"]: ...
 
-    def fork(self, count: Optional[int] = None) -> Union["Sandbox", List["Sandbox"]]:
+    def fork(self, count: Optional[int] = None, *,
+             inherit_secrets: bool = False) -> Union["Sandbox", List["Sandbox"]]:
         """A copy of the running sandbox (memory, processes and disk); it keeps running.
 
-        ``fork()`` returns one ``Sandbox``; ``fork(count=N)`` returns a list of N (1..16)."""
-        kids = self._post("fork", {"count": 1 if count is None else count})["sandboxes"]
+        ``fork()`` returns one ``Sandbox``; ``fork(count=N)`` returns a list of N (1..16).
+        ``inherit_secrets``: the children's requests carry this sandbox's secrets too."""
+        body: Dict[str, Any] = {"count": 1 if count is None else count}
+        if inherit_secrets:
+            body["inherit_secrets"] = True
+        kids = self._post("fork", body)["sandboxes"]
         forks = [Sandbox(SandboxInfo.from_api(k), self._http) for k in kids]
         return forks[0] if count is None else forks
 

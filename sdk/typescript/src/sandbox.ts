@@ -242,6 +242,7 @@ export class Sandbox {
     if (opts.volumes?.length) body.volumes = opts.volumes.map(volumeBody);
     if (opts.memoryMib !== undefined) body.memory_mib = opts.memoryMib;
     if (opts.vcpus !== undefined) body.vcpus = opts.vcpus;
+    if (opts.secrets !== undefined) body.secrets = opts.secrets;
     return new Sandbox(info(await http.json("POST", "/v1/sandboxes", { json: body })), http);
   }
   /** An existing sandbox of this key's tenant. */
@@ -340,11 +341,16 @@ export class Sandbox {
    *  newest snapshot taken with it, wherever a snapshot is named). */
   async snapshot(name?: string): Promise<string> { return (await this.#post("snapshots", name ? { name } : undefined)).snapshot_id; }
   /** A copy of the running sandbox (memory, processes, disk); it keeps running. */
-  fork(): Promise<Sandbox>;
-  /** `count` copies (1..16). */
-  fork(count: number): Promise<Sandbox[]>;
-  async fork(count?: number): Promise<Sandbox | Sandbox[]> {
-    const kids = (await this.#post("fork", { count: count ?? 1 })).sandboxes.map((k: Json) => new Sandbox(info(k), this.http));
+  fork(opts?: { inheritSecrets?: boolean }): Promise<Sandbox>;
+  /** `count` copies (1..16). `inheritSecrets`: the children's requests carry this sandbox's
+   *  secrets too. */
+  fork(count: number, opts?: { inheritSecrets?: boolean }): Promise<Sandbox[]>;
+  async fork(a?: number | { inheritSecrets?: boolean }, b: { inheritSecrets?: boolean } = {}): Promise<Sandbox | Sandbox[]> {
+    const count = typeof a === "number" ? a : undefined;
+    const opts = typeof a === "object" ? a : b;
+    const body: Json = { count: count ?? 1 };
+    if (opts.inheritSecrets) body.inherit_secrets = true;
+    const kids = (await this.#post("fork", body)).sandboxes.map((k: Json) => new Sandbox(info(k), this.http));
     return count === undefined ? kids[0] : kids;
   }
   /** Saves the sandbox and stops its VM; `{memory: false}` keeps only its disk (the wake boots

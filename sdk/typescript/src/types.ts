@@ -32,6 +32,9 @@ export interface CreateOptions extends ClientOptions {
    * vCPUs than that throws ExceedsTemplateError. */
   memoryMib?: number;
   vcpus?: number;
+  /** Names of your secrets: its processes get placeholders; its egress proxy puts the values
+   * into HTTPS requests to each secret's hosts only (the value never enters the sandbox). */
+  secrets?: string[];
 }
 
 export interface VolumeMount {
