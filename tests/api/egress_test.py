@@ -15,6 +15,7 @@ Usage: egress_test.py --daemon build/bin/pandastackd [--images DIR]
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -199,12 +200,13 @@ class EgressLogTest(unittest.TestCase):
                 ["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3", script, a,
                  os.path.join(cls.base, "srv.crt"), os.path.join(cls.base, "srv.key"),
                  cls.https_log]))
+        cls.flags = ["--dns-upstream", "198.18.9.2:53",
+                     # the upstream is in a reserved range: the operator allows it
+                     "--allow-private-egress", "198.18.9.0/24",
+                     # and its HTTPS servers' CA is the test's own
+                     "--egress-trust-ca", ca]
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
-                            ["--dns-upstream", "198.18.9.2:53",
-                             # the upstream is in a reserved range: the operator allows it
-                             "--allow-private-egress", "198.18.9.0/24",
-                             # and its HTTPS servers' CA is the test's own
-                             "--egress-trust-ca", ca])
+                            cls.flags)
         cls.api = Api(cls.daemon)
 
     @classmethod
@@ -415,6 +417,13 @@ class EgressLogTest(unittest.TestCase):
         self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})[0], 200)
         self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/wake", {})[0], 200)
         out = self.probe_secret(sid, "e")
+        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+        # The daemon killed: the VM outlives it, and the new daemon adopts it with a proxy again.
+        self.daemon.stop(signal.SIGKILL)
+        type(self).daemon = Daemon(os.path.join(self.base, "data"),
+                                   os.path.join(self.base, "state"), self.flags)
+        c = type(self).api = Api(self.daemon)
+        out = self.probe_secret(sid, "g")
         self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
 
         # Never a template of its own.
