@@ -45,6 +45,11 @@ Runtime::~Runtime() {
   impl_->registry = nullptr;
   impl_->sys.reset();  // waits for every actor (and so every VM worker) to finish
   impl_->env->watcher.reset();
+  // The egress proxies' thread ends before the secrets it reads go (members end in reverse).
+  {
+    std::lock_guard lock(impl_->env->proxy_mu);
+    impl_->env->proxies.reset();
+  }
   // Pool members and spares go now, while the subnet book-keeping their networks report to lives.
   impl_->env->pools.clear();
   impl_->env->spares.clear();

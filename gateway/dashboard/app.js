@@ -119,13 +119,19 @@ function egressTable(log) {
   if (!entries.length) return `<p class="muted">Nothing reached or refused yet.</p>`;
   const where = (e) => e.kind === "dns"
     ? `${esc(e.name)} ${esc(e.type)}${(e.answers || []).length ? ` → ${esc(e.answers.join(", "))}` : ""}`
-    : `${esc(e.protocol)} ${esc(e.destination)}${e.port ? `:${esc(e.port)}` : ""}${e.name ? ` (${esc(e.name)})` : ""}`;
+    : e.kind === "secret"
+      ? `${esc(e.method)} ${esc(e.protocol)}://${esc(e.name)} (${esc(e.destination)}:${esc(e.port)})`
+      : `${esc(e.protocol)} ${esc(e.destination)}${e.port ? `:${esc(e.port)}` : ""}${e.name ? ` (${esc(e.name)})` : ""}`;
+  // A request that carried secrets' placeholders: which were put in, which were not.
+  const secrets = (e) => [(e.injected || []).length ? `put in: ${esc(e.injected.join(", "))}` : "",
+    (e.refused || []).length ? `not put in: ${esc(e.refused.join(", "))}` : ""].filter(Boolean).join("; ");
   const bytes = (e) => (e.kind === "connection" && e.verdict === "allowed"
-    ? `${esc(e.bytes_out)} / ${esc(e.bytes_in)}${e.ended_ms ? "" : " (open)"}` : "");
+    ? `${esc(e.bytes_out)} / ${esc(e.bytes_in)}${e.ended_ms ? "" : " (open)"}`
+    : e.kind === "secret" ? secrets(e) : "");
   const lost = log.dropped || log.lost
     ? `<p class="muted">${esc(log.dropped)} older entries dropped, ${esc(log.lost)} lost.</p>` : "";
   return `${lost}<table aria-label="Egress log"><thead><tr><th>Time</th><th>Kind</th><th>Verdict</th>
-    <th>Where</th><th>Bytes out / in</th></tr></thead><tbody>${entries.map((e) => `
+    <th>Where</th><th>Bytes out / in, secrets</th></tr></thead><tbody>${entries.map((e) => `
     <tr><td>${when(e.timestamp_ms)}</td><td>${esc(e.kind)}</td>
     <td>${state(e.verdict)}${e.reason ? ` <span class="muted">${esc(e.reason)}</span>` : ""}</td>
     <td class="mono">${where(e)}</td><td>${bytes(e)}</td></tr>`).join("")}</tbody></table>`;

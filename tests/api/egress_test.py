@@ -114,8 +114,9 @@ print(json.dumps({"codes": codes, "elapsed": elapsed}))
 """
 
 
-# The upstream's HTTPS servers (ADDRESS CERT KEY LOG): each request answered with what it carried,
-# and written to LOG (one JSON line each).
+# The upstream's HTTPS servers (ADDRESS CERT KEY LOG): each request written to LOG (one JSON line
+# each) and answered with its host and path only (never the header it carried: the value must not
+# come back into the guest).
 HTTPS_SERVER = r"""
 import http.server, json, ssl, sys
 address, cert, key, log = sys.argv[1:5]
@@ -125,7 +126,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
                 "path": self.path, "server": address}
         with open(log, "a") as f:
             f.write(json.dumps(seen) + "\n")
-        body = json.dumps(seen).encode()
+        body = json.dumps({"host": seen["host"], "path": seen["path"]}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -147,7 +148,7 @@ tok = os.environ.get("TOKEN", "")
 def get(url, headers):
     try:
         r = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=20)
-        return {"status": r.status, "seen": json.loads(r.read())}
+        return {"status": r.status, "answer": json.loads(r.read())}
     except urllib.error.HTTPError as e:
         return {"status": e.code, "body": e.read().decode()}
     except Exception as e:
@@ -337,6 +338,12 @@ class EgressLogTest(unittest.TestCase):
     def probe_secret(self, sid, tag):
         return self.run_py(sid, SECRET_PROBE.replace("TAG", tag))
 
+    def auth_seen(self, tag, what="s"):
+        """The Authorization header the upstream received on path /TAG/WHAT (None: no request)."""
+        got = [j["auth"] for j in self.upstream_saw(tag) if j["path"] == f"/{tag}/{what}"]
+        self.assertLessEqual(len(got), 1, got)
+        return got[0] if got else None
+
     def test_secrets_reach_their_hosts_only_through_the_proxy(self):
         c = self.api
         s, b = c.call("POST", "/v1/secrets", {"name": "TOKEN", "value": SECRET_VALUE,
@@ -359,18 +366,20 @@ class EgressLogTest(unittest.TestCase):
         # The secret's host got the value (over TLS, checked against the test's CA); another
         # host got the placeholder; plain HTTP was refused by the proxy and never sent.
         self.assertEqual(out["secret_host"].get("status"), 200, out)
-        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + SECRET_VALUE, out)
+        self.assertEqual(self.auth_seen("a"), "Bearer " + SECRET_VALUE)
         self.assertEqual(out["other_host"].get("status"), 200, out)
-        self.assertEqual(out["other_host"]["seen"]["auth"], "Bearer " + tok, out)
+        self.assertEqual(self.auth_seen("a", "o"), "Bearer " + tok)
         self.assertEqual(out["plain"].get("status"), 403, out)
         seen = self.upstream_saw("a")
         self.assertEqual(sorted((j["host"], j["auth"]) for j in seen),
                          [("api.secret.test", "Bearer " + SECRET_VALUE),
                           ("other.test", "Bearer " + tok)], seen)
         # The value is nowhere in the guest: its processes' environments, its files.
-        s, b = c.exec(sid, f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
-                           f"grep -c {SECRET_VALUE}; grep -rl {SECRET_VALUE} /etc /root /tmp /home "
-                           f"/usr/local 2>/dev/null | wc -l")
+        # (a pattern that matches the value but not itself: grep's own command line never matches)
+        find = f"'{SECRET_VALUE[:-1]}[{SECRET_VALUE[-1]}]'"
+        s, b = c.exec(sid, f"cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | "
+                           f"tr '\\0' '\\n' | grep -c {find}; grep -rl {find} /etc /root /tmp "
+                           f"/home /usr/local /var 2>/dev/null | wc -l")
         self.assertEqual(s, 200, b)
         self.assertEqual(b["stdout"].split(), ["0", "0"], b)
 
@@ -391,7 +400,8 @@ class EgressLogTest(unittest.TestCase):
         rotated = SECRET_VALUE + "-v2"
         self.assertEqual(c.call("PATCH", "/v1/secrets/TOKEN", {"value": rotated})[0], 200)
         out = self.probe_secret(sid, "b")
-        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("b"), "Bearer " + rotated)
 
         # Forks: a child that inherits gets the value put in; one that does not holds a
         # placeholder nothing replaces (its connection is not proxied: the upstream's CA is not
@@ -401,39 +411,62 @@ class EgressLogTest(unittest.TestCase):
         heir = kids["sandboxes"][0]["id"]
         out = self.probe_secret(heir, "c")
         self.assertEqual(out["token"], tok, out)
-        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("c"), "Bearer " + rotated)
         s, kids = c.call("POST", f"/v1/sandboxes/{sid}/fork", {})
         self.assertEqual(s, 201, kids)
         plain_child = kids["sandboxes"][0]["id"]
         out = self.probe_secret(plain_child, "d")
         self.assertIn("error", out["secret_host"], out)
-        self.assertFalse([j for j in self.upstream_saw("d") if rotated in (j["auth"] or "")])
+        self.assertIsNone(self.auth_seen("d"))
         s, b = c.call("POST", f"/v1/sandboxes/{sid}/fork",
                       {"inherit_secrets": True, "hosts": ["elsewhere"]})
         self.assertEqual((s, b["error"]["code"]), (501, "not_implemented"), b)
 
         # Hibernate and wake: the proxy comes back with the new VM (nothing of the secret was in
         # the hibernation).
+        # (a process that holds the placeholder in its environment while it sleeps)
+        s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "exec sleep 600"})
+        self.assertIn(s, (200, 201), b)
         self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})[0], 200)
+        # Its hibernation (the guest's whole memory and device state) holds the placeholder,
+        # never a value.
+        folder = os.path.join(self.base, "state", "hibernated", sid)
+        files = [os.path.join(folder, f) for f in os.listdir(folder)]
+        found, searched = {"placeholder": False, "value": False}, 0
+        for path in files:
+            if os.path.isfile(path):
+                searched += os.path.getsize(path)
+                with open(path, "rb") as f:
+                    data = f.read()
+                found["placeholder"] |= tok.encode() in data
+                found["value"] |= SECRET_VALUE.encode() in data
+        self.assertGreater(searched, 64 << 20, files)  # (the guest's RAM is in it)
+        self.assertEqual(found, {"placeholder": True, "value": False}, files)
         self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/wake", {})[0], 200)
         out = self.probe_secret(sid, "e")
-        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("e"), "Bearer " + rotated)
         # The daemon killed: the VM outlives it, and the new daemon adopts it with a proxy again.
         self.daemon.stop(signal.SIGKILL)
         type(self).daemon = Daemon(os.path.join(self.base, "data"),
                                    os.path.join(self.base, "state"), self.flags)
         c = type(self).api = Api(self.daemon)
         out = self.probe_secret(sid, "g")
-        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + rotated, out)
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("g"), "Bearer " + rotated)
 
         # Never a template of its own.
         s, b = c.call("POST", f"/v1/sandboxes/{sid}/template", {"name": "with-secrets"})
         self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), b)
 
-        # Deleted: its placeholder goes out as it is.
-        self.assertEqual(c.call("DELETE", "/v1/secrets/TOKEN")[0], 204)
+        # Expired (its TTL): its placeholder goes out as it is.
+        self.assertEqual(c.call("PATCH", "/v1/secrets/TOKEN", {"ttl_seconds": 1})[0], 200)
+        time.sleep(1.5)
+        self.assertEqual(c.call("GET", "/v1/secrets/TOKEN")[0], 404)
         out = self.probe_secret(sid, "f")
-        self.assertEqual(out["secret_host"]["seen"]["auth"], "Bearer " + tok, out)
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("f"), "Bearer " + tok)
         for x in (sid, heir, plain_child):
             c.call("DELETE", f"/v1/sandboxes/{x}")
 
