@@ -40,10 +40,7 @@ vmm::EgressEntry entry_of(const vmm::ProxyUse& u) {
   vmm::EgressEntry e;
   e.kind = vmm::EgressEntry::Kind::secret;
   e.allowed = !u.blocked && u.refused.empty();
-  if (u.blocked)
-    e.reason = "plain_http";
-  else if (!u.refused.empty())
-    e.reason = "not_secret_host";
+  if (!e.allowed) e.reason = u.why.empty() ? "not_secret_host" : u.why;
   e.name = u.host;
   e.protocol = u.tls ? "https" : "http";
   e.destination = u.address;
@@ -81,7 +78,9 @@ vmm::Status start_egress_proxy(Env& env, vmm::Network& n, const std::string& id)
       spdlog::warn("egress proxy: sandbox={}: its secrets: {}", id, bound.error().message);
       return out;  // (placeholders then go out as they are)
     }
-    for (auto& s : *bound) out.push_back({s.name, s.placeholder, s.value, s.hosts});
+    for (auto& s : *bound)
+      out.push_back({s.name, s.placeholder, s.value, s.hosts, s.use.in_query, s.use.in_body,
+                     s.use.allow_plain_http});
     return out;
   };
   int netns = n.netns_fd();  // (the proxy stops before the network closes it)

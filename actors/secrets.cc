@@ -1,5 +1,7 @@
 #include "actors/secrets.h"
 
+#include <tuple>
+
 #include "actors/env.h"
 #include "vmm-driver/egress_ca.h"
 #include "vmm-driver/egress_proxy.h"
@@ -78,6 +80,8 @@ Reply<storage::SecretInfo> Secrets::create(const SecretRequest& r) {
   info.tenant = r.tenant;
   info.name = r.name;
   info.hosts = *hosts;
+  if (r.inject_into) std::tie(info.use.in_query, info.use.in_body) = *r.inject_into;
+  if (r.allow_plain_http) info.use.allow_plain_http = *r.allow_plain_http;
   if (r.ttl_seconds) info.expires_ms = now_ms() + int64_t(*r.ttl_seconds) * 1000;
   std::lock_guard l(mu_);
   auto have = store_.list(r.tenant);
@@ -93,8 +97,9 @@ Reply<storage::SecretInfo> Secrets::create(const SecretRequest& r) {
 
 Reply<storage::SecretInfo> Secrets::update(const SecretRequest& r) {
   if (check_name(r.name)) return no_secret(r.name);
-  if (!r.value && !r.hosts && !r.ttl_seconds)
-    return Rejection{Code::invalid_argument, "give value, hosts and/or ttl_seconds"};
+  if (!r.value && !r.hosts && !r.ttl_seconds && !r.inject_into && !r.allow_plain_http)
+    return Rejection{Code::invalid_argument,
+                     "give value, hosts, ttl_seconds, inject_into and/or allow_plain_http"};
   if (r.value)
     if (auto no = check_value(*r.value)) return *no;
   std::optional<std::vector<std::string>> hosts;
@@ -106,7 +111,16 @@ Reply<storage::SecretInfo> Secrets::update(const SecretRequest& r) {
   if (auto no = check_ttl(r.ttl_seconds)) return *no;
   std::optional<int64_t> expires;
   if (r.ttl_seconds) expires = now_ms() + int64_t(*r.ttl_seconds) * 1000;
-  auto u = store_.update(r.tenant, r.name, r.value, hosts, expires);
+  std::optional<storage::SecretUse> use;
+  std::lock_guard l(mu_);  // (the use read and written as one step)
+  if (r.inject_into || r.allow_plain_http) {
+    auto now = store_.get(r.tenant, r.name);
+    if (!now) return from_store(now.error(), r.name);
+    use = now->use;
+    if (r.inject_into) std::tie(use->in_query, use->in_body) = *r.inject_into;
+    if (r.allow_plain_http) use->allow_plain_http = *r.allow_plain_http;
+  }
+  auto u = store_.update(r.tenant, r.name, r.value, hosts, expires, use);
   if (!u) return from_store(u.error(), r.name);
   return *u;
 }
@@ -171,7 +185,7 @@ Reply<std::vector<BoundSecret>> Secrets::bound_secrets(const std::string& sandbo
     storage::SecretInfo info;
     auto value = store_.reveal((*b)->tenant, name, &info);  // (one read: value and hosts)
     if (!value) continue;                                   // (deleted or expired since)
-    out.push_back({name, placeholder, *value, info.hosts});
+    out.push_back({name, placeholder, *value, info.hosts, info.use});
   }
   return out;
 }

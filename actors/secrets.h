@@ -22,12 +22,17 @@ struct SecretRequest {
   std::optional<std::string> value;
   std::optional<std::vector<std::string>> hosts;
   std::optional<uint32_t> ttl_seconds;  // from now; absent: never expires (create), unchanged
+  // Where the value may go besides headers (query, body) and whether plain HTTP may carry it;
+  // absent: no (create), unchanged (update).
+  std::optional<std::pair<bool, bool>> inject_into;  // (query, body)
+  std::optional<bool> allow_plain_http;
 };
 
 // A bound secret as the egress proxy uses it (its value revealed).
 struct BoundSecret {
   std::string name, placeholder, value;
   std::vector<std::string> hosts;
+  storage::SecretUse use;
 };
 
 class Secrets {

@@ -19,6 +19,12 @@ Json secret_json(const storage::SecretInfo& s) {
   j.set("created_at_ms", s.created_ms);
   j.set("updated_at_ms", s.updated_ms);
   j.set("expires_at_ms", s.expires_ms ? Json(s.expires_ms) : Json());
+  Json into = Json::array();
+  into.push(Json("headers"));
+  if (s.use.in_query) into.push(Json("query"));
+  if (s.use.in_body) into.push(Json("body"));
+  j.set("inject_into", into);
+  j.set("allow_plain_http", s.use.allow_plain_http);
   return j;
 }
 
@@ -29,18 +35,40 @@ actors::SecretRequest request(Call& c, const Fields& f) {
   if (f.has("hosts")) r.hosts = f.string_list("hosts");
   if (f.has("ttl_seconds"))
     r.ttl_seconds = uint32_t(f.integer("ttl_seconds", 0, 1, actors::Secrets::kMaxTtlSeconds));
+  // Headers always; query strings and bodies when asked; plain HTTP when allowed.
+  if (f.has("inject_into")) {
+    bool headers = false, query = false, body = false;
+    for (auto& w : f.string_list("inject_into")) {
+      if (w == "headers")
+        headers = true;
+      else if (w == "query")
+        query = true;
+      else if (w == "body")
+        body = true;
+      else
+        throw ApiError{Code::invalid_argument,
+                       "inject_into: \"" + w + "\" is not one of headers, query, body"};
+    }
+    if (!headers)
+      throw ApiError{Code::invalid_argument,
+                     "inject_into names \"headers\" (a value always goes into headers), and "
+                     "optionally \"query\" and \"body\""};
+    r.inject_into = std::make_pair(query, body);
+  }
+  if (f.has("allow_plain_http")) r.allow_plain_http = f.boolean("allow_plain_http");
   return r;
 }
 
 HttpReply create(Call& c) {
-  Fields f(c.r.json(), {"name", "value", "hosts", "ttl_seconds"});
+  Fields f(c.r.json(),
+           {"name", "value", "hosts", "ttl_seconds", "inject_into", "allow_plain_http"});
   auto r = request(c, f);
   r.name = f.str("name");
   return json_reply(201, secret_json(unwrap(c.gw.rt.secrets().create(r))));
 }
 
 HttpReply change(Call& c) {
-  Fields f(c.r.json(), {"value", "hosts", "ttl_seconds"});
+  Fields f(c.r.json(), {"value", "hosts", "ttl_seconds", "inject_into", "allow_plain_http"});
   auto r = request(c, f);
   r.name = c.r.param("name");
   return json_reply(200, secret_json(unwrap(c.gw.rt.secrets().update(r))));

@@ -246,8 +246,10 @@ class SandboxImpl final : public api::Sandbox::Server {
 
   kj::Promise<void> fork(ForkContext context) override {
     uint32_t count = context.getParams().getCount();
-    return offload<std::vector<actors::SandboxInfo>>(
-               [t = target(), count] { return t.rt->fork(t.tenant, t.id, count); })
+    bool inherit = context.getParams().getInheritSecrets();
+    return offload<std::vector<actors::SandboxInfo>>([t = target(), count, inherit] {
+             return t.rt->fork(t.tenant, t.id, count, inherit);
+           })
         .then([this, context](std::shared_ptr<Reply<std::vector<actors::SandboxInfo>>> r) mutable {
           auto kids = take(*r);
           auto results = context.getResults();
@@ -405,6 +407,9 @@ class PlatformImpl final : public api::Platform::Server {
     c.from_snapshot = text(r.getFromSnapshot());
     c.memory_mib = r.getMemoryMib();
     c.vcpus = r.getVcpus();
+    if (r.getSecrets().size() > actors::Secrets::kMaxPerSandbox)
+      fail({Code::invalid_argument, "at most 16 secrets per sandbox"});
+    for (auto s : r.getSecrets()) c.secrets.push_back(text(s));
     if (r.getVolumes().size() > actors::kVolumeSlots)
       fail({Code::invalid_argument, "at most 4 volumes per sandbox"});
     for (auto v : r.getVolumes())

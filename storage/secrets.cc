@@ -71,17 +71,22 @@ bool get_str(const std::string& in, size_t& at, std::string& s) {
 
 }  // namespace
 
-// record: "s1" created(8) updated(8) expires(8) version(4) hosts(2) [len(2) host]... sealed
+// record: "s2" created(8) updated(8) expires(8) version(4) use(1: bit 0 query, 1 body, 2 plain
+// HTTP) hosts(2) [len(2) host]... sealed. "s1" records (before `use`) have no use byte.
 struct SecretStore::Record {
   SecretInfo info;
   std::string sealed;
 
   std::string encode() const {
-    std::string r = "s1";
+    std::string r = "s2";
     put_u(r, uint64_t(info.created_ms), 8);
     put_u(r, uint64_t(info.updated_ms), 8);
     put_u(r, uint64_t(info.expires_ms), 8);
     put_u(r, info.version, 4);
+    put_u(r,
+          uint64_t(info.use.in_query) | uint64_t(info.use.in_body) << 1 |
+              uint64_t(info.use.allow_plain_http) << 2,
+          1);
     put_u(r, info.hosts.size(), 2);
     for (auto& h : info.hosts) {
       put_u(r, h.size(), 2);
@@ -91,15 +96,17 @@ struct SecretStore::Record {
   }
   static std::optional<Record> decode(const std::string& tenant, const std::string& name,
                                       const std::string& r) {
-    if (r.compare(0, 2, "s1") != 0) return std::nullopt;
+    bool v2 = r.compare(0, 2, "s2") == 0;
+    if (!v2 && r.compare(0, 2, "s1") != 0) return std::nullopt;
     Record rec;
     rec.info.tenant = tenant;
     rec.info.name = name;
     size_t at = 2;
-    uint64_t created, updated, expires, version, n;
+    uint64_t created, updated, expires, version, use = 0, n;
     if (!get_u(r, at, 8, created) || !get_u(r, at, 8, updated) || !get_u(r, at, 8, expires) ||
-        !get_u(r, at, 4, version) || !get_u(r, at, 2, n))
+        !get_u(r, at, 4, version) || (v2 && !get_u(r, at, 1, use)) || !get_u(r, at, 2, n))
       return std::nullopt;
+    rec.info.use = {bool(use & 1), bool(use & 2), bool(use & 4)};
     rec.info.created_ms = int64_t(created);
     rec.info.updated_ms = int64_t(updated);
     rec.info.expires_ms = int64_t(expires);
@@ -239,7 +246,8 @@ Result<SecretInfo> SecretStore::create(const SecretInfo& info, const std::string
 Result<SecretInfo> SecretStore::update(const std::string& tenant, const std::string& name,
                                        const std::optional<std::string>& value,
                                        const std::optional<std::vector<std::string>>& hosts,
-                                       std::optional<int64_t> expires_ms) {
+                                       std::optional<int64_t> expires_ms,
+                                       std::optional<SecretUse> use) {
   auto old = load(tenant, name);
   if (!old) return old.error();
   if (!*old) return make_error(ErrorCode::not_found, "no secret " + name);
@@ -247,6 +255,7 @@ Result<SecretInfo> SecretStore::update(const std::string& tenant, const std::str
   r.info.updated_ms = now_ms();
   if (hosts) r.info.hosts = *hosts;
   if (expires_ms) r.info.expires_ms = *expires_ms;
+  if (use) r.info.use = *use;
   if (value) {
     r.info.version += 1;
     r.sealed = seal(r.info, *value);

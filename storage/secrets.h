@@ -16,12 +16,20 @@
 
 namespace pandastack::storage {
 
+// Where the egress proxy may put a secret's value besides request headers (opted in per secret),
+// and whether a plain HTTP request may carry it (by default only HTTPS does).
+struct SecretUse {
+  bool in_query = false, in_body = false, allow_plain_http = false;
+  bool operator==(const SecretUse&) const = default;
+};
+
 struct SecretInfo {
   std::string tenant, name;
   std::vector<std::string> hosts;  // where its value may go ("api.github.com", "*.example.com")
   int64_t created_ms = 0, updated_ms = 0;
   int64_t expires_ms = 0;  // 0: never
   uint32_t version = 1;    // bumped by each rotation
+  SecretUse use;
 };
 
 // A sandbox's use of secrets, for its egress proxy: the secrets it may use, the placeholder its
@@ -46,11 +54,13 @@ class SecretStore {
   // Stores a new secret (already_exists when the tenant has one of that name). The caller checked
   // the name, hosts and quota.
   Result<SecretInfo> create(const SecretInfo& info, const std::string& value);
-  // Replaces the value (rotation: version + 1) and/or the hosts and expiry of an existing secret.
+  // Replaces the value (rotation: version + 1) and/or the hosts, expiry and use of an existing
+  // secret.
   Result<SecretInfo> update(const std::string& tenant, const std::string& name,
                             const std::optional<std::string>& value,
                             const std::optional<std::vector<std::string>>& hosts,
-                            std::optional<int64_t> expires_ms);
+                            std::optional<int64_t> expires_ms,
+                            std::optional<SecretUse> use = std::nullopt);
   // A tenant's secrets (expired ones are removed on the way), by name.
   Result<std::vector<SecretInfo>> list(const std::string& tenant);
   // not_found when absent or expired.

@@ -109,6 +109,29 @@ TEST_F(SecretStoreTest, ASealedValueOpensOnlyAsItselfAndUnderItsKey) {
   EXPECT_EQ(secrets_->reveal("acme", "A").value(), "value-a");
 }
 
+// Where a value may go (query, body, plain HTTP) is kept with the secret, changed by an update;
+// a record written before it existed ("s1") reads as headers over HTTPS only.
+TEST_F(SecretStoreTest, KeepsWhereAValueMayGoAndReadsOlderRecords) {
+  auto i = info("acme", "Q");
+  i.use = {true, false, true};
+  ASSERT_TRUE(secrets_->create(i, "value-q"));
+  EXPECT_EQ(secrets_->get("acme", "Q").value().use, (SecretUse{true, false, true}));
+  ASSERT_TRUE(secrets_->update("acme", "Q", std::nullopt, std::nullopt, std::nullopt,
+                               SecretUse{false, true, false}));
+  EXPECT_EQ(secrets_->get("acme", "Q").value().use, (SecretUse{false, true, false}));
+  // The same record as an older daemon wrote it: "s1", no use byte (after the 28 bytes of times
+  // and version).
+  std::string key = std::string("xacme") + '\0' + "Q";
+  auto now = store_->get(key).value().value();
+  ASSERT_EQ(now.substr(0, 2), "s2");
+  ASSERT_TRUE(store_->put(key, "s1" + now.substr(2, 28) + now.substr(31), true));
+  auto old = secrets_->get("acme", "Q");
+  ASSERT_TRUE(old) << old.error().message;
+  EXPECT_EQ(old->use, SecretUse{});
+  EXPECT_EQ(old->hosts, std::vector<std::string>{"api.example.com"});
+  EXPECT_EQ(secrets_->reveal("acme", "Q").value(), "value-q");
+}
+
 // A sandbox's binding (its placeholders and CA) is kept sealed, opens only as that sandbox's, and
 // goes with unbind.
 TEST_F(SecretStoreTest, BindingsAreSealedPerSandbox) {

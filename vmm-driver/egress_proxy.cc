@@ -28,17 +28,31 @@ std::string host_of(kj::StringPtr header) {
   return lower(h);
 }
 
-// `text` with every placeholder of `secrets` that `host` may receive replaced by its value; the
-// names put in go to `injected`, those not for this host to `refused` (left as they are).
-std::string substitute(std::string text, const std::vector<ProxySecret>& secrets,
-                       const std::string& host, bool replace, std::vector<std::string>& injected,
-                       std::vector<std::string>& refused) {
+// Why secret `s` may not go into a request to `host` (`tls` or not) at a place it `opted` into;
+// nullptr when it may.
+const char* why_not(const ProxySecret& s, const std::string& host, bool tls, bool opted) {
+  if (!tls && !s.plain_http) return "plain_http";
+  if (!dns::allowed(host, s.hosts)) return "not_secret_host";
+  if (!opted) return "not_opted_in";
+  return nullptr;
+}
+
+// `text` with the placeholder of every secret that `may` allows (nullptr) replaced by its value;
+// the names put in go to use.injected, the others to use.refused (left as they are: use.why says
+// why the first was, use.blocked that plain HTTP may not carry one of them).
+template <typename May>
+std::string substitute(std::string text, const std::vector<ProxySecret>& secrets, May&& may,
+                       ProxyUse& use) {
   for (auto& s : secrets) {
     if (s.placeholder.empty() || text.find(s.placeholder) == std::string::npos) continue;
-    bool ok = replace && dns::allowed(host, s.hosts);
-    auto& list = ok ? injected : refused;
+    const char* no = may(s);
+    auto& list = no ? use.refused : use.injected;
     if (std::find(list.begin(), list.end(), s.name) == list.end()) list.push_back(s.name);
-    if (!ok) continue;
+    if (no) {
+      if (use.why.empty()) use.why = no;
+      if (std::string_view(no) == "plain_http") use.blocked = true;
+      continue;
+    }
     for (size_t at = 0; (at = text.find(s.placeholder, at)) != std::string::npos;
          at += s.value.size())
       text.replace(at, s.placeholder.size(), s.value);
@@ -110,44 +124,91 @@ class Forwarder final : public kj::HttpService {
     use.address = address_;
     use.tls = tls_;
     use.method = kj::str(method).cStr();
-    // Headers: placeholders replaced for their hosts (over TLS only); the target and the body
-    // are forwarded as they are (a placeholder in the target is reported).
+    bool tls = tls_;
+    // Headers: placeholders replaced for their hosts; the target and the body only for secrets
+    // opted into them.
+    auto in_headers = [&](const ProxySecret& s) { return why_not(s, host, tls, true); };
+    auto in_query = [&](const ProxySecret& s) { return why_not(s, host, tls, s.in_query); };
     auto out = kj::heap<kj::HttpHeaders>(*p_.table);
     headers.forEach(
         [&](kj::HttpHeaderId id, kj::StringPtr v) {
-          out->set(id,
-                   kj::str(substitute(v.cStr(), secrets, host, tls_, use.injected, use.refused)));
+          out->set(id, kj::str(substitute(v.cStr(), secrets, in_headers, use)));
         },
         [&](kj::StringPtr name, kj::StringPtr v) {
-          out->add(kj::str(name),
-                   kj::str(substitute(v.cStr(), secrets, host, tls_, use.injected, use.refused)));
+          out->add(kj::str(name), kj::str(substitute(v.cStr(), secrets, in_headers, use)));
         });
-    substitute(url.cStr(), secrets, host, false, use.injected, use.refused);
+    auto target = kj::str(substitute(url.cStr(), secrets, in_query, use));
+    // A body is held only when a secret may go into it (and one that would be blocked anyway is
+    // not read at all).
+    bool hold = false;
+    for (auto& s : secrets) hold = hold || (s.in_body && !why_not(s, host, tls, true));
+    if (!hold || use.blocked)
+      return forward(method, kj::mv(target), kj::mv(out), body, nullptr, kj::mv(use), response);
+    KJ_IF_MAYBE (n, body.tryGetLength()) {
+      if (*n > EgressProxy::kMaxBody) return too_large(response);
+    }
+    return body.readAllBytes(EgressProxy::kMaxBody)
+        .then(
+            [this, method, target = kj::mv(target), out = kj::mv(out), &body, &response,
+             secrets = std::move(secrets),
+             use = std::move(use)](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
+              auto in_body = [&](const ProxySecret& s) {
+                return why_not(s, use.host, use.tls, s.in_body);
+              };
+              auto text = substitute(std::string(bytes.asChars().begin(), bytes.size()), secrets,
+                                     in_body, use);
+              return forward(method, kj::mv(target), kj::mv(out), body, kj::str(text), kj::mv(use),
+                             response);
+            },
+            [this, &response](kj::Exception&&) { return too_large(response); });
+  }
+
+ private:
+  kj::Promise<void> too_large(Response& response) {
+    return answer(response, 413, "Content Too Large",
+                  "a body a secret may go into is held whole: at most " +
+                      std::to_string(EgressProxy::kMaxBody) + " bytes (not sent)");
+  }
+
+  // Sends the request upstream (its body from `body`, or `replaced` when the proxy rewrote it) and
+  // the answer back; or, when plain HTTP would carry a secret that may not go in the clear,
+  // answers 403 and sends nothing.
+  kj::Promise<void> forward(kj::HttpMethod method, kj::String url, kj::Own<kj::HttpHeaders> out,
+                            kj::AsyncInputStream& body, kj::Maybe<kj::String> replaced,
+                            ProxyUse use, Response& response) {
     bool carried = !use.injected.empty() || !use.refused.empty();
-    if (!tls_ && carried) {
+    if (use.blocked) {
       // The value would cross the network in the clear: not forwarded at all.
       use.refused.insert(use.refused.end(), use.injected.begin(), use.injected.end());
       use.injected.clear();
-      use.blocked = true;
+      use.why = "plain_http";
       if (p_.o.on_use) p_.o.on_use(use);
       return answer(response, 403, "Forbidden",
                     "a secret's placeholder is sent over HTTPS only (this request was plain HTTP "
                     "to " +
-                        host + " and was not sent)");
+                        use.host + " and was not sent)");
     }
     if (carried && p_.o.on_use) p_.o.on_use(use);
-    return upstream(host).then([this, method, url = kj::str(url), out = kj::mv(out), &body,
-                                &response](kj::HttpClient* client) mutable -> kj::Promise<void> {
+    return upstream(use.host).then([this, method, url = kj::mv(url), out = kj::mv(out), &body,
+                                    replaced = kj::mv(replaced), &response](
+                                       kj::HttpClient* client) mutable -> kj::Promise<void> {
       if (!client) return answer(response, 502, "Bad Gateway", failure_);
       if (out->isWebSocket()) return websocket(*client, kj::mv(url), kj::mv(out), response);
-      auto req = client->request(method, url, *out, body.tryGetLength());
-      auto upload =
-          body.pumpTo(*req.body)
-              .ignoreResult()
-              .attach(kj::mv(req.body))
-              .eagerlyEvaluate([](kj::Exception&& e) {
-                spdlog::debug("egress proxy: upload ended early: {}", e.getDescription().cStr());
-              });
+      kj::Maybe<uint64_t> length = body.tryGetLength();
+      KJ_IF_MAYBE (r, replaced) {
+        length = uint64_t(r->size());
+      }
+      auto req = client->request(method, url, *out, length);
+      kj::Promise<void> sent = nullptr;
+      KJ_IF_MAYBE (r, replaced) {
+        auto& sink = *req.body;
+        sent = sink.write(r->begin(), r->size()).attach(kj::mv(req.body), kj::mv(*r));
+      } else {
+        sent = body.pumpTo(*req.body).ignoreResult().attach(kj::mv(req.body));
+      }
+      auto upload = sent.eagerlyEvaluate([](kj::Exception&& e) {
+        spdlog::debug("egress proxy: upload ended early: {}", e.getDescription().cStr());
+      });
       auto answered = std::make_shared<bool>(false);
       return p_.timer.timeoutAfter(p_.o.upstream_timeout, kj::mv(req.response))
           .then([&response, answered](kj::HttpClient::Response r) -> kj::Promise<void> {
@@ -166,7 +227,6 @@ class Forwarder final : public kj::HttpService {
     });
   }
 
- private:
   kj::Promise<void> answer(Response& response, unsigned status, kj::StringPtr text,
                            const std::string& why) {
     kj::HttpHeaders h(*p_.table);

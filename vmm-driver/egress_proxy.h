@@ -16,8 +16,8 @@
 // A placeholder sent to a host that is not one of its secret's hosts is forwarded unreplaced and
 // reported as a refused use. Every request that carried a placeholder is reported (on_use).
 //
-// What it does not do yet: bodies and query strings are forwarded as they are (placeholders in
-// them are reported, not replaced); HTTP/2 is not offered (ALPN: the guest speaks HTTP/1.1).
+// A secret may opt into query strings and bodies (a body is then held whole, at most kMaxBody)
+// and into plain HTTP. HTTP/2 is not offered (ALPN: the guest speaks HTTP/1.1).
 #pragma once
 
 #include <kj/async-io.h>
@@ -41,6 +41,9 @@ struct ProxySecret {
   std::string placeholder;         // what the guest holds instead of the value
   std::string value;               // what requests to `hosts` carry instead
   std::vector<std::string> hosts;  // names, or "*.domain" (the egress allowlist's syntax)
+  // Opted in: the value also goes into query strings / bodies (at most kMaxBody), and into plain
+  // HTTP requests.
+  bool in_query = false, in_body = false, plain_http = false;
 };
 
 // One request that carried placeholders: which secrets were put in (`injected`) and which were
@@ -52,7 +55,10 @@ struct ProxyUse {
   std::string method;
   std::vector<std::string> injected, refused;
   bool blocked = false;  // the request was answered by the proxy, not forwarded (plain HTTP)
-  std::string address;   // where the guest connected (IPv4)
+  // Why the first of `refused` was: "not_secret_host", "not_opted_in" (a query or body of a
+  // secret that is not opted in), "plain_http".
+  std::string why;
+  std::string address;  // where the guest connected (IPv4)
 };
 
 struct ProxyOptions {
@@ -98,6 +104,10 @@ class EgressProxy {
   // Resolves when the connection ends (errors end it too; nothing is thrown).
   kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> guest, const std::string& address,
                           uint16_t port, bool tls);
+
+  // A body a secret may go into is held whole to replace its placeholders: at most this long
+  // (413 past it, never forwarded cut).
+  static constexpr size_t kMaxBody = 1 << 20;
 
   // Placeholders as the proxy expects them: "pds_secret_" + 32 random base32 characters.
   static std::string new_placeholder();

@@ -96,7 +96,8 @@ struct World {
     ProxyOptions o;
     o.ca = sandbox_ca_;
     o.secrets = [this] {
-      return std::vector<ProxySecret>{{"GITHUB_TOKEN", placeholder_, value_, {"api.test"}}};
+      return std::vector<ProxySecret>{
+          {"GITHUB_TOKEN", placeholder_, value_, {"api.test"}, in_query_, in_body_, plain_http_}};
     };
     o.connect = [this](const std::string& host, const std::string&, uint16_t port) {
       connected_.push_back(host + ":" + std::to_string(port));
@@ -126,7 +127,7 @@ struct World {
     kj::Maybe<uint64_t> length = uint64_t(body.size());
     if (chunked) length = nullptr;
     auto req = client->request(body.empty() ? kj::HttpMethod::GET : kj::HttpMethod::POST,
-                               "/repos?q=1", h, length);
+                               url_.c_str(), h, length);
     if (!body.empty()) req.body->write(body.data(), body.size()).wait(io_.waitScope);
     req.body = nullptr;  // (the end of the request's body)
     auto r = req.response.wait(io_.waitScope);
@@ -150,6 +151,8 @@ struct World {
   kj::Array<kj::TlsCertificate> guest_ca_;
   kj::Own<kj::TlsContext> guest_tls_;
   std::string placeholder_, value_;
+  bool in_query_ = false, in_body_ = false, plain_http_ = false;  // the secret's opt-ins
+  std::string url_ = "/repos?q=1";                                // what call() asks for
   std::vector<std::string> connected_;
   std::vector<ProxyUse> uses_;
 };
@@ -230,6 +233,51 @@ TEST(EgressProxy, PlainHttpNeverCarriesASecret) {
   EXPECT_EQ(r.status, 200u) << r.body;
   EXPECT_EQ(r.body, "host=api.test\nauth=Bearer mine\nurl=/repos?q=1\n");
   EXPECT_EQ(w.connected_, std::vector<std::string>{"api.test:80"});
+}
+
+// Query strings, bodies and plain HTTP carry the value only for a secret opted into them; a body
+// is then held whole (its length rewritten), at most kMaxBody.
+TEST(EgressProxy, OptedInQueriesBodiesAndPlainHttpGetTheValue) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  EgressProxy proxy(w.io_.provider->getTimer(), w.options());
+  std::string body = "token=" + w.placeholder_ + "&x=1";
+  w.url_ = "/repos?k=" + w.placeholder_;
+  // Not opted in: both forwarded as they are, the use refused as not opted in.
+  auto r = w.call(proxy, "api.test", true, "", "", body);
+  EXPECT_EQ(r.body, "host=api.test\nauth=\nurl=" + w.url_ + "\nbody=" + body + "\n");
+  ASSERT_EQ(w.uses_.size(), 1u);  // (the body is not held: no secret may go into it)
+  EXPECT_EQ(w.uses_[0].why, "not_opted_in");
+  EXPECT_EQ(w.uses_[0].refused, std::vector<std::string>{"GITHUB_TOKEN"});
+  // Opted in: replaced in both, with a length or chunked.
+  w.in_query_ = w.in_body_ = true;
+  for (bool chunked : {false, true}) {
+    r = w.call(proxy, "api.test", true, "", "", body, chunked);
+    EXPECT_EQ(r.status, 200u) << r.body;
+    EXPECT_EQ(r.body, "host=api.test\nauth=\nurl=/repos?k=" + w.value_ +
+                          "\nbody=token=" + w.value_ + "&x=1\n");
+    EXPECT_EQ(w.uses_.back().injected, std::vector<std::string>{"GITHUB_TOKEN"});
+    EXPECT_TRUE(w.uses_.back().refused.empty());
+  }
+  // Another host still gets the placeholder, in the body too.
+  r = w.call(proxy, "other.test", true, "", "", body);
+  EXPECT_EQ(r.body, "host=other.test\nauth=\nurl=" + w.url_ + "\nbody=" + body + "\n");
+  EXPECT_EQ(w.uses_.back().why, "not_secret_host");
+  // Past kMaxBody: 413, nothing sent.
+  int before = w.echo_->requests;
+  r = w.call(proxy, "api.test", true, "", "", std::string(EgressProxy::kMaxBody + 1, 'a'), true);
+  EXPECT_EQ(r.status, 413u);
+  EXPECT_EQ(w.echo_->requests, before);
+  // Plain HTTP: only a secret allowed it.
+  w.url_ = "/x";
+  r = w.call(proxy, "api.test", false, "Bearer " + w.placeholder_);
+  EXPECT_EQ(r.status, 403u);
+  w.plain_http_ = true;
+  r = w.call(proxy, "api.test", false, "Bearer " + w.placeholder_);
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, "host=api.test\nauth=Bearer " + w.value_ + "\nurl=/x\n");
+  EXPECT_FALSE(w.uses_.back().tls);
+  EXPECT_EQ(w.uses_.back().injected, std::vector<std::string>{"GITHUB_TOKEN"});
 }
 
 TEST(EgressProxy, AnUpstreamItCannotVerifyGetsNothing) {

@@ -71,6 +71,7 @@ struct CreateRequest {
   volumes @6 :List(VolumeMount);  # at most 4, mounted when create returns
   memoryMib @7 :UInt32;      # 0 = the template's; more than the template's is refused
   vcpus @8 :UInt32;          #   (exceeds_template): a sandbox has its template's shape
+  secrets @9 :List(Text);    # the tenant's secrets its requests may carry (REST's `secrets`)
 }
 
 struct VolumeMount {
@@ -200,7 +201,7 @@ interface Sandbox {
   writeFile @4 (path :Text, data :Data) -> ();
   listDir @5 (path :Text) -> (entries :List(FileEntry));
   snapshot @6 () -> (snapshotId :Text);
-  fork @7 (count :UInt32) -> (children :List(Sandbox), infos :List(SandboxInfo));
+  fork @7 (count :UInt32, inheritSecrets :Bool) -> (children :List(Sandbox), infos :List(SandboxInfo));
   hibernate @8 () -> (info :SandboxInfo);
   wake @9 () -> (info :SandboxInfo);
   kill @10 () -> (info :SandboxInfo);

@@ -114,16 +114,19 @@ print(json.dumps({"codes": codes, "elapsed": elapsed}))
 """
 
 
-# The upstream's HTTPS servers (ADDRESS CERT KEY LOG): each request written to LOG (one JSON line
-# each) and answered with its host and path only (never the header it carried: the value must not
-# come back into the guest).
+# The upstream's HTTPS servers (ADDRESS CERT KEY LOG; CERT "-": plain HTTP on port 80): each
+# request written to LOG (one JSON line each) and answered with its host and path only (never what
+# it carried: the value must not come back into the guest).
 HTTPS_SERVER = r"""
 import http.server, json, ssl, sys
 address, cert, key, log = sys.argv[1:5]
 class Echo(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.do_GET()
     def do_GET(self):
+        n = int(self.headers.get("Content-Length") or 0)
         seen = {"host": self.headers.get("Host"), "auth": self.headers.get("Authorization"),
-                "path": self.path, "server": address}
+                "path": self.path, "server": address, "body": self.rfile.read(n).decode()}
         with open(log, "a") as f:
             f.write(json.dumps(seen) + "\n")
         body = json.dumps({"host": seen["host"], "path": seen["path"]}).encode()
@@ -133,10 +136,11 @@ class Echo(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a):
         pass
-srv = http.server.ThreadingHTTPServer((address, 443), Echo)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(cert, key)
-srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv = http.server.ThreadingHTTPServer((address, 80 if cert == "-" else 443), Echo)
+if cert != "-":
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 srv.serve_forever()
 """
 
@@ -161,6 +165,28 @@ print(json.dumps({"token": tok,
 """
 
 SECRET_VALUE = "ghp_the-real-VALUE-9f8e7d6c"
+
+# Run in the guest: KEY's placeholder in a query string, a body and a plain HTTP header; TOKEN's
+# (headers only) in a query string.
+OPT_IN_PROBE = r"""
+import json, os, urllib.request
+key, tok = os.environ["KEY"], os.environ["TOKEN"]
+def call(url, data=None, headers={}):
+    try:
+        r = urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers),
+                                   timeout=20)
+        return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception as e:
+        return str(e)
+print(json.dumps({
+    "query": call("https://api.secret.test/o/q?key=" + key + "&t=" + tok),
+    "body": call("https://api.secret.test/o/b", data=("token=" + key + "&t=" + tok).encode()),
+    "plain": call("http://api.secret.test/o/p", headers={"Authorization": "Bearer " + key}),
+    "big": call("https://api.secret.test/o/big", data=(key + "x" * (2 << 20)).encode()),
+    "key": key, "tok": tok}))
+"""
 
 
 def make_test_ca(folder):
@@ -197,10 +223,11 @@ class EgressLogTest(unittest.TestCase):
         with open(script, "w") as f:
             f.write(HTTPS_SERVER)
         for a in cls.upstream.addresses:
-            cls.upstream.servers.append(subprocess.Popen(
-                ["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3", script, a,
-                 os.path.join(cls.base, "srv.crt"), os.path.join(cls.base, "srv.key"),
-                 cls.https_log]))
+            for cert, key in ((os.path.join(cls.base, "srv.crt"), os.path.join(cls.base, "srv.key")),
+                              ("-", "-")):
+                cls.upstream.servers.append(subprocess.Popen(
+                    ["ip", "netns", "exec", cls.UP_NS, "/usr/bin/python3", script, a, cert, key,
+                     cls.https_log]))
         cls.flags = ["--dns-upstream", "198.18.9.2:53",
                      # the upstream is in a reserved range: the operator allows it
                      "--allow-private-egress", "198.18.9.0/24",
@@ -349,6 +376,7 @@ class EgressLogTest(unittest.TestCase):
         s, b = c.call("POST", "/v1/secrets", {"name": "TOKEN", "value": SECRET_VALUE,
                                               "hosts": ["api.secret.test"]})
         self.assertEqual(s, 201, b)
+        self.addCleanup(lambda: self.api.call("DELETE", "/v1/secrets/TOKEN"))
         # Refused: an unknown secret, a sandbox without a network (nothing made).
         s, b = c.call("POST", "/v1/sandboxes", {"secrets": ["NOPE"]})
         self.assertEqual((s, b["error"]["code"]), (404, "secret_not_found"), b)
@@ -469,6 +497,43 @@ class EgressLogTest(unittest.TestCase):
         self.assertEqual(self.auth_seen("f"), "Bearer " + tok)
         for x in (sid, heir, plain_child):
             c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def test_secrets_opted_into_queries_bodies_and_plain_http(self):
+        c = self.api
+        for name in ("KEY", "TOKEN"):
+            self.addCleanup(lambda n=name: self.api.call("DELETE", f"/v1/secrets/{n}"))
+        value = "key-VALUE-0123456789"
+        s, b = c.call("POST", "/v1/secrets", {"name": "KEY", "value": value,
+                                              "hosts": ["api.secret.test"],
+                                              "inject_into": ["headers", "query", "body"],
+                                              "allow_plain_http": True})
+        self.assertEqual(s, 201, b)
+        self.assertEqual((b["inject_into"], b["allow_plain_http"]),
+                         (["headers", "query", "body"], True), b)
+        s, b = c.call("POST", "/v1/secrets", {"name": "TOKEN", "value": SECRET_VALUE,
+                                              "hosts": ["api.secret.test"]})
+        self.assertIn(s, (201, 409), b)
+        self.assertEqual(c.call("PATCH", "/v1/secrets/TOKEN", {"value": SECRET_VALUE})[0], 200)
+        for bad in ({"inject_into": ["cookies"]}, {"inject_into": []},
+                    {"allow_plain_http": "yes"}):
+            s, b = c.call("POST", "/v1/secrets", {"name": "BAD", "value": "x",
+                                                  "hosts": ["a.test"], **bad})
+            self.assertEqual((s, b["error"]["code"]), (400, "invalid_argument"), (bad, b))
+        sid = c.create(secrets=["KEY", "TOKEN"])["id"]
+        out = self.run_py(sid, OPT_IN_PROBE)
+        self.assertEqual((out["query"], out["body"], out["plain"]), (200, 200, 200), out)
+        # A body the proxy would have to hold beyond its bound is refused (413, answered before
+        # the upload ends: the client may see the connection close instead), never sent cut.
+        self.assertTrue(out["big"] == 413 or "EOF" in str(out["big"]), out)
+        seen = {j["path"].split("?")[0]: j for j in self.upstream_saw("o")}
+        self.assertEqual(seen["/o/q"]["path"], f"/o/q?key={value}&t={out['tok']}", seen)
+        self.assertEqual(seen["/o/b"]["body"], f"token={value}&t={out['tok']}", seen)
+        self.assertEqual(seen["/o/p"]["auth"], "Bearer " + value, seen)
+        self.assertNotIn("/o/big", seen)
+        uses = self.egress(sid, "?kind=secret")["entries"]
+        plain = [e for e in uses if e["protocol"] == "http"]
+        self.assertEqual((plain[0]["verdict"], plain[0]["injected"]), ("allowed", ["KEY"]), uses)
+        c.call("DELETE", f"/v1/sandboxes/{sid}")
 
     def test_a_query_flood_is_refused_past_the_rate(self):
         c = self.api

@@ -619,18 +619,25 @@ class Volume:
 class Secrets:
     """Tenant secrets: a value and the hosts it may be sent to. The value goes in and never comes
     back (answers carry ``{name, hosts, version, created_at_ms, updated_at_ms, expires_at_ms}``).
-    Not yet usable by a sandbox: the egress proxy that injects them is not built (a create naming
-    secrets raises ``NotImplementedByServer``).
+    A sandbox created with ``secrets=[name]`` gets a placeholder; its egress proxy puts the value
+    into HTTPS request headers to ``hosts`` (and, opted in, ``inject_into=["headers", "query",
+    "body"]``, ``allow_plain_http=True``).
 
     >>> Secrets.create("GITHUB_TOKEN", token, hosts=["api.github.com"], ttl_seconds=3600)
     """
 
     @staticmethod
     def create(name: str, value: str, hosts: Sequence[str], ttl_seconds: Optional[int] = None, *,
+               inject_into: Optional[Sequence[str]] = None,
+               allow_plain_http: Optional[bool] = None,
                api_key: Optional[str] = None, base_url: Optional[str] = None) -> Dict[str, Any]:
         body: Dict[str, Any] = {"name": name, "value": value, "hosts": list(hosts)}
         if ttl_seconds is not None:
             body["ttl_seconds"] = int(ttl_seconds)
+        if inject_into is not None:
+            body["inject_into"] = list(inject_into)
+        if allow_plain_http is not None:
+            body["allow_plain_http"] = bool(allow_plain_http)
         return dict(_Http(api_key, base_url, 60.0).call("POST", "/v1/secrets", json=body).json())
 
     @staticmethod
@@ -644,10 +651,17 @@ class Secrets:
 
     @staticmethod
     def update(name: str, value: Optional[str] = None, hosts: Optional[Sequence[str]] = None,
-               ttl_seconds: Optional[int] = None, *, api_key: Optional[str] = None,
+               ttl_seconds: Optional[int] = None, *,
+               inject_into: Optional[Sequence[str]] = None,
+               allow_plain_http: Optional[bool] = None, api_key: Optional[str] = None,
                base_url: Optional[str] = None) -> Dict[str, Any]:
-        """Rotates the value (``version`` + 1) and/or replaces hosts or the expiry."""
+        """Rotates the value (``version`` + 1) and/or replaces hosts, the expiry or where the
+        value may go."""
         body: Dict[str, Any] = {}
+        if inject_into is not None:
+            body["inject_into"] = list(inject_into)
+        if allow_plain_http is not None:
+            body["allow_plain_http"] = bool(allow_plain_http)
         if value is not None:
             body["value"] = value
         if hosts is not None:

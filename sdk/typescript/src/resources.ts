@@ -210,15 +210,20 @@ function secretInfo(b: Json): SecretInfo {
   return {
     name: b.name, hosts: b.hosts ?? [], version: b.version, createdAtMs: b.created_at_ms,
     updatedAtMs: b.updated_at_ms, expiresAtMs: b.expires_at_ms ?? null,
+    injectInto: b.inject_into ?? ["headers"], allowPlainHttp: b.allow_plain_http ?? false,
   };
 }
 
 /** Tenant secrets: a value and the hosts it may be sent to. The value goes in and never comes
- * back. Not yet usable by a sandbox (the egress proxy that injects them is not built). */
+ * back. A sandbox created with `secrets: [name]` holds a placeholder; its egress proxy puts the
+ * value into HTTPS request headers to the hosts (opted in: `injectInto: ["headers", "query",
+ * "body"]`, `allowPlainHttp`). */
 export class Secrets {
-  static async create(name: string, value: string, hosts: string[], opts: ClientOptions & { ttlSeconds?: number } = {}): Promise<SecretInfo> {
+  static async create(name: string, value: string, hosts: string[], opts: ClientOptions & { ttlSeconds?: number; injectInto?: string[]; allowPlainHttp?: boolean } = {}): Promise<SecretInfo> {
     const json: Json = { name, value, hosts };
     if (opts.ttlSeconds !== undefined) json.ttl_seconds = opts.ttlSeconds;
+    if (opts.injectInto !== undefined) json.inject_into = opts.injectInto;
+    if (opts.allowPlainHttp !== undefined) json.allow_plain_http = opts.allowPlainHttp;
     return secretInfo(await new Http(opts).json("POST", "/v1/secrets", { json }));
   }
   static async list(opts: ClientOptions = {}): Promise<SecretInfo[]> {
@@ -228,8 +233,10 @@ export class Secrets {
     return secretInfo(await new Http(opts).json("GET", `/v1/secrets/${encodeURIComponent(name)}`));
   }
   /** Rotates the value (version + 1) and/or replaces hosts or the expiry. */
-  static async update(name: string, change: { value?: string; hosts?: string[]; ttlSeconds?: number }, opts: ClientOptions = {}): Promise<SecretInfo> {
+  static async update(name: string, change: { value?: string; hosts?: string[]; ttlSeconds?: number; injectInto?: string[]; allowPlainHttp?: boolean }, opts: ClientOptions = {}): Promise<SecretInfo> {
     const json: Json = {};
+    if (change.injectInto !== undefined) json.inject_into = change.injectInto;
+    if (change.allowPlainHttp !== undefined) json.allow_plain_http = change.allowPlainHttp;
     if (change.value !== undefined) json.value = change.value;
     if (change.hosts !== undefined) json.hosts = change.hosts;
     if (change.ttlSeconds !== undefined) json.ttl_seconds = change.ttlSeconds;

@@ -131,6 +131,9 @@ export interface SecretInfo {
   createdAtMs: number;
   updatedAtMs: number;
   expiresAtMs: number | null;
+  /** Where the value may go: "headers", and opted in "query", "body". */
+  injectInto: string[];
+  allowPlainHttp: boolean;
 }
 
 /** One entry of a sandbox's egress log (`Sandbox.egressLog`). */
