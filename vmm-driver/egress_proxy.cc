@@ -157,8 +157,9 @@ class Forwarder final : public kj::HttpService {
               };
               auto text = substitute(std::string(bytes.asChars().begin(), bytes.size()), secrets,
                                      in_body, use);
-              return forward(method, kj::mv(target), kj::mv(out), body, kj::str(text), kj::mv(use),
-                             response);
+              // (its bytes as they are: a body may hold NULs)
+              return forward(method, kj::mv(target), kj::mv(out), body,
+                             kj::heapString(text.data(), text.size()), kj::mv(use), response);
             },
             [this, &response](kj::Exception&&) { return too_large(response); });
   }

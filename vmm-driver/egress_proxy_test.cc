@@ -131,7 +131,8 @@ struct World {
     if (!body.empty()) req.body->write(body.data(), body.size()).wait(io_.waitScope);
     req.body = nullptr;  // (the end of the request's body)
     auto r = req.response.wait(io_.waitScope);
-    Reply out{r.statusCode, r.body->readAllText().wait(io_.waitScope).cStr()};
+    auto text = r.body->readAllText().wait(io_.waitScope);
+    Reply out{r.statusCode, std::string(text.begin(), text.size())};  // (NULs kept)
     return out;
   }
 
@@ -241,7 +242,7 @@ TEST(EgressProxy, OptedInQueriesBodiesAndPlainHttpGetTheValue) {
   auto wp = std::make_unique<World>();
   auto& w = *wp;
   EgressProxy proxy(w.io_.provider->getTimer(), w.options());
-  std::string body = "token=" + w.placeholder_ + "&x=1";
+  std::string body = "token=" + w.placeholder_ + std::string("&\0x=1", 5);  // (a NUL kept)
   w.url_ = "/repos?k=" + w.placeholder_;
   // Not opted in: both forwarded as they are, the use refused as not opted in.
   auto r = w.call(proxy, "api.test", true, "", "", body);
@@ -255,7 +256,7 @@ TEST(EgressProxy, OptedInQueriesBodiesAndPlainHttpGetTheValue) {
     r = w.call(proxy, "api.test", true, "", "", body, chunked);
     EXPECT_EQ(r.status, 200u) << r.body;
     EXPECT_EQ(r.body, "host=api.test\nauth=\nurl=/repos?k=" + w.value_ +
-                          "\nbody=token=" + w.value_ + "&x=1\n");
+                          "\nbody=token=" + w.value_ + std::string("&\0x=1", 5) + "\n");
     EXPECT_EQ(w.uses_.back().injected, std::vector<std::string>{"GITHUB_TOKEN"});
     EXPECT_TRUE(w.uses_.back().refused.empty());
   }
