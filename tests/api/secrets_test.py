@@ -122,6 +122,23 @@ class SecretsTest(harness.LogOnFailure, unittest.TestCase):
         r = run("get", "CLI_TOKEN")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("secret_not_found", r.stderr)
+        # Where a sandbox's egress proxy may put it, and plain HTTP (headers over HTTPS only by
+        # default); a PATCH of one leaves the other.
+        r = run("create", "OPTED", "--host", "a.test", "--inject-into", "headers,query",
+                "--allow-plain-http", "--json", stdin="v")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        made = json.loads(r.stdout)
+        self.assertEqual((made["inject_into"], made["allow_plain_http"]),
+                         (["headers", "query"], True), made)
+        s, b = self.api.call("PATCH", "/v1/secrets/OPTED", {"allow_plain_http": False})
+        self.assertEqual((s, b["inject_into"], b["allow_plain_http"]),
+                         (200, ["headers", "query"], False), b)
+        r = run("create", "BADINTO", "--host", "a.test", "--inject-into", "cookies", stdin="v")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("invalid_argument", r.stderr)
+        s, b = self.api.call("GET", "/v1/secrets/BADINTO")
+        self.assertEqual(s, 404, b)
+        self.assertEqual(run("delete", "OPTED").returncode, 0)
 
     def test_bad_input_limits_and_expiry(self):
         # (a tenant of its own: the quota counts only its secrets)

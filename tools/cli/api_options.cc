@@ -69,8 +69,10 @@ const char* const kApiUsage = R"(usage:
                                                        now) as a template of yours
   pandastack template get|delete NAME [--json]
   pandastack snapshot delete SNAPSHOT_ID            creates from it are refused afterwards
-  pandastack secret create NAME --host H... [--ttl S] [--json]   the value is read from stdin
-      (never from the command line); the hosts it may be sent to ("api.example.com", "*.x.com")
+  pandastack secret create NAME --host H... [--ttl S] [--inject-into headers,query,body]
+      [--allow-plain-http] [--json]   the value is read from stdin (never from the command line);
+      the hosts it may be sent to ("api.example.com", "*.x.com"); where a sandbox's egress proxy
+      may put it (headers only by default) and whether plain HTTP may carry it
   pandastack secret rotate NAME [--json]           a new value from stdin (version + 1)
   pandastack secret list [--json]; pandastack secret get|delete NAME [--json]   (never values)
 Environment: PANDASTACK_API_KEY, PANDASTACK_BASE_URL (default http://127.0.0.1:7070); --url and
@@ -125,15 +127,18 @@ Opts parse(int argc, char** argv, int from) {
       o.secrets.push_back(value());
     } else if (a == "--inherit-secrets") {
       o.inherit_secrets = true;
+    } else if (a == "--allow-plain-http") {
+      o.flags[a] = "true";
     } else if (a == "--no-network") {
       o.no_network = true;
     } else if (a == "--public") {
       o.is_public = true;
     } else if (a.rfind("--", 0) == 0) {
-      static const char* known[] = {
-          "--template", "--ttl",           "--state",  "--count",      "--timeout",      "--cwd",
-          "--url",      "--key",           "--egress", "--on-timeout", "--idle-timeout", "--size",
-          "--name",     "--from-snapshot", "--lines",  "--from",       "--memory",       "--vcpus"};
+      static const char* known[] = {"--template", "--ttl",           "--state",        "--count",
+                                    "--timeout",  "--cwd",           "--url",          "--key",
+                                    "--egress",   "--on-timeout",    "--idle-timeout", "--size",
+                                    "--name",     "--from-snapshot", "--lines",        "--from",
+                                    "--memory",   "--vcpus",         "--inject-into"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);

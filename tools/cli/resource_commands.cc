@@ -1,6 +1,7 @@
 // `pandastack db|secret|volume ...`: a tenant's managed databases, secrets and volumes from the
 // shell (the API's JSON with --json, else a table or plain text).
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "tools/cli/api_client.h"
@@ -136,6 +137,15 @@ int secret_command(Api& api, const Opts& o, const std::string& verb) {
     for (auto& h : o.hosts) hosts.push(h);
     body.set("hosts", hosts);
     if (o.flags.count("--ttl")) body.set("ttl_seconds", seconds_flag(o, "--ttl"));
+    if (o.flags.count("--inject-into")) {
+      Json into = Json::array();
+      std::string item;
+      std::istringstream in(o.flags.at("--inject-into"));
+      while (std::getline(in, item, ','))
+        if (!item.empty()) into.push(Json(item));
+      body.set("inject_into", into);
+    }
+    if (o.flags.count("--allow-plain-http")) body.set("allow_plain_http", true);
     return show(api.json("POST", "/v1/secrets", body.dump()));
   }
   if (verb == "rotate") {
