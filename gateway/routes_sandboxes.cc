@@ -41,6 +41,12 @@ Json metric_json(const actors::MetricSample& m) {
   return j;
 }
 
+Json text_list(const std::vector<std::string>& v) {
+  Json a = Json::array();
+  for (auto& x : v) a.push(Json(x));
+  return a;
+}
+
 Json egress_entry_json(const vmm::EgressEntry& e) {
   Json j = Json::object();
   j.set("seq", int64_t(e.seq));
@@ -51,9 +57,7 @@ Json egress_entry_json(const vmm::EgressEntry& e) {
   if (e.kind == vmm::EgressEntry::Kind::dns) {
     j.set("name", e.name);
     j.set("type", e.qtype);
-    Json a = Json::array();
-    for (auto& x : e.answers) a.push(Json(x));
-    j.set("answers", a);
+    j.set("answers", text_list(e.answers));
     return j;
   }
   j.set("protocol", e.protocol);
@@ -61,14 +65,9 @@ Json egress_entry_json(const vmm::EgressEntry& e) {
   if (e.port) j.set("port", int64_t(e.port));
   if (!e.name.empty()) j.set("name", e.name);
   if (e.kind == vmm::EgressEntry::Kind::secret) {
-    auto list = [](const std::vector<std::string>& v) {
-      Json a = Json::array();
-      for (auto& x : v) a.push(Json(x));
-      return a;
-    };
     j.set("method", e.method);
-    j.set("injected", list(e.injected));
-    j.set("refused", list(e.refused));
+    j.set("injected", text_list(e.injected));
+    j.set("refused", text_list(e.refused));
     return j;
   }
   if (e.allowed) {

@@ -75,10 +75,18 @@ void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
     b.setDurable(i.hibernation_durable ? "local" : "none");
 }
 
+namespace {
+// Fills a Text list made by `init(n)` with `v`.
+template <typename Init>
+void set_texts(Init&& init, const std::vector<std::string>& v) {
+  auto list = init(unsigned(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) list.set(unsigned(i), v[i]);
+}
+}  // namespace
+
 void fill_secret(api::SecretInfo::Builder b, const storage::SecretInfo& s) {
   b.setName(s.name);
-  auto hosts = b.initHosts(unsigned(s.hosts.size()));
-  for (size_t i = 0; i < s.hosts.size(); ++i) hosts.set(unsigned(i), s.hosts[i]);
+  set_texts([&](unsigned n) { return b.initHosts(n); }, s.hosts);
   b.setVersion(s.version);
   b.setCreatedAtMs(s.created_ms);
   b.setUpdatedAtMs(s.updated_ms);
@@ -94,8 +102,7 @@ void fill_egress(api::EgressEntry::Builder b, const vmm::EgressEntry& e) {
   b.setName(e.name);
   if (e.kind == vmm::EgressEntry::Kind::dns) {
     b.setType(e.qtype);
-    auto a = b.initAnswers(unsigned(e.answers.size()));
-    for (size_t i = 0; i < e.answers.size(); ++i) a.set(unsigned(i), e.answers[i]);
+    set_texts([&](unsigned n) { return b.initAnswers(n); }, e.answers);
     return;
   }
   b.setProtocol(e.protocol);
@@ -103,10 +110,8 @@ void fill_egress(api::EgressEntry::Builder b, const vmm::EgressEntry& e) {
   b.setPort(e.port);
   if (e.kind == vmm::EgressEntry::Kind::secret) {
     b.setMethod(e.method);
-    auto in = b.initInjected(unsigned(e.injected.size()));
-    for (size_t i = 0; i < e.injected.size(); ++i) in.set(unsigned(i), e.injected[i]);
-    auto out = b.initRefused(unsigned(e.refused.size()));
-    for (size_t i = 0; i < e.refused.size(); ++i) out.set(unsigned(i), e.refused[i]);
+    set_texts([&](unsigned n) { return b.initInjected(n); }, e.injected);
+    set_texts([&](unsigned n) { return b.initRefused(n); }, e.refused);
     return;
   }
   if (e.allowed) {
