@@ -44,6 +44,43 @@ Transition from_wire(w::Transition t) {
   return Transition::snapshotting;
 }
 
+void put_count(w::EgressCount::Builder b, const vmm::EgressCount& c) {
+  b.setAllowed(c.allowed);
+  b.setDenied(c.denied);
+}
+vmm::EgressCount get_count(w::EgressCount::Reader r) { return {r.getAllowed(), r.getDenied()}; }
+
+void put_summary(w::EgressSummary::Builder b, const vmm::EgressSummary& s) {
+  b.setFromMs(s.from_ms);
+  b.setToMs(s.to_ms);
+  put_count(b.initDns(), s.dns);
+  put_count(b.initConnections(), s.connections);
+  put_count(b.initSecretRequests(), s.secret_requests);
+  b.setBytesOut(s.bytes_out);
+  b.setBytesIn(s.bytes_in);
+  auto d = b.initDestinations(unsigned(s.destinations.size()));
+  for (unsigned i = 0; i < s.destinations.size(); ++i) {
+    d[i].setName(s.destinations[i].name);
+    put_count(d[i].initRequests(), s.destinations[i].requests);
+  }
+  b.setOtherDestinations(s.other_destinations);
+}
+
+vmm::EgressSummary get_summary(w::EgressSummary::Reader r) {
+  vmm::EgressSummary s;
+  s.from_ms = r.getFromMs();
+  s.to_ms = r.getToMs();
+  s.dns = get_count(r.getDns());
+  s.connections = get_count(r.getConnections());
+  s.secret_requests = get_count(r.getSecretRequests());
+  s.bytes_out = r.getBytesOut();
+  s.bytes_in = r.getBytesIn();
+  for (auto d : r.getDestinations())
+    s.destinations.push_back({d.getName().cStr(), get_count(d.getRequests())});
+  s.other_destinations = r.getOtherDestinations();
+  return s;
+}
+
 using codec::get_map;
 using codec::put_map;
 
@@ -251,6 +288,9 @@ std::string encode_event(const Event& e) {
     case K::snapshot_persisted:
       b.setSnapshotPersisted(e.snapshot_id);
       break;
+    case K::egress_summary:
+      put_summary(b.initEgressSummary(), e.egress_summary);
+      break;
   }
   return codec::to_bytes(msg);
 }
@@ -418,6 +458,10 @@ std::optional<Event> decode_event(const std::string& bytes) {
             e.kind = K::snapshot_persisted;
             e.snapshot_id = r.getSnapshotPersisted().cStr();
             break;
+          case w::SandboxEvent::EGRESS_SUMMARY:
+            e.kind = K::egress_summary;
+            e.egress_summary = get_summary(r.getEgressSummary());
+            break;
           default:
             return std::nullopt;  // a kind this build does not know
         }
@@ -444,6 +488,35 @@ wire::Json volumes_json(const std::vector<SandboxVolume>& volumes) {
   }
   return a;
 }
+
+namespace {
+
+wire::Json count_json(const vmm::EgressCount& c) {
+  wire::Json j = wire::Json::object();
+  j.set("allowed", c.allowed);
+  j.set("denied", c.denied);
+  return j;
+}
+
+void put_summary_json(wire::Json& j, const vmm::EgressSummary& s) {
+  j.set("from_ms", s.from_ms);
+  j.set("to_ms", s.to_ms);
+  j.set("dns", count_json(s.dns));
+  j.set("connections", count_json(s.connections));
+  j.set("secret_requests", count_json(s.secret_requests));
+  j.set("bytes_out", int64_t(s.bytes_out));
+  j.set("bytes_in", int64_t(s.bytes_in));
+  wire::Json d = wire::Json::array();
+  for (auto& x : s.destinations) {
+    wire::Json o = count_json(x.requests);
+    o.set("name", x.name);
+    d.push(o);
+  }
+  j.set("destinations", d);
+  j.set("other_destinations", s.other_destinations);
+}
+
+}  // namespace
 
 std::string event_to_json(const Event& e) {
   using wire::Json;
@@ -502,6 +575,9 @@ std::string event_to_json(const Event& e) {
       break;
     case Event::Kind::migrated:
       j.set("host", e.host);
+      break;
+    case Event::Kind::egress_summary:
+      put_summary_json(j, e.egress_summary);
       break;
     case Event::Kind::exec_started:
       j.set("exec_id", e.exec_id);

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "wire/json.h"
+
 namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::snapshot_persisted); ++k) {
+  for (int k = 0; k <= int(Event::Kind::egress_summary); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -45,6 +47,8 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.bytes = 5000000000ull;
     e.host = "h2";
     e.preview = Preview{3000, true, 11, 22, "nonce1"};
+    e.egress_summary = {10, 20, {1, 2}, {3, 4}, {5, 6}, 7000000000ull, 8, {{"api.test", {9, 10}}},
+                        11};
     auto bytes = encode_event(e);
     auto back = decode_event(bytes);
     ASSERT_TRUE(back) << to_string(e.kind);
@@ -100,6 +104,13 @@ TEST(EventCodec, EveryKindRoundTrips) {
     }
     if (e.kind == Event::Kind::preview_closed) {
       EXPECT_EQ(back->port, 8080u);
+    }
+    if (e.kind == Event::Kind::egress_summary) {
+      EXPECT_EQ(back->egress_summary, e.egress_summary);
+      auto j = *wire::Json::parse(event_to_json(*back));
+      EXPECT_EQ(j["kind"].as_string(), "egress-summary");
+      EXPECT_EQ(j["secret_requests"]["denied"].as_int(), 6);
+      EXPECT_EQ(j["destinations"].as_array().at(0)["name"].as_string(), "api.test");
     }
   }
 }

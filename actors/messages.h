@@ -119,6 +119,7 @@ using fork_atom = caf::atom_constant<caf::atom("forkkids")>;
 using template_atom = caf::atom_constant<caf::atom("template")>;
 using bake_atom = caf::atom_constant<caf::atom("bake")>;
 using egress_atom = caf::atom_constant<caf::atom("egress")>;
+using egress_summary_atom = caf::atom_constant<caf::atom("egsummary")>;
 using drop_atom = caf::atom_constant<caf::atom("dropsnap")>;
 using delsnap_atom = caf::atom_constant<caf::atom("delsnap")>;
 using procs_atom = caf::atom_constant<caf::atom("procs")>;

@@ -99,6 +99,9 @@ struct RuntimeConfig {
   uint32_t vm_cpu_max_percent = 0;
   // How often each running sandbox's resource use is sampled (actors/metrics.h; 0: never).
   std::chrono::milliseconds metrics_interval{5000};
+  // How often a sandbox's egress log is summed up into its audit log (an `egress-summary` event,
+  // when it reached anything in the period); its last period is recorded when it ends.
+  std::chrono::milliseconds egress_summary_interval{300'000};
   // Quotas every tenant gets unless an admin set its own (PUT /v1/quotas/{tenant}).
   Quotas quotas;
   // Creates, forks and wakes are refused (503 host_full) when they would leave less than this

@@ -93,6 +93,8 @@ const char* to_string(Event::Kind k) {
       return "hibernation-persisted";
     case Event::Kind::snapshot_persisted:
       return "snapshot-persisted";
+    case Event::Kind::egress_summary:
+      return "egress-summary";
     case Event::Kind::failed:
       return "failed";
   }
@@ -449,6 +451,13 @@ struct Decider {
     e.bytes = c.bytes;
     return std::vector<Event>{e};
   }
+  // Kept once it ended as well: a kill's summary is of the period that ends with it.
+  Decision operator()(const cmd::RecordEgress& c) const {
+    if (s.status == SandboxStatus::none || c.summary.empty()) return std::vector<Event>{};
+    Event e = ev(Event::Kind::egress_summary, now);
+    e.egress_summary = c.summary;
+    return std::vector<Event>{e};
+  }
 
   Decision operator()(const cmd::ExposePort& c) const {
     if (!s.live()) return not_running(s, "expose a port");
@@ -726,6 +735,9 @@ SandboxState apply(SandboxState s, const Event& e) {
     case K::file_written:
     case K::file_removed:
       if (!s.live()) impossible(s, e);
+      break;  // audit only
+    case K::egress_summary:
+      if (s.status == SandboxStatus::none) impossible(s, e);
       break;  // audit only
     case K::migrated:
       if (s.status != SandboxStatus::hibernated) impossible(s, e);

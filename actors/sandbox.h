@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "vmm-driver/egress_summary.h"
 #include "wire/errors.h"
 #include "wire/result.h"
 
@@ -108,7 +109,10 @@ struct Event {
     hibernation_persisted,
     // Its named snapshot `snapshot_id` has a copy on the data disk, synced
     // (Env::persisted_snapshot_dir): it survives a host reboot.
-    snapshot_persisted
+    snapshot_persisted,
+    // Audit only: what it reached over a period (`egress`: DNS queries, connections, requests
+    // that carried a secret; bytes; the most used destinations), from its egress log.
+    egress_summary
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -143,10 +147,11 @@ struct Event {
   uint32_t port = 0;                   // port_exposed, port_unexposed, preview_closed
   Preview preview;                     // preview_opened
   // audit
-  uint32_t pid = 0;    // process_started (and `command`)
-  std::string path;    // file_written, file_removed
-  uint64_t bytes = 0;  // file_written
-  std::string host;    // migrated: the host it moved to
+  uint32_t pid = 0;                   // process_started (and `command`)
+  std::string path;                   // file_written, file_removed
+  uint64_t bytes = 0;                 // file_written
+  std::string host;                   // migrated: the host it moved to
+  vmm::EgressSummary egress_summary;  // egress_summary
 };
 const char* to_string(Event::Kind k);
 
@@ -326,14 +331,20 @@ struct RecordFile {
   uint64_t bytes = 0;
   bool removed = false;
 };
+// Its egress log summed up over a period (recorded even once it ended: its last period).
+struct RecordEgress {
+  vmm::EgressSummary summary;
+};
 }  // namespace cmd
 
-using Command = std::variant<
-    cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished, cmd::Snapshot,
-    cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
-    cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot,
-    cmd::Reap, cmd::Kill, cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
-    cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted, cmd::SnapshotPersisted>;
+using Command =
+    std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished,
+                 cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone,
+                 cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
+                 cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
+                 cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
+                 cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted,
+                 cmd::SnapshotPersisted, cmd::RecordEgress>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

@@ -55,6 +55,17 @@ void internal(SandboxSelf* self, Command c) {
 
 void report_dead_vm(SandboxSelf* self);
 
+// What its egress log holds since the last summary, recorded in its audit log (nothing when it
+// reached nothing, or has no network).
+void summarize_egress(SandboxSelf* self) {
+  auto& st = self->state;
+  if (!st.s.network || st.retired) return;
+  auto log = st.env->egress_log(st.s.id, false);
+  if (!log) return;
+  auto summary = log->take_summary(now_ms());
+  if (!summary.empty()) internal(self, cmd::RecordEgress{std::move(summary)});
+}
+
 // The hibernation it is in, copied onto the data disk and synced, in the background (the hibernate
 // answered once it was on tmpfs): recorded as `hibernation-persisted` once it is there, so that
 // it survives a host reboot. A wake meanwhile waits for the copy (the worker does one thing at a
@@ -93,6 +104,7 @@ void release_vm(SandboxSelf* self) {
   auto released = [self] {
     auto& st = self->state;
     st.releasing = false;
+    summarize_egress(self);  // its last period (it reaches nothing more)
     caf::anon_send(st.registry, released_atom::value, info_of(st.s));
     Answer a;
     a.info = info_of(st.s);
@@ -578,6 +590,8 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   log_exceptions(self, "sandbox " + initial.id);
   if (env->config.metrics_interval.count() > 0)
     self->delayed_send(self, env->config.metrics_interval, sample_atom::value);
+  if (env->config.egress_summary_interval.count() > 0)
+    self->delayed_send(self, env->config.egress_summary_interval, egress_summary_atom::value);
   // The VM worker knows its template; a new sandbox gets it with its Create command.
   if (!initial.template_name.empty())
     st.worker = self->spawn<caf::detached + caf::linked>(
@@ -680,6 +694,14 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         }
         if (st.s.status == SandboxStatus::running && !st.adopting) sample_metrics(self);
         self->delayed_send(self, st.env->config.metrics_interval, sample_atom::value);
+      },
+      // Every egress_summary_interval while it lives: its egress log summed up (audit log).
+      [=](egress_summary_atom) {
+        auto& st = self->state;
+        if (!st.s.live()) return;  // (its last period is recorded as its VM goes)
+        summarize_egress(self);
+        self->delayed_send(self, st.env->config.egress_summary_interval,
+                           egress_summary_atom::value);
       },
       [=](persisted_atom, bool ok, Code code, std::string err) {
         auto events = std::move(self->state.pending_events);

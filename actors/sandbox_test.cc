@@ -185,6 +185,25 @@ TEST(SandboxDecide, EveryStateTimesEveryCommand) {
   }
 }
 
+// An egress summary is an audit record in every state of a sandbox that exists, its end
+// included (the last period's); an empty one records nothing.
+TEST(SandboxDecide, EgressSummariesAreRecordedInAnyStateButNone) {
+  cmd::RecordEgress c;
+  c.summary.dns = {3, 1};
+  c.summary.destinations = {{"api.test", {3, 1}}};
+  for (auto st : {SandboxStatus::creating, SandboxStatus::running, SandboxStatus::hibernated,
+                  SandboxStatus::stopped, SandboxStatus::failed}) {
+    SandboxState s = in(st);
+    auto d = decide(s, c, kNow + 1);
+    ASSERT_EQ(outcome(d), "egress-summary") << to_string(st);
+    auto next = apply(s, std::get<std::vector<Event>>(d)[0]);
+    EXPECT_EQ(next.status, st);  // nothing changes but the version
+    EXPECT_EQ(next.version, s.version + 1);
+  }
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::none), c, kNow)), "-");
+  EXPECT_EQ(outcome(decide(in(SandboxStatus::running), cmd::RecordEgress{}, kNow)), "-");
+}
+
 // A migration ends a hibernated sandbox here (it runs on another host now); it may come back,
 // its stream going on with a new life.
 TEST(SandboxDecide, AMigrationEndsAHibernatedSandboxAndItMayComeBack) {

@@ -87,6 +87,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --vm-cpu-max P      each VM's CPU ceiling, percent of one CPU (default 0: none)
   --metrics-interval-ms MS  how often each running sandbox's CPU, memory and disk use is sampled
                       (GET /v1/sandboxes/{id}/metrics; default 5000; 0: never)
+  --egress-summary-seconds S  how often each sandbox's egress log is summed up into the audit
+                      log (an egress-summary event; default 300; 0: only when it ends)
   --max-connections N connections open at once per API, REST and RPC each (default 4096; more
                       are closed at once)
   --body-timeout S    a request body must arrive within S seconds (default 60; else 408)
@@ -245,6 +247,8 @@ int main(int argc, char** argv) {
       config.vm_cpu_weight = parse_u32(a, value());
     else if (a == "--metrics-interval-ms")
       config.metrics_interval = std::chrono::milliseconds(parse_u32(a, value()));
+    else if (a == "--egress-summary-seconds")
+      config.egress_summary_interval = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--vm-cpu-max")
       config.vm_cpu_max_percent = parse_u32(a, value());
     else if (a == "--max-connections")

@@ -7,8 +7,10 @@
 #include <linux/netfilter/nfnetlink_log.h>
 #include <linux/netlink.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 namespace pandastack::vmm {
 
@@ -47,10 +49,10 @@ uint64_t EgressLog::add_locked(EgressEntry e) {
   e.seq = next_seq_++;
   if (e.kind == EgressEntry::Kind::connection && e.name.empty())
     if (auto it = names_.find(e.destination); it != names_.end()) e.name = it->second;
+  count_locked(e);
   entries_.push_back(std::move(e));
+  // (An open connection whose entry goes stays in `open_`: its bytes still count when it ends.)
   while (entries_.size() > capacity_) {
-    uint64_t gone = entries_.front().seq;
-    std::erase_if(open_, [&](const auto& kv) { return kv.second == gone; });
     entries_.pop_front();
     ++dropped_;
   }
@@ -66,7 +68,14 @@ void EgressLog::connection_opened(uint32_t ct_id, EgressEntry e) {
   e.kind = EgressEntry::Kind::connection;
   e.allowed = true;
   uint64_t seq = add_locked(std::move(e));
-  if (open_.size() < capacity_) open_[ct_id] = seq;
+  track_open_locked(ct_id, seq);
+}
+
+void EgressLog::track_open_locked(uint32_t ct_id, uint64_t seq) {
+  if (open_.size() >= capacity_ && !open_.count(ct_id))  // the oldest goes (its end was missed)
+    open_.erase(std::min_element(open_.begin(), open_.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; }));
+  open_[ct_id] = seq;
 }
 
 void EgressLog::connection_ended(uint32_t ct_id, uint64_t out, uint64_t in, int64_t when_ms) {
@@ -83,6 +92,8 @@ void EgressLog::ended_locked(uint32_t ct_id, uint64_t out, uint64_t in, int64_t 
   if (it == open_.end()) return;
   uint64_t seq = it->second;
   open_.erase(it);
+  sums_.bytes_out += out;
+  sums_.bytes_in += in;
   if (entries_.empty() || seq < entries_.front().seq) return;
   auto& e = entries_[size_t(seq - entries_.front().seq)];
   e.bytes_out = out;
@@ -130,6 +141,51 @@ EgressPage EgressLog::read(const EgressQuery& q) const {
   return page;
 }
 
+void EgressLog::count_locked(const EgressEntry& e) {
+  if (sums_.from_ms == 0) sums_.from_ms = e.time_ms ? e.time_ms : egress::now_ms();
+  auto& kind = e.kind == EgressEntry::Kind::dns          ? sums_.dns
+               : e.kind == EgressEntry::Kind::connection ? sums_.connections
+                                                         : sums_.secret_requests;
+  ++(e.allowed ? kind.allowed : kind.denied);
+  const std::string& name = e.name.empty() ? e.destination : e.name;
+  if (name.empty()) return;
+  auto it = per_name_.find(name);
+  if (it == per_name_.end()) {
+    if (per_name_.size() >= kMaxTrackedNames) {
+      ++sums_.other_destinations;  // (a name past the bound is counted once per request)
+      return;
+    }
+    it = per_name_.emplace(name, EgressCount{}).first;
+  }
+  ++(e.allowed ? it->second.allowed : it->second.denied);
+}
+
+EgressSummary EgressLog::take_summary(int64_t now_ms) {
+  std::unique_lock l(mu_);
+  if (auto t = forward_) {
+    l.unlock();
+    return t->take_summary(now_ms);
+  }
+  EgressSummary out = std::exchange(sums_, EgressSummary{});
+  auto names = std::exchange(per_name_, {});
+  if (out.empty()) return EgressSummary{};
+  out.to_ms = now_ms;
+  if (out.from_ms == 0 || out.from_ms > now_ms) out.from_ms = now_ms;
+  std::vector<EgressDestination> all;
+  all.reserve(names.size());
+  for (auto& [name, n] : names) all.push_back({name, n});
+  auto total = [](const EgressDestination& d) {
+    return uint64_t(d.requests.allowed) + d.requests.denied;
+  };
+  std::stable_sort(all.begin(), all.end(),
+                   [&](const auto& a, const auto& b) { return total(a) > total(b); });
+  size_t keep = std::min(all.size(), EgressSummary::kMaxDestinations);
+  out.other_destinations += uint32_t(all.size() - keep);
+  all.resize(keep);
+  out.destinations = std::move(all);
+  return out;
+}
+
 void EgressLog::forward_to(std::shared_ptr<EgressLog> to) {
   if (!to || to.get() == this) return;
   std::scoped_lock both(mu_, to->mu_);
@@ -138,8 +194,7 @@ void EgressLog::forward_to(std::shared_ptr<EgressLog> to) {
   for (auto& e : entries_) {
     auto open = open_by_seq.find(e.seq);
     uint64_t seq = to->add_locked(std::move(e));
-    if (open != open_by_seq.end() && to->open_.size() < to->capacity_)
-      to->open_[open->second] = seq;
+    if (open != open_by_seq.end()) to->track_open_locked(open->second, seq);
   }
   for (auto& [addr, name] : names_)
     if (to->names_.size() < kMaxNames) to->names_[addr] = name;

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "vmm-driver/egress_summary.h"
+
 namespace pandastack::vmm {
 
 struct EgressEntry {
@@ -82,21 +84,31 @@ class EgressLog {
   void count_lost(uint64_t n);
 
   EgressPage read(const EgressQuery& q) const;
+  // What was logged since the previous take (or the log began), summed up; the sums start again.
+  // `now_ms` ends the period.
+  EgressSummary take_summary(int64_t now_ms);
   // From now on this log's writes go to `target`; what it holds moves there first.
   void forward_to(std::shared_ptr<EgressLog> target);
 
  private:
   uint64_t add_locked(EgressEntry e);
   void ended_locked(uint32_t ct_id, uint64_t out, uint64_t in, int64_t when_ms);
+  void count_locked(const EgressEntry& e);
+  void track_open_locked(uint32_t ct_id, uint64_t seq);
 
   mutable std::mutex mu_;
   size_t capacity_;
   std::deque<EgressEntry> entries_;
   uint64_t next_seq_ = 1;
   uint64_t dropped_ = 0, lost_ = 0;
-  std::map<uint32_t, uint64_t> open_;  // conntrack id -> seq of its entry (bounded by capacity)
+  // Open connections: conntrack id -> seq of its entry (at most `capacity_`, the oldest goes).
+  std::map<uint32_t, uint64_t> open_;
   std::map<std::string, std::string> names_;  // address -> name
   std::shared_ptr<EgressLog> forward_;
+  // The sums since the last take_summary (its destinations are kept in `per_name_`, bounded).
+  static constexpr size_t kMaxTrackedNames = 256;
+  EgressSummary sums_;
+  std::map<std::string, EgressCount> per_name_;
 };
 
 // Parsers of the kernel's netlink messages (one message: header included).

@@ -105,6 +105,65 @@ TEST(EgressLog, ForwardingMovesHistoryAndKeepsOpenConnections) {
   EXPECT_EQ(e[2].name, "after.test");
 }
 
+TEST(EgressLog, SummariesSumWhatWasLoggedSinceTheLastOne) {
+  auto sandbox = std::make_shared<EgressLog>(2);  // (the sums do not depend on what is kept)
+  EXPECT_TRUE(sandbox->take_summary(10).empty());
+  EgressLog network;
+  network.add(dns_entry("api.test", true));
+  network.forward_to(sandbox);  // (what the network logged is the sandbox's)
+  sandbox->add(dns_entry("api.test", true));
+  sandbox->add(dns_entry("evil.test", false));
+  sandbox->learn_name("192.0.2.1", "api.test");
+  sandbox->connection_opened(7, conn("192.0.2.1", 443));
+  sandbox->connection_opened(8, conn("192.0.2.9", 80));
+  auto denied = conn("10.0.0.1", 22);
+  denied.kind = EgressEntry::Kind::connection;
+  denied.reason = "reserved";
+  sandbox->add(denied);
+  sandbox->connection_ended(7, 100, 2000, 50);
+  EgressEntry secret;
+  secret.kind = EgressEntry::Kind::secret;
+  secret.name = "api.test";
+  secret.allowed = true;
+  secret.injected = {"TOKEN"};
+  sandbox->add(secret);
+  secret.name = "evil.test";
+  secret.allowed = false;
+  sandbox->add(secret);
+
+  auto s = sandbox->take_summary(1000);
+  EXPECT_EQ(s.to_ms, 1000);
+  EXPECT_GT(s.from_ms, 0);
+  EXPECT_EQ(s.dns, (EgressCount{2, 1}));
+  EXPECT_EQ(s.connections, (EgressCount{2, 1}));
+  EXPECT_EQ(s.secret_requests, (EgressCount{1, 1}));
+  EXPECT_EQ(s.bytes_out, 100u);
+  EXPECT_EQ(s.bytes_in, 2000u);
+  ASSERT_EQ(s.destinations.size(), 4u);  // api.test, evil.test, 192.0.2.9, 10.0.0.1
+  EXPECT_EQ(s.destinations[0], (EgressDestination{"api.test", {4, 0}}));
+  EXPECT_EQ(s.destinations[1], (EgressDestination{"evil.test", {0, 2}}));
+  EXPECT_EQ(s.other_destinations, 0u);
+  // The next period starts empty; an open connection's bytes count when it ends.
+  EXPECT_TRUE(sandbox->take_summary(2000).empty());
+  sandbox->connection_ended(8, 1, 2, 60);
+  auto next = sandbox->take_summary(3000);
+  EXPECT_EQ(next.bytes_in, 2u);
+  EXPECT_EQ(next.connections, EgressCount{});
+  EXPECT_TRUE(next.destinations.empty());
+}
+
+TEST(EgressLog, SummariesKeepTheMostUsedDestinations) {
+  EgressLog log;
+  for (int i = 0; i < 300; ++i)
+    for (int k = 0; k < (i == 299 ? 3 : 1); ++k)
+      log.add(dns_entry("n" + std::to_string(i) + ".test", true));
+  auto s = log.take_summary(1);
+  EXPECT_EQ(s.dns.allowed, 302u);
+  ASSERT_EQ(s.destinations.size(), EgressSummary::kMaxDestinations);
+  // n299 came past the bound of names tracked: counted among the others, per request.
+  EXPECT_EQ(s.other_destinations, 256u - EgressSummary::kMaxDestinations + 44u + 2u);
+}
+
 // --- netlink parsers -----------------------------------------------------------------------
 
 struct Msg {

@@ -45,6 +45,31 @@ struct VolumeMount {
   slot @3 :UInt32;
 }
 
+# Requests of one kind: how many went out, how many were refused.
+struct EgressCount {
+  allowed @0 :UInt32;
+  denied @1 :UInt32;
+}
+
+# A name (or an address no answer named) and its requests of every kind.
+struct EgressDestination {
+  name @0 :Text;
+  requests @1 :EgressCount;
+}
+
+# What a sandbox reached over a period, from its egress log (an audit record).
+struct EgressSummary {
+  fromMs @0 :Int64;
+  toMs @1 :Int64;
+  dns @2 :EgressCount;
+  connections @3 :EgressCount;
+  secretRequests @4 :EgressCount;  # requests that carried a secret's placeholder
+  bytesOut @5 :UInt64;             # of the connections that ended in the period
+  bytesIn @6 :UInt64;
+  destinations @7 :List(EgressDestination);  # the most used, most requests first
+  otherDestinations @8 :UInt32;    # beyond the list
+}
+
 struct SandboxEvent {
   atMs @0 :Int64;
   union {
@@ -124,6 +149,7 @@ struct SandboxEvent {
     hibernationPersisted @59 :Text;  # the hibernation (snapshot id) has a synced copy on the
                                      # data disk: it survives a host reboot
     snapshotPersisted @60 :Text;   # the named snapshot (id) has a synced copy on the data disk
+    egressSummary @62 :EgressSummary;  # audit only: what it reached over a period
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
   snapshotName @56 :Text;          # transitionStarted (snapshotting), snapshotTaken: the name

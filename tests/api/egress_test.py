@@ -232,7 +232,9 @@ class EgressLogTest(unittest.TestCase):
                      # the upstream is in a reserved range: the operator allows it
                      "--allow-private-egress", "198.18.9.0/24",
                      # and its HTTPS servers' CA is the test's own
-                     "--egress-trust-ca", ca]
+                     "--egress-trust-ca", ca,
+                     # the audit log's summaries every 2 s (and at the end)
+                     "--egress-summary-seconds", "2"]
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
                             cls.flags)
         cls.api = Api(cls.daemon)
@@ -351,8 +353,38 @@ class EgressLogTest(unittest.TestCase):
         self.assertEqual((s, b["error"]["code"]), (409, "network_disabled"), b)
         s, b = c.call("GET", "/v1/sandboxes/sbx-none/egress")
         self.assertEqual((s, b["error"]["code"]), (404, "sandbox_not_found"), b)
+
+        # The audit log sums the log up: every 2 s (this daemon's flag) and when it ends, the
+        # summaries together count every entry once.
+        log = self.egress(sid, "?limit=1000")["entries"]
         for x in (sid, plain):
             c.call("DELETE", f"/v1/sandboxes/{x}")
+        deadline, sums = time.time() + 30, []
+        while time.time() < deadline:
+            s, b = c.call("GET", f"/v1/sandboxes/{sid}/events")
+            self.assertEqual(s, 200, b)
+            types = [e["type"] for e in b["events"]]
+            sums = [e["event"] for e in b["events"] if e["type"] == "egress-summary"]
+            if "killed" in types and "egress-summary" in types[types.index("killed"):]:
+                break  # (the last period's, recorded as its VM went)
+            time.sleep(0.5)
+        self.assertGreaterEqual(len(sums), 2, "a periodic summary and the last one")
+
+        def total(kind, verdict):
+            return sum(x[kind][verdict] for x in sums)
+
+        for kind, key in (("dns", "dns"), ("connection", "connections")):
+            for verdict in ("allowed", "denied"):
+                want = len([e for e in log if e["kind"] == kind and e["verdict"] == verdict])
+                self.assertEqual(total(key, verdict), want, (kind, verdict, sums))
+        self.assertGreater(sum(x["bytes_in"] for x in sums), received)
+        names = {d["name"] for x in sums for d in x["destinations"]}
+        self.assertTrue({"allowed.test", "other.test", "169.254.169.254"} <= names, sums)
+        for x in sums:
+            self.assertLessEqual(x["from_ms"], x["to_ms"])
+        # A sandbox without a network has none.
+        s, b = c.call("GET", f"/v1/sandboxes/{plain}/events")
+        self.assertNotIn("egress-summary", [e["type"] for e in b["events"]])
 
     def upstream_saw(self, tag):
         """What the upstream's HTTPS servers received on paths of `tag`."""
