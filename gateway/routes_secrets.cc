@@ -20,9 +20,7 @@ Json secret_json(const storage::SecretInfo& s) {
   j.set("updated_at_ms", s.updated_ms);
   j.set("expires_at_ms", s.expires_ms ? Json(s.expires_ms) : Json());
   Json into = Json::array();
-  into.push(Json("headers"));
-  if (s.use.in_query) into.push(Json("query"));
-  if (s.use.in_body) into.push(Json("body"));
+  for (auto& p : s.use.places()) into.push(Json(p));
   j.set("inject_into", into);
   j.set("allow_plain_http", s.use.allow_plain_http);
   return j;

@@ -91,6 +91,8 @@ void fill_secret(api::SecretInfo::Builder b, const storage::SecretInfo& s) {
   b.setCreatedAtMs(s.created_ms);
   b.setUpdatedAtMs(s.updated_ms);
   b.setExpiresAtMs(s.expires_ms);
+  set_texts([&](unsigned n) { return b.initInjectInto(n); }, s.use.places());
+  b.setAllowPlainHttp(s.use.allow_plain_http);
 }
 
 void fill_egress(api::EgressEntry::Builder b, const vmm::EgressEntry& e) {

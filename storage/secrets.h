@@ -21,6 +21,14 @@ namespace pandastack::storage {
 struct SecretUse {
   bool in_query = false, in_body = false, allow_plain_http = false;
   bool operator==(const SecretUse&) const = default;
+  // The parts of a request the value may go into, as the APIs name them: "headers" (always),
+  // "query", "body".
+  std::vector<std::string> places() const {
+    std::vector<std::string> p{"headers"};
+    if (in_query) p.push_back("query");
+    if (in_body) p.push_back("body");
+    return p;
+  }
 };
 
 struct SecretInfo {

@@ -38,6 +38,8 @@ struct SecretInfo {          # a tenant secret, never its value (REST's /v1/secr
   createdAtMs @3 :Int64;
   updatedAtMs @4 :Int64;
   expiresAtMs @5 :Int64;     # 0 = never
+  injectInto @6 :List(Text); # where the proxy may put its value: headers, query, body
+  allowPlainHttp @7 :Bool;   # plain HTTP requests may carry it too (else HTTPS only)
 }
 
 struct EgressEntry {         # one line of a sandbox's egress log (REST's .../egress)

@@ -765,9 +765,9 @@ TEST_F(RpcDatabaseTest, EgressLogSecretsAndDurability) {
             "invalid_argument");
   // Secrets: names and hosts, never a value.
   pandastack::tools::HttpClient http(daemon_->url, daemon_->key);
-  auto r =
-      http.request("POST", "/v1/secrets",
-                   R"({"name":"RPC_TOKEN","value":"rpc-value-x","hosts":["api.example.test"]})");
+  auto r = http.request("POST", "/v1/secrets",
+                        R"({"name":"RPC_TOKEN","value":"rpc-value-x","hosts":["api.example.test"],)"
+                        R"("inject_into":["headers","body"]})");
   ASSERT_EQ(r.status, 201) << r.body;
   auto listed = platform.listSecretsRequest().send().wait(ws);
   ASSERT_EQ(listed.getSecrets().size(), 1u);
@@ -777,6 +777,9 @@ TEST_F(RpcDatabaseTest, EgressLogSecretsAndDurability) {
   EXPECT_EQ(std::string(s0.getHosts()[0]), "api.example.test");
   EXPECT_EQ(s0.getVersion(), 1u);
   EXPECT_GT(s0.getCreatedAtMs(), 0);
+  ASSERT_EQ(s0.getInjectInto().size(), 2u);
+  EXPECT_EQ(std::string(s0.getInjectInto()[1]), "body");
+  EXPECT_FALSE(s0.getAllowPlainHttp());
   EXPECT_EQ(http.request("DELETE", "/v1/secrets/RPC_TOKEN", "").status, 204);
   // Hibernated: "local" once its copy is on the data disk, "none" before.
   auto h = sbx.hibernateRequest().send().wait(ws);
