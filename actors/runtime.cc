@@ -194,6 +194,13 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
                  orphans.size());
     caf::anon_send(impl->registry, unfork_atom::value, orphans);
   }
+  // Secret bindings of sandboxes that ended while the daemon was down (or whose retirement a
+  // crash cut short) go: their placeholders serve nothing now. A live one's actor keeps its own.
+  std::set<std::string> live;
+  for (auto& s : recovered->sandboxes)
+    if (s.live()) live.insert(s.id);
+  if (auto n = impl->secrets->unbind_all_but(live))
+    spdlog::info("runtime: {} secret binding(s) of ended sandboxes removed", n);
   spdlog::info(
       "runtime: {} sandboxes recovered from {} ({} from state snapshots, {} retired skipped, "
       "{} hibernations and {} snapshots back from the data disk); adopting {} VMs",

@@ -223,4 +223,16 @@ void Secrets::unbind(const std::string& sandbox) {
   env_.erase(sandbox);
 }
 
+size_t Secrets::unbind_all_but(const std::set<std::string>& live) {
+  auto bound = store_.bound();
+  if (!bound) return 0;
+  size_t n = 0;
+  for (auto& id : *bound)
+    if (!live.count(id)) {
+      unbind(id);
+      ++n;
+    }
+  return n;
+}
+
 }  // namespace pandastack::actors

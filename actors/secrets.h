@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ class Secrets {
   // memory after the first read (an exec's path).
   std::map<std::string, std::string> env_of(const std::string& sandbox);
   void unbind(const std::string& sandbox);
+  // Recovery: the bindings of every sandbox but `live` go (ended while the daemon was down, or
+  // its retirement cut short). How many went.
+  size_t unbind_all_but(const std::set<std::string>& live);
   // A fork's child that inherits: the parent's binding given to `child` too (the same
   // placeholders and CA, which the child's memory and trust store already hold). False when the
   // parent has none.

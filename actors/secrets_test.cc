@@ -90,5 +90,16 @@ TEST_F(SecretsBindingTest, OnlyTheTenantsExistingSecretsBindOnce) {
   EXPECT_FALSE(*secrets_->binding("sbx_a"));
 }
 
+// Recovery keeps the bindings of live sandboxes only.
+TEST_F(SecretsBindingTest, RecoveryDropsTheBindingsOfSandboxesThatEnded) {
+  for (auto id : {"sbx_live", "sbx_ended", "sbx_gone"})
+    ASSERT_TRUE(secrets_->bind("acme", id, {"GITHUB_TOKEN"}));
+  EXPECT_EQ(secrets_->unbind_all_but({"sbx_live", "sbx_never_bound"}), 2u);
+  EXPECT_TRUE(*secrets_->binding("sbx_live"));
+  EXPECT_FALSE(*secrets_->binding("sbx_ended"));
+  EXPECT_FALSE(*secrets_->binding("sbx_gone"));
+  EXPECT_EQ(secrets_->unbind_all_but({"sbx_live"}), 0u);
+}
+
 }  // namespace
 }  // namespace pandastack::actors
