@@ -448,7 +448,7 @@ test("code interpreter: state across runs, results, charts, errors, contexts", a
   // A matplotlib chart comes back as a PNG.
   const chart = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()");
   const png = chart.results.find((r) => r.png);
-  assert.ok(png, JSON.stringify(chart.results.map((r) => Object.keys(r))));
+  assert.ok(png, JSON.stringify({ results: chart.results.map((r) => Object.keys(r)), error: chart.error, logs: chart.logs }));
   assert.equal(Buffer.from(png.png, "base64").subarray(1, 4).toString(), "PNG");
   // Contexts have their own variables.
   const ctx = await sbx.createCodeContext({ cwd: "/tmp" });
