@@ -90,6 +90,20 @@ uint32_t timeout_of(const Json& j, uint32_t def, uint32_t max) {
 // allowed: deny_all. All traffic denied but some allowed: an allowlist of those. Nothing denied:
 // allow_all. A denylist of some addresses is refused: our policies are allowlists.
 std::optional<actors::Egress> egress_of(const Json& internet, const Json& net) {
+  // What E2B's network settings hold that is not served here is refused, never dropped: per-host
+  // header transforms (rules, with ${e2b.secrets.NAME} markers), a SOCKS5 egress proxy, a host
+  // mask. (Our secrets, POST /v1/secrets and a create's `secrets`, serve the first need.)
+  if (net.is_object()) {
+    bool rules = net["rules"].is_object() && !net["rules"].as_object().empty();
+    for (auto [name, set] : {std::pair{"rules", rules},
+                             {"egressProxy", !net["egressProxy"].is_null()},
+                             {"maskRequestHost", !net["maskRequestHost"].is_null()}})
+      if (set)
+        throw ApiError{Code::not_implemented,
+                       std::string("network.") + name +
+                           " is not served here (use the native secrets API: POST /v1/secrets "
+                           "and a create's `secrets`)"};
+  }
   auto list = [&](const char* name) {
     std::vector<std::string> out;
     if (!net.is_object() || net[name].is_null()) return out;

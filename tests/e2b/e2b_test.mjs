@@ -580,6 +580,11 @@ test("getHost: a port's preview host, public by default, or behind the traffic t
         await sbx.updateNetwork({ allowInternetAccess: false });
         assert.equal((await egress()).mode, "deny_all");
         await assert.rejects(sbx.updateNetwork({ denyOut: ["10.0.0.0/8"] }), /allowlists/);
+        // Header transforms and a SOCKS5 proxy are not served: refused, never dropped.
+        const rules = { "api.example.com": [{ transform: { headers: { Authorization: "Bearer x" } } }] };
+        await assert.rejects(sbx.updateNetwork({ rules }), /network\.rules is not served/);
+        await assert.rejects(Sandbox.create({ ...opts, network: { rules } }),
+          /network\.rules is not served/);
       }
       if (!allowPublicTraffic) {
         assert.equal((await getVia(d.url, host, "/")).status, 401);
