@@ -426,6 +426,13 @@ test("a key's e2b_ form (what current SDKs accept) is the same key", async () =>
   await sbx.kill();
 });
 
+test("secrets: E2B's Secret API is refused clearly (ours: POST /v1/secrets)", async () => {
+  const { Secret } = await import("e2b");
+  for (const call of [() => Secret.create("openai-api-key", "v"), () => Secret.getInfo("x"),
+    () => Secret.update("x", "v"), () => Secret.destroy("x"), () => Secret.list().nextItems()])
+    await assert.rejects(call(), /E2B's secrets are not served here/);
+});
+
 test("code interpreter: state across runs, results, charts, errors, contexts", async () => {
   const { Sandbox: CodeSandbox } = await import("@e2b/code-interpreter");
   const sbx = await CodeSandbox.create();
