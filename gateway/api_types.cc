@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "actors/event_codec.h"
+#include "gateway/e2b.h"
 #include "gateway/http_util.h"
 
 namespace pandastack::gateway {
@@ -156,7 +157,7 @@ Json sandbox_json(const actors::SandboxInfo& i) {
   // (E2B envVars kept as metadata by sandboxes created before: never answered.)
   std::map<std::string, std::string> md;
   for (auto& [k, v] : i.metadata)
-    if (k.rfind("e2b.env.", 0) != 0) md.emplace(k, v);
+    if (k.rfind(e2b::kEnvPrefix, 0) != 0) md.emplace(k, v);
   j.set("metadata", actors::string_map_json(md));
   if (!i.parent.empty()) j.set("parent", i.parent);
   Json snaps = Json::array();
@@ -258,7 +259,7 @@ namespace {
 // A metadata key naming a credential: containing key, token, secret or password (any case), or an
 // E2B envVar kept as metadata before envVars moved into the guest (e2b.env.*).
 bool sensitive_metadata_key(std::string_view k) {
-  if (k.rfind("e2b.env.", 0) == 0) return true;  // E2B envVars kept as metadata before (M5)
+  if (k.rfind(e2b::kEnvPrefix, 0) == 0) return true;  // E2B envVars kept as metadata before (M5)
   std::string lower(k);
   for (auto& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   for (const char* word : {"key", "token", "secret", "password"})
