@@ -257,10 +257,10 @@ std::optional<Rejection> validate_egress(Egress& e, bool have_resolver) {
 
 namespace {
 
-// Adds the hosts of the tenant's secrets `names` to `egress` (deny_all becomes an allowlist of
-// them; allow_all reaches them already). secret_not_found for a name the tenant has not.
-std::optional<Rejection> allow_secret_hosts(Secrets& secrets, const std::string& tenant,
-                                            const std::vector<std::string>& names, Egress& egress) {
+// The hosts of the tenant's secrets `names`, each one a sandbox may be given (secret_not_found
+// for a name the tenant has not; invalid_argument for one made through E2B's API).
+Reply<std::set<std::string>> secret_hosts(Secrets& secrets, const std::string& tenant,
+                                          const std::vector<std::string>& names) {
   if (names.empty() || names.size() > Secrets::kMaxPerSandbox)
     return Rejection{Code::invalid_argument, "secrets: 1.." +
                                                  std::to_string(Secrets::kMaxPerSandbox) +
@@ -269,9 +269,16 @@ std::optional<Rejection> allow_secret_hosts(Secrets& secrets, const std::string&
   for (auto& name : names) {
     auto info = secrets.get(tenant, name);
     if (!info) return info.error();
+    if (auto no = Secrets::bindable(*info)) return *no;
     hosts.insert(info->hosts.begin(), info->hosts.end());
   }
-  if (egress.mode == "allow_all") return std::nullopt;
+  return hosts;
+}
+
+// Adds secrets' `hosts` to `egress` (deny_all becomes an allowlist of them; allow_all reaches
+// them already).
+void allow_secret_hosts(const std::set<std::string>& hosts, Egress& egress) {
+  if (egress.mode == "allow_all") return;
   if (egress.mode == "deny_all") {
     egress.mode = "allowlist";
     egress.cidrs.clear();
@@ -280,7 +287,6 @@ std::optional<Rejection> allow_secret_hosts(Secrets& secrets, const std::string&
   for (auto& h : hosts)
     if (std::find(egress.domains.begin(), egress.domains.end(), h) == egress.domains.end())
       egress.domains.push_back(h);
-  return std::nullopt;
 }
 
 // A running sandbox just bound to secrets (created, or a fork's child that inherits): its egress
@@ -338,14 +344,19 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
     f >> word;
     r.network = cfg.network && word != "off";
   }
-  if (!*r.network && !r.secrets.empty())
-    return Rejection{Code::invalid_argument,
-                     "secrets reach a sandbox through its network's egress proxy: a sandbox "
-                     "without a network (network: false) has none"};
+  std::set<std::string> hosts;  // (the secrets first: an unknown one is 404 on any host)
+  if (!r.secrets.empty()) {
+    auto h = secret_hosts(*impl_->secrets, r.tenant, r.secrets);
+    if (!h) return h.error();
+    hosts = std::move(*h);
+    if (!*r.network)
+      return Rejection{Code::invalid_argument,
+                       "secrets reach a sandbox through its network's egress proxy: a sandbox "
+                       "without a network (network: false) has none"};
+  }
   if (*r.network) {
     r.egress = r.egress.value_or(cfg.default_egress);
-    if (!r.secrets.empty())
-      if (auto no = allow_secret_hosts(*impl_->secrets, r.tenant, r.secrets, *r.egress)) return *no;
+    if (!r.secrets.empty()) allow_secret_hosts(hosts, *r.egress);
     if (auto bad = validate_egress(*r.egress, !cfg.net.dns_upstream.empty())) return *bad;
   } else if (r.egress) {
     return Rejection{Code::invalid_argument,

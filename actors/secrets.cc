@@ -47,6 +47,25 @@ std::optional<Rejection> Secrets::check_name(const std::string& name) {
                    "(it names an environment variable)"};
 }
 
+std::optional<Rejection> Secrets::check_e2b_name(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= storage::SecretStore::kMaxNameBytes &&
+            std::isalnum(static_cast<unsigned char>(name[0])) && name.rfind("sec_", 0) != 0;
+  for (char c : name)
+    ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
+                std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  if (ok) return std::nullopt;
+  return Rejection{Code::invalid_argument,
+                   "an E2B secret's name is 1..64 of a-z 0-9 . _ -, starting with a letter or a "
+                   "digit, not sec_ (names are lower-cased)"};
+}
+
+namespace {
+// A name a secret may have, made either way.
+bool possible_name(const std::string& name) {
+  return !Secrets::check_name(name) || !Secrets::check_e2b_name(name);
+}
+}  // namespace
+
 std::optional<Rejection> Secrets::check_value(const std::string& value) {
   if (!value.empty() && value.size() <= storage::SecretStore::kMaxValueBytes) return std::nullopt;
   return Rejection{
@@ -69,17 +88,24 @@ Reply<std::vector<std::string>> Secrets::check_hosts(const std::vector<std::stri
 }
 
 Reply<storage::SecretInfo> Secrets::create(const SecretRequest& r) {
-  if (auto no = check_name(r.name)) return *no;
+  if (auto no = r.e2b ? check_e2b_name(r.name) : check_name(r.name)) return *no;
   if (!r.value) return Rejection{Code::invalid_argument, "value is required"};
   if (auto no = check_value(*r.value)) return *no;
-  if (!r.hosts) return Rejection{Code::invalid_argument, "hosts is required"};
-  auto hosts = check_hosts(*r.hosts);
-  if (!hosts) return hosts.error();
+  std::vector<std::string> hosts;
+  if (r.e2b) {
+    if (r.hosts || r.inject_into || r.allow_plain_http)
+      return Rejection{Code::invalid_argument, "an E2B secret has no hosts of its own"};
+  } else {
+    if (!r.hosts) return Rejection{Code::invalid_argument, "hosts is required"};
+    auto h = check_hosts(*r.hosts);
+    if (!h) return h.error();
+    hosts = std::move(*h);
+  }
   if (auto no = check_ttl(r.ttl_seconds)) return *no;
   storage::SecretInfo info;
   info.tenant = r.tenant;
   info.name = r.name;
-  info.hosts = *hosts;
+  info.hosts = std::move(hosts);
   if (r.inject_into) std::tie(info.use.in_query, info.use.in_body) = *r.inject_into;
   if (r.allow_plain_http) info.use.allow_plain_http = *r.allow_plain_http;
   if (r.ttl_seconds) info.expires_ms = now_ms() + int64_t(*r.ttl_seconds) * 1000;
@@ -96,7 +122,7 @@ Reply<storage::SecretInfo> Secrets::create(const SecretRequest& r) {
 }
 
 Reply<storage::SecretInfo> Secrets::update(const SecretRequest& r) {
-  if (check_name(r.name)) return no_secret(r.name);
+  if (!possible_name(r.name)) return no_secret(r.name);
   if (!r.value && !r.hosts && !r.ttl_seconds && !r.inject_into && !r.allow_plain_http)
     return Rejection{Code::invalid_argument,
                      "give value, hosts, ttl_seconds, inject_into and/or allow_plain_http"};
@@ -132,17 +158,25 @@ Reply<std::vector<storage::SecretInfo>> Secrets::list(const std::string& tenant)
 }
 
 Reply<storage::SecretInfo> Secrets::get(const std::string& tenant, const std::string& name) {
-  if (check_name(name)) return no_secret(name);
+  if (!possible_name(name)) return no_secret(name);
   auto g = store_.get(tenant, name);
   if (!g) return from_store(g.error(), name);
   return *g;
 }
 
 Reply<bool> Secrets::remove(const std::string& tenant, const std::string& name) {
-  if (check_name(name)) return no_secret(name);
+  if (!possible_name(name)) return no_secret(name);
   auto st = store_.remove(tenant, name);
   if (!st) return from_store(st.error(), name);
   return true;
+}
+
+std::optional<Rejection> Secrets::bindable(const storage::SecretInfo& s) {
+  if (!s.hosts.empty() && !check_name(s.name)) return std::nullopt;
+  return Rejection{Code::invalid_argument,
+                   "secret " + s.name +
+                       " was made through E2B's API: it has no hosts and no environment "
+                       "variable's name (E2B's network rules, not served yet, would use it)"};
 }
 
 Reply<storage::SecretBinding> Secrets::bind(const std::string& tenant, const std::string& sandbox,
@@ -158,6 +192,7 @@ Reply<storage::SecretBinding> Secrets::bind(const std::string& tenant, const std
       if (n == name) return Rejection{Code::invalid_argument, "secret " + name + " named twice"};
     auto info = store_.get(tenant, name);
     if (!info) return from_store(info.error(), name);
+    if (auto no = bindable(*info)) return *no;
     b.placeholders.emplace_back(name, vmm::EgressProxy::new_placeholder());
   }
   auto ca = vmm::EgressCa::make(sandbox);

@@ -27,6 +27,10 @@ struct SecretRequest {
   // absent: no (create), unchanged (update).
   std::optional<std::pair<bool, bool>> inject_into;  // (query, body)
   std::optional<bool> allow_plain_http;
+  // Made through E2B's API (Secret.create, gateway/e2b_secrets.cc): an E2B name (check_e2b_name)
+  // and no hosts of its own, since E2B's secrets go where a sandbox's network rules send them
+  // (not served yet: such a secret is not bound to a sandbox).
+  bool e2b = false;
 };
 
 // A bound secret as the egress proxy uses it (its value revealed).
@@ -80,7 +84,13 @@ class Secrets {
 
   // The checks (pure): a rejection or nothing.
   static std::optional<Rejection> check_name(const std::string& name);
+  // An E2B secret's name: 1..64 of a-z 0-9 . _ -, starting with a letter or a digit, not "sec_"
+  // (E2B's prefix of ids).
+  static std::optional<Rejection> check_e2b_name(const std::string& name);
   static std::optional<Rejection> check_value(const std::string& value);
+  // Whether a sandbox may be given secret `s` (its placeholder as an environment variable, its
+  // value for its hosts): not one made through E2B's API.
+  static std::optional<Rejection> bindable(const storage::SecretInfo& s);
   // The hosts normalized (lower case, sorted, no duplicates), or a rejection.
   static Reply<std::vector<std::string>> check_hosts(const std::vector<std::string>& hosts);
 

@@ -90,6 +90,36 @@ TEST_F(SecretsBindingTest, OnlyTheTenantsExistingSecretsBindOnce) {
   EXPECT_FALSE(*secrets_->binding("sbx_a"));
 }
 
+// A secret made through E2B's API: E2B's names, no hosts; kept, rotated, listed and deleted like
+// any, never bound to a sandbox (E2B's network rules would use it).
+TEST_F(SecretsBindingTest, E2bSecretsHaveE2bNamesAndNoHostsAndAreNotBound) {
+  SecretRequest r;
+  r.tenant = "acme";
+  r.name = "openai-api.key_2";
+  r.value = "sk-1";
+  r.e2b = true;
+  auto made = secrets_->create(r);
+  ASSERT_TRUE(made) << made.error().message;
+  EXPECT_TRUE(made->hosts.empty());
+  for (auto bad : {"Upper", "-dash", "sec_x", "a/b", "", "a{b}"}) {
+    r.name = bad;
+    EXPECT_EQ(secrets_->create(r).error().code, Code::invalid_argument) << bad;
+  }
+  r.name = "with-hosts";
+  r.hosts = std::vector<std::string>{"api.example.com"};
+  EXPECT_EQ(secrets_->create(r).error().code, Code::invalid_argument);
+  SecretRequest rot;
+  rot.tenant = "acme";
+  rot.name = "openai-api.key_2";
+  rot.value = "sk-2";
+  EXPECT_EQ(secrets_->update(rot)->version, 2u);
+  EXPECT_EQ(secrets_->get("acme", "openai-api.key_2")->version, 2u);
+  EXPECT_EQ(secrets_->bind("acme", "sbx_a", {"openai-api.key_2"}).error().code,
+            Code::invalid_argument);
+  EXPECT_TRUE(*secrets_->remove("acme", "openai-api.key_2"));
+  EXPECT_EQ(secrets_->get("acme", "openai-api.key_2").error().code, Code::secret_not_found);
+}
+
 // Recovery keeps the bindings of live sandboxes only.
 TEST_F(SecretsBindingTest, RecoveryDropsTheBindingsOfSandboxesThatEnded) {
   for (auto id : {"sbx_live", "sbx_ended", "sbx_gone"})

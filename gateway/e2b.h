@@ -152,6 +152,11 @@ Target target(Server& gw, const Request& r);
 Route envd_route(kj::HttpMethod m, const char* path, const char* what, Handler h,
                  std::vector<std::string> query = {}, Route::Kind kind = Route::Kind::json);
 
+// A route of E2B's control plane (e2b_api.cc, e2b_secrets.cc): an API key (X-API-KEY), E2B's
+// error shapes.
+Route api_route(kj::HttpMethod m, const char* path, const char* what, Handler h,
+                std::vector<std::string> query = {});
+
 // One of the E2B headers the server keeps (Request::headers), "" when absent.
 std::string header_of(const Request& r, const char* name);
 

@@ -368,12 +368,17 @@ HttpReply list(Call& c) {
 }
 
 Route api(M m, const char* path, const char* what, Handler h, std::vector<std::string> q = {}) {
+  return e2b::api_route(m, path, what, std::move(h), std::move(q));
+}
+
+}  // namespace
+
+Route e2b::api_route(M m, const char* path, const char* what, Handler h,
+                     std::vector<std::string> q) {
   Route r = route(m, path, what, std::move(h), std::move(q));
   r.style = Route::Style::e2b_api;
   return r;
 }
-
-}  // namespace
 
 std::vector<Route> e2b_api_routes() {
   std::vector<Route> out = {
@@ -500,20 +505,6 @@ std::vector<Route> e2b_api_routes() {
           },
           {"start", "end"}),
   };
-  // E2B's secrets (values resolved from ${e2b.secrets.NAME} markers in network.rules) are not
-  // served: a clear 501, not a route that is not there.
-  auto not_served = [](Call&) -> HttpReply {
-    throw ApiError{Code::not_implemented,
-                   "E2B's secrets are not served here (use the native secrets API: POST "
-                   "/v1/secrets and a create's `secrets`)"};
-  };
-  for (auto [method, path] : {std::pair{M::GET, "/secrets"},
-                              {M::POST, "/secrets"},
-                              {M::GET, "/secrets/{secret}"},
-                              {M::POST, "/secrets/{secret}"},
-                              {M::DELETE, "/secrets/{secret}"}})
-    out.push_back(
-        api(method, path, "E2B: secrets (501: not served)", not_served, {"limit", "nextToken"}));
   return out;
 }
 

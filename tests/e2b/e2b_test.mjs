@@ -426,11 +426,42 @@ test("a key's e2b_ form (what current SDKs accept) is the same key", async () =>
   await sbx.kill();
 });
 
-test("secrets: E2B's Secret API is refused clearly (ours: POST /v1/secrets)", async () => {
+test("secrets: E2B's Secret API on ours (values never answered; not yet usable by a sandbox)", async () => {
   const { Secret } = await import("e2b");
-  for (const call of [() => Secret.create("openai-api-key", "v"), () => Secret.getInfo("x"),
-    () => Secret.update("x", "v"), () => Secret.destroy("x"), () => Secret.list().nextItems()])
-    await assert.rejects(call(), /E2B's secrets are not served here/);
+  const made = await Secret.create("OpenAI-Key", "sk-test-1");
+  assert.equal(made.name, "openai-key");  // (lower-cased, as E2B's)
+  assert.equal(made.secretId, "sec_openai-key");
+  assert.equal(made.version, 1);
+  assert.deepEqual(made.metadata, {});
+  assert.ok(made.createdAt instanceof Date && !isNaN(made.createdAt));
+  await Secret.create("second", "v");
+  assert.equal(await Secret.exists("openai-key"), true);
+  assert.equal(await Secret.exists("sec_openai-key"), true);
+  assert.equal(await Secret.exists("nope"), false);
+  // Pages of one, by name.
+  const pages = Secret.list({ limit: 1 });
+  const names = [];
+  while (pages.hasNext) names.push(...(await pages.nextItems()).map((x) => x.name));
+  assert.deepEqual(names, ["openai-key", "second"]);
+  const rotated = await Secret.update("sec_openai-key", "sk-test-2");
+  assert.equal(rotated.version, 2);
+  assert.equal((await Secret.getInfo("openai-key")).version, 2);
+  // The value is never answered, natively either; such a secret is not given to a sandbox.
+  const native = await (await fetch(`${url}/v1/secrets`, { headers: { Authorization: `Bearer ${key}` } })).text();
+  assert.ok(!native.includes("sk-test"), native);
+  assert.match(native, /"name":"openai-key"/);
+  const r = await fetch(`${url}/v1/sandboxes`, { method: "POST", headers: { Authorization: `Bearer ${key}` },
+    body: JSON.stringify({ secrets: ["openai-key"] }) });
+  const refused = await r.json();
+  assert.equal(r.status, 400, JSON.stringify(refused));
+  assert.match(refused.error.message, /made through E2B's API/);
+  // What is not kept is refused; a bad name too.
+  await assert.rejects(Secret.create("meta", "v", { metadata: { a: "b" } }), /metadata is not kept/);
+  await assert.rejects(Secret.create("sec_x", "v"), /name/);
+  assert.equal(await Secret.destroy("openai-key"), true);
+  assert.equal(await Secret.destroy("openai-key"), false);
+  assert.equal(await Secret.destroy("second"), true);
+  await assert.rejects(Secret.getInfo("openai-key"), /not found/);
 });
 
 test("code interpreter: state across runs, results, charts, errors, contexts", async () => {
