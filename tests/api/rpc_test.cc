@@ -489,11 +489,12 @@ TEST_F(RpcTest, EgressLogOfASandboxWithoutANetworkIsRefused) {
   EXPECT_EQ(error_of([&] { sbx.egressLogRequest().send().wait(ws); }), "network_disabled");
   EXPECT_EQ(platform.listSecretsRequest().send().wait(ws).getSecrets().size(), 0u);
   sbx.killRequest().send().wait(ws);
-  // Secrets are named at create: an unknown one, and a sandbox without a network (this daemon
-  // has none), are refused as over REST; more than 16 before anything is looked up.
+  // Secrets are named at create: an unknown one (looked up first), and then a sandbox without a
+  // network (this daemon has none), are refused as over REST; more than 16 before anything is
+  // looked up.
   auto named = platform.createRequest();
   named.initRequest().initSecrets(1).set(0, "NOPE");
-  EXPECT_EQ(error_of([&] { named.send().wait(ws); }), "invalid_argument");
+  EXPECT_EQ(error_of([&] { named.send().wait(ws); }), "secret_not_found");
   auto many = platform.createRequest();
   auto list = many.initRequest().initSecrets(17);
   for (unsigned i = 0; i < 17; ++i) list.set(i, "S" + std::to_string(i));
