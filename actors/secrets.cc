@@ -49,7 +49,7 @@ std::optional<Rejection> Secrets::check_name(const std::string& name) {
 
 std::optional<Rejection> Secrets::check_e2b_name(const std::string& name) {
   bool ok = !name.empty() && name.size() <= storage::SecretStore::kMaxNameBytes &&
-            std::isalnum(static_cast<unsigned char>(name[0])) && name.rfind("sec_", 0) != 0;
+            std::isalnum(static_cast<unsigned char>(name[0])) && name.rfind(kE2bIdPrefix, 0) != 0;
   for (char c : name)
     ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
                 std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');

@@ -84,8 +84,10 @@ class Secrets {
 
   // The checks (pure): a rejection or nothing.
   static std::optional<Rejection> check_name(const std::string& name);
-  // An E2B secret's name: 1..64 of a-z 0-9 . _ -, starting with a letter or a digit, not "sec_"
-  // (E2B's prefix of ids).
+  // E2B's ids of secrets: this prefix + the name (gateway/e2b_secrets.cc).
+  static constexpr const char* kE2bIdPrefix = "sec_";
+  // An E2B secret's name: 1..64 of a-z 0-9 . _ -, starting with a letter or a digit, not
+  // kE2bIdPrefix.
   static std::optional<Rejection> check_e2b_name(const std::string& name);
   static std::optional<Rejection> check_value(const std::string& value);
   // Whether a sandbox may be given secret `s` (its placeholder as an environment variable, its

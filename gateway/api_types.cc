@@ -260,8 +260,7 @@ namespace {
 // E2B envVar kept as metadata before envVars moved into the guest (e2b.env.*).
 bool sensitive_metadata_key(std::string_view k) {
   if (k.rfind(e2b::kEnvPrefix, 0) == 0) return true;  // E2B envVars kept as metadata before (M5)
-  std::string lower(k);
-  for (auto& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  std::string lower = ascii_lower(k);
   for (const char* word : {"key", "token", "secret", "password"})
     if (lower.find(word) != std::string::npos) return true;
   return false;

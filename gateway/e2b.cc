@@ -261,8 +261,7 @@ std::vector<std::pair<std::string, std::string>> multipart(const std::string& co
     auto next = body.find("\r\n" + delim, head_end + 4);
     if (next == std::string::npos)
       throw ApiError{Code::invalid_argument, "unterminated multipart part"};
-    std::string lower = head;
-    for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));
+    std::string lower = ascii_lower(head);
     auto fn = lower.find("filename=\"");
     if (lower.find("name=\"file\"") != std::string::npos && fn != std::string::npos) {
       auto start = fn + 10, end = head.find('"', start);

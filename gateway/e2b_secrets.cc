@@ -7,10 +7,11 @@
 // E2B's shape: {secretID, name, currentVersion, metadata, createdAt, updatedAt}; the id is
 // "sec_" + the name, and both name a secret in a path. Metadata is not kept (501 when given).
 #include <algorithm>
-#include <cctype>
+#include <cstring>
 
 #include "actors/secrets.h"
 #include "gateway/e2b.h"
+#include "gateway/http_util.h"
 #include "gateway/server.h"
 
 namespace pandastack::gateway {
@@ -20,7 +21,7 @@ namespace {
 using M = kj::HttpMethod;
 using namespace e2b;
 
-constexpr const char* kIdPrefix = "sec_";
+constexpr const char* kIdPrefix = actors::Secrets::kE2bIdPrefix;
 
 Json secret_obj(const storage::SecretInfo& s) {
   Json j = Json::object();
@@ -33,19 +34,14 @@ Json secret_obj(const storage::SecretInfo& s) {
   return j;
 }
 
-std::string lower(std::string s) {
-  for (auto& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
 // The secret a path names: by its name, or by its id ("sec_" + name).
 storage::SecretInfo find(Call& c) {
   const std::string& ref = c.r.param("secret");
   auto& secrets = c.gw.rt.secrets();
-  auto by_name = secrets.get(c.tenant(), lower(ref));
+  auto by_name = secrets.get(c.tenant(), ascii_lower(ref));
   if (by_name) return *by_name;
   if (ref.rfind(kIdPrefix, 0) == 0)
-    if (auto by_id = secrets.get(c.tenant(), ref.substr(4))) return *by_id;
+    if (auto by_id = secrets.get(c.tenant(), ref.substr(std::strlen(kIdPrefix)))) return *by_id;
   throw ApiError{Code::secret_not_found, "no secret " + ref.substr(0, 64)};
 }
 
@@ -65,7 +61,7 @@ HttpReply create(Call& c) {
   if (!b["name"].is_string()) throw ApiError{Code::invalid_argument, "name is required"};
   actors::SecretRequest r;
   r.tenant = c.tenant();
-  r.name = lower(b["name"].as_string());
+  r.name = ascii_lower(b["name"].as_string());
   r.value = value_of(b);
   r.e2b = true;
   return json_reply(201, secret_obj(unwrap(c.gw.rt.secrets().create(r))));

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <zlib.h>
 
+#include <cctype>
 #include <cstdio>
 
 #include "wire/json.h"
@@ -97,6 +98,12 @@ void Histogram::render(std::string& out, std::string_view name, std::string_view
   char s[32];
   std::snprintf(s, sizeof s, "%.6f", sum);
   out += n + "_sum " + s + "\n" + n + "_count " + std::to_string(count) + "\n";
+}
+
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 // "pds_" + 12 base32 id + "_" + 40 base32 secret: anything else is refused before a worker,

@@ -2,17 +2,12 @@
 
 #include <cctype>
 
+#include "gateway/http_util.h"
 #include "gateway/signing.h"
 
 namespace pandastack::gateway {
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = char(std::tolower((unsigned char)c));
-  return out;
-}
 
 std::optional<uint32_t> port_of(std::string_view s) {
   if (s.empty() || s.size() > 5) return std::nullopt;
@@ -60,7 +55,7 @@ void split_token(std::string_view url, PreviewAddress& a, std::string_view path)
 std::optional<PreviewAddress> preview_by_host(std::string_view host, std::string_view domain,
                                               std::string_view url) {
   if (domain.empty() || host.size() <= domain.size() + 1 || host.size() > 255) return std::nullopt;
-  std::string h = lower(host), d = lower(domain);
+  std::string h = ascii_lower(host), d = ascii_lower(domain);
   if (h.compare(h.size() - d.size(), d.size(), d) != 0 || h[h.size() - d.size() - 1] != '.')
     return std::nullopt;
   std::string label = h.substr(0, h.size() - d.size() - 1);

@@ -14,6 +14,7 @@
 #include "actors/cluster.h"
 #include "gateway/acceptor.h"
 #include "gateway/e2b.h"
+#include "gateway/http_util.h"
 #include "gateway/rpc.h"
 #include "gateway/server.h"
 #include "gateway/signing.h"
@@ -136,8 +137,7 @@ class ConnectionService final : public kj::HttpService {
 
 std::string bearer_token(const std::string& header) {
   if (header.size() < 7) return "";
-  std::string scheme = header.substr(0, 7);
-  for (auto& c : scheme) c = char(std::tolower((unsigned char)c));
+  std::string scheme = ascii_lower(header.substr(0, 7));
   if (scheme != "bearer ") return "";
   auto token = header.substr(7);
   while (!token.empty() && token.front() == ' ') token.erase(0, 1);
@@ -405,8 +405,7 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
       // An upload's Content-Encoding and file metadata (X-Metadata-<key>: the first of each
       // key, whatever its size: the upload checks the limits, vmm::check_file_metadata).
       headers.forEach([&](kj::StringPtr name, kj::StringPtr value) {
-        std::string n = name.cStr();
-        for (auto& ch : n) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        std::string n = ascii_lower(name.cStr());
         if ((n == "content-encoding" && value.size() <= 64) || n.rfind("x-metadata-", 0) == 0)
           req.headers.emplace(n, value.cStr());
       });
