@@ -90,6 +90,9 @@ vmm::Status start_egress_proxy(Env& env, vmm::Network& n, const std::string& id)
       return KJ_EXCEPTION(FAILED, "not a destination of the sandbox's", address.c_str());
     return vmm::ProxyHost::connect_in(netns, address, port);
   };
+  o.headers = [secrets = env.secrets, id](const std::string& host, bool tls) {
+    return secrets->headers_for(id, host, tls);
+  };
   o.extra_ca_pems = env.config.egress_trusted_cas;
   o.on_use = [log = n.egress_log()](const vmm::ProxyUse& u) { log->add(entry_of(u)); };
   auto started = host->start(key, netns, std::move(o), vmm::kGuestGateway);
@@ -105,8 +108,9 @@ vmm::Status start_egress_proxy(Env& env, vmm::Network& n, const std::string& id)
 
 std::map<std::string, std::string> secret_env(Env& env, const std::string& id) {
   if (!env.secrets) return {};
-  auto e = env.secrets->env_of(id);
-  if (e.empty()) return e;
+  auto bound = env.secrets->env_of(id);
+  if (!bound) return {};
+  auto e = std::move(*bound);
   for (const char* name : {"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE"})
     e[name] = kGuestCaBundle;
   e["NODE_EXTRA_CA_CERTS"] = kGuestCaFile;

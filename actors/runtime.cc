@@ -349,11 +349,13 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
     auto h = secret_hosts(*impl_->secrets, r.tenant, r.secrets);
     if (!h) return h.error();
     hosts = std::move(*h);
-    if (!*r.network)
-      return Rejection{Code::invalid_argument,
-                       "secrets reach a sandbox through its network's egress proxy: a sandbox "
-                       "without a network (network: false) has none"};
   }
+  if (!r.header_rules.empty())
+    if (auto no = impl_->secrets->check_rules(r.tenant, r.header_rules)) return *no;
+  if ((!r.secrets.empty() || !r.header_rules.empty()) && !*r.network)
+    return Rejection{Code::invalid_argument,
+                     "secrets and network rules reach a sandbox through its network's egress "
+                     "proxy: a sandbox without a network (network: false) has none"};
   if (*r.network) {
     r.egress = r.egress.value_or(cfg.default_egress);
     if (!r.secrets.empty()) allow_secret_hosts(hosts, *r.egress);
@@ -377,9 +379,9 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
       return *no;
     }
   }
-  if (made && !r.secrets.empty()) {
+  if (made && (!r.secrets.empty() || !r.header_rules.empty())) {
     // Bound once it exists (its id is its binding's); nothing in it knows a placeholder before.
-    auto bound = impl_->secrets->bind(r.tenant, made->id, r.secrets);
+    auto bound = impl_->secrets->bind(r.tenant, made->id, r.secrets, r.header_rules);
     std::optional<Rejection> no;
     if (!bound)
       no = bound.error();
@@ -540,6 +542,36 @@ Reply<SandboxInfo> Runtime::set_egress(const std::string& tenant, const std::str
   if (auto no = impl_->refuse_database_sandbox(tenant, id)) return *no;
   return to_reply<SandboxInfo>(impl_->ask(route(tenant, id, cmd::SetEgress{e})),
                                [](const Answer& a) { return a.info; });
+}
+
+Reply<bool> Runtime::set_header_rules(const std::string& tenant, const std::string& id,
+                                      const std::vector<storage::HeaderRule>& rules) {
+  auto s = get(tenant, id);  // (the tenant's, or sandbox_not_found)
+  if (!s) return s.error();
+  auto& secrets = *impl_->secrets;
+  auto bound = secrets.binding(id);
+  if (!bound) return bound.error();
+  if (*bound) {  // its proxy and CA are there: the rules apply from the next request
+    if (auto st = secrets.set_rules(tenant, id, rules); !st) return st.error();
+    return true;
+  }
+  if (rules.empty()) return false;
+  if (auto no = secrets.check_rules(tenant, rules)) return *no;
+  if (!s->network)
+    return Rejection{Code::invalid_argument,
+                     "network rules reach a sandbox through its network's egress proxy: this "
+                     "sandbox has no network"};
+  if (s->status != SandboxStatus::running)
+    return Rejection{Code::sandbox_not_running,
+                     "network rules are first given to a running sandbox (its guest trusts its "
+                     "egress proxy's CA from then on)"};
+  auto made = secrets.bind(tenant, id, {}, rules);
+  if (!made) return made.error();
+  if (auto no = serve_secrets(*impl_, tenant, id, &made->ca_cert)) {
+    secrets.unbind(id);
+    return *no;
+  }
+  return true;
 }
 
 Reply<SandboxInfo> Runtime::set_metadata(const std::string& tenant, const std::string& id,

@@ -27,6 +27,7 @@
 #include "actors/sandbox.h"
 #include "actors/snapshot_exchange.h"
 #include "actors/volume.h"
+#include "storage/header_rule.h"
 #include "vmm-driver/agent_client.h"
 #include "vmm-driver/network.h"
 #include "vmm-driver/vm.h"
@@ -170,6 +171,9 @@ struct CreateRequest {
   // Tenant secrets the sandbox's requests may carry (actors/secrets.h): its processes get a
   // placeholder for each, its egress proxy puts the values into requests to their hosts.
   std::vector<std::string> secrets;
+  // Headers its HTTPS requests to some hosts get (E2B's network rules; actors/header_rules.h),
+  // their values naming secrets as ${e2b.secrets.NAME}. They do not open the egress policy.
+  std::vector<storage::HeaderRule> header_rules;
 };
 // A volume (actors/volume.h): a file on the data disk that outlives sandboxes.
 struct VolumeInfo {
@@ -462,6 +466,12 @@ class Runtime {
   // Replaces the egress policy (applied at once to a running VM, at wake to a hibernated one).
   Reply<SandboxInfo> set_egress(const std::string& tenant, const std::string& id,
                                 const Egress& egress);
+  // Replaces the header rules of the tenant's sandbox (E2B's updateNetwork; empty clears them),
+  // applied from its next request. A sandbox with no secrets binding gets one (its egress proxy
+  // started, its CA added to the guest's trust store: it must be running with a network). True
+  // when it has rules or a binding now.
+  Reply<bool> set_header_rules(const std::string& tenant, const std::string& id,
+                               const std::vector<storage::HeaderRule>& rules);
   // A snapshot of a running sandbox; returns its id (usable as CreateRequest::from_snapshot).
   // `name` (check_snapshot_name; "" = none): the name then stands for this snapshot, the newest
   // taken with it (an older one keeps its id).

@@ -3,6 +3,8 @@
 #include <tuple>
 
 #include "actors/env.h"
+#include "actors/header_rules.h"
+#include "vmm-driver/dns.h"
 #include "vmm-driver/egress_ca.h"
 #include "vmm-driver/egress_proxy.h"
 #include "vmm-driver/network.h"
@@ -176,17 +178,20 @@ std::optional<Rejection> Secrets::bindable(const storage::SecretInfo& s) {
   return Rejection{Code::invalid_argument,
                    "secret " + s.name +
                        " was made through E2B's API: it has no hosts and no environment "
-                       "variable's name (E2B's network rules, not served yet, would use it)"};
+                       "variable's name (E2B's network rules use it: ${e2b.secrets.NAME})"};
 }
 
 Reply<storage::SecretBinding> Secrets::bind(const std::string& tenant, const std::string& sandbox,
-                                            const std::vector<std::string>& names) {
-  if (names.empty() || names.size() > kMaxPerSandbox)
+                                            const std::vector<std::string>& names,
+                                            const std::vector<storage::HeaderRule>& rules) {
+  if (names.size() > kMaxPerSandbox || (names.empty() && rules.empty()))
     return Rejection{Code::invalid_argument,
                      "secrets: 1.." + std::to_string(kMaxPerSandbox) + " names of the tenant's"};
+  if (auto no = check_rules(tenant, rules)) return *no;
   storage::SecretBinding b;
   b.tenant = tenant;
   b.sandbox = sandbox;
+  b.rules = rules;
   for (auto& name : names) {
     for (auto& [n, p] : b.placeholders)
       if (n == name) return Rejection{Code::invalid_argument, "secret " + name + " named twice"};
@@ -203,6 +208,41 @@ Reply<storage::SecretBinding> Secrets::bind(const std::string& tenant, const std
   std::lock_guard lock(env_mu_);
   env_.erase(sandbox);
   return b;
+}
+
+std::optional<Rejection> Secrets::check_rules(const std::string& tenant,
+                                              const std::vector<storage::HeaderRule>& rules) {
+  if (auto no = header_rules::check(rules)) return no;
+  auto names = header_rules::secret_names(rules);
+  if (names.size() > kMaxPerSandbox)
+    return Rejection{
+        Code::invalid_argument,
+        "network rules: at most " + std::to_string(kMaxPerSandbox) + " secrets per sandbox"};
+  for (auto& name : names) {
+    auto info = store_.get(tenant, name);
+    if (!info) return from_store(info.error(), name);
+    if (info->hosts.empty()) continue;  // (an E2B secret: it goes where the rules send it)
+    for (auto& r : rules)
+      if (r.value.find(header_rules::kSecretMarker + name + "}") != std::string::npos &&
+          !vmm::dns::allowed(r.host, info->hosts))
+        return Rejection{Code::invalid_argument, "network rules: secret " + name +
+                                                     " is for its own hosts only, not " + r.host};
+  }
+  return std::nullopt;
+}
+
+Reply<bool> Secrets::set_rules(const std::string& tenant, const std::string& sandbox,
+                               const std::vector<storage::HeaderRule>& rules) {
+  if (auto no = check_rules(tenant, rules)) return *no;
+  std::lock_guard lock(mu_);  // (two replacements do not interleave their read and write)
+  auto b = binding(sandbox);
+  if (!b) return b.error();
+  if (!*b || (*b)->tenant != tenant)
+    return Rejection{Code::sandbox_not_found, "sandbox " + sandbox + " has no secrets binding"};
+  auto next = std::move(**b);
+  next.rules = rules;
+  if (auto st = store_.bind(next); !st) return from_store(st.error(), sandbox);
+  return true;
 }
 
 Reply<std::optional<storage::SecretBinding>> Secrets::binding(const std::string& sandbox) {
@@ -225,15 +265,75 @@ Reply<std::vector<BoundSecret>> Secrets::bound_secrets(const std::string& sandbo
   return out;
 }
 
-std::map<std::string, std::string> Secrets::env_of(const std::string& sandbox) {
+vmm::ProxyHeaders Secrets::headers_for(const std::string& sandbox, const std::string& host,
+                                       bool tls) {
+  vmm::ProxyHeaders out;
+  auto b = store_.binding(sandbox);
+  if (!b || !*b || (*b)->rules.empty()) return out;
+  auto rules = header_rules::for_host((*b)->rules, host);
+  auto refuse = [&](const std::string& name, const char* why) {
+    if (std::find(out.refused.begin(), out.refused.end(), name) == out.refused.end())
+      out.refused.push_back(name);
+    if (out.why.empty()) out.why = why;
+  };
+  for (auto* r : rules) {
+    std::string value;
+    for (auto& [text, marker] : header_rules::parts(r->value)) {
+      if (!marker) {
+        value += text;
+        continue;
+      }
+      if (!tls) {
+        refuse(text, "plain_http");
+        continue;
+      }
+      storage::SecretInfo info;
+      auto v = store_.reveal((*b)->tenant, text, &info);
+      if (!v) {
+        refuse(text, "unknown_secret");
+        continue;
+      }
+      if (!info.hosts.empty() && !vmm::dns::allowed(host, info.hosts)) {
+        refuse(text, "not_secret_host");
+        continue;
+      }
+      if (!header_rules::one_line(*v)) {
+        refuse(text, "bad_value");
+        continue;
+      }
+      value += *v;
+      if (std::find(out.injected.begin(), out.injected.end(), text) == out.injected.end())
+        out.injected.push_back(text);
+    }
+    // A later rule's header replaces an earlier one's of the same name.
+    auto same = [&](const std::pair<std::string, std::string>& h) {
+      return h.first.size() == r->header.size() &&
+             std::equal(h.first.begin(), h.first.end(), r->header.begin(), [](char a, char c) {
+               return std::tolower(static_cast<unsigned char>(a)) ==
+                      std::tolower(static_cast<unsigned char>(c));
+             });
+    };
+    out.set.erase(std::remove_if(out.set.begin(), out.set.end(), same), out.set.end());
+    out.set.emplace_back(r->header, std::move(value));
+  }
+  if (!tls || !out.refused.empty()) {
+    out.set.clear();  // (not transformed, or not sent)
+    out.injected.clear();
+  }
+  return out;
+}
+
+std::optional<std::map<std::string, std::string>> Secrets::env_of(const std::string& sandbox) {
   {
     std::lock_guard lock(env_mu_);
     if (auto it = env_.find(sandbox); it != env_.end()) return it->second;
   }
-  std::map<std::string, std::string> env;
+  std::optional<std::map<std::string, std::string>> env;
   auto b = store_.binding(sandbox);
-  if (b && *b)
-    for (auto& [name, placeholder] : (*b)->placeholders) env[name] = placeholder;
+  if (b && *b) {
+    env.emplace();
+    for (auto& [name, placeholder] : (*b)->placeholders) (*env)[name] = placeholder;
+  }
   std::lock_guard lock(env_mu_);
   if (env_.size() >= kMaxEnvCached) env_.clear();  // (bounded: read again from the store)
   if (b) env_[sandbox] = env;                      // (a read that failed is tried again)

@@ -1,8 +1,10 @@
 // Tenant secrets as the API offers them (storage/secrets.h keeps them sealed): the name, hosts,
 // value and expiry of each checked, at most kPerTenant per tenant, and a value never answered.
 // A sandbox's use of secrets is a binding (bind): a placeholder per secret, which its processes
-// get as the secret's environment variable, and a CA of its own; its egress proxy
-// (vmm-driver/egress_proxy.h, actors/egress_proxies.h) puts the values in (bound_secrets).
+// get as the secret's environment variable, header rules (E2B's network rules, whose values name
+// secrets with ${e2b.secrets.NAME}), and a CA of its own; its egress proxy
+// (vmm-driver/egress_proxy.h, actors/egress_proxies.h) puts the values in (bound_secrets,
+// headers_for).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 
 #include "actors/sandbox.h"
 #include "storage/secrets.h"
+#include "vmm-driver/egress_proxy.h"
 
 namespace pandastack::actors {
 
@@ -28,8 +31,7 @@ struct SecretRequest {
   std::optional<std::pair<bool, bool>> inject_into;  // (query, body)
   std::optional<bool> allow_plain_http;
   // Made through E2B's API (Secret.create, gateway/e2b_secrets.cc): an E2B name (check_e2b_name)
-  // and no hosts of its own, since E2B's secrets go where a sandbox's network rules send them
-  // (not served yet: such a secret is not bound to a sandbox).
+  // and no hosts of its own: E2B's secrets go where a sandbox's network rules send them.
   bool e2b = false;
 };
 
@@ -60,19 +62,34 @@ class Secrets {
   // Secrets one sandbox may use at most.
   static constexpr size_t kMaxPerSandbox = 16;
 
-  // Binds the tenant's secrets `names` (each must exist) to `sandbox`: a new placeholder for
-  // each ("pds_secret_" + 32 random base32) and a new CA, kept sealed. secret_not_found,
-  // invalid_argument (a name twice, more than kMaxPerSandbox).
+  // Binds the tenant's secrets `names` (each must exist) and header `rules` to `sandbox`: a new
+  // placeholder for each name ("pds_secret_" + 32 random base32), the rules, and a new CA, kept
+  // sealed. secret_not_found, invalid_argument (a name twice, more than kMaxPerSandbox, nothing
+  // to bind, check_rules).
   Reply<storage::SecretBinding> bind(const std::string& tenant, const std::string& sandbox,
-                                     const std::vector<std::string>& names);
+                                     const std::vector<std::string>& names,
+                                     const std::vector<storage::HeaderRule>& rules = {});
+  // Header rules as a create takes them (actors/header_rules.h's checks): each secret a value
+  // names must be the tenant's (secret_not_found), and one with hosts of its own is only for
+  // rules of those hosts (invalid_argument).
+  std::optional<Rejection> check_rules(const std::string& tenant,
+                                       const std::vector<storage::HeaderRule>& rules);
+  // Replaces the header rules of `sandbox`'s binding (check_rules), keeping its placeholders and
+  // CA. sandbox_not_found when it has none (or it is another tenant's).
+  Reply<bool> set_rules(const std::string& tenant, const std::string& sandbox,
+                        const std::vector<storage::HeaderRule>& rules);
   // The sandbox's binding (nullopt: none).
   Reply<std::optional<storage::SecretBinding>> binding(const std::string& sandbox);
   // Its bound secrets with their values now (a rotation shows at the next call; a secret deleted
   // or expired since is left out: its placeholder then goes out as it is).
   Reply<std::vector<BoundSecret>> bound_secrets(const std::string& sandbox);
-  // The environment its processes get: NAME=placeholder per bound secret (none: empty). Kept in
-  // memory after the first read (an exec's path).
-  std::map<std::string, std::string> env_of(const std::string& sandbox);
+  // What its header rules give a request to `host` now (values resolved at each call: a
+  // rotation shows; a secret deleted, expired or not for `host` is refused, as is every secret
+  // of a plain HTTP request, which is not transformed).
+  vmm::ProxyHeaders headers_for(const std::string& sandbox, const std::string& host, bool tls);
+  // The environment its processes get: NAME=placeholder per bound secret; nullopt when it has no
+  // binding. Kept in memory after the first read (an exec's path).
+  std::optional<std::map<std::string, std::string>> env_of(const std::string& sandbox);
   void unbind(const std::string& sandbox);
   // Recovery: the bindings of every sandbox but `live` go (ended while the daemon was down, or
   // its retirement cut short). How many went.
@@ -101,7 +118,8 @@ class Secrets {
   std::mutex mu_;                                 // a create's quota check and write are one step
   static constexpr size_t kMaxEnvCached = 10000;  // sandboxes' environments kept in memory
   std::mutex env_mu_;
-  std::map<std::string, std::map<std::string, std::string>> env_;  // sandbox -> its env
+  // sandbox -> its env (nullopt: no binding)
+  std::map<std::string, std::optional<std::map<std::string, std::string>>> env_;
 };
 
 }  // namespace pandastack::actors

@@ -44,7 +44,7 @@ class SecretsBindingTest : public ::testing::Test {
 };
 
 TEST_F(SecretsBindingTest, ABindingGivesPlaceholdersACaAndTheValuesForTheProxy) {
-  EXPECT_TRUE(secrets_->env_of("sbx_a").empty());
+  EXPECT_FALSE(secrets_->env_of("sbx_a"));
   auto b = secrets_->bind("acme", "sbx_a", {"GITHUB_TOKEN", "NPM_TOKEN"});
   ASSERT_TRUE(b) << b.error().message;
   ASSERT_EQ(b->placeholders.size(), 2u);
@@ -56,8 +56,9 @@ TEST_F(SecretsBindingTest, ABindingGivesPlaceholdersACaAndTheValuesForTheProxy) 
   EXPECT_TRUE((*ca)->leaf("api.github.com"));
   // Processes get the placeholders (never the values).
   auto env = secrets_->env_of("sbx_a");
-  EXPECT_EQ(env, (std::map<std::string, std::string>{{"GITHUB_TOKEN", b->placeholders[0].second},
-                                                     {"NPM_TOKEN", b->placeholders[1].second}}));
+  ASSERT_TRUE(env);
+  EXPECT_EQ(*env, (std::map<std::string, std::string>{{"GITHUB_TOKEN", b->placeholders[0].second},
+                                                      {"NPM_TOKEN", b->placeholders[1].second}}));
   // The proxy gets the values now: a rotation shows; a deleted secret is left out.
   SecretRequest rot;
   rot.tenant = "acme";
@@ -76,7 +77,7 @@ TEST_F(SecretsBindingTest, ABindingGivesPlaceholdersACaAndTheValuesForTheProxy) 
   // Another sandbox of the tenant has nothing bound; after unbind neither has this one.
   EXPECT_TRUE(secrets_->bound_secrets("sbx_b")->empty());
   secrets_->unbind("sbx_a");
-  EXPECT_TRUE(secrets_->env_of("sbx_a").empty());
+  EXPECT_FALSE(secrets_->env_of("sbx_a"));
   EXPECT_FALSE(*secrets_->binding("sbx_a"));
 }
 
@@ -91,7 +92,7 @@ TEST_F(SecretsBindingTest, OnlyTheTenantsExistingSecretsBindOnce) {
 }
 
 // A secret made through E2B's API: E2B's names, no hosts; kept, rotated, listed and deleted like
-// any, never bound to a sandbox (E2B's network rules would use it).
+// any, never bound to a sandbox by name (E2B's network rules use it: HeaderRules... below).
 TEST_F(SecretsBindingTest, E2bSecretsHaveE2bNamesAndNoHostsAndAreNotBound) {
   SecretRequest r;
   r.tenant = "acme";
@@ -118,6 +119,81 @@ TEST_F(SecretsBindingTest, E2bSecretsHaveE2bNamesAndNoHostsAndAreNotBound) {
             Code::invalid_argument);
   EXPECT_TRUE(*secrets_->remove("acme", "openai-api.key_2"));
   EXPECT_EQ(secrets_->get("acme", "openai-api.key_2").error().code, Code::secret_not_found);
+}
+
+// Header rules (E2B's network rules): bound with or without named secrets; their headers are
+// resolved per request (a rotation shows), only over HTTPS, for their host (exact name first,
+// else the longest wildcard), and a secret that cannot be put in refuses the request.
+TEST_F(SecretsBindingTest, HeaderRulesResolveTheirSecretsPerRequest) {
+  SecretRequest e;
+  e.tenant = "acme";
+  e.name = "openai-key";
+  e.value = "sk-1";
+  e.e2b = true;
+  ASSERT_TRUE(secrets_->create(e));
+  std::vector<storage::HeaderRule> rules = {
+      {"api.openai.com", "Authorization", "Bearer ${e2b.secrets.openai-key}"},
+      {"api.openai.com", "X-Team", "agents"},
+      {"*.openai.com", "Authorization", "wildcard ${e2b.secrets.openai-key}"},
+      {"*.eu.openai.com", "X-Region", "eu"},
+      {"api.github.com", "Authorization", "token ${e2b.secrets.GITHUB_TOKEN}"},
+      {"api.github.com", "X-Literal", "x"}};
+  // Checked at bind: an unknown secret, a native secret outside its hosts.
+  auto unknown = rules;
+  unknown.push_back({"a.example", "X-K", "${e2b.secrets.nope}"});
+  EXPECT_EQ(secrets_->bind("acme", "sbx_r", {}, unknown).error().code, Code::secret_not_found);
+  auto elsewhere = rules;
+  elsewhere.push_back({"evil.example", "X-K", "${e2b.secrets.GITHUB_TOKEN}"});
+  EXPECT_EQ(secrets_->bind("acme", "sbx_r", {}, elsewhere).error().code, Code::invalid_argument);
+  EXPECT_EQ(secrets_->bind("other", "sbx_r", {}, rules).error().code, Code::secret_not_found);
+  auto b = secrets_->bind("acme", "sbx_r", {}, rules);
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ((*secrets_->binding("sbx_r"))->rules, rules);
+  // Bound without placeholders: the environment is empty but there (the CA's variables).
+  auto env = secrets_->env_of("sbx_r");
+  ASSERT_TRUE(env);
+  EXPECT_TRUE(env->empty());
+
+  using Set = std::vector<std::pair<std::string, std::string>>;
+  auto h = secrets_->headers_for("sbx_r", "api.openai.com", true);
+  EXPECT_EQ(h.set, (Set{{"Authorization", "Bearer sk-1"}, {"X-Team", "agents"}}));
+  EXPECT_EQ(h.injected, std::vector<std::string>{"openai-key"});
+  EXPECT_TRUE(h.refused.empty());
+  // The longest wildcard, not merged with a shorter one; the apex gets none.
+  EXPECT_EQ(secrets_->headers_for("sbx_r", "x.eu.openai.com", true).set, (Set{{"X-Region", "eu"}}));
+  EXPECT_EQ(secrets_->headers_for("sbx_r", "chat.openai.com", true).set,
+            (Set{{"Authorization", "wildcard sk-1"}}));
+  EXPECT_TRUE(secrets_->headers_for("sbx_r", "openai.com", true).empty());
+  EXPECT_TRUE(secrets_->headers_for("sbx_r", "example.org", true).empty());
+  // A native secret for its own host.
+  EXPECT_EQ(secrets_->headers_for("sbx_r", "api.github.com", true).set,
+            (Set{{"Authorization", "token ghp_1"}, {"X-Literal", "x"}}));
+  // Plain HTTP: not transformed, the secrets reported refused.
+  h = secrets_->headers_for("sbx_r", "api.openai.com", false);
+  EXPECT_TRUE(h.set.empty());
+  EXPECT_EQ(h.refused, std::vector<std::string>{"openai-key"});
+  EXPECT_EQ(h.why, "plain_http");
+  // A rotation shows at the next request; a value that is not one line is refused.
+  SecretRequest rot;
+  rot.tenant = "acme";
+  rot.name = "openai-key";
+  rot.value = "sk-2";
+  ASSERT_TRUE(secrets_->update(rot));
+  EXPECT_EQ(secrets_->headers_for("sbx_r", "api.openai.com", true).set.at(0).second, "Bearer sk-2");
+  rot.value = "sk-3\r\nX-Injected: 1";
+  ASSERT_TRUE(secrets_->update(rot));
+  h = secrets_->headers_for("sbx_r", "api.openai.com", true);
+  EXPECT_TRUE(h.set.empty());
+  EXPECT_EQ(h.why, "bad_value");
+  // Deleted since: refused as unknown (the request is not sent without it).
+  ASSERT_TRUE(secrets_->remove("acme", "openai-key"));
+  h = secrets_->headers_for("sbx_r", "api.openai.com", true);
+  EXPECT_TRUE(h.set.empty());
+  EXPECT_EQ(h.refused, std::vector<std::string>{"openai-key"});
+  EXPECT_EQ(h.why, "unknown_secret");
+  // A fork that inherits gets the rules too.
+  ASSERT_TRUE(*secrets_->inherit("sbx_r", "sbx_child"));
+  EXPECT_EQ((*secrets_->binding("sbx_child"))->rules, rules);
 }
 
 // Recovery keeps the bindings of live sandboxes only.

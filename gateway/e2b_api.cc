@@ -68,6 +68,44 @@ Json detail_obj(const actors::SandboxInfo& s, const actors::KeyInfo* key,
   return j;
 }
 
+// E2B's network rules, `{host: [{transform: {headers: {name: value}}}]}`, as header rules (in the
+// order given; hosts lower-cased; values may hold ${e2b.secrets.NAME}). The runtime checks the
+// hosts, names, values and counts (actors/header_rules.h); here only the shape: a rule holds a
+// transform and a transform headers (anything else is not served: 501).
+std::vector<storage::HeaderRule> rules_of(const Json& net) {
+  std::vector<storage::HeaderRule> out;
+  if (!net.is_object() || net["rules"].is_null()) return out;
+  auto shape = [] {
+    return ApiError{Code::invalid_argument,
+                    "network.rules is {host: [{transform: {headers: {name: value}}}]}"};
+  };
+  if (!net["rules"].is_object()) throw shape();
+  for (auto& [host, list] : net["rules"].as_object()) {
+    if (!list.is_array()) throw shape();
+    for (auto& rule : list.as_array()) {
+      if (!rule.is_object()) throw shape();
+      for (auto& [k, v] : rule.as_object())
+        if (k != "transform")
+          throw ApiError{Code::not_implemented,
+                         "network.rules: a rule's " + k + " is not served here (transform is)"};
+      const Json& t = rule["transform"];
+      if (t.is_null()) continue;
+      if (!t.is_object()) throw shape();
+      for (auto& [k, v] : t.as_object())
+        if (k != "headers")
+          throw ApiError{Code::not_implemented,
+                         "network.rules: a transform's " + k + " is not served here (headers is)"};
+      if (t["headers"].is_null()) continue;
+      if (!t["headers"].is_object()) throw shape();
+      for (auto& [name, value] : t["headers"].as_object()) {
+        if (!value.is_string()) throw shape();
+        out.push_back({ascii_lower(host), name, value.as_string()});
+      }
+    }
+  }
+  return out;
+}
+
 // The sandbox, as E2B sees it: one that ended (killed, failed) no longer exists (404).
 actors::SandboxInfo live(Call& c) {
   auto s = unwrap(c.gw.rt.get(c.tenant(), c.id));
@@ -88,21 +126,16 @@ uint32_t timeout_of(const Json& j, uint32_t def, uint32_t max) {
 // allow_internet_access; `net`: an object with allowOut / denyOut (lists of CIDRs, addresses or
 // domain names; E2B's ALL_TRAFFIC is 0.0.0.0/0). No internet, or all traffic denied with nothing
 // allowed: deny_all. All traffic denied but some allowed: an allowlist of those. Nothing denied:
-// allow_all. A denylist of some addresses is refused: our policies are allowlists.
+// allow_all. A denylist of some addresses is refused: our policies are allowlists. (`rules`:
+// rules_of.)
 std::optional<actors::Egress> egress_of(const Json& internet, const Json& net) {
-  // What E2B's network settings hold that is not served here is refused, never dropped: per-host
-  // header transforms (rules, with ${e2b.secrets.NAME} markers), a SOCKS5 egress proxy, a host
-  // mask. (Our secrets, POST /v1/secrets and a create's `secrets`, serve the first need.)
+  // What E2B's network settings hold that is not served here is refused, never dropped: a SOCKS5
+  // egress proxy, a host mask.
   if (net.is_object()) {
-    bool rules = net["rules"].is_object() && !net["rules"].as_object().empty();
-    for (auto [name, set] : {std::pair{"rules", rules},
-                             {"egressProxy", !net["egressProxy"].is_null()},
-                             {"maskRequestHost", !net["maskRequestHost"].is_null()}})
-      if (set)
+    for (auto name : {"egressProxy", "maskRequestHost"})
+      if (!net[name].is_null())
         throw ApiError{Code::not_implemented,
-                       std::string("network.") + name +
-                           " is not served here (use the native secrets API: POST /v1/secrets "
-                           "and a create's `secrets`)"};
+                       std::string("network.") + name + " is not served here"};
   }
   auto list = [&](const char* name) {
     std::vector<std::string> out;
@@ -234,6 +267,8 @@ HttpReply create(Call& c) {
     else if (e->mode == "deny_all")
       req.network = false;
   }
+  // Header rules go through the sandbox's egress proxy; they do not open its egress policy.
+  req.header_rules = rules_of(b["network"]);
   auto created = rt.create(req);
   // Not a template (none of that name, or not a template's name: "TENANT/name:default"): a
   // snapshot's name then; the first error stands when there is no such snapshot either.
@@ -410,6 +445,8 @@ std::vector<Route> e2b_api_routes() {
             Json b = c.r.json();
             auto s = live(c);
             auto e = egress_of(b["allow_internet_access"], b);
+            // The rules are replaced (cleared when omitted, as E2B does).
+            unwrap(c.gw.rt.set_header_rules(c.tenant(), c.id, rules_of(b)));
             if (!e) return no_content();
             // A sandbox without a network has no internet: denying it is already so.
             if (!s.network && e->mode == "deny_all") return no_content();

@@ -1,8 +1,8 @@
 // E2B's Secret API (`Secret.create/update/getInfo/list/exists/destroy` of the `e2b` SDK) on our
 // secrets (actors/secrets.h): a secret made here has an E2B name (lower-cased, as E2B stores them)
 // and no hosts of its own, since E2B's secrets go where a sandbox's network rules send them
-// (`${e2b.secrets.NAME}` in a rule's headers). Those rules are not served yet (501), so such a
-// secret is kept, rotated, listed and deleted, and not yet bound to a sandbox (400).
+// (`${e2b.secrets.NAME}` in a rule's headers: gateway/e2b_api.cc, actors/header_rules.h); a
+// native create's `secrets` (an environment variable's placeholder) refuses it (400).
 //
 // E2B's shape: {secretID, name, currentVersion, metadata, createdAt, updatedAt}; the id is
 // "sec_" + the name, and both name a secret in a path. Metadata is not kept (501 when given).

@@ -306,8 +306,9 @@ Status SecretStore::remove(const std::string& tenant, const std::string& name) {
   return db_.remove(row_key(tenant, name), true);
 }
 
-// binding record: "b1" sealed(tenant, count(4), [name, placeholder]..., ca_cert, ca_key), each a
-// 4-byte length and its bytes.
+// binding record: "b2" sealed(tenant, count(4), [name, placeholder]..., ca_cert, ca_key,
+// count(4), [host, header, value]...), each string a 4-byte length and its bytes. "b1" records
+// (before header rules) end after ca_key.
 Status SecretStore::bind(const SecretBinding& b) {
   std::string plain;
   put_str(plain, b.tenant);
@@ -318,9 +319,15 @@ Status SecretStore::bind(const SecretBinding& b) {
   }
   put_str(plain, b.ca_cert);
   put_str(plain, b.ca_key);
+  put_u(plain, b.rules.size(), 4);
+  for (auto& r : b.rules) {
+    put_str(plain, r.host);
+    put_str(plain, r.header);
+    put_str(plain, r.value);
+  }
   auto sealed = seal_with(binding_aad(b.sandbox), plain);
   if (sealed.empty()) return make_error(ErrorCode::io_error, "cannot seal the binding");
-  return db_.put(binding_key(b.sandbox), "b1" + sealed, true);
+  return db_.put(binding_key(b.sandbox), "b2" + sealed, true);
 }
 
 Result<std::optional<SecretBinding>> SecretStore::binding(const std::string& sandbox) {
@@ -330,7 +337,8 @@ Result<std::optional<SecretBinding>> SecretStore::binding(const std::string& san
   auto corrupt = [&] {
     return make_error(ErrorCode::corrupt, "the secrets binding of " + sandbox + " does not open");
   };
-  if ((*raw)->rfind("b1", 0) != 0) return corrupt();
+  bool v2 = (*raw)->rfind("b2", 0) == 0;
+  if (!v2 && (*raw)->rfind("b1", 0) != 0) return corrupt();
   auto plain = unseal_with(binding_aad(sandbox), (*raw)->substr(2));
   if (!plain) return corrupt();
   SecretBinding b;
@@ -343,8 +351,18 @@ Result<std::optional<SecretBinding>> SecretStore::binding(const std::string& san
     if (!get_str(*plain, at, name) || !get_str(*plain, at, placeholder)) return corrupt();
     b.placeholders.emplace_back(std::move(name), std::move(placeholder));
   }
-  if (!get_str(*plain, at, b.ca_cert) || !get_str(*plain, at, b.ca_key) || at != plain->size())
-    return corrupt();
+  if (!get_str(*plain, at, b.ca_cert) || !get_str(*plain, at, b.ca_key)) return corrupt();
+  if (v2) {
+    if (!get_u(*plain, at, 4, n) || n > 10000) return corrupt();
+    for (uint64_t i = 0; i < n; ++i) {
+      HeaderRule r;
+      if (!get_str(*plain, at, r.host) || !get_str(*plain, at, r.header) ||
+          !get_str(*plain, at, r.value))
+        return corrupt();
+      b.rules.push_back(std::move(r));
+    }
+  }
+  if (at != plain->size()) return corrupt();
   return std::optional<SecretBinding>(std::move(b));
 }
 

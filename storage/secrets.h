@@ -13,6 +13,7 @@
 
 #include "storage/error.h"
 #include "storage/event_store.h"
+#include "storage/header_rule.h"
 
 namespace pandastack::storage {
 
@@ -41,12 +42,14 @@ struct SecretInfo {
 };
 
 // A sandbox's use of secrets, for its egress proxy: the secrets it may use, the placeholder its
-// guest holds for each, and its own CA (the guest trusts its certificate; its key signs the
-// proxy's certificates). Kept sealed as a value is (bound to the sandbox), never as an event.
+// guest holds for each, the headers its HTTPS requests to some hosts get (E2B's network rules),
+// and its own CA (the guest trusts its certificate; its key signs the proxy's certificates). Kept
+// sealed as a value is (bound to the sandbox), never as an event.
 struct SecretBinding {
   std::string tenant, sandbox;
   std::vector<std::pair<std::string, std::string>> placeholders;  // (secret name, placeholder)
-  std::string ca_cert, ca_key;                                    // PEM
+  std::vector<HeaderRule> rules;
+  std::string ca_cert, ca_key;  // PEM
 };
 
 class SecretStore {

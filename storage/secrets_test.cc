@@ -132,8 +132,8 @@ TEST_F(SecretStoreTest, KeepsWhereAValueMayGoAndReadsOlderRecords) {
   EXPECT_EQ(secrets_->reveal("acme", "Q").value(), "value-q");
 }
 
-// A sandbox's binding (its placeholders and CA) is kept sealed, opens only as that sandbox's, and
-// goes with unbind.
+// A sandbox's binding (its placeholders, header rules and CA) is kept sealed, opens only as that
+// sandbox's, and goes with unbind.
 TEST_F(SecretStoreTest, BindingsAreSealedPerSandbox) {
   SecretBinding b;
   b.tenant = "acme";
@@ -141,6 +141,8 @@ TEST_F(SecretStoreTest, BindingsAreSealedPerSandbox) {
   b.placeholders = {{"GITHUB_TOKEN", "pds_secret_one"}, {"NPM_TOKEN", "pds_secret_two"}};
   b.ca_cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
   b.ca_key = "-----BEGIN PRIVATE KEY-----\nsecret-key-bytes\n-----END PRIVATE KEY-----\n";
+  b.rules = {{"api.example.com", "Authorization", "Bearer ${e2b.secrets.k}"},
+             {"*.example.com", "X-Literal", "literal-rule-value"}};
   EXPECT_EQ(secrets_->binding(b.sandbox).value(), std::nullopt);
   ASSERT_TRUE(secrets_->bind(b));
   auto got = secrets_->binding(b.sandbox).value();
@@ -149,10 +151,14 @@ TEST_F(SecretStoreTest, BindingsAreSealedPerSandbox) {
   EXPECT_EQ(got->placeholders, b.placeholders);
   EXPECT_EQ(got->ca_cert, b.ca_cert);
   EXPECT_EQ(got->ca_key, b.ca_key);
+  EXPECT_EQ(got->rules, b.rules);
   EXPECT_EQ(secrets_->bound().value(), std::vector<std::string>{b.sandbox});
-  // The CA's key is nowhere in the clear.
+  // The CA's key and the rules' values are nowhere in the clear.
   auto rows = store_->scan("").value();  // (kept: a loop over a temporary's value() dangles)
-  for (auto& [k, v] : rows) EXPECT_EQ(v.find("secret-key-bytes"), std::string::npos) << k;
+  for (auto& [k, v] : rows) {
+    EXPECT_EQ(v.find("secret-key-bytes"), std::string::npos) << k;
+    EXPECT_EQ(v.find("literal-rule-value"), std::string::npos) << k;
+  }
   // Copied under another sandbox's key: it does not open there.
   auto raw = store_->get("b" + b.sandbox).value().value();
   ASSERT_TRUE(store_->put("bsbx_bbbbbbbbbbbbbbbb", raw, true));

@@ -129,14 +129,37 @@ class Forwarder final : public kj::HttpService {
     // opted into them.
     auto in_headers = [&](const ProxySecret& s) { return why_not(s, host, tls, true); };
     auto in_query = [&](const ProxySecret& s) { return why_not(s, host, tls, s.in_query); };
+    // The host's header rules: over TLS their headers replace the guest's of those names; a
+    // secret one of them cannot carry refuses the request (never sent without it).
+    auto rules = p_.o.headers ? p_.o.headers(host, tls) : ProxyHeaders{};
+    use.injected = rules.injected;
+    use.refused = rules.refused;
+    use.why = rules.why;
+    if (tls && !rules.refused.empty()) {
+      if (p_.o.on_use) p_.o.on_use(use);
+      return answer(response, 403, "Forbidden",
+                    "a network rule for " + host + " needs secret " + rules.refused.front() +
+                        ", which cannot be put in (" + rules.why + "): not sent");
+    }
+    std::vector<std::string> replaced;  // (lower case)
+    if (tls)
+      for (auto& [name, v] : rules.set) replaced.push_back(lower(name));
+    auto kept = [&](kj::StringPtr name) {
+      return replaced.empty() ||
+             std::find(replaced.begin(), replaced.end(), lower(name.cStr())) == replaced.end();
+    };
     auto out = kj::heap<kj::HttpHeaders>(*p_.table);
     headers.forEach(
         [&](kj::HttpHeaderId id, kj::StringPtr v) {
-          out->set(id, kj::str(substitute(v.cStr(), secrets, in_headers, use)));
+          if (kept(id.toString()))
+            out->set(id, kj::str(substitute(v.cStr(), secrets, in_headers, use)));
         },
         [&](kj::StringPtr name, kj::StringPtr v) {
-          out->add(kj::str(name), kj::str(substitute(v.cStr(), secrets, in_headers, use)));
+          if (kept(name))
+            out->add(kj::str(name), kj::str(substitute(v.cStr(), secrets, in_headers, use)));
         });
+    if (tls)
+      for (auto& [name, v] : rules.set) out->add(kj::str(name), kj::str(v));
     auto target = kj::str(substitute(url.cStr(), secrets, in_query, use));
     // A body is held only when a secret may go into it (and one that would be blocked anyway is
     // not read at all).

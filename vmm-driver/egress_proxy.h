@@ -16,6 +16,12 @@
 // A placeholder sent to a host that is not one of its secret's hosts is forwarded unreplaced and
 // reported as a refused use. Every request that carried a placeholder is reported (on_use).
 //
+// Header rules (E2B's network rules): an HTTPS request to a host with rules has the headers they
+// set (the guest's headers of those names dropped), their secrets' values resolved by the caller
+// per request; when one cannot be put in (a secret deleted, or not for this host, or a value that
+// is not one line) the request is refused (403), never sent without it. Plain HTTP requests are
+// not transformed (a rule's secrets are reported refused).
+//
 // A secret may opt into query strings and bodies (a body is then held whole, at most kMaxBody)
 // and into plain HTTP. HTTP/2 is not offered (ALPN: the guest speaks HTTP/1.1).
 #pragma once
@@ -61,10 +67,24 @@ struct ProxyUse {
   std::string address;  // where the guest connected (IPv4)
 };
 
+// What a host's header rules give a request: the headers to set (name, value), the secrets whose
+// values they carry (`injected`), and those that could not be put in (`refused`, `why`: the
+// first's reason: "unknown_secret", "not_secret_host", "bad_value", "plain_http"). Empty: no rule
+// for the host.
+struct ProxyHeaders {
+  std::vector<std::pair<std::string, std::string>> set;
+  std::vector<std::string> injected, refused;
+  std::string why;
+  bool empty() const { return set.empty() && injected.empty() && refused.empty(); }
+};
+
 struct ProxyOptions {
   std::shared_ptr<EgressCa> ca;
   // The sandbox's secrets now (asked per request: a rotation takes effect on the next request).
   std::function<std::vector<ProxySecret>()> secrets;
+  // The header rules' headers for a request to `host` (lower case), over TLS or not (asked per
+  // request; absent: no rules).
+  std::function<ProxyHeaders(const std::string& host, bool tls)> headers;
   // A TCP connection to where the guest was going: `address`:`port` (the IPv4 address it
   // connected to), for the name it used (`host`: the TLS connection's name or the Host header).
   // The caller applies the sandbox's egress policy.

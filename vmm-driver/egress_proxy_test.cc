@@ -180,6 +180,56 @@ TEST(EgressProxy, TheSecretsHostGetsTheValueOverHttps) {
   EXPECT_EQ(w.uses_.size(), 2u);
 }
 
+// Header rules (E2B's network rules): over HTTPS their headers replace the guest's of the same
+// name; a secret that cannot go in refuses the request (403, not sent); plain HTTP is not
+// transformed (its secrets reported refused).
+TEST(EgressProxy, HeaderRulesSetHeadersOverHttpsOnly) {
+  auto wp = std::make_unique<World>();
+  auto& w = *wp;
+  auto o = w.options();
+  ProxyHeaders rules;  // what the caller resolves for the next request
+  std::vector<std::pair<std::string, bool>> asked;
+  o.headers = [&](const std::string& host, bool tls) {
+    asked.emplace_back(host, tls);
+    return rules;
+  };
+  EgressProxy proxy(w.io_.provider->getTimer(), std::move(o));
+  rules.set = {{"authorization", "Bearer rule-1"}};
+  rules.injected = {"openai-key"};
+  auto r = w.call(proxy, "api.test", true, "Bearer guest");
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, "host=api.test\nauth=Bearer rule-1\nurl=/repos?q=1\n");
+  EXPECT_EQ(asked, (std::vector<std::pair<std::string, bool>>{{"api.test", true}}));
+  ASSERT_EQ(w.uses_.size(), 1u);
+  EXPECT_EQ(w.uses_[0].injected, std::vector<std::string>{"openai-key"});
+  // A guest's placeholder still works beside a rule of another header.
+  rules.set = {{"X-Team", "agents"}};
+  rules.injected.clear();
+  r = w.call(proxy, "api.test", true, "Bearer " + w.placeholder_);
+  EXPECT_EQ(r.body, "host=api.test\nauth=Bearer " + w.value_ + "\nurl=/repos?q=1\n");
+  // A secret the rule needs cannot be put in: refused, nothing sent.
+  int before = w.echo_->requests;
+  rules = {};
+  rules.refused = {"openai-key"};
+  rules.why = "unknown_secret";
+  r = w.call(proxy, "api.test", true, "Bearer guest");
+  EXPECT_EQ(r.status, 403u);
+  EXPECT_NE(r.body.find("openai-key"), std::string::npos) << r.body;
+  EXPECT_EQ(w.echo_->requests, before);
+  EXPECT_EQ(w.uses_.back().refused, std::vector<std::string>{"openai-key"});
+  EXPECT_EQ(w.uses_.back().why, "unknown_secret");
+  // Plain HTTP: forwarded untransformed, the rule's secrets reported refused.
+  rules = {};
+  rules.set = {{"Authorization", "Bearer rule-1"}};
+  rules.refused = {"openai-key"};
+  rules.why = "plain_http";
+  r = w.call(proxy, "api.test", false, "Bearer guest");
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, "host=api.test\nauth=Bearer guest\nurl=/repos?q=1\n");
+  EXPECT_EQ(w.uses_.back().why, "plain_http");
+  EXPECT_FALSE(w.uses_.back().blocked);
+}
+
 // Bodies go through as they are, with a length or chunked; the headers still get the value.
 TEST(EgressProxy, RequestBodiesPassWithLengthOrChunked) {
   auto wp = std::make_unique<World>();

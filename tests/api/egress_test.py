@@ -4,7 +4,8 @@ refused, the connections it opened (with their bytes) and those its policy denie
 reason; paging and filters; kept across hibernate and wake; the resolver's rate limit. Secrets
 through the egress proxy: the guest holds a placeholder, the test's HTTPS upstream (a CA of the
 test's own) receives the value, other hosts and plain HTTP never do; rotation, deletion,
-hibernate and wake, forks with and without inherit_secrets.
+hibernate and wake, forks with and without inherit_secrets; E2B's network rules (headers whose
+values name E2B secrets), set at create and by updateNetwork.
 
 All traffic goes to an upstream network namespace this test builds (198.18.9.2 and .3 inside
 it) or is refused inside the sandbox's own namespace (reserved and link-local addresses never
@@ -394,8 +395,12 @@ class EgressLogTest(unittest.TestCase):
         except FileNotFoundError:
             return []
 
-    def probe_secret(self, sid, tag):
-        return self.run_py(sid, SECRET_PROBE.replace("TAG", tag))
+    def probe_secret(self, sid, tag, token=None):
+        """SECRET_PROBE on paths of `tag`; with `token`, that instead of TOKEN's placeholder."""
+        code = SECRET_PROBE.replace("TAG", tag)
+        if token is not None:
+            code = code.replace('os.environ.get("TOKEN", "")', repr(token))
+        return self.run_py(sid, code)
 
     def auth_seen(self, tag, what="s"):
         """The Authorization header the upstream received on path /TAG/WHAT (None: no request)."""
@@ -529,6 +534,93 @@ class EgressLogTest(unittest.TestCase):
         self.assertEqual(self.auth_seen("f"), "Bearer " + tok)
         for x in (sid, heir, plain_child):
             c.call("DELETE", f"/v1/sandboxes/{x}")
+
+    def e2b(self, method, path, body=None):
+        """A call of E2B's control plane (X-API-KEY, as the e2b SDK sends it)."""
+        return self.api.call(method, path, body, headers={"X-API-KEY": self.daemon.key}, key="")
+
+    def test_e2b_network_rules_put_secrets_into_headers(self):
+        c = self.api
+        value = "sk-e2b-VALUE-7a6b5c4d"
+        s, b = self.e2b("POST", "/secrets", {"name": "openai-key", "value": value})
+        self.assertEqual(s, 201, b)
+        self.addCleanup(lambda: self.e2b("DELETE", "/secrets/openai-key"))
+        marker = "Bearer ${e2b.secrets.openai-key}"
+
+        def rules(host, header="Authorization", v=marker):
+            return {host: [{"transform": {"headers": {header: v}}}]}
+        # Refused, nothing made: an unknown secret (404), a bare "*" or a reserved header (400),
+        # E2B's workload identity tokens (501).
+        before = len(c.call("GET", "/v1/sandboxes")[1]["sandboxes"])
+        for net, status in ((rules("api.secret.test", v="${e2b.secrets.nope}"), 404),
+                            (rules("*"), 400), (rules("api.secret.test", "Host"), 400),
+                            (rules("a.test", v="${e2b.identity.tokens.aws}"), 501)):
+            s, b = self.e2b("POST", "/sandboxes", {"templateID": "base", "network": {"rules": net}})
+            self.assertEqual(s, status, (net, b))
+        self.assertEqual(len(c.call("GET", "/v1/sandboxes")[1]["sandboxes"]), before)
+
+        s, b = self.e2b("POST", "/sandboxes", {"templateID": "base", "allow_internet_access": True,
+                                               "network": {"rules": rules("API.secret.test")}})
+        self.assertEqual(s, 201, b)
+        sid = b["sandboxID"]
+        # The rule's host gets the header over HTTPS, the guest's own replaced; another host and
+        # plain HTTP get what the guest sent.
+        out = self.probe_secret(sid, "r", "guest-own")
+        self.assertEqual(out["token"], "guest-own", out)  # (what the guest sends itself)
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("r"), "Bearer " + value)
+        self.assertEqual(out["other_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("r", "o"), "Bearer guest-own")
+        self.assertEqual(out["plain"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("r", "p"), "Bearer guest-own")
+        uses = self.egress(sid, "?kind=secret")["entries"]
+        by_host = {(e["name"], e["protocol"]): e for e in uses}
+        ok = by_host[("api.secret.test", "https")]
+        self.assertEqual((ok["verdict"], ok["injected"]), ("allowed", ["openai-key"]), ok)
+        plain = by_host[("api.secret.test", "http")]
+        self.assertEqual((plain["verdict"], plain["reason"], plain["refused"]),
+                         ("denied", "plain_http", ["openai-key"]), plain)
+        self.assertNotIn(value, json.dumps(self.egress(sid, "?limit=1000")))
+        # Rotated through E2B's API: the next request carries the new value.
+        rotated = value + "-v2"
+        self.assertEqual(self.e2b("POST", "/secrets/openai-key", {"value": rotated})[0], 200)
+        out = self.probe_secret(sid, "s", "guest-own")
+        self.assertEqual(self.auth_seen("s"), "Bearer " + rotated)
+        # updateNetwork replaces the rules: now other.test's, and api.secret.test's no more.
+        s, b = self.e2b("PUT", f"/sandboxes/{sid}/network",
+                        {"rules": rules("other.test", v="Token ${e2b.secrets.openai-key}")})
+        self.assertEqual(s, 204, b)
+        out = self.probe_secret(sid, "t", "guest-own")
+        self.assertEqual(self.auth_seen("t"), "Bearer guest-own")
+        self.assertEqual(self.auth_seen("t", "o"), "Token " + rotated)
+        # Deleted: a request the rule needs it for is refused (403), never sent without it.
+        self.assertEqual(self.e2b("DELETE", "/secrets/openai-key")[0], 204)
+        out = self.probe_secret(sid, "u", "guest-own")
+        self.assertEqual(out["other_host"].get("status"), 403, out)
+        self.assertIsNone(self.auth_seen("u", "o"))
+        self.assertEqual(out["secret_host"].get("status"), 200, out)
+        refused = [e for e in self.egress(sid, "?kind=secret")["entries"]
+                   if e.get("reason") == "unknown_secret"]
+        self.assertEqual(refused[0]["refused"], ["openai-key"], refused)
+
+        # A sandbox made without rules gets them from updateNetwork (its guest trusts its proxy's
+        # CA from then on); rules do not open the egress policy.
+        s, b = self.e2b("POST", "/secrets", {"name": "openai-key", "value": value})
+        self.assertEqual(s, 201, b)
+        net = {"allowOut": ["other.test"], "denyOut": ["0.0.0.0/0"]}
+        s, b = self.e2b("POST", "/sandboxes", {"templateID": "base", "network": net})
+        self.assertEqual(s, 201, b)
+        late = b["sandboxID"]
+        s, b = self.e2b("PUT", f"/sandboxes/{late}/network",
+                        {**net, "rules": {**rules("other.test"), **rules("api.secret.test")}})
+        self.assertEqual(s, 204, b)
+        out = self.probe_secret(late, "v", "guest-own")
+        self.assertEqual(out["other_host"].get("status"), 200, out)
+        self.assertEqual(self.auth_seen("v", "o"), "Bearer " + value)
+        self.assertIn("error", out["secret_host"], out)  # (not allowed: no connection)
+        self.assertIsNone(self.auth_seen("v"))
+        for x in (sid, late):
+            self.assertEqual(self.e2b("DELETE", f"/sandboxes/{x}")[0], 204)
 
     def test_secrets_opted_into_queries_bodies_and_plain_http(self):
         c = self.api
