@@ -1,5 +1,6 @@
 // Templates: the shipped ones (`make guest`) and a tenant's own (actors/template_builds.h):
 // build (POST, progress as server-sent events), list, get, delete.
+#include "actors/dockerfile.h"
 #include "actors/event_codec.h"
 #include "actors/template_builds.h"
 #include "gateway/server.h"
@@ -50,15 +51,29 @@ std::string name_param(const Request& r) {
 }
 
 HttpReply build(Call& c) {
-  Fields f(c.r.json(),
-           {"name", "from", "packages", "files", "run", "env", "network", "memory_mib", "vcpus"});
+  Fields f(c.r.json(), {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
+                        "vcpus", "dockerfile", "context", "build_args"});
   if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
   actors::TemplateSpec spec;
-  spec.from = f.str("from", "base");
+  if (f.has("dockerfile")) {
+    // A Dockerfile (actors/dockerfile.h) says what from, files, run and env do; packages still
+    // come from the host's package lists (the build has no network for RUN apt-get).
+    for (auto k : {"from", "files", "run", "env"})
+      if (f.has(k))
+        throw ApiError{Code::invalid_argument,
+                       std::string(k) + " is the Dockerfile's to say (FROM, COPY, RUN, ENV)"};
+    auto t = unwrap(actors::template_from_dockerfile(f.str("dockerfile"), f.string_map("context"),
+                                                     f.string_map("build_args")));
+    spec = std::move(t.spec);
+  } else {
+    for (auto k : {"context", "build_args"})
+      if (f.has(k)) throw ApiError{Code::invalid_argument, std::string(k) + " needs a dockerfile"};
+    spec.from = f.str("from", "base");
+    spec.files = f.string_map("files");
+    spec.run = f.string_list("run");
+    spec.env = f.string_map("env");
+  }
   spec.packages = f.string_list("packages");
-  spec.files = f.string_map("files");
-  spec.run = f.string_list("run");
-  spec.env = f.string_map("env");
   spec.network = f.boolean("network", true);
   // Its guests' shape (0: the host's default); the range is checked with the rest of the spec.
   spec.memory_mib = uint32_t(f.integer("memory_mib", 0, 1, 1 << 20));
@@ -96,6 +111,7 @@ std::vector<Route> template_routes() {
             }),
       route(M::POST, "/v1/templates",
             "Build a template of your own {name, from, packages, files, run, env, network, "
+            "memory_mib, vcpus} or {name, dockerfile, context, build_args, packages, network, "
             "memory_mib, vcpus}: 202, then follow GET /v1/templates/{name}/build",
             build),
       route(M::POST, "/v1/sandboxes/{id}/template",

@@ -5,7 +5,8 @@ environment and commands, then the bake) with a shape of its own
 (384 MiB, 2 vCPUs: its sandboxes', their wakes' and forks' guests, the quota use, creates asking
 for more refused), its progress as server-sent events, sandboxes made from it, tenancy, a
 restart, delete (refused while a sandbox of it runs), failed builds that leave nothing (a
-failing command, an unknown package), two builds of one name, publish, and bad input.
+failing command, an unknown package), two builds of one name, publish, a Dockerfile's build, and
+bad input.
 
 Usage: templates_test.py --daemon build/bin/pandastackd [--images DIR]
 The data folder (template images, the package cache) is on a real disk (/var/tmp).
@@ -306,6 +307,46 @@ class TemplateTest(unittest.TestCase):
             self.__class__.daemon = Daemon(self.data, self.state, extra=FLAGS)
             self.__class__.api = self.api = Api(self.__class__.daemon)
 
+    def test_6_a_dockerfile_build(self):
+        """A Dockerfile's build: each instruction it serves (FROM, ARG with a build argument,
+        ENV, WORKDIR, COPY of files, a directory and --chmod, RUN in its WORKDIR with its ARGs,
+        USER) in a real builder, and a sandbox of it."""
+        dockerfile = (
+            "# syntax=docker/dockerfile:1\n"
+            "FROM base\n"
+            "ARG GREETING=hi\n"
+            "ENV APP_MODE=\"docker mode\" \\\n"
+            "    APP_HOME=/srv/app\n"
+            "WORKDIR $APP_HOME\n"
+            "COPY app.py ./\n"
+            "COPY --chmod=755 bin/hello.sh /usr/local/bin/hello\n"
+            "COPY conf/ /etc/app/\n"
+            "RUN echo \"$GREETING from $APP_MODE in $(pwd)\" > built.txt\n"
+            "USER user\n"
+            "RUN id -un > /home/user/who-built\n"
+            "EXPOSE 8080\n")
+        context = {"app.py": "print('app')\n", "bin/hello.sh": "#!/bin/sh\necho hello $1\n",
+                   "conf/a.ini": "a=1\n", "conf/sub/b.ini": "b=2\n"}
+        s, t = self.api.call("POST", "/v1/templates",
+                             {"name": "from-docker", "dockerfile": dockerfile, "context": context,
+                              "build_args": {"GREETING": "hello"}})
+        self.assertEqual((s, t.get("status")), (202, "building"), t)
+        stages, lines, end = self.follow("from-docker")
+        self.assertEqual(end["status"], "ready", (end, lines[-30:]))
+        self.assertEqual(end["from"], "base", end)
+        s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "from-docker"})
+        self.assertEqual(s, 201, sbx)
+        s, r = self.api.exec(sbx["id"],
+                             "cd /srv/app && cat app.py built.txt /etc/app/a.ini "
+                             "/etc/app/sub/b.ini /home/user/who-built; hello there; "
+                             "echo $APP_MODE; test -e /var/lib/pandastack/build-context || "
+                             "echo staged-context-gone")
+        self.assertEqual((s, r.get("stdout")),
+                         (200, "print('app')\nhello from docker mode in /srv/app\na=1\nb=2\n"
+                               "user\nhello there\ndocker mode\nstaged-context-gone\n"), r)
+        self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/from-docker")[0], 200)
+
     def test_3_bad_input(self):
         bad = [({"name": "Bad"}, 400, "invalid_argument"),
                ({}, 400, "invalid_argument"),
@@ -322,7 +363,15 @@ class TemplateTest(unittest.TestCase):
                ({"name": "x", "vcpus": 0}, 400, "invalid_argument"),
                ({"name": "x", "memory_mib": 65536}, 503, "host_full"),  # (more than this host)
                ({"name": "base"}, 409, "conflict"),
-               ({"name": "x", "surprise": 1}, 400, "invalid_argument")]
+               ({"name": "x", "surprise": 1}, 400, "invalid_argument"),
+               # Dockerfiles: what is not served (501) and what is wrong (400), each by its line
+               ({"name": "x", "dockerfile": "FROM base\nCMD [\"x\"]\n"}, 501, "not_implemented"),
+               ({"name": "x", "dockerfile": "FROM python:3.12\n"}, 501, "not_implemented"),
+               ({"name": "x", "dockerfile": "FROM base\nCOPY nope /x\n"}, 400,
+                "invalid_argument"),
+               ({"name": "x", "dockerfile": "FROM base\n", "run": ["true"]}, 400,
+                "invalid_argument"),
+               ({"name": "x", "context": {"a": "b"}}, 400, "invalid_argument")]
         for body, status, code in bad:
             self.assertError(self.api.call("POST", "/v1/templates", body), status, code)
         self.assertError(self.api.call("GET", "/v1/templates/nothing/build"), 404,

@@ -700,15 +700,23 @@ class Template:
               env: Optional[Mapping[str, str]] = None, network: bool = True,
               memory_mib: Optional[int] = None, vcpus: Optional[int] = None,
               on_progress: Optional[Any] = None, timeout: float = 1800.0,
-              api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Template":
+              api_key: Optional[str] = None, base_url: Optional[str] = None,
+              dockerfile: Optional[str] = None, context: Optional[Mapping[str, str]] = None,
+              build_args: Optional[Mapping[str, str]] = None) -> "Template":
         """Builds template ``name`` and waits for it: ``on_progress(BuildProgress)`` gets each
         stage change and each log line. Raises ``TemplateBuildFailed`` (with the log's tail)
         when the build fails; ``Conflict`` while one of that name is being built or exists.
-        ``memory_mib``, ``vcpus``: every sandbox of it gets this shape (by default the host's)."""
+        ``memory_mib``, ``vcpus``: every sandbox of it gets this shape (by default the host's).
+        ``dockerfile`` (with ``context``: relative path -> text, and ``build_args``): the build's
+        steps come from it instead of ``from_``, ``files``, ``run`` and ``env``."""
         http = _Http(api_key, base_url, timeout)
-        body: Dict[str, Any] = {"name": name, "from": from_, "packages": list(packages),
-                                "files": dict(files or {}), "run": list(run),
-                                "env": dict(env or {}), "network": network}
+        body: Dict[str, Any] = {"name": name, "packages": list(packages), "network": network}
+        if dockerfile is not None:
+            body.update(dockerfile=dockerfile, context=dict(context or {}),
+                        build_args=dict(build_args or {}))
+        else:
+            body.update({"from": from_, "files": dict(files or {}), "run": list(run),
+                         "env": dict(env or {})})
         if memory_mib is not None:
             body["memory_mib"] = int(memory_mib)
         if vcpus is not None:

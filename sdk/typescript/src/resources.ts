@@ -51,10 +51,16 @@ export class Template {
    * stage change (line "") and each log line. Throws TemplateBuildFailedError when it fails. */
   static async build(name: string, opts: TemplateBuildOptions = {}): Promise<Template> {
     const http = new Http(opts);
-    const body: Json = {
-      name, from: opts.from ?? "base", packages: opts.packages ?? [], files: opts.files ?? {},
-      run: opts.run ?? [], env: opts.env ?? {}, network: opts.network ?? true,
-    };
+    const body: Json = { name, packages: opts.packages ?? [], network: opts.network ?? true };
+    if (opts.dockerfile !== undefined) {
+      Object.assign(body, {
+        dockerfile: opts.dockerfile, context: opts.context ?? {}, build_args: opts.buildArgs ?? {},
+      });
+    } else {
+      Object.assign(body, {
+        from: opts.from ?? "base", files: opts.files ?? {}, run: opts.run ?? [], env: opts.env ?? {},
+      });
+    }
     if (opts.memoryMib !== undefined) body.memory_mib = opts.memoryMib;
     if (opts.vcpus !== undefined) body.vcpus = opts.vcpus;
     await http.json("POST", "/v1/templates", { json: body });

@@ -108,6 +108,11 @@ export interface TemplateBuildOptions extends ClientOptions {
   /** Every sandbox of it gets this shape (default: the host's). */
   memoryMib?: number;
   vcpus?: number;
+  /** A Dockerfile instead of from/files/run/env, with its context (relative path -> text) and
+   * build arguments. */
+  dockerfile?: string;
+  context?: Record<string, string>;
+  buildArgs?: Record<string, string>;
   onProgress?: (p: BuildProgress) => void;
 }
 

@@ -1,0 +1,712 @@
+#include "actors/dockerfile.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <set>
+
+#include "wire/json.h"
+
+namespace pandastack::actors {
+
+namespace {
+
+using wire::Json;
+
+std::string quote(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+bool name_char(char c, bool first) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' ||
+         (!first && std::isdigit(static_cast<unsigned char>(c)));
+}
+
+// One instruction: its keyword (upper case), the rest of its (joined) lines, its first line.
+struct Instruction {
+  std::string keyword, rest;
+  size_t line = 0;
+};
+
+// A refusal that names the line.
+struct Refusal {
+  Code code;
+  std::string message;
+};
+
+class Translator {
+ public:
+  Translator(const std::map<std::string, std::string>& context,
+             const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits)
+      : context_(context), build_args_(build_args), limits_(limits) {}
+
+  std::optional<Refusal> run(const std::string& text);
+  // The spec (checked against the template limits, naming the line of a command too long).
+  std::optional<Refusal> finish(const TemplateLimits& limits);
+  const TemplateFromDockerfile& result() const { return out_; }
+
+ private:
+  // The logical lines: comments dropped, continuations joined; parser directives read.
+  std::optional<Refusal> split(const std::string& text, std::vector<Instruction>& out);
+  std::optional<Refusal> one(const Instruction& in);
+
+  // Docker's word lexer: quotes, the escape character and (when `expand`) variables.
+  std::optional<std::string> words(const std::string& s, std::vector<std::string>& out,
+                                   bool expand = true) const;
+  std::optional<std::string> expand_var(const std::string& s, size_t& at, std::string& out) const;
+  std::string lookup(const std::string& name) const {
+    if (auto it = vars_.find(name); it != vars_.end()) return it->second;
+    return "";
+  }
+
+  Refusal bad(const Instruction& in, const std::string& why) const {
+    return {Code::invalid_argument,
+            "Dockerfile line " + std::to_string(in.line) + " (" + in.keyword + "): " + why};
+  }
+  Refusal unserved(const Instruction& in, const std::string& why) const {
+    return {Code::not_implemented,
+            "Dockerfile line " + std::to_string(in.line) + " (" + in.keyword + "): " + why};
+  }
+
+  std::optional<Refusal> from(const Instruction& in);
+  std::optional<Refusal> arg(const Instruction& in);
+  std::optional<Refusal> env(const Instruction& in);
+  std::optional<Refusal> run_(const Instruction& in);
+  std::optional<Refusal> copy(const Instruction& in);
+  std::optional<Refusal> workdir(const Instruction& in);
+  std::optional<Refusal> user(const Instruction& in);
+
+  // A command of the build: its text is made at the end (RUN's environment needs the final ENV).
+  struct Step {
+    std::string body;                         // what runs
+    std::map<std::string, std::string> env;   // ENV declared before it
+    std::map<std::string, std::string> args;  // ARGs in scope
+    bool run = false;                         // a RUN (the environment applies)
+    size_t line = 0;
+    std::string workdir = "/";  // where a RUN runs
+  };
+  std::string path_in(const std::string& p) const;  // `p` against the WORKDIR
+
+  const std::map<std::string, std::string>& context_;
+  const std::map<std::string, std::string>& build_args_;
+  const DockerfileLimits& limits_;
+  char escape_ = '\\';
+  bool from_seen_ = false;
+  std::map<std::string, std::string> global_args_;  // ARGs before FROM
+  std::map<std::string, std::string> args_;         // ARGs of the stage
+  std::map<std::string, std::string> env_;          // ENV so far
+  std::map<std::string, std::string> vars_;         // what $VAR means now (ARGs, then ENV)
+  std::string workdir_ = "/", user_;
+  std::vector<Step> steps_;
+  TemplateFromDockerfile out_;
+  bool staged_ = false;
+};
+
+std::optional<Refusal> Translator::split(const std::string& text, std::vector<Instruction>& out) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    lines.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  size_t i = 0;
+  // Parser directives: `# escape=X` (\ or `); others (syntax, check) have no effect here.
+  for (; i < lines.size(); ++i) {
+    auto l = trim(lines[i]);
+    if (l.size() < 2 || l[0] != '#') break;
+    auto eq = l.find('=');
+    if (eq == std::string::npos) break;
+    auto key = trim(l.substr(1, eq - 1));
+    auto value = trim(l.substr(eq + 1));
+    for (auto& c : key) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (key.find(' ') != std::string::npos) break;
+    if (key == "escape") {
+      if (value != "\\" && value != "`")
+        return Refusal{Code::invalid_argument,
+                       "Dockerfile line " + std::to_string(i + 1) + ": escape is \\ or `"};
+      escape_ = value[0];
+    }
+  }
+  while (i < lines.size()) {
+    auto l = trim(lines[i]);
+    if (l.empty() || l[0] == '#') {
+      ++i;
+      continue;
+    }
+    Instruction in;
+    in.line = i + 1;
+    std::string joined;
+    for (;;) {
+      std::string part = lines[i];
+      while (!part.empty() && (part.back() == ' ' || part.back() == '\t' || part.back() == '\r'))
+        part.pop_back();
+      ++i;
+      bool more = !part.empty() && part.back() == escape_;
+      if (more) part.pop_back();
+      joined += part;
+      if (!more) break;
+      // (comment and empty lines inside a continuation are dropped, as Docker does)
+      while (i < lines.size() && (trim(lines[i]).empty() || trim(lines[i])[0] == '#')) ++i;
+      if (i >= lines.size()) break;
+    }
+    joined = trim(joined);
+    size_t sp = joined.find_first_of(" \t");
+    in.keyword = upper(joined.substr(0, sp));
+    in.rest = sp == std::string::npos ? "" : trim(joined.substr(sp));
+    out.push_back(std::move(in));
+    if (out.size() > limits_.max_instructions)
+      return Refusal{Code::invalid_argument, "a Dockerfile here has at most " +
+                                                 std::to_string(limits_.max_instructions) +
+                                                 " instructions"};
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Translator::expand_var(const std::string& s, size_t& at,
+                                                  std::string& out) const {
+  // at: just past the '$'.
+  if (at < s.size() && s[at] == '{') {
+    size_t end = s.find('}', at);
+    if (end == std::string::npos) return "an unclosed ${";
+    std::string inner = s.substr(at + 1, end - at - 1);
+    at = end + 1;
+    size_t n = 0;
+    while (n < inner.size() && name_char(inner[n], n == 0)) ++n;
+    if (n == 0) return "a bad variable: ${" + inner + "}";
+    std::string name = inner.substr(0, n), mod = inner.substr(n);
+    bool set = vars_.count(name) > 0;
+    std::string value = lookup(name);
+    if (mod.empty()) {
+      out += value;
+    } else if (mod.rfind(":-", 0) == 0 || mod.rfind(":+", 0) == 0) {
+      std::vector<std::string> w;
+      if (auto e = words(mod.substr(2), w)) return e;
+      std::string word;
+      for (size_t k = 0; k < w.size(); ++k) word += (k ? " " : "") + w[k];
+      bool plus = mod[1] == '+';
+      out += plus ? (value.empty() ? "" : word) : (value.empty() ? word : value);
+    } else if (mod[0] == '-' || mod[0] == '+') {
+      std::vector<std::string> w;
+      if (auto e = words(mod.substr(1), w)) return e;
+      std::string word;
+      for (size_t k = 0; k < w.size(); ++k) word += (k ? " " : "") + w[k];
+      out += mod[0] == '+' ? (set ? word : "") : (set ? value : word);
+    } else {
+      return "a variable modifier not served: ${" + inner + "}";
+    }
+    return std::nullopt;
+  }
+  size_t n = 0;
+  while (at + n < s.size() && name_char(s[at + n], n == 0)) ++n;
+  if (n == 0) {
+    out += '$';
+    return std::nullopt;
+  }
+  out += lookup(s.substr(at, n));
+  at += n;
+  return std::nullopt;
+}
+
+std::optional<std::string> Translator::words(const std::string& s, std::vector<std::string>& out,
+                                             bool expand) const {
+  std::string cur;
+  bool in_word = false;
+  for (size_t at = 0; at < s.size();) {
+    char c = s[at];
+    if (c == ' ' || c == '\t') {
+      if (in_word) out.push_back(cur);
+      cur.clear();
+      in_word = false;
+      ++at;
+      continue;
+    }
+    in_word = true;
+    if (c == escape_) {
+      if (at + 1 < s.size()) cur += s[at + 1];
+      at += 2;
+    } else if (c == '\'') {
+      size_t end = s.find('\'', at + 1);
+      if (end == std::string::npos) return "an unclosed quote";
+      cur += s.substr(at + 1, end - at - 1);
+      at = end + 1;
+    } else if (c == '"') {
+      ++at;
+      for (;;) {
+        if (at >= s.size()) return "an unclosed quote";
+        char d = s[at];
+        if (d == '"') {
+          ++at;
+          break;
+        }
+        if (d == escape_ && at + 1 < s.size() &&
+            (s[at + 1] == '"' || s[at + 1] == '$' || s[at + 1] == escape_)) {
+          cur += s[at + 1];
+          at += 2;
+        } else if (d == '$' && expand) {
+          ++at;
+          if (auto e = expand_var(s, at, cur)) return e;
+        } else {
+          cur += d;
+          ++at;
+        }
+      }
+    } else if (c == '$' && expand) {
+      ++at;
+      if (auto e = expand_var(s, at, cur)) return e;
+    } else {
+      cur += c;
+      ++at;
+    }
+  }
+  if (in_word) out.push_back(cur);
+  return std::nullopt;
+}
+
+// The JSON form of RUN, COPY, ...: a list of strings, or nullopt (then the shell form).
+std::optional<std::vector<std::string>> json_form(const std::string& rest) {
+  if (rest.empty() || rest[0] != '[') return std::nullopt;
+  auto j = Json::parse(rest);
+  if (!j || !j->is_array()) return std::nullopt;
+  std::vector<std::string> out;
+  for (auto& v : j->as_array()) {
+    if (!v.is_string()) return std::nullopt;
+    out.push_back(v.as_string());
+  }
+  return out;
+}
+
+bool heredoc(const std::string& rest) {
+  for (size_t at = rest.find("<<"); at != std::string::npos; at = rest.find("<<", at + 2)) {
+    size_t k = at + 2;
+    if (k < rest.size() && rest[k] == '-') ++k;
+    if (k < rest.size() && (rest[k] == '"' || rest[k] == '\'')) ++k;
+    if (k < rest.size() && name_char(rest[k], true)) return true;
+  }
+  return false;
+}
+
+// A path made normal: no "//", ".", ".." (nullopt when ".." would climb above the root).
+std::optional<std::string> normal(const std::string& p) {
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at <= p.size()) {
+    size_t slash = p.find('/', at);
+    if (slash == std::string::npos) slash = p.size();
+    auto part = p.substr(at, slash - at);
+    if (part == "..") {
+      if (parts.empty()) return std::nullopt;
+      parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    at = slash + 1;
+  }
+  std::string out;
+  for (auto& x : parts) out += "/" + x;
+  return out.empty() ? "/" : out;
+}
+
+std::string Translator::path_in(const std::string& p) const {
+  if (!p.empty() && p[0] == '/') return p;
+  return (workdir_ == "/" ? "" : workdir_) + "/" + p;
+}
+
+std::optional<Refusal> Translator::from(const Instruction& in) {
+  if (from_seen_)
+    return unserved(in, "multi-stage builds (a second FROM) are not served: one stage");
+  std::vector<std::string> w;
+  vars_ = global_args_;  // (FROM sees the ARGs declared before it)
+  if (auto e = words(in.rest, w)) return bad(in, *e);
+  if (!w.empty() && w[0].rfind("--", 0) == 0)
+    return bad(in, w[0] + " is not served (FROM names a template of this host)");
+  if (w.empty() || (w.size() != 1 && !(w.size() == 3 && upper(w[1]) == "AS")))
+    return bad(in, "FROM TEMPLATE [AS name]");
+  const auto& t = w[0];
+  if (t == "scratch" || t.find_first_of("/:@") != std::string::npos)
+    return unserved(in,
+                    "FROM an image (" + t +
+                        ") is not served yet: FROM names a shipped template of this host (base, "
+                        "code-interpreter)");
+  out_.spec.from = t;
+  from_seen_ = true;
+  vars_.clear();
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::arg(const Instruction& in) {
+  std::vector<std::string> w;
+  if (auto e = words(in.rest, w)) return bad(in, *e);
+  if (w.empty()) return bad(in, "ARG NAME[=default]");
+  for (auto& x : w) {
+    auto eq = x.find('=');
+    std::string name = x.substr(0, eq);
+    bool ok = !name.empty();
+    for (size_t k = 0; k < name.size(); ++k) ok = ok && name_char(name[k], k == 0);
+    if (!ok) return bad(in, "'" + name + "' is not a variable name");
+    std::optional<std::string> value;
+    if (eq != std::string::npos) value = x.substr(eq + 1);
+    if (auto it = build_args_.find(name); it != build_args_.end()) value = it->second;
+    if (!from_seen_) {
+      global_args_[name] = value.value_or("");
+      continue;
+    }
+    if (!value)
+      if (auto it = global_args_.find(name); it != global_args_.end()) value = it->second;
+    args_[name] = value.value_or("");
+    if (!env_.count(name)) vars_[name] = args_[name];  // (an ENV of the name wins)
+  }
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::env(const Instruction& in) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::vector<std::string> w;
+  if (auto e = words(in.rest, w)) return bad(in, *e);
+  if (w.empty()) return bad(in, "ENV NAME=value ...");
+  if (w[0].find('=') == std::string::npos) {
+    // The old form: ENV NAME the rest of the line.
+    size_t sp = in.rest.find_first_of(" \t");
+    if (sp == std::string::npos) return bad(in, "ENV NAME value");
+    std::vector<std::string> v;
+    if (auto e = words(trim(in.rest.substr(sp)), v)) return bad(in, *e);
+    std::string value;
+    for (size_t k = 0; k < v.size(); ++k) value += (k ? " " : "") + v[k];
+    pairs.emplace_back(w[0], value);
+  } else {
+    for (auto& x : w) {
+      auto eq = x.find('=');
+      if (eq == std::string::npos) return bad(in, "'" + x + "': ENV takes NAME=value pairs");
+      pairs.emplace_back(x.substr(0, eq), x.substr(eq + 1));
+    }
+  }
+  for (auto& [k, v] : pairs) {
+    bool ok = !k.empty();
+    for (size_t n = 0; n < k.size(); ++n) ok = ok && name_char(k[n], n == 0);
+    if (!ok) return bad(in, "'" + k + "' is not a variable name");
+    if (v.find('\n') != std::string::npos) return bad(in, k + ": a value is one line");
+    env_[k] = v;
+    vars_[k] = v;
+  }
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::run_(const Instruction& in) {
+  if (in.rest.rfind("--", 0) == 0)
+    return unserved(in, "RUN's flags (--mount, --network, --security) are not served");
+  if (heredoc(in.rest)) return unserved(in, "heredocs (<<EOF) are not served: use printf or COPY");
+  std::string body;
+  std::string as;
+  if (!user_.empty()) {
+    auto colon = user_.find(':');
+    std::string u = user_.substr(0, colon);
+    std::string g = colon == std::string::npos ? "" : user_.substr(colon + 1);
+    bool numeric = u.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric)
+      as = "setpriv --reuid=" + u + " --regid=" + (g.empty() ? u : g) + " --clear-groups -- ";
+    else
+      as = "runuser -u " + quote(u) + (g.empty() ? "" : " -g " + quote(g)) + " -- ";
+  }
+  if (auto exec = json_form(in.rest)) {
+    if (exec->empty()) return bad(in, "an empty command");
+    for (auto& a : *exec) body += (body.empty() ? "" : " ") + quote(a);
+    body = as + body;
+  } else {
+    if (in.rest.empty()) return bad(in, "an empty command");
+    body = as + "sh -c " + quote(in.rest);
+  }
+  steps_.push_back({body, env_, args_, true, in.line, workdir_});
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::copy(const Instruction& in) {
+  bool add = in.keyword == "ADD";
+  if (heredoc(in.rest))
+    return unserved(in, "heredocs (<<EOF) are not served: put the file in the context");
+  std::vector<std::string> w;
+  if (auto exec = json_form(in.rest)) {
+    for (auto& a : *exec) {
+      std::string x = a;  // (variables expanded; no splitting, no quotes)
+      std::string expanded;
+      for (size_t at = 0; at < x.size();) {
+        if (x[at] == '$') {
+          ++at;
+          if (auto e = expand_var(x, at, expanded)) return bad(in, *e);
+        } else {
+          expanded += x[at++];
+        }
+      }
+      w.push_back(expanded);
+    }
+  } else if (auto e = words(in.rest, w)) {
+    return bad(in, *e);
+  }
+  std::string chown, chmod;
+  while (!w.empty() && w[0].rfind("--", 0) == 0) {
+    auto flag = w[0];
+    w.erase(w.begin());
+    if (flag.rfind("--chown=", 0) == 0) {
+      chown = flag.substr(8);
+      if (chown.empty() ||
+          chown.find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:") !=
+              std::string::npos)
+        return bad(in, "--chown=user[:group]");
+    } else if (flag.rfind("--chmod=", 0) == 0) {
+      chmod = flag.substr(8);
+      if (chmod.empty() || chmod.size() > 4 ||
+          chmod.find_first_not_of("01234567") != std::string::npos)
+        return bad(in, "--chmod takes an octal mode");
+    } else if (flag.rfind("--from=", 0) == 0) {
+      return unserved(in, "--from (multi-stage builds) is not served");
+    } else if (flag == "--link") {
+      // (a layer-caching hint: no effect here)
+    } else {
+      return bad(in, flag + " is not served");
+    }
+  }
+  if (w.size() < 2) return bad(in, in.keyword + " SOURCE... DEST");
+  std::string dest_raw = w.back();
+  w.pop_back();
+  bool dest_dir = dest_raw.back() == '/' || w.size() > 1;
+  auto dest = normal(path_in(dest_raw));
+  if (!dest) return bad(in, "'" + dest_raw + "' climbs above the root");
+  // The sources: (context path, copied as a file) or (directory prefix, its files).
+  struct Source {
+    std::string path;  // in the context ("" = all of it)
+    bool dir = false;
+  };
+  std::vector<Source> sources;
+  for (auto& s : w) {
+    if (s.find("://") != std::string::npos || s.rfind("git@", 0) == 0)
+      return add ? unserved(in,
+                            "ADD from a URL is not served (the build has no network to "
+                            "fetch it): fetch it in a RUN, or put it in the context")
+                 : bad(in, "COPY takes paths of the build context");
+    for (auto ext : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".txz", ".tbz2"})
+      if (add && s.ends_with(ext))
+        return unserved(in, "ADD's archive extraction is not served: COPY it and RUN tar");
+    auto n = normal("/" + s);
+    if (!n) return bad(in, "'" + s + "' is outside the build context");
+    std::string rel = n->substr(1);
+    if (rel.find_first_of("*?[") != std::string::npos) {
+      size_t matched = 0;
+      for (auto& [path, content] : context_)
+        if (::fnmatch(rel.c_str(), path.c_str(), FNM_PATHNAME) == 0) {
+          sources.push_back({path, false});
+          ++matched;
+        }
+      if (!matched) return bad(in, "no file of the build context matches '" + s + "'");
+      dest_dir = dest_dir || matched > 1;
+      continue;
+    }
+    if (context_.count(rel)) {
+      sources.push_back({rel, false});
+      continue;
+    }
+    bool any = false;
+    for (auto& [path, content] : context_)
+      any = any || rel.empty() || path.rfind(rel + "/", 0) == 0;
+    if (!any) return bad(in, "'" + s + "' is not in the build context");
+    sources.push_back({rel, true});
+  }
+  // Each file staged once (by the agent, before the commands run); the command copies it here.
+  std::vector<std::string> parts, targets;
+  auto stage = [&](const std::string& path) {
+    out_.spec.files[std::string(kBuildContextDir) + "/" + path] = context_.at(path);
+    staged_ = true;
+    return std::string(kBuildContextDir) + "/" + path;
+  };
+  for (auto& src : sources) {
+    if (!src.dir) {
+      auto base = src.path.substr(src.path.rfind('/') + 1);
+      std::string target = dest_dir ? (*dest == "/" ? "" : *dest) + "/" + base : *dest;
+      auto parent = target.substr(0, target.rfind('/'));
+      parts.push_back("mkdir -p " + quote(parent.empty() ? "/" : parent) + " && cp " +
+                      quote(stage(src.path)) + " " + quote(target));
+      targets.push_back(target);
+      continue;
+    }
+    for (auto& [path, content] : context_) {
+      if (!src.path.empty() && path.rfind(src.path + "/", 0) != 0) continue;
+      stage(path);
+      auto within = src.path.empty() ? path : path.substr(src.path.size() + 1);
+      targets.push_back((*dest == "/" ? "" : *dest) + "/" + within);
+    }
+    std::string from = std::string(kBuildContextDir) + (src.path.empty() ? "" : "/" + src.path);
+    parts.push_back("mkdir -p " + quote(*dest) + " && cp -R " + quote(from) + "/. " + quote(*dest) +
+                    "/");
+  }
+  std::string targets_q;
+  for (auto& t : targets) targets_q += " " + quote(t);
+  if (!chown.empty()) parts.push_back("chown " + quote(chown) + targets_q);
+  if (!chmod.empty()) parts.push_back("chmod " + chmod + targets_q);
+  std::string body;
+  for (auto& p : parts) body += (body.empty() ? "" : " && ") + p;
+  steps_.push_back({body, {}, {}, false, in.line});
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::workdir(const Instruction& in) {
+  std::vector<std::string> w;
+  if (auto e = words(in.rest, w)) return bad(in, *e);
+  std::string p;
+  for (size_t k = 0; k < w.size(); ++k) p += (k ? " " : "") + w[k];
+  if (p.empty()) return bad(in, "WORKDIR PATH");
+  auto n = normal(path_in(p));
+  if (!n) return bad(in, "'" + p + "' climbs above the root");
+  workdir_ = *n;
+  steps_.push_back({"mkdir -p " + quote(workdir_), {}, {}, false, in.line});
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::user(const Instruction& in) {
+  std::vector<std::string> w;
+  if (auto e = words(in.rest, w)) return bad(in, *e);
+  if (w.size() != 1) return bad(in, "USER user[:group]");
+  auto& u = w[0];
+  bool ok = !u.empty() && u.size() <= 64 && u[0] != ':' && u.back() != ':' &&
+            std::count(u.begin(), u.end(), ':') <= 1;
+  for (char c : u)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
+                c == ':');
+  if (!ok) return bad(in, "'" + u + "' is not a user[:group]");
+  user_ = (u == "root" || u == "0" || u == "root:root" || u == "0:0") ? "" : u;
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::one(const Instruction& in) {
+  const auto& k = in.keyword;
+  if (!from_seen_ && k != "FROM" && k != "ARG")
+    return bad(in, "a Dockerfile starts with FROM (ARGs may come before it)");
+  if (k == "FROM") return from(in);
+  if (k == "ARG") return arg(in);
+  if (k == "ENV") return env(in);
+  if (k == "RUN") return run_(in);
+  if (k == "COPY" || k == "ADD") return copy(in);
+  if (k == "WORKDIR") return workdir(in);
+  if (k == "USER") return user(in);
+  if (k == "EXPOSE") {
+    std::vector<std::string> w;
+    if (auto e = words(in.rest, w)) return bad(in, *e);
+    for (auto& p : w) {
+      auto port = p.substr(0, p.find('/'));
+      if (port.empty() || port.size() > 5 ||
+          port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
+          std::stoi(port) > 65535)
+        return bad(in, "'" + p + "' is not a port");
+      out_.exposed.push_back(p);
+    }
+    return std::nullopt;
+  }
+  if (k == "LABEL" || k == "MAINTAINER") {
+    std::vector<std::string> w;
+    if (auto e = words(in.rest, w)) return bad(in, *e);
+    return std::nullopt;
+  }
+  if (k == "CMD" || k == "ENTRYPOINT")
+    return unserved(in,
+                    "a sandbox of a template does not start a program of its own yet: start "
+                    "it as a background process (POST /v1/sandboxes/{id}/processes)");
+  if (k == "HEALTHCHECK" || k == "VOLUME" || k == "SHELL" || k == "ONBUILD" || k == "STOPSIGNAL")
+    return bad(in, k + " is not supported here");
+  return bad(in, "not an instruction");
+}
+
+std::optional<Refusal> Translator::run(const std::string& text) {
+  if (text.size() > limits_.max_bytes)
+    return Refusal{Code::invalid_argument,
+                   "a Dockerfile is at most " + std::to_string(limits_.max_bytes) + " bytes"};
+  if (text.find('\0') != std::string::npos)
+    return Refusal{Code::invalid_argument, "a Dockerfile is text (no NUL bytes)"};
+  if (context_.size() > limits_.max_context_files)
+    return Refusal{Code::invalid_argument,
+                   "context: at most " + std::to_string(limits_.max_context_files) + " files"};
+  for (auto& [path, content] : context_) {
+    auto n = normal("/" + path);
+    if (path.empty() || path[0] == '/' || !n || n->substr(1) != path || path.size() > 200)
+      return Refusal{Code::invalid_argument,
+                     "context: '" + path +
+                         "' is not a normal relative path (no leading /, ., .. or //; at most "
+                         "200 bytes)"};
+    for (char c : path)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\')
+        return Refusal{Code::invalid_argument, "context: '" + path + "' has control characters"};
+  }
+  if (build_args_.size() > limits_.max_build_args)
+    return Refusal{Code::invalid_argument,
+                   "build_args: at most " + std::to_string(limits_.max_build_args)};
+  std::vector<Instruction> instructions;
+  if (auto r = split(text, instructions)) return r;
+  if (instructions.empty()) return Refusal{Code::invalid_argument, "the Dockerfile is empty"};
+  for (auto& in : instructions)
+    if (auto r = one(in)) return r;
+  if (!from_seen_) return Refusal{Code::invalid_argument, "the Dockerfile has no FROM"};
+  return std::nullopt;
+}
+
+std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
+  out_.spec.env = env_;
+  for (auto& s : steps_) {
+    std::string cmd = s.body;
+    if (s.run) {
+      // RUN runs in its WORKDIR and sees the ENV declared before it (the build exports the
+      // final one to every command) and the ARGs in scope; a subshell keeps them its own.
+      std::string pre = "set -e; cd " + quote(s.workdir) + "; ";
+      for (auto& [k, v] : env_) {
+        auto it = s.env.find(k);
+        if (it == s.env.end())
+          pre += "unset " + k + "; ";
+        else if (it->second != v)
+          pre += "export " + k + "=" + quote(it->second) + "; ";
+      }
+      for (auto& [k, v] : s.args)
+        if (!s.env.count(k)) pre += "export " + k + "=" + quote(v) + "; ";
+      cmd = "(" + pre + s.body + ")";
+    }
+    if (cmd.size() > limits.max_command_bytes)
+      return Refusal{Code::invalid_argument,
+                     "Dockerfile line " + std::to_string(s.line) + ": its build command is " +
+                         std::to_string(cmd.size()) + " bytes (with its environment): at most " +
+                         std::to_string(limits.max_command_bytes)};
+    out_.spec.run.push_back(std::move(cmd));
+  }
+  if (staged_) out_.spec.run.push_back("rm -rf " + quote(kBuildContextDir));
+  if (out_.spec.run.size() > limits.max_run)
+    return Refusal{Code::invalid_argument,
+                   "the Dockerfile makes " + std::to_string(out_.spec.run.size()) +
+                       " build commands (one per RUN, COPY, ADD and WORKDIR, and one to remove "
+                       "the staged context): at most " +
+                       std::to_string(limits.max_run) + " (join RUNs with &&)"};
+  out_.workdir = workdir_ == "/" ? "" : workdir_;
+  out_.user = user_;
+  return std::nullopt;
+}
+
+}  // namespace
+
+Reply<TemplateFromDockerfile> template_from_dockerfile(
+    const std::string& dockerfile, const std::map<std::string, std::string>& context,
+    const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits) {
+  Translator t(context, build_args, limits);
+  if (auto r = t.run(dockerfile)) return Rejection{r->code, r->message};
+  if (auto r = t.finish(TemplateLimits{})) return Rejection{r->code, r->message};
+  return t.result();
+}
+
+}  // namespace pandastack::actors
