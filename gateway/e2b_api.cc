@@ -106,6 +106,14 @@ std::vector<storage::HeaderRule> rules_of(const Json& net) {
   return out;
 }
 
+// A rule naming a secret the tenant does not have is the request's fault (400), never a 404:
+// E2B's SDK reads any 404 of a sandbox's route as "sandbox not found".
+template <typename T>
+void no_rule_secret(const actors::Reply<T>& r) {
+  if (!r && r.error().code == Code::secret_not_found)
+    throw ApiError{Code::invalid_argument, "network.rules: " + r.error().message};
+}
+
 // The sandbox, as E2B sees it: one that ended (killed, failed) no longer exists (404).
 actors::SandboxInfo live(Call& c) {
   auto s = unwrap(c.gw.rt.get(c.tenant(), c.id));
@@ -270,6 +278,7 @@ HttpReply create(Call& c) {
   // Header rules go through the sandbox's egress proxy; they do not open its egress policy.
   req.header_rules = rules_of(b["network"]);
   auto created = rt.create(req);
+  no_rule_secret(created);
   // Not a template (none of that name, or not a template's name: "TENANT/name:default"): a
   // snapshot's name then; the first error stands when there is no such snapshot either.
   if (!created && !snapshot_ref &&
@@ -446,7 +455,9 @@ std::vector<Route> e2b_api_routes() {
             auto s = live(c);
             auto e = egress_of(b["allow_internet_access"], b);
             // The rules are replaced (cleared when omitted, as E2B does).
-            unwrap(c.gw.rt.set_header_rules(c.tenant(), c.id, rules_of(b)));
+            auto ruled = c.gw.rt.set_header_rules(c.tenant(), c.id, rules_of(b));
+            no_rule_secret(ruled);
+            unwrap(std::move(ruled));
             if (!e) return no_content();
             // A sandbox without a network has no internet: denying it is already so.
             if (!s.network && e->mode == "deny_all") return no_content();

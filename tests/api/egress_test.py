@@ -549,10 +549,10 @@ class EgressLogTest(unittest.TestCase):
 
         def rules(host, header="Authorization", v=marker):
             return {host: [{"transform": {"headers": {header: v}}}]}
-        # Refused, nothing made: an unknown secret (404), a bare "*" or a reserved header (400),
-        # E2B's workload identity tokens (501).
+        # Refused, nothing made: an unknown secret, a bare "*" or a reserved header (400; never
+        # 404, which E2B's SDK reads as "sandbox not found"), workload identity tokens (501).
         before = len(c.call("GET", "/v1/sandboxes")[1]["sandboxes"])
-        for net, status in ((rules("api.secret.test", v="${e2b.secrets.nope}"), 404),
+        for net, status in ((rules("api.secret.test", v="${e2b.secrets.nope}"), 400),
                             (rules("*"), 400), (rules("api.secret.test", "Host"), 400),
                             (rules("a.test", v="${e2b.identity.tokens.aws}"), 501)):
             s, b = self.e2b("POST", "/sandboxes", {"templateID": "base", "network": {"rules": net}})

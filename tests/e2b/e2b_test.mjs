@@ -426,7 +426,7 @@ test("a key's e2b_ form (what current SDKs accept) is the same key", async () =>
   await sbx.kill();
 });
 
-test("secrets: E2B's Secret API on ours (values never answered; not yet usable by a sandbox)", async () => {
+test("secrets: E2B's Secret API on ours (values never answered; used by network rules only)", async () => {
   const { Secret } = await import("e2b");
   const made = await Secret.create("OpenAI-Key", "sk-test-1");
   assert.equal(made.name, "openai-key");  // (lower-cased, as E2B's)
@@ -446,7 +446,8 @@ test("secrets: E2B's Secret API on ours (values never answered; not yet usable b
   const rotated = await Secret.update("sec_openai-key", "sk-test-2");
   assert.equal(rotated.version, 2);
   assert.equal((await Secret.getInfo("openai-key")).version, 2);
-  // The value is never answered, natively either; such a secret is not given to a sandbox.
+  // The value is never answered, natively either; a native create's `secrets` refuses such a
+  // secret (network rules use it: the getHost case).
   const native = await (await fetch(`${url}/v1/secrets`, { headers: { Authorization: `Bearer ${key}` } })).text();
   assert.ok(!native.includes("sk-test"), native);
   assert.match(native, /"name":"openai-key"/);
@@ -618,11 +619,22 @@ test("getHost: a port's preview host, public by default, or behind the traffic t
         await sbx.updateNetwork({ allowInternetAccess: false });
         assert.equal((await egress()).mode, "deny_all");
         await assert.rejects(sbx.updateNetwork({ denyOut: ["10.0.0.0/8"] }), /allowlists/);
-        // Header transforms and a SOCKS5 proxy are not served: refused, never dropped.
-        const rules = { "api.example.com": [{ transform: { headers: { Authorization: "Bearer x" } } }] };
-        await assert.rejects(sbx.updateNetwork({ rules }), /network\.rules is not served/);
-        await assert.rejects(Sandbox.create({ ...opts, network: { rules } }),
-          /network\.rules is not served/);
+        // Header transforms (network.rules) with Secret.fill markers, set by the sandbox's egress
+        // proxy (tests/api/egress_test.py follows requests through it): given at create or by
+        // updateNetwork; a secret that does not exist is refused (nothing made).
+        const { Secret } = await import("e2b");
+        const rules = (name) => ({ "api.example.com": [{ transform: { headers: {
+          Authorization: `Bearer ${Secret.fill(name)}` } } }] });
+        await assert.rejects(sbx.updateNetwork({ rules: rules("nope") }), /no secret nope/);
+        await assert.rejects(Sandbox.create({ ...opts, network: { rules: rules("nope") } }),
+          /no secret nope/);
+        await Secret.create("rules-key", "sk-rules", opts);
+        await sbx.updateNetwork({ rules: rules("rules-key") });
+        await sbx.updateNetwork({});  // (omitted: the rules are cleared)
+        const ruled = await Sandbox.create({ ...opts, network: { rules: rules("rules-key") } });
+        assert.equal((await ruled.commands.run("echo ok")).stdout, "ok\n");
+        await ruled.kill();
+        assert.equal(await Secret.destroy("rules-key", opts), true);
       }
       if (!allowPublicTraffic) {
         assert.equal((await getVia(d.url, host, "/")).status, 401);
