@@ -132,6 +132,9 @@ std::optional<Rejection> check_spec(const TemplateSpec& s, const TemplateLimits&
     return bad("memory_mib: " + std::to_string(l.min_memory_mib) + ".." +
                std::to_string(l.max_memory_mib));
   if (s.vcpus > l.max_vcpus) return bad("vcpus: 1.." + std::to_string(l.max_vcpus));
+  if (s.start.size() > l.max_command_bytes || s.start.find('\0') != std::string::npos)
+    return bad("start: at most " + std::to_string(l.max_command_bytes) + " bytes");
+  if (s.ready_port != 0 && s.start.empty()) return bad("ready_port: needs a start command");
   if (s.env.size() > l.max_env) return bad("env: at most " + std::to_string(l.max_env));
   for (auto& [k, v] : s.env) {
     if (!valid_env_key(k)) return bad("env: not a variable name: '" + k + "'");
@@ -283,6 +286,59 @@ TemplateState apply(TemplateState s, const TemplateEvent& e) {
       break;
   }
   ++s.version;
+  return s;
+}
+
+namespace {
+
+std::string sh_quoted(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string start_script(const TemplateSpec& spec) {
+  if (spec.start.empty()) return "";
+  std::string port = std::to_string(spec.ready_port);
+  std::string s =
+      "#!/bin/sh\n"
+      "# The template's start command (a Dockerfile's CMD/ENTRYPOINT), started before the bake:\n"
+      "# every sandbox of the template restores with it running.\n"
+      "set -u\n"
+      "log=/var/log/pandastack-start.log\n"
+      "echo \"start: \"" +
+      sh_quoted(spec.start) +
+      "\n"
+      "setsid sh -c " +
+      sh_quoted(spec.start) +
+      " </dev/null >>\"$log\" 2>&1 &\n"
+      "pid=$!\n"
+      "fail() { echo \"start: $1; its output:\"; tail -n 20 \"$log\"; exit 1; }\n";
+  if (spec.ready_port == 0) {
+    s += "sleep 2\n"
+         "kill -0 \"$pid\" 2>/dev/null || fail \"it ended within 2 s\"\n"
+         "echo \"start: running (pid $pid)\"\n";
+  } else {
+    // A listening TCP socket on the port (IPv4 or IPv6): state 0A in /proc/net/tcp*.
+    s += "hex=$(printf '%04X' " + port +
+         ")\n"
+         "i=0\n"
+         "until grep -q \":$hex [0-9A-F]*:[0-9A-F]* 0A\" /proc/net/tcp /proc/net/tcp6 "
+         "2>/dev/null; do\n"
+         "  kill -0 \"$pid\" 2>/dev/null || fail \"it ended before it listened on port " +
+         port +
+         "\"\n"
+         "  i=$((i + 1))\n"
+         "  [ \"$i\" -lt 1200 ] || fail \"nothing listened on port " +
+         port +
+         " within 120 s\"\n"
+         "  sleep 0.1\n"
+         "done\n"
+         "echo \"start: listening on port " +
+         port + " (pid $pid)\"\n";
+  }
   return s;
 }
 

@@ -37,8 +37,19 @@ struct TemplateSpec {
   // these vCPUs (a create may not ask for more). 0: the host's default (--memory-mib, --vcpus),
   // which the gateway fills in; records written before templates had shapes have 0.
   uint32_t memory_mib = 0, vcpus = 0;
+  // A program every sandbox of it has running (a Dockerfile's CMD/ENTRYPOINT): a shell command
+  // started in the background in the bake's guest before its snapshot, so each sandbox restores
+  // with it running. `ready_port`: the bake waits (120 s at most) for it to listen there; 0: it
+  // must still run 2 s after it started. "": none.
+  std::string start;
+  uint16_t ready_port = 0;
   bool operator==(const TemplateSpec&) const = default;
 };
+
+// The bake script (IMAGES/<template>/bake.sh, run as root in the bake's guest) that starts
+// `spec.start` detached (its output in /var/log/pandastack-start.log) and waits for it to be
+// ready; "" when the spec starts nothing.
+std::string start_script(const TemplateSpec& spec);
 
 struct TemplateLimits {
   size_t max_name_bytes = 40;

@@ -32,6 +32,8 @@ std::string encode_template_event(const TemplateEvent& e) {
       s.setNetwork(e.spec.network);
       s.setMemoryMib(e.spec.memory_mib);
       s.setVcpus(e.spec.vcpus);
+      s.setStart(e.spec.start);
+      s.setReadyPort(e.spec.ready_port);
       break;
     }
     case K::built: {
@@ -85,6 +87,8 @@ std::optional<TemplateEvent> decode_template_event(const std::string& bytes) {
             e.spec.network = s.getNetwork();
             e.spec.memory_mib = s.getMemoryMib();
             e.spec.vcpus = s.getVcpus();
+            e.spec.start = s.getStart();
+            e.spec.ready_port = s.getReadyPort();
             break;
           }
           case w::TemplateEvent::BUILT:
@@ -145,6 +149,10 @@ std::string template_event_to_json(const TemplateEvent& e) {
       j.set("network", e.spec.network);
       j.set("memory_mib", e.spec.memory_mib);
       j.set("vcpus", e.spec.vcpus);
+      if (!e.spec.start.empty()) {
+        j.set("start", e.spec.start);
+        j.set("ready_port", int64_t(e.spec.ready_port));
+      }
       break;
     }
     case K::built:

@@ -87,9 +87,45 @@ TEST(CustomTemplate, ASandboxPublishedIsReadyAtOnce) {
   }()));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->sandbox, "sbx_1");
+  // A build's start command and readiness port round-trip.
+  auto started = decode_template_event(encode_template_event([&] {
+    TemplateEvent e;
+    e.kind = TemplateEvent::Kind::build_started;
+    e.tenant = "acme";
+    e.name = "web";
+    e.spec = spec();
+    e.spec.start = "cd '/srv' && exec python3 -m http.server 8080";
+    e.spec.ready_port = 8080;
+    return e;
+  }()));
+  ASSERT_TRUE(started);
+  EXPECT_EQ(started->spec, [] {
+    auto s = spec();
+    s.start = "cd '/srv' && exec python3 -m http.server 8080";
+    s.ready_port = 8080;
+    return s;
+  }());
   EXPECT_EQ(back->spec.memory_mib, 384u);
   EXPECT_EQ(back->spec.vcpus, 2u);
   EXPECT_EQ(back->size_bytes, 77u);
+}
+
+// The bake script that starts a template's program: detached (setsid, output to its log), then
+// ready on its port or still running 2 s later; nothing when there is none.
+TEST(CustomTemplate, TheStartScriptStartsDetachedAndWaitsForReadiness) {
+  TemplateSpec s;
+  EXPECT_EQ(start_script(s), "");
+  s.start = "cd '/srv' && exec python3 -m http.server 8080";
+  s.ready_port = 8080;
+  auto script = start_script(s);
+  EXPECT_NE(script.find("setsid sh -c 'cd '\\''/srv'\\'' && exec python3 -m http.server 8080' "
+                        "</dev/null >>\"$log\" 2>&1 &"),
+            std::string::npos)
+      << script;
+  EXPECT_NE(script.find("hex=$(printf '%04X' 8080)"), std::string::npos) << script;
+  EXPECT_NE(script.find("/proc/net/tcp /proc/net/tcp6"), std::string::npos) << script;
+  s.ready_port = 0;
+  EXPECT_NE(start_script(s).find("sleep 2"), std::string::npos);
 }
 
 TEST(CustomTemplate, ASpecIsCheckedBeforeAnythingIsBuilt) {
@@ -120,6 +156,9 @@ TEST(CustomTemplate, ASpecIsCheckedBeforeAnythingIsBuilt) {
   EXPECT_EQ(refusal(s, with([](auto& p) { p.run = std::vector<std::string>(33, "true"); })),
             "invalid_argument");
   EXPECT_EQ(refusal(s, with([](auto& p) { p.env = {{"1X", "v"}}; })), "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.start = std::string(4097, 'x'); })),
+            "invalid_argument");
+  EXPECT_EQ(refusal(s, with([](auto& p) { p.ready_port = 80; })), "invalid_argument");  // no start
   EXPECT_EQ(refusal(s, with([](auto& p) { p.env = {{"X", "a\nb"}}; })), "invalid_argument");
   // Its shape: memory within the limits, vCPUs at most max_vcpus (0: the host's default).
   EXPECT_EQ(refusal(s, with([](auto& p) { p.memory_mib = 64; })), "invalid_argument");

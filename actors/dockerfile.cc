@@ -100,6 +100,11 @@ class Translator {
     std::string workdir = "/";  // where a RUN runs
   };
   std::string path_in(const std::string& p) const;  // `p` against the WORKDIR
+  // What runs a program as the USER ("" for root): runuser, or setpriv for a numeric one.
+  std::string as_user() const;
+  // What replaces the shell with a program run as the USER ("exec " for root): setpriv (no
+  // parent left behind, unlike runuser), with HOME, USER and LOGNAME of a named user's.
+  std::string exec_as_user() const;
 
   const std::map<std::string, std::string>& context_;
   const std::map<std::string, std::string>& build_args_;
@@ -112,6 +117,13 @@ class Translator {
   std::map<std::string, std::string> vars_;         // what $VAR means now (ARGs, then ENV)
   std::string workdir_ = "/", user_;
   std::vector<Step> steps_;
+  // CMD and ENTRYPOINT: the exec form's words, or the shell form's text.
+  struct Program {
+    std::optional<std::vector<std::string>> exec;
+    std::string shell;
+    size_t line = 0;
+  };
+  std::optional<Program> cmd_, entrypoint_;
   TemplateFromDockerfile out_;
   bool staged_ = false;
 };
@@ -327,6 +339,29 @@ std::string Translator::path_in(const std::string& p) const {
   return (workdir_ == "/" ? "" : workdir_) + "/" + p;
 }
 
+std::string Translator::as_user() const {
+  if (user_.empty()) return "";
+  auto colon = user_.find(':');
+  std::string u = user_.substr(0, colon);
+  std::string g = colon == std::string::npos ? "" : user_.substr(colon + 1);
+  if (u.find_first_not_of("0123456789") == std::string::npos)
+    return "setpriv --reuid=" + u + " --regid=" + (g.empty() ? u : g) + " --clear-groups -- ";
+  return "runuser -u " + quote(u) + (g.empty() ? "" : " -g " + quote(g)) + " -- ";
+}
+
+std::string Translator::exec_as_user() const {
+  if (user_.empty()) return "exec ";
+  auto colon = user_.find(':');
+  std::string u = user_.substr(0, colon);
+  std::string g = colon == std::string::npos ? "" : user_.substr(colon + 1);
+  if (u.find_first_not_of("0123456789") == std::string::npos)
+    return "exec setpriv --reuid=" + u + " --regid=" + (g.empty() ? u : g) + " --clear-groups -- ";
+  return "export HOME=\"$(getent passwd " + quote(u) + " | cut -d: -f6)\" USER=" + quote(u) +
+         " LOGNAME=" + quote(u) + " && exec setpriv --reuid=" + quote(u) +
+         " --regid=" + (g.empty() ? "\"$(id -g " + quote(u) + ")\"" : quote(g)) +
+         " --init-groups -- ";
+}
+
 std::optional<Refusal> Translator::from(const Instruction& in) {
   if (from_seen_)
     return unserved(in, "multi-stage builds (a second FROM) are not served: one stage");
@@ -411,17 +446,7 @@ std::optional<Refusal> Translator::run_(const Instruction& in) {
     return unserved(in, "RUN's flags (--mount, --network, --security) are not served");
   if (heredoc(in.rest)) return unserved(in, "heredocs (<<EOF) are not served: use printf or COPY");
   std::string body;
-  std::string as;
-  if (!user_.empty()) {
-    auto colon = user_.find(':');
-    std::string u = user_.substr(0, colon);
-    std::string g = colon == std::string::npos ? "" : user_.substr(colon + 1);
-    bool numeric = u.find_first_not_of("0123456789") == std::string::npos;
-    if (numeric)
-      as = "setpriv --reuid=" + u + " --regid=" + (g.empty() ? u : g) + " --clear-groups -- ";
-    else
-      as = "runuser -u " + quote(u) + (g.empty() ? "" : " -g " + quote(g)) + " -- ";
-  }
+  std::string as = as_user();
   if (auto exec = json_form(in.rest)) {
     if (exec->empty()) return bad(in, "an empty command");
     for (auto& a : *exec) body += (body.empty() ? "" : " ") + quote(a);
@@ -619,10 +644,19 @@ std::optional<Refusal> Translator::one(const Instruction& in) {
     if (auto e = words(in.rest, w)) return bad(in, *e);
     return std::nullopt;
   }
-  if (k == "CMD" || k == "ENTRYPOINT")
-    return unserved(in,
-                    "a sandbox of a template does not start a program of its own yet: start "
-                    "it as a background process (POST /v1/sandboxes/{id}/processes)");
+  if (k == "CMD" || k == "ENTRYPOINT") {
+    // The last of each counts (as in Docker); the start command is made at the end.
+    if (in.rest.empty()) return bad(in, k + " needs a command");
+    if (heredoc(in.rest)) return unserved(in, "heredocs (<<EOF) are not served");
+    Program p;
+    if (auto exec = json_form(in.rest))
+      p.exec = *exec;
+    else
+      p.shell = in.rest;
+    p.line = in.line;
+    (k == "CMD" ? cmd_ : entrypoint_) = std::move(p);
+    return std::nullopt;
+  }
   if (k == "HEALTHCHECK" || k == "VOLUME" || k == "SHELL" || k == "ONBUILD" || k == "STOPSIGNAL")
     return bad(in, k + " is not supported here");
   return bad(in, "not an instruction");
@@ -695,6 +729,37 @@ std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
                        std::to_string(limits.max_run) + " (join RUNs with &&)"};
   out_.workdir = workdir_ == "/" ? "" : workdir_;
   out_.user = user_;
+  // What every sandbox of it runs (Docker's rules: an exec-form ENTRYPOINT takes CMD's words as
+  // arguments; a shell-form one ignores CMD), in the WORKDIR, as the USER; ready when it listens
+  // on the first EXPOSEd TCP port.
+  if (cmd_ || entrypoint_) {
+    const Program& first = entrypoint_ ? *entrypoint_ : *cmd_;
+    std::vector<std::string> words =
+        first.exec ? *first.exec : std::vector<std::string>{"/bin/sh", "-c", first.shell};
+    if (first.exec && entrypoint_ && cmd_) {
+      if (cmd_->exec)
+        words.insert(words.end(), cmd_->exec->begin(), cmd_->exec->end());
+      else
+        words.insert(words.end(), {"/bin/sh", "-c", cmd_->shell});
+    }
+    if (words.empty())
+      return Refusal{Code::invalid_argument,
+                     "Dockerfile line " + std::to_string(first.line) + ": an empty command"};
+    std::string line = "cd " + quote(workdir_) + " && " + exec_as_user();
+    for (size_t i = 0; i < words.size(); ++i) line += (i ? " " : "") + quote(words[i]);
+    if (line.size() > limits.max_command_bytes)
+      return Refusal{Code::invalid_argument, "Dockerfile line " + std::to_string(first.line) +
+                                                 ": the start command is " +
+                                                 std::to_string(line.size()) + " bytes: at most " +
+                                                 std::to_string(limits.max_command_bytes)};
+    out_.spec.start = line;
+    for (auto& p : out_.exposed) {
+      auto slash = p.find('/');
+      if (slash != std::string::npos && p.substr(slash + 1) != "tcp") continue;
+      out_.spec.ready_port = uint16_t(std::stoi(p.substr(0, slash)));
+      break;
+    }
+  }
   return std::nullopt;
 }
 

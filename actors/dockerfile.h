@@ -16,13 +16,16 @@
 //   ENV             the template's environment (every process of its sandboxes gets it)
 //   ARG             a build argument (`build_args` overrides its default): substituted in later
 //                   instructions and in RUN's environment, never kept in the template
-//   WORKDIR, USER   where and as whom later RUN/COPY run (WORKDIR is made); recorded in
-//                   TemplateFromDockerfile, not applied to the sandboxes' processes
-//   EXPOSE, LABEL, MAINTAINER   accepted: no effect on a build (a sandbox's ports are reached
-//                   through previews and exposed ports, whatever the image says)
-//   CMD, ENTRYPOINT 501 (a sandbox of a template does not start a program of its own yet: start
-//                   it as a background process); HEALTHCHECK, VOLUME, SHELL, ONBUILD, STOPSIGNAL:
-//                   400 naming the line
+//   WORKDIR, USER   where and as whom later RUN/COPY and the start command run (WORKDIR is
+//                   made); not applied to the sandboxes' other processes
+//   CMD, ENTRYPOINT the template's start command (TemplateSpec::start, Docker's rules for the
+//                   two together), run in the final WORKDIR as the final USER: started in the
+//                   bake's guest, so every sandbox of the template restores with it running
+//   EXPOSE          its first TCP port is the start command's readiness check (the bake waits
+//                   for it to listen); otherwise no effect (a sandbox's ports are reached through
+//                   previews and exposed ports, whatever the image says)
+//   LABEL, MAINTAINER   accepted: no effect
+//   HEALTHCHECK, VOLUME, SHELL, ONBUILD, STOPSIGNAL: 400 naming the line
 // $VAR, ${VAR}, ${VAR:-default} and ${VAR:+alt} are substituted as Docker does (not in RUN, whose
 // shell expands them from its environment). Heredocs (`<<EOF`) are 501.
 #pragma once

@@ -336,6 +336,11 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   std::ofstream(image / "network") << (spec.network ? "on" : "off") << "\n";
   // Its guests' shape (Env::template_shape): the bake's guest is the first of them.
   write_shape(image, spec.memory_mib, spec.vcpus);
+  // What every sandbox of it runs: started by the bake (vmm-driver/templates.h runs bake.sh).
+  if (auto script = start_script(spec); !script.empty()) {
+    std::ofstream(image / "bake.sh") << script;
+    log("baking: the start command runs in the bake's guest: " + spec.start);
+  }
   open_to_jails(image, ec);
   progress->at("bake", 75);
   log("baking: a cold boot of the built disk, a snapshot");

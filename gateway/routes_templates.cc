@@ -31,6 +31,10 @@ Json custom_json(const actors::TemplateState& t) {
   j.set("network", t.spec.network);
   j.set("memory_mib", int64_t(t.spec.memory_mib));  // its sandboxes' shape
   j.set("vcpus", int64_t(t.spec.vcpus));
+  if (!t.spec.start.empty()) {  // what every sandbox of it runs
+    j.set("start", t.spec.start);
+    j.set("ready_port", int64_t(t.spec.ready_port));
+  }
   j.set("created_at_ms", t.created_at_ms);
   if (t.ended_at_ms > 0) j.set("ended_at_ms", t.ended_at_ms);
   if (t.status == actors::TemplateStatus::ready) {
@@ -52,16 +56,17 @@ std::string name_param(const Request& r) {
 
 HttpReply build(Call& c) {
   Fields f(c.r.json(), {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
-                        "vcpus", "dockerfile", "context", "build_args"});
+                        "vcpus", "dockerfile", "context", "build_args", "start", "ready_port"});
   if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
   actors::TemplateSpec spec;
   if (f.has("dockerfile")) {
     // A Dockerfile (actors/dockerfile.h) says what from, files, run and env do; packages still
     // come from the host's package lists (the build has no network for RUN apt-get).
-    for (auto k : {"from", "files", "run", "env"})
+    for (auto k : {"from", "files", "run", "env", "start", "ready_port"})
       if (f.has(k))
-        throw ApiError{Code::invalid_argument,
-                       std::string(k) + " is the Dockerfile's to say (FROM, COPY, RUN, ENV)"};
+        throw ApiError{
+            Code::invalid_argument,
+            std::string(k) + " is the Dockerfile's to say (FROM, COPY, RUN, ENV, CMD, EXPOSE)"};
     auto t = unwrap(actors::template_from_dockerfile(f.str("dockerfile"), f.string_map("context"),
                                                      f.string_map("build_args")));
     spec = std::move(t.spec);
@@ -72,6 +77,8 @@ HttpReply build(Call& c) {
     spec.files = f.string_map("files");
     spec.run = f.string_list("run");
     spec.env = f.string_map("env");
+    spec.start = f.str("start");
+    spec.ready_port = uint16_t(f.integer("ready_port", 0, 1, 65535));
   }
   spec.packages = f.string_list("packages");
   spec.network = f.boolean("network", true);

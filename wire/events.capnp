@@ -249,6 +249,8 @@ struct TemplateEvent {
       network @8 :Bool;
       memoryMib @20 :UInt32;        # its guests' shape (0: the host's default, older records)
       vcpus @21 :UInt32;
+      start @24 :Text;              # what every sandbox of it runs: started before the bake
+      readyPort @25 :UInt16;        # the bake waits for `start` to listen here (0: no port)
     }
     built :group {
       buildMs @9 :UInt64;

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -310,7 +311,8 @@ class TemplateTest(unittest.TestCase):
     def test_6_a_dockerfile_build(self):
         """A Dockerfile's build: each instruction it serves (FROM, ARG with a build argument,
         ENV, WORKDIR, COPY of files, a directory and --chmod, RUN in its WORKDIR with its ARGs,
-        USER) in a real builder, and a sandbox of it."""
+        USER, CMD with EXPOSE: a web server every sandbox of it has running) in a real builder,
+        and a sandbox of it."""
         dockerfile = (
             "# syntax=docker/dockerfile:1\n"
             "FROM base\n"
@@ -324,26 +326,52 @@ class TemplateTest(unittest.TestCase):
             "RUN echo \"$GREETING from $APP_MODE in $(pwd)\" > built.txt\n"
             "USER user\n"
             "RUN id -un > /home/user/who-built\n"
-            "EXPOSE 8080\n")
+            "EXPOSE 8080\n"
+            "CMD [\"python3\", \"-m\", \"http.server\", \"8080\", \"--directory\", "
+            "\"/srv/app\"]\n")
         context = {"app.py": "print('app')\n", "bin/hello.sh": "#!/bin/sh\necho hello $1\n",
                    "conf/a.ini": "a=1\n", "conf/sub/b.ini": "b=2\n"}
-        s, t = self.api.call("POST", "/v1/templates",
-                             {"name": "from-docker", "dockerfile": dockerfile, "context": context,
-                              "build_args": {"GREETING": "hello"}})
-        self.assertEqual((s, t.get("status")), (202, "building"), t)
-        stages, lines, end = self.follow("from-docker")
+        # Through the CLI: the Dockerfile and its context folder read locally, the log streamed.
+        folder = tempfile.mkdtemp(prefix="pst-docker-", dir=self.base)
+        for rel, text in context.items():
+            os.makedirs(os.path.dirname(os.path.join(folder, "ctx", rel)), exist_ok=True)
+            with open(os.path.join(folder, "ctx", rel), "w") as f:
+                f.write(text)
+        with open(os.path.join(folder, "Dockerfile"), "w") as f:
+            f.write(dockerfile)
+        cli = os.path.join(os.path.dirname(self.real_daemon), "pandastack")
+        env = dict(os.environ, PANDASTACK_API_KEY=self.api.key,
+                   PANDASTACK_BASE_URL=self.daemon.url)
+        r = subprocess.run([cli, "template", "build", "from-docker", "--dockerfile",
+                            os.path.join(folder, "Dockerfile"), "--context",
+                            os.path.join(folder, "ctx"), "--build-arg", "GREETING=hello"],
+                           capture_output=True, text=True, timeout=900, env=env,
+                           stdin=subprocess.DEVNULL)
+        self.assertEqual(r.returncode, 0, (r.stdout[-3000:], r.stderr))
+        lines = r.stdout.splitlines()
+        s, end = self.api.call("GET", "/v1/templates/from-docker")
         self.assertEqual(end["status"], "ready", (end, lines[-30:]))
         self.assertEqual(end["from"], "base", end)
+        self.assertEqual((end["start"], end["ready_port"]),
+                         ("cd '/srv/app' && export HOME=\"$(getent passwd 'user' | cut -d: "
+                          "-f6)\" USER='user' LOGNAME='user' && exec setpriv --reuid='user' "
+                          "--regid=\"$(id -g 'user')\" --init-groups -- 'python3' '-m' "
+                          "'http.server' '8080' '--directory' '/srv/app'", 8080), end)
+        self.assertIn("start: listening on port 8080", "\n".join(lines))
         s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "from-docker"})
         self.assertEqual(s, 201, sbx)
         s, r = self.api.exec(sbx["id"],
                              "cd /srv/app && cat app.py built.txt /etc/app/a.ini "
                              "/etc/app/sub/b.ini /home/user/who-built; hello there; "
                              "echo $APP_MODE; test -e /var/lib/pandastack/build-context || "
-                             "echo staged-context-gone")
+                             "echo staged-context-gone; python3 -c \"import urllib.request as u; "
+                             "print(u.urlopen('http://127.0.0.1:8080/built.txt').read().decode()"
+                             ", end='')\"; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
+                             "grep -q 'http[.]server 8080' && stat -c %U $p; done | sort -u")
         self.assertEqual((s, r.get("stdout")),
                          (200, "print('app')\nhello from docker mode in /srv/app\na=1\nb=2\n"
-                               "user\nhello there\ndocker mode\nstaged-context-gone\n"), r)
+                               "user\nhello there\ndocker mode\nstaged-context-gone\n"
+                               "hello from docker mode in /srv/app\nuser\n"), r)
         self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
         self.assertEqual(self.api.call("DELETE", "/v1/templates/from-docker")[0], 200)
 
@@ -365,7 +393,12 @@ class TemplateTest(unittest.TestCase):
                ({"name": "base"}, 409, "conflict"),
                ({"name": "x", "surprise": 1}, 400, "invalid_argument"),
                # Dockerfiles: what is not served (501) and what is wrong (400), each by its line
-               ({"name": "x", "dockerfile": "FROM base\nCMD [\"x\"]\n"}, 501, "not_implemented"),
+               ({"name": "x", "dockerfile": "FROM base\nRUN --mount=type=cache,target=/c true\n"},
+                501, "not_implemented"),
+               ({"name": "x", "dockerfile": "FROM base\nHEALTHCHECK CMD true\n"}, 400,
+                "invalid_argument"),
+               ({"name": "x", "dockerfile": "FROM base\n", "start": "x"}, 400, "invalid_argument"),
+               ({"name": "x", "ready_port": 80}, 400, "invalid_argument"),  # (no start command)
                ({"name": "x", "dockerfile": "FROM python:3.12\n"}, 501, "not_implemented"),
                ({"name": "x", "dockerfile": "FROM base\nCOPY nope /x\n"}, 400,
                 "invalid_argument"),

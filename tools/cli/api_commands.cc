@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -143,29 +144,67 @@ void need_args(const Opts& o, size_t n, const std::string& what) {
 namespace {
 
 // `template build`: the build's request, then its progress (server-sent events) until it ends.
+// A local file's bytes (a usage error when it cannot be read).
+std::string read_local(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) usage(flag + ": cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A Dockerfile's build context: the regular files under `dir` (relative path -> text; links and
+// other kinds skipped), at most 64 of them (the daemon's limit), none binary.
+Json build_context(const std::string& dir) {
+  namespace fs = std::filesystem;
+  Json ctx = Json::object();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) usage("--context " + dir + ": not a folder");
+  size_t n = 0;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
+    auto rel = fs::relative(it->path(), dir, ec).generic_string();
+    if (++n > 64) usage("--context " + dir + ": more than 64 files (a build context's limit)");
+    auto text = read_local(it->path().string(), "--context");
+    if (text.find('\0') != std::string::npos)
+      usage("--context: " + rel + " is binary (a context holds text files)");
+    ctx.set(rel, text);
+  }
+  if (ec) usage("--context " + dir + ": " + ec.message());
+  return ctx;
+}
+
 int template_build(Api& api, const Opts& o, const std::string& name) {
   Json body = Json::object();
   body.set("name", name);
-  if (o.flags.count("--from")) body.set("from", o.flags.at("--from"));
   auto list = [](const std::vector<std::string>& v) {
     Json a = Json::array();
     for (auto& x : v) a.push(x);
     return a;
   };
   body.set("packages", list(o.packages));
-  body.set("run", list(o.runs));
-  Json env = Json::object();
-  for (auto& [k, v] : pairs(o.env, "--env")) env.set(k, v);
-  body.set("env", env);
-  Json files = Json::object();
-  for (auto& [guest, local] : pairs(o.files, "--file")) {
-    std::ifstream in(local, std::ios::binary);
-    if (!in) usage("--file " + guest + "=" + local + ": cannot read " + local);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    files.set(guest, ss.str());
+  if (o.flags.count("--dockerfile")) {
+    if (o.flags.count("--from") || !o.runs.empty() || !o.env.empty() || !o.files.empty())
+      usage("template build: --dockerfile says what --from, --run, --env and --file would");
+    body.set("dockerfile", read_local(o.flags.at("--dockerfile"), "--dockerfile"));
+    if (o.flags.count("--context")) body.set("context", build_context(o.flags.at("--context")));
+    Json args = Json::object();
+    for (auto& [k, v] : pairs(o.build_args, "--build-arg")) args.set(k, v);
+    body.set("build_args", args);
+  } else {
+    if (o.flags.count("--context") || !o.build_args.empty())
+      usage("template build: --context and --build-arg need --dockerfile");
+    if (o.flags.count("--from")) body.set("from", o.flags.at("--from"));
+    body.set("run", list(o.runs));
+    Json env = Json::object();
+    for (auto& [k, v] : pairs(o.env, "--env")) env.set(k, v);
+    body.set("env", env);
+    Json files = Json::object();
+    for (auto& [guest, local] : pairs(o.files, "--file"))
+      files.set(guest, read_local(local, "--file " + guest + "=" + local));
+    body.set("files", files);
   }
-  body.set("files", files);
   if (o.no_network) body.set("network", false);
   set_shape(body, o);
   api.json("POST", "/v1/templates", body.dump());

@@ -63,8 +63,11 @@ const char* const kApiUsage = R"(usage:
   pandastack template build NAME [--from T] [--package P]... [--run CMD]... [--env K=V]...
                             [--file GUEST_PATH=LOCAL_FILE]... [--no-network]
                             [--memory MIB] [--vcpus N] [--json]
+  pandastack template build NAME --dockerfile FILE [--context DIR] [--build-arg K=V]...
+                            [--package P]... [--no-network] [--memory MIB] [--vcpus N] [--json]
       Builds a template of your own (Debian packages, files, commands run as root in its guest,
-      then baked): a progress bar on a terminal, its log lines otherwise. Exits 1 if it fails.
+      or a Dockerfile's instructions with DIR's files as its context, then baked): a progress
+      bar on a terminal, its log lines otherwise. Exits 1 if it fails.
   pandastack template publish SANDBOX_ID NAME [--json]   a running sandbox (its disk and memory,
                                                        now) as a template of yours
   pandastack template get|delete NAME [--json]
@@ -123,6 +126,8 @@ Opts parse(int argc, char** argv, int from) {
       o.runs.push_back(value());
     } else if (a == "--file") {
       o.files.push_back(value());
+    } else if (a == "--build-arg") {
+      o.build_args.push_back(value());
     } else if (a == "--secret") {
       o.secrets.push_back(value());
     } else if (a == "--inherit-secrets") {
@@ -134,11 +139,12 @@ Opts parse(int argc, char** argv, int from) {
     } else if (a == "--public") {
       o.is_public = true;
     } else if (a.rfind("--", 0) == 0) {
-      static const char* known[] = {"--template", "--ttl",           "--state",        "--count",
-                                    "--timeout",  "--cwd",           "--url",          "--key",
-                                    "--egress",   "--on-timeout",    "--idle-timeout", "--size",
-                                    "--name",     "--from-snapshot", "--lines",        "--from",
-                                    "--memory",   "--vcpus",         "--inject-into"};
+      static const char* known[] = {
+          "--template",     "--ttl",    "--state", "--count",         "--timeout",
+          "--cwd",          "--url",    "--key",   "--egress",        "--on-timeout",
+          "--idle-timeout", "--size",   "--name",  "--from-snapshot", "--lines",
+          "--from",         "--memory", "--vcpus", "--inject-into",   "--dockerfile",
+          "--context"};
       bool ok = false;
       for (auto* k : known) ok |= a == k;
       if (!ok) usage("unknown option " + a);

@@ -15,7 +15,7 @@ extern const char* const kApiUsage;
 
 struct Opts {
   std::vector<std::string> pos, metadata, env, cmd, allow, hosts, volumes, packages, runs, files,
-      secrets;
+      secrets, build_args;
   std::map<std::string, std::string> flags;
   bool json = false, persistent = false, no_network = false, auto_wake = false;
   bool is_public = false;  // --public (sandbox preview)
