@@ -134,7 +134,10 @@ std::optional<Rejection> check_spec(const TemplateSpec& s, const TemplateLimits&
   if (s.vcpus > l.max_vcpus) return bad("vcpus: 1.." + std::to_string(l.max_vcpus));
   if (s.start.size() > l.max_command_bytes || s.start.find('\0') != std::string::npos)
     return bad("start: at most " + std::to_string(l.max_command_bytes) + " bytes");
-  if (s.ready_port != 0 && s.start.empty()) return bad("ready_port: needs a start command");
+  if ((s.ready_port != 0 || !s.ready_cmd.empty()) && s.start.empty())
+    return bad("ready_port, ready_cmd: need a start command");
+  if (s.ready_cmd.size() > l.max_command_bytes || s.ready_cmd.find('\0') != std::string::npos)
+    return bad("ready_cmd: at most " + std::to_string(l.max_command_bytes) + " bytes");
   if (s.env.size() > l.max_env) return bad("env: at most " + std::to_string(l.max_env));
   for (auto& [k, v] : s.env) {
     if (!valid_env_key(k)) return bad("env: not a variable name: '" + k + "'");
@@ -316,7 +319,20 @@ std::string start_script(const TemplateSpec& spec) {
       " </dev/null >>\"$log\" 2>&1 &\n"
       "pid=$!\n"
       "fail() { echo \"start: $1; its output:\"; tail -n 20 \"$log\"; exit 1; }\n";
-  if (spec.ready_port == 0) {
+  if (!spec.ready_cmd.empty()) {
+    s += "i=0\n"
+         "until sh -c " +
+         sh_quoted(spec.ready_cmd) +
+         " >/dev/null 2>&1; do\n"
+         "  kill -0 \"$pid\" 2>/dev/null || fail \"it ended before it was ready\"\n"
+         "  i=$((i + 1))\n"
+         "  [ \"$i\" -lt 240 ] || fail \"its ready command did not succeed within 120 s: \"" +
+         sh_quoted(spec.ready_cmd) +
+         "\n"
+         "  sleep 0.5\n"
+         "done\n"
+         "echo \"start: ready (pid $pid)\"\n";
+  } else if (spec.ready_port == 0) {
     s += "sleep 2\n"
          "kill -0 \"$pid\" 2>/dev/null || fail \"it ended within 2 s\"\n"
          "echo \"start: running (pid $pid)\"\n";

@@ -39,10 +39,12 @@ struct TemplateSpec {
   uint32_t memory_mib = 0, vcpus = 0;
   // A program every sandbox of it has running (a Dockerfile's CMD/ENTRYPOINT): a shell command
   // started in the background in the bake's guest before its snapshot, so each sandbox restores
-  // with it running. `ready_port`: the bake waits (120 s at most) for it to listen there; 0: it
-  // must still run 2 s after it started. "": none.
+  // with it running. The bake waits (120 s at most) for `ready_cmd` (a shell command, run every
+  // 0.5 s) to succeed, else for it to listen on `ready_port`; with neither, it must still run 2 s
+  // after it started. "": none.
   std::string start;
   uint16_t ready_port = 0;
+  std::string ready_cmd;
   bool operator==(const TemplateSpec&) const = default;
 };
 

@@ -34,6 +34,7 @@ std::string encode_template_event(const TemplateEvent& e) {
       s.setVcpus(e.spec.vcpus);
       s.setStart(e.spec.start);
       s.setReadyPort(e.spec.ready_port);
+      s.setReadyCmd(e.spec.ready_cmd);
       break;
     }
     case K::built: {
@@ -89,6 +90,7 @@ std::optional<TemplateEvent> decode_template_event(const std::string& bytes) {
             e.spec.vcpus = s.getVcpus();
             e.spec.start = s.getStart();
             e.spec.ready_port = s.getReadyPort();
+            e.spec.ready_cmd = s.getReadyCmd();
             break;
           }
           case w::TemplateEvent::BUILT:
@@ -152,6 +154,7 @@ std::string template_event_to_json(const TemplateEvent& e) {
       if (!e.spec.start.empty()) {
         j.set("start", e.spec.start);
         j.set("ready_port", int64_t(e.spec.ready_port));
+        if (!e.spec.ready_cmd.empty()) j.set("ready_cmd", e.spec.ready_cmd);
       }
       break;
     }

@@ -96,6 +96,7 @@ TEST(CustomTemplate, ASandboxPublishedIsReadyAtOnce) {
     e.spec = spec();
     e.spec.start = "cd '/srv' && exec python3 -m http.server 8080";
     e.spec.ready_port = 8080;
+    e.spec.ready_cmd = "true";
     return e;
   }()));
   ASSERT_TRUE(started);
@@ -103,6 +104,7 @@ TEST(CustomTemplate, ASandboxPublishedIsReadyAtOnce) {
     auto s = spec();
     s.start = "cd '/srv' && exec python3 -m http.server 8080";
     s.ready_port = 8080;
+    s.ready_cmd = "true";
     return s;
   }());
   EXPECT_EQ(back->spec.memory_mib, 384u);
@@ -126,6 +128,11 @@ TEST(CustomTemplate, TheStartScriptStartsDetachedAndWaitsForReadiness) {
   EXPECT_NE(script.find("/proc/net/tcp /proc/net/tcp6"), std::string::npos) << script;
   s.ready_port = 0;
   EXPECT_NE(start_script(s).find("sleep 2"), std::string::npos);
+  s.ready_cmd = "test -f /tmp/up";
+  script = start_script(s);
+  EXPECT_NE(script.find("until sh -c 'test -f /tmp/up' >/dev/null 2>&1; do"), std::string::npos)
+      << script;
+  EXPECT_EQ(script.find("sleep 2\n"), std::string::npos) << script;
 }
 
 TEST(CustomTemplate, ASpecIsCheckedBeforeAnythingIsBuilt) {

@@ -499,9 +499,11 @@ std::vector<Route> e2b_api_routes() {
             const std::string& ref = c.r.param("snapshot");
             auto all = unwrap(c.gw.rt.snapshots(c.tenant()));
             auto* found = actors::find_snapshot(all, c.tenant(), ref);
-            if (!found && ref.find('/') == std::string::npos && ref.rfind("snap_", 0) != 0)
-              throw ApiError{Code::not_implemented,
-                             "only snapshots can be deleted here, not templates"};
+            if (!found && ref.find('/') == std::string::npos && ref.rfind("snap_", 0) != 0) {
+              // Not a snapshot: one of the tenant's templates (Template.build's), by name.
+              unwrap(c.gw.rt.delete_template(c.tenant(), ref));
+              return no_content();
+            }
             if (!found) throw ApiError{Code::snapshot_not_found, "no snapshot '" + ref + "'"};
             const std::string target = found->id;
             std::string name;  // given by name: every snapshot taken with it goes

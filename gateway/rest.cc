@@ -193,11 +193,12 @@ Server::Server(actors::Runtime& r, kj::Timer& t, Limits l)
   pool = std::make_unique<WorkerPool>(limits.worker_threads, limits.max_queued_requests);
   stream_pool = std::make_unique<WorkerPool>(limits.stream_threads, limits.stream_threads);
   for (auto table :
-       {system_routes(),   sandbox_routes(),    exec_routes(),    file_routes(),
-        snapshot_routes(), admin_routes(),      quota_routes(),   volume_routes(),
-        secret_routes(),   database_routes(),   code_routes(),    preview_routes(),
-        template_routes(), dashboard_routes(),  e2b_api_routes(), e2b_envd_routes(),
-        e2b_code_routes(), e2b_secret_routes(), cluster_routes(), cluster_move_routes()})
+       {system_routes(),      sandbox_routes(),    exec_routes(),         file_routes(),
+        snapshot_routes(),    admin_routes(),      quota_routes(),        volume_routes(),
+        secret_routes(),      database_routes(),   code_routes(),         preview_routes(),
+        template_routes(),    dashboard_routes(),  e2b_api_routes(),      e2b_envd_routes(),
+        e2b_code_routes(),    e2b_secret_routes(), e2b_template_routes(), cluster_routes(),
+        cluster_move_routes()})
     for (auto& route : table) routes.push_back(std::move(route));
   spread_lists(routes);
 }

@@ -34,6 +34,7 @@ Json custom_json(const actors::TemplateState& t) {
   if (!t.spec.start.empty()) {  // what every sandbox of it runs
     j.set("start", t.spec.start);
     j.set("ready_port", int64_t(t.spec.ready_port));
+    if (!t.spec.ready_cmd.empty()) j.set("ready_cmd", t.spec.ready_cmd);
   }
   j.set("created_at_ms", t.created_at_ms);
   if (t.ended_at_ms > 0) j.set("ended_at_ms", t.ended_at_ms);
@@ -55,14 +56,15 @@ std::string name_param(const Request& r) {
 }
 
 HttpReply build(Call& c) {
-  Fields f(c.r.json(), {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
-                        "vcpus", "dockerfile", "context", "build_args", "start", "ready_port"});
+  Fields f(c.r.json(),
+           {"name", "from", "packages", "files", "run", "env", "network", "memory_mib", "vcpus",
+            "dockerfile", "context", "build_args", "start", "ready_port", "ready_cmd"});
   if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
   actors::TemplateSpec spec;
   if (f.has("dockerfile")) {
     // A Dockerfile (actors/dockerfile.h) says what from, files, run and env do; packages still
     // come from the host's package lists (the build has no network for RUN apt-get).
-    for (auto k : {"from", "files", "run", "env", "start", "ready_port"})
+    for (auto k : {"from", "files", "run", "env", "start", "ready_port", "ready_cmd"})
       if (f.has(k))
         throw ApiError{
             Code::invalid_argument,
@@ -79,6 +81,7 @@ HttpReply build(Call& c) {
     spec.env = f.string_map("env");
     spec.start = f.str("start");
     spec.ready_port = uint16_t(f.integer("ready_port", 0, 1, 65535));
+    spec.ready_cmd = f.str("ready_cmd");
   }
   spec.packages = f.string_list("packages");
   spec.network = f.boolean("network", true);

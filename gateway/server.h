@@ -96,8 +96,9 @@ std::vector<Route> template_routes();   // templates: shipped ones, custom build
 std::vector<Route> dashboard_routes();  // the dashboard's page and files (dashboard.cc)
 Json template_json(const actors::TemplateState& t);  // a custom template as the API shows it
 std::vector<Route> e2b_api_routes();                 // E2B's control plane (e2b_api.cc)
-std::vector<Route> e2b_envd_routes();    // E2B's envd: processes, files, health (e2b_envd.cc)
-std::vector<Route> e2b_secret_routes();  // E2B's Secret API on ours (e2b_secrets.cc)
+std::vector<Route> e2b_envd_routes();      // E2B's envd: processes, files, health (e2b_envd.cc)
+std::vector<Route> e2b_secret_routes();    // E2B's Secret API on ours (e2b_secrets.cc)
+std::vector<Route> e2b_template_routes();  // E2B's template builder on ours (e2b_templates.cc)
 std::vector<Route> e2b_code_routes();  // E2B's code interpreter: /execute, /contexts (e2b_code.cc)
 std::vector<Route> cluster_routes();   // GET /v1/hosts (cluster_routes.cc)
 std::vector<Route> cluster_move_routes();  // migrate, drain (cluster_moves.cc)

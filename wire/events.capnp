@@ -251,6 +251,7 @@ struct TemplateEvent {
       vcpus @21 :UInt32;
       start @24 :Text;              # what every sandbox of it runs: started before the bake
       readyPort @25 :UInt16;        # the bake waits for `start` to listen here (0: no port)
+      readyCmd @26 :Text;           # or for this shell command to succeed ("": not asked)
     }
     built :group {
       buildMs @9 :UInt64;

@@ -426,6 +426,39 @@ test("a key's e2b_ form (what current SDKs accept) is the same key", async () =>
   await sbx.kill();
 });
 
+test("Template builder: Template.build on ours (aptInstall, RUN, ENV, WORKDIR, USER, start and ready commands)", async () => {
+  const { Template } = await import("e2b");
+  const ready = "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8080/')\"";
+  const tpl = Template().fromTemplate("base")
+    .aptInstall(["jq"])  // (a Debian package fetched by the host, installed in the builder)
+    .setEnvs({ GREETING: "hello e2b" })
+    .setWorkdir("/srv/web")
+    .runCmd("echo \"$GREETING\" > index.html")
+    .setUser("user")
+    .runCmd("id -un > /home/user/who")
+    .setStartCmd("python3 -m http.server 8080", ready);
+  const logs = [];
+  const built = await Template.build(tpl, "e2b-web", { onBuildLogs: (l) => logs.push(String(l.message ?? l)) });
+  assert.equal(built.templateId, "e2b-web");
+  assert.ok(logs.some((l) => /start: ready/.test(l)), logs.slice(-20).join("\n"));
+  assert.equal(await Template.exists("e2b-web"), true);
+  assert.equal(await Template.exists("e2b-none"), false);
+  // Every sandbox of it has the web server running from its snapshot, as the last USER.
+  const sbx = await Sandbox.create("e2b-web");
+  const r = await sbx.commands.run("python3 -c \"import urllib.request as u; " +
+    "print(u.urlopen('http://127.0.0.1:8080/index.html').read().decode(), end='')\"; " +
+    "cat /home/user/who; echo $GREETING; jq -n 1+1; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline " +
+    "2>/dev/null | grep -q 'http[.]server 8080' && stat -c %U $p; done | sort -u");
+  assert.equal(r.stdout, "hello e2b\nuser\nhello e2b\n2\nuser\n");
+  await sbx.kill();
+  // What is not served is refused with why: an image, copying files.
+  await assert.rejects(Template.build(Template().fromImage("python:3.12"), "e2b-img"), /not served/);
+  // Deleted like E2B's (by name).
+  const del = await fetch(`${url}/templates/e2b-web`, { method: "DELETE", headers: { "X-API-KEY": key } });
+  assert.equal(del.status, 204);
+  assert.equal(await Template.exists("e2b-web"), false);
+});
+
 test("secrets: E2B's Secret API on ours (values never answered; used by network rules only)", async () => {
   const { Secret } = await import("e2b");
   const made = await Secret.create("OpenAI-Key", "sk-test-1");
