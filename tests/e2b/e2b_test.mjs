@@ -426,7 +426,8 @@ test("a key's e2b_ form (what current SDKs accept) is the same key", async () =>
   await sbx.kill();
 });
 
-test("Template builder: Template.build on ours (aptInstall, RUN, ENV, WORKDIR, USER, start and ready commands)", async () => {
+test("Template builder: Template.build on ours (aptInstall, RUN, ENV, WORKDIR, USER, start and ready commands)",
+  { skip: process.env.E2B_LONG ? false : "a full template build: ctest e2b_templates (make test-long)" }, async () => {
   const { Template } = await import("e2b");
   const ready = "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8080/')\"";
   const tpl = Template().fromTemplate("base")
