@@ -339,26 +339,40 @@ std::string Translator::path_in(const std::string& p) const {
   return (workdir_ == "/" ? "" : workdir_) + "/" + p;
 }
 
+// A USER's user and group ("" when none), and whether the user is a number.
+struct UserGroup {
+  std::string user, group;
+  bool numeric = false;
+};
+UserGroup user_group(const std::string& spec) {
+  auto colon = spec.find(':');
+  UserGroup ug{spec.substr(0, colon), colon == std::string::npos ? "" : spec.substr(colon + 1)};
+  ug.numeric = ug.user.find_first_not_of("0123456789") == std::string::npos;
+  return ug;
+}
+
+// setpriv for a numeric user (its group: the one given, else the same number).
+std::string setpriv_numeric(const UserGroup& ug) {
+  return "setpriv --reuid=" + ug.user + " --regid=" + (ug.group.empty() ? ug.user : ug.group) +
+         " --clear-groups -- ";
+}
+
 std::string Translator::as_user() const {
   if (user_.empty()) return "";
-  auto colon = user_.find(':');
-  std::string u = user_.substr(0, colon);
-  std::string g = colon == std::string::npos ? "" : user_.substr(colon + 1);
-  if (u.find_first_not_of("0123456789") == std::string::npos)
-    return "setpriv --reuid=" + u + " --regid=" + (g.empty() ? u : g) + " --clear-groups -- ";
-  return "runuser -u " + quote(u) + (g.empty() ? "" : " -g " + quote(g)) + " -- ";
+  auto ug = user_group(user_);
+  if (ug.numeric) return setpriv_numeric(ug);
+  return "runuser -u " + quote(ug.user) + (ug.group.empty() ? "" : " -g " + quote(ug.group)) +
+         " -- ";
 }
 
 std::string Translator::exec_as_user() const {
   if (user_.empty()) return "exec ";
-  auto colon = user_.find(':');
-  std::string u = user_.substr(0, colon);
-  std::string g = colon == std::string::npos ? "" : user_.substr(colon + 1);
-  if (u.find_first_not_of("0123456789") == std::string::npos)
-    return "exec setpriv --reuid=" + u + " --regid=" + (g.empty() ? u : g) + " --clear-groups -- ";
-  return "export HOME=\"$(getent passwd " + quote(u) + " | cut -d: -f6)\" USER=" + quote(u) +
-         " LOGNAME=" + quote(u) + " && exec setpriv --reuid=" + quote(u) +
-         " --regid=" + (g.empty() ? "\"$(id -g " + quote(u) + ")\"" : quote(g)) +
+  auto ug = user_group(user_);
+  if (ug.numeric) return "exec " + setpriv_numeric(ug);
+  auto u = quote(ug.user);
+  return "export HOME=\"$(getent passwd " + u + " | cut -d: -f6)\" USER=" + u + " LOGNAME=" + u +
+         " && exec setpriv --reuid=" + u +
+         " --regid=" + (ug.group.empty() ? "\"$(id -g " + u + ")\"" : quote(ug.group)) +
          " --init-groups -- ";
 }
 
