@@ -19,12 +19,6 @@ namespace {
 using M = kj::HttpMethod;
 using namespace e2b;
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The Sandbox object of create and connect (ListedSandbox without the token and domain); with a
 // fresh access token when `key` (the key that asks) is given, and the preview domain `domain`
 // (getHost(port): "PORT-ID.DOMAIN", a preview URL; null when previews are off).

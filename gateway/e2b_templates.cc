@@ -32,12 +32,6 @@ namespace {
 using M = kj::HttpMethod;
 using namespace e2b;
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // A build asked for (POST /v3/templates) and not started yet: kept in memory, at most
 // kMaxPending (the oldest dropped; a restart forgets them: the SDK asks again).
 struct Pending {

@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 
 #include "wire/json.h"
@@ -152,6 +153,12 @@ std::optional<std::string> gunzip(std::string_view data, size_t max_bytes) {
   bool done = rc == Z_STREAM_END && z.avail_in == 0 && out.size() <= max_bytes;
   if (!done) return std::nullopt;
   return out;
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace pandastack::gateway

@@ -53,6 +53,9 @@ bool well_formed_key(std::string_view k);
 // `s` with A-Z as a-z (header names, schemes, host names: ASCII case-insensitive).
 std::string ascii_lower(std::string_view s);
 
+// The wall clock in milliseconds since the epoch (record times, RFC 3339 stamps, expiries).
+int64_t now_ms();
+
 // The IP address of connection `fd`'s other end (IPv4 or IPv6 text), or "" (-1, a unix socket).
 std::string peer_address(int fd);
 

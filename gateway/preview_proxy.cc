@@ -48,12 +48,6 @@ class LimitedInput final : public kj::AsyncInputStream {
   uint64_t left_;
 };
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // What the check decided: an answer of the proxy's own, a redirect that trades the URL's token
 // for a cookie, or a connection to the guest.
 struct Admission {
