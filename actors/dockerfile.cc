@@ -31,6 +31,13 @@ std::string trim(const std::string& s) {
   return a == std::string::npos ? "" : s.substr(a, b - a + 1);
 }
 
+// Words joined by single spaces.
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t k = 0; k < words.size(); ++k) out += (k ? " " : "") + words[k];
+  return out;
+}
+
 bool name_char(char c, bool first) {
   return std::isalpha(static_cast<unsigned char>(c)) || c == '_' ||
          (!first && std::isdigit(static_cast<unsigned char>(c)));
@@ -206,19 +213,16 @@ std::optional<std::string> Translator::expand_var(const std::string& s, size_t& 
     std::string value = lookup(name);
     if (mod.empty()) {
       out += value;
-    } else if (mod.rfind(":-", 0) == 0 || mod.rfind(":+", 0) == 0) {
+    } else if (mod[0] == '-' || mod[0] == '+' || mod.rfind(":-", 0) == 0 ||
+               mod.rfind(":+", 0) == 0) {
+      // ${V-x}/${V+x} ask whether V is set; ${V:-x}/${V:+x} count an empty V as unset.
+      bool colon = mod[0] == ':';
+      char op = mod[colon ? 1 : 0];
       std::vector<std::string> w;
-      if (auto e = words(mod.substr(2), w)) return e;
-      std::string word;
-      for (size_t k = 0; k < w.size(); ++k) word += (k ? " " : "") + w[k];
-      bool plus = mod[1] == '+';
-      out += plus ? (value.empty() ? "" : word) : (value.empty() ? word : value);
-    } else if (mod[0] == '-' || mod[0] == '+') {
-      std::vector<std::string> w;
-      if (auto e = words(mod.substr(1), w)) return e;
-      std::string word;
-      for (size_t k = 0; k < w.size(); ++k) word += (k ? " " : "") + w[k];
-      out += mod[0] == '+' ? (set ? word : "") : (set ? value : word);
+      if (auto e = words(mod.substr(colon ? 2 : 1), w)) return e;
+      std::string word = joined(w);
+      bool present = colon ? !value.empty() : set;
+      out += op == '+' ? (present ? word : "") : (present ? value : word);
     } else {
       return "a variable modifier not served: ${" + inner + "}";
     }
@@ -434,9 +438,7 @@ std::optional<Refusal> Translator::env(const Instruction& in) {
     if (sp == std::string::npos) return bad(in, "ENV NAME value");
     std::vector<std::string> v;
     if (auto e = words(trim(in.rest.substr(sp)), v)) return bad(in, *e);
-    std::string value;
-    for (size_t k = 0; k < v.size(); ++k) value += (k ? " " : "") + v[k];
-    pairs.emplace_back(w[0], value);
+    pairs.emplace_back(w[0], joined(v));
   } else {
     for (auto& x : w) {
       auto eq = x.find('=');
@@ -604,8 +606,7 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
 std::optional<Refusal> Translator::workdir(const Instruction& in) {
   std::vector<std::string> w;
   if (auto e = words(in.rest, w)) return bad(in, *e);
-  std::string p;
-  for (size_t k = 0; k < w.size(); ++k) p += (k ? " " : "") + w[k];
+  std::string p = joined(w);
   if (p.empty()) return bad(in, "WORKDIR PATH");
   auto n = normal(path_in(p));
   if (!n) return bad(in, "'" + p + "' climbs above the root");
