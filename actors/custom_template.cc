@@ -109,7 +109,16 @@ bool valid_env_key(const std::string& k) {
 }
 
 std::optional<Rejection> check_spec(const TemplateSpec& s, const TemplateLimits& l) {
-  if (s.from.empty()) return bad("from: a shipped template");
+  if (!s.image.empty()) {
+    // An import: the image is its root file system (its own Env and start command arrive
+    // with its end, ImageFacts).
+    if (!s.from.empty() || !s.packages.empty() || !s.files.empty() || !s.run.empty() ||
+        !s.env.empty() || !s.start.empty())
+      return bad("an image import takes no from, packages, files, run, env or start");
+    if (s.image.size() > 512) return bad("image: at most 512 bytes");
+  } else if (s.from.empty()) {
+    return bad("from: a shipped template");
+  }
   if (s.packages.size() > l.max_packages)
     return bad("packages: at most " + std::to_string(l.max_packages));
   for (auto& p : s.packages)
@@ -205,6 +214,19 @@ struct Decider {
     auto e = event(TemplateEvent::Kind::built);
     e.build_ms = c.build_ms;
     e.size_bytes = c.size_bytes;
+    if (!s.spec.image.empty()) {
+      if (c.image.ref.empty()) return bad("an import ends with its image's configuration");
+      if (c.image.ref.size() > 512) return bad("image: at most 512 bytes");
+      // Its env and start command within a build's limits (checked as a build's would be).
+      TemplateSpec learned;
+      learned.start = c.image.start;
+      learned.ready_port = c.image.ready_port;
+      learned.env = c.image.env;
+      if (auto r = check_spec(learned, limits)) return *r;
+      e.image = c.image;
+    } else if (!c.image.ref.empty()) {
+      return bad("only an import ends with an image's configuration");
+    }
     return std::vector<TemplateEvent>{e};
   }
 
@@ -268,6 +290,12 @@ TemplateState apply(TemplateState s, const TemplateEvent& e) {
       s.build_ms = e.build_ms;
       s.size_bytes = e.size_bytes;
       s.ended_at_ms = e.at_ms;
+      if (!e.image.ref.empty()) {  // an import: what its image says, its sandboxes have
+        s.spec.image = e.image.ref;
+        s.spec.start = e.image.start;
+        s.spec.ready_port = e.image.ready_port;
+        s.spec.env = e.image.env;
+      }
       break;
     case K::build_failed:
       if (s.status != TemplateStatus::building) impossible(s, e);
@@ -311,6 +339,7 @@ std::string start_script(const TemplateSpec& spec) {
       "# every sandbox of the template restores with it running.\n"
       "set -u\n"
       "log=/var/log/pandastack-start.log\n"
+      "mkdir -p /var/log\n"
       "echo \"start: \"" +
       sh_quoted(spec.start) +
       "\n"

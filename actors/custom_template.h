@@ -45,7 +45,21 @@ struct TemplateSpec {
   std::string start;
   uint16_t ready_port = 0;
   std::string ready_cmd;
+  // Imported from an image archive (PUT /v1/templates/{name}/image; actors/image_import.h):
+  // what was uploaded, then (once built) the image's tag and config digest. Such a template has
+  // no `from`, packages, files or run: its root file system is the image's layers.
+  std::string image;
   bool operator==(const TemplateSpec&) const = default;
+};
+
+// What an imported image's configuration says, learned by its build and recorded when it
+// ends: its sandboxes' environment and start command.
+struct ImageFacts {
+  std::string ref;  // its tag (if any) @ its config digest
+  std::string start;
+  uint16_t ready_port = 0;
+  std::map<std::string, std::string> env;
+  bool operator==(const ImageFacts&) const = default;
 };
 
 // The bake script (IMAGES/<template>/bake.sh, run as root in the bake's guest) that starts
@@ -73,6 +87,7 @@ struct TemplateEvent {
   TemplateSpec spec;         // build_started; published: from, network, memory_mib, vcpus
   std::string sandbox;       // published: the sandbox it was made from
   uint64_t build_ms = 0, size_bytes = 0;  // built (size_bytes: published too)
+  ImageFacts image;                       // built: an imported image's (ref "" otherwise)
   std::string error, log_tail;            // build_failed
 };
 const char* to_string(TemplateEvent::Kind k);
@@ -96,6 +111,7 @@ struct Build {
 };
 struct Finish {  // the build succeeded
   uint64_t build_ms = 0, size_bytes = 0;
+  ImageFacts image;  // an import's image configuration
 };
 struct Fail {
   std::string error, log_tail;

@@ -35,12 +35,17 @@ std::string encode_template_event(const TemplateEvent& e) {
       s.setStart(e.spec.start);
       s.setReadyPort(e.spec.ready_port);
       s.setReadyCmd(e.spec.ready_cmd);
+      s.setImage(e.spec.image);
       break;
     }
     case K::built: {
       auto s = b.initBuilt();
       s.setBuildMs(e.build_ms);
       s.setSizeBytes(e.size_bytes);
+      s.setImageRef(e.image.ref);
+      s.setImageStart(e.image.start);
+      s.setImageReadyPort(e.image.ready_port);
+      put_map(s.initImageEnv(unsigned(e.image.env.size())), e.image.env);
       break;
     }
     case K::build_failed: {
@@ -91,13 +96,20 @@ std::optional<TemplateEvent> decode_template_event(const std::string& bytes) {
             e.spec.start = s.getStart();
             e.spec.ready_port = s.getReadyPort();
             e.spec.ready_cmd = s.getReadyCmd();
+            e.spec.image = s.getImage();
             break;
           }
-          case w::TemplateEvent::BUILT:
+          case w::TemplateEvent::BUILT: {
+            auto b = r.getBuilt();
             e.kind = K::built;
-            e.build_ms = r.getBuilt().getBuildMs();
-            e.size_bytes = r.getBuilt().getSizeBytes();
+            e.build_ms = b.getBuildMs();
+            e.size_bytes = b.getSizeBytes();
+            e.image.ref = b.getImageRef();
+            e.image.start = b.getImageStart();
+            e.image.ready_port = b.getImageReadyPort();
+            e.image.env = get_map(b.getImageEnv());
             break;
+          }
           case w::TemplateEvent::BUILD_FAILED:
             e.kind = K::build_failed;
             e.error = r.getBuildFailed().getError();
@@ -156,11 +168,17 @@ std::string template_event_to_json(const TemplateEvent& e) {
         j.set("ready_port", int64_t(e.spec.ready_port));
         if (!e.spec.ready_cmd.empty()) j.set("ready_cmd", e.spec.ready_cmd);
       }
+      if (!e.spec.image.empty()) j.set("image", e.spec.image);
       break;
     }
     case K::built:
       j.set("build_ms", e.build_ms);
       j.set("size_bytes", e.size_bytes);
+      if (!e.image.ref.empty()) {
+        j.set("image", e.image.ref);
+        if (!e.image.start.empty()) j.set("start", e.image.start);
+        j.set("env", string_map_json(e.image.env));
+      }
       break;
     case K::build_failed:
       j.set("error", e.error);

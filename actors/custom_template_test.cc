@@ -43,7 +43,7 @@ TEST(CustomTemplate, ABuildIsOneAtATimeAndAReadyTemplateIsDeletedFirst) {
   EXPECT_EQ(building.status, TemplateStatus::building);
   EXPECT_EQ(refusal(building, tcmd::Build{"acme", "ml", spec()}), "conflict");
   EXPECT_EQ(refusal(building, tcmd::Delete{0}), "conflict");
-  auto ready = run(building, tcmd::Finish{1234, 99});
+  auto ready = run(building, tcmd::Finish{1234, 99, {}});
   EXPECT_EQ(ready.status, TemplateStatus::ready);
   EXPECT_EQ(ready.build_ms, 1234u);
   EXPECT_EQ(refusal(ready, tcmd::Build{"acme", "ml", spec()}), "conflict");
@@ -56,7 +56,7 @@ TEST(CustomTemplate, ABuildIsOneAtATimeAndAReadyTemplateIsDeletedFirst) {
   auto failed = run(again, tcmd::Fail{"boom", "tail"});
   EXPECT_EQ(failed.status, TemplateStatus::failed);
   EXPECT_EQ(failed.error, "boom");
-  EXPECT_EQ(refusal(failed, tcmd::Finish{1, 1}), "invalid_state");
+  EXPECT_EQ(refusal(failed, tcmd::Finish{1, 1, {}}), "invalid_state");
   EXPECT_EQ(run(failed, tcmd::Build{"acme", "ml", spec()}).status, TemplateStatus::building);
 }
 
@@ -181,8 +181,8 @@ TEST(CustomTemplate, IdsKeepTenantsApartAndEventsSurviveTheirPersistedForm) {
   EXPECT_EQ(template_display_name("base"), "base");
   TemplateState s, replayed;
   s.id = replayed.id = template_id("acme", "ml");
-  for (TemplateCommand c : std::vector<TemplateCommand>{tcmd::Build{"acme", "ml", spec()},
-                                                        tcmd::Finish{10, 20}, tcmd::Delete{0}}) {
+  for (TemplateCommand c : std::vector<TemplateCommand>{
+           tcmd::Build{"acme", "ml", spec()}, tcmd::Finish{10, 20, {}}, tcmd::Delete{0}}) {
     auto d = decide(s, c, kNow);
     for (auto& e : std::get<std::vector<TemplateEvent>>(d)) {
       s = apply(s, e);

@@ -40,6 +40,7 @@ class Secrets;
 // How many volumes a sandbox can have (its VM's block slots).
 inline constexpr uint32_t kVolumeSlots = vmm::kVolumeSlots;
 struct BuildProgress;
+struct ImageUpload;
 
 struct RuntimeConfig {
   std::filesystem::path data_dir;    // the event store lives in data_dir/store
@@ -61,6 +62,11 @@ struct RuntimeConfig {
   uint64_t template_cache_max_mib = 2048;
   uint32_t max_template_builds = 1;  // at once on this host (more: 429)
   uint32_t max_templates = 10;       // custom templates per tenant (built, building or failed)
+  // Image imports (actors/image_import.h): an archive's size at most (413 beyond), its root disk
+  // at most; the static busybox an image without a /bin/sh gets as its shell.
+  uint64_t template_image_max_mib = 4096;
+  uint64_t template_image_disk_max_mib = 65536;
+  std::filesystem::path busybox = "/bin/busybox";
   vmm::Accel accel = vmm::Accel::tcg;
   unsigned vcpus = 1;
   unsigned memory_mib = 256;
@@ -569,6 +575,11 @@ class Runtime {
   // Custom templates (actors/template_builds.h): a build starts at once, and runs on.
   Reply<TemplateState> build_template(const std::string& tenant, const std::string& name,
                                       const TemplateSpec& spec);
+  // An image archive (a file in template_upload_dir(), taken over) imported as a template:
+  // starts at once, and runs on (actors/image_import.h).
+  Reply<TemplateState> import_template(const std::string& tenant, const std::string& name,
+                                       const TemplateSpec& shape, const ImageUpload& upload);
+  std::filesystem::path template_upload_dir() const;
   Reply<TemplateState> custom_template(const std::string& tenant, const std::string& name);
   std::vector<TemplateState> custom_templates(const std::string& tenant);
   // Makes the tenant's running sandbox `id` (its disk and memory, at this instant) its template

@@ -8,6 +8,14 @@ Reply<TemplateState> Runtime::build_template(const std::string& tenant, const st
   return impl_->builds->build(tenant, name, spec);
 }
 
+Reply<TemplateState> Runtime::import_template(const std::string& tenant, const std::string& name,
+                                              const TemplateSpec& shape,
+                                              const ImageUpload& upload) {
+  return impl_->builds->import(tenant, name, shape, upload);
+}
+
+std::filesystem::path Runtime::template_upload_dir() const { return impl_->builds->upload_dir(); }
+
 Reply<TemplateState> Runtime::custom_template(const std::string& tenant, const std::string& name) {
   return impl_->builds->get(tenant, name);
 }

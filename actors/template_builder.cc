@@ -61,11 +61,13 @@ uint32_t left_ms(steady_clock::time_point deadline) {
   return uint32_t(std::clamp<int64_t>(left, 1, int64_t(UINT32_MAX)));
 }
 
-// Runs `script` as root in the guest (sh -s), each line of its output to `log`.
-std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what, const std::string& script,
-                                    steady_clock::time_point deadline,
-                                    const std::function<void(const std::string&)>& log,
-                                    std::stop_token stop = {}) {
+}  // namespace
+
+std::optional<Rejection> run_builder_script(vmm::Vm& vm, const std::string& what,
+                                            const std::string& script,
+                                            steady_clock::time_point deadline,
+                                            const std::function<void(const std::string&)>& log,
+                                            std::stop_token stop) {
   if (stop.stop_requested()) return Rejection{Code::unavailable, "the daemon stopped"};
   if (steady_clock::now() >= deadline)
     return Rejection{Code::timeout, "the build's time ran out before " + what};
@@ -103,8 +105,6 @@ std::optional<Rejection> run_script(vmm::Vm& vm, const std::string& what, const 
   return std::nullopt;
 }
 
-}  // namespace
-
 Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   auto& spec = job.spec;
   auto log = [&](const std::string& l) {
@@ -139,8 +139,8 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   resize.set("size", int64_t(size));
   if (auto r = vm.qmp().execute("block_resize", resize); !r)
     return Rejection{Code::build_failed, "growing the builder's disk: " + r.error().message};
-  if (auto no = run_script(vm, "growing the root file system", grow_script(size), job.deadline, log,
-                           job.stop))
+  if (auto no = run_builder_script(vm, "growing the root file system", grow_script(size),
+                                   job.deadline, log, job.stop))
     return *no;
   at(15);
 
@@ -154,8 +154,8 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
     auto mounted = vm.agent().mount_volume(0, kPackagesMount, true, bytes);
     if (!mounted)
       return Rejection{Code::build_failed, "mounting the packages: " + mounted.error().message};
-    if (auto no =
-            run_script(vm, "installing the packages", kInstallScript, job.deadline, log, job.stop))
+    if (auto no = run_builder_script(vm, "installing the packages", kInstallScript, job.deadline,
+                                     log, job.stop))
       return *no;
   }
   at(60);
@@ -185,18 +185,20 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
     for (auto& [k, v] : spec.env) script += "export " + k + "=" + sh_quote(v) + "\n";
     script += "cd /workspace 2>/dev/null || cd /\n";
     for (auto& cmd : spec.run) script += "echo " + sh_quote("+ " + cmd) + "\n" + cmd + "\n";
-    if (auto no = run_script(vm, "the template's commands", script, job.deadline, log, job.stop))
+    if (auto no =
+            run_builder_script(vm, "the template's commands", script, job.deadline, log, job.stop))
       return *no;
   }
   at(90);
 
   // The disk as the guest leaves it: everything written out, the file system clean.
-  if (auto no = run_script(vm, "finishing the disk",
-                           std::string("umount ") + kPackagesMount +
-                               " 2>/dev/null || true\nrmdir " + kPackagesMount +
-                               " 2>/dev/null || true\nsync\nmount -o remount,ro / 2>/dev/null || "
-                               "true\nsync\n",
-                           job.deadline, log, job.stop))
+  if (auto no =
+          run_builder_script(vm, "finishing the disk",
+                             std::string("umount ") + kPackagesMount +
+                                 " 2>/dev/null || true\nrmdir " + kPackagesMount +
+                                 " 2>/dev/null || true\nsync\nmount -o remount,ro / 2>/dev/null || "
+                                 "true\nsync\n",
+                             job.deadline, log, job.stop))
     return *no;
   std::error_code ec;
   fs::create_directories(job.out_dir, ec);

@@ -14,12 +14,17 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <stop_token>
 #include <string>
 
 #include "actors/custom_template.h"
 #include "actors/runtime.h"
 #include "actors/template_packages.h"
+
+namespace pandastack::vmm {
+class Vm;
+}
 
 namespace pandastack::actors {
 
@@ -36,6 +41,15 @@ struct BuilderJob {
   std::function<void(const std::string&)> log;
   std::function<void(int percent)> at;  // progress within the build stage (0..100)
 };
+
+// Runs `script` as root in a builder's guest (`sh -s`), each line of its output to `log`;
+// `what` names it in a failure (with the last line it printed). build_failed, timeout (the
+// deadline), unavailable (`stop`).
+std::optional<Rejection> run_builder_script(vmm::Vm& vm, const std::string& what,
+                                            const std::string& script,
+                                            std::chrono::steady_clock::time_point deadline,
+                                            const std::function<void(const std::string&)>& log,
+                                            std::stop_token stop = {});
 
 // Runs the build in a builder VM and writes out_dir/rootfs.qcow2. Fails with the reason (a
 // command that failed, the deadline, a guest that died) and leaves no rootfs behind.

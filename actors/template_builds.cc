@@ -11,6 +11,7 @@
 #include "actors/custom_template_codec.h"
 #include "actors/env.h"
 #include "actors/event_codec.h"
+#include "actors/image_import.h"
 #include "actors/template_builder.h"
 #include "actors/template_packages.h"
 #include "vmm-driver/images.h"
@@ -168,6 +169,7 @@ std::optional<Rejection> TemplateBuilds::recover() {
     }
   }
   fs::remove_all(env_.config.data_dir / "template-builds", ec);
+  fs::remove_all(upload_dir(), ec);  // (uploads a restart cut short)
   // (what the package cache held before it was .deb files apt checked: debootstrap's)
   for (auto& d : fs::directory_iterator(env_.config.data_dir / "template-cache", ec))
     if (d.path().filename() != "debs") fs::remove_all(d.path(), ec);
@@ -197,15 +199,15 @@ Reply<TemplateState> TemplateBuilds::command(const std::string& id, const Templa
   return s;
 }
 
-Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std::string& name,
-                                           const TemplateSpec& asked) {
+Reply<TemplateState> TemplateBuilds::begin(const std::string& tenant, const std::string& name,
+                                           const TemplateSpec& spec) {
   auto& cfg = env_.config;
-  auto spec = with_shape(asked);
   if (!cfg.template_builds)
     return Rejection{Code::not_implemented,
                      "template builds are not offered by this daemon (--template-builds 0)"};
   if (auto no = check_name(name)) return *no;
-  if (auto no = check_from(spec.from)) return *no;
+  if (spec.image.empty())
+    if (auto no = check_from(spec.from)) return *no;
   std::string id = template_id(tenant, name);
   // Its bake boots one guest of its shape here.
   if (auto no = env_.host_admits(spec.memory_mib)) return *no;
@@ -228,12 +230,55 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
   if (!started) {
     std::lock_guard g(mu_);
     --running_;
-    return started;
   }
+  return started;
+}
+
+Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std::string& name,
+                                           const TemplateSpec& asked) {
+  auto spec = with_shape(asked);
+  auto started = begin(tenant, name, spec);
+  if (!started) return started;
   auto progress = std::make_shared<BuildProgress>();
   std::lock_guard g(mu_);
-  progress_[id] = progress;
-  threads_.emplace_back([this, id, spec, progress] { run(id, spec, progress); });
+  progress_[started->id] = progress;
+  threads_.emplace_back(
+      [this, id = started->id, spec, progress] { run(id, spec, progress, std::nullopt); });
+  return started;
+}
+
+fs::path TemplateBuilds::upload_dir() const { return env_.config.data_dir / "template-uploads"; }
+
+Reply<TemplateState> TemplateBuilds::import(const std::string& tenant, const std::string& name,
+                                            const TemplateSpec& asked, const ImageUpload& upload) {
+  std::error_code ec;
+  auto size = fs::file_size(upload.file, ec);
+  auto drop = [&] { fs::remove(upload.file, ec); };
+  if (ec) return Rejection{Code::storage_error, "the upload: " + ec.message()};
+  TemplateSpec spec;
+  spec.from.clear();  // (its root file system is the image's)
+  spec.image = "upload of " + std::to_string(size) + " bytes";
+  spec.network = asked.network;
+  spec.memory_mib = asked.memory_mib;
+  spec.vcpus = asked.vcpus;
+  spec = with_shape(spec);
+  auto started = begin(tenant, name, spec);
+  if (!started) {
+    drop();
+    return started;
+  }
+  // The build's own folder takes the upload over (one file system: a rename).
+  auto work = env_.config.data_dir / "template-builds" / started->id;
+  fs::remove_all(work, ec);
+  fs::create_directories(work, ec);
+  ImageUpload mine = upload;
+  mine.file = work / "image.tar";
+  fs::rename(upload.file, mine.file, ec);
+  auto progress = std::make_shared<BuildProgress>();
+  std::lock_guard g(mu_);
+  progress_[started->id] = progress;
+  threads_.emplace_back(
+      [this, id = started->id, spec, progress, mine] { run(id, spec, progress, mine); });
   return started;
 }
 
@@ -243,8 +288,8 @@ TemplateSpec TemplateBuilds::with_shape(TemplateSpec spec) const {
   return spec;
 }
 
-void TemplateBuilds::run(std::string id, TemplateSpec spec,
-                         std::shared_ptr<BuildProgress> progress) {
+void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress,
+                         std::optional<ImageUpload> upload) {
   auto t0 = std::chrono::steady_clock::now();
   auto& cfg = env_.config;
   auto image = cfg.custom_templates_dir / id;
@@ -263,6 +308,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
     return text;
   };
   auto log = [&](const std::string& l) { progress->line(scrub(l)); };
+  std::optional<ImportedImage> imported;  // an import's image, once unpacked
   auto finish = [&](std::optional<std::string> raw_error) {
     fs::remove_all(work, ec);
     std::optional<std::string> error;
@@ -278,7 +324,8 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
       uint64_t ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::steady_clock::now() - t0)
                                  .count());
-      auto r = command(id, tcmd::Finish{ms, disk_usage(image)});
+      auto r = command(
+          id, tcmd::Finish{ms, disk_usage(image), imported ? imported->facts : ImageFacts{}});
       if (!r) {
         fs::remove_all(image, ec);
         progress->finish("failed", "the build's end not recorded: " + r.error().message);
@@ -297,39 +344,76 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec,
   };
   const auto deadline = std::chrono::steady_clock::now() + cfg.template_build_timeout;
   auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
-  progress->at("packages", 2);
-  PackageFetch fetch;
-  fetch.cache = cfg.data_dir / "template-cache" / "debs";
-  fetch.cache_max_bytes = cfg.template_cache_max_mib << 20;
-  fetch.max_bytes = cfg.template_packages_max_mib << 20;
-  fetch.log = log;
-  fetch.cancelled = [&] { return cancelled() || timed_out(); };
-  if (!spec.packages.empty()) {
-    std::string names;
-    for (auto& p : spec.packages) names += (names.empty() ? "" : " ") + p;
-    log("fetching packages (as files, on the host): " + names);
+  if (upload) {
+    progress->at("import", 5);
+    ImportJob job;
+    job.id = id;
+    job.spec = spec;
+    job.archive = upload->file;
+    job.work_dir = work;
+    job.out_dir = image;
+    auto archive_mib = fs::file_size(upload->file, ec) >> 20;
+    job.disk_bytes = (upload->disk_mib != 0 ? upload->disk_mib
+                                            : std::max<uint64_t>(2048, 4 * archive_mib + 1024))
+                     << 20;
+    job.busybox = cfg.busybox;
+    job.start = upload->start;
+    job.deadline = deadline;
+    job.stop = progress->cancel.get_token();
+    job.log = log;
+    job.at = [&](int p) { progress->at("import", 5 + p * 70 / 100); };
+    fs::remove_all(image, ec);
+    auto got = import_in_vm(env_, job);
+    fs::remove_all(work, ec);  // (the archive: the importer is done with it)
+    if (cancelled()) return finish(why_cancelled());
+    if (!got) return finish(got.error().message);
+    imported = *got;
+    log("image: " + got->facts.ref + " (" + got->format + ", " + std::to_string(got->layers) +
+        " layers, " + std::to_string(got->entries) + " entries, " +
+        std::to_string(got->bytes >> 20) + " MiB) on a " + std::to_string(job.disk_bytes >> 20) +
+        " MiB root disk");
+    if (got->facts.start.empty() && !(got->cmd.empty() && got->entrypoint.empty()))
+      log(std::string("image: its Entrypoint/Cmd is not started in its sandboxes (") +
+          (upload->start ? "it exposes no TCP port to wait for" : "start=false") +
+          "): run it with an exec");
+    // What its sandboxes get from the image: its environment (in its disk) and start command.
+    spec.start = got->facts.start;
+    spec.ready_port = got->facts.ready_port;
+  } else {
+    progress->at("packages", 2);
+    PackageFetch fetch;
+    fetch.cache = cfg.data_dir / "template-cache" / "debs";
+    fetch.cache_max_bytes = cfg.template_cache_max_mib << 20;
+    fetch.max_bytes = cfg.template_packages_max_mib << 20;
+    fetch.log = log;
+    fetch.cancelled = [&] { return cancelled() || timed_out(); };
+    if (!spec.packages.empty()) {
+      std::string names;
+      for (auto& p : spec.packages) names += (names.empty() ? "" : " ") + p;
+      log("fetching packages (as files, on the host): " + names);
+    }
+    auto packages = fetch_packages(spec.packages, work, fetch);
+    if (cancelled()) return finish(why_cancelled());
+    if (timed_out())
+      return finish("the build took longer than its limit of " +
+                    std::to_string(cfg.template_build_timeout.count()) + " s");
+    if (!packages) return finish(packages.error().message);
+    progress->at("builder", 10);
+    BuilderJob job;
+    job.id = id;
+    job.spec = spec;
+    job.packages = *packages;
+    job.out_dir = image;
+    job.deadline = deadline;
+    job.stop = progress->cancel.get_token();
+    job.log = log;
+    job.at = [&](int p) { progress->at("builder", 10 + p * 65 / 100); };
+    fs::remove_all(image, ec);
+    auto built = build_in_vm(env_, job);
+    fs::remove_all(work, ec);  // (the package image: the builder is done with it)
+    if (cancelled()) return finish(why_cancelled());
+    if (!built) return finish(built.error().message);
   }
-  auto packages = fetch_packages(spec.packages, work, fetch);
-  if (cancelled()) return finish(why_cancelled());
-  if (timed_out())
-    return finish("the build took longer than its limit of " +
-                  std::to_string(cfg.template_build_timeout.count()) + " s");
-  if (!packages) return finish(packages.error().message);
-  progress->at("builder", 10);
-  BuilderJob job;
-  job.id = id;
-  job.spec = spec;
-  job.packages = *packages;
-  job.out_dir = image;
-  job.deadline = deadline;
-  job.stop = progress->cancel.get_token();
-  job.log = log;
-  job.at = [&](int p) { progress->at("builder", 10 + p * 65 / 100); };
-  fs::remove_all(image, ec);
-  auto built = build_in_vm(env_, job);
-  fs::remove_all(work, ec);  // (the package image: the builder is done with it)
-  if (cancelled()) return finish(why_cancelled());
-  if (!built) return finish(built.error().message);
   // Its key names this build alone: no other template (another tenant's of the same spec
   // included) shares its bakes or their staged copies.
   std::ofstream(image / "key") << "built:" << id << ":" << random_base32(16) << "\n";

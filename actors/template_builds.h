@@ -55,6 +55,13 @@ struct BuildProgress {
   std::string tail(size_t n) const;  // the last n lines, joined
 };
 
+// An image archive uploaded for an import (PUT /v1/templates/{name}/image).
+struct ImageUpload {
+  std::filesystem::path file;  // in TemplateBuilds::upload_dir()
+  uint64_t disk_mib = 0;       // its root disk (0: 4x the archive + 1 GiB, at least 2 GiB)
+  bool start = true;  // the image's Entrypoint/Cmd runs in every sandbox (if it exposes a port)
+};
+
 class TemplateBuilds {
  public:
   explicit TemplateBuilds(Env& env);
@@ -70,6 +77,14 @@ class TemplateBuilds {
   // asked for (0) is the host's; host_full when this host cannot boot a guest of it.
   Reply<TemplateState> build(const std::string& tenant, const std::string& name,
                              const TemplateSpec& spec);
+  // Starts an import of an image archive (actors/image_import.h) as `tenant`'s template `name`:
+  // its record (building) at once; the upload (a file in upload_dir()) is taken over (moved),
+  // whatever the answer. `spec`: its shape and network only.
+  Reply<TemplateState> import(const std::string& tenant, const std::string& name,
+                              const TemplateSpec& spec, const ImageUpload& upload);
+  // Where uploads of image archives are written while they arrive (emptied at start-up).
+  std::filesystem::path upload_dir() const;
+
   // Makes `snapshot` (a named snapshot of the tenant's sandbox `sandbox`, made from template
   // `from`, an id) the tenant's template `name`, ready at once: its sandboxes restore it. The
   // snapshot is copied (its RAM file sparsely, its layers linked); the caller deletes it.
@@ -102,7 +117,12 @@ class TemplateBuilds {
   TemplateSpec with_shape(TemplateSpec spec) const;
   // decide, persist, apply, under mu_.
   Reply<TemplateState> command(const std::string& id, const TemplateCommand& c);
-  void run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress);
+  // The checks and the record of a new build or import (a running_ slot taken).
+  Reply<TemplateState> begin(const std::string& tenant, const std::string& name,
+                             const TemplateSpec& spec);
+  // A build (`image` none) or an import, on its own thread, to its end.
+  void run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress,
+           std::optional<ImageUpload> image);
 
   Env& env_;
   std::mutex mu_;

@@ -58,6 +58,9 @@ struct Request {
   // for (e2b::target checks the key is still there).
   std::string token_tenant, token_key;
   std::string body;
+  // A file_body route's body: a file of the daemon's (removed after the handler unless it took
+  // the file over by moving it).
+  std::string body_file;
   std::string url;           // the path and query as sent
   std::string host;          // its Host header (at most 255 bytes), or ""
   std::string host_sandbox;  // E2B's sandbox plane by host name (49983-ID.DOMAIN): ID, else ""

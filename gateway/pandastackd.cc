@@ -81,6 +81,7 @@ const char* kUsage = R"(usage: pandastackd [options]
                       are not offered, 501)
   --template-build-timeout S  the most one build may take (default 1800 s)
   --template-packages-mib N   the most .deb files one build may fetch (default 2048 MiB)
+  --template-image-mib N      the largest image archive an import takes (default 4096 MiB; 413)
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
@@ -181,6 +182,8 @@ int main(int argc, char** argv) {
       config.template_build_timeout = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--template-packages-mib")
       config.template_packages_max_mib = parse_u32(a, value());
+    else if (a == "--template-image-mib")
+      config.template_image_max_mib = parse_u32(a, value());
     else if (a == "--state-dir")
       state_dir = value();
     else if (a == "--disk-dir")
@@ -411,6 +414,7 @@ int main(int argc, char** argv) {
   config.data_dir = data;
   config.images_dir = images;
   config.template_builds = config.max_template_builds > 0;
+  api_limits.max_upload_bytes = config.template_image_max_mib << 20;
   config.state_dir = state_dir;
   config.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);
   config.jail = jail;

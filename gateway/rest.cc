@@ -1,12 +1,16 @@
 #include "gateway/rest.h"
 
+#include <fcntl.h>
 #include <kj/compat/url.h>
 #include <kj/debug.h>
+#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
@@ -487,13 +491,16 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                                                 : "malformed API key (keys look like "
                                                   "pds_<id>_<secret>)")),
                 t0, head);
-  size_t limit =
-      route->kind == Route::Kind::raw_body ? limits.max_file_bytes : limits.max_body_bytes;
+  size_t limit = route->kind == Route::Kind::raw_body    ? limits.max_file_bytes
+                 : route->kind == Route::Kind::file_body ? limits.max_upload_bytes
+                                                         : limits.max_body_bytes;
   KJ_IF_MAYBE (len, body.tryGetLength()) {
     if (*len > limit) {
-      auto too_large = error_reply(
-          route->kind == Route::Kind::raw_body ? Code::file_too_large : Code::body_too_large,
-          "request body is larger than " + std::to_string(limit) + " bytes");
+      auto too_large =
+          error_reply(route->kind == Route::Kind::raw_body || route->kind == Route::Kind::file_body
+                          ? Code::file_too_large
+                          : Code::body_too_large,
+                      "request body is larger than " + std::to_string(limit) + " bytes");
       // Answered at once. A client that sends its whole body before it reads (Python's httpx,
       // the CLI) would see a connection reset instead of the answer when the connection closes
       // with its body unread: for a key that verifies, a body up to kDrainMaxBytes is read and
@@ -525,7 +532,8 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
   // Large bodies (file uploads) are read only for a key that verifies: nobody without one makes
   // the daemon hold megabytes.
   kj::Promise<bool> admitted = true;
-  if (kind == Route::Kind::raw_body && route->style != Route::Style::e2b_envd) {  // (checked above)
+  if ((kind == Route::Kind::raw_body || kind == Route::Kind::file_body) &&
+      route->style != Route::Style::e2b_envd) {  // (checked above)
     auto token = bearer_token(req.authorization);
     admitted = offload<bool>([this, token] { return bool(rt.authenticate(token)); }, false);
   }
@@ -540,57 +548,114 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                     .then([]() -> kj::Array<kj::byte> {
                       KJ_FAIL_REQUIRE("request_timeout: the request body did not arrive in time");
                     });
-    return body.readAllBytes(limit + 1)
-        .exclusiveJoin(kj::mv(slow))
-        .then(
-            [this, req = std::move(req), kind, limit, t0, route, head,
-             &response](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
-              if (bytes.size() > limit)
-                return send(
-                    response,
-                    error_reply(
-                        kind == Route::Kind::raw_body ? Code::file_too_large : Code::body_too_large,
-                        "request body is larger than " + std::to_string(limit) + " bytes"),
-                    t0);
-              req.body.assign(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-              if (kind == Route::Kind::stream) return stream(*route, std::move(req), response, t0);
-              if (kind == Route::Kind::websocket)
-                return websocket(*route, std::move(req), response, t0);
-              // A client that hangs up cancels what it asked for (a command stops in the guest)
-              // instead of holding a worker until it ends.
-              auto stop = req.peer_stop ? req.peer_stop : std::make_shared<std::stop_source>();
-              req.cancel = stop->get_token();
-              kj::Promise<void> watch = kj::NEVER_DONE;
-              if (req.conn_fd >= 0) watch = watch_hangup(req.conn_fd, stop);
-              auto r = std::make_shared<Request>(std::move(req));
-              return offload<HttpReply>(
-                         [this, r, route, stop] {
-                           std::stop_callback on_shutdown(shutting_down.get_token(),
-                                                          [stop] { stop->request_stop(); });
-                           return handle(*route, *r);
-                         },
-                         busy_reply())
-                  .attach(watch.eagerlyEvaluate(nullptr))
-                  .then([this, &response, t0, head](HttpReply rep) {
-                    return send(response, std::move(rep), t0, head);
-                  });
-            },
-            [this, &response, t0](kj::Exception&& e) -> kj::Promise<void> {
-              if (std::string(e.getDescription().cStr()).find(to_string(Code::request_timeout)) !=
-                  std::string::npos)
-                return send(
-                    response,
-                    error_reply(Code::request_timeout,
-                                "the request body did not arrive within " +
-                                    std::to_string(limits.body_timeout.count() / 1000) + " s"),
-                    t0);
-              return send(
-                  response,
-                  error_reply(Code::body_too_large,
-                              "request body rejected: " + std::string(e.getDescription().cStr())),
-                  t0);
-            });
+    kj::Promise<kj::Array<kj::byte>> arrived = nullptr;
+    if (kind == Route::Kind::file_body) {
+      // Written to a file as it arrives; a pause longer than the body timeout is a 408.
+      auto file = spool_file();
+      if (!file) return send(response, error_reply(file.error()), t0);
+      req.body_file = file->first;
+      arrived = spool(body, file->second, limit, 0)
+                    .then([](uint64_t) { return kj::heapArray<kj::byte>(0); })
+                    .attach(kj::defer([fd = file->second] { ::close(fd); }));
+    } else {
+      arrived = body.readAllBytes(limit + 1).exclusiveJoin(kj::mv(slow));
+    }
+    auto spooled = req.body_file;
+    return kj::mv(arrived).then(
+        [this, req = std::move(req), kind, limit, t0, route, head,
+         &response](kj::Array<kj::byte> bytes) mutable -> kj::Promise<void> {
+          if (bytes.size() > limit)
+            return send(
+                response,
+                error_reply(
+                    kind == Route::Kind::raw_body ? Code::file_too_large : Code::body_too_large,
+                    "request body is larger than " + std::to_string(limit) + " bytes"),
+                t0);
+          req.body.assign(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+          if (kind == Route::Kind::stream) return stream(*route, std::move(req), response, t0);
+          if (kind == Route::Kind::websocket)
+            return websocket(*route, std::move(req), response, t0);
+          // A client that hangs up cancels what it asked for (a command stops in the guest)
+          // instead of holding a worker until it ends.
+          auto stop = req.peer_stop ? req.peer_stop : std::make_shared<std::stop_source>();
+          req.cancel = stop->get_token();
+          kj::Promise<void> watch = kj::NEVER_DONE;
+          if (req.conn_fd >= 0) watch = watch_hangup(req.conn_fd, stop);
+          auto r = std::make_shared<Request>(std::move(req));
+          return offload<HttpReply>(
+                     [this, r, route, stop] {
+                       std::stop_callback on_shutdown(shutting_down.get_token(),
+                                                      [stop] { stop->request_stop(); });
+                       auto reply = handle(*route, *r);
+                       // (a spooled body the handler did not take over)
+                       if (!r->body_file.empty()) ::unlink(r->body_file.c_str());
+                       return reply;
+                     },
+                     busy_reply())
+              .attach(watch.eagerlyEvaluate(nullptr))
+              .then([this, &response, t0, head](HttpReply rep) {
+                return send(response, std::move(rep), t0, head);
+              });
+        },
+        [this, &response, t0, spooled](kj::Exception&& e) -> kj::Promise<void> {
+          if (!spooled.empty()) ::unlink(spooled.c_str());
+          std::string why = e.getDescription().cStr();
+          if (auto at = why.find("file_too_large: "); at != std::string::npos)
+            return send(response, error_reply(Code::file_too_large, why.substr(at + 16)), t0);
+          if (std::string(e.getDescription().cStr()).find(to_string(Code::request_timeout)) !=
+              std::string::npos)
+            return send(response,
+                        error_reply(Code::request_timeout,
+                                    "the request body did not arrive within " +
+                                        std::to_string(limits.body_timeout.count() / 1000) + " s"),
+                        t0);
+          return send(response,
+                      error_reply(Code::body_too_large, "request body rejected: " +
+                                                            std::string(e.getDescription().cStr())),
+                      t0);
+        });
   });
+}
+
+actors::Reply<std::pair<std::string, int>> Server::spool_file() {
+  auto dir = rt.template_upload_dir();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  unsigned char r[12];
+  if (RAND_bytes(r, sizeof r) != 1) return actors::Rejection{Code::internal, "no randomness"};
+  std::string name;
+  for (auto b : r) name += "0123456789abcdef"[b >> 4], name += "0123456789abcdef"[b & 15];
+  auto path = (dir / (name + ".part")).string();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return actors::Rejection{Code::storage_error,
+                             std::string("cannot store the upload: ") + strerror(errno)};
+  return std::pair{path, fd};
+}
+
+kj::Promise<uint64_t> Server::spool(kj::AsyncInputStream& in, int fd, uint64_t limit,
+                                    uint64_t so_far) {
+  auto buf = kj::heapArray<kj::byte>(1 << 20);
+  auto read = in.tryRead(buf.begin(), 1, buf.size());
+  auto paused =
+      timer.afterDelay(limits.body_timeout.count() * kj::MILLISECONDS).then([this]() -> size_t {
+        KJ_FAIL_REQUIRE("request_timeout: the upload paused longer than",
+                        limits.body_timeout.count());
+      });
+  return read.exclusiveJoin(kj::mv(paused))
+      .then([this, &in, fd, limit, so_far, buf = kj::mv(buf)](size_t got) -> kj::Promise<uint64_t> {
+        if (got == 0) return so_far;
+        if (so_far + got > limit)
+          KJ_FAIL_REQUIRE(
+              kj::str("file_too_large: the upload is larger than ", limit, " bytes").cStr());
+        for (size_t off = 0; off < got;) {
+          auto w = ::write(fd, buf.begin() + off, got - off);
+          if (w < 0 && errno == EINTR) continue;
+          if (w <= 0) KJ_FAIL_REQUIRE("storing the upload failed", strerror(errno));
+          off += size_t(w);
+        }
+        return spool(in, fd, limit, so_far + got);
+      });
 }
 
 actors::KeyInfo Server::auth(const Request& r) {

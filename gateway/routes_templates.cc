@@ -31,7 +31,8 @@ Json custom_json(const actors::TemplateState& t) {
   j.set("network", t.spec.network);
   j.set("memory_mib", int64_t(t.spec.memory_mib));  // its sandboxes' shape
   j.set("vcpus", int64_t(t.spec.vcpus));
-  if (!t.spec.start.empty()) {  // what every sandbox of it runs
+  if (!t.spec.image.empty()) j.set("image", t.spec.image);  // imported: what, or its ref
+  if (!t.spec.start.empty()) {                              // what every sandbox of it runs
     j.set("start", t.spec.start);
     j.set("ready_port", int64_t(t.spec.ready_port));
     if (!t.spec.ready_cmd.empty()) j.set("ready_cmd", t.spec.ready_cmd);
@@ -94,6 +95,31 @@ HttpReply build(Call& c) {
   return json_reply(202, j);
 }
 
+// PUT /v1/templates/{name}/image: the body (spooled to a file) is an image archive.
+HttpReply import_image(Call& c) {
+  std::string name = c.r.param("name");
+  actors::TemplateSpec shape;
+  shape.network = query_flag(c.r, "network", true);
+  shape.memory_mib = uint32_t(query_int(c.r, "memory_mib", 0, 1 << 20));
+  shape.vcpus = uint32_t(query_int(c.r, "vcpus", 0, 1024));
+  actors::ImageUpload upload;
+  upload.file = c.r.body_file;
+  upload.disk_mib = uint64_t(
+      query_int(c.r, "disk_mib", 0, int64_t(c.gw.rt.config().template_image_disk_max_mib)));
+  if (upload.disk_mib != 0 && upload.disk_mib < 256)
+    throw ApiError{Code::invalid_argument, "disk_mib: at least 256"};
+  upload.start = query_flag(c.r, "start", true);
+  std::error_code ec;
+  if (upload.file.empty() || std::filesystem::file_size(upload.file, ec) == 0)
+    throw ApiError{Code::invalid_argument,
+                   "the body is the image archive (`docker save IMAGE`, or an OCI image layout "
+                   "tar): it was empty"};
+  auto t = unwrap(c.gw.rt.import_template(c.tenant(), name, shape, upload));
+  auto j = custom_json(t);
+  j.set("progress", "/v1/templates/" + t.name + "/build");
+  return json_reply(202, j);
+}
+
 }  // namespace
 
 Json template_json(const actors::TemplateState& t) { return custom_json(t); }
@@ -124,6 +150,12 @@ std::vector<Route> template_routes() {
             "memory_mib, vcpus} or {name, dockerfile, context, build_args, packages, network, "
             "memory_mib, vcpus}: 202, then follow GET /v1/templates/{name}/build",
             build),
+      route(M::PUT, "/v1/templates/{name}/image",
+            "Import an image as a template of yours: the body is a `docker save` archive or an "
+            "OCI image layout tar (at most --template-image-mib); 202, then follow GET "
+            "/v1/templates/{name}/build",
+            import_image, {"memory_mib", "vcpus", "network", "disk_mib", "start"},
+            Route::Kind::file_body),
       route(M::POST, "/v1/sandboxes/{id}/template",
             "Publish a running sandbox (its disk and memory, now) as a template of yours {name}",
             [](Call& c) {

@@ -60,7 +60,9 @@ struct Route {
   std::string pattern;
   RoutePattern compiled;
   std::string summary;
-  enum class Kind { json, stream, raw_body, websocket } kind = Kind::json;
+  // file_body: the body is written to a file as it arrives (Request::body_file), up to
+  // Limits::max_upload_bytes, instead of being held in memory.
+  enum class Kind { json, stream, raw_body, websocket, file_body } kind = Kind::json;
   bool auth = true;
   // Query parameters the route takes; any other is refused (400). A name ending in '*' is a
   // prefix ("metadata.*").
@@ -235,6 +237,13 @@ struct Server final : public kj::HttpService {
                                      bool head);
   std::unique_ptr<Peers> peers;  // (cluster mode)
   RpcServer* rpc = nullptr;      // the host's RPC API, which peers reach (cluster mode)
+
+  // A file_body route's spool: a new file of the daemon's (its path, an open descriptor), and
+  // the body written into it as it arrives, 1 MiB at a time: its size, or a failure
+  // ("file_too_large: ..." past `limit`, "request_timeout: ..." after a pause longer than the
+  // body timeout).
+  actors::Reply<std::pair<std::string, int>> spool_file();
+  kj::Promise<uint64_t> spool(kj::AsyncInputStream& in, int fd, uint64_t limit, uint64_t so_far);
 
   // Fires `stop` when the client on `fd` hangs up (checked twice a second) while the promise lives.
   kj::Promise<void> watch_hangup(int fd, std::shared_ptr<std::stop_source> stop);

@@ -252,10 +252,16 @@ struct TemplateEvent {
       start @24 :Text;              # what every sandbox of it runs: started before the bake
       readyPort @25 :UInt16;        # the bake waits for `start` to listen here (0: no port)
       readyCmd @26 :Text;           # or for this shell command to succeed ("": not asked)
+      image @27 :Text;              # imported from an image archive ("": a build on `from`)
     }
     built :group {
       buildMs @9 :UInt64;
       sizeBytes @10 :UInt64;
+      # An imported image's own configuration, learned by its build ("": not an import).
+      imageRef @28 :Text;           # its tag (if any) and config digest
+      imageStart @29 :Text;         # its Entrypoint/Cmd as the start command
+      imageReadyPort @30 :UInt16;   # its first exposed TCP port
+      imageEnv @31 :List(KeyValue);
     }
     buildFailed :group {
       error @11 :Text;

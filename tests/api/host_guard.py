@@ -1,13 +1,13 @@
 """A daemon launcher that proves root never processes tenant data (security review 3, C1/H4/H5):
 the daemon runs in a private mount namespace where canary files are bound over the host files
 that given guest paths (absolute symlinks in a Debian tree) resolve to on the host, and
-debootstrap, chroot, e2fsck and resize2fs are a script that records that it ran and fails.
+debootstrap, chroot, e2fsck, resize2fs and tar are a script that records that it ran and fails.
 """
 import os
 
 # Host tools the daemon must never need for tenant data.
 FORBIDDEN = ["/usr/sbin/debootstrap", "/usr/sbin/chroot", "/sbin/e2fsck", "/sbin/resize2fs",
-             "/usr/sbin/e2fsck", "/usr/sbin/resize2fs"]
+             "/usr/sbin/e2fsck", "/usr/sbin/resize2fs", "/bin/tar", "/usr/bin/tar"]
 
 
 def host_targets(paths):

@@ -22,11 +22,12 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import oci_archives as oa  # noqa: E402
 from harness import Api, Daemon  # noqa: E402
 from host_guard import wrapper  # noqa: E402
 
 FLAGS = ("--network", "off", "--pool-size", "1", "--spare-pool-size", "0",
-         "--quota-templates", "3")
+         "--quota-templates", "3", "--template-image-mib", "64")
 
 
 class TemplateTest(unittest.TestCase):
@@ -374,6 +375,87 @@ class TemplateTest(unittest.TestCase):
                                "hello from docker mode in /srv/app\nuser\n"), r)
         self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
         self.assertEqual(self.api.call("DELETE", "/v1/templates/from-docker")[0], 200)
+
+    def test_7_an_image_import(self):
+        """An image imported (issue 37): a `docker save` archive the test makes (busybox from
+        the host's busybox-static; two layers with a file and an opaque whiteout, a user, a web
+        root; no registry, no network) through the CLI; the template's record (the image's
+        tag and digest, its Env, its Cmd as the start command run as its User on its exposed
+        port); a sandbox of it (the layers' files, the whiteouts applied, the Env, busybox's
+        httpd started by the Cmd as uid 1000 and serving). Then archives refused: a tampered
+        layer, an entry through a symlink out of the image, not an archive, an empty body, one
+        over --template-image-mib (413)."""
+        for t in self.api.call("GET", "/v1/templates")[1]["templates"]:
+            if t["kind"] == "custom":  # (the quota: 3 templates)
+                self.api.call("DELETE", f"/v1/templates/{t['name']}")
+        folder = tempfile.mkdtemp(prefix="pst-image-", dir=self.base)
+        archive = os.path.join(folder, "busybox.tar")
+        with open(archive, "wb") as f:
+            f.write(oa.docker_save(oa.busybox_layers(), oa.BUSYBOX_CONFIG))
+        cli = os.path.join(os.path.dirname(self.real_daemon), "pandastack")
+        env = dict(os.environ, PANDASTACK_API_KEY=self.api.key,
+                   PANDASTACK_BASE_URL=self.daemon.url)
+        r = subprocess.run([cli, "template", "import", "from-image", archive],
+                           capture_output=True, text=True, timeout=900, env=env,
+                           stdin=subprocess.DEVNULL)
+        self.assertEqual(r.returncode, 0, (r.stdout[-3000:], r.stderr))
+        out = r.stdout
+        self.assertIn("digests verified", out)
+        self.assertIn("layer 2/2 unpacked", out)
+        self.assertIn("start: listening on port 8080", out)
+        s, t = self.api.call("GET", "/v1/templates/from-image")
+        self.assertEqual(t["status"], "ready", t)
+        self.assertRegex(t["image"], r"^pandastack-test:latest@sha256:[0-9a-f]{64}$")
+        self.assertEqual(t["env"]["GREETING"], "hello from the image config")
+        self.assertEqual((t["start"], t["ready_port"]),
+                         ("cd '/srv' && exec /run/pandastack/agent --run-as 1000 1000 - /bin/sh "
+                          "sh -c 'exec \"$@\"' sh 'httpd' '-f' '-p' '8080' '-h' '/www'", 8080))
+        print(f"\n  image import: {t['build_ms']} ms to ready, {t['size_bytes'] >> 20} MiB",
+              file=sys.stderr)
+        s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "from-image"})
+        self.assertEqual(s, 201, sbx)
+        s, r = self.api.exec(
+            sbx["id"],
+            "cat /srv/hello.txt; echo \"$GREETING\"; ls /opt; test -e /etc/motd || "
+            "echo motd-gone; for p in /proc/[0-9]*; do grep -q ^httpd $p/cmdline 2>/dev/null && "
+            "stat -c %u $p; done; printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | "
+            "nc 127.0.0.1 8080 | tail -1")
+        self.assertEqual((s, r.get("stdout")),
+                         (200, "hello from the image\nhello from the image config\nnew\n"
+                               "motd-gone\n1000\n<h1>served by busybox</h1>\n"), r)
+        self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/from-image")[0], 200)
+
+        def refused(name, body, words):
+            s, b = self.api.call("PUT", f"/v1/templates/{name}/image", raw=body,
+                                 headers={"Content-Type": "application/x-tar"})
+            self.assertEqual(s, 202, b)
+            _, lines, end = self.follow(name)
+            self.assertEqual(end["status"], "failed", end)
+            for w in words:
+                self.assertIn(w, end["error"])
+            self.assertEqual(self.api.call("DELETE", f"/v1/templates/{name}")[0], 200)
+
+        layers = oa.busybox_layers()
+        refused("tampered", oa.docker_save(layers, oa.BUSYBOX_CONFIG,
+                                           diff_ids=["sha256:" + oa.sha(layers[0]),
+                                                     "sha256:" + "0" * 64]),
+                ["layer 2", "does not match the config's diff_id"])
+        refused("escaping", oa.docker_save(
+            [oa.layer([oa.entry("escape", "symlink", link="/etc")]),
+             oa.layer([oa.entry("escape/pandastack-escaped", data="x")])]),
+            ["escape/pandastack-escaped", "outside the image"])
+        self.assertFalse(os.path.exists("/etc/pandastack-escaped"))
+        refused("not-an-archive", b"hello" * 1000, ["not a tar archive"])
+        self.assertError(self.api.call("PUT", "/v1/templates/empty/image", raw=b""),
+                         400, "invalid_argument")
+        self.assertError(self.api.call("PUT", "/v1/templates/big/image",
+                                       raw=b"\0" * ((64 << 20) + 1)), 413, "file_too_large")
+        self.assertError(self.api.call("PUT", "/v1/templates/Bad_Name/image", raw=b"x" * 512),
+                         400, "invalid_argument")
+        s, left = self.api.call("GET", "/v1/templates")
+        self.assertEqual([t["name"] for t in left["templates"] if t["kind"] == "custom"], [])
+        self.assertEqual(os.listdir(os.path.join(self.data, "template-uploads")), [])
 
     def test_3_bad_input(self):
         bad = [({"name": "Bad"}, 400, "invalid_argument"),

@@ -175,6 +175,8 @@ Json build_context(const std::string& dir) {
   return ctx;
 }
 
+int follow_build(Api& api, const Opts& o, const std::string& name);
+
 int template_build(Api& api, const Opts& o, const std::string& name) {
   Json body = Json::object();
   body.set("name", name);
@@ -208,6 +210,27 @@ int template_build(Api& api, const Opts& o, const std::string& name) {
   if (o.no_network) body.set("network", false);
   set_shape(body, o);
   api.json("POST", "/v1/templates", body.dump());
+  return follow_build(api, o, name);
+}
+
+// `template import`: the archive PUT as the request's body, then its progress like a build's.
+int template_import(Api& api, const Opts& o, const std::string& name, const std::string& archive) {
+  std::string q;
+  auto add = [&](const std::string& k, const std::string& v) {
+    q += (q.empty() ? "?" : "&") + k + "=" + tools::url_encode(v);
+  };
+  if (o.flags.count("--memory")) add("memory_mib", std::to_string(seconds_flag(o, "--memory")));
+  if (o.flags.count("--vcpus")) add("vcpus", std::to_string(seconds_flag(o, "--vcpus")));
+  if (o.flags.count("--size")) add("disk_mib", std::to_string(seconds_flag(o, "--size")));
+  if (o.flags.count("--no-start")) add("start", "false");
+  if (o.no_network) add("network", "false");
+  api.call("PUT", "/v1/templates/" + tools::url_encode(name) + "/image" + q,
+           read_local(archive, "the archive"), "application/x-tar");
+  return follow_build(api, o, name);
+}
+
+// A build's (or import's) progress (server-sent events) until it ends: 0 when it is ready.
+int follow_build(Api& api, const Opts& o, const std::string& name) {
   const bool bar = !o.json && ::isatty(2);
   Json end;
   auto draw = [&](const std::string& stage, int64_t pct, const std::string& last) {
@@ -320,6 +343,10 @@ int api_main(int argc, char** argv) {
   if (group == "template" && verb == "build") {
     need(1);
     return template_build(api, o, o.pos[0]);
+  }
+  if (group == "template" && verb == "import") {
+    need(2);
+    return template_import(api, o, o.pos[0], o.pos[1]);
   }
   if (group == "template" && verb == "publish") {
     need(2);

@@ -68,6 +68,11 @@ const char* const kApiUsage = R"(usage:
       Builds a template of your own (Debian packages, files, commands run as root in its guest,
       or a Dockerfile's instructions with DIR's files as its context, then baked): a progress
       bar on a terminal, its log lines otherwise. Exits 1 if it fails.
+  pandastack template import NAME ARCHIVE [--memory MIB] [--vcpus N] [--size DISK_MIB]
+                            [--no-start] [--no-network] [--json]
+      Imports an image as a template of yours: ARCHIVE is `docker save IMAGE > image.tar` or an
+      OCI image layout tar (unpacked in a builder microVM; its Env, WorkingDir, User kept; its
+      Entrypoint/Cmd started in every sandbox when it exposes a port, unless --no-start).
   pandastack template publish SANDBOX_ID NAME [--json]   a running sandbox (its disk and memory,
                                                        now) as a template of yours
   pandastack template get|delete NAME [--json]
@@ -136,6 +141,8 @@ Opts parse(int argc, char** argv, int from) {
       o.flags[a] = "true";
     } else if (a == "--no-network") {
       o.no_network = true;
+    } else if (a == "--no-start") {
+      o.flags[a] = "true";
     } else if (a == "--public") {
       o.is_public = true;
     } else if (a.rfind("--", 0) == 0) {
