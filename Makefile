@@ -55,7 +55,7 @@ test: build guest
 # Everything: `make test`'s suites, the `long` ones, 50 chaos rounds, 100 integrity cycles and the
 # 10-minute soak (about 50 minutes here).
 test-long: build guest
-	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) $(CURDIR)/scripts/ctest.sh --output-on-failure -j 2
+	cd $(BUILD) && PANDASTACK_IMAGES=$(IMAGES) PANDASTACK_LONG=1 $(CURDIR)/scripts/ctest.sh --output-on-failure -j 2
 	$(MAKE) test-chaos test-integrity test-soak
 
 # The unit, API, RPC and security suites again, every host binary built with AddressSanitizer +
