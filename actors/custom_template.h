@@ -27,7 +27,7 @@ const char* to_string(TemplateStatus s);
 
 // What a build asks for (POST /v1/templates).
 struct TemplateSpec {
-  std::string from = "base";
+  std::string from = "base";  // a shipped template, or (recorded as its id) one of the tenant's
   std::vector<std::string> packages;
   std::map<std::string, std::string> files;  // guest path -> content
   std::vector<std::string> run;

@@ -392,10 +392,10 @@ std::optional<Refusal> Translator::from(const Instruction& in) {
     return bad(in, "FROM TEMPLATE [AS name]");
   const auto& t = w[0];
   if (t == "scratch" || t.find_first_of("/:@") != std::string::npos)
-    return unserved(in,
-                    "FROM an image (" + t +
-                        ") is not served yet: FROM names a shipped template of this host (base, "
-                        "code-interpreter)");
+    return unserved(in, "FROM an image (" + t +
+                            ") is not pulled: import it first (docker save, then PUT "
+                            "/v1/templates/{name}/image) and name that template, or a shipped one "
+                            "(base, code-interpreter)");
   out_.spec.from = t;
   from_seen_ = true;
   vars_.clear();

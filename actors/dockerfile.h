@@ -5,8 +5,9 @@
 // the Dockerfile or its context is run, unpacked or resolved on the host.
 //
 // What each instruction becomes (in order, one build command each, with Docker's semantics):
-//   FROM T          the shipped template T (`base`, `code-interpreter`, ...); an image (a registry
-//                   reference, `scratch`) is 501 until images are imported; one stage only
+//   FROM T          the shipped template T (`base`, `code-interpreter`, ...) or a ready template
+//                   of the tenant's own (an imported image's included); a registry reference or
+//                   `scratch` is 501 (nothing is pulled: import the image first); one stage only
 //   RUN             `sh -c` (shell form) or the program itself (exec form), in the WORKDIR, as the
 //                   USER, with the ARGs and the ENVs declared so far (and not those declared later)
 //   COPY, ADD       files of the build context (`context`: relative path -> text) into the guest,

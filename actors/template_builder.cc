@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "actors/env.h"
+#include "vmm-driver/images.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/run_tool.h"
 #include "vmm-driver/vm.h"
@@ -42,11 +43,14 @@ rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/* 2>/dev/null || true
 
 // The root disk grew by the host's block_resize: once the guest's kernel sees it, its file
 // system grows online into it.
+// (POSIX sh and the image's own `sleep`: the `from` may be an imported image with no more)
 std::string grow_script(uint64_t bytes) {
   return "set -e\nwant=" + std::to_string(bytes / 512) +
-         "\nfor i in $(seq 1 400); do [ \"$(cat /sys/block/vda/size)\" = \"$want\" ] && break; "
-         "sleep 0.05; done\n[ \"$(cat /sys/block/vda/size)\" = \"$want\" ] || { echo \"the root "
-         "disk did not grow\" >&2; exit 1; }\nresize2fs /dev/vda 2>&1 | tail -1\n";
+         "\ni=0\nwhile :; do\n  read s < /sys/block/vda/size\n  [ \"$s\" = \"$want\" ] && "
+         "break\n  i=$((i + 1))\n  [ $i -lt 400 ] || { echo \"the root disk did not grow\" >&2; "
+         "exit 1; }\n  sleep 0.05\ndone\nif command -v resize2fs >/dev/null 2>&1; then\n  "
+         "resize2fs /dev/vda 2>&1 | tail -1\nelse\n  echo \"the file system keeps its size (no "
+         "resize2fs in the guest)\"\nfi\n";
 }
 
 // A value in single quotes for sh.
@@ -114,7 +118,11 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
     if (job.at) job.at(p);
   };
   // The shipped template it builds on (checked by the caller): a root file system we made.
-  auto from_rootfs = fs::absolute(env.config.images_dir / spec.from / "rootfs.qcow2");
+  // (or a ready template of the tenant's: an id, checked by the caller, whose disk chain ends in
+  // a shipped template's or in an imported image's)
+  auto from_rootfs = fs::absolute(
+      vmm::template_dir(env.config.images_dir, env.config.custom_templates_dir, spec.from) /
+      "rootfs.qcow2");
   auto base_size = vmm::qcow2::virtual_size(from_rootfs);
   if (!base_size) return Rejection{Code::internal, base_size.error().message};
   const uint64_t size = *base_size + (job.grow_mib << 20);
@@ -127,8 +135,8 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   c.die_with_parent = true;  // (a builder never outlives the daemon: a restart fails its build)
   c.network = nullptr;       // no network: the packages come on a disk
   c.boot_timeout = std::min<milliseconds>(milliseconds(left_ms(job.deadline)), c.boot_timeout);
-  log("builder: booting a " + std::to_string(c.memory_mib) + " MiB guest of " + spec.from +
-      " (no network)");
+  log("builder: booting a " + std::to_string(c.memory_mib) + " MiB guest of " +
+      template_display_name(spec.from) + " (no network)");
   auto booted = vmm::Vm::boot(env.io, c);
   if (!booted) return Rejection{Code::build_failed, "the builder VM: " + booted.error().message};
   auto& vm = **booted;

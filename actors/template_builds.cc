@@ -94,13 +94,21 @@ bool TemplateBuilds::shipped(const std::string& name) const {
   return valid_template_name(name) && fs::exists(env_.config.images_dir / name / "rootfs.qcow2");
 }
 
-std::optional<Rejection> TemplateBuilds::check_from(const std::string& from) const {
+Reply<std::string> TemplateBuilds::resolve_from(const std::string& tenant,
+                                                const std::string& from) {
   auto buildable = [&](const std::string& name) {
     auto dir = env_.config.images_dir / name;  // (a valid name first: no path is made of another)
     return valid_template_name(name) && fs::is_regular_file(dir / "rootfs.qcow2") &&
            !fs::exists(dir / "data_volume");
   };
-  if (buildable(from)) return std::nullopt;
+  if (buildable(from)) return from;
+  if (valid_template_name(from)) {
+    std::lock_guard g(mu_);
+    auto it = states_.find(template_id(tenant, from));
+    if (it != states_.end() && it->second.tenant == tenant &&
+        it->second.status == TemplateStatus::ready)
+      return it->first;
+  }
   std::vector<std::string> names;
   std::error_code ec;
   for (auto& d : fs::directory_iterator(env_.config.images_dir, ec))
@@ -108,8 +116,9 @@ std::optional<Rejection> TemplateBuilds::check_from(const std::string& from) con
   std::sort(names.begin(), names.end());
   std::string list;
   for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  return Rejection{Code::invalid_argument,
-                   "from: a shipped template without a data volume (" + list + ")"};
+  return Rejection{Code::invalid_argument, "from: a shipped template without a data volume (" +
+                                               list + ") or a ready template of yours, not '" +
+                                               from.substr(0, 64) + "'"};
 }
 
 std::optional<Rejection> TemplateBuilds::check_name(const std::string& name) const {
@@ -206,8 +215,6 @@ Reply<TemplateState> TemplateBuilds::begin(const std::string& tenant, const std:
     return Rejection{Code::not_implemented,
                      "template builds are not offered by this daemon (--template-builds 0)"};
   if (auto no = check_name(name)) return *no;
-  if (spec.image.empty())
-    if (auto no = check_from(spec.from)) return *no;
   std::string id = template_id(tenant, name);
   // Its bake boots one guest of its shape here.
   if (auto no = env_.host_admits(spec.memory_mib)) return *no;
@@ -237,6 +244,21 @@ Reply<TemplateState> TemplateBuilds::begin(const std::string& tenant, const std:
 Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std::string& name,
                                            const TemplateSpec& asked) {
   auto spec = with_shape(asked);
+  auto from = resolve_from(tenant, spec.from);
+  if (!from) return from.error();
+  if (*from != spec.from) {
+    // On a template of the tenant's: its environment and its start command carry over, as a
+    // Docker image's ENV and CMD do (the build's own win).
+    std::lock_guard g(mu_);
+    auto& parent = states_[*from].spec;
+    for (auto& [k, v] : parent.env) spec.env.try_emplace(k, v);
+    if (spec.start.empty()) {
+      spec.start = parent.start;
+      spec.ready_port = parent.ready_port;
+      spec.ready_cmd = parent.ready_cmd;
+    }
+    spec.from = *from;  // (its id)
+  }
   auto started = begin(tenant, name, spec);
   if (!started) return started;
   auto progress = std::make_shared<BuildProgress>();
@@ -534,12 +556,17 @@ Reply<TemplateState> TemplateBuilds::remove(const std::string& tenant, const std
     if (!s) return s;
   }
   {
-    // Templates published from sandboxes of it have their disks based on its root file system.
+    // Templates built on it, or published from sandboxes of it, have their disks based on its
+    // root file system.
     std::lock_guard g(mu_);
     for (auto& [id, t] : states_)
-      if (t.status == TemplateStatus::ready && t.spec.from == s->id)
-        return Rejection{Code::template_in_use,
-                         "template " + t.name + " was published from a sandbox of " + name};
+      if ((t.status == TemplateStatus::ready || t.status == TemplateStatus::building) &&
+          t.spec.from == s->id)
+        return Rejection{
+            Code::template_in_use,
+            "template " + t.name +
+                (t.sandbox.empty() ? " is built on " : " was published from a sandbox of ") + name +
+                ": delete it first"};
   }
   auto removed = command(s->id, tcmd::Delete{in_use});
   if (!removed) return removed;

@@ -107,8 +107,10 @@ class TemplateBuilds {
   std::optional<std::string> resolve(const std::string& tenant, const std::string& name);
 
  private:
-  // Why a build may not start from `from`: a shipped template without a baked data volume.
-  std::optional<Rejection> check_from(const std::string& from) const;
+  // The template id a build of `tenant` from `from` builds on: a shipped template without a
+  // baked data volume (its name), or a ready template of the tenant's own (a build, an imported
+  // image, a published sandbox: its id). invalid_argument naming what `from` may be otherwise.
+  Reply<std::string> resolve_from(const std::string& tenant, const std::string& from);
   // Why `name` cannot name a custom template: not a valid name, or a shipped template's.
   std::optional<Rejection> check_name(const std::string& name) const;
   // quota_exceeded when `tenant` has max_templates others than `id` (under mu_).

@@ -424,6 +424,33 @@ class TemplateTest(unittest.TestCase):
                          (200, "hello from the image\nhello from the image config\nnew\n"
                                "motd-gone\n1000\n<h1>served by busybox</h1>\n"), r)
         self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+
+        # A Dockerfile FROM the imported image: built on its disk (no resize2fs, no dpkg: only
+        # busybox), its Env and Cmd carried over as a Docker image's are.
+        s, b = self.api.call("POST", "/v1/templates", {
+            "name": "on-image", "dockerfile": "FROM from-image\nENV EXTRA=added\n"
+            "RUN echo \"built on the image by $(id -u)\" > /srv/extra.txt\n"})
+        self.assertEqual(s, 202, b)
+        _, lines, end = self.follow("on-image")
+        self.assertEqual(end["status"], "ready", (end, lines[-30:]))
+        end = self.api.call("GET", "/v1/templates/on-image")[1]
+        self.assertEqual((end["from"], end["start"], end["ready_port"]),
+                         ("from-image", t["start"], 8080), end)
+        self.assertEqual(end["env"]["GREETING"], "hello from the image config")
+        # The image cannot go while a template is built on it.
+        self.assertError(self.api.call("DELETE", "/v1/templates/from-image"),
+                         409, "template_in_use")
+        s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "on-image"})
+        self.assertEqual(s, 201, sbx)
+        s, r = self.api.exec(
+            sbx["id"], "cat /srv/extra.txt /srv/hello.txt; echo \"$GREETING / $EXTRA\"; "
+            "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 8080 | tail -1")
+        self.assertEqual((s, r.get("stdout")),
+                         (200, "built on the image by 0\nhello from the image\n"
+                               "hello from the image config / added\n"
+                               "<h1>served by busybox</h1>\n"), r)
+        self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/on-image")[0], 200)
         self.assertEqual(self.api.call("DELETE", "/v1/templates/from-image")[0], 200)
 
         def refused(name, body, words):
