@@ -67,6 +67,8 @@ struct RuntimeConfig {
   uint64_t template_image_max_mib = 4096;
   uint64_t template_image_disk_max_mib = 65536;
   std::filesystem::path busybox = "/bin/busybox";
+  // Registries an image pull may reach over plain http (host:port; loopback ones always may).
+  std::vector<std::string> insecure_registries;
   vmm::Accel accel = vmm::Accel::tcg;
   unsigned vcpus = 1;
   unsigned memory_mib = 256;
@@ -580,6 +582,14 @@ class Runtime {
   Reply<TemplateState> import_template(const std::string& tenant, const std::string& name,
                                        const TemplateSpec& shape, const ImageUpload& upload);
   std::filesystem::path template_upload_dir() const;
+  // An image pulled by reference (actors/image_pull.h) imported as a template: starts at once.
+  // `registry_secret`: a secret of the tenant's ("user:password", or a token) whose hosts name
+  // the registry ("" = anonymous). invalid_argument (a reference, a secret not for the
+  // registry), secret_not_found.
+  Reply<TemplateState> pull_template(const std::string& tenant, const std::string& name,
+                                     const TemplateSpec& shape, const std::string& ref,
+                                     const std::string& registry_secret, uint64_t disk_mib,
+                                     bool start);
   Reply<TemplateState> custom_template(const std::string& tenant, const std::string& name);
   std::vector<TemplateState> custom_templates(const std::string& tenant);
   // Makes the tenant's running sandbox `id` (its disk and memory, at this instant) its template

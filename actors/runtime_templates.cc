@@ -1,4 +1,5 @@
 // The runtime facade's custom templates (actors/template_builds.h does the work).
+#include "actors/image_pull.h"
 #include "actors/runtime_impl.h"
 
 namespace pandastack::actors {
@@ -12,6 +13,34 @@ Reply<TemplateState> Runtime::import_template(const std::string& tenant, const s
                                               const TemplateSpec& shape,
                                               const ImageUpload& upload) {
   return impl_->builds->import(tenant, name, shape, upload);
+}
+
+Reply<TemplateState> Runtime::pull_template(const std::string& tenant, const std::string& name,
+                                            const TemplateSpec& shape, const std::string& ref,
+                                            const std::string& registry_secret, uint64_t disk_mib,
+                                            bool start) {
+  auto parsed = parse_image_ref(ref);
+  if (!parsed) return parsed.error();
+  ImageUpload upload;
+  upload.ref = ref;
+  upload.disk_mib = disk_mib;
+  upload.start = start;
+  if (!registry_secret.empty()) {
+    auto host = parsed->registry.substr(0, parsed->registry.rfind(':'));
+    if (host == "registry-1.docker.io") host = "docker.io";  // (as users name Docker Hub)
+    auto value = impl_->secrets->value_for_host(tenant, registry_secret, host);
+    if (!value && parsed->registry == "registry-1.docker.io")
+      value = impl_->secrets->value_for_host(tenant, registry_secret, parsed->registry);
+    if (!value) return value.error();
+    auto colon = value->find(':');
+    if (colon == std::string::npos) {
+      upload.password = *value;  // a registry token
+    } else {
+      upload.username = value->substr(0, colon);
+      upload.password = value->substr(colon + 1);
+    }
+  }
+  return impl_->builds->pull(tenant, name, shape, upload);
 }
 
 std::filesystem::path Runtime::template_upload_dir() const { return impl_->builds->upload_dir(); }

@@ -251,6 +251,17 @@ Reply<std::optional<storage::SecretBinding>> Secrets::binding(const std::string&
   return *b;
 }
 
+Reply<std::string> Secrets::value_for_host(const std::string& tenant, const std::string& name,
+                                           const std::string& host) {
+  storage::SecretInfo info;
+  auto value = store_.reveal(tenant, name, &info);
+  if (!value) return Rejection{Code::secret_not_found, "no secret " + name.substr(0, 64)};
+  if (info.hosts.empty() || !vmm::dns::allowed(host, info.hosts))
+    return Rejection{Code::invalid_argument,
+                     "secret " + name + " is not for " + host + " (its hosts must name it)"};
+  return *value;
+}
+
 Reply<std::vector<BoundSecret>> Secrets::bound_secrets(const std::string& sandbox) {
   auto b = binding(sandbox);
   if (!b) return b.error();

@@ -78,6 +78,11 @@ class Secrets {
   // CA. sandbox_not_found when it has none (or it is another tenant's).
   Reply<bool> set_rules(const std::string& tenant, const std::string& sandbox,
                         const std::vector<storage::HeaderRule>& rules);
+  // A secret's value for the host's own use toward `host` (an image pull's registry): only a
+  // secret whose hosts name `host` (an E2B secret has none: refused). secret_not_found,
+  // invalid_argument.
+  Reply<std::string> value_for_host(const std::string& tenant, const std::string& name,
+                                    const std::string& host);
   // The sandbox's binding (nullopt: none).
   Reply<std::optional<storage::SecretBinding>> binding(const std::string& sandbox);
   // Its bound secrets with their values now (a rotation shows at the next call; a secret deleted

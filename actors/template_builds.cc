@@ -12,6 +12,7 @@
 #include "actors/env.h"
 #include "actors/event_codec.h"
 #include "actors/image_import.h"
+#include "actors/image_pull.h"
 #include "actors/template_builder.h"
 #include "actors/template_packages.h"
 #include "vmm-driver/images.h"
@@ -271,6 +272,27 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
 
 fs::path TemplateBuilds::upload_dir() const { return env_.config.data_dir / "template-uploads"; }
 
+Reply<TemplateState> TemplateBuilds::pull(const std::string& tenant, const std::string& name,
+                                          const TemplateSpec& asked, const ImageUpload& upload) {
+  auto ref = parse_image_ref(upload.ref);
+  if (!ref) return ref.error();
+  TemplateSpec spec;
+  spec.from.clear();  // (its root file system is the image's)
+  spec.image = "pull of " + ref->text();
+  spec.network = asked.network;
+  spec.memory_mib = asked.memory_mib;
+  spec.vcpus = asked.vcpus;
+  spec = with_shape(spec);
+  auto started = begin(tenant, name, spec);
+  if (!started) return started;
+  auto progress = std::make_shared<BuildProgress>();
+  std::lock_guard g(mu_);
+  progress_[started->id] = progress;
+  threads_.emplace_back(
+      [this, id = started->id, spec, progress, upload] { run(id, spec, progress, upload); });
+  return started;
+}
+
 Reply<TemplateState> TemplateBuilds::import(const std::string& tenant, const std::string& name,
                                             const TemplateSpec& asked, const ImageUpload& upload) {
   std::error_code ec;
@@ -366,6 +388,25 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
   };
   const auto deadline = std::chrono::steady_clock::now() + cfg.template_build_timeout;
   auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
+  if (upload && !upload->ref.empty()) {
+    // A pull: the registry's blobs, checked, into an OCI image layout tar, imported below.
+    progress->at("pull", 2);
+    PullJob pull;
+    pull.ref = *parse_image_ref(upload->ref);  // (checked by pull())
+    pull.username = upload->username;
+    pull.password = upload->password;
+    pull.insecure = cfg.insecure_registries;
+    pull.out = work / "image.tar";
+    pull.max_bytes = cfg.template_image_max_mib << 20;
+    pull.deadline = deadline;
+    pull.stop = progress->cancel.get_token();
+    pull.log = log;
+    auto pulled = pull_image(pull);
+    if (cancelled()) return finish(why_cancelled());
+    if (!pulled) return finish(pulled.error().message);
+    log("pull: " + std::to_string(pulled->bytes >> 20) + " MiB, every blob verified");
+    upload->file = pull.out;
+  }
   if (upload) {
     progress->at("import", 5);
     ImportJob job;

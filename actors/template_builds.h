@@ -55,10 +55,13 @@ struct BuildProgress {
   std::string tail(size_t n) const;  // the last n lines, joined
 };
 
-// An image archive uploaded for an import (PUT /v1/templates/{name}/image).
+// An image archive uploaded for an import (PUT /v1/templates/{name}/image), or pulled by
+// reference from a registry (POST /v1/templates {image}: actors/image_pull.h).
 struct ImageUpload {
-  std::filesystem::path file;  // in TemplateBuilds::upload_dir()
-  uint64_t disk_mib = 0;       // its root disk (0: 4x the archive + 1 GiB, at least 2 GiB)
+  std::filesystem::path file;      // in TemplateBuilds::upload_dir() (an upload)
+  std::string ref;                 // the reference (a pull; `file` empty)
+  std::string username, password;  // its registry credentials ("": anonymous)
+  uint64_t disk_mib = 0;           // its root disk (0: 4x the archive + 1 GiB, at least 2 GiB)
   bool start = true;  // the image's Entrypoint/Cmd runs in every sandbox (if it exposes a port)
 };
 
@@ -82,6 +85,10 @@ class TemplateBuilds {
   // whatever the answer. `spec`: its shape and network only.
   Reply<TemplateState> import(const std::string& tenant, const std::string& name,
                               const TemplateSpec& spec, const ImageUpload& upload);
+  // Starts a pull of `upload.ref` (checked: parse_image_ref) imported as `tenant`'s template
+  // `name`, as import() does with an upload.
+  Reply<TemplateState> pull(const std::string& tenant, const std::string& name,
+                            const TemplateSpec& spec, const ImageUpload& upload);
   // Where uploads of image archives are written while they arrive (emptied at start-up).
   std::filesystem::path upload_dir() const;
 

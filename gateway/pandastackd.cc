@@ -81,7 +81,10 @@ const char* kUsage = R"(usage: pandastackd [options]
                       are not offered, 501)
   --template-build-timeout S  the most one build may take (default 1800 s)
   --template-packages-mib N   the most .deb files one build may fetch (default 2048 MiB)
-  --template-image-mib N      the largest image archive an import takes (default 4096 MiB; 413)
+  --template-image-mib N      the largest image archive an import takes, uploaded or pulled
+                              (default 4096 MiB; 413)
+  --insecure-registry HOST:PORT  a registry image pulls may reach over plain http (repeatable;
+                              loopback ones always may)
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
@@ -184,6 +187,8 @@ int main(int argc, char** argv) {
       config.template_packages_max_mib = parse_u32(a, value());
     else if (a == "--template-image-mib")
       config.template_image_max_mib = parse_u32(a, value());
+    else if (a == "--insecure-registry")
+      config.insecure_registries.push_back(value());
     else if (a == "--state-dir")
       state_dir = value();
     else if (a == "--disk-dir")

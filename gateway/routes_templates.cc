@@ -57,11 +57,33 @@ std::string name_param(const Request& r) {
 }
 
 HttpReply build(Call& c) {
-  Fields f(c.r.json(),
-           {"name", "from", "packages", "files", "run", "env", "network", "memory_mib", "vcpus",
-            "dockerfile", "context", "build_args", "start", "ready_port", "ready_cmd"});
+  Fields f(c.r.json(), {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
+                        "vcpus", "dockerfile", "context", "build_args", "start", "ready_port",
+                        "ready_cmd", "image", "registry_secret", "disk_mib"});
   if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
   actors::TemplateSpec spec;
+  if (f.has("image")) {
+    // A pull by reference (actors/image_pull.h), imported as an upload is.
+    for (auto k : {"from", "packages", "files", "run", "env", "dockerfile", "context", "build_args",
+                   "ready_port", "ready_cmd"})
+      if (f.has(k))
+        throw ApiError{Code::invalid_argument,
+                       std::string(k) + " is the image's to say (an import takes none)"};
+    spec.network = f.boolean("network", true);
+    spec.memory_mib = uint32_t(f.integer("memory_mib", 0, 1, 1 << 20));
+    spec.vcpus = uint32_t(f.integer("vcpus", 0, 1, 1024));
+    auto disk = uint64_t(
+        f.integer("disk_mib", 0, 256, int64_t(c.gw.rt.config().template_image_disk_max_mib)));
+    if (f.has("start") && f.str("start") != "auto" && f.str("start") != "none")
+      throw ApiError{Code::invalid_argument,
+                     "start: \"auto\" (the image's Cmd when it exposes a port) or \"none\""};
+    auto t = unwrap(c.gw.rt.pull_template(c.tenant(), f.str("name"), spec, f.str("image"),
+                                          f.str("registry_secret"), disk,
+                                          f.str("start", "auto") == "auto"));
+    auto j = custom_json(t);
+    j.set("progress", "/v1/templates/" + t.name + "/build");
+    return json_reply(202, j);
+  }
   if (f.has("dockerfile")) {
     // A Dockerfile (actors/dockerfile.h) says what from, files, run and env do; packages still
     // come from the host's package lists (the build has no network for RUN apt-get).
@@ -148,7 +170,9 @@ std::vector<Route> template_routes() {
       route(M::POST, "/v1/templates",
             "Build a template of your own {name, from, packages, files, run, env, network, "
             "memory_mib, vcpus} or {name, dockerfile, context, build_args, packages, network, "
-            "memory_mib, vcpus}: 202, then follow GET /v1/templates/{name}/build",
+            "memory_mib, vcpus}, or pull an image {name, image, registry_secret, disk_mib, "
+            "start, network, memory_mib, vcpus}: 202, then follow GET "
+            "/v1/templates/{name}/build",
             build),
       route(M::PUT, "/v1/templates/{name}/image",
             "Import an image as a template of yours: the body is a `docker save` archive or an "

@@ -10,6 +10,7 @@ PACKAGES=(
   postgresql-client python3-psycopg2 clang libclang-rt-14-dev
   etcd-server etcd-client
   chromium fonts-dejavu-core
+  docker-registry skopeo
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -26,3 +27,8 @@ SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO=sudo
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# (docker-registry is for the image-pull tests, which run their own on loopback: not the package's
+# service, which systemd would otherwise keep running on :5000)
+if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
+  $SUDO systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi

@@ -236,7 +236,8 @@ HttpResponse HttpClient::request(const std::string& method, const std::string& p
 HttpResponse HttpClient::request_impl(const std::string& method, const std::string& path,
                                       const std::string& body, const std::string& content_type,
                                       const std::function<void(const std::string&)>& on_data,
-                                      const std::string& extra_headers) {
+                                      const std::string& extra_headers, const Accept& accept,
+                                      size_t max_body) {
   HttpResponse r;
   if (!valid_url()) {
     r.error = setup_error_;
@@ -283,13 +284,18 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
       r.headers[k] = v;
     }
     if (r.status == 101) return r;  // the connection is someone else's protocol now
-    auto deliver = [&](std::string chunk) {
-      if (on_data)
-        on_data(chunk);
-      else
-        r.body += chunk;
-    };
+    const bool streamed = on_data && (!accept || accept(r.status, r.headers));
     bool ok = true;
+    auto deliver = [&](std::string chunk) {
+      if (streamed) {
+        on_data(chunk);
+      } else if (r.body.size() + chunk.size() > max_body) {
+        r.error = "the answer's body is larger than " + std::to_string(max_body) + " bytes";
+        ok = false;
+      } else {
+        r.body += chunk;
+      }
+    };
     if (r.headers["transfer-encoding"].find("chunked") != std::string::npos) {
       for (;;) {
         if (!read_line(line, r.error)) {
@@ -304,12 +310,21 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
         }
         if (n == 0) break;
         deliver(std::move(chunk));
+        if (!ok) break;
       }
     } else if (r.headers.count("content-length")) {
-      std::string all;
-      ok =
-          read_exact(std::strtoull(r.headers["content-length"].c_str(), nullptr, 10), all, r.error);
-      if (ok) deliver(std::move(all));
+      uint64_t left = std::strtoull(r.headers["content-length"].c_str(), nullptr, 10);
+      if (!streamed && left > max_body) {
+        r.error = "the answer's body is larger than " + std::to_string(max_body) + " bytes";
+        ok = false;
+      }
+      while (ok && left > 0) {  // (in parts: a streamed body is never held whole)
+        std::string part;
+        size_t n = size_t(std::min<uint64_t>(left, 1 << 20));
+        ok = read_exact(n, part, r.error);
+        if (ok) deliver(std::move(part));
+        left -= n;
+      }
     } else if (r.status != 204) {
       std::string err;
       while (read_more(err)) {
@@ -326,6 +341,14 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
     return r;
   }
   return r;
+}
+
+HttpResponse HttpClient::exchange(const std::string& method, const std::string& path,
+                                  const std::string& extra_headers, const Accept& accept,
+                                  const std::function<void(const std::string&)>& on_data,
+                                  size_t max_body) {
+  return request_impl(method, path, "", "application/json", on_data, extra_headers, accept,
+                      max_body);
 }
 
 int HttpClient::upgrade(const std::string& path, std::string& leftover, HttpResponse& refused) {

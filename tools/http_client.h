@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -60,6 +61,15 @@ class HttpClient {
                       F&& on_data) {
     return request_impl(method, path, body, "application/json", on_data);
   }
+  // Which responses stream to `on_data`: given the status and headers (names lower-cased).
+  using Accept = std::function<bool(int status, const std::map<std::string, std::string>&)>;
+  // One request with extra header lines (each "Name: value\r\n"): an accepted response's body
+  // goes to `on_data` as it arrives (in parts of at most 1 MiB, never held whole), any other
+  // into the answer's body (at most `max_body` bytes: more fails the request).
+  HttpResponse exchange(const std::string& method, const std::string& path,
+                        const std::string& extra_headers, const Accept& accept,
+                        const std::function<void(const std::string&)>& on_data,
+                        size_t max_body = 4 << 20);
   // A WebSocket upgrade of GET `path` on a fresh connection. On 101 the socket is the caller's
   // (returned; blocking, no receive timeout) and `leftover` holds the bytes read past the
   // response's head; otherwise -1, and `refused` is the reply (or a transport error).
@@ -69,7 +79,8 @@ class HttpClient {
   HttpResponse request_impl(const std::string& method, const std::string& path,
                             const std::string& body, const std::string& content_type,
                             const std::function<void(const std::string&)>& on_data,
-                            const std::string& extra_headers = "");
+                            const std::string& extra_headers = "", const Accept& accept = nullptr,
+                            size_t max_body = SIZE_MAX);
   bool connect_socket(std::string& error);
   void close_socket();
   bool read_more(std::string& error);

@@ -484,6 +484,88 @@ class TemplateTest(unittest.TestCase):
         self.assertEqual([t["name"] for t in left["templates"] if t["kind"] == "custom"], [])
         self.assertEqual(os.listdir(os.path.join(self.data, "template-uploads")), [])
 
+    def test_8_an_image_pulled_from_a_registry(self):
+        """An image pulled by reference (issue 37) from a registry the test runs on loopback
+        (Debian's docker-registry, the busybox image pushed to it by skopeo: gzip layers, a
+        Docker v2 manifest): the template ready, a sandbox of it serving; a tag the registry
+        lacks fails with 404 named; a secret that does not name the registry and a malformed
+        reference are 400 before anything starts."""
+        import socket
+        for t in self.api.call("GET", "/v1/templates")[1]["templates"]:
+            if t["kind"] == "custom":
+                self.api.call("DELETE", f"/v1/templates/{t['name']}")
+        folder = tempfile.mkdtemp(prefix="pst-registry-", dir=self.base)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(os.path.join(folder, "config.yml"), "w") as f:
+            f.write(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+                    f"    rootdirectory: {folder}/data\nhttp:\n  addr: 127.0.0.1:{port}\n")
+        registry = subprocess.Popen(["docker-registry", "serve", os.path.join(folder,
+                                                                              "config.yml")],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            archive = os.path.join(folder, "busybox.tar")
+            with open(archive, "wb") as f:
+                f.write(oa.docker_save(oa.busybox_layers(), oa.BUSYBOX_CONFIG))
+            ref = f"127.0.0.1:{port}/test/busybox:1"
+            for _ in range(50):  # (the registry listening)
+                r = subprocess.run(["skopeo", "--insecure-policy", "copy", "--dest-tls-verify=false",
+                                    f"docker-archive:{archive}", f"docker://{ref}"],
+                                   capture_output=True, text=True, timeout=60)
+                if r.returncode == 0:
+                    break
+                import time
+                time.sleep(0.2)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            s, b = self.api.call("POST", "/v1/templates", {"name": "pulled", "image": ref})
+            self.assertEqual(s, 202, b)
+            _, lines, end = self.follow("pulled")
+            self.assertEqual(end["status"], "ready", (end, lines[-30:]))
+            text = "\n".join(lines)
+            self.assertIn("layers, ", text)
+            self.assertIn("every blob verified", text)
+            s, t = self.api.call("GET", "/v1/templates/pulled")
+            self.assertTrue(t["image"].startswith(ref + "@sha256:"), t)
+            self.assertEqual(t["ready_port"], 8080, t)
+            print(f"\n  image pull: {t['build_ms']} ms to ready", file=sys.stderr)
+            s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "pulled"})
+            self.assertEqual(s, 201, sbx)
+            s, r = self.api.exec(
+                sbx["id"], "cat /srv/hello.txt; printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n'"
+                " | nc 127.0.0.1 8080 | tail -1")
+            self.assertEqual((s, r.get("stdout")),
+                             (200, "hello from the image\n<h1>served by busybox</h1>\n"), r)
+            self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+            self.assertEqual(self.api.call("DELETE", "/v1/templates/pulled")[0], 200)
+            # A tag it lacks: the build fails naming it.
+            s, b = self.api.call("POST", "/v1/templates",
+                                 {"name": "missing", "image": f"127.0.0.1:{port}/test/busybox:2"})
+            self.assertEqual(s, 202, b)
+            _, _, end = self.follow("missing")
+            self.assertEqual(end["status"], "failed", end)
+            self.assertIn("not found (404)", end["error"])
+            self.assertEqual(self.api.call("DELETE", "/v1/templates/missing")[0], 200)
+            # Refused before anything starts.
+            self.assertEqual(self.api.call("POST", "/v1/secrets", {
+                "name": "REGISTRY", "value": "u:p", "hosts": ["ghcr.io"]})[0], 201)
+            self.assertError(self.api.call("POST", "/v1/templates", {
+                "name": "x", "image": ref, "registry_secret": "REGISTRY"}), 400,
+                "invalid_argument")
+            self.assertError(self.api.call("POST", "/v1/templates", {
+                "name": "x", "image": ref, "registry_secret": "NOPE"}), 404, "secret_not_found")
+            self.api.call("DELETE", "/v1/secrets/REGISTRY")
+            for bad in ("UPPER/case", "a b", "x@sha256:12", "x:" + "t" * 200):
+                self.assertError(self.api.call("POST", "/v1/templates",
+                                               {"name": "x", "image": bad}),
+                                 400, "invalid_argument")
+            self.assertError(self.api.call("POST", "/v1/templates",
+                                           {"name": "x", "image": ref, "run": ["true"]}),
+                             400, "invalid_argument")
+        finally:
+            registry.terminate()
+            registry.wait(timeout=10)
+
     def test_3_bad_input(self):
         bad = [({"name": "Bad"}, 400, "invalid_argument"),
                ({}, 400, "invalid_argument"),

@@ -344,6 +344,20 @@ int api_main(int argc, char** argv) {
     need(1);
     return template_build(api, o, o.pos[0]);
   }
+  if (group == "template" && verb == "pull") {
+    need(2);
+    Json body = Json::object();
+    body.set("name", o.pos[0]);
+    body.set("image", o.pos[1]);
+    if (o.secrets.size() > 1) usage("template pull: one --secret (the registry's credentials)");
+    if (!o.secrets.empty()) body.set("registry_secret", o.secrets.front());
+    if (o.flags.count("--size")) body.set("disk_mib", seconds_flag(o, "--size"));
+    if (o.flags.count("--no-start")) body.set("start", "none");
+    if (o.no_network) body.set("network", false);
+    set_shape(body, o);
+    api.json("POST", "/v1/templates", body.dump());
+    return follow_build(api, o, o.pos[0]);
+  }
   if (group == "template" && verb == "import") {
     need(2);
     return template_import(api, o, o.pos[0], o.pos[1]);

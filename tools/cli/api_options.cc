@@ -73,6 +73,11 @@ const char* const kApiUsage = R"(usage:
       Imports an image as a template of yours: ARCHIVE is `docker save IMAGE > image.tar` or an
       OCI image layout tar (unpacked in a builder microVM; its Env, WorkingDir, User kept; its
       Entrypoint/Cmd started in every sandbox when it exposes a port, unless --no-start).
+  pandastack template pull NAME IMAGE [--secret S] [--memory MIB] [--vcpus N] [--size DISK_MIB]
+                          [--no-start] [--no-network] [--json]
+      Pulls IMAGE (python:3.12-slim, ghcr.io/org/app:1, ...) from its registry and imports it
+      as above; --secret: a secret of yours ("user:password" or a token) whose hosts name the
+      registry.
   pandastack template publish SANDBOX_ID NAME [--json]   a running sandbox (its disk and memory,
                                                        now) as a template of yours
   pandastack template get|delete NAME [--json]
