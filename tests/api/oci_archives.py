@@ -76,8 +76,8 @@ def docker_save(layers, config=None, tag="pandastack-test:latest", diff_ids=None
     return buf.getvalue()
 
 
-def oci_layout(layers, config=None, compress=True, ref="latest"):
-    """An OCI image layout tar (oci-layout, index.json, blobs/sha256), gzip layers."""
+def oci_blobs(layers, config=None, compress=True):
+    """An image as a registry holds it: (its manifest's bytes, {hex digest: blob bytes})."""
     blobs = {}
 
     def blob(b):
@@ -96,6 +96,17 @@ def oci_layout(layers, config=None, compress=True, ref="latest"):
     manifest = json.dumps({"schemaVersion": 2,
                            "mediaType": "application/vnd.oci.image.manifest.v1+json",
                            "config": cd, "layers": lds}).encode()
+    return manifest, blobs
+
+
+def oci_layout(layers, config=None, compress=True, ref="latest"):
+    """An OCI image layout tar (oci-layout, index.json, blobs/sha256), gzip layers."""
+    manifest, blobs = oci_blobs(layers, config, compress)
+
+    def blob(b):
+        blobs[sha(b)] = b
+        return {"digest": "sha256:" + sha(b), "size": len(b)}
+
     md = blob(manifest)
     md["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
     md["annotations"] = {"org.opencontainers.image.ref.name": ref}

@@ -566,6 +566,53 @@ class TemplateTest(unittest.TestCase):
             registry.terminate()
             registry.wait(timeout=10)
 
+    def test_9_a_pull_signs_in_and_checks_every_blob(self):
+        """A pull from a registry that wants sign-in (Docker's token flow: the 401's Bearer
+        challenge, a token for the secret's user:password) and redirects its blobs to another
+        host (which never sees the credentials): ready. Without the secret: failed, the token
+        service's refusal named. A blob whose bytes do not match its digest: failed, nothing
+        imported."""
+        from registry import Registry
+        for t in self.api.call("GET", "/v1/templates")[1]["templates"]:
+            if t["kind"] == "custom":
+                self.api.call("DELETE", f"/v1/templates/{t['name']}")
+        manifest, blobs = oa.oci_blobs(oa.busybox_layers(), oa.BUSYBOX_CONFIG)
+        reg = Registry(manifest, blobs, "team/app", "1", user="puller", password="s3cret").start()
+        try:
+            ref = f"127.0.0.1:{reg.port}/team/app:1"
+            self.assertEqual(self.api.call("POST", "/v1/secrets", {
+                "name": "REGISTRY", "value": "puller:s3cret", "hosts": ["127.0.0.1"]})[0], 201)
+            s, b = self.api.call("POST", "/v1/templates", {"name": "signed-in", "image": ref,
+                                                           "registry_secret": "REGISTRY"})
+            self.assertEqual(s, 202, b)
+            _, lines, end = self.follow("signed-in")
+            self.assertEqual(end["status"], "ready", (end, lines[-30:]))
+            paths = [p for p, _ in reg.log]
+            self.assertTrue(any(p.startswith("/token") for p in paths), paths)
+            self.assertTrue(any(p.startswith("/cdn/") for p in paths), paths)
+            self.assertFalse(reg.cdn_saw_credentials, "the CDN got the registry's credentials")
+            self.assertEqual(self.api.call("DELETE", "/v1/templates/signed-in")[0], 200)
+
+            s, b = self.api.call("POST", "/v1/templates", {"name": "anonymous", "image": ref})
+            self.assertEqual(s, 202, b)
+            _, _, end = self.follow("anonymous")
+            self.assertEqual(end["status"], "failed", end)
+            self.assertIn("token service answered 401 (anonymous)", end["error"])
+            self.assertEqual(self.api.call("DELETE", "/v1/templates/anonymous")[0], 200)
+
+            layer = json.loads(manifest)["layers"][1]["digest"][7:]
+            reg.tamper = layer
+            s, b = self.api.call("POST", "/v1/templates", {"name": "tampered", "image": ref,
+                                                           "registry_secret": "REGISTRY"})
+            self.assertEqual(s, 202, b)
+            _, _, end = self.follow("tampered")
+            self.assertEqual(end["status"], "failed", end)
+            self.assertIn(f"blob sha256:{layer[:12]} does not match its digest", end["error"])
+            self.assertEqual(self.api.call("DELETE", "/v1/templates/tampered")[0], 200)
+            self.api.call("DELETE", "/v1/secrets/REGISTRY")
+        finally:
+            reg.stop()
+
     def test_3_bad_input(self):
         bad = [({"name": "Bad"}, 400, "invalid_argument"),
                ({}, 400, "invalid_argument"),
