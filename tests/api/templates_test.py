@@ -474,6 +474,16 @@ class TemplateTest(unittest.TestCase):
             ["escape/pandastack-escaped", "outside the image"])
         self.assertFalse(os.path.exists("/etc/pandastack-escaped"))
         refused("not-an-archive", b"hello" * 1000, ["not a tar archive"])
+        # Through the Python SDK: Template.import_image raises with the reason.
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "sdk", "python"))
+        import pandastack
+        with self.assertRaises(pandastack.TemplateBuildFailed) as raised:
+            pandastack.Template.import_image(
+                "sdk-import", oa.docker_save([oa.layer([oa.entry("../x", data="x")])]),
+                api_key=self.api.key, base_url=self.daemon.url)
+        self.assertIn("climbs out with '..'", str(raised.exception))
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/sdk-import")[0], 200)
         self.assertError(self.api.call("PUT", "/v1/templates/empty/image", raw=b""),
                          400, "invalid_argument")
         self.assertError(self.api.call("PUT", "/v1/templates/big/image",
@@ -518,10 +528,15 @@ class TemplateTest(unittest.TestCase):
                 import time
                 time.sleep(0.2)
             self.assertEqual(r.returncode, 0, r.stderr)
-            s, b = self.api.call("POST", "/v1/templates", {"name": "pulled", "image": ref})
-            self.assertEqual(s, 202, b)
-            _, lines, end = self.follow("pulled")
-            self.assertEqual(end["status"], "ready", (end, lines[-30:]))
+            # Through the Python SDK: Template.pull, its progress lines.
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                            "..", "sdk", "python"))
+            import pandastack
+            lines = []
+            tpl = pandastack.Template.pull("pulled", ref, api_key=self.api.key,
+                                           base_url=self.daemon.url,
+                                           on_progress=lambda p: p.line and lines.append(p.line))
+            self.assertEqual(tpl.info.status, "ready")
             text = "\n".join(lines)
             self.assertIn("layers, ", text)
             self.assertIn("every blob verified", text)

@@ -754,6 +754,26 @@ class Template:
         return cls._follow(http, name, on_progress)
 
     @classmethod
+    def pull(cls, name: str, image: str, *, registry_secret: Optional[str] = None,
+             network: bool = True, memory_mib: Optional[int] = None,
+             vcpus: Optional[int] = None, disk_mib: Optional[int] = None, start: bool = True,
+             on_progress: Optional[Any] = None, timeout: float = 1800.0,
+             api_key: Optional[str] = None, base_url: Optional[str] = None) -> "Template":
+        """Pulls ``image`` (``python:3.12-slim``, ``ghcr.io/org/app:1``, ...) from its registry
+        and imports it as template ``name`` (as ``import_image`` does with an archive), waiting
+        for it. ``registry_secret``: a secret of yours (``user:password`` or a token) whose
+        hosts name the registry."""
+        http = _Http(api_key, base_url, timeout)
+        body: Dict[str, Any] = {"name": name, "image": image, "network": network,
+                                "start": "auto" if start else "none"}
+        for k, v in (("memory_mib", memory_mib), ("vcpus", vcpus), ("disk_mib", disk_mib),
+                     ("registry_secret", registry_secret)):
+            if v is not None:
+                body[k] = v
+        http.call("POST", "/v1/templates", json=body)
+        return cls._follow(http, name, on_progress)
+
+    @classmethod
     def _follow(cls, http: "_Http", name: str, on_progress: Optional[Any]) -> "Template":
         """A build's (or an import's) progress until it ends."""
         stage, percent, end = "queued", 0, None
