@@ -6,7 +6,8 @@
 // (actors/dockerfile.h), built in a builder microVM like every template; a template's id is its
 // name, and E2B's Sandbox.create(name) makes sandboxes of it.
 //
-// Served: fromTemplate (a shipped template) or E2B's default image (e2bdev/base: our base), RUN
+// Served: fromTemplate (a shipped template, or one of the tenant's own: a build, an imported or
+// pulled image) or E2B's default image (e2bdev/base: our base), RUN
 // (with its user), ENV, WORKDIR, USER, setStartCmd/setReadyCmd (TemplateSpec::start and
 // ready_cmd: started before the bake, so every sandbox restores with it running), cpuCount and
 // memoryMB. aptInstall's command, exactly as the SDK writes it, becomes the build's Debian
@@ -138,8 +139,9 @@ actors::TemplateSpec spec_of(const Json& b, const Pending& p) {
     if (image != "e2bdev/base" && image != "e2bdev/base:latest")
       throw ApiError{Code::not_implemented,
                      "fromImage(" + image +
-                         ") is not served here: images are not imported yet (fromTemplate('base'), "
-                         "or E2B's default image, e2bdev/base, which is our base)"};
+                         ") is not served by this builder: pull the image as a template of yours "
+                         "first (POST /v1/templates {name, image}, or `pandastack template pull "
+                         "NAME IMAGE`) and build fromTemplate(NAME); e2bdev/base is our base"};
     from = "base";
   } else {
     throw ApiError{Code::invalid_argument, "fromTemplate or fromImage is required"};
