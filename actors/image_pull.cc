@@ -148,20 +148,6 @@ std::optional<Url> parse_url(const std::string& u) {
   return out;
 }
 
-std::string query_escape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += char(c);
-    } else {
-      char b[4];
-      std::snprintf(b, sizeof b, "%%%02X", c);
-      out += b;
-    }
-  }
-  return out;
-}
-
 // The registry's HTTP API for one pull: authentication, redirects.
 class Registry {
  public:
@@ -252,7 +238,7 @@ class Registry {
     std::string q;
     for (auto k : {"service", "scope"})
       if (!ch->params[k].empty())
-        q += (q.empty() ? "?" : "&") + std::string(k) + "=" + query_escape(ch->params[k]);
+        q += (q.empty() ? "?" : "&") + std::string(k) + "=" + tools::url_encode(ch->params[k]);
     auto realm = parse_url(url);
     if (!realm || (realm->scheme != "https" && !loopback(realm->host)))
       return failed("the registry's token service is not https: " + url.substr(0, 200));

@@ -260,14 +260,40 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
     }
     spec.from = *from;  // (its id)
   }
+  return launch(tenant, name, spec, std::nullopt);
+}
+
+Reply<TemplateState> TemplateBuilds::launch(const std::string& tenant, const std::string& name,
+                                            const TemplateSpec& spec,
+                                            std::optional<ImageUpload> image) {
   auto started = begin(tenant, name, spec);
   if (!started) return started;
+  if (image && image->ref.empty()) {
+    // The build's own folder takes the upload over (one file system: a rename).
+    std::error_code ec;
+    auto work = env_.config.data_dir / "template-builds" / started->id;
+    fs::remove_all(work, ec);
+    fs::create_directories(work, ec);
+    auto to = work / "image.tar";
+    fs::rename(image->file, to, ec);
+    image->file = to;
+  }
   auto progress = std::make_shared<BuildProgress>();
   std::lock_guard g(mu_);
   progress_[started->id] = progress;
   threads_.emplace_back(
-      [this, id = started->id, spec, progress] { run(id, spec, progress, std::nullopt); });
+      [this, id = started->id, spec, progress, image] { run(id, spec, progress, image); });
   return started;
+}
+
+TemplateSpec TemplateBuilds::image_spec(const TemplateSpec& asked, std::string image) const {
+  TemplateSpec spec;
+  spec.from.clear();  // (its root file system is the image's)
+  spec.image = std::move(image);
+  spec.network = asked.network;
+  spec.memory_mib = asked.memory_mib;
+  spec.vcpus = asked.vcpus;
+  return with_shape(spec);
 }
 
 fs::path TemplateBuilds::upload_dir() const { return env_.config.data_dir / "template-uploads"; }
@@ -276,53 +302,20 @@ Reply<TemplateState> TemplateBuilds::pull(const std::string& tenant, const std::
                                           const TemplateSpec& asked, const ImageUpload& upload) {
   auto ref = parse_image_ref(upload.ref);
   if (!ref) return ref.error();
-  TemplateSpec spec;
-  spec.from.clear();  // (its root file system is the image's)
-  spec.image = "pull of " + ref->text();
-  spec.network = asked.network;
-  spec.memory_mib = asked.memory_mib;
-  spec.vcpus = asked.vcpus;
-  spec = with_shape(spec);
-  auto started = begin(tenant, name, spec);
-  if (!started) return started;
-  auto progress = std::make_shared<BuildProgress>();
-  std::lock_guard g(mu_);
-  progress_[started->id] = progress;
-  threads_.emplace_back(
-      [this, id = started->id, spec, progress, upload] { run(id, spec, progress, upload); });
-  return started;
+  return launch(tenant, name, image_spec(asked, "pull of " + ref->text()), upload);
 }
 
 Reply<TemplateState> TemplateBuilds::import(const std::string& tenant, const std::string& name,
                                             const TemplateSpec& asked, const ImageUpload& upload) {
   std::error_code ec;
   auto size = fs::file_size(upload.file, ec);
-  auto drop = [&] { fs::remove(upload.file, ec); };
-  if (ec) return Rejection{Code::storage_error, "the upload: " + ec.message()};
-  TemplateSpec spec;
-  spec.from.clear();  // (its root file system is the image's)
-  spec.image = "upload of " + std::to_string(size) + " bytes";
-  spec.network = asked.network;
-  spec.memory_mib = asked.memory_mib;
-  spec.vcpus = asked.vcpus;
-  spec = with_shape(spec);
-  auto started = begin(tenant, name, spec);
-  if (!started) {
-    drop();
-    return started;
+  if (ec) {
+    fs::remove(upload.file, ec);
+    return Rejection{Code::storage_error, "the upload: " + ec.message()};
   }
-  // The build's own folder takes the upload over (one file system: a rename).
-  auto work = env_.config.data_dir / "template-builds" / started->id;
-  fs::remove_all(work, ec);
-  fs::create_directories(work, ec);
-  ImageUpload mine = upload;
-  mine.file = work / "image.tar";
-  fs::rename(upload.file, mine.file, ec);
-  auto progress = std::make_shared<BuildProgress>();
-  std::lock_guard g(mu_);
-  progress_[started->id] = progress;
-  threads_.emplace_back(
-      [this, id = started->id, spec, progress, mine] { run(id, spec, progress, mine); });
+  auto started = launch(tenant, name,
+                        image_spec(asked, "upload of " + std::to_string(size) + " bytes"), upload);
+  if (!started) fs::remove(upload.file, ec);
   return started;
 }
 

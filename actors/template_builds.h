@@ -129,6 +129,11 @@ class TemplateBuilds {
   // The checks and the record of a new build or import (a running_ slot taken).
   Reply<TemplateState> begin(const std::string& tenant, const std::string& name,
                              const TemplateSpec& spec);
+  // begin(), then run() on a thread of its own.
+  Reply<TemplateState> launch(const std::string& tenant, const std::string& name,
+                              const TemplateSpec& spec, std::optional<ImageUpload> image);
+  // An import's spec: what it is of (`image`), and the shape and network `asked`.
+  TemplateSpec image_spec(const TemplateSpec& asked, std::string image) const;
   // A build (`image` none) or an import, on its own thread, to its end.
   void run(std::string id, TemplateSpec spec, std::shared_ptr<BuildProgress> progress,
            std::optional<ImageUpload> image);
