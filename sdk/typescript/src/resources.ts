@@ -3,7 +3,7 @@ import { PandaStackError, TemplateBuildFailedError } from "./errors.js";
 import { Http, type Json } from "./http.js";
 import { sid } from "./sandbox.js";
 import type {
-  ClientOptions, DatabaseBackup, DatabaseInfo, SecretInfo, TemplateBuildOptions, TemplateInfo, VolumeCreateOptions,
+  ClientOptions, DatabaseBackup, DatabaseInfo, SecretInfo, TemplateBuildOptions, TemplateImageOptions, TemplateInfo, BuildProgress, VolumeCreateOptions,
   VolumeInfo, VolumeMount, VolumeSnapshotInfo,
 } from "./types.js";
 
@@ -64,6 +64,36 @@ export class Template {
     if (opts.memoryMib !== undefined) body.memory_mib = opts.memoryMib;
     if (opts.vcpus !== undefined) body.vcpus = opts.vcpus;
     await http.json("POST", "/v1/templates", { json: body });
+    return Template.follow(http, name, opts.onProgress);
+  }
+  /** Pulls `image` ("python:3.12-slim", "ghcr.io/org/app:1", ...) from its registry and
+   * imports it as template `name`, waiting for it. */
+  static async pull(name: string, image: string, opts: TemplateImageOptions = {}): Promise<Template> {
+    const http = new Http(opts);
+    const body: Json = { name, image, network: opts.network ?? true, start: opts.start === false ? "none" : "auto" };
+    if (opts.memoryMib !== undefined) body.memory_mib = opts.memoryMib;
+    if (opts.vcpus !== undefined) body.vcpus = opts.vcpus;
+    if (opts.diskMib !== undefined) body.disk_mib = opts.diskMib;
+    if (opts.registrySecret !== undefined) body.registry_secret = opts.registrySecret;
+    await http.json("POST", "/v1/templates", { json: body });
+    return Template.follow(http, name, opts.onProgress);
+  }
+  /** Imports an image archive (`docker save IMAGE`, or an OCI image layout tar: its bytes) as
+   * template `name`, waiting for it. */
+  static async importImage(name: string, archive: Uint8Array, opts: TemplateImageOptions = {}): Promise<Template> {
+    const http = new Http(opts);
+    const query: Record<string, string | number> = {
+      network: String(opts.network ?? true), start: String(opts.start ?? true),
+    };
+    if (opts.memoryMib !== undefined) query.memory_mib = opts.memoryMib;
+    if (opts.vcpus !== undefined) query.vcpus = opts.vcpus;
+    if (opts.diskMib !== undefined) query.disk_mib = opts.diskMib;
+    await http.json("PUT", `/v1/templates/${sid(name)}/image`, { body: archive, query });
+    return Template.follow(http, name, opts.onProgress);
+  }
+  /** @internal A build's (or import's) progress until it ends. */
+  static async follow(http: Http, name: string, onProgress?: (p: BuildProgress) => void): Promise<Template> {
+    const opts = { onProgress };
     let stage = "queued", percent = 0, end: Json = null;
     for await (const { event, data } of http.events("GET", `/v1/templates/${sid(name)}/build`)) {
       if (event === "stage") {

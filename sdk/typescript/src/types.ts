@@ -116,6 +116,20 @@ export interface TemplateBuildOptions extends ClientOptions {
   onProgress?: (p: BuildProgress) => void;
 }
 
+/** An image imported (Template.importImage) or pulled (Template.pull) as a template. */
+export interface TemplateImageOptions extends ClientOptions {
+  network?: boolean;
+  memoryMib?: number;
+  vcpus?: number;
+  /** Its root disk (default: 4x the archive + 1 GiB, at least 2 GiB). */
+  diskMib?: number;
+  /** false: the image's Entrypoint/Cmd never runs (by default it does when it exposes a port). */
+  start?: boolean;
+  /** A pull's credentials: a secret of yours ("user:password" or a token) naming the registry. */
+  registrySecret?: string;
+  onProgress?: (p: BuildProgress) => void;
+}
+
 export type EgressMode = "deny_all" | "allow_all" | "allowlist";
 
 /** An exposed guest port; hostPort/address are null while the sandbox is not running. */
