@@ -1,16 +1,14 @@
 #include "gateway/rest.h"
 
-#include <fcntl.h>
 #include <kj/compat/url.h>
 #include <kj/debug.h>
-#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
@@ -37,6 +35,12 @@ namespace {
 // A body over its limit that is read and thrown away after the 413 (so that a client which
 // sends its whole body before it reads gets the answer) when it is at most this large.
 constexpr uint64_t kDrainMaxBytes = uint64_t(256) << 20;
+
+// Bodies written to disk as they arrive (image archives, up to Limits::max_upload_bytes each):
+// at most this many at once in the process (more: 429), so that uploads cannot fill the disk
+// faster than builds take them.
+constexpr int kMaxSpools = 2;
+std::atomic<int> g_spooling{0};
 
 // Reads and throws away up to `left` bytes of `in` (or until it ends), 64 KiB at a time.
 kj::Promise<void> drain_into(kj::AsyncInputStream& in, uint64_t left, kj::Array<kj::byte> buf) {
@@ -551,12 +555,27 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
     kj::Promise<kj::Array<kj::byte>> arrived = nullptr;
     if (kind == Route::Kind::file_body) {
       // Written to a file as it arrives; a pause longer than the body timeout is a 408.
+      if (g_spooling.fetch_add(1) >= kMaxSpools) {
+        g_spooling.fetch_sub(1);
+        return send(response,
+                    error_reply(Code::too_many_requests,
+                                std::to_string(kMaxSpools) +
+                                    " uploads of image archives are arriving on this host, the "
+                                    "most it takes at once: try again when one has"),
+                    t0);
+      }
       auto file = spool_file();
-      if (!file) return send(response, error_reply(file.error()), t0);
+      if (!file) {
+        g_spooling.fetch_sub(1);
+        return send(response, error_reply(file.error()), t0);
+      }
       req.body_file = file->first;
       arrived = spool(body, file->second, limit, 0)
                     .then([](uint64_t) { return kj::heapArray<kj::byte>(0); })
-                    .attach(kj::defer([fd = file->second] { ::close(fd); }));
+                    .attach(kj::defer([fd = file->second] {
+                      ::close(fd);
+                      g_spooling.fetch_sub(1);
+                    }));
     } else {
       arrived = body.readAllBytes(limit + 1).exclusiveJoin(kj::mv(slow));
     }
@@ -615,47 +634,6 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                       t0);
         });
   });
-}
-
-actors::Reply<std::pair<std::string, int>> Server::spool_file() {
-  auto dir = rt.template_upload_dir();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  unsigned char r[12];
-  if (RAND_bytes(r, sizeof r) != 1) return actors::Rejection{Code::internal, "no randomness"};
-  std::string name;
-  for (auto b : r) name += "0123456789abcdef"[b >> 4], name += "0123456789abcdef"[b & 15];
-  auto path = (dir / (name + ".part")).string();
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    return actors::Rejection{Code::storage_error,
-                             std::string("cannot store the upload: ") + strerror(errno)};
-  return std::pair{path, fd};
-}
-
-kj::Promise<uint64_t> Server::spool(kj::AsyncInputStream& in, int fd, uint64_t limit,
-                                    uint64_t so_far) {
-  auto buf = kj::heapArray<kj::byte>(1 << 20);
-  auto read = in.tryRead(buf.begin(), 1, buf.size());
-  auto paused =
-      timer.afterDelay(limits.body_timeout.count() * kj::MILLISECONDS).then([this]() -> size_t {
-        KJ_FAIL_REQUIRE("request_timeout: the upload paused longer than",
-                        limits.body_timeout.count());
-      });
-  return read.exclusiveJoin(kj::mv(paused))
-      .then([this, &in, fd, limit, so_far, buf = kj::mv(buf)](size_t got) -> kj::Promise<uint64_t> {
-        if (got == 0) return so_far;
-        if (so_far + got > limit)
-          KJ_FAIL_REQUIRE(
-              kj::str("file_too_large: the upload is larger than ", limit, " bytes").cStr());
-        for (size_t off = 0; off < got;) {
-          auto w = ::write(fd, buf.begin() + off, got - off);
-          if (w < 0 && errno == EINTR) continue;
-          if (w <= 0) KJ_FAIL_REQUIRE("storing the upload failed", strerror(errno));
-          off += size_t(w);
-        }
-        return spool(in, fd, limit, so_far + got);
-      });
 }
 
 actors::KeyInfo Server::auth(const Request& r) {

@@ -490,6 +490,24 @@ class TemplateTest(unittest.TestCase):
                                        raw=b"\0" * ((64 << 20) + 1)), 413, "file_too_large")
         self.assertError(self.api.call("PUT", "/v1/templates/Bad_Name/image", raw=b"x" * 512),
                          400, "invalid_argument")
+        # At most two uploads arrive at once: a third is 429 (the disk is not filled faster
+        # than builds take archives); the two cut short leave no file.
+        import socket
+        import time
+        host, port = self.daemon.url.split("//")[1].split(":")
+        slow = []
+        for i in range(2):
+            c = socket.create_connection((host, int(port)))
+            c.sendall((f"PUT /v1/templates/slow{i}/image HTTP/1.1\r\nHost: x\r\n"
+                       f"Authorization: Bearer {self.api.key}\r\nContent-Length: 1000000\r\n"
+                       "\r\n").encode() + b"\0" * 1000)
+            slow.append(c)
+        time.sleep(1)
+        self.assertError(self.api.call("PUT", "/v1/templates/third/image", raw=b"\0" * 1024),
+                         429, "too_many_requests")
+        for c in slow:
+            c.close()
+        time.sleep(1)
         s, left = self.api.call("GET", "/v1/templates")
         self.assertEqual([t["name"] for t in left["templates"] if t["kind"] == "custom"], [])
         self.assertEqual(os.listdir(os.path.join(self.data, "template-uploads")), [])
