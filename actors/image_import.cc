@@ -17,7 +17,6 @@
 namespace pandastack::actors {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 namespace {
@@ -27,12 +26,6 @@ constexpr const char* kBusyboxPath = "/run/pandastack-busybox";
 constexpr const char* kResultPath = "/run/pandastack-image.json";
 constexpr size_t kMaxResultBytes = 1 << 20;
 constexpr size_t kMaxListItems = 256, kMaxItemBytes = 4096;
-
-std::string sh_quote(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 Rejection bad_answer(const std::string& why) {
   return Rejection{Code::build_failed, "the importer's answer: " + why};
@@ -178,20 +171,11 @@ Reply<ImportedImage> import_in_vm(Env& env, const ImportJob& job) {
     busybox = s.str();
   }
 
-  auto c = env.vm_config("base", "import-" + job.id, "import-" + job.id);
-  c.memory_mib = job.spec.memory_mib;
-  c.vcpus = job.spec.vcpus;
-  c.name = "import-" + job.id;
-  c.hostname = "builder";
-  c.die_with_parent = true;  // (a restart fails the import)
-  c.network = nullptr;       // the image comes on a disk
-  auto left = std::chrono::duration_cast<milliseconds>(job.deadline - steady_clock::now());
-  if (left.count() <= 0) return Rejection{Code::timeout, "the build's time ran out"};
-  c.boot_timeout = std::min<milliseconds>(left, c.boot_timeout);
-  log("builder: booting a " + std::to_string(c.memory_mib) +
-      " MiB guest of base (no network) with the image as a read-only disk");
-  auto booted = vmm::Vm::boot(env.io, c);
-  if (!booted) return Rejection{Code::build_failed, "the builder VM: " + booted.error().message};
+  if (job.deadline <= steady_clock::now())
+    return Rejection{Code::timeout, "the build's time ran out"};
+  auto booted = boot_builder(env, "base", "import-" + job.id, job.spec.memory_mib, job.spec.vcpus,
+                             job.deadline, log, " with the image as a read-only disk");
+  if (!booted) return booted.error();
   auto& vm = **booted;
   at(10);
   auto bound = vm.bind_volumes(
@@ -231,10 +215,7 @@ Reply<ImportedImage> import_in_vm(Env& env, const ImportJob& job) {
   }
   fs::rename(tmp, out, ec);
   if (ec) return Rejection{Code::storage_error, "installing the root file system: " + ec.message()};
-  auto overlay =
-      vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
-                     out.string(), out.string() + ".overlay", std::to_string(job.disk_bytes)});
-  if (!overlay) return Rejection{Code::storage_error, overlay.error().message};
+  if (auto no = make_template_overlay(out, job.disk_bytes)) return *no;
   at(100);
   return image;
 }

@@ -53,19 +53,47 @@ std::string grow_script(uint64_t bytes) {
          "resize2fs in the guest)\"\nfi\n";
 }
 
-// A value in single quotes for sh.
-std::string sh_quote(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 uint32_t left_ms(steady_clock::time_point deadline) {
   auto left = std::chrono::duration_cast<milliseconds>(deadline - steady_clock::now()).count();
   return uint32_t(std::clamp<int64_t>(left, 1, int64_t(UINT32_MAX)));
 }
 
 }  // namespace
+
+std::string sh_quote(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
+                                             const std::string& run_name, uint32_t memory_mib,
+                                             uint32_t vcpus, steady_clock::time_point deadline,
+                                             const std::function<void(const std::string&)>& log,
+                                             const std::string& what) {
+  auto c = env.vm_config(from, run_name, run_name);
+  c.memory_mib = memory_mib;
+  c.vcpus = vcpus;
+  c.name = run_name;
+  c.hostname = "builder";
+  c.die_with_parent = true;  // (a builder never outlives the daemon: a restart fails its build)
+  c.network = nullptr;       // no network: what it needs comes on a disk
+  c.boot_timeout = std::min<milliseconds>(milliseconds(left_ms(deadline)), c.boot_timeout);
+  if (log)
+    log("builder: booting a " + std::to_string(c.memory_mib) + " MiB guest of " +
+        template_display_name(from) + " (no network)" + what);
+  auto booted = vmm::Vm::boot(env.io, c);
+  if (!booted) return Rejection{Code::build_failed, "the builder VM: " + booted.error().message};
+  return std::move(*booted);
+}
+
+std::optional<Rejection> make_template_overlay(const fs::path& rootfs, uint64_t size) {
+  auto overlay =
+      vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
+                     rootfs.string(), rootfs.string() + ".overlay", std::to_string(size)});
+  if (!overlay) return Rejection{Code::storage_error, overlay.error().message};
+  return std::nullopt;
+}
 
 std::optional<Rejection> run_builder_script(vmm::Vm& vm, const std::string& what,
                                             const std::string& script,
@@ -127,18 +155,9 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   if (!base_size) return Rejection{Code::internal, base_size.error().message};
   const uint64_t size = *base_size + (job.grow_mib << 20);
 
-  auto c = env.vm_config(spec.from, "build-" + job.id, "build-" + job.id);
-  c.memory_mib = spec.memory_mib;
-  c.vcpus = spec.vcpus;
-  c.name = "build-" + job.id;
-  c.hostname = "builder";
-  c.die_with_parent = true;  // (a builder never outlives the daemon: a restart fails its build)
-  c.network = nullptr;       // no network: the packages come on a disk
-  c.boot_timeout = std::min<milliseconds>(milliseconds(left_ms(job.deadline)), c.boot_timeout);
-  log("builder: booting a " + std::to_string(c.memory_mib) + " MiB guest of " +
-      template_display_name(spec.from) + " (no network)");
-  auto booted = vmm::Vm::boot(env.io, c);
-  if (!booted) return Rejection{Code::build_failed, "the builder VM: " + booted.error().message};
+  auto booted = boot_builder(env, spec.from, "build-" + job.id, spec.memory_mib, spec.vcpus,
+                             job.deadline, log, "");
+  if (!booted) return booted.error();
   auto& vm = **booted;
   at(10);
 
@@ -233,12 +252,7 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   }
   fs::rename(tmp, out, ec);
   if (ec) return Rejection{Code::storage_error, "installing the root file system: " + ec.message()};
-  // Its sandboxes' empty overlay, made here without opening the image (qemu-img -u): no host
-  // tool reads what the builder wrote.
-  auto overlay =
-      vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
-                     out.string(), (out.string() + ".overlay"), std::to_string(size)});
-  if (!overlay) return Rejection{Code::storage_error, overlay.error().message};
+  if (auto no = make_template_overlay(out, size)) return *no;
   at(100);
   return size;
 }

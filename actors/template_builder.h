@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -41,6 +42,23 @@ struct BuilderJob {
   std::function<void(const std::string&)> log;
   std::function<void(int percent)> at;  // progress within the build stage (0..100)
 };
+
+// A value in single quotes for sh.
+std::string sh_quote(const std::string& v);
+
+// Boots a builder microVM: a guest of template `from` (a shipped one or a tenant's id), jailed
+// like every sandbox, with no network, `memory_mib` and `vcpus`, never outliving the daemon (a
+// restart fails its build), within `deadline`. `what`: the log line's end. build_failed.
+Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
+                                             const std::string& run_name, uint32_t memory_mib,
+                                             uint32_t vcpus,
+                                             std::chrono::steady_clock::time_point deadline,
+                                             const std::function<void(const std::string&)>& log,
+                                             const std::string& what);
+
+// The empty overlay every sandbox of a template starts from, made next to its root file system
+// `rootfs` without opening it (qemu-img -u: no host tool reads what a builder wrote).
+std::optional<Rejection> make_template_overlay(const std::filesystem::path& rootfs, uint64_t size);
 
 // Runs `script` as root in a builder's guest (`sh -s`), each line of its output to `log`;
 // `what` names it in a failure (with the last line it printed). build_failed, timeout (the
