@@ -363,9 +363,13 @@ def set_meta(dirfd, name, m, is_link):
 
 
 def unpack_layer(root, archive, name, number):
-    what = f"layer {number}"
+    unpack_tar(root, archive.open_layer(name), f"layer {number}", name)
+
+
+def unpack_tar(root, stream, what, name, whiteouts=True):
+    """Unpacks the tar `stream` into `root`: an image's layer (`whiteouts`), or a build
+    context's archive (its `.wh.` names are files like any other; devices are skipped)."""
     created = set()  # the paths this layer made (an opaque whiteout keeps them)
-    stream = archive.open_layer(name)
     try:
         tar = tarfile.open(fileobj=stream, mode="r|")
         for m in tar:
@@ -379,11 +383,14 @@ def unpack_layer(root, archive, name, number):
             base = parts[-1]
             dirfd = root.open_dir(parts[:-1], where)
             try:
-                if base == ".wh..wh..opq":
+                if not whiteouts and (m.ischr() or m.isblk()):
+                    log(f"context: {where}: a device node skipped")
+                    continue
+                if whiteouts and base == ".wh..wh..opq":
                     keep = {p[-1] for p in created if p[:-1] == tuple(parts[:-1])}
                     root.empty(dirfd, keep)
                     continue
-                if base.startswith(".wh."):
+                if whiteouts and base.startswith(".wh."):
                     root.remove(dirfd, base[4:])
                     continue
                 try:
@@ -444,7 +451,9 @@ def unpack_layer(root, archive, name, number):
     except OSError as e:
         if e.errno == 28:
             raise Refused("the image does not fit in the disk it was given (ask for a larger "
-                          "disk_mib)")
+                          "disk_mib)" if whiteouts else
+                          "the build context unpacks to more than its disk holds (8x its "
+                          "archives' size, at least 1 GiB)")
         raise Refused(f"{what}: {e}")
 
 
@@ -623,6 +632,185 @@ def import_image(archive_path, root_path, busybox):
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# A Dockerfile build's context (actors/build_context.h): the archives of a bundle the host made
+# (a JSON header naming each one's offset and size, then their bytes), unpacked in order into
+# one tree, then `.dockerignore` applied.
+
+BUNDLE_HEADER = 4096
+MAX_ARCHIVES = 64
+
+
+class Region:
+    """`size` bytes of the file `f` from `offset`, as a read-only stream."""
+
+    def __init__(self, f, offset, size):
+        self.f, self.at, self.end = f, offset, offset + size
+
+    def read(self, n=-1):
+        left = self.end - self.at
+        if n is None or n < 0 or n > left:
+            n = left
+        if n <= 0:
+            return b""
+        self.f.seek(self.at)
+        b = self.f.read(n)
+        self.at += len(b)
+        return b
+
+    def readable(self):
+        return True
+
+
+def bundle_archives(f, size):
+    """The archives of the bundle the host wrote: [(offset, size)], checked against its size."""
+    head = f.read(BUNDLE_HEADER)
+    try:
+        header = json.loads(head.rstrip(b"\0"))
+        out = [(int(a["offset"]), int(a["bytes"])) for a in header["archives"]]
+    except (ValueError, KeyError, TypeError):
+        raise Refused("the context bundle's header is not readable")
+    if len(out) > MAX_ARCHIVES:
+        raise Refused(f"more than {MAX_ARCHIVES} context archives")
+    for off, n in out:
+        if off < BUNDLE_HEADER or n < 0 or off + n > size:
+            raise Refused("the context bundle's header names bytes it does not have")
+    return out
+
+
+def open_context_archive(region, number):
+    magic = region.read(4)
+    region.at -= len(magic)
+    if magic[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=region, mode="rb")
+    if magic == b"\x28\xb5\x2f\xfd":
+        raise Refused(f"context archive {number}: zstd is not taken (a tar, plain or gzip)")
+    return region
+
+
+def ignore_patterns(root):
+    """`.dockerignore` at the context's root, as (regex, exclude) pairs (Docker's rules: Go's
+    filepath.Match per component, `**` any number of them, `!` an exception, the last match
+    wins, a leading / or ./ ignored)."""
+    try:
+        fd = os.open(".dockerignore", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root.fd)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        text = f.read(1 << 20).decode("utf-8", "replace")
+    out = []
+    for line in text.splitlines()[:10000]:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        exclude = not line.startswith("!")
+        if not exclude:
+            line = line[1:].strip()
+        line = "/".join(p for p in line.split("/") if p not in ("", "."))
+        if not line:
+            continue
+        rx, i = "", 0
+        while i < len(line):
+            c = line[i]
+            if line.startswith("**", i):
+                i += 2
+                if line.startswith("/", i):
+                    i += 1
+                    rx += "(?:.*/)?"
+                else:
+                    rx += ".*"
+                continue
+            if c == "*":
+                rx += "[^/]*"
+            elif c == "?":
+                rx += "[^/]"
+            elif c == "[":
+                j = line.find("]", i + 1)
+                if j < 0:
+                    rx += re.escape(c)
+                else:
+                    body = line[i + 1:j]
+                    neg = body[:1] in ("!", "^")
+                    body = (body[1:] if neg else body).replace("\\", "\\\\")
+                    rx += "[" + ("^" if neg else "") + body + "]"
+                    i = j
+            elif c == "\\" and i + 1 < len(line):
+                i += 1
+                rx += re.escape(line[i])
+            else:
+                rx += re.escape(c)
+            i += 1
+        out.append((re.compile(rx + "$", re.S), exclude))
+    return out
+
+
+def ignored(patterns, rel):
+    """Whether `rel` (a path in the context) is excluded: the last pattern matching it or one
+    of its parents decides."""
+    parents = rel.split("/")
+    out = False
+    for rx, exclude in patterns:
+        for k in range(len(parents), 0, -1):
+            if rx.match("/".join(parents[:k])):
+                out = exclude
+                break
+    return out
+
+
+def apply_dockerignore(root):
+    """Removes what `.dockerignore` excludes; a directory stays while it holds an exception."""
+    patterns = ignore_patterns(root)
+    if not patterns:
+        return 0
+    removed = 0
+
+    def walk(dirfd, rel):
+        nonlocal removed
+        left = 0
+        for e in list(os.scandir(dirfd)):
+            path = e.name if not rel else rel + "/" + e.name
+            st = os.stat(e.name, dir_fd=dirfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd)
+                try:
+                    kept = walk(sub, path)
+                finally:
+                    os.close(sub)
+                if kept == 0 and ignored(patterns, path):
+                    os.rmdir(e.name, dir_fd=dirfd)
+                    removed += 1
+                else:
+                    left += 1
+            elif ignored(patterns, path):
+                os.unlink(e.name, dir_fd=dirfd)
+                removed += 1
+            else:
+                left += 1
+        return left
+
+    walk(root.fd, "")
+    return removed
+
+
+def unpack_context(bundle_path, bundle_size, root_path):
+    t0 = time.monotonic()
+    root = Root(root_path)
+    try:
+        with open(bundle_path, "rb") as f:
+            archives = bundle_archives(f, bundle_size)
+            for i, (off, n) in enumerate(archives):
+                stream = open_context_archive(Region(f, off, n), i + 1)
+                unpack_tar(root, stream, f"context archive {i + 1}", f"archive {i + 1}",
+                           whiteouts=False)
+        removed = apply_dockerignore(root)
+    finally:
+        os.close(root.fd)
+    log(f"context: {len(archives)} archive(s) unpacked: {root.entries} entries, "
+        f"{root.bytes >> 20} MiB" + (f", {removed} excluded by .dockerignore" if removed else ""))
+    return {"archives": len(archives), "entries": root.entries, "bytes": root.bytes,
+            "ignored": removed, "seconds": round(time.monotonic() - t0, 3)}
+
+
 def disk_by_serial(serial, size):
     """The disk whose serial is `serial`, once the guest sees it at `size` bytes (the host binds
     a slot, then grows it: the kernel applies that asynchronously)."""
@@ -651,36 +839,45 @@ def main():
     p.add_argument("--disk-bytes", type=int, default=0, help="... and its size")
     p.add_argument("--busybox", help="a static busybox, the shell of an image with none")
     p.add_argument("--out", required=True, help="where the result (JSON) goes")
+    p.add_argument("--context", action="store_true",
+                   help="the archive is a bundle of a build context's archives (not an image)")
     a = p.parse_args()
     archive = a.archive or disk_by_serial(a.archive_serial, a.archive_bytes)
+    what = "context" if a.context else "image"
     root = a.root
     disk = None
     if a.disk_serial:
         disk = disk_by_serial(a.disk_serial, a.disk_bytes)
         root = "/run/pandastack-image-root"
         try:
-            subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "root", "-E",
+            subprocess.run(["mkfs.ext4", "-q", "-F", "-L", what, "-E",
                             "lazy_itable_init=1,lazy_journal_init=1", disk], check=True)
             os.makedirs(root, exist_ok=True)
             subprocess.run(["mount", "-t", "ext4", "-o", "noatime", disk, root], check=True)
         except subprocess.CalledProcessError as e:
-            print(f"image: the new root disk: {e}", file=sys.stderr, flush=True)
+            print(f"{what}: the new disk: {e}", file=sys.stderr, flush=True)
             return 1
     try:
-        result = import_image(archive, root, a.busybox)
+        if a.context:
+            size = a.archive_bytes or os.path.getsize(archive)
+            result = unpack_context(archive, size, root)
+        else:
+            result = import_image(archive, root, a.busybox)
     except Refused as e:
         # (one line: the build's error is the last line printed)
-        print("image: " + " ".join(str(e).split()), file=sys.stderr, flush=True)
+        print(f"{what}: " + " ".join(str(e).split()), file=sys.stderr, flush=True)
         return 2
     finally:
         if disk:
             subprocess.run(["sync"], check=False)
             if subprocess.run(["umount", root], check=False).returncode != 0:
-                print("image: the new root disk could not be unmounted", file=sys.stderr,
+                print(f"{what}: the new disk could not be unmounted", file=sys.stderr,
                       flush=True)
                 return 1
     with open(a.out, "w") as f:
         json.dump(result, f)
+    if a.context:
+        return 0
     log(f"image: unpacked in {result['seconds']} s: {result['entries']} entries, "
         f"{result['bytes'] >> 20} MiB")
     return 0

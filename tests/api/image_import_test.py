@@ -211,5 +211,110 @@ class ImageImportTest(unittest.TestCase):
         self.refused(buf.getvalue(), ["linux/arm64"])
 
 
+def bundle(archives):
+    """The bundle the host writes for a build context (actors/build_context.cc,
+    write_context_bundle): a JSON header in the first 4096 bytes, then each archive at a
+    512-byte boundary."""
+    body, offsets, at = b"", [], 4096
+    for a in archives:
+        offsets.append({"offset": at, "bytes": len(a)})
+        pad = (-len(a)) % 512
+        body += a + b"\0" * pad
+        at += len(a) + pad
+    head = json.dumps({"archives": offsets}).encode()
+    return head + b"\0" * (4096 - len(head)) + body
+
+
+class ContextUnpackTest(unittest.TestCase):
+    """--context: a Dockerfile build's context archives (actors/build_context.h)."""
+
+    setUp = ImageImportTest.setUp
+    tearDown = ImageImportTest.tearDown
+
+    def unpack(self, archives):
+        path = os.path.join(self.dir, "bundle")
+        with open(path, "wb") as f:
+            f.write(bundle(archives))
+        out = os.path.join(self.dir, "result.json")
+        p = subprocess.run(["/usr/bin/python3", IMPORTER, "--context", "--archive", path,
+                            "--root", self.root, "--out", out],
+                           capture_output=True, text=True, timeout=120)
+        result = None
+        if p.returncode == 0:
+            with open(out) as f:
+                result = json.load(f)
+        return p, result
+
+    def tree(self):
+        out = []
+        for d, dirs, files in os.walk(self.root):
+            rel = os.path.relpath(d, self.root)
+            for n in dirs + files:
+                out.append(os.path.normpath(os.path.join(rel, n)))
+        return sorted(out)
+
+    def test_archives_unpack_in_order_plain_and_gzip(self):
+        import gzip
+        first = oa.layer([oa.entry("src/", "dir"), oa.entry("src/app.py", data="print(1)\n"),
+                          oa.entry("README", data="one"), oa.entry(".wh.kept", data="a file"),
+                          oa.entry("link", "symlink", link="/etc/passwd")])
+        second = gzip.compress(oa.layer([oa.entry("README", data="two"),
+                                         oa.entry("src/lib.py", data="x = 2\n")]))
+        p, result = self.unpack([first, second])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(result["archives"], 2)
+        with open(os.path.join(self.root, "README")) as f:
+            self.assertEqual(f.read(), "two")  # the later archive wins
+        self.assertTrue(os.path.isfile(os.path.join(self.root, ".wh.kept")))  # not a whiteout
+        self.assertEqual(os.readlink(os.path.join(self.root, "link")), "/etc/passwd")
+        self.assertIn("src/lib.py", self.tree())
+
+    def test_dockerignore_with_exceptions(self):
+        ignore = "# comment\n*.log\n**/__pycache__\nbuild/\n!build/keep.txt\n/secret?\n"
+        archive = oa.layer([
+            oa.entry(".dockerignore", data=ignore), oa.entry("app.py", data="x"),
+            oa.entry("debug.log", data="x"), oa.entry("sub/", "dir"),
+            oa.entry("sub/trace.log", data="kept: *.log is for the root only"),
+            oa.entry("sub/__pycache__/", "dir"), oa.entry("sub/__pycache__/a.pyc", data="x"),
+            oa.entry("build/", "dir"), oa.entry("build/out.o", data="x"),
+            oa.entry("build/keep.txt", data="x"), oa.entry("secret1", data="x"),
+            oa.entry("secret12", data="x, kept: ? is one character")])
+        p, result = self.unpack([archive])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(self.tree(), [".dockerignore", "app.py", "build", "build/keep.txt",
+                                       "secret12", "sub", "sub/trace.log"])
+        self.assertEqual(result["ignored"], 5)  # (the __pycache__ folder and its file)
+
+    def test_escapes_are_refused(self):
+        for entries, words in (
+                ([oa.entry("../outside", data="x")], ["context archive 1", "climbs out"]),
+                ([oa.entry("/outside", data="x")], ["absolute"]),
+                ([oa.entry("esc", "symlink", link=self.dir),
+                  oa.entry("esc/outside", data="x")], ["outside the image"]),
+                ([oa.entry("x", "hardlink", link="../outside")], ["climbs out"])):
+            with self.subTest(entries=[e["name"] for e in entries]):
+                p, _ = self.unpack([oa.layer(entries)])
+                self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+                for w in words:
+                    self.assertIn(w, p.stderr)
+                self.assertFalse(os.path.lexists(self.outside), "something was written outside")
+                shutil.rmtree(self.root)
+                os.mkdir(self.root)
+
+    def test_not_a_tar_and_a_bad_header(self):
+        p, _ = self.unpack([b"this is not a tar archive" * 100])
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("not a valid tar", p.stderr)
+        path = os.path.join(self.dir, "bundle")
+        with open(path, "wb") as f:
+            f.write(json.dumps({"archives": [{"offset": 4096, "bytes": 1 << 30}]}).encode()
+                    + b"\0" * 5000)
+        p = subprocess.run(["/usr/bin/python3", IMPORTER, "--context", "--archive", path,
+                            "--root", self.root, "--out", os.path.join(self.dir, "r.json")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("names bytes it does not have", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
