@@ -113,8 +113,8 @@ std::optional<Rejection> check_spec(const TemplateSpec& s, const TemplateLimits&
     // An import: the image is its root file system (its own Env and start command arrive
     // with its end, ImageFacts).
     if (!s.from.empty() || !s.packages.empty() || !s.files.empty() || !s.run.empty() ||
-        !s.env.empty() || !s.start.empty())
-      return bad("an image import takes no from, packages, files, run, env or start");
+        !s.env.empty() || !s.start.empty() || !s.contexts.empty())
+      return bad("an image import takes no from, packages, files, run, env, start or context");
     if (s.image.size() > 512) return bad("image: at most 512 bytes");
   } else if (s.from.empty()) {
     return bad("from: a shipped template");
@@ -133,6 +133,11 @@ std::optional<Rejection> check_spec(const TemplateSpec& s, const TemplateLimits&
   }
   if (bytes > l.max_files_bytes)
     return bad("files: at most " + std::to_string(l.max_files_bytes) + " bytes in all");
+  if (s.contexts.size() > l.max_contexts)
+    return bad("context: at most " + std::to_string(l.max_contexts) + " archives");
+  for (auto& k : s.contexts)
+    if (k.size() != 64 || k.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return bad("context: '" + k + "' is not an archive's key (64 hex digits)");
   if (s.run.size() > l.max_run) return bad("run: at most " + std::to_string(l.max_run));
   for (auto& c : s.run)
     if (c.empty() || c.size() > l.max_command_bytes || c.find('\0') != std::string::npos)

@@ -49,6 +49,10 @@ struct TemplateSpec {
   // what was uploaded, then (once built) the image's tag and config digest. Such a template has
   // no `from`, packages, files or run: its root file system is the image's layers.
   std::string image;
+  // A Dockerfile build's context as archives (POST /v1/build-contexts; actors/build_context.h):
+  // their keys (64 hex), unpacked in this order into one context by a builder microVM, which
+  // the build's builder mounts read-only for COPY and ADD. Empty: any context is in `files`.
+  std::vector<std::string> contexts;
   bool operator==(const TemplateSpec&) const = default;
 };
 
@@ -75,6 +79,7 @@ struct TemplateLimits {
   size_t max_run = 32;
   size_t max_command_bytes = 4096;
   size_t max_env = 64;
+  size_t max_contexts = 64;  // context archives (E2B's builder uploads one per COPY)
   uint32_t min_memory_mib = 128, max_memory_mib = 65536;
   uint32_t max_vcpus = 32;
 };

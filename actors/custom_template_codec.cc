@@ -36,6 +36,8 @@ std::string encode_template_event(const TemplateEvent& e) {
       s.setReadyPort(e.spec.ready_port);
       s.setReadyCmd(e.spec.ready_cmd);
       s.setImage(e.spec.image);
+      auto cx = s.initContexts(unsigned(e.spec.contexts.size()));
+      for (unsigned i = 0; i < cx.size(); ++i) cx.set(i, e.spec.contexts[i]);
       break;
     }
     case K::built: {
@@ -97,6 +99,7 @@ std::optional<TemplateEvent> decode_template_event(const std::string& bytes) {
             e.spec.ready_port = s.getReadyPort();
             e.spec.ready_cmd = s.getReadyCmd();
             e.spec.image = s.getImage();
+            for (auto c : s.getContexts()) e.spec.contexts.push_back(c);
             break;
           }
           case w::TemplateEvent::BUILT: {

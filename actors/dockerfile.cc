@@ -58,8 +58,9 @@ struct Refusal {
 class Translator {
  public:
   Translator(const std::map<std::string, std::string>& context,
-             const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits)
-      : context_(context), build_args_(build_args), limits_(limits) {}
+             const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits,
+             bool archived)
+      : context_(context), build_args_(build_args), limits_(limits), archived_(archived) {}
 
   std::optional<Refusal> run(const std::string& text);
   // The spec (checked against the template limits, naming the line of a command too long).
@@ -133,6 +134,8 @@ class Translator {
   std::optional<Program> cmd_, entrypoint_;
   TemplateFromDockerfile out_;
   bool staged_ = false;
+  const bool archived_;       // the context is in archives: COPY matched in the guest
+  bool copy_staged_ = false;  // (kBuildCopyScript staged)
 };
 
 std::optional<Refusal> Translator::split(const std::string& text, std::vector<Instruction>& out) {
@@ -480,7 +483,16 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
   if (heredoc(in.rest))
     return unserved(in, "heredocs (<<EOF) are not served: put the file in the context");
   std::vector<std::string> w;
-  if (auto exec = json_form(in.rest)) {
+  // Flags may come before an exec form: COPY --chown=u ["a b", "/c/"].
+  std::string flags, rest = in.rest;
+  while (rest.rfind("--", 0) == 0) {
+    size_t sp = rest.find_first_of(" \t");
+    flags += rest.substr(0, sp) + " ";
+    rest = sp == std::string::npos ? "" : trim(rest.substr(sp));
+  }
+  if (auto exec = json_form(rest)) {
+    if (!flags.empty())
+      if (auto e = words(flags, w)) return bad(in, *e);
     for (auto& a : *exec) {
       std::string x = a;  // (variables expanded; no splitting, no quotes)
       std::string expanded;
@@ -545,6 +557,10 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
     auto n = normal("/" + s);
     if (!n) return bad(in, "'" + s + "' is outside the build context");
     std::string rel = n->substr(1);
+    if (archived_) {  // (matched in the guest, by kBuildCopyScript)
+      sources.push_back({rel.empty() ? "." : rel, false});
+      continue;
+    }
     if (rel.find_first_of("*?[") != std::string::npos) {
       size_t matched = 0;
       for (auto& [path, content] : context_)
@@ -565,6 +581,16 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
       any = any || rel.empty() || path.rfind(rel + "/", 0) == 0;
     if (!any) return bad(in, "'" + s + "' is not in the build context");
     sources.push_back({rel, true});
+  }
+  if (archived_) {
+    out_.spec.files[kBuildCopyPath] = kBuildCopyScript;
+    copy_staged_ = true;
+    std::string body = std::string(kBuildBusyboxPath) + " sh " + kBuildCopyPath + " " +
+                       std::to_string(in.line) + " " + quote(*dest) + " " + (dest_dir ? "1" : "0") +
+                       " " + quote(chown) + " " + quote(chmod);
+    for (auto& src : sources) body += " " + quote(src.path);
+    steps_.push_back({body, {}, {}, false, in.line});
+    return std::nullopt;
   }
   // Each file staged once (by the agent, before the commands run); the command copies it here.
   std::vector<std::string> parts, targets;
@@ -736,6 +762,9 @@ std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
     out_.spec.run.push_back(std::move(cmd));
   }
   if (staged_) out_.spec.run.push_back("rm -rf " + quote(kBuildContextDir));
+  if (copy_staged_)
+    out_.spec.run.push_back(std::string(kBuildBusyboxPath) + " rm -f " + kBuildCopyPath + " " +
+                            kBuildBusyboxPath);
   if (out_.spec.run.size() > limits.max_run)
     return Refusal{Code::invalid_argument,
                    "the Dockerfile makes " + std::to_string(out_.spec.run.size()) +
@@ -780,10 +809,66 @@ std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
 
 }  // namespace
 
+const char* const kBuildCopyScript = R"(# A COPY or ADD of a build whose context is in archives
+# (actors/dockerfile.h): LINE DEST DIR OWNER MODE SOURCE..., Docker's rules: a directory's
+# contents are copied (not the directory), several sources or a DEST ending in / make DEST a
+# directory, symlinks are copied as symlinks, a source that matches nothing fails the build.
+# Every tool is our static busybox's (kBuildBusyboxPath): the image needs none of its own.
+set -e
+bb=/var/lib/pandastack/busybox
+line=$1 dest=$2 dir=$3 owner=$4 mode=$5
+shift 5
+cd /var/lib/pandastack/build-context
+IFS=''
+n=0
+for pat in "$@"; do
+  found=0
+  for s in $pat; do
+    if [ -e "$s" ] || [ -L "$s" ]; then found=1; n=$((n + 1)); fi
+  done
+  if [ $found = 0 ]; then
+    echo "Dockerfile line $line: no file of the build context matches '$pat'" >&2
+    exit 1
+  fi
+done
+if [ $n -gt 1 ]; then dir=1; fi
+fix() {
+  if [ -n "$owner" ]; then "$bb" chown -Rh "$owner" "$1"; fi
+  if [ -n "$mode" ]; then "$bb" chmod -R "$mode" "$1"; fi
+}
+for pat in "$@"; do
+  for s in $pat; do
+    [ -e "$s" ] || [ -L "$s" ] || continue
+    if [ -d "$s" ] && [ ! -L "$s" ]; then
+      "$bb" mkdir -p "$dest"
+      "$bb" cp -RP "$s/." "$dest/"
+      if [ -n "$owner$mode" ]; then
+        for e in "$s"/* "$s"/.[!.]* "$s"/..?*; do
+          if [ -e "$e" ] || [ -L "$e" ]; then fix "$dest/${e##*/}"; fi
+        done
+      fi
+    elif [ "$dir" = 1 ]; then
+      "$bb" mkdir -p "$dest"
+      "$bb" cp -P "$s" "$dest/"
+      fix "$dest/${s##*/}"
+    else
+      p=${dest%/*}
+      if [ -n "$p" ]; then "$bb" mkdir -p "$p"; fi
+      "$bb" cp -P "$s" "$dest"
+      if [ -d "$dest" ] && [ ! -L "$dest" ]; then fix "$dest/${s##*/}"; else fix "$dest"; fi
+    fi
+  done
+done
+)";
+
 Reply<TemplateFromDockerfile> template_from_dockerfile(
     const std::string& dockerfile, const std::map<std::string, std::string>& context,
-    const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits) {
-  Translator t(context, build_args, limits);
+    const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits,
+    bool archived) {
+  if (archived && !context.empty())
+    return Rejection{Code::invalid_argument,
+                     "context: files or archives, not both (put the files in the archive)"};
+  Translator t(context, build_args, limits, archived);
   if (auto r = t.run(dockerfile)) return Rejection{r->code, r->message};
   if (auto r = t.finish(TemplateLimits{})) return Rejection{r->code, r->message};
   return t.result();

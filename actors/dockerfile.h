@@ -60,8 +60,22 @@ struct TemplateFromDockerfile {
 // The spec of `dockerfile`'s build with its context files (`context`: relative path -> text)
 // and build arguments. invalid_argument (naming the line) for what is malformed or refused,
 // not_implemented for what is not served yet.
+// `archived`: the context is in archives (TemplateSpec::contexts, actors/build_context.h),
+// unpacked by the build and mounted at kBuildContextDir; `context` is empty. COPY and ADD are
+// then matched there by the build's guest (kBuildCopyScript: Docker's rules for directories,
+// globs and a destination ending in /): a source that matches nothing fails the build, naming
+// its line.
 Reply<TemplateFromDockerfile> template_from_dockerfile(
     const std::string& dockerfile, const std::map<std::string, std::string>& context,
-    const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits = {});
+    const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits = {},
+    bool archived = false);
+
+// Where the copy script of an archived context's build is staged, and the static busybox it
+// runs with (the host's, as an imported image without a shell gets: a FROM image needs no cp,
+// chown or chmod of its own); both removed by the build's last step.
+inline constexpr const char* kBuildCopyPath = "/var/lib/pandastack/build-copy";
+inline constexpr const char* kBuildBusyboxPath = "/var/lib/pandastack/busybox";
+// The script: LINE DEST DIR OWNER MODE SOURCE..., run by kBuildBusyboxPath's sh.
+extern const char* const kBuildCopyScript;
 
 }  // namespace pandastack::actors

@@ -133,6 +133,36 @@ TEST(Dockerfile, CopyGlobsChownChmodAndAddOfFiles) {
 
 // CMD and ENTRYPOINT: the start command (Docker's rules for the two), in the last WORKDIR as the
 // last USER, ready on the first EXPOSEd TCP port.
+TEST(Dockerfile, AnArchivedContextIsMatchedByTheGuest) {
+  auto r = template_from_dockerfile(R"(FROM base
+WORKDIR /srv
+COPY . app/
+COPY --chown=user:user --chmod=640 src/*.py conf.d ./lib/
+ADD README /doc
+COPY --chmod=600 ["a b", "/c d/"]
+)",
+                                    {}, {}, {}, true);
+  ASSERT_TRUE(r) << r.error().message;
+  auto& spec = r->spec;
+  EXPECT_EQ(spec.files.at(kBuildCopyPath), kBuildCopyScript);
+  ASSERT_EQ(spec.run.size(), 6u);
+  const std::string copy = "/var/lib/pandastack/busybox sh /var/lib/pandastack/build-copy ";
+  EXPECT_EQ(spec.run[1], copy + "3 '/srv/app' 1 '' '' '.'");
+  EXPECT_EQ(spec.run[2], copy + "4 '/srv/lib' 1 'user:user' '640' 'src/*.py' 'conf.d'");
+  EXPECT_EQ(spec.run[3], copy + "5 '/doc' 0 '' '' 'README'");
+  EXPECT_EQ(spec.run[4], copy + "6 '/c d' 1 '' '600' 'a b'");
+  EXPECT_EQ(spec.run[5],
+            "/var/lib/pandastack/busybox rm -f /var/lib/pandastack/build-copy "
+            "/var/lib/pandastack/busybox");
+  // Still refused before any build: what climbs out, URLs, archives to extract, both kinds.
+  for (auto* bad : {"FROM base\nCOPY ../x /y\n", "FROM base\nADD https://x.org/a /a\n",
+                    "FROM base\nADD a.tar.gz /a\n"})
+    EXPECT_FALSE(template_from_dockerfile(bad, {}, {}, {}, true)) << bad;
+  auto both = template_from_dockerfile("FROM base\n", {{"a", "b"}}, {}, {}, true);
+  ASSERT_FALSE(both);
+  EXPECT_NE(both.error().message.find("not both"), std::string::npos);
+}
+
 TEST(Dockerfile, CmdAndEntrypointMakeTheStartCommand) {
   auto t =
       ok("FROM base\nWORKDIR /srv\nEXPOSE 53/udp 8080\nUSER user\n"

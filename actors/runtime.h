@@ -41,6 +41,7 @@ class Secrets;
 inline constexpr uint32_t kVolumeSlots = vmm::kVolumeSlots;
 struct BuildProgress;
 struct ImageUpload;
+struct BuildContextInfo;
 
 struct RuntimeConfig {
   std::filesystem::path data_dir;    // the event store lives in data_dir/store
@@ -67,6 +68,10 @@ struct RuntimeConfig {
   uint64_t template_image_max_mib = 4096;
   uint64_t template_image_disk_max_mib = 65536;
   std::filesystem::path busybox = "/bin/busybox";
+  // Dockerfile build contexts as archives (actors/build_context.h): one's size at most (413
+  // beyond), the archives a tenant keeps (the least recently used go first beyond it).
+  uint64_t build_context_max_mib = 1024;
+  uint32_t max_build_contexts = 64;
   // Registries an image pull may reach over plain http (host:port; loopback ones always may).
   std::vector<std::string> insecure_registries;
   vmm::Accel accel = vmm::Accel::tcg;
@@ -582,6 +587,14 @@ class Runtime {
   Reply<TemplateState> import_template(const std::string& tenant, const std::string& name,
                                        const TemplateSpec& shape, const ImageUpload& upload);
   std::filesystem::path template_upload_dir() const;
+  // A Dockerfile build's context archive (a file in template_upload_dir(), taken over; never
+  // opened here) kept for the tenant's builds under `key` ("": the sha256 of its bytes; E2B
+  // names its archives by a hash of its own). actors/build_context.h.
+  Reply<BuildContextInfo> put_build_context(const std::string& tenant,
+                                            const std::filesystem::path& upload,
+                                            const std::string& key = "");
+  Reply<BuildContextInfo> build_context(const std::string& tenant, const std::string& key);
+  std::optional<Rejection> delete_build_context(const std::string& tenant, const std::string& key);
   // An image pulled by reference (actors/image_pull.h) imported as a template: starts at once.
   // `registry_secret`: a secret of the tenant's ("user:password", or a token) whose hosts name
   // the registry ("" = anonymous). invalid_argument (a reference, a secret not for the

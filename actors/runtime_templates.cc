@@ -45,6 +45,21 @@ Reply<TemplateState> Runtime::pull_template(const std::string& tenant, const std
 
 std::filesystem::path Runtime::template_upload_dir() const { return impl_->builds->upload_dir(); }
 
+Reply<BuildContextInfo> Runtime::put_build_context(const std::string& tenant,
+                                                   const std::filesystem::path& upload,
+                                                   const std::string& key) {
+  return impl_->builds->contexts().put(tenant, upload, key);
+}
+
+Reply<BuildContextInfo> Runtime::build_context(const std::string& tenant, const std::string& key) {
+  return impl_->builds->contexts().get(tenant, key);
+}
+
+std::optional<Rejection> Runtime::delete_build_context(const std::string& tenant,
+                                                       const std::string& key) {
+  return impl_->builds->contexts().remove(tenant, key);
+}
+
 Reply<TemplateState> Runtime::custom_template(const std::string& tenant, const std::string& name) {
   return impl_->builds->get(tenant, name);
 }

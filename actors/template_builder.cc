@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
+#include "actors/dockerfile.h"
 #include "actors/env.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/qcow2.h"
@@ -185,6 +188,33 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
                                      log, job.stop))
       return *no;
   }
+  if (!job.context_disk.empty()) {
+    // The build context (actors/build_context.h), read-only where COPY and ADD read it.
+    std::error_code ec;
+    auto bytes = fs::file_size(job.context_disk, ec);
+    if (ec) return Rejection{Code::storage_error, "the build context: " + ec.message()};
+    uint32_t slot = job.packages.image.empty() ? 0 : 1;
+    auto bound = vm.bind_volumes({vmm::VolumeBinding{slot, job.context_disk, true}});
+    if (!bound)
+      return Rejection{Code::build_failed, "attaching the context: " + bound.error().message};
+    auto mounted = vm.agent().mount_volume(slot, kBuildContextDir, true, bytes);
+    if (!mounted)
+      return Rejection{Code::build_failed, "mounting the context: " + mounted.error().message};
+    // The static busybox its COPY steps run with (kBuildCopyScript): the image's tools are
+    // not needed.
+    std::ifstream bb(env.config.busybox, std::ios::binary);
+    std::ostringstream bytes_of;
+    bytes_of << bb.rdbuf();
+    if (!bb || bytes_of.str().empty())
+      return Rejection{Code::unavailable,
+                       "a build with a context archive needs a static busybox "
+                       "on the host (" +
+                           env.config.busybox.string() + ")"};
+    auto wrote = vm.agent().write_file(kBuildBusyboxPath, bytes_of.str(), 0755, true);
+    if (!wrote)
+      return Rejection{Code::build_failed, "staging the copy tools: " + wrote.error().message};
+    log("builder: the build context mounted (read-only)");
+  }
   at(60);
 
   // The tenant's files and environment: written by the agent, so every path is the guest's.
@@ -221,10 +251,10 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   // The disk as the guest leaves it: everything written out, the file system clean.
   if (auto no =
           run_builder_script(vm, "finishing the disk",
-                             std::string("umount ") + kPackagesMount +
-                                 " 2>/dev/null || true\nrmdir " + kPackagesMount +
-                                 " 2>/dev/null || true\nsync\nmount -o remount,ro / 2>/dev/null || "
-                                 "true\nsync\n",
+                             std::string("for d in ") + kPackagesMount + " " + kBuildContextDir +
+                                 "; do umount \"$d\" 2>/dev/null || true; rmdir \"$d\" "
+                                 "2>/dev/null || true; done\nsync\nmount -o remount,ro / "
+                                 "2>/dev/null || true\nsync\n",
                              job.deadline, log, job.stop))
     return *no;
   std::error_code ec;

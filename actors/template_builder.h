@@ -36,6 +36,9 @@ struct BuilderJob {
   TemplateSpec spec;  // its shape filled in
   PackageImage packages;
   std::filesystem::path out_dir;  // the template's folder: rootfs.qcow2 and its overlay go here
+  // The build context unpacked (actors/build_context.h: an ext4 disk, "" = none): mounted
+  // read-only at kBuildContextDir before the files and commands.
+  std::filesystem::path context_disk;
   uint64_t grow_mib = 1024;       // room added to the `from` root file system
   std::chrono::steady_clock::time_point deadline;
   std::stop_token stop;  // the daemon stopping: the guest's command is killed, the build fails

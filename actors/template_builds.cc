@@ -89,7 +89,10 @@ void write_shape(const fs::path& dir, uint32_t memory_mib, uint32_t vcpus) {
 
 }  // namespace
 
-TemplateBuilds::TemplateBuilds(Env& env) : env_(env) {}
+TemplateBuilds::TemplateBuilds(Env& env)
+    : env_(env),
+      contexts_(env.config.data_dir / "build-contexts", env.config.build_context_max_mib << 20,
+                env.config.max_build_contexts) {}
 
 bool TemplateBuilds::shipped(const std::string& name) const {
   return valid_template_name(name) && fs::exists(env_.config.images_dir / name / "rootfs.qcow2");
@@ -247,6 +250,8 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
   auto spec = with_shape(asked);
   auto from = resolve_from(tenant, spec.from);
   if (!from) return from.error();
+  for (auto& k : spec.contexts)  // (each taken again when the build starts)
+    if (auto got = contexts_.get(tenant, k); !got) return got.error();
   if (*from != spec.from) {
     // On a template of the tenant's: its environment and its start command carry over, as a
     // Docker image's ENV and CMD do (the build's own win).
@@ -454,8 +459,40 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
       return finish("the build took longer than its limit of " +
                     std::to_string(cfg.template_build_timeout.count()) + " s");
     if (!packages) return finish(packages.error().message);
+    std::filesystem::path context_disk;
+    if (!spec.contexts.empty()) {
+      // The context's archives unpacked in a builder of their own (actors/build_context.h).
+      progress->at("context", 5);
+      std::string tenant;
+      {
+        std::lock_guard g(mu_);
+        tenant = states_[id].tenant;
+      }
+      auto archives = contexts_.take(tenant, spec.contexts, work / "contexts");
+      if (!archives) return finish(archives.error().message);
+      uint64_t total = 0;
+      for (auto& a : *archives) total += fs::file_size(a, ec);
+      ContextJob cj;
+      cj.id = id;
+      cj.memory_mib = spec.memory_mib;
+      cj.vcpus = spec.vcpus;
+      cj.archives = *archives;
+      cj.work_dir = work;
+      const uint64_t floor = uint64_t(1) << 30;
+      cj.disk_bytes = std::clamp<uint64_t>(8 * total + (uint64_t(512) << 20), floor,
+                                           std::max(floor, (cfg.build_context_max_mib << 20) * 8));
+      cj.deadline = deadline;
+      cj.stop = progress->cancel.get_token();
+      cj.log = log;
+      auto disk = unpack_context_in_vm(env_, cj);
+      fs::remove_all(work / "contexts", ec);
+      if (cancelled()) return finish(why_cancelled());
+      if (!disk) return finish(disk.error().message);
+      context_disk = *disk;
+    }
     progress->at("builder", 10);
     BuilderJob job;
+    job.context_disk = context_disk;
     job.id = id;
     job.spec = spec;
     job.packages = *packages;

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/build_context.h"
 #include "actors/custom_template.h"
 #include "actors/runtime.h"
 #include "vmm-driver/snapshot.h"
@@ -91,6 +92,8 @@ class TemplateBuilds {
                             const TemplateSpec& spec, const ImageUpload& upload);
   // Where uploads of image archives are written while they arrive (emptied at start-up).
   std::filesystem::path upload_dir() const;
+  // The tenants' build context archives (a build names them: TemplateSpec::contexts).
+  BuildContexts& contexts() { return contexts_; }
 
   // Makes `snapshot` (a named snapshot of the tenant's sandbox `sandbox`, made from template
   // `from`, an id) the tenant's template `name`, ready at once: its sandboxes restore it. The
@@ -139,6 +142,7 @@ class TemplateBuilds {
            std::optional<ImageUpload> image);
 
   Env& env_;
+  BuildContexts contexts_;
   std::mutex mu_;
   std::map<std::string, TemplateState> states_;  // by id
   std::map<std::string, std::shared_ptr<BuildProgress>> progress_;

@@ -12,8 +12,12 @@
 // ready_cmd: started before the bake, so every sandbox restores with it running), cpuCount and
 // memoryMB. aptInstall's command, exactly as the SDK writes it, becomes the build's Debian
 // packages (the builder has no network; packages are installed before the steps). A build of an
-// existing template replaces it (refused while sandboxes of it run). Not served (501): COPY (its
-// files come as archives), other images and registries, tags.
+// existing template replaces it (refused while sandboxes of it run). COPY: the SDK uploads each
+// step's files as a tar (GET /templates/{id}/files/{hash} says whether we keep it, and where to
+// PUT it: here, with the key the SDK called with) kept as a build context of the tenant's
+// (actors/build_context.h) under E2B's hash; the build's archives are unpacked together, in
+// order, in a builder microVM, and each COPY is the Dockerfile's (its user and mode as --chown
+// and --chmod). Not served (501): other images and registries, tags.
 #include <openssl/rand.h>
 
 #include <chrono>
@@ -21,6 +25,7 @@
 #include <mutex>
 #include <regex>
 
+#include "actors/build_context.h"
 #include "actors/dockerfile.h"
 #include "actors/template_builds.h"
 #include "gateway/e2b.h"
@@ -128,7 +133,8 @@ std::optional<std::vector<std::string>> apt_install(const std::string& cmd) {
 }
 
 // The E2B build (TemplateBuildStartV2) as a template spec.
-actors::TemplateSpec spec_of(const Json& b, const Pending& p) {
+actors::TemplateSpec spec_of(const Json& b, const Pending& p, const std::string& tenant,
+                             actors::Runtime& rt) {
   std::string from;
   if (b["fromImageRegistry"].is_object())
     throw ApiError{Code::not_implemented, "images from registries are not served here"};
@@ -148,7 +154,8 @@ actors::TemplateSpec spec_of(const Json& b, const Pending& p) {
   }
   std::string dockerfile = "FROM " + from + "\n";
   std::vector<std::string> packages;
-  std::string user;  // the current USER ("": root)
+  std::string user;                   // the current USER ("": root)
+  std::vector<std::string> contexts;  // the COPY steps' archives
   const Json& steps = b["steps"];
   if (!steps.is_null() && !steps.is_array())
     throw ApiError{Code::invalid_argument, "steps is a list"};
@@ -193,10 +200,23 @@ actors::TemplateSpec spec_of(const Json& b, const Pending& p) {
       user = args[0] == "root" ? "" : args[0];
       dockerfile += "USER " + args[0] + "\n";
     } else if (type == "COPY") {
-      throw ApiError{Code::not_implemented,
-                     step +
-                         ": copying files is not served by this E2B template builder yet (use "
-                         "POST /v1/templates with a Dockerfile and its context)"};
+      // args: src, dest, user, mode (octal); its files an archive uploaded under filesHash.
+      if (args.size() < 2) throw ApiError{Code::invalid_argument, step + ": a source and a dest"};
+      auto hash = s["filesHash"].is_string() ? actors::context_key(s["filesHash"].as_string())
+                                             : std::nullopt;
+      if (!hash) throw ApiError{Code::invalid_argument, step + ": no filesHash of its files"};
+      if (!rt.build_context(tenant, *hash))
+        throw ApiError{Code::invalid_argument,
+                       step + ": its files (" + *hash + ") were not uploaded"};
+      if (std::find(contexts.begin(), contexts.end(), *hash) == contexts.end())
+        contexts.push_back(*hash);
+      std::string flags;
+      if (args.size() > 2 && !args[2].empty()) flags += " --chown=" + args[2];
+      if (args.size() > 3 && !args[3].empty()) flags += " --chmod=" + args[3];
+      Json exec = Json::array();
+      exec.push(args[0]);
+      exec.push(args[1]);
+      dockerfile += "COPY" + flags + " " + exec.dump() + "\n";
     } else {
       throw ApiError{Code::invalid_argument, step + ": not a step type (RUN, ENV, WORKDIR, USER)"};
     }
@@ -211,7 +231,8 @@ actors::TemplateSpec spec_of(const Json& b, const Pending& p) {
     exec.push(start);
     dockerfile += "CMD " + exec.dump() + "\n";
   }
-  auto t = unwrap(actors::template_from_dockerfile(dockerfile, {}, {}));
+  auto t = unwrap(actors::template_from_dockerfile(dockerfile, {}, {}, {}, !contexts.empty()));
+  t.spec.contexts = contexts;
   t.spec.packages = packages;
   t.spec.ready_cmd = ready;
   t.spec.memory_mib = p.memory_mib;
@@ -234,7 +255,7 @@ HttpReply start_build(Call& c) {
     p = *it;
     pending.erase(it);
   }
-  auto spec = spec_of(c.r.json(), p);
+  auto spec = spec_of(c.r.json(), p, c.tenant(), c.gw.rt);
   auto& rt = c.gw.rt;
   // A new build of an existing template replaces it (as E2B assigns a new build to it).
   if (auto old = rt.custom_template(c.tenant(), name);
@@ -288,6 +309,45 @@ HttpReply build_status(Call& c) {
   return json_reply(200, out);
 }
 
+std::string hash_param(const Call& c) {
+  auto k = actors::context_key(c.r.param("hash"));
+  if (!k) throw ApiError{Code::invalid_argument, "a files hash is 64 hex digits"};
+  return *k;
+}
+
+// GET /templates/{templateID}/files/{hash}: {present, url, headers}. The upload goes to this
+// daemon with the key this call came with (the SDK sends `headers` to `url` only).
+HttpReply files_link(Call& c) {
+  (void)template_param(c);
+  auto hash = hash_param(c);
+  Json out = Json::object();
+  out.set("present", bool(c.gw.rt.build_context(c.tenant(), hash)));
+  std::string host = c.r.host.empty() ? "127.0.0.1" : c.r.host;
+  out.set("url", c.gw.preview.scheme + "://" + host + "/templates/" + c.r.param("templateID") +
+                     "/files/" + hash);
+  Json headers = Json::object();
+  headers.set("Authorization", c.r.authorization);
+  out.set("headers", headers);
+  return json_reply(201, out);
+}
+
+// PUT /templates/{templateID}/files/{hash}: a COPY step's files (a tar, gzip), spooled to a
+// file, kept as a build context under E2B's hash.
+Route files_upload_route() {
+  auto r = api_route(M::PUT, "/templates/{templateID}/files/{hash}",
+                     "E2B: upload a COPY step's files (a tar; kept as a build context)",
+                     [](Call& c) -> HttpReply {
+                       (void)template_param(c);
+                       if (c.r.body_file.empty())
+                         throw ApiError{Code::invalid_argument, "the body is a tar of the files"};
+                       unwrap(c.gw.rt.put_build_context(c.tenant(), c.r.body_file, hash_param(c)));
+                       return json_reply(200, Json::object());
+                     });
+  r.kind = Route::Kind::file_body;
+  r.upload = Route::Upload::context;
+  return r;
+}
+
 }  // namespace
 
 std::vector<Route> e2b_template_routes() {
@@ -300,12 +360,8 @@ std::vector<Route> e2b_template_routes() {
                 "E2B: a template build's status and log lines from logsOffset", build_status,
                 {"logsOffset"}),
       api_route(M::GET, "/templates/{templateID}/files/{hash}",
-                "E2B: a template build's files (COPY: not served, 501)",
-                [](Call&) -> HttpReply {
-                  throw ApiError{Code::not_implemented,
-                                 "copying files is not served by this E2B template builder yet "
-                                 "(use POST /v1/templates with a Dockerfile and its context)"};
-                }),
+                "E2B: whether a COPY step's files are kept, and where to upload them", files_link),
+      files_upload_route(),
       api_route(M::GET, "/templates/aliases/{alias}", "E2B: whether a template exists",
                 [](Call& c) {
                   std::string alias = c.r.param("alias");

@@ -83,6 +83,10 @@ const char* kUsage = R"(usage: pandastackd [options]
   --template-packages-mib N   the most .deb files one build may fetch (default 2048 MiB)
   --template-image-mib N      the largest image archive an import takes, uploaded or pulled
                               (default 4096 MiB; 413)
+  --build-context-mib N       the largest Dockerfile build context archive (default 1024 MiB;
+                              413)
+  --max-build-contexts N      build context archives kept per tenant, the least recently used
+                              dropped first (default 64)
   --insecure-registry HOST:PORT  a registry image pulls may reach over plain http (repeatable;
                               loopback ones always may)
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
@@ -187,6 +191,10 @@ int main(int argc, char** argv) {
       config.template_packages_max_mib = parse_u32(a, value());
     else if (a == "--template-image-mib")
       config.template_image_max_mib = parse_u32(a, value());
+    else if (a == "--build-context-mib")
+      config.build_context_max_mib = parse_u32(a, value());
+    else if (a == "--max-build-contexts")
+      config.max_build_contexts = parse_u32(a, value());
     else if (a == "--insecure-registry")
       config.insecure_registries.push_back(value());
     else if (a == "--state-dir")
@@ -420,6 +428,7 @@ int main(int argc, char** argv) {
   config.images_dir = images;
   config.template_builds = config.max_template_builds > 0;
   api_limits.max_upload_bytes = config.template_image_max_mib << 20;
+  api_limits.max_context_bytes = config.build_context_max_mib << 20;
   config.state_dir = state_dir;
   config.disk_dir = disk_dir.empty() ? fs::path() : fs::absolute(disk_dir);
   config.jail = jail;

@@ -36,10 +36,11 @@ namespace {
 // sends its whole body before it reads gets the answer) when it is at most this large.
 constexpr uint64_t kDrainMaxBytes = uint64_t(256) << 20;
 
-// Bodies written to disk as they arrive (image archives, up to Limits::max_upload_bytes each):
-// at most this many at once in the process (more: 429), so that uploads cannot fill the disk
-// faster than builds take them.
-constexpr int kMaxSpools = 2;
+// Bodies written to disk as they arrive (image archives and build contexts, up to
+// Limits::max_upload_bytes each): at most this many at once in the process (more: 429), so that
+// uploads cannot fill the disk faster than builds take them. (E2B's template builder uploads
+// the archives of a template's COPY steps all at once.)
+constexpr int kMaxSpools = 8;
 std::atomic<int> g_spooling{0};
 
 // Reads and throws away up to `left` bytes of `in` (or until it ends), 64 KiB at a time.
@@ -495,9 +496,11 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
                                                 : "malformed API key (keys look like "
                                                   "pds_<id>_<secret>)")),
                 t0, head);
-  size_t limit = route->kind == Route::Kind::raw_body    ? limits.max_file_bytes
-                 : route->kind == Route::Kind::file_body ? limits.max_upload_bytes
-                                                         : limits.max_body_bytes;
+  size_t limit = route->kind == Route::Kind::raw_body ? limits.max_file_bytes
+                 : route->kind == Route::Kind::file_body
+                     ? (route->upload == Route::Upload::context ? limits.max_context_bytes
+                                                                : limits.max_upload_bytes)
+                     : limits.max_body_bytes;
   KJ_IF_MAYBE (len, body.tryGetLength()) {
     if (*len > limit) {
       auto too_large =
@@ -560,8 +563,9 @@ kj::Promise<void> Server::serve(const Route& route_ref, Request req, const kj::H
         return send(response,
                     error_reply(Code::too_many_requests,
                                 std::to_string(kMaxSpools) +
-                                    " uploads of image archives are arriving on this host, the "
-                                    "most it takes at once: try again when one has"),
+                                    " uploads (image archives, build contexts) are arriving on "
+                                    "this host, the most it takes at once: try again when one "
+                                    "has"),
                     t0);
       }
       auto file = spool_file();

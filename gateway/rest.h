@@ -20,13 +20,14 @@ namespace pandastack::gateway {
 
 // Every limit of the API; documented in docs/api.md (Limits), enforced here and tested.
 struct Limits {
-  size_t max_body_bytes = 1 << 20;                // JSON request bodies: 413 body_too_large
-  size_t max_file_bytes = 64 << 20;               // file uploads and downloads: 413
-  uint64_t max_upload_bytes = uint64_t(4) << 30;  // bodies spooled to disk (image archives): 413
-  size_t max_command_bytes = 64 << 10;            // cmd / argv / stdin of one command: 413
-  size_t max_path_bytes = 4096;                   // guest paths: 400 invalid_path
-  uint32_t default_exec_timeout_s = 60;           // when a command names none
-  uint32_t max_exec_timeout_s = 3600;             // longer: 400
+  size_t max_body_bytes = 1 << 20;                 // JSON request bodies: 413 body_too_large
+  size_t max_file_bytes = 64 << 20;                // file uploads and downloads: 413
+  uint64_t max_upload_bytes = uint64_t(4) << 30;   // bodies spooled to disk (image archives): 413
+  uint64_t max_context_bytes = uint64_t(1) << 30;  // build context archives (spooled too): 413
+  size_t max_command_bytes = 64 << 10;             // cmd / argv / stdin of one command: 413
+  size_t max_path_bytes = 4096;                    // guest paths: 400 invalid_path
+  uint32_t default_exec_timeout_s = 60;            // when a command names none
+  uint32_t max_exec_timeout_s = 3600;              // longer: 400
   uint32_t max_exec_output_bytes = 16 << 20;  // per stream of a non-streamed command (truncated)
   size_t max_stream_buffer_bytes = 16 << 20;  // a slow SSE client: the command is cancelled
   std::chrono::milliseconds sse_keepalive{1000};          // comment frames; also detect hang-ups

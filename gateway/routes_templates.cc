@@ -1,5 +1,6 @@
 // Templates: the shipped ones (`make guest`) and a tenant's own (actors/template_builds.h):
 // build (POST, progress as server-sent events), list, get, delete.
+#include "actors/build_context.h"
 #include "actors/dockerfile.h"
 #include "actors/event_codec.h"
 #include "actors/template_builds.h"
@@ -57,9 +58,10 @@ std::string name_param(const Request& r) {
 }
 
 HttpReply build(Call& c) {
-  Fields f(c.r.json(), {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
-                        "vcpus", "dockerfile", "context", "build_args", "start", "ready_port",
-                        "ready_cmd", "image", "registry_secret", "disk_mib"});
+  Json body = c.r.json();
+  Fields f(body, {"name", "from", "packages", "files", "run", "env", "network", "memory_mib",
+                  "vcpus", "dockerfile", "context", "build_args", "start", "ready_port",
+                  "ready_cmd", "image", "registry_secret", "disk_mib"});
   if (!f.has("name")) throw ApiError{Code::invalid_argument, "name is required"};
   actors::TemplateSpec spec;
   if (f.has("image")) {
@@ -92,9 +94,27 @@ HttpReply build(Call& c) {
         throw ApiError{
             Code::invalid_argument,
             std::string(k) + " is the Dockerfile's to say (FROM, COPY, RUN, ENV, CMD, EXPOSE)"};
-    auto t = unwrap(actors::template_from_dockerfile(f.str("dockerfile"), f.string_map("context"),
-                                                     f.string_map("build_args")));
+    // The context: files ({path: text}) or archives uploaded before ("sha256:...", or a list).
+    const Json& cx = body["context"];
+    const bool archived = cx.is_string() || cx.is_array();
+    std::vector<std::string> keys;
+    for (auto& a : cx.is_string() ? std::vector<std::string>{cx.as_string()}
+                   : archived     ? f.string_list("context")
+                                  : std::vector<std::string>{}) {
+      auto k = actors::context_key(a);
+      if (!k)
+        throw ApiError{Code::invalid_argument,
+                       "context: '" + a.substr(0, 80) +
+                           "' is not a build context (sha256:<64 hex>, as POST "
+                           "/v1/build-contexts answers)"};
+      keys.push_back(*k);
+    }
+    auto t = unwrap(actors::template_from_dockerfile(
+        f.str("dockerfile"),
+        archived ? std::map<std::string, std::string>{} : f.string_map("context"),
+        f.string_map("build_args"), {}, archived));
     spec = std::move(t.spec);
+    spec.contexts = std::move(keys);
   } else {
     for (auto k : {"context", "build_args"})
       if (f.has(k)) throw ApiError{Code::invalid_argument, std::string(k) + " needs a dockerfile"};
@@ -142,6 +162,33 @@ HttpReply import_image(Call& c) {
   return json_reply(202, j);
 }
 
+Json context_json(const actors::BuildContextInfo& x) {
+  Json j = Json::object();
+  j.set("context", "sha256:" + x.key);
+  j.set("bytes", int64_t(x.bytes));
+  j.set("used_at_ms", x.used_at_ms);
+  return j;
+}
+
+std::string context_param(const Request& r) {
+  auto k = actors::context_key(r.param("key"));
+  if (!k) throw ApiError{Code::context_not_found, "no such build context"};
+  return *k;
+}
+
+Route context_upload(Route r) {
+  r.upload = Route::Upload::context;
+  return r;
+}
+
+// POST /v1/build-contexts: the body (spooled to a file) is a tar of a build context.
+HttpReply put_context(Call& c) {
+  if (c.r.body_file.empty())
+    throw ApiError{Code::invalid_argument, "the body is the build context: a tar, plain or gzip"};
+  return json_reply(201,
+                    context_json(unwrap(c.gw.rt.put_build_context(c.tenant(), c.r.body_file))));
+}
+
 }  // namespace
 
 Json template_json(const actors::TemplateState& t) { return custom_json(t); }
@@ -174,6 +221,23 @@ std::vector<Route> template_routes() {
             "start, network, memory_mib, vcpus}: 202, then follow GET "
             "/v1/templates/{name}/build",
             build),
+      context_upload(route(
+          M::POST, "/v1/build-contexts",
+          "Upload a Dockerfile build's context: the body is a tar of it (plain or gzip, at most "
+          "--build-context-mib; kept by its sha256, unpacked only in a builder microVM); 201 "
+          "{context: \"sha256:...\"}, named by POST /v1/templates {dockerfile, context}",
+          put_context, {}, Route::Kind::file_body)),
+      route(M::GET, "/v1/build-contexts/{key}", "Whether a build context of yours is kept",
+            [](Call& c) {
+              return json_reply(
+                  200, context_json(unwrap(c.gw.rt.build_context(c.tenant(), context_param(c.r)))));
+            }),
+      route(M::DELETE, "/v1/build-contexts/{key}", "Drop a build context of yours",
+            [](Call& c) {
+              if (auto no = c.gw.rt.delete_build_context(c.tenant(), context_param(c.r)))
+                throw ApiError{no->code, no->message};
+              return no_content();
+            }),
       route(M::PUT, "/v1/templates/{name}/image",
             "Import an image as a template of yours: the body is a `docker save` archive or an "
             "OCI image layout tar (at most --template-image-mib); 202, then follow GET "

@@ -74,6 +74,9 @@ struct Route {
   // native: our API. e2b_api: E2B's control plane (X-API-KEY, errors {"code": status, "message"}).
   // e2b_envd: E2B's sandbox plane (a sandbox's access token, Connect errors; gateway/e2b.h).
   enum class Style { native, e2b_api, e2b_envd } style = Style::native;
+  // A file_body route's limit: Limits::max_upload_bytes (image archives) or
+  // Limits::max_context_bytes (build contexts).
+  enum class Upload { image, context } upload = Upload::image;
 };
 
 // A route table entry. `query` lists the parameters it takes.

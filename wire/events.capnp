@@ -253,6 +253,7 @@ struct TemplateEvent {
       readyPort @25 :UInt16;        # the bake waits for `start` to listen here (0: no port)
       readyCmd @26 :Text;           # or for this shell command to succeed ("": not asked)
       image @27 :Text;              # imported from an image archive ("": a build on `from`)
+      contexts @32 :List(Text);     # its Dockerfile's context archives (keys), in order
     }
     built :group {
       buildMs @9 :UInt64;

@@ -12,6 +12,7 @@ Usage: templates_test.py --daemon build/bin/pandastackd [--images DIR]
 The data folder (template images, the package cache) is on a real disk (/var/tmp).
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -426,9 +427,25 @@ class TemplateTest(unittest.TestCase):
         self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
 
         # A Dockerfile FROM the imported image: built on its disk (no resize2fs, no dpkg: only
-        # busybox), its Env and Cmd carried over as a Docker image's are.
+        # busybox), its Env and Cmd carried over as a Docker image's are. Its context is an
+        # archive uploaded first (gzip; a binary file, a folder, a .dockerignore), unpacked in a
+        # builder microVM and copied by busybox's sh and cp in the image's guest.
+        import gzip
+        blob = bytes(range(256)) * 4
+        context = gzip.compress(oa.layer([
+            oa.entry(".dockerignore", data="*.secret\n"), oa.entry("site/", "dir"),
+            oa.entry("site/page.html", data="<p>copied</p>\n"), oa.entry("bin.dat", data=blob),
+            oa.entry("x.secret", data="never copied")]))
+        s, cx = self.api.call("POST", "/v1/build-contexts", raw=context,
+                              headers={"Content-Type": "application/gzip"})
+        self.assertEqual(s, 201, cx)
+        self.assertEqual((cx["context"], cx["bytes"]),
+                         ("sha256:" + hashlib.sha256(context).hexdigest(), len(context)))
+        self.assertEqual(self.api.call("GET", f"/v1/build-contexts/{cx['context']}")[0], 200)
         s, b = self.api.call("POST", "/v1/templates", {
-            "name": "on-image", "dockerfile": "FROM from-image\nENV EXTRA=added\n"
+            "name": "on-image", "context": cx["context"],
+            "dockerfile": "FROM from-image\nENV EXTRA=added\n"
+            "COPY site /www/\nCOPY --chown=1000:1000 bin.dat /srv/data/\n"
             "RUN echo \"built on the image by $(id -u)\" > /srv/extra.txt\n"})
         self.assertEqual(s, 202, b)
         _, lines, end = self.follow("on-image")
@@ -444,13 +461,48 @@ class TemplateTest(unittest.TestCase):
         self.assertEqual(s, 201, sbx)
         s, r = self.api.exec(
             sbx["id"], "cat /srv/extra.txt /srv/hello.txt; echo \"$GREETING / $EXTRA\"; "
-            "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 8080 | tail -1")
+            "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 8080 | tail -1; "
+            "printf 'GET /page.html HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 8080 | tail -1; "
+            "md5sum /srv/data/bin.dat | cut -c1-32; stat -c %u:%g /srv/data/bin.dat; "
+            "ls /srv/data; ls /var/lib/pandastack 2>/dev/null | grep build || echo no-context")
         self.assertEqual((s, r.get("stdout")),
                          (200, "built on the image by 0\nhello from the image\n"
                                "hello from the image config / added\n"
-                               "<h1>served by busybox</h1>\n"), r)
+                               "<h1>served by busybox</h1>\n<p>copied</p>\n"
+                               + hashlib.md5(blob).hexdigest() + "\n1000:1000\nbin.dat\n"
+                               "no-context\n"), r)
         self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
         self.assertEqual(self.api.call("DELETE", "/v1/templates/on-image")[0], 200)
+
+        # A COPY of what .dockerignore left out fails the build, naming its line; a context
+        # archive with an entry climbing out is refused by the unpacker (nothing written on the
+        # host: it never opens the archive); an unknown context is 404 before any build.
+        s, b = self.api.call("POST", "/v1/templates", {
+            "name": "ignored", "context": [cx["context"]],
+            "dockerfile": "FROM from-image\nCOPY site /www/\nCOPY x.secret /srv/\n"})
+        self.assertEqual(s, 202, b)
+        _, lines, end = self.follow("ignored")
+        self.assertEqual(end["status"], "failed", end)
+        self.assertIn("Dockerfile line 3: no file of the build context matches 'x.secret'",
+                      end["error"])
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/ignored")[0], 200)
+        s, bad = self.api.call("POST", "/v1/build-contexts", raw=oa.layer(
+            [oa.entry("../pandastack-escaped", data="x")]))
+        self.assertEqual(s, 201, bad)
+        s, b = self.api.call("POST", "/v1/templates", {
+            "name": "escaping-context", "context": bad["context"],
+            "dockerfile": "FROM base\nCOPY . /x/\n"})
+        self.assertEqual(s, 202, b)
+        _, lines, end = self.follow("escaping-context")
+        self.assertEqual(end["status"], "failed", end)
+        self.assertIn("climbs out with '..'", end["error"])
+        self.assertEqual(self.api.call("DELETE", "/v1/templates/escaping-context")[0], 200)
+        self.assertError(self.api.call("POST", "/v1/templates", {
+            "name": "no-context", "context": "sha256:" + "0" * 64,
+            "dockerfile": "FROM base\nCOPY . /x/\n"}), 404, "context_not_found")
+        self.assertEqual(self.api.call("DELETE", f"/v1/build-contexts/{bad['context']}")[0], 204)
+        self.assertError(self.api.call("GET", f"/v1/build-contexts/{bad['context']}"),
+                         404, "context_not_found")
         self.assertEqual(self.api.call("DELETE", "/v1/templates/from-image")[0], 200)
 
         def refused(name, body, words):
@@ -490,13 +542,13 @@ class TemplateTest(unittest.TestCase):
                                        raw=b"\0" * ((64 << 20) + 1)), 413, "file_too_large")
         self.assertError(self.api.call("PUT", "/v1/templates/Bad_Name/image", raw=b"x" * 512),
                          400, "invalid_argument")
-        # At most two uploads arrive at once: a third is 429 (the disk is not filled faster
-        # than builds take archives); the two cut short leave no file.
+        # At most eight uploads arrive at once: a ninth is 429 (the disk is not filled faster
+        # than builds take archives); those cut short leave no file.
         import socket
         import time
         host, port = self.daemon.url.split("//")[1].split(":")
         slow = []
-        for i in range(2):
+        for i in range(8):
             c = socket.create_connection((host, int(port)))
             c.sendall((f"PUT /v1/templates/slow{i}/image HTTP/1.1\r\nHost: x\r\n"
                        f"Authorization: Bearer {self.api.key}\r\nContent-Length: 1000000\r\n"

@@ -5,7 +5,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import http from "node:http";
@@ -426,14 +427,23 @@ test("a key's e2b_ form (what current SDKs accept) is the same key", async () =>
   await sbx.kill();
 });
 
-test("Template builder: Template.build on ours (aptInstall, RUN, ENV, WORKDIR, USER, start and ready commands)",
+test("Template builder: Template.build on ours (aptInstall, COPY, RUN, ENV, WORKDIR, USER, start and ready commands)",
   { skip: process.env.E2B_LONG ? false : "a full template build: ctest e2b_templates (make test-long)" }, async () => {
   const { Template } = await import("e2b");
+  // COPY's files: the SDK tars each step's sources and uploads them (GET .../files/{hash},
+  // then a PUT to the URL we answer); the build unpacks them in a builder microVM.
+  const ctx = mkdtempSync(join(tmpdir(), "pst-e2b-ctx-"));
+  mkdirSync(join(ctx, "site", "css"), { recursive: true });
+  writeFileSync(join(ctx, "site", "about.html"), "about e2b\n");
+  writeFileSync(join(ctx, "site", "css", "a.css"), "body{}\n");
+  writeFileSync(join(ctx, "notes.txt"), "copied as user\n");
   const ready = "python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:8080/')\"";
-  const tpl = Template().fromTemplate("base")
+  const tpl = Template({ fileContextPath: ctx }).fromTemplate("base")
     .aptInstall(["jq"])  // (a Debian package fetched by the host, installed in the builder)
     .setEnvs({ GREETING: "hello e2b" })
     .setWorkdir("/srv/web")
+    .copy("site", "/srv/web/")
+    .copy("notes.txt", "/home/user/notes.txt", { user: "user", mode: 0o640 })
     .runCmd("echo \"$GREETING\" > index.html")
     .setUser("user")
     .runCmd("id -un > /home/user/who")
@@ -449,10 +459,12 @@ test("Template builder: Template.build on ours (aptInstall, RUN, ENV, WORKDIR, U
   const r = await sbx.commands.run("python3 -c \"import urllib.request as u; " +
     "print(u.urlopen('http://127.0.0.1:8080/index.html').read().decode(), end='')\"; " +
     "cat /home/user/who; echo $GREETING; jq -n 1+1; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline " +
-    "2>/dev/null | grep -q 'http[.]server 8080' && stat -c %U $p; done | sort -u");
-  assert.equal(r.stdout, "hello e2b\nuser\nhello e2b\n2\nuser\n");
+    "2>/dev/null | grep -q 'http[.]server 8080' && stat -c %U $p; done | sort -u; " +
+    "cat /srv/web/about.html /srv/web/css/a.css /home/user/notes.txt; stat -c '%U %a' /home/user/notes.txt");
+  assert.equal(r.stdout, "hello e2b\nuser\nhello e2b\n2\nuser\nabout e2b\nbody{}\ncopied as user\nuser 640\n");
+  rmSync(ctx, { recursive: true, force: true });
   await sbx.kill();
-  // What is not served is refused with why: an image, copying files.
+  // What is not served is refused with why: an image from a registry.
   await assert.rejects(Template.build(Template().fromImage("python:3.12"), "e2b-img"), /not served/);
   // Deleted like E2B's (by name).
   const del = await fetch(`${url}/templates/e2b-web`, { method: "DELETE", headers: { "X-API-KEY": key } });

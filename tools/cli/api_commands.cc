@@ -21,6 +21,7 @@
 #include "tools/cli/api_output.h"
 #include "tools/cli/shell.h"
 #include "tools/http_client.h"
+#include "tools/tar_writer.h"
 #include "wire/base64.h"
 #include "wire/json.h"
 
@@ -153,26 +154,15 @@ std::string read_local(const std::string& path, const std::string& flag) {
   return ss.str();
 }
 
-// A Dockerfile's build context: the regular files under `dir` (relative path -> text; links and
-// other kinds skipped), at most 64 of them (the daemon's limit), none binary.
-Json build_context(const std::string& dir) {
-  namespace fs = std::filesystem;
-  Json ctx = Json::object();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) usage("--context " + dir + ": not a folder");
-  size_t n = 0;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
-    auto rel = fs::relative(it->path(), dir, ec).generic_string();
-    if (++n > 64) usage("--context " + dir + ": more than 64 files (a build context's limit)");
-    auto text = read_local(it->path().string(), "--context");
-    if (text.find('\0') != std::string::npos)
-      usage("--context: " + rel + " is binary (a context holds text files)");
-    ctx.set(rel, text);
-  }
-  if (ec) usage("--context " + dir + ": " + ec.message());
-  return ctx;
+// A Dockerfile's build context: `dir` as a tar (tools/tar_writer.h: every file, binary ones
+// too; the daemon applies its .dockerignore), uploaded (POST /v1/build-contexts); its key.
+std::string upload_context(Api& api, const std::string& dir) {
+  auto tar = tools::tar_of_folder(dir);
+  if (!tar) usage("--context: " + tar.error().message);
+  auto answer = Json::parse(api.call("POST", "/v1/build-contexts", *tar, "application/x-tar"));
+  if (!answer || !(*answer)["context"].is_string())
+    throw std::runtime_error("the daemon did not answer the build context's key");
+  return (*answer)["context"].as_string();
 }
 
 int follow_build(Api& api, const Opts& o, const std::string& name);
@@ -190,7 +180,8 @@ int template_build(Api& api, const Opts& o, const std::string& name) {
     if (o.flags.count("--from") || !o.runs.empty() || !o.env.empty() || !o.files.empty())
       usage("template build: --dockerfile says what --from, --run, --env and --file would");
     body.set("dockerfile", read_local(o.flags.at("--dockerfile"), "--dockerfile"));
-    if (o.flags.count("--context")) body.set("context", build_context(o.flags.at("--context")));
+    if (o.flags.count("--context"))
+      body.set("context", upload_context(api, o.flags.at("--context")));
     Json args = Json::object();
     for (auto& [k, v] : pairs(o.build_args, "--build-arg")) args.set(k, v);
     body.set("build_args", args);

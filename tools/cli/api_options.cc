@@ -66,8 +66,9 @@ const char* const kApiUsage = R"(usage:
   pandastack template build NAME --dockerfile FILE [--context DIR] [--build-arg K=V]...
                             [--package P]... [--no-network] [--memory MIB] [--vcpus N] [--json]
       Builds a template of your own (Debian packages, files, commands run as root in its guest,
-      or a Dockerfile's instructions with DIR's files as its context, then baked): a progress
-      bar on a terminal, its log lines otherwise. Exits 1 if it fails.
+      or a Dockerfile's instructions with DIR as its context, uploaded as a tar and unpacked in a
+      builder microVM, its .dockerignore applied; then baked): a progress bar on a terminal, its
+      log lines otherwise. Exits 1 if it fails.
   pandastack template import NAME ARCHIVE [--memory MIB] [--vcpus N] [--size DISK_MIB]
                             [--no-start] [--no-network] [--json]
       Imports an image as a template of yours: ARCHIVE is `docker save IMAGE > image.tar` or an
