@@ -62,6 +62,7 @@ std::string template_id(const std::string& tenant, const std::string& name) {
 }
 
 std::string template_display_name(const std::string& id) {
+  if (id.rfind("docker://", 0) == 0) return id;  // (an image a Dockerfile build pulls)
   auto dot = id.find('.');
   return dot == std::string::npos ? id : id.substr(0, dot);
 }
@@ -219,7 +220,10 @@ struct Decider {
     auto e = event(TemplateEvent::Kind::built);
     e.build_ms = c.build_ms;
     e.size_bytes = c.size_bytes;
-    if (!s.spec.image.empty()) {
+    // (a Dockerfile build FROM an image it pulled, kFromImagePrefix, ends with it too: the
+    // image's Env and start command merged with the Dockerfile's)
+    const bool pulled_from = s.spec.from.rfind("docker://", 0) == 0;
+    if (!s.spec.image.empty() || (pulled_from && !c.image.ref.empty())) {
       if (c.image.ref.empty()) return bad("an import ends with its image's configuration");
       if (c.image.ref.size() > 512) return bad("image: at most 512 bytes");
       // Its env and start command within a build's limits (checked as a build's would be).

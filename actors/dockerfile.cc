@@ -394,12 +394,10 @@ std::optional<Refusal> Translator::from(const Instruction& in) {
   if (w.empty() || (w.size() != 1 && !(w.size() == 3 && upper(w[1]) == "AS")))
     return bad(in, "FROM TEMPLATE [AS name]");
   const auto& t = w[0];
-  if (t == "scratch" || t.find_first_of("/:@") != std::string::npos)
-    return unserved(in, "FROM an image (" + t +
-                            ") is not pulled: import it first (docker save, then PUT "
-                            "/v1/templates/{name}/image) and name that template, or a shipped one "
-                            "(base, code-interpreter)");
-  out_.spec.from = t;
+  if (t == "scratch")
+    return unserved(in, "FROM scratch is not served: start from an image or a template");
+  // An image reference (checked by the build: actors/image_pull.h) is pulled by the build.
+  out_.spec.from = t.find_first_of("/:@") != std::string::npos ? kFromImagePrefix + t : t;
   from_seen_ = true;
   vars_.clear();
   return std::nullopt;

@@ -6,8 +6,9 @@
 //
 // What each instruction becomes (in order, one build command each, with Docker's semantics):
 //   FROM T          the shipped template T (`base`, `code-interpreter`, ...) or a ready template
-//                   of the tenant's own (an imported image's included); a registry reference or
-//                   `scratch` is 501 (nothing is pulled: import the image first); one stage only
+//                   of the tenant's own (an imported image's included), or an image reference
+//                   (one with a '/', ':' or '@': pulled by the build, kFromImagePrefix);
+//                   `scratch` is 501; one stage only
 //   RUN             `sh -c` (shell form) or the program itself (exec form), in the WORKDIR, as the
 //                   USER, with the ARGs and the ENVs declared so far (and not those declared later)
 //   COPY, ADD       files of the build context (`context`: relative path -> text) into the guest,
@@ -46,6 +47,12 @@ struct DockerfileLimits {
   size_t max_context_files = 64;  // the context's files (each a build file)
   size_t max_build_args = 64;
 };
+
+// A FROM that names an image ("python:3.12-slim", "ghcr.io/org/app@sha256:..."): its spec's
+// `from` is this prefix and the reference; the build pulls the image (actors/image_pull.h) and
+// imports it into its own folder first, then runs the steps on it (its Env and start command
+// carried over, as a Docker image's ENV and CMD are).
+inline constexpr const char* kFromImagePrefix = "docker://";
 
 // Where COPY and ADD stage the context's files in the guest (removed by the build's last step).
 inline constexpr const char* kBuildContextDir = "/var/lib/pandastack/build-context";

@@ -73,8 +73,9 @@ Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
                                              const std::string& run_name, uint32_t memory_mib,
                                              uint32_t vcpus, steady_clock::time_point deadline,
                                              const std::function<void(const std::string&)>& log,
-                                             const std::string& what) {
+                                             const std::string& what, const fs::path& rootfs) {
   auto c = env.vm_config(from, run_name, run_name);
+  if (!rootfs.empty()) c.rootfs = rootfs;
   c.memory_mib = memory_mib;
   c.vcpus = vcpus;
   c.name = run_name;
@@ -152,14 +153,19 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   // (or a ready template of the tenant's: an id, checked by the caller, whose disk chain ends in
   // a shipped template's or in an imported image's)
   auto from_rootfs = fs::absolute(
-      vmm::template_dir(env.config.images_dir, env.config.custom_templates_dir, spec.from) /
+      (job.from_dir.empty()
+           ? vmm::template_dir(env.config.images_dir, env.config.custom_templates_dir, spec.from)
+           : job.from_dir) /
       "rootfs.qcow2");
   auto base_size = vmm::qcow2::virtual_size(from_rootfs);
   if (!base_size) return Rejection{Code::internal, base_size.error().message};
   const uint64_t size = *base_size + (job.grow_mib << 20);
 
-  auto booted = boot_builder(env, spec.from, "build-" + job.id, spec.memory_mib, spec.vcpus,
-                             job.deadline, log, "");
+  auto booted = job.from_dir.empty()
+                    ? boot_builder(env, spec.from, "build-" + job.id, spec.memory_mib, spec.vcpus,
+                                   job.deadline, log, "")
+                    : boot_builder(env, "base", "build-" + job.id, spec.memory_mib, spec.vcpus,
+                                   job.deadline, log, " on the pulled image", from_rootfs);
   if (!booted) return booted.error();
   auto& vm = **booted;
   at(10);

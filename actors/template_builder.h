@@ -39,7 +39,10 @@ struct BuilderJob {
   // The build context unpacked (actors/build_context.h: an ext4 disk, "" = none): mounted
   // read-only at kBuildContextDir before the files and commands.
   std::filesystem::path context_disk;
-  uint64_t grow_mib = 1024;       // room added to the `from` root file system
+  // The root file system it builds on when that is not a template's: a FROM image pulled by
+  // this build (its folder's rootfs.qcow2; the builder boots our kernel on it). "" = spec.from's.
+  std::filesystem::path from_dir;
+  uint64_t grow_mib = 1024;  // room added to the `from` root file system
   std::chrono::steady_clock::time_point deadline;
   std::stop_token stop;  // the daemon stopping: the guest's command is killed, the build fails
   std::function<void(const std::string&)> log;
@@ -51,13 +54,15 @@ std::string sh_quote(const std::string& v);
 
 // Boots a builder microVM: a guest of template `from` (a shipped one or a tenant's id), jailed
 // like every sandbox, with no network, `memory_mib` and `vcpus`, never outliving the daemon (a
-// restart fails its build), within `deadline`. `what`: the log line's end. build_failed.
+// restart fails its build), within `deadline`. `what`: the log line's end. `rootfs`: another
+// root file system for `from`'s kernel ("" = its own). build_failed.
 Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
                                              const std::string& run_name, uint32_t memory_mib,
                                              uint32_t vcpus,
                                              std::chrono::steady_clock::time_point deadline,
                                              const std::function<void(const std::string&)>& log,
-                                             const std::string& what);
+                                             const std::string& what,
+                                             const std::filesystem::path& rootfs = {});
 
 // The empty overlay every sandbox of a template starts from, made next to its root file system
 // `rootfs` without opening it (qemu-img -u: no host tool reads what a builder wrote).

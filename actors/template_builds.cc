@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "actors/custom_template_codec.h"
+#include "actors/dockerfile.h"
 #include "actors/env.h"
 #include "actors/event_codec.h"
 #include "actors/image_import.h"
@@ -248,6 +249,14 @@ Reply<TemplateState> TemplateBuilds::begin(const std::string& tenant, const std:
 Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std::string& name,
                                            const TemplateSpec& asked) {
   auto spec = with_shape(asked);
+  if (spec.from.rfind(kFromImagePrefix, 0) == 0) {
+    // FROM an image: pulled (anonymously) and imported by the build itself, into its folder.
+    auto ref = parse_image_ref(spec.from.substr(std::string(kFromImagePrefix).size()));
+    if (!ref) return ref.error();
+    for (auto& k : spec.contexts)
+      if (auto got = contexts_.get(tenant, k); !got) return got.error();
+    return launch(tenant, name, spec, std::nullopt);
+  }
   auto from = resolve_from(tenant, spec.from);
   if (!from) return from.error();
   for (auto& k : spec.contexts)  // (each taken again when the build starts)
@@ -441,6 +450,54 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
     spec.start = got->facts.start;
     spec.ready_port = got->facts.ready_port;
   } else {
+    std::filesystem::path from_dir;  // a FROM image's root file system, pulled here
+    if (spec.from.rfind(kFromImagePrefix, 0) == 0) {
+      progress->at("pull", 1);
+      fs::remove_all(image, ec);
+      PullJob pull;
+      pull.ref = *parse_image_ref(spec.from.substr(std::string(kFromImagePrefix).size()));
+      pull.insecure = cfg.insecure_registries;
+      pull.out = work / "image.tar";
+      pull.max_bytes = cfg.template_image_max_mib << 20;
+      pull.deadline = deadline;
+      pull.stop = progress->cancel.get_token();
+      pull.log = log;
+      auto pulled = pull_image(pull);
+      if (cancelled()) return finish(why_cancelled());
+      if (!pulled) return finish(pulled.error().message);
+      log("pull: " + std::to_string(pulled->bytes >> 20) + " MiB, every blob verified");
+      ImportJob ij;
+      ij.id = id;
+      ij.spec = spec;
+      ij.archive = pull.out;
+      ij.work_dir = work;
+      ij.out_dir = image / "from";
+      auto archive_mib = fs::file_size(pull.out, ec) >> 20;
+      ij.disk_bytes = std::max<uint64_t>(2048, 4 * archive_mib + 1024) << 20;
+      ij.busybox = cfg.busybox;
+      ij.deadline = deadline;
+      ij.stop = progress->cancel.get_token();
+      ij.log = log;
+      ij.at = [&](int p) { progress->at("import", 1 + p * 4 / 100); };
+      auto got = import_in_vm(env_, ij);
+      fs::remove(pull.out, ec);
+      if (cancelled()) return finish(why_cancelled());
+      if (!got) return finish(got.error().message);
+      log("image: " + got->facts.ref + " (" + std::to_string(got->layers) + " layers, " +
+          std::to_string(got->bytes >> 20) + " MiB): the Dockerfile's steps run on it");
+      // Its environment and start command carry over, as a Docker image's ENV and CMD do (the
+      // Dockerfile's own win).
+      for (auto& [k, v] : got->facts.env) spec.env.try_emplace(k, v);
+      if (spec.start.empty()) {
+        spec.start = got->facts.start;
+        spec.ready_port = got->facts.ready_port;
+      }
+      from_dir = image / "from";
+      imported = *got;  // (its record: the image, and what its sandboxes get of it)
+      imported->facts.start = spec.start;
+      imported->facts.ready_port = spec.ready_port;
+      imported->facts.env = spec.env;
+    }
     progress->at("packages", 2);
     PackageFetch fetch;
     fetch.cache = cfg.data_dir / "template-cache" / "debs";
@@ -493,6 +550,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
     progress->at("builder", 10);
     BuilderJob job;
     job.context_disk = context_disk;
+    job.from_dir = from_dir;
     job.id = id;
     job.spec = spec;
     job.packages = *packages;
@@ -501,7 +559,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
     job.stop = progress->cancel.get_token();
     job.log = log;
     job.at = [&](int p) { progress->at("builder", 10 + p * 65 / 100); };
-    fs::remove_all(image, ec);
+    if (from_dir.empty()) fs::remove_all(image, ec);
     auto built = build_in_vm(env_, job);
     fs::remove_all(work, ec);  // (the package image: the builder is done with it)
     if (cancelled()) return finish(why_cancelled());

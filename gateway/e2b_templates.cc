@@ -7,7 +7,8 @@
 // name, and E2B's Sandbox.create(name) makes sandboxes of it.
 //
 // Served: fromTemplate (a shipped template, or one of the tenant's own: a build, an imported or
-// pulled image) or E2B's default image (e2bdev/base: our base), RUN
+// pulled image), E2B's default image (e2bdev/base: our base) or fromImage(any other: pulled by
+// the build, actors/dockerfile.h kFromImagePrefix), RUN
 // (with its user), ENV, WORKDIR, USER, setStartCmd/setReadyCmd (TemplateSpec::start and
 // ready_cmd: started before the bake, so every sandbox restores with it running), cpuCount and
 // memoryMB. aptInstall's command, exactly as the SDK writes it, becomes the build's Debian
@@ -17,7 +18,7 @@
 // PUT it: here, with the key the SDK called with) kept as a build context of the tenant's
 // (actors/build_context.h) under E2B's hash; the build's archives are unpacked together, in
 // order, in a builder microVM, and each COPY is the Dockerfile's (its user and mode as --chown
-// and --chmod). Not served (501): other images and registries, tags.
+// and --chmod). Not served (501): registry credentials (fromImageRegistry), tags.
 #include <openssl/rand.h>
 
 #include <chrono>
@@ -137,18 +138,22 @@ actors::TemplateSpec spec_of(const Json& b, const Pending& p, const std::string&
                              actors::Runtime& rt) {
   std::string from;
   if (b["fromImageRegistry"].is_object())
-    throw ApiError{Code::not_implemented, "images from registries are not served here"};
+    throw ApiError{Code::not_implemented,
+                   "fromImage with registry credentials is not served here: pull the image as a "
+                   "template of yours with a secret (POST /v1/templates {name, image, "
+                   "registry_secret}), then build fromTemplate(NAME)"};
   if (b["fromTemplate"].is_string() && !b["fromTemplate"].as_string().empty()) {
     from = template_for(b["fromTemplate"].as_string());
   } else if (b["fromImage"].is_string()) {
+    // e2bdev/base is our base; any other image is pulled by the build (anonymously: a private
+    // registry's image is pulled first with its secret, POST /v1/templates {name, image,
+    // registry_secret}, then built fromTemplate(NAME)).
     const auto& image = b["fromImage"].as_string();
-    if (image != "e2bdev/base" && image != "e2bdev/base:latest")
-      throw ApiError{Code::not_implemented,
-                     "fromImage(" + image +
-                         ") is not served by this builder: pull the image as a template of yours "
-                         "first (POST /v1/templates {name, image}, or `pandastack template pull "
-                         "NAME IMAGE`) and build fromTemplate(NAME); e2bdev/base is our base"};
-    from = "base";
+    if (image.empty() || image.find_first_of(" \t\r\n\"\\") != std::string::npos)
+      throw ApiError{Code::invalid_argument, "fromImage: an image reference"};
+    from = image == "e2bdev/base" || image == "e2bdev/base:latest" ? "base"
+           : image.find_first_of("/:@") == std::string::npos       ? image + ":latest"
+                                                                   : image;
   } else {
     throw ApiError{Code::invalid_argument, "fromTemplate or fromImage is required"};
   }

@@ -623,6 +623,32 @@ class TemplateTest(unittest.TestCase):
                              (200, "hello from the image\n<h1>served by busybox</h1>\n"), r)
             self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
             self.assertEqual(self.api.call("DELETE", "/v1/templates/pulled")[0], 200)
+            # A Dockerfile FROM the image's reference: the build pulls and imports it itself,
+            # then runs its steps on it (the image's Env and Cmd carried over).
+            s, b = self.api.call("POST", "/v1/templates", {
+                "name": "on-pull", "dockerfile": f"FROM {ref}\nENV EXTRA=on-pull\n"
+                "RUN echo \"$GREETING, then $EXTRA\" > /srv/run.txt\n"})
+            self.assertEqual(s, 202, b)
+            _, lines, end = self.follow("on-pull")
+            self.assertEqual(end["status"], "ready", (end, lines[-30:]))
+            self.assertIn("the Dockerfile's steps run on it", "\n".join(lines))
+            s, t = self.api.call("GET", "/v1/templates/on-pull")
+            self.assertEqual((t["from"], t["ready_port"]), (f"docker://{ref}", 8080), t)
+            self.assertTrue(t["image"].startswith(ref + "@sha256:"), t)
+            self.assertEqual((t["env"]["GREETING"], t["env"]["EXTRA"]),
+                             ("hello from the image config", "on-pull"), t)
+            print(f"\n  Dockerfile FROM a registry image: {t['build_ms']} ms to ready",
+                  file=sys.stderr)
+            s, sbx = self.api.call("POST", "/v1/sandboxes", {"template": "on-pull"})
+            self.assertEqual(s, 201, sbx)
+            s, r = self.api.exec(
+                sbx["id"], "cat /srv/run.txt; echo $EXTRA; printf 'GET /index.html HTTP/1.0"
+                "\\r\\n\\r\\n' | nc 127.0.0.1 8080 | tail -1")
+            self.assertEqual((s, r.get("stdout")),
+                             (200, "hello from the image config, then on-pull\non-pull\n"
+                                   "<h1>served by busybox</h1>\n"), r)
+            self.api.call("DELETE", f"/v1/sandboxes/{sbx['id']}")
+            self.assertEqual(self.api.call("DELETE", "/v1/templates/on-pull")[0], 200)
             # A tag it lacks: the build fails naming it.
             s, b = self.api.call("POST", "/v1/templates",
                                  {"name": "missing", "image": f"127.0.0.1:{port}/test/busybox:2"})
@@ -722,7 +748,9 @@ class TemplateTest(unittest.TestCase):
                 "invalid_argument"),
                ({"name": "x", "dockerfile": "FROM base\n", "start": "x"}, 400, "invalid_argument"),
                ({"name": "x", "ready_port": 80}, 400, "invalid_argument"),  # (no start command)
-               ({"name": "x", "dockerfile": "FROM python:3.12\n"}, 501, "not_implemented"),
+               ({"name": "x", "dockerfile": "FROM scratch\n"}, 501, "not_implemented"),
+               ({"name": "x", "dockerfile": "FROM Bad_Registry:5000/x:1\n"}, 400,
+                "invalid_argument"),  # (an image reference, checked before any build)
                ({"name": "x", "dockerfile": "FROM base\nCOPY nope /x\n"}, 400,
                 "invalid_argument"),
                ({"name": "x", "dockerfile": "FROM base\n", "run": ["true"]}, 400,

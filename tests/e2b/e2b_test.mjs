@@ -464,8 +464,12 @@ test("Template builder: Template.build on ours (aptInstall, COPY, RUN, ENV, WORK
   assert.equal(r.stdout, "hello e2b\nuser\nhello e2b\n2\nuser\nabout e2b\nbody{}\ncopied as user\nuser 640\n");
   rmSync(ctx, { recursive: true, force: true });
   await sbx.kill();
-  // What is not served is refused with why: an image from a registry.
-  await assert.rejects(Template.build(Template().fromImage("python:3.12"), "e2b-img"), /not served/);
+  // fromImage: pulled by the build (here from a loopback port where no registry listens: the
+  // build fails with the pull's reason); registry credentials are refused with why.
+  await assert.rejects(Template.build(Template().fromImage("127.0.0.1:1/nothing:1"), "e2b-img"),
+    /pull: 127\.0\.0\.1.*refused/);
+  await assert.rejects(Template.build(Template().fromImage("127.0.0.1:1/private:1",
+    { username: "u", password: "p" }), "e2b-img2"), /not served/);
   // Deleted like E2B's (by name).
   const del = await fetch(`${url}/templates/e2b-web`, { method: "DELETE", headers: { "X-API-KEY": key } });
   assert.equal(del.status, 204);
