@@ -10,6 +10,8 @@
 
 #include "actors/dockerfile.h"
 #include "actors/env.h"
+#include "actors/step_cache.h"
+#include "vmm-driver/file_copy.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/run_tool.h"
@@ -73,7 +75,8 @@ Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
                                              const std::string& run_name, uint32_t memory_mib,
                                              uint32_t vcpus, steady_clock::time_point deadline,
                                              const std::function<void(const std::string&)>& log,
-                                             const std::string& what, const fs::path& rootfs) {
+                                             const std::string& what, const fs::path& rootfs,
+                                             const vmm::Snapshot* disk_of) {
   auto c = env.vm_config(from, run_name, run_name);
   if (!rootfs.empty()) c.rootfs = rootfs;
   c.memory_mib = memory_mib;
@@ -86,7 +89,7 @@ Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
   if (log)
     log("builder: booting a " + std::to_string(c.memory_mib) + " MiB guest of " +
         template_display_name(from) + " (no network)" + what);
-  auto booted = vmm::Vm::boot(env.io, c);
+  auto booted = disk_of ? vmm::Vm::boot_on(env.io, *disk_of, c) : vmm::Vm::boot(env.io, c);
   if (!booted) return Rejection{Code::build_failed, "the builder VM: " + booted.error().message};
   return std::move(*booted);
 }
@@ -141,6 +144,67 @@ std::optional<Rejection> run_builder_script(vmm::Vm& vm, const std::string& what
   return std::nullopt;
 }
 
+namespace {
+
+// The root file system a job builds on, and the size of its builder's disk.
+struct BuildBase {
+  fs::path rootfs;
+  uint64_t size = 0;
+};
+
+Reply<BuildBase> build_base(Env& env, const BuilderJob& job) {
+  // The shipped template it builds on (checked by the caller): a root file system we made.
+  // (or a ready template of the tenant's: an id, checked by the caller, whose disk chain ends in
+  // a shipped template's or in an imported image's; or a FROM image this build pulled)
+  auto rootfs = fs::absolute(
+      (job.from_dir.empty() ? vmm::template_dir(env.config.images_dir,
+                                                env.config.custom_templates_dir, job.spec.from)
+                            : job.from_dir) /
+      "rootfs.qcow2");
+  auto base_size = vmm::qcow2::virtual_size(rootfs);
+  if (!base_size) return Rejection{Code::internal, base_size.error().message};
+  return BuildBase{rootfs, *base_size + (job.grow_mib << 20)};
+}
+
+// The build's step cache, when it has one (not for a FROM image pulled by this very build).
+std::optional<StepCache> step_cache_of(const BuilderJob& job) {
+  if (job.step_cache.empty() || !job.from_dir.empty()) return std::nullopt;
+  return StepCache(job.step_cache);
+}
+
+// The layers of checkpoint `last` as the template's own (copies: a checkpoint is the cache's to
+// drop), each naming the one below it by its absolute name in `out_dir`, the oldest the root
+// file system the build was on, so that a template on this one, or a sandbox of it published,
+// opens the chain from anywhere. The name the template's root file system is to name.
+Reply<std::string> install_layers(const vmm::Snapshot& last, const fs::path& out_dir,
+                                  const fs::path& from_rootfs) {
+  std::string below = from_rootfs.string();
+  for (auto& l : last.layers) {
+    auto to = out_dir / l;
+    std::error_code ec;
+    fs::remove(to, ec);
+    auto copied = vmm::clone_file(last.layer(l), to);
+    if (!copied)
+      return Rejection{Code::storage_error, "keeping the cached disk: " + copied.error().message};
+    auto named = vmm::qcow2::set_backing_file(to, below);
+    if (!named || ::chmod(to.c_str(), 0644) != 0)
+      return Rejection{Code::storage_error, "keeping the cached disk: " + to.string()};
+    below = to.string();
+  }
+  return below;
+}
+
+}  // namespace
+
+std::optional<size_t> cached_steps(Env& env, const BuilderJob& job) {
+  auto cache = step_cache_of(job);
+  auto base = build_base(env, job);
+  if (!cache || !base) return std::nullopt;
+  auto found = cache->deepest(step_keys(job.tenant, base->rootfs, base->size, job.spec));
+  if (!found) return std::nullopt;
+  return found->first;
+}
+
 Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   auto& spec = job.spec;
   auto log = [&](const std::string& l) {
@@ -149,19 +213,47 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   auto at = [&](int p) {
     if (job.at) job.at(p);
   };
-  // The shipped template it builds on (checked by the caller): a root file system we made.
-  // (or a ready template of the tenant's: an id, checked by the caller, whose disk chain ends in
-  // a shipped template's or in an imported image's)
-  auto from_rootfs = fs::absolute(
-      (job.from_dir.empty()
-           ? vmm::template_dir(env.config.images_dir, env.config.custom_templates_dir, spec.from)
-           : job.from_dir) /
-      "rootfs.qcow2");
-  auto base_size = vmm::qcow2::virtual_size(from_rootfs);
-  if (!base_size) return Rejection{Code::internal, base_size.error().message};
-  const uint64_t size = *base_size + (job.grow_mib << 20);
+  auto base = build_base(env, job);
+  if (!base) return base.error();
+  const auto from_rootfs = base->rootfs;
+  const uint64_t size = base->size;
 
-  auto booted = job.from_dir.empty()
+  // Where an earlier build of the same prefix left off (actors/step_cache.h).
+  auto cache = step_cache_of(job);
+  std::vector<std::string> keys;
+  std::optional<std::pair<size_t, vmm::Snapshot>> resumed;
+  if (cache) {
+    keys = step_keys(job.tenant, from_rootfs, size, spec);
+    resumed = cache->deepest(keys);
+  }
+  std::optional<vmm::Snapshot> last;  // the newest checkpoint under the builder's disk
+  if (resumed) last = resumed->second;
+  const size_t first_step = resumed ? resumed->first : 0;  // the first command to run
+  if (resumed)
+    log("builder: " + std::string(first_step == 0 ? "its packages and files" : "") +
+        (first_step > 0 ? std::to_string(first_step) + " of its " +
+                              std::to_string(spec.run.size()) + " commands"
+                        : "") +
+        " from the step cache (an earlier build of the same prefix)");
+
+  if (resumed && first_step == spec.run.size()) {
+    // Every command is cached: the template's disk is the last checkpoint's, as it is.
+    std::error_code ec;
+    fs::create_directories(job.out_dir, ec);
+    auto top = install_layers(*last, job.out_dir, from_rootfs);
+    if (!top) return top.error();
+    auto out = job.out_dir / "rootfs.qcow2";
+    auto made = vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b",
+                               *top, out.string(), std::to_string(size)});
+    if (!made) return Rejection{Code::storage_error, made.error().message};
+    if (auto no = make_template_overlay(out, size)) return *no;
+    at(100);
+    return size;
+  }
+  auto booted = resumed
+                    ? boot_builder(env, spec.from, "build-" + job.id, spec.memory_mib, spec.vcpus,
+                                   job.deadline, log, " on its cached steps", {}, &resumed->second)
+                : job.from_dir.empty()
                     ? boot_builder(env, spec.from, "build-" + job.id, spec.memory_mib, spec.vcpus,
                                    job.deadline, log, "")
                     : boot_builder(env, "base", "build-" + job.id, spec.memory_mib, spec.vcpus,
@@ -169,18 +261,35 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   if (!booted) return booted.error();
   auto& vm = **booted;
   at(10);
+  // A checkpoint costs about a second here (a sync, the guest paused while its disk becomes a
+  // layer): one is taken after work that took longer than that, and after the last command.
+  auto since = std::chrono::steady_clock::now();
+  auto checkpoint = [&](size_t k, bool always = false) -> std::optional<Rejection> {
+    if (!cache) return std::nullopt;
+    if (!always && std::chrono::steady_clock::now() - since < std::chrono::seconds(2))
+      return std::nullopt;
+    if (auto no = run_builder_script(vm, "a checkpoint", "sync\n", job.deadline, nullptr, job.stop))
+      return *no;
+    auto kept = cache->keep(vm, keys[k], env.config.state_dir / "step-checkpoints", size);
+    if (!kept) return kept.error();  // (the disk's layers are then not what `last` says)
+    last = *kept;
+    since = std::chrono::steady_clock::now();
+    return std::nullopt;
+  };
 
-  wire::Json resize = wire::Json::object();
-  resize.set("device", "root");
-  resize.set("size", int64_t(size));
-  if (auto r = vm.qmp().execute("block_resize", resize); !r)
-    return Rejection{Code::build_failed, "growing the builder's disk: " + r.error().message};
-  if (auto no = run_builder_script(vm, "growing the root file system", grow_script(size),
-                                   job.deadline, log, job.stop))
-    return *no;
+  if (!resumed) {
+    wire::Json resize = wire::Json::object();
+    resize.set("device", "root");
+    resize.set("size", int64_t(size));
+    if (auto r = vm.qmp().execute("block_resize", resize); !r)
+      return Rejection{Code::build_failed, "growing the builder's disk: " + r.error().message};
+    if (auto no = run_builder_script(vm, "growing the root file system", grow_script(size),
+                                     job.deadline, log, job.stop))
+      return *no;
+  }
   at(15);
 
-  if (!job.packages.image.empty()) {
+  if (!resumed && !job.packages.image.empty()) {
     std::error_code ec;
     auto bytes = fs::file_size(job.packages.image, ec);
     if (ec) return Rejection{Code::storage_error, "the package image: " + ec.message()};
@@ -194,12 +303,13 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
                                      log, job.stop))
       return *no;
   }
-  if (!job.context_disk.empty()) {
+  const bool steps_left = first_step < spec.run.size();
+  if (!job.context_disk.empty() && steps_left) {
     // The build context (actors/build_context.h), read-only where COPY and ADD read it.
     std::error_code ec;
     auto bytes = fs::file_size(job.context_disk, ec);
     if (ec) return Rejection{Code::storage_error, "the build context: " + ec.message()};
-    uint32_t slot = job.packages.image.empty() ? 0 : 1;
+    uint32_t slot = (job.packages.image.empty() || resumed) ? 0 : 1;
     auto bound = vm.bind_volumes({vmm::VolumeBinding{slot, job.context_disk, true}});
     if (!bound)
       return Rejection{Code::build_failed, "attaching the context: " + bound.error().message};
@@ -224,7 +334,9 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   at(60);
 
   // The tenant's files and environment: written by the agent, so every path is the guest's.
-  auto files = spec.files;
+  // (A build resumed from its cache has its files: they are part of its keys. Its environment's
+  // files are written again: a command may have read them, none is expected to change them.)
+  auto files = resumed ? std::map<std::string, std::string>{} : spec.files;
   if (!spec.env.empty()) {
     std::string profile;
     std::string entries;  // (for every process the agent starts: guest/agent/spawn.cc)
@@ -241,17 +353,24 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
       return Rejection{Code::build_failed, "writing " + path + ": " + written.error().message};
   }
   if (!files.empty()) log("builder: " + std::to_string(files.size()) + " files written");
+  if (!resumed)
+    if (auto no = checkpoint(0, spec.run.empty())) return *no;
   at(70);
 
-  if (!spec.run.empty()) {
-    std::string script = "set -e\n";
-    for (auto& [k, v] : spec.env) script += "export " + k + "=" + sh_quote(v) + "\n";
-    script += "cd /workspace 2>/dev/null || cd /\n";
-    for (auto& cmd : spec.run) script += "echo " + sh_quote("+ " + cmd) + "\n" + cmd + "\n";
-    if (auto no =
-            run_builder_script(vm, "the template's commands", script, job.deadline, log, job.stop))
+  // Each command on its own, a checkpoint after each (with a step cache).
+  std::string prelude = "set -e\n";
+  for (auto& [k, v] : spec.env) prelude += "export " + k + "=" + sh_quote(v) + "\n";
+  prelude += "cd /workspace 2>/dev/null || cd /\n";
+  for (size_t i = first_step; i < spec.run.size(); ++i) {
+    auto& cmd = spec.run[i];
+    if (auto no = run_builder_script(vm, "the template's commands",
+                                     prelude + "echo " + sh_quote("+ " + cmd) + "\n" + cmd + "\n",
+                                     job.deadline, log, job.stop))
       return *no;
+    if (auto no = checkpoint(i + 1, i + 1 == spec.run.size())) return *no;
+    at(70 + int(20 * (i + 1) / spec.run.size()));
   }
+  if (cache) cache->trim();
   at(90);
 
   // The disk as the guest leaves it: everything written out, the file system clean.
@@ -276,11 +395,21 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   }
   booted->reset();  // (its run folder goes; the disk lives on as `tmp`)
   if (ec) return Rejection{Code::storage_error, "keeping the builder's disk: " + ec.message()};
+  // With checkpoints, its disk is their layers and what came after them: the template's own.
+  std::string backing = from_rootfs.string();
+  if (last) {
+    auto top = install_layers(*last, job.out_dir, from_rootfs);
+    if (!top) {
+      fs::remove(tmp, ec);
+      return top.error();
+    }
+    backing = *top;
+  }
   // Root's own file from here: its backing name is the one the daemon means, whatever the
   // builder's QEMU wrote; its size is the one it was given.
   if (::chown(tmp.c_str(), 0, 0) != 0 || ::chmod(tmp.c_str(), 0644) != 0)
     return Rejection{Code::storage_error, "cannot take over " + tmp.string()};
-  auto named = vmm::qcow2::set_backing_file(tmp, from_rootfs.string());
+  auto named = vmm::qcow2::set_backing_file(tmp, backing);
   auto got = vmm::qcow2::virtual_size(tmp);
   if (!named || !got || *got != size) {
     fs::remove(tmp, ec);

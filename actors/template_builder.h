@@ -25,7 +25,8 @@
 
 namespace pandastack::vmm {
 class Vm;
-}
+struct Snapshot;
+}  // namespace pandastack::vmm
 
 namespace pandastack::actors {
 
@@ -42,6 +43,9 @@ struct BuilderJob {
   // The root file system it builds on when that is not a template's: a FROM image pulled by
   // this build (its folder's rootfs.qcow2; the builder boots our kernel on it). "" = spec.from's.
   std::filesystem::path from_dir;
+  // The step cache's folder (actors/step_cache.h; "" = none) and the tenant whose it is.
+  std::filesystem::path step_cache;
+  std::string tenant;
   uint64_t grow_mib = 1024;  // room added to the `from` root file system
   std::chrono::steady_clock::time_point deadline;
   std::stop_token stop;  // the daemon stopping: the guest's command is killed, the build fails
@@ -55,14 +59,13 @@ std::string sh_quote(const std::string& v);
 // Boots a builder microVM: a guest of template `from` (a shipped one or a tenant's id), jailed
 // like every sandbox, with no network, `memory_mib` and `vcpus`, never outliving the daemon (a
 // restart fails its build), within `deadline`. `what`: the log line's end. `rootfs`: another
-// root file system for `from`'s kernel ("" = its own). build_failed.
-Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
-                                             const std::string& run_name, uint32_t memory_mib,
-                                             uint32_t vcpus,
-                                             std::chrono::steady_clock::time_point deadline,
-                                             const std::function<void(const std::string&)>& log,
-                                             const std::string& what,
-                                             const std::filesystem::path& rootfs = {});
+// root file system for `from`'s kernel ("" = its own); `disk_of`: a disk-only snapshot of a
+// builder of `from` to boot on (a step checkpoint). build_failed.
+Reply<std::unique_ptr<vmm::Vm>> boot_builder(
+    Env& env, const std::string& from, const std::string& run_name, uint32_t memory_mib,
+    uint32_t vcpus, std::chrono::steady_clock::time_point deadline,
+    const std::function<void(const std::string&)>& log, const std::string& what,
+    const std::filesystem::path& rootfs = {}, const vmm::Snapshot* disk_of = nullptr);
 
 // The empty overlay every sandbox of a template starts from, made next to its root file system
 // `rootfs` without opening it (qemu-img -u: no host tool reads what a builder wrote).
@@ -77,7 +80,13 @@ std::optional<Rejection> run_builder_script(vmm::Vm& vm, const std::string& what
                                             const std::function<void(const std::string&)>& log,
                                             std::stop_token stop = {});
 
-// Runs the build in a builder VM and writes out_dir/rootfs.qcow2. Fails with the reason (a
+// How much of `job` its step cache holds: nullopt (nothing), or the number of its commands
+// (spec.run) done in the deepest checkpoint (0: its packages and files only).
+std::optional<size_t> cached_steps(Env& env, const BuilderJob& job);
+
+// Runs the build in a builder VM and writes out_dir/rootfs.qcow2 (with a step cache: resumed
+// from the deepest checkpoint of its prefix, a checkpoint after its packages and each command;
+// its root file system is then a chain of layers in out_dir). Fails with the reason (a
 // command that failed, the deadline, a guest that died) and leaves no rootfs behind.
 Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job);
 

@@ -395,13 +395,14 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
   };
   const auto deadline = std::chrono::steady_clock::now() + cfg.template_build_timeout;
   auto timed_out = [&] { return std::chrono::steady_clock::now() >= deadline; };
-  if (upload && !upload->ref.empty()) {
-    // A pull: the registry's blobs, checked, into an OCI image layout tar, imported below.
-    progress->at("pull", 2);
+  // A pull of `ref` (checked by whoever took it): the registry's blobs, checked, into an OCI
+  // image layout tar (work/image.tar), imported next. The error, if it failed.
+  auto pull_to_tar = [&](const std::string& ref, const std::string& username,
+                         const std::string& password) -> std::optional<std::string> {
     PullJob pull;
-    pull.ref = *parse_image_ref(upload->ref);  // (checked by pull())
-    pull.username = upload->username;
-    pull.password = upload->password;
+    pull.ref = *parse_image_ref(ref);
+    pull.username = username;
+    pull.password = password;
     pull.insecure = cfg.insecure_registries;
     pull.out = work / "image.tar";
     pull.max_bytes = cfg.template_image_max_mib << 20;
@@ -409,10 +410,16 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
     pull.stop = progress->cancel.get_token();
     pull.log = log;
     auto pulled = pull_image(pull);
-    if (cancelled()) return finish(why_cancelled());
-    if (!pulled) return finish(pulled.error().message);
+    if (cancelled()) return why_cancelled();
+    if (!pulled) return pulled.error().message;
     log("pull: " + std::to_string(pulled->bytes >> 20) + " MiB, every blob verified");
-    upload->file = pull.out;
+    return std::nullopt;
+  };
+  if (upload && !upload->ref.empty()) {
+    progress->at("pull", 2);
+    if (auto failed = pull_to_tar(upload->ref, upload->username, upload->password))
+      return finish(*failed);
+    upload->file = work / "image.tar";
   }
   if (upload) {
     progress->at("import", 5);
@@ -454,25 +461,16 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
     if (spec.from.rfind(kFromImagePrefix, 0) == 0) {
       progress->at("pull", 1);
       fs::remove_all(image, ec);
-      PullJob pull;
-      pull.ref = *parse_image_ref(spec.from.substr(std::string(kFromImagePrefix).size()));
-      pull.insecure = cfg.insecure_registries;
-      pull.out = work / "image.tar";
-      pull.max_bytes = cfg.template_image_max_mib << 20;
-      pull.deadline = deadline;
-      pull.stop = progress->cancel.get_token();
-      pull.log = log;
-      auto pulled = pull_image(pull);
-      if (cancelled()) return finish(why_cancelled());
-      if (!pulled) return finish(pulled.error().message);
-      log("pull: " + std::to_string(pulled->bytes >> 20) + " MiB, every blob verified");
+      if (auto failed = pull_to_tar(spec.from.substr(std::string(kFromImagePrefix).size()), "", ""))
+        return finish(*failed);
+      const auto tar = work / "image.tar";
       ImportJob ij;
       ij.id = id;
       ij.spec = spec;
-      ij.archive = pull.out;
+      ij.archive = tar;
       ij.work_dir = work;
       ij.out_dir = image / "from";
-      auto archive_mib = fs::file_size(pull.out, ec) >> 20;
+      auto archive_mib = fs::file_size(tar, ec) >> 20;
       ij.disk_bytes = std::max<uint64_t>(2048, 4 * archive_mib + 1024) << 20;
       ij.busybox = cfg.busybox;
       ij.deadline = deadline;
@@ -480,7 +478,7 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
       ij.log = log;
       ij.at = [&](int p) { progress->at("import", 1 + p * 4 / 100); };
       auto got = import_in_vm(env_, ij);
-      fs::remove(pull.out, ec);
+      fs::remove(tar, ec);
       if (cancelled()) return finish(why_cancelled());
       if (!got) return finish(got.error().message);
       log("image: " + got->facts.ref + " (" + std::to_string(got->layers) + " layers, " +
@@ -516,15 +514,24 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
       return finish("the build took longer than its limit of " +
                     std::to_string(cfg.template_build_timeout.count()) + " s");
     if (!packages) return finish(packages.error().message);
+    // The step cache (actors/step_cache.h): the tenant's own; a build whose every step is
+    // cached needs no context unpacked.
+    std::string tenant;
+    {
+      std::lock_guard g(mu_);
+      tenant = states_[id].tenant;
+    }
+    auto tenant_key = id.substr(id.find('.') + 1);
+    BuilderJob probe;
+    probe.spec = spec;
+    probe.from_dir = from_dir;
+    probe.tenant = tenant;
+    probe.step_cache = cfg.data_dir / "template-cache" / "steps" / tenant_key;
+    auto cached = cached_steps(env_, probe);
     std::filesystem::path context_disk;
-    if (!spec.contexts.empty()) {
+    if (!spec.contexts.empty() && !(cached && *cached == spec.run.size())) {
       // The context's archives unpacked in a builder of their own (actors/build_context.h).
       progress->at("context", 5);
-      std::string tenant;
-      {
-        std::lock_guard g(mu_);
-        tenant = states_[id].tenant;
-      }
       auto archives = contexts_.take(tenant, spec.contexts, work / "contexts");
       if (!archives) return finish(archives.error().message);
       uint64_t total = 0;
@@ -551,6 +558,8 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
     BuilderJob job;
     job.context_disk = context_disk;
     job.from_dir = from_dir;
+    job.tenant = tenant;
+    job.step_cache = probe.step_cache;
     job.id = id;
     job.spec = spec;
     job.packages = *packages;

@@ -405,13 +405,29 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     // (a built template's root file system is a layer on the one it was built from: the files
     // its chain names, as the daemon wrote them, are QEMU's to read too; only a template's
     // folder in the images or custom templates folder is ever bound)
-    auto layer = fs::absolute(c.rootfs);
+    std::error_code canon_ec;  // (a published template's root file system: a link to its own)
+    auto layer = fs::canonical(c.rootfs, canon_ec);
+    if (canon_ec) layer = fs::absolute(c.rootfs);
     const fs::path roots[] = {fs::absolute(c.kernel).parent_path().parent_path(),
+                              fs::absolute(c.rootfs).parent_path().parent_path(),
                               layer.parent_path().parent_path()};
-    for (int depth = 0; depth < 4; ++depth) {
+    // (a template built with a step cache: its root file system names its layers in its own
+    // folder, the oldest the root file system it was built on)
+    for (int depth = 0, local = 0; depth < 4 && local < 64;) {
       auto backing = qcow2::backing_file(layer);
-      if (!backing || backing->empty() || (*backing)[0] != '/') break;
-      layer = fs::path(*backing);
+      if (!backing || backing->empty()) break;
+      if ((*backing)[0] != '/' &&
+          (backing->find('/') != std::string::npos || *backing == "." || *backing == ".."))
+        break;
+      auto next = (*backing)[0] == '/' ? fs::path(*backing) : layer.parent_path() / *backing;
+      if (next.lexically_normal() != next) break;
+      if (next.parent_path() == layer.parent_path()) {  // (in a folder bound already)
+        layer = next;
+        ++local;
+        continue;
+      }
+      ++depth;
+      layer = next;
       auto dir = layer.parent_path();
       if (layer.lexically_normal() != layer || layer.filename() != "rootfs.qcow2" ||
           !safe_template_name(dir.filename().string()) ||

@@ -363,9 +363,10 @@ Status Vm::personalize() {
   if (!done && alive() &&
       (done.error().code == ErrorCode::timeout || done.error().code == ErrorCode::agent_error ||
        agent_->disconnected())) {
-    spdlog::warn("vm {}: the guest agent did not take its clock, entropy and name ({}); "
-                 "reconnecting and sending them again",
-                 config_.name, done.error().message);
+    spdlog::warn(
+        "vm {}: the guest agent did not take its clock, entropy and name ({}); "
+        "reconnecting and sending them again",
+        config_.name, done.error().message);
     ++personalize_retries_;
     agent_.reset();
     auto attached = wait_agent(steady_clock::now() + config_.boot_timeout);
@@ -407,6 +408,14 @@ Status Vm::freeze_disk(const fs::path& dir) {
   auto base = fs::absolute(config_.rootfs);
   auto made = overlay_from_cache(base.string() + ".overlay", base.string(), next);
   if (made) made = qcow2::set_backing_file(next, name);
+  // A disk grown since it booted (a template build's builder, block_resize) keeps its size: its
+  // next overlay is made that large (-u: nothing of the guest's is read), never the root file
+  // system's, which would shrink the guest's disk under it.
+  auto grown = qcow2::virtual_size(active_overlay_);
+  auto made_size = made ? qcow2::virtual_size(next) : Result<uint64_t>(uint64_t(0));
+  if (made && grown && made_size && *grown > *made_size)
+    made = run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u", "-b", name,
+                     next.string(), std::to_string(*grown)});
   if (made && config_.jail && jail_uid_ != 0) {
     // QEMU (the jail uid) writes the new overlay; the folder stays root's.
     if (::lchown(next.c_str(), jail_uid_, jail_uid_) != 0 || ::chmod(next.c_str(), 0600) != 0)

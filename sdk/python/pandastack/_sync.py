@@ -701,19 +701,26 @@ class Template:
               memory_mib: Optional[int] = None, vcpus: Optional[int] = None,
               on_progress: Optional[Any] = None, timeout: float = 1800.0,
               api_key: Optional[str] = None, base_url: Optional[str] = None,
-              dockerfile: Optional[str] = None, context: Optional[Mapping[str, str]] = None,
+              dockerfile: Optional[str] = None, context: Optional[Any] = None,
               build_args: Optional[Mapping[str, str]] = None) -> "Template":
         """Builds template ``name`` and waits for it: ``on_progress(BuildProgress)`` gets each
         stage change and each log line. Raises ``TemplateBuildFailed`` (with the log's tail)
         when the build fails; ``Conflict`` while one of that name is being built or exists.
         ``memory_mib``, ``vcpus``: every sandbox of it gets this shape (by default the host's).
-        ``dockerfile`` (with ``context``: relative path -> text, and ``build_args``): the build's
-        steps come from it instead of ``from_``, ``files``, ``run`` and ``env``."""
+        ``dockerfile`` (with ``context`` and ``build_args``): the build's steps come from it
+        instead of ``from_``, ``files``, ``run`` and ``env``. ``context``: a folder (uploaded as
+        a tar, its ``.dockerignore`` applied by the build), a tar's bytes, a key
+        ``upload_context`` answered ("sha256:..."), or a mapping of relative path -> text."""
         http = _Http(api_key, base_url, timeout)
         body: Dict[str, Any] = {"name": name, "packages": list(packages), "network": network}
         if dockerfile is not None:
-            body.update(dockerfile=dockerfile, context=dict(context or {}),
-                        build_args=dict(build_args or {}))
+            if context is None or isinstance(context, Mapping):
+                ctx: Any = dict(context or {})
+            elif isinstance(context, str) and context.startswith("sha256:"):
+                ctx = context
+            else:
+                ctx = cls.upload_context(context, api_key=api_key, base_url=base_url)
+            body.update(dockerfile=dockerfile, context=ctx, build_args=dict(build_args or {}))
         else:
             body.update({"from": from_, "files": dict(files or {}), "run": list(run),
                          "env": dict(env or {})})
@@ -723,6 +730,28 @@ class Template:
             body["vcpus"] = int(vcpus)
         http.call("POST", "/v1/templates", json=body)
         return cls._follow(http, name, on_progress)
+
+    @staticmethod
+    def upload_context(context: Any, *, api_key: Optional[str] = None,
+                       base_url: Optional[str] = None, timeout: float = 600.0) -> str:
+        """Uploads a Dockerfile build's context: ``context`` a folder (made a gzip tar here) or
+        a tar's bytes (plain or gzip). Its key ("sha256:..."), for ``build(context=...)``; the
+        daemon keeps it for your builds (the least recently used go first)."""
+        if isinstance(context, (bytes, bytearray)):
+            data = bytes(context)
+        else:
+            import io
+            import tarfile
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as t:
+                root = os.fspath(context)
+                for entry in sorted(os.listdir(root)):
+                    t.add(os.path.join(root, entry), arcname=entry)
+            data = buf.getvalue()
+        http = _Http(api_key, base_url, timeout)
+        r = http.call("POST", "/v1/build-contexts", content=data,
+                      headers={"Content-Type": "application/x-tar"})
+        return r.json()["context"]
 
     @classmethod
     def import_image(cls, name: str, archive: Any, *, network: bool = True,

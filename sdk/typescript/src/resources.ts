@@ -66,6 +66,14 @@ export class Template {
     await http.json("POST", "/v1/templates", { json: body });
     return Template.follow(http, name, opts.onProgress);
   }
+  /** Uploads a Dockerfile build's context: a tar's bytes (plain or gzip). Its key
+   * ("sha256:..."), for build({dockerfile, context}); kept for your builds (the least recently
+   * used go first). */
+  static async uploadContext(archive: Uint8Array, opts: ClientOptions = {}): Promise<string> {
+    const http = new Http(opts);
+    const r = await http.json("POST", "/v1/build-contexts", { body: archive });
+    return r.context as string;
+  }
   /** Pulls `image` ("python:3.12-slim", "ghcr.io/org/app:1", ...) from its registry and
    * imports it as template `name`, waiting for it. */
   static async pull(name: string, image: string, opts: TemplateImageOptions = {}): Promise<Template> {

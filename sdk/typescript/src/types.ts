@@ -108,10 +108,11 @@ export interface TemplateBuildOptions extends ClientOptions {
   /** Every sandbox of it gets this shape (default: the host's). */
   memoryMib?: number;
   vcpus?: number;
-  /** A Dockerfile instead of from/files/run/env, with its context (relative path -> text) and
-   * build arguments. */
+  /** A Dockerfile instead of from/files/run/env, with its context and build arguments. The
+   * context: relative path -> text, or the key of an archive Template.uploadContext answered
+   * ("sha256:...": a tar of any files, its .dockerignore applied by the build). */
   dockerfile?: string;
-  context?: Record<string, string>;
+  context?: Record<string, string> | string;
   buildArgs?: Record<string, string>;
   onProgress?: (p: BuildProgress) => void;
 }

@@ -2,6 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
+import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { useDaemon } from "./daemon.mjs";
 import {
@@ -264,6 +265,13 @@ test("templates: a failed build throws with its log; progress as it goes", async
   assert.equal(t.info.status, "failed");
   await t.delete();
   await assert.rejects(Template.get("ts-bad"), TemplateNotFoundError);
+  // A build context uploaded: kept by its bytes' sha256 (never opened on the host); a build
+  // naming an unknown one is refused before it starts.
+  const bytes = new TextEncoder().encode("a tar's bytes, opaque to the host");
+  const key = await Template.uploadContext(bytes);
+  assert.equal(key, "sha256:" + createHash("sha256").update(bytes).digest("hex"));
+  await assert.rejects(Template.build("ts-ctx", { dockerfile: "FROM base\nCOPY . /x/\n",
+    context: "sha256:" + "0".repeat(64) }), (e) => e.status === 404 && e.code === "context_not_found");
 });
 
 test("templates: a running sandbox published as a template", async () => {

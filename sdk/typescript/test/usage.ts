@@ -14,6 +14,8 @@ export async function templates(): Promise<string> {
       files: { "/etc/motd": "hi" }, onProgress: (p) => seen.push(p),
     });
     const all: TemplateInfo[] = await Template.list();
+    const ctx: string = await Template.uploadContext(new Uint8Array([0]));
+    await Template.build("app", { dockerfile: "FROM base\nCOPY . /app/\n", context: ctx });
     await t.delete();
     return `${t.info.sizeBytes}${all.length}${seen.length}`;
   } catch (e) {

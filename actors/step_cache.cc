@@ -1,0 +1,157 @@
+#include "actors/step_cache.h"
+
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "actors/dockerfile.h"
+#include "vmm-driver/run_tool.h"
+#include "vmm-driver/vm.h"
+#include "wire/hex.h"
+
+namespace pandastack::actors {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class Hash {
+ public:
+  Hash() { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Hash() { EVP_MD_CTX_free(ctx_); }
+  Hash(const Hash&) = delete;
+  Hash& operator=(const Hash&) = delete;
+  // Each part with its length: no two sequences of parts hash alike.
+  Hash& add(const std::string& part) {
+    auto n = std::to_string(part.size()) + ":";
+    EVP_DigestUpdate(ctx_, n.data(), n.size());
+    EVP_DigestUpdate(ctx_, part.data(), part.size());
+    return *this;
+  }
+  std::string hex() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_MD_CTX* copy = EVP_MD_CTX_new();
+    EVP_MD_CTX_copy_ex(copy, ctx_);
+    EVP_DigestFinal_ex(copy, md, &len);
+    EVP_MD_CTX_free(copy);
+    return wire::hex_encode({reinterpret_cast<const char*>(md), len});
+  }
+
+ private:
+  EVP_MD_CTX* ctx_ = EVP_MD_CTX_new();
+};
+
+}  // namespace
+
+std::vector<std::string> step_keys(const std::string& tenant, const fs::path& rootfs,
+                                   uint64_t disk_bytes, const TemplateSpec& spec) {
+  struct stat st {};
+  ::stat(rootfs.c_str(), &st);
+  Hash h;
+  h.add("pandastack-template-steps-1").add(tenant).add(fs::absolute(rootfs).string());
+  h.add(std::to_string(st.st_ino) + "/" + std::to_string(st.st_size) + "/" +
+        std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec));
+  h.add(std::to_string(disk_bytes));
+  for (auto& p : spec.packages) h.add("package").add(p);
+  for (auto& [path, content] : spec.files) h.add("file").add(path).add(content);
+  for (auto& [k, v] : spec.env) h.add("env").add(k).add(v);
+  std::vector<std::string> keys{h.hex()};
+  bool context = false;
+  for (auto& cmd : spec.run) {
+    h.add("run").add(cmd);
+    if (!context && cmd.find("/var/lib/pandastack/build-") != std::string::npos) {
+      context = true;  // (from here on, what the context holds is part of the disk)
+      for (auto& k : spec.contexts) h.add("context").add(k);
+    }
+    keys.push_back(h.hex());
+  }
+  return keys;
+}
+
+std::optional<std::pair<size_t, vmm::Snapshot>> StepCache::deepest(
+    const std::vector<std::string>& keys) {
+  for (size_t i = keys.size(); i-- > 0;) {
+    auto d = dir_ / keys[i];
+    std::error_code ec;
+    if (!fs::exists(d / "meta.json", ec)) continue;
+    auto snap = vmm::Snapshot::load(d);
+    if (!snap || snap->memory) continue;
+    fs::last_write_time(d, fs::file_time_type::clock::now(), ec);  // (recently used)
+    return std::pair{i, *snap};
+  }
+  return std::nullopt;
+}
+
+Reply<vmm::Snapshot> StepCache::keep(vmm::Vm& vm, const std::string& key, const fs::path& scratch,
+                                     uint64_t disk_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  auto final_dir = dir_ / key;
+  auto disk = dir_ / (key + ".tmp-" + std::to_string(::getpid()));
+  auto ram = scratch / key;
+  fs::remove_all(disk, ec);
+  fs::remove_all(ram, ec);
+  auto taken = vm.snapshot(ram, true, disk);
+  if (!taken) return Rejection{Code::build_failed, "a checkpoint: " + taken.error().message};
+  // Disk-only, and its own folder: the RAM copy goes, its meta moves next to its layers.
+  vmm::Snapshot snap = *taken;
+  snap.memory = false;
+  snap.dir = fs::absolute(final_dir);
+  snap.disk_dir.clear();
+  snap.volume_slots.clear();  // (the build's package and context disks are not its own)
+  snap.volume_copies.clear();
+  fs::remove_all(ram, ec);
+  if (fs::exists(final_dir, ec)) {  // (another build made it meanwhile)
+    fs::remove_all(disk, ec);
+    auto there = vmm::Snapshot::load(final_dir);
+    if (!there) return Rejection{Code::storage_error, "a checkpoint: " + there.error().message};
+    return *there;
+  }
+  // (a builder booted on it gets this overlay: the grown disk's size, not the root file
+  // system's; -u: its backing is named, never read)
+  auto overlay = vmm::run_tool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-u",
+                                "-b", snap.layers.back(), (disk / "overlay.qcow2").string(),
+                                std::to_string(disk_bytes)});
+  if (!overlay) {
+    fs::remove_all(disk, ec);
+    return Rejection{Code::storage_error, "a checkpoint: " + overlay.error().message};
+  }
+  vmm::Snapshot at_tmp = snap;
+  at_tmp.dir = fs::absolute(disk);
+  if (auto w = at_tmp.write_meta(); !w) {
+    fs::remove_all(disk, ec);
+    return Rejection{Code::storage_error, "a checkpoint: " + w.error().message};
+  }
+  fs::rename(disk, final_dir, ec);
+  if (ec) {
+    fs::remove_all(disk, ec);
+    return Rejection{Code::storage_error, "a checkpoint: " + ec.message()};
+  }
+  return snap;
+}
+
+void StepCache::trim() {
+  std::error_code ec;
+  std::vector<std::pair<fs::file_time_type, fs::path>> kept;
+  auto stale = fs::file_time_type::clock::now() - std::chrono::hours(6);
+  for (auto& e : fs::directory_iterator(dir_, ec)) {
+    auto name = e.path().filename().string();
+    auto t = e.last_write_time(ec);
+    if (name.find(".tmp-") != std::string::npos) {
+      if (t < stale) fs::remove_all(e.path(), ec);  // (an interrupted checkpoint)
+      continue;
+    }
+    kept.push_back({t, e.path()});
+  }
+  if (kept.size() <= max_entries_) return;
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = 0; i + max_entries_ < kept.size(); ++i) fs::remove_all(kept[i].second, ec);
+  spdlog::info("template step cache: {} checkpoints dropped (the least recently used beyond {})",
+               kept.size() - max_entries_, max_entries_);
+}
+
+}  // namespace pandastack::actors
