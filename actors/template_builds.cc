@@ -249,6 +249,10 @@ Reply<TemplateState> TemplateBuilds::begin(const std::string& tenant, const std:
 Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std::string& name,
                                            const TemplateSpec& asked) {
   auto spec = with_shape(asked);
+  if (spec.contexts.size() > TemplateLimits{}.max_contexts)  // (before they are looked up)
+    return Rejection{Code::invalid_argument,
+                     "context: at most " + std::to_string(TemplateLimits{}.max_contexts) +
+                         " archives"};
   if (spec.from.rfind(kFromImagePrefix, 0) == 0) {
     // FROM an image: pulled (anonymously) and imported by the build itself, into its folder.
     auto ref = parse_image_ref(spec.from.substr(std::string(kFromImagePrefix).size()));

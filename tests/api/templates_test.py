@@ -28,7 +28,7 @@ from harness import Api, Daemon  # noqa: E402
 from host_guard import wrapper  # noqa: E402
 
 FLAGS = ("--network", "off", "--pool-size", "1", "--spare-pool-size", "0",
-         "--quota-templates", "3", "--template-image-mib", "64")
+         "--quota-templates", "3", "--template-image-mib", "64", "--build-context-mib", "8")
 
 
 class TemplateTest(unittest.TestCase):
@@ -837,6 +837,20 @@ class TemplateTest(unittest.TestCase):
                ({"name": "x", "context": {"a": "b"}}, 400, "invalid_argument")]
         for body, status, code in bad:
             self.assertError(self.api.call("POST", "/v1/templates", body), status, code)
+        # Build contexts: their own size limit (--build-context-mib 8 here, the image one 64),
+        # a context that is not a key, too many archives, an empty upload, an unknown key.
+        self.assertError(self.api.call("POST", "/v1/build-contexts", raw=b"\0" * ((8 << 20) + 1)),
+                         413, "file_too_large")
+        self.assertError(self.api.call("POST", "/v1/build-contexts", raw=b""), 400,
+                         "invalid_argument")
+        for ctx in ("sha256:xyz", ["sha256:" + "a" * 64] * 65, 5):
+            self.assertError(self.api.call("POST", "/v1/templates", {
+                "name": "x", "dockerfile": "FROM base\n", "context": ctx}), 400,
+                "invalid_argument")
+        self.assertError(self.api.call("GET", "/v1/build-contexts/sha256:" + "a" * 64), 404,
+                         "context_not_found")
+        self.assertError(self.api.call("DELETE", "/v1/build-contexts/nonsense"), 404,
+                         "context_not_found")
         self.assertError(self.api.call("GET", "/v1/templates/nothing/build"), 404,
                          "template_not_found")
         self.assertError(self.api.call("DELETE", "/v1/templates/nothing"), 404,
