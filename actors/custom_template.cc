@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "actors/sh_quote.h"
 #include "wire/hex.h"
 
 namespace pandastack::actors {
@@ -329,15 +330,11 @@ TemplateState apply(TemplateState s, const TemplateEvent& e) {
   return s;
 }
 
-namespace {
-
-std::string sh_quoted(const std::string& v) {
+std::string sh_quote(const std::string& v) {
   std::string out = "'";
   for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
-
-}  // namespace
 
 std::string start_script(const TemplateSpec& spec) {
   if (spec.start.empty()) return "";
@@ -350,22 +347,22 @@ std::string start_script(const TemplateSpec& spec) {
       "log=/var/log/pandastack-start.log\n"
       "mkdir -p /var/log\n"
       "echo \"start: \"" +
-      sh_quoted(spec.start) +
+      sh_quote(spec.start) +
       "\n"
       "setsid sh -c " +
-      sh_quoted(spec.start) +
+      sh_quote(spec.start) +
       " </dev/null >>\"$log\" 2>&1 &\n"
       "pid=$!\n"
       "fail() { echo \"start: $1; its output:\"; tail -n 20 \"$log\"; exit 1; }\n";
   if (!spec.ready_cmd.empty()) {
     s += "i=0\n"
          "until sh -c " +
-         sh_quoted(spec.ready_cmd) +
+         sh_quote(spec.ready_cmd) +
          " >/dev/null 2>&1; do\n"
          "  kill -0 \"$pid\" 2>/dev/null || fail \"it ended before it was ready\"\n"
          "  i=$((i + 1))\n"
          "  [ \"$i\" -lt 240 ] || fail \"its ready command did not succeed within 120 s: \"" +
-         sh_quoted(spec.ready_cmd) +
+         sh_quote(spec.ready_cmd) +
          "\n"
          "  sleep 0.5\n"
          "done\n"

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "actors/sh_quote.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
@@ -14,12 +15,6 @@ namespace pandastack::actors {
 namespace {
 
 using wire::Json;
-
-std::string quote(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string upper(std::string s) {
   for (auto& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
@@ -368,7 +363,7 @@ std::string Translator::as_user() const {
   if (user_.empty()) return "";
   auto ug = user_group(user_);
   if (ug.numeric) return setpriv_numeric(ug);
-  return "runuser -u " + quote(ug.user) + (ug.group.empty() ? "" : " -g " + quote(ug.group)) +
+  return "runuser -u " + sh_quote(ug.user) + (ug.group.empty() ? "" : " -g " + sh_quote(ug.group)) +
          " -- ";
 }
 
@@ -376,10 +371,10 @@ std::string Translator::exec_as_user() const {
   if (user_.empty()) return "exec ";
   auto ug = user_group(user_);
   if (ug.numeric) return "exec " + setpriv_numeric(ug);
-  auto u = quote(ug.user);
+  auto u = sh_quote(ug.user);
   return "export HOME=\"$(getent passwd " + u + " | cut -d: -f6)\" USER=" + u + " LOGNAME=" + u +
          " && exec setpriv --reuid=" + u +
-         " --regid=" + (ug.group.empty() ? "\"$(id -g " + u + ")\"" : quote(ug.group)) +
+         " --regid=" + (ug.group.empty() ? "\"$(id -g " + u + ")\"" : sh_quote(ug.group)) +
          " --init-groups -- ";
 }
 
@@ -466,11 +461,11 @@ std::optional<Refusal> Translator::run_(const Instruction& in) {
   std::string as = as_user();
   if (auto exec = json_form(in.rest)) {
     if (exec->empty()) return bad(in, "an empty command");
-    for (auto& a : *exec) body += (body.empty() ? "" : " ") + quote(a);
+    for (auto& a : *exec) body += (body.empty() ? "" : " ") + sh_quote(a);
     body = as + body;
   } else {
     if (in.rest.empty()) return bad(in, "an empty command");
-    body = as + "sh -c " + quote(in.rest);
+    body = as + "sh -c " + sh_quote(in.rest);
   }
   steps_.push_back({body, env_, args_, true, in.line, workdir_});
   return std::nullopt;
@@ -584,9 +579,9 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
     out_.spec.files[kBuildCopyPath] = kBuildCopyScript;
     copy_staged_ = true;
     std::string body = std::string(kBuildBusyboxPath) + " sh " + kBuildCopyPath + " " +
-                       std::to_string(in.line) + " " + quote(*dest) + " " + (dest_dir ? "1" : "0") +
-                       " " + quote(chown) + " " + quote(chmod);
-    for (auto& src : sources) body += " " + quote(src.path);
+                       std::to_string(in.line) + " " + sh_quote(*dest) + " " +
+                       (dest_dir ? "1" : "0") + " " + sh_quote(chown) + " " + sh_quote(chmod);
+    for (auto& src : sources) body += " " + sh_quote(src.path);
     steps_.push_back({body, {}, {}, false, in.line});
     return std::nullopt;
   }
@@ -602,8 +597,8 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
       auto base = src.path.substr(src.path.rfind('/') + 1);
       std::string target = dest_dir ? (*dest == "/" ? "" : *dest) + "/" + base : *dest;
       auto parent = target.substr(0, target.rfind('/'));
-      parts.push_back("mkdir -p " + quote(parent.empty() ? "/" : parent) + " && cp " +
-                      quote(stage(src.path)) + " " + quote(target));
+      parts.push_back("mkdir -p " + sh_quote(parent.empty() ? "/" : parent) + " && cp " +
+                      sh_quote(stage(src.path)) + " " + sh_quote(target));
       targets.push_back(target);
       continue;
     }
@@ -614,12 +609,12 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
       targets.push_back((*dest == "/" ? "" : *dest) + "/" + within);
     }
     std::string from = std::string(kBuildContextDir) + (src.path.empty() ? "" : "/" + src.path);
-    parts.push_back("mkdir -p " + quote(*dest) + " && cp -R " + quote(from) + "/. " + quote(*dest) +
-                    "/");
+    parts.push_back("mkdir -p " + sh_quote(*dest) + " && cp -R " + sh_quote(from) + "/. " +
+                    sh_quote(*dest) + "/");
   }
   std::string targets_q;
-  for (auto& t : targets) targets_q += " " + quote(t);
-  if (!chown.empty()) parts.push_back("chown " + quote(chown) + targets_q);
+  for (auto& t : targets) targets_q += " " + sh_quote(t);
+  if (!chown.empty()) parts.push_back("chown " + sh_quote(chown) + targets_q);
   if (!chmod.empty()) parts.push_back("chmod " + chmod + targets_q);
   std::string body;
   for (auto& p : parts) body += (body.empty() ? "" : " && ") + p;
@@ -635,7 +630,7 @@ std::optional<Refusal> Translator::workdir(const Instruction& in) {
   auto n = normal(path_in(p));
   if (!n) return bad(in, "'" + p + "' climbs above the root");
   workdir_ = *n;
-  steps_.push_back({"mkdir -p " + quote(workdir_), {}, {}, false, in.line});
+  steps_.push_back({"mkdir -p " + sh_quote(workdir_), {}, {}, false, in.line});
   return std::nullopt;
 }
 
@@ -740,16 +735,16 @@ std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
     if (s.run) {
       // RUN runs in its WORKDIR and sees the ENV declared before it (the build exports the
       // final one to every command) and the ARGs in scope; a subshell keeps them its own.
-      std::string pre = "set -e; cd " + quote(s.workdir) + "; ";
+      std::string pre = "set -e; cd " + sh_quote(s.workdir) + "; ";
       for (auto& [k, v] : env_) {
         auto it = s.env.find(k);
         if (it == s.env.end())
           pre += "unset " + k + "; ";
         else if (it->second != v)
-          pre += "export " + k + "=" + quote(it->second) + "; ";
+          pre += "export " + k + "=" + sh_quote(it->second) + "; ";
       }
       for (auto& [k, v] : s.args)
-        if (!s.env.count(k)) pre += "export " + k + "=" + quote(v) + "; ";
+        if (!s.env.count(k)) pre += "export " + k + "=" + sh_quote(v) + "; ";
       cmd = "(" + pre + s.body + ")";
     }
     if (cmd.size() > limits.max_command_bytes)
@@ -759,7 +754,7 @@ std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
                          std::to_string(limits.max_command_bytes)};
     out_.spec.run.push_back(std::move(cmd));
   }
-  if (staged_) out_.spec.run.push_back("rm -rf " + quote(kBuildContextDir));
+  if (staged_) out_.spec.run.push_back("rm -rf " + sh_quote(kBuildContextDir));
   if (copy_staged_)
     out_.spec.run.push_back(std::string(kBuildBusyboxPath) + " rm -f " + kBuildCopyPath + " " +
                             kBuildBusyboxPath);
@@ -787,8 +782,8 @@ std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
     if (words.empty())
       return Refusal{Code::invalid_argument,
                      "Dockerfile line " + std::to_string(first.line) + ": an empty command"};
-    std::string line = "cd " + quote(workdir_) + " && " + exec_as_user();
-    for (size_t i = 0; i < words.size(); ++i) line += (i ? " " : "") + quote(words[i]);
+    std::string line = "cd " + sh_quote(workdir_) + " && " + exec_as_user();
+    for (size_t i = 0; i < words.size(); ++i) line += (i ? " " : "") + sh_quote(words[i]);
     if (line.size() > limits.max_command_bytes)
       return Refusal{Code::invalid_argument, "Dockerfile line " + std::to_string(first.line) +
                                                  ": the start command is " +

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "actors/dockerfile.h"
 #include "vmm-driver/run_tool.h"
@@ -105,11 +106,16 @@ Reply<vmm::Snapshot> StepCache::keep(vmm::Vm& vm, const std::string& key, const 
   snap.volume_slots.clear();  // (the build's package and context disks are not its own)
   snap.volume_copies.clear();
   fs::remove_all(ram, ec);
-  if (fs::exists(final_dir, ec)) {  // (another build made it meanwhile)
-    fs::remove_all(disk, ec);
-    auto there = vmm::Snapshot::load(final_dir);
-    if (!there) return Rejection{Code::storage_error, "a checkpoint: " + there.error().message};
-    return *there;
+  if (fs::exists(final_dir, ec)) {
+    // Another build made it meanwhile: this one's disk is its own layers all the same (the
+    // other's are the same steps, not the same bytes). They stay, under a name the cache never
+    // serves and trim() drops once stale, until this build has made its template of them.
+    auto own = dir_ / (key + ".tmp-own-" + std::to_string(::getpid()) + "-" +
+                       std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    fs::rename(disk, own, ec);
+    if (ec) return Rejection{Code::storage_error, "a checkpoint: " + ec.message()};
+    snap.dir = fs::absolute(own);
+    return snap;
   }
   // (a builder booted on it gets this overlay: the grown disk's size, not the root file
   // system's; -u: its backing is named, never read)

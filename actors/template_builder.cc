@@ -65,12 +65,6 @@ uint32_t left_ms(steady_clock::time_point deadline) {
 
 }  // namespace
 
-std::string sh_quote(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 Reply<std::unique_ptr<vmm::Vm>> boot_builder(Env& env, const std::string& from,
                                              const std::string& run_name, uint32_t memory_mib,
                                              uint32_t vcpus, steady_clock::time_point deadline,

@@ -21,6 +21,7 @@
 
 #include "actors/custom_template.h"
 #include "actors/runtime.h"
+#include "actors/sh_quote.h"
 #include "actors/template_packages.h"
 
 namespace pandastack::vmm {
@@ -52,9 +53,6 @@ struct BuilderJob {
   std::function<void(const std::string&)> log;
   std::function<void(int percent)> at;  // progress within the build stage (0..100)
 };
-
-// A value in single quotes for sh.
-std::string sh_quote(const std::string& v);
 
 // Boots a builder microVM: a guest of template `from` (a shipped one or a tenant's id), jailed
 // like every sandbox, with no network, `memory_mib` and `vcpus`, never outliving the daemon (a
