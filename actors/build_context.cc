@@ -1,7 +1,6 @@
 #include "actors/build_context.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,9 +12,9 @@
 #include "actors/env.h"
 #include "actors/image_import.h"
 #include "actors/template_builder.h"
+#include "actors/tenant_hash.h"
 #include "vmm-driver/snapshot_transfer.h"
 #include "vmm-driver/vm.h"
-#include "wire/hex.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
@@ -31,13 +30,6 @@ constexpr const char* kResultPath = "/run/pandastack-context.json";
 
 bool hex64(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
-std::string tenant_hash(const std::string& tenant) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(tenant.data(), tenant.size(), md, &len, EVP_sha256(), nullptr);
-  return wire::hex_encode({reinterpret_cast<const char*>(md), 8});
 }
 
 Rejection context_missing(const std::string& key) {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "actors/sh_quote.h"
+#include "actors/tenant_hash.h"
 #include "wire/hex.h"
 
 namespace pandastack::actors {
@@ -55,11 +56,15 @@ std::optional<Rejection> check_template_name(const std::string& name,
                                                " of a-z, 0-9 and '-', not starting with '-'"};
 }
 
-std::string template_id(const std::string& tenant, const std::string& name) {
+std::string tenant_hash(const std::string& tenant) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(tenant.data(), tenant.size(), md, &len, EVP_sha256(), nullptr);
-  return name + "." + wire::hex_encode({reinterpret_cast<const char*>(md), 6});
+  return wire::hex_encode({reinterpret_cast<const char*>(md), 6});
+}
+
+std::string template_id(const std::string& tenant, const std::string& name) {
+  return name + "." + tenant_hash(tenant);
 }
 
 std::string template_display_name(const std::string& id) {

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "tools/http_client.h"
+#include "tools/tar_writer.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
@@ -74,22 +75,8 @@ class TarWriter {
   explicit TarWriter(const fs::path& p) : out_(p, std::ios::binary | std::ios::trunc) {}
   bool ok() const { return bool(out_); }
   void header(const std::string& name, uint64_t size) {
-    char h[512] = {};
-    std::snprintf(h, 100, "%s", name.c_str());
-    std::snprintf(h + 100, 8, "%07o", 0644);
-    std::snprintf(h + 108, 8, "%07o", 0);
-    std::snprintf(h + 116, 8, "%07o", 0);
-    std::snprintf(h + 124, 12, "%011llo", static_cast<unsigned long long>(size));
-    std::snprintf(h + 136, 12, "%011o", 0);
-    h[156] = '0';
-    std::memcpy(h + 257, "ustar", 6);
-    std::memcpy(h + 263, "00", 2);
-    std::memset(h + 148, ' ', 8);
-    unsigned sum = 0;
-    for (unsigned char c : h) sum += c;
-    std::snprintf(h + 148, 8, "%06o", sum);
-    h[155] = ' ';
-    out_.write(h, 512);
+    auto h = tools::ustar_header(name, '0', size, 0644, 0);
+    out_.write(h.data(), std::streamsize(h.size()));
     written_ = 0;
   }
   void data(std::string_view d) {

@@ -64,7 +64,8 @@ std::vector<std::string> step_keys(const std::string& tenant, const fs::path& ro
   bool context = false;
   for (auto& cmd : spec.run) {
     h.add("run").add(cmd);
-    if (!context && cmd.find("/var/lib/pandastack/build-") != std::string::npos) {
+    if (!context && (cmd.find(kBuildContextDir) != std::string::npos ||
+                     cmd.find(kBuildCopyPath) != std::string::npos)) {
       context = true;  // (from here on, what the context holds is part of the disk)
       for (auto& k : spec.contexts) h.add("context").add(k);
     }

@@ -16,6 +16,7 @@
 #include "actors/image_pull.h"
 #include "actors/template_builder.h"
 #include "actors/template_packages.h"
+#include "actors/tenant_hash.h"
 #include "vmm-driver/images.h"
 
 namespace pandastack::actors {
@@ -250,9 +251,9 @@ Reply<TemplateState> TemplateBuilds::build(const std::string& tenant, const std:
                                            const TemplateSpec& asked) {
   auto spec = with_shape(asked);
   if (spec.contexts.size() > TemplateLimits{}.max_contexts)  // (before they are looked up)
-    return Rejection{Code::invalid_argument,
-                     "context: at most " + std::to_string(TemplateLimits{}.max_contexts) +
-                         " archives"};
+    return Rejection{
+        Code::invalid_argument,
+        "context: at most " + std::to_string(TemplateLimits{}.max_contexts) + " archives"};
   if (spec.from.rfind(kFromImagePrefix, 0) == 0) {
     // FROM an image: pulled (anonymously) and imported by the build itself, into its folder.
     auto ref = parse_image_ref(spec.from.substr(std::string(kFromImagePrefix).size()));
@@ -525,12 +526,11 @@ void TemplateBuilds::run(std::string id, TemplateSpec spec, std::shared_ptr<Buil
       std::lock_guard g(mu_);
       tenant = states_[id].tenant;
     }
-    auto tenant_key = id.substr(id.find('.') + 1);
     BuilderJob probe;
     probe.spec = spec;
     probe.from_dir = from_dir;
     probe.tenant = tenant;
-    probe.step_cache = cfg.data_dir / "template-cache" / "steps" / tenant_key;
+    probe.step_cache = cfg.data_dir / "template-cache" / "steps" / tenant_hash(tenant);
     auto cached = cached_steps(env_, probe);
     std::filesystem::path context_disk;
     if (!spec.contexts.empty() && !(cached && *cached == spec.run.size())) {

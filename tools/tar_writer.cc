@@ -25,9 +25,10 @@ void octal(char* field, size_t width, uint64_t v) {
   field[width - 1] = '\0';
 }
 
-// One 512-byte header: name (<= 100 bytes here; a longer one comes as a PAX record first).
-std::string header(const std::string& name, char type, uint64_t size, uint32_t mode, int64_t mtime,
-                   const std::string& link) {
+}  // namespace
+
+std::string ustar_header(const std::string& name, char type, uint64_t size, uint32_t mode,
+                         int64_t mtime, const std::string& link) {
   char h[512] = {};
   std::memcpy(h, name.data(), std::min<size_t>(name.size(), 100));
   octal(h + 100, 8, mode & 07777);
@@ -47,6 +48,8 @@ std::string header(const std::string& name, char type, uint64_t size, uint32_t m
   return std::string(h, 512);
 }
 
+namespace {
+
 void pad(std::string& out) { out.append((512 - out.size() % 512) % 512, '\0'); }
 
 // A PAX extended header ('x') carrying a long path or link name.
@@ -61,7 +64,7 @@ void pax(std::string& out, const std::string& name, const std::string& link) {
   if (name.size() > 100) record("path", name);
   if (link.size() > 100) record("linkpath", link);
   if (records.empty()) return;
-  out += header("PaxHeader", 'x', records.size(), 0644, 0, "");
+  out += ustar_header("PaxHeader", 'x', records.size(), 0644, 0, "");
   out += records;
   pad(out);
 }
@@ -89,19 +92,19 @@ Result<std::string, TarError> tar_of_folder(const fs::path& dir, const TarLimits
     if (S_ISDIR(st.st_mode)) {
       name += "/";
       pax(out, name, "");
-      out += header(name, '5', 0, st.st_mode, st.st_mtime, "");
+      out += ustar_header(name, '5', 0, st.st_mode, st.st_mtime, "");
     } else if (S_ISLNK(st.st_mode)) {
       auto target = fs::read_symlink(p, ec).string();
       if (ec) return TarError{p.string() + ": " + ec.message()};
       pax(out, name, target);
-      out += header(name, '2', 0, st.st_mode, st.st_mtime, target);
+      out += ustar_header(name, '2', 0, st.st_mode, st.st_mtime, target);
     } else if (S_ISREG(st.st_mode)) {
       std::ifstream f(p, std::ios::binary);
       if (!f) return TarError{p.string() + ": cannot read it"};
       std::ostringstream data;
       data << f.rdbuf();
       pax(out, name, "");
-      out += header(name, '0', data.str().size(), st.st_mode, st.st_mtime, "");
+      out += ustar_header(name, '0', data.str().size(), st.st_mode, st.st_mtime, "");
       out += data.str();
       pad(out);
     } else {

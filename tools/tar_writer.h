@@ -20,6 +20,12 @@ struct TarError {
   std::string message;
 };
 
+// One ustar header block (512 bytes) of an entry owned by root: `name` and `link` at most 100
+// bytes each (tar_of_folder puts a PAX record before a longer one), `type` ustar's ('0' a file,
+// '5' a folder, '2' a symlink, 'x' a PAX record).
+std::string ustar_header(const std::string& name, char type, uint64_t size, uint32_t mode,
+                         int64_t mtime, const std::string& link = "");
+
 // The archive of `dir`'s tree (regular files, folders, symlinks as links; other kinds skipped),
 // names relative to it, owned by root, modes and times kept. An error names what failed (a
 // file that cannot be read, a limit).
