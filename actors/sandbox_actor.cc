@@ -698,7 +698,9 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
       // Every egress_summary_interval while it lives: its egress log summed up (audit log).
       [=](egress_summary_atom) {
         auto& st = self->state;
-        if (!st.s.live()) return;  // (its last period is recorded as its VM goes)
+        // Ended: its last period was recorded as its VM went. (Not yet created goes on ticking:
+        // a create whose first event is still being written must not end the summaries.)
+        if (st.s.status == SandboxStatus::stopped || st.s.status == SandboxStatus::failed) return;
         summarize_egress(self);
         self->delayed_send(self, st.env->config.egress_summary_interval,
                            egress_summary_atom::value);

@@ -234,8 +234,8 @@ class EgressLogTest(unittest.TestCase):
                      "--allow-private-egress", "198.18.9.0/24",
                      # and its HTTPS servers' CA is the test's own
                      "--egress-trust-ca", ca,
-                     # the audit log's summaries every 2 s (and at the end)
-                     "--egress-summary-seconds", "2"]
+                     # the audit log's summaries every 4 s (and at the end)
+                     "--egress-summary-seconds", "4"]
         cls.daemon = Daemon(os.path.join(cls.base, "data"), os.path.join(cls.base, "state"),
                             cls.flags)
         cls.api = Api(cls.daemon)
@@ -355,21 +355,45 @@ class EgressLogTest(unittest.TestCase):
         s, b = c.call("GET", "/v1/sandboxes/sbx-none/egress")
         self.assertEqual((s, b["error"]["code"]), (404, "sandbox_not_found"), b)
 
-        # The audit log sums the log up: every 2 s (this daemon's flag) and when it ends, the
-        # summaries together count every entry once.
+        # The audit log sums the log up: every 4 s (this daemon's flag) and when it ends, the
+        # summaries together count every entry once. A periodic one covers what came so far...
+        def summaries():
+            s, b = c.call("GET", f"/v1/sandboxes/{sid}/events")
+            self.assertEqual(s, 200, b)
+            return b["events"]
+
+        def ask_once_more():
+            s, b = c.exec(sid, "getent hosts other.test")
+            self.assertEqual((s, b.get("exit_code")), (200, 2), b)
+
+        def count():
+            return len([e for e in summaries() if e["type"] == "egress-summary"])
+
+        # ... and the last period's is recorded as the VM goes: right after a periodic one (the
+        # next is 4 s away) the sandbox asks for a name once more and is deleted.
+        seen = count()
+        ask_once_more()
+        deadline = time.time() + 30
+        while time.time() < deadline and count() == seen:
+            time.sleep(0.05)
+        self.assertGreater(count(), seen, "a periodic summary")
+        ask_once_more()
         log = self.egress(sid, "?limit=1000")["entries"]
         for x in (sid, plain):
             c.call("DELETE", f"/v1/sandboxes/{x}")
-        deadline, sums = time.time() + 30, []
+        deadline, events = time.time() + 30, []
         while time.time() < deadline:
-            s, b = c.call("GET", f"/v1/sandboxes/{sid}/events")
-            self.assertEqual(s, 200, b)
-            types = [e["type"] for e in b["events"]]
-            sums = [e["event"] for e in b["events"] if e["type"] == "egress-summary"]
+            events = summaries()
+            types = [e["type"] for e in events]
             if "killed" in types and "egress-summary" in types[types.index("killed"):]:
-                break  # (the last period's, recorded as its VM went)
-            time.sleep(0.5)
-        self.assertGreaterEqual(len(sums), 2, "a periodic summary and the last one")
+                break
+            time.sleep(0.2)
+        types = [e["type"] for e in events]
+        self.assertIn("killed", types, events)
+        self.assertIn("egress-summary", types[types.index("killed"):],
+                      f"the last period's summary: {events}")
+        sums = [e["event"] for e in events if e["type"] == "egress-summary"]
+        self.assertGreaterEqual(len(sums), 2, events)
 
         def total(kind, verdict):
             return sum(x[kind][verdict] for x in sums)
