@@ -1,319 +1,19 @@
-#include "actors/dockerfile.h"
-
+// Each Dockerfile instruction translated into the template spec's steps (actors/dockerfile.h);
+// the lexer is actors/dockerfile_lexer.cc.
 #include <fnmatch.h>
 
 #include <algorithm>
-#include <cctype>
-#include <optional>
 #include <set>
 
+#include "actors/dockerfile_translator.h"
 #include "actors/sh_quote.h"
 #include "wire/json.h"
 
-namespace pandastack::actors {
+namespace pandastack::actors::dockerfile {
 
 namespace {
 
 using wire::Json;
-
-std::string upper(std::string s) {
-  for (auto& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
-  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
-}
-
-// Words joined by single spaces.
-std::string joined(const std::vector<std::string>& words) {
-  std::string out;
-  for (size_t k = 0; k < words.size(); ++k) out += (k ? " " : "") + words[k];
-  return out;
-}
-
-bool name_char(char c, bool first) {
-  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' ||
-         (!first && std::isdigit(static_cast<unsigned char>(c)));
-}
-
-// One instruction: its keyword (upper case), the rest of its (joined) lines, its first line.
-struct Instruction {
-  std::string keyword, rest;
-  size_t line = 0;
-};
-
-// A refusal that names the line.
-struct Refusal {
-  Code code;
-  std::string message;
-};
-
-class Translator {
- public:
-  Translator(const std::map<std::string, std::string>& context,
-             const std::map<std::string, std::string>& build_args, const DockerfileLimits& limits,
-             bool archived)
-      : context_(context), build_args_(build_args), limits_(limits), archived_(archived) {}
-
-  std::optional<Refusal> run(const std::string& text);
-  // The spec (checked against the template limits, naming the line of a command too long).
-  std::optional<Refusal> finish(const TemplateLimits& limits);
-  const TemplateFromDockerfile& result() const { return out_; }
-
- private:
-  // The logical lines: comments dropped, continuations joined; parser directives read.
-  std::optional<Refusal> split(const std::string& text, std::vector<Instruction>& out);
-  std::optional<Refusal> one(const Instruction& in);
-
-  // Docker's word lexer: quotes, the escape character and (when `expand`) variables.
-  std::optional<std::string> words(const std::string& s, std::vector<std::string>& out,
-                                   bool expand = true) const;
-  std::optional<std::string> expand_var(const std::string& s, size_t& at, std::string& out) const;
-  std::string lookup(const std::string& name) const {
-    if (auto it = vars_.find(name); it != vars_.end()) return it->second;
-    return "";
-  }
-
-  Refusal bad(const Instruction& in, const std::string& why) const {
-    return {Code::invalid_argument,
-            "Dockerfile line " + std::to_string(in.line) + " (" + in.keyword + "): " + why};
-  }
-  Refusal unserved(const Instruction& in, const std::string& why) const {
-    return {Code::not_implemented,
-            "Dockerfile line " + std::to_string(in.line) + " (" + in.keyword + "): " + why};
-  }
-
-  std::optional<Refusal> from(const Instruction& in);
-  std::optional<Refusal> arg(const Instruction& in);
-  std::optional<Refusal> env(const Instruction& in);
-  std::optional<Refusal> run_(const Instruction& in);
-  std::optional<Refusal> copy(const Instruction& in);
-  std::optional<Refusal> workdir(const Instruction& in);
-  std::optional<Refusal> user(const Instruction& in);
-
-  // A command of the build: its text is made at the end (RUN's environment needs the final ENV).
-  struct Step {
-    std::string body;                         // what runs
-    std::map<std::string, std::string> env;   // ENV declared before it
-    std::map<std::string, std::string> args;  // ARGs in scope
-    bool run = false;                         // a RUN (the environment applies)
-    size_t line = 0;
-    std::string workdir = "/";  // where a RUN runs
-  };
-  std::string path_in(const std::string& p) const;  // `p` against the WORKDIR
-  // What runs a program as the USER ("" for root): runuser, or setpriv for a numeric one.
-  std::string as_user() const;
-  // What replaces the shell with a program run as the USER ("exec " for root): setpriv (no
-  // parent left behind, unlike runuser), with HOME, USER and LOGNAME of a named user's.
-  std::string exec_as_user() const;
-
-  const std::map<std::string, std::string>& context_;
-  const std::map<std::string, std::string>& build_args_;
-  const DockerfileLimits& limits_;
-  char escape_ = '\\';
-  bool from_seen_ = false;
-  std::map<std::string, std::string> global_args_;  // ARGs before FROM
-  std::map<std::string, std::string> args_;         // ARGs of the stage
-  std::map<std::string, std::string> env_;          // ENV so far
-  std::map<std::string, std::string> vars_;         // what $VAR means now (ARGs, then ENV)
-  std::string workdir_ = "/", user_;
-  std::vector<Step> steps_;
-  // CMD and ENTRYPOINT: the exec form's words, or the shell form's text.
-  struct Program {
-    std::optional<std::vector<std::string>> exec;
-    std::string shell;
-    size_t line = 0;
-  };
-  std::optional<Program> cmd_, entrypoint_;
-  TemplateFromDockerfile out_;
-  bool staged_ = false;
-  const bool archived_;       // the context is in archives: COPY matched in the guest
-  bool copy_staged_ = false;  // (kBuildCopyScript staged)
-};
-
-std::optional<Refusal> Translator::split(const std::string& text, std::vector<Instruction>& out) {
-  std::vector<std::string> lines;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t nl = text.find('\n', at);
-    if (nl == std::string::npos) nl = text.size();
-    lines.push_back(text.substr(at, nl - at));
-    at = nl + 1;
-  }
-  size_t i = 0;
-  // Parser directives: `# escape=X` (\ or `); others (syntax, check) have no effect here.
-  for (; i < lines.size(); ++i) {
-    auto l = trim(lines[i]);
-    if (l.size() < 2 || l[0] != '#') break;
-    auto eq = l.find('=');
-    if (eq == std::string::npos) break;
-    auto key = trim(l.substr(1, eq - 1));
-    auto value = trim(l.substr(eq + 1));
-    for (auto& c : key) c = char(std::tolower(static_cast<unsigned char>(c)));
-    if (key.find(' ') != std::string::npos) break;
-    if (key == "escape") {
-      if (value != "\\" && value != "`")
-        return Refusal{Code::invalid_argument,
-                       "Dockerfile line " + std::to_string(i + 1) + ": escape is \\ or `"};
-      escape_ = value[0];
-    }
-  }
-  while (i < lines.size()) {
-    auto l = trim(lines[i]);
-    if (l.empty() || l[0] == '#') {
-      ++i;
-      continue;
-    }
-    Instruction in;
-    in.line = i + 1;
-    std::string joined;
-    for (;;) {
-      std::string part = lines[i];
-      while (!part.empty() && (part.back() == ' ' || part.back() == '\t' || part.back() == '\r'))
-        part.pop_back();
-      ++i;
-      bool more = !part.empty() && part.back() == escape_;
-      if (more) part.pop_back();
-      joined += part;
-      if (!more) break;
-      // (comment and empty lines inside a continuation are dropped, as Docker does)
-      while (i < lines.size() && (trim(lines[i]).empty() || trim(lines[i])[0] == '#')) ++i;
-      if (i >= lines.size()) break;
-    }
-    joined = trim(joined);
-    size_t sp = joined.find_first_of(" \t");
-    in.keyword = upper(joined.substr(0, sp));
-    in.rest = sp == std::string::npos ? "" : trim(joined.substr(sp));
-    out.push_back(std::move(in));
-    if (out.size() > limits_.max_instructions)
-      return Refusal{Code::invalid_argument, "a Dockerfile here has at most " +
-                                                 std::to_string(limits_.max_instructions) +
-                                                 " instructions"};
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> Translator::expand_var(const std::string& s, size_t& at,
-                                                  std::string& out) const {
-  // at: just past the '$'.
-  if (at < s.size() && s[at] == '{') {
-    size_t end = s.find('}', at);
-    if (end == std::string::npos) return "an unclosed ${";
-    std::string inner = s.substr(at + 1, end - at - 1);
-    at = end + 1;
-    size_t n = 0;
-    while (n < inner.size() && name_char(inner[n], n == 0)) ++n;
-    if (n == 0) return "a bad variable: ${" + inner + "}";
-    std::string name = inner.substr(0, n), mod = inner.substr(n);
-    bool set = vars_.count(name) > 0;
-    std::string value = lookup(name);
-    if (mod.empty()) {
-      out += value;
-    } else if (mod[0] == '-' || mod[0] == '+' || mod.rfind(":-", 0) == 0 ||
-               mod.rfind(":+", 0) == 0) {
-      // ${V-x}/${V+x} ask whether V is set; ${V:-x}/${V:+x} count an empty V as unset.
-      bool colon = mod[0] == ':';
-      char op = mod[colon ? 1 : 0];
-      std::vector<std::string> w;
-      if (auto e = words(mod.substr(colon ? 2 : 1), w)) return e;
-      std::string word = joined(w);
-      bool present = colon ? !value.empty() : set;
-      out += op == '+' ? (present ? word : "") : (present ? value : word);
-    } else {
-      return "a variable modifier not served: ${" + inner + "}";
-    }
-    return std::nullopt;
-  }
-  size_t n = 0;
-  while (at + n < s.size() && name_char(s[at + n], n == 0)) ++n;
-  if (n == 0) {
-    out += '$';
-    return std::nullopt;
-  }
-  out += lookup(s.substr(at, n));
-  at += n;
-  return std::nullopt;
-}
-
-std::optional<std::string> Translator::words(const std::string& s, std::vector<std::string>& out,
-                                             bool expand) const {
-  std::string cur;
-  bool in_word = false;
-  for (size_t at = 0; at < s.size();) {
-    char c = s[at];
-    if (c == ' ' || c == '\t') {
-      if (in_word) out.push_back(cur);
-      cur.clear();
-      in_word = false;
-      ++at;
-      continue;
-    }
-    in_word = true;
-    if (c == escape_) {
-      if (at + 1 < s.size()) cur += s[at + 1];
-      at += 2;
-    } else if (c == '\'') {
-      size_t end = s.find('\'', at + 1);
-      if (end == std::string::npos) return "an unclosed quote";
-      cur += s.substr(at + 1, end - at - 1);
-      at = end + 1;
-    } else if (c == '"') {
-      ++at;
-      for (;;) {
-        if (at >= s.size()) return "an unclosed quote";
-        char d = s[at];
-        if (d == '"') {
-          ++at;
-          break;
-        }
-        if (d == escape_ && at + 1 < s.size() &&
-            (s[at + 1] == '"' || s[at + 1] == '$' || s[at + 1] == escape_)) {
-          cur += s[at + 1];
-          at += 2;
-        } else if (d == '$' && expand) {
-          ++at;
-          if (auto e = expand_var(s, at, cur)) return e;
-        } else {
-          cur += d;
-          ++at;
-        }
-      }
-    } else if (c == '$' && expand) {
-      ++at;
-      if (auto e = expand_var(s, at, cur)) return e;
-    } else {
-      cur += c;
-      ++at;
-    }
-  }
-  if (in_word) out.push_back(cur);
-  return std::nullopt;
-}
-
-// The JSON form of RUN, COPY, ...: a list of strings, or nullopt (then the shell form).
-std::optional<std::vector<std::string>> json_form(const std::string& rest) {
-  if (rest.empty() || rest[0] != '[') return std::nullopt;
-  auto j = Json::parse(rest);
-  if (!j || !j->is_array()) return std::nullopt;
-  std::vector<std::string> out;
-  for (auto& v : j->as_array()) {
-    if (!v.is_string()) return std::nullopt;
-    out.push_back(v.as_string());
-  }
-  return out;
-}
-
-bool heredoc(const std::string& rest) {
-  for (size_t at = rest.find("<<"); at != std::string::npos; at = rest.find("<<", at + 2)) {
-    size_t k = at + 2;
-    if (k < rest.size() && rest[k] == '-') ++k;
-    if (k < rest.size() && (rest[k] == '"' || rest[k] == '\'')) ++k;
-    if (k < rest.size() && name_char(rest[k], true)) return true;
-  }
-  return false;
-}
 
 // A path made normal: no "//", ".", ".." (nullopt when ".." would climb above the root).
 std::optional<std::string> normal(const std::string& p) {
@@ -336,11 +36,6 @@ std::optional<std::string> normal(const std::string& p) {
   return out.empty() ? "/" : out;
 }
 
-std::string Translator::path_in(const std::string& p) const {
-  if (!p.empty() && p[0] == '/') return p;
-  return (workdir_ == "/" ? "" : workdir_) + "/" + p;
-}
-
 // A USER's user and group ("" when none), and whether the user is a number.
 struct UserGroup {
   std::string user, group;
@@ -357,6 +52,13 @@ UserGroup user_group(const std::string& spec) {
 std::string setpriv_numeric(const UserGroup& ug) {
   return "setpriv --reuid=" + ug.user + " --regid=" + (ug.group.empty() ? ug.user : ug.group) +
          " --clear-groups -- ";
+}
+
+}  // namespace
+
+std::string Translator::path_in(const std::string& p) const {
+  if (!p.empty() && p[0] == '/') return p;
+  return (workdir_ == "/" ? "" : workdir_) + "/" + p;
 }
 
 std::string Translator::as_user() const {
@@ -389,6 +91,7 @@ std::optional<Refusal> Translator::from(const Instruction& in) {
   if (w.empty() || (w.size() != 1 && !(w.size() == 3 && upper(w[1]) == "AS")))
     return bad(in, "FROM TEMPLATE [AS name]");
   const auto& t = w[0];
+  if (t.empty()) return bad(in, "FROM names nothing (its variable is empty)");
   if (t == "scratch")
     return unserved(in, "FROM scratch is not served: start from an image or a template");
   // An image reference (checked by the build: actors/image_pull.h) is pulled by the build.
@@ -529,6 +232,9 @@ std::optional<Refusal> Translator::copy(const Instruction& in) {
   if (w.size() < 2) return bad(in, in.keyword + " SOURCE... DEST");
   std::string dest_raw = w.back();
   w.pop_back();
+  if (dest_raw.empty()) return bad(in, "its destination is empty (an empty variable?)");
+  for (auto& s : w)
+    if (s.empty()) return bad(in, "a source is empty (an empty variable?)");
   bool dest_dir = dest_raw.back() == '/' || w.size() > 1;
   auto dest = normal(path_in(dest_raw));
   if (!dest) return bad(in, "'" + dest_raw + "' climbs above the root");
@@ -800,7 +506,9 @@ std::optional<Refusal> Translator::finish(const TemplateLimits& limits) {
   return std::nullopt;
 }
 
-}  // namespace
+}  // namespace pandastack::actors::dockerfile
+
+namespace pandastack::actors {
 
 const char* const kBuildCopyScript = R"(# A COPY or ADD of a build whose context is in archives
 # (actors/dockerfile.h): LINE DEST DIR OWNER MODE SOURCE..., Docker's rules: a directory's
@@ -861,7 +569,7 @@ Reply<TemplateFromDockerfile> template_from_dockerfile(
   if (archived && !context.empty())
     return Rejection{Code::invalid_argument,
                      "context: files or archives, not both (put the files in the archive)"};
-  Translator t(context, build_args, limits, archived);
+  dockerfile::Translator t(context, build_args, limits, archived);
   if (auto r = t.run(dockerfile)) return Rejection{r->code, r->message};
   if (auto r = t.finish(TemplateLimits{})) return Rejection{r->code, r->message};
   return t.result();

@@ -229,6 +229,12 @@ TEST(Dockerfile, BadInputIsRefused) {
   EXPECT_TRUE(bad("FROM base\n", {{"/etc/passwd", "x"}}));  // (context paths are relative)
   EXPECT_TRUE(bad("FROM base\n", {{"a/../../b", "x"}}));
   EXPECT_TRUE(bad(std::string("FROM base\nRUN a\0b\n", 18)));
+  // Words that a variable left empty (found by fuzz_dockerfile: an empty destination was read
+  // past its end; an empty FROM named no template).
+  EXPECT_TRUE(bad("FROM $NOTHING\n"));
+  EXPECT_TRUE(bad("FROM base\nCOPY a $NOTHING\n", {{"a", "1"}}));
+  EXPECT_TRUE(bad("FROM base\nCOPY $NOTHING /x\n", {{"a", "1"}}));
+  EXPECT_TRUE(bad("FROM base\nCOPY a \"\"\n", {{"a", "1"}}));
   // Limits: the text, the build commands (one per RUN, COPY, WORKDIR), a command's bytes.
   EXPECT_TRUE(bad("FROM base\n" + std::string(70000, '#')));
   std::string many = "FROM base\n";
