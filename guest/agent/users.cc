@@ -50,15 +50,15 @@ std::optional<T> number(const std::string& s) {
 
 }  // namespace
 
-std::optional<Account> find_account(const std::string& name) {
+std::optional<Account> find_account(const std::string& name, const AccountFiles& files) {
   if (name.empty()) return std::nullopt;
-  for (auto& f : table("/etc/passwd")) {
+  for (auto& f : table(files.passwd)) {
     if (f.size() < 7 || f[0] != name) continue;
     auto uid = number<uid_t>(f[2]);
     auto gid = number<gid_t>(f[3]);
     if (!uid || !gid) return std::nullopt;
     Account a{f[0], f[5].empty() ? "/" : f[5], f[6], *uid, *gid, {*gid}};
-    for (auto& g : table("/etc/group")) {
+    for (auto& g : table(files.group)) {
       if (g.size() < 4) continue;
       auto id = number<gid_t>(g[2]);
       if (!id || *id == a.gid) continue;
@@ -88,9 +88,9 @@ std::string name_in(std::optional<std::map<Id, std::string>>& cache, const char*
 }
 }  // namespace
 
-std::string Names::user(uid_t uid) { return name_in(users_, "/etc/passwd", uid); }
+std::string Names::user(uid_t uid) { return name_in(users_, files_.passwd, uid); }
 
-std::string Names::group(gid_t gid) { return name_in(groups_, "/etc/group", gid); }
+std::string Names::group(gid_t gid) { return name_in(groups_, files_.group, gid); }
 
 void run_as(int argc, char** argv) {
   // argv: agent --run-as UID GID GROUPS PROGRAM ARGV0 [ARGS...]

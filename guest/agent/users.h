@@ -18,16 +18,25 @@ struct Account {
   std::vector<gid_t> groups;  // its supplementary groups (/etc/group members), its own first
 };
 
-// The account named `name`, or nullopt (no such line, or a malformed one).
-std::optional<Account> find_account(const std::string& name);
+// Where the accounts are read (the guest's own files; a unit test names others).
+struct AccountFiles {
+  const char* passwd = "/etc/passwd";
+  const char* group = "/etc/group";
+};
+
+// The account named `name`, or nullopt (no such line, or a malformed one). At most 1 MiB of
+// each file is read.
+std::optional<Account> find_account(const std::string& name, const AccountFiles& files = {});
 
 // Names of owners and groups for a listing: each file read once, at the first lookup.
 class Names {
  public:
+  explicit Names(AccountFiles files = {}) : files_(files) {}
   std::string user(uid_t uid);  // the name, or the number when none
   std::string group(gid_t gid);
 
  private:
+  AccountFiles files_;
   std::optional<std::map<uid_t, std::string>> users_;
   std::optional<std::map<gid_t, std::string>> groups_;
 };
