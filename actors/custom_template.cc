@@ -1,12 +1,11 @@
 #include "actors/custom_template.h"
 
-#include <openssl/evp.h>
-
 #include <stdexcept>
 
 #include "actors/sh_quote.h"
 #include "actors/tenant_hash.h"
 #include "wire/hex.h"
+#include "wire/sha256.h"
 
 namespace pandastack::actors {
 
@@ -57,10 +56,7 @@ std::optional<Rejection> check_template_name(const std::string& name,
 }
 
 std::string tenant_hash(const std::string& tenant) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(tenant.data(), tenant.size(), md, &len, EVP_sha256(), nullptr);
-  return wire::hex_encode({reinterpret_cast<const char*>(md), 6});
+  return wire::hex_encode(wire::sha256(tenant).substr(0, 6));
 }
 
 std::string template_id(const std::string& tenant, const std::string& name) {

@@ -1,6 +1,5 @@
 #include "actors/image_pull.h"
 
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include "tools/http_client.h"
 #include "tools/tar_writer.h"
 #include "wire/json.h"
+#include "wire/sha256.h"
 
 namespace pandastack::actors {
 
@@ -33,35 +33,6 @@ const char* const kManifestTypes =
 Rejection failed(const std::string& why) { return Rejection{Code::build_failed, "pull: " + why}; }
 
 bool lower_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-    EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
-  }
-  void add(std::string_view d) { EVP_DigestUpdate(ctx_.get(), d.data(), d.size()); }
-  std::string hex() {
-    unsigned char md[32];
-    unsigned len = 0;
-    EVP_DigestFinal_ex(ctx_.get(), md, &len);
-    std::string out;
-    for (unsigned i = 0; i < len; ++i) {
-      char b[3];
-      std::snprintf(b, sizeof b, "%02x", md[i]);
-      out += b;
-    }
-    return out;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
-};
-
-std::string sha256_hex(std::string_view d) {
-  Sha256 h;
-  h.add(d);
-  return h.hex();
-}
 
 bool is_digest(const std::string& d) {
   return d.size() == 71 && d.starts_with("sha256:") &&
@@ -383,7 +354,7 @@ Reply<PulledImage> pull_image(const PullJob& job) {
     if (!r) return r.error();
     if (r->status != 200) return failed(ref.text() + ": the manifest: " + status_reason(r->status));
     if (r->body.size() > kMaxManifestBytes) return failed("a manifest over 4 MiB");
-    auto digest = "sha256:" + sha256_hex(r->body);
+    auto digest = "sha256:" + wire::sha256_hex(r->body);
     if (!want_digest.empty() && digest != want_digest)
       return failed("the manifest does not match its digest " + want_digest);
     auto j = Json::parse(r->body);
@@ -442,7 +413,7 @@ Reply<PulledImage> pull_image(const PullJob& job) {
   if (total > job.max_bytes)
     return fail(failed("the image is " + std::to_string(total >> 20) + " MiB, more than the " +
                        std::to_string(job.max_bytes >> 20) + " MiB an import takes"));
-  auto manifest_digest = "sha256:" + sha256_hex(manifest_text);
+  auto manifest_digest = "sha256:" + wire::sha256_hex(manifest_text);
   log("pull: " + ref.text() + ": manifest " + manifest_digest.substr(0, 19) + ", " +
       std::to_string(layers.as_array().size()) + " layers, " + std::to_string(total >> 20) +
       " MiB");
@@ -456,7 +427,7 @@ Reply<PulledImage> pull_image(const PullJob& job) {
     if (job.stop.stop_requested()) return fail(Rejection{Code::unavailable, "pull: stopped"});
     auto& b = blobs[i];
     tar.header("blobs/sha256/" + b.digest.substr(7), b.size);
-    Sha256 h;
+    wire::Sha256 h;
     uint64_t got_bytes = 0;
     bool over = false;
     auto r = reg.get(base + "/blobs/" + b.digest, "", [&](const std::string& part) {

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
@@ -17,7 +16,9 @@
 
 #include "gateway/http_util.h"
 #include "gateway/signing.h"
+#include "wire/base64.h"
 #include "wire/hex.h"
+#include "wire/sha256.h"
 
 namespace pandastack::gateway::e2b {
 
@@ -70,12 +71,7 @@ std::string file_signature(const std::string& path, const std::string& operation
                            std::optional<int64_t> expiration) {
   std::string raw = path + ":" + operation + ":" + user + ":" + token;
   if (expiration) raw += ":" + std::to_string(*expiration);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(raw.data(), raw.size(), digest, &n, EVP_sha256(), nullptr);
-  std::string b64(4 * ((n + 2) / 3) + 1, '\0');
-  int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()), digest, int(n));
-  b64.resize(size_t(len));
+  auto b64 = wire::base64_encode(wire::sha256(raw));
   while (!b64.empty() && b64.back() == '=') b64.pop_back();
   return "v1_" + b64;
 }

@@ -4,12 +4,12 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
 #include "storage/etcd.h"
+#include "wire/sha256.h"
 
 namespace pandastack::storage {
 
@@ -24,12 +24,6 @@ std::string random_token(size_t n) {
   std::string out;
   for (unsigned char c : raw) out += kAlphabet[c & 31];
   return out;
-}
-
-std::string sha256(const std::string& s) {
-  unsigned char d[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
-  return std::string(reinterpret_cast<char*>(d), sizeof d);
 }
 
 // record: admin(1) created(8) hash(32) tenant
@@ -145,7 +139,7 @@ Result<std::pair<std::string, ApiKey>> KeyStore::create(const std::string& tenan
   k.created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
-  auto put = put_record(k.id, encode(k, sha256(secret)));
+  auto put = put_record(k.id, encode(k, wire::sha256(secret)));
   if (!put) return put.error();
   return std::make_pair("pds_" + k.id + "_" + secret, k);
 }
@@ -157,7 +151,7 @@ Result<ApiKey> KeyStore::verify(const std::string& token) {
     return not_found;
   std::string id = token.substr(4, kIdLen), secret = token.substr(5 + kIdLen);
   if (!valid_chars(id) || !valid_chars(secret)) return not_found;
-  std::string presented = sha256(secret);
+  std::string presented = wire::sha256(secret);
   if (shared_) {
     std::lock_guard l(cache_mu_);
     auto it = verified_.find(id + presented);

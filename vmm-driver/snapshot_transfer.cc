@@ -1,7 +1,6 @@
 #include "vmm-driver/snapshot_transfer.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,7 +14,7 @@
 
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/vm_internal.h"
-#include "wire/hex.h"
+#include "wire/sha256.h"
 
 namespace pandastack::vmm {
 
@@ -62,22 +61,17 @@ Result<std::string> layer_hash(const fs::path& p) {
 Result<std::string> sha256_file(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return io("cannot open " + path.string());
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  wire::Sha256 h;
   std::vector<char> buf(1 << 20);
   ssize_t n;
-  while ((n = ::read(fd, buf.data(), buf.size())) > 0) EVP_DigestUpdate(ctx, buf.data(), size_t(n));
+  while ((n = ::read(fd, buf.data(), buf.size())) > 0) h.add({buf.data(), size_t(n)});
   int err = errno;
   ::close(fd);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
   if (n < 0) {
     errno = err;
     return io("cannot read " + path.string());
   }
-  return wire::hex_encode({reinterpret_cast<const char*>(md), len});
+  return h.hex();
 }
 
 namespace {
