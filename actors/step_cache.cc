@@ -1,6 +1,5 @@
 #include "actors/step_cache.h"
 
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,7 +10,7 @@
 #include "actors/dockerfile.h"
 #include "vmm-driver/run_tool.h"
 #include "vmm-driver/vm.h"
-#include "wire/hex.h"
+#include "wire/sha256.h"
 
 namespace pandastack::actors {
 
@@ -19,31 +18,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Each part with its length: no two sequences of parts hash alike.
 class Hash {
  public:
-  Hash() { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Hash() { EVP_MD_CTX_free(ctx_); }
-  Hash(const Hash&) = delete;
-  Hash& operator=(const Hash&) = delete;
-  // Each part with its length: no two sequences of parts hash alike.
   Hash& add(const std::string& part) {
-    auto n = std::to_string(part.size()) + ":";
-    EVP_DigestUpdate(ctx_, n.data(), n.size());
-    EVP_DigestUpdate(ctx_, part.data(), part.size());
+    h_.add(std::to_string(part.size()) + ":").add(part);
     return *this;
   }
-  std::string hex() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_MD_CTX* copy = EVP_MD_CTX_new();
-    EVP_MD_CTX_copy_ex(copy, ctx_);
-    EVP_DigestFinal_ex(copy, md, &len);
-    EVP_MD_CTX_free(copy);
-    return wire::hex_encode({reinterpret_cast<const char*>(md), len});
-  }
+  std::string hex() const { return h_.hex(); }
 
  private:
-  EVP_MD_CTX* ctx_ = EVP_MD_CTX_new();
+  wire::Sha256 h_;
 };
 
 }  // namespace
@@ -88,25 +73,17 @@ std::optional<std::pair<size_t, vmm::Snapshot>> StepCache::deepest(
   return std::nullopt;
 }
 
-Reply<vmm::Snapshot> StepCache::keep(vmm::Vm& vm, const std::string& key, const fs::path& scratch,
-                                     uint64_t disk_bytes) {
+Reply<vmm::Snapshot> StepCache::keep(vmm::Vm& vm, const std::string& key, uint64_t disk_bytes) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   auto final_dir = dir_ / key;
   auto disk = dir_ / (key + ".tmp-" + std::to_string(::getpid()));
-  auto ram = scratch / key;
   fs::remove_all(disk, ec);
-  fs::remove_all(ram, ec);
-  auto taken = vm.snapshot(ram, true, disk);
+  // Disk-only: the guest pauses while its disk becomes a layer (no RAM, no device state).
+  auto taken = vm.checkpoint_disk(disk);
   if (!taken) return Rejection{Code::build_failed, "a checkpoint: " + taken.error().message};
-  // Disk-only, and its own folder: the RAM copy goes, its meta moves next to its layers.
   vmm::Snapshot snap = *taken;
-  snap.memory = false;
   snap.dir = fs::absolute(final_dir);
-  snap.disk_dir.clear();
-  snap.volume_slots.clear();  // (the build's package and context disks are not its own)
-  snap.volume_copies.clear();
-  fs::remove_all(ram, ec);
   if (fs::exists(final_dir, ec)) {
     // Another build made it meanwhile: this one's disk is its own layers all the same (the
     // other's are the same steps, not the same bytes). They stay, under a name the cache never

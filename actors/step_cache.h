@@ -43,11 +43,10 @@ class StepCache {
 
   // The deepest checkpoint among `keys` (its index and snapshot), marked recently used.
   std::optional<std::pair<size_t, vmm::Snapshot>> deepest(const std::vector<std::string>& keys);
-  // Checkpoints `vm`'s disk (of `disk_bytes`) as `key` (the guest has synced); `scratch`: a
-  // folder on tmpfs for its passing RAM copy. The snapshot (its layers: every layer of the disk
-  // so far), with the empty overlay of that size a builder booted on it starts from.
-  Reply<vmm::Snapshot> keep(vmm::Vm& vm, const std::string& key,
-                            const std::filesystem::path& scratch, uint64_t disk_bytes);
+  // Checkpoints `vm`'s disk (of `disk_bytes`) as `key` (the guest has synced): a disk-only
+  // snapshot (Vm::checkpoint_disk; no RAM is copied). The snapshot (its layers: every layer of
+  // the disk so far), with the empty overlay of that size a builder booted on it starts from.
+  Reply<vmm::Snapshot> keep(vmm::Vm& vm, const std::string& key, uint64_t disk_bytes);
   // Drops the least recently used beyond max_entries (and leftovers of interrupted ones).
   void trim();
 

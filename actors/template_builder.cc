@@ -255,19 +255,26 @@ Reply<uint64_t> build_in_vm(Env& env, const BuilderJob& job) {
   if (!booted) return booted.error();
   auto& vm = **booted;
   at(10);
-  // A checkpoint costs about a second here (a sync, the guest paused while its disk becomes a
-  // layer): one is taken after work that took longer than that, and after the last command.
+  // A checkpoint costs a sync and a pause while the guest's disk becomes a layer: one is taken
+  // after work that took longer than 2 s, and after the last command.
   auto since = std::chrono::steady_clock::now();
   auto checkpoint = [&](size_t k, bool always = false) -> std::optional<Rejection> {
     if (!cache) return std::nullopt;
     if (!always && std::chrono::steady_clock::now() - since < std::chrono::seconds(2))
       return std::nullopt;
+    auto t0 = std::chrono::steady_clock::now();
     if (auto no = run_builder_script(vm, "a checkpoint", "sync\n", job.deadline, nullptr, job.stop))
       return *no;
-    auto kept = cache->keep(vm, keys[k], env.config.state_dir / "step-checkpoints", size);
+    auto t1 = std::chrono::steady_clock::now();
+    auto kept = cache->keep(vm, keys[k], size);
     if (!kept) return kept.error();  // (the disk's layers are then not what `last` says)
     last = *kept;
     since = std::chrono::steady_clock::now();
+    auto ms = [](auto d) {
+      return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+    };
+    log("builder: step checkpoint " + std::to_string(k) + " kept (sync " + ms(t1 - t0) +
+        " ms, disk " + ms(since - t1) + " ms)");
     return std::nullopt;
   };
 

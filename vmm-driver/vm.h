@@ -178,6 +178,11 @@ class Vm {
   Result<Snapshot> snapshot(const std::filesystem::path& dir, bool quiesce = true,
                             const std::filesystem::path& disk_dir = {},
                             bool copy_read_only_volumes = false);
+  // A disk-only snapshot at `dir` (memory false: booted afresh by boot_on, never restored): the
+  // guest pauses while its disk becomes a layer and runs on; no device state, no RAM copy, no
+  // volume copies. For a guest whose file systems were synced just before (a template build's
+  // step checkpoint): what a boot on it reads is what the guest had written.
+  Result<Snapshot> checkpoint_disk(const std::filesystem::path& dir);
   // Saves the guest into a snapshot at `dir` and stops QEMU: its RAM file moves into the snapshot
   // (no copy). The Vm is dead afterwards (alive() is false); restore(..., consume=true) wakes it.
   Result<Snapshot> hibernate(const std::filesystem::path& dir,

@@ -546,6 +546,33 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
   return snap;
 }
 
+Result<Snapshot> Vm::checkpoint_disk(const fs::path& dir) {
+  auto t0 = steady_clock::now();
+  auto made = new_snapshot(dir, {});
+  if (!made) return made.error();
+  Snapshot snap = *made;
+  snap.memory = false;
+  auto stopped = simple(*qmp_, "stop");
+  Status st = stopped;
+  if (st) st = freeze_disk(snap.disks());
+  Status resumed = !stopped ? Status(Ok{})
+                   : st     ? simple(*qmp_, "cont")
+                            : resume_after_failed_save(*qmp_);
+  if (st) st = resumed;
+  if (st) {
+    describe(snap, "checkpoint:" + config_.name);
+    st = snap.write_meta();
+  }
+  if (st && !config_.die_with_parent) st = save_record();  // the disk layers changed
+  if (!st) {
+    remove_snapshot(dir, {});
+    return st.error();
+  }
+  spdlog::debug("vm {}: disk checkpoint {}: {} us", config_.name, dir.string(),
+                duration_cast<microseconds>(steady_clock::now() - t0).count());
+  return snap;
+}
+
 Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   auto made = new_snapshot(dir, disk_dir);
   if (!made) return made.error();

@@ -765,6 +765,10 @@ class TemplateTest(unittest.TestCase):
         ctx1 = context("context one\n")
         first, log = build("cached", "two", ctx1)
         self.assertNotIn("from the step cache", log)
+        # (the checkpoints taken: after `sleep 3`, and after the last command)
+        kept = [line for line in log.splitlines() if "step checkpoint" in line]
+        self.assertEqual(len(kept), 2, log)
+        print("\n  " + "\n  ".join(kept), file=sys.stderr)
         sees("cached", "one\ncontext one\ntwo\n")
         self.assertEqual(self.api.call("DELETE", "/v1/templates/cached")[0], 200)
         again, log = build("cached", "two", ctx1)
