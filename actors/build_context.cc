@@ -11,22 +11,17 @@
 #include "actors/dockerfile.h"
 #include "actors/env.h"
 #include "actors/image_import.h"
-#include "actors/template_builder.h"
 #include "actors/tenant_hash.h"
 #include "vmm-driver/snapshot_transfer.h"
-#include "vmm-driver/vm.h"
 #include "wire/json.h"
 
 namespace pandastack::actors {
 
 namespace fs = std::filesystem;
-using std::chrono::steady_clock;
 
 namespace {
 
 constexpr uint64_t kHeaderBytes = 4096;  // (guest/image_import.py: BUNDLE_HEADER)
-constexpr const char* kScriptPath = "/run/pandastack-image-import.py";
-constexpr const char* kResultPath = "/run/pandastack-context.json";
 
 bool hex64(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
@@ -214,26 +209,22 @@ Reply<fs::path> unpack_context_in_vm(Env& env, const ContextJob& job) {
   { std::ofstream(disk, std::ios::binary); }
   fs::resize_file(disk, job.disk_bytes, ec);  // (sparse)
   if (ec) return Rejection{Code::storage_error, "the context disk: " + ec.message()};
-  {
-    auto booted = boot_builder(env, "base", "context-" + job.id, job.memory_mib, job.vcpus,
-                               job.deadline, log, " to unpack the build context");
-    if (!booted) return booted.error();
-    auto& vm = **booted;
-    auto bound =
-        vm.bind_volumes({vmm::VolumeBinding{0, bundle, true}, vmm::VolumeBinding{1, disk, false}});
-    if (!bound)
-      return Rejection{Code::build_failed, "attaching the context: " + bound.error().message};
-    auto wrote = vm.agent().write_file(kScriptPath, kImageImportScript, 0755, true);
-    if (!wrote) return Rejection{Code::build_failed, "the unpacker: " + wrote.error().message};
-    std::string script = std::string("exec python3 ") + kScriptPath +
-                         " --context --archive-serial pds-vol0 --archive-bytes " +
-                         std::to_string(bundle_bytes) + " --disk-serial pds-vol1 --disk-bytes " +
-                         std::to_string(job.disk_bytes) + " --out " + kResultPath + "\n";
-    if (auto no = run_builder_script(vm, "unpacking the build context", script, job.deadline, log,
-                                     job.stop))
-      return *no;
-    (void)vm.qmp().execute("quit", {}, std::chrono::seconds(10));
-  }
+  ImporterRun run;
+  run.run_name = "context-" + job.id;
+  run.boot_note = " to unpack the build context";
+  run.what = "unpacking the build context";
+  run.memory_mib = job.memory_mib;
+  run.vcpus = job.vcpus;
+  run.deadline = job.deadline;
+  run.log = log;
+  run.stop = job.stop;
+  run.archive = bundle;
+  run.archive_bytes = bundle_bytes;
+  run.disk = disk;
+  run.disk_bytes = job.disk_bytes;
+  run.args = {"--context"};
+  auto unpacked = run_importer_in_vm(env, run);
+  if (!unpacked) return unpacked.error();
   fs::remove(bundle, ec);
   return disk;
 }

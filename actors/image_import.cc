@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "actors/env.h"
+#include "actors/sh_quote.h"
 #include "actors/template_builder.h"
 #include "vmm-driver/run_tool.h"
 #include "vmm-driver/vm.h"
@@ -141,6 +142,35 @@ Reply<ImportedImage> imported_image(const std::string& text, bool start) {
   return out;
 }
 
+Reply<std::string> run_importer_in_vm(Env& env, const ImporterRun& run) {
+  if (run.deadline <= steady_clock::now())
+    return Rejection{Code::timeout, "the build's time ran out"};
+  auto booted = boot_builder(env, "base", run.run_name, run.memory_mib, run.vcpus, run.deadline,
+                             run.log, run.boot_note);
+  if (!booted) return booted.error();
+  auto& vm = **booted;
+  if (run.progress) run.progress(10);
+  auto bound = vm.bind_volumes(
+      {vmm::VolumeBinding{0, run.archive, true}, vmm::VolumeBinding{1, run.disk, false}});
+  if (!bound) return Rejection{Code::build_failed, "attaching the disks: " + bound.error().message};
+  auto wrote = vm.agent().write_file(kScriptPath, kImageImportScript, 0755, true);
+  for (auto& [path, bytes] : run.files)
+    if (wrote) wrote = vm.agent().write_file(path, bytes, 0755, true);
+  if (!wrote) return Rejection{Code::build_failed, "the importer: " + wrote.error().message};
+  if (run.progress) run.progress(15);
+  std::string script = std::string("exec python3 ") + kScriptPath;
+  for (auto& a : run.args) script += " " + sh_quote(a);
+  script += " --archive-serial pds-vol0 --archive-bytes " + std::to_string(run.archive_bytes) +
+            " --disk-serial pds-vol1 --disk-bytes " + std::to_string(run.disk_bytes) + " --out " +
+            kResultPath + "\n";
+  if (auto no = run_builder_script(vm, run.what, script, run.deadline, run.log, run.stop))
+    return *no;
+  auto answer = vm.agent().read_file(kResultPath, kMaxResultBytes);
+  (void)vm.qmp().execute("quit", {}, std::chrono::seconds(10));
+  if (!answer) return bad_answer(answer.error().message);
+  return *answer;
+}
+
 Reply<ImportedImage> import_in_vm(Env& env, const ImportJob& job) {
   auto log = [&](const std::string& l) {
     if (job.log) job.log(l);
@@ -170,37 +200,30 @@ Reply<ImportedImage> import_in_vm(Env& env, const ImportJob& job) {
     s << f.rdbuf();
     busybox = s.str();
   }
-
-  if (job.deadline <= steady_clock::now())
-    return Rejection{Code::timeout, "the build's time ran out"};
-  auto booted = boot_builder(env, "base", "import-" + job.id, job.spec.memory_mib, job.spec.vcpus,
-                             job.deadline, log, " with the image as a read-only disk");
-  if (!booted) return booted.error();
-  auto& vm = **booted;
-  at(10);
-  auto bound = vm.bind_volumes(
-      {vmm::VolumeBinding{0, job.archive, true}, vmm::VolumeBinding{1, disk, false}});
-  if (!bound) return Rejection{Code::build_failed, "attaching the disks: " + bound.error().message};
-  auto wrote = vm.agent().write_file(kScriptPath, kImageImportScript, 0755, true);
-  if (wrote && !busybox.empty()) wrote = vm.agent().write_file(kBusyboxPath, busybox, 0755, true);
-  if (!wrote) return Rejection{Code::build_failed, "the importer: " + wrote.error().message};
-  at(15);
-  std::string script = std::string("exec python3 ") + kScriptPath +
-                       " --archive-serial pds-vol0 --archive-bytes " +
-                       std::to_string(archive_bytes) + " --disk-serial pds-vol1 --disk-bytes " +
-                       std::to_string(job.disk_bytes) +
-                       (busybox.empty() ? "" : std::string(" --busybox ") + kBusyboxPath) +
-                       " --out " + kResultPath + "\n";
-  if (auto no = run_builder_script(vm, "importing the image", script, job.deadline, log, job.stop))
-    return *no;
+  ImporterRun run;
+  run.run_name = "import-" + job.id;
+  run.boot_note = " with the image as a read-only disk";
+  run.what = "importing the image";
+  run.memory_mib = job.spec.memory_mib;
+  run.vcpus = job.spec.vcpus;
+  run.deadline = job.deadline;
+  run.log = log;
+  run.progress = at;
+  run.stop = job.stop;
+  run.archive = job.archive;
+  run.archive_bytes = archive_bytes;
+  run.disk = disk;
+  run.disk_bytes = job.disk_bytes;
+  if (!busybox.empty()) {
+    run.files.emplace_back(kBusyboxPath, std::move(busybox));
+    run.args = {"--busybox", kBusyboxPath};
+  }
+  auto answer = run_importer_in_vm(env, run);
+  if (!answer) return answer.error();
   at(85);
-  auto answer = vm.agent().read_file(kResultPath, kMaxResultBytes);
-  if (!answer) return bad_answer(answer.error().message);
   auto image = imported_image(*answer, job.start);
   if (!image) return image;
   image->disk_bytes = job.disk_bytes;
-  (void)vm.qmp().execute("quit", {}, std::chrono::seconds(10));
-  booted->reset();
   // The disk as raw bytes into a qcow2 of the daemon's own making (-f raw: nothing probed).
   fs::create_directories(job.out_dir, ec);
   auto out = job.out_dir / "rootfs.qcow2";

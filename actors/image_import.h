@@ -17,6 +17,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/custom_template.h"
@@ -65,6 +66,30 @@ Reply<ImportedImage> imported_image(const std::string& json, bool start);
 // command of an imported template; the agent drops to a non-root user: guest/agent/users.cc).
 std::string image_start_command(const std::vector<std::string>& argv, const std::string& workdir,
                                 uint32_t uid, uint32_t gid);
+
+// One run of the importer (guest/image_import.py) in a `base` builder microVM: `archive` bound
+// read-only as its first disk (the importer reads `archive_bytes` of it), `disk` (of
+// `disk_bytes`) as its second, `files` written into the guest first (path -> bytes, 0755),
+// `args` added to its command line. Shared by image imports and build contexts.
+struct ImporterRun {
+  std::string run_name;   // the builder's run folder name
+  std::string boot_note;  // the end of the boot's log line
+  std::string what;       // the step, as a failure names it ("importing the image")
+  uint32_t memory_mib = 0, vcpus = 0;
+  std::chrono::steady_clock::time_point deadline;
+  std::function<void(const std::string&)> log;
+  std::function<void(int)> progress;  // 10 once booted, 15 once the importer is in the guest
+  std::stop_token stop;
+  std::filesystem::path archive, disk;
+  uint64_t archive_bytes = 0, disk_bytes = 0;
+  std::vector<std::string> args;
+  std::vector<std::pair<std::string, std::string>> files;
+};
+
+// Runs it to its end: the importer's answer (the JSON it wrote, at most 1 MiB, unchecked: see
+// imported_image). The builder is gone on return. build_failed (with the importer's reason),
+// timeout, unavailable (`stop`).
+Reply<std::string> run_importer_in_vm(Env& env, const ImporterRun& run);
 
 // Runs the import in a builder VM and writes out_dir/rootfs.qcow2 (and its empty overlay).
 // Fails with the importer's reason (a digest mismatch, an escaping entry, ...), the deadline or
