@@ -45,7 +45,9 @@ class Json {
 
   bool as_bool() const { return bool_; }
   double as_double() const { return num_; }
-  int64_t as_int() const { return is_int_ ? int_ : int64_t(num_); }
+  // A number's integer value; a fraction is cut, a value beyond int64 saturates (NaN is 0): a
+  // peer's 1e300 is then out of any range check, never undefined behaviour.
+  int64_t as_int() const { return is_int_ ? int_ : saturated(num_); }
   const std::string& as_string() const { return str_; }
   const Array& as_array() const;
   const Object& as_object() const;
@@ -71,6 +73,12 @@ class Json {
   static std::optional<Json> parse(std::string_view text, ParseError* error = nullptr);
 
  private:
+  static int64_t saturated(double d) {
+    if (!(d == d)) return 0;
+    if (d >= 9223372036854775807.0) return INT64_MAX;
+    if (d <= -9223372036854775808.0) return INT64_MIN;
+    return int64_t(d);
+  }
   void dump_to(std::string& out) const;
 
   Type type_ = Type::null;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace pandastack::wire {
 namespace {
 
@@ -72,6 +74,18 @@ TEST(Json, Utf8Validation) {
   EXPECT_FALSE(is_valid_utf8("\xe2\x82"));
   EXPECT_FALSE(is_valid_utf8("\xc0\x80"));  // overlong
   EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));  // surrogate
+}
+
+// Found by fuzz_qmp and fuzz_snapshot_meta once UBSan findings aborted: a number past int64
+// read as an integer was undefined behaviour. It saturates now (and NaN is 0).
+TEST(Json, AnIntegerPastInt64Saturates) {
+  EXPECT_EQ(Json::parse("1e300")->as_int(), INT64_MAX);
+  EXPECT_EQ(Json::parse("-1e300")->as_int(), INT64_MIN);
+  EXPECT_EQ(Json::parse("66666666666666666666666666666")->as_int(), INT64_MAX);
+  EXPECT_EQ(Json::parse("9223372036854775808")->as_int(), INT64_MAX);
+  EXPECT_EQ(Json::parse("-2.5")->as_int(), -2);
+  EXPECT_EQ(Json::parse("9007199254740993")->as_int(), 9007199254740993);
+  EXPECT_EQ(Json(std::nan("")).as_int(), 0);
 }
 
 }  // namespace
