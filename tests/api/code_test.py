@@ -152,15 +152,21 @@ class CodeTest(unittest.TestCase):
         as exec does."""
         sid = self.api.create()["id"]
         self.run_code(sid, "1")
-        t0 = time.monotonic()
-        s, r = self.api.exec(sid, "python3 -c 'for i in range(20000): print(\"x\" * 99)'")
-        exec_s = time.monotonic() - t0
-        self.assertEqual(len(r["stdout"]), 20000 * 100)
-        t0 = time.monotonic()
-        r = self.run_code(sid, "for i in range(20000):\n    print('x' * 99)", timeout_seconds=120)
-        code_s = time.monotonic() - t0
-        self.assertEqual(len(r["stdout"]), 20000 * 100)
-        print(f"20,000 lines: code {code_s:.2f} s, exec {exec_s:.2f} s", file=sys.stderr)
+        # The best of three each: one sample on this 2-core host under `make test`'s -j2 load
+        # varies by more than the bound (a slow one was 3x its neighbours).
+        exec_s = code_s = float("inf")
+        for _ in range(3):
+            t0 = time.monotonic()
+            s, r = self.api.exec(sid, "python3 -c 'for i in range(20000): print(\"x\" * 99)'")
+            exec_s = min(exec_s, time.monotonic() - t0)
+            self.assertEqual(len(r["stdout"]), 20000 * 100)
+            t0 = time.monotonic()
+            r = self.run_code(sid, "for i in range(20000):\n    print('x' * 99)",
+                              timeout_seconds=120)
+            code_s = min(code_s, time.monotonic() - t0)
+            self.assertEqual(len(r["stdout"]), 20000 * 100)
+        print(f"20,000 lines (best of 3): code {code_s:.2f} s, exec {exec_s:.2f} s",
+              file=sys.stderr)
         self.assertLess(code_s, 2 * exec_s + 0.5, (code_s, exec_s))
         r = self.run_code(sid, "print('\\n'.join(['x' * 99] * 170000))", timeout_seconds=300)
         self.assertEqual((len(r["stdout"]), r["truncated"]), (16 << 20, True))
