@@ -53,7 +53,7 @@ TEST(Json, RejectsMalformedInputWithOffset) {
   // A repeated key: which value counts would be a guess.
   EXPECT_FALSE(Json::parse("{\"t\": 1, \"t\": 2}", &err));
   EXPECT_NE(err.message.find("duplicate key \"t\""), std::string::npos) << err.message;
-  EXPECT_EQ(err.offset, 9u);  // the second key
+  EXPECT_EQ(err.offset, 9u);                                  // the second key
   EXPECT_TRUE(Json::parse("{\"a\": {\"t\": 1}, \"t\": 2}"));  // the same key at two levels
 }
 
@@ -72,7 +72,7 @@ TEST(Json, Utf8Validation) {
   EXPECT_TRUE(is_valid_utf8("plain"));
   EXPECT_TRUE(is_valid_utf8("\xe2\x82\xac"));
   EXPECT_FALSE(is_valid_utf8("\xe2\x82"));
-  EXPECT_FALSE(is_valid_utf8("\xc0\x80"));  // overlong
+  EXPECT_FALSE(is_valid_utf8("\xc0\x80"));      // overlong
   EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));  // surrogate
 }
 
