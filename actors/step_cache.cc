@@ -104,12 +104,7 @@ Reply<vmm::Snapshot> StepCache::keep(vmm::Vm& vm, const std::string& key, uint64
     fs::remove_all(disk, ec);
     return Rejection{Code::storage_error, "a checkpoint: " + overlay.error().message};
   }
-  vmm::Snapshot at_tmp = snap;
-  at_tmp.dir = fs::absolute(disk);
-  if (auto w = at_tmp.write_meta(); !w) {
-    fs::remove_all(disk, ec);
-    return Rejection{Code::storage_error, "a checkpoint: " + w.error().message};
-  }
+  // (its meta.json is checkpoint_disk's; the folder appears under its key whole, by a rename)
   fs::rename(disk, final_dir, ec);
   if (ec) {
     fs::remove_all(disk, ec);

@@ -121,6 +121,13 @@ Status resume_after_failed_save(QmpClient& q) {
   return last ? Status(make_error(ErrorCode::qmp_error, "the guest did not run again")) : last;
 }
 
+// Lets a guest paused for a save run on: nothing to do when it never stopped (`stopped` failed),
+// `cont` after a save that worked, the patient resume above after one that failed.
+Status resume_after_save(QmpClient& q, bool stopped, bool saved) {
+  if (!stopped) return Ok{};
+  return saved ? simple(q, "cont") : resume_after_failed_save(q);
+}
+
 // After end_session() when the guest runs on (a snapshot, a failed hibernate): a new session on
 // the same channel, else a new connection; logged when neither works.
 void restart_agent_session(Vm& vm) {
@@ -524,9 +531,7 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
       snap.volume_copies.push_back(v.slot);
   }
   auto t_vols = steady_clock::now();
-  Status resumed = !stopped ? Status(Ok{})
-                   : st     ? simple(*qmp_, "cont")
-                            : resume_after_failed_save(*qmp_);
+  Status resumed = resume_after_save(*qmp_, bool(stopped), bool(st));
   if (quiesced) restart_agent_session(*this);
   if (st) st = resumed;
   if (st) st = snap.write_meta();
@@ -555,9 +560,7 @@ Result<Snapshot> Vm::checkpoint_disk(const fs::path& dir) {
   auto stopped = simple(*qmp_, "stop");
   Status st = stopped;
   if (st) st = freeze_disk(snap.disks());
-  Status resumed = !stopped ? Status(Ok{})
-                   : st     ? simple(*qmp_, "cont")
-                            : resume_after_failed_save(*qmp_);
+  Status resumed = resume_after_save(*qmp_, bool(stopped), bool(st));
   if (st) st = resumed;
   if (st) {
     describe(snap, "checkpoint:" + config_.name);
