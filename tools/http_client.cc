@@ -296,7 +296,9 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
         r.body += chunk;
       }
     };
-    if (r.headers["transfer-encoding"].find("chunked") != std::string::npos) {
+    if (method == "HEAD" || r.status == 204 || r.status == 304) {
+      // no body, whatever Content-Length says
+    } else if (r.headers["transfer-encoding"].find("chunked") != std::string::npos) {
       for (;;) {
         if (!read_line(line, r.error)) {
           ok = false;
@@ -325,7 +327,7 @@ HttpResponse HttpClient::request_impl(const std::string& method, const std::stri
         if (ok) deliver(std::move(part));
         left -= n;
       }
-    } else if (r.status != 204) {
+    } else {
       std::string err;
       while (read_more(err)) {
       }
@@ -349,6 +351,12 @@ HttpResponse HttpClient::exchange(const std::string& method, const std::string& 
                                   size_t max_body) {
   return request_impl(method, path, "", "application/json", on_data, extra_headers, accept,
                       max_body);
+}
+
+HttpResponse HttpClient::send(const std::string& method, const std::string& path,
+                              const std::string& body, const std::string& content_type,
+                              const std::string& extra_headers, size_t max_body) {
+  return request_impl(method, path, body, content_type, nullptr, extra_headers, nullptr, max_body);
 }
 
 int HttpClient::upgrade(const std::string& path, std::string& leftover, HttpResponse& refused) {

@@ -70,6 +70,13 @@ class HttpClient {
                         const std::string& extra_headers, const Accept& accept,
                         const std::function<void(const std::string&)>& on_data,
                         size_t max_body = 4 << 20);
+  // One request with a body and extra header lines (each "Name: value\r\n"), its answer's body
+  // held whole (at most `max_body` bytes). HEAD answers carry no body. (The object store.)
+  HttpResponse send(const std::string& method, const std::string& path, const std::string& body,
+                    const std::string& content_type, const std::string& extra_headers,
+                    size_t max_body);
+  // The Host header's value this client sends (what a request signature covers).
+  const std::string& host() const { return host_; }
   // A WebSocket upgrade of GET `path` on a fresh connection. On 101 the socket is the caller's
   // (returned; blocking, no receive timeout) and `leftover` holds the bytes read past the
   // response's head; otherwise -1, and `refused` is the reply (or a transport error).

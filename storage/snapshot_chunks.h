@@ -1,0 +1,52 @@
+// A folder (a hibernation: meta.json, mem, state, disk layers) in an object store as
+// content-addressed chunks and a manifest (issue 39).
+//
+//   chunks/<sha256 hex>      up to kChunkBytes of one file, named by its hash: a chunk two files,
+//                            two snapshots or two forks share is stored once (an upload asks
+//                            whether each chunk is there before it sends it); a chunk of zeros is
+//                            not stored at all (RAM files are mostly holes)
+//   manifests/<sha256 hex>   JSON {format, chunk_bytes, files: [{name, size, mode, chunks: [hex
+//                            or "" for zeros]} | {name, link}]}, named by its own hash; written
+//                            last, so a manifest that exists names only chunks that do
+//
+// A download verifies every chunk and the manifest by their hashes (a corrupted or missing one
+// fails it, naming it), writes into a temporary folder beside the target and renames it: nothing
+// half-written is ever at the target. Files keep their read permissions (at most 0644: the jailed
+// QEMU reads disk layers by them); they are opened without following links and named
+// only [A-Za-z0-9._-] (a manifest from the store is not trusted to name paths).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "storage/error.h"
+#include "storage/object_store.h"
+
+namespace pandastack::storage {
+
+constexpr uint64_t kChunkBytes = 4 << 20;
+// What a folder may hold (a guest's RAM and disk layers): files and their sizes are bounded.
+constexpr size_t kMaxManifestFiles = 256;
+constexpr uint64_t kMaxManifestBytes = 16 << 20;
+
+struct ChunkStats {
+  uint64_t files = 0, bytes = 0;             // the folder's
+  uint64_t chunks = 0, zero_chunks = 0;      // chunks of it (zero ones are not stored)
+  uint64_t sent_chunks = 0, sent_bytes = 0;  // what the store did not have yet
+  uint64_t ms = 0;
+};
+
+// Uploads the regular files of `dir` (not its sub-folders); a file that is a hard link of an
+// earlier one is recorded as a link. Returns the manifest's key ("manifests/<hex>").
+Result<std::string> upload_folder(ObjectStore& store, const std::filesystem::path& dir,
+                                  ChunkStats* stats = nullptr);
+
+// Writes the folder `manifest_key` names at `dir` (which must not exist), each file fsynced.
+Status download_folder(ObjectStore& store, const std::string& manifest_key,
+                       const std::filesystem::path& dir, ChunkStats* stats = nullptr);
+
+// Whether `key` is a manifest key as upload_folder returns them.
+bool manifest_key(const std::string& key);
+
+}  // namespace pandastack::storage
