@@ -256,6 +256,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.timeout_disk_only = s.timeout_disk_only;
   i.hibernated_disk_only = s.hibernated_disk_only;
   i.hibernation_durable = s.hibernation_durable;
+  i.hibernation_remote = !s.hibernation_manifest.empty();
   i.failure_reason = s.failure_reason;
   i.version = s.version;
   i.network = s.network;

@@ -25,6 +25,10 @@
 #include "vmm-driver/templates.h"
 #include "vmm-driver/vm_watcher.h"
 
+namespace pandastack::storage {
+class ObjectStore;
+}
+
 namespace pandastack::actors {
 
 class Secrets;  // (actors/secrets.h)
@@ -98,6 +102,8 @@ struct Env {
   // Tenant secrets (Runtime::Impl's; null in tests without them) and the egress proxies that put
   // bound secrets into sandboxes' requests (one thread, made at the first sandbox with secrets).
   Secrets* secrets = nullptr;
+  // The object store hibernations go to (RuntimeConfig::object_store), or null.
+  std::shared_ptr<storage::ObjectStore> object_store;
   std::mutex proxy_mu;
   std::shared_ptr<vmm::ProxyHost> proxies;
   std::shared_ptr<vmm::ProxyHost> proxy_host();

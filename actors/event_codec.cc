@@ -291,6 +291,12 @@ std::string encode_event(const Event& e) {
     case K::egress_summary:
       put_summary(b.initEgressSummary(), e.egress_summary);
       break;
+    case K::hibernation_uploaded: {
+      auto u = b.initHibernationUploaded();
+      u.setSnapshotId(e.snapshot_id);
+      u.setManifest(e.manifest);
+      break;
+    }
   }
   return codec::to_bytes(msg);
 }
@@ -462,6 +468,11 @@ std::optional<Event> decode_event(const std::string& bytes) {
             e.kind = K::egress_summary;
             e.egress_summary = get_summary(r.getEgressSummary());
             break;
+          case w::SandboxEvent::HIBERNATION_UPLOADED:
+            e.kind = K::hibernation_uploaded;
+            e.snapshot_id = r.getHibernationUploaded().getSnapshotId().cStr();
+            e.manifest = r.getHibernationUploaded().getManifest().cStr();
+            break;
           default:
             return std::nullopt;  // a kind this build does not know
         }
@@ -604,7 +615,9 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::snapshot_deleted:
     case Event::Kind::hibernation_persisted:
     case Event::Kind::snapshot_persisted:
+    case Event::Kind::hibernation_uploaded:
       j.set("snapshot_id", e.snapshot_id);
+      if (!e.manifest.empty()) j.set("manifest", e.manifest);
       if (!e.reason.empty()) j.set("reason", e.reason);
       if (!e.snapshot_name.empty()) j.set("snapshot_name", e.snapshot_name);
       if (e.disk_only) j.set("disk_only", true);
@@ -666,6 +679,8 @@ std::string encode_state(const SandboxState& s) {
   j.set("pending_disk_only", s.pending_disk_only);
   j.set("hibernated_disk_only", s.hibernated_disk_only);
   j.set("hibernation_durable", s.hibernation_durable);
+  j.set("hibernation_manifest", s.hibernation_manifest);
+  j.set("hibernation_persisted_at", int64_t(s.hibernation_persisted_at));
   j.set("snapshot_names", map(s.snapshot_names));
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
@@ -748,6 +763,10 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
                       std::pair{"hibernated_disk_only", &s.hibernated_disk_only},
                       std::pair{"hibernation_durable", &s.hibernation_durable}})
     if (o[k].is_bool()) *v = o[k].as_bool();
+  if (o["hibernation_manifest"].is_string())  // (absent before the object store)
+    s.hibernation_manifest = o["hibernation_manifest"].as_string();
+  if (o["hibernation_persisted_at"].is_integer())
+    s.hibernation_persisted_at = uint64_t(o["hibernation_persisted_at"].as_int());
   if (o["pending_snapshot_name"].is_string())
     s.pending_snapshot_name = o["pending_snapshot_name"].as_string();
   if (o["durable_snapshots"].is_array())  // (absent before snapshots were persisted)

@@ -11,6 +11,8 @@
 #include "actors/event_codec.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
+#include "storage/object_store.h"
+#include "storage/snapshot_chunks.h"
 #include "vmm-driver/jail.h"
 #include "wire/json.h"
 
@@ -27,6 +29,29 @@ vmm::Result<vmm::Snapshot> restage(const Env& env, bool recorded, const fs::path
   auto durable = vmm::Snapshot::load(copy);
   if (!durable) return durable.error();
   return vmm::stage_snapshot(*durable, dir, env.disk_twin(dir));
+}
+
+// A hibernation's durable copy (Env::persisted_dir) fetched from the object store, verified
+// chunk by chunk (storage/snapshot_chunks.h), in place of one the data disk no longer has.
+storage::Status fetch_hibernation(Env& env, const std::string& id, const std::string& manifest) {
+  if (!env.object_store)
+    return storage::make_error(storage::ErrorCode::not_found,
+                               "its copy is in an object store, and this host has none");
+  auto dir = env.persisted_dir(id);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // (whatever is left of it is not whole: it has no meta.json)
+  storage::ChunkStats st;
+  auto r = storage::download_folder(*env.object_store, manifest, dir, &st);
+  if (!r) {
+    spdlog::warn("recovery: {}: its hibernation could not be fetched from the object store: {}", id,
+                 r.error().message);
+    return r;
+  }
+  spdlog::info(
+      "recovery: {}: its hibernation came from the object store ({}): {} MiB in {} chunks "
+      "({} zero), {} MiB fetched in {} ms",
+      id, manifest, st.bytes >> 20, st.chunks, st.zero_chunks, st.sent_bytes >> 20, st.ms);
+  return r;
 }
 }  // namespace
 
@@ -119,11 +144,21 @@ Reply<Recovered> recover(Env& env) {
       // made (recorded: only then was it synced), goes back to tmpfs (where a wake takes it from).
       auto staged =
           restage(env, s.hibernation_durable, env.persisted_dir(id), env.hibernated_dir(id));
+      if (!staged && !s.hibernation_manifest.empty()) {
+        // Not on the data disk either (a lost or replaced disk): from the object store.
+        auto fetched = fetch_hibernation(env, id, s.hibernation_manifest);
+        if (fetched) {
+          staged = restage(env, true, env.persisted_dir(id), env.hibernated_dir(id));
+        } else {
+          staged = vmm::make_error(vmm::ErrorCode::not_found, fetched.error().message);
+          lost = "hibernation_snapshot_lost: " + fetched.error().message;
+        }
+      }
       if (staged) {
         ++out.hibernations_restored;
         spdlog::info("recovery: {}: its hibernation came back from the data disk", id);
       } else {
-        lost = "hibernation_snapshot_lost";
+        if (lost.empty()) lost = "hibernation_snapshot_lost";
         spdlog::warn("recovery: {}: no hibernation on tmpfs nor on the data disk ({})", id,
                      staged.error().message);
       }
@@ -168,6 +203,11 @@ Reply<Recovered> recover(Env& env) {
       if (auto bad = record(d)) return *bad;
     }
     if (!lost.empty()) {
+      // A copy in the object store that could not be used is of no use later either.
+      if (!s.hibernation_manifest.empty() && env.object_store)
+        if (auto r = env.object_store->remove(s.hibernation_manifest); !r)
+          spdlog::warn("recovery: {}: {} not removed from the object store: {}", id,
+                       s.hibernation_manifest, r.error().message);
       Event f;
       f.kind = Event::Kind::failed;
       f.reason = lost;

@@ -5,6 +5,7 @@
 
 #include "actors/deadlines.h"
 #include "actors/sandbox_actor.h"
+#include "actors/snapshot_uploader.h"
 #include "actors/template_actor.h"
 
 namespace pandastack::actors {
@@ -744,6 +745,13 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](snapsaved_atom, std::string sandbox, std::string snap) {
         registry_snapshots::persisted(self, sandbox, snap);
       },
+      [=](upload_atom, std::string sandbox, std::string snap, uint64_t at) {
+        registry_snapshots::upload(self, sandbox, snap, at);
+      },
+      [=](uploaded_atom, std::string sandbox, std::string snap, uint64_t at, std::string manifest) {
+        registry_snapshots::uploaded(self, sandbox, snap, at, manifest);
+      },
+      [=](forget_atom, std::string manifest) { registry_snapshots::forget(self, manifest); },
       [=](tick_atom) {
         int64_t now = now_ms();
         for (auto& [id, i] : self->state.infos) {

@@ -39,6 +39,7 @@ struct RegistryState {
   std::map<std::string, VolumeInfo> volumes;
   caf::actor volume_files;  // volume_file_worker, spawned on first use
   caf::actor persister;     // snapshot_persister, spawned on first use
+  caf::actor uploader;      // snapshot_uploader (with an object store), spawned on first use
   // Managed databases: an actor per database not deleted, every database's state for get/list.
   std::map<std::string, caf::actor> database_actors;
   std::map<std::string, DatabaseState> databases;
@@ -121,6 +122,14 @@ void unpersist(RegistrySelf* self, const std::string& snap);
 // The persister synced `snap`'s copy: recorded by the sandbox that took it, whatever its state;
 // for a sandbox retired meanwhile (its snapshots with it) the copy goes.
 void persisted(RegistrySelf* self, const std::string& sandbox, const std::string& snap);
+// Hibernations in the object store (actors/snapshot_uploader.h): sandbox `sandbox`'s hibernation
+// `snap`, on the data disk, is uploaded (nothing without an object store); the uploader put it
+// there as `manifest` (recorded by the sandbox, if still in it); `manifest` is no longer needed.
+// (`at`: SandboxState::hibernation_persisted_at, which copy it is.)
+void upload(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at);
+void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at,
+              const std::string& manifest);
+void forget(RegistrySelf* self, const std::string& manifest);
 }  // namespace registry_snapshots
 
 namespace registry_databases {

@@ -2,6 +2,7 @@
 // routes what it made to the sandbox that records it.
 #include "actors/registry.h"
 #include "actors/snapshot_persister.h"
+#include "actors/snapshot_uploader.h"
 
 namespace pandastack::actors::registry_snapshots {
 
@@ -12,6 +13,14 @@ caf::actor persister(RegistrySelf* self) {
     p = self->spawn<caf::detached + caf::linked>(snapshot_persister, self->state.env,
                                                  caf::actor_cast<caf::actor>(self));
   return p;
+}
+
+caf::actor uploader(RegistrySelf* self) {
+  auto& u = self->state.uploader;
+  if (!u)
+    u = self->spawn<caf::detached + caf::linked>(snapshot_uploader, self->state.env,
+                                                 caf::actor_cast<caf::actor>(self));
+  return u;
 }
 }  // namespace
 
@@ -32,6 +41,24 @@ void persisted(RegistrySelf* self, const std::string& sandbox, const std::string
   auto actor = actor_to_record(self, sandbox);
   if (!actor) return unpersist(self, snap);
   caf::anon_send(actor, cmd_atom::value, Command{cmd::SnapshotPersisted{snap}});
+}
+
+void upload(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at) {
+  if (!self->state.env->object_store) return;
+  caf::anon_send(uploader(self), upload_atom::value, sandbox, snap, at);
+}
+
+void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at,
+              const std::string& manifest) {
+  auto actor = actor_to_record(self, sandbox);
+  if (!actor) return forget(self, manifest);
+  // (A sandbox no longer in that hibernation records nothing: the manifest is an orphan.)
+  caf::anon_send(actor, cmd_atom::value, Command{cmd::HibernationUploaded{snap, manifest, at}});
+}
+
+void forget(RegistrySelf* self, const std::string& manifest) {
+  if (!self->state.env->object_store) return;
+  caf::anon_send(uploader(self), forget_atom::value, manifest);
 }
 
 }  // namespace pandastack::actors::registry_snapshots

@@ -22,6 +22,7 @@
 #include "actors/secrets.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
+#include "storage/object_store.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/jail.h"
 #include "vmm-driver/private_dir.h"
@@ -113,6 +114,12 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     }
   }
   env.config = config;
+  if (!config.object_store.empty()) {
+    auto store = storage::parse_object_store(config.object_store, config.object_store_credentials);
+    if (!store) return Rejection{Code::invalid_argument, store.error().message};
+    env.object_store = std::make_shared<storage::S3Store>(*store);
+    spdlog::info("object store: hibernations are uploaded to {}", env.object_store->describe());
+  }
   // Ours alone (made 0700 here, refused if someone else made them first): recovery deletes and
   // kills by what it finds in them, and they hold every tenant's memory, disks and events.
   for (auto& dir : {config.data_dir, config.state_dir, config.disk_dir})

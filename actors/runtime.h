@@ -74,6 +74,9 @@ struct RuntimeConfig {
   uint32_t max_build_contexts = 64;
   // Registries an image pull may reach over plain http (host:port; loopback ones always may).
   std::vector<std::string> insecure_registries;
+  // The object store hibernations are uploaded to (storage/object_store.h: a URL and a
+  // credentials file); "" = none (hibernations stay on this host's data disk).
+  std::string object_store, object_store_credentials;
   vmm::Accel accel = vmm::Accel::tcg;
   unsigned vcpus = 1;
   unsigned memory_mib = 256;
@@ -136,6 +139,7 @@ struct SandboxInfo {
   bool hibernated_disk_only = false;  // hibernated with its disk only (a wake boots on it)
   // Hibernated, and its hibernation has a synced copy on the data disk: it survives a reboot.
   bool hibernation_durable = false;
+  bool hibernation_remote = false;  // and in the object store (hibernation_uploaded)
   std::vector<std::string> snapshots;
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::set<std::string> durable_snapshots;  // of `snapshots`: a synced copy is on the data disk

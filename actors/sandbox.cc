@@ -95,6 +95,8 @@ const char* to_string(Event::Kind k) {
       return "snapshot-persisted";
     case Event::Kind::egress_summary:
       return "egress-summary";
+    case Event::Kind::hibernation_uploaded:
+      return "hibernation-uploaded";
     case Event::Kind::failed:
       return "failed";
   }
@@ -444,6 +446,17 @@ struct Decider {
     e.snapshot_id = c.snapshot_id;
     return std::vector<Event>{e};
   }
+  Decision operator()(const cmd::HibernationUploaded& c) const {
+    // Only the hibernation it is in, once it is on the data disk (what was uploaded), once.
+    if (s.status != SandboxStatus::hibernated || s.hibernation_snapshot != c.snapshot_id ||
+        !s.hibernation_durable || !s.hibernation_manifest.empty() || c.manifest.empty() ||
+        s.hibernation_persisted_at != c.persisted_at)
+      return std::vector<Event>{};
+    Event e = ev(Event::Kind::hibernation_uploaded, now);
+    e.snapshot_id = c.snapshot_id;
+    e.manifest = c.manifest;
+    return std::vector<Event>{e};
+  }
   Decision operator()(const cmd::RecordFile& c) const {
     if (!s.live()) return std::vector<Event>{};
     Event e = ev(c.removed ? Event::Kind::file_removed : Event::Kind::file_written, now);
@@ -654,6 +667,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.hibernation_snapshot = e.snapshot_id;
       s.hibernated_disk_only = e.disk_only;
       s.hibernation_durable = false;  // (until its copy is on the data disk)
+      s.hibernation_manifest.clear();
       s.pending_disk_only = false;
       s.pending_snapshot.clear();
       s.running_execs.clear();  // they died with the VM
@@ -668,6 +682,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       s.hibernation_snapshot.clear();
       s.hibernated_disk_only = false;
       s.hibernation_durable = false;
+      s.hibernation_manifest.clear();
       s.pending_snapshot.clear();
       break;
     case K::ttl_changed:
@@ -695,6 +710,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (!s.live()) impossible(s, e);
       s.status = SandboxStatus::stopped;
       s.hibernation_durable = false;
+      s.hibernation_manifest.clear();
       s.running_execs.clear();
       s.exec_started_ms.clear();
       s.subnet.reset();
@@ -703,6 +719,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (!s.live()) impossible(s, e);
       s.status = SandboxStatus::failed;
       s.hibernation_durable = false;
+      s.hibernation_manifest.clear();
       s.failure_reason = e.reason;
       s.running_execs.clear();
       s.exec_started_ms.clear();
@@ -743,6 +760,7 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (s.status != SandboxStatus::hibernated) impossible(s, e);
       s.status = SandboxStatus::stopped;
       s.hibernation_durable = false;
+      s.hibernation_manifest.clear();
       s.moved_to = e.host;
       s.hibernation_snapshot.clear();
       break;
@@ -757,6 +775,13 @@ SandboxState apply(SandboxState s, const Event& e) {
       if (s.status != SandboxStatus::hibernated || s.hibernation_snapshot != e.snapshot_id)
         impossible(s, e);
       s.hibernation_durable = true;
+      s.hibernation_persisted_at = s.version;
+      break;
+    case K::hibernation_uploaded:
+      if (s.status != SandboxStatus::hibernated || s.hibernation_snapshot != e.snapshot_id ||
+          !s.hibernation_durable)
+        impossible(s, e);
+      s.hibernation_manifest = e.manifest;
       break;
     case K::snapshot_persisted:
       if (std::find(s.snapshots.begin(), s.snapshots.end(), e.snapshot_id) == s.snapshots.end())

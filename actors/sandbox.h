@@ -112,7 +112,11 @@ struct Event {
     snapshot_persisted,
     // Audit only: what it reached over a period (`egress`: DNS queries, connections, requests
     // that carried a secret; bytes; the most used destinations), from its egress log.
-    egress_summary
+    egress_summary,
+    // The hibernation `snapshot_id` (already on the data disk) is in the host's object store:
+    // `manifest` names it there (storage/snapshot_chunks.h). It survives the loss of the host's
+    // disk.
+    hibernation_uploaded
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -152,6 +156,7 @@ struct Event {
   uint64_t bytes = 0;                 // file_written
   std::string host;                   // migrated: the host it moved to
   vmm::EgressSummary egress_summary;  // egress_summary
+  std::string manifest;               // hibernation_uploaded
 };
 const char* to_string(Event::Kind k);
 
@@ -176,6 +181,11 @@ struct SandboxState {
   bool pending_disk_only = false, hibernated_disk_only = false;
   // While hibernated: its hibernation has a durable copy on the data disk (hibernation_persisted).
   bool hibernation_durable = false;
+  // While hibernated: the manifest of its copy in the object store (hibernation_uploaded), or "".
+  std::string hibernation_manifest;
+  // The version before its hibernation-persisted event: which copy on the data disk an upload is
+  // of (hibernations made through the API have no snapshot id of their own).
+  uint64_t hibernation_persisted_at = 0;
   std::vector<std::string> snapshots;                 // taken from this sandbox
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::set<std::string> durable_snapshots;  // of `snapshots`: a synced copy is on the data disk
@@ -309,6 +319,11 @@ struct Kill {};
 struct HibernationPersisted {
   std::string snapshot_id;
 };
+// The hibernation `snapshot_id` was uploaded to the object store as `manifest`.
+struct HibernationUploaded {
+  std::string snapshot_id, manifest;
+  uint64_t persisted_at = 0;  // SandboxState::hibernation_persisted_at of the copy uploaded
+};
 // Its named snapshot `snapshot_id` was copied to the data disk and synced (in any state of the
 // sandbox: snapshots outlive it).
 struct SnapshotPersisted {
@@ -344,7 +359,7 @@ using Command =
                  cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
                  cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
                  cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted,
-                 cmd::SnapshotPersisted, cmd::RecordEgress>;
+                 cmd::SnapshotPersisted, cmd::RecordEgress, cmd::HibernationUploaded>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

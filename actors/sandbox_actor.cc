@@ -10,6 +10,7 @@
 #include "actors/deadlines.h"
 #include "actors/event_codec.h"
 #include "actors/secrets.h"
+#include "actors/snapshot_uploader.h"
 #include "actors/vm_worker.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/usage.h"
@@ -396,6 +397,10 @@ void effect(SandboxSelf* self, const Event& e) {
     case Event::Kind::hibernated:
       persist_hibernation(self);
       break;
+    case Event::Kind::hibernation_persisted:  // on the data disk: into the object store next
+      caf::anon_send(st.registry, upload_atom::value, st.s.id, e.snapshot_id,
+                     st.s.hibernation_persisted_at);
+      break;
     case Event::Kind::woke:  // its hibernation is spent: so is the copy
       caf::anon_send(st.worker, unpersist_atom::value, st.env->persisted_dir(st.s.id).string());
       break;
@@ -494,7 +499,11 @@ void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
       st.last_active_ms = now_ms();  // the idle timeout counts from here
     if (e.kind == Event::Kind::transition_started) st.transition_failure.clear();
     if (e.kind == Event::Kind::transition_failed) st.transition_failure = e.reason;
+    auto uploaded = st.s.hibernation_manifest;
     st.s = apply(st.s, e);
+    // Its hibernation's copy in the object store is spent with it (woken, ended, moved).
+    if (!uploaded.empty() && st.s.hibernation_manifest.empty())
+      caf::anon_send(st.registry, forget_atom::value, uploaded);
     caf::anon_send(st.registry, info_atom::value, info_of(st.s));
   }
   if (st.env->config.snapshot_every > 0 &&
@@ -599,6 +608,11 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
   // Hibernated without a recorded copy on the data disk (persisting was cut short): made now.
   if (initial.status == SandboxStatus::hibernated && !initial.hibernation_durable)
     persist_hibernation(self);
+  // On the data disk but not (recorded) in the object store: uploaded now (if there is one).
+  if (initial.status == SandboxStatus::hibernated && initial.hibernation_durable &&
+      initial.hibernation_manifest.empty())
+    caf::anon_send(registry, upload_atom::value, initial.id, initial.hibernation_snapshot,
+                   initial.hibernation_persisted_at);
   if (!adopt_dir.empty() && st.worker) {
     // Its VM outlived the previous host process: take it over before anything else runs.
     st.adopting = true;
@@ -615,7 +629,8 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         auto rp = self->make_response_promise();
         // (The reaper and the background copy of a snapshot are not uses of the sandbox.)
         if (!std::holds_alternative<cmd::Reap>(c) &&
-            !std::holds_alternative<cmd::SnapshotPersisted>(c))
+            !std::holds_alternative<cmd::SnapshotPersisted>(c) &&
+            !std::holds_alternative<cmd::HibernationUploaded>(c))
           self->state.last_active_ms = now_ms();
         if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
           self->state.worker = self->spawn<caf::detached + caf::linked>(

@@ -4,6 +4,8 @@
 
 #include <array>
 
+#include "actors/event_codec.h"
+
 namespace pandastack::actors {
 namespace {
 
@@ -324,6 +326,46 @@ TEST(SandboxDecide, AHibernationIsDurableOnceItsCopyIsPersistedUntilTheWake) {
   EXPECT_FALSE(s.hibernation_durable);  // a new hibernation: not yet
   s = step(step(s, cmd::HibernationPersisted{s.hibernation_snapshot}), cmd::Kill{});
   EXPECT_FALSE(s.hibernation_durable);
+}
+
+TEST(SandboxDecide, AHibernationIsRemoteOnceUploadedAfterItsLocalCopyUntilTheWake) {
+  auto s = step(step(in(SandboxStatus::running), cmd::Hibernate{"hib-1"}), cmd::TransitionDone{});
+  const auto hib = s.hibernation_snapshot;
+  // Uploaded is what is on the data disk: not before that copy is recorded.
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationUploaded{hib, "manifests/a"}, kNow)), "-");
+  s = step(s, cmd::HibernationPersisted{hib});
+  const auto at = s.hibernation_persisted_at;
+  // An upload of another copy (an earlier hibernation's) records nothing.
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationUploaded{hib, "manifests/a", at + 1}, kNow)), "-");
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationUploaded{"hib-old", "manifests/a", at}, kNow)), "-");
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationUploaded{hib, "", at}, kNow)), "-");
+  s = step(s, cmd::HibernationUploaded{hib, "manifests/a", at});
+  EXPECT_EQ(s.hibernation_manifest, "manifests/a");
+  EXPECT_EQ(outcome(decide(s, cmd::HibernationUploaded{hib, "manifests/b", at}, kNow)),
+            "-");  // once
+  // It survives a replay: the manifest is in the event, and in a state snapshot.
+  Event e;
+  e.kind = Event::Kind::hibernation_uploaded;
+  e.snapshot_id = hib;
+  e.manifest = "manifests/a";
+  auto back = decode_event(encode_event(e));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->kind, Event::Kind::hibernation_uploaded);
+  EXPECT_EQ(back->snapshot_id, hib);
+  EXPECT_EQ(back->manifest, "manifests/a");
+  auto state = decode_state(encode_state(s));
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->hibernation_manifest, "manifests/a");
+  EXPECT_EQ(state->hibernation_persisted_at, at);
+  s = step(step(s, cmd::Wake{}), cmd::TransitionDone{});
+  EXPECT_TRUE(s.hibernation_manifest.empty());
+  s = step(step(s, cmd::Hibernate{"hib-2"}), cmd::TransitionDone{});
+  s = step(s, cmd::HibernationPersisted{s.hibernation_snapshot});
+  EXPECT_NE(s.hibernation_persisted_at, at);  // another copy
+  s = step(s, cmd::HibernationUploaded{s.hibernation_snapshot, "manifests/c",
+                                       s.hibernation_persisted_at});
+  EXPECT_EQ(s.hibernation_manifest, "manifests/c");
+  EXPECT_TRUE(step(s, cmd::Kill{}).hibernation_manifest.empty());
 }
 
 TEST(SandboxDecide, ANamedSnapshotIsDurableOnceItsCopyIsPersistedWhateverTheSandboxDoes) {

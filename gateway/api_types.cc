@@ -152,7 +152,7 @@ Json sandbox_json(const actors::SandboxInfo& i) {
     j.set("hibernated_memory", !i.hibernated_disk_only);  // false: a wake boots on its disk
     // "local": a synced copy is on the host's data disk (it survives a reboot); "none": only on
     // the host's tmpfs so far (persisted in the background after the hibernate answered).
-    j.set("durable", i.hibernation_durable ? "local" : "none");
+    j.set("durable", i.hibernation_remote ? "remote" : i.hibernation_durable ? "local" : "none");
   }
   // (E2B envVars kept as metadata by sandboxes created before: never answered.)
   std::map<std::string, std::string> md;

@@ -89,6 +89,9 @@ const char* kUsage = R"(usage: pandastackd [options]
                               dropped first (default 64)
   --insecure-registry HOST:PORT  a registry image pulls may reach over plain http (repeatable;
                               loopback ones always may)
+  --object-store URL  an S3 bucket hibernations are uploaded to once on the data disk
+                      (http(s)://HOST[:PORT]/BUCKET[/PREFIX][?region=R]; http only to loopback)
+  --object-store-credentials FILE  its keys: lines access_key_id = ..., secret_access_key = ...
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
@@ -197,6 +200,10 @@ int main(int argc, char** argv) {
       config.max_build_contexts = parse_u32(a, value());
     else if (a == "--insecure-registry")
       config.insecure_registries.push_back(value());
+    else if (a == "--object-store")
+      config.object_store = value();
+    else if (a == "--object-store-credentials")
+      config.object_store_credentials = value();
     else if (a == "--state-dir")
       state_dir = value();
     else if (a == "--disk-dir")

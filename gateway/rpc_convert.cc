@@ -72,7 +72,7 @@ void fill_info(api::SandboxInfo::Builder b, const actors::SandboxInfo& i) {
   b.setMemoryMib(i.memory_mib);
   b.setVcpus(i.vcpus);
   if (i.status == actors::SandboxStatus::hibernated)
-    b.setDurable(i.hibernation_durable ? "local" : "none");
+    b.setDurable(i.hibernation_remote ? "remote" : i.hibernation_durable ? "local" : "none");
 }
 
 namespace {

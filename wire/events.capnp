@@ -150,6 +150,10 @@ struct SandboxEvent {
                                      # data disk: it survives a host reboot
     snapshotPersisted @60 :Text;   # the named snapshot (id) has a synced copy on the data disk
     egressSummary @62 :EgressSummary;  # audit only: what it reached over a period
+    hibernationUploaded :group {   # the hibernation is in the object store (off the host)
+      snapshotId @63 :Text;
+      manifest @64 :Text;          # its manifest's key (storage/snapshot_chunks.h)
+    }
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
   snapshotName @56 :Text;          # transitionStarted (snapshotting), snapshotTaken: the name

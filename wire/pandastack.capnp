@@ -27,7 +27,8 @@ struct SandboxInfo {
   failureReason @9 :Text;
   memoryMib @10 :UInt32;     # its guest's shape: its template's
   vcpus @11 :UInt32;
-  durable @12 :Text;         # hibernated: "local" (a synced copy on the data disk) or "none"
+  durable @12 :Text;         # hibernated: "remote" (in the object store too), "local" (a synced
+                             # copy on the data disk) or "none"
                              # (tmpfs only so far); otherwise ""
 }
 

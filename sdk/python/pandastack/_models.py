@@ -95,7 +95,8 @@ class SandboxInfo:
     memory_mib: int = 0
     vcpus: int = 0
     #: while hibernated: "local" once a synced copy is on the host's data disk (it survives a
-    #: reboot), "none" before (None when not hibernated)
+    #: reboot), "remote" once it is in the host's object store too (it survives the loss of
+    #: that disk), "none" before (None when not hibernated)
     durable: Optional[str] = None
 
     @classmethod

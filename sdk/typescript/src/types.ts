@@ -251,8 +251,9 @@ export interface SandboxInfo {
   memoryMib: number;
   vcpus: number;
   /** While hibernated: "local" once a synced copy is on the host's data disk (it survives a
-   * reboot), "none" before. */
-  durable?: "none" | "local";
+   * reboot), "remote" once it is in the host's object store too (it survives the loss of that
+   * disk), "none" before. */
+  durable?: "none" | "local" | "remote";
 }
 
 export interface ExecOptions {

@@ -1,0 +1,88 @@
+#include "actors/snapshot_uploader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "actors/env.h"
+#include "storage/snapshot_chunks.h"
+
+namespace pandastack::actors {
+
+namespace {
+// An id as the runtime makes them: `prefix` and lower-case letters and digits.
+bool runtime_id(const std::string& id, const std::string& prefix) {
+  if (id.size() <= prefix.size() || id.size() > 64 || id.rfind(prefix, 0) != 0) return false;
+  return std::all_of(id.begin() + long(prefix.size()), id.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); });
+}
+
+std::string read_small(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::string s(64 << 10, '\0');
+  in.read(s.data(), std::streamsize(s.size()));
+  s.resize(size_t(in.gcount()));
+  return s;
+}
+}  // namespace
+
+caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry) {
+  // Failed uploads' attempts so far, by sandbox id (the delay before the next one grows).
+  auto attempts = std::make_shared<std::map<std::string, int>>();
+  return {
+      [=](upload_atom, std::string sandbox, std::string snap, uint64_t at) {
+        if (!runtime_id(sandbox, "sbx_") || (!snap.empty() && !runtime_id(snap, "snap_")) ||
+            !env->object_store) {
+          spdlog::error("snapshot uploader: refused '{}' / '{}'", sandbox, snap);
+          return;
+        }
+        auto dir = env->persisted_dir(sandbox);
+        if (!std::filesystem::exists(dir / "meta.json")) {  // woken or ended meanwhile
+          attempts->erase(sandbox);
+          spdlog::info("snapshot uploader: the hibernation of {} is gone, not uploaded", sandbox);
+          return;
+        }
+        // Its meta.json before and after: a copy replaced meanwhile (woken, hibernated again) is
+        // not reported as this one (the next upload is of the new one).
+        auto meta = read_small(dir / "meta.json");
+        storage::ChunkStats st;
+        auto key = storage::upload_folder(*env->object_store, dir, &st);
+        if (key && read_small(dir / "meta.json") != meta) {
+          spdlog::info("snapshot uploader: the hibernation of {} changed while uploaded", sandbox);
+          return;
+        }
+        if (!key) {
+          int n = ++(*attempts)[sandbox];
+          auto delay = std::min(std::chrono::seconds(5) * (1 << std::min(n - 1, 6)),
+                                std::chrono::seconds(300));
+          spdlog::warn(
+              "snapshot uploader: the hibernation of {} is not in the object store (attempt {}, "
+              "again in {} "
+              "s): {}",
+              sandbox, n, delay.count(), key.error().message);
+          self->delayed_send(self, delay, upload_atom::value, sandbox, snap, at);
+          return;
+        }
+        attempts->erase(sandbox);
+        spdlog::info(
+            "snapshot uploader: the hibernation of {} is in the object store as {}: {} files, {} "
+            "MiB, {} "
+            "chunks ({} zero), {} sent ({} MiB) in {} ms",
+            sandbox, *key, st.files, st.bytes >> 20, st.chunks, st.zero_chunks, st.sent_chunks,
+            st.sent_bytes >> 20, st.ms);
+        caf::anon_send(registry, uploaded_atom::value, sandbox, snap, at, *key);
+      },
+      [=](forget_atom, std::string manifest) {
+        if (!storage::manifest_key(manifest) || !env->object_store) return;
+        if (auto r = env->object_store->remove(manifest); !r)
+          spdlog::warn("snapshot uploader: {} not removed from the object store: {}", manifest,
+                       r.error().message);
+      },
+  };
+}
+
+}  // namespace pandastack::actors

@@ -1,0 +1,24 @@
+// The snapshot uploader: a detached actor (one thread for the host) that puts hibernations into
+// the host's object store (storage/snapshot_chunks.h), one at a time, in the order asked, once
+// their copy is on the data disk (issue 39). Spawned by the registry when --object-store is set.
+//   upload_atom, sandbox id, snapshot id, copy (SandboxState::hibernation_persisted_at): uploads
+//       Env::persisted_dir(sandbox); once the manifest is in the store, tells the registry
+//       (uploaded_atom, sandbox id, snapshot id, copy, manifest),
+//       which has the sandbox record it (`durable: "remote"`). A failure (the store unreachable,
+//       full, refusing) is retried with a growing delay (5 s to 5 min) while the copy is there.
+//   forget_atom, manifest: removes that manifest from the store (the hibernation was woken or
+//       the sandbox ended); the chunks it named stay until garbage collection (not yet built).
+#pragma once
+
+#include "actors/messages.h"
+
+namespace pandastack::actors {
+
+using upload_atom = caf::atom_constant<caf::atom("upload")>;
+using uploaded_atom = caf::atom_constant<caf::atom("uploaded")>;
+using forget_atom = caf::atom_constant<caf::atom("forgetman")>;
+
+// Reads only Env::persisted_dir of a well-formed sandbox id; writes only the object store.
+caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry);
+
+}  // namespace pandastack::actors
