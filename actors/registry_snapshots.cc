@@ -52,8 +52,14 @@ void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string&
               const std::string& manifest) {
   auto actor = actor_to_record(self, sandbox);
   if (!actor) return forget(self, manifest);
-  // (A sandbox no longer in that hibernation records nothing: the manifest is an orphan.)
-  caf::anon_send(actor, cmd_atom::value, Command{cmd::HibernationUploaded{snap, manifest, at}});
+  // A sandbox no longer in that copy records nothing: the manifest goes again.
+  self->request(actor, std::chrono::seconds(60), cmd_atom::value,
+                Command{cmd::HibernationUploaded{snap, manifest, at}})
+      .then(
+          [self, manifest](const Answer& a) {
+            if (!a.ok || !a.info.hibernation_remote) forget(self, manifest);
+          },
+          [](const caf::error&) {});  // (unknown: kept; the wake or kill removes it if recorded)
 }
 
 void forget(RegistrySelf* self, const std::string& manifest) {

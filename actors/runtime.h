@@ -77,6 +77,9 @@ struct RuntimeConfig {
   // The object store hibernations are uploaded to (storage/object_store.h: a URL and a
   // credentials file); "" = none (hibernations stay on this host's data disk).
   std::string object_store, object_store_credentials;
+  // How long after a manifest is removed its unreferenced chunks are collected (removals within
+  // it are collected together).
+  std::chrono::seconds object_store_gc_delay{60};
   vmm::Accel accel = vmm::Accel::tcg;
   unsigned vcpus = 1;
   unsigned memory_mib = 256;

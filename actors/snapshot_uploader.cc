@@ -33,6 +33,7 @@ std::string read_small(const std::filesystem::path& p) {
 caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry) {
   // Failed uploads' attempts so far, by sandbox id (the delay before the next one grows).
   auto attempts = std::make_shared<std::map<std::string, int>>();
+  auto gc_due = std::make_shared<bool>(false);  // a collection is scheduled
   return {
       [=](upload_atom, std::string sandbox, std::string snap, uint64_t at) {
         if (!runtime_id(sandbox, "sbx_") || (!snap.empty() && !runtime_id(snap, "snap_")) ||
@@ -78,9 +79,25 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
       },
       [=](forget_atom, std::string manifest) {
         if (!storage::manifest_key(manifest) || !env->object_store) return;
-        if (auto r = env->object_store->remove(manifest); !r)
+        if (auto r = env->object_store->remove(manifest); !r) {
           spdlog::warn("snapshot uploader: {} not removed from the object store: {}", manifest,
                        r.error().message);
+          return;
+        }
+        if (!*gc_due) {
+          *gc_due = true;
+          self->delayed_send(self, env->config.object_store_gc_delay, objgc_atom::value);
+        }
+      },
+      [=](objgc_atom) {
+        *gc_due = false;
+        auto gc = storage::collect_garbage(*env->object_store);
+        if (!gc) {
+          spdlog::warn("snapshot uploader: no garbage collected: {}", gc.error().message);
+          return;
+        }
+        spdlog::info("snapshot uploader: garbage collection: {} manifests, {} chunks, {} deleted",
+                     gc->manifests, gc->chunks, gc->deleted);
       },
   };
 }

@@ -7,7 +7,9 @@
 //       which has the sandbox record it (`durable: "remote"`). A failure (the store unreachable,
 //       full, refusing) is retried with a growing delay (5 s to 5 min) while the copy is there.
 //   forget_atom, manifest: removes that manifest from the store (the hibernation was woken or
-//       the sandbox ended); the chunks it named stay until garbage collection (not yet built).
+//       the sandbox ended); RuntimeConfig::object_store_gc_delay later (one collection for every
+//       removal meanwhile) the chunks no manifest names go (storage::collect_garbage: serial with
+//       the uploads here, so the store's prefix must be this host's alone).
 #pragma once
 
 #include "actors/messages.h"
@@ -17,6 +19,7 @@ namespace pandastack::actors {
 using upload_atom = caf::atom_constant<caf::atom("upload")>;
 using uploaded_atom = caf::atom_constant<caf::atom("uploaded")>;
 using forget_atom = caf::atom_constant<caf::atom("forgetman")>;
+using objgc_atom = caf::atom_constant<caf::atom("objgc")>;
 
 // Reads only Env::persisted_dir of a well-formed sandbox id; writes only the object store.
 caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry);

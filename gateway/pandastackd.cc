@@ -92,6 +92,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --object-store URL  an S3 bucket hibernations are uploaded to once on the data disk
                       (http(s)://HOST[:PORT]/BUCKET[/PREFIX][?region=R]; http only to loopback)
   --object-store-credentials FILE  its keys: lines access_key_id = ..., secret_access_key = ...
+  --object-store-gc-seconds N  chunks no manifest names are deleted N s after a manifest was
+                      removed (default 60); the prefix must be this host's alone
   --host-headroom P   refuse creates, forks and wakes (503 host_full) that would leave less than
                       P% of host memory or of the state folder free (default 10; 0 = off)
   --vm-cpu-weight W   each VM's CPU and IO weight, 1-10000, against the daemon's 100 (default 50)
@@ -204,6 +206,8 @@ int main(int argc, char** argv) {
       config.object_store = value();
     else if (a == "--object-store-credentials")
       config.object_store_credentials = value();
+    else if (a == "--object-store-gc-seconds")
+      config.object_store_gc_delay = std::chrono::seconds(parse_u32(a, value()));
     else if (a == "--state-dir")
       state_dir = value();
     else if (a == "--disk-dir")

@@ -152,6 +152,37 @@ Result<std::string> upload_folder(ObjectStore& store, const fs::path& dir, Chunk
   return key;
 }
 
+Result<GcStats> collect_garbage(ObjectStore& store) {
+  GcStats st;
+  auto manifests = store.list("manifests/");
+  if (!manifests) return manifests.error();
+  std::set<std::string> named;
+  for (auto& key : *manifests) {
+    if (!manifest_key(key)) continue;
+    auto text = store.get(key, kMaxManifestBytes);
+    if (!text) return text.error();
+    auto m = wire::Json::parse(*text);
+    if (!m || !(*m)["files"].is_array())
+      return make_error(ErrorCode::corrupt,
+                        "manifest " + key + " is unreadable: nothing collected");
+    ++st.manifests;
+    for (auto& f : (*m)["files"].as_array())
+      if (f["chunks"].is_array())
+        for (auto& c : f["chunks"].as_array())
+          if (c.is_string() && !c.as_string().empty()) named.insert(c.as_string());
+  }
+  auto chunks = store.list("chunks/");
+  if (!chunks) return chunks.error();
+  for (auto& key : *chunks) {
+    ++st.chunks;
+    if (named.count(key.substr(7))) continue;
+    auto r = store.remove(key);
+    if (!r) return r.error();
+    ++st.deleted;
+  }
+  return st;
+}
+
 Status download_folder(ObjectStore& store, const std::string& key, const fs::path& dir,
                        ChunkStats* stats) {
   auto t0 = std::chrono::steady_clock::now();

@@ -49,4 +49,15 @@ Status download_folder(ObjectStore& store, const std::string& manifest_key,
 // Whether `key` is a manifest key as upload_folder returns them.
 bool manifest_key(const std::string& key);
 
+struct GcStats {
+  uint64_t manifests = 0, chunks = 0, deleted = 0;
+};
+// Deletes every chunk no manifest names (by references: every manifest is read first; any that
+// cannot be read stops the collection, deleting nothing). Safe against a crash at any point:
+// a manifest is written after its chunks and deleted before them, so what a crash leaves is
+// unreferenced chunks, which the next collection takes. NOT safe against an upload running at the
+// same time into the same prefix (its chunks have no manifest yet): one collector per prefix,
+// serial with that prefix's uploads (actors/snapshot_uploader.h: one host per prefix).
+Result<GcStats> collect_garbage(ObjectStore& store);
+
 }  // namespace pandastack::storage

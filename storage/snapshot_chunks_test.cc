@@ -175,6 +175,37 @@ TEST_F(SnapshotChunks, AManifestIsCheckedBeforeItIsBelieved) {
   EXPECT_EQ(download_folder(store, *key, root / "there").error().code, ErrorCode::invalid_argument);
 }
 
+TEST_F(SnapshotChunks, GarbageCollectionTakesWhatNoManifestNames) {
+  MemoryStore store;
+  auto first = upload_folder(store, root / "snap");
+  ASSERT_TRUE(first);
+  write(root / "snap" / "state", "another device state");
+  auto second = upload_folder(store, root / "snap");
+  ASSERT_TRUE(second);
+  const size_t all = store.count("chunks/");  // both states' chunks
+  store.objects["chunks/" + std::string(64, 'a')] = "left by an upload cut short";
+  auto gc = collect_garbage(store);
+  ASSERT_TRUE(gc) << gc.error().message;
+  EXPECT_EQ(gc->manifests, 2u);
+  EXPECT_EQ(gc->deleted, 1u);
+  EXPECT_EQ(store.count("chunks/"), all);
+  // The first manifest goes: only its own chunk (the old state) with it.
+  ASSERT_TRUE(store.remove(*first));
+  gc = collect_garbage(store);
+  ASSERT_TRUE(gc);
+  EXPECT_EQ(gc->deleted, 1u);
+  EXPECT_TRUE(download_folder(store, *second, root / "back"));
+  // An unreadable manifest stops it: nothing is deleted on a guess.
+  ASSERT_TRUE(store.remove(*second));
+  store.objects["manifests/" + std::string(64, 'b')] = "not json";
+  EXPECT_FALSE(collect_garbage(store));
+  EXPECT_EQ(store.count("chunks/"), all - 1);
+  store.objects.erase("manifests/" + std::string(64, 'b'));
+  gc = collect_garbage(store);
+  ASSERT_TRUE(gc);
+  EXPECT_EQ(store.count("chunks/"), 0u);
+}
+
 TEST(ObjectStoreConfig, UrlsAndCredentials) {
   auto dir = fs::temp_directory_path() / ("pst-s3cfg-" + std::to_string(::getpid()));
   fs::create_directories(dir);

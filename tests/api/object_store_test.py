@@ -7,7 +7,8 @@ A daemon with --object-store uploads each hibernation once its copy is on the da
 stays `local` and its upload is retried until the store is back. Then the data disk's copies
 are lost with a reboot (daemon SIGKILLed, QEMUs killed, state tmpfs emptied, the data folder's
 hibernations deleted): a hibernation comes back from the store with memory and disk intact; one
-whose chunk was corrupted in the store is refused by hash and failed with the reason.
+whose chunk was corrupted in the store is refused by hash and failed with the reason. Once both
+manifests are spent (woken, failed), the chunks no manifest names are collected.
 
 Usage: object_store_test.py --daemon build/bin/pandastackd [--images var/images]
 """
@@ -84,7 +85,7 @@ class ObjectStoreTest(unittest.TestCase):
             f.write("access_key_id = S3RVER\nsecret_access_key = S3RVER\n")
         s3 = S3Server(os.path.join(base, "s3"))
         flags = ["--object-store", f"http://127.0.0.1:{s3.port}/{BUCKET}/hosts/a",
-                 "--object-store-credentials", creds]
+                 "--object-store-credentials", creds, "--object-store-gc-seconds", "1"]
         daemons = []
         try:
             # Bad configurations are refused at the start, saying why.
@@ -184,6 +185,11 @@ class ObjectStoreTest(unittest.TestCase):
             while s3.objects("hosts/a/manifests/") and time.monotonic() - t0 < 10:
                 time.sleep(0.1)
             self.assertEqual(s3.objects("hosts/a/manifests/"), {})
+            # And their chunks, which no manifest names any more, are collected (1 s later here).
+            t0 = time.monotonic()
+            while s3.objects("hosts/a/chunks/") and time.monotonic() - t0 < 20:
+                time.sleep(0.2)
+            self.assertEqual(s3.objects("hosts/a/chunks/"), {})
             self.assertEqual(d2.stop(), 0)
         finally:
             for x in daemons:
