@@ -33,7 +33,8 @@ std::string read_small(const std::filesystem::path& p) {
 caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry) {
   // Failed uploads' attempts so far, by sandbox id (the delay before the next one grows).
   auto attempts = std::make_shared<std::map<std::string, int>>();
-  auto gc_due = std::make_shared<bool>(false);  // a collection is scheduled
+  auto gc_due = std::make_shared<bool>(false);            // a collection is scheduled
+  auto known = std::make_shared<storage::KnownChunks>();  // chunks in the store (not asked again)
   return {
       [=](upload_atom, std::string sandbox, std::string snap, uint64_t at) {
         if (!runtime_id(sandbox, "sbx_") || (!snap.empty() && !runtime_id(snap, "snap_")) ||
@@ -51,7 +52,7 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
         // not reported as this one (the next upload is of the new one).
         auto meta = read_small(dir / "meta.json");
         storage::ChunkStats st;
-        auto key = storage::upload_folder(*env->object_store, dir, &st);
+        auto key = storage::upload_folder(*env->object_store, dir, &st, known.get());
         if (key && read_small(dir / "meta.json") != meta) {
           spdlog::info("snapshot uploader: the hibernation of {} changed while uploaded", sandbox);
           return;
@@ -91,7 +92,7 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
       },
       [=](objgc_atom) {
         *gc_due = false;
-        auto gc = storage::collect_garbage(*env->object_store);
+        auto gc = storage::collect_garbage(*env->object_store, known.get());
         if (!gc) {
           spdlog::warn("snapshot uploader: no garbage collected: {}", gc.error().message);
           return;

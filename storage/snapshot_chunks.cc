@@ -74,7 +74,8 @@ bool manifest_key(const std::string& key) {
   return key.rfind("manifests/", 0) == 0 && hex64(key.substr(10));
 }
 
-Result<std::string> upload_folder(ObjectStore& store, const fs::path& dir, ChunkStats* stats) {
+Result<std::string> upload_folder(ObjectStore& store, const fs::path& dir, ChunkStats* stats,
+                                  KnownChunks* known) {
   auto t0 = std::chrono::steady_clock::now();
   ChunkStats local;
   ChunkStats& st = stats ? *stats : local;
@@ -91,7 +92,8 @@ Result<std::string> upload_folder(ObjectStore& store, const fs::path& dir, Chunk
         dir.string() + " has more than " + std::to_string(kMaxManifestFiles) + " files");
   wire::Json files = wire::Json::array();
   std::map<std::pair<dev_t, ino_t>, std::string> seen;  // hard links: one upload
-  std::set<std::string> present;                        // chunks known to be in the store
+  KnownChunks local_known;
+  KnownChunks& present = known ? *known : local_known;  // chunks known to be in the store
   std::string buf;
   for (auto& name : names) {
     if (!file_name(name))
@@ -135,6 +137,7 @@ Result<std::string> upload_folder(ObjectStore& store, const fs::path& dir, Chunk
         ++st.sent_chunks;
         st.sent_bytes += n;
       }
+      if (present.size() >= kMaxKnownChunks) present.clear();
       present.insert(hash);
     }
     entry.set("chunks", std::move(chunks));
@@ -152,7 +155,7 @@ Result<std::string> upload_folder(ObjectStore& store, const fs::path& dir, Chunk
   return key;
 }
 
-Result<GcStats> collect_garbage(ObjectStore& store) {
+Result<GcStats> collect_garbage(ObjectStore& store, KnownChunks* known) {
   GcStats st;
   auto manifests = store.list("manifests/");
   if (!manifests) return manifests.error();
@@ -176,6 +179,7 @@ Result<GcStats> collect_garbage(ObjectStore& store) {
   for (auto& key : *chunks) {
     ++st.chunks;
     if (named.count(key.substr(7))) continue;
+    if (known) known->erase(key.substr(7));  // (first: a failed delete may have deleted it)
     auto r = store.remove(key);
     if (!r) return r.error();
     ++st.deleted;

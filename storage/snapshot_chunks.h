@@ -3,8 +3,12 @@
 //
 //   chunks/<sha256 hex>      up to kChunkBytes of one file, named by its hash: a chunk two files,
 //                            two snapshots or two forks share is stored once (an upload asks
-//                            whether each chunk is there before it sends it); a chunk of zeros is
-//                            not stored at all (RAM files are mostly holes)
+//                            whether each chunk is there before it sends it, unless it knows);
+//                            a chunk of zeros is not stored at all (RAM files are mostly holes).
+//                            256 KiB: measured over 10 hibernated forks of one sandbox here, 4 MiB
+//                            chunks stored 1.6x less than the manifests named, 1 MiB 2.8x, 256 KiB
+//                            4.3x, 64 KiB 6.8x (a guest dirties pages all over its RAM); 256 KiB
+//                            keeps a hibernation to ~400 requests.
 //   manifests/<sha256 hex>   JSON {format, chunk_bytes, files: [{name, size, mode, chunks: [hex
 //                            or "" for zeros]} | {name, link}]}, named by its own hash; written
 //                            last, so a manifest that exists names only chunks that do
@@ -19,13 +23,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <unordered_set>
 
 #include "storage/error.h"
 #include "storage/object_store.h"
 
 namespace pandastack::storage {
 
-constexpr uint64_t kChunkBytes = 4 << 20;
+constexpr uint64_t kChunkBytes = 256 << 10;
 // What a folder may hold (a guest's RAM and disk layers): files and their sizes are bounded.
 constexpr size_t kMaxManifestFiles = 256;
 constexpr uint64_t kMaxManifestBytes = 16 << 20;
@@ -37,10 +42,15 @@ struct ChunkStats {
   uint64_t ms = 0;
 };
 
+// Chunks known to be in a store (asked or sent before), so that they are not asked again: at
+// most kMaxKnownChunks (then it starts afresh). Whoever deletes chunks must forget them here.
+constexpr size_t kMaxKnownChunks = 1 << 18;
+using KnownChunks = std::unordered_set<std::string>;
+
 // Uploads the regular files of `dir` (not its sub-folders); a file that is a hard link of an
 // earlier one is recorded as a link. Returns the manifest's key ("manifests/<hex>").
 Result<std::string> upload_folder(ObjectStore& store, const std::filesystem::path& dir,
-                                  ChunkStats* stats = nullptr);
+                                  ChunkStats* stats = nullptr, KnownChunks* known = nullptr);
 
 // Writes the folder `manifest_key` names at `dir` (which must not exist), each file fsynced.
 Status download_folder(ObjectStore& store, const std::string& manifest_key,
@@ -58,6 +68,6 @@ struct GcStats {
 // unreferenced chunks, which the next collection takes. NOT safe against an upload running at the
 // same time into the same prefix (its chunks have no manifest yet): one collector per prefix,
 // serial with that prefix's uploads (actors/snapshot_uploader.h: one host per prefix).
-Result<GcStats> collect_garbage(ObjectStore& store);
+Result<GcStats> collect_garbage(ObjectStore& store, KnownChunks* known = nullptr);
 
 }  // namespace pandastack::storage

@@ -132,6 +132,37 @@ TEST_F(SnapshotChunks, WhatTheStoreHasIsNotSentAgain) {
   EXPECT_EQ(slurp(root / "fork-back" / "mem"), mem);
 }
 
+TEST_F(SnapshotChunks, KnownChunksAreNotAskedForAgainUntilCollected) {
+  struct Counting : MemoryStore {
+    int asked = 0;
+    Result<bool> exists(const std::string& key) override {
+      ++asked;
+      return MemoryStore::exists(key);
+    }
+  } store;
+  KnownChunks known;
+  auto first = upload_folder(store, root / "snap", nullptr, &known);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(store.asked, 6);
+  EXPECT_EQ(known.size(), 6u);
+  ASSERT_TRUE(upload_folder(store, root / "snap", nullptr, &known));
+  EXPECT_EQ(store.asked, 6);  // none asked again
+  // Collected chunks are forgotten: an upload after a collection sends them again.
+  ASSERT_TRUE(store.remove(*first));
+  auto manifests = store.list("manifests/");
+  ASSERT_TRUE(manifests);
+  for (auto& key : *manifests) ASSERT_TRUE(store.remove(key));
+  auto gc = collect_garbage(store, &known);
+  ASSERT_TRUE(gc);
+  EXPECT_EQ(gc->deleted, 6u);
+  EXPECT_TRUE(known.empty());
+  ChunkStats st;
+  auto again = upload_folder(store, root / "snap", &st, &known);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(st.sent_chunks, 6u);
+  EXPECT_TRUE(download_folder(store, *again, root / "back"));
+}
+
 TEST_F(SnapshotChunks, ACorruptedOrMissingChunkIsRefusedAndNothingIsLeft) {
   MemoryStore store;
   auto key = upload_folder(store, root / "snap");

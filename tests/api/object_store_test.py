@@ -204,6 +204,64 @@ class ObjectStoreTest(unittest.TestCase):
             shutil.rmtree(base, ignore_errors=True)
             shutil.rmtree(state, ignore_errors=True)
 
+    def test_ten_forks_of_one_sandbox_share_their_chunks(self):
+        """Ten forks of one sandbox, each a little changed and hibernated: the store keeps what
+        they share once (the figure: chunks and bytes named by their manifests against those
+        stored)."""
+        base = tempfile.mkdtemp(prefix="pst-s3f-", dir="/var/tmp")
+        state = tempfile.mkdtemp(prefix="pst-s3f-state-", dir="/dev/shm")
+        data = os.path.join(base, "data")
+        creds = os.path.join(base, "credentials")
+        with open(creds, "w") as f:
+            f.write("access_key_id = S3RVER\nsecret_access_key = S3RVER\n")
+        s3 = S3Server(os.path.join(base, "s3"))
+        d = None
+        try:
+            d = Daemon(data, state, extra=["--object-store", f"http://127.0.0.1:{s3.port}/{BUCKET}",
+                                           "--object-store-credentials", creds])
+            c = Api(d)
+            parent = c.create(persistent=True)["id"]
+            s, b = c.exec(parent, "head -c 20000000 /dev/urandom > /dev/shm/shared")
+            self.assertEqual(s, 200, b)
+            s, b = c.call("POST", f"/v1/sandboxes/{parent}/fork", {"count": 10})
+            self.assertEqual(s, 201, b)
+            kids = [k["id"] for k in b["sandboxes"]]
+            self.assertEqual(len(kids), 10)
+            for kid in kids:
+                s, b = c.exec(kid, f"echo {kid} > /dev/shm/me")
+                self.assertEqual(s, 200, b)
+                s, b = c.call("POST", f"/v1/sandboxes/{kid}/hibernate", {})
+                self.assertEqual((s, b.get("state")), (200, "hibernated"), b)
+            t0 = time.monotonic()
+            for kid in kids:
+                b, _ = wait_durable(c, kid, "remote", timeout=120 - (time.monotonic() - t0))
+                self.assertEqual(b.get("durable"), "remote", b)
+            stored = {k[len("chunks/"):]: os.path.getsize(f)
+                      for k, f in s3.objects("chunks/").items()}
+            named, named_bytes = 0, 0
+            for kid in kids:
+                key = manifest_of(c, kid)
+                with open(s3.objects(key)[key]) as f:
+                    for e in json.load(f)["files"]:
+                        for h in e.get("chunks", []):
+                            if h:
+                                named += 1
+                                named_bytes += stored[h]
+            stored_bytes = sum(stored.values())
+            print(f"S3 10 forks: {named} chunks named ({named_bytes >> 20} MiB), {len(stored)} "
+                  f"stored ({stored_bytes >> 20} MiB): {named_bytes / stored_bytes:.1f}x less",
+                  flush=True)
+            self.assertGreater(named_bytes, 3 * stored_bytes)
+            self.assertEqual(d.stop(), 0)
+        finally:
+            if d and d.proc.poll() is None:
+                d.stop(reap=True)
+            harness.reap_vms(state, data)
+            if s3.proc.poll() is None:
+                s3.stop()
+            shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(state, ignore_errors=True)
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
