@@ -8,7 +8,7 @@ set -euo pipefail
 BUILD=${BUILD_FUZZ:-build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-30}
 TARGETS=(fuzz_json fuzz_dns fuzz_event_codec fuzz_http fuzz_qmp fuzz_qcow2 fuzz_snapshot_meta fuzz_vm_record
-         fuzz_agent_client fuzz_dockerfile)
+         fuzz_agent_client fuzz_dockerfile fuzz_manifest)
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPANDASTACK_FUZZ=ON >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]}" >/dev/null
 # One target: its JSON line goes to findings/<target>.json, its crash (if any) to stderr.

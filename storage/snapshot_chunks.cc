@@ -232,7 +232,7 @@ Status download_folder(ObjectStore& store, const std::string& key, const fs::pat
     }
     int64_t size = f["size"].as_int();
     const auto& chunks = f["chunks"];
-    if (size < 0 || !chunks.is_array() ||
+    if (size < 0 || size > kMaxFileBytes || !chunks.is_array() ||
         chunks.size() != size_t((uint64_t(size) + chunk_bytes - 1) / chunk_bytes))
       return fail(make_error(ErrorCode::corrupt, "manifest " + key + ": bad entry for " + name));
     Fd out;

@@ -34,6 +34,7 @@ constexpr uint64_t kChunkBytes = 256 << 10;
 // What a folder may hold (a guest's RAM and disk layers): files and their sizes are bounded.
 constexpr size_t kMaxManifestFiles = 256;
 constexpr uint64_t kMaxManifestBytes = 16 << 20;
+constexpr int64_t kMaxFileBytes = int64_t(1) << 40;  // a file a manifest may describe
 
 struct ChunkStats {
   uint64_t files = 0, bytes = 0;             // the folder's
