@@ -330,10 +330,16 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
   }
   // Polls `path` until its `durable` is "local" (a synced copy on the data disk) and adds the ms
   // since `t` to `out`; false after two minutes.
-  auto until_durable = [&](const std::string& path, Clock::time_point t, std::vector<double>& out) {
-    while (api.call("GET", path, "")["durable"].as_string() != "local") {
+  // Until `path`'s `durable` is "local" or beyond ("remote": in the object store too), or with
+  // `remote` until it is "remote".
+  auto until_durable = [&](const std::string& path, Clock::time_point t, std::vector<double>& out,
+                           bool remote = false) {
+    for (;;) {
+      auto d = api.call("GET", path, "")["durable"].as_string();
+      if (d == "remote" || (d == "local" && !remote)) break;
       if (ms_since(t) > 120000) {
-        std::fprintf(stderr, "pandastack-bench: %s never became durable\n", path.c_str());
+        std::fprintf(stderr, "pandastack-bench: %s never became durable (%s)\n", path.c_str(),
+                     remote ? "remote" : "local");
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -431,6 +437,27 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     report(json, "hibernate", client, server);
     report(json, "hibernate-durable", durable, durable);
     return 0;
+  } else if (scenario == "hibernate-remote") {
+    // With a daemon that has --object-store: a hibernate's answer, until its copy is on the data
+    // disk ("local") and until its manifest is in the object store ("remote"). Each round
+    // changes ~1 MB of the guest's memory first (the store has the rest from earlier rounds).
+    auto id = api.create(R"({"persistent":true})");
+    std::vector<double> local, remote;
+    for (int i = 0; i < n; ++i) {
+      api.call("POST", "/v1/sandboxes/" + id + "/exec",
+               R"({"cmd":"head -c 1000000 /dev/urandom > /dev/shm/round"})");
+      auto t = Clock::now();
+      sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/hibernate", "", s); });
+      if (!until_durable("/v1/sandboxes/" + id, t, local)) return 1;
+      if (!until_durable("/v1/sandboxes/" + id, t, remote, true)) return 1;
+      api.call("POST", "/v1/sandboxes/" + id + "/wake", "");
+      pause();
+    }
+    api.kill(id);
+    report(json, "hibernate", client, server);
+    report(json, "hibernate-durable", local, local);
+    report(json, "hibernate-remote", remote, remote);
+    return 0;
   } else if (scenario == "snapshot-durable") {
     // A named snapshot's answer (on tmpfs), and until its copy is on the data disk, synced (its
     // `durable` turns "local"): what a reboot keeps.
@@ -521,7 +548,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
   } else {
     std::fprintf(stderr,
                  "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk kill "
-                 "hibernate-durable snapshot-durable "
+                 "hibernate-durable hibernate-remote snapshot-durable "
                  "concurrent-create density "
                  "net-throughput preview\n");
     return 2;
