@@ -74,16 +74,20 @@ def manifest_of(c, sid):
     return uploaded[-1]["event"]["manifest"] if uploaded else None
 
 
+def folders_and_store():
+    """A data folder on a disk, a state folder on tmpfs, a credentials file and the S3 server."""
+    base = tempfile.mkdtemp(prefix="pst-s3-", dir="/var/tmp")
+    state = tempfile.mkdtemp(prefix="pst-s3-state-", dir="/dev/shm")
+    creds = os.path.join(base, "credentials")
+    with open(creds, "w") as f:
+        f.write("access_key_id = S3RVER\nsecret_access_key = S3RVER\n")
+    return base, state, os.path.join(base, "data"), creds, S3Server(os.path.join(base, "s3"))
+
+
 class ObjectStoreTest(unittest.TestCase):
 
     def test_hibernations_survive_the_loss_of_the_data_disk(self):
-        base = tempfile.mkdtemp(prefix="pst-s3-", dir="/var/tmp")  # the data folder: a disk
-        state = tempfile.mkdtemp(prefix="pst-s3-state-", dir="/dev/shm")
-        data = os.path.join(base, "data")
-        creds = os.path.join(base, "credentials")
-        with open(creds, "w") as f:
-            f.write("access_key_id = S3RVER\nsecret_access_key = S3RVER\n")
-        s3 = S3Server(os.path.join(base, "s3"))
+        base, state, data, creds, s3 = folders_and_store()
         flags = ["--object-store", f"http://127.0.0.1:{s3.port}/{BUCKET}/hosts/a",
                  "--object-store-credentials", creds, "--object-store-gc-seconds", "1"]
         daemons = []
@@ -208,13 +212,7 @@ class ObjectStoreTest(unittest.TestCase):
         """Ten forks of one sandbox, each a little changed and hibernated: the store keeps what
         they share once (the figure: chunks and bytes named by their manifests against those
         stored)."""
-        base = tempfile.mkdtemp(prefix="pst-s3f-", dir="/var/tmp")
-        state = tempfile.mkdtemp(prefix="pst-s3f-state-", dir="/dev/shm")
-        data = os.path.join(base, "data")
-        creds = os.path.join(base, "credentials")
-        with open(creds, "w") as f:
-            f.write("access_key_id = S3RVER\nsecret_access_key = S3RVER\n")
-        s3 = S3Server(os.path.join(base, "s3"))
+        base, state, data, creds, s3 = folders_and_store()
         d = None
         try:
             d = Daemon(data, state, extra=["--object-store", f"http://127.0.0.1:{s3.port}/{BUCKET}",
