@@ -22,6 +22,8 @@ namespace pandastack::actors {
 std::string event_to_json(const Event& e);
 // An egress policy as JSON: {"mode", "cidrs", "domains"} (events, state, the REST API).
 wire::Json egress_json(const Egress& e);
+// An egress policy from egress_json's form (nullopt when it is not one).
+std::optional<Egress> egress_from_json(const wire::Json& j);
 // A string map (metadata) as a JSON object.
 wire::Json string_map_json(const std::map<std::string, std::string>& m);
 // A sandbox's volumes as JSON: [{"volume", "mount", "read_only", "slot"}] (events, state, REST).
