@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <unistd.h>
 
@@ -11,6 +9,7 @@
 #include <iterator>
 
 #include "wire/base64.h"
+#include "wire/sha256.h"
 
 using pandastack::wire::base64_decode;
 using pandastack::wire::base64_encode;
@@ -38,11 +37,7 @@ std::optional<std::string> load_or_make_secret(const std::string& path, std::str
 }
 
 std::string hmac_sha256(std::string_view key, std::string_view msg) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  HMAC(EVP_sha256(), key.data(), int(key.size()),
-       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
-  return std::string(reinterpret_cast<char*>(out), len);
+  return wire::hmac_sha256(key, msg);
 }
 
 bool equal_secret(std::string_view a, std::string_view b) {

@@ -1,8 +1,6 @@
 #include "storage/api_keys.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
@@ -77,11 +75,7 @@ std::string KeyStore::seal(const std::string& id, const std::string& record) con
   input += id;
   input += '\0';
   input += record;
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  HMAC(EVP_sha256(), records_key_.data(), int(records_key_.size()),
-       reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac, &len);
-  return record + std::string(reinterpret_cast<char*>(mac), kMacLen);
+  return record + wire::hmac_sha256(records_key_, input).substr(0, kMacLen);
 }
 
 std::optional<std::string> KeyStore::open(const std::string& id, const std::string& sealed) const {

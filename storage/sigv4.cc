@@ -1,35 +1,14 @@
 #include "storage/sigv4.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <algorithm>
 #include <ctime>
 
+#include "wire/hex.h"
 #include "wire/sha256.h"
 
 namespace pandastack::storage {
 
 namespace {
-std::string hmac(const std::string& key, const std::string& data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  HMAC(EVP_sha256(), key.data(), int(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &n);
-  return std::string(reinterpret_cast<const char*>(out), n);
-}
-
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
 std::string trim(const std::string& v) {
   size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
   if (b == std::string::npos) return "";
@@ -117,11 +96,12 @@ std::string sigv4_string_to_sign(const SigV4Request& r, const std::string& amz_d
 std::string sigv4_signature(const SigV4Request& r, const AwsCredentials& c,
                             const std::string& amz_date, const std::string& region,
                             const std::string& service) {
-  std::string key = hmac("AWS4" + c.secret_access_key, amz_date.substr(0, 8));
-  key = hmac(key, region);
-  key = hmac(key, service);
-  key = hmac(key, "aws4_request");
-  return hex(hmac(key, sigv4_string_to_sign(r, amz_date, region, service)));
+  using wire::hmac_sha256;
+  std::string key = hmac_sha256("AWS4" + c.secret_access_key, amz_date.substr(0, 8));
+  key = hmac_sha256(key, region);
+  key = hmac_sha256(key, service);
+  key = hmac_sha256(key, "aws4_request");
+  return wire::hex_encode(hmac_sha256(key, sigv4_string_to_sign(r, amz_date, region, service)));
 }
 
 std::string sigv4_authorization(const SigV4Request& r, const AwsCredentials& c,

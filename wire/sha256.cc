@@ -1,6 +1,7 @@
 #include "wire/sha256.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <new>
 
@@ -38,6 +39,14 @@ std::string Sha256::digest() const {
 std::string Sha256::hex() const { return hex_encode(digest()); }
 
 std::string sha256(std::string_view data) { return Sha256().add(data).digest(); }
+
+std::string hmac_sha256(std::string_view key, std::string_view msg) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  HMAC(EVP_sha256(), key.data(), int(key.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
 
 std::string sha256_hex(std::string_view data) { return hex_encode(sha256(data)); }
 

@@ -1,5 +1,6 @@
 // SHA-256 (OpenSSL's), the one hasher of the tree: image blobs and manifests, carried snapshot
-// files, step cache keys, tenant hashes, API key records and signatures.
+// files, step cache keys, tenant hashes, API key records and signatures; and HMAC-SHA256 over it
+// (API key records, preview and E2B tokens, S3 request signing).
 #pragma once
 
 #include <string>
@@ -27,5 +28,7 @@ class Sha256 {
 
 std::string sha256(std::string_view data);      // 32 bytes
 std::string sha256_hex(std::string_view data);  // 64 lowercase hex digits
+// HMAC-SHA256 of `msg` under `key` (RFC 2104): 32 bytes.
+std::string hmac_sha256(std::string_view key, std::string_view msg);
 
 }  // namespace pandastack::wire

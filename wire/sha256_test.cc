@@ -14,6 +14,12 @@ TEST(Sha256, KnownDigests) {
   EXPECT_EQ(hex_encode(sha256("abc")), sha256_hex("abc"));
 }
 
+TEST(Sha256, HmacMatchesRfc4231) {
+  // RFC 4231 test case 2 (a key shorter than the block).
+  EXPECT_EQ(hex_encode(hmac_sha256("Jefe", "what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
 TEST(Sha256, PartsHashAsTheWholeAndTheDigestCanBeReadOnTheWay) {
   Sha256 h;
   h.add("a");
