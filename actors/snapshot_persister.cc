@@ -6,24 +6,15 @@
 #include <filesystem>
 
 #include "actors/env.h"
+#include "actors/runtime_ids.h"
 
 namespace pandastack::actors {
-
-namespace {
-// A snapshot id as the runtime makes them: snap_ and lower-case letters and digits.
-bool snapshot_id(const std::string& id) {
-  if (id.size() < 6 || id.size() > 64 || id.rfind("snap_", 0) != 0) return false;
-  for (size_t i = 5; i < id.size(); ++i)
-    if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9'))) return false;
-  return true;
-}
-}  // namespace
 
 caf::behavior snapshot_persister(caf::event_based_actor* self, Env* env, caf::actor registry) {
   (void)self;
   return {
       [env, registry](persist_atom, std::string sandbox, std::string snap) {
-        if (!snapshot_id(snap)) {
+        if (!runtime_id(snap, "snap_")) {
           spdlog::error("snapshot persister: refused '{}' (not a snapshot id)", snap);
           return;
         }
@@ -52,7 +43,7 @@ caf::behavior snapshot_persister(caf::event_based_actor* self, Env* env, caf::ac
         caf::anon_send(registry, snapsaved_atom::value, sandbox, snap);
       },
       [env](unpersist_atom, std::string snap) {
-        if (!snapshot_id(snap)) return;
+        if (!runtime_id(snap, "snap_")) return;
         std::error_code ec;
         std::filesystem::remove_all(env->persisted_snapshot_dir(snap), ec);
       },

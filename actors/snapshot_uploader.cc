@@ -9,18 +9,12 @@
 #include <map>
 
 #include "actors/env.h"
+#include "actors/runtime_ids.h"
 #include "storage/snapshot_chunks.h"
 
 namespace pandastack::actors {
 
 namespace {
-// An id as the runtime makes them: `prefix` and lower-case letters and digits.
-bool runtime_id(const std::string& id, const std::string& prefix) {
-  if (id.size() <= prefix.size() || id.size() > 64 || id.rfind(prefix, 0) != 0) return false;
-  return std::all_of(id.begin() + long(prefix.size()), id.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); });
-}
-
 std::string read_small(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::string s(64 << 10, '\0');
@@ -63,17 +57,15 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
                                 std::chrono::seconds(300));
           spdlog::warn(
               "snapshot uploader: the hibernation of {} is not in the object store (attempt {}, "
-              "again in {} "
-              "s): {}",
+              "again in {} s): {}",
               sandbox, n, delay.count(), key.error().message);
           self->delayed_send(self, delay, upload_atom::value, sandbox, snap, at);
           return;
         }
         attempts->erase(sandbox);
         spdlog::info(
-            "snapshot uploader: the hibernation of {} is in the object store as {}: {} files, {} "
-            "MiB, {} "
-            "chunks ({} zero), {} sent ({} MiB) in {} ms",
+            "snapshot uploader: the hibernation of {} is in the object store as {}: {} files, "
+            "{} MiB, {} chunks ({} zero), {} sent ({} MiB) in {} ms",
             sandbox, *key, st.files, st.bytes >> 20, st.chunks, st.zero_chunks, st.sent_chunks,
             st.sent_bytes >> 20, st.ms);
         caf::anon_send(registry, uploaded_atom::value, sandbox, snap, at, *key);
