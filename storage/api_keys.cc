@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "storage/etcd.h"
+#include "storage/record_mac.h"
 #include "wire/sha256.h"
 
 namespace pandastack::storage {
@@ -64,28 +65,16 @@ void KeyStore::share(std::unique_ptr<Etcd> etcd, std::string records_key) {
 }
 
 namespace {
-constexpr size_t kMacLen = 32;
+constexpr const char* kKeyRecord = "pandastack key record v1";
 }
 
+// Bound to the id: a valid record copied under another id does not verify.
 std::string KeyStore::seal(const std::string& id, const std::string& record) const {
-  if (records_key_.empty()) return record;
-  // Bound to the id: a valid record copied under another id does not verify.
-  std::string input = "pandastack key record v1";
-  input += '\0';
-  input += id;
-  input += '\0';
-  input += record;
-  return record + wire::hmac_sha256(records_key_, input).substr(0, kMacLen);
+  return seal_record(records_key_, kKeyRecord, id, record);
 }
 
 std::optional<std::string> KeyStore::open(const std::string& id, const std::string& sealed) const {
-  if (records_key_.empty()) return sealed;
-  if (sealed.size() < kMacLen) return std::nullopt;
-  std::string record = sealed.substr(0, sealed.size() - kMacLen);
-  std::string expected = seal(id, record);
-  if (CRYPTO_memcmp(expected.data() + record.size(), sealed.data() + record.size(), kMacLen) != 0)
-    return std::nullopt;
-  return record;
+  return open_record(records_key_, kKeyRecord, id, sealed);
 }
 
 Result<std::optional<std::string>> KeyStore::get_record(const std::string& id) {

@@ -205,9 +205,13 @@ Result<bool> Etcd::replace(const std::vector<Replacement>& all) {
     cmp.set("result", "EQUAL");
     cmp.set("mod_revision", std::to_string(r.mod_revision));
     cmps.push_back(std::move(cmp));
-    Json put = Json::object();
-    put.set("request_put", put_request(r.key, r.value, 0));
-    puts.push_back(std::move(put));
+    if (r.op == Replacement::Op::check) continue;
+    Json op = Json::object();
+    if (r.op == Replacement::Op::erase)
+      op.set("request_delete_range", key_request(r.key));
+    else
+      op.set("request_put", put_request(r.key, r.value, 0));
+    puts.push_back(std::move(op));
   }
   auto j = txn(std::move(cmps), std::move(puts), std::nullopt);
   if (!j) return j.error();

@@ -55,10 +55,13 @@ class Etcd {
                       std::optional<EtcdKv>* current = nullptr);
   // A transaction: writes `value` only if `key`'s mod revision is still `mod_revision`.
   Result<bool> replace(const std::string& key, const std::string& value, int64_t mod_revision);
-  // One transaction over several keys: all are written, or none (a revision moved).
+  // One transaction over several keys: all are written, or none (a revision moved). Each key's
+  // mod revision must still be `mod_revision` (0: the key must not exist); then it is written
+  // (put), deleted (erase) or only compared (check).
   struct Replacement {
     std::string key, value;
     int64_t mod_revision = 0;
+    enum class Op { put, erase, check } op = Op::put;
   };
   Result<bool> replace(const std::vector<Replacement>& all);
 

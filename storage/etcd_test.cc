@@ -132,6 +132,34 @@ TEST_F(EtcdTest, ReplacingSeveralKeysIsAllOrNothing) {
   EXPECT_EQ((*etcd_->get("/owner/b"))->value, "h2");
 }
 
+TEST_F(EtcdTest, ATransactionChecksAbsentKeysAndErases) {
+  // An adoption's shape (actors/cluster.h): the owner moves, the parked record goes, only while
+  // the old owner's host record is absent.
+  ASSERT_TRUE(etcd_->create("/owner/s", "h2"));
+  ASSERT_TRUE(etcd_->create("/parked/s", "record"));
+  ASSERT_TRUE(etcd_->create("/hosts/h2", "up"));
+  auto owner = *etcd_->get("/owner/s");
+  auto parked = *etcd_->get("/parked/s");
+  using Op = Etcd::Replacement::Op;
+  std::vector<Etcd::Replacement> adopt{{"/owner/s", "h1", owner->mod_revision},
+                                       {"/parked/s", "", parked->mod_revision, Op::erase},
+                                       {"/hosts/h2", "", 0, Op::check}};
+  auto refused = etcd_->replace(adopt);  // h2 is up
+  ASSERT_TRUE(refused);
+  EXPECT_FALSE(*refused);
+  EXPECT_TRUE(etcd_->get("/parked/s")->has_value());
+  ASSERT_TRUE(etcd_->erase("/hosts/h2"));
+  auto adopted = etcd_->replace(adopt);
+  ASSERT_TRUE(adopted);
+  EXPECT_TRUE(*adopted);
+  EXPECT_EQ((*etcd_->get("/owner/s"))->value, "h1");
+  EXPECT_FALSE(etcd_->get("/parked/s")->has_value());
+  EXPECT_FALSE(etcd_->get("/hosts/h2")->has_value());  // (checked, not written)
+  auto again = etcd_->replace(adopt);  // the same adoption a second time: revisions moved
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(*again);
+}
+
 TEST_F(EtcdTest, ConcurrentCreatesHaveOneWinner) {
   std::atomic<int> wins{0};
   std::vector<std::thread> ts;

@@ -86,9 +86,10 @@ Result<ObjectStoreConfig> parse_object_store(const std::string& url,
   for (char ch : c.bucket)
     if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
       return bad("a bucket name is lower-case letters, digits, '-' and '.'");
-  for (char ch : c.prefix)
-    if (!(std::isalnum((unsigned char)ch) || ch == '-' || ch == '_' || ch == '.' || ch == '/'))
-      return bad("a key prefix is letters, digits, '-', '_', '.' and '/'");
+  if (!valid_key_prefix(c.prefix))
+    return bad(
+        "a key prefix is at most 256 characters: segments of letters, digits, '-', '_' and '.' "
+        "(none empty, '.' or '..') separated by '/'");
   std::string hostname =
       host.substr(0, host.rfind(':') == std::string::npos || host.back() == ']' ? host.size()
                                                                                 : host.rfind(':'));
@@ -121,6 +122,21 @@ Result<ObjectStoreConfig> parse_object_store(const std::string& url,
   return c;
 }
 
+bool valid_key_prefix(const std::string& prefix) {
+  if (prefix.empty()) return true;
+  if (prefix.size() > 256 || prefix.back() != '/') return false;
+  size_t start = 0;
+  while (start < prefix.size()) {
+    size_t end = prefix.find('/', start);
+    std::string seg = prefix.substr(start, end - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    for (char ch : seg)
+      if (!(std::isalnum((unsigned char)ch) || ch == '-' || ch == '_' || ch == '.')) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
 struct S3Store::Answer {
   int status = 0;
   std::string body, error;  // error: transport, or the store's <Code>: <Message>
@@ -133,6 +149,13 @@ S3Store::S3Store(ObjectStoreConfig config) : config_(std::move(config)) {
 }
 
 S3Store::~S3Store() = default;
+
+std::unique_ptr<ObjectStore> S3Store::under(const std::string& prefix) const {
+  if (!valid_key_prefix(prefix)) return nullptr;
+  auto c = config_;
+  c.prefix = prefix;
+  return std::make_unique<S3Store>(std::move(c));
+}
 
 std::string S3Store::describe() const {
   return config_.endpoint + "/" + config_.bucket + (config_.prefix.empty() ? "" : "/") +

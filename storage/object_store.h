@@ -39,7 +39,20 @@ class ObjectStore {
   virtual Result<std::vector<std::string>> list(const std::string& prefix) = 0;
   // For logs and the API: where it is (no credentials).
   virtual std::string describe() const = 0;
+  // This store's key prefix ("" or ending in '/').
+  virtual std::string prefix() const { return ""; }
+  // The same bucket, with the same credentials, under key prefix `prefix` (another host's: a
+  // wake of a sandbox whose host is gone reads its hibernation there, actors/cluster.h). Null
+  // when `prefix` is not valid_key_prefix, or the store cannot.
+  virtual std::unique_ptr<ObjectStore> under(const std::string& prefix) const {
+    (void)prefix;
+    return nullptr;
+  }
 };
+
+// "" or at most 256 characters ending in '/': segments of letters, digits, '-', '_' and '.',
+// none empty, "." or "..".
+bool valid_key_prefix(const std::string& prefix);
 
 struct ObjectStoreConfig {
   std::string endpoint;  // http(s)://HOST[:PORT]
@@ -66,6 +79,8 @@ class S3Store : public ObjectStore {
   Status remove(const std::string& key) override;
   Result<std::vector<std::string>> list(const std::string& prefix) override;
   std::string describe() const override;
+  std::string prefix() const override { return config_.prefix; }
+  std::unique_ptr<ObjectStore> under(const std::string& prefix) const override;
 
  private:
   struct Answer;

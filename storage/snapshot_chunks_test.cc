@@ -252,11 +252,24 @@ TEST(ObjectStoreConfig, UrlsAndCredentials) {
   EXPECT_EQ(c->credentials.secret_access_key, "SK");
   EXPECT_TRUE(parse_object_store("https://s3.amazonaws.com/bucket", (dir / "creds").string()));
   for (auto bad : {"ftp://x/b", "http://10.0.0.1/bucket", "http://127.0.0.1/", "http://127.0.0.1/B",
-                   "http://127.0.0.1/bucket?x=1", "http://127.0.0.1/bucket/a b"})
+                   "http://127.0.0.1/bucket?x=1", "http://127.0.0.1/bucket/a b",
+                   "http://127.0.0.1/bucket/a/../b", "http://127.0.0.1/bucket/a//b"})
     EXPECT_FALSE(parse_object_store(bad, (dir / "creds").string())) << bad;
   EXPECT_FALSE(parse_object_store("http://127.0.0.1/bucket", ""));
   write(dir / "empty", "nothing=here\n");
   EXPECT_FALSE(parse_object_store("http://127.0.0.1/bucket", (dir / "empty").string()));
+  // Another host's prefix in the same bucket (a wake of its hibernation), never a path out of it.
+  S3Store store(*c);
+  EXPECT_EQ(store.prefix(), "pfx/a/");
+  auto other = store.under("pfx/b/");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->prefix(), "pfx/b/");
+  EXPECT_EQ(other->describe(), "http://127.0.0.1:4568/my-bucket/pfx/b/");
+  for (const std::string& bad : std::vector<std::string>{
+           "pfx/b", "../b/", "pfx/../b/", "/b/", "a//", "a b/", std::string(300, 'a') + "/"})
+    EXPECT_FALSE(store.under(bad)) << bad;
+  EXPECT_TRUE(valid_key_prefix(""));
+  EXPECT_TRUE(valid_key_prefix("hosts/h-1.x_2/"));
   fs::remove_all(dir);
 }
 
