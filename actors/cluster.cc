@@ -6,6 +6,9 @@
 #include <random>
 
 #include "actors/custom_template.h"
+#include "storage/object_store.h"
+#include "storage/record_mac.h"
+#include "storage/snapshot_chunks.h"
 
 namespace pandastack::actors {
 
@@ -19,6 +22,8 @@ namespace {
 const std::string kHosts = "/pandastack/hosts/";
 const std::string kOwners = "/pandastack/owners/";
 const std::string kMembers = "/pandastack/members/";
+const std::string kParked = "/pandastack/parked/";
+constexpr const char* kParkedRecord = "pandastack parked hibernation v1";
 constexpr auto kCacheFor = milliseconds(1000);
 
 int64_t now_ms() {
@@ -256,6 +261,113 @@ storage::Result<bool> Cluster::claim(const std::string& id) {
   if (!*r && current && current->value == config_.host_id) return true;  // ours already
   if (*r) remember(id, Owner{Owner::Kind::self, config_.host_id, "", ""}, steady_clock::now());
   return *r;
+}
+
+namespace {
+bool valid_host_id(const std::string& h) {
+  if (h.empty() || h.size() > 64) return false;
+  for (char c : h)
+    if (!(std::isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
+bool valid_sandbox_id(const std::string& id) {
+  if (id.size() < 5 || id.size() > 64 || id.rfind("sbx_", 0) != 0) return false;
+  for (char c : id)
+    if (!(std::isalnum((unsigned char)c) || c == '_')) return false;
+  return true;
+}
+// The record of `p` as host `host` parked it, sealed with `key`.
+std::string sealed_parked(const Parked& p, const std::string& host, const std::string& key) {
+  Json j = Json::object();
+  j.set("tenant", p.tenant);
+  j.set("host", host);
+  j.set("prefix", p.prefix);
+  j.set("manifest", p.manifest);
+  j.set("settings", p.settings);
+  return storage::seal_record(key, kParkedRecord, p.id, j.dump());
+}
+}  // namespace
+
+std::string Cluster::records_key() const {
+  return config_.tls ? config_.tls->records_key : std::string();
+}
+
+storage::Status Cluster::park(const Parked& p) {
+  return reader_->put(kParked + p.id, sealed_parked(p, config_.host_id, records_key()));
+}
+
+storage::Result<std::optional<Parked>> Cluster::parked(const std::string& id) {
+  if (!valid_sandbox_id(id)) return std::optional<Parked>();
+  auto kv = reader_->get(kParked + id);
+  if (!kv) return kv.error();
+  if (!kv->has_value()) return std::optional<Parked>();
+  auto record = storage::open_record(records_key(), kParkedRecord, id, (*kv)->value);
+  auto j = record ? Json::parse(*record) : std::nullopt;
+  Parked p;
+  p.id = id;
+  p.mod_revision = (*kv)->mod_revision;
+  std::string why;
+  if (!record)
+    why = "it does not carry the cluster's MAC";
+  else if (!j || !j->is_object() || !(*j)["tenant"].is_string() || !(*j)["host"].is_string() ||
+           !(*j)["prefix"].is_string() || !(*j)["manifest"].is_string() ||
+           !(*j)["settings"].is_object())
+    why = "it is not a parked record";
+  if (why.empty()) {
+    p.tenant = (*j)["tenant"].as_string();
+    p.host = (*j)["host"].as_string();
+    p.prefix = (*j)["prefix"].as_string();
+    p.manifest = (*j)["manifest"].as_string();
+    p.settings = (*j)["settings"];
+    if (p.tenant.empty() || p.tenant.size() > 256 || !valid_host_id(p.host) ||
+        !storage::valid_key_prefix(p.prefix) || !storage::manifest_key(p.manifest))
+      why = "a field is not what a host writes";
+  }
+  if (!why.empty()) {
+    spdlog::warn("cluster: the parked record of {} is ignored: {}", id, why);
+    return std::optional<Parked>();
+  }
+  return std::optional<Parked>(std::move(p));
+}
+
+storage::Status Cluster::unpark(const std::string& id, const std::string& manifest) {
+  auto p = parked(id);
+  if (!p) return p.error();
+  if (!*p || (*p)->manifest != manifest || (*p)->host != config_.host_id) return storage::Ok{};
+  auto gone = reader_->replace(
+      {{kParked + id, "", (*p)->mod_revision, storage::Etcd::Replacement::Op::erase}});
+  if (!gone) return gone.error();
+  return storage::Ok{};  // (false: replaced meanwhile by a newer record, which stays)
+}
+
+storage::Result<bool> Cluster::adopt(const Parked& p) {
+  auto owner = reader_->get(kOwners + p.id);
+  if (!owner) return owner.error();
+  if (!*owner || (*owner)->value != p.host) return false;
+  using Op = storage::Etcd::Replacement::Op;
+  auto took = reader_->replace({{kOwners + p.id, config_.host_id, (*owner)->mod_revision},
+                                {kParked + p.id, "", p.mod_revision, Op::erase},
+                                {kHosts + p.host, "", 0, Op::check}});
+  if (!took) return took.error();
+  if (*took) remember(p.id, Owner{Owner::Kind::self, config_.host_id, "", ""}, steady_clock::now());
+  return *took;
+}
+
+storage::Status Cluster::unadopt(const Parked& p) {
+  auto owner = reader_->get(kOwners + p.id);
+  if (!owner) return owner.error();
+  if (!*owner || (*owner)->value != config_.host_id)
+    return make_error(ErrorCode::conflict, p.id + " is not this host's any more");
+  auto back = reader_->replace({{kOwners + p.id, p.host, (*owner)->mod_revision},
+                                {kParked + p.id, sealed_parked(p, p.host, records_key()), 0}});
+  if (!back) return back.error();
+  {
+    std::lock_guard l(cache_mu_);
+    owners_.erase(p.id);
+  }
+  if (!*back) return make_error(ErrorCode::conflict, p.id + ": its records moved meanwhile");
+  return storage::Ok{};
 }
 
 storage::Status Cluster::set_draining(bool draining) {

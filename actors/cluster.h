@@ -9,7 +9,8 @@
 // comes back, grants a new lease and republishes itself.
 //
 // Layout under /pandastack/: hosts/<host id> (JSON, under the host's lease), members/<host id>
-// (its peer address, kept), owners/<id> (the owner's host id), keys/<key id> (storage/api_keys.h).
+// (its peer address, kept), owners/<id> (the owner's host id), keys/<key id> (storage/api_keys.h),
+// parked/<sandbox id> (Parked: a hibernation another host can wake from the object store).
 #pragma once
 
 #include <atomic>
@@ -60,6 +61,20 @@ struct Owner {
   std::string message;  // (error)
 };
 
+// A hibernated sandbox whose hibernation is in the object store, as its owner recorded it for
+// the day its host is gone (issue 39, wake anywhere): another host with the same bucket fetches
+// it from the owner's prefix, starts it, and takes it over (Cluster::adopt). Written once the
+// manifest is in the store, removed when that copy is spent (woken, ended, moved); sealed with
+// the cluster's records key (storage/record_mac.h), every field checked when read.
+struct Parked {
+  std::string id, tenant;
+  std::string host;      // the owner that parked it
+  std::string prefix;    // the owner's key prefix in the bucket (storage::ObjectStore::prefix)
+  std::string manifest;  // "manifests/<hex>" under that prefix
+  wire::Json settings = wire::Json::object();  // how it was made (actors/parked.h)
+  int64_t mod_revision = 0;                    // (as read) the record's revision
+};
+
 // What this host's etcd client presents and trusts (none: an insecure cluster).
 std::optional<tools::TlsFiles> etcd_tls(const ClusterConfig& c);
 
@@ -95,6 +110,20 @@ class Cluster {
   // (placement_name) goes to a host that has it; one no live host has is taken for the shipped
   // template of its name. Empty on error.
   storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);
+  // Parked hibernations (Parked). park: writes this host's record of `p` (p.host is this
+  // host). unpark: removes the record of `id` if it still names `manifest`. parked: the record
+  // of `id`, none when there is none or it does not verify (logged).
+  storage::Status park(const Parked& p);
+  storage::Status unpark(const std::string& id, const std::string& manifest);
+  storage::Result<std::optional<Parked>> parked(const std::string& id);
+  // Takes parked sandbox `p` over, in one transaction: only while its owner's host is down (no
+  // hosts/ record: its lease expired), the owner record still names p.host and the parked
+  // record is still p, the owner becomes this host and the parked record goes. False when any
+  // of that moved (the host came back, another host took it).
+  storage::Result<bool> adopt(const Parked& p);
+  // Undoes adopt() for a wake that failed after it: the owner is p.host again, the record back.
+  storage::Status unadopt(const Parked& p);
+
   // A draining host is passed by when placing creates (its sandboxes are being moved off it).
   storage::Status set_draining(bool draining);
   bool draining() const { return draining_; }
@@ -102,6 +131,7 @@ class Cluster {
  private:
   Cluster(ClusterConfig config, Capacity capacity);
   storage::Status publish(storage::Etcd& etcd);
+  std::string records_key() const;  // "" for an insecure cluster
   void keepalive_loop();
   void remember(const std::string& id, const Owner& owner,
                 std::chrono::steady_clock::time_point at);

@@ -257,6 +257,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.hibernated_disk_only = s.hibernated_disk_only;
   i.hibernation_durable = s.hibernation_durable;
   i.hibernation_remote = !s.hibernation_manifest.empty();
+  i.hibernation_manifest = s.hibernation_manifest;
   i.failure_reason = s.failure_reason;
   i.version = s.version;
   i.network = s.network;

@@ -32,6 +32,7 @@ class ObjectStore;
 namespace pandastack::actors {
 
 class Secrets;  // (actors/secrets.h)
+class Cluster;  // (actors/cluster.h)
 }  // namespace pandastack::actors
 namespace pandastack::vmm {
 class ProxyHost;  // (vmm-driver/egress_proxy_host.h)
@@ -104,6 +105,16 @@ struct Env {
   Secrets* secrets = nullptr;
   // The object store hibernations go to (RuntimeConfig::object_store), or null.
   std::shared_ptr<storage::ObjectStore> object_store;
+  // Cluster mode (set by Runtime::join_cluster, after recovery started the actors): where the
+  // snapshot uploader parks hibernations (actors/parked.h). Null without a cluster.
+  std::shared_ptr<Cluster> cluster() {
+    std::lock_guard l(cluster_mu);
+    return cluster_;
+  }
+  void set_cluster(std::shared_ptr<Cluster> c) {
+    std::lock_guard l(cluster_mu);
+    cluster_ = std::move(c);
+  }
   std::mutex proxy_mu;
   std::shared_ptr<vmm::ProxyHost> proxies;
   std::shared_ptr<vmm::ProxyHost> proxy_host();
@@ -128,6 +139,7 @@ struct Env {
   // sandboxes' network_attached events: recovery marks the adopted VMs' subnets used again.
   std::mutex subnets_mu;
   std::set<uint32_t> subnets_used;
+
   uint32_t subnet_capacity = 0, subnet_next = 0;
 
   std::optional<uint32_t> take_subnet();
@@ -193,6 +205,10 @@ struct Env {
     std::string mount;
   };
   std::optional<DataVolume> template_data_volume(const std::string& template_name) const;
+
+ private:
+  std::mutex cluster_mu;
+  std::shared_ptr<Cluster> cluster_;
 };
 
 int64_t now_ms();

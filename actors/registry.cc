@@ -751,7 +751,9 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
       [=](uploaded_atom, std::string sandbox, std::string snap, uint64_t at, std::string manifest) {
         registry_snapshots::uploaded(self, sandbox, snap, at, manifest);
       },
-      [=](forget_atom, std::string manifest) { registry_snapshots::forget(self, manifest); },
+      [=](forget_atom, std::string manifest, std::string sandbox) {
+        registry_snapshots::forget(self, manifest, sandbox);
+      },
       [=](tick_atom) {
         int64_t now = now_ms();
         for (auto& [id, i] : self->state.infos) {

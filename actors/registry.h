@@ -124,12 +124,13 @@ void unpersist(RegistrySelf* self, const std::string& snap);
 void persisted(RegistrySelf* self, const std::string& sandbox, const std::string& snap);
 // Hibernations in the object store (actors/snapshot_uploader.h): sandbox `sandbox`'s hibernation
 // `snap`, on the data disk, is uploaded (nothing without an object store); the uploader put it
-// there as `manifest` (recorded by the sandbox, if still in it); `manifest` is no longer needed.
+// there as `manifest` (recorded by the sandbox, if still in it; in cluster mode then parked,
+// actors/parked.h); `manifest` (of `sandbox`) is no longer needed.
 // (`at`: SandboxState::hibernation_persisted_at, which copy it is.)
 void upload(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at);
 void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at,
               const std::string& manifest);
-void forget(RegistrySelf* self, const std::string& manifest);
+void forget(RegistrySelf* self, const std::string& manifest, const std::string& sandbox);
 }  // namespace registry_snapshots
 
 namespace registry_databases {

@@ -1,5 +1,7 @@
 // The registry's part in durable named snapshots: it owns the host's snapshot persister and
 // routes what it made to the sandbox that records it.
+#include "actors/env.h"
+#include "actors/parked.h"
 #include "actors/registry.h"
 #include "actors/snapshot_persister.h"
 #include "actors/snapshot_uploader.h"
@@ -51,20 +53,23 @@ void upload(RegistrySelf* self, const std::string& sandbox, const std::string& s
 void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at,
               const std::string& manifest) {
   auto actor = actor_to_record(self, sandbox);
-  if (!actor) return forget(self, manifest);
+  if (!actor) return forget(self, manifest, sandbox);
   // A sandbox no longer in that copy records nothing: the manifest goes again.
   self->request(actor, std::chrono::seconds(60), cmd_atom::value,
                 Command{cmd::HibernationUploaded{snap, manifest, at}})
       .then(
-          [self, manifest](const Answer& a) {
-            if (!a.ok || !a.info.hibernation_remote) forget(self, manifest);
+          [self, manifest, sandbox](const Answer& a) {
+            if (!a.ok || !a.info.hibernation_remote) return forget(self, manifest, sandbox);
+            if (self->state.env->cluster() && !unparkable(a.info))
+              caf::anon_send(uploader(self), park_atom::value, sandbox, a.info.tenant, manifest,
+                             parked_settings(a.info).dump());
           },
           [](const caf::error&) {});  // (unknown: kept; the wake or kill removes it if recorded)
 }
 
-void forget(RegistrySelf* self, const std::string& manifest) {
+void forget(RegistrySelf* self, const std::string& manifest, const std::string& sandbox) {
   if (!self->state.env->object_store) return;
-  caf::anon_send(uploader(self), forget_atom::value, manifest);
+  caf::anon_send(uploader(self), forget_atom::value, manifest, sandbox);
 }
 
 }  // namespace pandastack::actors::registry_snapshots

@@ -142,7 +142,8 @@ struct SandboxInfo {
   bool hibernated_disk_only = false;  // hibernated with its disk only (a wake boots on it)
   // Hibernated, and its hibernation has a synced copy on the data disk: it survives a reboot.
   bool hibernation_durable = false;
-  bool hibernation_remote = false;  // and in the object store (hibernation_uploaded)
+  bool hibernation_remote = false;   // and in the object store (hibernation_uploaded)
+  std::string hibernation_manifest;  // (remote) its manifest's key there
   std::vector<std::string> snapshots;
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::set<std::string> durable_snapshots;  // of `snapshots`: a synced copy is on the data disk
@@ -624,7 +625,9 @@ class Runtime {
   const RuntimeConfig& config() const;
 
   // Cluster mode (actors/cluster.h): API keys move to etcd, and every sandbox, snapshot, volume
-  // and database this host creates is recorded as its own. Set once, right after start().
+  // and database this host creates is recorded as its own. Set once, right after start(). Its
+  // hibernations in the object store are parked (again); a hibernated sandbox another host took
+  // over while this one was down (Runtime::wake_parked) is ended here (recorded as moved).
   void join_cluster(std::shared_ptr<Cluster> cluster);
   Cluster* cluster() const;
 
@@ -657,6 +660,18 @@ class Runtime {
   Reply<std::vector<SandboxInfo>> start_imported(const ImportRequest& request, bool claim);
   // Removes a received snapshot that will not be started.
   void discard_import(const std::string& snapshot_id);
+  // Wake anywhere (cluster mode with an object store, issue 39; actors/parked.h). The host and
+  // template of the tenant's sandbox `id` parked by a host that is now down (Cluster::parked):
+  // sandbox_not_found when none is parked for the tenant.
+  struct ParkedSandbox {
+    std::string host, template_name;
+  };
+  Reply<ParkedSandbox> parked(const std::string& tenant, const std::string& id);
+  // Fetches its hibernation from the down host's prefix of the store (verified chunk by chunk,
+  // then checked as a peer's snapshot), takes it over (Cluster::adopt: one etcd transaction, only
+  // while that host is down) and starts it here; its manifest leaves the store. Nothing changes
+  // when it fails (a failed start gives the sandbox back to its host's record).
+  Reply<SandboxInfo> wake_parked(const std::string& tenant, const std::string& id);
   // The files of volume `v` (as get_volume answered it: the tenant's): its own, then its
   // snapshots' (a migration ships them).
   std::vector<std::string> volume_files(const VolumeInfo& v);

@@ -1,6 +1,8 @@
 // The runtime's cluster side: joining a cluster, ownership claims, and the sandboxes this host
 // receives from another one (a cross-host fork's children, a migrated sandbox; the snapshots
 // travel over Cap'n Proto, gateway/peer_snapshots.h).
+#include <spdlog/spdlog.h>
+
 #include <caf/all.hpp>
 #include <filesystem>
 
@@ -8,11 +10,13 @@
 #include "actors/custom_template.h"
 #include "actors/env.h"
 #include "actors/messages.h"
+#include "actors/parked.h"
 #include "actors/runtime.h"
 #include "actors/runtime_impl.h"
 #include "actors/volume_files.h"
 #include "storage/api_keys.h"
 #include "storage/etcd.h"
+#include "storage/object_store.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/snapshot_transfer.h"
@@ -25,7 +29,32 @@ void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
   auto& c = cluster->config();
   impl_->keys->share(std::make_unique<storage::Etcd>(c.etcd, etcd_tls(c)),
                      c.tls ? c.tls->records_key : std::string());
-  impl_->cluster = std::move(cluster);
+  impl_->cluster = cluster;
+  impl_->env->set_cluster(cluster);
+  auto all = list("*");
+  if (!all) return;
+  for (auto& s : *all) {
+    if (s.status != SandboxStatus::hibernated) continue;
+    auto owner = cluster->owner(s.id, /*fresh=*/true);
+    if (owner.kind == Owner::Kind::peer || owner.kind == Owner::Kind::down) {
+      // Woken elsewhere from the store while this host was down: it is that host's now.
+      spdlog::info("cluster: {} was taken over by host {} while this host was down: ended here",
+                   s.id, owner.host);
+      if (auto r = migrated_away(s.tenant, s.id, owner.host); !r)
+        spdlog::warn("cluster: {} could not be ended here: {}", s.id, r.error().message);
+      continue;
+    }
+    if (owner.kind != Owner::Kind::self || unparkable(s)) continue;
+    Parked p;
+    p.id = s.id;
+    p.tenant = s.tenant;
+    p.prefix = impl_->env->object_store ? impl_->env->object_store->prefix() : "";
+    p.manifest = s.hibernation_manifest;
+    p.settings = parked_settings(s);
+    if (auto r = cluster->park(p); !r)
+      spdlog::warn("cluster: {} is not parked (no other host can wake it): {}", s.id,
+                   r.error().message);
+  }
 }
 
 Cluster* Runtime::cluster() const { return impl_->cluster.get(); }

@@ -503,7 +503,7 @@ void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
     st.s = apply(st.s, e);
     // Its hibernation's copy in the object store is spent with it (woken, ended, moved).
     if (!uploaded.empty() && st.s.hibernation_manifest.empty())
-      caf::anon_send(st.registry, forget_atom::value, uploaded);
+      caf::anon_send(st.registry, forget_atom::value, uploaded, st.s.id);
     caf::anon_send(st.registry, info_atom::value, info_of(st.s));
   }
   if (st.env->config.snapshot_every > 0 &&

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "actors/cluster.h"
 #include "actors/env.h"
 #include "actors/runtime_ids.h"
 #include "storage/snapshot_chunks.h"
@@ -70,8 +71,30 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
             st.sent_bytes >> 20, st.ms);
         caf::anon_send(registry, uploaded_atom::value, sandbox, snap, at, *key);
       },
-      [=](forget_atom, std::string manifest) {
+      [=](park_atom, std::string sandbox, std::string tenant, std::string manifest,
+          std::string settings) {
+        auto cluster = env->cluster();
+        auto j = wire::Json::parse(settings);
+        if (!cluster || !env->object_store || !runtime_id(sandbox, "sbx_") || !j) return;
+        Parked p;
+        p.id = sandbox;
+        p.tenant = tenant;
+        p.prefix = env->object_store->prefix();
+        p.manifest = manifest;
+        p.settings = *j;
+        if (auto r = cluster->park(p); !r)
+          spdlog::warn(
+              "snapshot uploader: {} is in the object store but not parked in the cluster (no "
+              "other host can wake it; recorded again at the next start): {}",
+              sandbox, r.error().message);
+      },
+      [=](forget_atom, std::string manifest, std::string sandbox) {
         if (!storage::manifest_key(manifest) || !env->object_store) return;
+        // Its parked record first: no host tries to wake it from a manifest that is gone.
+        if (auto cluster = env->cluster(); cluster && runtime_id(sandbox, "sbx_"))
+          if (auto r = cluster->unpark(sandbox, manifest); !r)
+            spdlog::warn("snapshot uploader: the parked record of {} stays in etcd: {}", sandbox,
+                         r.error().message);
         if (auto r = env->object_store->remove(manifest); !r) {
           spdlog::warn("snapshot uploader: {} not removed from the object store: {}", manifest,
                        r.error().message);

@@ -6,8 +6,12 @@
 //       (uploaded_atom, sandbox id, snapshot id, copy, manifest),
 //       which has the sandbox record it (`durable: "remote"`). A failure (the store unreachable,
 //       full, refusing) is retried with a growing delay (5 s to 5 min) while the copy is there.
-//   forget_atom, manifest: removes that manifest from the store (the hibernation was woken or
-//       the sandbox ended); RuntimeConfig::object_store_gc_delay later (one collection for every
+//   park_atom, sandbox id, tenant, manifest, settings (JSON): cluster mode, the sandbox recorded
+//       the upload: its Parked record goes to etcd (actors/parked.h), so that another host can
+//       wake it from the store once this host is gone.
+//   forget_atom, manifest, sandbox id: removes the sandbox's parked record (if it names that
+//       manifest), then that manifest from the store (the hibernation was woken or the sandbox
+//       ended); RuntimeConfig::object_store_gc_delay later (one collection for every
 //       removal meanwhile) the chunks no manifest names go (storage::collect_garbage: serial with
 //       the uploads here, so the store's prefix must be this host's alone).
 #pragma once
@@ -20,6 +24,7 @@ using upload_atom = caf::atom_constant<caf::atom("upload")>;
 using uploaded_atom = caf::atom_constant<caf::atom("uploaded")>;
 using forget_atom = caf::atom_constant<caf::atom("forgetman")>;
 using objgc_atom = caf::atom_constant<caf::atom("objgc")>;
+using park_atom = caf::atom_constant<caf::atom("park")>;
 
 // Reads only Env::persisted_dir of a well-formed sandbox id; writes only the object store.
 caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry);

@@ -66,6 +66,9 @@ struct Request {
   std::string host_sandbox;  // E2B's sandbox plane by host name (49983-ID.DOMAIN): ID, else ""
   bool forwarded = false;  // (cluster mode) another host forwarded it (its creates are served here)
   bool routed = false;     // (cluster mode) its owner was looked up already
+  // (cluster mode) the id's owner is down, and this route may act on it here anyway (a wake from
+  // the object store): its absence here is not a 404 before the handler.
+  bool owner_down = false;
   int conn_fd = -1;        // the client's connection (to notice it hang up), or -1
   std::stop_token cancel;  // fires when the client hung up or the server shuts down
   // (a request another host forwarded) fired when that host cancels the call: its client hung up

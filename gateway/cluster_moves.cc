@@ -199,6 +199,39 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
   return fork_across_hosts(c, count, {to->id});
 }
 
+HttpReply wake_elsewhere(Call& c) {
+  auto& cluster = cluster_of(c, "wake");
+  auto owner = cluster.owner(c.id, /*fresh=*/true);
+  if (owner.kind != actors::Owner::Kind::down)  // (it came back meanwhile)
+    throw ApiError{Code::conflict,
+                   "host " + owner.host + " owns " + c.id + " and is up: ask again"};
+  auto parked = c.gw.rt.parked(c.tenant(), c.id);
+  if (!parked) {
+    if (parked.error().code != Code::sandbox_not_found) throw parked.error();
+    throw ApiError{Code::host_unavailable,
+                   down_message(owner.host) + " (its hibernation is not in the object store)"};
+  }
+  // Where placement puts it: here, or the host picked (which then wakes it itself: a request
+  // forwarded by a host is not placed again).
+  if (!c.r.forwarded) {
+    auto to = cluster.place(parked->template_name, "");
+    if (to && !to->self) {
+      auto session = session_with(c.gw, *to, bearer_token(c.r.authorization));
+      auto a = unwrap(session->http("POST", "/v1/sandboxes/" + c.id + "/wake",
+                                    {{"Authorization", c.r.authorization}}));
+      spdlog::info("cluster: wake of {} (host {} is down) placed on host {}: {}", c.id, owner.host,
+                   to->id, a.status);
+      return HttpReply{a.status, "application/json", a.body, std::nullopt, {}};
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto j = sandbox_json(unwrap(c.gw.rt.wake_parked(c.tenant(), c.id)));
+  j.set("host", cluster.config().host_id);
+  j.set("woken_from", owner.host);
+  j.set("wake_ms", ms_since(t0));
+  return json_reply(200, j);
+}
+
 // Moves sandbox `id` of `tenant` to host `to`: hibernated here, its hibernation shipped with its
 // volumes' files, started there under the same id (its volumes under theirs), its owner record
 // and its volumes' handed over in one transaction, then ended here. Returns it as the target

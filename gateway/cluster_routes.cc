@@ -40,6 +40,15 @@ const char* routing_param(const std::string& pattern) {
   return nullptr;
 }
 
+}  // namespace
+
+std::string down_message(const std::string& host) {
+  return "host " + host +
+         " owns this and is down (its lease expired); it answers again once it is back";
+}
+
+namespace {
+
 // A route naming a host goes to that host (its id prefixed "host:" in the routing id).
 constexpr const char* kHostPrefix = "host:";
 
@@ -215,12 +224,14 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       case Target::Kind::unauthorized:  // (serve() checks the key again and answers 401)
         return serve(route, std::move(req), headers, body, response, t0, head);
       case Target::Kind::down:
+        // A wake may bring it back here from the object store (routes_sandboxes.cc).
+        if (route.method == kj::HttpMethod::POST && route.pattern == "/v1/sandboxes/{id}/wake") {
+          req.owner_down = true;
+          return serve(route, std::move(req), headers, body, response, t0, head);
+        }
         return send(response,
-                    restyle(route, error_reply(Code::host_unavailable,
-                                               "host " + t.host +
-                                                   " owns this and is down (its lease expired); it "
-                                                   "answers again once it is back")),
-                    t0, head);
+                    restyle(route, error_reply(Code::host_unavailable, down_message(t.host))), t0,
+                    head);
       case Target::Kind::unavailable:
         return send(response,
                     restyle(route, error_reply(Code::cluster_unavailable,

@@ -659,8 +659,13 @@ Call Server::admit(const Route& route, const Request& r) {
                          " requests per second (its tenant's quota)"};
   }
   c.id = r.param("id");
-  // Another tenant's sandbox does not exist for this key: 404 before anything else is looked at.
-  if (!c.id.empty()) unwrap(rt.get(c.key.tenant, c.id));
+  // Another tenant's sandbox does not exist for this key: 404 before anything else is looked at
+  // (a sandbox of a host that is down is not here: its handler checks the tenant itself).
+  if (!c.id.empty()) {
+    auto here = rt.get(c.key.tenant, c.id);
+    if (!here && !(r.owner_down && here.error().code == Code::sandbox_not_found))
+      throw here.error();
+  }
   for (auto& [k, v] : r.query) {
     bool known = false;
     for (auto& q : route.query)

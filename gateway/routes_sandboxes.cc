@@ -268,6 +268,9 @@ std::vector<Route> sandbox_routes() {
       route(M::POST, "/v1/sandboxes/{id}/wake", "Wake a hibernated sandbox",
             [](Call& c) {
               Fields f(c.r.json(), {});
+              // (cluster mode: a sandbox whose host is down may be woken here from the store; a
+              // record of it here is of a copy that moved away)
+              if (c.r.owner_down) return wake_elsewhere(c);
               return json_reply(200, sandbox_json(unwrap(c.gw.rt.wake(c.tenant(), c.id))));
             }),
       route(

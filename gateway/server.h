@@ -114,6 +114,12 @@ void spread_lists(std::vector<Route>& routes);
 HttpReply fork_across_hosts(Call& c, uint32_t count, const std::vector<std::string>& hosts);
 // A fork this host is too full for, placed on the host placement picks (else `full` stands).
 HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full);
+// A wake of a sandbox whose host is down (Request::owner_down): when its hibernation is parked
+// in the object store for the caller's tenant, woken on the host placement picks (this one, or
+// forwarded there), else host_unavailable (cluster_moves.cc; Runtime::wake_parked).
+HttpReply wake_elsewhere(Call& c);
+// What a request for an id whose owner `host` is down is answered (host_unavailable).
+std::string down_message(const std::string& host);
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {
