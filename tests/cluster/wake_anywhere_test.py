@@ -81,7 +81,7 @@ class Cluster(unittest.TestCase):
         harness.reap_vms(cls.base, cls.shm)
         cls.etcd.stop()
         cls.s3.stop()
-        if not os.environ.get("KEEP"): shutil.rmtree(cls.base, ignore_errors=True)
+        shutil.rmtree(cls.base, ignore_errors=True)
         shutil.rmtree(cls.shm, ignore_errors=True)
 
     def put(self, key, value):
