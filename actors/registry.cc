@@ -498,7 +498,7 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
     auto a = self->state.actors.find(id);
     return a == self->state.actors.end() ? caf::actor() : a->second;
   };
-  return {
+  return caf::message_handler{
       [=](create_atom, CreateRequest req) -> caf::result<Answer> {
         std::string snapshot;
         std::vector<SandboxVolume> source;  // the snapshot's sandbox's volumes
@@ -738,22 +738,6 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         return forward(self, actor,
                        caf::make_message(cmd_atom::value, Command{cmd::DeleteSnapshot{snapshot}}));
       },
-      [=](persist_atom, std::string sandbox, std::string snap) {
-        registry_snapshots::persist(self, sandbox, snap);
-      },
-      [=](unpersist_atom, std::string snap) { registry_snapshots::unpersist(self, snap); },
-      [=](snapsaved_atom, std::string sandbox, std::string snap) {
-        registry_snapshots::persisted(self, sandbox, snap);
-      },
-      [=](upload_atom, std::string sandbox, std::string snap, uint64_t at) {
-        registry_snapshots::upload(self, sandbox, snap, at);
-      },
-      [=](uploaded_atom, std::string sandbox, std::string snap, uint64_t at, std::string manifest) {
-        registry_snapshots::uploaded(self, sandbox, snap, at, manifest);
-      },
-      [=](forget_atom, std::string manifest, std::string sandbox) {
-        registry_snapshots::forget(self, manifest, sandbox);
-      },
       [=](tick_atom) {
         int64_t now = now_ms();
         for (auto& [id, i] : self->state.infos) {
@@ -799,7 +783,8 @@ caf::behavior registry_actor(RegistrySelf* self, Env* env) {
         }
         return rp;
       },
-  };
+  }
+      .or_else(registry_snapshots::handlers(self));  // (persist, upload: registry_snapshots.cc)
 }
 
 }  // namespace pandastack::actors

@@ -131,6 +131,8 @@ void upload(RegistrySelf* self, const std::string& sandbox, const std::string& s
 void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at,
               const std::string& manifest);
 void forget(RegistrySelf* self, const std::string& manifest, const std::string& sandbox);
+// The registry's messages for these: persist, unpersist, snapsaved, upload, uploaded, forget.
+caf::message_handler handlers(RegistrySelf* self);
 }  // namespace registry_snapshots
 
 namespace registry_databases {

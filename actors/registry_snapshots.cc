@@ -72,4 +72,23 @@ void forget(RegistrySelf* self, const std::string& manifest, const std::string& 
   caf::anon_send(uploader(self), forget_atom::value, manifest, sandbox);
 }
 
+caf::message_handler handlers(RegistrySelf* self) {
+  return {
+      [=](persist_atom, std::string sandbox, std::string snap) { persist(self, sandbox, snap); },
+      [=](unpersist_atom, std::string snap) { unpersist(self, snap); },
+      [=](snapsaved_atom, std::string sandbox, std::string snap) {
+        persisted(self, sandbox, snap);
+      },
+      [=](upload_atom, std::string sandbox, std::string snap, uint64_t at) {
+        upload(self, sandbox, snap, at);
+      },
+      [=](uploaded_atom, std::string sandbox, std::string snap, uint64_t at, std::string manifest) {
+        uploaded(self, sandbox, snap, at, manifest);
+      },
+      [=](forget_atom, std::string manifest, std::string sandbox) {
+        forget(self, manifest, sandbox);
+      },
+  };
+}
+
 }  // namespace pandastack::actors::registry_snapshots
