@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "actors/env.h"
 #include "actors/event_codec.h"
 
 namespace pandastack::actors {
@@ -56,8 +57,8 @@ CreateRequest parked_create(const std::string& tenant, const Json& j, int64_t no
         j["on_timeout"].as_string() == "hibernate" ? ReapAction::hibernate : ReapAction::kill;
   c.timeout_disk_only = j["timeout_disk_only"].is_bool() && j["timeout_disk_only"].as_bool();
   c.network = j["network"].is_bool() && j["network"].as_bool();
-  if (*c.network)
-    if (auto e = egress_from_json(j["egress"])) c.egress = *e;
+  // (a policy that does not read is deny_all: never the host's default, which may be wider)
+  if (*c.network) c.egress = egress_from_json(j["egress"]).value_or(Egress{});
   ports.clear();
   if (j["ports"].is_array())
     for (auto& p : j["ports"].as_array())
@@ -65,5 +66,7 @@ CreateRequest parked_create(const std::string& tenant, const Json& j, int64_t no
         ports.push_back(uint32_t(p.as_int()));
   return c;
 }
+
+std::filesystem::path fetched_dir(const Env& env) { return env.config.disk_dir / "fetched"; }
 
 }  // namespace pandastack::actors

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "wire/json.h"
 
 namespace pandastack::actors {
+
+struct Env;
 
 // Why sandbox `s` cannot be parked (woken elsewhere), or nullopt when it can: hibernated with
 // its memory, its hibernation in the store, and no volumes (their data is not in the store).
@@ -27,5 +30,9 @@ wire::Json parked_settings(const SandboxInfo& s);
 // counts from now (at least a second). Bad fields are left at a create's defaults.
 CreateRequest parked_create(const std::string& tenant, const wire::Json& settings, int64_t now_ms,
                             std::vector<uint32_t>& ports);
+
+// Where a wake fetches a parked hibernation on the data disk (a folder per wake, removed after
+// it, and the whole folder at the next start).
+std::filesystem::path fetched_dir(const Env& env);
 
 }  // namespace pandastack::actors

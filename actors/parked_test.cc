@@ -86,6 +86,12 @@ TEST(Parked, BadFieldsAreACreatesDefaults) {
   EXPECT_FALSE(c.egress);  // (no network: no policy)
   EXPECT_EQ(c.idle_timeout_seconds, 0u);
   EXPECT_EQ(ports, (std::vector<uint32_t>{443}));
+  // With a network, a policy that does not read is deny_all (not the host's default).
+  j = wire::Json::parse(R"({"network": true, "egress": {"mode": 7}})");
+  c = parked_create("t2", *j, 0, ports);
+  ASSERT_TRUE(c.egress);
+  EXPECT_EQ(c.egress->mode, "deny_all");
+  EXPECT_TRUE(c.egress->cidrs.empty());
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
                      c.tls ? c.tls->records_key : std::string());
   impl_->cluster = cluster;
   impl_->env->set_cluster(cluster);
+  // What a wake from the store was fetching when the previous process ended is not whole.
+  std::error_code ec;
+  fs::remove_all(fetched_dir(*impl_->env), ec);
   auto all = list("*");
   if (!all) return;
   for (auto& s : *all) {

@@ -88,33 +88,29 @@ Reply<SandboxInfo> Runtime::wake_parked(const std::string& tenant, const std::st
   auto p = parked_of(cluster, tenant, id);
   if (!p) return p.error();
   auto& env = *impl_->env;
-  const std::string self = cluster->config().host_id;
   auto owner = cluster->owner(id, /*fresh=*/true);
   if (owner.kind != Owner::Kind::down || owner.host != p->host)
     return Rejection{Code::conflict, "sandbox " + id + " is not on a host that is down (" +
                                          (owner.host.empty() ? "no owner" : owner.host) +
                                          "): that host wakes it"};
   if (!env.object_store)
-    return Rejection{Code::not_implemented,
-                     "sandbox " + id +
-                         "'s hibernation is in an object store and this host has "
-                         "none (--object-store)"};
+    return Rejection{Code::not_implemented, "sandbox " + id + "'s hibernation is in an object " +
+                                                "store and this host has none (--object-store)"};
   auto store = env.object_store->under(p->prefix);
   if (!store) return Rejection{Code::internal, "not a key prefix: " + p->prefix};
   auto t0 = std::chrono::steady_clock::now();
   // Fetched onto the data disk (verified), then taken in onto tmpfs like a peer's snapshot.
-  fs::path folder = env.config.disk_dir / "fetched" / ("wake-" + random_base32(12));
+  fs::path folder = fetched_dir(env) / ("wake-" + random_base32(12));
   std::error_code ec;
   fs::create_directories(folder.parent_path(), ec);
   storage::ChunkStats st;
   auto fetched = storage::download_folder(*store, p->manifest, folder, &st);
   double fetch_ms = ms_since(t0);
+  const std::string not_fetched = "its hibernation could not be fetched from the object store: ";
   Reply<std::string> imported =
-      fetched ? take_in(*this, tenant, folder)
-              : Reply<std::string>(Rejection{Code::wake_failed,
-                                             "its hibernation could not be fetched from the object "
-                                             "store: " +
-                                                 fetched.error().message});
+      fetched
+          ? take_in(*this, tenant, folder)
+          : Reply<std::string>(Rejection{Code::wake_failed, not_fetched + fetched.error().message});
   fs::remove_all(folder, ec);
   if (!imported) {
     spdlog::warn("cluster: {} (parked by host {}) not woken here: {}", id, p->host,
@@ -126,9 +122,8 @@ Reply<SandboxInfo> Runtime::wake_parked(const std::string& tenant, const std::st
     discard_import(*imported);
     if (!took)
       return Rejection{Code::cluster_unavailable, "cannot reach etcd: " + took.error().message};
-    return Rejection{Code::conflict, "sandbox " + id +
-                                         " was taken over meanwhile (its host is "
-                                         "back, or another host woke it)"};
+    return Rejection{Code::conflict, "sandbox " + id + " was taken over meanwhile (its host " +
+                                         "is back, or another host woke it)"};
   }
   ImportRequest ir;
   std::vector<uint32_t> ports;

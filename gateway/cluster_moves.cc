@@ -199,9 +199,12 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
   return fork_across_hosts(c, count, {to->id});
 }
 
-HttpReply wake_elsewhere(Call& c) {
-  auto& cluster = cluster_of(c, "wake");
-  auto owner = cluster.owner(c.id, /*fresh=*/true);
+namespace {
+// The parked hibernation of the request's sandbox, whose host (`owner`) must be down; else what
+// the request is answered (host_unavailable, as the routing answers any request for it).
+actors::Runtime::ParkedSandbox parked_while_down(Call& c, actors::Cluster& cluster,
+                                                 actors::Owner& owner) {
+  owner = cluster.owner(c.id, /*fresh=*/true);
   if (owner.kind != actors::Owner::Kind::down)  // (it came back meanwhile)
     throw ApiError{Code::conflict,
                    "host " + owner.host + " owns " + c.id + " and is up: ask again"};
@@ -211,10 +214,25 @@ HttpReply wake_elsewhere(Call& c) {
     throw ApiError{Code::host_unavailable,
                    down_message(owner.host) + " (its hibernation is not in the object store)"};
   }
+  return *parked;
+}
+}  // namespace
+
+actors::SandboxInfo wake_from_store(Call& c) {
+  auto& cluster = cluster_of(c, "wake");
+  actors::Owner owner;
+  parked_while_down(c, cluster, owner);
+  return unwrap(c.gw.rt.wake_parked(c.tenant(), c.id));
+}
+
+HttpReply wake_elsewhere(Call& c) {
+  auto& cluster = cluster_of(c, "wake");
+  actors::Owner owner;
+  auto parked = parked_while_down(c, cluster, owner);
   // Where placement puts it: here, or the host picked (which then wakes it itself: a request
   // forwarded by a host is not placed again).
   if (!c.r.forwarded) {
-    auto to = cluster.place(parked->template_name, "");
+    auto to = cluster.place(parked.template_name, "");
     if (to && !to->self) {
       auto session = session_with(c.gw, *to, bearer_token(c.r.authorization));
       auto a = unwrap(session->http("POST", "/v1/sandboxes/" + c.id + "/wake",

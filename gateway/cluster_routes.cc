@@ -42,6 +42,14 @@ const char* routing_param(const std::string& pattern) {
 
 }  // namespace
 
+bool wakes_from_store(const Route& route) {
+  if (route.method != kj::HttpMethod::POST) return false;
+  for (auto* p : {"/v1/sandboxes/{id}/wake", "/sandboxes/{id}/connect",
+                  "/v2/sandboxes/{id}/connect", "/sandboxes/{id}/resume"})
+    if (route.pattern == p) return true;
+  return false;
+}
+
 std::string down_message(const std::string& host) {
   return "host " + host +
          " owns this and is down (its lease expired); it answers again once it is back";
@@ -225,7 +233,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
         return serve(route, std::move(req), headers, body, response, t0, head);
       case Target::Kind::down:
         // A wake may bring it back here from the object store (routes_sandboxes.cc).
-        if (route.method == kj::HttpMethod::POST && route.pattern == "/v1/sandboxes/{id}/wake") {
+        if (wakes_from_store(route)) {
           req.owner_down = true;
           return serve(route, std::move(req), headers, body, response, t0, head);
         }

@@ -303,7 +303,8 @@ HttpReply create(Call& c) {
 HttpReply connect(Call& c) {
   auto& rt = c.gw.rt;
   Json b = c.r.json();
-  auto s = live(c);
+  // (cluster mode: paused on a host that is down, it is woken here from the object store)
+  auto s = c.r.owner_down ? wake_from_store(c) : live(c);
   if (s.status == actors::SandboxStatus::hibernated) s = unwrap(rt.wake(c.tenant(), c.id));
   if (b.has("timeout") && !b["timeout"].is_null()) {
     uint32_t t = timeout_of(b, 300, rt.config().limits.max_ttl_seconds);

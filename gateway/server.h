@@ -118,6 +118,10 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
 // in the object store for the caller's tenant, woken on the host placement picks (this one, or
 // forwarded there), else host_unavailable (cluster_moves.cc; Runtime::wake_parked).
 HttpReply wake_elsewhere(Call& c);
+// The same woken here, whatever placement says (E2B's connect and resume).
+actors::SandboxInfo wake_from_store(Call& c);
+// Whether `route` may act on a sandbox whose host is down (Request::owner_down): the wakes.
+bool wakes_from_store(const Route& route);
 // What a request for an id whose owner `host` is down is answered (host_unavailable).
 std::string down_message(const std::string& host);
 

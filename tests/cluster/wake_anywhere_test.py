@@ -4,14 +4,15 @@ host from the object store. A cluster on one machine: its own etcd (TLS, client 
 a real S3 server (s3rver, tests/objectstore) and three daemons, each with its own prefix of one
 bucket (hosts/<id>/).
 
-Two sandboxes hibernate on host b; their hibernations reach the store and are parked in etcd
+Three sandboxes hibernate on host b; their hibernations reach the store and are parked in etcd
 (sealed with the cluster's records key). Host b is SIGKILLed, its QEMUs killed, its state tmpfs
 emptied and its data folder taken away. Through host c (draining: placement passes it by) a wake
-of the first is placed on host a, which fetches it from b's prefix, verifies it, takes it over
-in one etcd transaction and starts it: its tmpfs token and its disk file are there. Another
-tenant's key, and a parked record forged without the records key, wake nothing. The sandbox is
-a's from then on (a hibernation and wake there). Host b comes back with its data folder: it ends
-its copy of the first sandbox (a has it) and wakes the second from its own disk.
+of the first is placed on host a, which fetches it from b's prefix, verifies it, takes it over in
+one etcd transaction and starts it: its tmpfs token and its disk file are there. Another tenant's
+key, and a parked record forged without the records key, wake nothing; E2B's connect wakes the
+third on the host asked. The first is a's from then on (a hibernation and wake there). Host b
+comes back with its data folder: it ends its copy of the first (a has it) and wakes the second
+from its own disk.
 
 WakeCyclesTest (`make test-long`, WAKE_CYCLES=100): one sandbox goes back and forth between two
 hosts, each cycle losing the host it sleeps on (daemon SIGKILLed, restarted after the wake): its
@@ -32,6 +33,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 import harness  # noqa: E402
+import watchdog  # noqa: E402
 from harness import Api, Daemon  # noqa: E402
 from cluster_test import Etcd, make_pki  # noqa: E402
 from object_store_test import BUCKET, S3Server, manifest_of, wait_durable  # noqa: E402
@@ -123,7 +125,7 @@ class WakeAnywhereTest(Cluster):
     def test_a_hibernation_wakes_on_another_host_once_its_host_is_lost(self):
         a, c = self.api["a"], self.api["c"]
         sids = []
-        for text in ("first", "second"):
+        for text in ("first", "second", "third"):
             s, b = a.call("POST", "/v1/sandboxes", {"network": False, "persistent": True,
                                                     "placement": {"host": "b"}})
             self.assertEqual(s, 201, b)
@@ -134,7 +136,7 @@ class WakeAnywhereTest(Cluster):
             s, b = a.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})
             self.assertEqual((s, b.get("state")), (200, "hibernated"), b)
             sids.append(sid)
-        first, second = sids
+        first, second, third = sids
         for sid in sids:
             b, took = wait_durable(a, sid, "remote")
             self.assertEqual(b.get("durable"), "remote", b)
@@ -205,6 +207,13 @@ class WakeAnywhereTest(Cluster):
         s, b = c.call("POST", f"/v1/sandboxes/{first}/wake", {})
         self.assertEqual((s, b.get("state"), b.get("woken_from")), (200, "running", None), b)
 
+        # E2B's connect (resume) wakes a paused sandbox of a lost host the same way (here: a).
+        s, b = a.call("POST", f"/sandboxes/{third}/connect", {"timeout": 600},
+                      headers={"X-API-Key": self.key})
+        self.assertEqual((s, b.get("sandboxID")), (200, third), b)
+        s, b = a.exec(third, "cat /dev/shm/token /root/f")
+        self.assertEqual((s, b["stdout"]), (200, f"third-{third}\ndisk-{third}\n"), b)
+
         # It is a's now: hibernated there, into a's prefix, parked by a, woken there.
         s, b = a.call("POST", f"/v1/sandboxes/{first}/hibernate", {})
         self.assertEqual(s, 200, b)
@@ -244,6 +253,7 @@ class WakeCyclesTest(Cluster):
     HOSTS = ("a", "b")
     POOL = "0"
 
+    @watchdog.expect_seconds(60 + 20 * int(os.environ.get("WAKE_CYCLES", "3")))
     def test_hibernate_lose_the_host_wake_on_the_other(self):
         cycles = int(os.environ.get("WAKE_CYCLES", "3"))
         s, b = self.api["a"].call("POST", "/v1/sandboxes", {"network": False, "persistent": True,
