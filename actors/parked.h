@@ -31,6 +31,10 @@ wire::Json parked_settings(const SandboxInfo& s);
 CreateRequest parked_create(const std::string& tenant, const wire::Json& settings, int64_t now_ms,
                             std::vector<uint32_t>& ports);
 
+// What a wake fetches at most: the host's guest RAM, its device state (vmm::ReceiveLimits) and
+// this much disk (a sandbox's disk layers: its template's root file system and what it wrote).
+constexpr uint64_t kMaxParkedDiskBytes = 64ull << 30;
+
 // Where a wake fetches a parked hibernation on the data disk (a folder per wake, removed after
 // it, and the whole folder at the next start).
 std::filesystem::path fetched_dir(const Env& env);

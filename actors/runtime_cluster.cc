@@ -47,11 +47,11 @@ void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
         spdlog::warn("cluster: {} could not be ended here: {}", s.id, r.error().message);
       continue;
     }
-    if (owner.kind != Owner::Kind::self || unparkable(s)) continue;
+    if (owner.kind != Owner::Kind::self || unparkable(s) || !impl_->env->object_store) continue;
     Parked p;
     p.id = s.id;
     p.tenant = s.tenant;
-    p.prefix = impl_->env->object_store ? impl_->env->object_store->prefix() : "";
+    p.prefix = impl_->env->object_store->prefix();
     p.manifest = s.hibernation_manifest;
     p.settings = parked_settings(s);
     if (auto r = cluster->park(p); !r)

@@ -104,7 +104,9 @@ Reply<SandboxInfo> Runtime::wake_parked(const std::string& tenant, const std::st
   std::error_code ec;
   fs::create_directories(folder.parent_path(), ec);
   storage::ChunkStats st;
-  auto fetched = storage::download_folder(*store, p->manifest, folder, &st);
+  const uint64_t bound = (uint64_t(env.config.memory_mib) << 20) +
+                         vmm::ReceiveLimits{}.max_state_bytes + kMaxParkedDiskBytes;
+  auto fetched = storage::download_folder(*store, p->manifest, folder, &st, bound);
   double fetch_ms = ms_since(t0);
   const std::string not_fetched = "its hibernation could not be fetched from the object store: ";
   Reply<std::string> imported =

@@ -188,7 +188,7 @@ Result<GcStats> collect_garbage(ObjectStore& store, KnownChunks* known) {
 }
 
 Status download_folder(ObjectStore& store, const std::string& key, const fs::path& dir,
-                       ChunkStats* stats) {
+                       ChunkStats* stats, uint64_t max_bytes) {
   auto t0 = std::chrono::steady_clock::now();
   ChunkStats local;
   ChunkStats& st = stats ? *stats : local;
@@ -206,6 +206,15 @@ Status download_folder(ObjectStore& store, const std::string& key, const fs::pat
       (*m)["files"].size() > kMaxManifestFiles)
     return make_error(ErrorCode::corrupt, "manifest " + key + " is not one this host reads");
   const uint64_t chunk_bytes = uint64_t((*m)["chunk_bytes"].as_int());
+  uint64_t total = 0;
+  for (auto& f : (*m)["files"].as_array())
+    if (!f["link"].is_string() && f["size"].is_integer() && f["size"].as_int() > 0)
+      total += std::min<uint64_t>(uint64_t(f["size"].as_int()), uint64_t(kMaxFileBytes));
+  if (total > max_bytes)
+    return make_error(ErrorCode::invalid_argument,
+                      "manifest " + key + " names " + std::to_string(total >> 20) +
+                          " MiB, more than the " + std::to_string(max_bytes >> 20) +
+                          " MiB this fetch takes (refused)");
   fs::create_directories(dir.parent_path(), ec);
   fs::path tmp = dir;
   tmp += ".download";

@@ -54,8 +54,11 @@ Result<std::string> upload_folder(ObjectStore& store, const std::filesystem::pat
                                   ChunkStats* stats = nullptr, KnownChunks* known = nullptr);
 
 // Writes the folder `manifest_key` names at `dir` (which must not exist), each file fsynced.
+// A manifest whose files add up to more than `max_bytes` is refused (invalid_argument) before
+// anything is written.
 Status download_folder(ObjectStore& store, const std::string& manifest_key,
-                       const std::filesystem::path& dir, ChunkStats* stats = nullptr);
+                       const std::filesystem::path& dir, ChunkStats* stats = nullptr,
+                       uint64_t max_bytes = uint64_t(kMaxFileBytes));
 
 // Whether `key` is a manifest key as upload_folder returns them.
 bool manifest_key(const std::string& key);

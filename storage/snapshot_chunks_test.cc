@@ -182,6 +182,22 @@ TEST_F(SnapshotChunks, ACorruptedOrMissingChunkIsRefusedAndNothingIsLeft) {
   EXPECT_FALSE(fs::exists(root / "back"));
 }
 
+TEST_F(SnapshotChunks, AFetchTakesAtMostItsBound) {
+  MemoryStore store;
+  auto key = upload_folder(store, root / "snap");
+  ASSERT_TRUE(key);
+  ChunkStats st;
+  ASSERT_TRUE(download_folder(store, *key, root / "back", &st));
+  fs::remove_all(root / "back");
+  auto r = download_folder(store, *key, root / "back", nullptr, st.bytes - 1);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("more than"), std::string::npos);
+  EXPECT_FALSE(fs::exists(root / "back"));
+  EXPECT_FALSE(fs::exists(root / "back.download"));
+  EXPECT_TRUE(download_folder(store, *key, root / "back", nullptr, st.bytes));
+}
+
 TEST_F(SnapshotChunks, AManifestIsCheckedBeforeItIsBelieved) {
   MemoryStore store;
   auto key = upload_folder(store, root / "snap");
