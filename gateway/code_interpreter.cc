@@ -1,5 +1,7 @@
 #include "gateway/code_interpreter.h"
 
+#include <spdlog/spdlog.h>
+
 #include "gateway/repl_script.h"  // generated from guest/repl/pandastack_repl.py (kReplScript)
 #include "wire/hex.h"
 
@@ -78,6 +80,7 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
   std::stop_source own;
   std::stop_callback linked(stop, [&own] { own.request_stop(); });
   bool overflow = false;
+  uint64_t unreadable = 0, unreadable_bytes = 0;  // lines of the client that are not an event
   auto on_output = [&](vmm::StreamKind kind, std::string_view d) {
     if (kind == vmm::StreamKind::err) {
       if (out.stderr_text.size() < 65536) out.stderr_text.append(d);  // the client's own errors
@@ -87,9 +90,14 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
     size_t from = pending.size(), start = 0, nl;  // (only the new bytes are searched)
     pending.append(d);
     while ((nl = pending.find('\n', from)) != std::string::npos) {
-      auto j = Json::parse(std::string_view(pending).substr(start, nl - start));
+      size_t len = nl - start;
+      auto j = Json::parse(std::string_view(pending).substr(start, len));
       start = from = nl + 1;
-      if (!j || !j->is_object()) continue;
+      if (!j || !j->is_object()) {
+        ++unreadable;
+        unreadable_bytes += len;
+        continue;
+      }
       const std::string& type = (*j)["type"].as_string();
       if (type == "end") out.execution_count = (*j)["execution_count"].as_int();
       on_event(*j);
@@ -112,6 +120,10 @@ Reply<RunResult> run(actors::Runtime& rt, const std::string& tenant, const std::
     return Rejection{Code::output_too_large, "the code interpreter wrote a line over " +
                                                  std::to_string(kMaxEventLineBytes >> 20) +
                                                  " MiB: the run was stopped"};
+  // (The client writes only events: a line that is not one is a fault worth seeing in the log.)
+  if (unreadable > 0)
+    spdlog::warn("code: a run in {} had {} lines ({} bytes) that are not events: skipped", id,
+                 unreadable, unreadable_bytes);
   if (!r) return r.error();
   if (r->timed_out) {
     out.timed_out = true;
