@@ -77,14 +77,14 @@ class Cluster(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for d in cls.daemons.values():
-            if d.proc.poll() is None:
-                d.stop(reap=True)
+        codes = {h: d.stop(reap=True) for h, d in cls.daemons.items() if d.proc.poll() is None}
         harness.reap_vms(cls.base, cls.shm)
         cls.etcd.stop()
         cls.s3.stop()
         shutil.rmtree(cls.base, ignore_errors=True)
         shutil.rmtree(cls.shm, ignore_errors=True)
+        for h, code in codes.items():  # (a sanitizer's report at exit is a failure)
+            assert code == 0, f"daemon {h} exited {code}"
 
     def put(self, key, value):
         """Writes bytes `value` at `key` (an operator's etcd certificate: no records key)."""
