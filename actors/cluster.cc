@@ -6,6 +6,7 @@
 #include <random>
 
 #include "actors/custom_template.h"
+#include "actors/runtime_ids.h"
 #include "storage/object_store.h"
 #include "storage/record_mac.h"
 #include "storage/snapshot_chunks.h"
@@ -264,19 +265,6 @@ storage::Result<bool> Cluster::claim(const std::string& id) {
 }
 
 namespace {
-bool valid_host_id(const std::string& h) {
-  if (h.empty() || h.size() > 64) return false;
-  for (char c : h)
-    if (!(std::isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-')) return false;
-  return true;
-}
-
-bool valid_sandbox_id(const std::string& id) {
-  if (id.size() < 5 || id.size() > 64 || id.rfind("sbx_", 0) != 0) return false;
-  for (char c : id)
-    if (!(std::isalnum((unsigned char)c) || c == '_')) return false;
-  return true;
-}
 // The record of `p` as host `host` parked it, sealed with `key`.
 std::string sealed_parked(const Parked& p, const std::string& host, const std::string& key) {
   Json j = Json::object();
@@ -289,6 +277,18 @@ std::string sealed_parked(const Parked& p, const std::string& host, const std::s
 }
 }  // namespace
 
+std::string down_message(const std::string& host) {
+  return "host " + host +
+         " owns this and is down (its lease expired); it answers again once it is back";
+}
+
+bool valid_host_id(const std::string& h) {
+  if (h.empty() || h.size() > 64) return false;
+  for (char c : h)
+    if (!(std::isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
 std::string Cluster::records_key() const {
   return config_.tls ? config_.tls->records_key : std::string();
 }
@@ -298,7 +298,7 @@ storage::Status Cluster::park(const Parked& p) {
 }
 
 storage::Result<std::optional<Parked>> Cluster::parked(const std::string& id) {
-  if (!valid_sandbox_id(id)) return std::optional<Parked>();
+  if (!runtime_id(id, "sbx_")) return std::optional<Parked>();
   auto kv = reader_->get(kParked + id);
   if (!kv) return kv.error();
   if (!kv->has_value()) return std::optional<Parked>();

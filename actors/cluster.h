@@ -75,6 +75,12 @@ struct Parked {
   int64_t mod_revision = 0;                    // (as read) the record's revision
 };
 
+// What a request for an id whose owner `host` is down is answered (with host_unavailable).
+std::string down_message(const std::string& host);
+
+// A host id: 1-64 of [A-Za-z0-9._-] (--host-id, and what a parked record names).
+bool valid_host_id(const std::string& host);
+
 // What this host's etcd client presents and trusts (none: an insecure cluster).
 std::optional<tools::TlsFiles> etcd_tls(const ClusterConfig& c);
 

@@ -35,15 +35,8 @@ Json parked_settings(const SandboxInfo& s) {
   return j;
 }
 
-CreateRequest parked_create(const std::string& tenant, const Json& j, int64_t now_ms,
-                            std::vector<uint32_t>& ports) {
-  CreateRequest c;
-  c.tenant = tenant;
+void settings_from_json(const Json& j, CreateRequest& c) {
   if (j["template"].is_string()) c.template_name = j["template"].as_string();
-  if (j["expires_at_ms"].is_integer()) {
-    int64_t left = j["expires_at_ms"].as_int() - now_ms;
-    c.ttl_seconds = uint32_t(std::clamp<int64_t>((left + 999) / 1000, 1, kNoExpiry - 1));
-  }
   if (j["metadata"].is_object())
     for (auto& [k, v] : j["metadata"].as_object())
       if (v.is_string()) c.metadata[k] = v.as_string();
@@ -55,8 +48,19 @@ CreateRequest parked_create(const std::string& tenant, const Json& j, int64_t no
   if (j["on_timeout"].is_string())
     c.on_timeout =
         j["on_timeout"].as_string() == "hibernate" ? ReapAction::hibernate : ReapAction::kill;
-  c.timeout_disk_only = j["timeout_disk_only"].is_bool() && j["timeout_disk_only"].as_bool();
   c.network = j["network"].is_bool() && j["network"].as_bool();
+}
+
+CreateRequest parked_create(const std::string& tenant, const Json& j, int64_t now_ms,
+                            std::vector<uint32_t>& ports) {
+  CreateRequest c;
+  c.tenant = tenant;
+  settings_from_json(j, c);
+  if (j["expires_at_ms"].is_integer()) {
+    int64_t left = j["expires_at_ms"].as_int() - now_ms;
+    c.ttl_seconds = uint32_t(std::clamp<int64_t>((left + 999) / 1000, 1, kNoExpiry - 1));
+  }
+  c.timeout_disk_only = j["timeout_disk_only"].is_bool() && j["timeout_disk_only"].as_bool();
   // (a policy that does not read is deny_all: never the host's default, which may be wider)
   if (*c.network) c.egress = egress_from_json(j["egress"]).value_or(Egress{});
   ports.clear();

@@ -25,6 +25,12 @@ std::optional<std::string> unparkable(const SandboxInfo& s);
 // timeout and what it does then, network and egress policy, exposed ports.
 wire::Json parked_settings(const SandboxInfo& s);
 
+// What a sandbox's settings as JSON (parked_settings', or the API's sandbox JSON a peer sends
+// with a cross-host fork or migration) say of its template, metadata, persistence, auto-wake,
+// idle timeout and what it does then, and network, into `c`; what is missing or of the wrong
+// type stays as it is there.
+void settings_from_json(const wire::Json& j, CreateRequest& c);
+
 // The create a parked sandbox is started with for `tenant` (the checks of a create follow in
 // Runtime::start_imported); its exposed ports into `ports`. `now_ms`: what is left of its TTL
 // counts from now (at least a second). Bad fields are left at a create's defaults.

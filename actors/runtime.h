@@ -662,7 +662,7 @@ class Runtime {
   void discard_import(const std::string& snapshot_id);
   // Wake anywhere (cluster mode with an object store, issue 39; actors/parked.h). The host and
   // template of the tenant's sandbox `id` parked by a host that is now down (Cluster::parked):
-  // sandbox_not_found when none is parked for the tenant.
+  // host_unavailable when none is parked for the tenant, conflict when its owner is up.
   struct ParkedSandbox {
     std::string host, template_name;
   };

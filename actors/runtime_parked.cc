@@ -26,15 +26,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The parked record of the tenant's `id` (sandbox_not_found for none, or another tenant's).
-Reply<Parked> parked_of(Cluster* cluster, const std::string& tenant, const std::string& id) {
+// The parked record of the tenant's `id`, whose owner is down: conflict when the owner is up (it
+// wakes it), host_unavailable when nothing of the tenant's is parked for it (as the routing
+// answers any request for a sandbox of a host that is down).
+Reply<Parked> parked_while_down(Cluster* cluster, const std::string& tenant,
+                                const std::string& id) {
   if (cluster == nullptr)
     return Rejection{Code::cluster_disabled, "this daemon runs without --cluster"};
+  auto owner = cluster->owner(id, /*fresh=*/true);
+  if (owner.kind == Owner::Kind::error)
+    return Rejection{Code::cluster_unavailable, "cannot reach etcd: " + owner.message};
+  if (owner.kind != Owner::Kind::down)
+    return Rejection{Code::conflict, "sandbox " + id + " is not on a host that is down (" +
+                                         (owner.host.empty() ? "no owner" : owner.host) +
+                                         "): that host wakes it"};
   auto p = cluster->parked(id);
   if (!p) return Rejection{Code::cluster_unavailable, "cannot reach etcd: " + p.error().message};
-  if (!*p || (**p).tenant != tenant)
-    return Rejection{Code::sandbox_not_found,
-                     "no hibernation of " + id + " is in the object store"};
+  if (!*p || (**p).tenant != tenant || (**p).host != owner.host)
+    return Rejection{Code::host_unavailable,
+                     down_message(owner.host) + " (its hibernation is not in the object store)"};
   return std::move(**p);
 }
 
@@ -76,7 +86,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Reply<Runtime::ParkedSandbox> Runtime::parked(const std::string& tenant, const std::string& id) {
-  auto p = parked_of(impl_->cluster.get(), tenant, id);
+  auto p = parked_while_down(impl_->cluster.get(), tenant, id);
   if (!p) return p.error();
   return ParkedSandbox{p->host, p->settings["template"].is_string()
                                     ? p->settings["template"].as_string()
@@ -85,14 +95,9 @@ Reply<Runtime::ParkedSandbox> Runtime::parked(const std::string& tenant, const s
 
 Reply<SandboxInfo> Runtime::wake_parked(const std::string& tenant, const std::string& id) {
   auto* cluster = impl_->cluster.get();
-  auto p = parked_of(cluster, tenant, id);
+  auto p = parked_while_down(cluster, tenant, id);
   if (!p) return p.error();
   auto& env = *impl_->env;
-  auto owner = cluster->owner(id, /*fresh=*/true);
-  if (owner.kind != Owner::Kind::down || owner.host != p->host)
-    return Rejection{Code::conflict, "sandbox " + id + " is not on a host that is down (" +
-                                         (owner.host.empty() ? "no owner" : owner.host) +
-                                         "): that host wakes it"};
   if (!env.object_store)
     return Rejection{Code::not_implemented, "sandbox " + id + "'s hibernation is in an object " +
                                                 "store and this host has none (--object-store)"};

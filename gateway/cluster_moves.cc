@@ -199,36 +199,14 @@ HttpReply fork_elsewhere(Call& c, uint32_t count, const actors::Rejection& full)
   return fork_across_hosts(c, count, {to->id});
 }
 
-namespace {
-// The parked hibernation of the request's sandbox, whose host (`owner`) must be down; else what
-// the request is answered (host_unavailable, as the routing answers any request for it).
-actors::Runtime::ParkedSandbox parked_while_down(Call& c, actors::Cluster& cluster,
-                                                 actors::Owner& owner) {
-  owner = cluster.owner(c.id, /*fresh=*/true);
-  if (owner.kind != actors::Owner::Kind::down)  // (it came back meanwhile)
-    throw ApiError{Code::conflict,
-                   "host " + owner.host + " owns " + c.id + " and is up: ask again"};
-  auto parked = c.gw.rt.parked(c.tenant(), c.id);
-  if (!parked) {
-    if (parked.error().code != Code::sandbox_not_found) throw parked.error();
-    throw ApiError{Code::host_unavailable,
-                   down_message(owner.host) + " (its hibernation is not in the object store)"};
-  }
-  return *parked;
-}
-}  // namespace
-
 actors::SandboxInfo wake_from_store(Call& c) {
-  auto& cluster = cluster_of(c, "wake");
-  actors::Owner owner;
-  parked_while_down(c, cluster, owner);
+  cluster_of(c, "wake");
   return unwrap(c.gw.rt.wake_parked(c.tenant(), c.id));
 }
 
 HttpReply wake_elsewhere(Call& c) {
   auto& cluster = cluster_of(c, "wake");
-  actors::Owner owner;
-  auto parked = parked_while_down(c, cluster, owner);
+  auto parked = unwrap(c.gw.rt.parked(c.tenant(), c.id));  // (its host down, parked for it)
   // Where placement puts it: here, or the host picked (which then wakes it itself: a request
   // forwarded by a host is not placed again).
   if (!c.r.forwarded) {
@@ -237,7 +215,7 @@ HttpReply wake_elsewhere(Call& c) {
       auto session = session_with(c.gw, *to, bearer_token(c.r.authorization));
       auto a = unwrap(session->http("POST", "/v1/sandboxes/" + c.id + "/wake",
                                     {{"Authorization", c.r.authorization}}));
-      spdlog::info("cluster: wake of {} (host {} is down) placed on host {}: {}", c.id, owner.host,
+      spdlog::info("cluster: wake of {} (host {} is down) placed on host {}: {}", c.id, parked.host,
                    to->id, a.status);
       return HttpReply{a.status, "application/json", a.body, std::nullopt, {}};
     }
@@ -245,7 +223,7 @@ HttpReply wake_elsewhere(Call& c) {
   auto t0 = std::chrono::steady_clock::now();
   auto j = sandbox_json(unwrap(c.gw.rt.wake_parked(c.tenant(), c.id)));
   j.set("host", cluster.config().host_id);
-  j.set("woken_from", owner.host);
+  j.set("woken_from", parked.host);
   j.set("wake_ms", ms_since(t0));
   return json_reply(200, j);
 }

@@ -50,11 +50,6 @@ bool wakes_from_store(const Route& route) {
   return false;
 }
 
-std::string down_message(const std::string& host) {
-  return "host " + host +
-         " owns this and is down (its lease expired); it answers again once it is back";
-}
-
 namespace {
 
 // A route naming a host goes to that host (its id prefixed "host:" in the routing id).
@@ -237,9 +232,10 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
           req.owner_down = true;
           return serve(route, std::move(req), headers, body, response, t0, head);
         }
-        return send(response,
-                    restyle(route, error_reply(Code::host_unavailable, down_message(t.host))), t0,
-                    head);
+        return send(
+            response,
+            restyle(route, error_reply(Code::host_unavailable, actors::down_message(t.host))), t0,
+            head);
       case Target::Kind::unavailable:
         return send(response,
                     restyle(route, error_reply(Code::cluster_unavailable,

@@ -366,10 +366,8 @@ int main(int argc, char** argv) {
           "--host-id, --advertise, --cluster-tls, --cluster-secret and --insecure-cluster go "
           "with --cluster");
   } else {
-    bool ok = !cluster.host_id.empty() && cluster.host_id.size() <= 64;
-    for (char c : cluster.host_id)
-      ok &= std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
-    if (!ok) usage_error("--host-id needs 1-64 of A-Z a-z 0-9 . _ -");
+    if (!actors::valid_host_id(cluster.host_id))
+      usage_error("--host-id needs 1-64 of A-Z a-z 0-9 . _ -");
     if (cluster.peer.empty()) usage_error("--cluster needs --advertise HOST:PORT");
     peer_addr = split("--advertise", cluster.peer);
     peer_auth.self = cluster.host_id;

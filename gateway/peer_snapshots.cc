@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "actors/cluster.h"
+#include "actors/parked.h"
 #include "gateway/api_types.h"
 #include "gateway/peers.h"
 #include "gateway/server.h"
@@ -137,19 +138,8 @@ class SinkImpl final : public wc::SnapshotSink::Server {
 actors::CreateRequest settings_of(const std::string& tenant, const Json& j) {
   actors::CreateRequest c;
   c.tenant = tenant;
-  if (j["template"].is_string()) c.template_name = j["template"].as_string();
+  actors::settings_from_json(j, c);
   if (j["ttl_seconds"].is_integer()) c.ttl_seconds = uint32_t(j["ttl_seconds"].as_int());
-  if (j["metadata"].is_object())
-    for (auto& [k, v] : j["metadata"].as_object())
-      if (v.is_string()) c.metadata[k] = v.as_string();
-  c.persistent = j["persistent"].is_bool() && j["persistent"].as_bool();
-  c.auto_wake = j["auto_wake"].is_bool() && j["auto_wake"].as_bool();
-  if (j["idle_timeout_seconds"].is_integer())
-    c.idle_timeout_seconds = uint32_t(j["idle_timeout_seconds"].as_int());
-  if (j["on_timeout"].is_string())
-    c.on_timeout = j["on_timeout"].as_string() == "hibernate" ? actors::ReapAction::hibernate
-                                                              : actors::ReapAction::kill;
-  c.network = j["network"].is_bool() && j["network"].as_bool();
   if (*c.network && j["egress"].is_object()) c.egress = egress_from(j["egress"]);
   return c;
 }

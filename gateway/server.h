@@ -122,8 +122,6 @@ HttpReply wake_elsewhere(Call& c);
 actors::SandboxInfo wake_from_store(Call& c);
 // Whether `route` may act on a sandbox whose host is down (Request::owner_down): the wakes.
 bool wakes_from_store(const Route& route);
-// What a request for an id whose owner `host` is down is answered (host_unavailable).
-std::string down_message(const std::string& host);
 
 // Output chunks travel from a driver thread to the event loop through this channel.
 struct StreamChannel {
