@@ -253,6 +253,7 @@ SandboxInfo info_of(const SandboxState& s) {
   i.snapshots = s.snapshots;
   i.snapshot_names = s.snapshot_names;
   i.durable_snapshots = s.durable_snapshots;
+  i.snapshot_manifests = s.snapshot_manifests;
   i.timeout_disk_only = s.timeout_disk_only;
   i.hibernated_disk_only = s.hibernated_disk_only;
   i.hibernation_durable = s.hibernation_durable;

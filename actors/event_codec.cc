@@ -293,6 +293,12 @@ std::string encode_event(const Event& e) {
       u.setManifest(e.manifest);
       break;
     }
+    case K::snapshot_uploaded: {
+      auto u = b.initSnapshotUploaded();
+      u.setSnapshotId(e.snapshot_id);
+      u.setManifest(e.manifest);
+      break;
+    }
   }
   return codec::to_bytes(msg);
 }
@@ -469,6 +475,11 @@ std::optional<Event> decode_event(const std::string& bytes) {
             e.snapshot_id = r.getHibernationUploaded().getSnapshotId().cStr();
             e.manifest = r.getHibernationUploaded().getManifest().cStr();
             break;
+          case w::SandboxEvent::SNAPSHOT_UPLOADED:
+            e.kind = K::snapshot_uploaded;
+            e.snapshot_id = r.getSnapshotUploaded().getSnapshotId().cStr();
+            e.manifest = r.getSnapshotUploaded().getManifest().cStr();
+            break;
           default:
             return std::nullopt;  // a kind this build does not know
         }
@@ -612,6 +623,7 @@ std::string event_to_json(const Event& e) {
     case Event::Kind::hibernation_persisted:
     case Event::Kind::snapshot_persisted:
     case Event::Kind::hibernation_uploaded:
+    case Event::Kind::snapshot_uploaded:
       j.set("snapshot_id", e.snapshot_id);
       if (!e.manifest.empty()) j.set("manifest", e.manifest);
       if (!e.reason.empty()) j.set("reason", e.reason);

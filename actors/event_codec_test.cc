@@ -8,7 +8,7 @@ namespace pandastack::actors {
 namespace {
 
 TEST(EventCodec, EveryKindRoundTrips) {
-  for (int k = 0; k <= int(Event::Kind::egress_summary); ++k) {
+  for (int k = 0; k <= int(Event::Kind::snapshot_uploaded); ++k) {
     Event e;
     e.kind = Event::Kind(k);
     e.at_ms = 1234567890123;
@@ -47,6 +47,7 @@ TEST(EventCodec, EveryKindRoundTrips) {
     e.bytes = 5000000000ull;
     e.host = "h2";
     e.preview = Preview{3000, true, 11, 22, "nonce1"};
+    e.manifest = "manifests/m1";
     e.egress_summary = {10, 20, {1, 2}, {3, 4}, {5, 6}, 7000000000ull, 8, {{"api.test", {9, 10}}},
                         11};
     auto bytes = encode_event(e);
@@ -69,8 +70,12 @@ TEST(EventCodec, EveryKindRoundTrips) {
       EXPECT_EQ(back->subnet, 77u);
     }
     if (e.kind == Event::Kind::snapshot_deleted || e.kind == Event::Kind::hibernation_persisted ||
-        e.kind == Event::Kind::snapshot_persisted) {
+        e.kind == Event::Kind::snapshot_persisted || e.kind == Event::Kind::hibernation_uploaded ||
+        e.kind == Event::Kind::snapshot_uploaded) {
       EXPECT_EQ(back->snapshot_id, "snap-1");
+    }
+    if (e.kind == Event::Kind::hibernation_uploaded || e.kind == Event::Kind::snapshot_uploaded) {
+      EXPECT_EQ(back->manifest, "manifests/m1");
     }
     if (e.kind == Event::Kind::snapshot_deleted) {
       EXPECT_EQ(back->reason, "why");
@@ -148,6 +153,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   s.hibernated_disk_only = true;
   s.hibernation_durable = true;
   s.durable_snapshots = {"snap_2"};
+  s.snapshot_manifests = {{"snap_2", "manifests/m2"}};
   s.running_execs = {{"x1", "sleep 1"}};
   s.execs_finished = 7;
   s.failure_reason = "none";
@@ -170,6 +176,7 @@ TEST(StateCodec, RoundTripsEveryField) {
   EXPECT_TRUE(d->timeout_disk_only && d->hibernated_disk_only && !d->pending_disk_only);
   EXPECT_TRUE(d->hibernation_durable);
   EXPECT_EQ(d->durable_snapshots, s.durable_snapshots);
+  EXPECT_EQ(d->snapshot_manifests, s.snapshot_manifests);
   EXPECT_FALSE(decode_state("{}"));
   EXPECT_FALSE(decode_state("not json"));
   auto bad = encode_state(s);

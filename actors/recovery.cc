@@ -31,27 +31,36 @@ vmm::Result<vmm::Snapshot> restage(const Env& env, bool recorded, const fs::path
   return vmm::stage_snapshot(*durable, dir, env.disk_twin(dir));
 }
 
-// A hibernation's durable copy (Env::persisted_dir) fetched from the object store, verified
-// chunk by chunk (storage/snapshot_chunks.h), in place of one the data disk no longer has.
-storage::Status fetch_hibernation(Env& env, const std::string& id, const std::string& manifest) {
+// A durable copy (`what`: a hibernation's at Env::persisted_dir, a named snapshot's at
+// Env::persisted_snapshot_dir) fetched into `dir` from the object store, verified chunk by chunk
+// (storage/snapshot_chunks.h), in place of one the data disk no longer has.
+storage::Status fetch_copy(Env& env, const std::string& what, const std::string& manifest,
+                           const fs::path& dir) {
   if (!env.object_store)
     return storage::make_error(storage::ErrorCode::not_found,
                                "its copy is in an object store, and this host has none");
-  auto dir = env.persisted_dir(id);
   std::error_code ec;
   fs::remove_all(dir, ec);  // (whatever is left of it is not whole: it has no meta.json)
   storage::ChunkStats st;
   auto r = storage::download_folder(*env.object_store, manifest, dir, &st);
   if (!r) {
-    spdlog::warn("recovery: {}: its hibernation could not be fetched from the object store: {}", id,
+    spdlog::warn("recovery: {} could not be fetched from the object store: {}", what,
                  r.error().message);
     return r;
   }
   spdlog::info(
-      "recovery: {}: its hibernation came from the object store ({}): {} MiB in {} chunks "
-      "({} zero), {} MiB fetched in {} ms",
-      id, manifest, st.bytes >> 20, st.chunks, st.zero_chunks, st.sent_bytes >> 20, st.ms);
+      "recovery: {} came from the object store ({}): {} MiB in {} chunks ({} zero), {} MiB "
+      "fetched in {} ms",
+      what, manifest, st.bytes >> 20, st.chunks, st.zero_chunks, st.sent_bytes >> 20, st.ms);
   return r;
+}
+
+// Removes `manifest` (a copy that could not be used, and is of no use later either).
+void drop_manifest(Env& env, const std::string& what, const std::string& manifest) {
+  if (manifest.empty() || !env.object_store) return;
+  if (auto r = env.object_store->remove(manifest); !r)
+    spdlog::warn("recovery: {}: {} not removed from the object store: {}", what, manifest,
+                 r.error().message);
 }
 }  // namespace
 
@@ -146,7 +155,8 @@ Reply<Recovered> recover(Env& env) {
           restage(env, s.hibernation_durable, env.persisted_dir(id), env.hibernated_dir(id));
       if (!staged && !s.hibernation_manifest.empty()) {
         // Not on the data disk either (a lost or replaced disk): from the object store.
-        auto fetched = fetch_hibernation(env, id, s.hibernation_manifest);
+        auto fetched = fetch_copy(env, id + ": its hibernation", s.hibernation_manifest,
+                                  env.persisted_dir(id));
         if (fetched) {
           staged = restage(env, true, env.persisted_dir(id), env.hibernated_dir(id));
         } else {
@@ -182,16 +192,28 @@ Reply<Recovered> recover(Env& env) {
       lost = "host_restart";  // its VM died with the previous host process, or was mid-change
     }
     // Its named snapshots (they outlive it) likewise: a tmpfs copy gone with a reboot comes back
-    // from the data disk; one that had no synced copy there is lost, and deleted with that reason
-    // (never listed as something a create could restore).
+    // from the data disk, else from the object store; one that had no synced copy is lost, and
+    // deleted with that reason (never listed as something a create could restore).
     for (auto snap : std::vector<std::string>(s.snapshots)) {
       auto dir = env.snapshot_dir(snap);
       if (fs::exists(dir / "meta.json")) continue;
-      auto staged =
-          restage(env, s.durable_snapshots.count(snap) > 0, env.persisted_snapshot_dir(snap), dir);
+      auto copy = env.persisted_snapshot_dir(snap);
+      auto staged = restage(env, s.durable_snapshots.count(snap) > 0, copy, dir);
+      auto manifest = s.snapshot_manifests.count(snap) ? s.snapshot_manifests[snap] : "";
+      bool fetched_now = false;
+      if (!staged && !manifest.empty()) {
+        auto what = id + ": snapshot " + snap;
+        auto fetched = fetch_copy(env, what, manifest, copy);
+        staged = fetched ? restage(env, true, copy, dir)
+                         : vmm::make_error(vmm::ErrorCode::not_found,
+                                           "not in the object store: " + fetched.error().message);
+        if (!staged) drop_manifest(env, what, manifest);
+        fetched_now = bool(staged);
+      }
       if (staged) {
         ++out.snapshots_restored;
-        spdlog::info("recovery: {}: snapshot {} came back from the data disk", id, snap);
+        spdlog::info("recovery: {}: snapshot {} came back from the {}", id, snap,
+                     fetched_now ? "object store" : "data disk");
         continue;
       }
       spdlog::warn("recovery: {}: snapshot {} is lost: no copy on tmpfs nor on the data disk ({})",
@@ -203,11 +225,7 @@ Reply<Recovered> recover(Env& env) {
       if (auto bad = record(d)) return *bad;
     }
     if (!lost.empty()) {
-      // A copy in the object store that could not be used is of no use later either.
-      if (!s.hibernation_manifest.empty() && env.object_store)
-        if (auto r = env.object_store->remove(s.hibernation_manifest); !r)
-          spdlog::warn("recovery: {}: {} not removed from the object store: {}", id,
-                       s.hibernation_manifest, r.error().message);
+      drop_manifest(env, id, s.hibernation_manifest);
       Event f;
       f.kind = Event::Kind::failed;
       f.reason = lost;

@@ -115,7 +115,8 @@ namespace registry_snapshots {
 // Sandbox `sandbox` took named snapshot `snap`: its copy is made.
 void persist(RegistrySelf* self, const std::string& sandbox, const std::string& snap);
 // Its named snapshots without a recorded copy (a recovered sandbox's: cut short by a crash, or
-// taken before snapshots were copied) are copied now.
+// taken before snapshots were copied) are copied now; those with a copy but none recorded in the
+// object store (if the host has one) are uploaded.
 void persist_missing(RegistrySelf* self, const SandboxState& s);
 // `snap` was deleted: its copy goes (after any copy of it still queued).
 void unpersist(RegistrySelf* self, const std::string& snap);
@@ -131,7 +132,15 @@ void upload(RegistrySelf* self, const std::string& sandbox, const std::string& s
 void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap, uint64_t at,
               const std::string& manifest);
 void forget(RegistrySelf* self, const std::string& manifest, const std::string& sandbox);
-// The registry's messages for these: persist, unpersist, snapsaved, upload, uploaded, forget.
+// Named snapshots in the object store: `sandbox`'s snapshot `snap`, on the data disk, is
+// uploaded; the uploader put it there as `manifest` (recorded by the sandbox if it still has the
+// snapshot, else the manifest goes). persist_missing also uploads the recorded copies that are
+// not recorded in the store.
+void upload_snapshot(RegistrySelf* self, const std::string& sandbox, const std::string& snap);
+void snapshot_uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap,
+                       const std::string& manifest);
+// The registry's messages for these: persist, unpersist, snapsaved, upload, uploaded, forget,
+// upsnap, snapup.
 caf::message_handler handlers(RegistrySelf* self);
 }  // namespace registry_snapshots
 

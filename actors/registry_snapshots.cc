@@ -1,5 +1,5 @@
-// The registry's part in durable named snapshots: it owns the host's snapshot persister and
-// routes what it made to the sandbox that records it.
+// The registry's part in durable named snapshots and hibernations: it owns the host's snapshot
+// persister and uploader, and routes what they made to the sandbox that records it.
 #include "actors/env.h"
 #include "actors/parked.h"
 #include "actors/registry.h"
@@ -32,7 +32,10 @@ void persist(RegistrySelf* self, const std::string& sandbox, const std::string& 
 
 void persist_missing(RegistrySelf* self, const SandboxState& s) {
   for (auto& snap : s.snapshots)
-    if (!s.durable_snapshots.count(snap)) persist(self, s.id, snap);
+    if (!s.durable_snapshots.count(snap))
+      persist(self, s.id, snap);
+    else if (!s.snapshot_manifests.count(snap))
+      upload_snapshot(self, s.id, snap);
 }
 
 void unpersist(RegistrySelf* self, const std::string& snap) {
@@ -67,6 +70,26 @@ void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string&
           [](const caf::error&) {});  // (unknown: kept; the wake or kill removes it if recorded)
 }
 
+void upload_snapshot(RegistrySelf* self, const std::string& sandbox, const std::string& snap) {
+  if (!self->state.env->object_store) return;
+  caf::anon_send(uploader(self), upsnap_atom::value, sandbox, snap);
+}
+
+void snapshot_uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap,
+                       const std::string& manifest) {
+  auto actor = actor_to_record(self, sandbox);
+  if (!actor) return forget(self, manifest, "");
+  self->request(actor, std::chrono::seconds(60), cmd_atom::value,
+                Command{cmd::SnapshotUploaded{snap, manifest}})
+      .then(
+          [self, manifest, snap](const Answer& a) {
+            auto m = a.info.snapshot_manifests.find(snap);
+            if (!a.ok || m == a.info.snapshot_manifests.end() || m->second != manifest)
+              forget(self, manifest, "");  // (deleted meanwhile: not recorded)
+          },
+          [](const caf::error&) {});  // (unknown: kept; deleting the snapshot removes it)
+}
+
 void forget(RegistrySelf* self, const std::string& manifest, const std::string& sandbox) {
   if (!self->state.env->object_store) return;
   caf::anon_send(uploader(self), forget_atom::value, manifest, sandbox);
@@ -87,6 +110,12 @@ caf::message_handler handlers(RegistrySelf* self) {
       },
       [=](forget_atom, std::string manifest, std::string sandbox) {
         forget(self, manifest, sandbox);
+      },
+      [=](upsnap_atom, std::string sandbox, std::string snap) {
+        upload_snapshot(self, sandbox, snap);
+      },
+      [=](snapup_atom, std::string sandbox, std::string snap, std::string manifest) {
+        snapshot_uploaded(self, sandbox, snap, manifest);
       },
   };
 }

@@ -118,7 +118,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     auto store = storage::parse_object_store(config.object_store, config.object_store_credentials);
     if (!store) return Rejection{Code::invalid_argument, store.error().message};
     env.object_store = std::make_shared<storage::S3Store>(*store);
-    spdlog::info("object store: hibernations are uploaded to {}", env.object_store->describe());
+    spdlog::info("object store: hibernations and named snapshots are uploaded to {}", env.object_store->describe());
   }
   // Ours alone (made 0700 here, refused if someone else made them first): recovery deletes and
   // kills by what it finds in them, and they hold every tenant's memory, disks and events.
@@ -653,6 +653,7 @@ Reply<std::vector<SnapshotInfo>> Runtime::snapshots(const std::string& tenant) {
       i.sandbox = sbx.id;
       if (auto n = sbx.snapshot_names.find(id); n != sbx.snapshot_names.end()) i.name = n->second;
       i.durable = sbx.durable_snapshots.count(id) > 0;
+      i.remote = sbx.snapshot_manifests.count(id) > 0;
       i.template_name = sbx.template_name;
       auto dir = env.snapshot_dir(id);
       if (auto snap = vmm::Snapshot::load(dir)) {

@@ -147,6 +147,7 @@ struct SandboxInfo {
   std::vector<std::string> snapshots;
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::set<std::string> durable_snapshots;  // of `snapshots`: a synced copy is on the data disk
+  std::map<std::string, std::string> snapshot_manifests;  // of those: in the object store
   std::string failure_reason;
   uint64_t version = 0;  // events applied (the stream's length)
   bool network = false;
@@ -294,6 +295,9 @@ struct SnapshotInfo {
   // A synced copy is on the data disk (made in the background after it was taken): it survives a
   // host reboot. Until then it lives on tmpfs only.
   bool durable = false;
+  // And it is in the object store (after its copy on the data disk): it survives the loss of the
+  // host's disk.
+  bool remote = false;
 };
 
 // The snapshot of `all` (`tenant`'s, Runtime::snapshots) that `ref` names: its id, or its name

@@ -116,7 +116,10 @@ struct Event {
     // The hibernation `snapshot_id` (already on the data disk) is in the host's object store:
     // `manifest` names it there (storage/snapshot_chunks.h). It survives the loss of the host's
     // disk.
-    hibernation_uploaded
+    hibernation_uploaded,
+    // Its named snapshot `snapshot_id` (already on the data disk) is in the host's object store:
+    // `manifest` names it there. It survives the loss of the host's disk.
+    snapshot_uploaded
   };
   Kind kind;
   int64_t at_ms = 0;
@@ -156,7 +159,7 @@ struct Event {
   uint64_t bytes = 0;                 // file_written
   std::string host;                   // migrated: the host it moved to
   vmm::EgressSummary egress_summary;  // egress_summary
-  std::string manifest;               // hibernation_uploaded
+  std::string manifest;               // hibernation_uploaded, snapshot_uploaded
 };
 const char* to_string(Event::Kind k);
 
@@ -189,6 +192,8 @@ struct SandboxState {
   std::vector<std::string> snapshots;                 // taken from this sandbox
   std::map<std::string, std::string> snapshot_names;  // snapshot id -> the name it was taken with
   std::set<std::string> durable_snapshots;  // of `snapshots`: a synced copy is on the data disk
+  // Of `durable_snapshots`: those in the object store, and their manifests' keys.
+  std::map<std::string, std::string> snapshot_manifests;
   std::map<std::string, std::string> running_execs;  // exec id -> command
   std::map<std::string, int64_t> exec_started_ms;    // exec id -> when it started
   uint64_t execs_finished = 0;
@@ -329,6 +334,11 @@ struct HibernationUploaded {
 struct SnapshotPersisted {
   std::string snapshot_id;
 };
+// Its named snapshot `snapshot_id` (on the data disk) was uploaded to the object store as
+// `manifest`.
+struct SnapshotUploaded {
+  std::string snapshot_id, manifest;
+};
 // Another host runs it now (a migration; it must be hibernated here): it ends here.
 struct MigratedAway {
   std::string host;
@@ -359,7 +369,8 @@ using Command =
                  cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
                  cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
                  cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted,
-                 cmd::SnapshotPersisted, cmd::RecordEgress, cmd::HibernationUploaded>;
+                 cmd::SnapshotPersisted, cmd::RecordEgress, cmd::HibernationUploaded,
+                 cmd::SnapshotUploaded>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {
@@ -389,6 +400,11 @@ std::optional<Rejection> check_metadata(const std::map<std::string, std::string>
 // Why a sandbox in `s` cannot do `what` (which needs it running): sandbox_hibernated,
 // sandbox_stopped, sandbox_failed, sandbox_busy (a transition is in progress), sandbox_not_found.
 Rejection not_running(const SandboxState& s, const std::string& what);
+
+// The status a sandbox is in during `t`.
+SandboxStatus transition_status(Transition t);
+// When a sandbox with `ttl` seconds expires, counted from `from_ms` (never, for kNoExpiry).
+int64_t expiry(int64_t from_ms, uint32_t ttl);
 
 // The state after `event`. Throws std::logic_error when the event is impossible in `state`.
 SandboxState apply(SandboxState state, const Event& event);

@@ -408,6 +408,9 @@ void effect(SandboxSelf* self, const Event& e) {
       // Answered once on tmpfs; its durable copy follows (the registry's snapshot persister).
       caf::anon_send(st.registry, persist_atom::value, st.s.id, e.snapshot_id);
       break;
+    case Event::Kind::snapshot_persisted:  // on the data disk: into the object store next
+      caf::anon_send(st.registry, upsnap_atom::value, st.s.id, e.snapshot_id);
+      break;
     case Event::Kind::snapshot_deleted:
       // Recorded: creates from it are refused from now on. Its files go (VMs restored from it
       // keep theirs: layers are hard links, RAM was copied), and so does its durable copy.
@@ -500,10 +503,15 @@ void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
     if (e.kind == Event::Kind::transition_started) st.transition_failure.clear();
     if (e.kind == Event::Kind::transition_failed) st.transition_failure = e.reason;
     auto uploaded = st.s.hibernation_manifest;
+    auto snapshots_uploaded = st.s.snapshot_manifests;
     st.s = apply(st.s, e);
     // Its hibernation's copy in the object store is spent with it (woken, ended, moved).
     if (!uploaded.empty() && st.s.hibernation_manifest.empty())
       caf::anon_send(st.registry, forget_atom::value, uploaded, st.s.id);
+    // So is a named snapshot's, once the snapshot is deleted.
+    for (auto& [snap, manifest] : snapshots_uploaded)
+      if (!st.s.snapshot_manifests.count(snap))
+        caf::anon_send(st.registry, forget_atom::value, manifest, std::string());
     caf::anon_send(st.registry, info_atom::value, info_of(st.s));
   }
   if (st.env->config.snapshot_every > 0 &&
@@ -630,7 +638,8 @@ caf::behavior sandbox_actor(SandboxSelf* self, Env* env, caf::actor registry, Sa
         // (The reaper and the background copy of a snapshot are not uses of the sandbox.)
         if (!std::holds_alternative<cmd::Reap>(c) &&
             !std::holds_alternative<cmd::SnapshotPersisted>(c) &&
-            !std::holds_alternative<cmd::HibernationUploaded>(c))
+            !std::holds_alternative<cmd::HibernationUploaded>(c) &&
+            !std::holds_alternative<cmd::SnapshotUploaded>(c))
           self->state.last_active_ms = now_ms();
         if (auto* cr = std::get_if<cmd::Create>(&c); cr && !self->state.worker)
           self->state.worker = self->spawn<caf::detached + caf::linked>(

@@ -388,6 +388,27 @@ TEST(SandboxDecide, ANamedSnapshotIsDurableOnceItsCopyIsPersistedWhateverTheSand
   EXPECT_EQ(outcome(decide(s, cmd::SnapshotPersisted{"snap-1"}, kNow)), "-");  // deleted: no
 }
 
+TEST(SandboxDecide, ANamedSnapshotIsRemoteOnceItsDurableCopyIsUploadedUntilItIsDeleted) {
+  auto s = step(step(in(SandboxStatus::running), cmd::Snapshot{"snap-1", "nightly"}),
+                cmd::TransitionDone{});
+  // Uploaded is what is on the data disk: not before that copy is recorded.
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotUploaded{"snap-1", "manifests/a"}, kNow)), "-");
+  s = step(s, cmd::SnapshotPersisted{"snap-1"});
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotUploaded{"snap-other", "manifests/a"}, kNow)), "-");
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotUploaded{"snap-1", ""}, kNow)), "-");
+  // The sandbox ended meanwhile: the snapshot outlives it, and so does its copy in the store.
+  s = step(s, cmd::Kill{});
+  auto d = decide(s, cmd::SnapshotUploaded{"snap-1", "manifests/a"}, kNow);
+  ASSERT_EQ(outcome(d), "snapshot-uploaded");
+  EXPECT_EQ(std::get<std::vector<Event>>(d)[0].manifest, "manifests/a");
+  s = step(s, cmd::SnapshotUploaded{"snap-1", "manifests/a"});
+  EXPECT_EQ(s.snapshot_manifests, (std::map<std::string, std::string>{{"snap-1", "manifests/a"}}));
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotUploaded{"snap-1", "manifests/b"}, kNow)), "-");  // once
+  s = step(s, cmd::DeleteSnapshot{"snap-1"});
+  EXPECT_TRUE(s.snapshot_manifests.empty());
+  EXPECT_EQ(outcome(decide(s, cmd::SnapshotUploaded{"snap-1", "manifests/a"}, kNow)), "-");
+}
+
 TEST(SandboxDecide, ExecOnAHibernatedSandboxWakesItWhenAskedTo) {
   auto s = in(SandboxStatus::hibernated, false, /*auto_wake=*/true);
   auto d = decide(s, cmd::Exec{"x1", "ls"}, kNow);

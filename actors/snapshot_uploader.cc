@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "actors/cluster.h"
 #include "actors/env.h"
@@ -26,10 +27,46 @@ std::string read_small(const std::filesystem::path& p) {
 }  // namespace
 
 caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry) {
-  // Failed uploads' attempts so far, by sandbox id (the delay before the next one grows).
+  // Failed uploads' attempts so far, by sandbox or snapshot id (the delay before the next grows).
   auto attempts = std::make_shared<std::map<std::string, int>>();
   auto gc_due = std::make_shared<bool>(false);            // a collection is scheduled
   auto known = std::make_shared<storage::KnownChunks>();  // chunks in the store (not asked again)
+  // Uploads the copy at `dir` (`what` in the logs; `id` counts its attempts): its manifest's key,
+  // or nullopt when it is gone, was replaced while uploaded (its meta.json before and after: a
+  // wake and a new hibernation meanwhile is not reported as this one) or failed (`retry` is sent
+  // to this actor again after a delay growing from 5 s to 5 min).
+  auto upload = [=](const std::filesystem::path& dir, const std::string& what,
+                    const std::string& id, caf::message retry) -> std::optional<std::string> {
+    if (!std::filesystem::exists(dir / "meta.json")) {  // woken, deleted or ended meanwhile
+      attempts->erase(id);
+      spdlog::info("snapshot uploader: {} is gone, not uploaded", what);
+      return std::nullopt;
+    }
+    auto meta = read_small(dir / "meta.json");
+    storage::ChunkStats st;
+    auto key = storage::upload_folder(*env->object_store, dir, &st, known.get());
+    if (key && read_small(dir / "meta.json") != meta) {
+      spdlog::info("snapshot uploader: {} changed while uploaded", what);
+      return std::nullopt;
+    }
+    if (!key) {
+      int n = ++(*attempts)[id];
+      auto delay = std::min(std::chrono::seconds(5) * (1 << std::min(n - 1, 6)),
+                            std::chrono::seconds(300));
+      spdlog::warn(
+          "snapshot uploader: {} is not in the object store (attempt {}, again in {} s): {}",
+          what, n, delay.count(), key.error().message);
+      self->delayed_send(self, delay, std::move(retry));
+      return std::nullopt;
+    }
+    attempts->erase(id);
+    spdlog::info(
+        "snapshot uploader: {} is in the object store as {}: {} files, {} MiB, {} chunks ({} "
+        "zero), {} sent ({} MiB) in {} ms",
+        what, *key, st.files, st.bytes >> 20, st.chunks, st.zero_chunks, st.sent_chunks,
+        st.sent_bytes >> 20, st.ms);
+    return *key;
+  };
   return {
       [=](upload_atom, std::string sandbox, std::string snap, uint64_t at) {
         if (!runtime_id(sandbox, "sbx_") || (!snap.empty() && !runtime_id(snap, "snap_")) ||
@@ -37,39 +74,19 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
           spdlog::error("snapshot uploader: refused '{}' / '{}'", sandbox, snap);
           return;
         }
-        auto dir = env->persisted_dir(sandbox);
-        if (!std::filesystem::exists(dir / "meta.json")) {  // woken or ended meanwhile
-          attempts->erase(sandbox);
-          spdlog::info("snapshot uploader: the hibernation of {} is gone, not uploaded", sandbox);
+        auto key = upload(env->persisted_dir(sandbox), "the hibernation of " + sandbox, sandbox,
+                          caf::make_message(upload_atom::value, sandbox, snap, at));
+        if (key) caf::anon_send(registry, uploaded_atom::value, sandbox, snap, at, *key);
+      },
+      [=](upsnap_atom, std::string sandbox, std::string snap) {
+        if (!runtime_id(sandbox, "sbx_") || !runtime_id(snap, "snap_") || !env->object_store) {
+          spdlog::error("snapshot uploader: refused '{}' / '{}'", sandbox, snap);
           return;
         }
-        // Its meta.json before and after: a copy replaced meanwhile (woken, hibernated again) is
-        // not reported as this one (the next upload is of the new one).
-        auto meta = read_small(dir / "meta.json");
-        storage::ChunkStats st;
-        auto key = storage::upload_folder(*env->object_store, dir, &st, known.get());
-        if (key && read_small(dir / "meta.json") != meta) {
-          spdlog::info("snapshot uploader: the hibernation of {} changed while uploaded", sandbox);
-          return;
-        }
-        if (!key) {
-          int n = ++(*attempts)[sandbox];
-          auto delay = std::min(std::chrono::seconds(5) * (1 << std::min(n - 1, 6)),
-                                std::chrono::seconds(300));
-          spdlog::warn(
-              "snapshot uploader: the hibernation of {} is not in the object store (attempt {}, "
-              "again in {} s): {}",
-              sandbox, n, delay.count(), key.error().message);
-          self->delayed_send(self, delay, upload_atom::value, sandbox, snap, at);
-          return;
-        }
-        attempts->erase(sandbox);
-        spdlog::info(
-            "snapshot uploader: the hibernation of {} is in the object store as {}: {} files, "
-            "{} MiB, {} chunks ({} zero), {} sent ({} MiB) in {} ms",
-            sandbox, *key, st.files, st.bytes >> 20, st.chunks, st.zero_chunks, st.sent_chunks,
-            st.sent_bytes >> 20, st.ms);
-        caf::anon_send(registry, uploaded_atom::value, sandbox, snap, at, *key);
+        auto key = upload(env->persisted_snapshot_dir(snap),
+                          "snapshot " + snap + " of " + sandbox, snap,
+                          caf::make_message(upsnap_atom::value, sandbox, snap));
+        if (key) caf::anon_send(registry, snapup_atom::value, sandbox, snap, *key);
       },
       [=](park_atom, std::string sandbox, std::string tenant, std::string manifest,
           std::string settings) {

@@ -1,17 +1,21 @@
-// The snapshot uploader: a detached actor (one thread for the host) that puts hibernations into
-// the host's object store (storage/snapshot_chunks.h), one at a time, in the order asked, once
+// The snapshot uploader: a detached actor (one thread for the host) that puts hibernations and
+// named snapshots into the host's object store (storage/snapshot_chunks.h), one at a time, in the order asked, once
 // their copy is on the data disk (issue 39). Spawned by the registry when --object-store is set.
 //   upload_atom, sandbox id, snapshot id, copy (SandboxState::hibernation_persisted_at): uploads
 //       Env::persisted_dir(sandbox); once the manifest is in the store, tells the registry
 //       (uploaded_atom, sandbox id, snapshot id, copy, manifest),
 //       which has the sandbox record it (`durable: "remote"`). A failure (the store unreachable,
 //       full, refusing) is retried with a growing delay (5 s to 5 min) while the copy is there.
+//   upsnap_atom, sandbox id, snapshot id: uploads the named snapshot's copy on the data disk
+//       (Env::persisted_snapshot_dir); once its manifest is in the store, tells the registry
+//       (snapup_atom, sandbox id, snapshot id, manifest), which has the sandbox record it. Retried
+//       like a hibernation's while the copy is there.
 //   park_atom, sandbox id, tenant, manifest, settings (JSON): cluster mode, the sandbox recorded
 //       the upload: its Parked record goes to etcd (actors/parked.h), so that another host can
 //       wake it from the store once this host is gone.
 //   forget_atom, manifest, sandbox id: removes the sandbox's parked record (if it names that
 //       manifest), then that manifest from the store (the hibernation was woken or the sandbox
-//       ended); RuntimeConfig::object_store_gc_delay later (one collection for every
+//       ended; a named snapshot was deleted: sandbox id ""); RuntimeConfig::object_store_gc_delay later (one collection for every
 //       removal meanwhile) the chunks no manifest names go (storage::collect_garbage: serial with
 //       the uploads here, so the store's prefix must be this host's alone).
 #pragma once
@@ -25,8 +29,11 @@ using uploaded_atom = caf::atom_constant<caf::atom("uploaded")>;
 using forget_atom = caf::atom_constant<caf::atom("forgetman")>;
 using objgc_atom = caf::atom_constant<caf::atom("objgc")>;
 using park_atom = caf::atom_constant<caf::atom("park")>;
+using upsnap_atom = caf::atom_constant<caf::atom("upsnap")>;
+using snapup_atom = caf::atom_constant<caf::atom("snapup")>;
 
-// Reads only Env::persisted_dir of a well-formed sandbox id; writes only the object store.
+// Reads only Env::persisted_dir of a well-formed sandbox id and Env::persisted_snapshot_dir of a
+// well-formed snapshot id; writes only the object store.
 caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry);
 
 }  // namespace pandastack::actors

@@ -46,6 +46,7 @@ std::string encode_state(const SandboxState& s) {
   j.set("hibernation_manifest", s.hibernation_manifest);
   j.set("hibernation_persisted_at", int64_t(s.hibernation_persisted_at));
   j.set("snapshot_names", map(s.snapshot_names));
+  j.set("snapshot_manifests", map(s.snapshot_manifests));
   j.set("hibernation_snapshot", s.hibernation_snapshot);
   j.set("snapshots", strings(s.snapshots));
   j.set("durable_snapshots",
@@ -142,6 +143,11 @@ std::optional<SandboxState> decode_state(const std::string& bytes) {
     for (auto& [k, v] : o["snapshot_names"].as_object()) {
       if (!v.is_string()) return std::nullopt;
       s.snapshot_names[k] = v.as_string();
+    }
+  if (o["snapshot_manifests"].is_object())  // (absent before snapshots went to the store)
+    for (auto& [k, v] : o["snapshot_manifests"].as_object()) {
+      if (!v.is_string()) return std::nullopt;
+      s.snapshot_manifests[k] = v.as_string();
     }
   for (auto& [k, v] : o["running_execs"].as_object()) {
     if (!v.is_string()) return std::nullopt;

@@ -89,7 +89,8 @@ const char* kUsage = R"(usage: pandastackd [options]
                               dropped first (default 64)
   --insecure-registry HOST:PORT  a registry image pulls may reach over plain http (repeatable;
                               loopback ones always may)
-  --object-store URL  an S3 bucket hibernations are uploaded to once on the data disk
+  --object-store URL  an S3 bucket hibernations and named snapshots are uploaded to once
+                      on the data disk
                       (http(s)://HOST[:PORT]/BUCKET[/PREFIX][?region=R]; http only to loopback)
   --object-store-credentials FILE  its keys: lines access_key_id = ..., secret_access_key = ...
   --object-store-gc-seconds N  chunks no manifest names are deleted N s after a manifest was

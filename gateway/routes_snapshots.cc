@@ -18,7 +18,8 @@ Json snapshot_json(const actors::SnapshotInfo& s) {
   j.set("created_at_ms", s.created_at_ms);
   j.set("size_bytes", s.size_bytes);  // what it holds: RAM (host memory) and disk layers
   j.set("memory_bytes", s.memory_bytes);
-  j.set("durable", s.durable ? "local" : "none");  // "local": a synced copy on the data disk
+  // "local": a synced copy on the data disk; "remote": in the object store too
+  j.set("durable", s.remote ? "remote" : s.durable ? "local" : "none");
   return j;
 }
 

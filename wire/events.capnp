@@ -154,6 +154,10 @@ struct SandboxEvent {
       snapshotId @63 :Text;
       manifest @64 :Text;          # its manifest's key (storage/snapshot_chunks.h)
     }
+    snapshotUploaded :group {      # the named snapshot is in the object store (off the host)
+      snapshotId @65 :Text;
+      manifest @66 :Text;          # its manifest's key
+    }
   }
   reapReason @40 :Text;            # reaped: "ttl" (expired) or "idle" (idle timeout)
   snapshotName @56 :Text;          # transitionStarted (snapshotting), snapshotTaken: the name

@@ -7,8 +7,10 @@ A daemon with --object-store uploads each hibernation once its copy is on the da
 stays `local` and its upload is retried until the store is back. Then the data disk's copies
 are lost with a reboot (daemon SIGKILLed, QEMUs killed, state tmpfs emptied, the data folder's
 hibernations deleted): a hibernation comes back from the store with memory and disk intact; one
-whose chunk was corrupted in the store is refused by hash and failed with the reason. Once both
-manifests are spent (woken, failed), the chunks no manifest names are collected.
+whose chunk was corrupted in the store is refused by hash and failed with the reason. Named
+snapshots likewise: each is `"durable": "remote"` once uploaded; after the reboot one comes back
+from the store and restores as taken, one whose manifest the store lost is deleted with the reason.
+Once every manifest is spent (woken, failed, deleted), the chunks no manifest names are collected.
 
 Usage: object_store_test.py --daemon build/bin/pandastackd [--images var/images]
 """
@@ -68,10 +70,20 @@ def wait_durable(c, sid, want, timeout=120):
         time.sleep(0.05)
 
 
-def manifest_of(c, sid):
+def manifest_of(c, sid, kind="hibernation-uploaded", snap=None):
     events = c.call("GET", f"/v1/sandboxes/{sid}/events")[1]["events"]
-    uploaded = [e for e in events if e["type"] == "hibernation-uploaded"]
+    uploaded = [e for e in events if e["type"] == kind
+                and (snap is None or e["event"]["snapshot_id"] == snap)]
     return uploaded[-1]["event"]["manifest"] if uploaded else None
+
+
+def wait_snapshot_remote(c, snap, timeout=120):
+    t0 = time.monotonic()
+    while True:
+        b = c.call("GET", f"/v1/snapshots/{snap}")[1]
+        if b.get("durable") == "remote" or time.monotonic() - t0 > timeout:
+            return b, time.monotonic() - t0
+        time.sleep(0.05)
 
 
 def folders_and_store():
@@ -109,6 +121,21 @@ class ObjectStoreTest(unittest.TestCase):
                 s, b = c.exec(sid, f"echo {sid} > /dev/shm/token && echo disk-{sid} > /root/f && "
                                    f"head -c 3000000 /dev/urandom > /dev/shm/noise")
                 self.assertEqual(s, 200, b)
+            # A named snapshot of each goes to the store too, once its copy is on the data disk.
+            snaps = {}
+            for sid in (kept, corrupt):
+                s, b = c.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "n-" + sid})
+                self.assertEqual(s, 201, b)
+                snaps[sid] = b["snapshot_id"]
+            for sid in (kept, corrupt):
+                b, took = wait_snapshot_remote(c, snaps[sid])
+                self.assertEqual(b.get("durable"), "remote", b)
+                print(f"S3 snapshot-to-remote {took * 1000:.0f} ms", flush=True)
+            snap_manifests = {sid: manifest_of(c, sid, "snapshot-uploaded", snaps[sid])
+                              for sid in (kept, corrupt)}
+            for m in snap_manifests.values():
+                self.assertRegex(m or "", r"^manifests/[0-9a-f]{64}$")
+                self.assertIn("hosts/a/" + m, s3.objects("hosts/a/manifests/"))
             s, b = c.call("POST", f"/v1/sandboxes/{kept}/hibernate", {})
             self.assertEqual((s, b.get("state")), (200, "hibernated"), b)
             self.assertIn(b.get("durable"), ("none", "local"), b)
@@ -159,12 +186,17 @@ class ObjectStoreTest(unittest.TestCase):
                 f.seek(100)
                 f.write(bytes([byte[0] ^ 0xFF]))
 
+            # The second snapshot's manifest is lost from the store.
+            os.remove(s3.objects("hosts/a/" + snap_manifests[corrupt])
+                      ["hosts/a/" + snap_manifests[corrupt]])
+
             # The reboot, and the data disk's copies lost with it.
             d.stop(signal.SIGKILL)
             harness.reap_vms(state, data)
             shutil.rmtree(state)
             os.makedirs(state)
             shutil.rmtree(os.path.join(data, "hibernations"))
+            shutil.rmtree(os.path.join(data, "snapshots"))
             d2 = Daemon(data, state, extra=flags)
             daemons.append(d2)
             c2 = Api(d2)
@@ -178,13 +210,31 @@ class ObjectStoreTest(unittest.TestCase):
                 fetched = [l for l in f if "came from the object store" in l]
             self.assertTrue(fetched)
             print("S3 " + fetched[-1].strip().split("] ", 2)[-1], flush=True)
+            # The first snapshot came back from the store and restores as taken; the second,
+            # whose manifest was lost, is deleted with the reason (never offered to a create).
+            s, listed = c2.call("GET", "/v1/snapshots")
+            self.assertEqual([(x["id"], x["durable"]) for x in listed["snapshots"]],
+                             [(snaps[kept], "remote")], listed)
+            s, b = c2.call("GET", f"/v1/snapshots/{snaps[corrupt]}")
+            self.assertEqual((s, b["error"]["code"]), (404, "snapshot_not_found"), b)
+            deleted = [e for e in c2.call("GET", f"/v1/sandboxes/{corrupt}/events")[1]["events"]
+                       if e["type"] == "snapshot-deleted"]
+            self.assertEqual([(e["event"]["snapshot_id"], e["event"].get("reason"))
+                              for e in deleted], [(snaps[corrupt], "snapshot_lost")], deleted)
+            child = c2.create(from_snapshot=snaps[kept])["id"]
+            s, b = c2.exec(child, "cat /dev/shm/token /root/f")
+            self.assertEqual((s, b["stdout"]), (200, f"{kept}\ndisk-{kept}\n"), b)
+            self.assertEqual(c2.call("DELETE", f"/v1/sandboxes/{child}")[0], 200)
+            s, b = c2.call("DELETE", f"/v1/snapshots/{snaps[kept]}")
+            self.assertIn(s, (200, 204), b)
             t0 = time.monotonic()
             s, b = c2.call("POST", f"/v1/sandboxes/{kept}/wake", {})
             self.assertEqual((s, b.get("state")), (200, "running"), b)
             print(f"S3 wake after the fetch {(time.monotonic() - t0) * 1000:.0f} ms", flush=True)
             s, b = c2.exec(kept, "cat /dev/shm/token /root/f")
             self.assertEqual((s, b["stdout"]), (200, f"{kept}\ndisk-{kept}\n"), b)
-            # Woken: its manifest is spent (the failed one's too); the store keeps neither.
+            # Woken: its manifest is spent (the failed one's too), and the deleted snapshot's;
+            # the store keeps none.
             t0 = time.monotonic()
             while s3.objects("hosts/a/manifests/") and time.monotonic() - t0 < 10:
                 time.sleep(0.1)

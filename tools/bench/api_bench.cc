@@ -458,12 +458,18 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     report(json, "hibernate-durable", local, local);
     report(json, "hibernate-remote", remote, remote);
     return 0;
-  } else if (scenario == "snapshot-durable") {
+  } else if (scenario == "snapshot-durable" || scenario == "snapshot-remote") {
     // A named snapshot's answer (on tmpfs), and until its copy is on the data disk, synced (its
-    // `durable` turns "local"): what a reboot keeps.
+    // `durable` turns "local"): what a reboot keeps; snapshot-remote (a daemon with
+    // --object-store) also until its manifest is in the store ("remote"), each round changing
+    // ~1 MB of the guest's memory first (the store has the rest from earlier rounds).
+    bool remote = scenario == "snapshot-remote";
     auto id = api.create(create_body);
-    std::vector<double> durable;
+    std::vector<double> durable, uploaded;
     for (int i = 0; i < n; ++i) {
+      if (remote)
+        api.call("POST", "/v1/sandboxes/" + id + "/exec",
+                 R"({"cmd":"head -c 1000000 /dev/urandom > /dev/shm/round"})");
       auto t = Clock::now();
       Json taken;
       sample([&](double* s) {
@@ -471,12 +477,14 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       });
       auto snap = taken["snapshot_id"].as_string();
       if (!until_durable("/v1/snapshots/" + snap, t, durable)) return 1;
+      if (remote && !until_durable("/v1/snapshots/" + snap, t, uploaded, true)) return 1;
       api.call("DELETE", "/v1/snapshots/" + snap, "");
       pause();
     }
     api.kill(id);
     report(json, "snapshot", client, server);
     report(json, "snapshot-durable", durable, durable);
+    if (remote) report(json, "snapshot-remote", uploaded, uploaded);
     return 0;
   } else if (scenario == "density") {
     // n sandboxes created (--create-body) and left idle, on a daemon on this host: what each
@@ -548,7 +556,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
   } else {
     std::fprintf(stderr,
                  "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk kill "
-                 "hibernate-durable hibernate-remote snapshot-durable "
+                 "hibernate-durable hibernate-remote snapshot-durable snapshot-remote "
                  "concurrent-create density "
                  "net-throughput preview\n");
     return 2;

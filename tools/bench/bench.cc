@@ -98,7 +98,7 @@ int usage() {
       "       pandastack-bench proxy https|https-new [--n N] [--json]\n"
       "       pandastack-bench api "
       "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|fork|"
-      "wake|wake-disk|kill|hibernate-durable|hibernate-remote|snapshot-durable|"
+      "wake|wake-disk|kill|hibernate-durable|hibernate-remote|snapshot-durable|snapshot-remote|"
       "concurrent-create|density|net-throughput|preview [--url URL] "
       "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
       "[--pause-ms MS] [--n N] [--json]\n"

@@ -124,8 +124,9 @@ class SnapshotInfo:
     #: the name it was taken with (None: none); ``current``: the newest with that name
     name: Optional[str] = None
     current: bool = False
-    #: "local" once a synced copy is on the host's data disk (it survives a reboot), "none" while
-    #: it is on tmpfs only (the copy is made in the background after the snapshot answers)
+    #: "local" once a synced copy is on the host's data disk (it survives a reboot), "remote" once
+    #: it is in the host's object store too (it survives the loss of the disk), "none" while it
+    #: is on tmpfs only (the copies are made in the background after the snapshot answers)
     durable: str = "none"
 
     @classmethod

@@ -355,8 +355,8 @@ export interface SnapshotInfo {
   /** The name it was taken with (absent: none); current: the newest with that name (what the name stands for). */
   name?: string;
   current: boolean;
-  /** "local": a synced copy is on the host's data disk (it survives a reboot); "none": on tmpfs only, until that copy is made in the background. */
-  durable: "none" | "local";
+  /** "remote": also in the host's object store (it survives the loss of the host's disk); "local": a synced copy is on the host's data disk (it survives a reboot); "none": on tmpfs only, until that copy is made in the background. */
+  durable: "none" | "local" | "remote";
 }
 
 export interface DatabaseInfo {
