@@ -298,7 +298,7 @@ storage::Status Cluster::park(const Parked& p) {
 }
 
 storage::Result<std::optional<Parked>> Cluster::parked(const std::string& id) {
-  if (!runtime_id(id, "sbx_")) return std::optional<Parked>();
+  if (!runtime_id(id, "sbx_") && !runtime_id(id, "snap_")) return std::optional<Parked>();
   auto kv = reader_->get(kParked + id);
   if (!kv) return kv.error();
   if (!kv->has_value()) return std::optional<Parked>();

@@ -65,7 +65,9 @@ struct Owner {
 // the day its host is gone (issue 39, wake anywhere): another host with the same bucket fetches
 // it from the owner's prefix, starts it, and takes it over (Cluster::adopt). Written once the
 // manifest is in the store, removed when that copy is spent (woken, ended, moved); sealed with
-// the cluster's records key (storage/record_mac.h), every field checked when read.
+// the cluster's records key (storage/record_mac.h), every field checked when read. A named
+// snapshot in the store is parked likewise (`id` a snapshot id, `settings` its sandbox's): while
+// its host is down another host creates sandboxes from it (Runtime::create_from_parked).
 struct Parked {
   std::string id, tenant;
   std::string host;      // the owner that parked it
@@ -116,9 +118,10 @@ class Cluster {
   // (placement_name) goes to a host that has it; one no live host has is taken for the shipped
   // template of its name. Empty on error.
   storage::Result<HostInfo> place(const std::string& template_name, const std::string& pinned);
-  // Parked hibernations (Parked). park: writes this host's record of `p` (p.host is this
-  // host). unpark: removes the record of `id` if it still names `manifest`. parked: the record
-  // of `id`, none when there is none or it does not verify (logged).
+  // Parked hibernations and snapshots (Parked). park: writes this host's record of `p` (p.host
+  // is this host). unpark: removes the record of `id` if it still names `manifest`. parked: the
+  // record of `id` (a sandbox or snapshot id), none when there is none or it does not verify
+  // (logged).
   storage::Status park(const Parked& p);
   storage::Status unpark(const std::string& id, const std::string& manifest);
   storage::Result<std::optional<Parked>> parked(const std::string& id);

@@ -137,6 +137,9 @@ void forget(RegistrySelf* self, const std::string& manifest, const std::string& 
 // snapshot, else the manifest goes). persist_missing also uploads the recorded copies that are
 // not recorded in the store.
 void upload_snapshot(RegistrySelf* self, const std::string& sandbox, const std::string& snap);
+// Cluster mode: `snap` of `taken_by`, recorded in the store, is parked (Cluster::park) so that
+// other hosts create from it while this one is down (not a snapshot of a sandbox with volumes).
+void park_snapshot(RegistrySelf* self, const SandboxInfo& taken_by, const std::string& snap);
 void snapshot_uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap,
                        const std::string& manifest);
 // The registry's messages for these: persist, unpersist, snapsaved, upload, uploaded, forget,

@@ -70,6 +70,14 @@ void uploaded(RegistrySelf* self, const std::string& sandbox, const std::string&
           [](const caf::error&) {});  // (unknown: kept; the wake or kill removes it if recorded)
 }
 
+void park_snapshot(RegistrySelf* self, const SandboxInfo& taken_by, const std::string& snap) {
+  auto m = taken_by.snapshot_manifests.find(snap);
+  if (!self->state.env->cluster() || m == taken_by.snapshot_manifests.end()) return;
+  if (!taken_by.volumes.empty()) return;  // (its copies of them are not parkable: not in etcd)
+  caf::anon_send(uploader(self), park_atom::value, snap, taken_by.tenant, m->second,
+                 parked_settings(taken_by).dump());
+}
+
 void upload_snapshot(RegistrySelf* self, const std::string& sandbox, const std::string& snap) {
   if (!self->state.env->object_store) return;
   caf::anon_send(uploader(self), upsnap_atom::value, sandbox, snap);
@@ -78,14 +86,15 @@ void upload_snapshot(RegistrySelf* self, const std::string& sandbox, const std::
 void snapshot_uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap,
                        const std::string& manifest) {
   auto actor = actor_to_record(self, sandbox);
-  if (!actor) return forget(self, manifest, "");
+  if (!actor) return forget(self, manifest, snap);
   self->request(actor, std::chrono::seconds(60), cmd_atom::value,
                 Command{cmd::SnapshotUploaded{snap, manifest}})
       .then(
           [self, manifest, snap](const Answer& a) {
             auto m = a.info.snapshot_manifests.find(snap);
             if (!a.ok || m == a.info.snapshot_manifests.end() || m->second != manifest)
-              forget(self, manifest, "");  // (deleted meanwhile: not recorded)
+              return forget(self, manifest, snap);  // (deleted meanwhile: not recorded)
+            park_snapshot(self, a.info, snap);
           },
           [](const caf::error&) {});  // (unknown: kept; deleting the snapshot removes it)
 }

@@ -118,7 +118,8 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
     auto store = storage::parse_object_store(config.object_store, config.object_store_credentials);
     if (!store) return Rejection{Code::invalid_argument, store.error().message};
     env.object_store = std::make_shared<storage::S3Store>(*store);
-    spdlog::info("object store: hibernations and named snapshots are uploaded to {}", env.object_store->describe());
+    spdlog::info("object store: hibernations and named snapshots are uploaded to {}",
+                 env.object_store->describe());
   }
   // Ours alone (made 0700 here, refused if someone else made them first): recovery deletes and
   // kills by what it finds in them, and they hold every tenant's memory, disks and events.

@@ -665,8 +665,9 @@ class Runtime {
   // Removes a received snapshot that will not be started.
   void discard_import(const std::string& snapshot_id);
   // Wake anywhere (cluster mode with an object store, issue 39; actors/parked.h). The host and
-  // template of the tenant's sandbox `id` parked by a host that is now down (Cluster::parked):
-  // host_unavailable when none is parked for the tenant, conflict when its owner is up.
+  // template of the tenant's sandbox (or snapshot) `id` parked by a host now down
+  // (Cluster::parked): host_unavailable when none is parked for the tenant, conflict when its owner
+  // is up.
   struct ParkedSandbox {
     std::string host, template_name;
   };
@@ -676,6 +677,13 @@ class Runtime {
   // while that host is down) and starts it here; its manifest leaves the store. Nothing changes
   // when it fails (a failed start gives the sandbox back to its host's record).
   Reply<SandboxInfo> wake_parked(const std::string& tenant, const std::string& id);
+  // A create from the tenant's named snapshot (by id) parked by a host that is now down: its
+  // copy is fetched from that host's prefix of the store and checked as a wake's is, and a new
+  // sandbox starts from it here (recorded as this host's; the snapshot stays its host's). The
+  // request's settings apply as a create's, on the snapshot's template. host_unavailable when the
+  // snapshot is not parked for the tenant, conflict when its host is up; not_implemented for
+  // secrets, network rules or volumes (a create through the snapshot's host has them).
+  Reply<SandboxInfo> create_from_parked(const CreateRequest& request);
   // The files of volume `v` (as get_volume answered it: the tenant's): its own, then its
   // snapshots' (a migration ships them).
   std::vector<std::string> volume_files(const VolumeInfo& v);

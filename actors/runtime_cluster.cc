@@ -37,6 +37,19 @@ void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
   auto all = list("*");
   if (!all) return;
   for (auto& s : *all) {
+    // Its named snapshots in the store are parked again (records lost with etcd, or never made).
+    if (impl_->env->object_store && s.volumes.empty())
+      for (auto& [snap, manifest] : s.snapshot_manifests) {
+        Parked p;
+        p.id = snap;
+        p.tenant = s.tenant;
+        p.prefix = impl_->env->object_store->prefix();
+        p.manifest = manifest;
+        p.settings = parked_settings(s);
+        if (auto r = cluster->park(p); !r)
+          spdlog::warn("cluster: snapshot {} is not parked (no other host can create from it): {}",
+                       snap, r.error().message);
+      }
     if (s.status != SandboxStatus::hibernated) continue;
     auto owner = cluster->owner(s.id, /*fresh=*/true);
     if (owner.kind == Owner::Kind::peer || owner.kind == Owner::Kind::down) {

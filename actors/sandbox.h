@@ -362,15 +362,13 @@ struct RecordEgress {
 };
 }  // namespace cmd
 
-using Command =
-    std::variant<cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished,
-                 cmd::Snapshot, cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone,
-                 cmd::TransitionFailed, cmd::SetTtl, cmd::SetMetadata, cmd::SetEgress,
-                 cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot, cmd::Reap, cmd::Kill,
-                 cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
-                 cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted,
-                 cmd::SnapshotPersisted, cmd::RecordEgress, cmd::HibernationUploaded,
-                 cmd::SnapshotUploaded>;
+using Command = std::variant<
+    cmd::Create, cmd::Started, cmd::StartFailed, cmd::Exec, cmd::ExecFinished, cmd::Snapshot,
+    cmd::Fork, cmd::Hibernate, cmd::Wake, cmd::TransitionDone, cmd::TransitionFailed, cmd::SetTtl,
+    cmd::SetMetadata, cmd::SetEgress, cmd::ExposePort, cmd::UnexposePort, cmd::DeleteSnapshot,
+    cmd::Reap, cmd::Kill, cmd::MigratedAway, cmd::Fail, cmd::RecordProcess, cmd::RecordFile,
+    cmd::OpenPreview, cmd::ClosePreview, cmd::HibernationPersisted, cmd::SnapshotPersisted,
+    cmd::RecordEgress, cmd::HibernationUploaded, cmd::SnapshotUploaded>;
 
 // A refused command: a stable machine-readable code and a message.
 struct Rejection {

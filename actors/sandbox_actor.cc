@@ -511,7 +511,7 @@ void on_persisted(SandboxSelf* self, bool ok, Code code, const std::string& err,
     // So is a named snapshot's, once the snapshot is deleted.
     for (auto& [snap, manifest] : snapshots_uploaded)
       if (!st.s.snapshot_manifests.count(snap))
-        caf::anon_send(st.registry, forget_atom::value, manifest, std::string());
+        caf::anon_send(st.registry, forget_atom::value, manifest, snap);
     caf::anon_send(st.registry, info_atom::value, info_of(st.s));
   }
   if (st.env->config.snapshot_every > 0 &&

@@ -51,11 +51,11 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
     }
     if (!key) {
       int n = ++(*attempts)[id];
-      auto delay = std::min(std::chrono::seconds(5) * (1 << std::min(n - 1, 6)),
-                            std::chrono::seconds(300));
+      auto delay =
+          std::min(std::chrono::seconds(5) * (1 << std::min(n - 1, 6)), std::chrono::seconds(300));
       spdlog::warn(
-          "snapshot uploader: {} is not in the object store (attempt {}, again in {} s): {}",
-          what, n, delay.count(), key.error().message);
+          "snapshot uploader: {} is not in the object store (attempt {}, again in {} s): {}", what,
+          n, delay.count(), key.error().message);
       self->delayed_send(self, delay, std::move(retry));
       return std::nullopt;
     }
@@ -83,16 +83,17 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
           spdlog::error("snapshot uploader: refused '{}' / '{}'", sandbox, snap);
           return;
         }
-        auto key = upload(env->persisted_snapshot_dir(snap),
-                          "snapshot " + snap + " of " + sandbox, snap,
-                          caf::make_message(upsnap_atom::value, sandbox, snap));
+        auto key = upload(env->persisted_snapshot_dir(snap), "snapshot " + snap + " of " + sandbox,
+                          snap, caf::make_message(upsnap_atom::value, sandbox, snap));
         if (key) caf::anon_send(registry, snapup_atom::value, sandbox, snap, *key);
       },
       [=](park_atom, std::string sandbox, std::string tenant, std::string manifest,
           std::string settings) {
         auto cluster = env->cluster();
         auto j = wire::Json::parse(settings);
-        if (!cluster || !env->object_store || !runtime_id(sandbox, "sbx_") || !j) return;
+        if (!cluster || !env->object_store || !j ||
+            (!runtime_id(sandbox, "sbx_") && !runtime_id(sandbox, "snap_")))
+          return;
         Parked p;
         p.id = sandbox;
         p.tenant = tenant;
@@ -108,7 +109,8 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
       [=](forget_atom, std::string manifest, std::string sandbox) {
         if (!storage::manifest_key(manifest) || !env->object_store) return;
         // Its parked record first: no host tries to wake it from a manifest that is gone.
-        if (auto cluster = env->cluster(); cluster && runtime_id(sandbox, "sbx_"))
+        if (auto cluster = env->cluster();
+            cluster && (runtime_id(sandbox, "sbx_") || runtime_id(sandbox, "snap_")))
           if (auto r = cluster->unpark(sandbox, manifest); !r)
             spdlog::warn("snapshot uploader: the parked record of {} stays in etcd: {}", sandbox,
                          r.error().message);

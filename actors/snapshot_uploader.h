@@ -1,6 +1,7 @@
 // The snapshot uploader: a detached actor (one thread for the host) that puts hibernations and
-// named snapshots into the host's object store (storage/snapshot_chunks.h), one at a time, in the order asked, once
-// their copy is on the data disk (issue 39). Spawned by the registry when --object-store is set.
+// named snapshots into the host's object store (storage/snapshot_chunks.h), one at a time, in the
+// order asked, once their copy is on the data disk (issue 39). Spawned by the registry when
+// --object-store is set.
 //   upload_atom, sandbox id, snapshot id, copy (SandboxState::hibernation_persisted_at): uploads
 //       Env::persisted_dir(sandbox); once the manifest is in the store, tells the registry
 //       (uploaded_atom, sandbox id, snapshot id, copy, manifest),
@@ -10,14 +11,15 @@
 //       (Env::persisted_snapshot_dir); once its manifest is in the store, tells the registry
 //       (snapup_atom, sandbox id, snapshot id, manifest), which has the sandbox record it. Retried
 //       like a hibernation's while the copy is there.
-//   park_atom, sandbox id, tenant, manifest, settings (JSON): cluster mode, the sandbox recorded
-//       the upload: its Parked record goes to etcd (actors/parked.h), so that another host can
-//       wake it from the store once this host is gone.
-//   forget_atom, manifest, sandbox id: removes the sandbox's parked record (if it names that
+//   park_atom, sandbox or snapshot id, tenant, manifest, settings (JSON): cluster mode, the
+//       sandbox recorded the upload: its Parked record goes to etcd (actors/parked.h), so that
+//       another host can wake it (create from it) from the store once this host is gone.
+//   forget_atom, manifest, sandbox or snapshot id: removes its parked record (if it names that
 //       manifest), then that manifest from the store (the hibernation was woken or the sandbox
-//       ended; a named snapshot was deleted: sandbox id ""); RuntimeConfig::object_store_gc_delay later (one collection for every
-//       removal meanwhile) the chunks no manifest names go (storage::collect_garbage: serial with
-//       the uploads here, so the store's prefix must be this host's alone).
+//       ended; the named snapshot was deleted); RuntimeConfig::object_store_gc_delay
+//       later (one collection for every removal meanwhile) the chunks no manifest names go
+//       (storage::collect_garbage: serial with the uploads here, so the store's prefix must be this
+//       host's alone).
 #pragma once
 
 #include "actors/messages.h"

@@ -86,11 +86,12 @@ Target target_of(actors::Cluster& cluster, const std::string& id, bool forwarded
 }
 
 // Where a create goes: the pinned host (placement.host), else the owner of what it is made from
-// (a snapshot, a volume: they are on their host), else the host placement scores best (for
-// `tenant`'s own template of that name: the host that has it).
+// (a snapshot, a volume: they are on their host; a snapshot whose host is down but that is
+// parked in the object store for `tenant`: placed as a create of its template), else the host
+// placement scores best (for `tenant`'s own template of that name: the host that has it).
 Target place(actors::Cluster& cluster, const std::string& text, const std::string& tenant) {
   auto j = Json::parse(text);
-  std::string pinned, tmpl = "base";
+  std::string pinned, tmpl = "base", place_as;
   if (j && j->is_object()) {
     if ((*j)["placement"]["host"].is_string()) pinned = (*j)["placement"]["host"].as_string();
     if ((*j)["template"].is_string()) tmpl = (*j)["template"].as_string();
@@ -100,9 +101,22 @@ Target place(actors::Cluster& cluster, const std::string& text, const std::strin
     if (from.empty() && (*j)["volumes"].is_array() && (*j)["volumes"].size() > 0 &&
         (*j)["volumes"].as_array()[0]["volume"].is_string())
       from = (*j)["volumes"].as_array()[0]["volume"].as_string();
-    if (!from.empty() && pinned.empty()) return target_of(cluster, from, false);
+    if (!from.empty() && pinned.empty()) {
+      auto t = target_of(cluster, from, false);
+      if (t.kind != Target::Kind::down) return t;
+      // Its host is down: a snapshot it parked in the object store for this tenant is created
+      // from on the host placement picks for its template (Runtime::create_from_parked).
+      auto parked = cluster.parked(from);
+      if (!parked || !*parked || (**parked).tenant != tenant || (**parked).host != t.host ||
+          from.rfind("snap_", 0) != 0)
+        return t;
+      place_as = (**parked).settings["template"].is_string()
+                     ? (**parked).settings["template"].as_string()
+                     : "base";  // (the template's id, as placement names it)
+    }
   }
-  auto h = cluster.place(actors::placement_name(tenant, tmpl), pinned);
+  auto h =
+      cluster.place(place_as.empty() ? actors::placement_name(tenant, tmpl) : place_as, pinned);
   if (!h) {
     if (!pinned.empty()) return {Target::Kind::down, pinned, "", h.error().message};
     return {Target::Kind::unavailable, "", "", h.error().message};

@@ -133,6 +133,10 @@ class WakeAnywhereTest(Cluster):
             s, b = a.exec(sid, f"echo {text}-{sid} > /dev/shm/token && echo disk-{sid} > /root/f"
                                f" && sync && echo ok")
             self.assertEqual((s, b["stdout"]), (200, "ok\n"), b)
+            if text == "second":  # a named snapshot of it, parked too
+                s, b = a.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "kept"})
+                self.assertEqual(s, 201, b)
+                snap = b["snapshot_id"]
             s, b = a.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})
             self.assertEqual((s, b.get("state")), (200, "hibernated"), b)
             sids.append(sid)
@@ -145,6 +149,9 @@ class WakeAnywhereTest(Cluster):
         # Parked in etcd: the tenant, b's prefix, the manifest, sealed (a MAC after the JSON).
         self.assertIn('"host":"b"', self.parked_by(first, "b"))
         self.assertIn('"host":"b"', self.parked_by(second, "b"))
+        self.assertIn('"host":"b"', self.parked_by(snap, "b", timeout=60))
+        s, b = a.call("GET", f"/v1/snapshots/{snap}")
+        self.assertEqual((s, b.get("durable")), (200, "remote"), b)
         record = self.raw(f"/pandastack/parked/{first}")
         body = json.loads(record[:-32])  # (then its 32-byte MAC)
         self.assertEqual((body["prefix"], body["manifest"], body["tenant"]),
@@ -179,6 +186,33 @@ class WakeAnywhereTest(Cluster):
         self.assertEqual((s, b["error"]["code"]), (503, "host_unavailable"), b)
         self.assertIn("not in the object store", b["error"]["message"])
         self.put(f"/pandastack/parked/{first}", record)
+
+        # A create from b's snapshot: refused for another tenant; for its own, placed on a
+        # through c (draining), which fetches it from b's prefix and starts a new sandbox from
+        # it (a's; the snapshot stays b's, parked for the next create).
+        s, b = a.call("POST", "/v1/sandboxes", {"from_snapshot": snap}, key=k["key"])
+        self.assertEqual((s, b["error"]["code"]), (503, "host_unavailable"), b)
+        s, b = c.call("POST", "/v1/hosts/c/drain")
+        self.assertEqual((s, b["draining"]), (200, True), b)
+        t0 = time.monotonic()
+        s, b = c.call("POST", "/v1/sandboxes", {"from_snapshot": snap})
+        took = time.monotonic() - t0
+        self.assertEqual(s, 201, b)
+        child = b["id"]
+        print(f"create from a lost host's snapshot: {took * 1000:.0f} ms through c (placed on a)",
+              flush=True)
+        with open(os.path.join(self.daemons["a"].data, "daemon.log")) as f:
+            made = [l for l in f if f"created here from snapshot {snap}" in l]
+        self.assertTrue(made)
+        print("create from the store: " + made[-1].strip().split("] ", 2)[-1], flush=True)
+        self.assertEqual(self.etcd.prefix(f"/pandastack/owners/{child}"),
+                         {f"/pandastack/owners/{child}": "a"})
+        s, b = c.exec(child, "cat /dev/shm/token /root/f")
+        self.assertEqual((s, b["stdout"]), (200, f"second-{second}\ndisk-{second}\n"), b)
+        self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{child}")[0], 200)
+        self.assertIn('"host":"b"', self.parked_by(snap, "b"))
+        s, b = c.call("DELETE", "/v1/hosts/c/drain")
+        self.assertEqual(s, 200, b)
 
         # Through c, which is draining: placement puts the wake on a.
         s, b = c.call("POST", "/v1/hosts/c/drain")
@@ -247,6 +281,17 @@ class WakeAnywhereTest(Cluster):
                 f"/pandastack/parked/{second}" in self.etcd.prefix("/pandastack/parked/"):
             time.sleep(0.1)
         self.assertNotIn(f"/pandastack/parked/{second}", self.etcd.prefix("/pandastack/parked/"))
+        # Its snapshot, deleted on b (back), is unparked and leaves the store.
+        snap_manifest = manifest_of(a, second, "snapshot-uploaded", snap)
+        self.assertIn(f"hosts/b/{snap_manifest}", self.s3.objects("hosts/b/manifests/"))
+        s, b = a.call("DELETE", f"/v1/snapshots/{snap}")
+        self.assertEqual(s, 204, b)
+        deadline = time.time() + 10
+        while time.time() < deadline and \
+                f"/pandastack/parked/{snap}" in self.etcd.prefix("/pandastack/parked/"):
+            time.sleep(0.1)
+        self.assertNotIn(f"/pandastack/parked/{snap}", self.etcd.prefix("/pandastack/parked/"))
+        self.assertNotIn(f"hosts/b/{snap_manifest}", self.s3.objects("hosts/b/manifests/"))
 
 
 class WakeCyclesTest(Cluster):
