@@ -381,6 +381,12 @@ Reply<SandboxInfo> Runtime::create(const CreateRequest& request) {
   }
   auto made = to_reply<SandboxInfo>(impl_->ask(caf::make_message(create_atom::value, r)),
                                     [](const Answer& a) { return a.info; });
+  // Cluster mode: a snapshot this host lacks may be parked in the object store by its host, which
+  // is down (REST's routing placed the create here; RPC and E2B create on the host asked).
+  if (!made && made.error().code == Code::snapshot_not_found && impl_->cluster &&
+      r.from_snapshot.rfind("snap_", 0) == 0)
+    if (auto parked = create_from_parked(r); parked || parked.error().code != Code::conflict)
+      return parked;
   if (made) {
     if (auto no = impl_->claim(made->id)) {
       (void)kill(r.tenant, made->id);  // nothing half-made: a sandbox no host answers for

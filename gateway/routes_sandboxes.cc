@@ -148,12 +148,6 @@ HttpReply create(Call& c) {
   req.vcpus = uint32_t(f.integer("vcpus", 0, 1, 1024));
   auto t0 = Clock::now();
   auto created = rt.create(req);
-  // Cluster mode: a snapshot this host lacks may be parked in the object store by its host,
-  // which is down (the routing placed the create here: cluster_routes.cc).
-  if (!created && created.error().code == Code::snapshot_not_found && rt.cluster() &&
-      req.from_snapshot.rfind("snap_", 0) == 0)
-    if (auto parked = rt.create_from_parked(req); parked || parked.error().code != Code::conflict)
-      created = std::move(parked);
   if (!created && created.error().code == Code::sandbox_failed)
     throw ApiError{Code::start_failed, created.error().message};
   auto s = unwrap(std::move(created));

@@ -418,7 +418,8 @@ class PlatformImpl final : public api::Platform::Server {
     std::string from = !c.from_snapshot.empty() ? c.from_snapshot
                        : c.volumes.empty()      ? ""
                                                 : c.volumes[0].volume;
-    auto elsewhere = from.empty() ? placed(c.template_name) : owner_platform(from);
+    auto elsewhere =
+        from.empty() ? placed(c.template_name) : owner_platform(from, !c.from_snapshot.empty());
     return elsewhere.then(
         [this, context, c](kj::Maybe<api::Platform::Client> remote) mutable -> kj::Promise<void> {
           KJ_IF_MAYBE (p, remote) {
@@ -556,17 +557,23 @@ class PlatformImpl final : public api::Platform::Server {
  private:
   // Cluster mode: the Platform of the host that owns `id` when that is another host (the calls
   // go there; this host proxies them), or null (here: a local id, or an unknown one).
-  kj::Promise<kj::Maybe<api::Platform::Client>> owner_platform(const std::string& id) {
+  // `from_store`: a create from `id`, whose host is down, is made here (from a snapshot parked
+  // in the object store: Runtime::create; host_unavailable when there is none).
+  kj::Promise<kj::Maybe<api::Platform::Client>> owner_platform(const std::string& id,
+                                                               bool from_store = false) {
     auto* cluster = ctx_.rt.cluster();
     if (cluster == nullptr || !ctx_.remote) return kj::Maybe<api::Platform::Client>(nullptr);
     return offload<actors::Owner>(
                [cluster, id]() -> Reply<actors::Owner> { return cluster->owner(id); })
-        .then([this](std::shared_ptr<Reply<actors::Owner>> r) {
+        .then([this, from_store](std::shared_ptr<Reply<actors::Owner>> r) {
           auto o = take(*r);
           switch (o.kind) {
             case actors::Owner::Kind::peer:
               return platform_at(o.host, o.peer);
             case actors::Owner::Kind::down:
+              if (from_store)
+                return kj::Promise<kj::Maybe<api::Platform::Client>>(
+                    kj::Maybe<api::Platform::Client>(nullptr));
               fail({Code::host_unavailable, "host " + o.host +
                                                 " owns this and is down (its lease expired); it "
                                                 "answers again once it is back"});

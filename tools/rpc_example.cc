@@ -1,12 +1,13 @@
 // pandastack-rpc-example: a small client of the Cap'n Proto RPC API (wire/pandastack.capnp).
 //
 //   pandastack-rpc-example [--connect unix:var/rpc.sock | HOST:PORT] [--key KEY] [--template T]
-//   [--fork] [--sandbox ID] -- CMD...
+//   [--from-snapshot SNAP] [--fork] [--sandbox ID] -- CMD...
 //
 // Login, create and exec are sent in one network round trip (promise pipelining): the exec is
 // addressed to the sandbox the create will return before that answer exists. With --fork the
 // command runs in a fork of the new sandbox instead (create, forkOne and exec in the same flight).
-// With --sandbox the command runs in an existing sandbox (get instead of create; it is kept).
+// With --sandbox the command runs in an existing sandbox (get instead of create; it is kept);
+// with --from-snapshot in a new sandbox made from that named snapshot.
 // Prints the command's output, kills the sandboxes it made and exits with the command's exit code.
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
@@ -22,7 +23,7 @@
 namespace api = pandastack::wire::api;
 
 int main(int argc, char** argv) {
-  std::string connect = "unix:var/rpc.sock", key, template_name = "base", existing;
+  std::string connect = "unix:var/rpc.sock", key, template_name = "base", existing, snapshot;
   if (const char* k = std::getenv("PANDASTACK_API_KEY")) key = k;
   std::vector<std::string> cmd;
   bool fork = false;
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
       template_name = argv[++i];
     else if (a == "--sandbox" && i + 1 < argc)
       existing = argv[++i];
+    else if (a == "--from-snapshot" && i + 1 < argc)
+      snapshot = argv[++i];
     else if (a == "--fork")
       fork = true;
     else if (a == "--") {
@@ -43,8 +46,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] [--fork] "
-          "[--sandbox ID] -- CMD...\n");
+          "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] "
+          "[--from-snapshot SNAP] [--fork] [--sandbox ID] -- CMD...\n");
       return 2;
     }
   }
@@ -63,7 +66,10 @@ int main(int argc, char** argv) {
   kj::Promise<kj::String> id = nullptr;
   if (existing.empty()) {
     auto c = platform.createRequest();
-    c.initRequest().setTemplate(template_name);
+    if (snapshot.empty())
+      c.initRequest().setTemplate(template_name);
+    else
+      c.initRequest().setFromSnapshot(snapshot);
     auto created = c.send();
     parent = created.getSandbox();  // pipelined
     id = created.then([](auto r) { return kj::str(r.getInfo().getId()); });

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -213,6 +214,15 @@ class WakeAnywhereTest(Cluster):
         self.assertIn('"host":"b"', self.parked_by(snap, "b"))
         s, b = c.call("DELETE", "/v1/hosts/c/drain")
         self.assertEqual(s, 200, b)
+        # The RPC API's create from it is made on the host asked (c), the same way.
+        example = os.path.join(os.path.dirname(harness.ARGS.daemon), "pandastack-rpc-example")
+        r = subprocess.run([example, "--connect",
+                            "unix:" + os.path.join(self.daemons["c"].data, "rpc.sock"),
+                            "--key", self.key, "--from-snapshot", snap, "--",
+                            "cat", "/dev/shm/token", "/root/f"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual((r.returncode, r.stdout), (0, f"second-{second}\ndisk-{second}\n"),
+                         r.stderr)
 
         # Through c, which is draining: placement puts the wake on a.
         s, b = c.call("POST", "/v1/hosts/c/drain")
