@@ -36,20 +36,22 @@ void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
   fs::remove_all(fetched_dir(*impl_->env), ec);
   auto all = list("*");
   if (!all) return;
+  // Parks `id` (sandbox `s`'s hibernation or one of its named snapshots) at `manifest` again.
+  auto park = [&](const std::string& id, const SandboxInfo& s, const std::string& manifest) {
+    Parked p;
+    p.id = id;
+    p.tenant = s.tenant;
+    p.prefix = impl_->env->object_store->prefix();
+    p.manifest = manifest;
+    p.settings = parked_settings(s);
+    if (auto r = cluster->park(p); !r)
+      spdlog::warn("cluster: {} is not parked (no other host can wake it or create from it): {}",
+                   id, r.error().message);
+  };
   for (auto& s : *all) {
-    // Its named snapshots in the store are parked again (records lost with etcd, or never made).
+    // Its named snapshots in the store (records lost with etcd, or never made).
     if (impl_->env->object_store && s.volumes.empty())
-      for (auto& [snap, manifest] : s.snapshot_manifests) {
-        Parked p;
-        p.id = snap;
-        p.tenant = s.tenant;
-        p.prefix = impl_->env->object_store->prefix();
-        p.manifest = manifest;
-        p.settings = parked_settings(s);
-        if (auto r = cluster->park(p); !r)
-          spdlog::warn("cluster: snapshot {} is not parked (no other host can create from it): {}",
-                       snap, r.error().message);
-      }
+      for (auto& [snap, manifest] : s.snapshot_manifests) park(snap, s, manifest);
     if (s.status != SandboxStatus::hibernated) continue;
     auto owner = cluster->owner(s.id, /*fresh=*/true);
     if (owner.kind == Owner::Kind::peer || owner.kind == Owner::Kind::down) {
@@ -61,15 +63,7 @@ void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
       continue;
     }
     if (owner.kind != Owner::Kind::self || unparkable(s) || !impl_->env->object_store) continue;
-    Parked p;
-    p.id = s.id;
-    p.tenant = s.tenant;
-    p.prefix = impl_->env->object_store->prefix();
-    p.manifest = s.hibernation_manifest;
-    p.settings = parked_settings(s);
-    if (auto r = cluster->park(p); !r)
-      spdlog::warn("cluster: {} is not parked (no other host can wake it): {}", s.id,
-                   r.error().message);
+    park(s.id, s, s.hibernation_manifest);
   }
 }
 

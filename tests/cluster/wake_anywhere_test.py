@@ -4,15 +4,18 @@ host from the object store. A cluster on one machine: its own etcd (TLS, client 
 a real S3 server (s3rver, tests/objectstore) and three daemons, each with its own prefix of one
 bucket (hosts/<id>/).
 
-Three sandboxes hibernate on host b; their hibernations reach the store and are parked in etcd
+Three sandboxes hibernate on host b (a named snapshot of the second taken first); their
+hibernations and the snapshot reach the store and are parked in etcd
 (sealed with the cluster's records key). Host b is SIGKILLed, its QEMUs killed, its state tmpfs
 emptied and its data folder taken away. Through host c (draining: placement passes it by) a wake
 of the first is placed on host a, which fetches it from b's prefix, verifies it, takes it over in
 one etcd transaction and starts it: its tmpfs token and its disk file are there. Another tenant's
 key, and a parked record forged without the records key, wake nothing; E2B's connect wakes the
-third on the host asked. The first is a's from then on (a hibernation and wake there). Host b
-comes back with its data folder: it ends its copy of the first (a has it) and wakes the second
-from its own disk.
+third on the host asked. A create from the snapshot (REST through c, placed on a; RPC on c)
+starts a new sandbox from the store with the second's token and file; the snapshot stays b's.
+The first is a's from then on (a hibernation and wake there). Host b comes back with its data
+folder: it ends its copy of the first (a has it) and wakes the second from its own disk; the
+snapshot, deleted there, is unparked and leaves the store.
 
 WakeCyclesTest (`make test-long`, WAKE_CYCLES=100): one sandbox goes back and forth between two
 hosts, each cycle losing the host it sleeps on (daemon SIGKILLed, restarted after the wake): its
