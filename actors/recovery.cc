@@ -286,11 +286,13 @@ Reply<Recovered> recover(Env& env) {
         if (!named.count(d.path().filename().string())) fs::remove_all(d.path(), ec);
   }
 
-  // Volumes: replayed; their files follow the records.
+  // Volumes: replayed; their files follow the records (a lost one comes back from the object
+  // store when its copy there is of the file as it was).
   {
+    fs::remove_all(env.volumes_dir() / ".upload", ec);  // (what an upload was reading)
     auto vstreams = env.store->streams("vol_");
     if (!vstreams) return Rejection{Code::storage_error, vstreams.error().message};
-    std::set<std::string> files = {"snapshots"}, snapshot_files;
+    std::set<std::string> files = {"snapshots", ".upload"}, snapshot_files;
     for (auto& id : *vstreams) {
       VolumeState v;
       v.id = id;
@@ -309,6 +311,15 @@ Reply<Recovered> recover(Env& env) {
         files.insert(f.filename().string());
         std::error_code fe;
         auto size = fs::file_size(f, fe);
+        if (fe && v.stored) {
+          auto dir = env.volumes_dir() / ".upload" / id;
+          fs::create_directories(dir.parent_path(), ec);
+          if (fetch_copy(env, "volume " + id, v.manifest, dir)) {
+            fs::rename(dir / "data.img", f, fe);
+            if (!fe) size = fs::file_size(f, fe);
+          }
+          fs::remove_all(dir, ec);
+        }
         if (fe) {
           spdlog::error("recovery: volume {}: its file is missing ({})", id, f.string());
         } else if (size < (v.size_mib << 20)) {

@@ -142,8 +142,14 @@ void upload_snapshot(RegistrySelf* self, const std::string& sandbox, const std::
 void park_snapshot(RegistrySelf* self, const SandboxInfo& taken_by, const std::string& snap);
 void snapshot_uploaded(RegistrySelf* self, const std::string& sandbox, const std::string& snap,
                        const std::string& manifest);
+// Volumes in the object store: volume `volume`'s file, detached at `file_version`, is uploaded;
+// the uploader put it there as `manifest` (recorded by the volume if its file did not change
+// since, else the manifest goes).
+void upload_volume(RegistrySelf* self, const std::string& volume, uint64_t file_version);
+void volume_uploaded(RegistrySelf* self, const std::string& volume, uint64_t file_version,
+                     const std::string& manifest);
 // The registry's messages for these: persist, unpersist, snapsaved, upload, uploaded, forget,
-// upsnap, snapup.
+// upsnap, snapup, upvol, volup.
 caf::message_handler handlers(RegistrySelf* self);
 }  // namespace registry_snapshots
 

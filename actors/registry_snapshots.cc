@@ -1,5 +1,6 @@
-// The registry's part in durable named snapshots and hibernations: it owns the host's snapshot
-// persister and uploader, and routes what they made to the sandbox that records it.
+// The registry's part in durable named snapshots, hibernations and volume copies: it owns the
+// host's snapshot persister and uploader, and routes what they made to the sandbox (or volume)
+// that records it.
 #include "actors/env.h"
 #include "actors/parked.h"
 #include "actors/registry.h"
@@ -99,6 +100,25 @@ void snapshot_uploaded(RegistrySelf* self, const std::string& sandbox, const std
           [](const caf::error&) {});  // (unknown: kept; deleting the snapshot removes it)
 }
 
+void upload_volume(RegistrySelf* self, const std::string& volume, uint64_t file_version) {
+  if (!self->state.env->object_store) return;
+  caf::anon_send(uploader(self), upvol_atom::value, volume, file_version);
+}
+
+void volume_uploaded(RegistrySelf* self, const std::string& volume, uint64_t file_version,
+                     const std::string& manifest) {
+  auto a = self->state.volume_actors.find(volume);
+  if (a == self->state.volume_actors.end()) return forget(self, manifest, "");  // (deleted)
+  self->request(a->second, std::chrono::seconds(60), vol_atom::value,
+                VolumeCommand{vcmd::Uploaded{manifest, file_version}})
+      .then(
+          [self, manifest](const Answer& ans) {
+            if (!ans.ok || !ans.volume.stored || ans.volume.manifest != manifest)
+              forget(self, manifest, "");  // (its file changed meanwhile: not recorded)
+          },
+          [](const caf::error&) {});  // (unknown: kept; its next copy or its deletion removes it)
+}
+
 void forget(RegistrySelf* self, const std::string& manifest, const std::string& sandbox) {
   if (!self->state.env->object_store) return;
   caf::anon_send(uploader(self), forget_atom::value, manifest, sandbox);
@@ -125,6 +145,12 @@ caf::message_handler handlers(RegistrySelf* self) {
       },
       [=](snapup_atom, std::string sandbox, std::string snap, std::string manifest) {
         snapshot_uploaded(self, sandbox, snap, manifest);
+      },
+      [=](upvol_atom, std::string volume, uint64_t file_version) {
+        upload_volume(self, volume, file_version);
+      },
+      [=](volup_atom, std::string volume, uint64_t file_version, std::string manifest) {
+        volume_uploaded(self, volume, file_version, manifest);
       },
   };
 }

@@ -209,6 +209,10 @@ struct VolumeInfo {
   std::vector<VolumeAttachment> attachments;
   std::vector<VolumeSnapshot> snapshots;
   uint64_t version = 0;
+  // Its file's copy in the object store (VolumeState::manifest), and whether it is of the file as
+  // it is (`stored`: detached since it was made).
+  std::string manifest;
+  bool stored = false;
 };
 
 // Adds what volume `v` holds of its tenant's disk to `u` (quotas' volumes and volume_mib): its

@@ -8,10 +8,12 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include "actors/cluster.h"
 #include "actors/env.h"
 #include "actors/runtime_ids.h"
+#include "actors/volume_files.h"
 #include "storage/snapshot_chunks.h"
 
 namespace pandastack::actors {
@@ -35,17 +37,21 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
   // or nullopt when it is gone, was replaced while uploaded (its meta.json before and after: a
   // wake and a new hibernation meanwhile is not reported as this one) or failed (`retry` is sent
   // to this actor again after a delay growing from 5 s to 5 min).
+  // (`marker`: the file whose presence says the copy is there, and whose content says which copy:
+  // meta.json; a volume's data.img, which is not compared.)
   auto upload = [=](const std::filesystem::path& dir, const std::string& what,
-                    const std::string& id, caf::message retry) -> std::optional<std::string> {
-    if (!std::filesystem::exists(dir / "meta.json")) {  // woken, deleted or ended meanwhile
+                    const std::string& id, caf::message retry,
+                    const char* marker = "meta.json") -> std::optional<std::string> {
+    if (!std::filesystem::exists(dir / marker)) {  // woken, deleted or ended meanwhile
       attempts->erase(id);
       spdlog::info("snapshot uploader: {} is gone, not uploaded", what);
       return std::nullopt;
     }
-    auto meta = read_small(dir / "meta.json");
+    bool compare = std::string_view(marker) == "meta.json";
+    auto meta = compare ? read_small(dir / marker) : std::string();
     storage::ChunkStats st;
     auto key = storage::upload_folder(*env->object_store, dir, &st, known.get());
-    if (key && read_small(dir / "meta.json") != meta) {
+    if (key && compare && read_small(dir / marker) != meta) {
       spdlog::info("snapshot uploader: {} changed while uploaded", what);
       return std::nullopt;
     }
@@ -86,6 +92,32 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
         auto key = upload(env->persisted_snapshot_dir(snap), "snapshot " + snap + " of " + sandbox,
                           snap, caf::make_message(upsnap_atom::value, sandbox, snap));
         if (key) caf::anon_send(registry, snapup_atom::value, sandbox, snap, *key);
+      },
+      [=](upvol_atom, std::string volume, uint64_t version) {
+        if (!runtime_id(volume, "vol_") || !env->object_store) {
+          spdlog::error("snapshot uploader: refused volume '{}'", volume);
+          return;
+        }
+        // The file, detached, through a hard link in a folder of its own (what upload_folder
+        // reads); synced first (what the store gets is what the disk has).
+        namespace fs = std::filesystem;
+        auto file = volume_file(env->volumes_dir(), volume);
+        auto dir = env->volumes_dir() / ".upload" / volume;
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+        fs::create_directories(dir, ec);
+        if (!ec) fs::create_hard_link(file, dir / "data.img", ec);
+        if (ec) {
+          spdlog::info("snapshot uploader: volume {} not uploaded: {}", volume, ec.message());
+          fs::remove_all(dir, ec);
+          return;
+        }
+        if (auto synced = sync_volume_file(file); !synced)
+          spdlog::warn("snapshot uploader: volume {}: {}", volume, synced.error().message);
+        auto key = upload(dir, "volume " + volume, volume,
+                          caf::make_message(upvol_atom::value, volume, version), "data.img");
+        fs::remove_all(dir, ec);
+        if (key) caf::anon_send(registry, volup_atom::value, volume, version, *key);
       },
       [=](park_atom, std::string sandbox, std::string tenant, std::string manifest,
           std::string settings) {

@@ -11,6 +11,10 @@
 //       (Env::persisted_snapshot_dir); once its manifest is in the store, tells the registry
 //       (snapup_atom, sandbox id, snapshot id, manifest), which has the sandbox record it. Retried
 //       like a hibernation's while the copy is there.
+//   upvol_atom, volume id, file version: uploads the volume's file (detached: read through a
+//       hard link in a folder of its own, data_dir/volumes/.upload/<id>, synced first); once the
+//       manifest is in the store, tells the registry (volup_atom, volume id, file version,
+//       manifest), which has the volume record it if nothing changed its file meanwhile.
 //   park_atom, sandbox or snapshot id, tenant, manifest, settings (JSON): cluster mode, the
 //       sandbox recorded the upload: its Parked record goes to etcd (actors/parked.h), so that
 //       another host can wake it (create from it) from the store once this host is gone.
@@ -33,9 +37,12 @@ using objgc_atom = caf::atom_constant<caf::atom("objgc")>;
 using park_atom = caf::atom_constant<caf::atom("park")>;
 using upsnap_atom = caf::atom_constant<caf::atom("upsnap")>;
 using snapup_atom = caf::atom_constant<caf::atom("snapup")>;
+using upvol_atom = caf::atom_constant<caf::atom("upvol")>;
+using volup_atom = caf::atom_constant<caf::atom("volup")>;
 
-// Reads only Env::persisted_dir of a well-formed sandbox id and Env::persisted_snapshot_dir of a
-// well-formed snapshot id; writes only the object store.
+// Reads only Env::persisted_dir of a well-formed sandbox id, Env::persisted_snapshot_dir of a
+// well-formed snapshot id and the volume file of a well-formed volume id; writes only the object
+// store (and its hard link to a volume file).
 caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::actor registry);
 
 }  // namespace pandastack::actors

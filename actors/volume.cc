@@ -41,6 +41,8 @@ const char* to_string(VolumeEvent::Kind k) {
       return "volume-arrived";
     case VolumeEvent::Kind::migrated:
       return "volume-migrated";
+    case VolumeEvent::Kind::uploaded:
+      return "volume-uploaded";
   }
   return "?";
 }
@@ -226,6 +228,18 @@ struct Decider {
     return std::vector<VolumeEvent>{e};
   }
 
+  VolumeDecision operator()(const vcmd::Uploaded& c) const {
+    // Only a copy of the file as it is: detached all along since (nothing wrote it meanwhile).
+    if (s.status != VolumeStatus::available || !s.attachments.empty() ||
+        s.file_version != c.file_version || c.manifest.empty() ||
+        (s.stored && s.manifest == c.manifest))
+      return std::vector<VolumeEvent>{};
+    auto e = event(VolumeEvent::Kind::uploaded);
+    e.manifest = c.manifest;
+    e.file_version = c.file_version;
+    return std::vector<VolumeEvent>{e};
+  }
+
   VolumeDecision operator()(const vcmd::Delete&) const {
     if (s.status != VolumeStatus::available) return gone(s);
     if (!s.attachments.empty())
@@ -261,6 +275,9 @@ VolumeState apply(VolumeState s, const VolumeEvent& e) {
     s.created_at_ms = e.created_at_ms;
     s.attachments.clear();
     s.snapshots = e.snapshots;
+    s.file_version = s.version;
+    s.manifest.clear();  // (a copy on this host before it left is not of this file)
+    s.stored = false;
   } else if (e.kind == K::created) {
     if (s.status != VolumeStatus::none) impossible(s, e);
     s.status = VolumeStatus::available;
@@ -270,17 +287,22 @@ VolumeState apply(VolumeState s, const VolumeEvent& e) {
     s.metadata = e.metadata;
     s.origin = e.origin;
     s.created_at_ms = e.at_ms;
+    s.file_version = s.version;
   } else {
     if (s.status != VolumeStatus::available) impossible(s, e);
     switch (e.kind) {
       case K::attached:
         s.attachments.push_back(e.attachment);
+        s.file_version = s.version;
+        s.stored = false;
         break;
       case K::detached:
         std::erase_if(s.attachments, [&](auto& a) { return a.sandbox == e.attachment.sandbox; });
         break;
       case K::resized:
         s.size_mib = e.size_mib;
+        s.file_version = s.version;
+        s.stored = false;
         break;
       case K::metadata_changed:
         s.metadata = e.metadata;
@@ -288,6 +310,8 @@ VolumeState apply(VolumeState s, const VolumeEvent& e) {
       case K::deleted:
         if (!s.attachments.empty()) impossible(s, e);
         s.status = VolumeStatus::deleted;
+        s.manifest.clear();
+        s.stored = false;
         break;
       case K::snapshotted:
         s.snapshots.push_back({e.snapshot.id, e.snapshot.size_mib, e.at_ms});
@@ -299,6 +323,13 @@ VolumeState apply(VolumeState s, const VolumeEvent& e) {
         s.status = VolumeStatus::moved;
         s.attachments.clear();
         s.snapshots.clear();  // (their files went with it)
+        s.manifest.clear();   // (and its copy in this host's store goes)
+        s.stored = false;
+        break;
+      case K::uploaded:
+        if (!s.attachments.empty() || s.file_version != e.file_version) impossible(s, e);
+        s.manifest = e.manifest;
+        s.stored = true;
         break;
       case K::created:
       case K::arrived:

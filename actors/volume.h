@@ -53,6 +53,9 @@ struct VolumeEvent {
     snapshot_deleted,  // `snapshot.id`
     arrived,           // from `host` (a migration): the volume as it was there, unattached
     migrated,          // to `host`, with its sandbox: its files went with it
+    // Its file (detached since `file_version`) is in the host's object store: `manifest` names
+    // it there (storage/snapshot_chunks.h). It survives the loss of the host's disk.
+    uploaded,
   };
   Kind kind = Kind::created;
   int64_t at_ms = 0;
@@ -66,6 +69,8 @@ struct VolumeEvent {
   std::string host;                             // arrived: from; migrated: to
   int64_t created_at_ms = 0;                    // arrived
   std::vector<VolumeSnapshot> snapshots;        // arrived
+  std::string manifest;                         // uploaded
+  uint64_t file_version = 0;                    // uploaded
 };
 const char* to_string(VolumeEvent::Kind k);
 
@@ -80,6 +85,13 @@ struct VolumeState {
   int64_t created_at_ms = 0;
   std::vector<VolumeAttachment> attachments;
   std::vector<VolumeSnapshot> snapshots;  // oldest first; deleted with the volume
+  // The version of its last event that may have changed its file (created, arrived, attached,
+  // resized): a copy made while it was detached since then is of the file as it is.
+  uint64_t file_version = 0;
+  // Its file's copy in the object store (uploaded), or "": the last one made; `stored` while it
+  // is of the file as it is (nothing changed it since).
+  std::string manifest;
+  bool stored = false;
 
   bool attached_to(const std::string& sandbox) const;
 };
@@ -134,11 +146,17 @@ struct Snapshot {
 struct DeleteSnapshot {
   std::string snapshot_id;
 };
+// Its file was uploaded to the object store as `manifest`, read while it was detached at
+// `file_version` (VolumeState::file_version): recorded only if nothing changed the file since.
+struct Uploaded {
+  std::string manifest;
+  uint64_t file_version = 0;
+};
 }  // namespace vcmd
 
-using VolumeCommand =
-    std::variant<vcmd::Create, vcmd::Attach, vcmd::Detach, vcmd::Resize, vcmd::SetMetadata,
-                 vcmd::Delete, vcmd::Snapshot, vcmd::DeleteSnapshot, vcmd::Arrive, vcmd::Leave>;
+using VolumeCommand = std::variant<vcmd::Create, vcmd::Attach, vcmd::Detach, vcmd::Resize,
+                                   vcmd::SetMetadata, vcmd::Delete, vcmd::Snapshot,
+                                   vcmd::DeleteSnapshot, vcmd::Arrive, vcmd::Leave, vcmd::Uploaded>;
 using VolumeDecision = std::variant<std::vector<VolumeEvent>, Rejection>;
 
 // Refusals: invalid_argument, volume_not_found (deleted), volume_in_use (attached read-write

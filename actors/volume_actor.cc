@@ -1,7 +1,9 @@
 #include "actors/volume_actor.h"
 
 #include "actors/deadlines.h"
+#include "actors/env.h"
 #include "actors/event_codec.h"
+#include "actors/snapshot_uploader.h"
 #include "actors/volume_codec.h"
 #include "actors/volume_files.h"
 
@@ -20,6 +22,8 @@ VolumeInfo volume_info_of(const VolumeState& s) {
   i.attachments = s.attachments;
   i.snapshots = s.snapshots;
   i.version = s.version;
+  i.manifest = s.manifest;
+  i.stored = s.stored;
   return i;
 }
 
@@ -115,6 +119,20 @@ void effect(VolumeSelf* self, const VolumeEvent& e, const VolumeState& before) {
   }
 }
 
+// With an object store: a detached file no copy in the store is of goes there (once per file
+// version); `before`: its copy until this batch, which goes when it is no longer the copy.
+void follow_store(VolumeSelf* self, const std::string& before) {
+  auto& st = self->state;
+  if (!st.env->object_store) return;
+  if (!before.empty() && before != st.s.manifest)
+    caf::anon_send(st.registry, forget_atom::value, before, std::string());
+  if (st.s.status == VolumeStatus::available && st.s.attachments.empty() && !st.s.stored &&
+      st.upload_asked != st.s.file_version) {
+    st.upload_asked = st.s.file_version;
+    caf::anon_send(st.registry, upvol_atom::value, st.s.id, st.s.file_version);
+  }
+}
+
 }  // namespace
 
 caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf::actor files,
@@ -125,6 +143,7 @@ caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf:
   st.files = files;
   st.s = std::move(initial);
   log_exceptions(self, "volume " + st.s.id);
+  follow_store(self, st.s.manifest);  // (recovered detached, not in the store: uploaded now)
   return {
       [=](vol_atom, VolumeCommand c) -> caf::result<Answer> {
         auto rp = self->make_response_promise();
@@ -155,11 +174,13 @@ caf::behavior volume_actor(VolumeSelf* self, Env* env, caf::actor registry, caf:
             }
           }
         } else {
+          auto stored = st.s.manifest;
           for (auto& e : events) {
             auto before = st.s;
             st.s = apply(st.s, e);
             effect(self, e, before);
           }
+          follow_store(self, stored);
           rp.deliver(volume_answer(st.s));
           self->send(st.registry, volinfo_atom::value, volume_info_of(st.s));
         }

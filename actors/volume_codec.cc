@@ -78,6 +78,12 @@ std::string encode_volume_event(const VolumeEvent& e) {
     case K::migrated:
       b.setMigrated(e.host);
       break;
+    case K::uploaded: {
+      auto u = b.initUploaded();
+      u.setManifest(e.manifest);
+      u.setFileVersion(e.file_version);
+      break;
+    }
   }
   return codec::to_bytes(msg);
 }
@@ -153,6 +159,11 @@ std::optional<VolumeEvent> decode_volume_event(const std::string& bytes) {
             e.kind = K::migrated;
             e.host = r.getMigrated();
             break;
+          case w::VolumeEvent::UPLOADED:
+            e.kind = K::uploaded;
+            e.manifest = r.getUploaded().getManifest();
+            e.file_version = r.getUploaded().getFileVersion();
+            break;
           default:
             return std::nullopt;
         }
@@ -214,6 +225,10 @@ std::string volume_event_to_json(const VolumeEvent& e) {
     }
     case K::migrated:
       j.set("host", e.host);
+      break;
+    case K::uploaded:
+      j.set("manifest", e.manifest);
+      j.set("file_version", e.file_version);
       break;
   }
   return j.dump();

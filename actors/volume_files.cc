@@ -29,6 +29,8 @@ vmm::Status sync_file(const fs::path& p) {
 
 fs::path volume_file(const fs::path& dir, const std::string& id) { return dir / (id + ".img"); }
 
+vmm::Status sync_volume_file(const fs::path& file) { return sync_file(file); }
+
 fs::path volume_snapshot_file(const fs::path& dir, const std::string& id) {
   return dir / "snapshots" / (id + ".img");
 }

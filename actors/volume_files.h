@@ -23,6 +23,8 @@ vmm::Status make_volume_file(const std::filesystem::path& to, uint64_t size_mib)
 // system grows in the guest at its next read-write mount: the host runs no file-system tool on
 // what a guest wrote (security review 3, H4).
 vmm::Status grow_volume_file(const std::filesystem::path& file, uint64_t size_mib);
+// Syncs the file to the disk (its data and size).
+vmm::Status sync_volume_file(const std::filesystem::path& file);
 // Removes the file (a missing file is fine).
 void remove_volume_file(const std::filesystem::path& file);
 

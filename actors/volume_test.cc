@@ -135,6 +135,7 @@ TEST(Volume, EventsSurviveTheirPersistedForm) {
       attach("sbx_1", true, "/mnt/x"),
       vcmd::Detach{"sbx_1", "sandbox_ended"},
       vcmd::Resize{100},
+      vcmd::Uploaded{"manifests/m", 3},  // (the file as the resize left it: version 3)
       vcmd::SetMetadata{{{"a", "b"}}},
       vcmd::Snapshot{"vsnap_1", ""},
       vcmd::Snapshot{"vsnap_2", ""},
@@ -161,7 +162,43 @@ TEST(Volume, EventsSurviveTheirPersistedForm) {
   EXPECT_EQ(replayed.size_mib, 100u);
   EXPECT_EQ(replayed.metadata, (std::map<std::string, std::string>{{"a", "b"}}));
   EXPECT_EQ(replayed.version, s.version);
+  EXPECT_EQ(replayed.version, 12u);  // (every command above recorded one event)
   EXPECT_FALSE(decode_volume_event("garbage!"));
+}
+
+TEST(Volume, ACopyInTheStoreIsRecordedOnlyOfTheFileAsItIs) {
+  auto v = made();
+  EXPECT_FALSE(v.stored);
+  const auto made_at = v.file_version;
+  // A copy of the file as it is (detached since it was made): recorded once.
+  auto up = run(v, vcmd::Uploaded{"manifests/a", made_at});
+  EXPECT_TRUE(up.stored);
+  EXPECT_EQ(up.manifest, "manifests/a");
+  EXPECT_TRUE(std::get<std::vector<VolumeEvent>>(decide(up, vcmd::Uploaded{"manifests/a", made_at},
+                                                        kNow))
+                  .empty());
+  // Metadata and snapshots do not change the file: still the copy.
+  up = run(run(up, vcmd::SetMetadata{{{"a", "b"}}}), vcmd::Snapshot{"vsnap_1", ""});
+  EXPECT_TRUE(up.stored);
+  // Attached, the guest may write it: no longer the copy, and a copy read before the attach, or
+  // while attached, records nothing.
+  auto att = run(up, attach("sbx_1", false));
+  EXPECT_FALSE(att.stored);
+  EXPECT_EQ(att.manifest, "manifests/a");  // (the last copy, until a newer one replaces it)
+  EXPECT_TRUE(std::get<std::vector<VolumeEvent>>(
+                  decide(att, vcmd::Uploaded{"manifests/b", att.file_version}, kNow))
+                  .empty());
+  auto det = run(att, vcmd::Detach{"sbx_1", "sandbox_ended"});
+  EXPECT_TRUE(std::get<std::vector<VolumeEvent>>(
+                  decide(det, vcmd::Uploaded{"manifests/b", made_at}, kNow))
+                  .empty());
+  det = run(det, vcmd::Uploaded{"manifests/b", det.file_version});
+  EXPECT_TRUE(det.stored);
+  EXPECT_EQ(det.manifest, "manifests/b");
+  // Grown: the file changed. Deleted or moved: no copy.
+  EXPECT_FALSE(run(det, vcmd::Resize{128}).stored);
+  EXPECT_TRUE(run(det, vcmd::Delete{}).manifest.empty());
+  EXPECT_TRUE(run(run(det, attach("sbx_2", false)), vcmd::Leave{"h2", "sbx_2"}).manifest.empty());
 }
 
 TEST(Volume, AVolumeMovesWithItsSandboxAndMayComeBack) {

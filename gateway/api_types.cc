@@ -218,6 +218,9 @@ Json volume_json(const actors::VolumeInfo& v) {
   for (auto& s : v.snapshots) snaps.push(volume_snapshot_json(v.id, s));
   j.set("snapshots", snaps);
   j.set("version", v.version);  // events in the volume's stream
+  // "remote": its file as it is, detached, is in the host's object store too; "local": on the
+  // data disk only (attached, or not uploaded yet)
+  if (v.status == "available") j.set("durable", v.stored ? "remote" : "local");
   return j;
 }
 

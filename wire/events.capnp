@@ -207,6 +207,10 @@ struct VolumeEvent {
       snapshots @24 :List(VolumeSnapshotRecord);
     }
     migrated @25 :Text;            # to this host (with its sandbox; its files went too)
+    uploaded :group {              # its file, detached, is in the object store (off the host)
+      manifest @26 :Text;          # its manifest's key (storage/snapshot_chunks.h)
+      fileVersion @27 :UInt64;     # the version its file had then (VolumeState::file_version)
+    }
   }
 }
 

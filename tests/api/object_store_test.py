@@ -10,7 +10,9 @@ hibernations deleted): a hibernation comes back from the store with memory and d
 whose chunk was corrupted in the store is refused by hash and failed with the reason. Named
 snapshots likewise: each is `"durable": "remote"` once uploaded; after the reboot one comes back
 from the store and restores as taken, one whose manifest the store lost is deleted with the reason.
-Once every manifest is spent (woken, failed, deleted), the chunks no manifest names are collected.
+A volume, detached, is `"durable": "remote"` once its file is in the store; its file lost with the
+data disk comes back from there, as it was. Once every manifest is spent (woken, failed,
+deleted), the chunks no manifest names are collected.
 
 Usage: object_store_test.py --daemon build/bin/pandastackd [--images var/images]
 """
@@ -86,6 +88,15 @@ def wait_snapshot_remote(c, snap, timeout=120):
         time.sleep(0.05)
 
 
+def wait_volume(c, vol, want, timeout=120):
+    t0 = time.monotonic()
+    while True:
+        b = c.call("GET", f"/v1/volumes/{vol}")[1]
+        if b.get("durable") == want or time.monotonic() - t0 > timeout:
+            return b, time.monotonic() - t0
+        time.sleep(0.05)
+
+
 def folders_and_store():
     """A data folder on a disk, a state folder on tmpfs, a credentials file and the S3 server."""
     base = tempfile.mkdtemp(prefix="pst-s3-", dir="/var/tmp")
@@ -121,6 +132,21 @@ class ObjectStoreTest(unittest.TestCase):
                 s, b = c.exec(sid, f"echo {sid} > /dev/shm/token && echo disk-{sid} > /root/f && "
                                    f"head -c 3000000 /dev/urandom > /dev/shm/noise")
                 self.assertEqual(s, 200, b)
+            # A volume, detached, goes to the store once no sandbox holds it.
+            s, vol = c.call("POST", "/v1/volumes", {"name": "kept", "size_mib": 64})
+            self.assertEqual(s, 201, vol)
+            vol = vol["id"]
+            self.assertEqual(wait_volume(c, vol, "remote")[0]["durable"], "remote")  # (empty)
+            s, b = c.call("POST", "/v1/sandboxes", {"volumes": [{"volume": vol, "mount": "/data"}]})
+            self.assertEqual(s, 201, b)
+            holder = b["id"]
+            self.assertEqual(c.call("GET", f"/v1/volumes/{vol}")[1]["durable"], "local")
+            s, b = c.exec(holder, "echo vol-data > /data/f && sync && echo ok")
+            self.assertEqual((s, b["stdout"]), (200, "ok\n"), b)
+            self.assertEqual(c.call("DELETE", f"/v1/sandboxes/{holder}")[0], 200)
+            b, took = wait_volume(c, vol, "remote")
+            self.assertEqual(b["durable"], "remote", b)
+            print(f"S3 volume detach-to-remote {took * 1000:.0f} ms", flush=True)
             # A named snapshot of each goes to the store too, once its copy is on the data disk.
             snaps = {}
             for sid in (kept, corrupt):
@@ -197,6 +223,7 @@ class ObjectStoreTest(unittest.TestCase):
             os.makedirs(state)
             shutil.rmtree(os.path.join(data, "hibernations"))
             shutil.rmtree(os.path.join(data, "snapshots"))
+            os.remove(os.path.join(data, "volumes", vol + ".img"))
             d2 = Daemon(data, state, extra=flags)
             daemons.append(d2)
             c2 = Api(d2)
@@ -227,6 +254,16 @@ class ObjectStoreTest(unittest.TestCase):
             self.assertEqual(c2.call("DELETE", f"/v1/sandboxes/{child}")[0], 200)
             s, b = c2.call("DELETE", f"/v1/snapshots/{snaps[kept]}")
             self.assertIn(s, (200, 204), b)
+            # The volume's file came back from the store, as it was when it was detached.
+            self.assertEqual(c2.call("GET", f"/v1/volumes/{vol}")[1]["durable"], "remote")
+            s, b = c2.call("POST", "/v1/sandboxes",
+                           {"volumes": [{"volume": vol, "mount": "/data"}]})
+            self.assertEqual(s, 201, b)
+            holder = b["id"]
+            s, b = c2.exec(holder, "cat /data/f")
+            self.assertEqual((s, b["stdout"]), (200, "vol-data\n"), b)
+            self.assertEqual(c2.call("DELETE", f"/v1/sandboxes/{holder}")[0], 200)
+            self.assertEqual(c2.call("DELETE", f"/v1/volumes/{vol}")[0], 204)
             t0 = time.monotonic()
             s, b = c2.call("POST", f"/v1/sandboxes/{kept}/wake", {})
             self.assertEqual((s, b.get("state")), (200, "running"), b)
