@@ -153,6 +153,9 @@ class VolumeInfo:
     #: "" (made empty), or what it is a copy of: "fork:<sandbox>:<volume>",
     #: "snapshot:<snapshot>:<volume>", "volume-snapshot:<vsnap>:<volume>"
     origin: str = ""
+    #: "remote" once its file, detached, is in the host's object store too (the loss of the data
+    #: disk keeps it), "local" while a sandbox holds it or before that upload (None: deleted)
+    durable: Optional[str] = None
 
     @classmethod
     def from_api(cls, b: Dict[str, Any]) -> "VolumeInfo":
@@ -160,7 +163,7 @@ class VolumeInfo:
                    int(b["created_at_ms"]), dict(b.get("metadata", {})),
                    list(b.get("attachments", [])),
                    [VolumeSnapshotInfo.from_api(s) for s in b.get("snapshots", [])],
-                   b.get("origin", ""))
+                   b.get("origin", ""), b.get("durable"))
 
 
 @dataclass

@@ -14,6 +14,7 @@ function volumeInfo(b: Json): VolumeInfo {
     attachments: (b.attachments ?? []).map((a: Json) => ({ sandbox: a.sandbox, mount: a.mount, readOnly: !!a.read_only })),
     snapshots: (b.snapshots ?? []).map(volumeSnapshotInfo),
     origin: b.origin ?? "",
+    ...(b.durable ? { durable: b.durable } : {}),
   };
 }
 

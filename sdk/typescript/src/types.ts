@@ -55,6 +55,8 @@ export interface VolumeInfo {
   /** "" (made empty), or what it is a copy of: "fork:<sandbox>:<volume>", "snapshot:<snapshot>:<volume>",
    * "volume-snapshot:<vsnap>:<volume>". */
   origin: string;
+  /** "remote": its file, detached, is in the host's object store too (the loss of the data disk keeps it); "local": while a sandbox holds it or before that upload (absent: deleted). */
+  durable?: "local" | "remote";
 }
 
 /** A point-in-time copy of a volume. */
