@@ -315,8 +315,17 @@ Reply<Recovered> recover(Env& env) {
           auto dir = env.volumes_dir() / ".upload" / id;
           fs::create_directories(dir.parent_path(), ec);
           if (fetch_copy(env, "volume " + id, v.manifest, dir)) {
-            fs::rename(dir / "data.img", f, fe);
-            if (!fe) size = fs::file_size(f, fe);
+            // (its volume.json must name it: a manifest is never taken for another's file)
+            std::ifstream tag(dir / "volume.json");
+            std::string text((std::istreambuf_iterator<char>(tag)),
+                             std::istreambuf_iterator<char>());
+            auto j = wire::Json::parse(text);
+            if (j && (*j)["volume"].is_string() && (*j)["volume"].as_string() == id) {
+              fs::rename(dir / "data.img", f, fe);
+              if (!fe) size = fs::file_size(f, fe);
+            } else {
+              spdlog::error("recovery: volume {}: the copy in the object store is not its own", id);
+            }
           }
           fs::remove_all(dir, ec);
         }

@@ -107,6 +107,13 @@ caf::behavior snapshot_uploader(caf::event_based_actor* self, Env* env, caf::act
         fs::remove_all(dir, ec);
         fs::create_directories(dir, ec);
         if (!ec) fs::create_hard_link(file, dir / "data.img", ec);
+        // Whose file it is: two volumes with the same bytes (two empty ones) have manifests of
+        // their own, so that one's removal never takes the other's.
+        if (!ec) {
+          std::ofstream tag(dir / "volume.json");
+          tag << "{\"volume\":\"" << volume << "\",\"file_version\":" << version << "}\n";
+          if (!tag.flush()) ec = std::make_error_code(std::errc::io_error);
+        }
         if (ec) {
           spdlog::info("snapshot uploader: volume {} not uploaded: {}", volume, ec.message());
           fs::remove_all(dir, ec);

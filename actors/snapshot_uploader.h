@@ -12,7 +12,8 @@
 //       (snapup_atom, sandbox id, snapshot id, manifest), which has the sandbox record it. Retried
 //       like a hibernation's while the copy is there.
 //   upvol_atom, volume id, file version: uploads the volume's file (detached: read through a
-//       hard link in a folder of its own, data_dir/volumes/.upload/<id>, synced first); once the
+//       hard link in a folder of its own, data_dir/volumes/.upload/<id>, synced first, with a
+//       volume.json naming the volume and the version: its manifest is its own); once the
 //       manifest is in the store, tells the registry (volup_atom, volume id, file version,
 //       manifest), which has the volume record it if nothing changed its file meanwhile.
 //   park_atom, sandbox or snapshot id, tenant, manifest, settings (JSON): cluster mode, the
