@@ -63,10 +63,12 @@ class S3Server:
         return out
 
 
-def wait_durable(c, sid, want, timeout=120):
+def wait_durable(c, sid, want, timeout=120, path=None):
+    """The sandbox's (or `path`'s: a snapshot, a volume) JSON once its `durable` is `want`, and
+    how long that took (or as it is after `timeout` s)."""
     t0 = time.monotonic()
     while True:
-        b = c.call("GET", f"/v1/sandboxes/{sid}")[1]
+        b = c.call("GET", path or f"/v1/sandboxes/{sid}")[1]
         if b.get("durable") == want or time.monotonic() - t0 > timeout:
             return b, time.monotonic() - t0
         time.sleep(0.05)
@@ -79,22 +81,12 @@ def manifest_of(c, sid, kind="hibernation-uploaded", snap=None):
     return uploaded[-1]["event"]["manifest"] if uploaded else None
 
 
-def wait_snapshot_remote(c, snap, timeout=120):
-    t0 = time.monotonic()
-    while True:
-        b = c.call("GET", f"/v1/snapshots/{snap}")[1]
-        if b.get("durable") == "remote" or time.monotonic() - t0 > timeout:
-            return b, time.monotonic() - t0
-        time.sleep(0.05)
+def wait_snapshot_remote(c, snap):
+    return wait_durable(c, None, "remote", path=f"/v1/snapshots/{snap}")
 
 
-def wait_volume(c, vol, want, timeout=120):
-    t0 = time.monotonic()
-    while True:
-        b = c.call("GET", f"/v1/volumes/{vol}")[1]
-        if b.get("durable") == want or time.monotonic() - t0 > timeout:
-            return b, time.monotonic() - t0
-        time.sleep(0.05)
+def wait_volume(c, vol, want):
+    return wait_durable(c, None, want, path=f"/v1/volumes/{vol}")
 
 
 def folders_and_store():
