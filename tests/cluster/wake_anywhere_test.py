@@ -299,9 +299,10 @@ class WakeAnywhereTest(Cluster):
         self.assertIn(f"hosts/b/{snap_manifest}", self.s3.objects("hosts/b/manifests/"))
         s, b = a.call("DELETE", f"/v1/snapshots/{snap}")
         self.assertEqual(s, 204, b)
-        deadline = time.time() + 10
-        while time.time() < deadline and \
-                f"/pandastack/parked/{snap}" in self.etcd.prefix("/pandastack/parked/"):
+        deadline = time.time() + 10  # (unparked first, then its manifest goes)
+        while time.time() < deadline and (
+                f"/pandastack/parked/{snap}" in self.etcd.prefix("/pandastack/parked/")
+                or f"hosts/b/{snap_manifest}" in self.s3.objects("hosts/b/manifests/")):
             time.sleep(0.1)
         self.assertNotIn(f"/pandastack/parked/{snap}", self.etcd.prefix("/pandastack/parked/"))
         self.assertNotIn(f"hosts/b/{snap_manifest}", self.s3.objects("hosts/b/manifests/"))

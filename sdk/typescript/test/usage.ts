@@ -61,11 +61,12 @@ export async function usage(): Promise<string> {
   const idle = await Sandbox.create({ idleTimeoutSeconds: 60, onTimeout: "hibernate", autoWake: true });
   const t: number = idle.info.idleTimeoutSeconds;
   const all: SandboxInfo[] = await Sandbox.list({ state: "running", metadata: { a: "b" } });
-  const kept: "none" | "local" = (await Sandbox.listSnapshots())[0].durable;
+  const kept: "none" | "local" | "remote" = (await Sandbox.listSnapshots())[0].durable;
   const vol = await Volume.create({ sizeMib: 64, name: "cache" });
   const withVol = await Sandbox.create({ volumes: [{ volume: vol, mount: "/data" }, { volume: vol.id, mount: "/ro", readOnly: true }] });
   const held: string = withVol.info.volumes[0].mount;
   const vols: VolumeInfo[] = await Volume.list({ metadata: { a: "b" } });
+  const stored: "local" | "remote" | undefined = vols[0].durable;
   await vol.update({ sizeMib: 128 });
   const snap: VolumeSnapshotInfo = await vol.snapshot();
   const copy = await Volume.create({ fromSnapshot: snap });
