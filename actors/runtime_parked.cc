@@ -3,7 +3,9 @@
 // manifest was in the store; this host fetches that folder from the owner's prefix (every chunk
 // verified by hash), takes it in as it would a peer's snapshot (vmm::SnapshotReceiver: sizes,
 // layer hashes, the layer chain), takes the sandbox over in one etcd transaction (only while its
-// host is down), and starts it as a migrated sandbox (its id, settings, ports).
+// host is down), and starts it as a migrated sandbox (its id, settings, ports). A named snapshot
+// parked likewise serves creates while its host is down (Runtime::create_from_parked): the same
+// fetch and take-in, then a new sandbox of this host's from it; nothing is taken over.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
