@@ -114,14 +114,17 @@ Reply<std::string> fetch_parked(Runtime& rt, Env& env, const Parked& p, const st
   return imported;
 }
 
+// The template (its id) the parked sandbox, or the sandbox of the parked snapshot, was made of.
+std::string parked_template(const Parked& p) {
+  return p.settings["template"].is_string() ? p.settings["template"].as_string() : "base";
+}
+
 }  // namespace
 
 Reply<Runtime::ParkedSandbox> Runtime::parked(const std::string& tenant, const std::string& id) {
   auto p = parked_while_down(impl_->cluster.get(), tenant, id);
   if (!p) return p.error();
-  return ParkedSandbox{p->host, p->settings["template"].is_string()
-                                    ? p->settings["template"].as_string()
-                                    : std::string("base")};
+  return ParkedSandbox{p->host, parked_template(*p)};
 }
 
 Reply<SandboxInfo> Runtime::wake_parked(const std::string& tenant, const std::string& id) {
@@ -183,20 +186,15 @@ Reply<SandboxInfo> Runtime::create_from_parked(const CreateRequest& request) {
       parked_while_down(impl_->cluster.get(), request.tenant, request.from_snapshot, "snapshot");
   if (!p) return p.error();
   auto& env = *impl_->env;
+  // (Its network and egress policy as Runtime::create resolved them for a create from a
+  // snapshot, which calls this; start_imported checks the policy again.)
   ImportRequest ir;
   ir.create = request;
   ir.create.from_snapshot.clear();
-  ir.create.template_name =
-      p->settings["template"].is_string() ? p->settings["template"].as_string() : "base";
+  ir.create.template_name = parked_template(*p);
   if (auto no = Env::shape_admits(env.template_shape(ir.create.template_name), request.memory_mib,
                                   request.vcpus, ir.create.template_name))
     return *no;
-  // The network as a create from a snapshot has it: the daemon's default, its default policy.
-  if (!ir.create.network) ir.create.network = env.config.network;
-  if (*ir.create.network && !ir.create.egress) ir.create.egress = env.config.default_egress;
-  if (!*ir.create.network && ir.create.egress)
-    return Rejection{Code::invalid_argument,
-                     "an egress policy needs a network (network: false given)"};
   auto t0 = std::chrono::steady_clock::now();
   storage::ChunkStats st;
   double fetch_ms = 0;

@@ -89,7 +89,8 @@ Target target_of(actors::Cluster& cluster, const std::string& id, bool forwarded
 // (a snapshot, a volume: they are on their host; a snapshot whose host is down but that is
 // parked in the object store for `tenant`: placed as a create of its template), else the host
 // placement scores best (for `tenant`'s own template of that name: the host that has it).
-Target place(actors::Cluster& cluster, const std::string& text, const std::string& tenant) {
+Target place(actors::Runtime& rt, actors::Cluster& cluster, const std::string& text,
+             const std::string& tenant) {
   auto j = Json::parse(text);
   std::string pinned, tmpl = "base", place_as;
   if (j && j->is_object()) {
@@ -106,13 +107,10 @@ Target place(actors::Cluster& cluster, const std::string& text, const std::strin
       if (t.kind != Target::Kind::down) return t;
       // Its host is down: a snapshot it parked in the object store for this tenant is created
       // from on the host placement picks for its template (Runtime::create_from_parked).
-      auto parked = cluster.parked(from);
-      if (!parked || !*parked || (**parked).tenant != tenant || (**parked).host != t.host ||
-          from.rfind("snap_", 0) != 0)
-        return t;
-      place_as = (**parked).settings["template"].is_string()
-                     ? (**parked).settings["template"].as_string()
-                     : "base";  // (the template's id, as placement names it)
+      if (from.rfind("snap_", 0) != 0) return t;
+      auto parked = rt.parked(tenant, from);
+      if (!parked) return t;
+      place_as = parked->template_name;  // (the template's id, as placement names it)
     }
   }
   auto h =
@@ -283,7 +281,7 @@ kj::Promise<void> Server::route_in_cluster(const Route& route, Request req, std:
       auto placed = offload<Decided>(
           [this, cluster, text, token]() -> Decided {
             auto key = rt.authenticate(token);  // (checked before the body was read)
-            return std::make_shared<Target>(place(*cluster, text, key ? key->tenant : ""));
+            return std::make_shared<Target>(place(rt, *cluster, text, key ? key->tenant : ""));
           },
           std::make_shared<Target>(Target{Target::Kind::busy, "", "", ""}));
       return placed.then([this, &route, req = std::move(req), method, url, &headers, &response, t0,

@@ -44,10 +44,9 @@ int main(int argc, char** argv) {
     else if (a == "--") {
       for (++i; i < argc; ++i) cmd.push_back(argv[i]);
     } else {
-      std::fprintf(
-          stderr,
-          "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] "
-          "[--from-snapshot SNAP] [--fork] [--sandbox ID] -- CMD...\n");
+      std::fprintf(stderr,
+                   "usage: pandastack-rpc-example [--connect ADDR] [--key KEY] [--template T] "
+                   "[--from-snapshot SNAP] [--fork] [--sandbox ID] -- CMD...\n");
       return 2;
     }
   }
