@@ -22,13 +22,13 @@ log() { echo "[guest] $*" >&2; }
 die() { echo "[guest] error: $*" >&2; exit 1; }
 
 # Bump when the way a piece is produced changes, so caches keyed by it are rebuilt.
-readonly KERNEL_FORMAT=1
+readonly KERNEL_FORMAT=2
 readonly INITRAMFS_FORMAT=2
 readonly ROOTFS_FORMAT=3
 
 # Modules the initramfs loads, in dependency order (see shared/notes/platform.md).
 readonly MODULES="virtio_ring virtio virtio_mmio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci \
-virtio_console virtio_blk failover net_failover virtio_net crc16 mbcache jbd2 crc32c_generic \
+virtio_console virtio_balloon virtio_blk failover net_failover virtio_net crc16 mbcache jbd2 crc32c_generic \
 crc32c-intel ext4"
 
 sha() { sha256sum | cut -c1-16; }

@@ -91,6 +91,56 @@ Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existin
   return st;
 }
 
+Status punch_zero_pages(const fs::path& file) {
+  int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return make_error(ErrorCode::io_error, "cannot open " + file.string() + ": " + strerror(errno));
+  struct stat sb {};
+  ::fstat(fd, &sb);
+  Status st = Ok{};
+  std::vector<char> buffer(1 << 20);
+  off_t run_start = -1, run_end = -1;  // the zero pages not punched yet
+  auto punch = [&] {
+    if (st && run_start >= 0 &&
+        ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, run_start,
+                    run_end - run_start) != 0)
+      st =
+          make_error(ErrorCode::io_error, "cannot punch " + file.string() + ": " + strerror(errno));
+    run_start = -1;
+  };
+  for (off_t pos = 0; st && pos < sb.st_size;) {
+    off_t data = ::lseek(fd, pos, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: only a hole is left
+    off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) hole = sb.st_size;
+    for (off_t at = data; st && at < hole;) {
+      ssize_t n = ::pread(fd, buffer.data(), size_t(std::min<off_t>(hole - at, buffer.size())), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        st = make_error(ErrorCode::io_error,
+                        "read " + file.string() + ": " + strerror(n < 0 ? errno : EIO));
+        break;
+      }
+      for (ssize_t off = 0; off + 4096 <= n; off += 4096) {
+        const char* p = buffer.data() + off;
+        bool zero = p[0] == 0 && std::memcmp(p, p + 1, 4095) == 0;
+        if (zero && run_start >= 0 && run_end == at + off) {
+          run_end += 4096;
+        } else if (zero) {
+          punch();
+          run_start = at + off;
+          run_end = run_start + 4096;
+        }
+      }
+      at += n;
+    }
+    punch();
+    pos = hole;
+  }
+  ::close(fd);
+  return st;
+}
+
 Result<bool> clone_file(const fs::path& from, const fs::path& to) {
   auto tmp = to.parent_path() / (".clone-" + to.filename().string());
   ::unlink(tmp.c_str());

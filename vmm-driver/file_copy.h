@@ -15,6 +15,10 @@ namespace pandastack::vmm {
 Status copy_ram_file(const std::filesystem::path& from, const std::filesystem::path& to,
                      bool into_existing = false);
 
+// Punches a hole wherever `file` has an allocated page of zeros (a baked RAM file: the guest
+// zeroed its free memory before the bake), so the file and every copy of it hold only data.
+Status punch_zero_pages(const std::filesystem::path& file);
+
 // Makes `to` (a new file, 0600) a point-in-time copy of `from`: a reflink (FICLONE: the two share
 // extents copy-on-write, so the copy is instant and costs no space) on file systems that have
 // them (XFS, btrfs), else a sparse in-kernel copy of the data extents (ext4: time and space in

@@ -71,6 +71,7 @@ Result<LiveRecord> parse_live_record(std::string_view text) {
   if (!num("memory_mib", 1, 1 << 24, v)) return bad("memory_mib");
   rec.memory_mib = unsigned(v);
   rec.tsc_khz = num("tsc_khz", 0, UINT32_MAX, v) ? unsigned(v) : 0;
+  rec.machine = num("machine", 0, 1024, v) ? unsigned(v) : 0;
   rec.jail = r["jail"].is_bool() && r["jail"].as_bool();
   rec.jail_uid = num("jail_uid", 0, UINT32_MAX, v) ? uint32_t(v) : 0;
   if (!r["layers"].is_array() || r["layers"].as_array().size() > 4096) return bad("layers");

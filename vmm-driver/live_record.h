@@ -20,6 +20,7 @@ struct LiveRecord {
   std::string name, hostname, kernel, initramfs, rootfs, accel, cpu_model, qemu_binary,
       qemu_version;
   unsigned vcpus = 0, memory_mib = 0, tsc_khz = 0;
+  unsigned machine = 0;  // its machine revision (none recorded: 0, a VM started before them)
   bool jail = false;
   uint32_t jail_uid = 0;
   std::vector<std::string> layers;  // plain file names in the disk folder

@@ -31,6 +31,10 @@ TEST(LiveRecord, AGoodRecordParses) {
   EXPECT_EQ(r->disk_dir, "/var/lib/ps/disks/sbx_a.1");
   EXPECT_EQ(r->cgroups, (std::vector<std::string>{"/sys/fs/cgroup/pandastack/sbx_a.1"}));
   EXPECT_EQ(r->jail_uid, 900001u);
+  EXPECT_EQ(r->machine, 0u);  // a VM started before machine revisions were recorded
+  auto j = good();
+  j.set("machine", 1);
+  EXPECT_EQ(parse_live_record(j.dump())->machine, 1u);
 }
 
 TEST(LiveRecord, PathsThatWouldRemoveOrKillTheWrongThingAreRefused) {

@@ -193,7 +193,10 @@ Result<std::unique_ptr<Vm>> restore_with_spare(IoThread& io, SparePool* spares,
   // Marked before the take: the pool's refill (woken by it) waits until this restore is done
   // instead of spawning a QEMU beside it.
   RestoreActivity busy;
-  if (auto vm = spares ? spares->take(config.name, config.hostname) : nullptr) {
+  // A spare runs today's machine: a snapshot of an older one (a hibernation made before an
+  // upgrade) is restored into a new process of its own machine.
+  bool fits = spares && spares->base().machine == snapshot.machine;
+  if (auto vm = fits ? spares->take(config.name, config.hostname) : nullptr) {
     vm->set_volumes(config.volumes);
     auto restored = vm->restore_into(snapshot, consume);
     if (restored) return vm;

@@ -31,6 +31,7 @@ Result<Snapshot> Snapshot::from_json(const Json& j, const fs::path& dir) {
   s.accel = j["accel"].as_string() == "kvm" ? Accel::kvm : Accel::tcg;
   s.memory_mib = unsigned(j["memory_mib"].as_int());
   s.vcpus = unsigned(j["vcpus"].as_int());
+  if (j["machine"].is_number()) s.machine = unsigned(j["machine"].as_int());
   s.kernel = j["kernel"].as_string();
   s.initramfs = j["initramfs"].as_string();
   s.origin = j["origin"].as_string();
@@ -83,6 +84,7 @@ Json Snapshot::to_json() const {
   j.set("accel", to_string(accel));
   j.set("memory_mib", memory_mib);
   j.set("vcpus", vcpus);
+  j.set("machine", machine);
   j.set("kernel", kernel);
   j.set("initramfs", initramfs);
   j.set("origin", origin);
@@ -136,6 +138,8 @@ Status Snapshot::check_compatible(const VmConfig& c, const std::string& qemu) co
   if (memory_mib != c.memory_mib)
     return mismatch("memory MiB", std::to_string(memory_mib), std::to_string(c.memory_mib));
   if (vcpus != c.vcpus) return mismatch("vCPUs", std::to_string(vcpus), std::to_string(c.vcpus));
+  if (machine != c.machine)
+    return mismatch("machine revision", std::to_string(machine), std::to_string(c.machine));
   if (kernel != fs::absolute(c.kernel).string())
     return mismatch("kernel", kernel, fs::absolute(c.kernel).string());
   if (initramfs != fs::absolute(c.initramfs).string())

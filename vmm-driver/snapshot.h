@@ -39,6 +39,8 @@ struct Snapshot {
   Accel accel = Accel::tcg;
   unsigned memory_mib = 0;
   unsigned vcpus = 0;
+  // The VM's machine revision (kMachineRevision); a snapshot that records none ran revision 0.
+  unsigned machine = 0;
   std::string kernel, initramfs;    // paths the guest was booted with (same machine, same files)
   std::string origin;               // "bake:<template>", "snapshot:<vm>", "hibernate:<vm>"
   std::vector<std::string> layers;  // disk layer file names, oldest first; the last is disk.qcow2

@@ -63,13 +63,13 @@ Result<std::string> TemplateStore::key(const std::string& template_name,
   std::string qemu = qemu_version_line(shape.qemu_binary);
   if (qemu.empty())
     return make_error(ErrorCode::spawn_failed, "cannot run " + shape.qemu_binary + " --version");
-  std::string material = "format=" + std::to_string(kSnapshotFormat) + "\nqemu=" + qemu +
-                         "\nrootfs=" + read_file(rootfs_key) +
-                         "\ninitramfs=" + read_file(images_ / "initramfs" / "key") +
-                         "\nkernel=" + read_file(images_ / "kernel" / "key") +
-                         "\naccel=" + to_string(shape.accel) +
-                         "\nmemory=" + std::to_string(shape.memory_mib) +
-                         "\nvcpus=" + std::to_string(shape.vcpus) + "\ncpu=" + shape.cpu_model;
+  std::string material =
+      "format=" + std::to_string(kSnapshotFormat) + "\nqemu=" + qemu +
+      "\nrootfs=" + read_file(rootfs_key) +
+      "\ninitramfs=" + read_file(images_ / "initramfs" / "key") +
+      "\nkernel=" + read_file(images_ / "kernel" / "key") + "\naccel=" + to_string(shape.accel) +
+      "\nmemory=" + std::to_string(shape.memory_mib) + "\nvcpus=" + std::to_string(shape.vcpus) +
+      "\ncpu=" + shape.cpu_model + "\nmachine=" + std::to_string(shape.machine);
   return std::string(to_string(shape.accel)) + "-" + std::to_string(shape.memory_mib) + "m-" +
          wire::fnv1a_hex(material);
 }

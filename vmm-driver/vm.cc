@@ -116,7 +116,7 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
       "-nographic",
       "-no-reboot",
       "-machine",
-      "microvm,memory-backend=mem",
+      c.machine >= 1 ? "microvm,memory-backend=mem,pit=off" : "microvm,memory-backend=mem",
       "-accel",
       accel,
       "-cpu",
@@ -189,6 +189,12 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
            std::string("virtio-net-device,netdev=net0,mac=") + kGuestMac,
        })
     args.push_back(a);
+  // Revision 1: the balloon, last, so every other device keeps its virtio-mmio slot. It never
+  // inflates (nothing asks it to); it only takes the pages the guest reports free.
+  if (c.machine >= 1) {
+    args.push_back("-device");
+    args.push_back("virtio-balloon-device,free-page-reporting=on");
+  }
   if (incoming) {
     args.push_back("-incoming");
     args.push_back("defer");

@@ -34,6 +34,14 @@ inline constexpr const char* kQemuDir = "q";
 // TCG translation cache per VM, MiB (see qemu_args; inside the jail's memory overhead).
 inline constexpr unsigned kTcgCacheMib = 128;
 
+// The machine a VM is given: its devices and machine options, which a snapshot's device state
+// must find again (a restore runs the machine the snapshot was taken on, Snapshot::machine).
+//   0: microvm with its PIT (what snapshots made before revisions were recorded ran on).
+//   1: no PIT (`pit=off`: the guest's clock events are the local APIC's; an idle QEMU wakes ~7
+//      times a second instead of ~78), and a virtio balloon with free page reporting: memory the
+//      guest frees (2 MiB blocks) is handed back to the host (a hole punched in its RAM file).
+inline constexpr unsigned kMachineRevision = 1;
+
 // Every VM has this many volume slots: virtio-blk disks on an empty placeholder (part of every
 // snapshot's device set), bound to volume files on the restore path, never by a boot.
 constexpr uint32_t kVolumeSlots = 4;
@@ -61,6 +69,8 @@ struct VmConfig {
   unsigned vcpus = 1;
   unsigned memory_mib = 256;
   Accel accel = Accel::tcg;
+  // Its machine revision (kMachineRevision); a restore runs its snapshot's (Snapshot::machine).
+  unsigned machine = kMachineRevision;
   std::string cpu_model;  // empty = "host" under KVM, TCG_DEFAULT_CPU under TCG
   unsigned tsc_khz = 0;   // TCG: host TSC kHz for the guest's timer (0 = read /proc/cpuinfo)
   std::string qemu_binary = "qemu-system-x86_64";

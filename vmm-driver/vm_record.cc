@@ -58,6 +58,7 @@ Status Vm::save_record() const {
   j.set("accel", to_string(config_.accel));
   j.set("cpu_model", config_.cpu_model);
   j.set("tsc_khz", config_.tsc_khz);
+  j.set("machine", config_.machine);
   j.set("qemu_binary", config_.qemu_binary);
   j.set("jail", config_.jail);
   j.set("qemu_version", qemu_version_);
@@ -120,6 +121,7 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   c.accel = r.accel == "kvm" ? Accel::kvm : Accel::tcg;
   c.cpu_model = r.cpu_model;
   c.tsc_khz = r.tsc_khz;
+  c.machine = r.machine;
   c.qemu_binary = r.qemu_binary;
   c.jail = r.jail;
   c.die_with_parent = false;

@@ -157,6 +157,7 @@ int64_t unix_ms() {
 
 Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmConfig config,
                                          bool consume) {
+  config.machine = snap.machine;  // a restore runs the machine the snapshot was taken on
   std::unique_ptr<Vm> vm(new Vm(io, std::move(config)));
   auto deadline = steady_clock::now() + vm->config_.boot_timeout;
   auto compatible = snap.check_compatible(vm->config_, "");
@@ -465,6 +466,7 @@ void Vm::describe(Snapshot& snap, std::string origin) const {
   snap.accel = config_.accel;
   snap.memory_mib = config_.memory_mib;
   snap.vcpus = config_.vcpus;
+  snap.machine = config_.machine;
   snap.kernel = fs::absolute(config_.kernel).string();
   snap.initramfs = fs::absolute(config_.initramfs).string();
   snap.origin = std::move(origin);
@@ -622,6 +624,16 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
   warm.timeout_ms = 120000;
   auto w = agent_->exec(warm);
   if (!w) return w.error();
+  // The guest's free memory zeroed (the agent, PID 1, in its --zero-free-memory mode), and the
+  // RAM file's zero pages punched below: what every sandbox of the template copies is only what
+  // its guest uses. An agent that cannot costs memory, not correctness: logged, baked anyway.
+  ExecRequest zero;
+  zero.argv = {"/proc/1/exe", "--zero-free-memory"};
+  zero.timeout_ms = 120000;
+  auto z = agent_->exec(zero);
+  if (!z || z->exit_code != 0)
+    spdlog::warn("vm {}: bake: free memory not zeroed: {}", config_.name,
+                 !z ? z.error().message : z->error + z->stderr_data);
   auto ended = agent_->end_session();
   if (!ended) return ended.error();
   std::error_code ec;
@@ -637,6 +649,7 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
   kill_qemu();  // nothing writes the RAM file or the disk any more
   std::string layer = "layer-" + random_hex(8) + ".qcow2";
   st = move_file(config_.run_dir / "mem", snap.mem());
+  if (st) st = punch_zero_pages(snap.mem());
   if (st) st = move_file(active_overlay_, snap.dir / layer);
   // The layer is read-only for good, the backing file of every sandbox of this template (each
   // QEMU its own uid): root's, readable (the folders above are private).

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "vmm-driver/io_thread.h"
+#include "vmm-driver/snapshot.h"
 
 namespace pandastack::vmm {
 namespace {
@@ -33,7 +34,7 @@ VmConfig sample(Accel a) {
 
 TEST(QemuArgs, TcgAddsTscWorkaroundAndFileBackedRam) {
   auto args = qemu_boot_args(sample(Accel::tcg));
-  EXPECT_EQ(arg_after(args, "-machine"), "microvm,memory-backend=mem");
+  EXPECT_EQ(arg_after(args, "-machine"), "microvm,memory-backend=mem,pit=off");
   EXPECT_EQ(arg_after(args, "-accel"), "tcg,tb-size=128");
   EXPECT_NE(arg_after(args, "-append").find("tsc_early_khz=2000000 tsc=reliable"), std::string::npos);
   EXPECT_EQ(arg_after(args, "-object"), "memory-backend-file,id=mem,size=256M,mem-path=/run/x/mem,share=on");
@@ -53,6 +54,51 @@ TEST(QemuArgs, KvmDiffersOnlyInAcceleratorFlags) {
   EXPECT_EQ(differing[0], "kvm");
   EXPECT_EQ(differing[1], "host");
   EXPECT_EQ(arg_after(kvm, "-append").find("tsc_early_khz"), std::string::npos);
+}
+
+TEST(QemuArgs, EachMachineRevisionKeepsItsDevices) {
+  // Revision 1 (today's): no PIT, and a free-page-reporting balloon after every other device, so
+  // the others keep the virtio-mmio slots they had in revision 0.
+  auto today = qemu_boot_args(sample(Accel::tcg));
+  EXPECT_EQ(today.end()[-1], "virtio-balloon-device,free-page-reporting=on");
+  VmConfig legacy = sample(Accel::tcg);
+  legacy.machine = 0;
+  auto old = qemu_boot_args(legacy);
+  EXPECT_EQ(arg_after(old, "-machine"), "microvm,memory-backend=mem");
+  EXPECT_FALSE(contains(old, "virtio-balloon-device,free-page-reporting=on"));
+  ASSERT_EQ(old.size() + 2, today.size());
+  for (size_t i = 0; i < old.size(); ++i) {
+    if (old[i] != "microvm,memory-backend=mem") {
+      EXPECT_EQ(old[i], today[i]) << i;
+    }
+  }
+}
+
+TEST(Snapshot, ItsMachineRevisionIsRecordedAndChecked) {
+  Snapshot s;
+  s.memory_mib = 256;
+  s.vcpus = 1;
+  s.machine = kMachineRevision;
+  s.layers = {"disk.qcow2"};
+  VmConfig c = sample(Accel::tcg);
+  s.kernel = std::filesystem::absolute(c.kernel).string();
+  s.initramfs = std::filesystem::absolute(c.initramfs).string();
+  auto back = Snapshot::from_json(s.to_json(), "/x");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->machine, kMachineRevision);
+  EXPECT_TRUE(back->check_compatible(c, ""));
+  // A snapshot from before revisions were recorded ran revision 0: today's machine cannot load
+  // it, a VM of its own revision can.
+  auto j = s.to_json();
+  j.mutable_object().erase("machine");
+  auto old = Snapshot::from_json(j, "/x");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->machine, 0u);
+  auto refused = old->check_compatible(c, "");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("machine revision 0"), std::string::npos);
+  c.machine = 0;
+  EXPECT_TRUE(old->check_compatible(c, ""));
 }
 
 TEST(Accel, ForcedByOverride) {

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <string>
 
+#include "guest/agent/memory.h"
 #include "guest/agent/spawn.h"
 #include "guest/agent/users.h"
 #include "guest/agent/util.h"
@@ -328,6 +329,20 @@ TEST(AgentSpawn, AnotherUserThroughRunAs) {
                          nobody->home + " nobody nobody\n")
       << ran.err;
   EXPECT_EQ(decode_status(ran.status), 0);
+}
+
+TEST(AgentMemory, AFieldOfMeminfoInKiB) {
+  const char* meminfo =
+      "MemTotal:         210888 kB\nMemFree:          157300 kB\nMemAvailable:     163404 kB\n"
+      "SwapFree:              0 kB\n";
+  EXPECT_EQ(meminfo_kib(meminfo, "MemFree"), 157300);
+  EXPECT_EQ(meminfo_kib(meminfo, "MemTotal"), 210888);
+  EXPECT_EQ(meminfo_kib(meminfo, "SwapFree"), 0);
+  // A field is matched whole ("Mem" is no field), and a missing or empty one is -1.
+  EXPECT_EQ(meminfo_kib(meminfo, "Mem"), -1);
+  EXPECT_EQ(meminfo_kib(meminfo, "Cached"), -1);
+  EXPECT_EQ(meminfo_kib("MemFree:\n", "MemFree"), -1);
+  EXPECT_EQ(meminfo_kib("", "MemFree"), -1);
 }
 
 }  // namespace

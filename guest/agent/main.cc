@@ -9,7 +9,8 @@
 // instead.
 //
 // The parts: system.cc (the guest system), spawn.cc (starting a command), processes.cc (running
-// and tracking commands), watcher.cc (inotify), service.cc (the RPC methods), util.cc.
+// and tracking commands), watcher.cc (inotify), service.cc (the RPC methods), memory.cc
+// (`--zero-free-memory`), util.cc.
 
 #include <capnp/rpc-twoparty.h>
 #include <capnp/rpc.h>
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <string>
 
+#include "guest/agent/memory.h"
 #include "guest/agent/processes.h"
 #include "guest/agent/service.h"
 #include "guest/agent/system.h"
@@ -259,6 +261,9 @@ class Main {
 int main(int argc, char* argv[]) {
   // A command of another user: this binary drops to that identity and executes it (users.h).
   if (argc > 1 && std::strcmp(argv[1], "--run-as") == 0) pandastack::agent::run_as(argc, argv);
+  // Run by the host before it bakes a template (vmm::Vm::bake): free memory zeroed (memory.h).
+  if (argc > 1 && std::strcmp(argv[1], "--zero-free-memory") == 0)
+    return pandastack::agent::zero_free_memory(uint64_t(8) << 20);
   kj::TopLevelProcessContext context(argv[0]);
   pandastack::agent::Main main_object(context);
   return kj::runMainAndExit(context, main_object.getMain(), argc, argv);

@@ -359,6 +359,74 @@ TEST_F(SnapshotTest, IncompatibleSnapshotIsRefusedWithAReason) {
   EXPECT_FALSE(fs::exists(c.run_dir));
 }
 
+// The host memory a VM holds: its RAM file's allocated pages.
+uint64_t ram_file_bytes(vmm::Vm& vm) {
+  struct stat st {};
+  if (::stat((vm.config().run_dir / "mem").c_str(), &st) != 0) return 0;
+  return uint64_t(st.st_blocks) * 512;
+}
+
+// Today's machine (kMachineRevision 1) has a free-page-reporting balloon: what the guest frees
+// goes back to the host (holes punched in its RAM file) within seconds, without asking.
+TEST_F(SnapshotTest, MemoryTheGuestFreesGoesBackToTheHost) {
+  auto vm = restore(*template_, "reclaim");
+  ASSERT_NE(vm, nullptr);
+  EXPECT_EQ(run(*vm, "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio || true"), "1\n");
+  uint64_t before = ram_file_bytes(*vm);
+  run(*vm, "yes pandastack | head -c 100663296 > /tmp/fill && sync");
+  uint64_t used = ram_file_bytes(*vm);
+  EXPECT_GE(used, before + (80ull << 20)) << "before " << before << ", used " << used;
+  run(*vm, "rm /tmp/fill");
+  uint64_t after = used;
+  auto removed = steady_clock::now();
+  for (int i = 0; i < 300 && after > before + (24ull << 20); ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    after = ram_file_bytes(*vm);
+  }
+  auto took = duration_cast<milliseconds>(steady_clock::now() - removed).count();
+  spdlog::info(
+      "reclaim: RAM file {} MiB, {} MiB with 96 MiB written, {} MiB after the file was "
+      "removed ({} ms later)",
+      before >> 20, used >> 20, after >> 20, took);
+  EXPECT_LE(after, before + (24ull << 20))
+      << "before " << (before >> 20) << " MiB, used " << (used >> 20) << " MiB, after "
+      << (after >> 20) << " MiB";
+  // The guest goes on using the pages it gave back.
+  EXPECT_EQ(run(*vm, "yes pandastack | head -c 33554432 | sha256sum | cut -c1-16"),
+            run(*vm,
+                "yes pandastack | head -c 33554432 > /tmp/again && sha256sum /tmp/again | "
+                "cut -c1-16"));
+}
+
+// A hibernation made on an older machine (revision 0: with a PIT, without the balloon: all of
+// them before revisions were recorded) wakes on its own machine after an upgrade, never in a
+// spare of today's (whose devices its state would not find).
+TEST_F(SnapshotTest, ASnapshotOfAnOlderMachineRestoresOnItsOwnMachine) {
+  auto old_config = config("old-machine");
+  old_config.machine = 0;
+  auto booted = vmm::Vm::boot(io(), old_config);
+  ASSERT_TRUE(booted) << booted.error().message;
+  auto s = make_stateful(std::move(*booted));
+  auto dir = shm_dir("old-hibernated");
+  auto h = s.vm->hibernate(dir);
+  ASSERT_TRUE(h) << h.error().message;
+  s.vm.reset();
+  auto loaded = vmm::Snapshot::load(dir);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->machine, 0u);
+  vmm::SparePool spares(io(), config("spare-today"), 1);
+  for (int i = 0; i < 300 && spares.ready() < 1; ++i) std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_EQ(spares.ready(), 1u);
+  auto woken = vmm::restore_with_spare(io(), &spares, *loaded, config("old-woken"), true, nullptr);
+  ASSERT_TRUE(woken) << woken.error().message;
+  EXPECT_EQ((*woken)->config().run_dir.filename().string().find("spare"), std::string::npos);
+  EXPECT_EQ((*woken)->config().machine, 0u);
+  expect_state(**woken, s.blob_sha);
+  EXPECT_EQ(run(**woken, "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio || true"),
+            "0\n");
+  EXPECT_EQ(spares.ready(), 1u);  // the spare was left for a snapshot it fits
+}
+
 TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {
   vmm::RestorePool pool(io(), *template_, config("pool"), 2);
   for (int i = 0; i < 1500 && pool.ready() < 2; ++i) std::this_thread::sleep_for(milliseconds(20));

@@ -73,6 +73,7 @@ struct Options {
   unsigned memory = 256;
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
   std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
+  unsigned machine = vmm::kMachineRevision;  // the VMs' machine revision (0: before/after runs)
   std::string url = "http://127.0.0.1:7070", key, via;  // api and cluster modes
   std::string create_body = "{}";                       // api mode: the body of every create
   std::string upstream;                                 // api net-throughput: the URL guests fetch
@@ -93,7 +94,7 @@ int usage() {
       "boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-"
       "pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare|density "
       "[--n N] [--json] [--images DIR] [--idle-seconds S] "
-      "[--memory MIB] [--run-dir DIR] [--cpu MODEL]\n"
+      "[--memory MIB] [--run-dir DIR] [--cpu MODEL] [--machine REVISION]\n"
       "       pandastack-bench storage append|append16|recovery [--n N]\n"
       "       pandastack-bench proxy https|https-new [--n N] [--json]\n"
       "       pandastack-bench api "
@@ -124,6 +125,7 @@ class DriverBench {
     base_ = vmm::config_for_template(std::filesystem::absolute(o.images), "base", run_dir("probe"));
     base_.memory_mib = o.memory;
     base_.cpu_model = o.cpu;
+    base_.machine = o.machine;
     base_.accel = vmm::detect_accel(io_, base_, seconds(10));
   }
 
@@ -640,6 +642,8 @@ int main(int argc, char** argv) {
       o.run_dir = argv[++i];
     else if (a == "--cpu" && i + 1 < argc)
       o.cpu = argv[++i];
+    else if (a == "--machine" && i + 1 < argc)
+      o.machine = unsigned(std::min(std::max(std::atoi(argv[++i]), 0), int(vmm::kMachineRevision)));
     else if (a == "--url" && i + 1 < argc)
       o.url = argv[++i];
     else if (a == "--key" && i + 1 < argc)

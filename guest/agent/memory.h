@@ -1,0 +1,19 @@
+// The guest's free memory made clean before a template is baked.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace pandastack::agent {
+
+// A /proc/meminfo field in KiB ("MemFree"), or -1 when `meminfo` has none.
+int64_t meminfo_kib(std::string_view meminfo, std::string_view field);
+
+// Takes freshly zeroed pages from the kernel (anonymous memory, faulted in 4 MiB at a time) until
+// its free memory is down to `reserve_bytes`, then gives them back: pages the guest freed with
+// old contents in them (the initramfs, boot-time buffers) are zero again, so a snapshot's RAM
+// file holds only what the guest uses (the host stores and copies no zero page). Stops early if
+// the kernel refuses memory. Prints what it took; returns the process's exit status.
+int zero_free_memory(uint64_t reserve_bytes);
+
+}  // namespace pandastack::agent
