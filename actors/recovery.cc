@@ -207,7 +207,10 @@ Reply<Recovered> recover(Env& env) {
         staged = fetched ? restage(env, true, copy, dir)
                          : vmm::make_error(vmm::ErrorCode::not_found,
                                            "not in the object store: " + fetched.error().message);
-        if (!staged) drop_manifest(env, what, manifest);
+        if (!staged) {
+          drop_manifest(env, what, manifest);
+          out.dropped_manifests.emplace_back(snap, manifest);
+        }
         fetched_now = bool(staged);
       }
       if (staged) {
@@ -226,6 +229,8 @@ Reply<Recovered> recover(Env& env) {
     }
     if (!lost.empty()) {
       drop_manifest(env, id, s.hibernation_manifest);
+      if (!s.hibernation_manifest.empty() && env.object_store)
+        out.dropped_manifests.emplace_back(id, s.hibernation_manifest);
       Event f;
       f.kind = Event::Kind::failed;
       f.reason = lost;

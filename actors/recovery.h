@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/database.h"
@@ -30,6 +32,10 @@ struct Recovered {
   // Every volume (deleted ones too); files no volume names are removed, and a file a crash left
   // smaller than its record is grown.
   std::vector<VolumeState> volumes;
+  // Copies recovery found unusable and removed from the object store, as (sandbox or snapshot id,
+  // manifest): in cluster mode their parked records go too once the host joins
+  // (Runtime::join_cluster), so no other host tries to wake or create from them.
+  std::vector<std::pair<std::string, std::string>> dropped_manifests;
 };
 
 Reply<Recovered> recover(Env& env);

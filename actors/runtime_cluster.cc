@@ -34,6 +34,14 @@ void Runtime::join_cluster(std::shared_ptr<Cluster> cluster) {
   // What a wake from the store was fetching when the previous process ended is not whole.
   std::error_code ec;
   fs::remove_all(fetched_dir(*impl_->env), ec);
+  // Copies recovery lost (their manifests are gone): their parked records go.
+  for (auto& [id, manifest] : impl_->dropped_manifests)
+    if (auto r = cluster->unpark(id, manifest); !r)
+      spdlog::warn("cluster: the parked record of {} (lost at recovery) stays in etcd: {}", id,
+                   r.error().message);
+    else
+      spdlog::info("cluster: {} was lost at recovery: unparked", id);
+  impl_->dropped_manifests.clear();
   auto all = list("*");
   if (!all) return;
   // Parks `id` (sandbox `s`'s hibernation or one of its named snapshots) at `manifest` again.

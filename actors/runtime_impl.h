@@ -26,6 +26,8 @@ struct Runtime::Impl {
   caf::actor registry;
   std::shared_ptr<Cluster> cluster;        // (cluster mode)
   std::unique_ptr<TemplateBuilds> builds;  // (after env: it goes first)
+  // Recovered::dropped_manifests, unparked by join_cluster (cluster mode), then cleared.
+  std::vector<std::pair<std::string, std::string>> dropped_manifests;
 
   // Cluster mode: records this host as the owner of a new id. A rejection when it cannot be
   // recorded (etcd unreachable: 503 cluster_unavailable) or another host owns it (409).

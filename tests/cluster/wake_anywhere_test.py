@@ -15,7 +15,8 @@ third on the host asked. A create from the snapshot (REST through c, placed on a
 starts a new sandbox from the store with the second's token and file; the snapshot stays b's.
 The first is a's from then on (a hibernation and wake there). Host b comes back with its data
 folder: it ends its copy of the first (a has it) and wakes the second from its own disk; the
-snapshot, deleted there, is unparked and leaves the store.
+snapshot, deleted there, is unparked and leaves the store; a second snapshot, whose every copy was
+lost meanwhile, is deleted by b's recovery and unparked.
 
 WakeCyclesTest (`make test-long`, WAKE_CYCLES=100): one sandbox goes back and forth between two
 hosts, each cycle losing the host it sleeps on (daemon SIGKILLed, restarted after the wake): its
@@ -137,10 +138,13 @@ class WakeAnywhereTest(Cluster):
             s, b = a.exec(sid, f"echo {text}-{sid} > /dev/shm/token && echo disk-{sid} > /root/f"
                                f" && sync && echo ok")
             self.assertEqual((s, b["stdout"]), (200, "ok\n"), b)
-            if text == "second":  # a named snapshot of it, parked too
+            if text == "second":  # named snapshots of it, parked too
                 s, b = a.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "kept"})
                 self.assertEqual(s, 201, b)
                 snap = b["snapshot_id"]
+                s, b = a.call("POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "doomed"})
+                self.assertEqual(s, 201, b)
+                doomed = b["snapshot_id"]
             s, b = a.call("POST", f"/v1/sandboxes/{sid}/hibernate", {})
             self.assertEqual((s, b.get("state")), (200, "hibernated"), b)
             sids.append(sid)
@@ -154,6 +158,8 @@ class WakeAnywhereTest(Cluster):
         self.assertIn('"host":"b"', self.parked_by(first, "b"))
         self.assertIn('"host":"b"', self.parked_by(second, "b"))
         self.assertIn('"host":"b"', self.parked_by(snap, "b", timeout=60))
+        self.assertIn('"host":"b"', self.parked_by(doomed, "b", timeout=60))
+        doomed_manifest = manifest_of(a, second, "snapshot-uploaded", doomed)
         s, b = a.call("GET", f"/v1/snapshots/{snap}")
         self.assertEqual((s, b.get("durable")), (200, "remote"), b)
         record = self.raw(f"/pandastack/parked/{first}")
@@ -275,11 +281,18 @@ class WakeAnywhereTest(Cluster):
         self.assertEqual((s, b["stdout"]), (200, f"first-{first}\n"), b)
 
         # b comes back with its data folder: its copy of the first is ended there (a has it),
-        # the second is still b's and wakes there from b's own disk.
+        # the second is still b's and wakes there from b's own disk. The doomed snapshot lost
+        # every copy meanwhile (its data-disk copy, its manifest in the store): b's recovery
+        # deletes it (snapshot_lost) and takes its parked record away.
+        os.remove(self.s3.objects(f"hosts/b/{doomed_manifest}")[f"hosts/b/{doomed_manifest}"])
         os.rename(b_data + "-aside", b_data)
+        shutil.rmtree(os.path.join(b_data, "snapshots", doomed))
         self.start_host("b")
         with open(os.path.join(b_data, "daemon.log")) as f:
             self.assertIn(f"{first} was taken over by host a", f.read())
+        s, b = a.call("GET", f"/v1/snapshots/{doomed}")
+        self.assertEqual((s, b["error"]["code"]), (404, "snapshot_not_found"), b)
+        self.assertNotIn(f"/pandastack/parked/{doomed}", self.etcd.prefix("/pandastack/parked/"))
         s, b = a.call("POST", f"/v1/sandboxes/{second}/wake", {})
         self.assertEqual((s, b.get("state")), (200, "running"), b)
         s, b = a.exec(second, "cat /dev/shm/token /root/f")
