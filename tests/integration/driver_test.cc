@@ -408,6 +408,7 @@ TEST(DriverLifecycle, FailedBootReportsTheConsoleTailAndLeavesNothing) {
   c.boot_timeout = seconds(60);
   auto vm = vmm::Vm::boot(io(), c);
   std::filesystem::remove(empty_disk);
+  std::filesystem::remove(empty_disk + ".overlay");  // (the driver's cached overlay of it)
   ASSERT_FALSE(vm);
   EXPECT_EQ(vm.error().code, ErrorCode::boot_failed);
   EXPECT_NE(vm.error().message.find("cannot mount /dev/vda"), std::string::npos)
