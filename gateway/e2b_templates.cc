@@ -24,7 +24,7 @@
 #include <chrono>
 #include <deque>
 #include <mutex>
-#include <regex>
+#include <string_view>
 
 #include "actors/build_context.h"
 #include "actors/dockerfile.h"
@@ -113,24 +113,29 @@ std::string dq(const std::string& v) {
   return out + "\"";
 }
 
-// aptInstall's command as the SDK writes it: the packages, or nothing.
+// aptInstall's command as the SDK writes it: the packages, or nothing. The form: the prefix,
+// "--no-install-recommends " and "--fix-missing " each optional and in that order, then one or
+// more names of [a-z0-9][a-z0-9+.:-]* separated by single spaces.
 std::optional<std::vector<std::string>> apt_install(const std::string& cmd) {
-  static const std::regex form(
-      "apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install "
-      "-y (--no-install-recommends )?(--fix-missing )?([a-z0-9][a-z0-9+.:-]*( "
-      "[a-z0-9][a-z0-9+.:-]*)*)");
-  std::smatch m;
-  if (!std::regex_match(cmd, m, form)) return std::nullopt;
+  constexpr std::string_view kPrefix =
+      "apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y ";
+  std::string_view rest = cmd;
+  if (rest.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  rest.remove_prefix(kPrefix.size());
+  for (std::string_view flag : {"--no-install-recommends ", "--fix-missing "})
+    if (rest.substr(0, flag.size()) == flag) rest.remove_prefix(flag.size());
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   std::vector<std::string> out;
-  std::string list = m[3];
-  size_t at = 0;
-  while (at <= list.size()) {
-    size_t sp = list.find(' ', at);
-    if (sp == std::string::npos) sp = list.size();
-    out.push_back(list.substr(at, sp - at));
-    at = sp + 1;
+  for (;;) {
+    size_t sp = rest.find(' ');
+    std::string_view name = rest.substr(0, sp);
+    if (name.empty() || !alnum(name[0])) return std::nullopt;
+    for (char c : name)
+      if (!alnum(c) && c != '+' && c != '.' && c != ':' && c != '-') return std::nullopt;
+    out.emplace_back(name);
+    if (sp == std::string_view::npos) return out;
+    rest.remove_prefix(sp + 1);
   }
-  return out;
 }
 
 // The E2B build (TemplateBuildStartV2) as a template spec.
