@@ -55,9 +55,13 @@ storage::Status fetch_copy(Env& env, const std::string& what, const std::string&
   return r;
 }
 
-// Removes `manifest` (a copy that could not be used, and is of no use later either).
-void drop_manifest(Env& env, const std::string& what, const std::string& manifest) {
+// Removes `manifest` of `id` (a sandbox's hibernation or a named snapshot: a copy that could not
+// be used, and is of no use later either), and notes it in `out.dropped_manifests` (its parked
+// record goes when the host joins its cluster).
+void drop_manifest(Env& env, Recovered& out, const std::string& id, const std::string& what,
+                   const std::string& manifest) {
   if (manifest.empty() || !env.object_store) return;
+  out.dropped_manifests.emplace_back(id, manifest);
   if (auto r = env.object_store->remove(manifest); !r)
     spdlog::warn("recovery: {}: {} not removed from the object store: {}", what, manifest,
                  r.error().message);
@@ -207,10 +211,7 @@ Reply<Recovered> recover(Env& env) {
         staged = fetched ? restage(env, true, copy, dir)
                          : vmm::make_error(vmm::ErrorCode::not_found,
                                            "not in the object store: " + fetched.error().message);
-        if (!staged) {
-          drop_manifest(env, what, manifest);
-          out.dropped_manifests.emplace_back(snap, manifest);
-        }
+        if (!staged) drop_manifest(env, out, snap, what, manifest);
         fetched_now = bool(staged);
       }
       if (staged) {
@@ -228,9 +229,7 @@ Reply<Recovered> recover(Env& env) {
       if (auto bad = record(d)) return *bad;
     }
     if (!lost.empty()) {
-      drop_manifest(env, id, s.hibernation_manifest);
-      if (!s.hibernation_manifest.empty() && env.object_store)
-        out.dropped_manifests.emplace_back(id, s.hibernation_manifest);
+      drop_manifest(env, out, id, id, s.hibernation_manifest);
       Event f;
       f.kind = Event::Kind::failed;
       f.reason = lost;

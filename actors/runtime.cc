@@ -165,7 +165,7 @@ Reply<std::unique_ptr<Runtime>> Runtime::start(RuntimeConfig config) {
 
   auto recovered = recover(env);
   if (!recovered) return recovered.error();
-  impl->dropped_manifests = recovered->dropped_manifests;
+  impl->dropped_manifests = std::move(recovered->dropped_manifests);
   impl->builds = std::make_unique<TemplateBuilds>(env);
   if (auto no = impl->builds->recover()) return *no;
   impl->cfg = std::make_unique<caf::actor_system_config>();

@@ -15,6 +15,50 @@ namespace pandastack::vmm {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+constexpr size_t kPage = 4096;
+
+bool zero(const char* p, size_t len) { return p[0] == 0 && std::memcmp(p, p + 1, len - 1) == 0; }
+
+// Calls `extent(data, hole)` for each data extent of `fd` (`size` bytes) in order, until one
+// fails. Holes are skipped: a sparse RAM file is read only where it has data.
+template <typename Extent>
+Status each_data_extent(int fd, off_t size, Extent extent) {
+  for (off_t pos = 0; pos < size;) {
+    off_t data = ::lseek(fd, pos, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: only a hole is left
+    off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) hole = size;
+    if (auto st = extent(data, hole); !st) return st;
+    pos = hole;
+  }
+  return Ok{};
+}
+
+// Reads [from, to) of `fd` (named `name` in errors) through `buffer` and hands it on a page at a
+// time (the last one maybe shorter): `page(offset, bytes, length)`, until one fails.
+template <typename Page>
+Status each_page(int fd, const fs::path& name, off_t from, off_t to, std::vector<char>& buffer,
+                 Page page) {
+  while (from < to) {
+    ssize_t n = ::pread(fd, buffer.data(), size_t(std::min<off_t>(to - from, buffer.size())), from);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return make_error(ErrorCode::io_error,
+                        "read " + name.string() + ": " + strerror(n < 0 ? errno : EIO));
+    for (ssize_t off = 0; off < n; off += kPage)
+      if (auto st =
+              page(from + off, buffer.data() + off, size_t(std::min<ssize_t>(kPage, n - off)));
+          !st)
+        return st;
+    from += n;
+  }
+  return Ok{};
+}
+
+}  // namespace
+
 Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existing) {
   int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0)
@@ -42,49 +86,30 @@ Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existin
   } else if (::ftruncate(out, sb.st_size) != 0) {
     st = make_error(ErrorCode::io_error, std::string("ftruncate: ") + strerror(errno));
   }
-  off_t pos = 0;
   bool kernel_copy = true;
   std::vector<char> buffer(1 << 20);
-  while (st && pos < sb.st_size) {
-    off_t data = ::lseek(in, pos, SEEK_DATA);
-    if (data < 0) break;  // ENXIO: only a hole is left
-    off_t hole = ::lseek(in, data, SEEK_HOLE);
-    if (hole < 0) hole = sb.st_size;
-    off_t src = data, dst = data;
-    while (src < hole && kernel_copy) {
-      ssize_t n = ::copy_file_range(in, &src, out, &dst, size_t(hole - src), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) {
-        kernel_copy = false;  // across file systems: copy through a buffer below
-        break;
-      }
-      if (n <= 0) {
-        st = make_error(ErrorCode::io_error,
-                        "copy " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
-        break;
-      }
-    }
-    while (st && src < hole) {
-      size_t want = size_t(std::min<off_t>(hole - src, off_t(buffer.size())));
-      ssize_t n = ::pread(in, buffer.data(), want, src);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        st = make_error(ErrorCode::io_error,
-                        "read " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
-        break;
+  if (st)
+    st = each_data_extent(in, sb.st_size, [&](off_t data, off_t hole) -> Status {
+      off_t src = data, dst = data;
+      while (src < hole && kernel_copy) {
+        ssize_t n = ::copy_file_range(in, &src, out, &dst, size_t(hole - src), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 &&
+            (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) {
+          kernel_copy = false;  // across file systems: copy through a buffer below
+          break;
+        }
+        if (n <= 0)
+          return make_error(ErrorCode::io_error,
+                            "copy " + from.string() + ": " + strerror(n < 0 ? errno : EIO));
       }
       // Write only non-zero pages, so the copy stays sparse.
-      for (ssize_t off = 0; off < n && st; off += 4096) {
-        size_t len = size_t(std::min<ssize_t>(4096, n - off));
-        const char* p = buffer.data() + off;
-        if (p[0] == 0 && std::memcmp(p, p + 1, len - 1) == 0) continue;
-        if (::pwrite(out, p, len, src + off) != ssize_t(len))
-          st = make_error(ErrorCode::io_error, "write " + to.string() + ": " + strerror(errno));
-      }
-      src += n;
-    }
-    pos = hole;
-  }
+      return each_page(
+          in, from, src, hole, buffer, [&](off_t at, const char* p, size_t len) -> Status {
+            if (zero(p, len) || ::pwrite(out, p, len, at) == ssize_t(len)) return Ok{};
+            return make_error(ErrorCode::io_error, "write " + to.string() + ": " + strerror(errno));
+          });
+    });
   ::close(in);
   ::close(out);
   if (!st && !into_existing) ::unlink(to.c_str());
@@ -97,46 +122,33 @@ Status punch_zero_pages(const fs::path& file) {
     return make_error(ErrorCode::io_error, "cannot open " + file.string() + ": " + strerror(errno));
   struct stat sb {};
   ::fstat(fd, &sb);
-  Status st = Ok{};
   std::vector<char> buffer(1 << 20);
   off_t run_start = -1, run_end = -1;  // the zero pages not punched yet
-  auto punch = [&] {
-    if (st && run_start >= 0 &&
-        ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, run_start,
-                    run_end - run_start) != 0)
-      st =
-          make_error(ErrorCode::io_error, "cannot punch " + file.string() + ": " + strerror(errno));
+  auto punch = [&]() -> Status {
+    off_t start = run_start;
     run_start = -1;
+    if (start < 0 ||
+        ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, start, run_end - start) == 0)
+      return Ok{};
+    return make_error(ErrorCode::io_error,
+                      "cannot punch " + file.string() + ": " + strerror(errno));
   };
-  for (off_t pos = 0; st && pos < sb.st_size;) {
-    off_t data = ::lseek(fd, pos, SEEK_DATA);
-    if (data < 0) break;  // ENXIO: only a hole is left
-    off_t hole = ::lseek(fd, data, SEEK_HOLE);
-    if (hole < 0) hole = sb.st_size;
-    for (off_t at = data; st && at < hole;) {
-      ssize_t n = ::pread(fd, buffer.data(), size_t(std::min<off_t>(hole - at, buffer.size())), at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        st = make_error(ErrorCode::io_error,
-                        "read " + file.string() + ": " + strerror(n < 0 ? errno : EIO));
-        break;
-      }
-      for (ssize_t off = 0; off + 4096 <= n; off += 4096) {
-        const char* p = buffer.data() + off;
-        bool zero = p[0] == 0 && std::memcmp(p, p + 1, 4095) == 0;
-        if (zero && run_start >= 0 && run_end == at + off) {
-          run_end += 4096;
-        } else if (zero) {
-          punch();
-          run_start = at + off;
-          run_end = run_start + 4096;
-        }
-      }
-      at += n;
-    }
-    punch();
-    pos = hole;
-  }
+  Status st = each_data_extent(fd, sb.st_size, [&](off_t data, off_t hole) -> Status {
+    auto read =
+        each_page(fd, file, data, hole, buffer, [&](off_t at, const char* p, size_t len) -> Status {
+          if (len != kPage || !zero(p, len)) return Ok{};
+          if (run_start >= 0 && run_end == at) {
+            run_end += kPage;
+            return Ok{};
+          }
+          auto punched = punch();
+          run_start = at;
+          run_end = at + kPage;
+          return punched;
+        });
+    auto punched = punch();
+    return read ? punched : read;
+  });
   ::close(fd);
   return st;
 }

@@ -1,10 +1,10 @@
 #include "vmm-driver/vm.h"
-#include "vmm-driver/accel.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "vmm-driver/accel.h"
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/snapshot.h"
 
@@ -36,8 +36,10 @@ TEST(QemuArgs, TcgAddsTscWorkaroundAndFileBackedRam) {
   auto args = qemu_boot_args(sample(Accel::tcg));
   EXPECT_EQ(arg_after(args, "-machine"), "microvm,memory-backend=mem,pit=off");
   EXPECT_EQ(arg_after(args, "-accel"), "tcg,tb-size=128");
-  EXPECT_NE(arg_after(args, "-append").find("tsc_early_khz=2000000 tsc=reliable"), std::string::npos);
-  EXPECT_EQ(arg_after(args, "-object"), "memory-backend-file,id=mem,size=256M,mem-path=/run/x/mem,share=on");
+  EXPECT_NE(arg_after(args, "-append").find("tsc_early_khz=2000000 tsc=reliable"),
+            std::string::npos);
+  EXPECT_EQ(arg_after(args, "-object"),
+            "memory-backend-file,id=mem,size=256M,mem-path=/run/x/mem,share=on");
   EXPECT_TRUE(contains(args, "virtserialport,chardev=agent,name=agent,id=agent"));
   EXPECT_TRUE(contains(args, "-no-reboot"));
 }
