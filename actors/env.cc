@@ -9,6 +9,7 @@
 #include "actors/custom_template.h"
 #include "vmm-driver/accel.h"
 #include "vmm-driver/images.h"
+#include "vmm-driver/memory_base.h"
 
 namespace pandastack::actors {
 
@@ -82,6 +83,19 @@ std::pair<std::string, vmm::VmPool::NetworkFactory> Env::pool_mode(bool networke
   return {"", [this] { return make_network(Egress{}); }};
 }
 
+std::shared_ptr<const vmm::MemoryBase> Env::memory_base_of(const vmm::Snapshot& snap) {
+  if (!config.share_memory || !snap.memory) return nullptr;
+  // One per snapshot: the template's networked and network-less pools share it.
+  for (auto& [name, entry] : pools)
+    if (entry.second && entry.first == snap.dir.string() && entry.second->memory_base())
+      return entry.second->memory_base();
+  auto made = vmm::MemoryBase::make(snap.mem());
+  if (made) return *made;
+  spdlog::warn("no memory base for {}: its sandboxes copy its RAM file: {}", snap.dir.string(),
+               made.error().message);
+  return nullptr;
+}
+
 vmm::RestorePool* Env::pool_for(const std::string& template_name, const vmm::Snapshot& snap,
                                 bool networked) {
   // A warm member's guest runs before it has a sandbox: one whose snapshot has volumes mounted
@@ -92,7 +106,8 @@ vmm::RestorePool* Env::pool_for(const std::string& template_name, const vmm::Sna
   auto& [dir, pool] = pools[template_name + suffix];
   if (!pool || dir != snap.dir.string()) {
     auto base = vm_config(template_name, "pool", "pool-" + template_name + suffix);
-    pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory);
+    pool = std::make_unique<vmm::RestorePool>(io, snap, base, config.pool_size, factory,
+                                              vmm::PoolDemand{}, memory_base_of(snap));
     dir = snap.dir.string();
   }
   return pool.get();

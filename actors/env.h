@@ -157,6 +157,9 @@ struct Env {
   // The template's warm pool for `snap` (a new one when the template was baked again), or null.
   vmm::RestorePool* pool_for(const std::string& template_name, const vmm::Snapshot& snap,
                              bool networked);
+  // The sealed copy of `snap`'s RAM its pools' VMs map (config.share_memory; one per snapshot),
+  // or null: each VM copies the RAM file.
+  std::shared_ptr<const vmm::MemoryBase> memory_base_of(const vmm::Snapshot& snap);
   // The template's spares (made on first use), or null.
   vmm::SparePool* spares_for(const std::string& template_name, bool networked);
 

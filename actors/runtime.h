@@ -100,6 +100,10 @@ struct RuntimeConfig {
   // restores a template pool cannot serve: fork children, wakes, creates from named snapshots.
   // 0 = those start a QEMU process of their own.
   uint32_t spare_pool_size = 1;
+  // Sandboxes created from a template map its RAM copy-on-write from one sealed copy
+  // (vmm::MemoryBase) and cost the host the pages their guests write; off: each copies the RAM
+  // file (and gives back the memory its guest frees, which a shared mapping cannot on QEMU 7.2).
+  bool share_memory = true;
   bool jail = true;
   // VMs keep running when the host process dies (a crash); the next start re-adopts the VMs of
   // running sandboxes. Off: QEMU gets the parent-death signal and dies with its host.

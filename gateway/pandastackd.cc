@@ -50,6 +50,8 @@ const char* kUsage = R"(usage: pandastackd [options]
   --pool-size N       QEMU processes kept pre-spawned per template (default 2; 0 = none)
   --spare-pool-size N spare QEMU processes per template for forks, wakes and creates from
                       snapshots (default 1; 0 = none)
+  --memory-sharing on|off  sandboxes made from a template map its memory copy-on-write and
+                      cost only the pages they write (default on); off: each copies it
   --max-concurrent-execs N  commands in flight per sandbox (default 16; more: 429)
   --max-processes N   background processes (and WebSocket commands) running per sandbox
                       (default 64; more: 429 too_many_processes)
@@ -124,6 +126,12 @@ const char* kUsage = R"(usage: pandastackd [options]
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "pandastackd: " << msg << "\n" << kUsage;
   std::exit(2);
+}
+
+// A flag's on|off value.
+bool on_off(const std::string& flag, const std::string& v) {
+  if (v != "on" && v != "off") usage_error(flag + ": on or off");
+  return v == "on";
 }
 
 // A credential file's text (at most 1 MiB), or nullopt.
@@ -237,6 +245,8 @@ int main(int argc, char** argv) {
       config.pool_size = parse_u32(a, value());
     else if (a == "--spare-pool-size")
       config.spare_pool_size = parse_u32(a, value());
+    else if (a == "--memory-sharing")
+      config.share_memory = on_off("--memory-sharing", value());
     else if (a == "--max-concurrent-execs")
       config.limits.max_concurrent_execs = parse_u32(a, value());
     else if (a == "--max-processes")

@@ -510,7 +510,8 @@ Status AgentClient::reseed_rng(std::string_view entropy) {
 }
 
 Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy,
-                                  const std::string& hostname, bool network, milliseconds timeout) {
+                                  const std::string& hostname, bool network,
+                                  bool free_page_reporting, milliseconds timeout) {
   return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
     kj::Vector<kj::Promise<void>> calls;
     auto clock = conn_->agent.setClockRequest();
@@ -530,6 +531,18 @@ Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy,
     calls.add(net.send().ignoreResult().catch_([](kj::Exception&& e) {
       if (e.getType() != kj::Exception::Type::UNIMPLEMENTED) kj::throwFatalException(kj::mv(e));
     }));
+    // Best effort (an agent that cannot costs memory, not correctness): logged, never failed.
+    auto reporting = conn_->agent.setFreePageReportingRequest();
+    reporting.setEnabled(free_page_reporting);
+    calls.add(reporting.send()
+                  .then([](auto r) {
+                    if (r.hasError() && r.getError().size() > 0)
+                      spdlog::warn("guest free page reporting: {}", r.getError().cStr());
+                  })
+                  .catch_([](kj::Exception&& e) {
+                    if (e.getType() != kj::Exception::Type::UNIMPLEMENTED)
+                      kj::throwFatalException(kj::mv(e));
+                  }));
     return with_deadline<Ok>(
         io_, kj::joinPromises(calls.releaseAsArray()).then([]() { return Result<Ok>(Ok{}); }),
         timeout, "afterRestore");

@@ -37,6 +37,20 @@ Error bad(const std::string& why) {
   return make_error(ErrorCode::invalid_argument, "unusable live record: " + why);
 }
 
+// A memory base's memfd name: "pst-base-" digits "-" digits (MemoryBase::make).
+bool memfd_name(const std::string& s) {
+  const std::string prefix = "pst-base-";
+  if (s.size() > 64 || s.rfind(prefix, 0) != 0) return false;
+  size_t dashes = 0;
+  for (size_t i = prefix.size(); i < s.size(); ++i) {
+    if (s[i] == '-' && i > prefix.size() && s[i - 1] != '-' && i + 1 < s.size())
+      ++dashes;
+    else if (s[i] < '0' || s[i] > '9')
+      return false;
+  }
+  return dashes == 1;
+}
+
 }  // namespace
 
 Result<LiveRecord> parse_live_record(std::string_view text) {
@@ -112,6 +126,12 @@ Result<LiveRecord> parse_live_record(std::string_view text) {
       rec.volumes.push_back(std::move(vol));
     }
   }
+  rec.memory_base_file = str("memory_base_file");
+  rec.memory_base_memfd = str("memory_base_memfd");
+  if (rec.memory_base_file.empty() != rec.memory_base_memfd.empty() ||
+      (!rec.memory_base_file.empty() &&
+       (!clean_absolute(rec.memory_base_file, 2) || !memfd_name(rec.memory_base_memfd))))
+    return bad("memory base");
   return rec;
 }
 

@@ -37,6 +37,10 @@ struct LiveRecord {
     bool read_only = false;
   };
   std::vector<Volume> volumes;
+  // A VM mapping a memory base copy-on-write (MemoryBase): the RAM file the base is a copy of
+  // (absolute, no "." / ".." segments; only read, by root, when the VM is saved) and the base's
+  // memfd name ("pst-base-N-N"). Both empty for a VM with a RAM file of its own.
+  std::string memory_base_file, memory_base_memfd;
 };
 
 // Parses and checks a record's text (at most 1 MiB). invalid_argument with the reason otherwise.

@@ -37,6 +37,32 @@ TEST(LiveRecord, AGoodRecordParses) {
   EXPECT_EQ(parse_live_record(j.dump())->machine, 1u);
 }
 
+TEST(LiveRecord, AMemoryBaseIsAFileAndAMemfdNameOrNeither) {
+  auto r = parse_live_record(good().dump());
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->memory_base_file, "");  // (a VM of its own RAM file, or recorded before them)
+  auto j = good();
+  j.set("memory_base_file", "/dev/shm/ps/templates/base-1/mem");
+  j.set("memory_base_memfd", "pst-base-4242-3");
+  r = parse_live_record(j.dump());
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->memory_base_file, "/dev/shm/ps/templates/base-1/mem");
+  EXPECT_EQ(r->memory_base_memfd, "pst-base-4242-3");
+  for (auto [file, memfd] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/shm/ps/mem", ""},
+           {"", "pst-base-1-1"},
+           {"relative/mem", "pst-base-1-1"},
+           {"/dev/shm/../etc/mem", "pst-base-1-1"},
+           {"/dev/shm/ps/mem", "pst-base-1"},
+           {"/dev/shm/ps/mem", "pst-base--1"},
+           {"/dev/shm/ps/mem", "pst-base-1-1 (deleted)"},
+           {"/dev/shm/ps/mem", "other-1-1"}}) {
+    j.set("memory_base_file", file);
+    j.set("memory_base_memfd", memfd);
+    EXPECT_FALSE(parse_live_record(j.dump())) << file << " " << memfd;
+  }
+}
+
 TEST(LiveRecord, PathsThatWouldRemoveOrKillTheWrongThingAreRefused) {
   auto with = [](const char* key, Json v) {
     Json j = good();

@@ -80,19 +80,26 @@ class VmPool {
 class RestorePool {
  public:
   using NetworkFactory = VmPool::NetworkFactory;
+  // `memory_base` (a MemoryBase of the snapshot's RAM file): members and direct restores map it
+  // copy-on-write instead of each copying the RAM file.
   RestorePool(IoThread& io, Snapshot snapshot, VmConfig base, size_t size,
-              NetworkFactory make_network = nullptr, PoolDemand demand = {});
+              NetworkFactory make_network = nullptr, PoolDemand demand = {},
+              std::shared_ptr<const MemoryBase> memory_base = nullptr);
 
-  // A running VM restored from the snapshot, from a warm member when one is ready, else
-  // restored into a spare of `spares` (when given and one is ready), else into a new process.
-  // `hostname` is set in the guest.
+  // A running VM restored from the snapshot, from a warm member when one is ready, else into a
+  // new process over the memory base (when there is one), else restored into a spare of
+  // `spares` (when given and one is ready), else into a new process. `hostname` is set in the
+  // guest.
   Result<std::unique_ptr<Vm>> create(const std::string& name, const std::string& hostname,
                                      SparePool* spares = nullptr);
   size_t ready() { return pool_.ready(); }
+  // The memory base its VMs share (null when they copy the RAM file).
+  const std::shared_ptr<const MemoryBase>& memory_base() const { return memory_base_; }
 
  private:
   IoThread& io_;
   Snapshot snapshot_;
+  std::shared_ptr<const MemoryBase> memory_base_;  // (before pool_: its members use it)
   VmPool pool_;
 };
 

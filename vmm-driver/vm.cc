@@ -26,6 +26,7 @@
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/jail.h"
 #include "vmm-driver/live_record.h"
+#include "vmm-driver/memory_base.h"
 #include "vmm-driver/network.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/run_tool.h"
@@ -107,8 +108,13 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
   std::string cpu = c.cpu_model;  // part of the bake key: snapshots only restore on the same model
   if (cpu.empty()) cpu = c.accel == Accel::kvm ? "host" : "max";
   // Guest RAM in a file of the run folder, shared: a snapshot is its device state plus this file.
+  // Or a memory base's sealed memfd (inherited), mapped privately: the guest's writes are QEMU's
+  // own pages, the rest is shared with every VM of the base.
   const std::string mem_backend =
-      "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + run + "/mem,share=on";
+      c.memory_base
+          ? "memory-backend-file,id=mem,size=" + mem + ",mem-path=/proc/self/fd/" +
+                std::to_string(c.memory_base->fd()) + ",share=off"
+          : "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + run + "/mem,share=on";
   std::vector<std::string> args = {
       c.qemu_binary,
       "-nodefaults",
@@ -196,6 +202,9 @@ std::vector<std::string> qemu_args(const VmConfig& c, bool incoming, bool spare)
     args.push_back("virtio-balloon-device,free-page-reporting=on");
   }
   if (incoming) {
+    // Paused after the load whatever state it carries (a device state saved without RAM says
+    // "running"): the driver binds volumes and lets it run (`cont`).
+    args.push_back("-S");
     args.push_back("-incoming");
     args.push_back("defer");
   }
@@ -361,6 +370,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
   // Descriptors QEMU inherits (named on its command line): the sandbox's tap.
   std::vector<int> inherit;
   if (c.network && c.network->tap_fd() >= 0) inherit.push_back(c.network->tap_fd());
+  if (c.memory_base) inherit.push_back(c.memory_base->fd());  // its RAM (mem-path=/proc/self/fd/N)
   // A QEMU that may outlive this process is on record (vm.json) from its first moment, before QMP
   // answers: a host killed while a VM or a pool member starts must not leave it running
   // unaccounted. Jailed, the record is written while the child still waits to exec (a host killed
@@ -384,7 +394,7 @@ Status Vm::spawn(const std::vector<std::string>& args, steady_clock::time_point 
     // and replaces nothing there): a compromised QEMU cannot plant a symlink where the daemon
     // writes as root, nor rewrite the VM's record. QEMU owns only its files -- the RAM file (made
     // here when a cold boot has none), the active overlay -- and q/, where it makes its sockets.
-    if (!fs::exists(c.run_dir / "mem")) {
+    if (!c.memory_base && !fs::exists(c.run_dir / "mem")) {
       int fd = ::open((c.run_dir / "mem").c_str(),
                       O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
       if (fd >= 0) ::close(fd);

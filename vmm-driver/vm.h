@@ -56,6 +56,8 @@ struct VolumeBinding {
   bool operator==(const VolumeBinding&) const = default;
 };
 
+class MemoryBase;
+
 struct VmConfig {
   std::string name;               // for logs
   std::string hostname;           // set in the guest after a restore (empty = leave as is)
@@ -92,14 +94,20 @@ struct VmConfig {
   // Bound before the guest runs (a restore: between its state load and `cont`), or at once by
   // bind_volumes() on a running guest whose slots are unused (a warm pool member).
   std::vector<VolumeBinding> volumes;
+  // Restores only (prespawn, restore): the snapshot's RAM as a sealed memory base this VM maps
+  // copy-on-write with every other VM of it, instead of a RAM file of its own. Its source must be
+  // the snapshot's RAM file. The VM costs the host the pages its guest writes; saving it writes
+  // an ordinary RAM file (save_private_memory).
+  std::shared_ptr<const MemoryBase> memory_base;
 };
 
 // The QEMU command line for `config`: a cold boot, or (`incoming`) a process waiting for device
-// state (`-incoming defer`). Guest RAM is always the run folder's `mem` file, mapped shared: a
-// restore puts the snapshot's RAM there first. Restore differs from boot only in `-incoming`: the
-// machine, devices and kernel must be identical for the state to load.
-// A `spare` waits for any snapshot of its shape: its disk is an empty overlay on a placeholder
-// backing node, replaced by the snapshot's layers when it is given one (Vm::restore_into).
+// state (`-incoming defer`, paused after the load until `cont`). Guest RAM is the run folder's
+// `mem` file, mapped shared (a restore puts the snapshot's RAM there first), or with a memory
+// base that base's memfd, inherited, mapped privately. Restore differs from boot only in
+// `-incoming`: the machine, devices and kernel must be identical for the state to load. A `spare`
+// waits for any snapshot of its shape: its disk is an empty overlay on a placeholder backing node,
+// replaced by the snapshot's layers when it is given one (Vm::restore_into).
 std::vector<std::string> qemu_args(const VmConfig& config, bool incoming = false,
                                    bool spare = false);
 inline std::vector<std::string> qemu_boot_args(const VmConfig& config) { return qemu_args(config); }
@@ -230,6 +238,9 @@ class Vm {
   const std::filesystem::path& disk_file() const { return active_overlay_; }
   const std::string& qemu_version() const { return qemu_version_; }
   pid_t pid() const { return pid_; }
+  // The memfd name of the memory base this VM maps copy-on-write ("" when its RAM is a file of
+  // its own): private_memory() counts what its guest made its own.
+  const std::string& memory_base_memfd() const { return memory_base_memfd_; }
   // Time from spawning QEMU to the agent's first answer.
   std::chrono::microseconds boot_time() const { return boot_time_; }
 
@@ -317,6 +328,13 @@ class Vm {
   std::filesystem::path active_overlay_;
   std::vector<VolumeBinding> bound_;
   uint32_t jail_uid_ = 0;  // jailed: QEMU's uid (its own among live VMs), else 0
+  // Mapping a memory base (VmConfig::memory_base): the RAM file it is a copy of and its memfd's
+  // name, kept for saves (and in the live record: an adopted VM saves the same way).
+  std::filesystem::path memory_base_file_;
+  std::string memory_base_memfd_;
+  // Writes the paused guest's RAM into `to`: a copy of its own RAM file, or of its memory base
+  // with its private pages over it.
+  Status save_memory(const std::filesystem::path& to);
   // The uid the VM's sockets must be served by (a jailed QEMU's own), or -1 for any.
   int64_t peer_uid() const { return config_.jail && jail_uid_ != 0 ? int64_t(jail_uid_) : -1; }
 };

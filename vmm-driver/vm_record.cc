@@ -83,6 +83,8 @@ Status Vm::save_record() const {
     volumes.push(x);
   }
   j.set("volumes", volumes);
+  j.set("memory_base_file", memory_base_file_.string());
+  j.set("memory_base_memfd", memory_base_memfd_);
   auto tmp = config_.run_dir / "vm.json.tmp";
   {
     // Never through a symlink, never readable by others: the record decides what recovery kills.
@@ -136,6 +138,8 @@ Result<std::unique_ptr<Vm>> Vm::adopt(IoThread& io, const fs::path& run_dir, mil
   vm->start_ticks_ = r.start_ticks;
   vm->qemu_version_ = r.qemu_version;
   vm->layers_ = r.layers;
+  vm->memory_base_file_ = r.memory_base_file;
+  vm->memory_base_memfd_ = r.memory_base_memfd;
   vm->overlay_seq_ = r.overlay_seq;
   vm->active_overlay_ = vm->disks() / r.active_overlay;
   std::vector<fs::path> groups(r.cgroups.begin(), r.cgroups.end());

@@ -25,6 +25,7 @@
 
 #include "vmm-driver/io_thread.h"
 #include "vmm-driver/jail.h"
+#include "vmm-driver/memory_base.h"
 #include "vmm-driver/network.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/run_tool.h"
@@ -101,6 +102,56 @@ Status save_state(QmpClient& q, const fs::path& file) {
   return wait_migration(q, seconds(60));
 }
 
+// The fd set a device state is written through (volume slots use 100 and up).
+constexpr int64_t kDeviceStateFdSet = 90;
+// A device state is a few KiB; anything near this is not one.
+constexpr size_t kMaxDeviceState = 16 << 20;
+
+// Saves the (stopped) VM's device state to `file` without its RAM (`xen-save-devices-state`,
+// through a descriptor of ours), in the form `-incoming` loads (incoming_state_of_devices): for a
+// VM whose RAM is a private mapping, which a migration would copy whole.
+Status save_devices(QmpClient& q, const fs::path& file) {
+  auto raw = file.string() + ".devices";
+  int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return make_error(ErrorCode::io_error, "cannot create " + raw + ": " + strerror(errno));
+  wire::Json set = wire::Json::object();
+  set.set("fdset-id", kDeviceStateFdSet);
+  auto added = q.execute("add-fd", set, seconds(10), fd);
+  ::close(fd);
+  Status st = Ok{};
+  if (!added) st = added.error();
+  if (st) {
+    wire::Json args = wire::Json::object();
+    args.set("filename", "/dev/fdset/" + std::to_string(kDeviceStateFdSet));
+    args.set("live", false);  // the guest runs on after it: its disks stay QEMU's
+    auto saved = q.execute("xen-save-devices-state", args, seconds(60));
+    if (!saved) st = saved.error();
+    if (auto removed = q.execute("remove-fd", set); !removed && st) st = removed.error();
+  }
+  std::string devices;
+  if (st) {
+    std::ifstream in(raw, std::ios::binary);
+    devices.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof())
+      st = make_error(ErrorCode::io_error, "cannot read " + raw);
+    else if (devices.size() > kMaxDeviceState)
+      st = make_error(ErrorCode::qmp_error, "the device state is larger than 16 MiB");
+  }
+  ::unlink(raw.c_str());
+  if (!st) return st;
+  auto incoming = incoming_state_of_devices(devices, "microvm");
+  if (!incoming) return incoming.error();
+  fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  bool written =
+      fd >= 0 && ::write(fd, incoming->data(), incoming->size()) == ssize_t(incoming->size());
+  if (fd >= 0) ::close(fd);
+  if (!written)
+    return make_error(ErrorCode::io_error,
+                      "cannot write " + file.string() + ": " + strerror(errno));
+  return Ok{};
+}
+
 Status simple(QmpClient& q, const std::string& cmd) {
   auto r = q.execute(cmd);
   if (!r) return r.error();
@@ -167,7 +218,15 @@ Result<std::unique_ptr<Vm>> Vm::prespawn(IoThread& io, const Snapshot& snap, VmC
   if (!prepared) return prepared.error();
   auto t1 = steady_clock::now();
   auto mem = vm->config_.run_dir / "mem";
-  if (consume) {
+  if (const auto& base = vm->config_.memory_base) {
+    // Mapped copy-on-write: nothing to copy, the base must be this snapshot's RAM.
+    if (consume || base->source() != fs::absolute(snap.mem()) ||
+        base->size() != uint64_t(vm->config_.memory_mib) << 20)
+      return make_error(ErrorCode::invalid_argument, "the memory base " + base->source().string() +
+                                                         " is not the RAM of " + snap.dir.string());
+    vm->memory_base_file_ = base->source();
+    vm->memory_base_memfd_ = base->memfd_name();
+  } else if (consume) {
     std::error_code ec;
     fs::rename(snap.mem(), mem, ec);
     if (ec)
@@ -360,7 +419,8 @@ Status Vm::personalize() {
   auto send = [&](milliseconds timeout) {
     return agent_->after_restore(
         duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count(), entropy,
-        config_.hostname, config_.network != nullptr, timeout);
+        config_.hostname, config_.network != nullptr,
+        /*free_page_reporting=*/memory_base_memfd_.empty(), timeout);
   };
   auto done = send(kPersonalizeWait);
   // The agent answered this session's health call, and yet may have ended the session since: a
@@ -474,10 +534,20 @@ void Vm::describe(Snapshot& snap, std::string origin) const {
   snap.created_unix_ms = unix_ms();
 }
 
+Status Vm::save_memory(const fs::path& to) {
+  if (memory_base_memfd_.empty()) return copy_ram_file(config_.run_dir / "mem", to);
+  return save_private_memory(pid_, memory_base_memfd_, uint64_t(config_.memory_mib) << 20,
+                             memory_base_file_, to);
+}
+
 Status Vm::save_paused(Snapshot& snap, const std::string& origin) {
   Status st = freeze_disk(snap.disks());
-  if (st) st = set_ignore_shared(*qmp_, true);
-  if (st) st = save_state(*qmp_, snap.state());
+  if (st && !memory_base_memfd_.empty()) {
+    st = save_devices(*qmp_, snap.state());
+  } else {
+    if (st) st = set_ignore_shared(*qmp_, true);
+    if (st) st = save_state(*qmp_, snap.state());
+  }
   if (!st) return st;
   describe(snap, origin + ":" + config_.name);
   return Ok{};
@@ -518,8 +588,8 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
   auto t_stopped = steady_clock::now();
   if (st) st = save_paused(snap, "snapshot");
   auto t_state = steady_clock::now();
-  // The guest is paused: its RAM file is consistent with the device state just saved.
-  if (st) st = copy_ram_file(config_.run_dir / "mem", snap.mem());
+  // The guest is paused: its RAM is consistent with the device state just saved.
+  if (st) st = save_memory(snap.mem());
   auto t_ram = steady_clock::now();
   // Stopped, QEMU has flushed every disk: the volume files are what the guest's memory expects.
   for (auto& v : bound_) {
@@ -596,8 +666,12 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   // The paused guest writes nothing: its RAM file becomes the snapshot's while QEMU still maps it
   // (a rename in one file system). QEMU ends only once the snapshot is complete on disk: a move
   // or a record that fails (a full disk) gives the file back and the guest runs on, nothing lost.
+  // A VM over a memory base writes its RAM file here (the base's copy and its own pages).
   bool moved = false;
-  if (st) moved = bool(st = move_file(config_.run_dir / "mem", snap.mem()));
+  if (st && !memory_base_memfd_.empty())
+    st = save_memory(snap.mem());
+  else if (st)
+    moved = bool(st = move_file(config_.run_dir / "mem", snap.mem()));
   if (st) st = snap.write_meta();
   if (!st) {
     std::error_code ec;
@@ -643,12 +717,19 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
   Snapshot snap;
   snap.dir = fs::absolute(dir);
   Status st = simple(*qmp_, "stop");
-  if (st) st = set_ignore_shared(*qmp_, true);
-  if (st) st = save_state(*qmp_, snap.state());
+  bool shared = memory_base_memfd_.empty();
+  if (st && !shared) {
+    // (over a memory base: its RAM is written out before QEMU, which holds its pages, ends)
+    st = save_devices(*qmp_, snap.state());
+    if (st) st = save_memory(snap.mem());
+  } else {
+    if (st) st = set_ignore_shared(*qmp_, true);
+    if (st) st = save_state(*qmp_, snap.state());
+  }
   if (!st) return st.error();
   kill_qemu();  // nothing writes the RAM file or the disk any more
   std::string layer = "layer-" + random_hex(8) + ".qcow2";
-  st = move_file(config_.run_dir / "mem", snap.mem());
+  if (shared) st = move_file(config_.run_dir / "mem", snap.mem());
   if (st) st = punch_zero_pages(snap.mem());
   if (st) st = move_file(active_overlay_, snap.dir / layer);
   // The layer is read-only for good, the backing file of every sandbox of this template (each

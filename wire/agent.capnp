@@ -192,6 +192,13 @@ interface Agent {
   # too_many), or when the directory itself is removed or moved (after a remove event).
   # `includeEntry`: each event carries the entry (lstat when the event is read; best effort).
 
+  setFreePageReporting @24 (enabled :Bool) -> (error :Text);
+  # Whether the guest reports its free memory to the host through the balloon (called after every
+  # restore): yes when its RAM is a file of its own (the host punches the pages out of it), no
+  # when it maps a shared memory base copy-on-write (the host cannot take them back). The agent
+  # binds or unbinds the balloon's driver; a machine without a balloon has nothing to do. `error`:
+  # why the driver could not be (un)bound ("" when done).
+
   endSession @18 () -> ();
   # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session
   # down (calls in flight are cancelled) and waits for the next session preamble.

@@ -345,6 +345,37 @@ TEST(AgentMemory, AFieldOfMeminfoInKiB) {
   EXPECT_EQ(meminfo_kib("", "MemFree"), -1);
 }
 
+// A sysfs of two virtio devices, the balloon (type 5) bound; `bind`/`unbind` plain files here.
+TEST(AgentMemory, FreePageReportingBindsOrUnbindsTheBalloonOnly) {
+  TempDir sys;
+  auto write = [](const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  };
+  auto devices = sys.path() / "bus/virtio/devices";
+  auto driver = sys.path() / "bus/virtio/drivers/virtio_balloon";
+  write(devices / "virtio0/device", "0x0002\n");
+  write(devices / "virtio3/device", "0x0005\n");
+  write(driver / "bind", "");
+  write(driver / "unbind", "");
+  fs::create_directory_symlink(driver, devices / "virtio3/driver");
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(set_free_page_reporting(true, sys.path()), 0);
+  EXPECT_EQ(read(driver / "bind"), "") << "already bound: nothing written";
+  EXPECT_EQ(set_free_page_reporting(false, sys.path()), 0);
+  EXPECT_EQ(read(driver / "unbind"), "virtio3");
+  fs::remove(devices / "virtio3/driver");
+  EXPECT_EQ(set_free_page_reporting(true, sys.path()), 0);
+  EXPECT_EQ(read(driver / "bind"), "virtio3");
+  // No balloon (a machine of revision 0), no virtio bus: nothing to do.
+  fs::remove_all(devices / "virtio3");
+  EXPECT_EQ(set_free_page_reporting(false, sys.path()), 0);
+  EXPECT_EQ(set_free_page_reporting(true, (sys.path() / "none").string()), 0);
+}
+
 }  // namespace
 }  // namespace pandastack::agent
 

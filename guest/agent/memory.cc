@@ -1,9 +1,12 @@
 #include "guest/agent/memory.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -59,6 +62,37 @@ int zero_free_memory(uint64_t reserve_bytes) {
   for (void* p : taken) ::munmap(p, kChunk);
   std::printf("zeroed %zu MiB of free memory\n", taken.size() * (kChunk >> 20));
   return 0;
+}
+
+int set_free_page_reporting(bool on, const std::string& sys) {
+  const std::string devices = sys + "/bus/virtio/devices";
+  std::string balloon;
+  if (DIR* d = ::opendir(devices.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.rfind("virtio", 0) != 0) continue;
+      int fd = ::open((devices + "/" + name + "/device").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char id[16] = {};
+      ssize_t n = ::read(fd, id, sizeof id - 1);
+      ::close(fd);
+      if (n >= 6 && std::string(id, 6) == "0x0005") {  // VIRTIO_ID_BALLOON
+        balloon = name;
+        break;
+      }
+    }
+    ::closedir(d);
+  }
+  if (balloon.empty()) return 0;
+  struct stat st {};
+  bool bound = ::lstat((devices + "/" + balloon + "/driver").c_str(), &st) == 0;
+  if (bound == on) return 0;
+  auto file = sys + "/bus/virtio/drivers/virtio_balloon/" + (on ? "bind" : "unbind");
+  int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = ::write(fd, balloon.data(), balloon.size()) == ssize_t(balloon.size()) ? 0 : errno;
+  ::close(fd);
+  return err;
 }
 
 }  // namespace pandastack::agent

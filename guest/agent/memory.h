@@ -1,7 +1,9 @@
-// The guest's free memory made clean before a template is baked.
+// The guest's free memory: made clean before a template is baked, and reported to the host (or
+// not) by the balloon.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace pandastack::agent {
@@ -15,5 +17,12 @@ int64_t meminfo_kib(std::string_view meminfo, std::string_view field);
 // file holds only what the guest uses (the host stores and copies no zero page). Stops early if
 // the kernel refuses memory. Prints what it took; returns the process's exit status.
 int zero_free_memory(uint64_t reserve_bytes);
+
+// Binds (`on`) or unbinds the virtio_balloon driver from the machine's balloon (the virtio device
+// of type 5 under `sys`/bus/virtio), so that the guest reports its free memory to the host only
+// when the host can take it back: a VM whose RAM is its own file can, one mapping a shared
+// memory base copy-on-write cannot (QEMU 7.2 would only log each report). Nothing to do on a
+// machine without a balloon or when the driver is already so. Returns 0 or an errno.
+int set_free_page_reporting(bool on, const std::string& sys = "/sys");
 
 }  // namespace pandastack::agent

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "guest/agent/memory.h"
 #include "guest/agent/processes.h"
 #include "guest/agent/system.h"
 #include "guest/agent/util.h"
@@ -515,6 +516,12 @@ class AgentImpl final : public w::Agent::Server {
       configure_network();
     else
       take_network_down();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> setFreePageReporting(SetFreePageReportingContext ctx) override {
+    if (int e = set_free_page_reporting(ctx.getParams().getEnabled()); e != 0)
+      ctx.getResults().setError(std::string("the balloon driver: ") + strerror(e));
     return kj::READY_NOW;
   }
 

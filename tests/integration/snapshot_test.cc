@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "tests/integration/test_env.h"
+#include "vmm-driver/memory_base.h"
 #include "vmm-driver/pool.h"
 #include "vmm-driver/qcow2.h"
 #include "vmm-driver/templates.h"
@@ -425,6 +427,96 @@ TEST_F(SnapshotTest, ASnapshotOfAnOlderMachineRestoresOnItsOwnMachine) {
   EXPECT_EQ(run(**woken, "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio || true"),
             "0\n");
   EXPECT_EQ(spares.ready(), 1u);  // the spare was left for a snapshot it fits
+}
+
+// The bytes of a file, hashed (a RAM file or a memory base, read whole).
+std::string file_digest(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::to_string(data.size()) + ":" + std::to_string(std::hash<std::string>{}(data));
+}
+
+// Restores over a memory base (issue 34): each VM maps the template's RAM copy-on-write and
+// holds only what its guest wrote; no VM changes the base another one reads.
+TEST_F(SnapshotTest, RestoresOverAMemoryBaseShareItAndPayForWhatTheyWrite) {
+  auto base = vmm::MemoryBase::make(template_->mem());
+  ASSERT_TRUE(base) << base.error().message;
+  auto base_fd = "/proc/self/fd/" + std::to_string((*base)->fd());
+  auto digest = file_digest(base_fd);
+  EXPECT_EQ(digest, file_digest(template_->mem()));
+  auto shared = [&](const std::string& tag) -> std::unique_ptr<vmm::Vm> {
+    auto c = config(tag, tag);
+    c.memory_base = *base;
+    auto vm = vmm::Vm::restore(io(), *template_, c);
+    if (!vm) ADD_FAILURE() << "restore over the base failed: " << vm.error().message;
+    return vm ? std::move(*vm) : nullptr;
+  };
+  auto a = shared("cow-a");
+  auto b = shared("cow-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(run(*a, "hostname"), "cow-a\n");
+  EXPECT_EQ(run(*b, "hostname"), "cow-b\n");
+  EXPECT_NE(run(*a, "cat /proc/sys/kernel/random/uuid"),
+            run(*b, "cat /proc/sys/kernel/random/uuid"));
+  EXPECT_EQ(ram_file_bytes(*a), 0u) << "no RAM file of its own";
+  auto size = uint64_t(a->config().memory_mib) << 20;
+  auto own = [&](vmm::Vm& vm) {
+    auto p = vmm::private_memory(vm.pid(), vm.memory_base_memfd(), size);
+    EXPECT_TRUE(p) << (p ? "" : p.error().message);
+    return p ? p->bytes() : 0;
+  };
+  struct stat tb {};
+  ASSERT_EQ(::stat(template_->mem().c_str(), &tb), 0);
+  uint64_t template_bytes = uint64_t(tb.st_blocks) * 512, a_before = own(*a);
+  spdlog::info("memory base: template RAM file {} MiB, a restored guest's own pages {} MiB",
+               template_bytes >> 20, a_before >> 20);
+  EXPECT_LT(a_before, template_bytes / 2) << "each VM would have had a copy of the template's";
+  auto b_file = run(*b, "head -c 8388608 /dev/urandom > /tmp/b && sha256sum /tmp/b | cut -c1-64");
+  run(*a, "yes pandastack | head -c 33554432 > /tmp/fill && sync");
+  EXPECT_GE(own(*a), a_before + (32ull << 20));
+  EXPECT_EQ(run(*b, "sha256sum /tmp/b | cut -c1-64"), b_file);
+  EXPECT_EQ(file_digest(base_fd), digest) << "a guest changed the base";
+  // Its guest does not report free memory (the host could not take it back: QEMU would only log
+  // each report); a VM of its own RAM file does (MemoryTheGuestFreesGoesBackToTheHost).
+  EXPECT_EQ(run(*a, "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio || true"), "0\n");
+  run(*a, "rm /tmp/fill");
+  std::this_thread::sleep_for(seconds(3));
+  std::ifstream log(a->config().run_dir / "qemu.log");
+  std::string qemu_log((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(qemu_log.find("ram_block_discard_range"), std::string::npos) << qemu_log;
+}
+
+// A VM over a memory base snapshots (its RAM written out: the base with its own pages over it,
+// its device state saved without RAM), and the fork and its wake from hibernation keep all of
+// its state.
+TEST_F(SnapshotTest, AVmOverAMemoryBaseForksAndHibernatesWithItsState) {
+  auto base = vmm::MemoryBase::make(template_->mem());
+  ASSERT_TRUE(base) << base.error().message;
+  auto c = config("cow-parent");
+  c.memory_base = *base;
+  auto vm = vmm::Vm::restore(io(), *template_, c);
+  ASSERT_TRUE(vm) << vm.error().message;
+  auto s = make_stateful(std::move(*vm));
+  auto snap = s.vm->snapshot(shm_dir("cow-snap"));
+  ASSERT_TRUE(snap) << snap.error().message;
+  expect_state(*s.vm, s.blob_sha);
+  auto child = restore(*snap, "cow-child");
+  ASSERT_NE(child, nullptr);
+  expect_state(*child, s.blob_sha);
+  auto dir = shm_dir("cow-hibernated");
+  auto h = s.vm->hibernate(dir);
+  ASSERT_TRUE(h) << h.error().message;
+  s.vm.reset();
+  auto woken = vmm::Vm::restore(io(), *h, config("cow-woken"), /*consume=*/true);
+  ASSERT_TRUE(woken) << woken.error().message;
+  expect_state(**woken, s.blob_sha);
+  // Restored with RAM files of their own, they report free memory again.
+  EXPECT_EQ(run(**woken, "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio || true"),
+            "1\n");
+  EXPECT_EQ(run(*child, "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio || true"),
+            "1\n");
+  vmm::remove_snapshot(snap->dir);
 }
 
 TEST_F(SnapshotTest, PoolCreatesFreshSandboxesAndRefills) {

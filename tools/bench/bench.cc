@@ -42,6 +42,7 @@
 #include "vmm-driver/accel.h"
 #include "vmm-driver/images.h"
 #include "vmm-driver/io_thread.h"
+#include "vmm-driver/memory_base.h"
 #include "vmm-driver/pool.h"
 #include "vmm-driver/snapshot.h"
 #include "vmm-driver/templates.h"
@@ -74,6 +75,7 @@ struct Options {
   std::string run_dir = "/dev/shm";  // VM run folders (RAM files): tmpfs avoids file-page faults
   std::string cpu;                   // QEMU -cpu model (empty = the driver's default)
   unsigned machine = vmm::kMachineRevision;  // the VMs' machine revision (0: before/after runs)
+  bool memory_base = true;  // restores of the template share its RAM copy-on-write (MemoryBase)
   std::string url = "http://127.0.0.1:7070", key, via;  // api and cluster modes
   std::string create_body = "{}";                       // api mode: the body of every create
   std::string upstream;                                 // api net-throughput: the URL guests fetch
@@ -94,7 +96,7 @@ int usage() {
       "boot|ping|exec|exec-output|create|create-pool|concurrent-create|concurrent-create-"
       "pool|snapshot|fork|fork4|fork-pool|fork4-pool|hibernate|wake|wake-pool|compare|density "
       "[--n N] [--json] [--images DIR] [--idle-seconds S] "
-      "[--memory MIB] [--run-dir DIR] [--cpu MODEL] [--machine REVISION]\n"
+      "[--memory MIB] [--run-dir DIR] [--cpu MODEL] [--machine REVISION] [--memory-base on|off]\n"
       "       pandastack-bench storage append|append16|recovery [--n N]\n"
       "       pandastack-bench proxy https|https-new [--n N] [--json]\n"
       "       pandastack-bench api "
@@ -140,12 +142,25 @@ class DriverBench {
     if (staged)
       std::fprintf(stderr, "[bench] base template ready in %.0f ms (%s)\n", ms_since(t),
                    staged->dir.c_str());
+    if (staged && o_.memory_base && !memory_base_) {
+      auto base = vmm::MemoryBase::make(staged->mem());
+      if (!base) return base.error();
+      memory_base_ = *base;
+    }
     return staged;
+  }
+
+  // A config for restoring `s`: over the memory base when `s` is the template it is a copy of.
+  vmm::VmConfig config_for(const vmm::Snapshot& s, const std::string& tag) {
+    auto c = config(tag);
+    if (memory_base_ && memory_base_->source() == std::filesystem::absolute(s.mem()))
+      c.memory_base = memory_base_;
+    return c;
   }
 
   std::unique_ptr<vmm::Vm> restore(const vmm::Snapshot& s, const std::string& tag,
                                    std::string* err) {
-    auto vm = vmm::Vm::restore(io_, s, config(tag));
+    auto vm = vmm::Vm::restore(io_, s, config_for(s, tag));
     if (!vm) {
       *err = vm.error().message;
       return nullptr;
@@ -159,7 +174,7 @@ class DriverBench {
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
       auto t = steady_clock::now();
-      auto vm = vmm::Vm::restore(io_, *s, config("create"));
+      auto vm = vmm::Vm::restore(io_, *s, config_for(*s, "create"));
       if (!vm) return fail(vm.error());
       samples.push_back(ms_since(t));
     }
@@ -171,7 +186,7 @@ class DriverBench {
     auto s = baked();
     if (!s) return fail(s.error());
     const size_t size = 2;
-    vmm::RestorePool pool(io_, *s, config("pool"), size);
+    vmm::RestorePool pool(io_, *s, config("pool"), size, nullptr, {}, memory_base_);
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
       wait_full(pool,
@@ -215,7 +230,7 @@ class DriverBench {
     auto s = baked();
     if (!s) return fail(s.error());
     const size_t k = 20;
-    vmm::RestorePool pool(io_, *s, config("ccpool"), k);
+    vmm::RestorePool pool(io_, *s, config("ccpool"), k, nullptr, {}, memory_base_);
     std::vector<double> samples;
     for (int i = 0; i < o_.n; ++i) {
       for (int w = 0; w < 12000 && pool.ready() < k; ++w)
@@ -400,6 +415,16 @@ class DriverBench {
     char rs[32];
     std::snprintf(rs, sizeof rs, "%.1f", restore_s);
     fields.emplace_back("restore_all_s", rs);
+    if (memory_base_) {
+      // What each VM holds of its own over the shared base (the pages its guest wrote).
+      uint64_t own = 0;
+      for (auto& vm : vms)
+        if (auto p = vmm::private_memory(vm->pid(), vm->memory_base_memfd(),
+                                         uint64_t(vm->config().memory_mib) << 20))
+          own += p->bytes();
+      std::snprintf(rs, sizeof rs, "%.1f", double(own) / double(vms.size()) / (1 << 20));
+      fields.emplace_back("own_pages_mib_avg", rs);
+    }
     report("density", samples, fields);
     return 0;
   }
@@ -535,6 +560,7 @@ class DriverBench {
   vmm::IoThread io_;
   vmm::TemplateStore templates_;
   vmm::VmConfig base_;
+  std::shared_ptr<const vmm::MemoryBase> memory_base_;  // (--memory-base on: made by baked())
   int seq_ = 0;
 };
 
@@ -642,6 +668,8 @@ int main(int argc, char** argv) {
       o.run_dir = argv[++i];
     else if (a == "--cpu" && i + 1 < argc)
       o.cpu = argv[++i];
+    else if (a == "--memory-base" && i + 1 < argc)
+      o.memory_base = std::string(argv[++i]) != "off";
     else if (a == "--machine" && i + 1 < argc)
       o.machine = unsigned(std::min(std::max(std::atoi(argv[++i]), 0), int(vmm::kMachineRevision)));
     else if (a == "--url" && i + 1 < argc)

@@ -1,0 +1,140 @@
+#include "vmm-driver/memory_base.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace pandastack::vmm {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr size_t kPage = 4096;
+constexpr size_t kPages = 64;
+
+// A sparse "RAM file" of kPages pages: page i (for even i) holds the byte 'a' + i % 26.
+fs::path make_ram_file() {
+  auto p = fs::temp_directory_path() / ("pst-membase-" + std::to_string(::getpid()) + ".ram");
+  int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::ftruncate(fd, kPages * kPage), 0);
+  std::string page(kPage, '\0');
+  for (size_t i = 0; i < kPages; i += 2) {
+    page.assign(kPage, char('a' + i % 26));
+    EXPECT_EQ(::pwrite(fd, page.data(), kPage, off_t(i * kPage)), ssize_t(kPage));
+  }
+  ::close(fd);
+  return p;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(MemoryBase, IsACopyNothingCanWriteGrowOrShrink) {
+  auto file = make_ram_file();
+  auto base = MemoryBase::make(file);
+  ASSERT_TRUE(base) << base.error().message;
+  EXPECT_EQ((*base)->size(), kPages * kPage);
+  EXPECT_EQ((*base)->source(), fs::absolute(file));
+  EXPECT_EQ(read_all("/proc/self/fd/" + std::to_string((*base)->fd())), read_all(file));
+  int fd = (*base)->fd();
+  // Every way a process holding the descriptor (a QEMU) could change it is refused.
+  char x = 'x';
+  EXPECT_EQ(::pwrite(fd, &x, 1, 0), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kPage), 0);
+  EXPECT_NE(::ftruncate(fd, 0), 0);
+  EXPECT_NE(::ftruncate(fd, 2 * kPages * kPage), 0);
+  EXPECT_EQ(::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), MAP_FAILED);
+  int rw = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR);
+  ASSERT_GE(rw, 0);  // (QEMU opens its memory file read-write: allowed, and still sealed)
+  EXPECT_EQ(::write(rw, &x, 1), -1);
+  ::close(rw);
+  EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), -1) << "the seals are sealed";
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL),
+            F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+  EXPECT_EQ(read_all("/proc/self/fd/" + std::to_string(fd)), read_all(file));
+  fs::remove(file);
+}
+
+// The pages a private mapping of the base wrote are counted and saved over the base's file, as
+// a QEMU's guest RAM is (this process stands in for QEMU).
+TEST(MemoryBase, APrivateMappingsOwnPagesAreCountedAndSavedOverTheBase) {
+  auto file = make_ram_file();
+  auto base = MemoryBase::make(file);
+  ASSERT_TRUE(base) << base.error().message;
+  auto size = (*base)->size();
+  auto* ram = static_cast<char*>(
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, (*base)->fd(), 0));
+  ASSERT_NE(ram, MAP_FAILED);
+  auto none = private_memory(::getpid(), (*base)->memfd_name(), size);
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(none->pages, 0u);
+  // Read everything (shared pages, not its own), write three pages, zero a fourth.
+  size_t sum = 0;
+  for (size_t i = 0; i < size; i += kPage) sum += size_t(ram[i]);
+  EXPECT_GT(sum, 0u);
+  std::memset(ram + 3 * kPage, 'X', kPage);  // over a hole
+  std::memset(ram + 4 * kPage, 'Y', kPage);  // over data
+  std::memset(ram + 5 * kPage, 'Z', 10);     // partly
+  std::memset(ram + 8 * kPage, 0, kPage);    // data zeroed: a hole in the saved file
+  auto own = private_memory(::getpid(), (*base)->memfd_name(), size);
+  ASSERT_TRUE(own) << own.error().message;
+  EXPECT_EQ(own->pages, 4u);
+  auto saved = fs::path(file.string() + ".saved");
+  auto st = save_private_memory(::getpid(), (*base)->memfd_name(), size, file, saved);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(read_all(saved), std::string(ram, size)) << "the saved file is the mapping";
+  EXPECT_EQ(read_all(file).substr(3 * kPage, kPage), std::string(kPage, '\0'))
+      << "the base's file is unchanged";
+  // Saved sparse: the base's 32 data pages (the even ones), plus pages 3 and 5, minus page 8.
+  struct stat sb {};
+  ASSERT_EQ(::stat(saved.c_str(), &sb), 0);
+  EXPECT_EQ(uint64_t(sb.st_blocks) * 512, 33u * kPage);
+  // Its base's file gone: the memfd the process maps is copied instead (the same bytes).
+  auto moved = fs::path(file.string() + ".moved");
+  fs::rename(file, moved);
+  auto again = fs::path(file.string() + ".again");
+  st = save_private_memory(::getpid(), (*base)->memfd_name(), size, file, again);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(read_all(again), std::string(ram, size));
+  fs::rename(moved, file);
+  fs::remove(again);
+  // A size that is not the base's is refused.
+  EXPECT_FALSE(save_private_memory(::getpid(), (*base)->memfd_name(), size * 2, file, again));
+  EXPECT_FALSE(fs::exists(again));
+  // A name no mapping has.
+  auto missing = private_memory(::getpid(), "pst-base-0-0", size);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::not_found);
+  ::munmap(ram, size);
+  fs::remove(saved);
+  fs::remove(file);
+}
+
+TEST(MemoryBase, ADeviceStateBecomesAStreamIncomingLoads) {
+  std::string devices("QEVM\0\0\0\3", 8);
+  devices += std::string("\x04\x00\x00\x00\x00\x05timer", 11) + std::string(1, '\x08');
+  auto s = incoming_state_of_devices(devices, "microvm");
+  ASSERT_TRUE(s) << s.error().message;
+  std::string config("\x07\x00\x00\x00\x07microvm\x05\x1a", 14);
+  config += "configuration/capabilities";
+  config += std::string("\x00\x00\x00\x01\x00\x00\x00\x01\x0f", 9) + "x-ignore-shared";
+  EXPECT_EQ(*s, devices.substr(0, 8) + config + devices.substr(8) +
+                    std::string("\x06\x00\x00\x00\x02{}", 7));
+  EXPECT_FALSE(incoming_state_of_devices("QEVM", "microvm"));
+  EXPECT_FALSE(incoming_state_of_devices(std::string("QEVM\0\0\0\2", 8), "microvm"));
+  EXPECT_FALSE(incoming_state_of_devices(devices, ""));
+}
+
+}  // namespace
+}  // namespace pandastack::vmm
