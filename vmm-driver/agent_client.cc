@@ -531,21 +531,31 @@ Status AgentClient::after_restore(int64_t unix_nanos, std::string_view entropy,
     calls.add(net.send().ignoreResult().catch_([](kj::Exception&& e) {
       if (e.getType() != kj::Exception::Type::UNIMPLEMENTED) kj::throwFatalException(kj::mv(e));
     }));
-    // Best effort (an agent that cannot costs memory, not correctness): logged, never failed.
+    // Best effort (an agent that cannot costs memory, not correctness).
     auto reporting = conn_->agent.setFreePageReportingRequest();
     reporting.setEnabled(free_page_reporting);
-    calls.add(reporting.send()
-                  .then([](auto r) {
-                    if (r.hasError() && r.getError().size() > 0)
-                      spdlog::warn("guest free page reporting: {}", r.getError().cStr());
-                  })
-                  .catch_([](kj::Exception&& e) {
-                    if (e.getType() != kj::Exception::Type::UNIMPLEMENTED)
-                      kj::throwFatalException(kj::mv(e));
-                  }));
+    calls.add(reporting.send().ignoreResult().catch_([](kj::Exception&& e) {
+      if (e.getType() != kj::Exception::Type::UNIMPLEMENTED) kj::throwFatalException(kj::mv(e));
+    }));
     return with_deadline<Ok>(
         io_, kj::joinPromises(calls.releaseAsArray()).then([]() { return Result<Ok>(Ok{}); }),
         timeout, "afterRestore");
+  });
+}
+
+Status AgentClient::set_free_page_reporting(bool on) {
+  return call<Ok>([&]() -> kj::Promise<Result<Ok>> {
+    auto req = conn_->agent.setFreePageReportingRequest();
+    req.setEnabled(on);
+    return with_deadline<Ok>(io_,
+                             req.send()
+                                 .then([](auto) { return Result<Ok>(Ok{}); })
+                                 .catch_([](kj::Exception&& e) -> Result<Ok> {
+                                   if (e.getType() != kj::Exception::Type::UNIMPLEMENTED)
+                                     kj::throwFatalException(kj::mv(e));
+                                   return Ok{};
+                                 }),
+                             kCallTimeout, "setFreePageReporting");
   });
 }
 

@@ -184,10 +184,13 @@ class AgentClient {
   // `network`: whether the sandbox has one (the guest takes eth0 down without). An agent that
   // predates setNetwork (a hibernated guest from an older release) leaves eth0 as it was.
   // `free_page_reporting`: whether the guest gives its free memory back through the balloon
-  // (setFreePageReporting; best effort: logged, never an error).
+  // (setFreePageReporting: the agent (un)binds the balloon in the background).
   Status after_restore(int64_t unix_nanos, std::string_view entropy, const std::string& hostname,
                        bool network, bool free_page_reporting,
                        std::chrono::milliseconds timeout = kCallTimeout);
+  // Whether the guest reports its free memory through the balloon (wire/agent.capnp
+  // setFreePageReporting); an agent that predates it: Ok, nothing done.
+  Status set_free_page_reporting(bool on);
   // Mounts the volume bound to block slot `slot` at `path` (wire/agent.capnp mountVolume).
   Status mount_volume(uint32_t slot, const std::string& path, bool read_only, uint64_t size_bytes);
   // Ends the agent's RPC session (wire/agent.capnp endSession): calls in flight are cancelled and

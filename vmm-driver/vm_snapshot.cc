@@ -404,6 +404,11 @@ Status Vm::start_guest(const Snapshot& snap) {
   if (!cont) return cont;
   auto attached = wait_agent(deadline);
   if (!attached) return attached;
+  // Over a memory base the guest stops reporting free memory at once (personalize says it
+  // again), so that a warm pool member has done it before a create takes it.
+  if (!memory_base_memfd_.empty())
+    if (auto off = agent_->set_free_page_reporting(false); !off)
+      spdlog::warn("vm {}: free page reporting left on: {}", config_.name, off.error().message);
   spdlog::debug("vm {}: start: state {} us, cont+agent {} us", config_.name,
                 duration_cast<microseconds>(t_loaded - started).count(),
                 duration_cast<microseconds>(steady_clock::now() - t_loaded).count());

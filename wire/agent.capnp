@@ -192,12 +192,12 @@ interface Agent {
   # too_many), or when the directory itself is removed or moved (after a remove event).
   # `includeEntry`: each event carries the entry (lstat when the event is read; best effort).
 
-  setFreePageReporting @24 (enabled :Bool) -> (error :Text);
+  setFreePageReporting @24 (enabled :Bool) -> ();
   # Whether the guest reports its free memory to the host through the balloon (called after every
   # restore): yes when its RAM is a file of its own (the host punches the pages out of it), no
   # when it maps a shared memory base copy-on-write (the host cannot take them back). The agent
-  # binds or unbinds the balloon's driver; a machine without a balloon has nothing to do. `error`:
-  # why the driver could not be (un)bound ("" when done).
+  # binds or unbinds the balloon's driver in the background, in the order asked (it replies at
+  # once; a failure is in its log); a machine without a balloon has nothing to do.
 
   endSession @18 () -> ();
   # Ends this session (before a reconnect or a snapshot): the agent replies, tears the session
