@@ -124,6 +124,10 @@ Result<std::shared_ptr<const MemoryBase>> MemoryBase::make(const fs::path& ram_f
     copied =
         make_error(ErrorCode::invalid_argument, "not a RAM file (" + std::to_string(sb.st_size) +
                                                     " bytes): " + ram_file.string());
+  // Its holes filled (with zeros) before any QEMU maps it: a fault on a hole would allocate the
+  // page in this shared file and charge it to that QEMU's memory limit (a guest that touches all
+  // its RAM would be charged twice and killed); so the base costs its RAM size, once.
+  if (copied && ::fallocate(fd, 0, 0, sb.st_size) != 0) copied = errno_error("filling " + name);
   if (copied && ::fcntl(fd, F_ADD_SEALS, kSeals) != 0) copied = errno_error("sealing " + name);
   if (copied && unsigned(::fcntl(fd, F_GET_SEALS)) != kSeals)
     copied = make_error(ErrorCode::io_error, "the memory base " + name + " is not sealed");

@@ -28,8 +28,10 @@ namespace pandastack::vmm {
 
 class MemoryBase {
  public:
-  // A sealed copy of `ram_file` (a snapshot's RAM, sparse: holes stay holes). Its memfd is named
-  // `memfd_name()`, which is how a VM's mapping of it is found in /proc/PID/maps.
+  // A sealed copy of `ram_file` (a snapshot's RAM), its holes filled: a VM's fault never
+  // allocates a page in it (which its memory limit would pay for); the base costs the RAM's size
+  // once. Its memfd is named `memfd_name()`, which is how a VM's mapping of it is found in
+  // /proc/PID/maps.
   static Result<std::shared_ptr<const MemoryBase>> make(const std::filesystem::path& ram_file);
   ~MemoryBase();
   MemoryBase(const MemoryBase&) = delete;

@@ -46,6 +46,10 @@ TEST(MemoryBase, IsACopyNothingCanWriteGrowOrShrink) {
   EXPECT_EQ((*base)->source(), fs::absolute(file));
   EXPECT_EQ(read_all("/proc/self/fd/" + std::to_string((*base)->fd())), read_all(file));
   int fd = (*base)->fd();
+  // No hole a fault through a VM's mapping would allocate (and charge to that VM).
+  struct stat sb {};
+  ASSERT_EQ(::fstat(fd, &sb), 0);
+  EXPECT_EQ(uint64_t(sb.st_blocks) * 512, kPages * kPage);
   // Every way a process holding the descriptor (a QEMU) could change it is refused.
   char x = 'x';
   EXPECT_EQ(::pwrite(fd, &x, 1, 0), -1);
