@@ -477,6 +477,11 @@ TEST_F(SnapshotTest, RestoresOverAMemoryBaseShareItAndPayForWhatTheyWrite) {
   EXPECT_GE(own(*a), a_before + (32ull << 20));
   EXPECT_EQ(run(*b, "sha256sum /tmp/b | cut -c1-64"), b_file);
   EXPECT_EQ(file_digest(base_fd), digest) << "a guest changed the base";
+  // A guest that touches all of its RAM (the page cache of a large file) stays within its
+  // jail's memory limit: the base's pages are never charged to the VM that faults them.
+  run(*b, "head -c 230686720 /dev/zero > /workspace/zeros && sync && rm /workspace/zeros");
+  EXPECT_TRUE(b->alive()) << b->exit_description();
+  EXPECT_EQ(run(*b, "sha256sum /tmp/b | cut -c1-64"), b_file);
   // Its guest does not report free memory (the host could not take it back: QEMU would only log
   // each report); a VM of its own RAM file does (MemoryTheGuestFreesGoesBackToTheHost).
   EXPECT_EQ(run(*a, "ls /sys/bus/virtio/drivers/virtio_balloon | grep -c virtio || true"), "0\n");
