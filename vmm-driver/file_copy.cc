@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "vmm-driver/zero_page.h"
+
 namespace pandastack::vmm {
 
 namespace fs = std::filesystem;
@@ -18,8 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kPage = 4096;
-
-bool zero(const char* p, size_t len) { return p[0] == 0 && std::memcmp(p, p + 1, len - 1) == 0; }
 
 // Calls `extent(data, hole)` for each data extent of `fd` (`size` bytes) in order, until one
 // fails. Holes are skipped: a sparse RAM file is read only where it has data.
@@ -106,7 +106,7 @@ Status copy_ram_file(const fs::path& from, const fs::path& to, bool into_existin
       // Write only non-zero pages, so the copy stays sparse.
       return each_page(
           in, from, src, hole, buffer, [&](off_t at, const char* p, size_t len) -> Status {
-            if (zero(p, len) || ::pwrite(out, p, len, at) == ssize_t(len)) return Ok{};
+            if (all_zero(p, len) || ::pwrite(out, p, len, at) == ssize_t(len)) return Ok{};
             return make_error(ErrorCode::io_error, "write " + to.string() + ": " + strerror(errno));
           });
     });
@@ -136,7 +136,7 @@ Status punch_zero_pages(const fs::path& file) {
   Status st = each_data_extent(fd, sb.st_size, [&](off_t data, off_t hole) -> Status {
     auto read =
         each_page(fd, file, data, hole, buffer, [&](off_t at, const char* p, size_t len) -> Status {
-          if (len != kPage || !zero(p, len)) return Ok{};
+          if (len != kPage || !all_zero(p, len)) return Ok{};
           if (run_start >= 0 && run_end == at) {
             run_end += kPage;
             return Ok{};

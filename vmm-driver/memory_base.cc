@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "vmm-driver/file_copy.h"
+#include "vmm-driver/zero_page.h"
 
 namespace pandastack::vmm {
 
@@ -108,8 +109,6 @@ Status each_private_run(pid_t pid, const std::vector<RamMapping>& mappings, Run 
   return st;
 }
 
-bool zero(const char* p, size_t len) { return p[0] == 0 && std::memcmp(p, p + 1, len - 1) == 0; }
-
 }  // namespace
 
 Result<std::shared_ptr<const MemoryBase>> MemoryBase::make(const fs::path& ram_file) {
@@ -193,9 +192,9 @@ Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t si
                                std::to_string(pid));
           // Runs of data pages written, runs of zero pages punched (the base may have data there).
           for (size_t at = 0; at < n;) {
-            bool is_zero = zero(buffer.data() + at, kPage);
+            bool is_zero = all_zero(buffer.data() + at, kPage);
             size_t end = at + kPage;
-            while (end < n && zero(buffer.data() + end, kPage) == is_zero) end += kPage;
+            while (end < n && all_zero(buffer.data() + end, kPage) == is_zero) end += kPage;
             off_t file_at = off_t(offset + done + at);
             if (is_zero ? ::fallocate(out, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, file_at,
                                       off_t(end - at)) != 0

@@ -1,0 +1,14 @@
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+namespace pandastack::vmm {
+
+// Whether the `len` bytes at `p` (len >= 1) are all zero: how RAM files stay sparse (a page of
+// zeros is a hole, never written).
+inline bool all_zero(const char* p, size_t len) {
+  return p[0] == 0 && std::memcmp(p, p + 1, len - 1) == 0;
+}
+
+}  // namespace pandastack::vmm
