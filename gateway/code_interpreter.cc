@@ -24,7 +24,9 @@ vmm::ExecRequest client(std::vector<std::string> args, std::string in, uint32_t 
                         const std::string& user) {
   vmm::ExecRequest e;
   e.user = user;
-  e.argv = {"python3", script_path()};
+  // -S: no site import; the client needs the standard library only (its server, a process of
+  // its own, gets site-packages), and each module is latency under TCG (pandastack_repl.py).
+  e.argv = {"python3", "-S", script_path()};
   e.argv.insert(e.argv.end(), args.begin(), args.end());
   e.stdin_data = std::move(in);
   e.timeout_ms = timeout_ms;
