@@ -4,10 +4,10 @@ One server process per context keeps the context's globals between runs; it list
 socket under /run/pandastack/code (root's contexts) or /tmp/.pandastack-code-UID (another
 account's: it runs as that account, its contexts apart from root's). Each run is one client process (an exec from the host):
 
-    python3 pandastack_repl.py run CONTEXT [CWD]   < {"code": "...", "env": {...}}   (stdin)
-    python3 pandastack_repl.py start CONTEXT [CWD]
-    python3 pandastack_repl.py stop CONTEXT
-    python3 pandastack_repl.py list
+    python3 -S pandastack_repl.py run CONTEXT [CWD]   < {"code": "...", "env": {...}}   (stdin)
+    python3 -S pandastack_repl.py start CONTEXT [CWD]
+    python3 -S pandastack_repl.py stop CONTEXT
+    python3 -S pandastack_repl.py list
 
 `run` starts the context's server if it is not running, sends the code, and copies the server's
 JSON lines to stdout as they come: {"type": "stdout"|"stderr", "text"}, {"type": "result", "text",
@@ -171,6 +171,16 @@ class Server:
         self.globals = {"__name__": "__main__", "__builtins__": __builtins__}
         self.count = 0
         self.main = threading.main_thread().ident
+        # Whether the code of the run being served is running: only it is interrupted. An
+        # interrupt sent as a run ended (its client went just as it finished) is dropped, never
+        # raised in whatever the server runs next: the next run's code, or the Event that says
+        # the run is done (which would leave it unset, and the watcher interrupting the next run).
+        self.interruptible = False
+        self.lock = threading.Lock()  # the watcher's interrupt vs. the run's end (one())
+
+    def on_interrupt(self, signum, frame):  # (the main thread, between two bytecodes)
+        if self.interruptible:
+            raise KeyboardInterrupt
 
     def run(self, code, send, env):
         self.count += 1
@@ -195,11 +205,15 @@ class Server:
 
         flushing = threading.Thread(target=flusher, daemon=True)
         flushing.start()
+        # (As a Jupyter kernel does: each run starts with the server's handler, whatever an
+        # earlier cell installed.)
+        signal.signal(signal.SIGINT, self.on_interrupt)
         # Its source lines for tracebacks (a function defined here and failing in a later
         # cell shows its own line: each cell has its own name).
         name = f"<cell {self.count}>"
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         try:
+            self.interruptible = True
             tree = ast.parse(code, name, "exec")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -212,7 +226,9 @@ class Server:
             if value is not None:
                 self.globals["_"] = value
                 send(result_of(value))
+            self.interruptible = False
         except BaseException as e:  # KeyboardInterrupt too: the context lives on
+            self.interruptible = False
             flush_all()  # what it printed goes before its error
             tb = traceback.format_exception(type(e), e, e.__traceback__)
             # Drop this file's own frame, and the parser's (a SyntaxError), from the traceback.
@@ -228,7 +244,6 @@ class Server:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        send({"type": "end", "execution_count": self.count})
 
     def serve(self, listener):
         while True:
@@ -273,7 +288,10 @@ class Server:
                         return
                     gone.set()
                     for _ in range(2):
-                        signal.pthread_kill(self.main, signal.SIGINT)
+                        with self.lock:  # (never after the run's end: see interruptible)
+                            if done.is_set():
+                                return
+                            signal.pthread_kill(self.main, signal.SIGINT)
                         if done.wait(INTERRUPT_GRACE):
                             return
                     # It ignores interrupts: the context ends, its state lost (and said so).
@@ -286,9 +304,13 @@ class Server:
                 threading.Thread(target=watch, daemon=True).start()
                 try:
                     self.run(req.get("code", ""), send, req.get("env") or {})
-                except KeyboardInterrupt:  # arrived after the code ended
+                except KeyboardInterrupt:  # (not raised outside the code: see interruptible)
                     pass
-                done.set()
+                # Done before the client is told: it ends at "end", and its watcher must then
+                # find the run done, not interrupt the next one.
+                with self.lock:
+                    done.set()
+                send({"type": "end", "execution_count": self.count})
 
 
 def serve(ctx, cwd):
