@@ -400,6 +400,23 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     for (int i = 0; i < n; ++i)
       sample([&](double* s) { api.call("POST", "/v1/sandboxes/" + id + "/exec", body, s); });
     api.kill(id);
+  } else if (scenario == "code") {
+    // A code-interpreter run of `1+1` in a warm context (its server started by the first runs):
+    // compare with `exec` in the same run (a run is one client process in the guest).
+    auto id = api.create(create_body);
+    const std::string path = "/v1/sandboxes/" + id + "/code", body = R"({"code":"1+1"})";
+    for (int i = 0; i < 3; ++i) api.call("POST", path, body);
+    for (int i = 0; i < n; ++i) {
+      Json r;
+      sample([&](double* s) { r = api.call("POST", path, body, s); });
+      const auto& results = r["results"].as_array();
+      if (results.empty() || results[0]["text"].as_string() != "2") {
+        std::fprintf(stderr, "pandastack-bench: a code run answered %s\n", r.dump().c_str());
+        api.kill(id);
+        return 1;
+      }
+    }
+    api.kill(id);
   } else if (scenario == "fork") {
     auto id = api.create(create_body);
     for (int i = 0; i < n; ++i) {
@@ -555,7 +572,7 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
     }
   } else {
     std::fprintf(stderr,
-                 "pandastack-bench: api scenarios: create exec exec-user fork wake wake-disk kill "
+                 "pandastack-bench: api scenarios: create exec exec-user code fork wake wake-disk kill "
                  "hibernate-durable hibernate-remote snapshot-durable snapshot-remote "
                  "concurrent-create density "
                  "net-throughput preview\n");

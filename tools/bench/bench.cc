@@ -100,7 +100,7 @@ int usage() {
       "       pandastack-bench storage append|append16|recovery [--n N]\n"
       "       pandastack-bench proxy https|https-new [--n N] [--json]\n"
       "       pandastack-bench api "
-      "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|fork|"
+      "create|create-volume|fork-volume|db-create|volume-throughput|exec|exec-user|code|fork|"
       "wake|wake-disk|kill|hibernate-durable|hibernate-remote|snapshot-durable|snapshot-remote|"
       "concurrent-create|density|net-throughput|preview [--url URL] "
       "[--key KEY (default $PANDASTACK_API_KEY)] [--create-body JSON] [--upstream URL] "
