@@ -40,6 +40,10 @@ class ReplTest(unittest.TestCase):
         for c in cls.contexts:
             cls.client("stop", c)
         shutil.rmtree(cls.dir, ignore_errors=True)
+        try:  # (the script's folder of nobody's contexts, when no other context is in it)
+            os.rmdir(f"/tmp/.pandastack-code-{NOBODY}")
+        except OSError:
+            pass
 
     @classmethod
     def client(cls, *args, stdin=""):
