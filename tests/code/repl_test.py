@@ -15,6 +15,7 @@ import uuid
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "guest", "repl",
                       "pandastack_repl.py")
 NOBODY = 65534
+CONTEXTS = f"/tmp/.pandastack-code-{NOBODY}"  # the script's folder of nobody's contexts
 
 
 def as_nobody():
@@ -40,17 +41,23 @@ class ReplTest(unittest.TestCase):
         for c in cls.contexts:
             cls.client("stop", c)
         shutil.rmtree(cls.dir, ignore_errors=True)
-        try:  # (the script's folder of nobody's contexts, when no other context is in it)
-            os.rmdir(f"/tmp/.pandastack-code-{NOBODY}")
+        try:  # (when no other context is in it)
+            os.rmdir(CONTEXTS)
         except OSError:
             pass
 
     @classmethod
+    def spawn(cls, *args, **kw):
+        """A client, as the gateway runs it (gateway/code_interpreter.cc): python3 -S, cwd /."""
+        return subprocess.Popen(["/usr/bin/python3", "-S", cls.script, *args], cwd="/",
+                                preexec_fn=as_nobody, env={"PATH": "/usr/bin:/bin", "HOME": "/"},
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, **kw)
+
+    @classmethod
     def client(cls, *args, stdin=""):
-        # As the gateway runs it (gateway/code_interpreter.cc): python3 -S, cwd /.
-        return subprocess.run(["/usr/bin/python3", "-S", cls.script, *args], input=stdin.encode(),
-                              capture_output=True, cwd="/", preexec_fn=as_nobody, timeout=120,
-                              env={"PATH": "/usr/bin:/bin", "HOME": "/"})
+        with cls.spawn(*args, stderr=subprocess.PIPE) as p:
+            out, err = p.communicate(stdin.encode(), timeout=120)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
     def context(self):
         c = "t" + uuid.uuid4().hex[:12]
@@ -59,7 +66,7 @@ class ReplTest(unittest.TestCase):
 
     @staticmethod
     def server_pid(ctx):
-        with open(f"/tmp/.pandastack-code-{NOBODY}/{ctx}.pid") as f:
+        with open(f"{CONTEXTS}/{ctx}.pid") as f:
             return f.read()
 
     def run_code(self, ctx, code):
@@ -92,9 +99,7 @@ class ReplTest(unittest.TestCase):
         context kept); the next run is not interrupted."""
         ctx = self.context()
         self.run_code(ctx, "x = 1")
-        p = subprocess.Popen(["/usr/bin/python3", "-S", self.script, "run", ctx],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/",
-                             preexec_fn=as_nobody)
+        p = self.spawn("run", ctx)
         p.stdin.write(json.dumps({"code": "import time\nprint('in', flush=True)\ntime.sleep(60)",
                                   "env": {}}).encode())
         p.stdin.close()

@@ -571,11 +571,12 @@ int api_bench(const std::string& scenario, const std::string& url, const std::st
       pause();
     }
   } else {
-    std::fprintf(stderr,
-                 "pandastack-bench: api scenarios: create exec exec-user code fork wake wake-disk kill "
-                 "hibernate-durable hibernate-remote snapshot-durable snapshot-remote "
-                 "concurrent-create density "
-                 "net-throughput preview\n");
+    std::fprintf(
+        stderr,
+        "pandastack-bench: api scenarios: create exec exec-user code fork wake wake-disk kill "
+        "hibernate-durable hibernate-remote snapshot-durable snapshot-remote "
+        "concurrent-create density "
+        "net-throughput preview\n");
     return 2;
   }
   report(json, scenario, client, server);
