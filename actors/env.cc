@@ -89,7 +89,7 @@ std::shared_ptr<const vmm::MemoryBase> Env::memory_base_of(const vmm::Snapshot& 
   for (auto& [name, entry] : pools)
     if (entry.second && entry.first == snap.dir.string() && entry.second->memory_base())
       return entry.second->memory_base();
-  auto made = vmm::MemoryBase::make(snap.mem());
+  auto made = vmm::MemoryBase::make(snap.mem(), config.state_dir / "ram-copies");
   if (made) return *made;
   spdlog::warn("no memory base for {}: its sandboxes copy its RAM file: {}", snap.dir.string(),
                made.error().message);

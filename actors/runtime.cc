@@ -62,11 +62,12 @@ Runtime::~Runtime() {
   }
   // Host memory is not left behind: the staged template copies (~80 MB of RAM file each) go
   // (the next start stages them again from the images folder, in ~0.1 s); so does every run
-  // folder. What outlives the stop on purpose stays: hibernated sandboxes and named snapshots.
-  // With neither, the state folder itself goes.
+  // folder, and the RAM-file copies memory bases made ahead (vmm::MemoryBase::copy_file_to).
+  // What outlives the stop on purpose stays: hibernated sandboxes and named snapshots. With
+  // neither, the state folder itself goes.
   std::error_code ec;
   for (auto root : {cfg.state_dir, cfg.disk_dir})
-    for (auto sub : {"templates", "run"}) {
+    for (auto sub : {"templates", "run", "ram-copies"}) {
       fs::remove_all(root / sub, ec);
       fs::create_directories(root / sub, ec);
     }

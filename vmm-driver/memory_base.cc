@@ -1,18 +1,25 @@
 #include "vmm-driver/memory_base.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "vmm-driver/file_copy.h"
@@ -21,6 +28,21 @@
 namespace pandastack::vmm {
 
 namespace fs = std::filesystem;
+using std::chrono::steady_clock;
+
+// The copy of the base's RAM file kept ready for the next save, and its maker's state.
+struct MemoryBase::Copies {
+  fs::path source, dir;
+  std::string name;  // the base's memfd name: its copies are `name`-N in `dir`
+  std::chrono::milliseconds idle{};
+  std::mutex mu;
+  std::condition_variable cv;
+  fs::path ready;        // a complete copy, or empty (taken, not made yet)
+  bool running = false;  // the maker thread is alive
+  bool stopped = false;  // the base is gone
+  steady_clock::time_point last_take;
+  uint64_t serial = 0;
+};
 
 namespace {
 
@@ -29,6 +51,27 @@ constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_
 
 Error errno_error(const std::string& what) {
   return make_error(ErrorCode::io_error, what + ": " + strerror(errno));
+}
+
+// Whether `dir` has room for a copy of `file` and as much again: a copy made ahead never takes a
+// folder's last space (a save or a create needs it more).
+bool room_for_copy(const fs::path& dir, const fs::path& file) {
+  struct stat sb {};
+  struct statvfs vs {};
+  if (::stat(file.c_str(), &sb) != 0 || ::statvfs(dir.c_str(), &vs) != 0) return false;
+  return uint64_t(vs.f_bavail) * vs.f_frsize >= 2 * uint64_t(sb.st_blocks) * 512;
+}
+
+// Removes the copies in `dir` of bases of processes that are gone (`pst-base-PID-N-M`).
+void remove_orphan_copies(const fs::path& dir) {
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name.rfind("pst-base-", 0) != 0) continue;
+    long pid = std::strtol(name.c_str() + 9, nullptr, 10);
+    if (pid > 0 && pid != ::getpid() && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+      fs::remove(e.path(), ec);
+  }
 }
 
 // A run of QEMU's address space that maps guest RAM [offset, offset + length).
@@ -111,7 +154,9 @@ Status each_private_run(pid_t pid, const std::vector<RamMapping>& mappings, Run 
 
 }  // namespace
 
-Result<std::shared_ptr<const MemoryBase>> MemoryBase::make(const fs::path& ram_file) {
+Result<std::shared_ptr<const MemoryBase>> MemoryBase::make(const fs::path& ram_file,
+                                                           const fs::path& copies_dir,
+                                                           std::chrono::milliseconds copy_idle) {
   static std::atomic<uint64_t> serial{0};
   std::string name = "pst-base-" + std::to_string(::getpid()) + "-" + std::to_string(++serial);
   int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -130,15 +175,91 @@ Result<std::shared_ptr<const MemoryBase>> MemoryBase::make(const fs::path& ram_f
   if (copied && ::fcntl(fd, F_ADD_SEALS, kSeals) != 0) copied = errno_error("sealing " + name);
   if (copied && unsigned(::fcntl(fd, F_GET_SEALS)) != kSeals)
     copied = make_error(ErrorCode::io_error, "the memory base " + name + " is not sealed");
+  std::shared_ptr<Copies> copies;
+  if (copied && !copies_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(copies_dir, ec);
+    if (ec)
+      copied = make_error(ErrorCode::io_error,
+                          "cannot create " + copies_dir.string() + ": " + ec.message());
+    remove_orphan_copies(copies_dir);
+    copies = std::make_shared<Copies>();
+    copies->source = fs::absolute(ram_file);
+    copies->dir = copies_dir;
+    copies->name = name;
+    copies->idle = copy_idle;
+  }
   if (!copied) {
     ::close(fd);
     return copied.error();
   }
-  return std::shared_ptr<const MemoryBase>(
-      new MemoryBase(fd, fs::absolute(ram_file), uint64_t(sb.st_size), std::move(name)));
+  return std::shared_ptr<const MemoryBase>(new MemoryBase(
+      fd, fs::absolute(ram_file), uint64_t(sb.st_size), std::move(name), std::move(copies)));
 }
 
-MemoryBase::~MemoryBase() { ::close(fd_); }
+MemoryBase::~MemoryBase() {
+  if (copies_) {  // its maker removes the copy and ends
+    std::lock_guard lock(copies_->mu);
+    copies_->stopped = true;
+    copies_->cv.notify_all();
+  }
+  ::close(fd_);
+}
+
+void MemoryBase::make_copies(std::shared_ptr<Copies> c) {
+  std::unique_lock lock(c->mu);
+  while (!c->stopped) {
+    fs::path path = c->dir / (c->name + "-" + std::to_string(++c->serial));
+    lock.unlock();
+    Status made =
+        room_for_copy(c->dir, c->source)
+            ? copy_ram_file(c->source, path)
+            : Status(make_error(ErrorCode::io_error, "too little room in " + c->dir.string()));
+    lock.lock();
+    if (!made || c->stopped) {
+      if (!made)
+        spdlog::debug("memory base {}: no copy made ahead: {}", c->name, made.error().message);
+      ::unlink(path.c_str());
+      break;
+    }
+    c->ready = path;
+    // Until a save takes it (then the next), the base is gone, or no save came for a while.
+    while (!c->stopped && c->ready == path &&
+           c->cv.wait_until(lock, c->last_take + c->idle) == std::cv_status::no_timeout) {
+    }
+    if (c->ready == path) {
+      c->ready.clear();
+      ::unlink(path.c_str());
+      break;
+    }
+  }
+  c->running = false;
+}
+
+Status MemoryBase::copy_file_to(const fs::path& to) const {
+  if (!copies_) return copy_ram_file(source_, to);
+  fs::path ready;
+  {
+    std::lock_guard lock(copies_->mu);
+    ready = std::exchange(copies_->ready, {});
+    copies_->last_take = steady_clock::now();
+    copies_->cv.notify_all();
+  }
+  // (a rename in one file system; `to` is new)
+  bool taken = !ready.empty() && ::rename(ready.c_str(), to.c_str()) == 0;
+  if (!ready.empty() && !taken) ::unlink(ready.c_str());
+  Status st = taken ? Status(Ok{}) : copy_ram_file(source_, to);
+  std::lock_guard lock(copies_->mu);
+  if (!copies_->running && !copies_->stopped) {
+    try {
+      std::thread(make_copies, copies_).detach();
+      copies_->running = true;
+    } catch (const std::system_error& e) {  // (no thread to be had: the next save copies)
+      spdlog::warn("memory base {}: no copy made ahead: {}", name_, e.what());
+    }
+  }
+  return st;
+}
 
 Result<PrivateMemory> private_memory(pid_t pid, const std::string& memfd_name, uint64_t size) {
   auto mappings = ram_mappings(pid, memfd_name, size);
@@ -153,7 +274,7 @@ Result<PrivateMemory> private_memory(pid_t pid, const std::string& memfd_name, u
 }
 
 Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t size,
-                           const fs::path& base_file, const fs::path& to) {
+                           const fs::path& base_file, const fs::path& to, const MemoryBase* base) {
   auto mappings = ram_mappings(pid, memfd_name, size);
   if (!mappings) return mappings.error();
   // The base's file, or when it is gone (its template deleted meanwhile) the memfd QEMU maps: the
@@ -176,7 +297,8 @@ Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t si
   if (::stat(source.c_str(), &sb) != 0 || uint64_t(sb.st_size) != size)
     return make_error(ErrorCode::io_error, "the memory base " + source.string() + " is not " +
                                                std::to_string(size) + " bytes of RAM");
-  auto copied = copy_ram_file(source, to);
+  auto copied =
+      base && base->source() == source ? base->copy_file_to(to) : copy_ram_file(source, to);
   if (!copied) return copied;
   int out = ::open(to.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
   if (out < 0) return errno_error("cannot open " + to.string());

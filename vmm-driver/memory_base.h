@@ -12,11 +12,13 @@
 // copied (data extents only, in the kernel) and the pages the guest changed written over it, read
 // from QEMU's memory where /proc/PID/pagemap says they are its own (present and not the file's,
 // or swapped out). Everything downstream (forks, wakes, transfers, the object store) sees today's
-// snapshot format.
+// snapshot format. The base's copy is made ahead of time where it can be (copy_file_to): the
+// guest is paused while a save runs, a rename is instant and a copy is not.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -32,7 +34,13 @@ class MemoryBase {
   // allocates a page in it (which its memory limit would pay for); the base costs the RAM's size
   // once. Its memfd is named `memfd_name()`, which is how a VM's mapping of it is found in
   // /proc/PID/maps.
-  static Result<std::shared_ptr<const MemoryBase>> make(const std::filesystem::path& ram_file);
+  // `copies_dir` (optional): a folder of the caller's, on the file system its snapshots are
+  // written to, where a copy of `ram_file` is kept ready for the next save (copy_file_to); kept
+  // while saves come, removed after `copy_idle` without one. Copies a process that is gone left
+  // there are removed.
+  static Result<std::shared_ptr<const MemoryBase>> make(
+      const std::filesystem::path& ram_file, const std::filesystem::path& copies_dir = {},
+      std::chrono::milliseconds copy_idle = std::chrono::minutes(2));
   ~MemoryBase();
   MemoryBase(const MemoryBase&) = delete;
   MemoryBase& operator=(const MemoryBase&) = delete;
@@ -42,13 +50,29 @@ class MemoryBase {
   uint64_t size() const { return size_; }
   const std::string& memfd_name() const { return name_; }
 
+  // Writes the base's RAM file (`source()`) to `to`, a new file: what a save of a VM over the base
+  // starts from before its own pages are written over it. With a copies folder the copy made
+  // ahead of time is renamed into place (with `base`, ~60 ms less of a paused guest here) and
+  // the next is made in the background: one thread per base while saves come, and only while
+  // the folder has twice the file's size free. Else, or when none is ready yet (saves in a quick
+  // row) or `to` is on another file system, the file is copied now, as without.
+  Status copy_file_to(const std::filesystem::path& to) const;
+
  private:
-  MemoryBase(int fd, std::filesystem::path source, uint64_t size, std::string name)
-      : fd_(fd), source_(std::move(source)), size_(size), name_(std::move(name)) {}
+  struct Copies;  // the copy kept ready and its maker's state (memory_base.cc)
+  MemoryBase(int fd, std::filesystem::path source, uint64_t size, std::string name,
+             std::shared_ptr<Copies> copies)
+      : fd_(fd),
+        source_(std::move(source)),
+        size_(size),
+        name_(std::move(name)),
+        copies_(std::move(copies)) {}
+  static void make_copies(std::shared_ptr<Copies> copies);
   int fd_;
   std::filesystem::path source_;
   uint64_t size_;
   std::string name_;
+  std::shared_ptr<Copies> copies_;  // null without a copies folder
 };
 
 // What a VM mapped over a base has of its own: the guest RAM pages QEMU holds privately.
@@ -61,12 +85,14 @@ struct PrivateMemory {
 // RAM). not_found when the process maps no such memfd.
 Result<PrivateMemory> private_memory(pid_t pid, const std::string& memfd_name, uint64_t size);
 
-// Writes the (paused) guest's RAM to `to` (a new file): `base_file` copied (or, when it is gone,
-// the memfd `pid` maps, through /proc/PID/map_files), then every private page of `pid`'s mapping
-// of `memfd_name` over it (all-zero pages as holes). Bounded by `size`: a mapping QEMU shows
-// beyond it is ignored, a base of another size refused.
+// Writes the (paused) guest's RAM to `to` (a new file): `base_file` copied (by `base`'s
+// copy_file_to when `base` is the base of that file; or, when the file is gone, the memfd `pid`
+// maps, through /proc/PID/map_files), then every private page of `pid`'s mapping of `memfd_name`
+// over it (all-zero pages as holes). Bounded by `size`: a mapping QEMU shows beyond it is
+// ignored, a base of another size refused.
 Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t size,
-                           const std::filesystem::path& base_file, const std::filesystem::path& to);
+                           const std::filesystem::path& base_file, const std::filesystem::path& to,
+                           const MemoryBase* base = nullptr);
 
 // QEMU's device state without RAM (`xen-save-devices-state`) made loadable by `-incoming` with
 // x-ignore-shared on, as a migration stream of `machine_type` would be: the configuration section

@@ -6,9 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace pandastack::vmm {
@@ -123,6 +126,71 @@ TEST(MemoryBase, APrivateMappingsOwnPagesAreCountedAndSavedOverTheBase) {
   ::munmap(ram, size);
   fs::remove(saved);
   fs::remove(file);
+}
+
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  return out;
+}
+
+// Whether `done` holds within 10 s.
+bool eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 200; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+TEST(MemoryBase, ASavesCopyOfTheBaseIsMadeAheadAndRemovedWhenSavesStop) {
+  auto file = make_ram_file();
+  auto dir = fs::temp_directory_path() / ("pst-membase-copies-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // A copy a process that is gone left is removed; what is not a copy stays.
+  std::ofstream(dir / "pst-base-999999999-1-1") << "x";
+  std::ofstream(dir / "other") << "x";
+  auto made = MemoryBase::make(file, dir, std::chrono::seconds(2));
+  ASSERT_TRUE(made) << made.error().message;
+  std::shared_ptr<const MemoryBase> base = std::move(*made);
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"other"});
+  fs::remove(dir / "other");
+  // The first save copies the file (none is ready) and has the next copy made.
+  auto first = fs::path(file.string() + ".1");
+  auto st = base->copy_file_to(first);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(read_all(first), read_all(file));
+  ASSERT_TRUE(eventually([&] { return files_in(dir).size() == 1; }));
+  struct stat ready {};
+  ASSERT_EQ(::stat((dir / files_in(dir)[0]).c_str(), &ready), 0);
+  // A save of a VM over the base takes it: that very file, renamed, then its own pages over it.
+  auto size = base->size();
+  auto* ram =
+      static_cast<char*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, base->fd(), 0));
+  ASSERT_NE(ram, MAP_FAILED);
+  std::memset(ram + 3 * kPage, 'X', kPage);
+  auto second = fs::path(file.string() + ".2");
+  st = save_private_memory(::getpid(), base->memfd_name(), size, file, second, base.get());
+  ASSERT_TRUE(st) << st.error().message;
+  struct stat saved {};
+  ASSERT_EQ(::stat(second.c_str(), &saved), 0);
+  EXPECT_EQ(saved.st_ino, ready.st_ino) << "the copy made ahead, renamed";
+  EXPECT_EQ(read_all(second), std::string(ram, size));
+  EXPECT_EQ(uint64_t(saved.st_blocks) * 512, 33u * kPage) << "sparse: the 32 data pages and one";
+  ::munmap(ram, size);
+  // The next copy is made; no save comes within the idle time: it is removed, its maker ends.
+  ASSERT_TRUE(eventually([&] { return files_in(dir).size() == 1; }));
+  ASSERT_TRUE(eventually([&] { return files_in(dir).empty(); }));
+  // A save after that copies again, and the copy made meanwhile goes with the base.
+  auto third = fs::path(file.string() + ".3");
+  ASSERT_TRUE(base->copy_file_to(third));
+  EXPECT_EQ(read_all(third), read_all(file));
+  ASSERT_TRUE(eventually([&] { return files_in(dir).size() == 1; }));
+  base.reset();
+  EXPECT_TRUE(eventually([&] { return files_in(dir).empty(); }));
+  for (auto& p : {first, second, third, file}) fs::remove(p);
+  fs::remove_all(dir);
 }
 
 TEST(MemoryBase, ADeviceStateBecomesAStreamIncomingLoads) {

@@ -541,8 +541,12 @@ void Vm::describe(Snapshot& snap, std::string origin) const {
 
 Status Vm::save_memory(const fs::path& to) {
   if (memory_base_memfd_.empty()) return copy_ram_file(config_.run_dir / "mem", to);
-  return save_private_memory(pid_, memory_base_memfd_, uint64_t(config_.memory_mib) << 20,
-                             memory_base_file_, to);
+  // (the base's copy made ahead, where this process made the base: not for a VM adopted after a
+  // restart, which knows its base by name only)
+  const auto& base = config_.memory_base;
+  return save_private_memory(
+      pid_, memory_base_memfd_, uint64_t(config_.memory_mib) << 20, memory_base_file_, to,
+      base && base->memfd_name() == memory_base_memfd_ ? base.get() : nullptr);
 }
 
 Status Vm::save_paused(Snapshot& snap, const std::string& origin) {

@@ -143,7 +143,7 @@ class DriverBench {
       std::fprintf(stderr, "[bench] base template ready in %.0f ms (%s)\n", ms_since(t),
                    staged->dir.c_str());
     if (staged && o_.memory_base && !memory_base_) {
-      auto base = vmm::MemoryBase::make(staged->mem());
+      auto base = vmm::MemoryBase::make(staged->mem(), o_.run_dir + "/pandastack-bench-ram-copies");
       if (!base) return base.error();
       memory_base_ = *base;
     }
