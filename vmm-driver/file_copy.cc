@@ -19,8 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr size_t kPage = 4096;
-
 // Calls `extent(data, hole)` for each data extent of `fd` (`size` bytes) in order, until one
 // fails. Holes are skipped: a sparse RAM file is read only where it has data.
 template <typename Extent>

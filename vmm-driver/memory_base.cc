@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
@@ -46,8 +47,10 @@ struct MemoryBase::Copies {
 
 namespace {
 
-constexpr uint64_t kPage = 4096;
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+
+// How long after a save took the copy the next is begun.
+constexpr std::chrono::milliseconds kCopyDelay{500};
 
 Error errno_error(const std::string& what) {
   return make_error(ErrorCode::io_error, what + ": " + strerror(errno));
@@ -207,26 +210,37 @@ MemoryBase::~MemoryBase() {
 }
 
 void MemoryBase::make_copies(std::shared_ptr<Copies> c) {
+  // At a low priority (nice 10): guests and restores come first; on a busy host the copy takes
+  // longer, and a save that finds none ready copies, as without.
+  ::setpriority(PRIO_PROCESS, pid_t(::gettid()), 10);
   std::unique_lock lock(c->mu);
   while (!c->stopped) {
+    // Not while what took the last copy goes on (a fork restores its children, a hibernate ends
+    // its QEMU).
+    while (!c->stopped && steady_clock::now() < c->last_take + kCopyDelay)
+      c->cv.wait_until(lock, c->last_take + kCopyDelay);
+    if (c->stopped) break;
     fs::path path = c->dir / (c->name + "-" + std::to_string(++c->serial));
+    fs::path part = path.string() + ".part";  // (named once complete, as it becomes ready)
     lock.unlock();
     Status made =
         room_for_copy(c->dir, c->source)
-            ? copy_ram_file(c->source, path)
+            ? copy_ram_file(c->source, part)
             : Status(make_error(ErrorCode::io_error, "too little room in " + c->dir.string()));
     lock.lock();
+    if (made && !c->stopped && ::rename(part.c_str(), path.c_str()) != 0)
+      made = errno_error("cannot name " + part.string());
     if (!made || c->stopped) {
       if (!made)
         spdlog::debug("memory base {}: no copy made ahead: {}", c->name, made.error().message);
+      ::unlink(part.c_str());
       ::unlink(path.c_str());
       break;
     }
     c->ready = path;
     // Until a save takes it (then the next), the base is gone, or no save came for a while.
-    while (!c->stopped && c->ready == path &&
-           c->cv.wait_until(lock, c->last_take + c->idle) == std::cv_status::no_timeout) {
-    }
+    while (!c->stopped && c->ready == path && steady_clock::now() < c->last_take + c->idle)
+      c->cv.wait_until(lock, c->last_take + c->idle);
     if (c->ready == path) {
       c->ready.clear();
       ::unlink(path.c_str());

@@ -669,8 +669,10 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
                  synced.error().message);
   // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
   bool ended = agent_ && agent_->end_session();
+  auto t0 = steady_clock::now();
   Status st = simple(*qmp_, "stop");
   if (st) st = save_paused(snap, "hibernate");
+  auto t1 = steady_clock::now();
   for (auto& v : bound_) snap.volume_slots.push_back(v.slot);  // they stay where they are
   // The paused guest writes nothing: its RAM file becomes the snapshot's while QEMU still maps it
   // (a rename in one file system). QEMU ends only once the snapshot is complete on disk: a move
@@ -681,6 +683,7 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
     st = save_memory(snap.mem());
   else if (st)
     moved = bool(st = move_file(config_.run_dir / "mem", snap.mem()));
+  auto t2 = steady_clock::now();
   if (st) st = snap.write_meta();
   if (!st) {
     std::error_code ec;
@@ -694,7 +697,13 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
     }
     return st.error();
   }
+  auto t3 = steady_clock::now();
   kill_and_clean();
+  spdlog::debug("vm {}: hibernate: stop+devices {} us, RAM file {} us, record {} us, end {} us",
+                config_.name, duration_cast<microseconds>(t1 - t0).count(),
+                duration_cast<microseconds>(t2 - t1).count(),
+                duration_cast<microseconds>(t3 - t2).count(),
+                duration_cast<microseconds>(steady_clock::now() - t3).count());
   return snap;
 }
 
