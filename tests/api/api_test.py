@@ -624,7 +624,13 @@ class ApiTest(unittest.TestCase):
             s, b = c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "sleep 1000"})
             self.assertEqual(s, 201, b)
             sleeps = "grep -lx sleep /proc/[0-9]*/comm 2>/dev/null | wc -l"  # (no pgrep in base)
-            self.assertEqual(c.exec(sid, sleeps)[1]["stdout"], "1\n")
+
+            def sleep_started():  # (it is its shell until that execs sleep: a while on a busy host)
+                deadline = time.time() + 20
+                while c.exec(sid, sleeps)[1]["stdout"] != "1\n":
+                    self.assertLess(time.time(), deadline, "the sleep never started")
+                    time.sleep(0.2)
+            sleep_started()
             s, b = c.call("POST", f"/v1/sandboxes/{sid}/hibernate", {"memory": False})
             self.assertEqual((s, b["state"], b["hibernated_memory"]), (200, "hibernated", False), b)
             hib = os.path.join(self.base, "state", "hibernated", sid)
@@ -641,6 +647,7 @@ class ApiTest(unittest.TestCase):
             # A hibernation with memory still keeps the processes.
             self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/processes",
                                     {"cmd": "sleep 1000"})[0], 201)
+            sleep_started()
             self.assertEqual(c.call("POST", f"/v1/sandboxes/{sid}/hibernate")[1]["hibernated_memory"], True)
             c.call("POST", f"/v1/sandboxes/{sid}/wake")
             self.assertEqual(c.exec(sid, sleeps)[1]["stdout"], "1\n")
