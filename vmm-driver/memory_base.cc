@@ -233,8 +233,7 @@ void MemoryBase::make_copies(std::shared_ptr<Copies> c) {
     if (!made || c->stopped) {
       if (!made)
         spdlog::debug("memory base {}: no copy made ahead: {}", c->name, made.error().message);
-      ::unlink(part.c_str());
-      ::unlink(path.c_str());
+      ::unlink(part.c_str());  // (`path` is named only on success)
       break;
     }
     c->ready = path;

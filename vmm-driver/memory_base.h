@@ -55,8 +55,8 @@ class MemoryBase {
   // ahead of time is renamed into place (with `base`, ~50 ms less of a paused guest here) and
   // the next is made in the background: one thread per base while saves come, at nice 10, begun
   // 0.5 s after the save that took the last, and only while the folder has twice the file's size
-  // free. Else, or when none is ready yet (saves in a quick
-  // row) or `to` is on another file system, the file is copied now, as without.
+  // free. Else, or when none is ready yet (saves in a quick row) or `to` is on another file
+  // system, the file is copied now, as without.
   Status copy_file_to(const std::filesystem::path& to) const;
 
  private:
