@@ -40,7 +40,7 @@ struct MemoryBase::Copies {
   std::condition_variable cv;
   fs::path ready;        // a complete copy, or empty (taken, not made yet)
   bool running = false;  // the maker thread is alive
-  bool stopped = false;  // the base is gone
+  bool stopped = false;  // the base is gone, or no copy could ever be taken
   steady_clock::time_point last_take;
   uint64_t serial = 0;
 };
@@ -182,15 +182,17 @@ Result<std::shared_ptr<const MemoryBase>> MemoryBase::make(const fs::path& ram_f
   if (copied && !copies_dir.empty()) {
     std::error_code ec;
     fs::create_directories(copies_dir, ec);
-    if (ec)
-      copied = make_error(ErrorCode::io_error,
-                          "cannot create " + copies_dir.string() + ": " + ec.message());
-    remove_orphan_copies(copies_dir);
-    copies = std::make_shared<Copies>();
-    copies->source = fs::absolute(ram_file);
-    copies->dir = copies_dir;
-    copies->name = name;
-    copies->idle = copy_idle;
+    if (ec) {  // (a base without copies made ahead: its saves copy)
+      spdlog::warn("memory base {}: no copies made ahead: cannot create {}: {}", name,
+                   copies_dir.string(), ec.message());
+    } else {
+      remove_orphan_copies(copies_dir);
+      copies = std::make_shared<Copies>();
+      copies->source = fs::absolute(ram_file);
+      copies->dir = copies_dir;
+      copies->name = name;
+      copies->idle = copy_idle;
+    }
   }
   if (!copied) {
     ::close(fd);
@@ -260,9 +262,17 @@ Status MemoryBase::copy_file_to(const fs::path& to) const {
   }
   // (a rename in one file system; `to` is new)
   bool taken = !ready.empty() && ::rename(ready.c_str(), to.c_str()) == 0;
+  const int rename_errno = errno;
   if (!ready.empty() && !taken) ::unlink(ready.c_str());
   Status st = taken ? Status(Ok{}) : copy_ram_file(source_, to);
   std::lock_guard lock(copies_->mu);
+  if (!ready.empty() && !taken && rename_errno == EXDEV && !copies_->stopped) {
+    // Saves go to another file system than the copies: none could ever be taken.
+    spdlog::warn("memory base {}: no more copies made ahead: {} is not on the file system of {}",
+                 name_, copies_->dir.string(), to.parent_path().string());
+    copies_->stopped = true;
+    copies_->cv.notify_all();
+  }
   if (!copies_->running && !copies_->stopped) {
     try {
       std::thread(make_copies, copies_).detach();

@@ -195,6 +195,42 @@ TEST(MemoryBase, ASavesCopyOfTheBaseIsMadeAheadAndRemovedWhenSavesStop) {
   fs::remove_all(dir);
 }
 
+TEST(MemoryBase, CopiesThatCouldNeverBeTakenAreNotMade) {
+  auto file = make_ram_file();
+  // A copies folder that cannot be made: the base goes on without copies, its saves copy.
+  auto blocker = fs::path(file.string() + ".not-a-folder");
+  std::ofstream(blocker) << "x";
+  auto made = MemoryBase::make(file, blocker / "copies", std::chrono::seconds(30));
+  ASSERT_TRUE(made) << made.error().message;
+  auto first = fs::path(file.string() + ".1");
+  ASSERT_TRUE((*made)->copy_file_to(first));
+  EXPECT_EQ(read_all(first), read_all(file));
+  made->reset();
+  // Copies on another file system than the saves (a copy would have to be copied): the first
+  // save that finds one ready removes it and no more are made.
+  auto dir = fs::path("/dev/shm") / ("pst-membase-xdev-" + std::to_string(::getpid()));
+  struct stat shm {
+  }, saves{};
+  if (::stat("/dev/shm", &shm) != 0 || ::stat(file.parent_path().c_str(), &saves) != 0 ||
+      shm.st_dev == saves.st_dev) {
+    for (auto& p : {first, blocker, file}) fs::remove(p);
+    GTEST_SKIP() << "/dev/shm and " << file.parent_path() << " are one file system here";
+  }
+  made = MemoryBase::make(file, dir, std::chrono::seconds(30));
+  ASSERT_TRUE(made) << made.error().message;
+  std::shared_ptr<const MemoryBase> base = std::move(*made);
+  ASSERT_TRUE(base->copy_file_to(first.string() + ".a"));
+  ASSERT_TRUE(eventually([&] { return files_in(dir).size() == 1; }));
+  auto second = fs::path(file.string() + ".2");
+  ASSERT_TRUE(base->copy_file_to(second));
+  EXPECT_EQ(read_all(second), read_all(file));
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // (past the delay a next copy waits)
+  EXPECT_TRUE(files_in(dir, false).empty());
+  base.reset();
+  for (auto& p : {first, fs::path(first.string() + ".a"), second, blocker, file}) fs::remove(p);
+  fs::remove_all(dir);
+}
+
 TEST(MemoryBase, ADeviceStateBecomesAStreamIncomingLoads) {
   std::string devices("QEVM\0\0\0\3", 8);
   devices += std::string("\x04\x00\x00\x00\x00\x05timer", 11) + std::string(1, '\x08');
