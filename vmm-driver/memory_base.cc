@@ -296,8 +296,8 @@ Result<PrivateMemory> private_memory(pid_t pid, const std::string& memfd_name, u
   return out;
 }
 
-Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t size,
-                           const fs::path& base_file, const fs::path& to, const MemoryBase* base) {
+Status copy_memory_base(pid_t pid, const std::string& memfd_name, uint64_t size,
+                        const fs::path& base_file, const fs::path& to, const MemoryBase* base) {
   auto mappings = ram_mappings(pid, memfd_name, size);
   if (!mappings) return mappings.error();
   // The base's file, or when it is gone (its template deleted meanwhile) the memfd QEMU maps: the
@@ -320,11 +320,21 @@ Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t si
   if (::stat(source.c_str(), &sb) != 0 || uint64_t(sb.st_size) != size)
     return make_error(ErrorCode::io_error, "the memory base " + source.string() + " is not " +
                                                std::to_string(size) + " bytes of RAM");
-  auto copied =
-      base && base->source() == source ? base->copy_file_to(to) : copy_ram_file(source, to);
-  if (!copied) return copied;
+  return base && base->source() == source ? base->copy_file_to(to) : copy_ram_file(source, to);
+}
+
+Status write_private_pages(pid_t pid, const std::string& memfd_name, uint64_t size,
+                           const fs::path& to) {
+  auto mappings = ram_mappings(pid, memfd_name, size);
+  if (!mappings) return mappings.error();
   int out = ::open(to.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
   if (out < 0) return errno_error("cannot open " + to.string());
+  struct stat ob {};
+  if (::fstat(out, &ob) != 0 || !S_ISREG(ob.st_mode) || uint64_t(ob.st_size) != size) {
+    ::close(out);
+    return make_error(ErrorCode::io_error,
+                      to.string() + " is not a copy of " + std::to_string(size) + " bytes of RAM");
+  }
   std::vector<char> buffer(1 << 20);
   auto st = each_private_run(
       pid, *mappings, [&](uint64_t address, uint64_t offset, uint64_t length) -> Status {
@@ -354,6 +364,12 @@ Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t si
   ::close(out);
   if (!st) ::unlink(to.c_str());
   return st;
+}
+
+Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t size,
+                           const fs::path& base_file, const fs::path& to, const MemoryBase* base) {
+  auto copied = copy_memory_base(pid, memfd_name, size, base_file, to, base);
+  return copied ? write_private_pages(pid, memfd_name, size, to) : copied;
 }
 
 Result<std::string> incoming_state_of_devices(const std::string& devices,

@@ -145,6 +145,35 @@ bool eventually(const std::function<bool()>& done) {
   return done();
 }
 
+// A save in two halves: the base copied while the guest runs, its own pages once paused. A page
+// it writes in between (after the copy) is in the saved file all the same.
+TEST(MemoryBase, PagesWrittenAfterTheBasesCopyAreSavedAtThePause) {
+  auto file = make_ram_file();
+  auto base = MemoryBase::make(file);
+  ASSERT_TRUE(base) << base.error().message;
+  auto size = (*base)->size();
+  auto* ram = static_cast<char*>(
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, (*base)->fd(), 0));
+  ASSERT_NE(ram, MAP_FAILED);
+  std::memset(ram + 1 * kPage, 'A', kPage);  // own before the copy
+  auto saved = fs::path(file.string() + ".halves");
+  auto st = copy_memory_base(::getpid(), (*base)->memfd_name(), size, file, saved);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(read_all(saved), read_all(file)) << "the first half is the base";
+  std::memset(ram + 6 * kPage, 'B', kPage);  // own after the copy, over data
+  std::memset(ram + 7 * kPage, 'C', kPage);  // over a hole
+  std::memset(ram + 1 * kPage, 'D', 5);      // written again
+  st = write_private_pages(::getpid(), (*base)->memfd_name(), size, saved);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(read_all(saved), std::string(ram, size)) << "the saved file is the mapping";
+  // Over a file that is not a copy of the base (its size) nothing is written.
+  auto other = fs::path(file.string() + ".other");
+  std::ofstream(other) << "x";
+  EXPECT_FALSE(write_private_pages(::getpid(), (*base)->memfd_name(), size, other));
+  ::munmap(ram, size);
+  for (auto& p : {saved, other, file}) fs::remove(p);
+}
+
 TEST(MemoryBase, ASavesCopyOfTheBaseIsMadeAheadAndRemovedWhenSavesStop) {
   auto file = make_ram_file();
   auto dir = fs::temp_directory_path() / ("pst-membase-copies-" + std::to_string(::getpid()));

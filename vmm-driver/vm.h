@@ -332,8 +332,11 @@ class Vm {
   // name, kept for saves (and in the live record: an adopted VM saves the same way).
   std::filesystem::path memory_base_file_;
   std::string memory_base_memfd_;
-  // Writes the paused guest's RAM into `to`: a copy of its own RAM file, or of its memory base
-  // with its private pages over it.
+  // Before a save pauses the guest: over a memory base, `to` becomes a copy of the base (the part
+  // of the RAM file that needs no pause); nothing otherwise.
+  Status precopy_memory(const std::filesystem::path& to);
+  // Writes the paused guest's RAM into `to`: a copy of its own RAM file, or its private pages over
+  // the base's copy precopy_memory made there.
   Status save_memory(const std::filesystem::path& to);
   // The uid the VM's sockets must be served by (a jailed QEMU's own), or -1 for any.
   int64_t peer_uid() const { return config_.jail && jail_uid_ != 0 ? int64_t(jail_uid_) : -1; }

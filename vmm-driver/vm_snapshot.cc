@@ -539,14 +539,19 @@ void Vm::describe(Snapshot& snap, std::string origin) const {
   snap.created_unix_ms = unix_ms();
 }
 
-Status Vm::save_memory(const fs::path& to) {
-  if (memory_base_memfd_.empty()) return copy_ram_file(config_.run_dir / "mem", to);
+Status Vm::precopy_memory(const fs::path& to) {
+  if (memory_base_memfd_.empty()) return Ok{};
   // (the base's copy made ahead, where this process made the base: not for a VM adopted after a
   // restart, which knows its base by name only)
   const auto& base = config_.memory_base;
-  return save_private_memory(
-      pid_, memory_base_memfd_, uint64_t(config_.memory_mib) << 20, memory_base_file_, to,
-      base && base->memfd_name() == memory_base_memfd_ ? base.get() : nullptr);
+  return copy_memory_base(pid_, memory_base_memfd_, uint64_t(config_.memory_mib) << 20,
+                          memory_base_file_, to,
+                          base && base->memfd_name() == memory_base_memfd_ ? base.get() : nullptr);
+}
+
+Status Vm::save_memory(const fs::path& to) {
+  if (memory_base_memfd_.empty()) return copy_ram_file(config_.run_dir / "mem", to);
+  return write_private_pages(pid_, memory_base_memfd_, uint64_t(config_.memory_mib) << 20, to);
 }
 
 Status Vm::save_paused(Snapshot& snap, const std::string& origin) {
@@ -587,6 +592,12 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
   auto made = new_snapshot(dir, disk_dir);
   if (!made) return made.error();
   Snapshot snap = *made;
+  // Over a memory base the base's part of the RAM file is written while the guest runs.
+  if (auto pre = precopy_memory(snap.mem()); !pre) {
+    remove_snapshot(dir, disk_dir);
+    return pre.error();
+  }
+  auto t_pre = steady_clock::now();
   // With no call in flight, hand the agent's session back first: the snapshot then holds an agent
   // waiting for a new session, and restores attach without a retry. (With calls in flight the
   // session stays; restores end the stale copy of it and reconnect.)
@@ -622,9 +633,10 @@ Result<Snapshot> Vm::snapshot(const fs::path& dir, bool quiesce, const fs::path&
     return st.error();
   }
   spdlog::debug(
-      "vm {}: snapshot {}: stop {} us, disk+state {} us, RAM copy {} us, {} volume copies {} us, "
-      "total paused {} us",
-      config_.name, dir.string(), duration_cast<microseconds>(t_stopped - t0).count(),
+      "vm {}: snapshot {}: base copy {} us, stop {} us, disk+state {} us, RAM {} us, {} volume "
+      "copies {} us, total paused {} us",
+      config_.name, dir.string(), duration_cast<microseconds>(t_pre - t0).count(),
+      duration_cast<microseconds>(t_stopped - t_pre).count(),
       duration_cast<microseconds>(t_state - t_stopped).count(),
       duration_cast<microseconds>(t_ram - t_state).count(), snap.volume_copies.size(),
       duration_cast<microseconds>(t_vols - t_ram).count(),
@@ -667,6 +679,12 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   if (auto synced = sync_volumes(kHibernateSync); !synced)
     spdlog::warn("vm {}: hibernating without a volume sync: {}", config_.name,
                  synced.error().message);
+  // Over a memory base the base's part of the RAM file is written while the guest runs.
+  auto t_pre = steady_clock::now();
+  if (auto pre = precopy_memory(snap.mem()); !pre) {
+    remove_snapshot(dir, disk_dir);
+    return pre.error();
+  }
   // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
   bool ended = agent_ && agent_->end_session();
   auto t0 = steady_clock::now();
@@ -677,7 +695,7 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   // The paused guest writes nothing: its RAM file becomes the snapshot's while QEMU still maps it
   // (a rename in one file system). QEMU ends only once the snapshot is complete on disk: a move
   // or a record that fails (a full disk) gives the file back and the guest runs on, nothing lost.
-  // A VM over a memory base writes its RAM file here (the base's copy and its own pages).
+  // A VM over a memory base writes its own pages over the base's copy made before the pause.
   bool moved = false;
   if (st && !memory_base_memfd_.empty())
     st = save_memory(snap.mem());
@@ -699,11 +717,13 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   }
   auto t3 = steady_clock::now();
   kill_and_clean();
-  spdlog::debug("vm {}: hibernate: stop+devices {} us, RAM file {} us, record {} us, end {} us",
-                config_.name, duration_cast<microseconds>(t1 - t0).count(),
-                duration_cast<microseconds>(t2 - t1).count(),
-                duration_cast<microseconds>(t3 - t2).count(),
-                duration_cast<microseconds>(steady_clock::now() - t3).count());
+  spdlog::debug(
+      "vm {}: hibernate: base copy {} us, stop+devices {} us, RAM file {} us, record {} us, end "
+      "{} us",
+      config_.name, duration_cast<microseconds>(t0 - t_pre).count(),
+      duration_cast<microseconds>(t1 - t0).count(), duration_cast<microseconds>(t2 - t1).count(),
+      duration_cast<microseconds>(t3 - t2).count(),
+      duration_cast<microseconds>(steady_clock::now() - t3).count());
   return snap;
 }
 
@@ -734,7 +754,8 @@ Result<Snapshot> Vm::bake(const fs::path& dir, const std::string& origin) {
     return make_error(ErrorCode::io_error, "cannot create " + dir.string() + ": " + ec.message());
   Snapshot snap;
   snap.dir = fs::absolute(dir);
-  Status st = simple(*qmp_, "stop");
+  Status st = precopy_memory(snap.mem());  // (over a memory base; nothing otherwise)
+  if (st) st = simple(*qmp_, "stop");
   bool shared = memory_base_memfd_.empty();
   if (st && !shared) {
     // (over a memory base: its RAM is written out before QEMU, which holds its pages, ends)
