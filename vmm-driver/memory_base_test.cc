@@ -73,16 +73,31 @@ TEST(MemoryBase, IsACopyNothingCanWriteGrowOrShrink) {
   fs::remove(file);
 }
 
+// A private mapping of the base, as a QEMU's guest RAM is (this process stands in for QEMU).
+char* map_privately(const MemoryBase& base) {
+  void* p = ::mmap(nullptr, base.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE, base.fd(), 0);
+  return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+}
+
+// A RAM file, its base and a private mapping of it (unmapped at the end; the files are the
+// test's to remove).
+struct OverABase {
+  fs::path file = make_ram_file();
+  Result<std::shared_ptr<const MemoryBase>> base = MemoryBase::make(file);
+  uint64_t size = base ? (*base)->size() : 0;
+  char* ram = base ? map_privately(**base) : nullptr;
+  bool ready() const { return ram != nullptr; }
+  ~OverABase() {
+    if (ram) ::munmap(ram, size);
+  }
+};
+
 // The pages a private mapping of the base wrote are counted and saved over the base's file, as
 // a QEMU's guest RAM is (this process stands in for QEMU).
 TEST(MemoryBase, APrivateMappingsOwnPagesAreCountedAndSavedOverTheBase) {
-  auto file = make_ram_file();
-  auto base = MemoryBase::make(file);
-  ASSERT_TRUE(base) << base.error().message;
-  auto size = (*base)->size();
-  auto* ram = static_cast<char*>(
-      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, (*base)->fd(), 0));
-  ASSERT_NE(ram, MAP_FAILED);
+  OverABase m;
+  ASSERT_TRUE(m.ready());
+  auto& [file, base, size, ram] = m;
   auto none = private_memory(::getpid(), (*base)->memfd_name(), size);
   ASSERT_TRUE(none) << none.error().message;
   EXPECT_EQ(none->pages, 0u);
@@ -123,7 +138,6 @@ TEST(MemoryBase, APrivateMappingsOwnPagesAreCountedAndSavedOverTheBase) {
   auto missing = private_memory(::getpid(), "pst-base-0-0", size);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::not_found);
-  ::munmap(ram, size);
   fs::remove(saved);
   fs::remove(file);
 }
@@ -148,13 +162,9 @@ bool eventually(const std::function<bool()>& done) {
 // A save in two halves: the base copied while the guest runs, its own pages once paused. A page
 // it writes in between (after the copy) is in the saved file all the same.
 TEST(MemoryBase, PagesWrittenAfterTheBasesCopyAreSavedAtThePause) {
-  auto file = make_ram_file();
-  auto base = MemoryBase::make(file);
-  ASSERT_TRUE(base) << base.error().message;
-  auto size = (*base)->size();
-  auto* ram = static_cast<char*>(
-      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, (*base)->fd(), 0));
-  ASSERT_NE(ram, MAP_FAILED);
+  OverABase m;
+  ASSERT_TRUE(m.ready());
+  auto& [file, base, size, ram] = m;
   std::memset(ram + 1 * kPage, 'A', kPage);  // own before the copy
   auto saved = fs::path(file.string() + ".halves");
   auto st = copy_memory_base(::getpid(), (*base)->memfd_name(), size, file, saved);
@@ -170,7 +180,6 @@ TEST(MemoryBase, PagesWrittenAfterTheBasesCopyAreSavedAtThePause) {
   auto other = fs::path(file.string() + ".other");
   std::ofstream(other) << "x";
   EXPECT_FALSE(write_private_pages(::getpid(), (*base)->memfd_name(), size, other));
-  ::munmap(ram, size);
   for (auto& p : {saved, other, file}) fs::remove(p);
 }
 
@@ -197,9 +206,8 @@ TEST(MemoryBase, ASavesCopyOfTheBaseIsMadeAheadAndRemovedWhenSavesStop) {
   ASSERT_EQ(::stat((dir / files_in(dir)[0]).c_str(), &ready), 0);
   // A save of a VM over the base takes it: that very file, renamed, then its own pages over it.
   auto size = base->size();
-  auto* ram =
-      static_cast<char*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, base->fd(), 0));
-  ASSERT_NE(ram, MAP_FAILED);
+  char* ram = map_privately(*base);
+  ASSERT_NE(ram, nullptr);
   std::memset(ram + 3 * kPage, 'X', kPage);
   auto second = fs::path(file.string() + ".2");
   st = save_private_memory(::getpid(), base->memfd_name(), size, file, second, base.get());
