@@ -366,12 +366,6 @@ Status write_private_pages(pid_t pid, const std::string& memfd_name, uint64_t si
   return st;
 }
 
-Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t size,
-                           const fs::path& base_file, const fs::path& to, const MemoryBase* base) {
-  auto copied = copy_memory_base(pid, memfd_name, size, base_file, to, base);
-  return copied ? write_private_pages(pid, memfd_name, size, to) : copied;
-}
-
 Result<std::string> incoming_state_of_devices(const std::string& devices,
                                               const std::string& machine_type) {
   // QEMU's header: "QEVM" and the file format version 3.

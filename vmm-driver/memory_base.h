@@ -86,21 +86,16 @@ struct PrivateMemory {
 // RAM). not_found when the process maps no such memfd.
 Result<PrivateMemory> private_memory(pid_t pid, const std::string& memfd_name, uint64_t size);
 
-// Writes the (paused) guest's RAM to `to` (a new file): copy_memory_base, then
-// write_private_pages. Bounded by `size`: a mapping QEMU shows beyond it is ignored, a base of
-// another size refused.
-Status save_private_memory(pid_t pid, const std::string& memfd_name, uint64_t size,
-                           const std::filesystem::path& base_file, const std::filesystem::path& to,
-                           const MemoryBase* base = nullptr);
-
-// The half of a save that needs no pause (the base never changes): `to` (a new file) becomes
-// `base_file` copied (by `base`'s copy_file_to when `base` is the base of that file; or, when the
-// file is gone, the memfd `pid` maps, through /proc/PID/map_files).
+// A guest's RAM is saved to a file in two halves, both bounded by `size` (a mapping QEMU shows
+// beyond it is ignored, a base of another size refused). First, with no pause needed (the base
+// never changes): `to` (a new file) becomes `base_file` copied (by `base`'s copy_file_to when
+// `base` is the base of that file; or, when the file is gone, the memfd `pid` maps, through
+// /proc/PID/map_files).
 Status copy_memory_base(pid_t pid, const std::string& memfd_name, uint64_t size,
                         const std::filesystem::path& base_file, const std::filesystem::path& to,
                         const MemoryBase* base = nullptr);
 
-// The half that does, once the guest is paused: every private page of `pid`'s mapping of
+// Then, once the guest is paused: every private page of `pid`'s mapping of
 // `memfd_name` written over `to` (a copy of the base, `size` bytes; all-zero pages as holes).
 // Pages that became private after the copy are there too: whatever is private at the pause is.
 Status write_private_pages(pid_t pid, const std::string& memfd_name, uint64_t size,

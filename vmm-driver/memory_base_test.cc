@@ -79,6 +79,13 @@ char* map_privately(const MemoryBase& base) {
   return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
 }
 
+// A save as a Vm makes one: the base's copy, then the private pages over it.
+Status save(pid_t pid, const std::string& memfd_name, uint64_t size, const fs::path& base_file,
+            const fs::path& to, const MemoryBase* base = nullptr) {
+  auto copied = copy_memory_base(pid, memfd_name, size, base_file, to, base);
+  return copied ? write_private_pages(pid, memfd_name, size, to) : copied;
+}
+
 // A RAM file, its base and a private mapping of it (unmapped at the end; the files are the
 // test's to remove).
 struct OverABase {
@@ -113,7 +120,7 @@ TEST(MemoryBase, APrivateMappingsOwnPagesAreCountedAndSavedOverTheBase) {
   ASSERT_TRUE(own) << own.error().message;
   EXPECT_EQ(own->pages, 4u);
   auto saved = fs::path(file.string() + ".saved");
-  auto st = save_private_memory(::getpid(), (*base)->memfd_name(), size, file, saved);
+  auto st = save(::getpid(), (*base)->memfd_name(), size, file, saved);
   ASSERT_TRUE(st) << st.error().message;
   EXPECT_EQ(read_all(saved), std::string(ram, size)) << "the saved file is the mapping";
   EXPECT_EQ(read_all(file).substr(3 * kPage, kPage), std::string(kPage, '\0'))
@@ -126,13 +133,13 @@ TEST(MemoryBase, APrivateMappingsOwnPagesAreCountedAndSavedOverTheBase) {
   auto moved = fs::path(file.string() + ".moved");
   fs::rename(file, moved);
   auto again = fs::path(file.string() + ".again");
-  st = save_private_memory(::getpid(), (*base)->memfd_name(), size, file, again);
+  st = save(::getpid(), (*base)->memfd_name(), size, file, again);
   ASSERT_TRUE(st) << st.error().message;
   EXPECT_EQ(read_all(again), std::string(ram, size));
   fs::rename(moved, file);
   fs::remove(again);
   // A size that is not the base's is refused.
-  EXPECT_FALSE(save_private_memory(::getpid(), (*base)->memfd_name(), size * 2, file, again));
+  EXPECT_FALSE(save(::getpid(), (*base)->memfd_name(), size * 2, file, again));
   EXPECT_FALSE(fs::exists(again));
   // A name no mapping has.
   auto missing = private_memory(::getpid(), "pst-base-0-0", size);
@@ -210,7 +217,7 @@ TEST(MemoryBase, ASavesCopyOfTheBaseIsMadeAheadAndRemovedWhenSavesStop) {
   ASSERT_NE(ram, nullptr);
   std::memset(ram + 3 * kPage, 'X', kPage);
   auto second = fs::path(file.string() + ".2");
-  st = save_private_memory(::getpid(), base->memfd_name(), size, file, second, base.get());
+  st = save(::getpid(), base->memfd_name(), size, file, second, base.get());
   ASSERT_TRUE(st) << st.error().message;
   struct stat saved {};
   ASSERT_EQ(::stat(second.c_str(), &saved), 0);

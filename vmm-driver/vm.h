@@ -97,7 +97,7 @@ struct VmConfig {
   // Restores only (prespawn, restore): the snapshot's RAM as a sealed memory base this VM maps
   // copy-on-write with every other VM of it, instead of a RAM file of its own. Its source must be
   // the snapshot's RAM file. The VM costs the host the pages its guest writes; saving it writes
-  // an ordinary RAM file (save_private_memory).
+  // an ordinary RAM file (copy_memory_base, write_private_pages).
   std::shared_ptr<const MemoryBase> memory_base;
 };
 

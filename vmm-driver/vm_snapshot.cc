@@ -685,6 +685,7 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
     remove_snapshot(dir, disk_dir);
     return pre.error();
   }
+  auto t_copied = steady_clock::now();
   // The guest's session dies with this QEMU anyway: hand it back so the wake attaches directly.
   bool ended = agent_ && agent_->end_session();
   auto t0 = steady_clock::now();
@@ -720,7 +721,7 @@ Result<Snapshot> Vm::hibernate(const fs::path& dir, const fs::path& disk_dir) {
   spdlog::debug(
       "vm {}: hibernate: base copy {} us, stop+devices {} us, RAM file {} us, record {} us, end "
       "{} us",
-      config_.name, duration_cast<microseconds>(t0 - t_pre).count(),
+      config_.name, duration_cast<microseconds>(t_copied - t_pre).count(),
       duration_cast<microseconds>(t1 - t0).count(), duration_cast<microseconds>(t2 - t1).count(),
       duration_cast<microseconds>(t3 - t2).count(),
       duration_cast<microseconds>(steady_clock::now() - t3).count());
